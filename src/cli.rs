@@ -1,0 +1,243 @@
+//! Command-line types (clap derive) and nothing else: no crate imports, so build scripts and
+//! the man page / completion generator can load this file alone.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Keeps a vast.ai GPU fleet sized to a Curio cluster's SNARK proving demand. An LLM decides;
+/// fleetagent keeps it safe: single-flight runs, durable events, wakes, guardrails.
+#[derive(Debug, Parser)]
+#[command(
+    name = "fleetagent",
+    version,
+    about,
+    after_help = "Environment: FLEETAGENT_CONFIG (config path), STATE_DIRECTORY (state dir, set by systemd), \
+VAST_API_KEY, FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY), FLEETAGENT_HARMONYDB_URL, \
+CREDENTIALS_DIRECTORY (systemd credentials: vast_api_key, llm_api_key, harmonydb_url), RUST_LOG.\n\
+Exit codes: 0 success, 1 runtime error, 2 usage or configuration error."
+)]
+pub struct Cli {
+    /// Config file [default: $FLEETAGENT_CONFIG, else /etc/fleetagent/config.toml]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// State dir holding fleetagent.db, run.lock and the doorbell [default: state_dir in the
+    /// config, else $STATE_DIRECTORY, else /var/lib/fleetagent (root) or $XDG_STATE_HOME/fleetagent]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// One agent pass (or a few while events keep arriving): what the timer and the path unit start
+    Run(RunArgs),
+    /// Record an event and ring the doorbell (cheap; called on every state change)
+    Trigger(TriggerArgs),
+    /// Send the agent an operator message (a P0 event carrying the text)
+    Message(MessageArgs),
+    /// Start a fresh conversation; run ids go on; pending wakes are cancelled
+    ResetSession(ResetSessionArgs),
+    /// Everything needed to diagnose the agent
+    Inspect(InspectArgs),
+    /// Health check for monitoring: exit 0 healthy, 1 with one line per problem
+    Doctor(DoctorArgs),
+    /// Scheduled wake-ups: add, list, cancel
+    #[command(subcommand)]
+    Wakes(WakesCommand),
+    /// The conversation: observations, operator messages, the model's answers, tool calls
+    History(HistoryArgs),
+    /// The fleet as fleetagent sees it, and operator actions on it
+    #[command(subcommand)]
+    Instances(InstancesCommand),
+    /// Cheap change detection (no LLM): rings the doorbell when the fleet or demand changed
+    Poll(PollArgs),
+    /// Run the whole agent against a simulated fleet and demand (no keys, no network)
+    Sim(SimArgs),
+    /// systemd units, shell completions and the man page
+    #[command(subcommand)]
+    Units(UnitsCommand),
+    /// Create the state dir and database; write a commented config where none exists yet
+    Init(InitArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {}
+
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    /// 0 = urgent (2 s debounce), 1 = state change (10 s), 2 = routine (30 s)
+    #[arg(long, short, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub priority: u8,
+    /// Why the agent should look (shown to the model and in inspect); must not be empty
+    #[arg(long, short, value_parser = non_empty)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct MessageArgs {
+    /// The message text; must not be empty
+    #[arg(value_parser = non_empty)]
+    pub text: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetSessionArgs {
+    /// Keep pending wakes instead of cancelling them
+    #[arg(long)]
+    pub keep_wakes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Machine-readable output (field names are stable; see docs/inspect.md)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {}
+
+#[derive(Debug, Subcommand)]
+pub enum WakesCommand {
+    /// Schedule a check
+    Add(WakeAddArgs),
+    /// Pending wakes (with --all: the latest of every status)
+    List(WakeListArgs),
+    /// Cancel one pending wake
+    Cancel(WakeCancelArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("when").required(true).args(["in_", "at"]))]
+pub struct WakeAddArgs {
+    /// Due after this long: 90s, 15m, 2h, 1d, 1h30m
+    #[arg(long = "in", value_name = "DURATION")]
+    pub in_: Option<String>,
+    /// Due at this time (RFC 3339, e.g. 2026-11-29T18:30:00Z)
+    #[arg(long, value_name = "RFC3339")]
+    pub at: Option<String>,
+    /// Why; shown to the model when the wake is due
+    #[arg(long, value_parser = non_empty)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct WakeListArgs {
+    /// Every status (processed, cancelled, failed), newest first
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WakeCancelArgs {
+    pub id: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// How many messages, newest last
+    #[arg(long, short = 'n', default_value_t = 50)]
+    pub limit: i64,
+    /// Every session, not only the current one
+    #[arg(long)]
+    pub all: bool,
+    /// Only the messages of this run
+    #[arg(long)]
+    pub run: Option<i64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InstancesCommand {
+    /// Our instances: fleetagent's table joined with vast.ai's listing
+    List(InstancesListArgs),
+    /// Stop (or destroy, per vast.stop_mode) one instance
+    Stop(InstancesStopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesListArgs {
+    /// Only the local table; do not ask vast.ai
+    #[arg(long)]
+    pub offline: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesStopArgs {
+    /// vast.ai instance id
+    pub id: u64,
+    /// Stop even the last live worker while work is queued, or an instance that is proving
+    #[arg(long)]
+    pub force: bool,
+    /// Why (recorded in the action ledger)
+    #[arg(long, default_value = "operator request", value_parser = non_empty)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct PollArgs {}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Built-in scenario name (see --list) or a scenario TOML file
+    #[arg(long, short, default_value = "steady")]
+    pub scenario: String,
+    /// Simulated hours [default: the scenario's own]
+    #[arg(long)]
+    pub hours: Option<f64>,
+    /// Random seed; the same seed gives the same report
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Draw queue, fleet, throughput and spend over time as an SVG
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// List the built-in scenarios and exit
+    #[arg(long)]
+    pub list: bool,
+    /// Let the configured LLM decide (uses --config's [llm]; costs tokens)
+    #[arg(long)]
+    pub llm: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UnitsCommand {
+    /// Write the systemd units (and completions, man page) for this binary
+    Install(UnitsInstallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UnitsInstallArgs {
+    /// Install for the user manager ($XDG_CONFIG_HOME/systemd/user) instead of /etc/systemd/system
+    #[arg(long)]
+    pub user: bool,
+    /// Write the units here instead (for packaging and tests)
+    #[arg(long, value_name = "DIR")]
+    pub unit_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {}
+
+fn non_empty(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(s.to_string())
+    }
+}

@@ -1,0 +1,155 @@
+//! The single-run lock: an exclusive flock on `<state_dir>/run.lock`, held as a guard value.
+//! The kernel drops it when the process dies. Others read its state from /proc/locks,
+//! never by trying it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use fs2::FileExt;
+
+use crate::clock::{Clock, Millis};
+
+/// How often a waiting `run` retries the lock.
+const POLL: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub struct RunLock {
+    file: File,
+    pub path: PathBuf,
+}
+
+impl RunLock {
+    /// Take the lock, waiting for a holder until `deadline` (Unix ms).
+    pub fn acquire(state_dir: &Path, clock: &dyn Clock, deadline: Millis) -> Result<RunLock> {
+        let path = state_dir.join(crate::paths::LOCK_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o660)
+            .open(&path)
+            .with_context(|| format!("cannot open lock {}", path.display()))?;
+        crate::paths::ensure_mode_0660(&path);
+        let mut logged = false;
+        loop {
+            match file.try_lock_exclusive() {
+                Ok(()) => break,
+                Err(e) if e.raw_os_error() == fs2::lock_contended_error().raw_os_error() => {
+                    if clock.now_ms() >= deadline {
+                        let holder = holder_pid(&path)
+                            .map(|p| format!("pid {p}"))
+                            .unwrap_or_else(|| "an unknown process".into());
+                        bail!(
+                            "lock {} still held by {holder} at this run's deadline; giving up",
+                            path.display()
+                        );
+                    }
+                    if !logged {
+                        log::info!(
+                            "another run holds {} ({}); waiting for it",
+                            path.display(),
+                            holder_pid(&path)
+                                .map(|p| format!("pid {p}"))
+                                .unwrap_or_else(|| "holder unknown".into())
+                        );
+                        logged = true;
+                    }
+                    clock.sleep(POLL);
+                }
+                Err(e) => return Err(e).with_context(|| format!("cannot lock {}", path.display())),
+            }
+        }
+        let mut lock = RunLock { file, path };
+        lock.note_holder(clock.now_ms());
+        Ok(lock)
+    }
+
+    /// Write "pid start-ms" into the file for humans; the lock itself is the flock.
+    fn note_holder(&mut self, now: Millis) {
+        let text = format!("{} {}\n", std::process::id(), now);
+        let _ = self.file.set_len(0);
+        let _ = self.file.seek(SeekFrom::Start(0));
+        let _ = self.file.write_all(text.as_bytes());
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = FileExt::unlock(&self.file);
+    }
+}
+
+/// The pid holding an FLOCK on this file, read from /proc/locks (None when free or unknown).
+pub fn holder_pid(path: &Path) -> Option<u32> {
+    let meta = std::fs::metadata(path).ok()?;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    find_flock_holder(&locks, meta.dev(), meta.ino())
+}
+
+/// Whether a run holds the lock (from /proc/locks).
+pub fn is_held(state_dir: &Path) -> bool {
+    holder_pid(&state_dir.join(crate::paths::LOCK_FILE)).is_some()
+}
+
+/// When the current holder took the lock, from the note it wrote (Unix ms).
+pub fn held_since(state_dir: &Path) -> Option<Millis> {
+    let text = std::fs::read_to_string(state_dir.join(crate::paths::LOCK_FILE)).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Parse /proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`. Waiters (`->`) are
+/// skipped. The device is `major:minor` in hex.
+fn find_flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
+    let major = nix::sys::stat::major(dev);
+    let minor = nix::sys::stat::minor(dev);
+    for line in locks.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 || fields.get(1) == Some(&"->") || fields[1] != "FLOCK" {
+            continue;
+        }
+        let mut id = fields[5].split(':');
+        let (Some(maj), Some(min), Some(inode)) = (id.next(), id.next(), id.next()) else {
+            continue;
+        };
+        let same_dev = u64::from_str_radix(maj, 16).ok() == Some(major)
+            && u64::from_str_radix(min, 16).ok() == Some(minor);
+        if same_dev && inode.parse::<u64>().ok() == Some(ino) {
+            return fields[4].parse().ok();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+
+    #[test]
+    fn parses_proc_locks() {
+        let dev = nix::sys::stat::makedev(0xfd, 0x01);
+        let text = "1: POSIX  ADVISORY  WRITE 99 fd:01:42 0 EOF\n\
+                    2: FLOCK  ADVISORY  WRITE 1234 fd:01:42 0 EOF\n\
+                    2: -> FLOCK  ADVISORY  WRITE 555 fd:01:42 0 EOF\n";
+        assert_eq!(find_flock_holder(text, dev, 42), Some(1234));
+        assert_eq!(find_flock_holder(text, dev, 43), None);
+    }
+
+    #[test]
+    fn held_lock_is_seen_in_proc_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_held(dir.path()));
+        let clock = SystemClock;
+        let lock = RunLock::acquire(dir.path(), &clock, clock.now_ms() + 1_000).unwrap();
+        assert!(is_held(dir.path()));
+        assert_eq!(holder_pid(&lock.path), Some(std::process::id()));
+        assert!(held_since(dir.path()).is_some());
+        drop(lock);
+        assert!(!is_held(dir.path()));
+    }
+}

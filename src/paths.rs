@@ -1,0 +1,199 @@
+//! The state dir: where it is, creating it (setgid 2770), refusing a world-writable one,
+//! and creating files 0660 whatever the umask. Nothing here writes inside the dir.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// Doorbell file name inside the state dir: exists = work is waiting.
+pub const DOORBELL_FILE: &str = "trigger";
+/// The single-run lock file.
+pub const LOCK_FILE: &str = "run.lock";
+
+/// Resolve the state dir: `--state-dir`, else `state_dir` in the config, else
+/// `$STATE_DIRECTORY` (systemd; the first of a colon-separated list), else
+/// `/var/lib/fleetagent` for root, else `$XDG_STATE_HOME/fleetagent` or
+/// `~/.local/state/fleetagent`.
+pub fn resolve_state_dir(
+    flag: Option<&Path>,
+    from_config: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+    is_root: bool,
+) -> Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(absolute(p));
+    }
+    if let Some(p) = from_config {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(v) = env("STATE_DIRECTORY").filter(|v| !v.is_empty()) {
+        let first = v.split(':').next().unwrap_or(&v);
+        return Ok(PathBuf::from(first));
+    }
+    if is_root {
+        return Ok(PathBuf::from("/var/lib/fleetagent"));
+    }
+    if let Some(x) = env("XDG_STATE_HOME").filter(|v| v.starts_with('/')) {
+        return Ok(PathBuf::from(x).join("fleetagent"));
+    }
+    match env("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/state/fleetagent")),
+        None => bail!("cannot choose a state dir: HOME is unset; pass --state-dir"),
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Check an existing state dir: it exists, is a directory, is not world-writable, and this
+/// process may write in it (access(2), never by writing).
+pub fn check_state_dir(dir: &Path) -> Result<()> {
+    let meta = fs::metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
+    if !meta.is_dir() {
+        bail!("state dir {} is not a directory", dir.display());
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o002 != 0 {
+        bail!(
+            "state dir {} is world-writable (mode {:o}); refusing it: run chmod o-w {} (fleetagent wants 2770)",
+            dir.display(),
+            mode & 0o7777,
+            dir.display()
+        );
+    }
+    if !writable(dir) {
+        bail!(
+            "state dir {} is not writable by uid {} (mode {:o}); fix its owner/group or pass another --state-dir",
+            dir.display(),
+            nix::unistd::geteuid(),
+            mode & 0o7777
+        );
+    }
+    Ok(())
+}
+
+/// access(W_OK|X_OK): may this process create files in `dir`?
+pub fn writable(dir: &Path) -> bool {
+    use nix::unistd::{access, AccessFlags};
+    access(dir, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
+}
+
+/// Create the state dir (and parents) when missing; the dir itself gets setgid 2770.
+pub fn ensure_state_dir(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        if let Some(parent) = dir.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        match fs::DirBuilder::new().mode(0o2770).create(dir) {
+            Ok(()) => {
+                fs::set_permissions(dir, fs::Permissions::from_mode(0o2770))
+                    .with_context(|| format!("cannot chmod state dir {}", dir.display()))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot create state dir {}", dir.display()))
+            }
+        }
+    }
+    check_state_dir(dir)
+}
+
+/// Create a file 0660 (explicitly, whatever the umask) if missing.
+pub fn create_file_0660(path: &Path) -> io::Result<()> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o660)
+        .open(path)
+    {
+        Ok(f) => f.set_permissions(fs::Permissions::from_mode(0o660)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Give an existing file we own mode 0660 (best effort; used for the SQLite side files).
+pub fn ensure_mode_0660(path: &Path) {
+    if let Ok(meta) = fs::metadata(path) {
+        if meta.permissions().mode() & 0o777 != 0o660 {
+            let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o660));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn resolution_order() {
+        let env = env_of(&[("STATE_DIRECTORY", "/sd/a:/sd/b"), ("HOME", "/home/u")]);
+        assert_eq!(
+            resolve_state_dir(Some(Path::new("/flag")), Some(Path::new("/cfg")), &env, false)
+                .unwrap(),
+            PathBuf::from("/flag")
+        );
+        assert_eq!(
+            resolve_state_dir(None, Some(Path::new("/cfg")), &env, false).unwrap(),
+            PathBuf::from("/cfg")
+        );
+        assert_eq!(
+            resolve_state_dir(None, None, &env, false).unwrap(),
+            PathBuf::from("/sd/a")
+        );
+        let env = env_of(&[("HOME", "/home/u")]);
+        assert_eq!(
+            resolve_state_dir(None, None, &env, true).unwrap(),
+            PathBuf::from("/var/lib/fleetagent")
+        );
+        assert_eq!(
+            resolve_state_dir(None, None, &env, false).unwrap(),
+            PathBuf::from("/home/u/.local/state/fleetagent")
+        );
+        let env = env_of(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "/xdg")]);
+        assert_eq!(
+            resolve_state_dir(None, None, &env, false).unwrap(),
+            PathBuf::from("/xdg/fleetagent")
+        );
+    }
+
+    #[test]
+    fn created_dir_is_setgid_2770_and_files_0660() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/state");
+        ensure_state_dir(&dir).unwrap();
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o2770);
+        let f = dir.join("x");
+        create_file_0660(&f).unwrap();
+        assert_eq!(fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o660);
+    }
+
+    #[test]
+    fn world_writable_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        let err = check_state_dir(tmp.path()).unwrap_err();
+        assert!(format!("{err}").contains("world-writable"));
+    }
+}

@@ -1,0 +1,147 @@
+//! The action ledger: every launch, stop and destroy fleetagent tried, with its outcome.
+//! The rate limiter counts from here (a one-shot process remembers nothing else).
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+use serde::Serialize;
+
+use crate::clock::Millis;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Action {
+    pub id: i64,
+    pub run_id: Option<i64>,
+    pub kind: String,
+    pub outcome: String,
+    pub actor: String,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+    pub offer_id: Option<i64>,
+    pub dph: Option<f64>,
+    pub emergency: bool,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub created_at: Millis,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewAction<'a> {
+    pub run_id: Option<i64>,
+    pub kind: &'a str,
+    pub outcome: &'a str,
+    pub actor: &'a str,
+    pub instance_id: Option<i64>,
+    pub label: Option<&'a str>,
+    pub offer_id: Option<i64>,
+    pub dph: Option<f64>,
+    pub emergency: bool,
+    pub tool_call_id: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub detail: Option<&'a str>,
+}
+
+pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, offer_id, dph,
+                              emergency, tool_call_id, reason, detail, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            a.run_id,
+            a.kind,
+            a.outcome,
+            a.actor,
+            a.instance_id,
+            a.label,
+            a.offer_id,
+            a.dph,
+            a.emergency,
+            a.tool_call_id,
+            a.reason,
+            a.detail,
+            now
+        ],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Settle an intent: its outcome, the instance it made, a detail.
+pub fn settle(
+    conn: &Connection,
+    id: i64,
+    outcome: &str,
+    instance_id: Option<i64>,
+    detail: Option<&str>,
+    now: Millis,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE actions SET outcome = ?2, instance_id = COALESCE(?3, instance_id),
+                detail = COALESCE(?4, detail), finished_at = ?5 WHERE id = ?1",
+        params![id, outcome, instance_id, detail, now],
+    )?;
+    Ok(())
+}
+
+const COLS: &str = "id, run_id, kind, outcome, actor, instance_id, label, offer_id, dph, emergency,
+    reason, detail, created_at";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
+    Ok(Action {
+        id: r.get(0)?,
+        run_id: r.get(1)?,
+        kind: r.get(2)?,
+        outcome: r.get(3)?,
+        actor: r.get(4)?,
+        instance_id: r.get(5)?,
+        label: r.get(6)?,
+        offer_id: r.get(7)?,
+        dph: r.get(8)?,
+        emergency: r.get(9)?,
+        reason: r.get(10)?,
+        detail: r.get(11)?,
+        created_at: r.get(12)?,
+    })
+}
+
+/// Launches that count against the window: succeeded, or an intent whose create may have
+/// gone through (a crash between create and record must not free a slot).
+pub fn launches_since(conn: &Connection, since: Millis) -> Result<Vec<Action>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM actions WHERE kind = 'launch' AND created_at > ?1
+           AND outcome IN ('ok', 'intent') ORDER BY created_at"
+    ))?;
+    let rows = stmt
+        .query_map(params![since], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM actions ORDER BY id DESC LIMIT ?1"
+    ))?;
+    let rows = stmt
+        .query_map(params![limit], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn of_run(conn: &Connection, run_id: i64) -> Result<Vec<Action>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM actions WHERE run_id = ?1 ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map(params![run_id], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Launch intents not yet settled (a crash between intent and record leaves them).
+pub fn open_intents(conn: &Connection) -> Result<Vec<Action>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM actions WHERE kind = 'launch' AND outcome = 'intent' ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map([], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}

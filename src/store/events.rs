@@ -1,0 +1,207 @@
+//! Events: durable "something happened" rows, claimed by exactly one pass.
+//!
+//! Ready = unclaimed, not failed, `not_before` passed. A pass claims every ready event in
+//! the transaction that creates its run; a failed or interrupted pass hands them back.
+
+use anyhow::Result;
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::clock::Millis;
+
+/// After this many handed-back attempts an event is marked failed (kept, shown, never dropped).
+pub const MAX_ATTEMPTS: i64 = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub priority: u8,
+    pub kind: String,
+    pub reason: String,
+    pub body: Option<String>,
+    pub created_at: Millis,
+    pub attempts: i64,
+}
+
+const READY: &str = "claimed_by IS NULL AND failed_at IS NULL AND (not_before IS NULL OR not_before <= ?1)";
+
+pub fn insert(
+    conn: &Connection,
+    priority: u8,
+    kind: &str,
+    reason: &str,
+    body: Option<&str>,
+    now: Millis,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO events (priority, kind, reason, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![priority, kind, reason, body, now],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// An event a pass discovered itself (a lifecycle change): inserted already claimed by it.
+pub fn insert_claimed(
+    conn: &Connection,
+    run_id: i64,
+    priority: u8,
+    kind: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO events (priority, kind, reason, created_at, claimed_by, claimed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?4)",
+        params![priority, kind, reason, now, run_id],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The most urgent priority among ready events (0 is the most urgent), if any.
+pub fn ready_top_priority(conn: &Connection, now: Millis) -> Result<Option<u8>> {
+    Ok(conn
+        .query_row(
+            &format!("SELECT MIN(priority) FROM events WHERE {READY}"),
+            params![now],
+            |r| r.get::<_, Option<u8>>(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+pub fn count_ready(conn: &Connection, now: Millis) -> Result<i64> {
+    Ok(conn.query_row(
+        &format!("SELECT COUNT(*) FROM events WHERE {READY}"),
+        params![now],
+        |r| r.get(0),
+    )?)
+}
+
+/// Claim every ready event for `run_id`; returns them, oldest first.
+pub fn claim_ready(conn: &Connection, run_id: i64, now: Millis) -> Result<Vec<Event>> {
+    conn.execute(
+        &format!("UPDATE events SET claimed_by = ?2, claimed_at = ?1 WHERE {READY}"),
+        params![now, run_id],
+    )?;
+    claimed_by(conn, run_id)
+}
+
+pub fn claimed_by(conn: &Connection, run_id: i64) -> Result<Vec<Event>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, priority, kind, reason, body, created_at, attempts
+         FROM events WHERE claimed_by = ?1 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map(params![run_id], |r| {
+            Ok(Event {
+                id: r.get(0)?,
+                priority: r.get(1)?,
+                kind: r.get(2)?,
+                reason: r.get(3)?,
+                body: r.get(4)?,
+                created_at: r.get(5)?,
+                attempts: r.get(6)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HandBack {
+    pub returned: usize,
+    pub failed: usize,
+}
+
+/// Give a pass's claimed events back (attempts + 1, waiting until `not_before`); those that
+/// reach [`MAX_ATTEMPTS`] are marked failed instead.
+pub fn hand_back(
+    conn: &Connection,
+    run_id: i64,
+    not_before: Option<Millis>,
+    error: &str,
+    now: Millis,
+) -> Result<HandBack> {
+    let failed = conn.execute(
+        "UPDATE events SET claimed_by = NULL, claimed_at = NULL, attempts = attempts + 1,
+                failed_at = ?2, last_error = ?3
+         WHERE claimed_by = ?1 AND attempts + 1 >= ?4",
+        params![run_id, now, error, MAX_ATTEMPTS],
+    )?;
+    let returned = conn.execute(
+        "UPDATE events SET claimed_by = NULL, claimed_at = NULL, attempts = attempts + 1,
+                not_before = ?2, last_error = ?3
+         WHERE claimed_by = ?1",
+        params![run_id, not_before, error],
+    )?;
+    Ok(HandBack { returned, failed })
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct EventCounts {
+    /// Not claimed by any pass and not failed (ready or deferred).
+    pub unconsumed: i64,
+    /// Of those, waiting for `not_before`.
+    pub deferred: i64,
+    pub failed: i64,
+}
+
+pub fn counts(conn: &Connection, now: Millis) -> Result<EventCounts> {
+    let (unconsumed, deferred): (i64, i64) = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(not_before IS NOT NULL AND not_before > ?1), 0)
+         FROM events WHERE claimed_by IS NULL AND failed_at IS NULL",
+        params![now],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let failed = conn.query_row(
+        "SELECT COUNT(*) FROM events WHERE failed_at IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(EventCounts {
+        unconsumed,
+        deferred,
+        failed,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitingEvent {
+    pub id: i64,
+    pub priority: u8,
+    pub kind: String,
+    pub reason: String,
+    pub created_at: Millis,
+    pub attempts: i64,
+    pub not_before: Option<Millis>,
+    pub failed_at: Option<Millis>,
+    pub last_error: Option<String>,
+}
+
+/// Unconsumed events (oldest first) or failed ones (newest first), at most `limit`.
+pub fn list_waiting(conn: &Connection, failed: bool, limit: i64) -> Result<Vec<WaitingEvent>> {
+    let sql = if failed {
+        "SELECT id, priority, kind, reason, created_at, attempts, not_before, failed_at, last_error
+         FROM events WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT ?1"
+    } else {
+        "SELECT id, priority, kind, reason, created_at, attempts, not_before, failed_at, last_error
+         FROM events WHERE claimed_by IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?1"
+    };
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt
+        .query_map(params![limit], |r| {
+            Ok(WaitingEvent {
+                id: r.get(0)?,
+                priority: r.get(1)?,
+                kind: r.get(2)?,
+                reason: r.get(3)?,
+                created_at: r.get(4)?,
+                attempts: r.get(5)?,
+                not_before: r.get(6)?,
+                failed_at: r.get(7)?,
+                last_error: r.get(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}

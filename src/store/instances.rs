@@ -1,0 +1,106 @@
+//! Our instances as fleetagent knows them, keyed by label.
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+use serde::Serialize;
+
+use crate::clock::Millis;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InstanceRow {
+    pub label: String,
+    pub vast_id: Option<i64>,
+    pub state: String,
+    pub actual_status: Option<String>,
+    pub status_msg: Option<String>,
+    pub gpu_name: Option<String>,
+    pub dph: Option<f64>,
+    pub offer_id: Option<i64>,
+    pub public_ip: Option<String>,
+    pub machine_name: Option<String>,
+    pub launched_run: Option<i64>,
+    pub adopted: bool,
+    pub created_at: Millis,
+    pub state_since: Millis,
+    pub last_seen_at: Option<Millis>,
+    pub gone_at: Option<Millis>,
+}
+
+pub const COLS: &str = "label, vast_id, state, actual_status, status_msg, gpu_name, dph, offer_id,
+    public_ip, machine_name, launched_run, adopted, created_at, state_since, last_seen_at, gone_at";
+
+pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
+    Ok(InstanceRow {
+        label: r.get(0)?,
+        vast_id: r.get(1)?,
+        state: r.get(2)?,
+        actual_status: r.get(3)?,
+        status_msg: r.get(4)?,
+        gpu_name: r.get(5)?,
+        dph: r.get(6)?,
+        offer_id: r.get(7)?,
+        public_ip: r.get(8)?,
+        machine_name: r.get(9)?,
+        launched_run: r.get(10)?,
+        adopted: r.get(11)?,
+        created_at: r.get(12)?,
+        state_since: r.get(13)?,
+        last_seen_at: r.get(14)?,
+        gone_at: r.get(15)?,
+    })
+}
+
+/// Instances not yet gone, oldest first.
+pub fn live(conn: &Connection) -> Result<Vec<InstanceRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM instances WHERE gone_at IS NULL ORDER BY created_at, label"
+    ))?;
+    let rows = stmt
+        .query_map([], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Instances that were alive at some point after `since` (for daily spend).
+pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM instances WHERE gone_at IS NULL OR gone_at > ?1 ORDER BY created_at"
+    ))?;
+    let rows = stmt
+        .query_map(params![since], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
+    conn.execute(
+        &format!(
+            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+             ON CONFLICT(label) DO UPDATE SET vast_id = excluded.vast_id, state = excluded.state,
+                actual_status = excluded.actual_status, status_msg = excluded.status_msg,
+                gpu_name = excluded.gpu_name, dph = excluded.dph, offer_id = excluded.offer_id,
+                public_ip = excluded.public_ip, machine_name = excluded.machine_name,
+                state_since = excluded.state_since, last_seen_at = excluded.last_seen_at,
+                gone_at = excluded.gone_at"
+        ),
+        params![
+            i.label,
+            i.vast_id,
+            i.state,
+            i.actual_status,
+            i.status_msg,
+            i.gpu_name,
+            i.dph,
+            i.offer_id,
+            i.public_ip,
+            i.machine_name,
+            i.launched_run,
+            i.adopted,
+            i.created_at,
+            i.state_since,
+            i.last_seen_at,
+            i.gone_at
+        ],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! The SQLite store: opening (WAL, busy timeout, foreign keys), migrations by `user_version`
+//! (a newer schema is refused), file permissions, and one file per table group.
+//!
+//! Nothing here talks to the outside world or reads the clock: times are passed in.
+
+pub mod actions;
+pub mod events;
+pub mod instances;
+pub mod messages;
+pub mod runs;
+pub mod session;
+pub mod wakes;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::clock::Millis;
+
+/// Numbered, append-only schema files. `user_version` = how many are applied.
+const MIGRATIONS: &[&str] = &[include_str!("../../sql/0001_init.sql")];
+
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// File name of the database inside the state dir.
+pub const DB_FILE: &str = "fleetagent.db";
+
+/// How long a writer waits for another one before failing with SQLITE_BUSY.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Store {
+    pub conn: Connection,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the database when missing (`run`, `init`, `reset-session`, `sim`).
+    Create,
+    /// Fail with an error naming the state dir when missing (every other command).
+    Existing,
+}
+
+impl Store {
+    /// Open (and migrate) `<state_dir>/fleetagent.db`.
+    pub fn open(state_dir: &Path, mode: OpenMode, now: Millis) -> Result<Store> {
+        let path = state_dir.join(DB_FILE);
+        let exists = path.exists();
+        if !exists && mode == OpenMode::Existing {
+            bail!(
+                "no database in state dir {} (run `fleetagent init` or `fleetagent run` there first, \
+                 or pass the right --state-dir / config)",
+                state_dir.display()
+            );
+        }
+        if !exists {
+            // Create the file ourselves so its mode is 0660 whatever the umask; SQLite gives
+            // the -wal and -shm files the mode of the database file.
+            crate::paths::create_file_0660(&path)
+                .with_context(|| format!("cannot create database {}", path.display()))?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags)
+            .with_context(|| format!("cannot open database {}", path.display()))?;
+        let mut store = Store { conn, path };
+        store
+            .setup(now)
+            .with_context(|| format!("database {}", store.path.display()))?;
+        for suffix in ["-wal", "-shm"] {
+            let side = PathBuf::from(format!("{}{suffix}", store.path.display()));
+            crate::paths::ensure_mode_0660(&side);
+        }
+        Ok(store)
+    }
+
+    /// An in-memory store with the real migrations, for tests.
+    pub fn open_memory(now: Millis) -> Result<Store> {
+        let conn = Connection::open_in_memory()?;
+        let mut store = Store {
+            conn,
+            path: PathBuf::from(":memory:"),
+        };
+        store.setup(now)?;
+        Ok(store)
+    }
+
+    fn setup(&mut self, now: Millis) -> Result<()> {
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        // journal_mode answers with a row; WAL persists in the file once set.
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if mode != "wal" && self.path != Path::new(":memory:") {
+            log::warn!("journal_mode is {mode}, not wal");
+        }
+        self.conn.execute_batch(
+            "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
+        )?;
+        self.migrate(now)
+    }
+
+    fn migrate(&mut self, now: Millis) -> Result<()> {
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > SCHEMA_VERSION {
+            bail!(
+                "schema version {version} is newer than this fleetagent understands ({SCHEMA_VERSION}); \
+                 upgrade fleetagent (the database was left untouched)"
+            );
+        }
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Re-read under the write lock: another process may have migrated meanwhile.
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql)
+                .with_context(|| format!("migration {:04} failed", i + 1))?;
+        }
+        if version == 0 {
+            session::bootstrap(&tx, now)?;
+        }
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A write transaction that takes the write lock at BEGIN (no upgrade deadlocks).
+    pub fn immediate(&mut self) -> Result<rusqlite::Transaction<'_>> {
+        Ok(self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    /// `PRAGMA quick_check`: "ok" or the first problems found.
+    pub fn quick_check(&self) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare("PRAGMA quick_check(5)")?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows.into_iter().filter(|r| r != "ok").collect())
+    }
+
+    /// The id the next run row will get.
+    pub fn next_run_id(&self) -> Result<i64> {
+        let seq: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'runs'",
+                [],
+                |r| r.get(0),
+            )
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        Ok(seq.unwrap_or(0) + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_store_migrates_and_bootstraps() {
+        let s = Store::open_memory(1_000).unwrap();
+        let v: i64 = s
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        assert_eq!(session::current(&s.conn).unwrap(), 1);
+        assert_eq!(s.next_run_id().unwrap(), 1);
+    }
+
+    #[test]
+    fn newer_schema_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Store::open(dir.path(), OpenMode::Create, 0).unwrap());
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        drop(conn);
+        let err = Store::open(dir.path(), OpenMode::Existing, 0)
+            .err()
+            .unwrap();
+        assert!(format!("{err:#}").contains("newer"), "{err:#}");
+    }
+
+    #[test]
+    fn existing_mode_does_not_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Store::open(dir.path(), OpenMode::Existing, 0)
+            .err()
+            .unwrap();
+        assert!(format!("{err}").contains("no database"));
+        assert!(!dir.path().join(DB_FILE).exists());
+    }
+}

@@ -1,0 +1,161 @@
+//! Runs: one row per pass. The AUTOINCREMENT id is the run id.
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+use serde::Serialize;
+
+use crate::clock::Millis;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub id: i64,
+    pub session_id: i64,
+    pub pid: i64,
+    pub pass: i64,
+    pub started_by: String,
+    pub status: String,
+    pub verdict: Option<String>,
+    pub decided_by: Option<String>,
+    pub started_at: Millis,
+    pub finished_at: Option<Millis>,
+    pub events_claimed: i64,
+    pub wakes_claimed: i64,
+    pub llm_calls: i64,
+    pub prompt_tokens_est: Option<i64>,
+    pub prompt_tokens_reported: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub llm_error: Option<String>,
+    pub error: Option<String>,
+    pub emergency: bool,
+}
+
+const COLS: &str = "id, session_id, pid, pass, started_by, status, verdict, decided_by, started_at,
+    finished_at, events_claimed, wakes_claimed, llm_calls, prompt_tokens_est,
+    prompt_tokens_reported, completion_tokens, llm_error, error, emergency";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        pid: r.get(2)?,
+        pass: r.get(3)?,
+        started_by: r.get(4)?,
+        status: r.get(5)?,
+        verdict: r.get(6)?,
+        decided_by: r.get(7)?,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+        events_claimed: r.get(10)?,
+        wakes_claimed: r.get(11)?,
+        llm_calls: r.get(12)?,
+        prompt_tokens_est: r.get(13)?,
+        prompt_tokens_reported: r.get(14)?,
+        completion_tokens: r.get(15)?,
+        llm_error: r.get(16)?,
+        error: r.get(17)?,
+        emergency: r.get(18)?,
+    })
+}
+
+pub fn create(
+    conn: &Connection,
+    session_id: i64,
+    pid: u32,
+    pass: u32,
+    started_by: &str,
+    now: Millis,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO runs (session_id, pid, pass, started_by, status, started_at)
+         VALUES (?1, ?2, ?3, ?4, 'running', ?5)",
+        params![session_id, pid, pass, started_by, now],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+pub fn set_claimed(conn: &Connection, run_id: i64, events: usize, wakes: usize) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET events_claimed = ?2, wakes_claimed = ?3 WHERE id = ?1",
+        params![run_id, events as i64, wakes as i64],
+    )?;
+    Ok(())
+}
+
+/// What a finished pass records about itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub verdict: String,
+    pub decided_by: Option<String>,
+    pub llm_calls: i64,
+    pub prompt_tokens_est: Option<i64>,
+    pub prompt_tokens_reported: Option<i64>,
+    pub completion_tokens: Option<i64>,
+    pub llm_error: Option<String>,
+    pub emergency: bool,
+}
+
+pub fn finish_ok(conn: &Connection, run_id: i64, o: &Outcome, now: Millis) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET status = 'ok', verdict = ?2, decided_by = ?3, llm_calls = ?4,
+                prompt_tokens_est = ?5, prompt_tokens_reported = ?6, completion_tokens = ?7,
+                llm_error = ?8, emergency = ?9, finished_at = ?10
+         WHERE id = ?1",
+        params![
+            run_id,
+            o.verdict,
+            o.decided_by,
+            o.llm_calls,
+            o.prompt_tokens_est,
+            o.prompt_tokens_reported,
+            o.completion_tokens,
+            o.llm_error,
+            o.emergency,
+            now
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn finish_failed(conn: &Connection, run_id: i64, error: &str, now: Millis) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET status = 'failed', verdict = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",
+        params![run_id, error, now],
+    )?;
+    Ok(())
+}
+
+/// Ids of passes still marked running (only an interrupted process leaves them).
+pub fn running(conn: &Connection) -> Result<Vec<Run>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {COLS} FROM runs WHERE status = 'running' ORDER BY id"
+    ))?;
+    let rows = stmt
+        .query_map([], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Run>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM runs ORDER BY id DESC LIMIT ?1"
+    ))?;
+    let rows = stmt
+        .query_map(params![limit], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+pub fn get(conn: &Connection, id: i64) -> Result<Option<Run>> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {COLS} FROM runs WHERE id = ?1"))?;
+    let mut rows = stmt.query_map(params![id], row)?;
+    Ok(rows.next().transpose()?)
+}
+
+/// The newest pass that finished ok.
+pub fn last_ok(conn: &Connection) -> Result<Option<Run>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM runs WHERE status = 'ok' ORDER BY finished_at DESC LIMIT 1"
+    ))?;
+    let mut rows = stmt.query_map([], row)?;
+    Ok(rows.next().transpose()?)
+}

@@ -1,0 +1,132 @@
+//! The session and the single `agent_state` row.
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+
+use crate::clock::Millis;
+
+/// First session and the state row, in the migration that creates the schema.
+pub(crate) fn bootstrap(conn: &Connection, now: Millis) -> Result<()> {
+    conn.execute(
+        "INSERT INTO sessions (started_at, reason) VALUES (?1, 'database created')",
+        params![now],
+    )?;
+    let session = conn.last_insert_rowid();
+    conn.execute(
+        "INSERT INTO agent_state (id, session_id) VALUES (1, ?1)",
+        params![session],
+    )?;
+    Ok(())
+}
+
+pub fn current(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("SELECT session_id FROM agent_state WHERE id = 1", [], |r| {
+        r.get(0)
+    })?)
+}
+
+/// Start a new session and make it current. Old conversation rows stay for audit.
+pub fn start_new(conn: &Connection, reason: &str, now: Millis) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO sessions (started_at, reason) VALUES (?1, ?2)",
+        params![now, reason],
+    )?;
+    let id = conn.last_insert_rowid();
+    conn.execute(
+        "UPDATE agent_state SET session_id = ?1 WHERE id = 1",
+        params![id],
+    )?;
+    Ok(id)
+}
+
+/// When the current session began.
+pub fn started_at(conn: &Connection, session: i64) -> Result<Millis> {
+    Ok(conn.query_row(
+        "SELECT started_at FROM sessions WHERE id = ?1",
+        params![session],
+        |r| r.get(0),
+    )?)
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentState {
+    pub session_id: i64,
+    pub last_run_finished_at: Option<Millis>,
+    pub last_success_at: Option<Millis>,
+    pub last_llm_call_at: Option<Millis>,
+    pub last_llm_error: Option<String>,
+    pub last_llm_error_at: Option<Millis>,
+    pub last_demand: Option<String>,
+    pub last_fleet: Option<String>,
+    pub poll_snapshot: Option<String>,
+    pub poll_at: Option<Millis>,
+}
+
+pub fn state(conn: &Connection) -> Result<AgentState> {
+    Ok(conn.query_row(
+        "SELECT session_id, last_run_finished_at, last_success_at, last_llm_call_at,
+                last_llm_error, last_llm_error_at, last_demand, last_fleet, poll_snapshot, poll_at
+         FROM agent_state WHERE id = 1",
+        [],
+        |r| {
+            Ok(AgentState {
+                session_id: r.get(0)?,
+                last_run_finished_at: r.get(1)?,
+                last_success_at: r.get(2)?,
+                last_llm_call_at: r.get(3)?,
+                last_llm_error: r.get(4)?,
+                last_llm_error_at: r.get(5)?,
+                last_demand: r.get(6)?,
+                last_fleet: r.get(7)?,
+                poll_snapshot: r.get(8)?,
+                poll_at: r.get(9)?,
+            })
+        },
+    )?)
+}
+
+pub fn record_run_finished(conn: &Connection, ok: bool, now: Millis) -> Result<()> {
+    if ok {
+        conn.execute(
+            "UPDATE agent_state SET last_run_finished_at = ?1, last_success_at = ?1 WHERE id = 1",
+            params![now],
+        )?;
+    } else {
+        conn.execute(
+            "UPDATE agent_state SET last_run_finished_at = ?1 WHERE id = 1",
+            params![now],
+        )?;
+    }
+    Ok(())
+}
+
+/// An LLM call went through (`error` None) or failed.
+pub fn record_llm_outcome(conn: &Connection, error: Option<&str>, now: Millis) -> Result<()> {
+    match error {
+        None => conn.execute(
+            "UPDATE agent_state SET last_llm_call_at = ?1, last_llm_error = NULL WHERE id = 1",
+            params![now],
+        )?,
+        Some(e) => conn.execute(
+            "UPDATE agent_state SET last_llm_error = ?1, last_llm_error_at = ?2 WHERE id = 1",
+            params![e, now],
+        )?,
+    };
+    Ok(())
+}
+
+pub fn set_last_observed(conn: &Connection, demand: Option<&str>, fleet: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE agent_state SET last_demand = COALESCE(?1, last_demand), last_fleet = ?2 WHERE id = 1",
+        params![demand, fleet],
+    )?;
+    Ok(())
+}
+
+pub fn set_poll_snapshot(conn: &Connection, snapshot: &str, now: Millis) -> Result<()> {
+    conn.execute(
+        "UPDATE agent_state SET poll_snapshot = ?1, poll_at = ?2 WHERE id = 1",
+        params![snapshot, now],
+    )?;
+    Ok(())
+}

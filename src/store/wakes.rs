@@ -1,0 +1,163 @@
+//! Wakes: scheduled checks. pending -> processed by exactly one pass (in the transaction
+//! that creates its run) | cancelled | failed after repeated hand-backs.
+
+use anyhow::{bail, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::clock::Millis;
+
+pub use super::events::MAX_ATTEMPTS;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Wake {
+    pub id: i64,
+    pub due_at: Millis,
+    pub reason: String,
+    pub created_at: Millis,
+    pub created_by: String,
+    pub status: String,
+    pub processed_by: Option<i64>,
+    pub attempts: i64,
+}
+
+const DUE: &str =
+    "status = 'pending' AND due_at <= ?1 AND (not_before IS NULL OR not_before <= ?1)";
+
+pub fn add(
+    conn: &Connection,
+    due_at: Millis,
+    reason: &str,
+    created_by: &str,
+    created_run: Option<i64>,
+    now: Millis,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO wakes (due_at, reason, created_at, created_by, created_run, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'pending')",
+        params![due_at, reason, now, created_by, created_run],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Wake> {
+    Ok(Wake {
+        id: r.get(0)?,
+        due_at: r.get(1)?,
+        reason: r.get(2)?,
+        created_at: r.get(3)?,
+        created_by: r.get(4)?,
+        status: r.get(5)?,
+        processed_by: r.get(6)?,
+        attempts: r.get(7)?,
+    })
+}
+
+const COLS: &str = "id, due_at, reason, created_at, created_by, status, processed_by, attempts";
+
+/// Mark every due wake processed by `run_id`; returns them, by due time.
+pub fn claim_due(conn: &Connection, run_id: i64, now: Millis) -> Result<Vec<Wake>> {
+    conn.execute(
+        &format!("UPDATE wakes SET status = 'processed', processed_by = ?2, processed_at = ?1 WHERE {DUE}"),
+        params![now, run_id],
+    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM wakes WHERE processed_by = ?1 AND status = 'processed' ORDER BY due_at, id"
+    ))?;
+    let rows = stmt
+        .query_map(params![run_id], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Give a failed or interrupted pass's wakes back (attempts + 1); after [`MAX_ATTEMPTS`] they
+/// are marked failed.
+pub fn hand_back(
+    conn: &Connection,
+    run_id: i64,
+    not_before: Option<Millis>,
+    now: Millis,
+) -> Result<super::events::HandBack> {
+    let failed = conn.execute(
+        "UPDATE wakes SET status = 'failed', attempts = attempts + 1, finished_at = ?2
+         WHERE processed_by = ?1 AND status = 'processed' AND attempts + 1 >= ?3",
+        params![run_id, now, MAX_ATTEMPTS],
+    )?;
+    let returned = conn.execute(
+        "UPDATE wakes SET status = 'pending', processed_by = NULL, processed_at = NULL,
+                attempts = attempts + 1, not_before = ?2
+         WHERE processed_by = ?1 AND status = 'processed'",
+        params![run_id, not_before],
+    )?;
+    Ok(super::events::HandBack { returned, failed })
+}
+
+/// Cancel one pending wake. Errors name why it could not be cancelled.
+pub fn cancel(conn: &Connection, id: i64, now: Millis) -> Result<()> {
+    let status: Option<String> = conn
+        .query_row(
+            "SELECT status FROM wakes WHERE id = ?1",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match status.as_deref() {
+        None => bail!("no wake with id {id}"),
+        Some("pending") => {
+            conn.execute(
+                "UPDATE wakes SET status = 'cancelled', finished_at = ?2 WHERE id = ?1",
+                params![id, now],
+            )?;
+            Ok(())
+        }
+        Some(other) => bail!("wake {id} is {other}, not pending"),
+    }
+}
+
+/// Cancel every pending wake; returns how many.
+pub fn cancel_pending(conn: &Connection, now: Millis) -> Result<usize> {
+    Ok(conn.execute(
+        "UPDATE wakes SET status = 'cancelled', finished_at = ?1 WHERE status = 'pending'",
+        params![now],
+    )?)
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WakeCounts {
+    pub pending: i64,
+    /// Pending whose time has come.
+    pub overdue: i64,
+    pub failed: i64,
+}
+
+pub fn counts(conn: &Connection, now: Millis) -> Result<WakeCounts> {
+    let (pending, overdue): (i64, i64) = conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(due_at <= ?1), 0) FROM wakes WHERE status = 'pending'",
+        params![now],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let failed = conn.query_row(
+        "SELECT COUNT(*) FROM wakes WHERE status = 'failed'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(WakeCounts {
+        pending,
+        overdue,
+        failed,
+    })
+}
+
+/// Pending wakes by due time, or (with `all`) the latest `limit` of every status.
+pub fn list(conn: &Connection, all: bool, limit: i64) -> Result<Vec<Wake>> {
+    let sql = if all {
+        format!("SELECT {COLS} FROM wakes ORDER BY id DESC LIMIT ?1")
+    } else {
+        format!("SELECT {COLS} FROM wakes WHERE status = 'pending' ORDER BY due_at, id LIMIT ?1")
+    };
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt
+        .query_map(params![limit], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}

@@ -1,0 +1,120 @@
+//! The vast.ai boundary: the [`VastClient`] trait (only the calls fleetagent makes) and its
+//! data types. The ureq implementation lives in `http.rs`; tests and `sim` use fakes.
+//! Nothing here decides anything: guardrails and reconciliation live elsewhere.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One rentable offer, as `POST /api/v0/bundles/` returns it (only the fields we use).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offer {
+    pub id: u64,
+    pub gpu_name: String,
+    pub num_gpus: u32,
+    /// MB per GPU, as the API reports it.
+    pub gpu_ram_mb: f64,
+    /// $/h including storage for the disk size asked for.
+    pub dph_total: f64,
+    /// 0..1
+    pub reliability: f64,
+    pub verified: bool,
+    pub geolocation: Option<String>,
+    pub public_ip: Option<String>,
+}
+
+/// Which offers to search for. Built from `[vast.offers]` plus the tool's arguments.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OfferQuery {
+    pub gpu_names: Vec<String>,
+    pub max_dph: Option<f64>,
+    pub min_reliability: Option<f64>,
+    pub min_gpu_ram_gb: Option<f64>,
+    pub verified_only: bool,
+    pub interruptible: bool,
+    pub disk_gb: f64,
+    pub limit: u32,
+}
+
+/// One of our instances as `GET /api/v1/instances/` shows it. Strings are trimmed; status
+/// values are kept as given (an unknown one stays opaque).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Instance {
+    pub id: u64,
+    pub label: Option<String>,
+    /// `None` while provisioning; else e.g. loading, running, exited, offline, or anything new.
+    pub actual_status: Option<String>,
+    pub intended_status: Option<String>,
+    pub cur_state: Option<String>,
+    pub status_msg: Option<String>,
+    pub gpu_name: Option<String>,
+    pub num_gpus: Option<u32>,
+    pub dph_total: Option<f64>,
+    pub public_ip: Option<String>,
+    /// Unix seconds.
+    pub start_date: Option<f64>,
+}
+
+/// Everything a create needs. `env` already has `FLEETAGENT_LABEL` and resolved credentials.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateRequest {
+    pub offer_id: u64,
+    pub image: String,
+    pub disk_gb: f64,
+    pub label: String,
+    pub env: BTreeMap<String, String>,
+    pub onstart: Option<String>,
+    /// Bid in $/h for an interruptible instance; `None` for on-demand.
+    pub bid_price: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum VastError {
+    /// `auth_error` (401/403/404 with that code) or a missing key.
+    #[error("vast.ai refused the API key: {0}")]
+    Auth(String),
+    /// HTTP 410 `deprecated_endpoint`: never read as "no instances".
+    #[error("vast.ai endpoint is deprecated: {0}")]
+    Deprecated(String),
+    /// Still rate limited after the retries.
+    #[error("vast.ai rate limit: {0}")]
+    RateLimited(String),
+    /// The offer is gone (404/410 `no_such_ask`).
+    #[error("offer {0} is no longer available")]
+    NoSuchAsk(u64),
+    /// The instance does not exist (404 `no_such_instance`).
+    #[error("no such instance {0}")]
+    NoSuchInstance(u64),
+    /// A create that failed but named an instance (`success:false` with `new_contract`).
+    #[error("create failed ({msg}) but vast.ai created instance {new_contract}")]
+    CreateFailed { new_contract: u64, msg: String },
+    /// Any other answer the API gave: HTTP status, `error` code, `msg`.
+    #[error("vast.ai HTTP {status} {code}: {msg}")]
+    Api {
+        status: u16,
+        code: String,
+        msg: String,
+    },
+    /// Connection failure or timeout.
+    #[error("vast.ai unreachable: {0}")]
+    Transport(String),
+    /// A body that is not what the API documents.
+    #[error("vast.ai answered something unreadable: {0}")]
+    Decode(String),
+}
+
+pub trait VastClient: Send + Sync {
+    fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError>;
+    /// Rent an offer; returns the new instance id (`new_contract`).
+    fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError>;
+    /// Every instance on the account (all pages).
+    fn list_instances(&self) -> Result<Vec<Instance>, VastError>;
+    /// One instance; `Ok(None)` when it no longer exists.
+    fn show_instance(&self, id: u64) -> Result<Option<Instance>, VastError>;
+    fn stop_instance(&self, id: u64) -> Result<(), VastError>;
+    /// Destroying an instance that is already gone is success.
+    fn destroy_instance(&self, id: u64) -> Result<(), VastError>;
+    fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError>;
+    /// The last `tail` lines of the container log.
+    fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError>;
+}

@@ -1,0 +1,1 @@
+//! Test modules, one per capability.
