@@ -1,6 +1,35 @@
+//! Thin main: parse, set up logging, wire the real clock and environment, run, and turn the
+//! error into one line and an exit code.
+
+use std::sync::Arc;
+
 use clap::Parser;
+use fleetagent::app::{App, Env};
+use fleetagent::clock::SystemClock;
+use fleetagent::error;
 
 fn main() {
     let cli = fleetagent::cli::Cli::parse();
-    let _ = cli;
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp_secs()
+        .init();
+    let app = App {
+        config_flag: cli.config.clone(),
+        state_dir_flag: cli.state_dir.clone(),
+        env: Env::from_process(),
+        clock: Arc::new(SystemClock),
+    };
+    let code = match fleetagent::cmd::dispatch(&app, &cli.command) {
+        Ok(()) => error::EXIT_OK,
+        Err(e) => {
+            eprintln!("fleetagent: {}", error::one_line(&e));
+            error::exit_code(&e)
+        }
+    };
+    std::process::exit(code);
 }

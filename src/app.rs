@@ -1,0 +1,82 @@
+//! What every command handler gets: the global flags, the environment snapshot and the clock.
+//! Loading the config and resolving the state dir happen here, once, on demand.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Result;
+
+use crate::clock::Clock;
+use crate::config::{self, LoadedConfig};
+
+/// The environment variables fleetagent reads, captured once in `main`.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: BTreeMap<String, String>,
+}
+
+impl Env {
+    pub fn from_process() -> Env {
+        Env {
+            vars: std::env::vars().collect(),
+        }
+    }
+
+    pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Env {
+        Env {
+            vars: pairs.into_iter().collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned()
+    }
+}
+
+pub struct App {
+    pub config_flag: Option<PathBuf>,
+    pub state_dir_flag: Option<PathBuf>,
+    pub env: Env,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl App {
+    /// Load and validate the config (a [`crate::error::UsageError`] on failure: exit 2).
+    pub fn load_config(&self) -> Result<LoadedConfig> {
+        let env_value = self.env.get("FLEETAGENT_CONFIG");
+        let (path, origin) = config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        Ok(config::load(&path, origin)?)
+    }
+
+    /// The state dir for this config (see `paths::resolve_state_dir`).
+    pub fn state_dir(&self, config: Option<&config::Config>) -> Result<PathBuf> {
+        let from_config = config.and_then(|c| c.state_dir.as_deref());
+        crate::paths::resolve_state_dir(
+            self.state_dir_flag.as_deref(),
+            from_config,
+            &|k| self.env.get(k),
+            nix::unistd::geteuid().is_root(),
+        )
+    }
+
+    /// The state dir as far as it is known without a config: the flag or `$STATE_DIRECTORY`.
+    pub fn state_dir_without_config(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.state_dir_flag {
+            return Some(p.clone());
+        }
+        self.env
+            .get("STATE_DIRECTORY")
+            .filter(|v| !v.is_empty())
+            .map(|v| PathBuf::from(v.split(':').next().unwrap_or(&v)))
+    }
+
+    pub fn now(&self) -> crate::clock::Millis {
+        self.clock.now_ms()
+    }
+}
+
+/// Config path for display in units and messages.
+pub fn display(p: &Path) -> String {
+    p.display().to_string()
+}
