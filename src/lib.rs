@@ -3,15 +3,21 @@
 
 pub mod app;
 pub mod cli;
-pub mod cmd;
 pub mod clock;
+pub mod cmd;
 pub mod config;
 pub mod debounce;
 pub mod demand;
+pub mod doctor;
 pub mod doorbell;
 pub mod error;
+pub mod faults;
+pub mod inspect;
 pub mod llm;
 pub mod lock;
+pub mod observation;
+pub mod pass;
 pub mod paths;
+pub mod runner;
 pub mod store;
 pub mod vast;
