@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::fleet::{Fleet, FAST_CONFIG};
 
-fn runs(
-    f: &Fleet,
-) -> Vec<(
+/// (id, started_by, status, verdict, events_claimed, wakes_claimed, started_at, finished_at)
+type RunRow = (
     i64,
     String,
     String,
@@ -18,7 +17,9 @@ fn runs(
     i64,
     i64,
     Option<i64>,
-)> {
+);
+
+fn runs(f: &Fleet) -> Vec<RunRow> {
     let db = f.db();
     let mut stmt = db
         .prepare(
