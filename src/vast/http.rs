@@ -224,7 +224,8 @@ impl HttpVastClient {
             .limit(MAX_BODY_BYTES)
             .read_to_vec()
             .map_err(|e| self.transport_failure(e))?;
-        let text = String::from_utf8_lossy(&bytes).into_owned();
+        // Scrubbed before anything quotes or cuts it: a cut could otherwise keep half a key.
+        let text = self.scrub(&String::from_utf8_lossy(&bytes));
         let json = serde_json::from_str::<Value>(&text).ok();
         Ok(Answer {
             status,

@@ -376,7 +376,7 @@ fn a_gateway_error_on_create_is_not_retried_and_may_have_created() {
 #[test]
 fn a_create_timeout_is_not_retried_and_the_label_finds_the_instance() {
     let s = setup();
-    let client = client_for(&s.fake, &s.clock, Duration::from_millis(300));
+    let client = client_for(&s.fake, &s.clock, Duration::from_secs(1));
     let offer = s.fake.add_offer("RTX 4090", 0.45, 0.995);
     s.fake.lose_next_answer(Route::Create, 1, FakeReply::hang());
     let err = client
@@ -784,7 +784,7 @@ fn a_rate_limit_that_outlasts_the_retries_is_rate_limited() {
 #[test]
 fn a_hung_read_is_retried_after_the_timeout() {
     let s = setup();
-    let client = client_for(&s.fake, &s.clock, Duration::from_millis(300));
+    let client = client_for(&s.fake, &s.clock, Duration::from_secs(1));
     let id = s.fake.add_instance("fleetagent-1-h");
     s.fake.fail_next(Route::Show, 1, FakeReply::hang());
     let inst = client.show_instance(id).unwrap().unwrap();
@@ -1065,4 +1065,25 @@ fn the_fake_applies_every_filter_operator() {
         (status, body["error"].as_str()),
         (400, Some("invalid_token"))
     );
+}
+
+#[test]
+fn a_key_straddling_the_message_cut_leaves_no_prefix_behind() {
+    const KEY: &str = "vk_live_abcdefghijklmnopqrstuvwxyz0123456789";
+    let s = setup();
+    s.fake.set_api_key(Some(KEY));
+    let client = HttpVastClient::new(
+        &s.fake.url(),
+        Some(KEY.into()),
+        s.clock.clone(),
+        Duration::from_secs(5),
+    );
+    let msg = format!("{}{KEY}{}", "x".repeat(290), "z".repeat(100));
+    s.fake.fail_next(
+        Route::Show,
+        1,
+        FakeReply::json(400, json!({"error": "invalid_args", "msg": msg})),
+    );
+    let shown = client.show_instance(1).unwrap_err().to_string();
+    assert!(!shown.contains(&KEY[..6]), "a key prefix leaked: {shown}");
 }
