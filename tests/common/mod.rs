@@ -2,3 +2,4 @@
 //! outside services on 127.0.0.1.
 #![allow(dead_code)]
 pub mod fleet;
+pub mod fake_vast;

@@ -1,2 +1,3 @@
 //! Test modules, one per capability.
 mod backbone;
+mod vast_client;
