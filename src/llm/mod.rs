@@ -56,6 +56,8 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
+/// One model turn: the whole prompt and the tools offered. `tool_choice` is "auto" whenever
+/// `tools` is non-empty; no sampling settings are sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
     pub model: String,
@@ -63,6 +65,8 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
 }
 
+/// What the provider says it billed. Servers that omit a field (Ollama fills only these three,
+/// some none) leave it 0; `total_tokens` defaults to the sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
@@ -70,11 +74,18 @@ pub struct Usage {
     pub total_tokens: u64,
 }
 
+/// The model's answer. Decide "tool turn" by a non-empty `tool_calls`, not by `finish_reason`
+/// (servers disagree on it).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatResponse {
+    /// The text, `None` when null or empty (a refusal shows here, prefixed `[refusal]`).
     pub content: Option<String>,
+    /// Calls in the order given; every id is non-empty and unique within the answer (made up
+    /// when the server sent none), every `arguments` a string (which may still be invalid JSON).
     pub tool_calls: Vec<ToolCall>,
+    /// As the server sent it (`stop`, `tool_calls`, `length`, `content_filter`, or anything).
     pub finish_reason: Option<String>,
+    /// `None` when the server reported no usage.
     pub usage: Option<Usage>,
     /// How many HTTP attempts the answer took (1 = no retry).
     pub attempts: u32,
@@ -151,6 +162,7 @@ pub enum LlmError {
 }
 
 pub trait LlmClient: Send + Sync {
-    /// One chat completion. Retries transient failures within the client's time budget.
+    /// One chat completion. Retries transient failures within the client's time budget;
+    /// returns [`LlmError::Rejected`] at once for a request no retry can fix.
     fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError>;
 }
