@@ -20,4 +20,5 @@ pub mod pass;
 pub mod paths;
 pub mod runner;
 pub mod store;
+pub mod tokens;
 pub mod vast;

@@ -3,3 +3,4 @@
 #![allow(dead_code)]
 pub mod fleet;
 pub mod fake_vast;
+pub mod fake_llm;
