@@ -71,6 +71,8 @@ impl Demand {
     }
 }
 
+/// One reading of demand. An `Err` means "unknown", never zero: the caller holds the fleet.
+/// Error messages are one line and never contain a password.
 pub trait DemandProbe: Send + Sync {
     fn probe(&self) -> anyhow::Result<Demand>;
 }
