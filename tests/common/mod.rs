@@ -4,3 +4,4 @@
 pub mod fleet;
 pub mod fake_vast;
 pub mod fake_llm;
+pub mod pg;

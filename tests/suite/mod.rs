@@ -2,3 +2,4 @@
 mod backbone;
 mod vast_client;
 mod llm_client;
+mod demand;
