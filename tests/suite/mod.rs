@@ -1,5 +1,5 @@
 //! Test modules, one per capability.
 mod backbone;
-mod vast_client;
-mod llm_client;
 mod demand;
+mod llm_client;
+mod vast_client;
