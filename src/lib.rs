@@ -22,3 +22,6 @@ pub mod runner;
 pub mod store;
 pub mod tokens;
 pub mod vast;
+pub mod secrets;
+pub mod fleet;
+pub mod tools;

@@ -181,3 +181,14 @@ mod tests {
         assert_eq!(q, "\"a \\\"b\\\"\"");
     }
 }
+
+/// One line, at most `max` characters (an ellipsis marks a cut).
+pub fn clip(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
