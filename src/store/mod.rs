@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod events;
+pub mod history;
 pub mod instances;
 pub mod messages;
 pub mod runs;

@@ -2,4 +2,5 @@
 mod backbone;
 mod demand;
 mod llm_client;
+mod mind;
 mod vast_client;
