@@ -73,6 +73,7 @@ impl HttpLlmClient {
         timeout: Duration,
         retry_budget: Duration,
     ) -> Self {
+        crate::faults::stats::http_client_built();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             // Error statuses carry the server's message and Retry-After: read them ourselves.
             .http_status_as_error(false)

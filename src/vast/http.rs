@@ -143,6 +143,7 @@ impl HttpVastClient {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> Self {
+        crate::faults::stats::http_client_built();
         let base_url = base_url.trim().trim_end_matches('/').to_string();
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
