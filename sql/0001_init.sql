@@ -105,7 +105,7 @@ CREATE TABLE messages (
     created_at    INTEGER NOT NULL
 );
 CREATE INDEX messages_session ON messages(session_id, id);
-CREATE INDEX messages_kind ON messages(session_id, kind, run_id);
+CREATE INDEX messages_kind ON messages(session_id, kind, id);
 CREATE INDEX messages_run ON messages(run_id);
 
 -- One row per LLM request: the local estimate beside what the provider reported.

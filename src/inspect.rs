@@ -245,9 +245,10 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
     )?;
     let (est, rep) = (est.unwrap_or(0), rep.unwrap_or(0));
-    let encoding = crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
-        .map(|e| e.name().to_string())
-        .unwrap_or_else(|e| e);
+    let encoding =
+        crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
+            .map(|e| e.name().to_string())
+            .unwrap_or_else(|e| e);
     Ok(LlmView {
         provider: match config.llm.provider {
             crate::config::Provider::Openai => "openai",
@@ -263,7 +264,8 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
         calls_with_usage: n,
         prompt_tokens_estimated: est,
         prompt_tokens_reported: rep,
-        reported_to_estimate_ratio: (est > 0).then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
+        reported_to_estimate_ratio: (est > 0)
+            .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
         max_prompt_tokens_estimated: max_est,
     })
 }
@@ -389,7 +391,10 @@ pub fn render_text(r: &Report) -> String {
         r.llm
             .last_error
             .as_ref()
-            .map(|e| format!("; LAST FAILURE at {}: {e}", r.llm.last_error_at.as_deref().unwrap_or("?")))
+            .map(|e| format!(
+                "; LAST FAILURE at {}: {e}",
+                r.llm.last_error_at.as_deref().unwrap_or("?")
+            ))
             .unwrap_or_default()
     ));
     if let Some(ratio) = r.llm.reported_to_estimate_ratio {

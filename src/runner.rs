@@ -115,6 +115,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
             break;
         }
     }
+    store.checkpoint();
     Ok(reports)
 }
 

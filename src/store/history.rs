@@ -91,7 +91,7 @@ impl HistorySource for DbHistory<'_> {
         let mut stmt = self.conn.prepare_cached(&format!(
             "SELECT {} FROM messages m WHERE m.session_id = ?1 AND m.kind = 'operator' AND m.run_id < ?2
                AND NOT EXISTS (SELECT 1 FROM messages a WHERE a.session_id = ?1 AND a.kind = 'answer'
-                               AND a.run_id >= m.run_id)
+                               AND a.id > m.id)
              ORDER BY m.id DESC LIMIT ?3",
             messages::COLS
                 .split(',')

@@ -270,8 +270,14 @@ fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
     assert!(third.contains("operator-answer-marker"), "{third}");
     assert!(third.contains("third-marker-event"));
     let ops = &f.inspect()["operator_messages"];
-    assert!(ops[0]["message"].as_str().unwrap().contains("operator-question-marker"));
-    assert!(ops[0]["answer"].as_str().unwrap().contains("operator-answer-marker"));
+    assert!(ops[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("operator-question-marker"));
+    assert!(ops[0]["answer"]
+        .as_str()
+        .unwrap()
+        .contains("operator-answer-marker"));
     // The pinned state and the system prompt lead every request.
     assert_eq!(reqs[2]["messages"][0]["role"], "system");
     assert!(reqs[2]["messages"][0]["content"]
@@ -302,7 +308,9 @@ fn reported_and_estimated_tokens_are_stored_side_by_side() {
     let run = last_run(&f);
     assert_eq!(run["prompt_tokens_est"], est);
     assert_eq!(run["prompt_tokens_reported"], rep);
-    let ratio = f.inspect()["llm"]["reported_to_estimate_ratio"].as_f64().unwrap();
+    let ratio = f.inspect()["llm"]["reported_to_estimate_ratio"]
+        .as_f64()
+        .unwrap();
     assert!(ratio > 0.5 && ratio <= 1.02, "{ratio}");
 }
 
