@@ -138,13 +138,10 @@ pub fn assemble(
 
     // Then whole runs, newest first: in full while they fit, then with tool outputs
     // compacted, and the first run that fits neither way ends the history.
-    loop {
-        let Some(run) = source
-            .next_older()
-            .map_err(|e| ContextError::Source(format!("{e:#}")))?
-        else {
-            break;
-        };
+    while let Some(run) = source
+        .next_older()
+        .map_err(|e| ContextError::Source(format!("{e:#}")))?
+    {
         stats.runs_read += 1;
         let mut msgs: Vec<Stored> = run
             .messages
