@@ -24,6 +24,7 @@ pub mod paths;
 pub mod rules;
 pub mod runner;
 pub mod secrets;
+pub mod sim;
 pub mod store;
 pub mod tokens;
 pub mod tools;

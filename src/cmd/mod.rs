@@ -5,9 +5,10 @@ mod history;
 mod init;
 mod inspect;
 mod message;
-mod reset_session;
+pub(crate) mod reset_session;
 mod run;
-mod trigger;
+mod sim;
+pub(crate) mod trigger;
 mod wakes;
 
 pub(crate) use wakes::wake_json;
@@ -32,7 +33,8 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Wakes(c) => wakes::run(app, c),
         Command::History(a) => history::run(app, a),
         Command::Init(_) => init::run(app),
-        Command::Instances(_) | Command::Poll(_) | Command::Sim(_) | Command::Units(_) => {
+        Command::Sim(a) => sim::run(app, a),
+        Command::Instances(_) | Command::Poll(_) | Command::Units(_) => {
             anyhow::bail!("this command is not available in this build yet")
         }
     }
