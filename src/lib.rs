@@ -14,4 +14,5 @@ pub mod llm;
 pub mod lock;
 pub mod paths;
 pub mod store;
+pub mod units;
 pub mod vast;
