@@ -1,1 +1,2 @@
 //! Test modules, one per capability.
+mod units;

@@ -1,0 +1,521 @@
+//! The systemd units: they pass `systemd-analyze verify`, the system service's exposure stays
+//! at most 2.0, and under a real systemd user manager (scripts/systemd-harness) the doorbell
+//! runs the agent, a burst makes a few passes, a ring during a run's exit is served, and a bad
+//! config neither spins nor leaves the doorbell or the path unit failed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::systemd::{pause, wait_for, UserManager};
+use fleetagent::units::{self, Scope};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleetagent");
+const REPO_UNITS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/units");
+
+/// Scratch space outside /tmp and /home, so the user units keep PrivateTmp=yes and
+/// ProtectHome=yes and the test runs them fully hardened.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("units-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("scratch dir")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn write_units(dir: &Path, files: &[(String, String)]) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    files
+        .iter()
+        .map(|(name, body)| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).unwrap();
+            p
+        })
+        .collect()
+}
+
+#[track_caller]
+fn assert_verifies(scope: Scope, files: &[PathBuf], runtime_dir: &Path) {
+    let mut cmd = Command::new("systemd-analyze");
+    if scope == Scope::User {
+        // A user-scope verify looks up the runtime dir even though it starts no manager.
+        cmd.arg("--user").env("XDG_RUNTIME_DIR", runtime_dir);
+    }
+    let out = cmd
+        .arg("verify")
+        .args(files)
+        .output()
+        .expect("systemd-analyze runs");
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify ({scope:?}) failed: {stderr}"
+    );
+    // Unknown keys and misplaced options are only warnings (rc 0): any output is a finding.
+    assert!(
+        stderr.trim().is_empty(),
+        "systemd-analyze verify ({scope:?}) warned:\n{stderr}"
+    );
+}
+
+#[test]
+fn rendered_units_pass_systemd_analyze_verify() {
+    let tmp = scratch();
+    let runtime = tmp.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    // verify fails when the ExecStart= binary is missing: render with the real one.
+    let cases = [
+        (
+            Scope::System,
+            units::render(
+                Scope::System,
+                Path::new(BIN),
+                Path::new(units::DEFAULT_CONFIG),
+                Path::new(units::DEFAULT_STATE_DIR),
+                600,
+            ),
+        ),
+        (
+            Scope::System,
+            units::render_with(&units::UnitParams {
+                scope: Scope::System,
+                bin: BIN.into(),
+                config: "/srv/fleetagent/config.toml".into(),
+                state_dir: "/srv/fleetagent/state".into(),
+                deadline_secs: 900,
+                extra_write_paths: vec!["/var/lib/prometheus/node-exporter".into()],
+                extra_credentials: vec!["curio_db_password".into()],
+            }),
+        ),
+        (
+            Scope::User,
+            units::render(
+                Scope::User,
+                Path::new(BIN),
+                &tmp.path().join("config.toml"),
+                &tmp.path().join("state"),
+                600,
+            ),
+        ),
+        (
+            Scope::User,
+            units::render(
+                Scope::User,
+                Path::new(BIN),
+                Path::new("/home/op/.config/fleetagent/config.toml"),
+                Path::new("/home/op/.local/state/fleetagent"),
+                600,
+            ),
+        ),
+    ];
+    for (i, (scope, files)) in cases.iter().enumerate() {
+        assert_eq!(files.len(), 5);
+        let written = write_units(&tmp.path().join(format!("case{i}")), files);
+        assert_verifies(*scope, &written, &runtime);
+    }
+}
+
+/// `Overall exposure level for fleetagent.service: 1.1 OK`
+fn exposure(stdout: &str) -> f64 {
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, v)| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{stdout}"))
+}
+
+#[test]
+fn system_services_expose_at_most_2_0() {
+    let tmp = scratch();
+    let files = units::render(
+        Scope::System,
+        Path::new(units::DEFAULT_BIN),
+        Path::new(units::DEFAULT_CONFIG),
+        Path::new(units::DEFAULT_STATE_DIR),
+        600,
+    );
+    let written = write_units(tmp.path(), &files);
+    for name in [units::SERVICE, units::POLL_SERVICE] {
+        // The repo file itself is what gets installed (with other paths).
+        let repo = Path::new(REPO_UNITS).join(name);
+        for file in [
+            repo,
+            written.iter().find(|p| p.ends_with(name)).unwrap().clone(),
+        ] {
+            let out = Command::new("systemd-analyze")
+                .args(["security", "--offline=true", "--threshold=20", "--no-pager"])
+                .arg(&file)
+                .output()
+                .expect("systemd-analyze runs");
+            let score = exposure(&text(&out.stdout));
+            println!("{}: exposure {score}", file.display());
+            assert!(
+                out.status.success() && score <= 2.0,
+                "{} scores {score} (> 2.0 or rc {:?}):\n{}",
+                file.display(),
+                out.status.code(),
+                text(&out.stdout)
+            );
+        }
+    }
+}
+
+// --- under a real systemd user manager --------------------------------------------------------
+
+/// A user-scope install of the real binary under its own user manager.
+struct Installed {
+    sd: UserManager,
+    _tmp: tempfile::TempDir,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+/// Fast debounce windows; every outside service on a closed loopback port; the demand
+/// command waits while `<state>/hold` exists (a gate the test opens), then fails, which a
+/// pass survives (a failed probe holds the fleet as is).
+fn config_text(state: &Path, max_passes: u32, extra: &str) -> String {
+    format!(
+        r#"[run]
+deadline_secs = 60
+max_passes = {max_passes}
+
+[debounce]
+p0_secs = 0
+p1_secs = 1
+p2_secs = 1
+max_wait_secs = 5
+
+[llm]
+provider = "rules"
+base_url = "http://127.0.0.1:9/v1"
+
+[vast]
+base_url = "http://127.0.0.1:9"
+
+[demand]
+source = "command"
+command = "while [ -e {hold} ]; do sleep 0.1; done; exit 1"
+timeout_secs = 30
+{extra}"#,
+        hold = state.join("hold").display()
+    )
+}
+
+impl Installed {
+    fn new(max_passes: u32) -> Installed {
+        let tmp = scratch();
+        let state = tmp.path().join("state");
+        let config = tmp.path().join("config.toml");
+        std::fs::write(&config, config_text(&state, max_passes, "")).unwrap();
+        let sd = UserManager::start(tmp.path());
+        let me = Installed {
+            sd,
+            _tmp: tmp,
+            config,
+            state,
+        };
+        me.fa(&["init"]).ok_or_panic("init");
+        let out = me
+            .fa(&["units", "install", "--user"])
+            .ok_or_panic("units install --user");
+        let printed = text(&out.stdout);
+        assert!(
+            printed.contains(
+                "systemctl --user enable --now fleetagent.timer fleetagent.path fleetagent-poll.timer"
+            ),
+            "units install printed no enable command:\n{printed}"
+        );
+        let unit_dir = PathBuf::from(me.sd.env("XDG_CONFIG_HOME")).join("systemd/user");
+        for (name, _) in units::TEMPLATES {
+            assert!(unit_dir.join(name).is_file(), "{name} not written");
+        }
+        me.sd.systemctl_ok(&["daemon-reload"]);
+        me.sd
+            .systemctl_ok(&["start", units::PATH_UNIT, units::TIMER]);
+        for unit in [units::PATH_UNIT, units::TIMER] {
+            let state = me.sd.state(unit);
+            assert!(state.starts_with("active/waiting"), "{unit} is {state}");
+        }
+        me
+    }
+
+    /// The real binary with this install's config and state dir, inside the namespace.
+    fn fa(&self, args: &[&str]) -> Output {
+        self.sd
+            .cmd(BIN)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(args)
+            .output()
+            .expect("fleetagent runs")
+    }
+
+    fn trigger(&self, reason: &str) {
+        self.fa(&["trigger", "--priority", "1", "--reason", reason])
+            .ok_or_panic("trigger");
+    }
+
+    fn inspect(&self) -> Value {
+        let out = self
+            .fa(&["inspect", "--json"])
+            .ok_or_panic("inspect --json");
+        serde_json::from_slice(&out.stdout).expect("inspect prints JSON")
+    }
+
+    /// Everything rung has been served and no run is under way.
+    fn settled(&self) -> bool {
+        let r = self.inspect();
+        r["doorbell"]["exists"] == false
+            && r["unconsumed_events"] == 0
+            && r["lock_held"] == false
+            && !self.sd.state(units::SERVICE).starts_with("activating")
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "service {} | path {} | timer {}\ninspect: {}\n{}",
+            self.sd.state(units::SERVICE),
+            self.sd.state(units::PATH_UNIT),
+            self.sd.state(units::TIMER),
+            text(&self.fa(&["inspect", "--json"]).stdout),
+            self.sd.journal_tail(40)
+        )
+    }
+
+    #[track_caller]
+    fn wait_settled(&self, what: &str, timeout: Duration) {
+        wait_for(what, timeout, || self.settled(), || self.context());
+    }
+
+    #[track_caller]
+    fn assert_no_unit_failed(&self) {
+        for unit in [units::SERVICE, units::PATH_UNIT, units::TIMER] {
+            let state = self.sd.state(unit);
+            assert!(
+                !state.starts_with("failed"),
+                "{unit} is {state}\n{}",
+                self.context()
+            );
+        }
+    }
+}
+
+trait OkOrPanic {
+    fn ok_or_panic(self, what: &str) -> Output;
+}
+
+impl OkOrPanic for Output {
+    #[track_caller]
+    fn ok_or_panic(self, what: &str) -> Output {
+        assert!(
+            self.status.success(),
+            "`fleetagent {what}` exited {:?}\nstdout: {}\nstderr: {}",
+            self.status.code(),
+            text(&self.stdout),
+            text(&self.stderr)
+        );
+        self
+    }
+}
+
+fn runs(report: &Value) -> Vec<Value> {
+    report["runs"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn trigger_runs_the_agent_through_the_path_unit() {
+    let t = Installed::new(5);
+    let before = t.inspect();
+    assert!(
+        runs(&before).is_empty(),
+        "a run before any trigger: {before}"
+    );
+
+    t.trigger("systemd test: first ring");
+    wait_for(
+        "a finished run started by the doorbell",
+        Duration::from_secs(30),
+        || {
+            runs(&t.inspect())
+                .iter()
+                .any(|r| r["started_by"] == "events" && r["status"] == "ok")
+        },
+        || t.context(),
+    );
+    t.wait_settled(
+        "the doorbell to be gone and the event consumed",
+        Duration::from_secs(30),
+    );
+    assert!(t.sd.starts(units::SERVICE) >= 1);
+    t.assert_no_unit_failed();
+
+    // inspect reads the units' states from this user manager (its /run/systemd/system
+    // exists, yet no system manager answers there).
+    let report = t.inspect();
+    let path = &report["units"][units::PATH_UNIT];
+    assert_eq!(
+        path["active_state"], "active",
+        "units in inspect: {}",
+        report["units"]
+    );
+    assert_eq!(path["sub_state"], "waiting");
+    assert_eq!(path["load_state"], "loaded");
+    assert!(path["problem"].is_null(), "{path}");
+    assert_eq!(report["units"][units::SERVICE]["result"], "success");
+}
+
+#[test]
+fn a_burst_of_200_triggers_makes_a_few_passes() {
+    let t = Installed::new(5);
+    let first_run = t.inspect()["next_run_id"].as_i64().unwrap();
+
+    // One shell inside the namespace rings 200 times as fast as it can.
+    let script = format!(
+        "for i in $(seq 200); do {BIN} --config {} --state-dir {} trigger -p 1 -r burst-$i || exit 1; done",
+        t.config.display(),
+        t.state.display()
+    );
+    let out = t.sd.cmd("bash").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "burst failed: {}", text(&out.stderr));
+
+    t.wait_settled("the burst to be served", Duration::from_secs(60));
+    let report = t.inspect();
+    assert_eq!(report["failed_events"], 0, "{report}");
+    t.assert_no_unit_failed();
+
+    let passes = report["next_run_id"].as_i64().unwrap() - first_run;
+    let starts = t.sd.starts(units::SERVICE);
+    println!("200 triggers: {passes} passes in {starts} service starts");
+    assert!(passes >= 1, "no pass served the burst: {report}");
+    // Without the debounce every ring could have its own pass; a few is the contract.
+    assert!(
+        passes <= 10,
+        "200 triggers made {passes} passes (in {starts} service starts)\n{}",
+        t.context()
+    );
+}
+
+#[test]
+fn a_ring_while_the_agent_is_exiting_still_gets_its_run() {
+    // One pass per process: a ring that lands after the claim is never picked up by this
+    // process, exactly like a ring that lands after its last look, while it is exiting.
+    let t = Installed::new(1);
+    let hold = t.state.join("hold");
+    std::fs::write(&hold, "").unwrap();
+
+    t.trigger("systemd test: first ring");
+    wait_for(
+        "the first pass to claim its event and block on the demand gate",
+        Duration::from_secs(30),
+        || {
+            let r = t.inspect();
+            r["doorbell"]["exists"] == false
+                && runs(&r)
+                    .first()
+                    .is_some_and(|run| run["status"] == "running")
+        },
+        || t.context(),
+    );
+    let first = runs(&t.inspect())[0]["id"].as_i64().unwrap();
+    t.trigger("systemd test: ring during the first run");
+    std::fs::remove_file(&hold).unwrap();
+
+    wait_for(
+        "a second run to serve the ring",
+        Duration::from_secs(30),
+        || {
+            runs(&t.inspect())
+                .iter()
+                .any(|r| r["id"].as_i64() > Some(first) && r["status"] == "ok")
+        },
+        || t.context(),
+    );
+    t.wait_settled("the second ring to be served", Duration::from_secs(30));
+    assert!(
+        t.sd.starts(units::SERVICE) >= 2,
+        "the second run came from the same process:\n{}",
+        t.context()
+    );
+    let report = t.inspect();
+    let first_run = runs(&report)
+        .into_iter()
+        .find(|r| r["id"] == first)
+        .unwrap();
+    assert_eq!(first_run["status"], "ok", "{report}");
+    t.assert_no_unit_failed();
+}
+
+#[test]
+fn a_bad_config_does_not_spin_and_fails_no_trigger_unit() {
+    let t = Installed::new(5);
+    let good = std::fs::read_to_string(&t.config).unwrap();
+    std::fs::write(&t.config, format!("{good}\nsurprise = 1\n")).unwrap();
+    let bad = t.fa(&["inspect", "--json"]);
+    assert_eq!(bad.status.code(), Some(2), "the bad config was accepted");
+
+    // A ring as `trigger` or `poll` leaves it (the event row stays in the database).
+    let doorbell = t.state.join("trigger");
+    std::fs::write(&doorbell, "bad-config test\n").unwrap();
+    wait_for(
+        "the agent to start on the doorbell and delete it",
+        Duration::from_secs(30),
+        || t.sd.starts(units::SERVICE) >= 1 && !doorbell.exists(),
+        || t.context(),
+    );
+    // The doorbell is gone after a start, so nothing may start the agent again but the
+    // timer (at most twice in a minute, :00/:05 slots plus a random delay).
+    for _ in 0..60 {
+        pause(Duration::from_secs(1));
+        let starts = t.sd.starts(units::SERVICE);
+        assert!(
+            starts <= 3,
+            "{starts} starts within a minute: spinning\n{}",
+            t.context()
+        );
+    }
+    let starts = t.sd.starts(units::SERVICE);
+    println!("bad config: {starts} service starts in about 60 s");
+    assert!(!doorbell.exists(), "the early exit left the doorbell");
+    let path = t.sd.state(units::PATH_UNIT);
+    assert!(
+        path.starts_with("active/waiting"),
+        "fleetagent.path is {path}"
+    );
+    let service =
+        t.sd.show(units::SERVICE, &["ActiveState", "Result", "ExecMainStatus"]);
+    // A config error is a failed run (exit 2, visible to `systemctl --failed`), never a
+    // start limit that would need `reset-failed`.
+    assert_ne!(service["Result"], "start-limit-hit", "{service:?}");
+    if service["ActiveState"] == "failed" {
+        assert_eq!(service["ExecMainStatus"], "2", "{service:?}");
+    }
+
+    // Fixing the config is all it takes: the next ring runs, and the unit is clean again.
+    std::fs::write(&t.config, good).unwrap();
+    t.trigger("systemd test: config fixed");
+    wait_for(
+        "a successful run after the fix",
+        Duration::from_secs(30),
+        || {
+            runs(&t.inspect())
+                .iter()
+                .any(|r| r["started_by"] == "events" && r["status"] == "ok")
+        },
+        || t.context(),
+    );
+    t.wait_settled(
+        "the ring after the fix to be served",
+        Duration::from_secs(30),
+    );
+    t.assert_no_unit_failed();
+}
