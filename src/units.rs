@@ -356,8 +356,18 @@ impl UnitStates {
 /// user manager (`systemctl --user`); None when no manager answers. One `systemctl show`
 /// call per manager asked.
 pub fn unit_states() -> Option<UnitStates> {
+    unit_states_with_env(&[])
+}
+
+/// [`unit_states`] as JSON, for `inspect --json` and `doctor` (null when no manager answers).
+pub fn unit_states_json() -> Option<serde_json::Value> {
+    unit_states().and_then(|s| serde_json::to_value(s).ok())
+}
+
+/// [`unit_states`] with more environment for `systemctl` (e.g. another `XDG_RUNTIME_DIR`).
+pub fn unit_states_with_env(env: &[(String, String)]) -> Option<UnitStates> {
     let system = if Path::new("/run/systemd/system").exists() {
-        show(Scope::System)
+        show(Scope::System, env)
     } else {
         None
     };
@@ -366,13 +376,13 @@ pub fn unit_states() -> Option<UnitStates> {
             return system;
         }
     }
-    match show(Scope::User) {
+    match show(Scope::User, env) {
         Some(u) if u.any_loaded() || system.is_none() => Some(u),
         _ => system,
     }
 }
 
-fn show(scope: Scope) -> Option<UnitStates> {
+fn show(scope: Scope, env: &[(String, String)]) -> Option<UnitStates> {
     let mut cmd = Command::new("systemctl");
     if scope == Scope::User {
         cmd.arg("--user");
@@ -384,6 +394,7 @@ fn show(scope: Scope) -> Option<UnitStates> {
         "Id,LoadState,ActiveState,SubState,Result",
     ]);
     cmd.args(TEMPLATES.iter().map(|(n, _)| *n));
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let out = cmd.stderr(std::process::Stdio::null()).output().ok()?;
     if !out.status.success() {
         return None;

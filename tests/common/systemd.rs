@@ -132,6 +132,15 @@ impl UserManager {
         &self.env[name]
     }
 
+    /// The manager's environment (XDG_RUNTIME_DIR, ...), e.g. for `systemctl --user` from
+    /// outside the namespace: its socket lives in the temp dir, not under /run.
+    pub fn env_pairs(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// `systemctl --user ARGS`, its output; panics when it cannot run.
     pub fn systemctl(&self, args: &[&str]) -> Output {
         self.cmd("systemctl")

@@ -210,7 +210,15 @@ timeout_secs = 30
 }
 
 impl Installed {
+    /// Installed, enabled and the database created: ready for triggers.
     fn new(max_passes: u32) -> Installed {
+        let me = Installed::install(max_passes);
+        me.fa(&["init"]).ok_or_panic("init");
+        me
+    }
+
+    /// `units install --user` under a fresh manager; the path unit and the timer started.
+    fn install(max_passes: u32) -> Installed {
         let tmp = scratch();
         let state = tmp.path().join("state");
         let config = tmp.path().join("config.toml");
@@ -222,7 +230,6 @@ impl Installed {
             config,
             state,
         };
-        me.fa(&["init"]).ok_or_panic("init");
         let out = me
             .fa(&["units", "install", "--user"])
             .ok_or_panic("units install --user");
@@ -233,7 +240,7 @@ impl Installed {
             ),
             "units install printed no enable command:\n{printed}"
         );
-        let unit_dir = PathBuf::from(me.sd.env("XDG_CONFIG_HOME")).join("systemd/user");
+        let unit_dir = me.unit_dir();
         for (name, _) in units::TEMPLATES {
             assert!(unit_dir.join(name).is_file(), "{name} not written");
         }
@@ -245,6 +252,10 @@ impl Installed {
             assert!(state.starts_with("active/waiting"), "{unit} is {state}");
         }
         me
+    }
+
+    fn unit_dir(&self) -> PathBuf {
+        PathBuf::from(self.sd.env("XDG_CONFIG_HOME")).join("systemd/user")
     }
 
     /// The real binary with this install's config and state dir, inside the namespace.
@@ -518,4 +529,70 @@ fn a_bad_config_does_not_spin_and_fails_no_trigger_unit() {
         Duration::from_secs(30),
     );
     t.assert_no_unit_failed();
+}
+
+#[test]
+fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
+    // A service that never deletes the doorbell (here: ExecStart=/bin/true) is what a broken
+    // agent would look like: PathExists= restarts it as soon as it stops.
+    let t = Installed::install(5);
+    let dropin = t.unit_dir().join("fleetagent.service.d");
+    std::fs::create_dir_all(&dropin).unwrap();
+    std::fs::write(
+        dropin.join("runaway.conf"),
+        "[Service]\nExecStart=\nExecStart=/bin/true\n",
+    )
+    .unwrap();
+    t.sd.systemctl_ok(&["daemon-reload"]);
+    let doorbell = t.state.join("trigger");
+    std::fs::write(&doorbell, "runaway\n").unwrap();
+
+    wait_for(
+        "fleetagent.path to stop the loop with trigger-limit-hit",
+        Duration::from_secs(30),
+        || t.sd.state(units::PATH_UNIT) == "failed/failed (trigger-limit-hit)",
+        || t.context(),
+    );
+    let starts = t.sd.starts(units::SERVICE);
+    println!("runaway service: stopped after {starts} starts");
+    // TriggerLimitBurst=30: the loop ends at the limit, not at systemd's default of 200.
+    assert!(
+        (2..=31).contains(&starts),
+        "{starts} starts\n{}",
+        t.context()
+    );
+    let service = t.sd.state(units::SERVICE);
+    assert!(
+        !service.starts_with("failed"),
+        "fleetagent.service is {service}"
+    );
+
+    // inspect and doctor read this through src/units.rs; ask it directly here.
+    let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
+    assert_eq!(states.scope, Scope::User);
+    let path = &states.units[units::PATH_UNIT];
+    assert_eq!(
+        path.problem,
+        Some(units::Problem::TriggerLimitHit),
+        "{states:?}"
+    );
+    let fix =
+        "systemctl --user reset-failed fleetagent.path && systemctl --user start fleetagent.path";
+    assert_eq!(path.fix.as_deref(), Some(fix));
+    assert_eq!(states.units[units::SERVICE].problem, None, "{states:?}");
+    assert_eq!(states.units[units::TIMER].problem, None, "{states:?}");
+
+    // The operator repairs the agent, then runs exactly the command that was named.
+    std::fs::remove_dir_all(&dropin).unwrap();
+    t.sd.systemctl_ok(&["daemon-reload"]);
+    std::fs::remove_file(&doorbell).unwrap();
+    let out = t.sd.cmd("sh").args(["-c", fix]).output().unwrap();
+    assert!(out.status.success(), "{fix}: {}", text(&out.stderr));
+    let path = t.sd.state(units::PATH_UNIT);
+    assert!(
+        path.starts_with("active/waiting"),
+        "after the fix fleetagent.path is {path}"
+    );
+    let states = units::unit_states_with_env(&t.sd.env_pairs()).unwrap();
+    assert!(states.problems().is_empty(), "{:?}", states.problems());
 }
