@@ -305,6 +305,19 @@ pub enum Problem {
     Inactive,
 }
 
+impl Problem {
+    /// The name in `inspect --json` (`"trigger-limit-hit"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Problem::Failed => "failed",
+            Problem::StartLimitHit => "start-limit-hit",
+            Problem::TriggerLimitHit => "trigger-limit-hit",
+            Problem::UnitStartLimitHit => "unit-start-limit-hit",
+            Problem::Inactive => "inactive",
+        }
+    }
+}
+
 /// One unit's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnitState {
@@ -334,11 +347,9 @@ impl UnitStates {
         self.units
             .iter()
             .filter_map(|(name, u)| {
-                let problem = u.problem?;
-                let what = serde_json::to_value(problem).ok()?;
                 Some(format!(
                     "{name} {} (result {}): run `{}`",
-                    what.as_str().unwrap_or("failed"),
+                    u.problem?.as_str(),
                     u.result,
                     u.fix.as_deref().unwrap_or("")
                 ))
@@ -627,6 +638,15 @@ mod tests {
         assert_eq!(json[PATH_UNIT]["problem"], "unit-start-limit-hit");
         assert_eq!(json[PATH_UNIT]["fix"], fix);
         assert_eq!(s.problems().len(), 2);
+        for p in [
+            Problem::Failed,
+            Problem::StartLimitHit,
+            Problem::TriggerLimitHit,
+            Problem::UnitStartLimitHit,
+            Problem::Inactive,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
     }
 
     #[test]
