@@ -19,7 +19,8 @@ CREATE TABLE agent_state (
     last_demand          TEXT,     -- JSON: the demand reading of the last pass
     last_fleet           TEXT,     -- JSON: the fleet summary of the last pass
     poll_snapshot        TEXT,     -- JSON: what the last `poll` saw
-    poll_at              INTEGER
+    poll_at              INTEGER,
+    low_demand_passes    INTEGER NOT NULL DEFAULT 0   -- consecutive passes with idle workers and no backlog
 );
 
 -- One row per pass. The AUTOINCREMENT key is the run id: never reset, never reused.
@@ -45,6 +46,7 @@ CREATE TABLE runs (
     emergency              INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
+CREATE INDEX runs_action ON runs(session_id, id) WHERE verdict = 'action';
 CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
 
 -- Things that happened and that a pass must look at. Claimed by exactly one pass.
@@ -96,10 +98,13 @@ CREATE TABLE messages (
     tool_calls    TEXT,              -- JSON array on assistant messages that call tools
     tool_call_id  TEXT,
     tool_name     TEXT,
+    gist          TEXT,              -- one line kept when an old tool output is compacted
+    gist_tokens   INTEGER,           -- token count of the compacted placeholder
     event_id      INTEGER REFERENCES events(id),
     created_at    INTEGER NOT NULL
 );
 CREATE INDEX messages_session ON messages(session_id, id);
+CREATE INDEX messages_kind ON messages(session_id, kind, run_id);
 CREATE INDEX messages_run ON messages(run_id);
 
 -- One row per LLM request: the local estimate beside what the provider reported.

@@ -45,7 +45,8 @@ impl App {
     /// Load and validate the config (a [`crate::error::UsageError`] on failure: exit 2).
     pub fn load_config(&self) -> Result<LoadedConfig> {
         let env_value = self.env.get("FLEETAGENT_CONFIG");
-        let (path, origin) = config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (path, origin) =
+            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
         Ok(config::load(&path, origin)?)
     }
 

@@ -128,7 +128,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             'm' => 60,
             'h' => 3600,
             'd' => 86_400,
-            _ => return Err(format!("bad duration {t:?}: unknown unit {c:?} (use s, m, h, d)")),
+            _ => {
+                return Err(format!(
+                    "bad duration {t:?}: unknown unit {c:?} (use s, m, h, d)"
+                ))
+            }
         };
         let n: u64 = num
             .parse()
@@ -139,7 +143,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         num.clear();
     }
     if !num.is_empty() {
-        return Err(format!("bad duration {t:?}: trailing number without a unit"));
+        return Err(format!(
+            "bad duration {t:?}: trailing number without a unit"
+        ));
     }
     Ok(Duration::from_secs(total))
 }

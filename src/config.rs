@@ -505,14 +505,20 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     }
     fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
         if !(v.starts_with("http://") || v.starts_with("https://")) {
-            return Err((key, format!("must be an http:// or https:// URL, got {v:?}")));
+            return Err((
+                key,
+                format!("must be an http:// or https:// URL, got {v:?}"),
+            ));
         }
         Ok(())
     }
 
     if let Some(dir) = &c.state_dir {
         if !dir.is_absolute() {
-            return Err(("state_dir", format!("must be an absolute path, got {dir:?}")));
+            return Err((
+                "state_dir",
+                format!("must be an absolute path, got {dir:?}"),
+            ));
         }
     }
     at_least("run.deadline_secs", c.run.deadline_secs, 10)?;
@@ -534,7 +540,11 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     }
     at_least("llm.timeout_secs", c.llm.timeout_secs, 1)?;
     at_least("llm.retry_budget_secs", c.llm.retry_budget_secs, 1)?;
-    at_least("llm.context_budget_tokens", c.llm.context_budget_tokens, 2_000)?;
+    at_least(
+        "llm.context_budget_tokens",
+        c.llm.context_budget_tokens,
+        2_000,
+    )?;
     if let Some(enc) = &c.llm.encoding {
         if enc != "o200k_base" && enc != "cl100k_base" {
             return Err((
@@ -553,7 +563,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     url("vast.base_url", &c.vast.base_url)?;
     if let Some(image) = &c.vast.image {
         if image.trim().is_empty() {
-            return Err(("vast.image", "must not be empty (leave it out instead)".into()));
+            return Err((
+                "vast.image",
+                "must not be empty (leave it out instead)".into(),
+            ));
         }
     }
     positive("vast.disk_gb", c.vast.disk_gb)?;
@@ -756,8 +769,8 @@ mod tests {
 
     #[test]
     fn password_in_harmonydb_url_refused() {
-        let err =
-            parse("[demand]\nharmonydb_url = \"postgres://u:secret@h:5433/yugabyte\"\n").unwrap_err();
+        let err = parse("[demand]\nharmonydb_url = \"postgres://u:secret@h:5433/yugabyte\"\n")
+            .unwrap_err();
         assert!(err.contains("demand.harmonydb_url"), "{err}");
         assert!(!err.contains("secret@"), "{err}");
         parse("[demand]\nharmonydb_url = \"postgres://u@h:5433/yugabyte\"\n").unwrap();
@@ -771,7 +784,10 @@ mod tests {
 
     #[test]
     fn rates_fall_back() {
-        let c = parse("[policy]\nproofs_per_hour_per_instance = 10\n[policy.gpu_rates]\n\"RTX 4090\" = 40\n").unwrap();
+        let c = parse(
+            "[policy]\nproofs_per_hour_per_instance = 10\n[policy.gpu_rates]\n\"RTX 4090\" = 40\n",
+        )
+        .unwrap();
         assert_eq!(c.policy.rate_for("rtx 4090"), 40.0);
         assert_eq!(c.policy.rate_for("RTX 3090"), 10.0);
     }

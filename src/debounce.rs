@@ -81,7 +81,10 @@ mod tests {
     #[test]
     fn never_longer_than_max_wait() {
         // Rung continuously: after 60 s of waiting, go anyway.
-        assert_eq!(step(Some(2), Some(70_000), 70_000, 10_000, &cfg()), Step::Go);
+        assert_eq!(
+            step(Some(2), Some(70_000), 70_000, 10_000, &cfg()),
+            Step::Go
+        );
         // 55 s waited, 30 s window: wait only the 5 s left.
         assert_eq!(
             step(Some(2), Some(65_000), 65_000, 10_000, &cfg()),

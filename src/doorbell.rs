@@ -80,7 +80,9 @@ impl Doorbell for FileDoorbell {
         match fs::remove_file(&self.path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e).with_context(|| format!("cannot delete doorbell {}", self.path.display())),
+            Err(e) => {
+                Err(e).with_context(|| format!("cannot delete doorbell {}", self.path.display()))
+            }
         }
     }
 

@@ -49,3 +49,21 @@ pub fn one_line(err: &anyhow::Error) -> String {
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
+
+/// The command already printed what the user needs; exit with this code and print nothing
+/// more (`doctor` with problems).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quiet(pub i32);
+
+impl fmt::Display for Quiet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "exit {}", self.0)
+    }
+}
+
+impl std::error::Error for Quiet {}
+
+/// The quiet exit code, if the error is a [`Quiet`].
+pub fn quiet_code(err: &anyhow::Error) -> Option<i32> {
+    err.downcast_ref::<Quiet>().map(|q| q.0)
+}

@@ -3,16 +3,26 @@
 
 pub mod app;
 pub mod cli;
-pub mod cmd;
 pub mod clock;
+pub mod cmd;
 pub mod config;
 pub mod debounce;
 pub mod demand;
+pub mod doctor;
 pub mod doorbell;
 pub mod error;
+pub mod faults;
+pub mod inspect;
 pub mod llm;
 pub mod lock;
+pub mod observation;
+pub mod pass;
 pub mod paths;
+pub mod runner;
 pub mod store;
+pub mod tokens;
 pub mod units;
 pub mod vast;
+pub mod secrets;
+pub mod fleet;
+pub mod tools;

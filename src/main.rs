@@ -26,6 +26,7 @@ fn main() {
     };
     let code = match fleetagent::cmd::dispatch(&app, &cli.command) {
         Ok(()) => error::EXIT_OK,
+        Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {
             eprintln!("fleetagent: {}", error::one_line(&e));
             error::exit_code(&e)

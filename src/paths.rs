@@ -149,8 +149,13 @@ mod tests {
     fn resolution_order() {
         let env = env_of(&[("STATE_DIRECTORY", "/sd/a:/sd/b"), ("HOME", "/home/u")]);
         assert_eq!(
-            resolve_state_dir(Some(Path::new("/flag")), Some(Path::new("/cfg")), &env, false)
-                .unwrap(),
+            resolve_state_dir(
+                Some(Path::new("/flag")),
+                Some(Path::new("/cfg")),
+                &env,
+                false
+            )
+            .unwrap(),
             PathBuf::from("/flag")
         );
         assert_eq!(
@@ -186,7 +191,10 @@ mod tests {
         assert_eq!(mode, 0o2770);
         let f = dir.join("x");
         create_file_0660(&f).unwrap();
-        assert_eq!(fs::metadata(&f).unwrap().permissions().mode() & 0o777, 0o660);
+        assert_eq!(
+            fs::metadata(&f).unwrap().permissions().mode() & 0o777,
+            0o660
+        );
     }
 
     #[test]

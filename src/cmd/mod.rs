@@ -1,15 +1,60 @@
 //! One short handler per subcommand, each a script over the concern modules.
 
+mod doctor;
+mod history;
+mod init;
+mod inspect;
+mod message;
+mod reset_session;
+mod run;
+mod trigger;
 mod units;
+mod wakes;
+
+pub(crate) use wakes::wake_json;
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 
 use crate::app::App;
 use crate::cli::Command;
+use crate::config::LoadedConfig;
+use crate::store::{OpenMode, Store};
 
 pub fn dispatch(app: &App, command: &Command) -> Result<()> {
     match command {
+        Command::Run(_) => run::run(app),
+        Command::Trigger(a) => trigger::run(app, a),
+        Command::Message(a) => message::run(app, a),
+        Command::ResetSession(a) => reset_session::run(app, a),
+        Command::Inspect(a) => inspect::run(app, a),
+        Command::Doctor(_) => doctor::run(app),
+        Command::Wakes(c) => wakes::run(app, c),
+        Command::History(a) => history::run(app, a),
+        Command::Init(_) => init::run(app),
         Command::Units(c) => units::run(app, c),
-        _ => anyhow::bail!("not implemented yet"),
+        Command::Instances(_) | Command::Poll(_) | Command::Sim(_) => {
+            anyhow::bail!("this command is not available in this build yet")
+        }
     }
+}
+
+/// Config, state dir and an existing database, for the commands that must never create one
+/// (a caller with the wrong user or dir must not write into a database nobody reads).
+pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let loaded = app.load_config()?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    crate::paths::check_state_dir(&dir)?;
+    let store = Store::open(&dir, OpenMode::Existing, app.now())?;
+    Ok((loaded, dir, store))
+}
+
+/// Config, state dir (created setgid 2770 when missing) and a database created if missing.
+pub(crate) fn open_or_create(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let loaded = app.load_config()?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    crate::paths::ensure_state_dir(&dir)?;
+    let store = Store::open(&dir, OpenMode::Create, app.now())?;
+    Ok((loaded, dir, store))
 }

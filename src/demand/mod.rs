@@ -5,7 +5,18 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One live Curio machine that can run PSProve.
+pub mod command;
+pub mod harmonydb;
+pub mod http;
+pub mod json;
+mod redact;
+
+pub use command::CommandProbe;
+pub use harmonydb::HarmonyDbProbe;
+pub use http::HttpProbe;
+pub use json::parse_demand_json;
+
+/// One live Curio machine that can run PSProve (cordoned ones included, with the flag set).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Worker {
     pub machine_name: String,
@@ -29,7 +40,8 @@ pub struct Demand {
     /// Successful PSProve completions in the last hour and the last 15 minutes.
     pub completed_1h: u32,
     pub completed_15m: u32,
-    /// Live, schedulable machines with PSProve enabled.
+    /// Live machines with PSProve enabled. Cordoned ones are listed with `cordoned: true`
+    /// and do not count as live workers.
     #[serde(default)]
     pub workers: Vec<Worker>,
     /// ProofShare queue rows without a task yet / with a task (None when not read).
@@ -59,6 +71,8 @@ impl Demand {
     }
 }
 
+/// One reading of demand. An `Err` means "unknown", never zero: the caller holds the fleet.
+/// Error messages are one line and never contain a password.
 pub trait DemandProbe: Send + Sync {
     fn probe(&self) -> anyhow::Result<Demand>;
 }

@@ -23,7 +23,8 @@ pub struct Event {
     pub attempts: i64,
 }
 
-const READY: &str = "claimed_by IS NULL AND failed_at IS NULL AND (not_before IS NULL OR not_before <= ?1)";
+const READY: &str =
+    "claimed_by IS NULL AND failed_at IS NULL AND (not_before IS NULL OR not_before <= ?1)";
 
 pub fn insert(
     conn: &Connection,

@@ -20,9 +20,11 @@ pub(crate) fn bootstrap(conn: &Connection, now: Millis) -> Result<()> {
 }
 
 pub fn current(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row("SELECT session_id FROM agent_state WHERE id = 1", [], |r| {
-        r.get(0)
-    })?)
+    Ok(
+        conn.query_row("SELECT session_id FROM agent_state WHERE id = 1", [], |r| {
+            r.get(0)
+        })?,
+    )
 }
 
 /// Start a new session and make it current. Old conversation rows stay for audit.

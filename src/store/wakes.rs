@@ -95,11 +95,9 @@ pub fn hand_back(
 /// Cancel one pending wake. Errors name why it could not be cancelled.
 pub fn cancel(conn: &Connection, id: i64, now: Millis) -> Result<()> {
     let status: Option<String> = conn
-        .query_row(
-            "SELECT status FROM wakes WHERE id = ?1",
-            params![id],
-            |r| r.get(0),
-        )
+        .query_row("SELECT status FROM wakes WHERE id = ?1", params![id], |r| {
+            r.get(0)
+        })
         .optional()?;
     match status.as_deref() {
         None => bail!("no wake with id {id}"),

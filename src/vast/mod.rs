@@ -2,6 +2,8 @@
 //! data types. The ureq implementation lives in `http.rs`; tests and `sim` use fakes.
 //! Nothing here decides anything: guardrails and reconciliation live elsewhere.
 
+pub mod http;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -21,6 +23,9 @@ pub struct Offer {
     pub verified: bool,
     pub geolocation: Option<String>,
     pub public_ip: Option<String>,
+    /// Current minimum interruptible bid, $/h for the whole offer; `None` when not reported.
+    #[serde(default)]
+    pub min_bid: Option<f64>,
 }
 
 /// Which offers to search for. Built from `[vast.offers]` plus the tool's arguments.
@@ -63,6 +68,8 @@ pub struct CreateRequest {
     pub disk_gb: f64,
     pub label: String,
     pub env: BTreeMap<String, String>,
+    /// A shell command run as the container's main process (`/bin/sh -c`), replacing the
+    /// image's entrypoint; `None` keeps the image's own entrypoint.
     pub onstart: Option<String>,
     /// Bid in $/h for an interruptible instance; `None` for on-demand.
     pub bid_price: Option<f64>,
@@ -103,9 +110,24 @@ pub enum VastError {
     Decode(String),
 }
 
+impl VastError {
+    /// Whether a failed create may still have rented an instance: the request went out and
+    /// no clear refusal came back (a timeout, a dropped connection, a gateway error, an
+    /// unreadable answer), or vast.ai named the instance it made anyway. The caller must look
+    /// for the launch's label in the listing before renting again.
+    pub fn may_have_created(&self) -> bool {
+        match self {
+            VastError::Transport(_) | VastError::Decode(_) | VastError::CreateFailed { .. } => true,
+            VastError::Api { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+}
+
 pub trait VastClient: Send + Sync {
     fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError>;
-    /// Rent an offer; returns the new instance id (`new_contract`).
+    /// Rent an offer; returns the new instance id (`new_contract`). Never retried blindly
+    /// once the request may have reached vast.ai: see [`VastError::may_have_created`].
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError>;
     /// Every instance on the account (all pages).
     fn list_instances(&self) -> Result<Vec<Instance>, VastError>;

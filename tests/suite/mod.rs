@@ -1,2 +1,6 @@
 //! Test modules, one per capability.
+mod backbone;
+mod demand;
+mod llm_client;
 mod units;
+mod vast_client;

@@ -1,0 +1,20 @@
+//! `doctor`: exit 0 when healthy, 1 with one line per problem, 2 for a config error.
+
+use anyhow::Result;
+
+use crate::app::App;
+use crate::error::{Quiet, EXIT_RUNTIME};
+
+pub fn run(app: &App) -> Result<()> {
+    let loaded = app.load_config()?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    let problems = crate::doctor::problems(&loaded.config, &dir, app.now(), None);
+    if problems.is_empty() {
+        println!("ok");
+        return Ok(());
+    }
+    for p in &problems {
+        println!("{p}");
+    }
+    Err(Quiet(EXIT_RUNTIME).into())
+}

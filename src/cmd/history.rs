@@ -1,0 +1,89 @@
+//! `history`: the conversation as stored: observations, operator messages, the model's
+//! answers and tool calls with their results.
+
+use anyhow::Result;
+
+use crate::app::App;
+use crate::cli::HistoryArgs;
+use crate::clock::rfc3339;
+use crate::store::{messages, session};
+
+pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
+    let (_c, _d, store) = super::open_existing(app)?;
+    let rows = match args.run {
+        Some(run) => messages::of_run(&store.conn, run)?,
+        None => {
+            let session = if args.all {
+                None
+            } else {
+                Some(session::current(&store.conn)?)
+            };
+            messages::tail(&store.conn, session, args.limit.max(1))?
+        }
+    };
+    if args.json {
+        let v: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "id": m.id,
+                    "session_id": m.session_id,
+                    "run_id": m.run_id,
+                    "role": m.role,
+                    "kind": m.kind,
+                    "content": m.content,
+                    "tokens": m.tokens,
+                    "tool_calls": m.tool_calls.as_deref().and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok()),
+                    "tool_call_id": m.tool_call_id,
+                    "tool_name": m.tool_name,
+                    "created_at": rfc3339(m.created_at),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no messages yet");
+    }
+    let mut last_run = None;
+    for m in &rows {
+        if m.run_id != last_run {
+            println!(
+                "--- run {} (session {}) {}",
+                m.run_id
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                m.session_id,
+                rfc3339(m.created_at)
+            );
+            last_run = m.run_id;
+        }
+        let who = match (m.role.as_str(), m.kind.as_str()) {
+            ("user", "operator") => "operator".to_string(),
+            ("user", kind) => kind.to_string(),
+            ("assistant", _) => "model".to_string(),
+            ("tool", _) => format!("result {}", m.tool_name.as_deref().unwrap_or("?")),
+            (role, _) => role.to_string(),
+        };
+        if !m.content.is_empty() {
+            for (i, line) in m.content.lines().enumerate() {
+                let label = if i == 0 { who.as_str() } else { "" };
+                println!("{label:>12} | {line}");
+            }
+        }
+        if let Some(calls) = &m.tool_calls {
+            if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(calls) {
+                for c in items {
+                    println!(
+                        "{:>12} | {}({})",
+                        "calls",
+                        c["name"].as_str().unwrap_or("?"),
+                        c["arguments"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

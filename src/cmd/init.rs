@@ -1,0 +1,53 @@
+//! `init`: create the state dir (setgid 2770) and the database, and write a commented config
+//! where none exists yet.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+
+use anyhow::{Context, Result};
+
+use crate::app::App;
+use crate::config::{self, TEMPLATE};
+use crate::store::{OpenMode, Store};
+
+pub fn run(app: &App) -> Result<()> {
+    let env_value = app.env.get("FLEETAGENT_CONFIG");
+    let (path, _origin) = config::resolve_path(app.config_flag.as_deref(), env_value.as_deref());
+    if !path.exists() {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(&path)
+            .with_context(|| format!("cannot write config {}", path.display()))?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+        f.write_all(TEMPLATE.as_bytes())?;
+        println!("wrote a commented config to {}", path.display());
+    } else {
+        println!("config {} exists; left as is", path.display());
+    }
+    let loaded = app.load_config()?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    crate::paths::ensure_state_dir(&dir)?;
+    let store = Store::open(&dir, OpenMode::Create, app.now())?;
+    println!(
+        "database {} ready (schema {})",
+        store.path.display(),
+        crate::store::SCHEMA_VERSION
+    );
+    let missing = loaded
+        .config
+        .policy
+        .missing_launch_keys(&loaded.config.vast);
+    if !missing.is_empty() {
+        println!(
+            "no launch is possible until you set: {}",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! `inspect [--json]`: everything needed to diagnose the agent.
+
+use anyhow::Result;
+
+use crate::app::App;
+use crate::cli::InspectArgs;
+
+pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
+    let (loaded, dir, store) = super::open_existing(app)?;
+    let report =
+        crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), None)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", crate::inspect::render_text(&report));
+    }
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! `message TEXT`: an operator message for the agent, a P0 event carrying the text.
+
+use anyhow::{Context, Result};
+
+use crate::app::App;
+use crate::cli::MessageArgs;
+use crate::store::events;
+
+pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
+    let (_config, dir, store) = super::open_existing(app)?;
+    let now = app.now();
+    let text = args.text.trim();
+    let reason = format!(
+        "operator message: {}",
+        text.chars().take(60).collect::<String>()
+    );
+    let id = events::insert(&store.conn, 0, "message", &reason, Some(text), now)
+        .context("cannot record the message")?;
+    super::trigger::ring(&dir, id, 0, &reason, now)?;
+    println!("message recorded as event {id} (P0); the agent will read it in its next run");
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `wakes add|list|cancel`: scheduled checks, served by the next pass after they are due.
+
+use anyhow::{Context, Result};
+
+use crate::app::App;
+use crate::cli::{WakeAddArgs, WakesCommand};
+use crate::clock::{human_duration, rfc3339};
+use crate::error::usage;
+use crate::store::wakes;
+
+pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
+    match cmd {
+        WakesCommand::Add(a) => add(app, a),
+        WakesCommand::List(a) => {
+            let (_c, _d, store) = super::open_existing(app)?;
+            let rows = wakes::list(&store.conn, a.all, 200)?;
+            if a.json {
+                let v: Vec<serde_json::Value> = rows.iter().map(wake_json).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(());
+            }
+            if rows.is_empty() {
+                println!("no {}wakes", if a.all { "" } else { "pending " });
+            }
+            let now = app.now();
+            for w in rows {
+                let when = if w.due_at <= now {
+                    format!("due {} ago", human_duration(now - w.due_at))
+                } else {
+                    format!("in {}", human_duration(w.due_at - now))
+                };
+                println!(
+                    "{:>5}  {}  {:<9}  {:<14}  by {:<8}  {}",
+                    w.id,
+                    rfc3339(w.due_at),
+                    w.status,
+                    when,
+                    w.created_by,
+                    w.reason
+                );
+            }
+            Ok(())
+        }
+        WakesCommand::Cancel(a) => {
+            let (_c, _d, store) = super::open_existing(app)?;
+            wakes::cancel(&store.conn, a.id, app.now())?;
+            println!("wake {} cancelled", a.id);
+            Ok(())
+        }
+    }
+}
+
+fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
+    let now = app.now();
+    let due = match (&a.in_, &a.at) {
+        (Some(d), None) => {
+            let d = crate::clock::parse_duration(d).map_err(|e| usage(format!("--in: {e}")))?;
+            now + i64::try_from(d.as_millis()).map_err(|_| usage("--in: too long"))?
+        }
+        (None, Some(t)) => chrono::DateTime::parse_from_rfc3339(t.trim())
+            .map_err(|e| {
+                usage(format!(
+                    "--at {t:?}: not an RFC 3339 time ({e}); e.g. 2026-11-29T18:30:00Z"
+                ))
+            })?
+            .timestamp_millis(),
+        _ => return Err(usage("give exactly one of --in or --at")),
+    };
+    let (_c, _d, store) = super::open_existing(app)?;
+    let id = wakes::add(&store.conn, due, a.reason.trim(), "operator", None, now)
+        .context("cannot record the wake")?;
+    println!(
+        "wake {id} due {} ({}): {}",
+        rfc3339(due),
+        relative(due, now),
+        a.reason.trim()
+    );
+    Ok(())
+}
+
+fn relative(due: i64, now: i64) -> String {
+    if due <= now {
+        format!(
+            "already due; the next run takes it, {} overdue",
+            human_duration(now - due)
+        )
+    } else {
+        format!("in {}", human_duration(due - now))
+    }
+}
+
+pub(crate) fn wake_json(w: &wakes::Wake) -> serde_json::Value {
+    serde_json::json!({
+        "id": w.id,
+        "due_at": rfc3339(w.due_at),
+        "reason": w.reason,
+        "status": w.status,
+        "created_at": rfc3339(w.created_at),
+        "created_by": w.created_by,
+        "processed_by": w.processed_by,
+        "attempts": w.attempts,
+    })
+}

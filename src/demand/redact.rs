@@ -1,0 +1,199 @@
+//! Keeping secrets out of probe errors: a URL or connection string shown without its
+//! password, and any stray copy of that password masked. It hides nothing else.
+
+const MASK: &str = "***";
+
+/// `url` fit to print: the password of `scheme://user:password@host` dropped (the user
+/// stays), and the value of any `password=` parameter (URL query or `key=value` string)
+/// replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let without_userinfo_password = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(authority_end);
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                    format!("{scheme}://{user}@{host}{tail}")
+                }
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    };
+    mask_password_params(&without_userinfo_password)
+}
+
+/// The passwords `url` carries, as written and percent-decoded, for [`mask`].
+pub fn secrets_of(url: &str) -> Vec<String> {
+    let mut raw = Vec::new();
+    if let Some((_, rest)) = url.split_once("://") {
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if let Some((userinfo, _)) = rest[..authority_end].rsplit_once('@') {
+            if let Some((_, password)) = userinfo.split_once(':') {
+                raw.push(password.to_string());
+            }
+        }
+    }
+    for (start, end) in password_param_values(url) {
+        raw.push(url[start..end].trim_matches('\'').to_string());
+    }
+    let mut all = Vec::new();
+    for secret in raw {
+        let decoded = percent_decode(&secret);
+        all.push(secret);
+        all.push(decoded);
+    }
+    all.retain(|s| !s.is_empty());
+    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    all.dedup();
+    all
+}
+
+/// `text` with every occurrence of each secret replaced by `***`.
+pub fn mask(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .filter(|s| !s.is_empty())
+        .fold(text.to_string(), |acc, s| acc.replace(s.as_str(), MASK))
+}
+
+/// Whitespace (newlines from DETAIL/HINT lines included) collapsed to single spaces.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The error and its sources, `a: b: c`, skipping a source already in the text.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
+fn mask_password_params(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (start, end) in password_param_values(text) {
+        out.push_str(&text[last..start]);
+        out.push_str(MASK);
+        last = end;
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Byte ranges of the values of `password=` parameters: in a URL query (ended by `&` or
+/// `#`) or a libpq `key=value` string (ended by whitespace, or a single-quoted value).
+fn password_param_values(text: &str) -> Vec<(usize, usize)> {
+    const KEY: &str = "password";
+    let mut ranges = Vec::new();
+    let mut from = 0;
+    while let Some(found) = text[from..].find(KEY) {
+        let key_start = from + found;
+        from = key_start + KEY.len();
+        let before = &text[..key_start];
+        let starts_param = before.is_empty()
+            || before.ends_with(['?', '&'])
+            || before.ends_with(char::is_whitespace);
+        let rest = &text[from..];
+        let Some(after_eq) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        if !starts_param {
+            continue;
+        }
+        let value = after_eq.trim_start();
+        let value_start = text.len() - value.len();
+        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
+            let mut escaped = false;
+            let close = quoted.char_indices().find(|&(_, c)| {
+                let closes = c == '\'' && !escaped;
+                escaped = c == '\\' && !escaped;
+                closes
+            });
+            close.map_or(value.len(), |(i, _)| i + 2)
+        } else {
+            value
+                .find(|c: char| c == '&' || c == '#' || c.is_whitespace())
+                .unwrap_or(value.len())
+        };
+        ranges.push((value_start, value_start + value_len));
+        from = value_start + value_len;
+    }
+    ranges
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_userinfo_password_is_dropped_user_kept() {
+        assert_eq!(
+            redact_url("postgresql://yugabyte:s3cr%40t@db.internal:5433/yugabyte?sslmode=disable"),
+            "postgresql://yugabyte@db.internal:5433/yugabyte?sslmode=disable"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("http://h:8080/demand"), "http://h:8080/demand");
+    }
+
+    #[test]
+    fn password_parameters_are_masked() {
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=hunter2&sslmode=disable"),
+            "postgres://h/db?user=u&password=***&sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("host=h user=u password='a b\\' c' dbname=y"),
+            "host=h user=u password=*** dbname=y"
+        );
+        assert_eq!(
+            redact_url("host=h password = pw port=1"),
+            "host=h password = *** port=1"
+        );
+        // A key that only ends in "password" is not the password parameter.
+        assert_eq!(redact_url("host=h oldpassword=x"), "host=h oldpassword=x");
+    }
+
+    #[test]
+    fn secrets_are_found_raw_and_decoded_and_masked() {
+        let secrets = secrets_of("postgresql://u:p%40ss@h/db");
+        assert!(secrets.contains(&"p%40ss".to_string()), "{secrets:?}");
+        assert!(secrets.contains(&"p@ss".to_string()), "{secrets:?}");
+        assert_eq!(mask("auth p@ss and p%40ss", &secrets), "auth *** and ***");
+        assert!(secrets_of("postgres://u@h/db").is_empty());
+        assert_eq!(secrets_of("host=h password=pw"), vec!["pw".to_string()]);
+    }
+
+    #[test]
+    fn one_line_collapses_newlines() {
+        assert_eq!(one_line("ERROR: x\nDETAIL:  y\n"), "ERROR: x DETAIL: y");
+    }
+}

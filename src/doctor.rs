@@ -1,0 +1,128 @@
+//! Health checks for monitoring: each problem is one line naming what is wrong and what to
+//! do. Never takes the lock, never writes (writability is checked with access(2)).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::clock::{human_duration, Millis};
+use crate::config::Config;
+use crate::store::{events, session, wakes, OpenMode, Store};
+
+/// No successful pass within this many timer periods is a problem.
+const STALE_PERIODS: i64 = 3;
+
+pub fn problems(
+    config: &Config,
+    state_dir: &Path,
+    now: Millis,
+    units: Option<&Value>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let dir_ok = match crate::paths::check_state_dir(state_dir) {
+        Ok(()) => true,
+        Err(e) => {
+            out.push(format!("{e:#}"));
+            false
+        }
+    };
+    if dir_ok {
+        if !state_dir.join(crate::store::DB_FILE).exists() {
+            out.push(format!(
+                "no database in state dir {} (run `fleetagent init`)",
+                state_dir.display()
+            ));
+        } else {
+            match Store::open(state_dir, OpenMode::Existing, now) {
+                Err(e) => out.push(format!("database: {e:#}")),
+                Ok(store) => store_problems(&store, config, state_dir, now, &mut out),
+            }
+        }
+    }
+    if let Some(units) = units.and_then(|u| u.as_object()) {
+        for (name, u) in units {
+            if let Some(problem) = u.get("problem").and_then(|p| p.as_str()) {
+                let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
+                out.push(format!("unit {name}: {problem}; fix: {fix}"));
+            }
+        }
+    }
+    let missing = config.policy.missing_launch_keys(&config.vast);
+    if !missing.is_empty() {
+        out.push(format!(
+            "launches are impossible: set {} in the config",
+            missing.join(", ")
+        ));
+    }
+    out
+}
+
+fn store_problems(
+    store: &Store,
+    config: &Config,
+    state_dir: &Path,
+    now: Millis,
+    out: &mut Vec<String>,
+) {
+    match store.quick_check() {
+        Ok(bad) if bad.is_empty() => {}
+        Ok(bad) => out.push(format!(
+            "database integrity check failed: {} (see docs/operations.md, \"Recovering the database\")",
+            bad.join("; ")
+        )),
+        Err(e) => out.push(format!("database integrity check could not run: {e:#}")),
+    }
+    let period = config.run.timer_period_secs as i64 * 1000;
+    match session::state(&store.conn) {
+        Err(e) => out.push(format!("database: {e:#}")),
+        Ok(state) => {
+            match state.last_success_at {
+                None => out.push(
+                    "no successful run yet: check that fleetagent.timer is active and read `journalctl -u fleetagent`".into(),
+                ),
+                Some(t) if now - t > STALE_PERIODS * period => out.push(format!(
+                    "no successful run for {} (more than {STALE_PERIODS} timer periods): check the timer and `fleetagent inspect`",
+                    human_duration(now - t)
+                )),
+                Some(_) => {}
+            }
+            if let (Some(err), Some(at)) = (&state.last_llm_error, state.last_llm_error_at) {
+                out.push(format!(
+                    "the LLM failed {} ago: {err}",
+                    human_duration(now - at)
+                ));
+            }
+        }
+    }
+    if let Ok(c) = events::counts(&store.conn, now) {
+        if c.failed > 0 {
+            out.push(format!(
+                "{} event(s) failed after {} attempts (kept; see `fleetagent inspect`)",
+                c.failed,
+                events::MAX_ATTEMPTS
+            ));
+        }
+    }
+    if let Ok(c) = wakes::counts(&store.conn, now) {
+        if c.failed > 0 {
+            out.push(format!(
+                "{} wake(s) failed after {} attempts (see `fleetagent wakes list --all`)",
+                c.failed,
+                wakes::MAX_ATTEMPTS
+            ));
+        }
+    }
+    let lock_path = state_dir.join(crate::paths::LOCK_FILE);
+    if let Some(pid) = crate::lock::holder_pid(&lock_path) {
+        let deadline = config.run.deadline_secs as i64 * 1000;
+        if let Some(since) = crate::lock::held_since(state_dir) {
+            if now - since > deadline {
+                out.push(format!(
+                    "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck (kill {pid})",
+                    human_duration(now - since),
+                    config.run.deadline_secs
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Fault injection for tests (test-only switches, documented in docs/testing.md). Each names
+//! a persistence point of `run` or `trigger`:
+//! - `FLEETAGENT_TEST_CRASH_AT=<point>`: abort the process there, as SIGKILL or power loss would;
+//! - `FLEETAGENT_TEST_FAIL_AT=<point>`: the step fails there with an error (a failed pass);
+//! - `FLEETAGENT_TEST_PAUSE_AT=<point>:<ms>`: sleep there, so a test can act meanwhile.
+//!
+//! Unset (always, in production) nothing happens; the variables are read once per process.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+/// The named persistence points, in the order a run meets them.
+pub const POINTS: &[&str] = &[
+    "trigger-after-insert",
+    "run-after-lock",
+    "run-after-claim",
+    "run-after-observe",
+    "launch-after-intent",
+    "launch-after-create",
+    "tool-before-result",
+    "run-before-finish",
+    "run-end-check",
+    "run-after-last-look",
+];
+
+struct Switches {
+    crash: Option<String>,
+    fail: Option<String>,
+    pause: Option<(String, u64)>,
+}
+
+fn switches() -> &'static Switches {
+    static S: OnceLock<Switches> = OnceLock::new();
+    S.get_or_init(|| Switches {
+        crash: std::env::var("FLEETAGENT_TEST_CRASH_AT").ok(),
+        fail: std::env::var("FLEETAGENT_TEST_FAIL_AT").ok(),
+        pause: std::env::var("FLEETAGENT_TEST_PAUSE_AT")
+            .ok()
+            .and_then(|v| {
+                let (name, ms) = v.rsplit_once(':')?;
+                Some((name.to_string(), ms.parse().ok()?))
+            }),
+    })
+}
+
+/// A persistence point: abort, fail or pause here if a test switch names it.
+pub fn point(name: &str) -> Result<()> {
+    let s = switches();
+    if let Some((p, ms)) = &s.pause {
+        if p == name {
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(*ms));
+        }
+    }
+    if s.crash.as_deref() == Some(name) {
+        eprintln!("fleetagent: test crash injected at {name}");
+        std::process::abort();
+    }
+    if s.fail.as_deref() == Some(name) {
+        bail!("test failure injected at {name}");
+    }
+    Ok(())
+}

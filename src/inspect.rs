@@ -1,0 +1,320 @@
+//! Read-only reports over the store for `inspect` and `doctor`: what the agent did, what
+//! waits, and whether anything is stuck. Never takes the run lock (reads /proc/locks).
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::clock::{rfc3339, Millis};
+use crate::config::Config;
+use crate::doorbell::{Doorbell, FileDoorbell};
+use crate::store::{events, runs, session, wakes, Store};
+
+/// How many runs `inspect` lists.
+pub const RECENT_RUNS: i64 = 20;
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: i64,
+    pub session_id: i64,
+    pub pass: i64,
+    pub started_by: String,
+    pub status: String,
+    pub verdict: Option<String>,
+    pub decided_by: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub events_claimed: i64,
+    pub wakes_claimed: i64,
+    pub llm_calls: i64,
+    pub prompt_tokens_est: Option<i64>,
+    pub prompt_tokens_reported: Option<i64>,
+    pub error: Option<String>,
+    pub llm_error: Option<String>,
+}
+
+impl From<&runs::Run> for RunView {
+    fn from(r: &runs::Run) -> Self {
+        RunView {
+            id: r.id,
+            session_id: r.session_id,
+            pass: r.pass,
+            started_by: r.started_by.clone(),
+            status: r.status.clone(),
+            verdict: r.verdict.clone(),
+            decided_by: r.decided_by.clone(),
+            started_at: rfc3339(r.started_at),
+            finished_at: r.finished_at.map(rfc3339),
+            events_claimed: r.events_claimed,
+            wakes_claimed: r.wakes_claimed,
+            llm_calls: r.llm_calls,
+            prompt_tokens_est: r.prompt_tokens_est,
+            prompt_tokens_reported: r.prompt_tokens_reported,
+            error: r.error.clone(),
+            llm_error: r.llm_error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventView {
+    pub id: i64,
+    pub priority: u8,
+    pub kind: String,
+    pub reason: String,
+    pub created_at: String,
+    pub attempts: i64,
+    pub not_before: Option<String>,
+    pub failed_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+impl From<&events::WaitingEvent> for EventView {
+    fn from(e: &events::WaitingEvent) -> Self {
+        EventView {
+            id: e.id,
+            priority: e.priority,
+            kind: e.kind.clone(),
+            reason: e.reason.clone(),
+            created_at: rfc3339(e.created_at),
+            attempts: e.attempts,
+            not_before: e.not_before.map(rfc3339),
+            failed_at: e.failed_at.map(rfc3339),
+            last_error: e.last_error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct DoorbellView {
+    pub path: String,
+    pub exists: bool,
+    pub mtime: Option<String>,
+    pub lines: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DatabaseView {
+    pub path: String,
+    pub size_bytes: u64,
+    pub wal_bytes: u64,
+    pub schema_version: i64,
+}
+
+/// Everything `inspect --json` prints. Field names are a contract (docs/inspect.md).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub now: String,
+    pub version: &'static str,
+    pub state_dir: String,
+    pub config_path: String,
+    pub session_id: i64,
+    pub session_started_at: String,
+    pub next_run_id: i64,
+    pub last_run_finished_at: Option<String>,
+    pub last_success_at: Option<String>,
+    pub runs: Vec<RunView>,
+    pub unconsumed_events: i64,
+    pub deferred_events: i64,
+    pub failed_events: i64,
+    pub waiting_events: Vec<EventView>,
+    pub failed_event_list: Vec<EventView>,
+    pub pending_wakes: i64,
+    pub overdue_wakes: i64,
+    pub failed_wakes: i64,
+    pub wakes: Vec<Value>,
+    pub doorbell: DoorbellView,
+    pub lock_held: bool,
+    pub lock_holder_pid: Option<u32>,
+    pub lock_held_since: Option<String>,
+    pub database: DatabaseView,
+    pub units: Option<Value>,
+    pub launch_keys_missing: Vec<&'static str>,
+}
+
+pub fn build(
+    store: &Store,
+    state_dir: &Path,
+    config: &Config,
+    config_path: &Path,
+    now: Millis,
+    units: Option<Value>,
+) -> Result<Report> {
+    let state = session::state(&store.conn)?;
+    let recent = runs::recent(&store.conn, RECENT_RUNS)?;
+    let ev = events::counts(&store.conn, now)?;
+    let wk = wakes::counts(&store.conn, now)?;
+    let bell = FileDoorbell::new(state_dir).status()?;
+    let lock_path = state_dir.join(crate::paths::LOCK_FILE);
+    let holder = crate::lock::holder_pid(&lock_path);
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let wal = std::path::PathBuf::from(format!("{}-wal", store.path.display()));
+    Ok(Report {
+        now: rfc3339(now),
+        version: env!("CARGO_PKG_VERSION"),
+        state_dir: state_dir.display().to_string(),
+        config_path: config_path.display().to_string(),
+        session_id: state.session_id,
+        session_started_at: rfc3339(session::started_at(&store.conn, state.session_id)?),
+        next_run_id: store.next_run_id()?,
+        last_run_finished_at: state.last_run_finished_at.map(rfc3339),
+        last_success_at: state.last_success_at.map(rfc3339),
+        runs: recent.iter().map(RunView::from).collect(),
+        unconsumed_events: ev.unconsumed,
+        deferred_events: ev.deferred,
+        failed_events: ev.failed,
+        waiting_events: events::list_waiting(&store.conn, false, 20)?
+            .iter()
+            .map(EventView::from)
+            .collect(),
+        failed_event_list: events::list_waiting(&store.conn, true, 20)?
+            .iter()
+            .map(EventView::from)
+            .collect(),
+        pending_wakes: wk.pending,
+        overdue_wakes: wk.overdue,
+        failed_wakes: wk.failed,
+        wakes: wakes::list(&store.conn, false, 20)?
+            .iter()
+            .map(crate::cmd::wake_json)
+            .collect(),
+        doorbell: DoorbellView {
+            path: bell.path,
+            exists: bell.exists,
+            mtime: bell.mtime.map(rfc3339),
+            lines: bell.lines,
+        },
+        lock_held: holder.is_some(),
+        lock_holder_pid: holder,
+        lock_held_since: holder
+            .and_then(|_| crate::lock::held_since(state_dir))
+            .map(rfc3339),
+        database: DatabaseView {
+            path: store.path.display().to_string(),
+            size_bytes: size(&store.path),
+            wal_bytes: size(&wal),
+            schema_version: crate::store::SCHEMA_VERSION,
+        },
+        units,
+        launch_keys_missing: config.policy.missing_launch_keys(&config.vast),
+    })
+}
+
+/// The human-readable form of the report.
+pub fn render_text(r: &Report) -> String {
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!("fleetagent {} at {}", r.version, r.now));
+    line(format!("state dir   {}", r.state_dir));
+    line(format!("config      {}", r.config_path));
+    line(format!(
+        "database    {} ({} bytes, wal {} bytes, schema {})",
+        r.database.path, r.database.size_bytes, r.database.wal_bytes, r.database.schema_version
+    ));
+    line(format!(
+        "session     {} (since {}); next run id {}",
+        r.session_id, r.session_started_at, r.next_run_id
+    ));
+    line(format!(
+        "last ok run {}",
+        r.last_success_at.as_deref().unwrap_or("never")
+    ));
+    line(format!(
+        "lock        {}",
+        match (r.lock_held, r.lock_holder_pid) {
+            (true, Some(pid)) => format!(
+                "held by pid {pid} since {}",
+                r.lock_held_since.as_deref().unwrap_or("?")
+            ),
+            _ => "free".into(),
+        }
+    ));
+    line(format!(
+        "doorbell    {} {}",
+        r.doorbell.path,
+        if r.doorbell.exists {
+            format!(
+                "EXISTS ({} line(s), modified {})",
+                r.doorbell.lines,
+                r.doorbell.mtime.as_deref().unwrap_or("?")
+            )
+        } else {
+            "absent".into()
+        }
+    ));
+    line(format!(
+        "events      {} waiting ({} deferred), {} failed",
+        r.unconsumed_events, r.deferred_events, r.failed_events
+    ));
+    for e in &r.waiting_events {
+        line(format!(
+            "  #{} P{} {} {:?} at {} attempts {}{}",
+            e.id,
+            e.priority,
+            e.kind,
+            e.reason,
+            e.created_at,
+            e.attempts,
+            e.not_before
+                .as_ref()
+                .map(|t| format!(", not before {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    for e in &r.failed_event_list {
+        line(format!(
+            "  FAILED #{} P{} {} {:?}: {}",
+            e.id,
+            e.priority,
+            e.kind,
+            e.reason,
+            e.last_error.as_deref().unwrap_or("")
+        ));
+    }
+    line(format!(
+        "wakes       {} pending, {} overdue, {} failed",
+        r.pending_wakes, r.overdue_wakes, r.failed_wakes
+    ));
+    for w in &r.wakes {
+        line(format!(
+            "  #{} due {} {}",
+            w["id"],
+            w["due_at"].as_str().unwrap_or("?"),
+            w["reason"].as_str().unwrap_or("")
+        ));
+    }
+    match &r.units {
+        None => line("units       no systemd manager answered".into()),
+        Some(u) => line(format!("units       {u}")),
+    }
+    if !r.launch_keys_missing.is_empty() {
+        line(format!(
+            "launches    impossible until set: {}",
+            r.launch_keys_missing.join(", ")
+        ));
+    }
+    line(format!("runs        last {}:", r.runs.len()));
+    for run in &r.runs {
+        line(format!(
+            "  {:>6} s{} {:<6} {:<7} {:<9} {} ev {} wk {}{}",
+            run.id,
+            run.session_id,
+            run.started_by,
+            run.status,
+            run.verdict.as_deref().unwrap_or("-"),
+            run.started_at,
+            run.events_claimed,
+            run.wakes_claimed,
+            run.error
+                .as_ref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}

@@ -1,0 +1,147 @@
+//! Secrets from the environment or systemd credentials, never from the config file.
+//!
+//! Lookup order for each: the environment variable(s), then the file of that name under
+//! `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`). Values are trimmed; an empty value
+//! counts as absent. Nothing here prints or logs a value.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+
+use crate::app::Env;
+
+/// A secret value whose Debug and Display never show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// One of the secrets fleetagent knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    VastApiKey,
+    LlmApiKey,
+    HarmonyDbUrl,
+}
+
+impl Kind {
+    fn env_names(self) -> &'static [&'static str] {
+        match self {
+            Kind::VastApiKey => &["VAST_API_KEY"],
+            Kind::LlmApiKey => &["FLEETAGENT_LLM_API_KEY", "OPENAI_API_KEY"],
+            Kind::HarmonyDbUrl => &["FLEETAGENT_HARMONYDB_URL"],
+        }
+    }
+
+    pub fn credential(self) -> &'static str {
+        match self {
+            Kind::VastApiKey => "vast_api_key",
+            Kind::LlmApiKey => "llm_api_key",
+            Kind::HarmonyDbUrl => "harmonydb_url",
+        }
+    }
+
+    /// Where to put it, for messages.
+    pub fn hint(self) -> String {
+        format!(
+            "set {} or the {} credential",
+            self.env_names().join(" (or ") + if self.env_names().len() > 1 { ")" } else { "" },
+            self.credential()
+        )
+    }
+}
+
+/// The secret, or None when no source has it.
+pub fn lookup(env: &Env, kind: Kind) -> Result<Option<Secret>> {
+    for name in kind.env_names() {
+        if let Some(v) = env.get(name) {
+            let v = v.trim();
+            if !v.is_empty() {
+                return Ok(Some(Secret(v.to_string())));
+            }
+        }
+    }
+    credential(env, kind.credential())
+}
+
+/// A named credential file under `$CREDENTIALS_DIRECTORY` (also used for worker env values).
+pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
+    let Some(dir) = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(dir).join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let v = text.trim();
+            if v.is_empty() {
+                Ok(None)
+            } else {
+                Ok(Some(Secret(v.to_string())))
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read credential {}", path.display())),
+    }
+}
+
+/// A credential that must exist (a worker env value naming one).
+pub fn require_credential(env: &Env, name: &str) -> Result<Secret> {
+    match credential(env, name)? {
+        Some(s) => Ok(s),
+        None => bail!(
+            "credential {name:?} not found: load it with LoadCredential={name}:<path> (or put it under $CREDENTIALS_DIRECTORY)"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_then_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("llm_api_key"), "  from-file\n").unwrap();
+        let cred = dir.path().display().to_string();
+        let env = Env::from_pairs([("CREDENTIALS_DIRECTORY".to_string(), cred.clone())]);
+        assert_eq!(
+            lookup(&env, Kind::LlmApiKey).unwrap().unwrap().expose(),
+            "from-file"
+        );
+        let env = Env::from_pairs([
+            ("CREDENTIALS_DIRECTORY".to_string(), cred),
+            ("OPENAI_API_KEY".to_string(), "from-env".to_string()),
+        ]);
+        assert_eq!(
+            lookup(&env, Kind::LlmApiKey).unwrap().unwrap().expose(),
+            "from-env"
+        );
+        assert!(lookup(&env, Kind::VastApiKey).unwrap().is_none());
+        let s = lookup(&env, Kind::LlmApiKey).unwrap().unwrap();
+        assert!(!format!("{s:?} {s}").contains("from-env"));
+    }
+
+    #[test]
+    fn missing_credential_names_it() {
+        let env = Env::default();
+        let err = require_credential(&env, "curio_db_password").unwrap_err();
+        assert!(format!("{err}").contains("curio_db_password"));
+    }
+}

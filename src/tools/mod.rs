@@ -1,0 +1,197 @@
+//! The tools the model (or the rules, or the operator) may call: the [`Tool`] trait, the
+//! registry that parses arguments and turns every failure into an error result, and the
+//! context a call runs in. Guardrails live in the tools that act; nothing here trusts the
+//! caller.
+
+pub mod schedule;
+
+use anyhow::Result;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::fleet::Snapshot;
+use crate::llm::ToolSpec;
+use crate::pass::Services;
+use crate::store::Store;
+
+/// Who asked for a tool call; recorded in the action ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Llm,
+    /// `provider = "rules"`.
+    Rules,
+    /// The rules deciding because the LLM was unusable: they only launch.
+    Fallback,
+    Operator,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Llm => "llm",
+            Actor::Rules => "rules",
+            Actor::Fallback => "fallback-rules",
+            Actor::Operator => "operator",
+        }
+    }
+}
+
+/// What a tool call runs against. `snapshot` is this pass's view of the fleet; tools that act
+/// update it so later calls in the same pass see earlier launches and stops.
+pub struct ToolCtx<'a> {
+    pub store: &'a mut Store,
+    pub config: &'a Config,
+    pub env: &'a crate::app::Env,
+    pub clock: &'a dyn Clock,
+    pub services: &'a Services,
+    pub snapshot: &'a mut Snapshot,
+    pub run_id: i64,
+    pub actor: Actor,
+    /// The model's call id (or a synthesized one for rules/operator calls).
+    pub call_id: String,
+}
+
+/// The result of one call: the JSON fed back to the model, whether it changed the fleet,
+/// and a one-line gist kept when old tool outputs are compacted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub content: Value,
+    pub mutated: bool,
+    pub gist: String,
+}
+
+impl ToolResult {
+    pub fn ok(content: Value, mutated: bool, gist: impl Into<String>) -> ToolResult {
+        ToolResult {
+            content,
+            mutated,
+            gist: gist.into(),
+        }
+    }
+
+    /// A refusal or failure in DESIGN.md's shape: `{"error": code, ...details}`.
+    pub fn error(code: &str, details: Value) -> ToolResult {
+        let mut content = json!({ "error": code });
+        if let (Some(obj), Value::Object(extra)) = (content.as_object_mut(), details) {
+            for (k, v) in extra {
+                obj.insert(k, v);
+            }
+        }
+        let gist = match content.get("message").and_then(|m| m.as_str()) {
+            Some(m) => format!("error {code}: {m}"),
+            None => format!("error {code}"),
+        };
+        ToolResult {
+            content,
+            mutated: false,
+            gist,
+        }
+    }
+
+    pub fn error_code(&self) -> Option<&str> {
+        self.content.get("error").and_then(|e| e.as_str())
+    }
+}
+
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON schema of the arguments (an object; `additionalProperties: false`).
+    fn parameters(&self) -> Value;
+    /// Does a success change the fleet (makes the run's verdict `action`)?
+    fn mutating(&self) -> bool;
+    /// Run with arguments already parsed as a JSON object. Refusals are results, not errors;
+    /// an `Err` is a database failure that fails the pass.
+    fn call(&self, ctx: &mut ToolCtx<'_>, args: Value) -> Result<ToolResult>;
+}
+
+/// Parse arguments into a typed struct (`deny_unknown_fields`): extra or wrong arguments
+/// become an `invalid_args` result naming the problem.
+pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, ToolResult> {
+    serde_json::from_value(args).map_err(|e| {
+        ToolResult::error(
+            "invalid_args",
+            json!({ "message": crate::observation::clip(&e.to_string(), 300) }),
+        )
+    })
+}
+
+/// Arguments larger than this are refused before parsing (a model can send megabytes).
+pub const MAX_ARGUMENT_BYTES: usize = 16 * 1024;
+
+pub struct Registry {
+    tools: Vec<Box<dyn Tool>>,
+}
+
+impl Registry {
+    pub fn new(tools: Vec<Box<dyn Tool>>) -> Registry {
+        Registry { tools }
+    }
+
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.parameters(),
+            })
+            .collect()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&dyn Tool> {
+        self.tools
+            .iter()
+            .find(|t| t.name() == name)
+            .map(|t| t.as_ref())
+    }
+
+    /// Run one call from its raw arguments text. Unknown tools, arguments that are not a
+    /// JSON object, too large or of the wrong shape become error results fed back to the model.
+    pub fn call(&self, ctx: &mut ToolCtx<'_>, name: &str, arguments: &str) -> Result<ToolResult> {
+        let Some(tool) = self.get(name) else {
+            let known: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
+            return Ok(ToolResult::error(
+                "unknown_tool",
+                json!({
+                    "message": format!("no tool named {}", crate::observation::quote(name, 64)),
+                    "tools": known,
+                }),
+            ));
+        };
+        if arguments.len() > MAX_ARGUMENT_BYTES {
+            return Ok(ToolResult::error(
+                "invalid_args",
+                json!({ "message": format!("arguments are {} bytes; the limit is {MAX_ARGUMENT_BYTES}", arguments.len()) }),
+            ));
+        }
+        let text = if arguments.trim().is_empty() {
+            "{}"
+        } else {
+            arguments
+        };
+        let args: Value = match serde_json::from_str(text) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return Ok(ToolResult::error(
+                    "invalid_args",
+                    json!({ "message": "arguments must be a JSON object" }),
+                ))
+            }
+            Err(e) => {
+                return Ok(ToolResult::error(
+                    "invalid_args",
+                    json!({ "message": format!("arguments are not valid JSON: {e}") }),
+                ))
+            }
+        };
+        tool.call(ctx, args)
+    }
+}
+
+/// Every tool, in the order the model sees them.
+pub fn registry() -> Registry {
+    Registry::new(vec![Box::new(schedule::ScheduleNextCheck)])
+}
