@@ -1,7 +1,8 @@
-//! The systemd units: they pass `systemd-analyze verify`, the system service's exposure stays
+//! The systemd units: they pass `systemd-analyze verify`, the system services' exposure stays
 //! at most 2.0, and under a real systemd user manager (scripts/systemd-harness) the doorbell
-//! runs the agent, a burst makes a few passes, a ring during a run's exit is served, and a bad
-//! config neither spins nor leaves the doorbell or the path unit failed.
+//! runs the agent, a burst makes a few passes, a ring while a run exits is served, a bad
+//! config neither spins nor fails the path unit, and a runaway service trips the path unit's
+//! trigger limit with a fix that clears it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -178,10 +179,9 @@ struct Installed {
     state: PathBuf,
 }
 
-/// Fast debounce windows; every outside service on a closed loopback port; the demand
-/// command waits while `<state>/hold` exists (a gate the test opens), then fails, which a
-/// pass survives (a failed probe holds the fleet as is).
-fn config_text(state: &Path, max_passes: u32, extra: &str) -> String {
+/// Fast debounce windows; the model is the rules, and every outside endpoint a closed
+/// loopback port (nothing here may reach the network).
+fn config_text(max_passes: u32) -> String {
     format!(
         r#"[run]
 deadline_secs = 60
@@ -199,13 +199,7 @@ base_url = "http://127.0.0.1:9/v1"
 
 [vast]
 base_url = "http://127.0.0.1:9"
-
-[demand]
-source = "command"
-command = "while [ -e {hold} ]; do sleep 0.1; done; exit 1"
-timeout_secs = 30
-{extra}"#,
-        hold = state.join("hold").display()
+"#
     )
 }
 
@@ -222,7 +216,7 @@ impl Installed {
         let tmp = scratch();
         let state = tmp.path().join("state");
         let config = tmp.path().join("config.toml");
-        std::fs::write(&config, config_text(&state, max_passes, "")).unwrap();
+        std::fs::write(&config, config_text(max_passes)).unwrap();
         let sd = UserManager::start(tmp.path());
         let me = Installed {
             sd,
@@ -256,6 +250,15 @@ impl Installed {
 
     fn unit_dir(&self) -> PathBuf {
         PathBuf::from(self.sd.env("XDG_CONFIG_HOME")).join("systemd/user")
+    }
+
+    /// A test-only drop-in for `unit`, loaded at once.
+    fn drop_in(&self, unit: &str, name: &str, body: &str) -> PathBuf {
+        let dir = self.unit_dir().join(format!("{unit}.d"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), body).unwrap();
+        self.sd.systemctl_ok(&["daemon-reload"]);
+        dir
     }
 
     /// The real binary with this install's config and state dir, inside the namespace.
@@ -370,19 +373,21 @@ fn trigger_runs_the_agent_through_the_path_unit() {
     assert!(t.sd.starts(units::SERVICE) >= 1);
     t.assert_no_unit_failed();
 
-    // inspect reads the units' states from this user manager (its /run/systemd/system
-    // exists, yet no system manager answers there).
-    let report = t.inspect();
-    let path = &report["units"][units::PATH_UNIT];
+    // What inspect and doctor get from src/units.rs for this install: everything healthy.
+    let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
+    assert_eq!(states.scope, Scope::User);
+    let path = &states.units[units::PATH_UNIT];
     assert_eq!(
-        path["active_state"], "active",
-        "units in inspect: {}",
-        report["units"]
+        (
+            path.load_state.as_str(),
+            path.active_state.as_str(),
+            path.sub_state.as_str()
+        ),
+        ("loaded", "active", "waiting"),
+        "{states:?}"
     );
-    assert_eq!(path["sub_state"], "waiting");
-    assert_eq!(path["load_state"], "loaded");
-    assert!(path["problem"].is_null(), "{path}");
-    assert_eq!(report["units"][units::SERVICE]["result"], "success");
+    assert_eq!(states.units[units::SERVICE].result, "success", "{states:?}");
+    assert!(states.problems().is_empty(), "{:?}", states.problems());
 }
 
 #[test]
@@ -418,28 +423,38 @@ fn a_burst_of_200_triggers_makes_a_few_passes() {
 
 #[test]
 fn a_ring_while_the_agent_is_exiting_still_gets_its_run() {
-    // One pass per process: a ring that lands after the claim is never picked up by this
-    // process, exactly like a ring that lands after its last look, while it is exiting.
-    let t = Installed::new(1);
-    let hold = t.state.join("hold");
-    std::fs::write(&hold, "").unwrap();
-
+    let t = Installed::new(5);
+    // The test switch FLEETAGENT_TEST_PAUSE_AT (src/faults.rs) holds each run for a while
+    // after its last look at the events, when it has decided to exit: a ring then is for
+    // the next process, which only systemd (PathExists=) can start.
+    t.drop_in(
+        units::SERVICE,
+        "pause.conf",
+        "[Service]\nEnvironment=FLEETAGENT_TEST_PAUSE_AT=run-after-last-look:4000\n",
+    );
     t.trigger("systemd test: first ring");
     wait_for(
-        "the first pass to claim its event and block on the demand gate",
+        "the first run to finish its pass and hold after its last look",
         Duration::from_secs(30),
         || {
             let r = t.inspect();
-            r["doorbell"]["exists"] == false
-                && runs(&r)
-                    .first()
-                    .is_some_and(|run| run["status"] == "running")
+            r["lock_held"] == true
+                && r["doorbell"]["exists"] == false
+                && r["unconsumed_events"] == 0
+                && runs(&r).first().is_some_and(|run| run["status"] == "ok")
         },
         || t.context(),
     );
+    let exiting = t.sd.show(units::SERVICE, &["MainPID", "ActiveState"]);
     let first = runs(&t.inspect())[0]["id"].as_i64().unwrap();
-    t.trigger("systemd test: ring during the first run");
-    std::fs::remove_file(&hold).unwrap();
+    t.trigger("systemd test: ring while the first run exits");
+    let after = t.sd.show(units::SERVICE, &["MainPID", "ActiveState"]);
+    assert_eq!(
+        (exiting["ActiveState"].as_str(), &after["MainPID"]),
+        ("activating", &exiting["MainPID"]),
+        "the ring did not land while the first process was exiting\n{}",
+        t.context()
+    );
 
     wait_for(
         "a second run to serve the ring",
@@ -451,18 +466,13 @@ fn a_ring_while_the_agent_is_exiting_still_gets_its_run() {
         },
         || t.context(),
     );
-    t.wait_settled("the second ring to be served", Duration::from_secs(30));
+    t.wait_settled("the ring to be served", Duration::from_secs(30));
+    let starts = t.sd.starts(units::SERVICE);
     assert!(
-        t.sd.starts(units::SERVICE) >= 2,
-        "the second run came from the same process:\n{}",
+        starts >= 2,
+        "{starts} service start(s): the ring was not left to a new process\n{}",
         t.context()
     );
-    let report = t.inspect();
-    let first_run = runs(&report)
-        .into_iter()
-        .find(|r| r["id"] == first)
-        .unwrap();
-    assert_eq!(first_run["status"], "ok", "{report}");
     t.assert_no_unit_failed();
 }
 
@@ -536,14 +546,11 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
     // A service that never deletes the doorbell (here: ExecStart=/bin/true) is what a broken
     // agent would look like: PathExists= restarts it as soon as it stops.
     let t = Installed::install(5);
-    let dropin = t.unit_dir().join("fleetagent.service.d");
-    std::fs::create_dir_all(&dropin).unwrap();
-    std::fs::write(
-        dropin.join("runaway.conf"),
+    let dropin = t.drop_in(
+        units::SERVICE,
+        "runaway.conf",
         "[Service]\nExecStart=\nExecStart=/bin/true\n",
-    )
-    .unwrap();
-    t.sd.systemctl_ok(&["daemon-reload"]);
+    );
     let doorbell = t.state.join("trigger");
     std::fs::write(&doorbell, "runaway\n").unwrap();
 
