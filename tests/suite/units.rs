@@ -514,12 +514,27 @@ fn a_bad_config_does_not_spin_and_fails_no_trigger_unit() {
     );
     let service =
         t.sd.show(units::SERVICE, &["ActiveState", "Result", "ExecMainStatus"]);
-    // A config error is a failed run (exit 2, visible to `systemctl --failed`), never a
-    // start limit that would need `reset-failed`.
-    assert_ne!(service["Result"], "start-limit-hit", "{service:?}");
-    if service["ActiveState"] == "failed" {
-        assert_eq!(service["ExecMainStatus"], "2", "{service:?}");
-    }
+    // A config error is a failed run (exit 2, visible to `systemctl --failed` and monitoring),
+    // never a start limit: nothing stays failed once the config is fixed (below).
+    assert_eq!(
+        (
+            service["ActiveState"].as_str(),
+            service["Result"].as_str(),
+            service["ExecMainStatus"].as_str()
+        ),
+        ("failed", "exit-code", "2"),
+        "{service:?}"
+    );
+    let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
+    assert_eq!(
+        states.units[units::SERVICE].problem,
+        Some(units::Problem::Failed)
+    );
+    assert_eq!(
+        states.units[units::SERVICE].fix.as_deref(),
+        Some("systemctl --user reset-failed fleetagent.service")
+    );
+    assert_eq!(states.units[units::PATH_UNIT].problem, None, "{states:?}");
 
     // Fixing the config is all it takes: the next ring runs, and the unit is clean again.
     std::fs::write(&t.config, good).unwrap();
