@@ -43,10 +43,11 @@ CREATE TABLE runs (
     completion_tokens      INTEGER,
     llm_error              TEXT,
     error                  TEXT,
-    emergency              INTEGER NOT NULL DEFAULT 0
+    emergency              INTEGER NOT NULL DEFAULT 0,
+    in_prompt              INTEGER NOT NULL DEFAULT 0  -- later prompts include it (an action run, an operator exchange, an interrupted tool loop)
 );
 CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
-CREATE INDEX runs_action ON runs(session_id, id) WHERE verdict = 'action';
+CREATE INDEX runs_in_prompt ON runs(session_id, id) WHERE in_prompt = 1;
 CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
 
 -- Things that happened and that a pass must look at. Claimed by exactly one pass.
@@ -104,7 +105,7 @@ CREATE TABLE messages (
     created_at    INTEGER NOT NULL
 );
 CREATE INDEX messages_session ON messages(session_id, id);
-CREATE INDEX messages_kind ON messages(session_id, kind, run_id);
+CREATE INDEX messages_kind ON messages(session_id, kind, id);
 CREATE INDEX messages_run ON messages(run_id);
 
 -- One row per LLM request: the local estimate beside what the provider reported.

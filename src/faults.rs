@@ -63,3 +63,32 @@ pub fn point(name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Process-wide counters of expensive set-up, printed to stderr at exit when the test-only
+/// switch `FLEETAGENT_TEST_STATS=1` is set: tests and benchmarks prove with them that
+/// `trigger` never loads the tokenizer or builds an HTTP client.
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub static TOKENIZER_LOADS: AtomicU64 = AtomicU64::new(0);
+    pub static HTTP_CLIENTS: AtomicU64 = AtomicU64::new(0);
+
+    pub fn tokenizer_loaded() {
+        TOKENIZER_LOADS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn http_client_built() {
+        HTTP_CLIENTS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Print the counters if the switch is set (called by main before exiting).
+    pub fn report() {
+        if std::env::var_os("FLEETAGENT_TEST_STATS").is_some() {
+            eprintln!(
+                "fleetagent-stats tokenizer_loads={} http_clients={}",
+                TOKENIZER_LOADS.load(Ordering::Relaxed),
+                HTTP_CLIENTS.load(Ordering::Relaxed)
+            );
+        }
+    }
+}

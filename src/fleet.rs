@@ -32,3 +32,47 @@ impl Snapshot {
         self.instances.iter().filter_map(|i| i.dph).sum()
     }
 }
+
+/// Interim observation until reconciliation lands: the demand probe only.
+pub fn observe(
+    _store: &mut crate::store::Store,
+    _config: &crate::config::Config,
+    _env: &crate::app::Env,
+    services: &crate::pass::Services,
+    clock: &dyn crate::clock::Clock,
+    _run_id: i64,
+) -> anyhow::Result<Snapshot> {
+    let mut s = Snapshot {
+        now: clock.now_ms(),
+        ..Default::default()
+    };
+    match &services.demand {
+        Some(p) => match p.probe() {
+            Ok(d) => s.demand = Some(d),
+            Err(e) => s.demand_error = Some(format!("{e:#}")),
+        },
+        None => s.demand_error = Some("no demand source configured".into()),
+    }
+    Ok(s)
+}
+
+impl Snapshot {
+    pub fn observation_line(&self, _config: &crate::config::Config) -> String {
+        match &self.demand {
+            Some(d) => format!(
+                "Demand: {}. Queue: PSProve {}p/{}r.",
+                if d.workers_dead() {
+                    "WORKERS DEAD"
+                } else {
+                    "ok"
+                },
+                d.pending,
+                d.running
+            ),
+            None => format!(
+                "Demand: probe failed ({}); holding the fleet.",
+                self.demand_error.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+}

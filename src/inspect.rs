@@ -132,6 +132,38 @@ pub struct Report {
     pub database: DatabaseView,
     pub units: Option<Value>,
     pub launch_keys_missing: Vec<&'static str>,
+    pub llm: LlmView,
+    pub operator_messages: Vec<OperatorView>,
+}
+
+/// The model's side: configuration, the last failure, and how our token estimate compares
+/// with what the provider reported.
+#[derive(Debug, Serialize)]
+pub struct LlmView {
+    pub provider: &'static str,
+    pub model: String,
+    pub encoding: String,
+    pub context_budget_tokens: u64,
+    pub effective_budget_tokens: u64,
+    pub last_call_at: Option<String>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+    /// Over the last 100 calls that reported usage.
+    pub calls_with_usage: i64,
+    pub prompt_tokens_estimated: i64,
+    pub prompt_tokens_reported: i64,
+    /// reported / estimated (below 1.0: the estimate over-counts, as intended).
+    pub reported_to_estimate_ratio: Option<f64>,
+    pub max_prompt_tokens_estimated: Option<i64>,
+}
+
+/// An operator message and the model's answer, if any came after it.
+#[derive(Debug, Serialize)]
+pub struct OperatorView {
+    pub run_id: Option<i64>,
+    pub at: String,
+    pub message: String,
+    pub answer: Option<String>,
 }
 
 pub fn build(
@@ -199,7 +231,63 @@ pub fn build(
         },
         units,
         launch_keys_missing: config.policy.missing_launch_keys(&config.vast),
+        llm: llm_view(store, config, &state)?,
+        operator_messages: operator_view(store, state.session_id)?,
     })
+}
+
+fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {
+    let (n, est, rep, max_est): (i64, Option<i64>, Option<i64>, Option<i64>) = store.conn.query_row(
+        "SELECT COUNT(*), SUM(prompt_tokens_est), SUM(prompt_tokens_reported), MAX(prompt_tokens_est)
+         FROM (SELECT prompt_tokens_est, prompt_tokens_reported FROM llm_calls
+               WHERE prompt_tokens_reported IS NOT NULL ORDER BY id DESC LIMIT 100)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let (est, rep) = (est.unwrap_or(0), rep.unwrap_or(0));
+    let encoding =
+        crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
+            .map(|e| e.name().to_string())
+            .unwrap_or_else(|e| e);
+    Ok(LlmView {
+        provider: match config.llm.provider {
+            crate::config::Provider::Openai => "openai",
+            crate::config::Provider::Rules => "rules",
+        },
+        model: config.llm.model.clone(),
+        encoding,
+        context_budget_tokens: config.llm.context_budget_tokens,
+        effective_budget_tokens: crate::agent::effective_budget(config),
+        last_call_at: state.last_llm_call_at.map(rfc3339),
+        last_error: state.last_llm_error.clone(),
+        last_error_at: state.last_llm_error_at.map(rfc3339),
+        calls_with_usage: n,
+        prompt_tokens_estimated: est,
+        prompt_tokens_reported: rep,
+        reported_to_estimate_ratio: (est > 0)
+            .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
+        max_prompt_tokens_estimated: max_est,
+    })
+}
+
+fn operator_view(store: &Store, session_id: i64) -> Result<Vec<OperatorView>> {
+    let mut stmt = store.conn.prepare(
+        "SELECT m.run_id, m.created_at, m.content,
+                (SELECT a.content FROM messages a WHERE a.session_id = m.session_id AND a.kind = 'answer'
+                   AND a.id > m.id ORDER BY a.id LIMIT 1)
+         FROM messages m WHERE m.session_id = ?1 AND m.kind = 'operator' ORDER BY m.id DESC LIMIT 5",
+    )?;
+    let rows = stmt
+        .query_map([session_id], |r| {
+            Ok(OperatorView {
+                run_id: r.get(0)?,
+                at: rfc3339(r.get(1)?),
+                message: r.get(2)?,
+                answer: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// The human-readable form of the report.
@@ -291,6 +379,43 @@ pub fn render_text(r: &Report) -> String {
     match &r.units {
         None => line("units       no systemd manager answered".into()),
         Some(u) => line(format!("units       {u}")),
+    }
+    line(format!(
+        "llm         {} {} ({}), budget {} tokens ({} after margin); last call {}{}",
+        r.llm.provider,
+        r.llm.model,
+        r.llm.encoding,
+        r.llm.context_budget_tokens,
+        r.llm.effective_budget_tokens,
+        r.llm.last_call_at.as_deref().unwrap_or("never"),
+        r.llm
+            .last_error
+            .as_ref()
+            .map(|e| format!(
+                "; LAST FAILURE at {}: {e}",
+                r.llm.last_error_at.as_deref().unwrap_or("?")
+            ))
+            .unwrap_or_default()
+    ));
+    if let Some(ratio) = r.llm.reported_to_estimate_ratio {
+        line(format!(
+            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}); largest prompt {}",
+            r.llm.prompt_tokens_reported,
+            r.llm.prompt_tokens_estimated,
+            r.llm.calls_with_usage,
+            r.llm.max_prompt_tokens_estimated.unwrap_or(0)
+        ));
+    }
+    for o in &r.operator_messages {
+        line(format!(
+            "operator    {} {} -> {}",
+            o.at,
+            crate::observation::quote(&o.message, 100),
+            o.answer
+                .as_deref()
+                .map(|a| crate::observation::quote(a, 200))
+                .unwrap_or_else(|| "(no answer yet)".into())
+        ));
     }
     if !r.launch_keys_missing.is_empty() {
         line(format!(

@@ -32,5 +32,6 @@ fn main() {
             error::exit_code(&e)
         }
     };
+    fleetagent::faults::stats::report();
     std::process::exit(code);
 }

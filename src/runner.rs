@@ -46,6 +46,7 @@ pub struct PassReport {
 
 pub struct RunEnv<'a> {
     pub config: &'a Config,
+    pub env: &'a crate::app::Env,
     pub state_dir: &'a Path,
     pub clock: Arc<dyn Clock>,
     pub doorbell: &'a dyn Doorbell,
@@ -114,6 +115,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
             break;
         }
     }
+    store.checkpoint();
     Ok(reports)
 }
 
@@ -128,6 +130,7 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
             "interrupted: the process ended before the pass finished",
             now,
         )?;
+        runs::mark_in_prompt(&tx, run.id)?;
         let ev = events::hand_back(&tx, run.id, None, "pass interrupted", now)?;
         let wk = wakes::hand_back(&tx, run.id, None, now)?;
         log::warn!(
@@ -203,6 +206,7 @@ fn begin_pass(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim
 fn finish_ok(store: &mut Store, run_id: i64, outcome: &runs::Outcome, now: Millis) -> Result<()> {
     let tx = store.immediate()?;
     runs::finish_ok(&tx, run_id, outcome, now)?;
+    runs::mark_in_prompt(&tx, run_id)?;
     session::record_run_finished(&tx, true, now)?;
     tx.commit()?;
     Ok(())
@@ -218,6 +222,7 @@ fn fail_pass(store: &mut Store, env: &RunEnv<'_>, run_id: i64, err: &anyhow::Err
     let result = (|| -> Result<String> {
         let tx = store.immediate()?;
         runs::finish_failed(&tx, run_id, &text, now)?;
+        runs::mark_in_prompt(&tx, run_id)?;
         let ev = events::hand_back(&tx, run_id, Some(not_before), &text, now)?;
         let wk = wakes::hand_back(&tx, run_id, Some(not_before), now)?;
         session::record_run_finished(&tx, false, now)?;

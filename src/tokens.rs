@@ -114,10 +114,16 @@ impl Tokenizer {
     }
 
     fn bpe(&self) -> &'static CoreBPE {
-        match self.encoding {
-            Encoding::O200kBase => tiktoken_rs::o200k_base_singleton(),
-            Encoding::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
-        }
+        static O200K: std::sync::OnceLock<&'static CoreBPE> = std::sync::OnceLock::new();
+        static CL100K: std::sync::OnceLock<&'static CoreBPE> = std::sync::OnceLock::new();
+        let (cell, load): (_, fn() -> &'static CoreBPE) = match self.encoding {
+            Encoding::O200kBase => (&O200K, tiktoken_rs::o200k_base_singleton),
+            Encoding::Cl100kBase => (&CL100K, tiktoken_rs::cl100k_base_singleton),
+        };
+        cell.get_or_init(|| {
+            crate::faults::stats::tokenizer_loaded();
+            load()
+        })
     }
 
     /// Tokens of plain text. Special-token markup such as `<|endoftext|>` in tool output counts

@@ -21,6 +21,7 @@ pub struct HttpProbe {
 impl HttpProbe {
     /// `timeout` bounds the whole request: connect, send, and reading the body.
     pub fn new(url: String, timeout: Duration) -> Self {
+        crate::faults::stats::http_client_built();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))

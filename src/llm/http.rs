@@ -73,6 +73,7 @@ impl HttpLlmClient {
         timeout: Duration,
         retry_budget: Duration,
     ) -> Self {
+        crate::faults::stats::http_client_built();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             // Error statuses carry the server's message and Retry-After: read them ourselves.
             .http_status_as_error(false)
@@ -176,14 +177,14 @@ impl LlmClient for HttpLlmClient {
             // Give up now rather than wait past the budget: a wait that ends at the budget
             // would leave no time for the attempt it waited for.
             if elapsed + duration_ms(wait) >= budget_ms {
-                log::warn!("LLM attempt {attempts} failed ({failure}); giving up, the retry budget is spent");
+                log::info!("LLM attempt {attempts} failed ({failure}); giving up, the retry budget is spent");
                 return Err(LlmError::GaveUp {
                     attempts,
                     elapsed_secs: (elapsed / 1000) as u64,
                     last: failure,
                 });
             }
-            log::warn!(
+            log::info!(
                 "LLM attempt {attempts} failed ({failure}); retrying in {:.1}s",
                 wait.as_secs_f64()
             );

@@ -20,6 +20,8 @@ pub struct Message {
     pub tool_calls: Option<String>,
     pub tool_call_id: Option<String>,
     pub tool_name: Option<String>,
+    pub gist: Option<String>,
+    pub gist_tokens: Option<i64>,
     pub event_id: Option<i64>,
     pub created_at: Millis,
 }
@@ -36,14 +38,16 @@ pub struct NewMessage<'a> {
     pub tool_calls: Option<&'a str>,
     pub tool_call_id: Option<&'a str>,
     pub tool_name: Option<&'a str>,
+    pub gist: Option<&'a str>,
+    pub gist_tokens: Option<i64>,
     pub event_id: Option<i64>,
 }
 
 pub fn insert(conn: &Connection, m: &NewMessage<'_>, now: Millis) -> Result<i64> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, tool_calls,
-                               tool_call_id, tool_name, event_id, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                               tool_call_id, tool_name, gist, gist_tokens, event_id, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?;
     stmt.execute(params![
         m.session_id,
@@ -55,6 +59,8 @@ pub fn insert(conn: &Connection, m: &NewMessage<'_>, now: Millis) -> Result<i64>
         m.tool_calls,
         m.tool_call_id,
         m.tool_name,
+        m.gist,
+        m.gist_tokens,
         m.event_id,
         now
     ])?;
@@ -62,7 +68,7 @@ pub fn insert(conn: &Connection, m: &NewMessage<'_>, now: Millis) -> Result<i64>
 }
 
 pub const COLS: &str = "id, session_id, run_id, role, kind, content, tokens, tool_calls,
-    tool_call_id, tool_name, event_id, created_at";
+    tool_call_id, tool_name, gist, gist_tokens, event_id, created_at";
 
 pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
     Ok(Message {
@@ -76,8 +82,10 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
         tool_calls: r.get(7)?,
         tool_call_id: r.get(8)?,
         tool_name: r.get(9)?,
-        event_id: r.get(10)?,
-        created_at: r.get(11)?,
+        gist: r.get(10)?,
+        gist_tokens: r.get(11)?,
+        event_id: r.get(12)?,
+        created_at: r.get(13)?,
     })
 }
 

@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod events;
+pub mod history;
 pub mod instances;
 pub mod messages;
 pub mod runs;
@@ -98,6 +99,14 @@ impl Store {
         self.conn.execute_batch(
             "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
         )?;
+        // Closing must not checkpoint: `trigger` runs on every state change, and the
+        // checkpoint-on-close fsyncs (tens of ms on a busy disk) would dominate it. The WAL is
+        // checkpointed by SQLite's auto-checkpoint and after each `run` instead. Commits stay
+        // durable against process crashes (WAL, synchronous=NORMAL).
+        self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )?;
         self.migrate(now)
     }
 
@@ -136,6 +145,16 @@ impl Store {
         Ok(self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
+    }
+
+    /// Fold the WAL back into the database (after a run; never on the `trigger` path).
+    pub fn checkpoint(&self) {
+        if let Err(e) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+        {
+            log::info!("checkpoint skipped: {e}");
+        }
     }
 
     /// `PRAGMA quick_check`: "ok" or the first problems found.

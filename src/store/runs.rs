@@ -159,3 +159,16 @@ pub fn last_ok(conn: &Connection) -> Result<Option<Run>> {
     let mut rows = stmt.query_map([], row)?;
     Ok(rows.next().transpose()?)
 }
+
+/// Mark a finished run for later prompts when it belongs there: an action run, a run with
+/// an operator message, or a failed run whose model had started calling tools.
+pub fn mark_in_prompt(conn: &Connection, run_id: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET in_prompt = 1 WHERE id = ?1 AND (
+             verdict = 'action'
+             OR EXISTS (SELECT 1 FROM messages WHERE run_id = ?1 AND kind = 'operator')
+             OR (status = 'failed' AND EXISTS (SELECT 1 FROM messages WHERE run_id = ?1 AND kind = 'tool_call')))",
+        params![run_id],
+    )?;
+    Ok(())
+}

@@ -143,6 +143,7 @@ impl HttpVastClient {
         clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> Self {
+        crate::faults::stats::http_client_built();
         let base_url = base_url.trim().trim_end_matches('/').to_string();
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -295,7 +296,7 @@ impl HttpVastClient {
                 Err(f) => {
                     let retry = !is_create || f.never_sent;
                     if retry && !last_attempt {
-                        log::warn!("vast.ai {route}: {}; retrying in {backoff:?}", f.text);
+                        log::info!("vast.ai {route}: {}; retrying in {backoff:?}", f.text);
                         self.sleep(backoff);
                         backoff *= 2;
                         attempt += 1;
@@ -338,7 +339,7 @@ impl HttpVastClient {
                         wait.as_secs_f64()
                     ))));
                 }
-                log::warn!("vast.ai {route}: HTTP 429, waiting {wait:?}");
+                log::info!("vast.ai {route}: HTTP 429, waiting {wait:?}");
                 self.sleep(wait);
                 backoff *= 2;
                 attempt += 1;
@@ -348,7 +349,7 @@ impl HttpVastClient {
                 let wait = retry_after_secs(answer.retry_after.as_deref())
                     .map_or(backoff, |r| r.max(backoff));
                 if wait <= MAX_WAIT {
-                    log::warn!(
+                    log::info!(
                         "vast.ai {route}: HTTP {}, retrying in {wait:?}",
                         answer.status
                     );

@@ -617,3 +617,19 @@ fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn trigger_never_loads_the_tokenizer_or_an_http_client() {
+    let f = Fleet::new().env("FLEETAGENT_TEST_STATS", "1");
+    let out = f.cmd(&["trigger", "-p", "1", "-r", "x"]).ok();
+    assert!(
+        out.stderr.contains("tokenizer_loads=0 http_clients=0"),
+        "{}",
+        out.stderr
+    );
+    let out = f.cmd(&["message", "hello"]).ok();
+    assert!(out.stderr.contains("tokenizer_loads=0 http_clients=0"));
+    // A run loads it, once per process however many passes it makes.
+    let out = f.cmd(&["run"]).ok();
+    assert!(out.stderr.contains("tokenizer_loads=1"), "{}", out.stderr);
+}

@@ -2,5 +2,6 @@
 mod backbone;
 mod demand;
 mod llm_client;
+mod mind;
 mod units;
 mod vast_client;

@@ -1,0 +1,340 @@
+//! Benchmarks that print figures and ratios (run through scripts/bench; never a timed test).
+//! Every comparison is measured in the same run, alternating, and reported as a median ratio,
+//! because the machines are shared and noisy.
+//!
+//!   bench trigger   `trigger` whole-process time against /bin/true
+//!   bench inspect   `inspect --json` on 1M messages / 100k runs against an empty database
+//!   bench assemble  prompt assembly with 1M stored messages against 1k
+//!   bench tokens    tokens per routine tick against a naive agent that sends the whole history
+//!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
+#![allow(clippy::disallowed_methods)]
+
+#[path = "../tests/common/fake_llm.rs"]
+#[allow(dead_code)]
+mod fake_llm;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fleetagent::context::{self, Fixed, Stored};
+use fleetagent::store::history::{to_stored, DbHistory};
+use fleetagent::store::{messages, OpenMode, Store};
+use rusqlite::params;
+
+fn bin() -> PathBuf {
+    std::env::var_os("FLEETAGENT_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/release/fleetagent"))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn fleet(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("--config")
+        .arg(dir.join("config.toml"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(args)
+        .env_remove("FLEETAGENT_CONFIG")
+        .env_remove("STATE_DIRECTORY");
+    c
+}
+
+fn run_ok(mut c: Command) {
+    let out = c.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        c,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn timed(mut c: Command) -> Duration {
+    let t = Instant::now();
+    let out = c.output().expect("spawn");
+    let d = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn new_state(config: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.toml"), config).unwrap();
+    run_ok(fleet(dir.path(), &["init"]));
+    dir
+}
+
+const CONFIG: &str = "[llm]\nprovider = \"rules\"\n";
+
+fn bench_trigger() {
+    let dir = new_state(CONFIG);
+    let n = 200;
+    let (mut t_true, mut t_trig) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        t_true.push(timed(Command::new("/bin/true")));
+        t_trig.push(timed(fleet(
+            dir.path(),
+            &["trigger", "-p", "1", "-r", &format!("bench {i}")],
+        )));
+    }
+    let (a, b) = (median(t_true), median(t_trig));
+    println!(
+        "trigger: median {:.2} ms vs /bin/true {:.2} ms over {n} alternating runs -> ratio {:.2}x (goal <= 4x)",
+        ms(b),
+        ms(a),
+        ms(b) / ms(a)
+    );
+}
+
+/// Fill a database: `runs` runs, `msgs_per_run` messages each, every `action_every`th run an
+/// action run (the rest no-action or skipped, which prompts leave out).
+fn seed(state: &Path, runs: i64, msgs_per_run: i64, action_every: i64) {
+    let mut store = Store::open(state, OpenMode::Existing, 0).unwrap();
+    let tx = store.immediate().unwrap();
+    {
+        let mut run = tx
+            .prepare(
+                "INSERT INTO runs (session_id, pid, pass, started_by, status, verdict, started_at,
+                                   finished_at, in_prompt, llm_calls, prompt_tokens_est)
+                 VALUES (1, 1, 1, 'tick', 'ok', ?1, ?2, ?2, ?3, 1, 5000)",
+            )
+            .unwrap();
+        let mut msg = tx
+            .prepare(
+                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, tool_calls,
+                                       tool_call_id, tool_name, gist, gist_tokens, created_at)
+                 VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )
+            .unwrap();
+        let mut call = tx
+            .prepare(
+                "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est,
+                                        prompt_tokens_reported, completion_tokens, latency_ms, attempts, outcome)
+                 VALUES (?1, ?2, 1, 20, 5000, 4800, 50, 900, 1, 'ok')",
+            )
+            .unwrap();
+        let body = "Demand: active=true. Queue: PSProve 4p/3r. Throughput: 40/h (1h), 10 (15m). Fleet: 3 running (120 p/h).";
+        let result = format!(
+            "{{\"offers\":[{}]}}",
+            "{\"id\":1,\"gpu\":\"RTX 4090\",\"dph\":0.4},".repeat(8)
+        );
+        for r in 1..=runs {
+            let action = r % action_every == 0;
+            let verdict = if action {
+                "action"
+            } else if r % 3 == 0 {
+                "no-action"
+            } else {
+                "skipped"
+            };
+            run.execute(params![verdict, r * 1000, action as i64])
+                .unwrap();
+            let run_id = tx.last_insert_rowid();
+            call.execute(params![run_id, r * 1000]).unwrap();
+            for k in 0..msgs_per_run {
+                let t = r * 1000 + k;
+                match k % 4 {
+                    0 => msg.execute(params![run_id, "user", "observation", body, 60, None::<String>, None::<String>, None::<String>, None::<String>, None::<i64>, t]),
+                    1 => msg.execute(params![run_id, "assistant", "tool_call", "", 40,
+                        Some(format!("[{{\"id\":\"c{run_id}_{k}\",\"name\":\"search_offers\",\"arguments\":\"{{}}\"}}]")),
+                        None::<String>, None::<String>, None::<String>, None::<i64>, t]),
+                    2 => msg.execute(params![run_id, "tool", "tool_result", result, 400, None::<String>,
+                        Some(format!("c{run_id}_{}", k - 1)), Some("search_offers"),
+                        Some("[compacted] search_offers: 8 offers"), Some(20), t]),
+                    _ => msg.execute(params![run_id, "assistant", "answer", "Nothing to do; demand is steady.", 20,
+                        None::<String>, None::<String>, None::<String>, None::<String>, None::<i64>, t]),
+                }
+                .unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+}
+
+fn bench_inspect() {
+    let empty = new_state(CONFIG);
+    let big = new_state(CONFIG);
+    let t = Instant::now();
+    seed(&big.path().join("state"), 100_000, 10, 10);
+    println!(
+        "inspect: seeded 100k runs and 1M messages in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        a.push(timed(fleet(empty.path(), &["inspect", "--json"])));
+        b.push(timed(fleet(big.path(), &["inspect", "--json"])));
+    }
+    let (a, b) = (median(a), median(b));
+    println!(
+        "inspect: median {:.2} ms on 1M messages / 100k runs vs {:.2} ms empty -> ratio {:.2}x (goal <= 2x)",
+        ms(b),
+        ms(a),
+        ms(b) / ms(a)
+    );
+}
+
+fn assemble_once(store: &Store, budget: u64) -> (Duration, usize) {
+    let current_run: i64 = store
+        .conn
+        .query_row("SELECT MAX(id) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    let t = Instant::now();
+    let current: Vec<Stored> = messages::of_run(&store.conn, current_run)
+        .unwrap()
+        .iter()
+        .map(to_stored)
+        .collect();
+    let fixed = Fixed {
+        system: "system",
+        system_tokens: 1500,
+        tools_tokens: 700,
+        current: &current,
+        interrupted_tokens: 12,
+    };
+    let mut source = DbHistory::new(&store.conn, 1, current_run);
+    let a = context::assemble(&fixed, &mut source, budget).unwrap();
+    (t.elapsed(), a.messages.len())
+}
+
+fn bench_assemble() {
+    let small = new_state(CONFIG);
+    let big = new_state(CONFIG);
+    // Both histories are larger than the budget, so both prompts are full: the comparison
+    // shows what the size of the stored history costs, not the size of the prompt.
+    seed(&small.path().join("state"), 100, 10, 1);
+    seed(&big.path().join("state"), 100_000, 10, 10);
+    let s = Store::open(&small.path().join("state"), OpenMode::Existing, 0).unwrap();
+    let b = Store::open(&big.path().join("state"), OpenMode::Existing, 0).unwrap();
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (mut na, mut nb) = (0, 0);
+    for _ in 0..200 {
+        let (d, n) = assemble_once(&s, 28_500);
+        ta.push(d);
+        na = n;
+        let (d, n) = assemble_once(&b, 28_500);
+        tb.push(d);
+        nb = n;
+    }
+    let (a, b) = (median(ta), median(tb));
+    println!(
+        "assemble: median {:.3} ms with 1M stored messages ({nb} in the prompt) vs {:.3} ms with 1k ({na} in the prompt) -> ratio {:.2}x (goal <= 1.3x)",
+        ms(b),
+        ms(a),
+        ms(b) / ms(a)
+    );
+}
+
+fn bench_tokenizer() {
+    use fleetagent::tokens::{Encoding, Tokenizer};
+    for enc in [Encoding::Cl100kBase, Encoding::O200kBase] {
+        let tk = Tokenizer::new(enc);
+        let t = Instant::now();
+        tk.count_text("warm up");
+        let first = t.elapsed();
+        let t = Instant::now();
+        tk.count_text("second");
+        let second = t.elapsed();
+        println!(
+            "tokenizer: {} first count (initialisation) {:.1} ms, next count {:.3} ms",
+            enc.name(),
+            ms(first),
+            ms(second)
+        );
+    }
+    println!(
+        "tokenizer: loads in this process: {} (one per encoding used)",
+        fleetagent::faults::stats::TOKENIZER_LOADS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// 100 routine ticks with the model answering "no action" and quiet_interval 0 (the model is
+/// asked every tick, our worst case); the naive agent sends every stored message every tick.
+fn bench_tokens() {
+    let llm = fake_llm::FakeLlm::start();
+    let config = format!(
+        "[llm]\nbase_url = \"{}\"\nquiet_interval_mins = 0\n[debounce]\np0_secs = 0\np1_secs = 0\np2_secs = 0\nmax_wait_secs = 1\n",
+        llm.base_url()
+    );
+    let dir = new_state(&config);
+    let ticks = 100;
+    for _ in 0..ticks {
+        let mut c = fleet(dir.path(), &["run"]);
+        c.env("FLEETAGENT_LLM_API_KEY", "sk-bench");
+        run_ok(c);
+    }
+    let store = Store::open(&dir.path().join("state"), OpenMode::Existing, 0).unwrap();
+    let ours: i64 = store
+        .conn
+        .query_row("SELECT SUM(prompt_tokens_est) FROM llm_calls", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let fixed: i64 = store
+        .conn
+        .query_row("SELECT MIN(prompt_tokens_est) FROM llm_calls", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    // The naive agent: at tick k it sends the fixed part plus every message stored before.
+    let per_run: Vec<i64> = {
+        let mut st = store
+            .conn
+            .prepare("SELECT SUM(tokens) FROM messages GROUP BY run_id ORDER BY run_id")
+            .unwrap();
+        let v = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<Vec<i64>, _>>()
+            .unwrap();
+        v
+    };
+    let mut naive = 0i64;
+    let mut history = 0i64;
+    for t in &per_run {
+        naive += fixed + history;
+        history += t;
+    }
+    println!(
+        "tokens: {ticks} routine ticks: {:.0} prompt tokens per tick (fleetagent) vs {:.0} (naive, whole history) -> ratio {:.3} ({:.1}x fewer); requests rejected: {}",
+        ours as f64 / ticks as f64,
+        naive as f64 / ticks as f64,
+        ours as f64 / naive as f64,
+        naive as f64 / ours as f64,
+        llm.rejected_count()
+    );
+}
+
+fn main() {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let all = which == "all";
+    if all || which == "trigger" {
+        bench_trigger();
+    }
+    if all || which == "tokenizer" {
+        bench_tokenizer();
+    }
+    if all || which == "assemble" {
+        bench_assemble();
+    }
+    if all || which == "inspect" {
+        bench_inspect();
+    }
+    if all || which == "tokens" {
+        bench_tokens();
+    }
+}

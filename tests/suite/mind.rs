@@ -1,0 +1,330 @@
+//! The mind end to end: the real binary against a strict fake OpenAI-compatible server.
+//! Retries and fallback, bad tool calls fed back, skipped quiet passes, no-action runs out of
+//! later prompts, operator messages answered.
+
+use serde_json::Value;
+
+use crate::common::fake_llm::{FakeLlm, Reply};
+use crate::common::fleet::Fleet;
+
+/// A fast config pointing the LLM at the fake.
+pub fn llm_config(base_url: &str, extra: &str) -> String {
+    format!(
+        r#"
+[run]
+deadline_secs = 120
+[debounce]
+p0_secs = 0
+p1_secs = 1
+p2_secs = 1
+max_wait_secs = 5
+[llm]
+base_url = "{base_url}"
+model = "gpt-4.1-mini"
+timeout_secs = 2
+{extra}
+"#
+    )
+}
+
+fn fleet_with(llm: &FakeLlm, extra: &str) -> Fleet {
+    let extra = if extra.contains("retry_budget_secs") {
+        extra.to_string()
+    } else {
+        format!("retry_budget_secs = 8\n{extra}")
+    };
+    let f = Fleet::with_config(&llm_config(&llm.base_url(), &extra))
+        .env("FLEETAGENT_LLM_API_KEY", "sk-test-mind-0123456789");
+    f.cmd(&["init"]).ok();
+    f
+}
+
+fn last_run(f: &Fleet) -> Value {
+    f.inspect()["runs"][0].clone()
+}
+
+fn messages_text(req: &Value) -> String {
+    req["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn transient_failures_are_retried_then_answered() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    let pairs = [
+        (Reply::rate_limited(1), Reply::server_error(500)),
+        (Reply::html(), Reply::truncated_json()),
+        (
+            Reply::error_in_body("upstream overloaded"),
+            Reply::EmptyChoices,
+        ),
+    ];
+    for (i, (a, b)) in pairs.into_iter().enumerate() {
+        llm.push(a);
+        llm.push(b);
+        llm.push(Reply::text(&format!("All quiet {i}; nothing to do.")));
+        f.cmd(&["trigger", "-p", "0", "-r", "check"]).ok();
+        let out = f.cmd(&["run"]).ok();
+        assert!(out.stdout.contains("no-action"), "{}", out.stdout);
+        assert_eq!(llm.request_count(), 3 * (i + 1));
+        let run = last_run(&f);
+        assert_eq!(run["decided_by"], "llm", "{run}");
+        assert_eq!(run["llm_calls"], 1);
+        let answer = f.cmd(&["history"]).ok().stdout;
+        assert!(answer.contains(&format!("All quiet {i}")), "{answer}");
+    }
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    let attempts: Vec<i64> = {
+        let db = f.db();
+        let mut st = db
+            .prepare("SELECT attempts FROM llm_calls ORDER BY id")
+            .unwrap();
+        let v = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        v
+    };
+    assert_eq!(attempts, vec![3, 3, 3]);
+}
+
+#[test]
+fn a_timeout_is_retried() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    llm.push(Reply::delayed(
+        std::time::Duration::from_secs(4),
+        Reply::text("late"),
+    ));
+    llm.push(Reply::text("on time"));
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(last_run(&f)["decided_by"], "llm");
+    assert!(f.cmd(&["history"]).ok().stdout.contains("on time"));
+}
+
+#[test]
+fn llm_down_falls_back_to_rules_and_doctor_says_so() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "retry_budget_secs = 3");
+    llm.set_default(Reply::server_error(503));
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["wakes", "add", "--in", "0s", "--reason", "w"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(out.stdout.contains("no-action"), "{}", out.stdout);
+    let run = last_run(&f);
+    assert_eq!(run["status"], "ok");
+    assert_eq!(run["decided_by"], "fallback-rules");
+    assert!(run["llm_error"].as_str().unwrap().contains("503"), "{run}");
+    let v = f.inspect();
+    assert_eq!(v["unconsumed_events"], 0, "the pass consumed its events");
+    assert_eq!(v["pending_wakes"], 0);
+    let doc = f.cmd(&["doctor"]).code(1);
+    assert!(doc.stdout.contains("the LLM failed"), "{}", doc.stdout);
+    let hist = f.cmd(&["history"]).ok().stdout;
+    assert!(hist.contains("Rules (the LLM was unusable"), "{hist}");
+}
+
+#[test]
+fn llm_down_without_fallback_fails_clearly_and_loses_nothing() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "retry_budget_secs = 3\nfallback = \"none\"");
+    llm.set_default(Reply::server_error(502));
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["wakes", "add", "--in", "0s", "--reason", "w"]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("fallback = \"none\""), "{}", out.stderr);
+    let v = f.inspect();
+    assert_eq!(v["unconsumed_events"], 1);
+    assert_eq!(v["deferred_events"], 1);
+    assert_eq!(v["pending_wakes"], 1);
+    assert_eq!(v["runs"][0]["status"], "failed");
+}
+
+#[test]
+fn a_rejected_request_is_not_retried() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "fallback = \"none\"");
+    llm.push(Reply::openai_error(
+        400,
+        "Invalid value for 'model'",
+        "invalid_request_error",
+        None,
+    ));
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr.contains("Invalid value for 'model'"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(llm.request_count(), 1);
+}
+
+#[test]
+fn bad_tool_calls_are_fed_back_as_errors() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    llm.push(Reply::tool_calls(&[
+        ("schedule_next_check", "{not json"),
+        ("teleport_instance", "{}"),
+        ("schedule_next_check", r#"{"minutes": 0, "reason": "x"}"#),
+        (
+            "schedule_next_check",
+            r#"{"minutes": "ten", "reason": "x"}"#,
+        ),
+        (
+            "schedule_next_check",
+            r#"{"minutes": 10, "reason": "x", "extra": 1}"#,
+        ),
+        (
+            "schedule_next_check",
+            r#"{"minutes": 10, "reason": "check loading"}"#,
+        ),
+    ]));
+    llm.push(Reply::text("Scheduled a check."));
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["run"]).ok();
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 2);
+    let tool_msgs: Vec<&Value> = reqs[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tool_msgs.len(), 6);
+    let contents: Vec<Value> = tool_msgs
+        .iter()
+        .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
+        .collect();
+    assert_eq!(contents[0]["error"], "invalid_args");
+    assert_eq!(contents[1]["error"], "unknown_tool");
+    assert_eq!(contents[2]["error"], "invalid_args");
+    assert_eq!(contents[3]["error"], "invalid_args");
+    assert_eq!(contents[4]["error"], "invalid_args");
+    assert_eq!(contents[5]["ok"], true);
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    assert_eq!(f.inspect()["pending_wakes"], 1);
+    // A schedule is not a fleet change.
+    assert_eq!(last_run(&f)["verdict"], "no-action");
+}
+
+#[test]
+fn quiet_passes_are_skipped_until_something_happens() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), 1, "the first pass asks the model");
+    for _ in 0..3 {
+        f.cmd(&["run"]).ok();
+    }
+    assert_eq!(llm.request_count(), 1, "nothing new: no calls");
+    let v = f.inspect();
+    for i in 0..3 {
+        assert_eq!(v["runs"][i]["verdict"], "skipped", "{}", v["runs"][i]);
+        assert_eq!(v["runs"][i]["llm_calls"], 0);
+    }
+    f.cmd(&["trigger", "-p", "2", "-r", "something changed"])
+        .ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), 2, "an event ends the skip");
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), 2);
+    f.cmd(&["wakes", "add", "--in", "0s", "--reason", "look again"])
+        .ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), 3, "a due wake ends the skip");
+}
+
+#[test]
+fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    f.cmd(&["trigger", "-p", "0", "-r", "first-marker-event"])
+        .ok();
+    f.cmd(&["run"]).ok();
+    f.cmd(&["message", "operator-question-marker: how is it going?"])
+        .ok();
+    llm.push(Reply::text("operator-answer-marker: all fine."));
+    f.cmd(&["run"]).ok();
+    f.cmd(&["trigger", "-p", "0", "-r", "third-marker-event"])
+        .ok();
+    f.cmd(&["run"]).ok();
+    let reqs = llm.requests();
+    assert_eq!(reqs.len(), 3);
+    let third = messages_text(&reqs[2]);
+    assert!(
+        !third.contains("first-marker-event"),
+        "a no-action run leaked: {third}"
+    );
+    assert!(third.contains("operator-question-marker"), "{third}");
+    assert!(third.contains("operator-answer-marker"), "{third}");
+    assert!(third.contains("third-marker-event"));
+    let ops = &f.inspect()["operator_messages"];
+    assert!(ops[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("operator-question-marker"));
+    assert!(ops[0]["answer"]
+        .as_str()
+        .unwrap()
+        .contains("operator-answer-marker"));
+    // The pinned state and the system prompt lead every request.
+    assert_eq!(reqs[2]["messages"][0]["role"], "system");
+    assert!(reqs[2]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Current state"));
+}
+
+#[test]
+fn reported_and_estimated_tokens_are_stored_side_by_side() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["run"]).ok();
+    let (est, rep): (i64, i64) = f
+        .db()
+        .query_row(
+            "SELECT prompt_tokens_est, prompt_tokens_reported FROM llm_calls",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(rep > 0);
+    assert!(
+        est as f64 >= rep as f64 * 0.98,
+        "estimate {est} under-counts {rep}"
+    );
+    let run = last_run(&f);
+    assert_eq!(run["prompt_tokens_est"], est);
+    assert_eq!(run["prompt_tokens_reported"], rep);
+    let ratio = f.inspect()["llm"]["reported_to_estimate_ratio"]
+        .as_f64()
+        .unwrap();
+    assert!(ratio > 0.5 && ratio <= 1.02, "{ratio}");
+}
+
+#[test]
+fn a_budget_too_small_for_the_minimal_prompt_fails_clearly() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "context_budget_tokens = 2000\nfallback = \"none\"");
+    let long = "please read this carefully ".repeat(290);
+    f.cmd(&["message", &long]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr.contains("minimal prompt needs"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(llm.request_count(), 0, "never sends an over-budget request");
+}
