@@ -388,6 +388,20 @@ fn trigger_runs_the_agent_through_the_path_unit() {
     );
     assert_eq!(states.units[units::SERVICE].result, "success", "{states:?}");
     assert!(states.problems().is_empty(), "{:?}", states.problems());
+    // The same through the binary: inspect --json reports each unit.
+    let report = t.inspect();
+    let units_json = &report["units"];
+    assert_eq!(
+        units_json[units::PATH_UNIT]["active_state"],
+        "active",
+        "{report}"
+    );
+    assert_eq!(units_json[units::SERVICE]["result"], "success", "{report}");
+    assert_eq!(
+        units_json[units::TIMER]["active_state"],
+        "active",
+        "{report}"
+    );
 }
 
 #[test]
@@ -477,7 +491,7 @@ fn a_ring_while_the_agent_is_exiting_still_gets_its_run() {
 }
 
 #[test]
-fn a_bad_config_does_not_spin_and_fails_no_trigger_unit() {
+fn a_bad_config_does_not_spin_and_leaves_no_unit_failed() {
     let t = Installed::new(5);
     let good = std::fs::read_to_string(&t.config).unwrap();
     std::fs::write(&t.config, format!("{good}\nsurprise = 1\n")).unwrap();
@@ -514,27 +528,31 @@ fn a_bad_config_does_not_spin_and_fails_no_trigger_unit() {
     );
     let service =
         t.sd.show(units::SERVICE, &["ActiveState", "Result", "ExecMainStatus"]);
-    // A config error is a failed run (exit 2, visible to `systemctl --failed` and monitoring),
-    // never a start limit: nothing stays failed once the config is fixed (below).
+    // A config error (exit 2, SuccessExitStatus=2) leaves no unit failed and no start limit;
+    // the journal and `doctor` (exit 2) name it.
     assert_eq!(
         (
             service["ActiveState"].as_str(),
             service["Result"].as_str(),
             service["ExecMainStatus"].as_str()
         ),
-        ("failed", "exit-code", "2"),
+        ("inactive", "success", "2"),
         "{service:?}"
     );
     let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
+    assert!(states.problems().is_empty(), "{states:?}");
+    t.assert_no_unit_failed();
+    let doc = t.fa(&["doctor"]);
     assert_eq!(
-        states.units[units::SERVICE].problem,
-        Some(units::Problem::Failed)
+        doc.status.code(),
+        Some(2),
+        "doctor reports the config error"
     );
-    assert_eq!(
-        states.units[units::SERVICE].fix.as_deref(),
-        Some("systemctl --user reset-failed fleetagent.service")
+    assert!(
+        text(&doc.stderr).contains("surprise"),
+        "{}",
+        text(&doc.stderr)
     );
-    assert_eq!(states.units[units::PATH_UNIT].problem, None, "{states:?}");
 
     // Fixing the config is all it takes: the next ring runs, and the unit is clean again.
     std::fs::write(&t.config, good).unwrap();
@@ -603,6 +621,16 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
     assert_eq!(path.fix.as_deref(), Some(fix));
     assert_eq!(states.units[units::SERVICE].problem, None, "{states:?}");
     assert_eq!(states.units[units::TIMER].problem, None, "{states:?}");
+    // doctor names the problem and the fix, with exit 1.
+    let doc = t.fa(&["doctor"]);
+    assert_eq!(doc.status.code(), Some(1));
+    let said = text(&doc.stdout);
+    assert!(
+        said.contains("fleetagent.path")
+            && said.contains("trigger-limit-hit")
+            && said.contains(fix),
+        "{said}"
+    );
 
     // The operator repairs the agent, then runs exactly the command that was named.
     std::fs::remove_dir_all(&dropin).unwrap();
