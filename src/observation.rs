@@ -117,6 +117,17 @@ pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
     ))
 }
 
+/// One line, at most `max` characters (an ellipsis marks a cut).
+pub fn clip(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,15 +191,4 @@ mod tests {
         let q = quote("a \"b\"", 50);
         assert_eq!(q, "\"a \\\"b\\\"\"");
     }
-}
-
-/// One line, at most `max` characters (an ellipsis marks a cut).
-pub fn clip(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
 }
