@@ -79,7 +79,14 @@ impl Tool for ScheduleNextCheck {
         }
         let now = ctx.clock.now_ms();
         let due = now + a.minutes * 60_000;
-        let id = wakes::add(&ctx.store.conn, due, &reason, "agent", Some(ctx.run_id), now)?;
+        let id = wakes::add(
+            &ctx.store.conn,
+            due,
+            &reason,
+            "agent",
+            Some(ctx.run_id),
+            now,
+        )?;
         Ok(ToolResult::ok(
             json!({"ok": true, "wake_id": id, "due_at": rfc3339(due)}),
             false,
