@@ -4,7 +4,9 @@ mod doctor;
 mod history;
 mod init;
 mod inspect;
+mod instances;
 mod message;
+mod poll;
 mod reset_session;
 mod run;
 mod trigger;
@@ -32,7 +34,9 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Wakes(c) => wakes::run(app, c),
         Command::History(a) => history::run(app, a),
         Command::Init(_) => init::run(app),
-        Command::Instances(_) | Command::Poll(_) | Command::Sim(_) | Command::Units(_) => {
+        Command::Instances(c) => instances::run(app, c),
+        Command::Poll(_) => poll::run(app),
+        Command::Sim(_) | Command::Units(_) => {
             anyhow::bail!("this command is not available in this build yet")
         }
     }
