@@ -726,7 +726,8 @@ impl Snapshot {
             .iter()
             .filter(|i| is_billing_state(&i.state))
             .filter_map(|i| i.dph)
-            .sum()
+            .sum::<f64>()
+            + 0.0
     }
 
     /// Instances that take a slot under `max_instances` (all but stopped ones).
@@ -1029,9 +1030,327 @@ impl Snapshot {
 
 /// `150`, `37.5`: whole numbers without decimals.
 pub fn num(x: f64) -> String {
+    // An empty f64 sum is -0.0; show it as 0.
+    let x = x + 0.0;
     if (x - x.round()).abs() < 0.05 {
         format!("{:.0}", x.round())
     } else {
         format!("{x:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = 1_800_000_000_000;
+    const MIN: Millis = 60_000;
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.vast.image = Some("img".into());
+        c.policy.max_dph_total = Some(10.0);
+        c.policy.max_instances = Some(20);
+        c.policy.target_proofs_per_hour = 500.0;
+        c.policy.proofs_per_hour_per_instance = 50.0;
+        c
+    }
+
+    fn row(label: &str, id: Option<i64>, state: &str, dph: f64) -> InstanceRow {
+        InstanceRow {
+            label: label.into(),
+            vast_id: id,
+            state: state.into(),
+            actual_status: None,
+            status_msg: None,
+            gpu_name: Some("RTX 4090".into()),
+            dph: Some(dph),
+            offer_id: None,
+            public_ip: None,
+            machine_name: None,
+            launched_run: None,
+            adopted: false,
+            created_at: NOW - 5 * MIN,
+            state_since: NOW - 5 * MIN,
+            last_seen_at: None,
+            gone_at: None,
+        }
+    }
+
+    fn inst(id: u64, label: &str, status: Option<&str>) -> Instance {
+        Instance {
+            id,
+            label: Some(label.into()),
+            actual_status: status.map(String::from),
+            gpu_name: Some("RTX 4090".into()),
+            dph_total: Some(0.4),
+            ..Default::default()
+        }
+    }
+
+    fn worker(name: &str, host: &str, running: u32) -> Worker {
+        Worker {
+            machine_name: name.into(),
+            host_and_port: host.into(),
+            running,
+            cordoned: false,
+        }
+    }
+
+    fn intent(id: i64, label: &str, at: Millis) -> Action {
+        Action {
+            id,
+            run_id: Some(1),
+            kind: "launch".into(),
+            outcome: "intent".into(),
+            actor: "llm".into(),
+            instance_id: None,
+            label: Some(label.into()),
+            offer_id: Some(77),
+            dph: Some(0.4),
+            emergency: false,
+            reason: None,
+            detail: None,
+            created_at: at,
+        }
+    }
+
+    fn input<'a>(
+        local: Vec<InstanceRow>,
+        intents: Vec<Action>,
+        listing: Option<&'a [Instance]>,
+        demand: Option<&'a Demand>,
+    ) -> ReconcileInput<'a> {
+        ReconcileInput {
+            local,
+            taken_labels: HashSet::new(),
+            intents,
+            listing,
+            demand,
+            prefix: "fleetagent",
+            now: NOW,
+        }
+    }
+
+    #[test]
+    fn design_example_line() {
+        let s = Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 59,
+                ..Default::default()
+            }),
+            instances: vec![
+                row("fleetagent-a", Some(1), LOADING, 0.45),
+                row("fleetagent-b", Some(2), LOADING, 0.44),
+                row("fleetagent-c", None, LAUNCHING, 0.44),
+            ],
+            window_launches: vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.observation_line(&config()),
+            "Demand: active=false, WORKERS DEAD. Queue: PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). \
+             Fleet: 0 running (0 p/h), 3 loading. Projected: 150 p/h. $1.33/h. Target: 500 p/h. \
+             Budget headroom: $8.67/h, 17 slots. Launch window: 3/3 used, emergency bypass ON."
+        );
+    }
+
+    #[test]
+    fn failed_probe_and_listing_said_plainly() {
+        let s = Snapshot {
+            now: NOW,
+            demand_error: Some("connection refused \"x\"\nnext".into()),
+            listing_error: Some(NO_VAST_KEY.into()),
+            window_launches: vec![NOW - 14 * MIN, NOW - MIN, NOW - MIN],
+            ..Default::default()
+        };
+        let line = s.observation_line(&Config::default());
+        assert!(
+            line.starts_with("Demand: UNKNOWN, the probe failed: \"connection refused \\\"x\\\" next\"; the fleet is held"),
+            "{line}"
+        );
+        assert!(line.contains("vast.ai listing failed: \"not_configured: no vast.ai API key\""), "{line}");
+        assert!(line.contains("Launches not configured: set vast.image, policy.max_dph_total, policy.max_instances."), "{line}");
+        assert!(line.ends_with("Launch window: 3/3 used, next slot in 60s."), "{line}");
+        assert!(!line.contains('\n'));
+    }
+
+    #[test]
+    fn lifecycle_over_statuses() {
+        let listing = vec![
+            inst(1, "fleetagent-null", None),
+            inst(2, "fleetagent-loading", Some("loading")),
+            inst(3, "fleetagent-running", Some("running")),
+            inst(4, "fleetagent-exited", Some("exited")),
+            inst(5, "fleetagent-offline", Some("offline")),
+            inst(6, "fleetagent-unknown", Some("unknown")),
+            inst(7, "fleetagent-proving", Some("running")),
+            inst(8, "fleetagent-byip", Some("running")),
+            inst(9, "someone-else", Some("running")),
+            inst(10, "fleetagent-weird", Some("scheduling")),
+        ];
+        let mut listing = listing;
+        listing[7].public_ip = Some(" 203.0.113.8 ".into());
+        let demand = Demand {
+            workers: vec![
+                worker("fleetagent-proving", "10.0.0.7:12300", 2),
+                worker("curio-host-8", "203.0.113.8:12300", 0),
+            ],
+            ..Default::default()
+        };
+        let local: Vec<InstanceRow> = listing
+            .iter()
+            .filter(|i| i.id != 9)
+            .map(|i| row(i.label.as_deref().unwrap(), Some(i.id as i64), LOADING, 0.4))
+            .collect();
+        let rec = reconcile(&input(local, vec![], Some(&listing), Some(&demand)), INTENT_GRACE_MS);
+        let state = |id: i64| {
+            rec.rows
+                .iter()
+                .find(|r| r.vast_id == Some(id))
+                .map(|r| r.state.clone())
+                .unwrap()
+        };
+        assert_eq!(state(1), LOADING);
+        assert_eq!(state(2), LOADING);
+        assert_eq!(state(3), BOOTED);
+        assert_eq!(state(4), DEAD);
+        assert_eq!(state(5), DEAD);
+        assert_eq!(state(6), DEAD);
+        assert_eq!(state(7), PROVING);
+        assert_eq!(state(8), REGISTERED, "matched by public IP");
+        assert_eq!(state(10), LOADING, "unknown status strings stay opaque");
+        assert_eq!(rec.foreign, vec![9]);
+        assert!(rec.rows.iter().all(|r| r.vast_id != Some(9)));
+        let by_ip = rec.rows.iter().find(|r| r.vast_id == Some(8)).unwrap();
+        assert_eq!(by_ip.machine_name.as_deref(), Some("curio-host-8"));
+        assert!(rec
+            .changes
+            .contains(&"instance 4 \"fleetagent-exited\": loading -> dead".to_string()));
+
+        let snap = Snapshot {
+            now: NOW,
+            instances: rec.rows.clone(),
+            ..Default::default()
+        };
+        let mut c = config();
+        c.policy.stuck_loading_mins = 4;
+        let flags: Vec<(i64, String)> = snap
+            .flagged(&c)
+            .into_iter()
+            .map(|f| (f.vast_id, f.why))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, "loading 5m".to_string()),
+                (2, "loading 5m".to_string()),
+                (4, "exited".to_string()),
+                (5, "offline".to_string()),
+                (10, "loading 5m".to_string()),
+            ]
+        );
+        c.policy.stuck_loading_mins = 30;
+        assert_eq!(snap.flagged(&c).len(), 2);
+    }
+
+    #[test]
+    fn ip_fallback_only_when_unambiguous() {
+        let mut a = inst(1, "fleetagent-a", Some("running"));
+        let mut b = inst(2, "fleetagent-b", Some("running"));
+        a.public_ip = Some("203.0.113.5".into());
+        b.public_ip = Some("203.0.113.5".into());
+        let workers = vec![worker("gpu-box", "203.0.113.5:12300", 0)];
+        assert!(match_workers(&[&a, &b], &workers).is_empty());
+        b.public_ip = Some("203.0.113.6".into());
+        assert_eq!(match_workers(&[&a, &b], &workers).get(&1), Some(&0));
+        // A name match wins over an IP match, and a worker matches once.
+        let workers = vec![worker("fleetagent-b", "203.0.113.5:12300", 1)];
+        let m = match_workers(&[&a, &b], &workers);
+        assert_eq!(m.get(&2), Some(&0));
+        assert!(!m.contains_key(&1));
+        assert_eq!(host_of("[::1]:12300"), "::1");
+    }
+
+    #[test]
+    fn adoption_intents_and_gone() {
+        let listing = vec![
+            inst(11, "fleetagent-r5-aaaa", Some("loading")),
+            inst(12, "fleetagent-stray", None),
+        ];
+        let local = vec![
+            row("fleetagent-r5-aaaa", None, LAUNCHING, 0.4),
+            row("fleetagent-old", Some(3), PROVING, 0.4),
+            row("fleetagent-r5-bbbb", None, LAUNCHING, 0.4),
+            row("fleetagent-r5-cccc", None, LAUNCHING, 0.4),
+        ];
+        let intents = vec![
+            intent(1, "fleetagent-r5-aaaa", NOW - MIN),
+            intent(2, "fleetagent-r5-bbbb", NOW - MIN),
+            intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS),
+        ];
+        let rec = reconcile(&input(local, intents, Some(&listing), None), INTENT_GRACE_MS);
+        let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
+        // The crash case: an open intent whose instance exists is recorded, not re-created.
+        let a = find("fleetagent-r5-aaaa").unwrap();
+        assert_eq!((a.vast_id, a.state.as_str(), a.adopted), (Some(11), LOADING, false));
+        assert!(rec.settle.contains(&(1, "ok", Some(11), "seen in the listing as instance 11".into())));
+        // Ours by label, never recorded: adopted.
+        let stray = find("fleetagent-stray").unwrap();
+        assert!(stray.adopted);
+        assert_eq!(stray.vast_id, Some(12));
+        // Listed no more: gone.
+        let old = find("fleetagent-old").unwrap();
+        assert_eq!(old.state, GONE);
+        assert_eq!(old.gone_at, Some(NOW));
+        // Young intent kept, old one failed and its row dropped.
+        assert_eq!(find("fleetagent-r5-bbbb").unwrap().state, LAUNCHING);
+        assert!(find("fleetagent-r5-cccc").is_none());
+        assert_eq!(rec.deleted, vec!["fleetagent-r5-cccc".to_string()]);
+        assert!(rec.settle.iter().any(|s| s.0 == 3 && s.1 == "failed"));
+        assert_eq!(rec.changes.len(), 4, "{:?}", rec.changes);
+        assert!(rec.changes.iter().any(|c| c.contains("adopted")));
+    }
+
+    #[test]
+    fn failed_listing_keeps_the_table() {
+        let local = vec![row("fleetagent-x", Some(3), PROVING, 0.4)];
+        let intents = vec![intent(1, "fleetagent-y", NOW - 3 * INTENT_GRACE_MS)];
+        let rec = reconcile(&input(local.clone(), intents, None, None), INTENT_GRACE_MS);
+        assert_eq!(rec.rows, local);
+        assert!(rec.settle.is_empty() && rec.changes.is_empty() && rec.deleted.is_empty());
+    }
+
+    #[test]
+    fn duplicate_labels_both_kept() {
+        let listing = vec![
+            inst(1, "fleetagent-dup", Some("running")),
+            inst(2, "fleetagent-dup", Some("running")),
+        ];
+        let rec = reconcile(&input(vec![], vec![], Some(&listing), None), INTENT_GRACE_MS);
+        let labels: Vec<&str> = rec.rows.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, vec!["fleetagent-dup", "fleetagent-dup~2"]);
+    }
+
+    #[test]
+    fn spend_counts_hours_alive_today() {
+        let day = NOW - NOW.rem_euclid(DAY_MS);
+        let mut a = row("a", Some(1), PROVING, 1.0);
+        a.created_at = day - 5 * 60 * MIN; // yesterday: only today's part counts
+        let mut b = row("b", Some(2), GONE, 2.0);
+        b.created_at = day;
+        b.gone_at = Some(day + 30 * MIN);
+        let now = day + 2 * 60 * MIN;
+        let spent = spend_since(&[a, b], day, now);
+        assert!((spent - 3.0).abs() < 1e-9, "{spent}");
+    }
+
+    #[test]
+    fn ours_by_prefix_and_dash() {
+        assert!(is_ours(Some("fleetagent-r1-abc"), "fleetagent"));
+        assert!(!is_ours(Some("fleetagent2-x"), "fleetagent"));
+        assert!(!is_ours(Some("fleetagent-"), "fleetagent"));
+        assert!(!is_ours(None, "fleetagent"));
     }
 }
