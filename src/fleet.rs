@@ -1170,9 +1170,15 @@ mod tests {
             line.starts_with("Demand: UNKNOWN, the probe failed: \"connection refused \\\"x\\\" next\"; the fleet is held"),
             "{line}"
         );
-        assert!(line.contains("vast.ai listing failed: \"not_configured: no vast.ai API key\""), "{line}");
+        assert!(
+            line.contains("vast.ai listing failed: \"not_configured: no vast.ai API key\""),
+            "{line}"
+        );
         assert!(line.contains("Launches not configured: set vast.image, policy.max_dph_total, policy.max_instances."), "{line}");
-        assert!(line.ends_with("Launch window: 3/3 used, next slot in 60s."), "{line}");
+        assert!(
+            line.ends_with("Launch window: 3/3 used, next slot in 60s."),
+            "{line}"
+        );
         assert!(!line.contains('\n'));
     }
 
@@ -1204,7 +1210,10 @@ mod tests {
             .filter(|i| i.id != 9)
             .map(|i| row(i.label.as_deref().unwrap(), Some(i.id as i64), LOADING, 0.4))
             .collect();
-        let rec = reconcile(&input(local, vec![], Some(&listing), Some(&demand)), INTENT_GRACE_MS);
+        let rec = reconcile(
+            &input(local, vec![], Some(&listing), Some(&demand)),
+            INTENT_GRACE_MS,
+        );
         let state = |id: i64| {
             rec.rows
                 .iter()
@@ -1290,12 +1299,23 @@ mod tests {
             intent(2, "fleetagent-r5-bbbb", NOW - MIN),
             intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS),
         ];
-        let rec = reconcile(&input(local, intents, Some(&listing), None), INTENT_GRACE_MS);
+        let rec = reconcile(
+            &input(local, intents, Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
         let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
         // The crash case: an open intent whose instance exists is recorded, not re-created.
         let a = find("fleetagent-r5-aaaa").unwrap();
-        assert_eq!((a.vast_id, a.state.as_str(), a.adopted), (Some(11), LOADING, false));
-        assert!(rec.settle.contains(&(1, "ok", Some(11), "seen in the listing as instance 11".into())));
+        assert_eq!(
+            (a.vast_id, a.state.as_str(), a.adopted),
+            (Some(11), LOADING, false)
+        );
+        assert!(rec.settle.contains(&(
+            1,
+            "ok",
+            Some(11),
+            "seen in the listing as instance 11".into()
+        )));
         // Ours by label, never recorded: adopted.
         let stray = find("fleetagent-stray").unwrap();
         assert!(stray.adopted);
@@ -1328,7 +1348,10 @@ mod tests {
             inst(1, "fleetagent-dup", Some("running")),
             inst(2, "fleetagent-dup", Some("running")),
         ];
-        let rec = reconcile(&input(vec![], vec![], Some(&listing), None), INTENT_GRACE_MS);
+        let rec = reconcile(
+            &input(vec![], vec![], Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
         let labels: Vec<&str> = rec.rows.iter().map(|r| r.label.as_str()).collect();
         assert_eq!(labels, vec!["fleetagent-dup", "fleetagent-dup~2"]);
     }
