@@ -738,6 +738,32 @@ impl Snapshot {
             .count() as u32
     }
 
+    /// $/h left under `policy.max_dph_total` (None while it is unset).
+    pub fn headroom_dph(&self, config: &Config) -> Option<f64> {
+        config
+            .policy
+            .max_dph_total
+            .map(|max| (max - self.fleet_dph()).max(0.0))
+    }
+
+    /// Instances left under `policy.max_instances` (None while it is unset).
+    pub fn headroom_slots(&self, config: &Config) -> Option<u32> {
+        config
+            .policy
+            .max_instances
+            .map(|max| max.saturating_sub(self.billing_count()))
+    }
+
+    /// The launch window as the guardrails see it now.
+    pub fn window(&self, config: &Config) -> crate::guardrails::WindowState {
+        crate::guardrails::window_state(
+            &self.window_launches,
+            self.now,
+            &config.policy,
+            self.workers_dead(),
+        )
+    }
+
     /// Ours that bill and earn nothing, with why.
     pub fn flagged(&self, config: &Config) -> Vec<Flag> {
         let stuck_ms = config.policy.stuck_loading_mins as i64 * 60_000;
@@ -915,13 +941,10 @@ impl Snapshot {
 
         let missing = config.policy.missing_launch_keys(&config.vast);
         if missing.is_empty() {
-            let dph = config.policy.max_dph_total.unwrap_or(0.0) - self.fleet_dph();
-            let slots =
-                config.policy.max_instances.unwrap_or(0) as i64 - self.billing_count() as i64;
             let mut b = format!(
                 "Budget headroom: ${:.2}/h, {} slots",
-                dph.max(0.0),
-                slots.max(0)
+                self.headroom_dph(config).unwrap_or(0.0),
+                self.headroom_slots(config).unwrap_or(0)
             );
             if let Some(max) = config.policy.daily_spend_max {
                 b.push_str(&format!(
@@ -937,12 +960,7 @@ impl Snapshot {
             ));
         }
 
-        let w = crate::guardrails::window_state(
-            &self.window_launches,
-            self.now,
-            &config.policy,
-            self.workers_dead(),
-        );
+        let w = self.window(config);
         let mut lw = format!(
             "Launch window: {}/{} used",
             w.used, config.policy.launch_window_max
