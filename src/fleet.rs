@@ -465,8 +465,25 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         };
         let slot = by_id.or_else(by_label);
         let worker = matched.get(&inst.id).map(|&i| &workers[i]);
-        let state = classify(inst.actual_status.as_deref(), worker);
+        let mut state = classify(inst.actual_status.as_deref(), worker);
         let intent = intents_by_label.get(label.as_str()).copied();
+        // Without a demand reading Curio's side is unknown, not empty: a running instance
+        // that was registered or proving stays so (no false "worker lost" events).
+        let kept_curio = match slot.and_then(|i| local[i].as_ref()) {
+            Some(prev)
+                if input.demand.is_none()
+                    && state == BOOTED
+                    && matches!(&prev.state[..], REGISTERED | PROVING) =>
+            {
+                state = if prev.state == PROVING {
+                    PROVING
+                } else {
+                    REGISTERED
+                };
+                Some(prev.machine_name.clone())
+            }
+            _ => None,
+        };
 
         let mut created_here = false;
         let mut row = match slot.and_then(|i| local[i].take()) {
@@ -515,7 +532,10 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
         row.dph = inst.dph_total.or(row.dph);
         row.public_ip = inst.public_ip.clone();
-        row.machine_name = worker.map(|w| w.machine_name.clone());
+        row.machine_name = match kept_curio {
+            Some(name) => name,
+            None => worker.map(|w| w.machine_name.clone()),
+        };
         row.last_seen_at = Some(now);
         row.gone_at = None;
         if row.state != state {
@@ -1349,6 +1369,26 @@ mod tests {
         assert!(rec.settle.iter().any(|s| s.0 == 3 && s.1 == "failed"));
         assert_eq!(rec.changes.len(), 4, "{:?}", rec.changes);
         assert!(rec.changes.iter().any(|c| c.contains("adopted")));
+    }
+
+    #[test]
+    fn failed_probe_keeps_curio_states() {
+        let listing = vec![
+            inst(1, "fleetagent-p", Some("running")),
+            inst(2, "fleetagent-e", Some("exited")),
+        ];
+        let mut p = row("fleetagent-p", Some(1), PROVING, 0.4);
+        p.machine_name = Some("fleetagent-p".into());
+        let e = row("fleetagent-e", Some(2), REGISTERED, 0.4);
+        let rec = reconcile(
+            &input(vec![p, e], vec![], Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        assert_eq!(rec.rows[0].state, PROVING);
+        assert_eq!(rec.rows[0].machine_name.as_deref(), Some("fleetagent-p"));
+        // vast.ai's own word still counts.
+        assert_eq!(rec.rows[1].state, DEAD);
+        assert_eq!(rec.changes.len(), 1, "{:?}", rec.changes);
     }
 
     #[test]

@@ -155,6 +155,10 @@ pub fn window_state(
     };
     let used = inside.len() as u32;
     let retry_after_secs = (used >= limit).then(|| {
+        if limit == 0 {
+            // A window that allows nothing: no slot ever frees; say one window length.
+            return (window_ms / 1000).max(1) as u64;
+        }
         // One slot frees when the launch at index used - limit ages out of the window.
         let t = inside
             .get((used - limit) as usize)

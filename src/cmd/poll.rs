@@ -120,9 +120,10 @@ pub fn run(app: &App) -> Result<()> {
         .map(|d| d.workers.clone())
         .unwrap_or_default();
     let cur = PollState {
-        // Without a demand reading the Curio side is unknown: classify only when both read.
-        instances: match (&listing, &demand) {
-            (Some(l), Some(_)) => Some(instance_states(l, &workers, &config.vast.label_prefix)),
+        // A failed probe leaves Curio's side unknown: classify only with a reading, or
+        // when no demand source is configured at all (then nothing is ever "live").
+        instances: match (&listing, demand.is_some() || services.demand.is_none()) {
+            (Some(l), true) => Some(instance_states(l, &workers, &config.vast.label_prefix)),
             _ => None,
         },
         workers_dead: demand.as_ref().map(|d| d.workers_dead()),
