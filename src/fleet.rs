@@ -77,6 +77,9 @@ pub struct Snapshot {
     pub window_launches: Vec<Millis>,
     /// Estimated spend of our instances since 00:00 UTC, in dollars (see [`spend_since`]).
     pub spent_today: f64,
+    /// The pass streaks after this reading (advanced once per run by [`observe`]; the
+    /// stored ones, unadvanced, in [`view`]).
+    pub streaks: crate::store::session::Streaks,
     /// Offers matching `[vast.offers]` found by a launch earlier in this pass (rented ones
     /// removed), so several launches cost one search (vast.ai allows 10 a minute).
     pub offers: Option<Vec<crate::vast::Offer>>,
@@ -130,6 +133,8 @@ pub fn observe(
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
+    // Once per run; `assemble` reads them back into the snapshot.
+    crate::rules::advance_streaks(&tx, run_id, demand.as_ref())?;
     let snapshot = assemble(
         &tx,
         config,
@@ -260,6 +265,7 @@ fn assemble(
         changes: rec.changes,
         window_launches,
         spent_today,
+        streaks: crate::store::session::streaks(conn)?.0,
         offers: None,
     })
 }

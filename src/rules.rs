@@ -1,7 +1,9 @@
 //! The rules policy: a plain autoscaler that decides a pass without the LLM
 //! (`llm.provider = "rules"`), or only launches when the LLM is unusable
-//! (`llm.fallback = "rules"`). Pure: from the snapshot, the config and the pass streaks it
-//! returns tool calls, which the pass executes through the same registry and guardrails.
+//! (`llm.fallback = "rules"`). [`decide`] is pure: from the snapshot (with this pass's
+//! streaks), the config and the low-demand streak it returns tool calls, which the pass
+//! executes through the same registry and guardrails. The streaks are advanced once per run
+//! by `fleet::observe` ([`advance_streaks`]).
 //!
 //! Decisions, in order:
 //! - demand unknown (failed probe): no launches, no stops of working instances. Flagged ones
@@ -25,6 +27,7 @@ use rusqlite::Connection;
 use serde_json::{json, Value};
 
 use crate::config::Config;
+use crate::demand::Demand;
 use crate::fleet::{rate_of, Snapshot, LAUNCHING, LOADING, REGISTERED};
 use crate::guardrails::window_state;
 use crate::store::session::{self, Streaks};
@@ -48,33 +51,33 @@ pub enum Mode {
 
 /// One tool call the rules want, with why (the why is also the call's `reason`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub struct PlannedCall {
     pub tool: &'static str,
-    pub args: Value,
+    pub arguments: Value,
     pub why: String,
 }
 
-impl Call {
-    fn launch(why: String) -> Call {
-        Call {
+impl PlannedCall {
+    fn launch(why: String) -> PlannedCall {
+        PlannedCall {
             tool: "launch_instance",
-            args: json!({ "reason": why }),
+            arguments: json!({ "reason": why }),
             why,
         }
     }
 
-    fn stop(instance_id: i64, why: String) -> Call {
-        Call {
+    fn stop(instance_id: i64, why: String) -> PlannedCall {
+        PlannedCall {
             tool: "stop_instance",
-            args: json!({ "instance_id": instance_id, "reason": why }),
+            arguments: json!({ "instance_id": instance_id, "reason": why }),
             why,
         }
     }
 }
 
-/// The streaks after this pass's reading; a failed probe leaves them as they were.
-pub fn next_streaks(prev: Streaks, snapshot: &Snapshot) -> Streaks {
-    let Some(d) = &snapshot.demand else {
+/// The streaks after a reading; a failed probe (`None`) leaves them as they were.
+pub fn next_streaks(prev: Streaks, demand: Option<&Demand>) -> Streaks {
+    let Some(d) = demand else {
         return prev;
     };
     let low = !d.workers_dead() && d.pending <= LOW_PENDING_MAX && d.idle_workers() > 0;
@@ -85,12 +88,27 @@ pub fn next_streaks(prev: Streaks, snapshot: &Snapshot) -> Streaks {
     }
 }
 
-/// Read, advance and store the streaks (`agent_state.low_demand_passes`, `backlog_passes`).
-/// The pass calls this once, after `fleet::observe` and before [`decide`].
-pub fn update_streaks(conn: &Connection, snapshot: &Snapshot) -> Result<Streaks> {
-    let next = next_streaks(session::streaks(conn)?, snapshot);
-    session::set_streaks(conn, next)?;
+/// Advance and store the streaks (`agent_state.low_demand_passes`, `backlog_passes`) for
+/// run `run_id`, at most once per run: a second call in the same run returns them unchanged.
+/// `fleet::observe` calls it every pass, LLM passes included, so the streaks are current
+/// whenever the rules decide.
+pub fn advance_streaks(conn: &Connection, run_id: i64, demand: Option<&Demand>) -> Result<Streaks> {
+    let (prev, last_run) = session::streaks(conn)?;
+    if last_run == Some(run_id) {
+        return Ok(prev);
+    }
+    let next = next_streaks(prev, demand);
+    session::set_streaks(conn, next, run_id)?;
     Ok(next)
+}
+
+/// The low-demand streak of this pass, for [`decide`]. Idempotent per run: `fleet::observe`
+/// has already advanced the streaks, so this only advances them if it did not.
+pub fn update_low_demand(conn: &Connection, snapshot: &Snapshot) -> Result<u32> {
+    if snapshot.run_id <= 0 {
+        return Ok(snapshot.streaks.low_demand_passes);
+    }
+    Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
 }
 
 /// Proofs/h assumed for an instance not launched yet: the best rate among the configured
@@ -109,13 +127,24 @@ pub fn new_instance_rate(config: &Config) -> f64 {
         .unwrap_or(config.policy.proofs_per_hour_per_instance)
 }
 
-/// The calls the rules make this pass.
-pub fn decide(snapshot: &Snapshot, config: &Config, streaks: Streaks, mode: Mode) -> Vec<Call> {
+/// The calls the rules make this pass. `low_demand_passes` is the low-demand streak
+/// including this pass ([`update_low_demand`]); the backlog streak comes from
+/// `snapshot.streaks`.
+pub fn decide(
+    snapshot: &Snapshot,
+    config: &Config,
+    low_demand_passes: u32,
+    mode: Mode,
+) -> Vec<PlannedCall> {
+    let streaks = Streaks {
+        low_demand_passes,
+        backlog_passes: snapshot.streaks.backlog_passes,
+    };
     let mut calls = Vec::new();
     let flagged = snapshot.flagged(config);
     if mode == Mode::Full && snapshot.listing_error.is_none() {
         for f in &flagged {
-            calls.push(Call::stop(
+            calls.push(PlannedCall::stop(
                 f.vast_id,
                 format!(
                     "rules: instance {} is {}: it bills and earns nothing",
@@ -203,7 +232,10 @@ pub fn decide(snapshot: &Snapshot, config: &Config, streaks: Streaks, mode: Mode
             n = n.max(1);
         }
         for i in 0..n {
-            calls.push(Call::launch(format!("{why} (launch {} of {n})", i + 1)));
+            calls.push(PlannedCall::launch(format!(
+                "{why} (launch {} of {n})",
+                i + 1
+            )));
         }
     }
 
@@ -227,7 +259,7 @@ pub fn decide(snapshot: &Snapshot, config: &Config, streaks: Streaks, mode: Mode
             .filter_map(|r| Some((r.vast_id?, r.dph.unwrap_or(0.0) / rate_of(r, config))))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         if let Some((id, _)) = idle {
-            calls.push(Call::stop(
+            calls.push(PlannedCall::stop(
                 id,
                 format!(
                     "rules: demand low for {} passes (pending {}, {} idle workers): stopping idle surplus",
@@ -306,15 +338,22 @@ mod tests {
         }
     }
 
-    fn launches(calls: &[Call]) -> usize {
+    /// decide() with these streaks in the snapshot, as a pass would have them.
+    fn decide_with(s: &Snapshot, c: &Config, st: Streaks, mode: Mode) -> Vec<PlannedCall> {
+        let mut s = s.clone();
+        s.streaks = st;
+        decide(&s, c, st.low_demand_passes, mode)
+    }
+
+    fn launches(calls: &[PlannedCall]) -> usize {
         calls.iter().filter(|c| c.tool == "launch_instance").count()
     }
 
-    fn stops(calls: &[Call]) -> Vec<i64> {
+    fn stops(calls: &[PlannedCall]) -> Vec<i64> {
         calls
             .iter()
             .filter(|c| c.tool == "stop_instance")
-            .map(|c| c.args["instance_id"].as_i64().unwrap())
+            .map(|c| c.arguments["instance_id"].as_i64().unwrap())
             .collect()
     }
 
@@ -330,7 +369,7 @@ mod tests {
             (1..=3).map(|i| row(i, LOADING, None, 0.44)).collect(),
         );
         s.window_launches = vec![NOW - 600_000, NOW - 300_000, NOW - 60_000];
-        let calls = decide(&s, &config(), Streaks::default(), Mode::LaunchOnly);
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly);
         // need 500 - 150 = 350 p/h = 7 instances, but the emergency window has 3 left.
         assert_eq!(launches(&calls), 3);
         assert!(calls[0].why.contains("WORKERS DEAD"), "{}", calls[0].why);
@@ -338,7 +377,7 @@ mod tests {
         // With the emergency window used up it still asks once (the refusal is recorded).
         s.window_launches.extend([NOW, NOW, NOW]);
         assert_eq!(
-            launches(&decide(&s, &config(), Streaks::default(), Mode::Full)),
+            launches(&decide_with(&s, &config(), Streaks::default(), Mode::Full)),
             1
         );
     }
@@ -349,10 +388,10 @@ mod tests {
         exited.actual_status = Some("exited".into());
         let mut s = snap(None, vec![exited, row(2, BOOTED, None, 0.4)]);
         s.demand_error = Some("connection refused".into());
-        let calls = decide(&s, &config(), Streaks::default(), Mode::Full);
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::Full);
         assert_eq!(launches(&calls), 0);
         assert_eq!(stops(&calls), vec![9]);
-        assert!(decide(&s, &config(), Streaks::default(), Mode::LaunchOnly).is_empty());
+        assert!(decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly).is_empty());
     }
 
     #[test]
@@ -372,9 +411,9 @@ mod tests {
                 .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
                 .collect(),
         );
-        let streaks = next_streaks(Streaks::default(), &s);
+        let streaks = next_streaks(Streaks::default(), s.demand.as_ref());
         assert_eq!(streaks, Streaks::default());
-        assert!(decide(&s, &config(), streaks, Mode::Full).is_empty());
+        assert!(decide_with(&s, &config(), streaks, Mode::Full).is_empty());
     }
 
     #[test]
@@ -394,24 +433,24 @@ mod tests {
                 .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
                 .collect(),
         );
-        let first = next_streaks(Streaks::default(), &s);
+        let first = next_streaks(Streaks::default(), s.demand.as_ref());
         assert_eq!(first.backlog_passes, 1);
-        assert_eq!(launches(&decide(&s, &config(), first, Mode::Full)), 0);
-        let second = next_streaks(first, &s);
+        assert_eq!(launches(&decide_with(&s, &config(), first, Mode::Full)), 0);
+        let second = next_streaks(first, s.demand.as_ref());
         // target 500, projected 4 x 50 = 200: 6 more wanted, the window allows 3.
-        assert_eq!(launches(&decide(&s, &config(), second, Mode::Full)), 3);
+        assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 3);
         // Something of ours still loading: wait for it.
         let mut loading = s.clone();
         loading.instances.push(row(9, LOADING, None, 0.4));
         assert_eq!(
-            launches(&decide(&loading, &config(), second, Mode::Full)),
+            launches(&decide_with(&loading, &config(), second, Mode::Full)),
             0
         );
         // At target throughput: no scale-up.
         let mut at_target = s.clone();
         at_target.demand.as_mut().unwrap().completed_1h = 520;
         assert_eq!(
-            launches(&decide(&at_target, &config(), second, Mode::Full)),
+            launches(&decide_with(&at_target, &config(), second, Mode::Full)),
             0
         );
     }
@@ -439,8 +478,8 @@ mod tests {
         );
         let mut st = Streaks::default();
         for pass in 1..=LOW_DEMAND_PASSES {
-            st = next_streaks(st, &s);
-            let calls = decide(&s, &config(), st, Mode::Full);
+            st = next_streaks(st, s.demand.as_ref());
+            let calls = decide_with(&s, &config(), st, Mode::Full);
             if pass < LOW_DEMAND_PASSES {
                 assert!(stops(&calls).is_empty(), "pass {pass}");
             } else {
@@ -448,19 +487,19 @@ mod tests {
                 assert_eq!(stops(&calls), vec![3]);
             }
         }
-        assert!(stops(&decide(&s, &config(), st, Mode::LaunchOnly)).is_empty());
+        assert!(stops(&decide_with(&s, &config(), st, Mode::LaunchOnly)).is_empty());
         // A failed probe neither counts nor resets.
         let unknown = snap(None, vec![]);
-        assert_eq!(next_streaks(st, &unknown), st);
+        assert_eq!(next_streaks(st, unknown.demand.as_ref()), st);
     }
 
     #[test]
     fn seed_when_target_and_nothing_alive() {
         let s = snap(Some(Demand::default()), vec![]);
-        let calls = decide(&s, &config(), Streaks::default(), Mode::LaunchOnly);
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly);
         assert_eq!(launches(&calls), 1);
         let mut no_target = config();
         no_target.policy.target_proofs_per_hour = 0.0;
-        assert!(decide(&s, &no_target, Streaks::default(), Mode::Full).is_empty());
+        assert!(decide_with(&s, &no_target, Streaks::default(), Mode::Full).is_empty());
     }
 }

@@ -898,7 +898,7 @@ fn failed_probe_and_failed_listing_hold_the_fleet() {
     assert!(line.contains("Demand: UNKNOWN"), "{line}");
     assert!(line.contains("the fleet is held"), "{line}");
     assert!(!line.contains("0p/"), "never zeros: {line}");
-    let calls = rules::decide(&snap, &rig.config, Default::default(), Mode::Full);
+    let calls = rules::decide(&snap, &rig.config, 0, Mode::Full);
     assert!(calls.is_empty(), "{calls:?}");
 }
 
@@ -1027,8 +1027,8 @@ fn fallback_rules_handle_the_incident_with_the_llm_down() {
         rig.earlier_launch(&format!("fleetagent-r0-early{i}"), ago * MIN);
     }
     let mut snap = rig.pass();
-    let streaks = rules::update_streaks(&rig.store.conn, &snap).unwrap();
-    let calls = rules::decide(&snap, &rig.config, streaks, Mode::LaunchOnly);
+    let low = rules::update_low_demand(&rig.store.conn, &snap).unwrap();
+    let calls = rules::decide(&snap, &rig.config, low, Mode::LaunchOnly);
     assert_eq!(calls.len(), 3);
     for (i, c) in calls.iter().enumerate() {
         let mut ctx = ToolCtx {
@@ -1043,7 +1043,7 @@ fn fallback_rules_handle_the_incident_with_the_llm_down() {
             call_id: format!("rules-{i}"),
         };
         let r = tools::registry()
-            .call(&mut ctx, c.tool, &c.args.to_string())
+            .call(&mut ctx, c.tool, &c.arguments.to_string())
             .unwrap();
         assert_eq!(code(&r), None, "{:?}", r.content);
     }
@@ -1071,18 +1071,23 @@ fn rules_streaks_persist_across_passes() {
     let mut rig = Rig::new(BASE, probe.clone());
     rig.fake.add_instance("fleetagent-a");
     let snap = rig.pass();
-    let s1 = rules::update_streaks(&rig.store.conn, &snap).unwrap();
-    assert!(rules::decide(&snap, &rig.config, s1, Mode::Full).is_empty());
+    assert_eq!(snap.streaks.backlog_passes, 1, "observe advanced it");
+    // Calling the update again in the same run does not advance it twice.
+    for _ in 0..3 {
+        assert_eq!(rules::update_low_demand(&rig.store.conn, &snap).unwrap(), 0);
+    }
+    assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
+    assert!(rules::decide(&snap, &rig.config, 0, Mode::Full).is_empty());
     let snap = rig.pass();
-    let s2 = rules::update_streaks(&rig.store.conn, &snap).unwrap();
-    assert_eq!(s2.backlog_passes, 2);
-    let calls = rules::decide(&snap, &rig.config, s2, Mode::Full);
+    assert_eq!(snap.streaks.backlog_passes, 2);
+    let low = rules::update_low_demand(&rig.store.conn, &snap).unwrap();
+    let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
     assert_eq!(
         calls.len(),
         3,
         "toward the target, within the window: {calls:?}"
     );
-    assert_eq!(session::streaks(&rig.store.conn).unwrap(), s2);
+    assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
 }
 
 // ---- 6b. poll, with the real binary ----
