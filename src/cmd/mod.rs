@@ -4,7 +4,9 @@ mod doctor;
 mod history;
 mod init;
 mod inspect;
+mod instances;
 mod message;
+mod poll;
 mod reset_session;
 mod run;
 mod trigger;
@@ -34,7 +36,9 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::History(a) => history::run(app, a),
         Command::Init(_) => init::run(app),
         Command::Units(c) => units::run(app, c),
-        Command::Instances(_) | Command::Poll(_) | Command::Sim(_) => {
+        Command::Instances(c) => instances::run(app, c),
+        Command::Poll(_) => poll::run(app),
+        Command::Sim(_) => {
             anyhow::bail!("this command is not available in this build yet")
         }
     }

@@ -1,6 +1,7 @@
 //! Test modules, one per capability.
 mod backbone;
 mod demand;
+mod hands;
 mod llm_client;
 mod mind;
 mod units;
