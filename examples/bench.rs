@@ -100,8 +100,9 @@ fn bench_trigger() {
     );
 }
 
-/// Fill a database: `runs` runs, `msgs_per_run` messages each, every 10th run an action run.
-fn seed(state: &Path, runs: i64, msgs_per_run: i64) {
+/// Fill a database: `runs` runs, `msgs_per_run` messages each, every `action_every`th run an
+/// action run (the rest no-action or skipped, which prompts leave out).
+fn seed(state: &Path, runs: i64, msgs_per_run: i64, action_every: i64) {
     let mut store = Store::open(state, OpenMode::Existing, 0).unwrap();
     let tx = store.immediate().unwrap();
     {
@@ -132,7 +133,7 @@ fn seed(state: &Path, runs: i64, msgs_per_run: i64) {
             "{\"id\":1,\"gpu\":\"RTX 4090\",\"dph\":0.4},".repeat(8)
         );
         for r in 1..=runs {
-            let action = r % 10 == 0;
+            let action = r % action_every == 0;
             let verdict = if action {
                 "action"
             } else if r % 3 == 0 {
@@ -168,7 +169,7 @@ fn bench_inspect() {
     let empty = new_state(CONFIG);
     let big = new_state(CONFIG);
     let t = Instant::now();
-    seed(&big.path().join("state"), 100_000, 10);
+    seed(&big.path().join("state"), 100_000, 10, 10);
     println!(
         "inspect: seeded 100k runs and 1M messages in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -213,8 +214,10 @@ fn assemble_once(store: &Store, budget: u64) -> (Duration, usize) {
 fn bench_assemble() {
     let small = new_state(CONFIG);
     let big = new_state(CONFIG);
-    seed(&small.path().join("state"), 100, 10);
-    seed(&big.path().join("state"), 100_000, 10);
+    // Both histories are larger than the budget, so both prompts are full: the comparison
+    // shows what the size of the stored history costs, not the size of the prompt.
+    seed(&small.path().join("state"), 100, 10, 1);
+    seed(&big.path().join("state"), 100_000, 10, 10);
     let s = Store::open(&small.path().join("state"), OpenMode::Existing, 0).unwrap();
     let b = Store::open(&big.path().join("state"), OpenMode::Existing, 0).unwrap();
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
@@ -264,7 +267,7 @@ fn bench_tokenizer() {
 fn bench_tokens() {
     let llm = fake_llm::FakeLlm::start();
     let config = format!(
-        "[llm]\nbase_url = \"{}\"\nquiet_interval_mins = 0\n[debounce]\np2_secs = 0\nmax_wait_secs = 1\n",
+        "[llm]\nbase_url = \"{}\"\nquiet_interval_mins = 0\n[debounce]\np0_secs = 0\np1_secs = 0\np2_secs = 0\nmax_wait_secs = 1\n",
         llm.base_url()
     );
     let dir = new_state(&config);

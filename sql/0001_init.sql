@@ -20,7 +20,9 @@ CREATE TABLE agent_state (
     last_fleet           TEXT,     -- JSON: the fleet summary of the last pass
     poll_snapshot        TEXT,     -- JSON: what the last `poll` saw
     poll_at              INTEGER,
-    low_demand_passes    INTEGER NOT NULL DEFAULT 0   -- consecutive passes with idle workers and no backlog
+    low_demand_passes    INTEGER NOT NULL DEFAULT 0,  -- consecutive passes with idle workers and no backlog
+    backlog_passes       INTEGER NOT NULL DEFAULT 0,  -- consecutive passes with a backlog and every live worker busy
+    streaks_run          INTEGER                      -- the run that last advanced the two streaks
 );
 
 -- One row per pass. The AUTOINCREMENT key is the run id: never reset, never reused.

@@ -36,7 +36,7 @@ pub fn execute(store: &mut Store, env: &RunEnv<'_>, claim: &Claim) -> Result<run
     let now = clock.now_ms();
 
     let mut lines = vec![snapshot.observation_line(config)];
-    lines.extend(snapshot.changes.iter().cloned());
+    lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(observation::events_line(&claim.events));
     lines.extend(observation::wakes_line(&claim.wakes, now));
     lines.push(format!(

@@ -1,26 +1,505 @@
-//! Interim rules policy: no calls until the real one lands.
+//! The rules policy: a plain autoscaler that decides a pass without the LLM
+//! (`llm.provider = "rules"`), or only launches when the LLM is unusable
+//! (`llm.fallback = "rules"`). [`decide`] is pure: from the snapshot (with this pass's
+//! streaks), the config and the low-demand streak it returns tool calls, which the pass
+//! executes through the same registry and guardrails. The streaks are advanced once per run
+//! by `fleet::observe` ([`advance_streaks`]).
+//!
+//! Decisions, in order:
+//! - demand unknown (failed probe): no launches, no stops of working instances. Flagged ones
+//!   (exited/offline/stuck loading, known from vast.ai, not from Curio) are still destroyed
+//!   in Full mode. A failed probe usually means HarmonyDB is unreachable, and a worker could
+//!   not reach it either; launching blind would pay for instances that cannot work. WORKERS
+//!   DEAD cannot be known then, so it does not trigger an emergency.
+//! - WORKERS DEAD: always asks for launches, enough to reach max(target, the queued proofs as
+//!   one hour of work) counting the instances already coming, at least one.
+//! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
+//!   throughput under target and nothing of ours still loading: launch toward the target
+//!   (one at a time without a target).
+//! - a target with no live worker, nothing of ours coming and nothing queued: one seed
+//!   instance, since Curio asks the market for work only while a ProofShare node lives.
+//! - Full mode only: destroy flagged instances; after 3 passes in a row of low demand
+//!   (pending <= 1 with idle live workers), stop one idle instance of ours per pass (the
+//!   dearest per proof), never the last live worker.
 
-use serde_json::Value;
+use anyhow::Result;
+use rusqlite::Connection;
+use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::fleet::Snapshot;
+use crate::demand::Demand;
+use crate::fleet::{rate_of, Snapshot, LAUNCHING, LOADING, REGISTERED};
+use crate::guardrails::window_state;
+use crate::store::session::{self, Streaks};
+
+/// Pending proofs that, with every live worker busy, mean the market offers more than we take.
+pub const BACKLOG_MIN: u32 = 5;
+/// Passes in a row the backlog must persist before scaling up.
+pub const BACKLOG_PASSES: u32 = 2;
+/// Pending at or below this with idle live workers is low demand.
+pub const LOW_PENDING_MAX: u32 = 1;
+/// Passes in a row of low demand before idle surplus is stopped.
+pub const LOW_DEMAND_PASSES: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// `provider = "rules"`: launches and stops.
     Full,
+    /// The LLM fallback: launches only, never stops or destroys.
     LaunchOnly,
 }
 
+/// One tool call the rules want, with why (the why is also the call's `reason`).
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlannedCall {
     pub tool: &'static str,
     pub arguments: Value,
     pub why: String,
 }
 
-pub fn update_low_demand(_conn: &rusqlite::Connection, _s: &Snapshot) -> anyhow::Result<u32> {
-    Ok(0)
+impl PlannedCall {
+    fn launch(why: String) -> PlannedCall {
+        PlannedCall {
+            tool: "launch_instance",
+            arguments: json!({ "reason": why }),
+            why,
+        }
+    }
+
+    fn stop(instance_id: i64, why: String) -> PlannedCall {
+        PlannedCall {
+            tool: "stop_instance",
+            arguments: json!({ "instance_id": instance_id, "reason": why }),
+            why,
+        }
+    }
 }
 
-pub fn decide(_s: &Snapshot, _c: &Config, _low: u32, _mode: Mode) -> Vec<PlannedCall> {
-    Vec::new()
+/// The streaks after a reading; a failed probe (`None`) leaves them as they were.
+pub fn next_streaks(prev: Streaks, demand: Option<&Demand>) -> Streaks {
+    let Some(d) = demand else {
+        return prev;
+    };
+    let low = !d.workers_dead() && d.pending <= LOW_PENDING_MAX && d.idle_workers() > 0;
+    let backlog = d.pending >= BACKLOG_MIN && d.live_workers() > 0 && d.idle_workers() == 0;
+    Streaks {
+        low_demand_passes: if low { prev.low_demand_passes + 1 } else { 0 },
+        backlog_passes: if backlog { prev.backlog_passes + 1 } else { 0 },
+    }
+}
+
+/// Advance and store the streaks (`agent_state.low_demand_passes`, `backlog_passes`) for
+/// run `run_id`, at most once per run: a second call in the same run returns them unchanged.
+/// `fleet::observe` calls it every pass, LLM passes included, so the streaks are current
+/// whenever the rules decide.
+pub fn advance_streaks(conn: &Connection, run_id: i64, demand: Option<&Demand>) -> Result<Streaks> {
+    let (prev, last_run) = session::streaks(conn)?;
+    if last_run == Some(run_id) {
+        return Ok(prev);
+    }
+    let next = next_streaks(prev, demand);
+    session::set_streaks(conn, next, run_id)?;
+    Ok(next)
+}
+
+/// The low-demand streak of this pass, for [`decide`]. Idempotent per run: `fleet::observe`
+/// has already advanced the streaks, so this only advances them if it did not.
+pub fn update_low_demand(conn: &Connection, snapshot: &Snapshot) -> Result<u32> {
+    if snapshot.run_id <= 0 {
+        return Ok(snapshot.streaks.low_demand_passes);
+    }
+    Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
+}
+
+/// Proofs/h assumed for an instance not launched yet: the best rate among the configured
+/// GPUs (the default rate when none are configured). Optimistic on purpose: too few
+/// launches are corrected next pass, too many cost money until the surplus rule removes them.
+pub fn new_instance_rate(config: &Config) -> f64 {
+    config
+        .vast
+        .offers
+        .gpu_names
+        .iter()
+        .map(|g| config.policy.rate_for(&g.replace('_', " ")))
+        .fold(None, |best: Option<f64>, r| {
+            Some(best.map_or(r, |b| b.max(r)))
+        })
+        .unwrap_or(config.policy.proofs_per_hour_per_instance)
+}
+
+/// The calls the rules make this pass. `low_demand_passes` is the low-demand streak
+/// including this pass ([`update_low_demand`]); the backlog streak comes from
+/// `snapshot.streaks`.
+pub fn decide(
+    snapshot: &Snapshot,
+    config: &Config,
+    low_demand_passes: u32,
+    mode: Mode,
+) -> Vec<PlannedCall> {
+    let streaks = Streaks {
+        low_demand_passes,
+        backlog_passes: snapshot.streaks.backlog_passes,
+    };
+    let mut calls = Vec::new();
+    let flagged = snapshot.flagged(config);
+    if mode == Mode::Full && snapshot.listing_error.is_none() {
+        for f in &flagged {
+            calls.push(PlannedCall::stop(
+                f.vast_id,
+                format!(
+                    "rules: instance {} is {}: it bills and earns nothing",
+                    f.vast_id, f.why
+                ),
+            ));
+        }
+    }
+    let Some(d) = &snapshot.demand else {
+        return calls;
+    };
+
+    let target = config.policy.target_proofs_per_hour;
+    let rate = new_instance_rate(config).max(1e-6);
+    let projected = snapshot.projected_pph(config);
+    let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
+    let coming = snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING))
+        .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
+        .count();
+    let queued = d.pending + d.running_stale + d.ps_waiting.unwrap_or(0);
+
+    let (wanted, why) = if d.workers_dead() {
+        let need = target.max(queued as f64);
+        let n = ((need - projected) / rate).ceil().max(1.0) as u32;
+        (
+            n.min(config.policy.emergency_launch_max.max(1)),
+            format!(
+                "rules: WORKERS DEAD: {queued} proofs queued and no live worker; {} p/h coming",
+                crate::fleet::num(projected)
+            ),
+        )
+    } else if streaks.backlog_passes >= BACKLOG_PASSES
+        && d.pending >= BACKLOG_MIN
+        && d.live_workers() > 0
+        && d.idle_workers() == 0
+        && (target <= 0.0 || (d.completed_1h as f64) < target)
+        && coming == 0
+    {
+        let n = if target > 0.0 {
+            if projected >= target {
+                0
+            } else {
+                ((target - projected) / rate).ceil().max(1.0) as u32
+            }
+        } else {
+            1
+        };
+        (
+            n.min(config.policy.launch_window_max.max(1)),
+            format!(
+                "rules: backlog of {} pending for {} passes with every live worker busy; {}/h done",
+                d.pending, streaks.backlog_passes, d.completed_1h
+            ),
+        )
+    } else if target > 0.0 && d.live_workers() == 0 && projected <= 0.0 && queued == 0 {
+        (
+            1,
+            "rules: a target is set and no worker lives: one instance so Curio can ask the market for work"
+                .to_string(),
+        )
+    } else {
+        (0, String::new())
+    };
+
+    if wanted > 0 {
+        // Never ask for more than the window and the slots allow; but an emergency always
+        // asks at least once, so a refusal is on record if it cannot be served.
+        let w = window_state(
+            &snapshot.window_launches,
+            snapshot.now,
+            &config.policy,
+            snapshot.workers_dead(),
+        );
+        let window_left = w.limit.saturating_sub(w.used);
+        let slots_left = config
+            .policy
+            .max_instances
+            .unwrap_or(0)
+            .saturating_sub(snapshot.billing_count());
+        let mut n = wanted.min(window_left).min(slots_left);
+        if d.workers_dead() {
+            n = n.max(1);
+        }
+        for i in 0..n {
+            calls.push(PlannedCall::launch(format!(
+                "{why} (launch {} of {n})",
+                i + 1
+            )));
+        }
+    }
+
+    if mode == Mode::Full
+        && streaks.low_demand_passes >= LOW_DEMAND_PASSES
+        && !d.workers_dead()
+        && d.pending <= LOW_PENDING_MAX
+        && d.live_workers() > 1
+    {
+        let idle = snapshot
+            .instances
+            .iter()
+            .filter(|r| r.state == REGISTERED)
+            .filter(|r| {
+                r.machine_name.as_ref().is_some_and(|m| {
+                    d.workers
+                        .iter()
+                        .any(|w| &w.machine_name == m && w.running == 0 && !w.cordoned)
+                })
+            })
+            .filter_map(|r| Some((r.vast_id?, r.dph.unwrap_or(0.0) / rate_of(r, config))))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((id, _)) = idle {
+            calls.push(PlannedCall::stop(
+                id,
+                format!(
+                    "rules: demand low for {} passes (pending {}, {} idle workers): stopping idle surplus",
+                    streaks.low_demand_passes,
+                    d.pending,
+                    d.idle_workers()
+                ),
+            ));
+        }
+    }
+    calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demand::{Demand, Worker};
+    use crate::fleet::{BOOTED, PROVING};
+    use crate::store::instances::InstanceRow;
+
+    const NOW: i64 = 1_000_000_000;
+
+    fn config() -> Config {
+        let mut c = Config::default();
+        c.vast.image = Some("img".into());
+        c.policy.max_dph_total = Some(10.0);
+        c.policy.max_instances = Some(20);
+        c.policy.target_proofs_per_hour = 500.0;
+        c.policy.proofs_per_hour_per_instance = 50.0;
+        c
+    }
+
+    fn row(id: i64, state: &str, machine: Option<&str>, dph: f64) -> InstanceRow {
+        InstanceRow {
+            label: format!("fleetagent-{id}"),
+            vast_id: Some(id),
+            state: state.into(),
+            actual_status: Some(
+                if state == LOADING {
+                    "loading"
+                } else {
+                    "running"
+                }
+                .into(),
+            ),
+            status_msg: None,
+            gpu_name: Some("RTX 4090".into()),
+            dph: Some(dph),
+            offer_id: None,
+            public_ip: None,
+            machine_name: machine.map(String::from),
+            launched_run: None,
+            adopted: false,
+            created_at: NOW - 60_000,
+            state_since: NOW - 60_000,
+            last_seen_at: Some(NOW),
+            gone_at: None,
+        }
+    }
+
+    fn worker(name: &str, running: u32) -> Worker {
+        Worker {
+            machine_name: name.into(),
+            host_and_port: "10.0.0.1:12300".into(),
+            running,
+            cordoned: false,
+        }
+    }
+
+    fn snap(demand: Option<Demand>, instances: Vec<InstanceRow>) -> Snapshot {
+        Snapshot {
+            now: NOW,
+            demand,
+            instances,
+            ..Default::default()
+        }
+    }
+
+    /// decide() with these streaks in the snapshot, as a pass would have them.
+    fn decide_with(s: &Snapshot, c: &Config, st: Streaks, mode: Mode) -> Vec<PlannedCall> {
+        let mut s = s.clone();
+        s.streaks = st;
+        decide(&s, c, st.low_demand_passes, mode)
+    }
+
+    fn launches(calls: &[PlannedCall]) -> usize {
+        calls.iter().filter(|c| c.tool == "launch_instance").count()
+    }
+
+    fn stops(calls: &[PlannedCall]) -> Vec<i64> {
+        calls
+            .iter()
+            .filter(|c| c.tool == "stop_instance")
+            .map(|c| c.arguments["instance_id"].as_i64().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn incident_asks_for_launches_even_as_fallback() {
+        // 59p/0r, no live worker, 3 of ours loading (150 p/h coming), 3 launches in the window.
+        let d = Demand {
+            pending: 59,
+            ..Default::default()
+        };
+        let mut s = snap(
+            Some(d),
+            (1..=3).map(|i| row(i, LOADING, None, 0.44)).collect(),
+        );
+        s.window_launches = vec![NOW - 600_000, NOW - 300_000, NOW - 60_000];
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly);
+        // need 500 - 150 = 350 p/h = 7 instances, but the emergency window has 3 left.
+        assert_eq!(launches(&calls), 3);
+        assert!(calls[0].why.contains("WORKERS DEAD"), "{}", calls[0].why);
+        assert!(stops(&calls).is_empty());
+        // With the emergency window used up it still asks once (the refusal is recorded).
+        s.window_launches.extend([NOW, NOW, NOW]);
+        assert_eq!(
+            launches(&decide_with(&s, &config(), Streaks::default(), Mode::Full)),
+            1
+        );
+    }
+
+    #[test]
+    fn failed_probe_holds_but_cleans_flagged() {
+        let mut exited = row(9, "dead", None, 0.4);
+        exited.actual_status = Some("exited".into());
+        let mut s = snap(None, vec![exited, row(2, BOOTED, None, 0.4)]);
+        s.demand_error = Some("connection refused".into());
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::Full);
+        assert_eq!(launches(&calls), 0);
+        assert_eq!(stops(&calls), vec![9]);
+        assert!(decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly).is_empty());
+    }
+
+    #[test]
+    fn steady_state_does_nothing() {
+        let d = Demand {
+            pending: 2,
+            running: 4,
+            completed_1h: 180,
+            workers: (1..=4)
+                .map(|i| worker(&format!("fleetagent-{i}"), 1))
+                .collect(),
+            ..Default::default()
+        };
+        let s = snap(
+            Some(d.clone()),
+            (1..=4)
+                .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+                .collect(),
+        );
+        let streaks = next_streaks(Streaks::default(), s.demand.as_ref());
+        assert_eq!(streaks, Streaks::default());
+        assert!(decide_with(&s, &config(), streaks, Mode::Full).is_empty());
+    }
+
+    #[test]
+    fn spike_scales_up_after_two_passes_toward_target() {
+        let d = Demand {
+            pending: 7,
+            running: 4,
+            completed_1h: 190,
+            workers: (1..=4)
+                .map(|i| worker(&format!("fleetagent-{i}"), 1))
+                .collect(),
+            ..Default::default()
+        };
+        let s = snap(
+            Some(d),
+            (1..=4)
+                .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+                .collect(),
+        );
+        let first = next_streaks(Streaks::default(), s.demand.as_ref());
+        assert_eq!(first.backlog_passes, 1);
+        assert_eq!(launches(&decide_with(&s, &config(), first, Mode::Full)), 0);
+        let second = next_streaks(first, s.demand.as_ref());
+        // target 500, projected 4 x 50 = 200: 6 more wanted, the window allows 3.
+        assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 3);
+        // Something of ours still loading: wait for it.
+        let mut loading = s.clone();
+        loading.instances.push(row(9, LOADING, None, 0.4));
+        assert_eq!(
+            launches(&decide_with(&loading, &config(), second, Mode::Full)),
+            0
+        );
+        // At target throughput: no scale-up.
+        let mut at_target = s.clone();
+        at_target.demand.as_mut().unwrap().completed_1h = 520;
+        assert_eq!(
+            launches(&decide_with(&at_target, &config(), second, Mode::Full)),
+            0
+        );
+    }
+
+    #[test]
+    fn idle_surplus_stopped_only_after_several_low_passes_and_never_in_fallback() {
+        let d = Demand {
+            pending: 0,
+            running: 1,
+            completed_1h: 20,
+            workers: vec![
+                worker("fleetagent-1", 1),
+                worker("fleetagent-2", 0),
+                worker("fleetagent-3", 0),
+            ],
+            ..Default::default()
+        };
+        let s = snap(
+            Some(d),
+            vec![
+                row(1, PROVING, Some("fleetagent-1"), 0.4),
+                row(2, REGISTERED, Some("fleetagent-2"), 0.4),
+                row(3, REGISTERED, Some("fleetagent-3"), 0.6),
+            ],
+        );
+        let mut st = Streaks::default();
+        for pass in 1..=LOW_DEMAND_PASSES {
+            st = next_streaks(st, s.demand.as_ref());
+            let calls = decide_with(&s, &config(), st, Mode::Full);
+            if pass < LOW_DEMAND_PASSES {
+                assert!(stops(&calls).is_empty(), "pass {pass}");
+            } else {
+                // The dearest idle one goes, one per pass.
+                assert_eq!(stops(&calls), vec![3]);
+            }
+        }
+        assert!(stops(&decide_with(&s, &config(), st, Mode::LaunchOnly)).is_empty());
+        // A failed probe neither counts nor resets.
+        let unknown = snap(None, vec![]);
+        assert_eq!(next_streaks(st, unknown.demand.as_ref()), st);
+    }
+
+    #[test]
+    fn seed_when_target_and_nothing_alive() {
+        let s = snap(Some(Demand::default()), vec![]);
+        let calls = decide_with(&s, &config(), Streaks::default(), Mode::LaunchOnly);
+        assert_eq!(launches(&calls), 1);
+        let mut no_target = config();
+        no_target.policy.target_proofs_per_hour = 0.0;
+        assert!(decide_with(&s, &no_target, Streaks::default(), Mode::Full).is_empty());
+    }
 }

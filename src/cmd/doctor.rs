@@ -8,7 +8,8 @@ use crate::error::{Quiet, EXIT_RUNTIME};
 pub fn run(app: &App) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
-    let problems = crate::doctor::problems(&loaded.config, &dir, app.now(), None);
+    let units = crate::units::unit_states_json();
+    let problems = crate::doctor::problems(&loaded.config, &dir, app.now(), units.as_ref());
     if problems.is_empty() {
         println!("ok");
         return Ok(());

@@ -7,8 +7,9 @@ use crate::cli::InspectArgs;
 
 pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     let (loaded, dir, store) = super::open_existing(app)?;
+    let units = crate::units::unit_states_json();
     let report =
-        crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), None)?;
+        crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), units)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -4,11 +4,14 @@ mod doctor;
 mod history;
 mod init;
 mod inspect;
+mod instances;
 mod message;
+mod poll;
 pub(crate) mod reset_session;
 mod run;
 mod sim;
 pub(crate) mod trigger;
+mod units;
 mod wakes;
 
 pub(crate) use wakes::wake_json;
@@ -33,10 +36,10 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Wakes(c) => wakes::run(app, c),
         Command::History(a) => history::run(app, a),
         Command::Init(_) => init::run(app),
+        Command::Units(c) => units::run(app, c),
+        Command::Instances(c) => instances::run(app, c),
+        Command::Poll(_) => poll::run(app),
         Command::Sim(a) => sim::run(app, a),
-        Command::Instances(_) | Command::Poll(_) | Command::Units(_) => {
-            anyhow::bail!("this command is not available in this build yet")
-        }
     }
 }
 

@@ -7,7 +7,6 @@ use anyhow::Result;
 
 use crate::app::App;
 use crate::doorbell::{Doorbell, FileDoorbell};
-use crate::pass::Services;
 use crate::runner::{self, RunEnv, RunFailure};
 
 /// When the state dir is unknown, an early exit waits this long so systemd (which restarts
@@ -28,7 +27,11 @@ pub fn run(app: &App) -> Result<()> {
         return Err(early_exit(app, Some(&dir), e));
     }
     let doorbell = FileDoorbell::new(&dir);
-    let services = build_services(app, config)?;
+    let services =
+        match crate::services::build_services(config, &app.env, Arc::clone(&app.clock), true) {
+            Ok(s) => s,
+            Err(e) => return Err(early_exit(app, Some(&dir), e)),
+        };
     spawn_watchdog(app, config.run.deadline_secs);
     let env = RunEnv {
         config,
@@ -52,24 +55,6 @@ pub fn run(app: &App) -> Result<()> {
         Err(RunFailure::Early(e)) => Err(early_exit(app, Some(&dir), e)),
         Err(RunFailure::Pass(e)) => Err(e),
     }
-}
-
-/// The outside services this config asks for. A missing key is not an error here: the pass
-/// records what it could not do (the LLM failure falls back to the rules, launches say
-/// not_configured).
-fn build_services(app: &App, config: &crate::config::Config) -> Result<Services> {
-    let mut services = Services::default();
-    if config.llm.provider == crate::config::Provider::Openai {
-        let key = crate::secrets::lookup(&app.env, crate::secrets::Kind::LlmApiKey)?;
-        services.llm = Some(Arc::new(crate::llm::http::HttpLlmClient::new(
-            &config.llm.base_url,
-            key.map(|k| k.expose().to_string()),
-            Arc::clone(&app.clock),
-            Duration::from_secs(config.llm.timeout_secs),
-            Duration::from_secs(config.llm.retry_budget_secs),
-        )));
-    }
-    Ok(services)
 }
 
 /// An exit before any claim: delete the doorbell when the state dir is known (the events

@@ -145,3 +145,24 @@ pub fn open_intents(conn: &Connection) -> Result<Vec<Action>> {
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }
+
+/// The launch recorded under this label, if any (labels are unique among launches).
+pub fn launch_by_label(conn: &Connection, label: &str) -> Result<Option<Action>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLS} FROM actions WHERE kind = 'launch' AND label = ?1"),
+            params![label],
+            row,
+        )
+        .optional()?)
+}
+
+/// Replace an action's detail, leaving its outcome (an intent stays open).
+pub fn note(conn: &Connection, id: i64, detail: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE actions SET detail = ?2 WHERE id = ?1",
+        params![id, detail],
+    )?;
+    Ok(())
+}

@@ -104,3 +104,33 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
     )?;
     Ok(())
 }
+
+/// One instance by its vast.ai id, gone or not.
+pub fn by_vast_id(conn: &Connection, vast_id: i64) -> Result<Option<InstanceRow>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLS} FROM instances WHERE vast_id = ?1"),
+            params![vast_id],
+            row,
+        )
+        .optional()?)
+}
+
+/// One instance by its label, gone or not.
+pub fn by_label(conn: &Connection, label: &str) -> Result<Option<InstanceRow>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLS} FROM instances WHERE label = ?1"),
+            params![label],
+            row,
+        )
+        .optional()?)
+}
+
+/// Forget a row that never became an instance (a launch vast.ai clearly refused).
+pub fn delete(conn: &Connection, label: &str) -> Result<()> {
+    conn.execute("DELETE FROM instances WHERE label = ?1", params![label])?;
+    Ok(())
+}

@@ -132,3 +132,38 @@ pub fn set_poll_snapshot(conn: &Connection, snapshot: &str, now: Millis) -> Resu
     )?;
     Ok(())
 }
+
+/// How many passes in a row saw low demand (idle live workers, nothing queued) and a
+/// backlog (work queued while every live worker is busy). `fleet::observe` advances them
+/// once per run (`rules::advance_streaks`); the rules read them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streaks {
+    pub low_demand_passes: u32,
+    pub backlog_passes: u32,
+}
+
+/// The streaks and the run that last advanced them.
+pub fn streaks(conn: &Connection) -> Result<(Streaks, Option<i64>)> {
+    Ok(conn.query_row(
+        "SELECT low_demand_passes, backlog_passes, streaks_run FROM agent_state WHERE id = 1",
+        [],
+        |r| {
+            Ok((
+                Streaks {
+                    low_demand_passes: r.get(0)?,
+                    backlog_passes: r.get(1)?,
+                },
+                r.get(2)?,
+            ))
+        },
+    )?)
+}
+
+pub fn set_streaks(conn: &Connection, s: Streaks, run_id: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE agent_state SET low_demand_passes = ?1, backlog_passes = ?2, streaks_run = ?3
+         WHERE id = 1",
+        params![s.low_demand_passes, s.backlog_passes, run_id],
+    )?;
+    Ok(())
+}

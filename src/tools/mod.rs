@@ -3,7 +3,12 @@
 //! context a call runs in. Guardrails live in the tools that act; nothing here trusts the
 //! caller.
 
+pub mod launch;
+pub mod list;
+pub mod logs;
 pub mod schedule;
+pub mod search;
+pub mod stop;
 
 use anyhow::Result;
 use serde::de::DeserializeOwned;
@@ -47,6 +52,7 @@ pub struct ToolCtx<'a> {
     pub clock: &'a dyn Clock,
     pub services: &'a Services,
     pub snapshot: &'a mut Snapshot,
+    /// The pass's run id; 0 outside any pass (an operator command: the ledger records no run).
     pub run_id: i64,
     pub actor: Actor,
     /// The model's call id (or a synthesized one for rules/operator calls).
@@ -193,5 +199,12 @@ impl Registry {
 
 /// Every tool, in the order the model sees them.
 pub fn registry() -> Registry {
-    Registry::new(vec![Box::new(schedule::ScheduleNextCheck)])
+    Registry::new(vec![
+        Box::new(launch::LaunchInstance),
+        Box::new(stop::StopInstance),
+        Box::new(schedule::ScheduleNextCheck),
+        Box::new(search::SearchOffers),
+        Box::new(list::ListInstances),
+        Box::new(logs::InstanceLogs),
+    ])
 }

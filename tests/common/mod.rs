@@ -5,3 +5,4 @@ pub mod fake_llm;
 pub mod fake_vast;
 pub mod fleet;
 pub mod pg;
+pub mod systemd;

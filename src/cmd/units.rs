@@ -1,0 +1,273 @@
+//! `units install`: write the systemd units for this binary, config and state dir, create the
+//! state dir, and print the commands that enable them. Never runs systemctl itself.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::app::App;
+use crate::cli::{UnitsCommand, UnitsInstallArgs};
+use crate::config::{Config, EnvValue};
+use crate::error::usage;
+use crate::units::{self, Scope, UnitParams};
+
+/// The account the system units run as (`User=`/`Group=` in units/).
+const SERVICE_USER: &str = "fleetagent";
+
+pub fn run(app: &App, command: &UnitsCommand) -> Result<()> {
+    match command {
+        UnitsCommand::Install(args) => install(app, args),
+    }
+}
+
+/// One file `units install` writes.
+struct Artifact {
+    path: PathBuf,
+    text: String,
+    mode: u32,
+}
+
+fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
+    let scope = if args.user {
+        Scope::User
+    } else {
+        Scope::System
+    };
+    let loaded = app.load_config()?;
+    let config_path = absolute(&loaded.path)?;
+    let state_dir = absolute(&app.state_dir(Some(&loaded.config))?)?;
+    let bin = std::env::current_exe().context("cannot find the path of this binary")?;
+    let unit_dir = match &args.unit_dir {
+        Some(d) => absolute(d)?,
+        None => default_unit_dir(scope, app)?,
+    };
+    let params = UnitParams {
+        scope,
+        bin,
+        config: config_path,
+        state_dir,
+        deadline_secs: loaded.config.run.deadline_secs,
+        extra_write_paths: extra_write_paths(&loaded.config),
+        extra_credentials: extra_credentials(&loaded.config)?,
+    };
+    check_paths(&params)?;
+
+    crate::paths::ensure_state_dir(&params.state_dir)?;
+    let mut notes = Vec::new();
+    if scope == Scope::System {
+        notes.extend(prepare_system_account(&params)?);
+    }
+    if !params.config.exists() {
+        notes.push(format!(
+            "no config at {} yet: every run fails until it exists; create it with `{} --config {} init`",
+            params.config.display(),
+            params.bin.display(),
+            params.config.display()
+        ));
+    }
+
+    let mut artifacts: Vec<Artifact> = units::render_with(&params)
+        .into_iter()
+        .map(|(name, text)| Artifact {
+            path: unit_dir.join(name),
+            text,
+            mode: 0o644,
+        })
+        .collect();
+    // Shell completions and the man page join here, as more artifacts with their own dirs
+    // (chosen by scope like `unit_dir`), so one install writes everything at once.
+    artifacts.sort_by(|a, b| a.path.cmp(&b.path));
+    for a in &artifacts {
+        write_atomically(a)?;
+        println!("wrote {}", a.path.display());
+    }
+
+    println!(
+        "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
+        params.state_dir.display()
+    );
+    println!("{}", secrets_hint(&params));
+    for n in &notes {
+        println!("note: {n}");
+    }
+    let sc = scope.systemctl();
+    println!("enable them with:");
+    println!("  {sc} daemon-reload");
+    println!("  {sc} enable --now {}", units::ENABLE.join(" "));
+    if scope == Scope::User {
+        println!("  loginctl enable-linger \"$USER\"   # run them without a login session");
+    }
+    Ok(())
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    if p.is_absolute() {
+        return Ok(p.to_path_buf());
+    }
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    Ok(cwd.join(p))
+}
+
+/// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`) or /etc/systemd/system.
+fn default_unit_dir(scope: Scope, app: &App) -> Result<PathBuf> {
+    if scope == Scope::System {
+        return Ok(PathBuf::from(units::SYSTEM_UNIT_DIR));
+    }
+    if let Some(x) = app
+        .env
+        .get("XDG_CONFIG_HOME")
+        .filter(|v| v.starts_with('/'))
+    {
+        return Ok(PathBuf::from(x).join("systemd/user"));
+    }
+    match app.env.get("HOME").filter(|v| v.starts_with('/')) {
+        Some(home) => Ok(PathBuf::from(home).join(".config/systemd/user")),
+        None => Err(usage(
+            "cannot choose the user unit dir: neither XDG_CONFIG_HOME nor HOME is set; pass --unit-dir",
+        )),
+    }
+}
+
+/// The metrics textfile is written next to itself (atomic rename): its dir must be writable.
+fn extra_write_paths(config: &Config) -> Vec<PathBuf> {
+    config
+        .metrics
+        .textfile
+        .as_deref()
+        .and_then(Path::parent)
+        .filter(|d| d.is_absolute())
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect()
+}
+
+/// Worker environment values that name a credential must be loaded by the unit too.
+fn extra_credentials(config: &Config) -> Result<Vec<String>> {
+    let mut out: Vec<String> = Vec::new();
+    for value in config.vast.env.values() {
+        if let EnvValue::Credential { credential } = value {
+            let ok = !credential.is_empty()
+                && credential
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !ok {
+                return Err(usage(format!(
+                    "credential name {credential:?} (in [vast.env]) cannot go into a unit file: use letters, digits, _ - ."
+                )));
+            }
+            if !units::CREDENTIALS.contains(&credential.as_str()) && !out.contains(credential) {
+                out.push(credential.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn check_paths(p: &UnitParams) -> Result<()> {
+    let mut all = vec![
+        ("binary", &p.bin),
+        ("config", &p.config),
+        ("state dir", &p.state_dir),
+    ];
+    all.extend(p.extra_write_paths.iter().map(|w| ("metrics dir", w)));
+    for (what, path) in all {
+        units::check_path(what, path).map_err(usage)?;
+    }
+    Ok(())
+}
+
+/// The system units run as `fleetagent`: give it the state dir when the account exists,
+/// else say how to create it; warn when it could not reach the binary or read the config.
+fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let user = nix::unistd::User::from_name(SERVICE_USER)
+        .with_context(|| format!("cannot look up user {SERVICE_USER}"))?;
+    match user {
+        None => notes.push(format!(
+            "no user {SERVICE_USER} yet: create it with `useradd --system --user-group --home-dir {} --shell /usr/sbin/nologin {SERVICE_USER}`",
+            p.state_dir.display()
+        )),
+        Some(u) => {
+            let meta = fs::metadata(&p.state_dir)
+                .with_context(|| format!("state dir {}", p.state_dir.display()))?;
+            if meta.uid() == 0 {
+                nix::unistd::chown(&p.state_dir, Some(u.uid), Some(u.gid)).with_context(|| {
+                    format!("cannot chown state dir {} to {SERVICE_USER}", p.state_dir.display())
+                })?;
+            }
+        }
+    }
+    if let Some(dir) = p.bin.ancestors().skip(1).find(|d| !others_may_enter(d)) {
+        notes.push(format!(
+            "the service user cannot reach {} ({} is not world-searchable): install the binary under /usr/local/bin and run `units install` from there",
+            p.bin.display(),
+            dir.display()
+        ));
+    }
+    if let Ok(meta) = fs::metadata(&p.config) {
+        let group_ok = nix::unistd::Group::from_name(SERVICE_USER)
+            .ok()
+            .flatten()
+            .is_some_and(|g| g.gid.as_raw() == meta.gid() && meta.mode() & 0o040 != 0);
+        if !group_ok && meta.mode() & 0o004 == 0 {
+            notes.push(format!(
+                "the service user cannot read {}: run `chgrp {SERVICE_USER} {} && chmod 0640 {}`",
+                p.config.display(),
+                p.config.display(),
+                p.config.display()
+            ));
+        }
+    }
+    Ok(notes)
+}
+
+fn others_may_enter(dir: &Path) -> bool {
+    fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+}
+
+fn secrets_hint(p: &UnitParams) -> String {
+    let names: Vec<String> = units::CREDENTIALS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(p.extra_credentials.iter().cloned())
+        .map(|id| units::credstore_name(&id))
+        .collect();
+    match p.scope {
+        Scope::System => format!(
+            "secrets (each optional; root-owned, mode 0600): /etc/credstore/{{{}}}",
+            names.join(",")
+        ),
+        Scope::User => format!(
+            "secrets: a user manager on systemd 252 finds credentials ({}) only in its own credentials and the root-owned /etc/credstore/; \
+             without root, set VAST_API_KEY, FLEETAGENT_LLM_API_KEY, FLEETAGENT_HARMONYDB_URL with a drop-in \
+             (`systemctl --user edit fleetagent.service fleetagent-poll.service`: EnvironmentFile= a 0600 file)",
+            names.join(", ")
+        ),
+    }
+}
+
+/// Write next to the target and rename over it, so systemd never reads half a unit.
+fn write_atomically(a: &Artifact) -> Result<()> {
+    let dir = a.path.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = a.path.with_extension(format!(
+        "{}.tmp",
+        a.path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(a.mode)
+            .open(&tmp)?;
+        f.set_permissions(fs::Permissions::from_mode(a.mode))?;
+        f.write_all(a.text.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, &a.path)
+    };
+    write().with_context(|| format!("cannot write {}", a.path.display()))
+}

@@ -1,0 +1,501 @@
+//! The limits every launch and stop must pass, as pure functions of (ledger and fleet facts,
+//! config, now): money ($/h, instance count, daily spend), the launch window counted from
+//! the action ledger, the emergency total while WORKERS DEAD, and the stop protections.
+//! Refusals come back as values in DESIGN.md's format; nothing here does I/O or reads the
+//! clock. docs/guardrails.md states every rule with its key.
+
+use serde_json::{json, Value};
+
+use crate::clock::Millis;
+use crate::config::{Config, PolicyConfig};
+use crate::tools::ToolResult;
+
+/// Float slack for money comparisons ($/h and $ are compared to the cent).
+const MONEY_EPSILON: f64 = 1e-9;
+/// The daily cap looks one hour ahead: a launch must leave the fleet (with it) able to run
+/// one more hour inside `daily_spend_max`.
+pub const DAILY_LOOKAHEAD_HOURS: f64 = 1.0;
+
+/// Why a launch or stop is refused. `code()` is DESIGN.md's error code.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// A key without a safe default is unset, or a service has no credentials.
+    NotConfigured {
+        key: Option<String>,
+        message: String,
+    },
+    InstanceCap {
+        max: u32,
+        count: u32,
+    },
+    Budget {
+        max: f64,
+        fleet: f64,
+        offer: f64,
+    },
+    DailySpend {
+        max: f64,
+        spent: f64,
+        projected: f64,
+    },
+    RateLimited {
+        limit: String,
+        retry_after_secs: u64,
+    },
+    Protected {
+        message: String,
+    },
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::NotConfigured { .. } => "not_configured",
+            Refusal::InstanceCap { .. } => "instance_cap",
+            Refusal::Budget { .. } => "budget",
+            Refusal::DailySpend { .. } => "daily_spend",
+            Refusal::RateLimited { .. } => "rate_limited",
+            Refusal::Protected { .. } => "protected",
+        }
+    }
+
+    /// The details that follow `"error": code` in the result.
+    pub fn details(&self) -> Value {
+        match self {
+            Refusal::NotConfigured { key, message } => match key {
+                Some(k) => json!({"key": k, "message": message}),
+                None => json!({"message": message}),
+            },
+            Refusal::InstanceCap { max, count } => json!({
+                "limit": format!("{max} instances"),
+                "instances": count,
+            }),
+            Refusal::Budget { max, fleet, offer } => json!({
+                "limit": format!("${max:.2}/h"),
+                "fleet_dph": round4(*fleet),
+                "offer_dph": round4(*offer),
+                "message": format!("fleet ${fleet:.2}/h + this instance ${offer:.2}/h would exceed ${max:.2}/h"),
+            }),
+            Refusal::DailySpend {
+                max,
+                spent,
+                projected,
+            } => json!({
+                "limit": format!("${max:.2}/day"),
+                "spent_today": round4(*spent),
+                "message": format!(
+                    "${spent:.2} spent today + {DAILY_LOOKAHEAD_HOURS:.0} h of the fleet with this instance = ${projected:.2}, over ${max:.2}"
+                ),
+            }),
+            Refusal::RateLimited {
+                limit,
+                retry_after_secs,
+            } => json!({"limit": limit, "retry_after_secs": retry_after_secs}),
+            Refusal::Protected { message } => json!({"message": message}),
+        }
+    }
+
+    pub fn to_result(&self) -> ToolResult {
+        ToolResult::error(self.code(), self.details())
+    }
+
+    /// One line for an operator (`instances stop`).
+    pub fn one_line(&self) -> String {
+        let d = self.details();
+        let text = d
+            .get("message")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .or_else(|| {
+                d.get("limit")
+                    .and_then(Value::as_str)
+                    .map(|l| format!("limit {l}"))
+            })
+            .unwrap_or_default();
+        format!("{}: {text}", self.code())
+    }
+}
+
+fn round4(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+/// The launch window right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowState {
+    /// Launches counted in the window (succeeded or open intents).
+    pub used: u32,
+    /// `launch_window_max`, or `emergency_launch_max` while WORKERS DEAD.
+    pub limit: u32,
+    pub emergency: bool,
+    /// When the window is full: seconds until the oldest launch that must age out does.
+    pub retry_after_secs: Option<u64>,
+}
+
+/// The window over `launches` (created_at of launches that count: outcome `ok` or `intent`,
+/// as `actions::launches_since` returns them). While WORKERS DEAD the same window allows
+/// `emergency_launch_max` launches in total instead of `launch_window_max`.
+pub fn window_state(
+    launches: &[Millis],
+    now: Millis,
+    policy: &PolicyConfig,
+    workers_dead: bool,
+) -> WindowState {
+    let window_ms = policy.launch_window_minutes as i64 * 60_000;
+    let mut inside: Vec<Millis> = launches
+        .iter()
+        .copied()
+        .filter(|t| *t > now - window_ms)
+        .collect();
+    inside.sort_unstable();
+    let limit = if workers_dead {
+        policy.emergency_launch_max
+    } else {
+        policy.launch_window_max
+    };
+    let used = inside.len() as u32;
+    let retry_after_secs = (used >= limit).then(|| {
+        if limit == 0 {
+            // A window that allows nothing: no slot ever frees; say one window length.
+            return (window_ms / 1000).max(1) as u64;
+        }
+        // One slot frees when the launch at index used - limit ages out of the window.
+        let t = inside
+            .get((used - limit) as usize)
+            .copied()
+            .unwrap_or(now - window_ms);
+        let ms = (t + window_ms - now).max(0);
+        ((ms + 999) / 1000).max(1) as u64
+    });
+    WindowState {
+        used,
+        limit,
+        emergency: workers_dead,
+        retry_after_secs,
+    }
+}
+
+/// What a launch is checked against: facts of this pass (the snapshot, updated by earlier
+/// calls of the same pass) and the ledger.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaunchFacts<'a> {
+    pub now: Millis,
+    /// $/h of our instances that bill (launching ones at their offer's price).
+    pub fleet_dph: f64,
+    /// Our instances that take a slot (all but stopped and gone).
+    pub instances: u32,
+    pub window_launches: &'a [Millis],
+    pub workers_dead: bool,
+    /// Estimated dollars spent since 00:00 UTC.
+    pub spent_today: f64,
+}
+
+/// Keys without a safe default (`vast.image`, `policy.max_dph_total`, `policy.max_instances`)
+/// must be set before any launch; the refusal names the first unset one.
+pub fn check_configured(config: &Config) -> Result<(), Refusal> {
+    let missing = config.policy.missing_launch_keys(&config.vast);
+    match missing.first() {
+        None => Ok(()),
+        Some(key) => Err(Refusal::NotConfigured {
+            key: Some((*key).to_string()),
+            message: format!(
+                "set {} in the config: no launch is possible while {} unset",
+                missing.join(", "),
+                if missing.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                }
+            ),
+        }),
+    }
+}
+
+/// The limits that do not depend on the offer: the instance cap, then the launch window.
+pub fn check_launch_slots(
+    facts: &LaunchFacts<'_>,
+    policy: &PolicyConfig,
+) -> Result<WindowState, Refusal> {
+    let max = policy.max_instances.unwrap_or(0);
+    if facts.instances + 1 > max {
+        return Err(Refusal::InstanceCap {
+            max,
+            count: facts.instances,
+        });
+    }
+    let w = window_state(facts.window_launches, facts.now, policy, facts.workers_dead);
+    if let Some(retry_after_secs) = w.retry_after_secs {
+        let mut limit = format!(
+            "{} launches per {} min",
+            w.limit, policy.launch_window_minutes
+        );
+        if w.emergency {
+            limit.push_str(" (emergency total while WORKERS DEAD)");
+        }
+        return Err(Refusal::RateLimited {
+            limit,
+            retry_after_secs,
+        });
+    }
+    Ok(w)
+}
+
+/// The money limits for an instance at `offer_dph`: the fleet's $/h after the launch must not
+/// exceed `max_dph_total`, and (when `daily_spend_max` is set) the spend so far today plus one
+/// hour of the fleet after the launch must not exceed `daily_spend_max`.
+pub fn check_launch_money(
+    facts: &LaunchFacts<'_>,
+    offer_dph: f64,
+    policy: &PolicyConfig,
+) -> Result<(), Refusal> {
+    let max = policy.max_dph_total.unwrap_or(0.0);
+    let after = facts.fleet_dph + offer_dph;
+    if after > max + MONEY_EPSILON {
+        return Err(Refusal::Budget {
+            max,
+            fleet: facts.fleet_dph,
+            offer: offer_dph,
+        });
+    }
+    if let Some(daily) = policy.daily_spend_max {
+        let projected = facts.spent_today + after * DAILY_LOOKAHEAD_HOURS;
+        if projected > daily + MONEY_EPSILON {
+            return Err(Refusal::DailySpend {
+                max: daily,
+                spent: facts.spent_today,
+                projected,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The most $/h one more instance may cost under both money limits (may be <= 0).
+pub fn offer_headroom(facts: &LaunchFacts<'_>, policy: &PolicyConfig) -> f64 {
+    let mut room = policy.max_dph_total.unwrap_or(0.0) - facts.fleet_dph;
+    if let Some(daily) = policy.daily_spend_max {
+        let daily_room = (daily - facts.spent_today) / DAILY_LOOKAHEAD_HOURS - facts.fleet_dph;
+        room = room.min(daily_room);
+    }
+    room
+}
+
+/// What a stop is checked against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StopFacts {
+    pub instance_id: i64,
+    /// The label carries our prefix (it is in our table).
+    pub ours: bool,
+    /// Exited/offline or stuck loading: it earns nothing, the protections do not apply.
+    pub flagged: bool,
+    /// The instance's lifecycle state (`proving`, `registered`, ...).
+    pub state: String,
+    /// It is matched to a live, schedulable Curio worker.
+    pub live_worker: bool,
+    /// Live, schedulable PSProve workers in the whole cluster (ours or not).
+    pub live_workers: u32,
+    /// PSProve work waiting: pending + held by dead owners + ProofShare waiting.
+    pub queued: u32,
+    /// False when the demand probe failed this pass.
+    pub demand_known: bool,
+    /// `fleetagent instances stop --force` by the operator.
+    pub forced: bool,
+}
+
+/// Stops never take an instance that is not ours, never the last live workers while work is
+/// queued, never an instance that is proving, and nothing on a failed probe (the fleet is
+/// held), unless the operator forces it. Ours that are flagged may always go.
+pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
+    let id = f.instance_id;
+    if f.forced {
+        return Ok(());
+    }
+    if !f.ours {
+        return Err(Refusal::Protected {
+            message: format!(
+                "instance {id} is not ours (its label lacks our prefix); only the operator can stop it, with --force"
+            ),
+        });
+    }
+    if f.flagged {
+        return Ok(());
+    }
+    if !f.demand_known {
+        return Err(Refusal::Protected {
+            message: format!(
+                "demand is unknown this pass (the probe failed): the fleet is held; instance {id} is not flagged"
+            ),
+        });
+    }
+    if f.state == crate::fleet::PROVING {
+        return Err(Refusal::Protected {
+            message: format!("instance {id} is proving"),
+        });
+    }
+    if f.live_worker && f.queued > 0 && f.live_workers <= 1 {
+        return Err(Refusal::Protected {
+            message: format!(
+                "instance {id} is the last live worker while {} proofs are queued",
+                f.queued
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Millis = 60_000;
+
+    fn policy() -> PolicyConfig {
+        PolicyConfig {
+            max_dph_total: Some(10.0),
+            max_instances: Some(20),
+            ..PolicyConfig::default()
+        }
+    }
+
+    fn facts(window: &[Millis], dead: bool) -> LaunchFacts<'_> {
+        LaunchFacts {
+            now: 100 * MIN,
+            fleet_dph: 1.2,
+            instances: 3,
+            window_launches: window,
+            workers_dead: dead,
+            spent_today: 0.0,
+        }
+    }
+
+    #[test]
+    fn window_counts_and_retry_after() {
+        let now = 100 * MIN;
+        // 3 launches 10, 5 and 1 minutes ago; window 15 min, max 3.
+        let w = [now - 10 * MIN, now - 5 * MIN, now - MIN];
+        let s = window_state(&w, now, &policy(), false);
+        assert_eq!((s.used, s.limit), (3, 3));
+        // The oldest ages out in 5 minutes.
+        assert_eq!(s.retry_after_secs, Some(300));
+        let refusal = check_launch_slots(&facts(&w, false), &policy()).unwrap_err();
+        assert_eq!(
+            refusal.to_result().content,
+            json!({"error": "rate_limited", "limit": "3 launches per 15 min", "retry_after_secs": 300})
+        );
+        // A launch 15 minutes old no longer counts.
+        let s = window_state(&[now - 15 * MIN], now, &policy(), false);
+        assert_eq!(s.used, 0);
+    }
+
+    #[test]
+    fn incident_arithmetic() {
+        let now = 100 * MIN;
+        let mut w = vec![now - 10 * MIN, now - 5 * MIN, now - MIN];
+        let mut launched = 0;
+        for _ in 0..4 {
+            let f = facts(&w, true);
+            if check_launch_slots(&f, &policy()).is_ok() {
+                launched += 1;
+                w.push(now);
+            }
+        }
+        assert_eq!(launched, 3, "3 spent + WORKERS DEAD + 4 asked = 3 more");
+        let r = check_launch_slots(&facts(&w, true), &policy()).unwrap_err();
+        assert_eq!(r.code(), "rate_limited");
+        assert_eq!(
+            r.details()["limit"],
+            "6 launches per 15 min (emergency total while WORKERS DEAD)"
+        );
+        // One slot frees when the oldest launch leaves the window, 5 minutes from now.
+        assert_eq!(r.details()["retry_after_secs"], 300);
+    }
+
+    #[test]
+    fn money_limits() {
+        let p = PolicyConfig {
+            daily_spend_max: Some(30.0),
+            ..policy()
+        };
+        let mut f = facts(&[], false);
+        f.fleet_dph = 9.7;
+        assert!(check_launch_money(&f, 0.3, &p).is_ok());
+        let r = check_launch_money(&f, 0.31, &p).unwrap_err();
+        assert_eq!(r.code(), "budget");
+        assert_eq!(r.details()["limit"], "$10.00/h");
+        f.fleet_dph = 1.0;
+        f.spent_today = 28.5;
+        // 28.5 + (1.0 + 0.4) * 1 h = 29.9 <= 30
+        assert!(check_launch_money(&f, 0.4, &p).is_ok());
+        let r = check_launch_money(&f, 0.6, &p).unwrap_err();
+        assert_eq!(r.code(), "daily_spend");
+        assert!((offer_headroom(&f, &p) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn instance_cap_first() {
+        let p = PolicyConfig {
+            max_instances: Some(3),
+            ..policy()
+        };
+        let r = check_launch_slots(&facts(&[], false), &p).unwrap_err();
+        assert_eq!(
+            r.to_result().content,
+            json!({"error": "instance_cap", "limit": "3 instances", "instances": 3})
+        );
+    }
+
+    #[test]
+    fn unset_keys_named() {
+        let c = Config::default();
+        let r = check_configured(&c).unwrap_err();
+        assert_eq!(r.code(), "not_configured");
+        assert_eq!(r.details()["key"], "vast.image");
+    }
+
+    fn stop(state: &str) -> StopFacts {
+        StopFacts {
+            instance_id: 7,
+            ours: true,
+            flagged: false,
+            state: state.into(),
+            live_worker: true,
+            live_workers: 1,
+            queued: 4,
+            demand_known: true,
+            forced: false,
+        }
+    }
+
+    #[test]
+    fn stop_protections() {
+        assert_eq!(
+            check_stop(&stop("proving")).unwrap_err().code(),
+            "protected"
+        );
+        let last = check_stop(&stop("registered")).unwrap_err();
+        assert!(
+            last.one_line().contains("last live worker"),
+            "{}",
+            last.one_line()
+        );
+        let mut two = stop("registered");
+        two.live_workers = 2;
+        assert!(check_stop(&two).is_ok());
+        let mut empty_queue = stop("registered");
+        empty_queue.queued = 0;
+        assert!(check_stop(&empty_queue).is_ok());
+        let mut foreign = stop("booted");
+        foreign.ours = false;
+        assert!(check_stop(&foreign).is_err());
+        let mut unknown = stop("booted");
+        unknown.demand_known = false;
+        assert!(check_stop(&unknown).is_err());
+        let mut flagged = stop("proving");
+        flagged.flagged = true;
+        assert!(check_stop(&flagged).is_ok());
+        let mut forced = stop("proving");
+        forced.forced = true;
+        forced.ours = false;
+        assert!(check_stop(&forced).is_ok());
+    }
+}

@@ -1,0 +1,150 @@
+//! Building the real outside services from the config and the secrets: the vast.ai client
+//! (only when a key exists) and the demand probe of `[demand]`. A service that cannot be
+//! built is `None`; the observation and the tools then say `not_configured` and why. The LLM
+//! client is left to the caller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::app::Env;
+use crate::clock::Clock;
+use crate::config::{Config, DemandSource};
+use crate::demand::{CommandProbe, DemandProbe, HarmonyDbProbe, HttpProbe};
+use crate::pass::Services;
+use crate::secrets::{self, Kind};
+use crate::vast::http::HttpVastClient;
+use crate::vast::VastClient;
+
+/// One vast.ai HTTP exchange, body included. Creates and listings answer in seconds; a
+/// minute leaves room for a slow listing page without letting a hung call eat the run.
+const VAST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The services a pass (or `poll`, or `instances`) uses. `with_llm` is for the caller that
+/// fills `llm`; this function never builds an LLM client. An `Err` is a credential file that
+/// exists but cannot be read.
+pub fn build_services(
+    config: &Config,
+    env: &Env,
+    clock: Arc<dyn Clock>,
+    with_llm: bool,
+) -> Result<Services> {
+    Ok(Services {
+        vast: build_vast(config, env, Arc::clone(&clock))?,
+        demand: build_demand(config, env)?,
+        llm: if with_llm {
+            build_llm(config, env, clock)?
+        } else {
+            None
+        },
+    })
+}
+
+/// The LLM client for `provider = "openai"` (None for the rules). Built even without a key:
+/// its first call then fails with a clear "no LLM API key", which the pass records and hands
+/// to the fallback.
+pub fn build_llm(
+    config: &Config,
+    env: &Env,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<Arc<dyn crate::llm::LlmClient>>> {
+    if config.llm.provider != crate::config::Provider::Openai {
+        return Ok(None);
+    }
+    let key = secrets::lookup(env, Kind::LlmApiKey)?;
+    Ok(Some(Arc::new(crate::llm::http::HttpLlmClient::new(
+        &config.llm.base_url,
+        key.map(|k| k.expose().to_string()),
+        clock,
+        Duration::from_secs(config.llm.timeout_secs),
+        Duration::from_secs(config.llm.retry_budget_secs),
+    ))))
+}
+
+/// The vast.ai client, or None without a key (`VAST_API_KEY` or the `vast_api_key`
+/// credential).
+pub fn build_vast(
+    config: &Config,
+    env: &Env,
+    clock: Arc<dyn Clock>,
+) -> Result<Option<Arc<dyn VastClient>>> {
+    let Some(key) = secrets::lookup(env, Kind::VastApiKey)? else {
+        return Ok(None);
+    };
+    let client = HttpVastClient::new(
+        &config.vast.base_url,
+        Some(key.expose().to_string()),
+        clock,
+        VAST_TIMEOUT,
+    );
+    Ok(Some(Arc::new(client)))
+}
+
+/// The probe of `demand.source`, or None when its address is missing. The HarmonyDB URL
+/// comes from `FLEETAGENT_HARMONYDB_URL` / the `harmonydb_url` credential (it may hold the
+/// password), else from `demand.harmonydb_url` (which never does).
+pub fn build_demand(config: &Config, env: &Env) -> Result<Option<Arc<dyn DemandProbe>>> {
+    let d = &config.demand;
+    let timeout = Duration::from_secs(d.timeout_secs);
+    let probe: Option<Arc<dyn DemandProbe>> = match d.source {
+        DemandSource::Harmonydb => {
+            let url = match secrets::lookup(env, Kind::HarmonyDbUrl)? {
+                Some(s) => Some(s.expose().to_string()),
+                None => d.harmonydb_url.clone(),
+            };
+            url.map(|u| {
+                Arc::new(HarmonyDbProbe::new(
+                    u,
+                    d.task.clone(),
+                    d.worker_alive_secs,
+                    timeout,
+                )) as Arc<dyn DemandProbe>
+            })
+        }
+        DemandSource::Http => d
+            .http_url
+            .clone()
+            .map(|u| Arc::new(HttpProbe::new(u, timeout)) as Arc<dyn DemandProbe>),
+        DemandSource::Command => d
+            .command
+            .clone()
+            .map(|c| Arc::new(CommandProbe::new(c, timeout)) as Arc<dyn DemandProbe>),
+    };
+    Ok(probe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn nothing_without_keys_or_addresses() {
+        let c = Config::default();
+        let s = build_services(&c, &Env::default(), Arc::new(ManualClock::new(0)), false).unwrap();
+        assert!(s.vast.is_none() && s.demand.is_none() && s.llm.is_none());
+    }
+
+    #[test]
+    fn key_and_url_from_env() {
+        let mut c = Config::default();
+        c.demand.source = DemandSource::Http;
+        c.demand.http_url = Some("http://127.0.0.1:9/demand".into());
+        let env = Env::from_pairs([("VAST_API_KEY".to_string(), "k".to_string())]);
+        let s = build_services(&c, &env, Arc::new(ManualClock::new(0)), false).unwrap();
+        assert!(s.vast.is_some() && s.demand.is_some());
+        let env = Env::from_pairs([(
+            "FLEETAGENT_HARMONYDB_URL".to_string(),
+            "postgresql://u:p@127.0.0.1:9/db".to_string(),
+        )]);
+        let s = build_services(
+            &Config::default(),
+            &env,
+            Arc::new(ManualClock::new(0)),
+            false,
+        )
+        .unwrap();
+        assert!(s.demand.is_some() && s.vast.is_none());
+    }
+}
