@@ -302,10 +302,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         (None, LlmMode::Rules) => None,
     };
     let services = Services {
-        vast: Some(Arc::new(SimVast {
-            world: world.clone(),
-            clock: dyn_clock.clone(),
-        })),
+        vast: Some(Arc::new(SimVast::new(world.clone(), dyn_clock.clone()))),
         demand: Some(Arc::new(SimCurio {
             world: world.clone(),
             clock: dyn_clock.clone(),

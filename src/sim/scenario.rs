@@ -273,6 +273,8 @@ pub struct Expect {
     pub max_silence_mins: Option<f64>,
     pub max_failed_passes: Option<u64>,
     pub min_fallback_passes: Option<u64>,
+    /// Share of finished passes decided by the fallback rules.
+    pub min_fallback_share: Option<f64>,
     /// Fallback passes never stopped or destroyed anything.
     pub fallback_never_stops: Option<bool>,
     pub max_passes_per_hour: Option<f64>,

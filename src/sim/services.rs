@@ -15,6 +15,7 @@ use crate::vast::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastEr
 /// Attempts per call and the first backoff, as the HTTP client uses them (src/vast/http.rs).
 const ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const CREATE_SPACING: Duration = Duration::from_millis(4_500);
 
 pub type SharedWorld = Arc<Mutex<World>>;
 
@@ -25,6 +26,19 @@ pub fn lock(world: &SharedWorld) -> MutexGuard<'_, World> {
 pub struct SimVast {
     pub world: SharedWorld,
     pub clock: Arc<dyn Clock>,
+    /// When this client last sent a create: creates are spaced by vast.ai's interval, as
+    /// the HTTP client's create gate does.
+    pub last_create: Mutex<Option<i64>>,
+}
+
+impl SimVast {
+    pub fn new(world: SharedWorld, clock: Arc<dyn Clock>) -> SimVast {
+        SimVast {
+            world,
+            clock,
+            last_create: Mutex::new(None),
+        }
+    }
 }
 
 impl SimVast {
@@ -37,6 +51,18 @@ impl SimVast {
     ) -> Result<T, VastError> {
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=ATTEMPTS {
+            if create {
+                let last = *self.last_create.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(prev) = last {
+                    let due = prev + CREATE_SPACING.as_millis() as i64;
+                    let now = self.clock.now_ms();
+                    if now < due {
+                        self.clock.sleep(Duration::from_millis((due - now) as u64));
+                    }
+                }
+                *self.last_create.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(self.clock.now_ms());
+            }
             let limited = {
                 let mut w = lock(&self.world);
                 let now = self.clock.now_ms();
