@@ -751,8 +751,16 @@ pub fn checks(r: &Report, s: &Scenario) -> Vec<Check> {
     }
     if let Some(v) = e.min_fallback_share {
         let ok_passes = r.runs.passes - r.runs.failed_passes;
-        let share = if ok_passes == 0 { 0.0 } else { r.incident.fallback_passes as f64 / ok_passes as f64 };
-        c.push(at_least("share of passes decided by the fallback rules", r4(share), v));
+        let share = if ok_passes == 0 {
+            0.0
+        } else {
+            r.incident.fallback_passes as f64 / ok_passes as f64
+        };
+        c.push(at_least(
+            "share of passes decided by the fallback rules",
+            r4(share),
+            v,
+        ));
     }
     if e.fallback_never_stops == Some(true) {
         c.push(at_most(

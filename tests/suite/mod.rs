@@ -4,5 +4,6 @@ mod demand;
 mod hands;
 mod llm_client;
 mod mind;
+mod sim;
 mod units;
 mod vast_client;
