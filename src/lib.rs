@@ -19,6 +19,7 @@ pub mod guardrails;
 pub mod inspect;
 pub mod llm;
 pub mod lock;
+pub mod metrics;
 pub mod observation;
 pub mod pass;
 pub mod paths;

@@ -3,6 +3,7 @@ mod backbone;
 mod demand;
 mod hands;
 mod llm_client;
+mod metrics;
 mod mind;
 mod sim;
 mod units;
