@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod debounce;
 pub mod demand;
+pub mod docs_gen;
 pub mod doctor;
 pub mod doorbell;
 pub mod error;
