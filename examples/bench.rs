@@ -373,7 +373,14 @@ fn bench_sim() {
     println!("decision quality (rules vs an oracle that knows the demand in advance; seed 1, full length):");
     println!(
         "{:<10} {:>6} {:>12} {:>12} {:>7} {:>10} {:>10} {:>9}",
-        "scenario", "hours", "rules $/p", "oracle $/p", "ratio", "rules hbt", "oracle hbt", "allowed"
+        "scenario",
+        "hours",
+        "rules $/p",
+        "oracle $/p",
+        "ratio",
+        "rules hbt",
+        "oracle hbt",
+        "allowed"
     );
     for name in ["steady", "spike", "incident"] {
         let run = if name == "steady" {
@@ -384,7 +391,8 @@ fn bench_sim() {
         let s = sim::scenario::load(name).unwrap();
         // One boot time (p90 boot plus Curio's start) per demand change; the incident's dead
         // fleet at the start counts as one.
-        let changes = s.market.changes(s.hours) + usize::from(s.start.pending > 0 || s.start.dead > 0);
+        let changes =
+            s.market.changes(s.hours) + usize::from(s.start.pending > 0 || s.start.dead > 0);
         let boot_h = sim::oracle::lead_ms(&s) as f64 / 3_600_000.0;
         let allowed = run.oracle.hours_below_target + boot_h * changes as f64;
         println!(

@@ -56,8 +56,7 @@ impl DocDirs {
 
 fn write(path: PathBuf, bytes: &[u8], out: &mut Vec<PathBuf>) -> Result<()> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     out.push(path);
@@ -111,13 +110,19 @@ mod tests {
         let man = read("man/man1/fleetagent.1");
         for sub in Cli::command().get_subcommands() {
             let n = sub.get_name();
-            assert!(bash.contains(n) && zsh.contains(n) && fish.contains(n), "{n}");
+            assert!(
+                bash.contains(n) && zsh.contains(n) && fish.contains(n),
+                "{n}"
+            );
             // roff escapes the hyphen.
             assert!(
                 man.contains(&n.replace('-', "\\-")),
                 "{n} missing from the man page"
             );
-            assert!(dir.path().join(format!("man/man1/fleetagent-{n}.1")).exists());
+            assert!(dir
+                .path()
+                .join(format!("man/man1/fleetagent-{n}.1"))
+                .exists());
         }
         assert!(man.starts_with(".ie") || man.contains(".TH"), "{man}");
         assert!(read("man/man1/fleetagent-sim.1").contains("scenario"));

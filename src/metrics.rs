@@ -71,7 +71,9 @@ fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -
 fn grouped(conn: &Connection, sql: &str) -> Result<BTreeMap<String, f64>> {
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, f64>(1)?)))?
+        .query_map([], |r| {
+            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, f64>(1)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows
         .into_iter()
@@ -212,10 +214,11 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
     ));
 
     let mut refusals: BTreeMap<String, f64> = BTreeMap::new();
-    let mut stmt =
-        conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
+    let mut stmt = conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
     let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)))?
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     for (kind, detail) in rows {
         let code = detail
@@ -234,7 +237,10 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
             .map(|(k, v)| {
                 let (kind, code) = k.split_once('\u{0}').unwrap_or((&k, ""));
                 (
-                    vec![("action", kind.to_string()), ("guardrail", code.to_string())],
+                    vec![
+                        ("action", kind.to_string()),
+                        ("guardrail", code.to_string()),
+                    ],
                     v,
                 )
             })

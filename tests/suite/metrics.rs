@@ -37,9 +37,8 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
         .args(["sim", "--scenario", "incident", "--hours", "1", "--json"])
         .output()
         .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr))
-    });
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(!prom.exists(), "sim never writes the operator's textfile");
 
     f.cmd(&["run"]).ok();
@@ -71,8 +70,13 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
         .sum();
     assert_eq!(by_verdict, runs);
     assert!(runs > 12.0);
-    let refused = report["launches"]["refused"]["rate_limited"].as_f64().unwrap_or(0.0);
-    assert!(refused >= 1.0, "the incident's spent window refuses launches");
+    let refused = report["launches"]["refused"]["rate_limited"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!(
+        refused >= 1.0,
+        "the incident's spent window refuses launches"
+    );
     assert_eq!(
         value(
             &scrape,
@@ -106,6 +110,9 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
         "fleetagent_queue_proofs",
         "fleetagent_fleet_instances",
     ] {
-        assert!(value(&scrape, name, None).is_some(), "{name} missing:\n{text}");
+        assert!(
+            value(&scrape, name, None).is_some(),
+            "{name} missing:\n{text}"
+        );
     }
 }
