@@ -236,3 +236,62 @@ fn a_scenario_file_with_an_unknown_key_is_refused_naming_it() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["scenario"], "mine");
 }
+
+#[test]
+fn with_llm_the_configured_model_decides_through_the_http_client() {
+    use crate::common::fake_llm::{FakeLlm, Reply};
+    let llm = FakeLlm::start();
+    llm.require_key("sk-sim");
+    // A small model: launch while WORKERS DEAD is in the observation, else nothing.
+    llm.set_default(Reply::dynamic(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        let last = last.unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or("");
+        if last["role"] == "user" && text.contains("WORKERS DEAD") {
+            Reply::tool_call("launch_instance", r#"{"reason":"workers dead"}"#)
+        } else {
+            Reply::text("Nothing to do.")
+        }
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let text = sim::BASE_CONFIG.replace(
+        "provider = \"rules\"",
+        &format!("base_url = \"{}\"\nretry_budget_secs = 5", llm.base_url()),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut c = Command::new(BIN);
+    clean_env(&mut c);
+    let out = c
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "sim",
+            "--llm",
+            "--scenario",
+            "incident",
+            "--hours",
+            "0.5",
+            "--json",
+        ])
+        .env("FLEETAGENT_LLM_API_KEY", "sk-sim")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(v["llm"]["real_model"], true);
+    let calls = v["llm"]["calls"].as_u64().unwrap();
+    assert!(calls >= 3, "{}", v["llm"]);
+    assert_eq!(calls as usize, llm.request_count());
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    assert!(v["llm"]["prompt_tokens_max"].as_u64().unwrap() > 1000);
+    assert!(v["runs"]["by_decider"]["llm"].as_u64().unwrap() >= 1);
+    // The model's launch went through the same guardrails (the emergency allows it).
+    assert!(
+        v["launches"]["made"].as_u64().unwrap() >= 1,
+        "{}",
+        v["launches"]
+    );
+    assert_eq!(v["invariants"]["events_lost"], 0);
+}
