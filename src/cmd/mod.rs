@@ -6,7 +6,7 @@ mod init;
 mod inspect;
 mod instances;
 mod message;
-mod poll;
+pub(crate) mod poll;
 pub(crate) mod reset_session;
 mod run;
 mod sim;

@@ -291,6 +291,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         schedule(&opts.scenario, start, end),
         start,
         alive_ms,
+        &config.vast.label_prefix,
     ));
 
     let llm: Option<Arc<dyn LlmClient>> = match (&opts.llm, opts.scenario.llm.mode) {

@@ -4,12 +4,10 @@
 //! [`SimClock`] fires them whenever time moves, including while a run sleeps in its debounce,
 //! so a burst that arrives mid-run is seen exactly as systemd and SQLite would show it.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::services::{lock, SharedWorld};
-use super::world::Phase;
 use crate::clock::{rfc3339, Clock, ManualClock, Millis};
 use crate::doorbell::{Doorbell, MemoryDoorbell};
 use crate::store::{events, Store};
@@ -97,14 +95,6 @@ pub struct OutsideTally {
     pub trigger_errors: u64,
 }
 
-/// The state of the fleet as `poll` compares it: our instances' coarse states, WORKERS DEAD.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct PollView {
-    instances: BTreeMap<u64, (&'static str, String)>,
-    workers_dead: bool,
-    queued: u32,
-}
-
 pub struct Outside {
     pub store: Store,
     pub doorbell: Arc<MemoryDoorbell>,
@@ -113,7 +103,8 @@ pub struct Outside {
     schedule: Vec<(Millis, Fire)>,
     cursor: usize,
     next_poll: Millis,
-    last_poll: Option<PollView>,
+    last_poll: Option<crate::cmd::poll::PollState>,
+    prefix: String,
     alive_ms: i64,
     pub tally: OutsideTally,
 }
@@ -126,6 +117,7 @@ impl Outside {
         mut schedule: Vec<(Millis, Fire)>,
         start: Millis,
         alive_ms: i64,
+        prefix: &str,
     ) -> Outside {
         // Writers never wait: the agent holds no transaction while time passes.
         let _ = store.conn.busy_timeout(Duration::ZERO);
@@ -138,6 +130,7 @@ impl Outside {
             cursor: 0,
             next_poll: start + POLL_MS,
             last_poll: None,
+            prefix: prefix.to_string(),
             alive_ms,
             tally: OutsideTally::default(),
         }
@@ -211,63 +204,29 @@ impl Outside {
         Ok(id)
     }
 
-    /// `poll`: list our instances and read the demand; on a lifecycle change or a new
-    /// WORKERS DEAD, a P1 event and a ring.
+    /// `poll`: list our instances and read the demand, compare with the last poll using
+    /// the real command's rules (`cmd::poll`), and on a lifecycle change or a new WORKERS
+    /// DEAD record a P1 event and ring. A failed probe leaves the Curio side unknown.
     fn poll(&mut self, now: Millis) {
-        let view = {
+        use crate::cmd::poll::{compare, instance_states, PollState};
+        let cur = {
             let mut w = lock(&self.world);
             w.advance(now);
-            if w.probe_down(now) {
-                return;
-            }
-            let d = w.demand(now, self.alive_ms);
-            let names: Vec<&str> = d.workers.iter().map(|x| x.machine_name.as_str()).collect();
-            let instances = w
-                .insts
-                .iter()
-                .filter(|i| i.ours && !i.destroyed)
-                .map(|i| {
-                    let label = i.label.clone().unwrap_or_default();
-                    let state = match i.phase {
-                        Phase::Provisioning | Phase::Loading => "loading",
-                        Phase::Running if names.contains(&label.as_str()) => "live",
-                        Phase::Running => "up",
-                        Phase::Exited | Phase::Offline => "dead",
-                        Phase::Stopped => "stopped",
-                    };
-                    (i.id, (state, label))
-                })
-                .collect();
-            PollView {
-                instances,
-                workers_dead: d.workers_dead(),
-                queued: d.pending + d.running_stale,
+            let listing = w.list();
+            let demand = (!w.probe_down(now)).then(|| w.demand(now, self.alive_ms));
+            PollState {
+                instances: demand
+                    .as_ref()
+                    .map(|d| instance_states(&listing, &d.workers, &self.prefix)),
+                workers_dead: demand.as_ref().map(|d| d.workers_dead()),
+                queued: demand
+                    .as_ref()
+                    .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0)),
             }
         };
-        let Some(prev) = self.last_poll.replace(view.clone()) else {
-            return;
-        };
-        let mut lines = Vec::new();
-        for (id, (state, label)) in &view.instances {
-            match prev.instances.get(id) {
-                None => lines.push(format!("instance {id} \"{label}\" appeared: {state}")),
-                Some((old, _)) if old != state => {
-                    lines.push(format!("instance {id} \"{label}\": {old} -> {state}"))
-                }
-                _ => {}
-            }
-        }
-        for (id, (state, label)) in &prev.instances {
-            if !view.instances.contains_key(id) {
-                lines.push(format!("instance {id} \"{label}\" is gone (was {state})"));
-            }
-        }
-        if view.workers_dead && !prev.workers_dead {
-            lines.push(format!(
-                "WORKERS DEAD: {} proofs queued and no live worker",
-                view.queued
-            ));
-        }
+        let prev = self.last_poll.clone().unwrap_or_default();
+        let (lines, merged) = compare(&prev, &cur);
+        self.last_poll = Some(merged);
         if lines.is_empty() {
             return;
         }
