@@ -6,3 +6,4 @@ mod llm_client;
 mod mind;
 mod units;
 mod vast_client;
+mod agent_e2e;
