@@ -68,6 +68,8 @@ pub struct Stats {
     pub runs_read: usize,
     pub operator_kept: usize,
     pub synthesized_results: usize,
+    /// Tool outputs of this run shown as placeholders because the run alone overflowed.
+    pub current_compacted: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -105,10 +107,24 @@ pub fn assemble(
     budget: u64,
 ) -> Result<Assembled, ContextError> {
     let mut stats = Stats::default();
-    let current = repair(fixed.current, fixed.interrupted_tokens, &mut stats);
+    let mut current = repair(fixed.current, fixed.interrupted_tokens, &mut stats);
     let system_cost = fixed.system_tokens;
-    let current_cost: u64 = current.iter().map(|m| m.tokens).sum();
-    let needed = REPLY_PRIMER_TOKENS + system_cost + fixed.tools_tokens + current_cost;
+    let base = REPLY_PRIMER_TOKENS + system_cost + fixed.tools_tokens;
+    let mut current_cost: u64 = current.iter().map(|m| m.tokens).sum();
+    // This run's own tool outputs are the first rung of the ladder when they alone overflow:
+    // oldest first, each becomes its placeholder until the run fits.
+    for m in current.iter_mut() {
+        if base + current_cost <= budget {
+            break;
+        }
+        let c = compact(m);
+        if c.tokens < m.tokens {
+            current_cost -= m.tokens - c.tokens;
+            stats.current_compacted += 1;
+            *m = c;
+        }
+    }
+    let needed = base + current_cost;
     if needed > budget {
         return Err(ContextError::TooSmall {
             needed,
@@ -577,6 +593,38 @@ mod tests {
         assert_eq!(out.stats.runs_full + out.stats.runs_compacted, 2);
         let out = assemble(&fixed, &mut source_of(&runs), 400).unwrap();
         assert_eq!(out.stats.runs_full + out.stats.runs_compacted, 0);
+    }
+
+    #[test]
+    fn this_runs_own_large_tool_outputs_compact_before_failing() {
+        let mut a = msg(2, Role::Assistant, 30);
+        a.content.clear();
+        a.tool_calls = vec![call("x"), call("y")];
+        let mut rx = msg(3, Role::Tool, 3_000);
+        rx.tool_call_id = Some("x".into());
+        rx.compacted = Some(("[compacted] search_offers: 20 offers".into(), 15));
+        let mut ry = msg(4, Role::Tool, 3_000);
+        ry.tool_call_id = Some("y".into());
+        ry.compacted = Some(("[compacted] list_instances: 40".into(), 15));
+        let current = vec![msg(1, Role::User, 100), a, rx, ry];
+        let fixed = Fixed {
+            system: "s",
+            system_tokens: 500,
+            tools_tokens: 500,
+            current: &current,
+            interrupted_tokens: 12,
+        };
+        let mut src = VecSource {
+            runs: vec![],
+            next: 0,
+            unanswered: vec![],
+        };
+        let out = assemble(&fixed, &mut src, 5_000).unwrap();
+        assert_eq!(out.stats.current_compacted, 1, "only the oldest output");
+        assert!(out.tokens <= 5_000);
+        validate(&out.messages, out.tokens, 5_000).unwrap();
+        assert!(out.messages[3].content.starts_with("[compacted]"));
+        assert!(!out.messages[4].content.starts_with("[compacted]"));
     }
 
     #[test]

@@ -134,6 +134,42 @@ pub struct Report {
     pub launch_keys_missing: Vec<&'static str>,
     pub llm: LlmView,
     pub operator_messages: Vec<OperatorView>,
+    /// Our instances as the local table knows them (inspect never calls vast.ai).
+    pub fleet: Vec<InstanceView>,
+    pub fleet_dph: f64,
+    /// The action ledger, newest first: what was launched, stopped or refused, and why.
+    pub recent_actions: Vec<ActionView>,
+    /// What the last pass saw, and what was decided (the model's answer or the rules' note).
+    pub last_observation: Option<String>,
+    pub last_decision: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InstanceView {
+    pub label: String,
+    pub vast_id: Option<i64>,
+    pub state: String,
+    pub actual_status: Option<String>,
+    pub gpu_name: Option<String>,
+    pub dph: Option<f64>,
+    pub state_since: String,
+    pub last_seen_at: Option<String>,
+    pub machine_name: Option<String>,
+    pub adopted: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ActionView {
+    pub at: String,
+    pub run_id: Option<i64>,
+    pub kind: String,
+    pub outcome: String,
+    pub actor: String,
+    pub label: Option<String>,
+    pub instance_id: Option<i64>,
+    pub emergency: bool,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
 }
 
 /// The model's side: configuration, the last failure, and how our token estimate compares
@@ -176,6 +212,7 @@ pub fn build(
 ) -> Result<Report> {
     let state = session::state(&store.conn)?;
     let recent = runs::recent(&store.conn, RECENT_RUNS)?;
+    let fleet = crate::store::instances::live(&store.conn)?;
     let ev = events::counts(&store.conn, now)?;
     let wk = wakes::counts(&store.conn, now)?;
     let bell = FileDoorbell::new(state_dir).status()?;
@@ -233,7 +270,68 @@ pub fn build(
         launch_keys_missing: config.policy.missing_launch_keys(&config.vast),
         llm: llm_view(store, config, &state)?,
         operator_messages: operator_view(store, state.session_id)?,
+        fleet: fleet
+            .iter()
+            .map(|i| InstanceView {
+                label: i.label.clone(),
+                vast_id: i.vast_id,
+                state: i.state.clone(),
+                actual_status: i.actual_status.clone(),
+                gpu_name: i.gpu_name.clone(),
+                dph: i.dph,
+                state_since: rfc3339(i.state_since),
+                last_seen_at: i.last_seen_at.map(rfc3339),
+                machine_name: i.machine_name.clone(),
+                adopted: i.adopted,
+            })
+            .collect(),
+        fleet_dph: ((fleet.iter().filter_map(|i| i.dph).sum::<f64>() + 0.0) * 1000.0).round()
+            / 1000.0
+            + 0.0,
+        recent_actions: crate::store::actions::recent(&store.conn, 20)?
+            .into_iter()
+            .map(|a| ActionView {
+                at: rfc3339(a.created_at),
+                run_id: a.run_id,
+                kind: a.kind,
+                outcome: a.outcome,
+                actor: a.actor,
+                label: a.label,
+                instance_id: a.instance_id,
+                emergency: a.emergency,
+                reason: a.reason,
+                detail: a.detail,
+            })
+            .collect(),
+        last_observation: last_of_kind(store, &["observation"])?,
+        last_decision: last_of_kind(store, &["answer", "rules"])?,
     })
+}
+
+/// The newest message of these kinds (any session).
+fn last_of_kind(store: &Store, kinds: &[&str]) -> Result<Option<String>> {
+    let mut best: Option<(i64, String)> = None;
+    for kind in kinds {
+        let row: Option<(i64, String)> = store
+            .conn
+            .query_row(
+                "SELECT id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
+                   AND kind = ?1 ORDER BY id DESC LIMIT 1",
+                [kind],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map(Some)
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        if let Some(r) = row {
+            if best.as_ref().is_none_or(|b| r.0 > b.0) {
+                best = Some(r);
+            }
+        }
+    }
+    Ok(best.map(|b| b.1))
 }
 
 fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {
@@ -376,9 +474,24 @@ pub fn render_text(r: &Report) -> String {
             w["reason"].as_str().unwrap_or("")
         ));
     }
-    match &r.units {
+    match r.units.as_ref().and_then(|u| u.as_object()) {
         None => line("units       no systemd manager answered".into()),
-        Some(u) => line(format!("units       {u}")),
+        Some(units) => {
+            for (name, u) in units {
+                let field = |k: &str| u.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+                let mut text = format!(
+                    "unit        {name}: {} {}/{} (result {})",
+                    field("load_state"),
+                    field("active_state"),
+                    field("sub_state"),
+                    field("result")
+                );
+                if let Some(p) = u.get("problem").and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" PROBLEM {p}; fix: {}", field("fix")));
+                }
+                line(text);
+            }
+        }
     }
     line(format!(
         "llm         {} {} ({}), budget {} tokens ({} after margin); last call {}{}",
@@ -422,6 +535,58 @@ pub fn render_text(r: &Report) -> String {
             "launches    impossible until set: {}",
             r.launch_keys_missing.join(", ")
         ));
+    }
+    line(format!(
+        "fleet       {} instance(s), ${:.2}/h",
+        r.fleet.len(),
+        r.fleet_dph
+    ));
+    for i in &r.fleet {
+        line(format!(
+            "  {} id={} {} (vast {}) {} ${:.3}/h since {}",
+            i.label,
+            i.vast_id
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
+            i.state,
+            i.actual_status.as_deref().unwrap_or("null"),
+            i.gpu_name.as_deref().unwrap_or("?"),
+            i.dph.unwrap_or(0.0),
+            i.state_since
+        ));
+    }
+    if !r.recent_actions.is_empty() {
+        line("actions     newest first:".into());
+        for a in r.recent_actions.iter().take(10) {
+            line(format!(
+                "  {} {} {} by {}{}{}{}",
+                a.at,
+                a.kind,
+                a.outcome,
+                a.actor,
+                a.label
+                    .as_deref()
+                    .map(|l| format!(" {l}"))
+                    .unwrap_or_default(),
+                if a.emergency { " (emergency)" } else { "" },
+                a.reason
+                    .as_deref()
+                    .map(|x| format!(": {}", crate::observation::clip(x, 100)))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(o) = &r.last_observation {
+        line("last observation:".into());
+        for l in o.lines() {
+            line(format!("  {l}"));
+        }
+    }
+    if let Some(d) = &r.last_decision {
+        line("last decision:".into());
+        for l in d.lines().take(12) {
+            line(format!("  {l}"));
+        }
     }
     line(format!("runs        last {}:", r.runs.len()));
     for run in &r.runs {

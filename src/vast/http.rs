@@ -15,6 +15,9 @@ use crate::clock::{Clock, Millis};
 
 /// vast.ai allows one create per 4.5 s per key (create_instance.yaml `x-rate-limit`).
 const CREATE_SPACING: Duration = Duration::from_millis(4_500);
+/// Added to the spacing between our creates: vast.ai measures arrivals, we measure sends, and
+/// a first request that must open its connection arrives later than the next one.
+const CREATE_MARGIN: Duration = Duration::from_millis(250);
 /// ...and blocks creates for 12 s after that limit is broken.
 const CREATE_PENALTY: Duration = Duration::from_secs(12);
 /// Attempts per call, the first included.
@@ -282,7 +285,7 @@ impl HttpVastClient {
         loop {
             if let Some(last) = create.as_deref_mut() {
                 if let Some(prev) = *last {
-                    let due = prev + CREATE_SPACING.as_millis() as Millis;
+                    let due = prev + (CREATE_SPACING + CREATE_MARGIN).as_millis() as Millis;
                     let now = self.clock.now_ms();
                     if now < due {
                         self.sleep(Duration::from_millis((due - now) as u64));

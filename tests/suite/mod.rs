@@ -1,6 +1,8 @@
 //! Test modules, one per capability.
+mod agent_e2e;
 mod backbone;
 mod demand;
+mod docs;
 mod hands;
 mod llm_client;
 mod metrics;
