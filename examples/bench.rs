@@ -321,6 +321,76 @@ fn bench_tokens() {
     );
 }
 
+/// A model that always answers "nothing to do" at once (no HTTP, no cost): what matters here
+/// is what fleetagent sends, counted by its own estimate.
+struct QuietModel;
+
+impl fleetagent::llm::LlmClient for QuietModel {
+    fn chat(
+        &self,
+        _req: &fleetagent::llm::ChatRequest,
+    ) -> Result<fleetagent::llm::ChatResponse, fleetagent::llm::LlmError> {
+        Ok(fleetagent::llm::ChatResponse {
+            content: Some("Demand is steady; nothing to do.".into()),
+            attempts: 1,
+            ..Default::default()
+        })
+    }
+}
+
+/// A simulated day of the steady scenario with the model deciding (skips included), against
+/// the naive agent that sends the whole session's history on every pass.
+fn bench_tokens_sim() {
+    use fleetagent::sim;
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = sim_options("steady", Some(24.0));
+    opts.llm = Some(std::sync::Arc::new(QuietModel));
+    opts.state_dir = Some(dir.path().to_path_buf());
+    let run = sim::run(&opts).unwrap();
+    let store = Store::open(dir.path(), OpenMode::Existing, 0).unwrap();
+    let (calls, ours): (i64, i64) = store
+        .conn
+        .query_row(
+            "SELECT COUNT(*), COALESCE(SUM(prompt_tokens_est), 0) FROM llm_calls",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let fixed: i64 = store
+        .conn
+        .query_row("SELECT MIN(prompt_tokens_est) FROM llm_calls", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let per_run: Vec<i64> = {
+        let mut st = store
+            .conn
+            .prepare("SELECT COALESCE((SELECT SUM(tokens) FROM messages m WHERE m.run_id = r.id), 0) FROM runs r ORDER BY r.id")
+            .unwrap();
+        let v = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<Vec<i64>, _>>()
+            .unwrap();
+        v
+    };
+    let (mut naive, mut history) = (0i64, 0i64);
+    for t in &per_run {
+        naive += fixed + history;
+        history += t;
+    }
+    let ticks = 24 * 12;
+    println!(
+        "tokens (sim steady, 24 h, model deciding): {} passes, {calls} model calls, {} skipped; {:.0} prompt tokens per timer tick vs {:.0} for the naive agent -> ratio {:.4} ({:.0}x fewer)",
+        per_run.len(),
+        run.report.llm.skips,
+        ours as f64 / ticks as f64,
+        naive as f64 / ticks as f64,
+        ours as f64 / naive as f64,
+        naive as f64 / ours.max(1) as f64
+    );
+}
+
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let all = which == "all";
@@ -338,6 +408,7 @@ fn main() {
     }
     if all || which == "tokens" {
         bench_tokens();
+        bench_tokens_sim();
     }
     if all || which == "sim" {
         bench_sim();
