@@ -438,6 +438,7 @@ pub fn llm_loop(
                 None,
                 le.clock.now_ms(),
             )?;
+            crate::faults::point("tool-after-result")?;
         }
     }
     Ok(Ok(out))

@@ -270,19 +270,24 @@ pub fn build(
         launch_keys_missing: config.policy.missing_launch_keys(&config.vast),
         llm: llm_view(store, config, &state)?,
         operator_messages: operator_view(store, state.session_id)?,
-        fleet: fleet.iter().map(|i| InstanceView {
-            label: i.label.clone(),
-            vast_id: i.vast_id,
-            state: i.state.clone(),
-            actual_status: i.actual_status.clone(),
-            gpu_name: i.gpu_name.clone(),
-            dph: i.dph,
-            state_since: rfc3339(i.state_since),
-            last_seen_at: i.last_seen_at.map(rfc3339),
-            machine_name: i.machine_name.clone(),
-            adopted: i.adopted,
-        }).collect(),
-        fleet_dph: ((fleet.iter().filter_map(|i| i.dph).sum::<f64>() + 0.0) * 1000.0).round() / 1000.0 + 0.0,
+        fleet: fleet
+            .iter()
+            .map(|i| InstanceView {
+                label: i.label.clone(),
+                vast_id: i.vast_id,
+                state: i.state.clone(),
+                actual_status: i.actual_status.clone(),
+                gpu_name: i.gpu_name.clone(),
+                dph: i.dph,
+                state_since: rfc3339(i.state_since),
+                last_seen_at: i.last_seen_at.map(rfc3339),
+                machine_name: i.machine_name.clone(),
+                adopted: i.adopted,
+            })
+            .collect(),
+        fleet_dph: ((fleet.iter().filter_map(|i| i.dph).sum::<f64>() + 0.0) * 1000.0).round()
+            / 1000.0
+            + 0.0,
         recent_actions: crate::store::actions::recent(&store.conn, 20)?
             .into_iter()
             .map(|a| ActionView {
@@ -525,7 +530,9 @@ pub fn render_text(r: &Report) -> String {
         line(format!(
             "  {} id={} {} (vast {}) {} ${:.3}/h since {}",
             i.label,
-            i.vast_id.map(|v| v.to_string()).unwrap_or_else(|| "-".into()),
+            i.vast_id
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
             i.state,
             i.actual_status.as_deref().unwrap_or("null"),
             i.gpu_name.as_deref().unwrap_or("?"),
@@ -542,7 +549,10 @@ pub fn render_text(r: &Report) -> String {
                 a.kind,
                 a.outcome,
                 a.actor,
-                a.label.as_deref().map(|l| format!(" {l}")).unwrap_or_default(),
+                a.label
+                    .as_deref()
+                    .map(|l| format!(" {l}"))
+                    .unwrap_or_default(),
                 if a.emergency { " (emergency)" } else { "" },
                 a.reason
                     .as_deref()

@@ -110,9 +110,14 @@ fn incident_replay_through_the_model() {
     let f = rig(&llm, &vast, CAPS, "");
     write_demand(f.path(), dead_fleet());
     three_recent_launches(&f, &vast);
-    let launch = ("launch_instance", r#"{"reason": "59 queued and every worker is dead"}"#);
+    let launch = (
+        "launch_instance",
+        r#"{"reason": "59 queued and every worker is dead"}"#,
+    );
     llm.push(Reply::tool_calls(&[launch, launch, launch, launch]));
-    llm.push(Reply::text("Launched three replacements; the fourth was refused."));
+    llm.push(Reply::text(
+        "Launched three replacements; the fourth was refused.",
+    ));
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     let out = f.cmd(&["run"]).ok();
     assert!(out.stdout.contains("-> action"), "{}", out.stdout);
@@ -131,13 +136,19 @@ fn incident_replay_through_the_model() {
     let reqs = llm.requests();
     let results = tool_results(&reqs[1]);
     assert_eq!(results.len(), 4);
-    assert!(results[..3].iter().all(|r| r.get("error").is_none()), "{results:?}");
+    assert!(
+        results[..3].iter().all(|r| r.get("error").is_none()),
+        "{results:?}"
+    );
     assert_eq!(results[3]["error"], "rate_limited");
     assert!(results[3]["retry_after_secs"].as_u64().unwrap() > 0);
     // The observation told it plainly.
     let first_prompt = reqs[0]["messages"].to_string();
     assert!(first_prompt.contains("WORKERS DEAD"), "{first_prompt}");
-    assert!(first_prompt.contains("emergency bypass ON"), "{first_prompt}");
+    assert!(
+        first_prompt.contains("emergency bypass ON"),
+        "{first_prompt}"
+    );
     let run = &f.inspect()["runs"][0];
     assert_eq!(run["verdict"], "action");
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
@@ -174,7 +185,10 @@ fn sigkill_between_create_and_record_is_adopted_not_duplicated() {
     vast.add_offers(5, "RTX 4090", 0.40, 0.99);
     let f = rig(&llm, &vast, CAPS, "");
     write_demand(f.path(), dead_fleet());
-    llm.push(Reply::tool_call("launch_instance", r#"{"reason": "dead fleet"}"#));
+    llm.push(Reply::tool_call(
+        "launch_instance",
+        r#"{"reason": "dead fleet"}"#,
+    ));
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     let crashed = f
         .command(&["run"])
@@ -191,7 +205,11 @@ fn sigkill_between_create_and_record_is_adopted_not_duplicated() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!(intent, ("intent".to_string(), None), "the create was not recorded");
+    assert_eq!(
+        intent,
+        ("intent".to_string(), None),
+        "the create was not recorded"
+    );
 
     // The next pass: the model sees the launch in flight and asks nothing.
     llm.set_default(Reply::text("The replacement is booting."));
@@ -208,10 +226,16 @@ fn sigkill_between_create_and_record_is_adopted_not_duplicated() {
         .unwrap();
     assert_eq!((outcome.as_str(), instance), ("ok", Some(id)), "adopted");
     assert_eq!(
-        f.count(&format!("SELECT COUNT(*) FROM instances WHERE vast_id = {id}")),
+        f.count(&format!(
+            "SELECT COUNT(*) FROM instances WHERE vast_id = {id}"
+        )),
         1
     );
-    assert_eq!(f.inspect()["runs"][1]["status"], "failed", "the crashed pass");
+    assert_eq!(
+        f.inspect()["runs"][1]["status"],
+        "failed",
+        "the crashed pass"
+    );
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
 }
 
@@ -313,7 +337,11 @@ fn three_hundred_runs_never_break_the_sequence_or_the_budget() {
             String::from_utf8_lossy(&out.stderr)
         );
         let verdict: Option<String> = db
-            .query_row("SELECT verdict FROM runs ORDER BY id DESC LIMIT 1", [], |r| r.get(0))
+            .query_row(
+                "SELECT verdict FROM runs ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         if verdict.as_deref() == Some("no-action") {
             no_action_markers.push(marker);
@@ -335,7 +363,9 @@ fn three_hundred_runs_never_break_the_sequence_or_the_budget() {
     };
     let refusals: Vec<(String, i64)> = {
         let mut st = db
-            .prepare("SELECT outcome || ' ' || COALESCE(detail, ''), COUNT(*) FROM actions GROUP BY 1")
+            .prepare(
+                "SELECT outcome || ' ' || COALESCE(detail, ''), COUNT(*) FROM actions GROUP BY 1",
+            )
             .unwrap();
         let v = st
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
