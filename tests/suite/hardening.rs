@@ -5,6 +5,7 @@
 //! commands that reproduce them at a larger scale.
 
 mod crash;
+mod race;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
