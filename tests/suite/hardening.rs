@@ -4,6 +4,7 @@
 //! (points x cases, interleavings, executions, adversarial cases); docs/testing.md lists the
 //! commands that reproduce them at a larger scale.
 
+mod adversarial;
 mod crash;
 mod race;
 
@@ -99,7 +100,7 @@ proofs_per_hour_per_instance = 50
         }
     }
 
-    /// Every instance on the fake account is in the instances table under its label and id,
+    /// Every instance of ours on the fake account is in the instances table under its label and id,
     /// and no label was ever sent in two creates. Returns the number of creates that rented.
     #[track_caller]
     pub fn assert_fleet_tracked(&self, what: &str) -> usize {
@@ -133,6 +134,9 @@ proofs_per_hour_per_instance = 50
         for inst in self.vast.instances() {
             let id = inst["id"].as_i64().unwrap();
             let label = inst["label"].as_str().unwrap_or_default();
+            if !label.starts_with("fleetagent-") {
+                continue; // not ours: someone else's instance on the account
+            }
             assert_eq!(
                 tracked.get(&id).map(String::as_str),
                 Some(label),
