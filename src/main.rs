@@ -15,9 +15,16 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_timestamp_secs()
-        .init();
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
+    logger.format_timestamp_secs();
+    // At trace, ureq_proto dumps every byte of every HTTP exchange, the Authorization header
+    // and any key a server echoes included: no RUST_LOG may turn that on (these directives
+    // replace any of the same name from RUST_LOG).
+    for module in ["ureq_proto", "ureq_proto::util"] {
+        logger.filter_module(module, log::LevelFilter::Debug);
+    }
+    logger.init();
     let app = App {
         config_flag: cli.config.clone(),
         state_dir_flag: cli.state_dir.clone(),

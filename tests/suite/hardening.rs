@@ -7,6 +7,7 @@
 mod adversarial;
 mod crash;
 mod race;
+mod secrets;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
