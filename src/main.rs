@@ -35,7 +35,7 @@ fn main() {
         Ok(()) => error::EXIT_OK,
         Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {
-            eprintln!("fleetagent: {}", error::one_line(&e));
+            eprintln!("fleetagent: {}", error::report(&e));
             error::exit_code(&e)
         }
     };

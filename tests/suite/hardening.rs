@@ -6,6 +6,7 @@
 
 mod adversarial;
 mod crash;
+mod database;
 mod race;
 mod secrets;
 
