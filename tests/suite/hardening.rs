@@ -7,6 +7,7 @@
 mod adversarial;
 mod crash;
 mod database;
+mod fuzz;
 mod race;
 mod secrets;
 
