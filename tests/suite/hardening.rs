@@ -9,6 +9,7 @@ mod crash;
 mod database;
 mod fuzz;
 mod race;
+mod sandbox;
 mod secrets;
 
 use std::collections::{BTreeMap, HashMap};
