@@ -608,7 +608,7 @@ mod tests {
         let deep = call("launch_instance", "[".repeat(5_000));
         assert!(stored_calls(&[deep])[0].arguments.len() < 100);
         let fine = call("launch_instance", r#"{"reason":"backlog"}"#.into());
-        assert_eq!(stored_calls(&[fine.clone()]), vec![fine]);
+        assert_eq!(stored_calls(std::slice::from_ref(&fine)), vec![fine]);
         assert_eq!(stored_calls(&[call("", "{}".into())])[0].name, "unnamed");
         assert_eq!(
             stored_calls(&[call(&"n".repeat(500), "{}".into())])[0]

@@ -113,15 +113,15 @@ pub fn assemble(
     let mut current_cost: u64 = current.iter().map(|m| m.tokens).sum();
     // This run's own tool outputs are the first rung of the ladder when they alone overflow:
     // oldest first, each becomes its placeholder until the run fits.
-    for i in 0..current.len() {
+    for m in current.iter_mut() {
         if base + current_cost <= budget {
             break;
         }
-        let c = compact(&current[i]);
-        if c.tokens < current[i].tokens {
-            current_cost -= current[i].tokens - c.tokens;
+        let c = compact(m);
+        if c.tokens < m.tokens {
+            current_cost -= m.tokens - c.tokens;
             stats.current_compacted += 1;
-            current[i] = c;
+            *m = c;
         }
     }
     let needed = base + current_cost;
