@@ -15,16 +15,11 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    let mut logger =
-        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level));
-    logger.format_timestamp_secs();
-    // At trace, ureq_proto dumps every byte of every HTTP exchange, the Authorization header
-    // and any key a server echoes included: no RUST_LOG may turn that on (these directives
-    // replace any of the same name from RUST_LOG).
-    for module in ["ureq_proto", "ureq_proto::util"] {
-        logger.filter_module(module, log::LevelFilter::Debug);
-    }
-    logger.init();
+    let logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp_secs()
+        .build();
+    log::set_max_level(logger.filter());
+    let _ = log::set_boxed_logger(Box::new(NoWireDump(logger)));
     let app = App {
         config_flag: cli.config.clone(),
         state_dir_flag: cli.state_dir.clone(),
@@ -41,4 +36,31 @@ fn main() {
     };
     fleetagent::faults::stats::report();
     std::process::exit(code);
+}
+
+/// The env_logger, minus `ureq_proto`'s trace records: at trace it dumps every byte of every
+/// HTTP exchange, the Authorization header and any key a server echoes included, and no
+/// `RUST_LOG` may turn that on.
+struct NoWireDump(env_logger::Logger);
+
+impl NoWireDump {
+    fn hidden(meta: &log::Metadata<'_>) -> bool {
+        meta.level() == log::Level::Trace && meta.target().starts_with("ureq_proto")
+    }
+}
+
+impl log::Log for NoWireDump {
+    fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+        !Self::hidden(meta) && self.0.enabled(meta)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !Self::hidden(record.metadata()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
 }
