@@ -7,6 +7,8 @@
 //!   bench assemble  prompt assembly with 1M stored messages against 1k
 //!   bench tokens    tokens per routine tick against a naive agent that sends the whole history
 //!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
+//!   bench sim       simulated hours per wall-clock second (steady, a week), and the decision
+//!                   quality table: rules against the oracle for steady, spike and incident
 #![allow(clippy::disallowed_methods)]
 
 #[path = "../tests/common/fake_llm.rs"]
@@ -337,4 +339,78 @@ fn main() {
     if all || which == "tokens" {
         bench_tokens();
     }
+    if all || which == "sim" {
+        bench_sim();
+    }
+}
+
+fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
+    fleetagent::sim::Options {
+        scenario: fleetagent::sim::scenario::load(name).unwrap(),
+        hours,
+        seed: 1,
+        config: None,
+        llm: None,
+        state_dir: None,
+        progress: false,
+    }
+}
+
+/// Simulation speed on the steady scenario, then rules against the oracle.
+fn bench_sim() {
+    use fleetagent::sim;
+    let t = Instant::now();
+    let week = sim::run(&sim_options("steady", Some(168.0))).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "sim: steady, a simulated week (168 h, {} passes, {} processes) in {:.1} s wall -> {:.1} simulated hours per second (goal: a week in under 60 s)",
+        week.report.runs.passes,
+        week.report.runs.processes,
+        secs,
+        168.0 / secs
+    );
+    println!();
+    println!("decision quality (rules vs an oracle that knows the demand in advance; seed 1, full length):");
+    println!(
+        "{:<10} {:>6} {:>12} {:>12} {:>7} {:>10} {:>10} {:>9}",
+        "scenario",
+        "hours",
+        "rules $/p",
+        "oracle $/p",
+        "ratio",
+        "rules hbt",
+        "oracle hbt",
+        "allowed"
+    );
+    for name in ["steady", "spike", "incident"] {
+        let run = if name == "steady" {
+            week.report.clone()
+        } else {
+            sim::run(&sim_options(name, None)).unwrap().report
+        };
+        let s = sim::scenario::load(name).unwrap();
+        // One boot time (p90 boot plus Curio's start) per demand change; the incident's dead
+        // fleet at the start counts as one.
+        let changes =
+            s.market.changes(s.hours) + usize::from(s.start.pending > 0 || s.start.dead > 0);
+        let boot_h = sim::oracle::lead_ms(&s) as f64 / 3_600_000.0;
+        let allowed = run.oracle.hours_below_target + boot_h * changes as f64;
+        println!(
+            "{:<10} {:>6} {:>12.4} {:>12.4} {:>6.2}x {:>10.2} {:>10.2} {:>9.2}{}",
+            name,
+            run.hours,
+            run.money.dollars_per_proof,
+            run.oracle.dollars_per_proof,
+            run.oracle.cost_ratio,
+            run.hours_below_target,
+            run.oracle.hours_below_target,
+            allowed,
+            if run.oracle.cost_ratio <= 1.15 && run.hours_below_target <= allowed + 1e-9 {
+                "  within the aim (1.15x, oracle + boot per change)"
+            } else {
+                "  outside the aim (1.15x, oracle + boot per change)"
+            }
+        );
+    }
+    println!("(hbt = hours below target: live capacity under 90% of min(target, market rate))");
 }

@@ -7,7 +7,13 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// The names of the targets, in the order scripts/fuzz runs them.
-pub const TARGETS: &[&str] = &["config", "llm_response", "vast_response", "demand_json"];
+pub const TARGETS: &[&str] = &[
+    "config",
+    "llm_response",
+    "vast_response",
+    "demand_json",
+    "scenario",
+];
 
 pub fn run(target: &str, data: &[u8]) {
     match target {
@@ -15,6 +21,7 @@ pub fn run(target: &str, data: &[u8]) {
         "llm_response" => llm_response(data),
         "vast_response" => vast_response(data),
         "demand_json" => demand_json(data),
+        "scenario" => scenario(data),
         other => panic!("unknown fuzz target {other}"),
     }
 }
@@ -70,6 +77,17 @@ pub fn demand_json(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(d) = fleetagent::demand::json::parse_demand_json(&text) {
         let _ = (d.workers_dead(), d.live_workers(), d.idle_workers());
+    }
+}
+
+/// A `sim` scenario file (TOML, with a `[config]` table checked by the config's parser).
+pub fn scenario(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(s) = fleetagent::sim::scenario::parse(&text) {
+        for hour in [0.0, 0.5, 1.0, 12.0, s.hours] {
+            let rate = s.market.rate_at(hour);
+            assert!(rate.is_finite() && rate >= 0.0, "rate {rate} at {hour}");
+        }
     }
 }
 

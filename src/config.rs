@@ -398,24 +398,28 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
 
 /// Parse and validate config text. The error is one line: `line N (key): what is wrong`.
 pub fn parse(text: &str) -> Result<Config, String> {
-    let config: Config = toml::from_str(text).map_err(|e| {
-        let msg = one_line(e.message());
-        match e.span() {
-            Some(span) => {
-                let line = line_of(text, span.start);
-                match key_at(text, span.start) {
-                    Some(key) => format!("line {line} ({key}): {msg}"),
-                    None => format!("line {line}: {msg}"),
-                }
-            }
-            None => msg,
-        }
-    })?;
+    let config: Config = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     validate(&config).map_err(|(key, msg)| match key_line(text, key) {
         Some(line) => format!("line {line} ({key}): {msg}"),
         None => format!("{key}: {msg}"),
     })?;
     Ok(config)
+}
+
+/// A TOML parse or schema error as one line naming the line and the dotted key (also used
+/// for `sim` scenario files).
+pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = one_line(e.message());
+    match e.span() {
+        Some(span) => {
+            let line = line_of(text, span.start);
+            match key_at(text, span.start) {
+                Some(key) => format!("line {line} ({key}): {msg}"),
+                None => format!("line {line}: {msg}"),
+            }
+        }
+        None => msg,
+    }
 }
 
 fn one_line(s: &str) -> String {
@@ -446,7 +450,7 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 }
 
 /// The line of a dotted key, if the text sets it.
-fn key_line(text: &str, dotted: &str) -> Option<usize> {
+pub(crate) fn key_line(text: &str, dotted: &str) -> Option<usize> {
     let doc = toml_edit::Document::parse(text.to_owned()).ok()?;
     let mut found = None;
     walk(doc.as_table(), "", &mut |path, key_span, _| {

@@ -474,9 +474,24 @@ pub fn render_text(r: &Report) -> String {
             w["reason"].as_str().unwrap_or("")
         ));
     }
-    match &r.units {
+    match r.units.as_ref().and_then(|u| u.as_object()) {
         None => line("units       no systemd manager answered".into()),
-        Some(u) => line(format!("units       {u}")),
+        Some(units) => {
+            for (name, u) in units {
+                let field = |k: &str| u.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+                let mut text = format!(
+                    "unit        {name}: {} {}/{} (result {})",
+                    field("load_state"),
+                    field("active_state"),
+                    field("sub_state"),
+                    field("result")
+                );
+                if let Some(p) = u.get("problem").and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" PROBLEM {p}; fix: {}", field("fix")));
+                }
+                line(text);
+            }
+        }
     }
     line(format!(
         "llm         {} {} ({}), budget {} tokens ({} after margin); last call {}{}",

@@ -14,13 +14,17 @@
 //! - WORKERS DEAD: always asks for launches, enough to reach max(target, the queued proofs as
 //!   one hour of work) counting the instances already coming, at least one.
 //! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
-//!   throughput under target and nothing of ours still loading: launch toward the target
-//!   (one at a time without a target).
+//!   throughput under target and nothing of ours still booting (an instance loading past
+//!   half of `stuck_loading_mins` no longer holds this back): launch toward the target, one
+//!   at a time (one more every 4 passes the backlog lasts), or, when the fleet is saturated
+//!   (its throughput >= 95 % of its capacity), half as much again as it does; never past it.
 //! - a target with no live worker, nothing of ours coming and nothing queued: one seed
 //!   instance, since Curio asks the market for work only while a ProofShare node lives.
 //! - Full mode only: destroy flagged instances; after 3 passes in a row of low demand
 //!   (pending <= 1 with idle live workers), stop one idle instance of ours per pass (the
-//!   dearest per proof), never the last live worker.
+//!   dearest per proof), never the last live worker, and only while the capacity left
+//!   still covers the observed throughput with 5 % to spare (else the next backlog would
+//!   relaunch it and pay a boot each round trip).
 
 use anyhow::Result;
 use rusqlite::Connection;
@@ -28,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::demand::Demand;
-use crate::fleet::{rate_of, Snapshot, LAUNCHING, LOADING, REGISTERED};
+use crate::fleet::{rate_of, Snapshot, LAUNCHING, LOADING, PROVING, REGISTERED};
 use crate::guardrails::window_state;
 use crate::store::session::{self, Streaks};
 
@@ -40,6 +44,13 @@ pub const BACKLOG_PASSES: u32 = 2;
 pub const LOW_PENDING_MAX: u32 = 1;
 /// Passes in a row of low demand before idle surplus is stopped.
 pub const LOW_DEMAND_PASSES: u32 = 3;
+/// After this many backlog passes in a row, launch one more per pass.
+pub const BACKLOG_STEP_PASSES: u32 = 4;
+/// Throughput over working capacity at which the deficit is taken to be large: launch half
+/// as much again as the fleet does, not one at a time.
+pub const FULLY_SATURATED: f64 = 0.95;
+/// The capacity left after a stop must cover the observed throughput times this.
+pub const SURPLUS_MARGIN: f64 = 1.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -161,13 +172,31 @@ pub fn decide(
     let rate = new_instance_rate(config).max(1e-6);
     let projected = snapshot.projected_pph(config);
     let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
+    // Instances still booting hold further scale-up back, but not one that has been loading
+    // longer than a normal boot: it may never come (it is destroyed once flagged as stuck).
+    let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
     let coming = snapshot
         .instances
         .iter()
         .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
+        .filter(|r| snapshot.now - r.state_since < slow_boot_ms)
         .count();
     let queued = d.pending + d.running_stale + d.ps_waiting.unwrap_or(0);
+    // Throughput against the capacity of our working instances: a backlog means more demand
+    // only when the workers have really been busy (not a burst of arrivals on idle capacity).
+    let observed = (d.completed_1h as f64).max(d.completed_15m as f64 * 4.0);
+    let working: f64 = snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(&r.state[..], REGISTERED | PROVING))
+        .map(|r| rate_of(r, config))
+        .sum();
+    let utilisation = if working > 0.0 {
+        observed / working
+    } else {
+        1.0
+    };
 
     let (wanted, why) = if d.workers_dead() {
         let need = target.max(queued as f64);
@@ -186,14 +215,25 @@ pub fn decide(
         && (target <= 0.0 || (d.completed_1h as f64) < target)
         && coming == 0
     {
+        // One more at a time, a second after a long backlog: the market's rate is unknown
+        // (Curio buffers at most 8), and every surplus instance is paid to sit idle.
+        // The deficit is unknown (Curio buffers at most 8 either way): size it from what the
+        // saturated fleet does now, half as much again, toward the target.
+        let step = if utilisation >= FULLY_SATURATED {
+            (((observed * 1.5).max(working + rate) - projected) / rate)
+                .ceil()
+                .max(1.0) as u32
+        } else {
+            1 + streaks.backlog_passes / BACKLOG_STEP_PASSES
+        };
         let n = if target > 0.0 {
             if projected >= target {
                 0
             } else {
-                ((target - projected) / rate).ceil().max(1.0) as u32
+                (((target - projected) / rate).ceil().max(1.0) as u32).min(step)
             }
         } else {
-            1
+            step
         };
         (
             n.min(config.policy.launch_window_max.max(1)),
@@ -258,6 +298,17 @@ pub fn decide(
             })
             .filter_map(|r| Some((r.vast_id?, r.dph.unwrap_or(0.0) / rate_of(r, config))))
             .max_by(|a, b| a.1.total_cmp(&b.1));
+        // Stop only when what stays still covers the observed throughput with a margin:
+        // otherwise the next backlog relaunches it, and each round trip pays a boot.
+        let idle = idle.filter(|(id, _)| {
+            let r = snapshot
+                .instances
+                .iter()
+                .find(|x| x.vast_id == Some(*id))
+                .map(|x| rate_of(x, config))
+                .unwrap_or(rate);
+            working - r >= observed * SURPLUS_MARGIN
+        });
         if let Some((id, _)) = idle {
             calls.push(PlannedCall::stop(
                 id,
@@ -437,8 +488,9 @@ mod tests {
         assert_eq!(first.backlog_passes, 1);
         assert_eq!(launches(&decide_with(&s, &config(), first, Mode::Full)), 0);
         let second = next_streaks(first, s.demand.as_ref());
-        // target 500, projected 4 x 50 = 200: 6 more wanted, the window allows 3.
-        assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 3);
+        // target 500, projected 4 x 50 = 200, saturated (190 of 200 p/h): half as much again
+        // as the fleet does (285 p/h) is 2 more, not all 6 toward the target at once.
+        assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 2);
         // Something of ours still loading: wait for it.
         let mut loading = s.clone();
         loading.instances.push(row(9, LOADING, None, 0.4));

@@ -6,10 +6,11 @@ mod init;
 mod inspect;
 mod instances;
 mod message;
-mod poll;
-mod reset_session;
+pub(crate) mod poll;
+pub(crate) mod reset_session;
 mod run;
-mod trigger;
+mod sim;
+pub(crate) mod trigger;
 mod units;
 mod wakes;
 
@@ -38,9 +39,7 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Units(c) => units::run(app, c),
         Command::Instances(c) => instances::run(app, c),
         Command::Poll(_) => poll::run(app),
-        Command::Sim(_) => {
-            anyhow::bail!("this command is not available in this build yet")
-        }
+        Command::Sim(a) => sim::run(app, a),
     }
 }
 

@@ -5,15 +5,57 @@ use anyhow::Result;
 
 use crate::app::App;
 use crate::cli::ResetSessionArgs;
-use crate::store::{events, session, wakes};
+use crate::clock::Millis;
+use crate::doorbell::{Doorbell, FileDoorbell};
+use crate::store::{events, session, wakes, Store};
+
+/// What a reset did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reset {
+    pub old_session: i64,
+    pub new_session: i64,
+    pub cancelled_wakes: usize,
+    pub event_id: i64,
+}
 
 pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
     let (_config, dir, mut store) = super::open_or_create(app)?;
-    let now = app.now();
+    let done = reset(
+        &mut store,
+        &FileDoorbell::new(&dir),
+        args.keep_wakes,
+        app.now(),
+    )?;
+    let next_run = store.next_run_id()?;
+    println!(
+        "new session {} (was {})",
+        done.new_session, done.old_session
+    );
+    if args.keep_wakes {
+        println!("kept pending wakes");
+    } else {
+        println!("cancelled {} pending wake(s)", done.cancelled_wakes);
+    }
+    println!("run ids go on: the next run is {next_run}");
+    println!(
+        "recorded event {} (P0) and rang the doorbell: the agent runs next",
+        done.event_id
+    );
+    Ok(())
+}
+
+/// The reset itself (also what `sim` runs): new session, wakes cancelled, a P0 event
+/// committed, then the doorbell rung.
+pub fn reset(
+    store: &mut Store,
+    doorbell: &dyn Doorbell,
+    keep_wakes: bool,
+    now: Millis,
+) -> Result<Reset> {
     let tx = store.immediate()?;
     let old = session::current(&tx)?;
     let new = session::start_new(&tx, "reset-session by operator", now)?;
-    let cancelled = if args.keep_wakes {
+    let cancelled = if keep_wakes {
         0
     } else {
         wakes::cancel_pending(&tx, now)?
@@ -23,15 +65,11 @@ pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
     );
     let id = events::insert(&tx, 0, "reset", &reason, None, now)?;
     tx.commit()?;
-    let next_run = store.next_run_id()?;
-    super::trigger::ring(&dir, id, 0, &reason, now)?;
-    println!("new session {new} (was {old})");
-    if args.keep_wakes {
-        println!("kept pending wakes");
-    } else {
-        println!("cancelled {cancelled} pending wake(s)");
-    }
-    println!("run ids go on: the next run is {next_run}");
-    println!("recorded event {id} (P0) and rang the doorbell: the agent runs next");
-    Ok(())
+    super::trigger::ring_on(doorbell, id, 0, &reason, now)?;
+    Ok(Reset {
+        old_session: old,
+        new_session: new,
+        cancelled_wakes: cancelled,
+        event_id: id,
+    })
 }

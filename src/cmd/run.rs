@@ -42,7 +42,9 @@ pub fn run(app: &App) -> Result<()> {
         services: &services,
         pid: std::process::id(),
     };
-    match runner::run_process(&env) {
+    let result = runner::run_process(&env);
+    crate::metrics::after_run(config, &dir, app.now());
+    match result {
         Ok(reports) => {
             for r in reports {
                 println!(

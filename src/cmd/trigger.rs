@@ -36,7 +36,18 @@ pub(crate) fn ring(
     now: i64,
 ) -> Result<()> {
     crate::faults::point("trigger-after-insert")?;
-    FileDoorbell::new(dir)
+    ring_on(&FileDoorbell::new(dir), id, priority, reason, now)
+}
+
+/// Append the event's line to this doorbell, after its commit.
+pub(crate) fn ring_on(
+    doorbell: &dyn Doorbell,
+    id: i64,
+    priority: u8,
+    reason: &str,
+    now: i64,
+) -> Result<()> {
+    doorbell
         .ring(&format!("{} P{priority} event={id} {reason}", rfc3339(now)))
         .with_context(|| {
             format!("event {id} is recorded but the doorbell could not be rung; the timer will pick it up")

@@ -77,13 +77,24 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
             mode: 0o644,
         })
         .collect();
-    // Shell completions and the man page join here, as more artifacts with their own dirs
-    // (chosen by scope like `unit_dir`), so one install writes everything at once.
     artifacts.sort_by(|a, b| a.path.cmp(&b.path));
     for a in &artifacts {
         write_atomically(a)?;
         println!("wrote {}", a.path.display());
     }
+    // Shell completions and the man pages: beside the units with --unit-dir (packaging),
+    // else where the shells and man(1) look for the scope.
+    let doc_dirs = match (&args.unit_dir, scope) {
+        (Some(_), _) => crate::docs_gen::DocDirs::under(&unit_dir),
+        (None, Scope::System) => crate::docs_gen::DocDirs::system(),
+        (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
+    };
+    let docs = crate::docs_gen::write_completions_and_man(&doc_dirs)?;
+    println!(
+        "wrote {} completion and man page files (bash, zsh, fish; {})",
+        docs.len(),
+        doc_dirs.man1.display()
+    );
 
     println!(
         "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
@@ -101,6 +112,17 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         println!("  loginctl enable-linger \"$USER\"   # run them without a login session");
     }
     Ok(())
+}
+
+/// `$XDG_DATA_HOME`, else `~/.local/share`.
+fn data_home(app: &App) -> Result<PathBuf> {
+    if let Some(x) = app.env.get("XDG_DATA_HOME").filter(|v| v.starts_with('/')) {
+        return Ok(PathBuf::from(x));
+    }
+    match app.env.get("HOME").filter(|h| !h.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/share")),
+        None => Err(usage("HOME is unset: pass --unit-dir")),
+    }
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

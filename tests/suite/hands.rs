@@ -1082,11 +1082,9 @@ fn rules_streaks_persist_across_passes() {
     assert_eq!(snap.streaks.backlog_passes, 2);
     let low = rules::update_low_demand(&rig.store.conn, &snap).unwrap();
     let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
-    assert_eq!(
-        calls.len(),
-        3,
-        "toward the target, within the window: {calls:?}"
-    );
+    // Toward the target one at a time: the fleet does 20 of its 50 p/h, so the size of the
+    // deficit is unknown (a saturated fleet would get half as much again at once).
+    assert_eq!(calls.len(), 1, "one at a time: {calls:?}");
     assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
 }
 

@@ -2,9 +2,12 @@
 mod agent_e2e;
 mod backbone;
 mod demand;
+mod docs;
 mod hands;
 mod hardening;
 mod llm_client;
+mod metrics;
 mod mind;
+mod sim;
 mod units;
 mod vast_client;

@@ -646,3 +646,27 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
     let states = units::unit_states_with_env(&t.sd.env_pairs()).unwrap();
     assert!(states.problems().is_empty(), "{:?}", states.problems());
 }
+
+#[test]
+fn units_install_writes_completions_and_man_pages() {
+    let f = crate::common::fleet::Fleet::new();
+    let dir = f.path().join("pkg");
+    let out = f
+        .cmd(&["units", "install", "--unit-dir", dir.to_str().unwrap()])
+        .ok();
+    assert!(
+        out.stdout.contains("completion and man page files"),
+        "{}",
+        out.stdout
+    );
+    for name in units::TEMPLATES.iter().map(|(n, _)| *n) {
+        assert!(dir.join(name).is_file(), "{name}");
+    }
+    let bash = std::fs::read_to_string(dir.join("completions/fleetagent.bash")).unwrap();
+    assert!(bash.contains("reset-session") && bash.contains("--priority"));
+    assert!(dir.join("completions/_fleetagent").is_file());
+    assert!(dir.join("completions/fleetagent.fish").is_file());
+    let man = std::fs::read_to_string(dir.join("man/man1/fleetagent.1")).unwrap();
+    assert!(man.contains(".TH fleetagent"), "{man}");
+    assert!(dir.join("man/man1/fleetagent-trigger.1").is_file());
+}

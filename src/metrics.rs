@@ -1,0 +1,351 @@
+//! Prometheus metrics for node_exporter's textfile collector: after every real `run`, when
+//! `[metrics] textfile` is set, the agent's state is written in the text exposition format to
+//! a temp file in the same dir and renamed over the target (atomic: the collector never reads
+//! half a file). Everything comes from the database; nothing here talks to the outside.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use rusqlite::Connection;
+
+use crate::clock::Millis;
+use crate::store::session;
+
+/// One metric family: name, type, help, and its samples (labels, value).
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Vec<(Vec<(&'static str, String)>, f64)>,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn render(families: &[Family]) -> String {
+    let mut out = String::new();
+    for f in families {
+        let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for (labels, value) in &f.samples {
+            let labels = if labels.is_empty() {
+                String::new()
+            } else {
+                let inner: Vec<String> = labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                    .collect();
+                format!("{{{}}}", inner.join(","))
+            };
+            let _ = writeln!(out, "{}{labels} {}", f.name, number(*value));
+        }
+    }
+    out
+}
+
+fn number(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else if v.is_finite() {
+        format!("{v}")
+    } else {
+        "NaN".into()
+    }
+}
+
+fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples: vec![(Vec::new(), value)],
+    }
+}
+
+fn grouped(conn: &Connection, sql: &str) -> Result<BTreeMap<String, f64>> {
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, f64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows
+        .into_iter()
+        .map(|(k, v)| (k.unwrap_or_else(|| "none".into()), v))
+        .collect())
+}
+
+/// The metrics text for the database behind `conn`.
+pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
+    let mut f = Vec::new();
+
+    let mut by_verdict: BTreeMap<String, f64> = ["action", "no-action", "skipped", "failed"]
+        .iter()
+        .map(|v| (v.to_string(), 0.0))
+        .collect();
+    for (k, v) in grouped(
+        conn,
+        "SELECT CASE WHEN status = 'failed' THEN 'failed' ELSE verdict END, COUNT(*)
+           FROM runs WHERE status <> 'running' GROUP BY 1",
+    )? {
+        by_verdict.insert(k, v);
+    }
+    f.push(Family {
+        name: "fleetagent_runs_total",
+        kind: "counter",
+        help: "Agent passes by verdict (failed = the pass failed).",
+        samples: by_verdict
+            .into_iter()
+            .map(|(k, v)| (vec![("verdict", k)], v))
+            .collect(),
+    });
+
+    let state = session::state(conn)?;
+    f.push(one(
+        "fleetagent_last_success_timestamp_seconds",
+        "gauge",
+        "When the last pass finished ok (Unix seconds; 0 = never).",
+        state.last_success_at.unwrap_or(0) as f64 / 1000.0,
+    ));
+    f.push(one(
+        "fleetagent_metrics_timestamp_seconds",
+        "gauge",
+        "When this file was written (Unix seconds).",
+        now as f64 / 1000.0,
+    ));
+
+    let (last_tokens, total_tokens, calls): (Option<i64>, Option<i64>, i64) = conn.query_row(
+        "SELECT (SELECT prompt_tokens_est FROM llm_calls ORDER BY id DESC LIMIT 1),
+                SUM(prompt_tokens_est), COUNT(*) FROM llm_calls",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    f.push(one(
+        "fleetagent_prompt_tokens_last",
+        "gauge",
+        "Estimated prompt tokens of the last LLM request.",
+        last_tokens.unwrap_or(0) as f64,
+    ));
+    f.push(one(
+        "fleetagent_prompt_tokens_total",
+        "counter",
+        "Estimated prompt tokens of every LLM request.",
+        total_tokens.unwrap_or(0) as f64,
+    ));
+    f.push(one(
+        "fleetagent_llm_requests_total",
+        "counter",
+        "LLM requests sent.",
+        calls as f64,
+    ));
+
+    let by_state = grouped(
+        conn,
+        "SELECT state, COUNT(*) FROM instances WHERE gone_at IS NULL GROUP BY state",
+    )?;
+    f.push(Family {
+        name: "fleetagent_fleet_instances",
+        kind: "gauge",
+        help: "Our instances by lifecycle state (launching, loading, booted, registered, proving, dead, stopped).",
+        samples: by_state
+            .into_iter()
+            .map(|(k, v)| (vec![("state", k)], v))
+            .collect(),
+    });
+    let dph: f64 = conn.query_row(
+        "SELECT COALESCE(SUM(dph), 0) FROM instances WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone')",
+        [],
+        |r| r.get(0),
+    )?;
+    f.push(one(
+        "fleetagent_fleet_dollars_per_hour",
+        "gauge",
+        "What our billing instances cost per hour (dollars).",
+        dph,
+    ));
+
+    let demand = state
+        .last_demand
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .map(|v| v["demand"].clone())
+        .filter(|d| d.is_object());
+    let field = |k: &str| {
+        demand
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0)
+    };
+    f.push(Family {
+        name: "fleetagent_queue_proofs",
+        kind: "gauge",
+        help: "PSProve proofs at the last pass's reading, by state.",
+        samples: vec![
+            (vec![("state", "pending".into())], field("pending")),
+            (vec![("state", "running".into())], field("running")),
+            (vec![("state", "stale".into())], field("running_stale")),
+        ],
+    });
+    f.push(one(
+        "fleetagent_demand_known",
+        "gauge",
+        "1 when the last pass read the demand, 0 when the probe failed or never ran.",
+        demand.is_some() as u8 as f64,
+    ));
+    let emergency: Option<bool> = conn
+        .query_row(
+            "SELECT emergency FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    f.push(one(
+        "fleetagent_emergency",
+        "gauge",
+        "1 while the last pass saw WORKERS DEAD (work queued, no live worker).",
+        emergency.unwrap_or(false) as u8 as f64,
+    ));
+
+    let mut refusals: BTreeMap<String, f64> = BTreeMap::new();
+    let mut stmt = conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for (kind, detail) in rows {
+        let code = detail
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .and_then(|v| v["error"].as_str().map(String::from))
+            .unwrap_or_else(|| "other".into());
+        *refusals.entry(format!("{kind}\u{0}{code}")).or_insert(0.0) += 1.0;
+    }
+    f.push(Family {
+        name: "fleetagent_guardrail_refusals_total",
+        kind: "counter",
+        help: "Tool calls refused by a guardrail, by action and guardrail.",
+        samples: refusals
+            .into_iter()
+            .map(|(k, v)| {
+                let (kind, code) = k.split_once('\u{0}').unwrap_or((&k, ""));
+                (
+                    vec![
+                        ("action", kind.to_string()),
+                        ("guardrail", code.to_string()),
+                    ],
+                    v,
+                )
+            })
+            .collect(),
+    });
+    let (waiting, failed): (i64, i64) = conn.query_row(
+        "SELECT COALESCE(SUM(claimed_by IS NULL AND failed_at IS NULL), 0),
+                COALESCE(SUM(failed_at IS NOT NULL), 0) FROM events",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    f.push(Family {
+        name: "fleetagent_events",
+        kind: "gauge",
+        help: "Events not yet claimed by a pass, and events failed after their attempts.",
+        samples: vec![
+            (vec![("state", "waiting".into())], waiting as f64),
+            (vec![("state", "failed".into())], failed as f64),
+        ],
+    });
+    Ok(render(&f))
+}
+
+/// Write `text` to `path` atomically: a temp file in the same dir (0644, readable by the
+/// node_exporter user), flushed, then renamed over the target.
+pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "fleetagent.prom".into());
+    // node_exporter reads only *.prom: the temp name must not end in .prom.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| -> Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// After a `run`: write the textfile when `[metrics] textfile` is set. Failures are logged,
+/// never fatal: metrics must not stop the agent.
+pub fn after_run(config: &crate::config::Config, state_dir: &Path, now: Millis) {
+    let Some(path) = &config.metrics.textfile else {
+        return;
+    };
+    let result = crate::store::Store::open(state_dir, crate::store::OpenMode::Existing, now)
+        .and_then(|store| collect(&store.conn, now))
+        .and_then(|text| write_textfile(path, &text));
+    if let Err(e) = result {
+        log::warn!("metrics textfile {}: {e:#}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    #[test]
+    fn empty_database_renders_every_family() {
+        let s = Store::open_memory(0).unwrap();
+        let text = collect(&s.conn, 1_000).unwrap();
+        for name in [
+            "fleetagent_runs_total{verdict=\"action\"} 0",
+            "fleetagent_last_success_timestamp_seconds 0",
+            "fleetagent_fleet_dollars_per_hour 0",
+            "fleetagent_emergency 0",
+            "# TYPE fleetagent_guardrail_refusals_total counter",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(number(2.0), "2");
+        assert_eq!(number(0.25), "0.25");
+    }
+
+    #[test]
+    fn write_is_atomic_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fleetagent.prom");
+        write_textfile(&p, "a 1\n").unwrap();
+        write_textfile(&p, "a 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "a 2\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+}

@@ -1,0 +1,460 @@
+//! `fleetagent sim`: the real run pipeline (runner, lock, triggers and debounce, wakes,
+//! prompt assembly, tools, guardrails, rules or LLM) on simulated time, against a simulated
+//! vast.ai and Curio ([`world`]), in its own state dir. systemd is modelled as DESIGN.md
+//! describes it: a timer tick every 5 minutes starts a run unless one is running (then it is
+//! merged), and a run starts whenever the doorbell exists and none is running (`PathExists=`).
+//! Deterministic for a seed; the report is built from the database the agent wrote.
+
+pub mod oracle;
+pub mod outside;
+pub mod plot;
+pub mod report;
+pub mod rng;
+pub mod scenario;
+pub mod services;
+pub mod world;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::clock::{Clock, ManualClock, Millis};
+use crate::config::{self, Config, Provider};
+use crate::doorbell::{Doorbell, MemoryDoorbell};
+use crate::llm::LlmClient;
+use crate::pass::Services;
+use crate::runner::{self, RunEnv, RunFailure};
+use crate::store::instances::InstanceRow;
+use crate::store::{actions, instances, wakes, OpenMode, Store};
+use outside::{Fire, Outside, SimClock};
+use scenario::{ActionKind, LlmMode, Scenario};
+use services::{OutageLlm, SimCurio, SimVast};
+use world::{Sample, World};
+
+/// 2026-03-02T00:00:00Z, a Monday: every simulation starts here.
+pub const START: Millis = 1_772_409_600_000;
+const HOUR_MS: Millis = 3_600_000;
+
+/// The simulator's own config, under the scenario's `[config]`: rules decide, a worker image
+/// is set and the money caps are generous enough for every built-in scenario.
+pub const BASE_CONFIG: &str = r#"
+[llm]
+provider = "rules"
+[vast]
+image = "ghcr.io/example/curio-psprove:sim"
+[vast.offers]
+gpu_names = ["RTX 4090", "RTX 3090"]
+min_reliability = 0.95
+[policy]
+target_proofs_per_hour = 300
+proofs_per_hour_per_instance = 25
+max_dph_total = 8.0
+max_instances = 16
+[policy.gpu_rates]
+"RTX 4090" = 40
+"RTX 3090" = 22
+"#;
+
+pub struct Options {
+    pub scenario: Scenario,
+    /// Simulated hours (the scenario's own when None).
+    pub hours: Option<f64>,
+    pub seed: u64,
+    /// A whole config (`--config`): replaces the base config and the scenario's `[config]`.
+    pub config: Option<Config>,
+    /// The real model (`--llm`): `provider = "openai"` with this client.
+    pub llm: Option<Arc<dyn LlmClient>>,
+    /// Keep the database here instead of a temporary dir.
+    pub state_dir: Option<PathBuf>,
+    /// A progress bar on stderr.
+    pub progress: bool,
+}
+
+pub struct SimRun {
+    pub report: report::Report,
+    pub samples: Vec<Sample>,
+    pub target: f64,
+}
+
+/// The config the agent runs with in this simulation.
+pub fn effective_config(opts: &Options) -> Result<Config> {
+    let mut config = match &opts.config {
+        Some(c) => c.clone(),
+        None => {
+            let mut base: toml::Table = toml::from_str(BASE_CONFIG).context("base config")?;
+            if let Some(over) = &opts.scenario.config {
+                merge(&mut base, over);
+            }
+            let text = toml::to_string(&base)?;
+            config::parse(&text).map_err(|e| anyhow::anyhow!("scenario [config]: {e}"))?
+        }
+    };
+    config.state_dir = None;
+    config.metrics.textfile = None;
+    config.llm.provider = if opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage {
+        Provider::Openai
+    } else {
+        Provider::Rules
+    };
+    Ok(config)
+}
+
+fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Where the sim's database lives: a fresh dir in /dev/shm when it is writable (no disk
+/// flushes), else the system temp dir.
+fn temp_state_dir() -> Result<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("fleetagent-sim-")
+            .tempdir_in(shm)
+        {
+            return Ok(d);
+        }
+    }
+    tempfile::Builder::new()
+        .prefix("fleetagent-sim-")
+        .tempdir()
+        .context("cannot create a temporary state dir")
+}
+
+/// The scenario's operator actions and bursts as timed outside actions.
+fn schedule(s: &Scenario, start: Millis, end: Millis) -> Vec<(Millis, Fire)> {
+    let mut out = Vec::new();
+    for a in &s.events {
+        let mut t = start + (a.at_mins * 60_000.0) as Millis;
+        loop {
+            if t >= end {
+                break;
+            }
+            match a.kind {
+                ActionKind::Triggers => {
+                    for k in 0..a.count {
+                        let at = t + k as Millis * a.every_ms as Millis;
+                        let reason = a.text.clone().unwrap_or_else(|| "state change".to_string());
+                        out.push((
+                            at,
+                            Fire::Trigger {
+                                priority: a.priority,
+                                reason: format!("{reason} #{}", k + 1),
+                            },
+                        ));
+                    }
+                }
+                ActionKind::ResetSession => out.push((t, Fire::Reset)),
+                ActionKind::Message => {
+                    out.push((t, Fire::Message(a.text.clone().unwrap_or_default())))
+                }
+            }
+            if a.repeat_mins <= 0.0 {
+                break;
+            }
+            t += (a.repeat_mins * 60_000.0) as Millis;
+        }
+    }
+    out
+}
+
+/// The database as it would be after the runs that made the starting fleet: launches in the
+/// ledger (so the launch window is spent), instance rows, pending wakes.
+fn seed_database(
+    store: &mut Store,
+    seeds: &[world::SeedInstance],
+    scenario: &Scenario,
+    start: Millis,
+) -> Result<()> {
+    let tx = store.immediate()?;
+    for s in seeds {
+        if s.loading {
+            let id = actions::insert(
+                &tx,
+                &actions::NewAction {
+                    kind: "launch",
+                    outcome: "ok",
+                    actor: "rules",
+                    instance_id: Some(s.id as i64),
+                    label: Some(&s.label),
+                    offer_id: Some(s.offer_id as i64),
+                    dph: Some(s.dph),
+                    reason: Some("sim: launched before the simulation started"),
+                    ..Default::default()
+                },
+                s.created_at,
+            )?;
+            let _ = id;
+        }
+        // Dead ones were live when last seen; reconciliation finds them offline.
+        let state = if s.loading { "loading" } else { "registered" };
+        instances::upsert(
+            &tx,
+            &InstanceRow {
+                label: s.label.clone(),
+                vast_id: Some(s.id as i64),
+                state: state.into(),
+                actual_status: Some(if s.loading { "loading" } else { "running" }.into()),
+                status_msg: None,
+                gpu_name: Some(s.gpu_name.clone()),
+                dph: Some(s.dph),
+                offer_id: Some(s.offer_id as i64),
+                public_ip: None,
+                machine_name: (!s.loading).then(|| s.label.clone()),
+                launched_run: None,
+                adopted: false,
+                created_at: s.created_at,
+                state_since: s.created_at,
+                last_seen_at: Some(start - 5 * 60_000),
+                gone_at: None,
+            },
+        )?;
+    }
+    for k in 0..scenario.start.wakes {
+        wakes::add(
+            &tx,
+            start + k as Millis * 300_000,
+            &format!("sim: scheduled check {}", k + 1),
+            "operator",
+            None,
+            start - HOUR_MS,
+        )?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Counters of the driver (what systemd would have seen).
+#[derive(Debug, Clone, Default)]
+pub struct DriverTally {
+    pub processes: u64,
+    pub ticks: u64,
+    pub path_starts: u64,
+    pub ticks_merged: u64,
+    pub early_failures: u64,
+    pub pass_failures: u64,
+    pub errors: Vec<String>,
+}
+
+pub fn run(opts: &Options) -> Result<SimRun> {
+    let config = effective_config(opts)?;
+    let hours = opts.hours.unwrap_or(opts.scenario.hours);
+    anyhow::ensure!(
+        hours > 0.0 && hours <= 24.0 * 366.0,
+        "--hours must be in (0, 8784], got {hours}"
+    );
+    let start = START;
+    let end = start + (hours * HOUR_MS as f64) as Millis;
+    let tmp;
+    let state_dir: PathBuf = match &opts.state_dir {
+        Some(d) => {
+            crate::paths::ensure_state_dir(d)?;
+            anyhow::ensure!(
+                !d.join(crate::store::DB_FILE).exists(),
+                "{} already holds a database; sim needs a fresh state dir",
+                d.display()
+            );
+            d.clone()
+        }
+        None => {
+            tmp = temp_state_dir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+
+    let manual = Arc::new(ManualClock::new(start));
+    let clock = Arc::new(SimClock::new(manual.clone()));
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let doorbell = Arc::new(MemoryDoorbell::new(manual.clone()));
+
+    let mut w = World::new(&opts.scenario, opts.seed, start, &config.vast.label_prefix);
+    w.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+    let seeds = w.set_up_start();
+    let world = Arc::new(Mutex::new(w));
+
+    let mut store = Store::open(&state_dir, OpenMode::Create, start)?;
+    seed_database(&mut store, &seeds, &opts.scenario, start)?;
+    let alive_ms = config.demand.worker_alive_secs as Millis * 1000;
+    clock.install(Outside::new(
+        store,
+        doorbell.clone(),
+        world.clone(),
+        schedule(&opts.scenario, start, end),
+        start,
+        alive_ms,
+        &config.vast.label_prefix,
+    ));
+
+    let llm: Option<Arc<dyn LlmClient>> = match (&opts.llm, opts.scenario.llm.mode) {
+        (Some(l), _) => Some(l.clone()),
+        (None, LlmMode::Outage) => Some(Arc::new(OutageLlm {
+            clock: dyn_clock.clone(),
+            budget: Duration::from_secs(config.llm.retry_budget_secs),
+        })),
+        (None, LlmMode::Rules) => None,
+    };
+    let services = Services {
+        vast: Some(Arc::new(SimVast::new(world.clone(), dyn_clock.clone()))),
+        demand: Some(Arc::new(SimCurio {
+            world: world.clone(),
+            clock: dyn_clock.clone(),
+            alive_ms,
+        })),
+        llm,
+    };
+
+    let bar = opts.progress.then(|| {
+        let b = indicatif::ProgressBar::new((hours * 60.0) as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} simulated minutes ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+
+    let env = crate::app::Env::default();
+    let run_env = RunEnv {
+        config: &config,
+        env: &env,
+        state_dir: &state_dir,
+        clock: dyn_clock.clone(),
+        doorbell: doorbell.as_ref(),
+        services: &services,
+        pid: 0,
+    };
+    let mut tally = DriverTally::default();
+    let mut next_tick = start;
+    let period = config.run.timer_period_secs as Millis * 1000;
+    loop {
+        let now = clock.now_ms();
+        if now >= end {
+            break;
+        }
+        if doorbell.mtime()?.is_some() {
+            tally.path_starts += 1;
+            run_once(&run_env, &mut tally, doorbell.as_ref());
+            skip_merged_ticks(&mut next_tick, clock.now_ms(), period, &mut tally);
+            continue;
+        }
+        // Idle until the next tick, unless an outside action rings the doorbell first.
+        let target = next_tick.min(end);
+        loop {
+            match clock.next_due() {
+                Some(t) if t <= target => {
+                    clock.run_until(t);
+                    if doorbell.mtime()?.is_some() {
+                        break;
+                    }
+                }
+                _ => {
+                    clock.run_until(target);
+                    break;
+                }
+            }
+        }
+        if let Some(b) = &bar {
+            b.set_position(((clock.now_ms() - start) / 60_000) as u64);
+        }
+        if doorbell.mtime()?.is_some() {
+            continue;
+        }
+        if clock.now_ms() >= next_tick && clock.now_ms() < end {
+            tally.ticks += 1;
+            run_once(&run_env, &mut tally, doorbell.as_ref());
+            next_tick += period;
+            skip_merged_ticks(&mut next_tick, clock.now_ms(), period, &mut tally);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let end_now = clock.now_ms();
+    {
+        let mut w = services::lock(&world);
+        w.advance(end_now);
+    }
+    let outside_tally = clock.with_outside(|o| o.tally.clone()).unwrap_or_default();
+    let store = Store::open(&state_dir, OpenMode::Existing, end_now)?;
+    let bell = doorbell.mtime()?.is_some();
+    let target = config.policy.target_proofs_per_hour;
+    let oracle = oracle::run(&opts.scenario, opts.seed, &config, start, end);
+    let w = services::lock(&world);
+    let report = report::build(&report::Inputs {
+        store: &store,
+        world: &w,
+        config: &config,
+        scenario: &opts.scenario,
+        seed: opts.seed,
+        hours,
+        start,
+        end: end_now,
+        driver: &tally,
+        outside: &outside_tally,
+        doorbell_waiting: bell,
+        oracle: &oracle,
+        llm_real: opts.llm.is_some(),
+    })?;
+    let samples = w.samples.clone();
+    drop(w);
+    // Close our connections before the temporary dir goes.
+    drop(store);
+    clock.with_outside(|o| o.store.checkpoint());
+    Ok(SimRun {
+        report,
+        samples,
+        target,
+    })
+}
+
+fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally, doorbell: &dyn Doorbell) {
+    tally.processes += 1;
+    let env = RunEnv {
+        config: env.config,
+        env: env.env,
+        state_dir: env.state_dir,
+        clock: env.clock.clone(),
+        doorbell: env.doorbell,
+        services: env.services,
+        pid: 10_000 + tally.processes as u32,
+    };
+    match runner::run_process(&env) {
+        Ok(_) => {}
+        Err(RunFailure::Early(e)) => {
+            // As `run` does: the doorbell goes so systemd does not spin; the timer retries.
+            let _ = doorbell.remove();
+            tally.early_failures += 1;
+            note(tally, format!("early: {e:#}"));
+        }
+        Err(RunFailure::Pass(e)) => {
+            tally.pass_failures += 1;
+            note(tally, format!("pass: {e:#}"));
+        }
+    }
+}
+
+fn note(tally: &mut DriverTally, e: String) {
+    log::warn!("sim: run failed: {e}");
+    if tally.errors.len() < 10 {
+        tally.errors.push(crate::observation::clip(&e, 300));
+    }
+}
+
+/// A tick that fell while a run was going is merged into it (a oneshot start request while
+/// the service is activating), as systemd does.
+fn skip_merged_ticks(next_tick: &mut Millis, now: Millis, period: Millis, tally: &mut DriverTally) {
+    while *next_tick <= now {
+        *next_tick += period;
+        tally.ticks_merged += 1;
+    }
+}

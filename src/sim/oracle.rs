@@ -1,0 +1,168 @@
+//! The oracle: a controller that knows the market's demand in advance and the fleet's true
+//! state at every moment, acting on the same world (same hosts, same boot times and failures
+//! for a seed) every 5 minutes, within the same money caps but without the launch window or
+//! vast.ai's 429s. It is the yardstick of the decision-quality table, not a policy to ship.
+
+use super::scenario::Scenario;
+use super::world::{Phase, World};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::vast::OfferQuery;
+
+const STEP_MS: Millis = 300_000;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OracleResult {
+    pub dollars: f64,
+    pub completed: u64,
+    pub hours_below_target: f64,
+    pub launches: u64,
+}
+
+impl OracleResult {
+    pub fn dollars_per_proof(&self) -> f64 {
+        if self.completed == 0 {
+            0.0
+        } else {
+            self.dollars / self.completed as f64
+        }
+    }
+}
+
+/// How long a new instance takes to prove, at the 90th percentile: boot plus Curio's start.
+pub fn lead_ms(s: &Scenario) -> Millis {
+    ((s.hosts.boot_mins.1 * 60.0 + s.hosts.curio_start_secs.1 + 60.0) * 1000.0) as Millis
+}
+
+pub fn run(
+    scenario: &Scenario,
+    seed: u64,
+    config: &Config,
+    start: Millis,
+    end: Millis,
+) -> OracleResult {
+    let mut w = World::new(scenario, seed, start, &config.vast.label_prefix);
+    w.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+    w.set_up_start();
+    let lead = lead_ms(scenario);
+    let mut launches = 0;
+    let mut t = start;
+    while t < end {
+        w.advance(t);
+        launches += decide(&mut w, config, t, lead);
+        t += STEP_MS;
+    }
+    w.advance(end);
+    OracleResult {
+        dollars: w.spend_ours(end),
+        completed: w.tally.completed,
+        hours_below_target: super::report::hours_below_target(
+            &w,
+            config.policy.target_proofs_per_hour,
+            start,
+            end,
+        ),
+        launches,
+    }
+}
+
+/// The highest market rate in [from, to].
+fn peak_rate(w: &World, from: Millis, to: Millis) -> f64 {
+    let mut t = from;
+    let mut peak: f64 = 0.0;
+    while t <= to {
+        peak = peak.max(w.market_rate(t));
+        t += 60_000;
+    }
+    peak
+}
+
+fn decide(w: &mut World, config: &Config, now: Millis, lead: Millis) -> u64 {
+    let p = &config.policy;
+    let cap = |r: f64| {
+        if p.target_proofs_per_hour > 0.0 {
+            r.min(p.target_proofs_per_hour)
+        } else {
+            r
+        }
+    };
+    // Proofs already queued beyond Curio's buffer are worked off within the hour.
+    let backlog = w.queued().saturating_sub(8) as f64;
+    let want_soon = cap(peak_rate(w, now, now + lead + STEP_MS)) + backlog;
+    let want_now = cap(peak_rate(w, now, now + lead)) + backlog;
+    let rate_of = |gpu: &str| p.rate_for(gpu);
+
+    // Dead and stuck instances earn nothing: destroy them at once.
+    for v in w.ours_view() {
+        let stuck = matches!(v.phase, Phase::Provisioning | Phase::Loading)
+            && now - v.created_at > lead * 3 / 2;
+        if matches!(v.phase, Phase::Exited | Phase::Offline | Phase::Stopped) || stuck {
+            let _ = w.destroy(v.id, now);
+        }
+    }
+    let view = w.ours_view();
+    let gpus: std::collections::BTreeMap<u64, String> = view
+        .iter()
+        .map(|v| {
+            (
+                v.id,
+                w.inst(v.id).map(|i| i.gpu_name.clone()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let gpu = |id: u64| gpus.get(&id).cloned().unwrap_or_default();
+    let mut capacity: f64 = view.iter().map(|v| rate_of(&gpu(v.id))).sum();
+    let mut count = view.len() as u32;
+    let mut dph: f64 = view.iter().map(|v| v.dph).sum();
+
+    let mut launched = 0;
+    if capacity < want_soon {
+        let q = OfferQuery {
+            gpu_names: config.vast.offers.gpu_names.clone(),
+            min_reliability: Some(config.vast.offers.min_reliability),
+            max_dph: config.vast.offers.max_dph_per_instance,
+            verified_only: config.vast.offers.verified_only,
+            ..Default::default()
+        };
+        let mut offers = w.search(&q);
+        offers.sort_by(|a, b| {
+            (a.dph_total / rate_of(&a.gpu_name))
+                .total_cmp(&(b.dph_total / rate_of(&b.gpu_name)))
+                .then(a.id.cmp(&b.id))
+        });
+        for o in offers {
+            if capacity >= want_soon {
+                break;
+            }
+            if p.max_instances.is_some_and(|m| count >= m)
+                || p.max_dph_total
+                    .is_some_and(|m| dph + o.dph_total > m + 1e-9)
+            {
+                continue;
+            }
+            let label = format!("{}-oracle-{}", config.vast.label_prefix, now / 1000);
+            if w.create(o.id, &format!("{label}-{launched}"), now).is_ok() {
+                capacity += rate_of(&o.gpu_name);
+                count += 1;
+                dph += o.dph_total;
+                launched += 1;
+            }
+        }
+    } else {
+        // Surplus: the dearest idle live instances go while the rest still cover the lead.
+        let mut idle: Vec<_> = view.iter().filter(|v| v.alive && !v.busy).collect();
+        idle.sort_by(|a, b| {
+            (b.dph / rate_of(&gpu(b.id)))
+                .total_cmp(&(a.dph / rate_of(&gpu(a.id))))
+                .then(a.id.cmp(&b.id))
+        });
+        for v in idle {
+            let r = rate_of(&gpu(v.id));
+            if capacity - r >= want_now.max(want_soon) * 1.0 && capacity - r > 0.0 {
+                let _ = w.destroy(v.id, now);
+                capacity -= r;
+            }
+        }
+    }
+    launched
+}

@@ -1,0 +1,977 @@
+//! The simulation report: built from the database the agent wrote (runs, events, wakes, the
+//! action ledger, LLM calls) and the world's own tally, checked against the invariants and
+//! the scenario's expectations, rendered as a table or as JSON (stable field order and
+//! rounding, so the same seed gives the same bytes).
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use rusqlite::params;
+use serde::Serialize;
+
+use super::oracle::OracleResult;
+use super::scenario::Scenario;
+use super::world::World;
+use super::{outside::OutsideTally, DriverTally};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::store::Store;
+
+const HOUR_MS: Millis = 3_600_000;
+/// An hour counts as below target when live capacity averaged under this share of
+/// min(target, the market's rate).
+pub const BELOW_TARGET_SHARE: f64 = 0.9;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    pub scenario: String,
+    pub description: String,
+    pub seed: u64,
+    pub hours: f64,
+    pub decided_by: String,
+    pub target_proofs_per_hour: f64,
+    pub proofs: Proofs,
+    pub hours_below_target: f64,
+    pub money: Money,
+    pub launches: Launches,
+    pub stops: Stops,
+    pub stuck_instances: Stuck,
+    pub runs: Runs,
+    pub llm: Llm,
+    pub events: Events,
+    pub wakes: Wakes,
+    pub invariants: Invariants,
+    pub vast: Vast,
+    pub incident: Incident,
+    pub oracle: Oracle,
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Proofs {
+    /// Offered by the market over the run.
+    pub offered: u64,
+    /// Offered, capped by the target hour by hour: what the operator wanted sold.
+    pub wanted: u64,
+    pub completed: u64,
+    /// Went to other providers (not pulled within the market's expiry).
+    pub expired: u64,
+    pub served_share: f64,
+    pub queue_wait_p50_secs: f64,
+    pub queue_wait_p95_secs: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Money {
+    pub dollars: f64,
+    pub dollars_per_proof: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Launches {
+    pub made: u64,
+    pub failed: u64,
+    pub open_intents: u64,
+    /// Refusals by guardrail (`rate_limited`, `instance_cap`, `budget`, ...).
+    pub refused: BTreeMap<String, u64>,
+    /// Launches the WORKERS DEAD emergency allowed past the normal window.
+    pub emergency_bypasses: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stops {
+    pub made: u64,
+    pub failed: u64,
+    pub refused: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stuck {
+    /// Instances that stayed loading past policy.stuck_loading_mins.
+    pub seen: u64,
+    /// Still there at the end.
+    pub unhandled: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Runs {
+    pub processes: u64,
+    pub passes: u64,
+    pub failed_passes: u64,
+    pub timer_ticks: u64,
+    pub ticks_merged: u64,
+    pub doorbell_starts: u64,
+    pub max_passes_in_an_hour: u64,
+    pub by_verdict: BTreeMap<String, u64>,
+    pub by_decider: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Llm {
+    pub real_model: bool,
+    pub calls: u64,
+    pub skips: u64,
+    pub failed_turns: u64,
+    pub prompt_tokens_max: u64,
+    pub prompt_tokens_total: u64,
+    pub prompt_tokens_per_tick: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Events {
+    pub inserted: u64,
+    pub by_kind: BTreeMap<String, u64>,
+    pub claimed: u64,
+    pub failed: u64,
+    pub waiting_at_end: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Wakes {
+    pub created: u64,
+    pub processed: u64,
+    pub cancelled: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Invariants {
+    pub overlapping_runs: u64,
+    pub events_lost: u64,
+    pub wakes_processed_twice: u64,
+    pub wakes_overdue: u64,
+    pub runs_left_running: u64,
+    pub foreign_instances_touched: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Vast {
+    pub creates: u64,
+    pub answers_429: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Incident {
+    /// The first pass that saw WORKERS DEAD, and the launches it asked for.
+    pub first_dead_pass: Option<i64>,
+    pub launch_requests_in_first_dead_pass: u64,
+    pub resets: u64,
+    /// The longest time from a reset to the pass that claimed its event.
+    pub reset_answered_secs: Option<f64>,
+    /// The longest gap between passes after the first reset (or over the run).
+    pub max_silence_mins: f64,
+    pub fallback_passes: u64,
+    pub fallback_stops: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Oracle {
+    pub dollars_per_proof: f64,
+    pub hours_below_target: f64,
+    pub launches: u64,
+    pub cost_ratio: f64,
+    pub hours_below_over_oracle: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Check {
+    pub name: String,
+    pub expected: String,
+    pub actual: String,
+    pub ok: bool,
+}
+
+pub struct Inputs<'a> {
+    pub store: &'a Store,
+    pub world: &'a World,
+    pub config: &'a Config,
+    pub scenario: &'a Scenario,
+    pub seed: u64,
+    pub hours: f64,
+    pub start: Millis,
+    pub end: Millis,
+    pub driver: &'a DriverTally,
+    pub outside: &'a OutsideTally,
+    pub doorbell_waiting: bool,
+    pub oracle: &'a OracleResult,
+    pub llm_real: bool,
+}
+
+/// Round for the report: 4 decimals (stable JSON).
+pub fn r4(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 10_000.0).round() / 10_000.0
+    } else {
+        0.0
+    }
+}
+
+fn percentile(sorted: &[f32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64
+}
+
+/// Hours in which live capacity fell under [`BELOW_TARGET_SHARE`] of min(target, market);
+/// a partial last hour counts pro rata.
+pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) -> f64 {
+    let mut total = 0.0;
+    let mut h = 0usize;
+    loop {
+        let from = start + h as Millis * HOUR_MS;
+        if from >= end {
+            break;
+        }
+        let to = (from + HOUR_MS).min(end);
+        let span = (to - from) as f64;
+        let cap = w.tally.cap_ms.get(h).copied().unwrap_or(0.0) / span;
+        let mut market = 0.0;
+        for k in 0..12 {
+            market += w.market_rate(from + (span as Millis) * k / 12);
+        }
+        market /= 12.0;
+        let wanted = if target > 0.0 {
+            market.min(target)
+        } else {
+            market
+        };
+        if wanted > 0.0 && cap < BELOW_TARGET_SHARE * wanted {
+            total += span / HOUR_MS as f64;
+        }
+        h += 1;
+    }
+    total
+}
+
+fn count(store: &Store, sql: &str) -> Result<u64> {
+    Ok(store.conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+fn grouped(store: &Store, sql: &str) -> Result<BTreeMap<String, u64>> {
+    let mut stmt = store.conn.prepare(sql)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut m = BTreeMap::new();
+    for (k, n) in rows {
+        *m.entry(k.unwrap_or_else(|| "none".into())).or_insert(0) += n as u64;
+    }
+    Ok(m)
+}
+
+/// Refusals by their `error` code (the ledger keeps the tool's JSON answer as detail).
+fn refusals(store: &Store, kinds: &str) -> Result<BTreeMap<String, u64>> {
+    let mut stmt = store.conn.prepare(&format!(
+        "SELECT detail FROM actions WHERE kind IN ({kinds}) AND outcome = 'refused'"
+    ))?;
+    let details = stmt
+        .query_map([], |r| r.get::<_, Option<String>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut m = BTreeMap::new();
+    for d in details {
+        let code = d
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
+            .unwrap_or_else(|| "other".into());
+        *m.entry(code).or_insert(0) += 1;
+    }
+    Ok(m)
+}
+
+pub fn build(i: &Inputs<'_>) -> Result<Report> {
+    let s = i.store;
+    let w = i.world;
+    let target = i.config.policy.target_proofs_per_hour;
+
+    // Proofs.
+    let wanted: u64 = w
+        .tally
+        .offered_per_hour
+        .iter()
+        .map(|n| {
+            if target > 0.0 {
+                (*n).min(target as u64)
+            } else {
+                *n
+            }
+        })
+        .sum();
+    let mut waits = w.tally.waits.clone();
+    waits.sort_by(f32::total_cmp);
+    let completed = w.tally.completed;
+    let proofs = Proofs {
+        offered: w.tally.offered,
+        wanted,
+        completed,
+        expired: w.tally.expired,
+        served_share: r4(if wanted == 0 {
+            1.0
+        } else {
+            (completed as f64 / wanted as f64).min(1.0)
+        }),
+        queue_wait_p50_secs: r4(percentile(&waits, 0.5)),
+        queue_wait_p95_secs: r4(percentile(&waits, 0.95)),
+    };
+    let dollars = w.spend_ours(i.end);
+    let per_proof = if completed == 0 {
+        0.0
+    } else {
+        dollars / completed as f64
+    };
+    let below = hours_below_target(w, target, i.start, i.end);
+
+    // Runs: one row per pass.
+    let mut stmt = s.conn.prepare(
+        "SELECT id, status, started_at, finished_at, emergency FROM runs ORDER BY started_at, id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, bool>(4)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut overlaps = 0;
+    for pair in rows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.3.unwrap_or(Millis::MAX) > b.2 {
+            overlaps += 1;
+        }
+    }
+    let mut per_hour: BTreeMap<i64, u64> = BTreeMap::new();
+    for r in &rows {
+        *per_hour.entry((r.2 - i.start) / HOUR_MS).or_insert(0) += 1;
+    }
+    let runs = Runs {
+        processes: i.driver.processes,
+        passes: rows.len() as u64,
+        failed_passes: rows.iter().filter(|r| r.1 == "failed").count() as u64,
+        timer_ticks: i.driver.ticks,
+        ticks_merged: i.driver.ticks_merged,
+        doorbell_starts: i.driver.path_starts,
+        max_passes_in_an_hour: per_hour.values().copied().max().unwrap_or(0),
+        by_verdict: grouped(
+            s,
+            "SELECT COALESCE(verdict, status), COUNT(*) FROM runs GROUP BY 1",
+        )?,
+        by_decider: grouped(
+            s,
+            "SELECT decided_by, COUNT(*) FROM runs WHERE status = 'ok' GROUP BY 1",
+        )?,
+    };
+
+    // LLM.
+    let (calls, max_tok, total_tok): (i64, Option<i64>, Option<i64>) = s.conn.query_row(
+        "SELECT COUNT(*), MAX(prompt_tokens_est), SUM(prompt_tokens_est) FROM llm_calls",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let llm = Llm {
+        real_model: i.llm_real,
+        calls: calls as u64,
+        skips: count(s, "SELECT COUNT(*) FROM runs WHERE verdict = 'skipped'")?,
+        failed_turns: count(s, "SELECT COUNT(*) FROM runs WHERE llm_error IS NOT NULL")?,
+        prompt_tokens_max: max_tok.unwrap_or(0) as u64,
+        prompt_tokens_total: total_tok.unwrap_or(0) as u64,
+        prompt_tokens_per_tick: r4(total_tok.unwrap_or(0) as f64 / i.driver.ticks.max(1) as f64),
+    };
+
+    // Events: every one inserted is claimed by a pass that finished, failed after its
+    // attempts (kept and shown), or still waiting with a doorbell (or deferred to the timer).
+    let claimed_ok = count(
+        s,
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status = 'ok'",
+    )?;
+    let claimed_bad = count(
+        s,
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status <> 'ok'",
+    )?;
+    let failed_events = count(s, "SELECT COUNT(*) FROM events WHERE failed_at IS NOT NULL")?;
+    let waiting: u64 = s.conn.query_row(
+        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL",
+        [],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    let waiting_ready: u64 = s.conn.query_row(
+        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL
+           AND (not_before IS NULL OR not_before <= ?1)",
+        params![i.end],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    let lost = claimed_bad + if i.doorbell_waiting { 0 } else { waiting_ready };
+    let events = Events {
+        inserted: count(s, "SELECT COUNT(*) FROM events")?,
+        by_kind: grouped(s, "SELECT kind, COUNT(*) FROM events GROUP BY kind")?,
+        claimed: claimed_ok,
+        failed: failed_events,
+        waiting_at_end: waiting,
+    };
+
+    // Wakes: processed exactly once, by a pass that finished.
+    let processed = count(s, "SELECT COUNT(*) FROM wakes WHERE status = 'processed'")?;
+    let claimed_by_ok = count(
+        s,
+        "SELECT COALESCE(SUM(wakes_claimed), 0) FROM runs WHERE status = 'ok'",
+    )?;
+    let processed_by_bad = count(
+        s,
+        "SELECT COUNT(*) FROM wakes w LEFT JOIN runs r ON r.id = w.processed_by
+          WHERE w.status = 'processed' AND (r.id IS NULL OR r.status <> 'ok')",
+    )?;
+    let last_pass: Option<i64> = s.conn.query_row(
+        "SELECT MAX(started_at) FROM runs WHERE status = 'ok'",
+        [],
+        |r| r.get(0),
+    )?;
+    let overdue: u64 = s.conn.query_row(
+        "SELECT COUNT(*) FROM wakes WHERE status = 'pending' AND due_at < ?1",
+        params![last_pass.unwrap_or(i.start)],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    let wakes = Wakes {
+        created: count(s, "SELECT COUNT(*) FROM wakes")?,
+        processed,
+        cancelled: count(s, "SELECT COUNT(*) FROM wakes WHERE status = 'cancelled'")?,
+    };
+
+    // The ledger.
+    let window_ms = i.config.policy.launch_window_minutes as Millis * 60_000;
+    let mut stmt = s.conn.prepare(
+        "SELECT created_at, emergency FROM actions WHERE kind = 'launch' AND outcome IN ('ok', 'intent')
+         ORDER BY created_at, id",
+    )?;
+    let launches_ok = stmt
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut bypasses = 0;
+    for (k, (t, emergency)) in launches_ok.iter().enumerate() {
+        let before = launches_ok[..k]
+            .iter()
+            .filter(|(u, _)| *u > t - window_ms)
+            .count() as u32;
+        if *emergency && before >= i.config.policy.launch_window_max {
+            bypasses += 1;
+        }
+    }
+    let seeded = i.scenario.start.loading as u64;
+    let launches = Launches {
+        made: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'ok'",
+        )?
+        .saturating_sub(seeded),
+        failed: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'failed'",
+        )?,
+        open_intents: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'intent'",
+        )?,
+        refused: refusals(s, "'launch'")?,
+        emergency_bypasses: bypasses,
+    };
+    let stops = Stops {
+        made: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE kind IN ('stop', 'destroy') AND outcome = 'ok'",
+        )?,
+        failed: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE kind IN ('stop', 'destroy') AND outcome = 'failed'",
+        )?,
+        refused: refusals(s, "'stop', 'destroy'")?,
+    };
+
+    // Incident facts.
+    let first_dead = rows.iter().find(|r| r.1 == "ok" && r.4).map(|r| r.0);
+    let dead_launches = match first_dead {
+        Some(id) => s.conn.query_row(
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND run_id = ?1",
+            params![id],
+            |r| r.get::<_, i64>(0),
+        )? as u64,
+        None => 0,
+    };
+    let mut answered: Option<f64> = None;
+    let mut all_answered = true;
+    for (t, event) in &i.outside.resets {
+        let started: Option<i64> = s
+            .conn
+            .query_row(
+                "SELECT r.started_at FROM events e JOIN runs r ON r.id = e.claimed_by
+                  WHERE e.id = ?1 AND r.status = 'ok'",
+                params![event],
+                |r| r.get(0),
+            )
+            .ok();
+        match started {
+            Some(st) => {
+                let secs = (st - t) as f64 / 1000.0;
+                answered = Some(answered.map_or(secs, |a: f64| a.max(secs)));
+            }
+            None => all_answered = false,
+        }
+    }
+    if !all_answered {
+        answered = None;
+    }
+    let from = i.outside.resets.first().map(|(t, _)| *t).unwrap_or(i.start);
+    let mut starts: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.1 == "ok" && r.2 >= from)
+        .map(|r| r.2)
+        .collect();
+    starts.insert(0, from);
+    starts.push(i.end);
+    let silence = starts.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0);
+    let incident = Incident {
+        first_dead_pass: first_dead,
+        launch_requests_in_first_dead_pass: dead_launches,
+        resets: i.outside.resets.len() as u64,
+        reset_answered_secs: answered.map(r4),
+        max_silence_mins: r4(silence as f64 / 60_000.0),
+        fallback_passes: count(s, "SELECT COUNT(*) FROM runs WHERE decided_by = 'fallback-rules'")?,
+        fallback_stops: count(
+            s,
+            "SELECT COUNT(*) FROM actions WHERE actor = 'fallback-rules' AND kind IN ('stop', 'destroy')",
+        )?,
+    };
+
+    let invariants = Invariants {
+        overlapping_runs: overlaps,
+        events_lost: lost,
+        wakes_processed_twice: claimed_by_ok.saturating_sub(processed) + processed_by_bad,
+        wakes_overdue: overdue,
+        runs_left_running: rows.iter().filter(|r| r.1 == "running").count() as u64,
+        foreign_instances_touched: w.tally.foreign_touched,
+    };
+    let o = i.oracle;
+    let oracle = Oracle {
+        dollars_per_proof: r4(o.dollars_per_proof()),
+        hours_below_target: r4(o.hours_below_target),
+        launches: o.launches,
+        cost_ratio: r4(if o.dollars_per_proof() > 0.0 {
+            per_proof / o.dollars_per_proof()
+        } else {
+            0.0
+        }),
+        hours_below_over_oracle: r4(below - o.hours_below_target),
+    };
+    let decided_by = if i.llm_real {
+        format!("llm ({})", i.config.llm.model)
+    } else if i.config.llm.provider == crate::config::Provider::Openai {
+        "llm (simulated outage) with fallback".to_string()
+    } else {
+        "rules".to_string()
+    };
+    let mut report = Report {
+        scenario: i.scenario.name.clone(),
+        description: i.scenario.description.clone(),
+        seed: i.seed,
+        hours: r4(i.hours),
+        decided_by,
+        target_proofs_per_hour: r4(target),
+        proofs,
+        hours_below_target: r4(below),
+        money: Money {
+            dollars: r4(dollars),
+            dollars_per_proof: r4(per_proof),
+        },
+        launches,
+        stops,
+        stuck_instances: Stuck {
+            seen: w.stuck_ever(i.end),
+            unhandled: w.stuck_now(i.end).len() as u64,
+        },
+        runs,
+        llm,
+        events,
+        wakes,
+        invariants,
+        vast: Vast {
+            creates: w.tally.create_calls,
+            answers_429: w.tally.calls_429,
+        },
+        incident,
+        oracle,
+        checks: Vec::new(),
+        passed: false,
+        errors: i.driver.errors.clone(),
+    };
+    report.checks = checks(&report, i.scenario);
+    report.passed = report.checks.iter().all(|c| c.ok);
+    Ok(report)
+}
+
+fn at_most(name: &str, actual: f64, max: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected: format!("<= {}", fmt(max)),
+        actual: fmt(actual),
+        ok: actual <= max + 1e-9,
+    }
+}
+
+fn at_least(name: &str, actual: f64, min: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected: format!(">= {}", fmt(min)),
+        actual: fmt(actual),
+        ok: actual + 1e-9 >= min,
+    }
+}
+
+fn fmt(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{:.4}", x).trim_end_matches('0').to_string()
+    }
+}
+
+/// The invariants, always; then the scenario's own bounds.
+pub fn checks(r: &Report, s: &Scenario) -> Vec<Check> {
+    let inv = &r.invariants;
+    let mut c = vec![
+        at_most("overlapping runs", inv.overlapping_runs as f64, 0.0),
+        at_most("events lost", inv.events_lost as f64, 0.0),
+        at_most(
+            "wakes processed twice",
+            inv.wakes_processed_twice as f64,
+            0.0,
+        ),
+        at_most(
+            "wakes overdue and unprocessed",
+            inv.wakes_overdue as f64,
+            0.0,
+        ),
+        at_most("runs left running", inv.runs_left_running as f64, 0.0),
+        at_most(
+            "foreign instances touched",
+            inv.foreign_instances_touched as f64,
+            0.0,
+        ),
+    ];
+    let e = &s.expect;
+    if let Some(v) = e.max_hours_below_target {
+        c.push(at_most("hours below target", r.hours_below_target, v));
+    }
+    if let Some(v) = e.max_hours_below_target_over_oracle {
+        c.push(at_most(
+            "hours below target over the oracle's",
+            r.oracle.hours_below_over_oracle,
+            v,
+        ));
+    }
+    if let Some(v) = e.min_served_share {
+        c.push(at_least(
+            "share of wanted proofs served",
+            r.proofs.served_share,
+            v,
+        ));
+    }
+    if let Some(v) = e.max_dollars_per_proof {
+        c.push(at_most("dollars per proof", r.money.dollars_per_proof, v));
+    }
+    if let Some(v) = e.max_cost_ratio_to_oracle {
+        c.push(at_most("$/proof over the oracle's", r.oracle.cost_ratio, v));
+    }
+    if let Some(v) = e.min_launches {
+        c.push(at_least("launches made", r.launches.made as f64, v as f64));
+    }
+    if let Some(v) = e.max_launches {
+        c.push(at_most("launches made", r.launches.made as f64, v as f64));
+    }
+    if let Some(v) = e.min_stops {
+        c.push(at_least("stops made", r.stops.made as f64, v as f64));
+    }
+    if let Some(v) = e.min_emergency_bypasses {
+        c.push(at_least(
+            "emergency bypasses",
+            r.launches.emergency_bypasses as f64,
+            v as f64,
+        ));
+    }
+    if e.first_launch_in_first_dead_pass == Some(true) {
+        let ok = r.incident.first_dead_pass.is_some()
+            && r.incident.launch_requests_in_first_dead_pass > 0;
+        c.push(Check {
+            name: "launch requested in the first WORKERS DEAD pass".into(),
+            expected: "yes".into(),
+            actual: match r.incident.first_dead_pass {
+                Some(id) => format!(
+                    "run {id}: {} launch request(s)",
+                    r.incident.launch_requests_in_first_dead_pass
+                ),
+                None => "no pass saw WORKERS DEAD".into(),
+            },
+            ok,
+        });
+    }
+    if let Some(v) = e.reset_answered_within_secs {
+        let actual = r.incident.reset_answered_secs;
+        c.push(Check {
+            name: "reset answered by a pass".into(),
+            expected: format!("within {}s", fmt(v)),
+            actual: actual.map_or("never".into(), |a| format!("{}s", fmt(a))),
+            ok: r.incident.resets > 0 && actual.is_some_and(|a| a <= v),
+        });
+    }
+    if let Some(v) = e.max_silence_mins {
+        c.push(at_most(
+            "longest gap between passes (min)",
+            r.incident.max_silence_mins,
+            v,
+        ));
+    }
+    if let Some(v) = e.max_failed_passes {
+        c.push(at_most(
+            "failed passes",
+            r.runs.failed_passes as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.min_fallback_passes {
+        c.push(at_least(
+            "passes decided by the fallback rules",
+            r.incident.fallback_passes as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.min_fallback_share {
+        let ok_passes = r.runs.passes - r.runs.failed_passes;
+        let share = if ok_passes == 0 {
+            0.0
+        } else {
+            r.incident.fallback_passes as f64 / ok_passes as f64
+        };
+        c.push(at_least(
+            "share of passes decided by the fallback rules",
+            r4(share),
+            v,
+        ));
+    }
+    if e.fallback_never_stops == Some(true) {
+        c.push(at_most(
+            "stops by the fallback rules",
+            r.incident.fallback_stops as f64,
+            0.0,
+        ));
+    }
+    if let Some(v) = e.max_passes_per_hour {
+        c.push(at_most(
+            "most passes in one hour",
+            r.runs.max_passes_in_an_hour as f64,
+            v,
+        ));
+    }
+    if let Some(v) = e.min_rate_limited_calls {
+        c.push(at_least(
+            "vast.ai 429 answers",
+            r.vast.answers_429 as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.max_stuck_unhandled {
+        c.push(at_most(
+            "stuck instances left at the end",
+            r.stuck_instances.unhandled as f64,
+            v as f64,
+        ));
+    }
+    c
+}
+
+fn map_line(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The report as a table.
+pub fn render_text(r: &Report) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut row = |k: &str, v: String| rows.push((k.to_string(), v));
+    let p = &r.proofs;
+    row(
+        "scenario",
+        format!(
+            "{} ({}h, seed {}, {})",
+            r.scenario,
+            fmt(r.hours),
+            r.seed,
+            r.decided_by
+        ),
+    );
+    row(
+        "proofs",
+        format!(
+            "{} completed of {} wanted ({:.1}%), {} offered, {} went elsewhere",
+            p.completed,
+            p.wanted,
+            p.served_share * 100.0,
+            p.offered,
+            p.expired
+        ),
+    );
+    row(
+        "queue wait",
+        format!(
+            "p50 {:.0}s, p95 {:.0}s",
+            p.queue_wait_p50_secs, p.queue_wait_p95_secs
+        ),
+    );
+    row(
+        "hours below target",
+        format!(
+            "{} (target {} p/h)",
+            fmt(r.hours_below_target),
+            fmt(r.target_proofs_per_hour)
+        ),
+    );
+    row(
+        "spend",
+        format!(
+            "${:.2}, ${:.4}/proof",
+            r.money.dollars, r.money.dollars_per_proof
+        ),
+    );
+    row(
+        "oracle",
+        format!(
+            "${:.4}/proof ({:.2}x), {} h below target (+{}), {} launches",
+            r.oracle.dollars_per_proof,
+            r.oracle.cost_ratio,
+            fmt(r.oracle.hours_below_target),
+            fmt(r.oracle.hours_below_over_oracle),
+            r.oracle.launches
+        ),
+    );
+    let l = &r.launches;
+    row(
+        "launches",
+        format!(
+            "{} made, {} failed, {} emergency bypasses; refused: {}",
+            l.made,
+            l.failed,
+            l.emergency_bypasses,
+            map_line(&l.refused)
+        ),
+    );
+    row(
+        "stops",
+        format!(
+            "{} made, {} failed; refused: {}",
+            r.stops.made,
+            r.stops.failed,
+            map_line(&r.stops.refused)
+        ),
+    );
+    row(
+        "stuck instances",
+        format!(
+            "{} seen, {} left",
+            r.stuck_instances.seen, r.stuck_instances.unhandled
+        ),
+    );
+    let ru = &r.runs;
+    row("runs", format!(
+        "{} processes, {} passes ({} failed), {} timer ticks ({} merged), {} doorbell starts, at most {} passes in an hour",
+        ru.processes, ru.passes, ru.failed_passes, ru.timer_ticks, ru.ticks_merged, ru.doorbell_starts, ru.max_passes_in_an_hour
+    ));
+    row("verdicts", map_line(&ru.by_verdict));
+    row("decided by", map_line(&ru.by_decider));
+    let ll = &r.llm;
+    row(
+        "llm",
+        format!(
+            "{} calls, {} skips, {} failed turns; prompt tokens max {}, total {}, {:.1} per tick",
+            ll.calls,
+            ll.skips,
+            ll.failed_turns,
+            ll.prompt_tokens_max,
+            ll.prompt_tokens_total,
+            ll.prompt_tokens_per_tick
+        ),
+    );
+    let e = &r.events;
+    row(
+        "events",
+        format!(
+            "{} inserted ({}), {} claimed, {} failed, {} waiting at the end",
+            e.inserted,
+            map_line(&e.by_kind),
+            e.claimed,
+            e.failed,
+            e.waiting_at_end
+        ),
+    );
+    row(
+        "wakes",
+        format!(
+            "{} created, {} processed, {} cancelled",
+            r.wakes.created, r.wakes.processed, r.wakes.cancelled
+        ),
+    );
+    row(
+        "vast.ai",
+        format!(
+            "{} creates, {} answered 429",
+            r.vast.creates, r.vast.answers_429
+        ),
+    );
+    let inc = &r.incident;
+    if inc.resets > 0 || inc.first_dead_pass.is_some() || inc.fallback_passes > 0 {
+        row("incident", format!(
+            "first WORKERS DEAD pass {} asked {} launch(es); {} reset(s) answered in {}; longest gap {} min; fallback passes {}, fallback stops {}",
+            inc.first_dead_pass.map_or("-".into(), |x| x.to_string()),
+            inc.launch_requests_in_first_dead_pass,
+            inc.resets,
+            inc.reset_answered_secs.map_or("-".into(), |s| format!("{}s", fmt(s))),
+            fmt(inc.max_silence_mins),
+            inc.fallback_passes,
+            inc.fallback_stops
+        ));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in &rows {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out.push_str("\nchecks:\n");
+    let cw = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in &r.checks {
+        out.push_str(&format!(
+            "  {} {:<cw$}  {} (expected {})\n",
+            if c.ok { "PASS" } else { "FAIL" },
+            c.name,
+            c.actual,
+            c.expected
+        ));
+    }
+    for e in &r.errors {
+        out.push_str(&format!("  error: {e}\n"));
+    }
+    out.push_str(&format!(
+        "\n{}: {} of {} checks passed\n",
+        if r.passed { "PASSED" } else { "FAILED" },
+        r.checks.iter().filter(|c| c.ok).count(),
+        r.checks.len()
+    ));
+    out
+}

@@ -1,0 +1,170 @@
+//! The simulated outside services behind the real traits: vast.ai ([`SimVast`], with the
+//! HTTP client's retry behaviour on 429s modelled on the simulated clock), Curio
+//! ([`SimCurio`], read as the HarmonyDB probe reads it) and an LLM that never answers
+//! ([`OutageLlm`]). Each advances the world to the clock's time before answering.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::world::World;
+use crate::clock::Clock;
+use crate::demand::{Demand, DemandProbe};
+use crate::llm::{AttemptFailure, ChatRequest, ChatResponse, LlmClient, LlmError};
+use crate::vast::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
+
+/// Attempts per call and the first backoff, as the HTTP client uses them (src/vast/http.rs).
+const ATTEMPTS: u32 = 4;
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const CREATE_SPACING: Duration = Duration::from_millis(4_500);
+
+pub type SharedWorld = Arc<Mutex<World>>;
+
+pub fn lock(world: &SharedWorld) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub struct SimVast {
+    pub world: SharedWorld,
+    pub clock: Arc<dyn Clock>,
+    /// When this client last sent a create: creates are spaced by vast.ai's interval, as
+    /// the HTTP client's create gate does.
+    pub last_create: Mutex<Option<i64>>,
+}
+
+impl SimVast {
+    pub fn new(world: SharedWorld, clock: Arc<dyn Clock>) -> SimVast {
+        SimVast {
+            world,
+            clock,
+            last_create: Mutex::new(None),
+        }
+    }
+}
+
+impl SimVast {
+    /// One API call with the client's 429 handling: wait what the answer implies (vast.ai's
+    /// create penalty included) on the simulated clock and retry, then give up.
+    fn call<T>(
+        &self,
+        create: bool,
+        f: impl Fn(&mut World) -> Result<T, VastError>,
+    ) -> Result<T, VastError> {
+        let mut backoff = FIRST_BACKOFF;
+        for attempt in 1..=ATTEMPTS {
+            if create {
+                let last = *self.last_create.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(prev) = last {
+                    let due = prev + CREATE_SPACING.as_millis() as i64;
+                    let now = self.clock.now_ms();
+                    if now < due {
+                        self.clock.sleep(Duration::from_millis((due - now) as u64));
+                    }
+                }
+                *self.last_create.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(self.clock.now_ms());
+            }
+            let limited = {
+                let mut w = lock(&self.world);
+                let now = self.clock.now_ms();
+                w.advance(now);
+                match w.rate_limited(create, now) {
+                    None => return f(&mut w),
+                    Some(text) => text,
+                }
+            };
+            if attempt == ATTEMPTS {
+                return Err(VastError::RateLimited(format!(
+                    "{limited} (after {attempt} attempt(s))"
+                )));
+            }
+            // The lock is released: the clock's sleep lets the outside world move on.
+            let wait = crate::vast::http::wait_after_429(None, &limited, create, backoff);
+            self.clock.sleep(wait);
+            backoff *= 2;
+        }
+        unreachable!("the loop returns on its last attempt")
+    }
+}
+
+impl VastClient for SimVast {
+    fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError> {
+        self.call(false, |w| Ok(w.search(query)))
+    }
+
+    fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
+        // The worker names itself after FLEETAGENT_LABEL; the launch sets it to the label.
+        let name = req
+            .env
+            .get("FLEETAGENT_LABEL")
+            .unwrap_or(&req.label)
+            .clone();
+        let now = self.clock.now_ms();
+        self.call(true, |w| w.create(req.offer_id, &name, now))
+    }
+
+    fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
+        self.call(false, |w| Ok(w.list()))
+    }
+
+    fn show_instance(&self, id: u64) -> Result<Option<Instance>, VastError> {
+        self.call(false, |w| Ok(w.show(id)))
+    }
+
+    fn stop_instance(&self, id: u64) -> Result<(), VastError> {
+        let now = self.clock.now_ms();
+        self.call(false, |w| w.stop(id, now))
+    }
+
+    fn destroy_instance(&self, id: u64) -> Result<(), VastError> {
+        let now = self.clock.now_ms();
+        self.call(false, |w| w.destroy(id, now))
+    }
+
+    fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError> {
+        self.call(false, |w| w.label(id, label))
+    }
+
+    fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError> {
+        self.call(false, |w| w.logs(id, tail))
+    }
+}
+
+pub struct SimCurio {
+    pub world: SharedWorld,
+    pub clock: Arc<dyn Clock>,
+    /// `demand.worker_alive_secs` in ms: heartbeats older than this are not live.
+    pub alive_ms: i64,
+}
+
+impl DemandProbe for SimCurio {
+    fn probe(&self) -> anyhow::Result<Demand> {
+        let mut w = lock(&self.world);
+        let now = self.clock.now_ms();
+        w.advance(now);
+        if w.probe_down(now) {
+            anyhow::bail!("HarmonyDB 10.0.0.5:5433: connection refused (simulated outage)");
+        }
+        Ok(w.demand(now, self.alive_ms))
+    }
+}
+
+/// An LLM that never answers: each turn takes the whole retry budget and gives up, as the
+/// HTTP client does against a dead endpoint.
+pub struct OutageLlm {
+    pub clock: Arc<dyn Clock>,
+    pub budget: Duration,
+}
+
+impl LlmClient for OutageLlm {
+    fn chat(&self, _req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.clock.sleep(self.budget);
+        Err(LlmError::GaveUp {
+            attempts: 4,
+            elapsed_secs: self.budget.as_secs(),
+            last: AttemptFailure::Status {
+                status: 503,
+                message: "upstream connect error (simulated outage)".into(),
+            },
+        })
+    }
+}

@@ -1,0 +1,121 @@
+//! Tests that keep the docs honest: every subcommand and config key is in the README, the
+//! changelog is well formed, and `inspect --json`'s documented fields exist.
+
+use clap::CommandFactory;
+
+fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+}
+
+#[test]
+fn every_subcommand_is_in_the_readme() {
+    let readme = readme();
+    for sub in fleetagent::cli::Cli::command().get_subcommands() {
+        let name = sub.get_name();
+        assert!(
+            readme.contains(&format!("| `{name}")),
+            "README's command table lacks `{name}`"
+        );
+    }
+}
+
+#[test]
+fn every_config_key_is_in_the_readme() {
+    let readme = readme();
+    let template = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/config.example.toml"
+    ))
+    .unwrap();
+    let mut table = String::new();
+    for line in template.lines() {
+        let line = line.trim();
+        if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            table = t.to_string();
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("# ") else {
+            continue;
+        };
+        let Some((key, _)) = rest.split_once(" = ") else {
+            continue;
+        };
+        if key.contains(' ') || key.starts_with('"') || key.chars().any(|c| c.is_uppercase()) {
+            continue;
+        }
+        let dotted = if table.is_empty() {
+            key.to_string()
+        } else {
+            format!("{table}.{key}")
+        };
+        let short = dotted.rsplit('.').next().unwrap();
+        assert!(
+            readme.contains(&format!("`{dotted}`")) || readme.contains(&format!("`{short}`")),
+            "README's configuration table lacks {dotted}"
+        );
+    }
+}
+
+#[test]
+fn changelog_is_keep_a_changelog() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/CHANGELOG.md")).unwrap();
+    assert!(text.starts_with("# Changelog"));
+    assert!(text.contains("## [Unreleased]"));
+    for line in text.lines().filter(|l| l.starts_with("### ")) {
+        let kind = &line[4..];
+        assert!(
+            [
+                "Added",
+                "Changed",
+                "Deprecated",
+                "Removed",
+                "Fixed",
+                "Security"
+            ]
+            .contains(&kind),
+            "unknown changelog section {kind}"
+        );
+    }
+}
+
+#[test]
+fn documented_inspect_fields_exist() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/inspect.md")).unwrap();
+    let f = crate::common::fleet::Fleet::new();
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    f.cmd(&["run"]).ok();
+    let v = f.inspect();
+    let (top, runs) = doc
+        .split_once("Each entry of `runs`")
+        .expect("docs/inspect.md has a runs table");
+    let names = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("| `"))
+            .flat_map(|l| {
+                l.split('|')
+                    .nth(1)
+                    .unwrap()
+                    .split(',')
+                    .map(|n| n.trim().trim_matches('`').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let top_names = names(top);
+    let run_names = names(runs);
+    assert!(top_names.len() > 30 && run_names.len() > 10);
+    for name in top_names {
+        assert!(
+            v.get(&name).is_some(),
+            "docs/inspect.md documents `{name}`; inspect lacks it"
+        );
+    }
+    for name in run_names {
+        assert!(
+            v["runs"][0].get(&name).is_some(),
+            "docs/inspect.md documents runs[].{name}; inspect lacks it"
+        );
+    }
+}

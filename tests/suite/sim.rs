@@ -1,0 +1,297 @@
+//! `fleetagent sim`: every built-in scenario passes its expectations with the rules at short
+//! horizons; the incident's facts checked on the database the agent wrote; the same seed
+//! gives the same JSON; scenario files are parsed strictly; sim reads no default config.
+
+use std::process::Command;
+
+use fleetagent::sim::{self, scenario, Options};
+use rusqlite::Connection;
+
+use crate::common::fleet::{clean_env, BIN};
+
+fn options(name: &str, hours: f64, seed: u64) -> Options {
+    Options {
+        scenario: scenario::load(name).unwrap(),
+        hours: Some(hours),
+        seed,
+        config: None,
+        llm: None,
+        state_dir: None,
+        progress: false,
+    }
+}
+
+/// Horizons that still hold each scenario's story: the spike rises at 6 h and falls at 12 h,
+/// the 429 storm covers 0.5-3.5 h, the incident is whole.
+const SHORT: &[(&str, f64)] = &[
+    ("steady", 8.0),
+    ("spike", 14.0),
+    ("incident", 6.0),
+    ("vast-429-storm", 5.0),
+    ("llm-outage", 5.0),
+    ("trigger-storm", 2.0),
+];
+
+#[test]
+fn every_built_in_scenario_passes_its_expectations() {
+    assert_eq!(SHORT.len(), scenario::BUILT_IN.len());
+    for (name, hours) in SHORT {
+        let run = sim::run(&options(name, *hours, 1)).unwrap();
+        let r = &run.report;
+        let failed: Vec<_> = r.checks.iter().filter(|c| !c.ok).collect();
+        assert!(
+            r.passed && failed.is_empty(),
+            "{name} ({hours}h) failed: {failed:#?}\n{}",
+            sim::report::render_text(r)
+        );
+        // The checks are not vacuous: the invariants are always among them, and the agent ran.
+        assert!(r.checks.len() > 6, "{name}: {:?}", r.checks);
+        assert!(
+            r.runs.passes as f64 >= hours * 12.0 * 0.9,
+            "{name}: {:?}",
+            r.runs
+        );
+        assert!(r.proofs.completed > 0, "{name}");
+    }
+}
+
+#[test]
+fn the_incident_on_the_agents_own_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut o = options("incident", 3.0, 1);
+    o.state_dir = Some(state.clone());
+    let run = sim::run(&o).unwrap();
+    let db = Connection::open(state.join("fleetagent.db")).unwrap();
+    let q = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+
+    // The very first pass saw WORKERS DEAD and asked for launches in that same pass.
+    let (first, emergency): (i64, bool) = db
+        .query_row(
+            "SELECT id, emergency FROM runs ORDER BY id LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(emergency, "the first pass must see WORKERS DEAD");
+    let asked = q(&format!(
+        "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND run_id = {first}"
+    ));
+    assert!(
+        asked >= 1,
+        "no launch request in the first WORKERS DEAD pass"
+    );
+    // With the window spent, the emergency allowed launches past it.
+    assert!(run.report.launches.emergency_bypasses >= 1);
+
+    // No two passes overlap.
+    let mut stmt = db
+        .prepare("SELECT started_at, finished_at FROM runs ORDER BY started_at, id")
+        .unwrap();
+    let spans: Vec<(i64, Option<i64>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(spans.len() > 30);
+    for p in spans.windows(2) {
+        let end = p[0].1.expect("every pass finished");
+        assert!(end <= p[1].0, "passes overlap: {p:?}");
+    }
+
+    // No event lost: each one was claimed by a pass that finished (the doorbell is gone).
+    let events = q("SELECT COUNT(*) FROM events");
+    let claimed_ok = q(
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status = 'ok'",
+    );
+    assert!(events > 200, "the bursts were recorded: {events}");
+    assert_eq!(claimed_ok, events);
+    assert_eq!(run.report.invariants.events_lost, 0);
+
+    // The reset did not silence the agent: its event was claimed within a minute, and the
+    // timer kept running passes after it.
+    let (reset_at, claimed_at): (i64, i64) = db
+        .query_row(
+            "SELECT e.created_at, r.started_at FROM events e JOIN runs r ON r.id = e.claimed_by
+              WHERE e.kind = 'reset'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(
+        claimed_at - reset_at <= 60_000,
+        "reset answered after {} ms",
+        claimed_at - reset_at
+    );
+    let ticks_after = q(&format!(
+        "SELECT COUNT(*) FROM runs WHERE started_by = 'tick' AND status = 'ok' AND started_at > {reset_at}"
+    ));
+    assert!(
+        ticks_after >= 20,
+        "only {ticks_after} timer passes after the reset"
+    );
+    assert!(q("SELECT COUNT(*) FROM sessions") >= 2);
+
+    // Every wake processed once (or cancelled by the reset), by a pass that finished.
+    let created = q("SELECT COUNT(*) FROM wakes");
+    let processed = q("SELECT COUNT(*) FROM wakes WHERE status = 'processed'");
+    let cancelled = q("SELECT COUNT(*) FROM wakes WHERE status = 'cancelled'");
+    assert_eq!(created, 20);
+    assert!(
+        processed >= 5 && cancelled >= 1,
+        "{processed} processed, {cancelled} cancelled"
+    );
+    assert_eq!(processed + cancelled, created);
+    assert_eq!(
+        q("SELECT COALESCE(SUM(wakes_claimed), 0) FROM runs WHERE status = 'ok'"),
+        processed,
+        "a wake was claimed by more than one pass"
+    );
+    assert_eq!(
+        q("SELECT COUNT(*) FROM wakes w JOIN runs r ON r.id = w.processed_by WHERE r.status = 'ok'"),
+        processed
+    );
+    assert_eq!(run.report.invariants.wakes_processed_twice, 0);
+    assert_eq!(run.report.invariants.overlapping_runs, 0);
+}
+
+#[test]
+fn same_seed_same_json_and_another_seed_differs() {
+    let a = serde_json::to_string_pretty(&sim::run(&options("spike", 7.0, 42)).unwrap().report)
+        .unwrap();
+    let b = serde_json::to_string_pretty(&sim::run(&options("spike", 7.0, 42)).unwrap().report)
+        .unwrap();
+    let c = serde_json::to_string_pretty(&sim::run(&options("spike", 7.0, 43)).unwrap().report)
+        .unwrap();
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+fn sim_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    clean_env(&mut c);
+    c.arg("sim").args(args);
+    c
+}
+
+#[test]
+fn the_binary_lists_plots_and_prints_json() {
+    let out = sim_cmd(&["--list"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for (name, _) in scenario::BUILT_IN {
+        assert!(text.contains(name), "{name} missing from --list: {text}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("incident.svg");
+    // A config that would be refused: sim must not read $FLEETAGENT_CONFIG or the default.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[nonsense]\n").unwrap();
+    let out = sim_cmd(&["--scenario", "incident", "--hours", "1", "--json", "--plot"])
+        .arg(&plot)
+        .env("FLEETAGENT_CONFIG", &bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("nonsense"), "{stderr}");
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"));
+    assert_eq!(v["scenario"], "incident");
+    assert_eq!(v["invariants"]["events_lost"], 0);
+    // Exit 0 exactly when every check passed.
+    assert_eq!(out.status.success(), v["passed"].as_bool().unwrap());
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("PSProve queue") && svg.contains("<polyline"));
+}
+
+#[test]
+fn a_scenario_file_with_an_unknown_key_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mine.toml");
+    std::fs::write(
+        &file,
+        "name = \"mine\"\ndescription = \"x\"\nhours = 2\n\n[market]\nrate = [[0, 100]]\nexpire_minutes = 30\n",
+    )
+    .unwrap();
+    let out = sim_cmd(&["--scenario"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 7") && err.contains("expire_minutes"),
+        "{err}"
+    );
+    assert!(err.contains("mine.toml"), "{err}");
+
+    // The same file without the typo runs.
+    std::fs::write(
+        &file,
+        "name = \"mine\"\ndescription = \"x\"\nhours = 1\n\n[market]\nrate = [[0, 100]]\nexpire_mins = 30\n[start]\nlive = 2\n",
+    )
+    .unwrap();
+    let out = sim_cmd(&["--json", "--scenario"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scenario"], "mine");
+}
+
+#[test]
+fn with_llm_the_configured_model_decides_through_the_http_client() {
+    use crate::common::fake_llm::{FakeLlm, Reply};
+    let llm = FakeLlm::start();
+    llm.require_key("sk-sim");
+    // A small model: launch while WORKERS DEAD is in the observation, else nothing.
+    llm.set_default(Reply::dynamic(|body| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        let last = last.unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or("");
+        if last["role"] == "user" && text.contains("WORKERS DEAD") {
+            Reply::tool_call("launch_instance", r#"{"reason":"workers dead"}"#)
+        } else {
+            Reply::text("Nothing to do.")
+        }
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    let text = sim::BASE_CONFIG.replace(
+        "provider = \"rules\"",
+        &format!("base_url = \"{}\"\nretry_budget_secs = 5", llm.base_url()),
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut c = Command::new(BIN);
+    clean_env(&mut c);
+    let out = c
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "sim",
+            "--llm",
+            "--scenario",
+            "incident",
+            "--hours",
+            "0.5",
+            "--json",
+        ])
+        .env("FLEETAGENT_LLM_API_KEY", "sk-sim")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(v["llm"]["real_model"], true);
+    let calls = v["llm"]["calls"].as_u64().unwrap();
+    assert!(calls >= 3, "{}", v["llm"]);
+    assert_eq!(calls as usize, llm.request_count());
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    assert!(v["llm"]["prompt_tokens_max"].as_u64().unwrap() > 1000);
+    assert!(v["runs"]["by_decider"]["llm"].as_u64().unwrap() >= 1);
+    // The model's launch went through the same guardrails (the emergency allows it).
+    assert!(
+        v["launches"]["made"].as_u64().unwrap() >= 1,
+        "{}",
+        v["launches"]
+    );
+    assert_eq!(v["invariants"]["events_lost"], 0);
+}
