@@ -1,6 +1,8 @@
 //! One function per fuzz target: feed arbitrary bytes to a parser of outside input. Any panic
 //! is a bug. Shared by the cargo-fuzz binaries (fuzz_targets/) and the stable harness of the
 //! normal suite (tests/suite/hardening/fuzz.rs).
+// Each binary uses one of these.
+#![allow(dead_code)]
 
 use std::time::Duration;
 
