@@ -370,7 +370,10 @@ pub fn llm_loop(
             None,
         )?;
         let content = response.content.clone().unwrap_or_default();
-        let calls: Vec<ToolCall> = response.tool_calls.clone();
+        let mut calls: Vec<ToolCall> = response.tool_calls.clone();
+        // Calls past the cap never happened: neither run nor stored (the last result says so).
+        let dropped = calls.len().saturating_sub(MAX_CALLS_PER_ANSWER);
+        calls.truncate(MAX_CALLS_PER_ANSWER);
         if calls.is_empty() {
             if !content.trim().is_empty() {
                 insert_message(
@@ -399,7 +402,7 @@ pub fn llm_loop(
             &ChatMessage {
                 role: Role::Assistant,
                 content,
-                tool_calls: calls.clone(),
+                tool_calls: stored_calls(&calls),
                 tool_call_id: None,
             },
             "tool_call",
@@ -408,9 +411,9 @@ pub fn llm_loop(
             None,
             at,
         )?;
-        for call in &calls {
+        for (i, call) in calls.iter().enumerate() {
             crate::faults::point("tool-before-result")?;
-            let result = run_tool(
+            let mut result = run_tool(
                 store,
                 le,
                 registry,
@@ -421,6 +424,17 @@ pub fn llm_loop(
                 &call.arguments,
             )?;
             out.mutated |= result.mutated;
+            if dropped > 0 && i + 1 == calls.len() {
+                if let Some(obj) = result.content.as_object_mut() {
+                    obj.insert(
+                        "dropped_calls".into(),
+                        json!(format!(
+                            "your answer had {} tool calls; only the first {MAX_CALLS_PER_ANSWER} were run, the other {dropped} were ignored",
+                            dropped + MAX_CALLS_PER_ANSWER
+                        )),
+                    );
+                }
+            }
             let text = serde_json::to_string(&result.content)?;
             insert_message(
                 &store.conn,
@@ -438,9 +452,51 @@ pub fn llm_loop(
                 None,
                 le.clock.now_ms(),
             )?;
+            crate::faults::point("tool-after-result")?;
         }
     }
     Ok(Ok(out))
+}
+
+/// Tool calls run from one answer; more are ignored (no real decision needs them, and a flood
+/// of calls and results would push the pass's next prompt over the budget).
+pub const MAX_CALLS_PER_ANSWER: usize = 20;
+
+/// Arguments longer than this that are not a JSON object are stored as a placeholder.
+const STORED_BAD_ARGUMENT_BYTES: usize = 1024;
+
+/// The calls as stored, and so replayed in later prompts: arguments the registry refuses for
+/// size, or long ones that are not a JSON object, become a short placeholder; an empty name
+/// becomes `unnamed` (providers reject an empty one in history) and names are cut to 64
+/// characters. Without this, one answer with a megabyte of arguments would push every later
+/// prompt of its pass over the budget, and an empty name would make each of them invalid.
+pub fn stored_calls(calls: &[ToolCall]) -> Vec<ToolCall> {
+    calls
+        .iter()
+        .map(|c| {
+            let len = c.arguments.len();
+            let object = || {
+                serde_json::from_str::<serde_json::Value>(&c.arguments).is_ok_and(|v| v.is_object())
+            };
+            let arguments = if len > crate::tools::MAX_ARGUMENT_BYTES
+                || (len > STORED_BAD_ARGUMENT_BYTES && !object())
+            {
+                json!({ "omitted": format!("{len} bytes of arguments, refused") }).to_string()
+            } else {
+                c.arguments.clone()
+            };
+            let name: String = c.name.trim().chars().take(64).collect();
+            ToolCall {
+                id: c.id.clone(),
+                name: if name.is_empty() {
+                    "unnamed".into()
+                } else {
+                    name
+                },
+                arguments,
+            }
+        })
+        .collect()
 }
 
 /// Run one tool call through the registry with a context for this pass.
@@ -526,4 +582,39 @@ pub fn compact_json(v: &serde_json::Value) -> String {
 
 pub fn error_result(message: &str) -> serde_json::Value {
     json!({ "error": "vast_error", "message": message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: String) -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    #[test]
+    fn stored_calls_stay_small_and_replayable() {
+        let huge = call(
+            "launch_instance",
+            format!("{{\"reason\":\"{}\"}}", "x".repeat(1 << 20)),
+        );
+        let stored = stored_calls(&[huge]);
+        assert!(stored[0].arguments.len() < 100, "{}", stored[0].arguments);
+        assert!(stored[0].arguments.contains("refused"));
+        let deep = call("launch_instance", "[".repeat(5_000));
+        assert!(stored_calls(&[deep])[0].arguments.len() < 100);
+        let fine = call("launch_instance", r#"{"reason":"backlog"}"#.into());
+        assert_eq!(stored_calls(std::slice::from_ref(&fine)), vec![fine]);
+        assert_eq!(stored_calls(&[call("", "{}".into())])[0].name, "unnamed");
+        assert_eq!(
+            stored_calls(&[call(&"n".repeat(500), "{}".into())])[0]
+                .name
+                .len(),
+            64
+        );
+    }
 }

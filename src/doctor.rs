@@ -34,7 +34,7 @@ pub fn problems(
             ));
         } else {
             match Store::open(state_dir, OpenMode::Existing, now) {
-                Err(e) => out.push(format!("database: {e:#}")),
+                Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
                 Ok(store) => store_problems(&store, config, state_dir, now, &mut out),
             }
         }
@@ -66,15 +66,20 @@ fn store_problems(
 ) {
     match store.quick_check() {
         Ok(bad) if bad.is_empty() => {}
+        // SQLite's findings can span lines; a problem is one line.
         Ok(bad) => out.push(format!(
-            "database integrity check failed: {} (see docs/operations.md, \"Recovering the database\")",
-            bad.join("; ")
+            "database integrity check failed: {} ({})",
+            crate::observation::clip(&bad.join("; "), 300),
+            crate::error::DAMAGED_DATABASE_HINT
         )),
-        Err(e) => out.push(format!("database integrity check could not run: {e:#}")),
+        Err(e) => out.push(format!(
+            "database integrity check could not run: {}",
+            crate::error::report(&e)
+        )),
     }
     let period = config.run.timer_period_secs as i64 * 1000;
     match session::state(&store.conn) {
-        Err(e) => out.push(format!("database: {e:#}")),
+        Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
         Ok(state) => {
             match state.last_success_at {
                 None => out.push(

@@ -46,6 +46,33 @@ pub fn one_line(err: &anyhow::Error) -> String {
     out
 }
 
+/// What to add to an error when SQLite says the database file is damaged (corrupt, truncated,
+/// or not a database at all): where the recovery steps are.
+pub const DAMAGED_DATABASE_HINT: &str = "the database is damaged: stop the fleetagent units and \
+     follow docs/operations.md, \"Recovering the database\" (the ledger of runs, actions and \
+     instances is kept; the conversation can be rebuilt)";
+
+/// Is a damaged database file anywhere in the chain?
+pub fn is_damaged_database(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<rusqlite::Error>(),
+            Some(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+        )
+    })
+}
+
+/// The one line printed for an error, with the recovery hint when the database is damaged.
+pub fn report(err: &anyhow::Error) -> String {
+    let line = one_line(err);
+    if is_damaged_database(err) {
+        format!("{line} ({DAMAGED_DATABASE_HINT})")
+    } else {
+        line
+    }
+}
+
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }

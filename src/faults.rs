@@ -2,9 +2,13 @@
 //! a persistence point of `run` or `trigger`:
 //! - `FLEETAGENT_TEST_CRASH_AT=<point>`: abort the process there, as SIGKILL or power loss would;
 //! - `FLEETAGENT_TEST_FAIL_AT=<point>`: the step fails there with an error (a failed pass);
-//! - `FLEETAGENT_TEST_PAUSE_AT=<point>:<ms>`: sleep there, so a test can act meanwhile.
+//! - `FLEETAGENT_TEST_PAUSE_AT=<point>:<ms>`: sleep there, so a test can act meanwhile;
+//! - `FLEETAGENT_TEST_PANIC_AT=<point>`: panic there (what a bug would do), so tests can check
+//!   that a panic leaks no secret and loses nothing.
 //!
 //! Unset (always, in production) nothing happens; the variables are read once per process.
+//! They can only make the process stop, fail or wait at a point it passes anyway: none of them
+//! skips a check, changes a decision or reaches another file (docs/security.md).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -13,13 +17,21 @@ use anyhow::{bail, Result};
 
 /// The named persistence points, in the order a run meets them.
 pub const POINTS: &[&str] = &[
+    // `trigger`, `message`, `reset-session` and `poll`: the event committed, no ring yet.
     "trigger-after-insert",
     "run-after-lock",
     "run-after-claim",
     "run-after-observe",
+    // The LLM was unusable (recorded); the fallback rules have not acted yet.
+    "fallback-before-rules",
     "launch-after-intent",
     "launch-after-create",
+    "stop-after-call",
     "tool-before-result",
+    // A tool result stored; the next call or the next round not started.
+    "tool-after-result",
+    // The rules' calls executed; their note not stored.
+    "rules-before-note",
     "run-before-finish",
     "run-end-check",
     "run-after-last-look",
@@ -27,6 +39,7 @@ pub const POINTS: &[&str] = &[
 
 struct Switches {
     crash: Option<String>,
+    panic: Option<String>,
     fail: Option<String>,
     pause: Option<(String, u64)>,
 }
@@ -35,6 +48,7 @@ fn switches() -> &'static Switches {
     static S: OnceLock<Switches> = OnceLock::new();
     S.get_or_init(|| Switches {
         crash: std::env::var("FLEETAGENT_TEST_CRASH_AT").ok(),
+        panic: std::env::var("FLEETAGENT_TEST_PANIC_AT").ok(),
         fail: std::env::var("FLEETAGENT_TEST_FAIL_AT").ok(),
         pause: std::env::var("FLEETAGENT_TEST_PAUSE_AT")
             .ok()
@@ -47,6 +61,7 @@ fn switches() -> &'static Switches {
 
 /// A persistence point: abort, fail or pause here if a test switch names it.
 pub fn point(name: &str) -> Result<()> {
+    debug_assert!(POINTS.contains(&name), "unlisted fault point {name}");
     let s = switches();
     if let Some((p, ms)) = &s.pause {
         if p == name {
@@ -57,6 +72,9 @@ pub fn point(name: &str) -> Result<()> {
     if s.crash.as_deref() == Some(name) {
         eprintln!("fleetagent: test crash injected at {name}");
         std::process::abort();
+    }
+    if s.panic.as_deref() == Some(name) {
+        panic!("test panic injected at {name}");
     }
     if s.fail.as_deref() == Some(name) {
         bail!("test failure injected at {name}");

@@ -15,9 +15,11 @@ fn main() {
         1 => "info",
         _ => "debug",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+    let logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
         .format_timestamp_secs()
-        .init();
+        .build();
+    log::set_max_level(logger.filter());
+    let _ = log::set_boxed_logger(Box::new(NoWireDump(logger)));
     let app = App {
         config_flag: cli.config.clone(),
         state_dir_flag: cli.state_dir.clone(),
@@ -28,10 +30,37 @@ fn main() {
         Ok(()) => error::EXIT_OK,
         Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {
-            eprintln!("fleetagent: {}", error::one_line(&e));
+            eprintln!("fleetagent: {}", error::report(&e));
             error::exit_code(&e)
         }
     };
     fleetagent::faults::stats::report();
     std::process::exit(code);
+}
+
+/// The env_logger, minus `ureq_proto`'s trace records: at trace it dumps every byte of every
+/// HTTP exchange, the Authorization header and any key a server echoes included, and no
+/// `RUST_LOG` may turn that on.
+struct NoWireDump(env_logger::Logger);
+
+impl NoWireDump {
+    fn hidden(meta: &log::Metadata<'_>) -> bool {
+        meta.level() == log::Level::Trace && meta.target().starts_with("ureq_proto")
+    }
+}
+
+impl log::Log for NoWireDump {
+    fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+        !Self::hidden(meta) && self.0.enabled(meta)
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if !Self::hidden(record.metadata()) {
+            self.0.log(record);
+        }
+    }
+
+    fn flush(&self) {
+        self.0.flush();
+    }
 }

@@ -159,6 +159,7 @@ pub fn execute(store: &mut Store, env: &RunEnv<'_>, claim: &Claim) -> Result<run
                     failure.message
                 ),
                 Fallback::Rules => {
+                    crate::faults::point("fallback-before-rules")?;
                     log::info!(
                         "run {}: the LLM is unusable ({}); the rules decide (launch only)",
                         claim.run_id,
@@ -212,6 +213,7 @@ fn run_rules(
             agent::compact_json(&result.content)
         ));
     }
+    crate::faults::point("rules-before-note")?;
     let now: Millis = le.clock.now_ms();
     agent::insert_message(
         &store.conn,

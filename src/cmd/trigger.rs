@@ -21,13 +21,13 @@ pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
         now,
     )
     .context("cannot record the event")?;
-    crate::faults::point("trigger-after-insert")?;
     ring(&dir, id, args.priority, args.reason.trim(), now)?;
     println!("event {id} (P{}) recorded; doorbell rung", args.priority);
     Ok(())
 }
 
-/// Append the event's line to the doorbell, after its commit.
+/// Append the event's line to the doorbell, after its commit (`trigger`, `message`,
+/// `reset-session` and `poll` all ring here).
 pub(crate) fn ring(
     dir: &std::path::Path,
     id: i64,
@@ -35,6 +35,7 @@ pub(crate) fn ring(
     reason: &str,
     now: i64,
 ) -> Result<()> {
+    crate::faults::point("trigger-after-insert")?;
     ring_on(&FileDoorbell::new(dir), id, priority, reason, now)
 }
 

@@ -446,8 +446,9 @@ pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_millis(total_ms.ceil() as u64))
 }
 
-/// Read a 2xx body. Anything that is not a usable completion is a retryable failure.
-fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, AttemptFailure> {
+/// Read a 2xx body. Anything that is not a usable completion is a retryable failure. Pure (no
+/// I/O), public for the fuzz targets.
+pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, AttemptFailure> {
     let v: Value = serde_json::from_str(body)
         .map_err(|e| AttemptFailure::BadBody(format!("not JSON ({e}): {}", snippet(body))))?;
     if !v.is_object() {

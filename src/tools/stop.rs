@@ -165,6 +165,7 @@ pub fn stop(
         "destroy" => vast.destroy_instance(id),
         _ => vast.stop_instance(id),
     };
+    crate::faults::point("stop-after-call")?;
     let after = ctx.clock.now_ms();
     let destroyed = kind == "destroy";
     match result {

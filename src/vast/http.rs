@@ -723,7 +723,7 @@ fn retry_after_secs(header: Option<&str>) -> Option<Duration> {
 
 /// `threshold=<seconds>` in vast.ai's plain-text 429 (`API requests too frequent endpoint
 /// threshold=4.5`).
-pub(crate) fn threshold_secs(body: &str) -> Option<Duration> {
+pub fn threshold_secs(body: &str) -> Option<Duration> {
     let at = body.find("threshold=")? + "threshold=".len();
     let num: String = body[at..]
         .chars()
@@ -736,7 +736,7 @@ pub(crate) fn threshold_secs(body: &str) -> Option<Duration> {
 /// How long to wait after a 429: the longest of our backoff, `Retry-After`, a JSON
 /// `retry_after` and the text's `threshold=`. A create also waits out vast.ai's 12 s
 /// penalty on top of its interval, so the retry cannot extend the penalty.
-pub(crate) fn wait_after_429(
+pub fn wait_after_429(
     retry_after: Option<&str>,
     body: &str,
     is_create: bool,
@@ -760,7 +760,7 @@ pub(crate) fn wait_after_429(
 }
 
 /// The last `n` lines of a log.
-pub(crate) fn last_lines(text: &str, n: u32) -> String {
+pub fn last_lines(text: &str, n: u32) -> String {
     let lines: Vec<&str> = text.lines().collect();
     let from = lines.len().saturating_sub(n as usize);
     let mut out = lines[from..].join("\n");
@@ -829,7 +829,7 @@ fn text(v: Option<&Value>) -> Option<String> {
 
 /// One offer row. Skipped (`None`) without an id or a price: an offer priced at nothing
 /// would look cheapest to every budget rule.
-pub(crate) fn parse_offer(v: &Value) -> Option<Offer> {
+pub fn parse_offer(v: &Value) -> Option<Offer> {
     let id = v.get("id").and_then(as_id)?;
     let Some(dph_total) = num(v.get("dph_total")).filter(|p| *p >= 0.0) else {
         log::warn!("vast.ai offer {id} has no usable dph_total; skipped");
@@ -856,7 +856,7 @@ pub(crate) fn parse_offer(v: &Value) -> Option<Offer> {
 }
 
 /// One instance object; `fallback_id` is the id asked for when the row omits its own.
-pub(crate) fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
+pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
     let id = v.get("id").and_then(as_id).or(fallback_id)?;
     Some(Instance {
         id,

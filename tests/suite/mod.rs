@@ -4,6 +4,7 @@ mod backbone;
 mod demand;
 mod docs;
 mod hands;
+mod hardening;
 mod llm_client;
 mod metrics;
 mod mind;

@@ -1,0 +1,406 @@
+//! Database safety: a damaged file (a broken page, a truncated copy, not a database at all)
+//! fails each command with one clear line and no spin; `doctor` names it; the recovery steps
+//! of docs/operations.md, run exactly as written, keep the whole ledger and let the agent go
+//! on with a fresh conversation. Migrations from every earlier schema version (generic over
+//! sql/) keep every row.
+
+use std::path::{Path, PathBuf};
+
+use super::{assert_integrity, files_under};
+use crate::common::fleet::{Fleet, BIN, FAST_CONFIG};
+
+const HINT: &str = "Recovering the database";
+const LEDGER: [&str; 5] = ["runs", "actions", "instances", "events", "wakes"];
+
+/// A state dir with some history: operator messages and passes (rules), ledger rows, a wake.
+fn with_history() -> Fleet {
+    let f = Fleet::new();
+    for i in 0..8 {
+        f.cmd(&[
+            "message",
+            &format!("note {i}: {}", "keep the fleet small ".repeat(100)),
+        ])
+        .ok();
+        f.cmd(&["run"]).ok();
+    }
+    f.cmd(&["wakes", "add", "--in", "2h", "--reason", "later"])
+        .ok();
+    let db = f.db();
+    for i in 0..5 {
+        db.execute(
+            "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, created_at)
+             VALUES (1, 'launch', 'ok', 'llm', ?1, ?2, 1)",
+            rusqlite::params![9000 + i, format!("fleetagent-r1-{i:08x}")],
+        )
+        .unwrap();
+        db.execute(
+            "INSERT INTO instances (label, vast_id, state, created_at, state_since)
+             VALUES (?1, ?2, 'proving', 1, 1)",
+            rusqlite::params![format!("fleetagent-r1-{i:08x}"), 9000 + i],
+        )
+        .unwrap();
+    }
+    db.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    f
+}
+
+fn counts(db: &Path) -> Vec<(String, i64)> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    LEDGER
+        .iter()
+        .map(|t| {
+            let n = c
+                .query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
+                .unwrap();
+            (t.to_string(), n)
+        })
+        .collect()
+}
+
+/// Overwrite one page (1-based) of the database file with garbage.
+fn smash_page(db: &Path, page: i64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new().write(true).open(db).unwrap();
+    file.seek(SeekFrom::Start(((page - 1) * 4096) as u64))
+        .unwrap();
+    file.write_all(&[0xA5; 4096]).unwrap();
+}
+
+fn root_page(f: &Fleet, table: &str) -> i64 {
+    f.db()
+        .query_row(
+            "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// The command fails with exit 1 and one line that names the damage and the recovery.
+#[track_caller]
+fn fails_clearly(f: &Fleet, args: &[&str]) {
+    let out = f.cmd(args);
+    assert_eq!(out.code, 1, "{args:?}: {}{}", out.stdout, out.stderr);
+    if args[0] == "doctor" {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.contains("database"))
+            .unwrap_or_else(|| panic!("doctor said nothing of the database: {}", out.stdout));
+        assert!(line.contains(HINT), "{line}");
+        // One line per problem: no line of doctor's output continues another.
+        assert!(
+            out.stdout
+                .lines()
+                .all(|l| !l.starts_with(' ') && !l.starts_with("Page ")),
+            "{}",
+            out.stdout
+        );
+    } else {
+        let errors: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("fleetagent:"))
+            .collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {}", out.stderr);
+        assert!(
+            errors[0].contains("database") && errors[0].contains(HINT),
+            "{args:?}: {}",
+            errors[0]
+        );
+    }
+}
+
+/// The recovery block of docs/operations.md, as written.
+fn recovery_script() -> String {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let at = doc
+        .find("<!-- recovery-steps")
+        .expect("the recovery block's marker");
+    let block = &doc[at..];
+    let start = block.find("```sh\n").expect("a sh block after the marker") + 6;
+    let end = block[start..].find("```").unwrap();
+    block[start..start + end].to_string()
+}
+
+#[test]
+fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_ledger() {
+    let f = with_history();
+    let db_path = f.state.join("fleetagent.db");
+    smash_page(&db_path, root_page(&f, "messages"));
+    f.cmd(&["trigger", "-p", "0", "-r", "after the damage"])
+        .ok();
+    fails_clearly(&f, &["run"]);
+    // The ledger as it stands (the failed pass and the trigger are in it).
+    let before = counts(&db_path);
+    let last_run: i64 = f
+        .db()
+        .query_row("SELECT MAX(id) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    fails_clearly(&f, &["history"]);
+    fails_clearly(&f, &["doctor"]);
+
+    // The documented steps, with systemctl stubbed out (no units here).
+    let script = format!(
+        "set -euo pipefail\nsystemctl() {{ :; }}\n{}",
+        recovery_script()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("STATE_DIR", &f.state)
+        .env(
+            "FLEETAGENT",
+            format!(
+                "{BIN} --config {} --state-dir {}",
+                f.config.display(),
+                f.state.display()
+            ),
+        )
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the recovery steps failed:\n{said}");
+    // Step 4 printed the ledger before and after: equal, table by table.
+    for (t, n) in &before {
+        let line = said
+            .lines()
+            .find(|l| l.starts_with(&format!("{t}: ")))
+            .unwrap();
+        let after = line.rsplit(' ').next().unwrap().parse::<i64>().unwrap();
+        assert_eq!(after, *n, "{line}\n{said}");
+    }
+    assert_integrity(&f, "recovered");
+    // The damaged copy is kept; the new file has the designed mode.
+    assert!(files_under(&f.state)
+        .iter()
+        .any(|p| p.to_string_lossy().contains("/broken-")));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&db_path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    // The agent goes on: a fresh session, run ids after the old ones, every event served.
+    let out = f.cmd(&["run"]).ok();
+    let id: i64 = out
+        .stdout
+        .strip_prefix("run ")
+        .and_then(|r| r.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        id > last_run,
+        "run id {id} after {last_run}: {}",
+        out.stdout
+    );
+    // Only the event of the failed pass waits (one timer period, as for any failed pass).
+    let v = f.inspect();
+    assert_eq!(v["unconsumed_events"], v["deferred_events"], "{v}");
+    f.cmd(&["history"]).ok();
+    assert_eq!(counts(&db_path)[2], before[2], "instances kept");
+}
+
+#[test]
+fn a_file_that_is_not_a_database_or_is_truncated_is_refused_clearly() {
+    let pristine = with_history();
+    for damage in ["header", "truncated"] {
+        let f = Fleet::with_config(FAST_CONFIG);
+        std::fs::create_dir(&f.state).unwrap();
+        let db_path = f.state.join("fleetagent.db");
+        std::fs::copy(pristine.state.join("fleetagent.db"), &db_path).unwrap();
+        match damage {
+            "header" => smash_page(&db_path, 1),
+            _ => {
+                let len = std::fs::metadata(&db_path).unwrap().len();
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&db_path)
+                    .unwrap();
+                file.set_len(len / 3).unwrap();
+            }
+        }
+        std::fs::write(f.doorbell(), "ring\n").unwrap();
+        fails_clearly(&f, &["run"]);
+        assert!(
+            !f.doorbell().exists(),
+            "{damage}: the early exit must not let systemd spin"
+        );
+        for args in [&["inspect"][..], &["history"], &["doctor"]] {
+            fails_clearly(&f, args);
+        }
+        if damage == "header" {
+            for args in [
+                &["trigger", "-p", "1", "-r", "x"][..],
+                &["message", "x"],
+                &["wakes", "list"],
+            ] {
+                fails_clearly(&f, args);
+            }
+        }
+    }
+}
+
+// --- migrations -------------------------------------------------------------------------------
+
+/// sql/NNNN_*.sql in order; numbering must be 1, 2, ... with no gap.
+fn migrations() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    for (i, p) in files.iter().enumerate() {
+        let name = p.file_name().unwrap().to_string_lossy();
+        assert!(
+            name.starts_with(&format!("{:04}_", i + 1)),
+            "sql/ must be numbered 0001_, 0002_, ... without gaps: {name}"
+        );
+    }
+    files
+}
+
+/// Tables with their columns, and indexes, as a comparable list.
+fn schema(db: &rusqlite::Connection) -> Vec<String> {
+    let mut st = db
+        .prepare("SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name")
+        .unwrap();
+    let objects: Vec<(String, String, String)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut out = Vec::new();
+    for (kind, name, table) in objects {
+        if kind == "table" {
+            let mut c = db.prepare(&format!("PRAGMA table_info({name})")).unwrap();
+            let cols: Vec<String> = c
+                .query_map([], |r| {
+                    Ok(format!(
+                        "{} {} notnull={} default={:?} pk={}",
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, i64>(5)?
+                    ))
+                })
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            out.push(format!("table {name}: {}", cols.join(", ")));
+        } else {
+            out.push(format!("{kind} {name} on {table}"));
+        }
+    }
+    out
+}
+
+fn row_counts(db: &rusqlite::Connection) -> Vec<(String, i64)> {
+    let mut st = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap();
+    let tables: Vec<String> = st
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    tables
+        .into_iter()
+        .map(|t| {
+            let n = db
+                .query_row(&format!("SELECT COUNT(*) FROM {t}"), [], |r| r.get(0))
+                .unwrap();
+            (t, n)
+        })
+        .collect()
+}
+
+/// From every earlier schema version (and the current one), the binary opens the database,
+/// migrates it to the current schema, keeps every row, and runs. Generic over sql/: a new
+/// migration is covered as soon as its file and the seed of the version before it exist.
+#[test]
+fn migrations_from_every_earlier_version_keep_every_row() {
+    let files = migrations();
+    let latest = files.len() as i64;
+    assert_eq!(
+        latest,
+        fleetagent::store::SCHEMA_VERSION,
+        "every file in sql/ must be in store::MIGRATIONS"
+    );
+    // The schema a fresh database gets.
+    let fresh = Fleet::new();
+    let want = schema(&fresh.db());
+    let mut versions = 0;
+    for from in 0..=latest {
+        let f = Fleet::with_config(FAST_CONFIG);
+        std::fs::create_dir(&f.state).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+        let db_path = f.state.join("fleetagent.db");
+        let seeded = {
+            let db = rusqlite::Connection::open(&db_path).unwrap();
+            for file in &files[..from as usize] {
+                db.execute_batch(&std::fs::read_to_string(file).unwrap())
+                    .unwrap();
+            }
+            if from > 0 {
+                let seed = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join(format!("tests/fixtures/migrations/seed_v{from}.sql"));
+                let sql = std::fs::read_to_string(&seed).unwrap_or_else(|_| {
+                    panic!(
+                        "no seed for schema version {from}: write {}",
+                        seed.display()
+                    )
+                });
+                db.execute_batch(&sql).unwrap();
+            }
+            db.pragma_update(None, "user_version", from).unwrap();
+            row_counts(&db)
+        };
+        let out = f.cmd(&["run"]);
+        assert_eq!(out.code, 0, "from version {from}: {}", out.stderr);
+        let db = f.db();
+        let version: i64 = db
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, latest, "from version {from}");
+        assert_eq!(
+            schema(&db),
+            want,
+            "from version {from}: schema differs from a fresh one"
+        );
+        let after = row_counts(&db);
+        for (table, n) in &seeded {
+            let m = after
+                .iter()
+                .find(|(t, _)| t == table)
+                .map(|(_, m)| *m)
+                .unwrap_or(0);
+            assert!(
+                m >= *n,
+                "from version {from}: {table} had {n} rows, now {m}"
+            );
+        }
+        if from > 0 {
+            // Run ids go on after the seeded ones, and the seeded ledger is still read.
+            let max_seeded: i64 = 18;
+            let last: i64 = db
+                .query_row("SELECT MAX(id) FROM runs", [], |r| r.get(0))
+                .unwrap();
+            assert!(last > max_seeded, "from version {from}: run id {last}");
+            let v = f.inspect();
+            assert!(
+                v.to_string().contains("fleetagent-r17-0badc0de"),
+                "from version {from}: {v}"
+            );
+        }
+        versions += 1;
+    }
+    println!("migrations: {versions} starting versions (0..={latest}) migrated to {latest}, every row kept");
+}

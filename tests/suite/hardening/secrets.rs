@@ -1,0 +1,489 @@
+//! Secrets: with known fake keys in the environment or in `$CREDENTIALS_DIRECTORY`, every
+//! command (logging at trace, failing, exiting early, panicking) keeps them out of stdout,
+//! stderr, the database and its side files, the doorbell, the prompts, and every request the
+//! fakes received except the Authorization header of the service each key belongs to. The
+//! state files have DESIGN.md's modes whatever the umask; world-writable state is refused.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{files_under, Rig};
+use crate::common::fake_llm::Reply;
+use crate::common::fake_vast::{FakeReply, Route};
+use crate::common::fleet::{Fleet, FAST_CONFIG};
+
+/// Fake keys; no two share a 10-character piece (the leak check looks for any).
+struct Keys {
+    vast: &'static str,
+    llm: &'static str,
+    pg_password: &'static str,
+    worker_password: &'static str,
+}
+
+const ENV_KEYS: Keys = Keys {
+    vast: "vkey-Qz81mW4pXr7tLc2",
+    llm: "sk-llm-Hb52nJ9sKd3vYe",
+    pg_password: "pgpw-Tf63uV0aGh8qMn",
+    worker_password: "wkpw-Ls47cX2oBe5rZi",
+};
+
+const CRED_KEYS: Keys = Keys {
+    vast: "vkey-Nc93dK1wFy6hUs4",
+    llm: "sk-llm-Pr28gE7mQa4jWo",
+    pg_password: "pgpw-Yx15tB6nRk9vCe",
+    worker_password: "wkpw-Gd84sM3zJu0iTa",
+};
+
+/// Everything a command left where someone could read it.
+struct Output {
+    what: String,
+    text: String,
+}
+
+fn setup(keys: &Keys, via_credentials: bool) -> Rig {
+    let rig = Rig::new(
+        "max_dph_total = 10.0\nmax_instances = 4",
+        "fallback = \"rules\"",
+    );
+    rig.vast.set_api_key(Some(keys.vast));
+    rig.llm.require_key(keys.llm);
+    let pg_url = format!("postgres://curio:{}@127.0.0.1:9/curio", keys.pg_password);
+    let mut text = rig.config_text("max_dph_total = 10.0\nmax_instances = 4", "");
+    // The demand from HarmonyDB (a closed port: the probe fails, its error is shown), and a
+    // worker env value naming a credential.
+    text = text.replace(
+        "[demand]\nsource = \"command\"",
+        "[demand]\nsource = \"harmonydb\"\ntimeout_secs = 2\n[demand_unused]",
+    );
+    text = text.replace("[demand_unused]\n", "");
+    text = text.replace(
+        "[vast.offers]",
+        "[vast.env]\nCURIO_DB_PASSWORD = { credential = \"curio_db_password\" }\n[vast.offers]",
+    );
+    rig.f.write_config(&text);
+    let creds = rig.f.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(creds.join("curio_db_password"), keys.worker_password).unwrap();
+    let mut rig = rig;
+    rig.f = std::mem::replace(&mut rig.f, Fleet::with_config(""))
+        .env("CREDENTIALS_DIRECTORY", creds.to_str().unwrap());
+    if via_credentials {
+        std::fs::write(creds.join("vast_api_key"), format!("{}\n", keys.vast)).unwrap();
+        std::fs::write(creds.join("llm_api_key"), keys.llm).unwrap();
+        std::fs::write(creds.join("harmonydb_url"), &pg_url).unwrap();
+        // The Rig's own env keys must not win over the credential files.
+        rig.f = std::mem::replace(&mut rig.f, Fleet::with_config(""))
+            .env("VAST_API_KEY", "")
+            .env("FLEETAGENT_LLM_API_KEY", "");
+    } else {
+        rig.f = std::mem::replace(&mut rig.f, Fleet::with_config(""))
+            .env("VAST_API_KEY", keys.vast)
+            .env("FLEETAGENT_LLM_API_KEY", keys.llm)
+            .env("FLEETAGENT_HARMONYDB_URL", &pg_url);
+    }
+    rig
+}
+
+fn run_everything(rig: &Rig, keys: &Keys) -> Vec<Output> {
+    let f = &rig.f;
+    let mut outs = Vec::new();
+    let mut record = |what: &str, c: &mut std::process::Command| {
+        let o = c.output().unwrap();
+        outs.push(Output {
+            what: what.to_string(),
+            text: format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        });
+        o.status.code()
+    };
+    rig.vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let ours = rig.vast.add_instance("fleetagent-old");
+    rig.vast.set_actual_status(ours, Some("exited"));
+    rig.vast.set_log_text(ours, "worker exited\n");
+    // A run at trace level: the model launches, reads a log and destroys an exited instance.
+    rig.llm.push(Reply::tool_calls(&[
+        ("launch_instance", r#"{"reason": "capacity"}"#),
+        ("list_instances", "{}"),
+        ("instance_logs", &json!({"instance_id": ours}).to_string()),
+        (
+            "stop_instance",
+            &json!({"instance_id": ours, "reason": "exited"}).to_string(),
+        ),
+    ]));
+    rig.llm
+        .push(Reply::text("Launched one, destroyed the exited one."));
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let code = record(
+        "run -vv RUST_LOG=trace",
+        f.command(&["-vv", "run"]).env("RUST_LOG", "trace"),
+    );
+    assert_eq!(code, Some(0), "{}", outs.last().unwrap().text);
+    assert!(
+        rig.vast.count(Route::Create) == 1,
+        "the launch reached vast.ai"
+    );
+    for args in [
+        &["inspect"][..],
+        &["inspect", "--json"],
+        &["doctor"],
+        &["history"],
+        &["history", "--json"],
+        &["instances", "list"],
+        &["wakes", "list"],
+        &["poll"],
+    ] {
+        record(&args.join(" "), &mut f.command(args));
+    }
+    // Servers that echo the key back in their errors.
+    rig.llm.push(Reply::openai_error(
+        401,
+        &format!(
+            "Incorrect API key provided: {}. You can find your API key at ...",
+            keys.llm
+        ),
+        "invalid_request_error",
+        Some("invalid_api_key"),
+    ));
+    rig.vast.fail_next(
+        Route::ListV1,
+        3,
+        FakeReply::json(500, json!({"success": false, "error": "server_error", "msg": format!("bad key {}", keys.vast)})),
+    );
+    f.cmd(&["trigger", "-p", "0", "-r", "failing"]).ok();
+    record(
+        "run with both servers failing, at trace",
+        f.command(&["-vv", "run"]).env("RUST_LOG", "trace"),
+    );
+    // A failing run without fallback (exit 1).
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    std::fs::write(
+        &f.config,
+        text.replace("[llm]\n", "[llm]\nfallback = \"none\"\n"),
+    )
+    .unwrap();
+    rig.llm.push(Reply::openai_error(
+        403,
+        &format!("key {} is not allowed", keys.llm),
+        "invalid_request_error",
+        None,
+    ));
+    f.cmd(&["trigger", "-p", "0", "-r", "failing without fallback"])
+        .ok();
+    let code = record(
+        "run failing without fallback",
+        f.command(&["-vv", "run"]).env("RUST_LOG", "trace"),
+    );
+    assert_eq!(code, Some(1), "{}", outs.last().unwrap().text);
+    std::fs::write(&f.config, &text).unwrap();
+    // A panic in the middle of a pass, with a backtrace.
+    f.cmd(&["trigger", "-p", "0", "-r", "panic"]).ok();
+    let code = record(
+        "run panicking",
+        f.command(&["-vv", "run"])
+            .env("FLEETAGENT_TEST_PANIC_AT", "run-after-observe")
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LOG", "trace"),
+    );
+    assert_eq!(code, Some(101), "{}", outs.last().unwrap().text);
+    // Early exits: the key pasted into the config by mistake (an unknown key), and a password
+    // in the HarmonyDB URL of the config.
+    std::fs::write(
+        &f.config,
+        format!("{text}\n[secrets]\nvast_api_key = \"{}\"\n", keys.vast),
+    )
+    .unwrap();
+    let code = record("run with the key in the config", &mut f.command(&["run"]));
+    assert_eq!(code, Some(2), "{}", outs.last().unwrap().text);
+    record(
+        "doctor with the key in the config",
+        &mut f.command(&["doctor"]),
+    );
+    std::fs::write(
+        &f.config,
+        text.replace(
+            "source = \"harmonydb\"",
+            &format!(
+                "source = \"harmonydb\"\nharmonydb_url = \"postgres://curio:{}@db:5433/c\"",
+                keys.pg_password
+            ),
+        ),
+    )
+    .unwrap();
+    let code = record(
+        "run with a password in the config",
+        &mut f.command(&["run"]),
+    );
+    assert_eq!(code, Some(2), "{}", outs.last().unwrap().text);
+    std::fs::write(&f.config, &text).unwrap();
+    record("final run", &mut f.command(&["-vv", "run"]));
+    outs
+}
+
+/// Any 10-byte piece of the secret: a key cut over two lines of a hex dump, or half of one
+/// left behind by a cut, is a leak too.
+fn contains(hay: &[u8], secret: &str) -> bool {
+    secret
+        .as_bytes()
+        .windows(10)
+        .any(|piece| hay.windows(piece.len()).any(|w| w == piece))
+}
+
+#[track_caller]
+fn assert_no_secret(keys: &Keys, rig: &Rig, outs: &[Output]) -> usize {
+    let all = [keys.vast, keys.llm, keys.pg_password, keys.worker_password];
+    let mut places = 0;
+    for o in outs {
+        places += 1;
+        for s in all {
+            assert!(
+                !contains(o.text.as_bytes(), s),
+                "{}: printed (part of) a secret:\n{}",
+                o.what,
+                o.text
+            );
+        }
+    }
+    // Every file in the state dir: the database, -wal, -shm, the doorbell, the lock.
+    for p in files_under(&rig.f.state) {
+        places += 1;
+        let bytes = std::fs::read(&p).unwrap();
+        for s in all {
+            assert!(!contains(&bytes, s), "{} holds a secret", p.display());
+        }
+    }
+    // Every request to the LLM: its own key only as its bearer token, nothing else.
+    for r in rig.llm.recorded() {
+        places += 1;
+        let auth = r.authorization.clone().unwrap_or_default();
+        assert!(
+            auth.is_empty() || auth == format!("Bearer {}", keys.llm),
+            "{auth}"
+        );
+        let text = format!("{} {}", r.path, r.body);
+        for s in all {
+            assert!(
+                !contains(text.as_bytes(), s),
+                "an LLM request carried a secret: {text}"
+            );
+        }
+    }
+    // Every request to vast.ai: its key only as its bearer token; the worker's credential
+    // only in the create request's env (its purpose: the worker needs it).
+    for r in rig.vast.requests() {
+        places += 1;
+        let auth = r.authorization.clone().unwrap_or_default();
+        assert!(
+            auth.is_empty() || auth == format!("Bearer {}", keys.vast),
+            "{auth}"
+        );
+        let text = format!("{} {} {}", r.path, r.query, r.body);
+        for s in [keys.vast, keys.llm, keys.pg_password] {
+            assert!(
+                !contains(text.as_bytes(), s),
+                "a vast.ai request carried a secret: {text}"
+            );
+        }
+        if r.route != Route::Create {
+            assert!(!contains(text.as_bytes(), keys.worker_password), "{text}");
+        } else {
+            assert_eq!(
+                r.json()["env"]["CURIO_DB_PASSWORD"],
+                keys.worker_password,
+                "the worker gets its credential"
+            );
+        }
+    }
+    assert!(
+        rig.llm
+            .recorded()
+            .iter()
+            .any(|r| r.authorization.as_deref() == Some(&format!("Bearer {}", keys.llm))),
+        "the LLM key was used"
+    );
+    places
+}
+
+#[test]
+fn keys_from_the_environment_never_leak() {
+    let rig = setup(&ENV_KEYS, false);
+    let outs = run_everything(&rig, &ENV_KEYS);
+    let places = assert_no_secret(&ENV_KEYS, &rig, &outs);
+    println!("secrets (environment): {} commands, {places} outputs, files and requests searched, 0 leaks", outs.len());
+}
+
+#[test]
+fn keys_from_credentials_never_leak() {
+    let rig = setup(&CRED_KEYS, true);
+    let outs = run_everything(&rig, &CRED_KEYS);
+    let places = assert_no_secret(&CRED_KEYS, &rig, &outs);
+    println!("secrets ($CREDENTIALS_DIRECTORY): {} commands, {places} outputs, files and requests searched, 0 leaks", outs.len());
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+/// The state dir and every file in it (the database with its -wal and -shm, the doorbell, the
+/// lock) get their modes explicitly, whatever the caller's umask.
+#[test]
+fn state_files_have_the_designed_modes_under_any_umask() {
+    for umask in ["000", "022", "077"] {
+        let f = Fleet::with_config(FAST_CONFIG);
+        let sh = |args: &str| {
+            let mut c = f.command(&[]);
+            let prog = c.get_program().to_owned();
+            let fixed: Vec<String> = c
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let line = format!(
+                "umask {umask}; exec {} {} {args}",
+                prog.to_string_lossy(),
+                fixed.join(" ")
+            );
+            let out = c_sh(&mut c, &line);
+            assert!(
+                out.status.success(),
+                "umask {umask}: {args}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        sh("init");
+        sh("trigger -p 0 -r x");
+        // The run holds the database open while it pauses: -wal and -shm exist then.
+        let c = f.command(&[]);
+        let prog = c.get_program().to_string_lossy().into_owned();
+        let fixed: Vec<String> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "umask {umask}; exec {prog} {} run",
+                fixed.join(" ")
+            ))
+            .envs(
+                c.get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .env("FLEETAGENT_TEST_PAUSE_AT", "run-after-observe:1500")
+            .spawn()
+            .unwrap();
+        let db = f.state.join("fleetagent.db");
+        let side = |s: &str| std::path::PathBuf::from(format!("{}{s}", db.display()));
+        let t = std::time::Instant::now();
+        // The claim deletes the doorbell; the pass then pauses with the database open.
+        while f.doorbell().exists() || !(side("-wal").exists() && side("-shm").exists()) {
+            assert!(t.elapsed().as_secs() < 10, "the run did not claim");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let modes: Vec<(String, u32)> = std::fs::read_dir(&f.state)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    mode(&p),
+                )
+            })
+            .collect();
+        assert!(child.wait().unwrap().success());
+        sh("trigger -p 0 -r y");
+        assert!(f.doorbell().exists());
+        assert_eq!(mode(&f.state), 0o2770, "umask {umask}: the state dir");
+        for (name, m) in &modes {
+            assert_eq!(
+                *m, 0o660,
+                "umask {umask}: {name} while the run held it open"
+            );
+        }
+        for name in [
+            "fleetagent.db",
+            "run.lock",
+            "fleetagent.db-wal",
+            "fleetagent.db-shm",
+        ] {
+            let names: Vec<&str> = modes.iter().map(|(n, _)| n.as_str()).collect();
+            assert!(
+                names.contains(&name),
+                "umask {umask}: {name} missing from {names:?}"
+            );
+        }
+        for p in files_under(&f.state) {
+            assert_eq!(mode(&p), 0o660, "umask {umask}: {}", p.display());
+        }
+    }
+}
+
+fn c_sh(c: &mut std::process::Command, line: &str) -> std::process::Output {
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .envs(
+            c.get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+        )
+        .output()
+        .unwrap()
+}
+
+/// A world-writable state dir (exit 1) or config (exit 2) is refused by every command, with
+/// one line that says what to do, and nothing is written.
+#[test]
+fn world_writable_state_is_refused_by_every_command() {
+    let f = Fleet::new();
+    f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
+    let before = std::fs::read(f.state.join("fleetagent.db")).unwrap();
+    let commands: [&[&str]; 7] = [
+        &["run"],
+        &["trigger", "-p", "1", "-r", "x"],
+        &["message", "hi"],
+        &["reset-session"],
+        &["wakes", "add", "--in", "1h", "--reason", "x"],
+        &["inspect"],
+        &["doctor"],
+    ];
+    std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o2777)).unwrap();
+    for args in commands {
+        let out = f.cmd(args);
+        let doctor = args[0] == "doctor";
+        let text = if doctor { &out.stdout } else { &out.stderr };
+        assert_eq!(out.code, 1, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            text.contains("world-writable") && text.contains("chmod o-w"),
+            "{args:?}: {text}"
+        );
+        if !doctor {
+            let errors = out
+                .stderr
+                .lines()
+                .filter(|l| l.starts_with("fleetagent:"))
+                .count();
+            assert_eq!(errors, 1, "{args:?}: {}", out.stderr);
+        }
+    }
+    std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(0o666)).unwrap();
+    for args in commands {
+        let out = f.cmd(args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("world-writable") && out.stderr.contains("chmod o-w"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(
+        std::fs::read(f.state.join("fleetagent.db")).unwrap(),
+        before,
+        "nothing written"
+    );
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
+}
