@@ -73,6 +73,15 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let mut store =
         Store::open(env.state_dir, OpenMode::Create, clock.now_ms()).map_err(RunFailure::Early)?;
     recover_interrupted(&mut store, clock.now_ms()).map_err(RunFailure::Early)?;
+    // vast.ai spaces creates per key: one sent by the previous process counts too.
+    if let Some(vast) = &env.services.vast {
+        if let Some(at) = crate::store::actions::last_create_at(&store.conn)
+            .context("reading the last create time from the action ledger")
+            .map_err(RunFailure::Early)?
+        {
+            vast.previous_create(at);
+        }
+    }
 
     let mut reports = Vec::new();
     for pass_no in 1..=env.config.run.max_passes {

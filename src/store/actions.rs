@@ -102,6 +102,18 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
     })
 }
 
+/// When our latest create request may have reached vast.ai: the latest launch that got as
+/// far as the API call (settled, or an intent a crash left open), by the time it settled.
+/// The next create is spaced after it, across processes.
+pub fn last_create_at(conn: &Connection) -> Result<Option<Millis>> {
+    Ok(conn.query_row(
+        "SELECT MAX(COALESCE(finished_at, created_at)) FROM actions
+          WHERE kind = 'launch' AND outcome IN ('ok', 'failed', 'intent')",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// Launches that count against the window: succeeded, or an intent whose create may have
 /// gone through (a crash between create and record must not free a slot).
 pub fn launches_since(conn: &Connection, since: Millis) -> Result<Vec<Action>> {

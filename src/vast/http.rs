@@ -433,6 +433,11 @@ impl VastClient for HttpVastClient {
     /// [`VastError::may_have_created`]; reconcile by label before renting again.
     /// `success: false` that still names `new_contract` (a bid too low for an interruptible)
     /// is [`VastError::CreateFailed`]: that instance exists and should be destroyed.
+    fn previous_create(&self, at: Millis) {
+        let mut gate = self.create_gate.lock().unwrap_or_else(|e| e.into_inner());
+        *gate = Some(gate.map_or(at, |g| g.max(at)));
+    }
+
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
         let body = create_body(req);
         let path = format!("/api/v0/asks/{}/", req.offer_id);

@@ -139,4 +139,7 @@ pub trait VastClient: Send + Sync {
     fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError>;
     /// The last `tail` lines of the container log.
     fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError>;
+    /// A create this account sent at `at` from another process (the action ledger knows):
+    /// the next create is spaced after it, as vast.ai spaces creates per key, not per process.
+    fn previous_create(&self, _at: crate::clock::Millis) {}
 }

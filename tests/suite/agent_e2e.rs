@@ -154,6 +154,35 @@ fn incident_replay_through_the_model() {
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
 }
 
+/// vast.ai spaces creates per key, not per process: a launch by the next `run` seconds after
+/// the previous one's is spaced from the ledger, and never meets the 429 and its penalty.
+#[test]
+fn creates_of_consecutive_runs_are_spaced_without_a_429() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    vast.vast_rate_limits();
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    let launch = ("launch_instance", r#"{"reason": "every worker is dead"}"#);
+    for n in 0..2 {
+        llm.push(Reply::tool_calls(&[launch]));
+        llm.push(Reply::text("Launched one."));
+        f.cmd(&["trigger", "-p", "1", "-r", &format!("check {n}")])
+            .ok();
+        let out = f.cmd(&["run"]).ok();
+        assert!(out.stdout.contains("-> action"), "run {n}: {}", out.stdout);
+    }
+    let creates = vast.requests_to(Route::Create);
+    let statuses: Vec<u16> = creates.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![200, 200], "no 429 between the two processes");
+    assert!(
+        creates[1].at_ms - creates[0].at_ms >= 4_500,
+        "creates {} ms apart",
+        creates[1].at_ms - creates[0].at_ms
+    );
+}
+
 #[test]
 fn same_request_without_the_emergency_is_refused_with_retry_after() {
     let llm = FakeLlm::start();
@@ -322,6 +351,15 @@ fn three_hundred_runs_never_break_the_sequence_or_the_budget() {
         db.execute(
             "INSERT INTO events (priority, kind, reason, created_at) VALUES (2, 'trigger', ?1, 0)",
             [&marker],
+        )
+        .unwrap();
+        // The timer spaces real runs 5 minutes apart; these follow each other at once. Age
+        // the ledger so vast.ai's create spacing (which the client honours across processes,
+        // from the ledger) does not make this test wait 4.5 s per launch.
+        db.execute(
+            "UPDATE actions SET created_at = created_at - 300000,
+                                finished_at = finished_at - 300000",
+            [],
         )
         .unwrap();
         let crash = i == 150;

@@ -308,6 +308,30 @@ fn creates_from_one_client_are_spaced_4_5_s_apart() {
 }
 
 #[test]
+fn a_create_sent_by_another_process_spaces_the_next_one() {
+    let s = setup();
+    s.fake.vast_rate_limits();
+    let offers = s.fake.add_offers(2, "RTX 4090", 0.45, 0.995);
+    s.client
+        .create_instance(&launch(offers[0], "fleetagent-5-0"))
+        .unwrap();
+    // A second process: a fresh client told (from the action ledger) when the last create went.
+    let first_at = s.fake.requests_to(Route::Create)[0].at_ms;
+    let other = client_for(&s.fake, &s.clock, Duration::from_secs(5));
+    other.previous_create(first_at);
+    other
+        .create_instance(&launch(offers[1], "fleetagent-6-0"))
+        .unwrap();
+    let creates = s.fake.requests_to(Route::Create);
+    assert_eq!(statuses(&s.fake, Route::Create), vec![200, 200], "no 429");
+    assert!(
+        creates[1].at_ms - creates[0].at_ms >= 4_500,
+        "creates {} ms apart",
+        creates[1].at_ms - creates[0].at_ms
+    );
+}
+
+#[test]
 fn a_create_429_waits_out_the_12_s_penalty_before_retrying() {
     let s = setup();
     s.fake.vast_rate_limits();
