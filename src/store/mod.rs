@@ -31,9 +31,27 @@ pub const DB_FILE: &str = "fleetagent.db";
 /// How long a writer waits for another one before failing with SQLITE_BUSY.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A process that finds the WAL larger than this when it closes the store folds it back and
+/// truncates it. Each process is the database's first connection, so SQLite re-reads the
+/// whole WAL at open (the wal-index is rebuilt): an unbounded WAL would make every `trigger`
+/// slower than the last. 256 KiB is about 15 triggers, whose reads stay short and who share
+/// the checkpoint's fsyncs (measured: mean `trigger` 6.2 ms at 256 KiB, 6.3 at 1 MiB, 6.7 at
+/// 64 KiB, 8.4 when every process checkpoints, 8.0 and growing with no limit).
+const WAL_LIMIT_BYTES: u64 = 256 << 10;
+
 pub struct Store {
     pub conn: Connection,
     pub path: PathBuf,
+}
+
+impl Drop for Store {
+    /// Keeps the WAL bounded whatever the command (see WAL_LIMIT_BYTES): one `stat` when it
+    /// is small, a checkpoint when it has grown.
+    fn drop(&mut self) {
+        if self.path != Path::new(":memory:") && self.wal_bytes() > WAL_LIMIT_BYTES {
+            self.checkpoint();
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,8 +119,9 @@ impl Store {
         )?;
         // Closing must not checkpoint: `trigger` runs on every state change, and the
         // checkpoint-on-close fsyncs (tens of ms on a busy disk) would dominate it. The WAL is
-        // checkpointed by SQLite's auto-checkpoint and after each `run` instead. Commits stay
-        // durable against process crashes (WAL, synchronous=NORMAL).
+        // checkpointed and truncated after each `run`, and by any process that leaves it
+        // larger than WAL_LIMIT_BYTES (see Drop). Commits stay durable against process
+        // crashes (WAL, synchronous=NORMAL).
         self.conn.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
@@ -147,14 +166,32 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?)
     }
 
-    /// Fold the WAL back into the database (after a run; never on the `trigger` path).
+    /// Fold the WAL back into the database and truncate it (after a run, or when a process
+    /// leaves it larger than WAL_LIMIT_BYTES). Never waits: while another process reads or
+    /// writes, it is skipped and the next one does it. A PASSIVE checkpoint would not do:
+    /// the next process rebuilds the wal-index as if nothing had been copied back, so the WAL
+    /// would never restart and would grow forever.
     pub fn checkpoint(&self) {
-        if let Err(e) = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-        {
-            log::info!("checkpoint skipped: {e}");
+        if self.path == Path::new(":memory:") {
+            return;
         }
+        let result = self.conn.busy_timeout(Duration::ZERO).and_then(|()| {
+            self.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+        });
+        match result {
+            Ok(0) => {}
+            Ok(_) => log::debug!("checkpoint deferred: another process uses the database"),
+            Err(e) => log::info!("checkpoint skipped: {e}"),
+        }
+        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+    }
+
+    /// The WAL's size in bytes (0 when absent).
+    pub fn wal_bytes(&self) -> u64 {
+        std::fs::metadata(format!("{}-wal", self.path.display())).map_or(0, |m| m.len())
     }
 
     /// `PRAGMA quick_check`: "ok" or the first problems found.
