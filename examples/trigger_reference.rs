@@ -5,6 +5,9 @@
 //!
 //!   trigger_reference DB DOORBELL REASON
 
+// A standalone program, not fleetagent: it reads the system clock as any such program would.
+#![allow(clippy::disallowed_methods)]
+
 use std::io::Write;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
