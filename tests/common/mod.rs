@@ -5,4 +5,5 @@ pub mod fake_llm;
 pub mod fake_vast;
 pub mod fleet;
 pub mod pg;
+pub mod rng;
 pub mod systemd;

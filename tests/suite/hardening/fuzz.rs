@@ -4,6 +4,7 @@
 //! the test fails. `FLEETAGENT_FUZZ_EXECS` (per target) or `FLEETAGENT_FUZZ_SECS` scale it up
 //! (scripts/fuzz); with nightly and cargo-fuzz, scripts/fuzz runs libFuzzer instead.
 
+use crate::common::rng::Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -63,65 +64,49 @@ const TOKENS: &[&str] = &[
     "{ credential = \"x\" }",
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
     let mut v = input.to_vec();
-    for _ in 0..1 + rng.below(4) {
-        let at = rng.below(v.len() + 1);
-        match rng.below(8) {
+    for _ in 0..1 + rng.index(4) {
+        let at = rng.index(v.len() + 1);
+        match rng.index(8) {
             0 if !v.is_empty() => {
-                let i = rng.below(v.len());
-                v[i] ^= 1 << rng.below(8);
+                let i = rng.index(v.len());
+                v[i] ^= 1 << rng.index(8);
             }
             1 if !v.is_empty() => {
-                let i = rng.below(v.len());
+                let i = rng.index(v.len());
                 v[i] = rng.next() as u8;
             }
             2 => {
-                let t = TOKENS[rng.below(TOKENS.len())].as_bytes();
+                let t = TOKENS[rng.index(TOKENS.len())].as_bytes();
                 v.splice(at..at, t.iter().copied());
             }
             3 if !v.is_empty() => {
-                let end = (at + 1 + rng.below(16)).min(v.len());
+                let end = (at + 1 + rng.index(16)).min(v.len());
                 let start = at.min(end);
                 v.drain(start..end);
             }
             4 if !v.is_empty() => {
-                let start = rng.below(v.len());
-                let end = (start + 1 + rng.below(64)).min(v.len());
+                let start = rng.index(v.len());
+                let end = (start + 1 + rng.index(64)).min(v.len());
                 let chunk: Vec<u8> = v[start..end].to_vec();
-                let times = 1 + rng.below(8);
+                let times = 1 + rng.index(8);
                 for _ in 0..times {
                     v.splice(at.min(v.len())..at.min(v.len()), chunk.iter().copied());
                 }
             }
             5 if !other.is_empty() => {
-                let start = rng.below(other.len());
-                let end = (start + 1 + rng.below(200)).min(other.len());
+                let start = rng.index(other.len());
+                let end = (start + 1 + rng.index(200)).min(other.len());
                 v.splice(at..at, other[start..end].iter().copied());
             }
             6 => {
-                let n = 1 + rng.below(8);
+                let n = 1 + rng.index(8);
                 let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
                 v.splice(at..at, bytes);
             }
             _ => {
-                let t = TOKENS[rng.below(TOKENS.len())].as_bytes();
+                let t = TOKENS[rng.index(TOKENS.len())].as_bytes();
                 let end = (at + t.len()).min(v.len());
                 v.splice(at..end, t.iter().copied());
             }
@@ -194,8 +179,8 @@ fn every_parser_survives_fuzzed_input() {
                 None if i >= execs => break,
                 _ => {}
             }
-            let a = &seeds[rng.below(seeds.len())];
-            let b = &seeds[rng.below(seeds.len())];
+            let a = &seeds[rng.index(seeds.len())];
+            let b = &seeds[rng.index(seeds.len())];
             let input = mutate(&mut rng, a, b);
             crashes.extend(exec(target, &input));
             i += 1;

@@ -7,6 +7,7 @@
 //!
 //! `FLEETAGENT_RACE_SEED` and `FLEETAGENT_RACE_ROUNDS` scale it up (scripts/race).
 
+use crate::common::rng::Rng;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,23 +30,6 @@ max_wait_secs = 1
 [llm]
 provider = "rules"
 "#;
-
-/// SplitMix64: small, seedable, good enough to pick interleavings.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {
