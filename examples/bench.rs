@@ -310,37 +310,8 @@ fn bench_tokens() {
         run_ok(c);
     }
     let store = Store::open(&dir.path().join("state"), OpenMode::Existing, 0).unwrap();
-    let ours: i64 = store
-        .conn
-        .query_row("SELECT SUM(prompt_tokens_est) FROM llm_calls", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    let fixed: i64 = store
-        .conn
-        .query_row("SELECT MIN(prompt_tokens_est) FROM llm_calls", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    // The naive agent: at tick k it sends the fixed part plus every message stored before.
-    let per_run: Vec<i64> = {
-        let mut st = store
-            .conn
-            .prepare("SELECT SUM(tokens) FROM messages GROUP BY run_id ORDER BY run_id")
-            .unwrap();
-        let v = st
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<Vec<i64>, _>>()
-            .unwrap();
-        v
-    };
-    let mut naive = 0i64;
-    let mut history = 0i64;
-    for t in &per_run {
-        naive += fixed + history;
-        history += t;
-    }
+    let t = token_totals(&store);
+    let (ours, naive) = (t.ours, t.naive);
     println!(
         "tokens: {ticks} routine ticks: {:.0} prompt tokens per tick (fleetagent) vs {:.0} (naive, whole history) -> ratio {:.3} ({:.1}x fewer); requests rejected: {}",
         ours as f64 / ticks as f64,
@@ -378,47 +349,59 @@ fn bench_tokens_sim() {
     opts.state_dir = Some(dir.path().to_path_buf());
     let run = sim::run(&opts).unwrap();
     let store = Store::open(dir.path(), OpenMode::Existing, 0).unwrap();
-    let (calls, ours): (i64, i64) = store
-        .conn
-        .query_row(
-            "SELECT COUNT(*), COALESCE(SUM(prompt_tokens_est), 0) FROM llm_calls",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    let fixed: i64 = store
-        .conn
-        .query_row("SELECT MIN(prompt_tokens_est) FROM llm_calls", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
-    let per_run: Vec<i64> = {
-        let mut st = store
-            .conn
-            .prepare("SELECT COALESCE((SELECT SUM(tokens) FROM messages m WHERE m.run_id = r.id), 0) FROM runs r ORDER BY r.id")
-            .unwrap();
-        let v = st
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<Vec<i64>, _>>()
-            .unwrap();
-        v
-    };
-    let (mut naive, mut history) = (0i64, 0i64);
-    for t in &per_run {
-        naive += fixed + history;
-        history += t;
-    }
+    let t = token_totals(&store);
+    let (calls, ours, naive) = (t.calls, t.ours, t.naive);
     let ticks = 24 * 12;
     println!(
         "tokens (sim steady, 24 h, model deciding): {} passes, {calls} model calls, {} skipped; {:.0} prompt tokens per timer tick vs {:.0} for the naive agent -> ratio {:.4} ({:.0}x fewer)",
-        per_run.len(),
+        t.passes,
         run.report.llm.skips,
         ours as f64 / ticks as f64,
         naive as f64 / ticks as f64,
         ours as f64 / naive as f64,
         naive as f64 / ours.max(1) as f64
     );
+}
+
+/// Prompt tokens fleetagent sent (its own estimates), and what the naive agent would have
+/// sent: at each pass, the fixed part (the smallest prompt sent) plus every message stored
+/// before it.
+struct TokenTotals {
+    calls: i64,
+    ours: i64,
+    naive: i64,
+    passes: usize,
+}
+
+fn token_totals(store: &Store) -> TokenTotals {
+    let (calls, ours, fixed): (i64, i64, i64) = store
+        .conn
+        .query_row(
+            "SELECT COUNT(*), COALESCE(SUM(prompt_tokens_est), 0), COALESCE(MIN(prompt_tokens_est), 0)
+               FROM llm_calls",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let per_run: Vec<i64> = store
+        .conn
+        .prepare("SELECT COALESCE((SELECT SUM(tokens) FROM messages m WHERE m.run_id = r.id), 0) FROM runs r ORDER BY r.id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<Vec<i64>, _>>()
+        .unwrap();
+    let (mut naive, mut history) = (0i64, 0i64);
+    for t in &per_run {
+        naive += fixed + history;
+        history += t;
+    }
+    TokenTotals {
+        calls,
+        ours,
+        naive,
+        passes: per_run.len(),
+    }
 }
 
 fn main() {
