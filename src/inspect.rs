@@ -219,7 +219,6 @@ pub fn build(
     let lock_path = state_dir.join(crate::paths::LOCK_FILE);
     let holder = crate::lock::holder_pid(&lock_path);
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let wal = std::path::PathBuf::from(format!("{}-wal", store.path.display()));
     Ok(Report {
         now: rfc3339(now),
         version: env!("CARGO_PKG_VERSION"),
@@ -263,7 +262,7 @@ pub fn build(
         database: DatabaseView {
             path: store.path.display().to_string(),
             size_bytes: size(&store.path),
-            wal_bytes: size(&wal),
+            wal_bytes: store.wal_bytes(),
             schema_version: crate::store::SCHEMA_VERSION,
         },
         units,

@@ -88,8 +88,7 @@ impl Store {
             .setup(now)
             .with_context(|| format!("database {}", store.path.display()))?;
         for suffix in ["-wal", "-shm"] {
-            let side = PathBuf::from(format!("{}{suffix}", store.path.display()));
-            crate::paths::ensure_mode_0660(&side);
+            crate::paths::ensure_mode_0660(&store.side_file(suffix));
         }
         Ok(store)
     }
@@ -189,9 +188,16 @@ impl Store {
         let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
     }
 
+    /// SQLite's file beside the database: `-wal` or `-shm`.
+    pub fn side_file(&self, suffix: &str) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
+    }
+
     /// The WAL's size in bytes (0 when absent).
     pub fn wal_bytes(&self) -> u64 {
-        std::fs::metadata(format!("{}-wal", self.path.display())).map_or(0, |m| m.len())
+        std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
     }
 
     /// `PRAGMA quick_check`: "ok" or the first problems found.

@@ -425,19 +425,20 @@ impl VastClient for HttpVastClient {
         }
     }
 
+    fn previous_create(&self, at: Millis) {
+        let mut gate = self.create_gate.lock().unwrap_or_else(|e| e.into_inner());
+        *gate = Some(gate.map_or(at, |g| g.max(at)));
+    }
+
     /// Rents `req.offer_id` (`PUT /api/v0/asks/{id}/`). Creates are spaced 4.5 s apart
-    /// within this client, and a 429 is waited out (its implied wait plus vast.ai's 12 s
+    /// (after this client's last create, or the one [`VastClient::previous_create`] reported),
+    /// and a 429 is waited out (its implied wait plus vast.ai's 12 s
     /// penalty) and retried, since vast.ai refused that request. A timeout, a dropped
     /// connection, a gateway error (5xx) or an unreadable 2xx is NOT retried: the rent may
     /// have gone through, and only the listing can tell. Such errors answer `true` to
     /// [`VastError::may_have_created`]; reconcile by label before renting again.
     /// `success: false` that still names `new_contract` (a bid too low for an interruptible)
     /// is [`VastError::CreateFailed`]: that instance exists and should be destroyed.
-    fn previous_create(&self, at: Millis) {
-        let mut gate = self.create_gate.lock().unwrap_or_else(|e| e.into_inner());
-        *gate = Some(gate.map_or(at, |g| g.max(at)));
-    }
-
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
         let body = create_body(req);
         let path = format!("/api/v0/asks/{}/", req.offer_id);
