@@ -4,6 +4,7 @@
 //! demand probe are in-process fakes, so neither network latency nor vast.ai's create
 //! spacing is measured: what remains is reconciliation, guardrails and the ledger writes.
 //! Prints both medians and their ratio.
+#![allow(clippy::disallowed_macros)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

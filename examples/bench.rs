@@ -9,7 +9,7 @@
 //!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
 //!   bench sim       simulated hours per wall-clock second (steady, a week), and the decision
 //!                   quality table: rules against the oracle for steady, spike and incident
-#![allow(clippy::disallowed_methods)]
+#![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 #[path = "../tests/common/fake_llm.rs"]
 #[allow(dead_code)]

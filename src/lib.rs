@@ -22,6 +22,7 @@ pub mod llm;
 pub mod lock;
 pub mod metrics;
 pub mod observation;
+pub mod output;
 pub mod pass;
 pub mod paths;
 pub mod rules;

@@ -27,6 +27,7 @@ fn main() {
         clock: Arc::new(SystemClock),
     };
     let code = match fleetagent::cmd::dispatch(&app, &cli.command) {
+        Ok(()) if fleetagent::output::failed() => error::EXIT_RUNTIME,
         Ok(()) => error::EXIT_OK,
         Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {

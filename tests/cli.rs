@@ -3,6 +3,8 @@
 
 // Tests drive real processes in real time; the Clock seam is for the code under test.
 #![allow(clippy::disallowed_methods)]
+// Tests print their measured figures (`-- --nocapture`).
+#![allow(clippy::disallowed_macros)]
 
 mod common;
 mod suite;

@@ -11,11 +11,11 @@ pub fn run(app: &App) -> Result<()> {
     let units = crate::units::unit_states_json();
     let problems = crate::doctor::problems(&loaded.config, &dir, app.now(), units.as_ref());
     if problems.is_empty() {
-        println!("ok");
+        crate::outln!("ok");
         return Ok(());
     }
     for p in &problems {
-        println!("{p}");
+        crate::outln!("{p}");
     }
     Err(Quiet(EXIT_RUNTIME).into())
 }

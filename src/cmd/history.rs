@@ -40,16 +40,16 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     if rows.is_empty() {
-        println!("no messages yet");
+        crate::outln!("no messages yet");
     }
     let mut last_run = None;
     for m in &rows {
         if m.run_id != last_run {
-            println!(
+            crate::outln!(
                 "--- run {} (session {}) {}",
                 m.run_id
                     .map(|r| r.to_string())
@@ -69,13 +69,13 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
         if !m.content.is_empty() {
             for (i, line) in m.content.lines().enumerate() {
                 let label = if i == 0 { who.as_str() } else { "" };
-                println!("{label:>12} | {line}");
+                crate::outln!("{label:>12} | {line}");
             }
         }
         if let Some(calls) = &m.tool_calls {
             if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(calls) {
                 for c in items {
-                    println!(
+                    crate::outln!(
                         "{:>12} | {}({})",
                         "calls",
                         c["name"].as_str().unwrap_or("?"),

@@ -26,15 +26,15 @@ pub fn run(app: &App) -> Result<()> {
             .with_context(|| format!("cannot write config {}", path.display()))?;
         f.set_permissions(std::fs::Permissions::from_mode(0o640))?;
         f.write_all(TEMPLATE.as_bytes())?;
-        println!("wrote a commented config to {}", path.display());
+        crate::outln!("wrote a commented config to {}", path.display());
     } else {
-        println!("config {} exists; left as is", path.display());
+        crate::outln!("config {} exists; left as is", path.display());
     }
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
-    println!(
+    crate::outln!(
         "database {} ready (schema {})",
         store.path.display(),
         crate::store::SCHEMA_VERSION
@@ -44,7 +44,7 @@ pub fn run(app: &App) -> Result<()> {
         .policy
         .missing_launch_keys(&loaded.config.vast);
     if !missing.is_empty() {
-        println!(
+        crate::outln!(
             "no launch is possible until you set: {}",
             missing.join(", ")
         );

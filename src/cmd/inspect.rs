@@ -11,9 +11,9 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     let report =
         crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), units)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", crate::inspect::render_text(&report));
+        crate::out!("{}", crate::inspect::render_text(&report));
     }
     Ok(())
 }

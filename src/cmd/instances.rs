@@ -101,18 +101,24 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "listing_error": listing_error,
             "offline": args.offline,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     if let Some(e) = &listing_error {
         eprintln!("fleetagent: vast.ai listing unavailable ({e}); showing fleetagent's table only");
     }
     if out.is_empty() {
-        println!("no instances");
+        crate::outln!("no instances");
     } else {
-        println!(
+        crate::outln!(
             "{:<10} {:<32} {:<10} {:<12} {:<12} {:>7} {:>7}  CURIO",
-            "ID", "LABEL", "STATE", "VAST", "GPU", "$/H", "AGE"
+            "ID",
+            "LABEL",
+            "STATE",
+            "VAST",
+            "GPU",
+            "$/H",
+            "AGE"
         );
         for v in &out {
             let s = |k: &str| {
@@ -120,7 +126,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
                     .map(String::from)
                     .unwrap_or_else(|| "-".into())
             };
-            println!(
+            crate::outln!(
                 "{:<10} {:<32} {:<10} {:<12} {:<12} {:>7} {:>7}  {}",
                 v["id"]
                     .as_i64()
@@ -143,7 +149,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
         }
     }
     if not_ours > 0 {
-        println!(
+        crate::outln!(
             "{not_ours} other instance(s) on the account are not ours (label prefix {prefix:?})"
         );
     }
@@ -190,6 +196,6 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     // The agent hears of it on its next pass, like any other change.
     let event = events::insert(&store.conn, 1, "operator", &reason, None, now)?;
     super::trigger::ring(&dir, event, 1, &reason, now)?;
-    println!("instance {id} {done}");
+    crate::outln!("instance {id} {done}");
     Ok(())
 }

@@ -26,6 +26,6 @@ pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
     let id = events::insert(&store.conn, 0, "message", &reason, Some(text), now)
         .context("cannot record the message")?;
     super::trigger::ring(&dir, id, 0, &reason, now)?;
-    println!("message recorded as event {id} (P0); the agent will read it in its next run");
+    crate::outln!("message recorded as event {id} (P0); the agent will read it in its next run");
     Ok(())
 }

@@ -138,14 +138,14 @@ pub fn run(app: &App) -> Result<()> {
         .unwrap_or_default();
     let (lines, merged) = compare(&prev, &cur);
     if lines.is_empty() && merged == prev && stored.is_some() {
-        println!("poll: no change");
+        crate::outln!("poll: no change");
         return Ok(());
     }
     let now = app.now();
     let text = serde_json::to_string(&merged)?;
     if lines.is_empty() {
         session::set_poll_snapshot(&store.conn, &text, now)?;
-        println!("poll: state recorded; nothing for the agent");
+        crate::outln!("poll: state recorded; nothing for the agent");
         return Ok(());
     }
     let reason = clip(&format!("poll: {}", lines.join("; ")), 400);
@@ -157,7 +157,7 @@ pub fn run(app: &App) -> Result<()> {
         id
     };
     super::trigger::ring(&dir, id, 1, &reason, now)?;
-    println!("event {id} (P1) recorded; doorbell rung: {reason}");
+    crate::outln!("event {id} (P1) recorded; doorbell rung: {reason}");
     Ok(())
 }
 

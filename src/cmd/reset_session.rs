@@ -27,17 +27,18 @@ pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
         app.now(),
     )?;
     let next_run = store.next_run_id()?;
-    println!(
+    crate::outln!(
         "new session {} (was {})",
-        done.new_session, done.old_session
+        done.new_session,
+        done.old_session
     );
     if args.keep_wakes {
-        println!("kept pending wakes");
+        crate::outln!("kept pending wakes");
     } else {
-        println!("cancelled {} pending wake(s)", done.cancelled_wakes);
+        crate::outln!("cancelled {} pending wake(s)", done.cancelled_wakes);
     }
-    println!("run ids go on: the next run is {next_run}");
-    println!(
+    crate::outln!("run ids go on: the next run is {next_run}");
+    crate::outln!(
         "recorded event {} (P0) and rang the doorbell: the agent runs next",
         done.event_id
     );

@@ -47,9 +47,13 @@ pub fn run(app: &App) -> Result<()> {
     match result {
         Ok(reports) => {
             for r in reports {
-                println!(
+                crate::outln!(
                     "run {}: started by {}, {} event(s), {} wake(s) -> {}",
-                    r.run_id, r.started_by, r.events, r.wakes, r.verdict
+                    r.run_id,
+                    r.started_by,
+                    r.events,
+                    r.wakes,
+                    r.verdict
                 );
             }
             Ok(())

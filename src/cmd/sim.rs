@@ -16,7 +16,7 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     if args.list {
         for (name, text) in scenario::BUILT_IN {
             let s = scenario::parse(text).map_err(|e| usage(format!("{name}: {e}")))?;
-            println!("{name:<16} {:>5}h  {}", s.hours, s.description);
+            crate::outln!("{name:<16} {:>5}h  {}", s.hours, s.description);
         }
         return Ok(());
     }
@@ -71,9 +71,9 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
             .with_context(|| format!("cannot write the plot {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result.report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&result.report)?);
     } else {
-        print!("{}", sim::report::render_text(&result.report));
+        crate::out!("{}", sim::report::render_text(&result.report));
         eprintln!(
             "simulated {:.1} h in {:.1} s ({:.0} simulated hours per second)",
             result.report.hours,

@@ -22,7 +22,7 @@ pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
     )
     .context("cannot record the event")?;
     ring(&dir, id, args.priority, args.reason.trim(), now)?;
-    println!("event {id} (P{}) recorded; doorbell rung", args.priority);
+    crate::outln!("event {id} (P{}) recorded; doorbell rung", args.priority);
     Ok(())
 }
 

@@ -80,7 +80,7 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
     artifacts.sort_by(|a, b| a.path.cmp(&b.path));
     for a in &artifacts {
         write_atomically(a)?;
-        println!("wrote {}", a.path.display());
+        crate::outln!("wrote {}", a.path.display());
     }
     // Shell completions and the man pages: beside the units with --unit-dir (packaging),
     // else where the shells and man(1) look for the scope.
@@ -90,26 +90,26 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
     };
     let docs = crate::docs_gen::write_completions_and_man(&doc_dirs)?;
-    println!(
+    crate::outln!(
         "wrote {} completion and man page files (bash, zsh, fish; {})",
         docs.len(),
         doc_dirs.man1.display()
     );
 
-    println!(
+    crate::outln!(
         "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
         params.state_dir.display()
     );
-    println!("{}", secrets_hint(&params));
+    crate::outln!("{}", secrets_hint(&params));
     for n in &notes {
-        println!("note: {n}");
+        crate::outln!("note: {n}");
     }
     let sc = scope.systemctl();
-    println!("enable them with:");
-    println!("  {sc} daemon-reload");
-    println!("  {sc} enable --now {}", units::ENABLE.join(" "));
+    crate::outln!("enable them with:");
+    crate::outln!("  {sc} daemon-reload");
+    crate::outln!("  {sc} enable --now {}", units::ENABLE.join(" "));
     if scope == Scope::User {
-        println!("  loginctl enable-linger \"$USER\"   # run them without a login session");
+        crate::outln!("  loginctl enable-linger \"$USER\"   # run them without a login session");
     }
     Ok(())
 }

@@ -16,11 +16,11 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
             let rows = wakes::list(&store.conn, a.all, 200)?;
             if a.json {
                 let v: Vec<serde_json::Value> = rows.iter().map(wake_json).collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                crate::outln!("{}", serde_json::to_string_pretty(&v)?);
                 return Ok(());
             }
             if rows.is_empty() {
-                println!("no {}wakes", if a.all { "" } else { "pending " });
+                crate::outln!("no {}wakes", if a.all { "" } else { "pending " });
             }
             let now = app.now();
             for w in rows {
@@ -29,7 +29,7 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
                 } else {
                     format!("in {}", human_duration(w.due_at - now))
                 };
-                println!(
+                crate::outln!(
                     "{:>5}  {}  {:<9}  {:<14}  by {:<8}  {}",
                     w.id,
                     rfc3339(w.due_at),
@@ -44,7 +44,7 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
         WakesCommand::Cancel(a) => {
             let (_c, _d, store) = super::open_existing(app)?;
             wakes::cancel(&store.conn, a.id, app.now())?;
-            println!("wake {} cancelled", a.id);
+            crate::outln!("wake {} cancelled", a.id);
             Ok(())
         }
     }
@@ -69,7 +69,7 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
     let (_c, _d, store) = super::open_existing(app)?;
     let id = wakes::add(&store.conn, due, a.reason.trim(), "operator", None, now)
         .context("cannot record the wake")?;
-    println!(
+    crate::outln!(
         "wake {id} due {} ({}): {}",
         rfc3339(due),
         relative(due, now),

@@ -640,3 +640,37 @@ fn trigger_never_loads_the_tokenizer_or_an_http_client() {
     let out = f.cmd(&["run"]).ok();
     assert!(out.stderr.contains("tokenizer_loads=1"), "{}", out.stderr);
 }
+
+#[test]
+fn a_closed_pipe_ends_the_output_not_the_command() {
+    // `fleetagent history | head -1`: the reader goes away; println! would panic mid-command.
+    let f = Fleet::new();
+    for i in 0..30 {
+        f.cmd(&["message", &format!("note {i}")]).ok();
+    }
+    f.cmd(&["run"]).ok();
+    let doctor_code = f.cmd(&["doctor"]).code;
+    let cases: [(&[&str], i32); 4] = [
+        (&["history"], 0),
+        (&["inspect"], 0),
+        (&["trigger", "-p", "1", "-r", "piped"], 0),
+        (&["doctor"], doctor_code),
+    ];
+    for (args, code) in cases {
+        let (reader, writer) = nix::unistd::pipe().expect("pipe");
+        drop(reader);
+        let out = f
+            .command(args)
+            .stdout(std::process::Stdio::from(writer))
+            .output()
+            .expect("spawn fleetagent");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM events WHERE reason = 'piped'"),
+        1,
+        "the trigger's work is done whatever happens to its output"
+    );
+}
