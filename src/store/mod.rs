@@ -231,6 +231,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sqlite_is_built_as_cargo_config_says() {
+        // .cargo/config.toml's LIBSQLITE3_FLAGS: no SQL may load a shared library, and the
+        // extensions no query uses are not registered at every open.
+        let s = Store::open_memory(1_000).unwrap();
+        let used = |opt: &str| -> bool {
+            s.conn
+                .query_row("SELECT sqlite_compileoption_used(?1)", [opt], |r| r.get(0))
+                .unwrap()
+        };
+        assert!(used("OMIT_LOAD_EXTENSION"));
+        for absent in ["ENABLE_FTS3", "ENABLE_FTS5", "ENABLE_RTREE", "ENABLE_DBSTAT_VTAB"] {
+            assert!(!used(absent), "{absent} is compiled in");
+        }
+        let err = s
+            .conn
+            .query_row("SELECT load_extension('/nonexistent')", [], |r| {
+                r.get::<_, Option<String>>(0)
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("no such function"), "{err}");
+    }
+
+    #[test]
     fn memory_store_migrates_and_bootstraps() {
         let s = Store::open_memory(1_000).unwrap();
         let v: i64 = s
