@@ -14,17 +14,20 @@
 //! - WORKERS DEAD: always asks for launches, enough to reach max(target, the queued proofs as
 //!   one hour of work) counting the instances already coming, at least one.
 //! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
-//!   throughput under target and nothing of ours still booting (an instance loading past
-//!   half of `stuck_loading_mins` no longer holds this back): launch toward the target, one
-//!   at a time (one more every 4 passes the backlog lasts), or, when the fleet is saturated
-//!   (its throughput >= 95 % of its capacity), half as much again as it does; never past it.
+//!   throughput under target and nothing of ours still booting (loading, or running with its
+//!   worker not registered yet; an instance loading past half of `stuck_loading_mins` no
+//!   longer holds this back): launch toward the target, one at a time (one more every 4
+//!   passes the backlog lasts), or, when the fleet was saturated over the last hour (the
+//!   hour's completions >= 95 % of its capacity; a 15-minute burst is not a deficit), half as
+//!   much again as it does; never past it.
 //! - a target with no live worker, nothing of ours coming and nothing queued: one seed
 //!   instance, since Curio asks the market for work only while a ProofShare node lives.
-//! - Full mode only: destroy flagged instances; after 3 passes in a row of low demand
-//!   (pending <= 1 with idle live workers), stop one idle instance of ours per pass (the
-//!   dearest per proof), never the last live worker, and only while the capacity left
-//!   still covers the observed throughput with 5 % to spare (else the next backlog would
-//!   relaunch it and pay a boot each round trip).
+//! - Full mode only: destroy flagged instances; on a pass of low demand (pending <= 1 with
+//!   idle live workers), stop one idle instance of ours (the dearest per proof among those
+//!   the guard allows), never the last live worker, and only while the capacity left still
+//!   covers the last hour's completions with 5 % to spare (else the next backlog would
+//!   relaunch it and pay a boot each round trip). The guard, not a streak, keeps the
+//!   capacity the demand needs: surplus is paid every minute it waits, so it goes at once.
 
 use anyhow::Result;
 use rusqlite::Connection;
@@ -32,7 +35,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::demand::Demand;
-use crate::fleet::{rate_of, Snapshot, LAUNCHING, LOADING, PROVING, REGISTERED};
+use crate::fleet::{rate_of, Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
 use crate::guardrails::window_state;
 use crate::store::session::{self, Streaks};
 
@@ -42,14 +45,15 @@ pub const BACKLOG_MIN: u32 = 5;
 pub const BACKLOG_PASSES: u32 = 2;
 /// Pending at or below this with idle live workers is low demand.
 pub const LOW_PENDING_MAX: u32 = 1;
-/// Passes in a row of low demand before idle surplus is stopped.
-pub const LOW_DEMAND_PASSES: u32 = 3;
+/// Passes in a row of low demand before idle surplus is stopped: one, since the surplus
+/// guard ([`SURPLUS_MARGIN`] over the last hour's completions) keeps what the demand needs.
+pub const LOW_DEMAND_PASSES: u32 = 1;
 /// After this many backlog passes in a row, launch one more per pass.
 pub const BACKLOG_STEP_PASSES: u32 = 4;
-/// Throughput over working capacity at which the deficit is taken to be large: launch half
-/// as much again as the fleet does, not one at a time.
+/// The last hour's completions over working capacity at which the deficit is taken to be
+/// large: launch half as much again as the fleet does, not one at a time.
 pub const FULLY_SATURATED: f64 = 0.95;
-/// The capacity left after a stop must cover the observed throughput times this.
+/// The capacity left after a stop must cover the last hour's completions times this.
 pub const SURPLUS_MARGIN: f64 = 1.05;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,31 +176,30 @@ pub fn decide(
     let rate = new_instance_rate(config).max(1e-6);
     let projected = snapshot.projected_pph(config);
     let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
-    // Instances still booting hold further scale-up back, but not one that has been loading
-    // longer than a normal boot: it may never come (it is destroyed once flagged as stuck).
+    // Instances still booting hold further scale-up back (a running one whose worker has not
+    // registered yet included), but not one that has been loading longer than a normal boot:
+    // it may never come (it is destroyed once flagged as stuck).
     let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
     let coming = snapshot
         .instances
         .iter()
-        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING))
+        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING | BOOTED))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
         .filter(|r| snapshot.now - r.state_since < slow_boot_ms)
         .count();
     let queued = d.pending + d.running_stale + d.ps_waiting.unwrap_or(0);
-    // Throughput against the capacity of our working instances: a backlog means more demand
-    // only when the workers have really been busy (not a burst of arrivals on idle capacity).
+    // Throughput against the capacity of our working instances: a backlog means a large
+    // deficit only when the workers have been busy for the hour (not a burst of arrivals, which
+    // a 15-minute count times 4 mistakes for demand: it is +/-2 sqrt(rate) noisy).
     let observed = (d.completed_1h as f64).max(d.completed_15m as f64 * 4.0);
+    let hour = d.completed_1h as f64;
     let working: f64 = snapshot
         .instances
         .iter()
         .filter(|r| matches!(&r.state[..], REGISTERED | PROVING))
         .map(|r| rate_of(r, config))
         .sum();
-    let utilisation = if working > 0.0 {
-        observed / working
-    } else {
-        1.0
-    };
+    let utilisation = if working > 0.0 { hour / working } else { 1.0 };
 
     let (wanted, why) = if d.workers_dead() {
         let need = target.max(queued as f64);
@@ -285,7 +288,11 @@ pub fn decide(
         && d.pending <= LOW_PENDING_MAX
         && d.live_workers() > 1
     {
-        let idle = snapshot
+        // The dearest idle instance whose stop leaves capacity for the last hour's
+        // completions with a margin: otherwise the next backlog relaunches it, and each round
+        // trip pays a boot. (The hour, not 15 minutes times 4: a burst or a backlog being
+        // worked off would hold the surplus for nothing.)
+        let mut idle: Vec<(i64, f64, f64)> = snapshot
             .instances
             .iter()
             .filter(|r| r.state == REGISTERED)
@@ -296,20 +303,16 @@ pub fn decide(
                         .any(|w| &w.machine_name == m && w.running == 0 && !w.cordoned)
                 })
             })
-            .filter_map(|r| Some((r.vast_id?, r.dph.unwrap_or(0.0) / rate_of(r, config))))
-            .max_by(|a, b| a.1.total_cmp(&b.1));
-        // Stop only when what stays still covers the observed throughput with a margin:
-        // otherwise the next backlog relaunches it, and each round trip pays a boot.
-        let idle = idle.filter(|(id, _)| {
-            let r = snapshot
-                .instances
-                .iter()
-                .find(|x| x.vast_id == Some(*id))
-                .map(|x| rate_of(x, config))
-                .unwrap_or(rate);
-            working - r >= observed * SURPLUS_MARGIN
-        });
-        if let Some((id, _)) = idle {
+            .filter_map(|r| {
+                let pph = rate_of(r, config);
+                Some((r.vast_id?, r.dph.unwrap_or(0.0) / pph, pph))
+            })
+            .collect();
+        idle.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let stop = idle
+            .into_iter()
+            .find(|(_, _, pph)| working - pph >= hour * SURPLUS_MARGIN);
+        if let Some((id, _, _)) = stop {
             calls.push(PlannedCall::stop(
                 id,
                 format!(
@@ -508,7 +511,7 @@ mod tests {
     }
 
     #[test]
-    fn idle_surplus_stopped_only_after_several_low_passes_and_never_in_fallback() {
+    fn idle_surplus_stopped_on_a_low_pass_and_never_in_fallback() {
         let d = Demand {
             pending: 0,
             running: 1,
@@ -528,17 +531,12 @@ mod tests {
                 row(3, REGISTERED, Some("fleetagent-3"), 0.6),
             ],
         );
-        let mut st = Streaks::default();
-        for pass in 1..=LOW_DEMAND_PASSES {
-            st = next_streaks(st, s.demand.as_ref());
-            let calls = decide_with(&s, &config(), st, Mode::Full);
-            if pass < LOW_DEMAND_PASSES {
-                assert!(stops(&calls).is_empty(), "pass {pass}");
-            } else {
-                // The dearest idle one goes, one per pass.
-                assert_eq!(stops(&calls), vec![3]);
-            }
-        }
+        // Not a low pass (nothing idle was seen): nothing stops.
+        assert!(stops(&decide_with(&s, &config(), Streaks::default(), Mode::Full)).is_empty());
+        let st = next_streaks(Streaks::default(), s.demand.as_ref());
+        assert_eq!(st.low_demand_passes, LOW_DEMAND_PASSES);
+        // The dearest idle one goes, one per pass.
+        assert_eq!(stops(&decide_with(&s, &config(), st, Mode::Full)), vec![3]);
         assert!(stops(&decide_with(&s, &config(), st, Mode::LaunchOnly)).is_empty());
         // A failed probe neither counts nor resets.
         let unknown = snap(None, vec![]);
@@ -553,5 +551,102 @@ mod tests {
         let mut no_target = config();
         no_target.policy.target_proofs_per_hour = 0.0;
         assert!(decide_with(&s, &no_target, Streaks::default(), Mode::Full).is_empty());
+    }
+
+    /// Four 4090s proving at 50 p/h each (config), all busy, a backlog for two passes.
+    fn busy_fleet(completed_1h: u32, completed_15m: u32) -> Snapshot {
+        let d = Demand {
+            pending: 7,
+            running: 4,
+            completed_1h,
+            completed_15m,
+            workers: (1..=4)
+                .map(|i| worker(&format!("fleetagent-{i}"), 1))
+                .collect(),
+            ..Default::default()
+        };
+        let mut s = snap(
+            Some(d),
+            (1..=4)
+                .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+                .collect(),
+        );
+        s.streaks = Streaks {
+            low_demand_passes: 0,
+            backlog_passes: BACKLOG_PASSES,
+        };
+        s
+    }
+
+    #[test]
+    fn a_fifteen_minute_burst_is_not_a_large_deficit() {
+        let st = Streaks {
+            low_demand_passes: 0,
+            backlog_passes: BACKLOG_PASSES,
+        };
+        // 55 in 15 min (220/h) on 200 p/h of capacity, but 160 in the hour: a burst on a
+        // fleet with room over the hour. One launch, not half as much again (3).
+        let burst = busy_fleet(160, 55);
+        assert_eq!(launches(&decide_with(&burst, &config(), st, Mode::Full)), 1);
+        // Saturated for the hour (195 of 200 p/h): the deficit is large, 300 p/h wanted.
+        let saturated = busy_fleet(195, 50);
+        assert_eq!(
+            launches(&decide_with(&saturated, &config(), st, Mode::Full)),
+            2
+        );
+    }
+
+    #[test]
+    fn an_instance_running_without_its_worker_yet_holds_scale_up_back() {
+        let st = Streaks {
+            low_demand_passes: 0,
+            backlog_passes: BACKLOG_PASSES,
+        };
+        let mut s = busy_fleet(195, 50);
+        s.instances.push(row(9, BOOTED, None, 0.4));
+        assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+        // Once its worker registers it counts as working capacity, and the backlog decides.
+        s.instances.pop();
+        assert!(launches(&decide_with(&s, &config(), st, Mode::Full)) > 0);
+    }
+
+    #[test]
+    fn surplus_guard_uses_the_hour_and_skips_to_an_idle_one_it_allows() {
+        // Three proving 4090s (50 p/h each in this config) and two idle: a 4090 at $0.60
+        // (dearest per proof) and a 3090 at $0.25 (22 p/h in the default gpu_rates).
+        let mut c = config();
+        c.policy.gpu_rates.insert("RTX 3090".into(), 22.0);
+        let d = |c1h: u32, c15: u32| Demand {
+            pending: 0,
+            running: 3,
+            completed_1h: c1h,
+            completed_15m: c15,
+            workers: (1..=5)
+                .map(|i| worker(&format!("fleetagent-{i}"), u32::from(i <= 3)))
+                .collect(),
+            ..Default::default()
+        };
+        let mut rows: Vec<InstanceRow> = (1..=3)
+            .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+            .collect();
+        rows.push(row(4, REGISTERED, Some("fleetagent-4"), 0.6));
+        let mut small = row(5, REGISTERED, Some("fleetagent-5"), 0.25);
+        small.gpu_name = Some("RTX 3090".into());
+        rows.push(small);
+        let st = Streaks {
+            low_demand_passes: LOW_DEMAND_PASSES,
+            backlog_passes: 0,
+        };
+        // Working 222 p/h (the idle ones count). 195 done in the hour: without the 4090 172
+        // are left, without the 3090 200, both under 195 x 1.05: nothing goes.
+        let s = snap(Some(d(195, 50)), rows.clone());
+        assert!(stops(&decide_with(&s, &c, st, Mode::Full)).is_empty());
+        // 180 done in the hour (a 15-minute burst of 55, x4 = 220, no longer holds it): the
+        // dearer 4090 cannot go (172 < 189) but the 3090 can (200 >= 189).
+        let s = snap(Some(d(180, 55)), rows.clone());
+        assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![5]);
+        // 150 done in the hour: the dearest per proof goes first.
+        let s = snap(Some(d(150, 40)), rows);
+        assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![4]);
     }
 }
