@@ -11,15 +11,14 @@ use serde::Serialize;
 
 use super::oracle::OracleResult;
 use super::scenario::Scenario;
-use super::world::World;
+use super::world::{World, CAP_BIN_MS};
 use super::{outside::OutsideTally, DriverTally};
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::store::Store;
 
 const HOUR_MS: Millis = 3_600_000;
-/// An hour counts as below target when live capacity averaged under this share of
-/// min(target, the market's rate).
+/// Live capacity under this share of min(target, the market's rate) is below target.
 pub const BELOW_TARGET_SHARE: f64 = 0.9;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -215,24 +214,27 @@ fn percentile(sorted: &[f32], p: f64) -> f64 {
     sorted[i] as f64
 }
 
-/// Hours in which live capacity fell under [`BELOW_TARGET_SHARE`] of min(target, market);
-/// a partial last hour counts pro rata.
+/// How long (in hours) live capacity stayed under [`BELOW_TARGET_SHARE`] of min(target,
+/// market), counted in [`CAP_BIN_MS`] bins: the aim compares it with boot times, which a
+/// count of whole hours cannot resolve. A partial last bin counts pro rata.
 pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) -> f64 {
     let mut total = 0.0;
-    let mut h = 0usize;
+    let mut b = 0usize;
     loop {
-        let from = start + h as Millis * HOUR_MS;
+        let from = start + b as Millis * CAP_BIN_MS;
         if from >= end {
             break;
         }
-        let to = (from + HOUR_MS).min(end);
+        let to = (from + CAP_BIN_MS).min(end);
         let span = (to - from) as f64;
-        let cap = w.tally.cap_ms.get(h).copied().unwrap_or(0.0) / span;
+        let cap = w.tally.cap_ms.get(b).copied().unwrap_or(0.0) / span;
+        // The market's rate at each minute of the bin.
+        let points = (CAP_BIN_MS / 60_000) as usize;
         let mut market = 0.0;
-        for k in 0..12 {
-            market += w.market_rate(from + (span as Millis) * k / 12);
+        for k in 0..points {
+            market += w.market_rate(from + (span as Millis) * k as Millis / points as Millis);
         }
-        market /= 12.0;
+        market /= points as f64;
         let wanted = if target > 0.0 {
             market.min(target)
         } else {
@@ -241,7 +243,7 @@ pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) ->
         if wanted > 0.0 && cap < BELOW_TARGET_SHARE * wanted {
             total += span / HOUR_MS as f64;
         }
-        h += 1;
+        b += 1;
     }
     total
 }

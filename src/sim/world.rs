@@ -18,6 +18,9 @@ use crate::vast::{Instance, Offer, OfferQuery, VastError};
 
 pub const STEP_MS: Millis = 10_000;
 pub const SAMPLE_MS: Millis = 300_000;
+/// Live capacity is tallied in bins of this length (the timer's period) for the hours below
+/// target: fine enough to tell a boot's worth of delay (minutes) from none.
+pub const CAP_BIN_MS: Millis = 300_000;
 const MIN_MS: Millis = 60_000;
 const HOUR_MS: Millis = 3_600_000;
 const HEARTBEAT_MS: Millis = 60_000;
@@ -130,7 +133,8 @@ pub struct Tally {
     pub completed: u64,
     /// Seconds from market arrival to a worker claiming the proof.
     pub waits: Vec<f32>,
-    /// Capacity (true proofs/h of live workers) integrated per hour, in proof-ms/h.
+    /// Capacity (true proofs/h of live workers) integrated per [`CAP_BIN_MS`] bin, in
+    /// proof-ms/h.
     pub cap_ms: Vec<f64>,
     /// Market arrivals per hour.
     pub offered_per_hour: Vec<u64>,
@@ -616,18 +620,18 @@ impl World {
                 }
             }
         }
-        // Capacity of live workers, per hour.
+        // Capacity of live workers, per bin.
         let cap: f64 = self
             .machines
             .iter()
             .filter(|m| m.alive)
             .map(|m| m.rate)
             .sum();
-        let hour = ((t - self.start) / HOUR_MS) as usize;
-        if self.tally.cap_ms.len() <= hour {
-            self.tally.cap_ms.resize(hour + 1, 0.0);
+        let bin = ((t - self.start) / CAP_BIN_MS) as usize;
+        if self.tally.cap_ms.len() <= bin {
+            self.tally.cap_ms.resize(bin + 1, 0.0);
         }
-        self.tally.cap_ms[hour] += cap * STEP_MS as f64;
+        self.tally.cap_ms[bin] += cap * STEP_MS as f64;
         while self.completions.front().is_some_and(|c| t - c > HOUR_MS) {
             self.completions.pop_front();
         }
@@ -1037,6 +1041,29 @@ mod tests {
         assert!(d.pending <= 8, "{d:?}");
         let spent = w.spend_ours(w.now);
         assert!((spent - offers[0].dph_total * 2.0).abs() < 1e-6, "{spent}");
+    }
+
+    #[test]
+    fn hours_below_target_are_counted_in_five_minute_bins() {
+        use crate::sim::report::hours_below_target;
+        let end = T0 + 2 * HOUR_MS;
+        // No worker at all: every bin of the two hours is below.
+        let mut empty = world(BASE);
+        empty.advance(end);
+        let all = hours_below_target(&empty, 300.0, T0, end);
+        assert!((all - 2.0).abs() < 1e-9, "{all}");
+        // One instance from the start, and a target it covers once it proves: below only
+        // while it boots, a whole number of 5-minute bins, not a whole hour.
+        let mut w = world(BASE);
+        let offer = w.search(&OfferQuery::default())[0].id;
+        w.create(offer, "fleetagent-r1-aa", T0).unwrap();
+        w.advance(end);
+        let below = hours_below_target(&w, 1.0, T0, end);
+        assert!(below > 0.0 && below < 1.0, "{below}");
+        assert!(
+            (below * 12.0 - (below * 12.0).round()).abs() < 1e-9,
+            "{below}"
+        );
     }
 
     #[test]
