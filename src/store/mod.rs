@@ -241,7 +241,12 @@ mod tests {
                 .unwrap()
         };
         assert!(used("OMIT_LOAD_EXTENSION"));
-        for absent in ["ENABLE_FTS3", "ENABLE_FTS5", "ENABLE_RTREE", "ENABLE_DBSTAT_VTAB"] {
+        for absent in [
+            "ENABLE_FTS3",
+            "ENABLE_FTS5",
+            "ENABLE_RTREE",
+            "ENABLE_DBSTAT_VTAB",
+        ] {
             assert!(!used(absent), "{absent} is compiled in");
         }
         let err = s
