@@ -16,6 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("usage: trigger_reference DB DOORBELL REASON".into());
     };
     let conn = rusqlite::Connection::open(db)?;
+    // As fleetagent's store: no checkpoint at close (its fsyncs would dominate).
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     conn.execute_batch(
