@@ -580,29 +580,30 @@ mod tests {
 
     #[test]
     fn a_fifteen_minute_burst_is_not_a_large_deficit() {
-        let st = Streaks {
-            low_demand_passes: 0,
-            backlog_passes: BACKLOG_PASSES,
-        };
         // 55 in 15 min (220/h) on 200 p/h of capacity, but 160 in the hour: a burst on a
         // fleet with room over the hour. One launch, not half as much again (3).
         let burst = busy_fleet(160, 55);
-        assert_eq!(launches(&decide_with(&burst, &config(), st, Mode::Full)), 1);
+        assert_eq!(
+            launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
+            1
+        );
         // Saturated for the hour (195 of 200 p/h): the deficit is large, 300 p/h wanted.
         let saturated = busy_fleet(195, 50);
         assert_eq!(
-            launches(&decide_with(&saturated, &config(), st, Mode::Full)),
+            launches(&decide_with(
+                &saturated,
+                &config(),
+                saturated.streaks,
+                Mode::Full
+            )),
             2
         );
     }
 
     #[test]
     fn an_instance_running_without_its_worker_yet_holds_scale_up_back() {
-        let st = Streaks {
-            low_demand_passes: 0,
-            backlog_passes: BACKLOG_PASSES,
-        };
         let mut s = busy_fleet(195, 50);
+        let st = s.streaks;
         s.instances.push(row(9, BOOTED, None, 0.4));
         assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
         // Once its worker registers it counts as working capacity, and the backlog decides.
