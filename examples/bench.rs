@@ -121,6 +121,7 @@ fn bench_trigger() {
         ms(v) / ms(a),
         ms(b) - ms(v)
     );
+    println!("{}", symbol_order_line(&bin()));
     if !t_ref.is_empty() {
         let r = median(t_ref);
         println!(
@@ -130,6 +131,41 @@ fn bench_trigger() {
             ms(b) / ms(r)
         );
     }
+}
+
+/// How the functions of src/trigger.order sit in the binary: how many of them it has, and how
+/// many 64 KB windows of text they span (the pages a `trigger` process faults in). Needs `nm`.
+fn symbol_order_line(bin: &Path) -> String {
+    let list =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/trigger.order"))
+            .unwrap_or_default();
+    let wanted: std::collections::HashSet<&str> = list.lines().filter(|l| !l.is_empty()).collect();
+    let Ok(out) = Command::new("nm").arg("-S").arg(bin).output() else {
+        return "  symbol order: not checked (no `nm`)".into();
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut windows = std::collections::BTreeSet::new();
+    let mut found = std::collections::HashSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 4 || !wanted.contains(f[3]) {
+            continue;
+        }
+        let (Ok(addr), Ok(size)) = (u64::from_str_radix(f[0], 16), u64::from_str_radix(f[1], 16))
+        else {
+            continue;
+        };
+        found.insert(f[3]);
+        for w in addr / 65536..=(addr + size.max(1) - 1) / 65536 {
+            windows.insert(w);
+        }
+    }
+    format!(
+        "  symbol order: {} of the {} functions in src/trigger.order are in this binary, spanning {} 64 KB windows of text (scripts/order-symbols regenerates the list)",
+        found.len(),
+        wanted.len(),
+        windows.len()
+    )
 }
 
 /// Fill a database: `runs` runs, `msgs_per_run` messages each, every `action_every`th run an

@@ -1,6 +1,18 @@
 //! Thin main: parse, set up logging, wire the real clock and environment, run, and turn the
 //! error into one line and an exit code.
+//!
+//! The process entry point is our own C `main` rather than Rust's: `trigger` runs on every
+//! state change, and Rust's start-up installs a stack-overflow handler whose guard-page lookup
+//! makes glibc read and parse /proc/self/maps in every process, a fifth of a millisecond
+//! (docs/testing.md, "trigger"). What else that start-up does, [`entry`] does here: standard
+//! descriptors 0-2 are made valid (so the database can never be opened as fd 1 and written to
+//! by a print), SIGPIPE is ignored (a closed pipe is an error that output.rs handles), and a
+//! panic ends the process with exit code 101. Arguments come from glibc's init array as before.
+//! What is given up: a stack overflow ends in a plain SIGSEGV, without Rust's one-line message,
+//! and the main thread has no name in a panic message.
+#![no_main]
 
+use std::ffi::{c_char, c_int};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -8,7 +20,46 @@ use fleetagent::app::{App, Env};
 use fleetagent::clock::SystemClock;
 use fleetagent::error;
 
-fn main() {
+/// The C entry point (see the module comment); the program itself is [`run`].
+#[allow(unsafe_code)]
+#[unsafe(no_mangle)]
+extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    entry::standard_fds_valid();
+    entry::ignore_sigpipe();
+    let code = std::panic::catch_unwind(run).unwrap_or(entry::EXIT_PANIC);
+    std::process::exit(code)
+}
+
+/// What Rust's own start-up would have done before `main`, minus the stack-overflow handler.
+#[allow(unsafe_code)]
+mod entry {
+    /// The exit code of a Rust program whose main thread panicked.
+    pub const EXIT_PANIC: i32 = 101;
+
+    /// Opens /dev/null on each of descriptors 0, 1 and 2 that is closed, in order, so that
+    /// `open` (lowest free descriptor first) lands on it. A process started with fd 1 closed
+    /// would otherwise get the database as fd 1.
+    pub fn standard_fds_valid() {
+        for fd in 0..3 {
+            // SAFETY: F_GETFD only reads the descriptor's flags; no memory is passed.
+            let closed = unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF);
+            // SAFETY: a NUL-terminated path and plain flags.
+            if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } != fd {
+                // Nothing can be reported without a valid stderr: stop as Rust's start-up does.
+                std::process::abort();
+            }
+        }
+    }
+
+    /// Writes to a closed pipe return EPIPE instead of killing the process.
+    pub fn ignore_sigpipe() {
+        // SAFETY: installs the SIG_IGN disposition; no handler code runs.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    }
+}
+
+fn run() -> i32 {
     let cli = fleetagent::cli::Cli::parse();
     let level = match cli.verbose {
         0 => "warn",
@@ -36,7 +87,7 @@ fn main() {
         }
     };
     fleetagent::faults::stats::report();
-    std::process::exit(code);
+    code
 }
 
 /// The env_logger, minus `ureq_proto`'s trace records: at trace it dumps every byte of every

@@ -642,6 +642,40 @@ fn trigger_never_loads_the_tokenizer_or_an_http_client() {
 }
 
 #[test]
+fn closed_standard_descriptors_are_reopened_not_reused() {
+    // A caller that starts the agent with stderr closed (`2>&-`): `run` opens run.lock first,
+    // which would get descriptor 2, and every log line would be appended to the lock file.
+    // The entry point (src/main.rs) puts /dev/null on closed descriptors 0-2 first.
+    let f = Fleet::new();
+    f.cmd(&["trigger", "-p", "0", "-r", "stderr closed"]).ok();
+    let inner = f.command(&["-vv", "run"]);
+    let mut sh = std::process::Command::new("sh");
+    sh.arg("-c")
+        .arg(r#"exec "$@" 2>&-"#)
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(v) => sh.env(key, v),
+            None => sh.env_remove(key),
+        };
+    }
+    let out = sh.output().expect("spawn sh");
+    assert_eq!(out.status.code(), Some(0), "run with stderr closed");
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM runs WHERE status = 'ok'"),
+        1,
+        "the pass ran"
+    );
+    let lock = std::fs::read_to_string(f.state.join("run.lock")).expect("run.lock");
+    assert!(
+        !lock.contains("INFO") && lock.lines().count() <= 1,
+        "log lines went into run.lock: {lock:?}"
+    );
+}
+
+#[test]
 fn a_closed_pipe_ends_the_output_not_the_command() {
     // `fleetagent history | head -1`: the reader goes away; println! would panic mid-command.
     let f = Fleet::new();
