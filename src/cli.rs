@@ -1,9 +1,10 @@
 //! Command-line types (clap derive) and nothing else: no crate imports, so build scripts and
 //! the man page / completion generator can load this file alone.
 
+use std::ops::Deref;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 /// Keeps a vast.ai GPU fleet sized to a Curio cluster's SNARK proving demand. An LLM decides;
 /// fleetagent keeps it safe: single-flight runs, durable events, wakes, guardrails.
@@ -36,36 +37,38 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+/// Each subcommand's arguments are [`Deferred`]: clap builds them only for the subcommand the
+/// command line names (help, completions and the man page build them all).
 pub enum Command {
     /// One agent pass (or a few while events keep arriving): what the timer and the path unit start
-    Run(RunArgs),
+    Run(Deferred<RunArgs>),
     /// Record an event and ring the doorbell (cheap; called on every state change)
-    Trigger(TriggerArgs),
+    Trigger(Deferred<TriggerArgs>),
     /// Send the agent an operator message (a P0 event carrying the text)
-    Message(MessageArgs),
+    Message(Deferred<MessageArgs>),
     /// Start a fresh conversation; run ids go on; pending wakes are cancelled
-    ResetSession(ResetSessionArgs),
+    ResetSession(Deferred<ResetSessionArgs>),
     /// Everything needed to diagnose the agent
-    Inspect(InspectArgs),
+    Inspect(Deferred<InspectArgs>),
     /// Health check for monitoring: exit 0 healthy, 1 with one line per problem
-    Doctor(DoctorArgs),
+    Doctor(Deferred<DoctorArgs>),
     /// Scheduled wake-ups: add, list, cancel
     #[command(subcommand)]
     Wakes(WakesCommand),
     /// The conversation: observations, operator messages, the model's answers, tool calls
-    History(HistoryArgs),
+    History(Deferred<HistoryArgs>),
     /// The fleet as fleetagent sees it, and operator actions on it
     #[command(subcommand)]
     Instances(InstancesCommand),
     /// Cheap change detection (no LLM): rings the doorbell when the fleet or demand changed
-    Poll(PollArgs),
+    Poll(Deferred<PollArgs>),
     /// Run the whole agent against a simulated fleet and demand (no keys, no network)
-    Sim(SimArgs),
+    Sim(Deferred<SimArgs>),
     /// systemd units, shell completions and the man page
     #[command(subcommand)]
     Units(UnitsCommand),
     /// Create the state dir and database; write a commented config where none exists yet
-    Init(InitArgs),
+    Init(Deferred<InitArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -239,5 +242,54 @@ fn non_empty(s: &str) -> Result<String, String> {
         Err("must not be empty".into())
     } else {
         Ok(s.to_string())
+    }
+}
+
+/// A subcommand's arguments (an [`Args`] struct), added to the clap `Command` with
+/// `Command::defer`, so they are built only when clap enters that subcommand. Every process
+/// parses one command line: building the arguments of every subcommand was most of clap's
+/// cost in `trigger`, the process started on every state change. Parsing and help are
+/// unchanged; completions list the same options (in another order). Nested subcommand enums
+/// (`wakes`, `instances`, `units`) are not deferred: `help` mirrors their tree when built.
+#[derive(Debug)]
+pub struct Deferred<T>(pub T);
+
+impl<T> Deref for Deferred<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Deferred)
+    }
+
+    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches_mut(matches).map(Deferred)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+
+    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches_mut(matches)
+    }
+}
+
+impl<T: Args> Args for Deferred<T> {
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.defer(T::augment_args)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.defer(T::augment_args_for_update)
     }
 }
