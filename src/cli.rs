@@ -36,9 +36,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-#[derive(Debug, Subcommand)]
 /// Each subcommand's arguments are [`Deferred`]: clap builds them only for the subcommand the
 /// command line names (help, completions and the man page build them all).
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// One agent pass (or a few while events keep arriving): what the timer and the path unit start
     Run(Deferred<RunArgs>),

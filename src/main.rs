@@ -5,8 +5,8 @@
 //! state change, and Rust's start-up installs a stack-overflow handler whose guard-page lookup
 //! makes glibc read and parse /proc/self/maps in every process, a fifth of a millisecond
 //! (docs/testing.md, "trigger"). What else that start-up does, [`entry`] does here: standard
-//! descriptors 0-2 are made valid (so the database can never be opened as fd 1 and written to
-//! by a print), SIGPIPE is ignored (a closed pipe is an error that output.rs handles), and a
+//! descriptors 0-2 are made valid (so a file the process opens, run.lock first in `run`, can
+//! never take the place of a closed stderr and receive the log), SIGPIPE is ignored (a closed pipe is an error that output.rs handles), and a
 //! panic ends the process with exit code 101. Arguments come from glibc's init array as before.
 //! What is given up: a stack overflow ends in a plain SIGSEGV, without Rust's one-line message,
 //! and the main thread has no name in a panic message.
@@ -37,8 +37,8 @@ mod entry {
     pub const EXIT_PANIC: i32 = 101;
 
     /// Opens /dev/null on each of descriptors 0, 1 and 2 that is closed, in order, so that
-    /// `open` (lowest free descriptor first) lands on it. A process started with fd 1 closed
-    /// would otherwise get the database as fd 1.
+    /// `open` (lowest free descriptor first) lands on it. A process started with fd 2 closed
+    /// would otherwise get run.lock as fd 2, and write its log lines into it.
     pub fn standard_fds_valid() {
         for fd in 0..3 {
             // SAFETY: F_GETFD only reads the descriptor's flags; no memory is passed.

@@ -215,7 +215,7 @@ pub fn decide(
         && d.pending >= BACKLOG_MIN
         && d.live_workers() > 0
         && d.idle_workers() == 0
-        && (target <= 0.0 || (d.completed_1h as f64) < target)
+        && (target <= 0.0 || hour < target)
         && coming == 0
     {
         // One more at a time, a second after a long backlog: the market's rate is unknown
