@@ -245,6 +245,22 @@ pub struct DriverTally {
     pub errors: Vec<String>,
 }
 
+/// The reactive bound ([`oracle::Foresight::Reactive`]) for these options: the same world and
+/// config as [`run`], without running the agent.
+pub fn reactive_bound(opts: &Options) -> Result<oracle::OracleResult> {
+    let config = effective_config(opts)?;
+    let hours = opts.hours.unwrap_or(opts.scenario.hours);
+    let end = START + (hours * HOUR_MS as f64) as Millis;
+    Ok(oracle::run(
+        &opts.scenario,
+        opts.seed,
+        &config,
+        START,
+        end,
+        oracle::Foresight::Reactive,
+    ))
+}
+
 pub fn run(opts: &Options) -> Result<SimRun> {
     let config = effective_config(opts)?;
     let hours = opts.hours.unwrap_or(opts.scenario.hours);
@@ -388,7 +404,14 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     let store = Store::open(&state_dir, OpenMode::Existing, end_now)?;
     let bell = doorbell.mtime()?.is_some();
     let target = config.policy.target_proofs_per_hour;
-    let oracle = oracle::run(&opts.scenario, opts.seed, &config, start, end);
+    let oracle = oracle::run(
+        &opts.scenario,
+        opts.seed,
+        &config,
+        start,
+        end,
+        oracle::Foresight::Full,
+    );
     let w = services::lock(&world);
     let report = report::build(&report::Inputs {
         store: &store,

@@ -2,6 +2,13 @@
 //! state at every moment, acting on the same world (same hosts, same boot times and failures
 //! for a seed) every 5 minutes, within the same money caps but without the launch window or
 //! vast.ai's 429s. It is the yardstick of the decision-quality table, not a policy to ship.
+//!
+//! [`Foresight::Reactive`] is the same controller without the look-ahead and inside the launch
+//! window: it learns the market's rate the moment it changes and sizes the fleet to it exactly,
+//! but can launch only as the window allows (the emergency allowance while no worker of ours
+//! lives). No policy that learns demand from the queue does better: it is the bound the
+//! benchmark prints beside the rules, to tell what the window and reacting cost from what the
+//! rules cost.
 
 use super::scenario::Scenario;
 use super::world::{Phase, World};
@@ -11,12 +18,23 @@ use crate::vast::OfferQuery;
 
 const STEP_MS: Millis = 300_000;
 
+/// What the controller knows of the demand to come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foresight {
+    /// The market's peak rate over the next boot time; no launch window: the yardstick.
+    Full,
+    /// The rate now, exactly, and the launch window as the guardrails count it.
+    Reactive,
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OracleResult {
     pub dollars: f64,
     pub completed: u64,
     pub hours_below_target: f64,
     pub launches: u64,
+    /// When each launch was made.
+    pub launch_times: Vec<Millis>,
 }
 
 impl OracleResult {
@@ -40,16 +58,38 @@ pub fn run(
     config: &Config,
     start: Millis,
     end: Millis,
+    foresight: Foresight,
 ) -> OracleResult {
     let mut w = World::new(scenario, seed, start, &config.vast.label_prefix);
     w.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
     w.set_up_start();
     let lead = lead_ms(scenario);
     let mut launches = 0;
+    // Launch times for the window: the start's own instances count (the incident's window is
+    // spent when it begins).
+    let mut launched_at: Vec<Millis> = w.ours_view().iter().map(|v| v.created_at).collect();
+    let first_ours = launched_at.len();
     let mut t = start;
     while t < end {
         w.advance(t);
-        launches += decide(&mut w, config, t, lead);
+        let allowed = match foresight {
+            Foresight::Full => u32::MAX,
+            Foresight::Reactive => {
+                let p = &config.policy;
+                let since = t - p.launch_window_minutes as Millis * 60_000;
+                let used = launched_at.iter().filter(|&&a| a > since).count() as u32;
+                let none_alive = !w.ours_view().iter().any(|v| v.alive);
+                let limit = if none_alive {
+                    p.emergency_launch_max
+                } else {
+                    p.launch_window_max
+                };
+                limit.saturating_sub(used)
+            }
+        };
+        let n = decide(&mut w, config, t, lead, foresight, allowed);
+        launched_at.extend(std::iter::repeat_n(t, n as usize));
+        launches += n;
         t += STEP_MS;
     }
     w.advance(end);
@@ -63,6 +103,7 @@ pub fn run(
             end,
         ),
         launches,
+        launch_times: launched_at.split_off(first_ours),
     }
 }
 
@@ -77,7 +118,14 @@ fn peak_rate(w: &World, from: Millis, to: Millis) -> f64 {
     peak
 }
 
-fn decide(w: &mut World, config: &Config, now: Millis, lead: Millis) -> u64 {
+fn decide(
+    w: &mut World,
+    config: &Config,
+    now: Millis,
+    lead: Millis,
+    foresight: Foresight,
+    allowed: u32,
+) -> u64 {
     let p = &config.policy;
     let cap = |r: f64| {
         if p.target_proofs_per_hour > 0.0 {
@@ -88,8 +136,12 @@ fn decide(w: &mut World, config: &Config, now: Millis, lead: Millis) -> u64 {
     };
     // Proofs already queued beyond Curio's buffer are worked off within the hour.
     let backlog = w.queued().saturating_sub(8) as f64;
-    let want_soon = cap(peak_rate(w, now, now + lead + STEP_MS)) + backlog;
-    let want_now = cap(peak_rate(w, now, now + lead)) + backlog;
+    let ahead = |to: Millis| match foresight {
+        Foresight::Full => peak_rate(w, now, to),
+        Foresight::Reactive => w.market_rate(now),
+    };
+    let want_soon = cap(ahead(now + lead + STEP_MS)) + backlog;
+    let want_now = cap(ahead(now + lead)) + backlog;
     let rate_of = |gpu: &str| p.rate_for(gpu);
 
     // Dead and stuck instances earn nothing: destroy them at once.
@@ -131,7 +183,7 @@ fn decide(w: &mut World, config: &Config, now: Millis, lead: Millis) -> u64 {
                 .then(a.id.cmp(&b.id))
         });
         for o in offers {
-            if capacity >= want_soon {
+            if capacity >= want_soon || launched >= u64::from(allowed) {
                 break;
             }
             if p.max_instances.is_some_and(|m| count >= m)
@@ -165,4 +217,72 @@ fn decide(w: &mut World, config: &Config, now: Millis, lead: Millis) -> u64 {
         }
     }
     launched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::{effective_config, scenario, Options, START};
+
+    /// Demand steps from 60 to 400 proofs/h at hour 2 (target 300); no host ever fails.
+    const STEP: &str = "name = \"t\"\ndescription = \"t\"\nhours = 3\n[market]\nrate = [[0, 60], [2, 400]]\n[hosts]\nboot_fail = 0\nstuck = 0\noffline_per_day = 0\ncrash_per_day = 0\n[start]\nlive = 2\n";
+
+    fn both() -> (OracleResult, OracleResult, Config) {
+        let opts = Options {
+            scenario: scenario::parse(STEP).unwrap(),
+            hours: None,
+            seed: 1,
+            config: None,
+            llm: None,
+            state_dir: None,
+            progress: false,
+        };
+        let config = effective_config(&opts).unwrap();
+        let end = START + 3 * 3_600_000;
+        let full = run(&opts.scenario, 1, &config, START, end, Foresight::Full);
+        let reactive = run(&opts.scenario, 1, &config, START, end, Foresight::Reactive);
+        (full, reactive, config)
+    }
+
+    #[test]
+    fn the_reactive_bound_waits_for_the_change_and_keeps_to_the_window() {
+        let (full, reactive, config) = both();
+        let step = START + 2 * 3_600_000;
+        let window = config.policy.launch_window_minutes as Millis * 60_000;
+        let most_in_a_window = |times: &[Millis]| {
+            times
+                .iter()
+                .map(|&t| times.iter().filter(|&&u| u > t - window && u <= t).count())
+                .max()
+                .unwrap_or(0) as u32
+        };
+        // The yardstick launches ahead of the step, more at once than the window allows; the
+        // bound only once the rate has changed, and never past the window (the fleet lives
+        // throughout: no emergency allowance).
+        assert!(
+            full.launch_times
+                .iter()
+                .any(|&t| t < step && t >= step - 1_800_000),
+            "{full:?}"
+        );
+        assert!(most_in_a_window(&full.launch_times) > config.policy.launch_window_max);
+        assert!(most_in_a_window(&reactive.launch_times) <= config.policy.launch_window_max);
+        let after: Vec<Millis> = reactive
+            .launch_times
+            .iter()
+            .copied()
+            .filter(|&t| t >= step - 1_800_000)
+            .collect();
+        assert!(
+            after.len() > 3 && after.iter().all(|&t| t >= step),
+            "{reactive:?}"
+        );
+        // Reacting inside the window costs time below target that foresight does not.
+        assert!(
+            reactive.hours_below_target > full.hours_below_target,
+            "{} vs {}",
+            reactive.hours_below_target,
+            full.hours_below_target
+        );
+    }
 }
