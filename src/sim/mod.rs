@@ -249,8 +249,7 @@ pub struct DriverTally {
 /// config as [`run`], without running the agent.
 pub fn reactive_bound(opts: &Options) -> Result<oracle::OracleResult> {
     let config = effective_config(opts)?;
-    let hours = opts.hours.unwrap_or(opts.scenario.hours);
-    let end = START + (hours * HOUR_MS as f64) as Millis;
+    let (_, end) = horizon(opts)?;
     Ok(oracle::run(
         &opts.scenario,
         opts.seed,
@@ -261,15 +260,20 @@ pub fn reactive_bound(opts: &Options) -> Result<oracle::OracleResult> {
     ))
 }
 
-pub fn run(opts: &Options) -> Result<SimRun> {
-    let config = effective_config(opts)?;
+/// The simulated hours (`--hours` or the scenario's own, checked) and the end they give.
+fn horizon(opts: &Options) -> Result<(f64, Millis)> {
     let hours = opts.hours.unwrap_or(opts.scenario.hours);
     anyhow::ensure!(
         hours > 0.0 && hours <= 24.0 * 366.0,
         "--hours must be in (0, 8784], got {hours}"
     );
+    Ok((hours, START + (hours * HOUR_MS as f64) as Millis))
+}
+
+pub fn run(opts: &Options) -> Result<SimRun> {
+    let config = effective_config(opts)?;
+    let (hours, end) = horizon(opts)?;
     let start = START;
-    let end = start + (hours * HOUR_MS as f64) as Millis;
     let tmp;
     let state_dir: PathBuf = match &opts.state_dir {
         Some(d) => {

@@ -14,6 +14,7 @@ use super::scenario::Scenario;
 use super::world::{Phase, World};
 use crate::clock::Millis;
 use crate::config::Config;
+use crate::guardrails::window_state;
 use crate::vast::OfferQuery;
 
 const STEP_MS: Millis = 300_000;
@@ -75,16 +76,10 @@ pub fn run(
         let allowed = match foresight {
             Foresight::Full => u32::MAX,
             Foresight::Reactive => {
-                let p = &config.policy;
-                let since = t - p.launch_window_minutes as Millis * 60_000;
-                let used = launched_at.iter().filter(|&&a| a > since).count() as u32;
+                // The emergency allowance while none of ours lives.
                 let none_alive = !w.ours_view().iter().any(|v| v.alive);
-                let limit = if none_alive {
-                    p.emergency_launch_max
-                } else {
-                    p.launch_window_max
-                };
-                limit.saturating_sub(used)
+                let win = window_state(&launched_at, t, &config.policy, none_alive);
+                win.limit.saturating_sub(win.used)
             }
         };
         let n = decide(&mut w, config, t, lead, foresight, allowed);
