@@ -79,10 +79,20 @@ pub enum StopMode {
 
 /// A worker environment value: a literal, or the name of a credential to read at launch.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be a string, or { credential = \"NAME\" } and nothing else"
+)]
 pub enum EnvValue {
     Literal(String),
-    Credential { credential: String },
+    Credential(CredentialRef),
+}
+
+/// `{ credential = "NAME" }`: a file under `$CREDENTIALS_DIRECTORY`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialRef {
+    pub credential: String,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -399,9 +409,14 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
 /// Parse and validate config text. The error is one line: `line N (key): what is wrong`.
 pub fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
-    validate(&config).map_err(|(key, msg)| match key_line(text, key) {
-        Some(line) => format!("line {line} ({key}): {msg}"),
-        None => format!("{key}: {msg}"),
+    validate(&config).map_err(|(key, msg, other)| {
+        let at = key_line(text, key)
+            .map(|line| (line, key))
+            .or_else(|| other.and_then(|o| key_line(text, o).map(|line| (line, o))));
+        match at {
+            Some((line, k)) => format!("line {line} ({k}): {msg}"),
+            None => format!("{key}: {msg}"),
+        }
     })?;
     Ok(config)
 }
@@ -415,6 +430,15 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
             let line = line_of(text, span.start);
             match key_at(text, span.start) {
                 Some(key) => format!("line {line} ({key}): {msg}"),
+                // A duplicate key or table makes the document unparseable for `key_at`;
+                // the span then covers the repeated name itself. (Only for duplicates: other
+                // syntax errors may point into a value, which is never echoed.)
+                None if msg.contains("duplicate") => match text.get(span.clone()).map(str::trim) {
+                    Some(name) if !name.is_empty() && name.len() <= 80 && !name.contains('\n') => {
+                        format!("line {line}: {msg} {name:?}")
+                    }
+                    _ => format!("line {line}: {msg}"),
+                },
                 None => format!("line {line}: {msg}"),
             }
         }
@@ -451,7 +475,26 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 
 /// The line of a dotted key, if the text sets it.
 pub(crate) fn key_line(text: &str, dotted: &str) -> Option<usize> {
-    let doc = toml_edit::Document::parse(text.to_owned()).ok()?;
+    let Ok(doc) = toml_edit::Document::parse(text.to_owned()) else {
+        // toml_edit refuses some text that serde's parser took (an integer past i64);
+        // find `key =` under its `[table]` line by line.
+        let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
+        let mut current = String::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if let Some(header) = t.strip_prefix('[') {
+                current = header
+                    .trim_matches(|c| c == '[' || c == ']' || c == ' ')
+                    .to_string();
+            } else if current == table
+                && t.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            {
+                return Some(i + 1);
+            }
+        }
+        return None;
+    };
     let mut found = None;
     walk(doc.as_table(), "", &mut |path, key_span, _| {
         if path == dotted && found.is_none() {
@@ -486,24 +529,35 @@ fn walk(table: &toml_edit::Table, prefix: &str, f: &mut SpanVisitor<'_>) {
     }
 }
 
-type Invalid = (&'static str, String);
+/// (the key blamed, what is wrong, another key the rule relates it to): the error names the
+/// blamed key's line, else the other key's when only that one is in the file.
+type Invalid = (&'static str, String, Option<&'static str>);
+
+const DAY_SECS: u64 = 86_400;
+const WEEK_MINS: u64 = 7 * 24 * 60;
 
 fn validate(c: &Config) -> Result<(), Invalid> {
-    fn at_least(key: &'static str, v: u64, min: u64) -> Result<(), Invalid> {
-        if v < min {
-            return Err((key, format!("must be at least {min}, got {v}")));
+    // Every integer has an upper bound too: the code turns them into milliseconds and
+    // instants, and an absurd value must be an error here, not an overflow later.
+    fn within(key: &'static str, v: u64, min: u64, max: u64) -> Result<(), Invalid> {
+        if v < min || v > max {
+            return Err((
+                key,
+                format!("must be between {min} and {max}, got {v}"),
+                None,
+            ));
         }
         Ok(())
     }
     fn non_negative(key: &'static str, v: f64) -> Result<(), Invalid> {
         if !v.is_finite() || v < 0.0 {
-            return Err((key, format!("must be a number >= 0, got {v}")));
+            return Err((key, format!("must be a number >= 0, got {v}"), None));
         }
         Ok(())
     }
     fn positive(key: &'static str, v: f64) -> Result<(), Invalid> {
         if !v.is_finite() || v <= 0.0 {
-            return Err((key, format!("must be a number > 0, got {v}")));
+            return Err((key, format!("must be a number > 0, got {v}"), None));
         }
         Ok(())
     }
@@ -512,6 +566,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 key,
                 format!("must be an http:// or https:// URL, got {v:?}"),
+                None,
             ));
         }
         Ok(())
@@ -522,12 +577,18 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 "state_dir",
                 format!("must be an absolute path, got {dir:?}"),
+                None,
             ));
         }
     }
-    at_least("run.deadline_secs", c.run.deadline_secs, 10)?;
-    at_least("run.max_passes", c.run.max_passes.into(), 1)?;
-    at_least("run.timer_period_secs", c.run.timer_period_secs, 10)?;
+    within("run.deadline_secs", c.run.deadline_secs, 10, DAY_SECS)?;
+    within("run.max_passes", c.run.max_passes.into(), 1, 100)?;
+    within(
+        "run.timer_period_secs",
+        c.run.timer_period_secs,
+        10,
+        DAY_SECS,
+    )?;
 
     url("llm.base_url", &c.llm.base_url)?;
     if !c.llm.base_url.trim_end_matches('/').ends_with("/v1") {
@@ -536,24 +597,31 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             format!(
                 "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {:?}",
                 c.llm.base_url
-            ),
-        ));
+            ), None));
     }
     if c.llm.model.trim().is_empty() {
-        return Err(("llm.model", "must not be empty".into()));
+        return Err(("llm.model", "must not be empty".into(), None));
     }
-    at_least("llm.timeout_secs", c.llm.timeout_secs, 1)?;
-    at_least("llm.retry_budget_secs", c.llm.retry_budget_secs, 1)?;
-    at_least(
+    within("llm.timeout_secs", c.llm.timeout_secs, 1, 3_600)?;
+    within("llm.retry_budget_secs", c.llm.retry_budget_secs, 1, 3_600)?;
+    within(
+        "llm.quiet_interval_mins",
+        c.llm.quiet_interval_mins,
+        0,
+        WEEK_MINS,
+    )?;
+    within(
         "llm.context_budget_tokens",
         c.llm.context_budget_tokens,
         2_000,
+        2_000_000,
     )?;
     if let Some(enc) = &c.llm.encoding {
         if enc != "o200k_base" && enc != "cl100k_base" {
             return Err((
                 "llm.encoding",
                 format!("must be \"o200k_base\" or \"cl100k_base\", got {enc:?}"),
+                None,
             ));
         }
     }
@@ -561,6 +629,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
         return Err((
             "llm.max_tool_rounds",
             format!("must be between 1 and 20, got {}", c.llm.max_tool_rounds),
+            None,
         ));
     }
 
@@ -570,6 +639,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 "vast.image",
                 "must not be empty (leave it out instead)".into(),
+                None,
             ));
         }
     }
@@ -584,17 +654,39 @@ fn validate(c: &Config) -> Result<(), Invalid> {
         return Err((
             "vast.label_prefix",
             format!("must be 1-40 characters of a-z, 0-9, - or _, got {prefix:?}"),
+            None,
         ));
     }
     for (name, value) in &c.vast.env {
-        if name.is_empty() || name.contains('=') || name.starts_with('-') {
-            return Err(("vast.env", format!("bad variable name {name:?}")));
+        let valid_name = name
+            .chars()
+            .next()
+            .is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+        if !valid_name {
+            return Err((
+                "vast.env",
+                format!(
+                    "bad variable name {name:?} (letters, digits and _, not starting with a digit)"
+                ),
+                None,
+            ));
         }
-        if let EnvValue::Credential { credential } = value {
+        if name == crate::tools::launch::LABEL_ENV {
+            return Err((
+                "vast.env",
+                format!("{name} is set by fleetagent to each instance's label; leave it out"),
+                None,
+            ));
+        }
+        if let EnvValue::Credential(CredentialRef { credential }) = value {
             if credential.is_empty() || credential.contains('/') {
                 return Err((
                     "vast.env",
                     format!("{name}: bad credential name {credential:?}"),
+                    None,
                 ));
             }
         }
@@ -604,6 +696,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
         return Err((
             "vast.offers.min_reliability",
             format!("must be between 0 and 1, got {}", offers.min_reliability),
+            None,
         ));
     }
     if let Some(v) = offers.max_dph_per_instance {
@@ -614,23 +707,58 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     }
 
     if let Some(u) = &c.demand.harmonydb_url {
-        if url_has_password(u) {
+        if pg_has_password(u) {
             return Err((
                 "demand.harmonydb_url",
                 "holds a password; secrets never go in the config: put the URL in \
                  FLEETAGENT_HARMONYDB_URL or the harmonydb_url credential"
                     .into(),
+                None,
             ));
         }
     }
     if let Some(u) = &c.demand.http_url {
         url("demand.http_url", u)?;
+        if url_has_password(u) {
+            return Err((
+                "demand.http_url",
+                "holds a password; secrets never go in the config".into(),
+                None,
+            ));
+        }
+    }
+    match c.demand.source {
+        DemandSource::Http if c.demand.http_url.is_none() => {
+            return Err((
+                "demand.http_url",
+                "demand.http_url must be set when demand.source = \"http\"".into(),
+                Some("demand.source"),
+            ));
+        }
+        DemandSource::Command
+            if c.demand
+                .command
+                .as_deref()
+                .is_none_or(|s| s.trim().is_empty()) =>
+        {
+            return Err((
+                "demand.command",
+                "demand.command must be set when demand.source = \"command\"".into(),
+                Some("demand.source"),
+            ));
+        }
+        _ => {}
     }
     if c.demand.task.trim().is_empty() {
-        return Err(("demand.task", "must not be empty".into()));
+        return Err(("demand.task", "must not be empty".into(), None));
     }
-    at_least("demand.worker_alive_secs", c.demand.worker_alive_secs, 30)?;
-    at_least("demand.timeout_secs", c.demand.timeout_secs, 1)?;
+    within(
+        "demand.worker_alive_secs",
+        c.demand.worker_alive_secs,
+        30,
+        DAY_SECS,
+    )?;
+    within("demand.timeout_secs", c.demand.timeout_secs, 1, 3_600)?;
 
     let p = &c.policy;
     non_negative("policy.target_proofs_per_hour", p.target_proofs_per_hour)?;
@@ -643,6 +771,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 "policy.gpu_rates",
                 format!("{gpu}: must be a number > 0, got {rate}"),
+                None,
             ));
         }
     }
@@ -652,17 +781,43 @@ fn validate(c: &Config) -> Result<(), Invalid> {
     if let Some(v) = p.daily_spend_max {
         non_negative("policy.daily_spend_max", v)?;
     }
-    at_least("policy.launch_window_minutes", p.launch_window_minutes, 1)?;
+    within(
+        "policy.launch_window_minutes",
+        p.launch_window_minutes,
+        1,
+        DAY_SECS / 60,
+    )?;
+    within(
+        "policy.launch_window_max",
+        p.launch_window_max.into(),
+        0,
+        1_000,
+    )?;
+    within(
+        "policy.emergency_launch_max",
+        p.emergency_launch_max.into(),
+        0,
+        1_000,
+    )?;
+    if let Some(n) = p.max_instances {
+        within("policy.max_instances", n.into(), 0, 10_000)?;
+    }
     if p.emergency_launch_max < p.launch_window_max {
         return Err((
             "policy.emergency_launch_max",
             format!(
-                "must be at least policy.launch_window_max ({}), got {}",
-                p.launch_window_max, p.emergency_launch_max
+                "policy.emergency_launch_max ({}) must be at least policy.launch_window_max ({})",
+                p.emergency_launch_max, p.launch_window_max
             ),
+            Some("policy.launch_window_max"),
         ));
     }
-    at_least("policy.stuck_loading_mins", p.stuck_loading_mins, 1)?;
+    within(
+        "policy.stuck_loading_mins",
+        p.stuck_loading_mins,
+        1,
+        WEEK_MINS,
+    )?;
 
     let d = &c.debounce;
     for (key, v) in [
@@ -674,9 +829,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 key,
                 format!(
-                    "must not exceed debounce.max_wait_secs ({}), got {v}",
+                    "{key} ({v}) must not exceed debounce.max_wait_secs ({})",
                     d.max_wait_secs
                 ),
+                Some("debounce.max_wait_secs"),
             ));
         }
     }
@@ -684,9 +840,10 @@ fn validate(c: &Config) -> Result<(), Invalid> {
         return Err((
             "debounce.max_wait_secs",
             format!(
-                "must be below run.deadline_secs ({}), got {}",
-                c.run.deadline_secs, d.max_wait_secs
+                "debounce.max_wait_secs ({}) must be below run.deadline_secs ({})",
+                d.max_wait_secs, c.run.deadline_secs
             ),
+            Some("run.deadline_secs"),
         ));
     }
     if let Some(path) = &c.metrics.textfile {
@@ -694,10 +851,21 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             return Err((
                 "metrics.textfile",
                 format!("must be an absolute path, got {path:?}"),
+                None,
             ));
         }
     }
     Ok(())
+}
+
+/// A PostgreSQL URL or key=value string that carries a password, as the `postgres` crate
+/// reads it (`user:pw@`, `?password=`, `password = x` with any spacing), or as a plain
+/// look at the text when the crate cannot parse it.
+fn pg_has_password(u: &str) -> bool {
+    match u.parse::<postgres::Config>() {
+        Ok(cfg) => cfg.get_password().is_some(),
+        Err(_) => url_has_password(u) || !crate::demand::redact::secrets_of(u).is_empty(),
+    }
 }
 
 /// `scheme://user:password@host` has a password.
@@ -764,9 +932,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.vast.env["CURIO_DB_PASSWORD"],
-            EnvValue::Credential {
+            EnvValue::Credential(CredentialRef {
                 credential: "curio_db_password".into()
-            }
+            })
         );
         assert_eq!(c.vast.env["A"], EnvValue::Literal("x".into()));
     }
@@ -778,6 +946,102 @@ mod tests {
         assert!(err.contains("demand.harmonydb_url"), "{err}");
         assert!(!err.contains("secret@"), "{err}");
         parse("[demand]\nharmonydb_url = \"postgres://u@h:5433/yugabyte\"\n").unwrap();
+    }
+
+    #[test]
+    fn password_in_any_spelling_refused() {
+        for url in [
+            "host=127.0.0.1 user=probe password = SECRETX",
+            "host=127.0.0.1 user=probe password\t=SECRETX",
+            "postgres://u@h/db?password=SECRETX",
+        ] {
+            let text = format!("[demand]\nharmonydb_url = {url:?}\n");
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains("holds a password"), "{url}: {err}");
+            assert!(!err.contains("SECRETX"), "{err}");
+        }
+        let err = parse("[demand]\nsource = \"http\"\nhttp_url = \"http://u:SECRETX@h/d\"\n")
+            .unwrap_err();
+        assert!(
+            err.contains("demand.http_url") && !err.contains("SECRETX"),
+            "{err}"
+        );
+        parse("[demand]\nharmonydb_url = \"host=h user=probe dbname=yugabyte\"\n").unwrap();
+    }
+
+    #[test]
+    fn absurd_integers_are_errors_not_overflows() {
+        for (text, key) in [
+            (
+                "[run]\ntimer_period_secs = 9223372036854775807\n",
+                "run.timer_period_secs",
+            ),
+            (
+                "[run]\ndeadline_secs = 18446744073709551615\n",
+                "run.deadline_secs",
+            ),
+            (
+                "[policy]\nlaunch_window_minutes = 9223372036854775807\n",
+                "policy.launch_window_minutes",
+            ),
+            (
+                "[demand]\ntimeout_secs = 18446744073709551615\n",
+                "demand.timeout_secs",
+            ),
+            (
+                "[llm]\ncontext_budget_tokens = 18446744073709551615\n",
+                "llm.context_budget_tokens",
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(
+                err.contains(&format!("line 2 ({key}): must be between")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rule_between_two_keys_names_the_one_in_the_file() {
+        let err = parse("[run]\ndeadline_secs = 30\n").unwrap_err();
+        assert!(err.starts_with("line 2 (run.deadline_secs): "), "{err}");
+        assert!(err.contains("debounce.max_wait_secs (60)"), "{err}");
+        let err = parse("\n\n[policy]\nlaunch_window_max = 10\n").unwrap_err();
+        assert!(
+            err.starts_with("line 4 (policy.launch_window_max): "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_is_named() {
+        let err = parse("[run]\nmax_passes = 3\nmax_passes = 4\n").unwrap_err();
+        assert!(
+            err.contains("line 3") && err.contains("\"max_passes\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn worker_env_is_checked() {
+        let err = parse("[vast.env]\nA = { credential = \"x\", extra = 1 }\n").unwrap_err();
+        assert!(err.contains("line 2 (vast.env.A)"), "{err}");
+        assert!(err.contains("credential"), "{err}");
+        assert!(parse("[vast.env]\nA = 5\n")
+            .unwrap_err()
+            .contains("must be a string"));
+        assert!(parse("[vast.env]\n\"A B\" = \"x\"\n").is_err());
+        assert!(parse("[vast.env]\n1A = \"x\"\n").is_err());
+        let err = parse("[vast.env]\nFLEETAGENT_LABEL = \"x\"\n").unwrap_err();
+        assert!(err.contains("set by fleetagent"), "{err}");
+    }
+
+    #[test]
+    fn a_demand_source_needs_its_address() {
+        let err = parse("[demand]\nsource = \"http\"\n").unwrap_err();
+        assert!(err.contains("demand.http_url must be set"), "{err}");
+        let err = parse("[demand]\nsource = \"command\"\ncommand = \" \"\n").unwrap_err();
+        assert!(err.contains("demand.command must be set"), "{err}");
     }
 
     #[test]

@@ -170,7 +170,7 @@ fn extra_write_paths(config: &Config) -> Vec<PathBuf> {
 fn extra_credentials(config: &Config) -> Result<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for value in config.vast.env.values() {
-        if let EnvValue::Credential { credential } = value {
+        if let EnvValue::Credential(crate::config::CredentialRef { credential }) = value {
             let ok = !credential.is_empty()
                 && credential
                     .chars()

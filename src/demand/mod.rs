@@ -9,7 +9,7 @@ pub mod command;
 pub mod harmonydb;
 pub mod http;
 pub mod json;
-mod redact;
+pub(crate) mod redact;
 
 pub use command::CommandProbe;
 pub use harmonydb::HarmonyDbProbe;

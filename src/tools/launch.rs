@@ -19,6 +19,10 @@ use crate::store::actions::{self, NewAction};
 use crate::store::instances::{self, InstanceRow};
 use crate::vast::{CreateRequest, Offer, VastError};
 
+/// The worker environment variable that carries the instance's label (the Curio machine
+/// name fleetagent matches workers by); set by the launch, never by the config.
+pub const LABEL_ENV: &str = "FLEETAGENT_LABEL";
+
 /// How many offers a launch looks at (the cheapest ones matching `[vast.offers]`).
 const SEARCH_LIMIT: u32 = 64;
 
@@ -181,7 +185,7 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
     for (name, value) in &config.vast.env {
         let v = match value {
             EnvValue::Literal(s) => s.clone(),
-            EnvValue::Credential { credential } => {
+            EnvValue::Credential(crate::config::CredentialRef { credential }) => {
                 match crate::secrets::require_credential(ctx.env, credential) {
                     Ok(s) => s.expose().to_string(),
                     Err(e) => {
@@ -196,7 +200,7 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
         };
         env.insert(name.clone(), v);
     }
-    env.insert("FLEETAGENT_LABEL".into(), label.clone());
+    env.insert(LABEL_ENV.into(), label.clone());
 
     // The offers matching [vast.offers], searched once per pass.
     let offers = match &ctx.snapshot.offers {
