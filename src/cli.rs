@@ -143,13 +143,14 @@ pub struct WakeListArgs {
 
 #[derive(Debug, Args)]
 pub struct WakeCancelArgs {
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
     pub id: i64,
 }
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
     /// How many messages, newest last
-    #[arg(long, short = 'n', default_value_t = 50)]
+    #[arg(long, short = 'n', default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub limit: i64,
     /// Every session, not only the current one
     #[arg(long)]
@@ -181,7 +182,8 @@ pub struct InstancesListArgs {
 #[derive(Debug, Args)]
 pub struct InstancesStopArgs {
     /// vast.ai instance id
-    pub id: u64,
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    pub id: i64,
     /// Stop even the last live worker while work is queued, or an instance that is proving
     #[arg(long)]
     pub force: bool,

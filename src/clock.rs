@@ -107,7 +107,8 @@ pub fn human_duration(ms: Millis) -> String {
     }
 }
 
-/// Parse `90s`, `15m`, `2h`, `1d`, `1h30m` or a bare number of seconds.
+/// Parse a duration as `humantime` reads it (`90s`, `15m`, `1h30m`, `2d`, `1h 30min`), or a
+/// bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if t.is_empty() {
@@ -116,38 +117,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
     }
-    let mut total: u64 = 0;
-    let mut num = String::new();
-    for c in t.chars() {
-        if c.is_ascii_digit() {
-            num.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => {
-                return Err(format!(
-                    "bad duration {t:?}: unknown unit {c:?} (use s, m, h, d)"
-                ))
-            }
-        };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("bad duration {t:?}: a number must precede {c:?}"))?;
-        total = total
-            .checked_add(n.saturating_mul(unit))
-            .ok_or_else(|| format!("duration {t:?} is too long"))?;
-        num.clear();
-    }
-    if !num.is_empty() {
-        return Err(format!(
-            "bad duration {t:?}: trailing number without a unit"
-        ));
-    }
-    Ok(Duration::from_secs(total))
+    humantime::parse_duration(t).map_err(|e| format!("bad duration {t:?}: {e}"))
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@ fn store_problems(
     let lock_path = state_dir.join(crate::paths::LOCK_FILE);
     if let Some(pid) = crate::lock::holder_pid(&lock_path) {
         let deadline = config.run.deadline_secs as i64 * 1000;
-        if let Some(since) = crate::lock::held_since(state_dir) {
+        if let Some(since) = crate::lock::held_since(state_dir, pid) {
             if now - since > deadline {
                 out.push(format!(
                     "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck (kill {pid})",

@@ -110,6 +110,9 @@ pub struct Report {
     pub version: &'static str,
     pub state_dir: String,
     pub config_path: String,
+    /// False when the config file does not exist (only possible for the default path):
+    /// every key has its default.
+    pub config_found: bool,
     pub session_id: i64,
     pub session_started_at: String,
     pub next_run_id: i64,
@@ -224,6 +227,7 @@ pub fn build(
         version: env!("CARGO_PKG_VERSION"),
         state_dir: state_dir.display().to_string(),
         config_path: config_path.display().to_string(),
+        config_found: true,
         session_id: state.session_id,
         session_started_at: rfc3339(session::started_at(&store.conn, state.session_id)?),
         next_run_id: store.next_run_id()?,
@@ -257,7 +261,7 @@ pub fn build(
         lock_held: holder.is_some(),
         lock_holder_pid: holder,
         lock_held_since: holder
-            .and_then(|_| crate::lock::held_since(state_dir))
+            .and_then(|pid| crate::lock::held_since(state_dir, pid))
             .map(rfc3339),
         database: DatabaseView {
             path: store.path.display().to_string(),
@@ -396,7 +400,15 @@ pub fn render_text(r: &Report) -> String {
     };
     line(format!("fleetagent {} at {}", r.version, r.now));
     line(format!("state dir   {}", r.state_dir));
-    line(format!("config      {}", r.config_path));
+    line(format!(
+        "config      {}{}",
+        r.config_path,
+        if r.config_found {
+            ""
+        } else {
+            " (not found: every key has its default)"
+        }
+    ));
     line(format!(
         "database    {} ({} bytes, wal {} bytes, schema {})",
         r.database.path, r.database.size_bytes, r.database.wal_bytes, r.database.schema_version

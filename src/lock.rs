@@ -80,6 +80,8 @@ impl RunLock {
 
 impl Drop for RunLock {
     fn drop(&mut self) {
+        // Clear the note first, so no reader takes it for the next holder's.
+        let _ = self.file.set_len(0);
         let _ = FileExt::unlock(&self.file);
     }
 }
@@ -96,10 +98,17 @@ pub fn is_held(state_dir: &Path) -> bool {
     holder_pid(&state_dir.join(crate::paths::LOCK_FILE)).is_some()
 }
 
-/// When the current holder took the lock, from the note it wrote (Unix ms).
-pub fn held_since(state_dir: &Path) -> Option<Millis> {
+/// When `holder` took the lock, from the note it wrote (Unix ms). None when the note is
+/// another process's (a run that has ended, or a holder that writes no note, such as
+/// `flock(1)`): its time says nothing about the current holder.
+pub fn held_since(state_dir: &Path, holder: u32) -> Option<Millis> {
     let text = std::fs::read_to_string(state_dir.join(crate::paths::LOCK_FILE)).ok()?;
-    text.split_whitespace().nth(1)?.parse().ok()
+    let mut fields = text.split_whitespace();
+    let pid: u32 = fields.next()?.parse().ok()?;
+    if pid != holder {
+        return None;
+    }
+    fields.next()?.parse().ok()
 }
 
 /// Parse /proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`. Waiters (`->`) are
@@ -148,8 +157,10 @@ mod tests {
         let lock = RunLock::acquire(dir.path(), &clock, clock.now_ms() + 1_000).unwrap();
         assert!(is_held(dir.path()));
         assert_eq!(holder_pid(&lock.path), Some(std::process::id()));
-        assert!(held_since(dir.path()).is_some());
+        assert!(held_since(dir.path(), std::process::id()).is_some());
+        assert!(held_since(dir.path(), std::process::id() + 1).is_none());
         drop(lock);
         assert!(!is_held(dir.path()));
+        assert!(held_since(dir.path(), std::process::id()).is_none());
     }
 }

@@ -18,7 +18,7 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
             } else {
                 Some(session::current(&store.conn)?)
             };
-            messages::tail(&store.conn, session, args.limit.max(1))?
+            messages::tail(&store.conn, session, args.limit)?
         }
     };
     if args.json {

@@ -165,7 +165,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     }
     let mut snapshot = fleet::view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
-    let id = i64::try_from(args.id).unwrap_or(i64::MAX);
+    let id = args.id;
     let result = {
         let mut ctx = ToolCtx {
             store: &mut store,

@@ -73,7 +73,8 @@ fn early_exit(app: &App, dir: Option<&std::path::Path>, err: anyhow::Error) -> a
         Some(d) => {
             let bell = FileDoorbell::new(&d);
             if let Ok(true) = bell.remove() {
-                log::warn!(
+                // info, not warn: the error itself is the one line a failed run prints.
+                log::info!(
                     "deleted the doorbell {} so systemd does not restart a failing run; events stay for the timer",
                     bell.path().display()
                 );

@@ -8,6 +8,9 @@ use crate::clock::{human_duration, rfc3339};
 use crate::error::usage;
 use crate::store::wakes;
 
+/// How far ahead an operator's wake may be: a year and a day (a longer one is a typo).
+const MAX_AHEAD_MS: i64 = 366 * 86_400_000;
+
 pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
     match cmd {
         WakesCommand::Add(a) => add(app, a),
@@ -55,15 +58,31 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
     let due = match (&a.in_, &a.at) {
         (Some(d), None) => {
             let d = crate::clock::parse_duration(d).map_err(|e| usage(format!("--in: {e}")))?;
-            now + i64::try_from(d.as_millis()).map_err(|_| usage("--in: too long"))?
+            if d.as_millis() > MAX_AHEAD_MS as u128 {
+                return Err(usage(format!(
+                    "--in {:?}: at most {} ahead",
+                    a.in_.as_deref().unwrap_or_default().trim(),
+                    human_duration(MAX_AHEAD_MS)
+                )));
+            }
+            now + d.as_millis() as i64
         }
-        (None, Some(t)) => chrono::DateTime::parse_from_rfc3339(t.trim())
-            .map_err(|e| {
-                usage(format!(
-                    "--at {t:?}: not an RFC 3339 time ({e}); e.g. 2026-11-29T18:30:00Z"
-                ))
-            })?
-            .timestamp_millis(),
+        (None, Some(t)) => {
+            let due = chrono::DateTime::parse_from_rfc3339(t.trim())
+                .map_err(|e| {
+                    usage(format!(
+                        "--at {t:?}: not an RFC 3339 time ({e}); e.g. 2026-11-29T18:30:00Z"
+                    ))
+                })?
+                .timestamp_millis();
+            if due.saturating_sub(now) > MAX_AHEAD_MS {
+                return Err(usage(format!(
+                    "--at {t:?}: at most {} ahead (a typo in the year?)",
+                    human_duration(MAX_AHEAD_MS)
+                )));
+            }
+            due
+        }
         _ => return Err(usage("give exactly one of --in or --at")),
     };
     let (_c, _d, store) = super::open_existing(app)?;

@@ -85,7 +85,7 @@ impl Store {
             .with_context(|| format!("cannot open database {}", path.display()))?;
         let mut store = Store { conn, path };
         store
-            .setup(now)
+            .setup(now, mode)
             .with_context(|| format!("database {}", store.path.display()))?;
         for suffix in ["-wal", "-shm"] {
             crate::paths::ensure_mode_0660(&store.side_file(suffix));
@@ -100,12 +100,15 @@ impl Store {
             conn,
             path: PathBuf::from(":memory:"),
         };
-        store.setup(now)?;
+        store.setup(now, OpenMode::Create)?;
         Ok(store)
     }
 
-    fn setup(&mut self, now: Millis) -> Result<()> {
+    fn setup(&mut self, now: Millis, mode: OpenMode) -> Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        if mode == OpenMode::Existing {
+            self.require_schema()?;
+        }
         // journal_mode answers with a row; WAL persists in the file once set.
         let mode: String = self
             .conn
@@ -128,6 +131,32 @@ impl Store {
         self.migrate(now)
     }
 
+    /// For commands that must not create a database: a file without fleetagent's schema
+    /// (empty, or someone else's) is refused before anything is written to it. A `run` that
+    /// is creating the schema right now holds the write lock, so a version 0 is read again
+    /// under it (the busy timeout waits for the creator's commit).
+    fn require_schema(&mut self) -> Result<()> {
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version != 0 {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        drop(tx);
+        if version == 0 {
+            bail!(
+                "{} holds no fleetagent database (empty, or another program's file); \
+                 `fleetagent init` or `fleetagent run` creates one once it is moved away",
+                self.path.display()
+            );
+        }
+        Ok(())
+    }
+
     fn migrate(&mut self, now: Millis) -> Result<()> {
         let version: i64 = self
             .conn
@@ -146,6 +175,19 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Re-read under the write lock: another process may have migrated meanwhile.
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version == 0 {
+            let tables: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )?;
+            if tables > 0 {
+                bail!(
+                    "it holds {tables} tables or indexes but no fleetagent schema (user_version 0): \
+                     another program's database, left untouched"
+                );
+            }
+        }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql)
                 .with_context(|| format!("migration {:04} failed", i + 1))?;
@@ -282,6 +324,34 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{err:#}").contains("newer"), "{err:#}");
+    }
+
+    #[test]
+    fn existing_mode_refuses_a_file_without_the_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DB_FILE);
+        std::fs::write(&path, b"").unwrap();
+        let err = Store::open(dir.path(), OpenMode::Existing, 0)
+            .err()
+            .unwrap();
+        assert!(
+            format!("{err:#}").contains("holds no fleetagent database"),
+            "{err:#}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "nothing written"
+        );
+        // Someone else's database is not migrated into, even by a creating command.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE theirs (x)").unwrap();
+        drop(conn);
+        let err = Store::open(dir.path(), OpenMode::Create, 0).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("no fleetagent schema"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -92,10 +92,21 @@ pub fn stop(
 
     let row = ctx.snapshot.find(instance_id).cloned();
     let foreign = ctx.snapshot.foreign.contains(&instance_id);
-    if row.is_none() && !foreign && !forced {
+    // An id neither in our table nor on the account's listing is refused even when forced:
+    // a typo must not destroy an instance nobody can see.
+    if row.is_none() && !foreign {
+        let message = match &ctx.snapshot.listing_error {
+            Some(e) if forced => format!(
+                "instance {instance_id} is not one of ours, and the vast.ai listing failed ({}), so it cannot be checked",
+                clip(e, 200)
+            ),
+            _ => format!(
+                "instance {instance_id} is not one of ours (list_instances shows them)"
+            ),
+        };
         return Ok(ToolResult::error(
             "invalid_args",
-            json!({"message": format!("instance {instance_id} is not one of ours (list_instances shows them)")}),
+            json!({ "message": message }),
         ));
     }
     if let Some(r) = &row {

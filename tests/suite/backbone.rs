@@ -492,6 +492,89 @@ fn trigger_without_a_database_writes_nothing() {
     let g = Fleet::with_config(FAST_CONFIG);
     g.cmd(&["trigger", "-p", "1", "-r", "x"]).code(1);
     assert!(!g.state.exists());
+
+    // An empty fleetagent.db is not a database: refused, and left empty (it used to be
+    // migrated into a whole one by commands that must not create one).
+    let db = f.state.join("fleetagent.db");
+    std::fs::write(&db, b"").unwrap();
+    for cmd in [
+        &["trigger", "-p", "1", "-r", "x"][..],
+        &["doctor"],
+        &["inspect"],
+    ] {
+        let out = f.cmd(cmd).code(1);
+        assert!(
+            out.stderr.contains("holds no fleetagent database")
+                || out.stdout.contains("holds no fleetagent database"),
+            "{cmd:?}: {} {}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
+}
+
+#[test]
+fn absurd_operator_input_is_a_usage_error_not_a_panic() {
+    let f = Fleet::new();
+    f.cmd(&["init"]).ok();
+    for args in [
+        &["wakes", "add", "--in", "106751991167d", "--reason", "r"][..],
+        &["wakes", "add", "--in", "9223372036854775s", "--reason", "r"],
+        &["wakes", "add", "--in", "400d", "--reason", "r"],
+        &[
+            "wakes",
+            "add",
+            "--at",
+            "2962-01-01T00:00:00Z",
+            "--reason",
+            "r",
+        ],
+        &["wakes", "cancel", "0"],
+        &["history", "-n", "0"],
+        &["instances", "stop", "18446744073709551615", "--force"],
+        &["instances", "stop", "0"],
+    ] {
+        let out = f.cmd(args).code(2);
+        // One line of ours, or clap's own usage error (its first line names the value).
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("--in") || first.contains("--at") || first.contains("invalid value"),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{args:?}: {}", out.stderr);
+    }
+    assert_eq!(f.count("SELECT COUNT(*) FROM wakes"), 0);
+    let out = f
+        .cmd(&["wakes", "add", "--in", "1h 30m", "--reason", "r"])
+        .ok();
+    assert!(out.stdout.contains("in 1h30m"), "{}", out.stdout);
+}
+
+#[test]
+fn a_lock_note_is_believed_only_for_its_own_holder() {
+    let f = Fleet::new();
+    f.cmd(&["init"]).ok();
+    // A run that ended long ago left its note; someone else (flock(1)) holds the lock now.
+    std::fs::write(f.state.join("run.lock"), "1 1000\n").unwrap();
+    let mut holder = std::process::Command::new("flock")
+        .arg("-x")
+        .arg(f.state.join("run.lock"))
+        .args(["sleep", "30"])
+        .spawn()
+        .unwrap();
+    let held = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        f.cmd(&["inspect", "--json"]).ok().json()["lock_held"] == true
+    });
+    let doctor = f.cmd(&["doctor"]);
+    let inspect = f.cmd(&["inspect", "--json"]).ok().json();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(held, "flock(1) never showed as the holder");
+    assert!(!doctor.stdout.contains("stuck"), "{}", doctor.stdout);
+    assert!(inspect["lock_held_since"].is_null(), "{inspect}");
 }
 
 #[test]

@@ -1200,6 +1200,12 @@ fn instances_commands_with_the_real_binary() {
         ])
         .ok();
     assert!(r.stdout.contains("destroyed"), "{}", r.stdout);
+    // An id on neither the table nor the listing: refused even when forced (a typo must
+    // not destroy an instance nobody can see), and nothing is sent to vast.ai.
+    let before = fake.instance_ids();
+    let r = f.cmd(&["instances", "stop", "424242", "--force"]).code(1);
+    assert!(r.stderr.contains("invalid_args"), "{}", r.stderr);
+    assert_eq!(fake.instance_ids(), before);
     // Ours, idle, no work queued: stopped; the agent hears of it.
     f.cmd(&["instances", "stop", &a.to_string()]).ok();
     assert!(fake.instance_ids().is_empty());
