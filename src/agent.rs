@@ -2,7 +2,7 @@
 //! validated before every request, every message persisted as it happens, tool calls run
 //! through the registry and its guardrails), and the rules when the model is not used.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
@@ -234,7 +234,20 @@ pub struct LoopEnv<'a> {
     pub session_id: i64,
     pub run_id: i64,
     pub tk: &'a Tokenizer,
+    /// The process's deadline (Unix ms): no model turn is started or waited for past what
+    /// it leaves, less [`deadline_reserve`] for the fallback rules and the end of the run.
+    pub deadline: crate::clock::Millis,
 }
+
+/// Time kept back from the run's deadline for what follows the model: the fallback rules'
+/// launches (creates are spaced 4.5 s apart) and finishing the run. A fifth of the deadline,
+/// between 5 s and 60 s.
+pub fn deadline_reserve(config: &Config) -> Duration {
+    Duration::from_secs((config.run.deadline_secs / 5).clamp(5, 60))
+}
+
+/// Below this, a model turn is not started: no answer could come in time.
+const MIN_TURN: Duration = Duration::from_secs(3);
 
 /// The tool loop: assemble, validate, ask, persist, execute, up to `max_tool_rounds`.
 /// `Ok(Err(failure))` when the model is unusable (the caller falls back or fails the pass);
@@ -273,7 +286,25 @@ pub fn llm_loop(
         run_id: le.run_id,
     };
     let mut out = LlmOutcome::default();
+    let reserve_ms = deadline_reserve(config).as_millis() as i64;
     for round in 1..=config.llm.max_tool_rounds {
+        let left_ms = le.deadline - reserve_ms - le.clock.now_ms();
+        if left_ms < MIN_TURN.as_millis() as i64 {
+            let message = format!(
+                "the run's deadline (run.deadline_secs = {}) leaves no time for model turn {round}",
+                config.run.deadline_secs
+            );
+            if out.calls == 0 {
+                // Nothing asked yet: the model is unusable this pass; the fallback decides.
+                return Ok(Err(LlmFailure {
+                    message,
+                    outcome: out,
+                }));
+            }
+            // The pass's tool calls ran and are stored; the model's last word is missing.
+            log::warn!("run {}: {message}; ending the tool loop", le.run_id);
+            break;
+        }
         let current: Vec<Stored> = messages::of_run(&store.conn, le.run_id)?
             .iter()
             .map(to_stored)
@@ -303,6 +334,7 @@ pub fn llm_loop(
             model: config.llm.model.clone(),
             messages: assembled.messages,
             tools: tools.clone(),
+            budget: Some(Duration::from_millis(left_ms as u64)),
         };
         // The last check before sending: recount the whole request with the tokenizer
         // (stored counts could come from another encoding) and check the sequence.
@@ -374,6 +406,7 @@ pub fn llm_loop(
         // Calls past the cap never happened: neither run nor stored (the last result says so).
         let dropped = calls.len().saturating_sub(MAX_CALLS_PER_ANSWER);
         calls.truncate(MAX_CALLS_PER_ANSWER);
+        unique_call_ids(&mut calls, &request.messages, round);
         if calls.is_empty() {
             if !content.trim().is_empty() {
                 insert_message(
@@ -456,6 +489,40 @@ pub fn llm_loop(
         }
     }
     Ok(Ok(out))
+}
+
+/// Give a call whose id the conversation already holds a new one, `<id>~r<round>` (then
+/// `~2`, `~3`, ...). Some servers restart their ids every turn (`call_0`, or
+/// `launch_instance:0`); taken as is, a second launch in the pass would share the first one's
+/// idempotency label and be answered "already executed" without reaching vast.ai, and the
+/// prompt would hold two calls with one id.
+fn unique_call_ids(calls: &mut [ToolCall], prompt: &[ChatMessage], round: u32) {
+    let mut used: std::collections::HashSet<String> = prompt
+        .iter()
+        .flat_map(|m| {
+            m.tool_calls
+                .iter()
+                .map(|c| c.id.clone())
+                .chain(m.tool_call_id.clone())
+        })
+        .collect();
+    for call in calls.iter_mut() {
+        if used.contains(&call.id) {
+            let base = format!("{}~r{round}", call.id);
+            let mut id = base.clone();
+            let mut n = 1;
+            while used.contains(&id) {
+                n += 1;
+                id = format!("{base}~{n}");
+            }
+            log::info!(
+                "the model reused tool call id {:?}; renamed to {id:?}",
+                call.id
+            );
+            call.id = id;
+        }
+        used.insert(call.id.clone());
+    }
 }
 
 /// Tool calls run from one answer; more are ignored (no real decision needs them, and a flood

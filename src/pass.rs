@@ -26,7 +26,13 @@ pub struct Services {
     pub llm: Option<Arc<dyn LlmClient>>,
 }
 
-pub fn execute(store: &mut Store, env: &RunEnv<'_>, claim: &Claim) -> Result<runs::Outcome> {
+/// `deadline`: the process's (Unix ms); the model is not asked past what it leaves.
+pub fn execute(
+    store: &mut Store,
+    env: &RunEnv<'_>,
+    claim: &Claim,
+    deadline: crate::clock::Millis,
+) -> Result<runs::Outcome> {
     let config = env.config;
     let clock = env.clock.as_ref();
     let tk = agent::tokenizer(config)?;
@@ -101,6 +107,7 @@ pub fn execute(store: &mut Store, env: &RunEnv<'_>, claim: &Claim) -> Result<run
         session_id: claim.session_id,
         run_id: claim.run_id,
         tk: &tk,
+        deadline,
     };
     let registry = crate::tools::registry();
     let mut outcome = runs::Outcome {

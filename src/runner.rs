@@ -89,7 +89,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
         let claim = begin_pass(&mut store, env, pass_no).map_err(RunFailure::Early)?;
         let run_id = claim.run_id;
         let result = faults::point("run-after-claim")
-            .and_then(|()| pass::execute(&mut store, env, &claim))
+            .and_then(|()| pass::execute(&mut store, env, &claim, deadline))
             .and_then(|o| faults::point("run-before-finish").map(|()| o));
         match result {
             Ok(outcome) => {

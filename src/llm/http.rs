@@ -146,7 +146,10 @@ impl LlmClient for HttpLlmClient {
         );
         log::trace!("LLM request body: {body}");
 
-        let budget_ms = duration_ms(self.retry_budget);
+        let budget_ms = duration_ms(match req.budget {
+            Some(b) => b.min(self.retry_budget),
+            None => self.retry_budget,
+        });
         let start = self.clock.now_ms();
         let mut backoff = FIRST_BACKOFF;
         let mut attempts = 0u32;
@@ -638,6 +641,7 @@ mod tests {
                 description: "List".into(),
                 parameters: json!({"type": "object", "properties": {}}),
             }],
+            budget: None,
         };
         let body = request_body(&req);
         assert_eq!(body["messages"][1]["content"], json!(""));

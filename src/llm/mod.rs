@@ -63,6 +63,9 @@ pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
+    /// At most this long for the whole call, retries and waits included, when the run's
+    /// deadline leaves less than the client's own retry budget. Not sent.
+    pub budget: Option<std::time::Duration>,
 }
 
 /// What the provider says it billed. Servers that omit a field (Ollama fills only these three,

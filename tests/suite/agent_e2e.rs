@@ -450,3 +450,87 @@ fn three_hundred_runs_never_break_the_sequence_or_the_budget() {
         reqs.len()
     );
 }
+
+/// A chat completion whose one tool call has the given id (some servers restart ids every
+/// turn: `call_0`, `launch_instance:0`).
+fn call_with_id(id: &str, name: &str, arguments: &str) -> Reply {
+    Reply::Json(json!({
+        "id": "chatcmpl-reuse", "object": "chat.completion", "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [{"id": id, "type": "function",
+                            "function": {"name": name, "arguments": arguments}}]}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+    }))
+}
+
+#[test]
+fn a_server_that_reuses_tool_call_ids_still_gets_each_launch() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
+    llm.push(call_with_id(
+        "call_0",
+        "launch_instance",
+        r#"{"reason":"first"}"#,
+    ));
+    llm.push(call_with_id(
+        "call_0",
+        "launch_instance",
+        r#"{"reason":"second"}"#,
+    ));
+    llm.push(Reply::text("launched two"));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    f.cmd(&["run"]).ok();
+    // Two calls, two creates: the second is not taken for a repeat of the first.
+    assert_eq!(vast.count(Route::Create), 2);
+    let last = llm.requests().pop().unwrap();
+    let results = tool_results(&last);
+    assert_eq!(results.len(), 2, "{results:?}");
+    for r in &results {
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r.get("already").is_none(), "{r}");
+    }
+    // And the prompt never holds two calls with one id.
+    let mut ids: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "{ids:?}");
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+}
+
+#[test]
+fn a_slow_model_cannot_push_the_pass_past_its_deadline() {
+    let llm = FakeLlm::start();
+    // Every answer takes 2.5 s and asks for another tool round: 20 rounds would take 50 s,
+    // past the 15 s deadline and its 30 s grace, where the watchdog kills the process.
+    llm.set_default(Reply::delayed(
+        std::time::Duration::from_millis(2500),
+        Reply::tool_call("list_instances", "{}"),
+    ));
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, CAPS, "max_tool_rounds = 20");
+    let config = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("deadline_secs = 120", "deadline_secs = 15");
+    f.write_config(&config);
+    write_demand(f.path(), busy_fleet());
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    f.cmd(&["run"]).ok();
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["status"], "ok", "{run}");
+    let took = chrono::DateTime::parse_from_rfc3339(run["finished_at"].as_str().unwrap()).unwrap()
+        - chrono::DateTime::parse_from_rfc3339(run["started_at"].as_str().unwrap()).unwrap();
+    assert!(took.num_seconds() < 15, "the pass took {took}");
+    let asked = llm.request_count();
+    assert!((1..20).contains(&asked), "{asked} model turns");
+}

@@ -152,6 +152,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
         model: MODEL.into(),
         messages,
         tools: fleet_tools(),
+        budget: None,
     }
 }
 
