@@ -70,6 +70,9 @@ pub struct Snapshot {
     pub instances: Vec<InstanceRow>,
     /// Ids of instances on the account whose label lacks our prefix: never ours to stop.
     pub foreign: Vec<i64>,
+    /// Workers Curio still lists as live whose instance we destroyed or stopped (their last
+    /// heartbeat is younger than `worker_alive_secs`): not counted as live.
+    pub ghost_workers: Vec<String>,
     /// Lifecycle changes found this pass, one line each (outside text quoted).
     pub changes: Vec<String>,
     /// `created_at` of the launches the window counts (succeeded, or open intents, in the
@@ -250,10 +253,16 @@ fn assemble(
     }
     alive.retain(|a| !rec.deleted.contains(&a.label));
     let spent_today = spend_since(&alive, day_start, now);
+    let mut demand = demand;
+    let ghost_workers = match demand.as_mut() {
+        Some(d) => drop_ghost_workers(conn, d)?,
+        None => Vec::new(),
+    };
     Ok(Snapshot {
         now,
         run_id,
         demand,
+        ghost_workers,
         demand_error,
         listing_error,
         instances: rec
@@ -268,6 +277,29 @@ fn assemble(
         streaks: crate::store::session::streaks(conn)?.0,
         offers: None,
     })
+}
+
+/// Take out of `d.workers` the machines named after instances of ours that are destroyed or
+/// stopped, and return their names. Curio keeps such a worker live until its heartbeat is
+/// `worker_alive_secs` old; counted, it would let a second stop take the last real worker
+/// while work is queued, and hide WORKERS DEAD for as long. Matching is by label only (an
+/// address can belong to another host by now).
+fn drop_ghost_workers(conn: &rusqlite::Connection, d: &mut Demand) -> Result<Vec<String>> {
+    let mut ghosts = Vec::new();
+    let mut keep = Vec::with_capacity(d.workers.len());
+    for w in std::mem::take(&mut d.workers) {
+        let ghost = match instances::by_label(conn, w.machine_name.trim())? {
+            Some(row) => row.gone_at.is_some() || row.state == STOPPED || row.state == GONE,
+            None => false,
+        };
+        if ghost {
+            ghosts.push(w.machine_name);
+        } else {
+            keep.push(w);
+        }
+    }
+    d.workers = keep;
+    Ok(ghosts)
 }
 
 /// One demand reading: `(Some, None)` or `(None, why)`; a failure is never zeros.
@@ -728,7 +760,9 @@ pub fn spend_since(rows: &[InstanceRow], since: Millis, now: Millis) -> f64 {
             let hours = (end - start).max(0) as f64 / HOUR_MS;
             r.dph.unwrap_or(0.0) * hours
         })
-        .sum()
+        .sum::<f64>()
+        // An empty float sum is -0.0, which prints as "$-0.00".
+        + 0.0
 }
 
 /// Proofs per hour of one instance of ours: its GPU's rate, else the default rate.
@@ -903,7 +937,13 @@ impl Snapshot {
                         d.idle_workers()
                     )
                 };
-                parts.push(format!("Demand: active={active}, {who}."));
+                let ghosts = match self.ghost_workers.len() {
+                    0 => String::new(),
+                    n => {
+                        format!(" ({n} more listed by Curio are instances we stopped: not counted)")
+                    }
+                };
+                parts.push(format!("Demand: active={active}, {who}{ghosts}."));
                 let mut q = format!("Queue: {task} {}p/{}r", d.pending, d.running);
                 if d.running_stale > 0 {
                     q.push_str(&format!(", {} held by dead owners", d.running_stale));
@@ -1174,6 +1214,13 @@ mod tests {
             prefix: "fleetagent",
             now: NOW,
         }
+    }
+
+    #[test]
+    fn nothing_spent_is_zero_not_minus_zero() {
+        let spent = spend_since(&[], 0, NOW);
+        assert!(spent == 0.0 && spent.is_sign_positive(), "{spent}");
+        assert_eq!(format!("${spent:.2}"), "$0.00");
     }
 
     #[test]

@@ -288,7 +288,15 @@ pub fn build(
                 adopted: i.adopted,
             })
             .collect(),
-        fleet_dph: ((fleet.iter().filter_map(|i| i.dph).sum::<f64>() + 0.0) * 1000.0).round()
+        // As the guardrails count it: stopped instances do not bill by the hour.
+        fleet_dph: ((fleet
+            .iter()
+            .filter(|i| crate::fleet::is_billing_state(&i.state))
+            .filter_map(|i| i.dph)
+            .sum::<f64>()
+            + 0.0)
+            * 1000.0)
+            .round()
             / 1000.0
             + 0.0,
         recent_actions: crate::store::actions::recent(&store.conn, 20)?

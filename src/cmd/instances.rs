@@ -188,6 +188,11 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
             .unwrap_or("");
         bail!("refused ({code}): {msg}");
     }
+    if let Some(already) = result.content["already"].as_str() {
+        // Nothing changed: nothing for the agent to hear of.
+        crate::outln!("instance {id} already {already}");
+        return Ok(());
+    }
     let done = result.content["done"].as_str().unwrap_or("stopped");
     let reason = format!(
         "operator {done} instance {id}{}",

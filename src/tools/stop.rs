@@ -92,6 +92,18 @@ pub fn stop(
 
     let row = ctx.snapshot.find(instance_id).cloned();
     let foreign = ctx.snapshot.foreign.contains(&instance_id);
+    // Ours, and already gone on vast.ai (destroyed earlier, by us or by hand): stopped.
+    if row.is_none() && !foreign {
+        if let Some(gone) = crate::store::instances::by_vast_id(&ctx.store.conn, instance_id)?
+            .filter(|r| r.gone_at.is_some())
+        {
+            return Ok(ToolResult::ok(
+                json!({"ok": true, "instance_id": instance_id, "label": gone.label, "already": "gone"}),
+                false,
+                format!("{instance_id} already gone"),
+            ));
+        }
+    }
     // An id neither in our table nor on the account's listing is refused even when forced:
     // a typo must not destroy an instance nobody can see.
     if row.is_none() && !foreign {

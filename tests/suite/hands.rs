@@ -1215,3 +1215,41 @@ fn instances_commands_with_the_real_binary() {
         2
     );
 }
+
+#[test]
+fn a_destroyed_worker_that_curio_still_lists_does_not_unlock_the_last_live_one() {
+    let fake = FakeVast::start_real_time();
+    let a = fake.add_instance("fleetagent-w1");
+    let b = fake.add_instance("fleetagent-w2");
+    let f = Fleet::new().env("VAST_API_KEY", FAKE_API_KEY);
+    // Curio keeps both machines live for worker_alive_secs after a destroy: the demand
+    // document below does not change when one goes.
+    let demand = serde_json::json!({"pending": 5, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "workers": [
+            {"machine_name": "fleetagent-w1", "host_and_port": "10.0.0.1:12300", "running": 0, "cordoned": false},
+            {"machine_name": "fleetagent-w2", "host_and_port": "10.0.0.2:12300", "running": 0, "cordoned": false}]});
+    std::fs::write(f.path().join("demand.json"), demand.to_string()).unwrap();
+    f.write_config(&format!(
+        "{}\n[vast]\nbase_url = \"{}\"\n[demand]\nsource = \"command\"\ncommand = \"cat {}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        fake.url(),
+        f.path().join("demand.json").display()
+    ));
+    f.cmd(&["run"]).ok();
+    f.cmd(&["instances", "stop", &a.to_string()]).ok();
+    // w1's worker is a ghost now: w2 is the last live worker while 5 proofs wait.
+    let r = f.cmd(&["instances", "stop", &b.to_string()]).code(1);
+    assert!(r.stderr.contains("last live worker"), "{}", r.stderr);
+    assert_eq!(fake.instance_ids(), vec![b]);
+    // Stopping the destroyed one again: already gone, not "not one of ours".
+    let r = f.cmd(&["instances", "stop", &a.to_string()]).ok();
+    assert!(r.stdout.contains("already gone"), "{}", r.stdout);
+    // The observation says so, and does not count the ghost.
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    f.cmd(&["run"]).ok();
+    let history = f.cmd(&["history"]).ok().stdout;
+    assert!(
+        history.contains("1 live workers (1 idle) (1 more listed by Curio are instances we stopped: not counted)"),
+        "{history}"
+    );
+}
