@@ -84,6 +84,8 @@ impl Method {
 /// One HTTP answer, whatever its status.
 #[derive(Debug)]
 struct Answer {
+    /// `METHOD /path/` it answered (set by `send`), for error messages.
+    route: String,
     status: u16,
     retry_after: Option<String>,
     text: String,
@@ -232,6 +234,7 @@ impl HttpVastClient {
         let text = self.scrub(&String::from_utf8_lossy(&bytes));
         let json = serde_json::from_str::<Value>(&text).ok();
         Ok(Answer {
+            route: String::new(),
             status,
             retry_after,
             text,
@@ -294,7 +297,7 @@ impl HttpVastClient {
                 *last = Some(self.clock.now_ms());
             }
             let last_attempt = attempt >= MAX_ATTEMPTS;
-            let answer = match self.exchange(method, &url, payload.as_deref(), Some(key)) {
+            let mut answer = match self.exchange(method, &url, payload.as_deref(), Some(key)) {
                 Ok(a) => a,
                 Err(f) => {
                     let retry = !is_create || f.never_sent;
@@ -362,6 +365,7 @@ impl HttpVastClient {
                     continue;
                 }
             }
+            answer.route.clone_from(&route);
             return Ok(answer);
         }
     }
@@ -375,7 +379,7 @@ impl HttpVastClient {
         VastError::Api {
             status: answer.status,
             code: self.scrub(&cut(&code, 64)),
-            msg: self.scrub(&answer.msg()),
+            msg: self.scrub(&format!("{}: {}", answer.route, answer.msg())),
         }
     }
 
@@ -386,7 +390,8 @@ impl HttpVastClient {
         }
         let Some(obj) = answer.json.as_ref().and_then(Value::as_object) else {
             return Err(VastError::Decode(self.scrub(&format!(
-                "HTTP {} without a JSON object: {}",
+                "{}: HTTP {} without a JSON object: {}",
+                answer.route,
                 answer.status,
                 excerpt(&answer.text)
             ))));

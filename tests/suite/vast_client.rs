@@ -691,7 +691,11 @@ fn success_false_on_http_200_is_a_failure_with_its_message() {
     match s.client.stop_instance(id) {
         Err(VastError::Api { status, code, msg }) => {
             assert_eq!((status, code.as_str()), (200, "missing_billing"));
-            assert_eq!(msg, "add a card before stopping");
+            // The message names the route it came from.
+            assert_eq!(
+                msg,
+                format!("PUT /api/v0/instances/{id}/: add a card before stopping")
+            );
         }
         other => panic!("expected Api, got {other:?}"),
     }
@@ -708,7 +712,10 @@ fn success_false_on_http_200_is_a_failure_with_its_message() {
             code,
             msg,
         }) => {
-            assert_eq!((code.as_str(), msg.as_str()), ("success_false", "no"))
+            assert_eq!(
+                (code.as_str(), msg.as_str()),
+                ("success_false", "POST /api/v0/bundles/: no")
+            )
         }
         other => panic!("expected Api, got {other:?}"),
     }
