@@ -377,6 +377,31 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
                 ),
             ))
         }
+        Err(VastError::CreateFailed { new_contract, msg })
+            if matches!(
+                vast.destroy_instance(new_contract),
+                Ok(()) | Err(VastError::NoSuchInstance(_))
+            ) =>
+        {
+            // vast.ai reported a failure and made an instance anyway (a stopped one, for a
+            // bid too low): it would bill its disk and never prove, so it is destroyed at
+            // once and the launch counts as failed. (Were the destroy to fail, the arm below
+            // keeps the intent open and the next pass adopts the instance.)
+            let msg = clip(
+                &format!(
+                    "create failed ({msg}); vast.ai made instance {new_contract} anyway, destroyed"
+                ),
+                300,
+            );
+            let tx = ctx.store.immediate()?;
+            actions::settle(&tx, intent_id, "failed", None, Some(&msg), after)?;
+            instances::delete(&tx, &label)?;
+            tx.commit()?;
+            Ok(ToolResult::error(
+                "vast_error",
+                json!({ "message": msg, "offer_id": offer.id, "destroyed": new_contract }),
+            ))
+        }
         Err(e) if e.may_have_created() => {
             // Left open: the next pass looks for this label in the listing (adopts it if it
             // is there, settles it failed if it never shows up). It counts meanwhile.

@@ -765,6 +765,33 @@ fn a_lost_create_answer_stays_an_open_intent_until_the_listing_answers() {
     );
 }
 
+#[test]
+fn a_failed_create_that_made_an_instance_anyway_is_destroyed_at_once() {
+    let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(10)));
+    rig.fake.add_offers(3, "RTX 4090", 0.40, 0.99);
+    // vast.ai's trap: success false, and the (stopped) instance it made anyway.
+    let made = rig.fake.add_instance("made-by-a-failed-create");
+    rig.fake.fail_next(
+        Route::Create,
+        1,
+        FakeReply::json(
+            200,
+            json!({"success": false, "error": "insufficient_bid",
+                   "msg": "bid is below the current minimum", "new_contract": made}),
+        ),
+    );
+    let mut snap = rig.pass();
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+    assert_eq!(code(&r), Some("vast_error"), "{}", r.content);
+    assert_eq!(r.content["destroyed"], made);
+    assert!(!rig.fake.instance_ids().contains(&made), "destroyed");
+    // Settled failed: nothing open, nothing in the table, the window not spent by it.
+    assert!(actions::open_intents(&rig.store.conn).unwrap().is_empty());
+    let snap = rig.pass();
+    assert!(snap.instances.is_empty(), "{:?}", snap.instances);
+    assert!(snap.window_launches.is_empty());
+}
+
 // ---- reconciliation against Curio's tables ----
 
 #[test]
