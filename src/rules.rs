@@ -11,8 +11,9 @@
 //!   in Full mode. A failed probe usually means HarmonyDB is unreachable, and a worker could
 //!   not reach it either; launching blind would pay for instances that cannot work. WORKERS
 //!   DEAD cannot be known then, so it does not trigger an emergency.
-//! - WORKERS DEAD: always asks for launches, enough to reach max(target, the queued proofs as
-//!   one hour of work) counting the instances already coming, at least one.
+//! - WORKERS DEAD: asks for launches, enough to reach max(target, the queued proofs as one
+//!   hour of work) counting the instances already coming (not those booting longer than a
+//!   normal boot), at least one; none while what is coming covers that.
 //! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
 //!   throughput under target and nothing of ours still booting (loading, or running with its
 //!   worker not registered yet; an instance loading past half of `stuck_loading_mins` no
@@ -201,9 +202,21 @@ pub fn decide(
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
 
-    let (wanted, why) = if d.workers_dead() {
+    // In an emergency, an instance that has been booting longer than a normal boot does not
+    // count as coming: it may never come, and every minute without a worker costs.
+    let slow_pph: f64 = snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING | BOOTED))
+        .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
+        .filter(|r| snapshot.now - r.state_since >= slow_boot_ms)
+        .map(|r| rate_of(r, config))
+        .sum();
+    let (wanted, why) = if d.workers_dead() && target.max(queued as f64) > projected - slow_pph {
+        // Enough to reach the need counting what is coming; nothing when that covers it (a
+        // booting fleet already sized to the target is not doubled while it boots).
         let need = target.max(queued as f64);
-        let n = ((need - projected) / rate).ceil().max(1.0) as u32;
+        let n = ((need - (projected - slow_pph)) / rate).ceil().max(1.0) as u32;
         (
             n.min(config.policy.emergency_launch_max.max(1)),
             format!(
@@ -409,6 +422,32 @@ mod tests {
             .filter(|c| c.tool == "stop_instance")
             .map(|c| c.arguments["instance_id"].as_i64().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn workers_dead_does_not_double_a_fleet_that_is_booting_to_the_target() {
+        // Target 100 p/h, 10 queued, no live worker, two of ours booting for a minute
+        // (100 p/h coming): nothing more, pass after pass.
+        let mut c = config();
+        c.policy.target_proofs_per_hour = 100.0;
+        let d = Demand {
+            pending: 10,
+            ..Default::default()
+        };
+        let mut s = snap(
+            Some(d),
+            (1..=2).map(|i| row(i, LOADING, None, 0.44)).collect(),
+        );
+        assert_eq!(
+            launches(&decide_with(&s, &c, Streaks::default(), Mode::Full)),
+            0
+        );
+        // One of them has been loading longer than a normal boot (half of
+        // stuck_loading_mins): it no longer counts as coming, so one replaces it.
+        s.instances[0].state_since = NOW - 16 * 60_000;
+        let calls = decide_with(&s, &c, Streaks::default(), Mode::LaunchOnly);
+        assert_eq!(launches(&calls), 1);
+        assert!(calls[0].why.contains("WORKERS DEAD"), "{}", calls[0].why);
     }
 
     #[test]
