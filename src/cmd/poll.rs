@@ -67,6 +67,24 @@ pub fn instance_states(
         .collect()
 }
 
+/// States read from the listing alone: an instance that vast.ai shows running reads "up"
+/// without Curio, so one that was "live" stays "live" (unknown is not a change).
+pub fn without_curio(
+    mut states: BTreeMap<u64, (String, String)>,
+    before: Option<&BTreeMap<u64, (String, String)>>,
+) -> BTreeMap<u64, (String, String)> {
+    for (id, (state, _)) in states.iter_mut() {
+        if state == "up"
+            && before
+                .and_then(|b| b.get(id))
+                .is_some_and(|(old, _)| old == "live")
+        {
+            *state = "live".to_string();
+        }
+    }
+    states
+}
+
 /// The change lines between two polls, and the state to store (unknown parts carried over).
 pub fn compare(prev: &PollState, cur: &PollState) -> (Vec<String>, PollState) {
     let mut lines = Vec::new();
@@ -119,11 +137,22 @@ pub fn run(app: &App) -> Result<()> {
         .as_ref()
         .map(|d| d.workers.clone())
         .unwrap_or_default();
+    let stored = session::state(&store.conn)?.poll_snapshot;
+    let prev: PollState = stored
+        .as_deref()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
     let cur = PollState {
-        // A failed probe leaves Curio's side unknown: classify only with a reading, or
-        // when no demand source is configured at all (then nothing is ever "live").
+        // A failed probe leaves Curio's side unknown, not vast.ai's: what the listing alone
+        // tells (appeared, gone, loading, stopped, exited) is still a change; only "live"
+        // needs Curio and keeps its last value. With no demand source at all, nothing is
+        // ever "live".
         instances: match (&listing, demand.is_some() || services.demand.is_none()) {
             (Some(l), true) => Some(instance_states(l, &workers, &config.vast.label_prefix)),
+            (Some(l), false) => Some(without_curio(
+                instance_states(l, &[], &config.vast.label_prefix),
+                prev.instances.as_ref(),
+            )),
             _ => None,
         },
         workers_dead: demand.as_ref().map(|d| d.workers_dead()),
@@ -131,11 +160,6 @@ pub fn run(app: &App) -> Result<()> {
             .as_ref()
             .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0)),
     };
-    let stored = session::state(&store.conn)?.poll_snapshot;
-    let prev: PollState = stored
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
     let (lines, merged) = compare(&prev, &cur);
     if lines.is_empty() && merged == prev && stored.is_some() {
         crate::outln!("poll: no change");
@@ -176,6 +200,35 @@ mod tests {
             workers_dead: dead,
             queued: dead.map(|_| 3),
         }
+    }
+
+    #[test]
+    fn a_failed_probe_still_sees_what_the_listing_tells() {
+        let prev = state(&[(1, "live"), (2, "live"), (3, "loading")], Some(false));
+        // The listing alone: 1 runs (reads "up" without Curio), 2 exited, 3 is gone, 4 new.
+        let listing_only = state(&[(1, "up"), (2, "dead"), (4, "loading")], None);
+        let cur = PollState {
+            instances: Some(without_curio(
+                listing_only.instances.unwrap(),
+                prev.instances.as_ref(),
+            )),
+            workers_dead: None,
+            queued: None,
+        };
+        let (lines, merged) = compare(&prev, &cur);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("instance 2") && l.contains("live -> dead")));
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("instance 3") && l.contains("gone")));
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("instance 4") && l.contains("appeared")));
+        // 1 is still "live" (unknown is not a change), and WORKERS DEAD keeps its last value.
+        assert_eq!(merged.instances.as_ref().unwrap()[&1].0, "live");
+        assert_eq!(merged.workers_dead, Some(false));
     }
 
     #[test]
