@@ -14,6 +14,7 @@ const STALE_PERIODS: i64 = 3;
 
 pub fn problems(
     config: &Config,
+    env: &crate::app::Env,
     state_dir: &Path,
     now: Millis,
     units: Option<&Value>,
@@ -54,7 +55,66 @@ pub fn problems(
             missing.join(", ")
         ));
     }
+    config_problems(config, env, &mut out);
     out
+}
+
+/// What the config and the secrets make impossible although both parse: each is a pass that
+/// will hold the fleet, fall back or refuse every launch, pass after pass.
+fn config_problems(config: &Config, env: &crate::app::Env, out: &mut Vec<String>) {
+    use crate::config::{DemandSource, EnvValue, Provider};
+    use crate::secrets::{lookup, Kind};
+    let p = &config.policy;
+    let mut zero = Vec::new();
+    if p.max_instances == Some(0) {
+        zero.push("policy.max_instances = 0");
+    }
+    if p.max_dph_total.is_some_and(|v| v <= 0.0) {
+        zero.push("policy.max_dph_total = 0");
+    }
+    if p.launch_window_max == 0 && p.emergency_launch_max == 0 {
+        zero.push("policy.launch_window_max = 0 and policy.emergency_launch_max = 0");
+    }
+    if !zero.is_empty() {
+        out.push(format!("launches are impossible: {}", zero.join(", ")));
+    }
+    let mut secret = |kind: Kind, what: &str| match lookup(env, kind) {
+        Ok(Some(_)) => {}
+        Ok(None) => out.push(format!("no {what}: {}", kind.hint())),
+        Err(e) => out.push(format!("{what}: {}", crate::error::report(&e))),
+    };
+    secret(
+        Kind::VastApiKey,
+        "vast.ai API key (nothing can be listed, launched or stopped)",
+    );
+    if config.llm.provider == Provider::Openai {
+        secret(
+            Kind::LlmApiKey,
+            "LLM API key (every pass that needs the model falls back or fails)",
+        );
+    }
+    if config.demand.source == DemandSource::Harmonydb && config.demand.harmonydb_url.is_none() {
+        secret(
+            Kind::HarmonyDbUrl,
+            "HarmonyDB URL (demand is unknown and the fleet is held)",
+        );
+    }
+    for (name, value) in &config.vast.env {
+        if let EnvValue::Credential(c) = value {
+            match crate::secrets::credential(env, &c.credential) {
+                Ok(Some(_)) => {}
+                Ok(None) => out.push(format!(
+                    "worker credential {:?} (vast.env.{name}) not found: every launch is refused; load it with LoadCredential={}:<path>",
+                    c.credential, c.credential
+                )),
+                Err(e) => out.push(format!(
+                    "worker credential {:?} (vast.env.{name}): {}",
+                    c.credential,
+                    crate::error::report(&e)
+                )),
+            }
+        }
+    }
 }
 
 fn store_problems(
@@ -97,6 +157,20 @@ fn store_problems(
                     human_duration(now - at)
                 ));
             }
+        }
+    }
+    // The latest pass failed (an LLM with fallback "none", a database error, or a process
+    // killed at its deadline, which the next run marks failed "interrupted"): say so until a
+    // pass succeeds, so one bad run is seen before the staleness check above fires.
+    if let Ok(Some(last)) = crate::store::runs::recent(&store.conn, 1).map(|r| r.into_iter().next())
+    {
+        if last.status == "failed" {
+            out.push(format!(
+                "the last run ({}) failed {} ago: {}",
+                last.id,
+                human_duration(now - last.finished_at.unwrap_or(last.started_at)),
+                crate::observation::clip(last.error.as_deref().unwrap_or("no error recorded"), 300)
+            ));
         }
     }
     if let Ok(c) = events::counts(&store.conn, now) {

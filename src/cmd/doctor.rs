@@ -9,7 +9,8 @@ pub fn run(app: &App) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();
-    let problems = crate::doctor::problems(&loaded.config, &dir, app.now(), units.as_ref());
+    let problems =
+        crate::doctor::problems(&loaded.config, &app.env, &dir, app.now(), units.as_ref());
     if problems.is_empty() {
         crate::outln!("ok");
         return Ok(());

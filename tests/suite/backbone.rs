@@ -791,3 +791,41 @@ fn a_closed_pipe_ends_the_output_not_the_command() {
         "the trigger's work is done whatever happens to its output"
     );
 }
+
+#[test]
+fn doctor_names_what_makes_every_pass_futile() {
+    let f = Fleet::new();
+    f.write_config(&format!(
+        "{FAST_CONFIG}\n[vast]\nimage = \"img\"\n[vast.env]\nCURIO_DB_PASSWORD = {{ credential = \"curio_db_password\" }}\n\
+         [demand]\nsource = \"http\"\nhttp_url = \"http://127.0.0.1:9/demand\"\n\
+         [policy]\nmax_dph_total = 5.0\nmax_instances = 0\n"
+    ));
+    f.cmd(&["init"]).ok();
+    let out = f.cmd(&["doctor"]).code(1);
+    for needle in [
+        "launches are impossible: policy.max_instances = 0",
+        "no vast.ai API key",
+        "worker credential \"curio_db_password\" (vast.env.CURIO_DB_PASSWORD) not found",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle}: {}", out.stdout);
+    }
+    // The provider is the rules: no LLM key is needed, and none is asked for.
+    assert!(!out.stdout.contains("LLM API key"), "{}", out.stdout);
+
+    // A failed run is named until one succeeds.
+    let g = Fleet::new();
+    g.cmd(&["init"]).ok();
+    g.db()
+        .execute(
+            "INSERT INTO runs (session_id, pid, pass, started_by, status, started_at, finished_at, error)
+             VALUES (1, 1, 1, 'tick', 'failed', 1000, 2000, 'interrupted (the process died)')",
+            [],
+        )
+        .unwrap();
+    let out = g.cmd(&["doctor"]).code(1);
+    assert!(
+        out.stdout.contains("failed") && out.stdout.contains("interrupted (the process died)"),
+        "{}",
+        out.stdout
+    );
+}
