@@ -355,7 +355,10 @@ pub fn llm_loop(
         let started = Instant::now();
         let answer = llm.chat(&request);
         let latency = started.elapsed().as_millis() as i64;
-        out.calls += 1;
+        // Without a key nothing was sent: not a call.
+        if !matches!(answer, Err(crate::llm::LlmError::NoKey)) {
+            out.calls += 1;
+        }
         out.max_prompt_est = out.max_prompt_est.max(estimate as i64);
         let at = le.clock.now_ms();
         let response = match answer {

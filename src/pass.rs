@@ -159,12 +159,18 @@ pub fn execute(
             outcome.llm_calls = failure.outcome.calls;
             outcome.prompt_tokens_est =
                 (failure.outcome.max_prompt_est > 0).then_some(failure.outcome.max_prompt_est);
+            outcome.prompt_tokens_reported = failure.outcome.max_prompt_reported;
+            outcome.completion_tokens =
+                (failure.outcome.calls > 0).then_some(failure.outcome.completion_tokens);
             outcome.llm_error = Some(failure.message.clone());
             match config.llm.fallback {
-                Fallback::None => anyhow::bail!(
-                    "the LLM is unusable and llm.fallback = \"none\": {}",
-                    failure.message
-                ),
+                Fallback::None => {
+                    runs::record_llm(&store.conn, claim.run_id, &outcome)?;
+                    anyhow::bail!(
+                        "the LLM is unusable and llm.fallback = \"none\": {}",
+                        failure.message
+                    )
+                }
                 Fallback::Rules => {
                     crate::faults::point("fallback-before-rules")?;
                     log::info!(

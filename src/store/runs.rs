@@ -116,6 +116,25 @@ pub fn finish_ok(conn: &Connection, run_id: i64, o: &Outcome, now: Millis) -> Re
     Ok(())
 }
 
+/// The model's share of a pass that is about to fail (`llm.fallback = "none"`): what was
+/// asked and why it was unusable stay on the run row beside the failure.
+pub fn record_llm(conn: &Connection, run_id: i64, o: &Outcome) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET llm_calls = ?2, prompt_tokens_est = ?3, prompt_tokens_reported = ?4,
+                completion_tokens = ?5, llm_error = ?6
+         WHERE id = ?1",
+        params![
+            run_id,
+            o.llm_calls,
+            o.prompt_tokens_est,
+            o.prompt_tokens_reported,
+            o.completion_tokens,
+            o.llm_error
+        ],
+    )?;
+    Ok(())
+}
+
 pub fn finish_failed(conn: &Connection, run_id: i64, error: &str, now: Millis) -> Result<()> {
     conn.execute(
         "UPDATE runs SET status = 'failed', verdict = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",

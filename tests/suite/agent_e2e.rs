@@ -302,6 +302,19 @@ fn llm_down_without_fallback_fails_and_keeps_the_events() {
     let v = f.inspect();
     assert_eq!(v["unconsumed_events"], 1);
     assert_eq!(v["runs"][0]["status"], "failed");
+    // What was asked, and why the model was unusable, stay on the failed run.
+    assert!(
+        v["runs"][0]["llm_calls"].as_i64().unwrap() >= 1,
+        "{}",
+        v["runs"][0]
+    );
+    assert!(
+        v["runs"][0]["llm_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503")),
+        "{}",
+        v["runs"][0]
+    );
 }
 
 /// 300 consecutive runs. Every third asks for offers (20 of them), lists the fleet and
