@@ -404,7 +404,7 @@ pub fn llm_loop(
             response.attempts,
             None,
         )?;
-        let content = response.content.clone().unwrap_or_default();
+        let content = cap_answer(response.content.as_deref().unwrap_or_default());
         let mut calls: Vec<ToolCall> = response.tool_calls.clone();
         // Calls past the cap never happened: neither run nor stored (the last result says so).
         let dropped = calls.len().saturating_sub(MAX_CALLS_PER_ANSWER);
@@ -526,6 +526,23 @@ fn unique_call_ids(calls: &mut [ToolCall], prompt: &[ChatMessage], round: u32) {
         }
         used.insert(call.id.clone());
     }
+}
+
+/// The model's text is stored, and so replayed, up to this many characters: a runaway
+/// answer must not make every later prompt of the pass too big to send.
+pub const MAX_ANSWER_CHARS: usize = 4_000;
+
+fn cap_answer(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= MAX_ANSWER_CHARS {
+        return text.to_string();
+    }
+    let mut kept: String = text.chars().take(MAX_ANSWER_CHARS).collect();
+    kept.push_str(&format!(
+        "\n[answer cut: {} more characters not stored]",
+        n - MAX_ANSWER_CHARS
+    ));
+    kept
 }
 
 /// Tool calls run from one answer; more are ignored (no real decision needs them, and a flood
@@ -664,6 +681,20 @@ mod tests {
             name: name.into(),
             arguments,
         }
+    }
+
+    #[test]
+    fn a_runaway_answer_is_cut_when_stored() {
+        let short = "launched one";
+        assert_eq!(cap_answer(short), short);
+        let long = "word ".repeat(10_000);
+        let capped = cap_answer(&long);
+        assert!(capped.chars().count() < MAX_ANSWER_CHARS + 80);
+        assert!(
+            capped.ends_with("[answer cut: 46000 more characters not stored]"),
+            "{}",
+            &capped[capped.len() - 60..]
+        );
     }
 
     #[test]

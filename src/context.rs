@@ -84,7 +84,7 @@ pub struct Assembled {
 pub enum ContextError {
     #[error(
         "the minimal prompt needs {needed} tokens but llm.context_budget_tokens leaves {budget} \
-         (system+pinned {system}, tools {tools}, this run {current}); raise the budget or shorten the system prompt"
+         (system+pinned {system}, tools {tools}, this run {current}); raise the budget, or shorten the largest part"
     )]
     TooSmall {
         needed: u64,
@@ -143,17 +143,31 @@ pub fn assemble(
         .unanswered_operator(MAX_UNANSWERED)
         .map_err(|e| ContextError::Source(format!("{e:#}")))?;
     for m in unanswered {
-        if kept_ids.contains(&m.id) || m.tokens > left {
+        if kept_ids.contains(&m.id) {
             continue;
         }
+        // One too long for what is left is cut to fit rather than left out: left out, the
+        // model would never see it, and its next answer would count as answering it.
+        let m = if m.tokens > left {
+            match cut_to_fit(&m, left) {
+                Some(cut) => cut,
+                None => continue,
+            }
+        } else {
+            m
+        };
         left -= m.tokens;
         kept_ids.insert(m.id);
         stats.operator_kept += 1;
         kept.push(m);
     }
 
-    // Then whole runs, newest first: in full while they fit, then with tool outputs
-    // compacted, and the first run that fits neither way ends the history.
+    // Then whole runs, the ladder from the oldest end: first every run that fits with its
+    // tool outputs compacted, newest first (the first that does not fit even so ends the
+    // history: older runs are dropped whole); then, with what is left, runs get their full
+    // outputs back, newest first. So a newer run's large output is compacted before an
+    // older run is dropped.
+    let mut runs: Vec<(Vec<Stored>, Vec<Stored>)> = Vec::new(); // (full, compacted)
     while let Some(run) = source
         .next_older()
         .map_err(|e| ContextError::Source(format!("{e:#}")))?
@@ -168,20 +182,25 @@ pub fn assemble(
         if msgs.is_empty() {
             continue;
         }
-        let full: u64 = msgs.iter().map(|m| m.tokens).sum();
-        if full <= left {
-            left -= full;
-            stats.runs_full += 1;
-        } else {
-            let compacted: Vec<Stored> = msgs.iter().map(compact).collect();
-            let cost: u64 = compacted.iter().map(|m| m.tokens).sum();
-            if cost > left {
-                break;
-            }
-            left -= cost;
-            stats.runs_compacted += 1;
-            msgs = compacted;
+        let compacted: Vec<Stored> = msgs.iter().map(compact).collect();
+        let cost: u64 = compacted.iter().map(|m| m.tokens).sum();
+        if cost > left {
+            break;
         }
+        left -= cost;
+        runs.push((msgs, compacted));
+    }
+    for (full, compacted) in runs {
+        let full_cost: u64 = full.iter().map(|m| m.tokens).sum();
+        let cost: u64 = compacted.iter().map(|m| m.tokens).sum();
+        let msgs = if full_cost - cost <= left {
+            left -= full_cost - cost;
+            stats.runs_full += 1;
+            full
+        } else {
+            stats.runs_compacted += 1;
+            compacted
+        };
         for m in &msgs {
             kept_ids.insert(m.id);
         }
@@ -207,6 +226,33 @@ pub fn assemble(
         messages,
         tokens,
         stats,
+    })
+}
+
+/// The note that ends an operator message cut by [`cut_to_fit`], and a bound on its tokens.
+const CUT_NOTE: &str =
+    "\n[operator message cut to fit the context budget; the whole text is in `fleetagent history`]";
+const CUT_NOTE_TOKENS: u64 = 40;
+
+/// `m` cut to fit `room` tokens, by its own characters-per-token ratio with a fifth to spare
+/// (no tokenizer here; the validator recounts the request before it is sent). None when
+/// there is no useful room.
+fn cut_to_fit(m: &Stored, room: u64) -> Option<Stored> {
+    let chars = m.content.chars().count() as u64;
+    if room < CUT_NOTE_TOKENS + 20 || m.tokens == 0 || chars == 0 {
+        return None;
+    }
+    let text_room = (room - CUT_NOTE_TOKENS) * 4 / 5;
+    let keep = (chars * text_room / m.tokens) as usize;
+    if keep == 0 {
+        return None;
+    }
+    let mut content: String = m.content.chars().take(keep).collect();
+    content.push_str(CUT_NOTE);
+    Some(Stored {
+        content,
+        tokens: text_room + CUT_NOTE_TOKENS,
+        ..m.clone()
     })
 }
 
@@ -596,6 +642,50 @@ mod tests {
     }
 
     #[test]
+    fn a_newer_runs_large_output_is_compacted_before_an_older_run_is_dropped() {
+        // An older run with an operator exchange (no large output), then a newer action run
+        // with a 1000-token tool output. The room left after this run: 1100 tokens.
+        let mut next = 0;
+        let older = RunShape {
+            obs_tokens: 100,
+            operator: Some(150),
+            rounds: vec![],
+            answer: Some(50),
+            action: true,
+        };
+        let newer = RunShape {
+            obs_tokens: 50,
+            operator: None,
+            rounds: vec![(vec![1_000], 1)],
+            answer: Some(20),
+            action: true,
+        };
+        let runs = build(&[older, newer], &mut next);
+        let current = vec![msg(1000, Role::User, 100)];
+        let fixed = Fixed {
+            system: "s",
+            system_tokens: 100,
+            tools_tokens: 100,
+            current: &current,
+            interrupted_tokens: 12,
+        };
+        let budget = REPLY_PRIMER_TOKENS + 300 + 1_100;
+        let out = assemble(&fixed, &mut source_of(&runs), budget).unwrap();
+        // Both runs are there: the newer one's output as its placeholder, not the older run
+        // dropped to keep that output whole.
+        assert_eq!((out.stats.runs_full, out.stats.runs_compacted), (1, 1));
+        assert!(out
+            .messages
+            .iter()
+            .any(|m| m.content.starts_with("[compacted]")));
+        assert!(out.tokens <= budget);
+        validate(&out.messages, out.tokens, budget).unwrap();
+        // With room for everything, everything is whole.
+        let out = assemble(&fixed, &mut source_of(&runs), budget + 2_000).unwrap();
+        assert_eq!((out.stats.runs_full, out.stats.runs_compacted), (2, 0));
+    }
+
+    #[test]
     fn this_runs_own_large_tool_outputs_compact_before_failing() {
         let mut a = msg(2, Role::Assistant, 30);
         a.content.clear();
@@ -651,6 +741,37 @@ mod tests {
         assert_eq!(out.stats.operator_kept, 1);
         assert!(out.messages.iter().any(|m| m.content == "m1"));
         assert!(!out.messages.iter().any(|m| m.content == "m2"));
+    }
+
+    #[test]
+    fn an_operator_message_too_long_for_the_room_left_is_cut_not_dropped() {
+        let mut big = msg(1, Role::User, 2_000);
+        big.operator = true;
+        big.content = "word ".repeat(1_600);
+        let mut src = VecSource {
+            runs: vec![],
+            next: 0,
+            unanswered: vec![big],
+        };
+        let current = vec![msg(10, Role::User, 100)];
+        let fixed = Fixed {
+            system: "s",
+            system_tokens: 100,
+            tools_tokens: 0,
+            current: &current,
+            interrupted_tokens: 12,
+        };
+        let budget = 1_000;
+        let out = assemble(&fixed, &mut src, budget).unwrap();
+        assert_eq!(out.stats.operator_kept, 1);
+        let shown = out
+            .messages
+            .iter()
+            .find(|m| m.content.starts_with("word"))
+            .unwrap();
+        assert!(shown.content.ends_with(CUT_NOTE), "{}", shown.content);
+        assert!(shown.content.len() < 8_000);
+        assert!(out.tokens <= budget, "{}", out.tokens);
     }
 
     #[test]
