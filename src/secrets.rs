@@ -81,6 +81,58 @@ pub fn lookup(env: &Env, kind: Kind) -> Result<Option<Secret>> {
     credential(env, kind.credential())
 }
 
+/// Pieces of a secret shorter than this are left alone: too short to identify it, and short
+/// enough to occur by chance.
+pub const REDACT_MIN_CHARS: usize = 10;
+
+/// `text` with the secret, and any piece of it at least [`REDACT_MIN_CHARS`] long, replaced
+/// by `[redacted]`: a server that echoes part of a key (an error quoting its first 12
+/// characters) must not put that part into a log, a result or the database. For text that is
+/// shown; parse a body with only the whole secret taken out (a chance match of a piece must
+/// not change a value).
+pub fn redact(text: &str, secret: &str) -> String {
+    if secret.len() < 4 {
+        return text.to_string();
+    }
+    let text = text.replace(secret, "[redacted]");
+    let n = REDACT_MIN_CHARS;
+    if !secret.is_ascii() || secret.len() < n || text.len() < n {
+        return text;
+    }
+    let pieces: std::collections::HashSet<&[u8]> = secret.as_bytes().windows(n).collect();
+    let bytes = text.as_bytes();
+    let mut hit = vec![false; bytes.len()];
+    let mut any = false;
+    for (i, w) in bytes.windows(n).enumerate() {
+        if pieces.contains(w) {
+            hit[i..i + n].iter_mut().for_each(|h| *h = true);
+            any = true;
+        }
+    }
+    if !any {
+        return text;
+    }
+    // Matched bytes are the secret's own ASCII bytes, so every run of them starts and ends
+    // on a character boundary.
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if hit[i] {
+            while i < bytes.len() && hit[i] {
+                i += 1;
+            }
+            out.push_str("[redacted]");
+        } else {
+            let start = i;
+            while i < bytes.len() && !hit[i] {
+                i += 1;
+            }
+            out.push_str(&text[start..i]);
+        }
+    }
+    out
+}
+
 /// A named credential file under `$CREDENTIALS_DIRECTORY` (also used for worker env values).
 pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
     let Some(dir) = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) else {
@@ -143,5 +195,32 @@ mod tests {
         let env = Env::default();
         let err = require_credential(&env, "curio_db_password").unwrap_err();
         assert!(format!("{err}").contains("curio_db_password"));
+    }
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn whole_keys_and_pieces_of_them_are_redacted() {
+        let key = "SECRET-XYZZY-0123456789abcdef";
+        assert_eq!(
+            redact(&format!("bad key {key}!"), key),
+            "bad key [redacted]!"
+        );
+        // A server quoting the first 12 characters, or a piece from the middle.
+        assert_eq!(
+            redact("bad key SECRET-XYZZ...", key),
+            "bad key [redacted]..."
+        );
+        assert_eq!(redact("id 0123456789ab here", key), "id [redacted] here");
+        // Nine characters are not a piece; unrelated text and non-ASCII text are untouched.
+        assert_eq!(redact("SECRET-XY and more", key), "SECRET-XY and more");
+        assert_eq!(
+            redact("héllo wörld, nothing here", key),
+            "héllo wörld, nothing here"
+        );
+        assert_eq!(redact("é0123456789é", key), "é[redacted]é");
     }
 }

@@ -82,8 +82,9 @@ impl std::fmt::Debug for HttpProbe {
 
 impl DemandProbe for HttpProbe {
     fn probe(&self) -> Result<Demand> {
-        let shown = redact_url(&self.url);
-        let secrets = secrets_of(&self.url);
+        let shown = without_query_values(&redact_url(&self.url));
+        let mut secrets = secrets_of(&self.url);
+        secrets.extend(query_values(&self.url).into_iter().filter(|v| v.len() >= 4));
         let clean =
             |msg: String| anyhow!(mask(&one_line(&format!("demand http: {msg}")), &secrets));
         let body = self.fetch(&shown).map_err(clean)?;
@@ -91,9 +92,68 @@ impl DemandProbe for HttpProbe {
     }
 }
 
+/// The values of the URL's query (`?token=abc&x=1` -> `abc`, `1`): a token may travel there,
+/// and the URL comes from the config, so none is ever shown.
+fn query_values(url: &str) -> Vec<String> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Vec::new();
+    };
+    let query = query.split('#').next().unwrap_or(query);
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_string()))
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// `url` with every query value shown as `***` (the names stay, to tell the URL apart).
+fn without_query_values(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let masked: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) => format!("{k}=***"),
+            None => pair.to_string(),
+        })
+        .collect();
+    let mut out = format!("{base}?{}", masked.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
 fn describe(err: &ureq::Error, timeout: Duration) -> String {
     match err {
         ureq::Error::Timeout(_) => format!("no complete answer within {}s", timeout.as_secs_f64()),
         other => error_chain(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_never_shown() {
+        let url = "http://probe@127.0.0.1:1/demand?token=SECRET-TOKEN-XYZZY&cluster=main";
+        assert_eq!(
+            without_query_values(url),
+            "http://probe@127.0.0.1:1/demand?token=***&cluster=***"
+        );
+        assert_eq!(query_values(url), vec!["SECRET-TOKEN-XYZZY", "main"]);
+        let err = HttpProbe::new(url.into(), Duration::from_millis(300))
+            .probe()
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("SECRET-TOKEN"), "{err}");
+        assert!(err.contains("token=***"), "{err}");
     }
 }

@@ -371,10 +371,7 @@ fn snippet(body: &str) -> String {
 /// A server that echoes the key (a misconfigured proxy, a debug endpoint) must not put it
 /// into our errors and logs.
 fn redact(text: &str, key: &str) -> String {
-    if key.len() < 4 || !text.contains(key) {
-        return text.to_string();
-    }
-    text.replace(key, "[redacted]")
+    crate::secrets::redact(text, key)
 }
 
 fn redact_failure(f: AttemptFailure, key: &str) -> AttemptFailure {

@@ -182,7 +182,16 @@ impl HttpVastClient {
     }
 
     /// Text that may have come from the server, with the key cut out wherever it appears.
+    /// For text that is shown (errors, logs): the key and any piece of it.
     fn scrub(&self, text: &str) -> String {
+        match self.api_key.as_deref() {
+            Some(k) => crate::secrets::redact(text, k),
+            None => text.to_string(),
+        }
+    }
+
+    /// For a body about to be parsed: the whole key only (see [`crate::secrets::redact`]).
+    fn scrub_whole(&self, text: &str) -> String {
         match self.api_key.as_deref() {
             Some(k) if k.len() >= 4 => text.replace(k, "[redacted]"),
             _ => text.to_string(),
@@ -231,7 +240,7 @@ impl HttpVastClient {
             .read_to_vec()
             .map_err(|e| self.transport_failure(e))?;
         // Scrubbed before anything quotes or cuts it: a cut could otherwise keep half a key.
-        let text = self.scrub(&String::from_utf8_lossy(&bytes));
+        let text = self.scrub_whole(&String::from_utf8_lossy(&bytes));
         let json = serde_json::from_str::<Value>(&text).ok();
         Ok(Answer {
             route: String::new(),
