@@ -88,11 +88,36 @@ pub fn writable(dir: &Path) -> bool {
     access(dir, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
 }
 
-/// Create the state dir (and parents) when missing; the dir itself gets setgid 2770.
+/// Create `dir` and every missing parent with `mode`, whatever the umask (mkdir's mode goes
+/// through the umask, so each dir created is chmod'ed after). Dirs that exist are left as they
+/// are. Returns the dirs created, outermost first.
+pub fn create_dirs(dir: &Path, mode: u32) -> io::Result<Vec<PathBuf>> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| fs::symlink_metadata(d).is_err())
+        .collect();
+    let mut created = Vec::new();
+    for d in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => {
+                fs::set_permissions(d, fs::Permissions::from_mode(mode))?;
+                created.push(d.to_path_buf());
+            }
+            // Made meanwhile by another process: theirs, left as it is.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(created)
+}
+
+/// Create the state dir when missing: its parents 0755, the dir itself setgid 2770 (both
+/// whatever the umask).
 pub fn ensure_state_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
         if let Some(parent) = dir.parent() {
-            fs::create_dir_all(parent)
+            create_dirs(parent, 0o755)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
         match fs::DirBuilder::new().mode(0o2770).create(dir) {
@@ -195,6 +220,30 @@ mod tests {
             fs::metadata(&f).unwrap().permissions().mode() & 0o777,
             0o660
         );
+    }
+
+    #[test]
+    fn create_dirs_sets_the_mode_of_each_dir_it_creates_and_no_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let leaf = tmp.path().join("a/b/c");
+        let created = create_dirs(&leaf, 0o755).unwrap();
+        assert_eq!(
+            created,
+            vec![tmp.path().join("a"), tmp.path().join("a/b"), leaf.clone()]
+        );
+        for d in &created {
+            assert_eq!(
+                fs::metadata(d).unwrap().permissions().mode() & 0o7777,
+                0o755
+            );
+        }
+        // The existing root is not touched; a second call creates nothing.
+        assert_eq!(
+            fs::metadata(tmp.path()).unwrap().permissions().mode() & 0o7777,
+            0o700
+        );
+        assert!(create_dirs(&leaf, 0o755).unwrap().is_empty());
     }
 
     #[test]
