@@ -54,11 +54,25 @@ impl DocDirs {
     }
 }
 
+/// Write one file 0644 (its missing dirs 0755), whatever the umask: shells source these.
 fn write(path: PathBuf, bytes: &[u8], out: &mut Vec<PathBuf>) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::paths::create_dirs(dir, 0o755)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&path)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.write_all(bytes)
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))?;
     out.push(path);
     Ok(())
 }

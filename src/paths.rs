@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::error::usage;
+
 /// Doorbell file name inside the state dir: exists = work is waiting.
 pub const DOORBELL_FILE: &str = "trigger";
 /// The single-run lock file.
@@ -36,12 +38,41 @@ pub fn resolve_state_dir(
     if is_root {
         return Ok(PathBuf::from("/var/lib/fleetagent"));
     }
-    if let Some(x) = env("XDG_STATE_HOME").filter(|v| v.starts_with('/')) {
-        return Ok(PathBuf::from(x).join("fleetagent"));
+    match base_dir(env, "XDG_STATE_HOME", ".local/state")? {
+        Some(dir) => Ok(dir.join("fleetagent")),
+        None => Err(usage(
+            "cannot choose a state dir: neither XDG_STATE_HOME nor HOME is set; pass --state-dir",
+        )),
+    }
+}
+
+/// An XDG base dir: `$var`, else `$HOME/<under_home>` (an empty value counts as unset); None
+/// when neither is set. A relative value is a usage error naming the variable. The XDG spec
+/// says to ignore one, but not every program does (systemd, the shells and man each read
+/// these variables their own way), so a fallback could put files where the program meant to
+/// read them does not look; an error names what to fix instead.
+pub fn base_dir(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &str,
+    under_home: &str,
+) -> Result<Option<PathBuf>> {
+    if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+        return absolute_var(var, &v).map(Some);
     }
     match env("HOME").filter(|v| !v.is_empty()) {
-        Some(home) => Ok(PathBuf::from(home).join(".local/state/fleetagent")),
-        None => bail!("cannot choose a state dir: HOME is unset; pass --state-dir"),
+        Some(home) => Ok(Some(absolute_var("HOME", &home)?.join(under_home))),
+        None => Ok(None),
+    }
+}
+
+fn absolute_var(var: &str, value: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(value);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(usage(format!(
+            "{var}={value:?} is not an absolute path: set it to one (or unset it)"
+        )))
     }
 }
 
@@ -205,6 +236,36 @@ mod tests {
             resolve_state_dir(None, None, &env, false).unwrap(),
             PathBuf::from("/xdg/fleetagent")
         );
+        let env = env_of(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "")]);
+        assert_eq!(
+            resolve_state_dir(None, None, &env, false).unwrap(),
+            PathBuf::from("/home/u/.local/state/fleetagent")
+        );
+    }
+
+    #[test]
+    fn relative_or_missing_home_is_a_usage_error_naming_the_variable() {
+        let usage_of = |env: &dyn Fn(&str) -> Option<String>| {
+            let err = resolve_state_dir(None, None, env, false).unwrap_err();
+            assert_eq!(crate::error::exit_code(&err), crate::error::EXIT_USAGE);
+            err.to_string()
+        };
+        let msg = usage_of(&env_of(&[("HOME", "relhome")]));
+        assert!(
+            msg.starts_with("HOME=\"relhome\" is not an absolute path"),
+            "{msg}"
+        );
+        let msg = usage_of(&env_of(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "st")]));
+        assert!(msg.starts_with("XDG_STATE_HOME=\"st\""), "{msg}");
+        let msg = usage_of(&env_of(&[]));
+        assert!(msg.contains("--state-dir"), "{msg}");
+        // An absolute XDG dir needs no HOME at all.
+        let env = env_of(&[("XDG_DATA_HOME", "/d")]);
+        assert_eq!(
+            base_dir(&env, "XDG_DATA_HOME", ".local/share").unwrap(),
+            Some(PathBuf::from("/d"))
+        );
+        assert_eq!(base_dir(&env, "XDG_CONFIG_HOME", ".config").unwrap(), None);
     }
 
     #[test]

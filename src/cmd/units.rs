@@ -37,12 +37,21 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         Scope::System
     };
     let loaded = app.load_config()?;
+    // Every destination is resolved and checked before anything is written: an install that
+    // cannot finish does not start.
     let config_path = absolute(&loaded.path)?;
     let state_dir = absolute(&app.state_dir(Some(&loaded.config))?)?;
     let bin = std::env::current_exe().context("cannot find the path of this binary")?;
     let unit_dir = match &args.unit_dir {
         Some(d) => absolute(d)?,
         None => default_unit_dir(scope, app)?,
+    };
+    // Shell completions and the man pages: beside the units with --unit-dir (packaging),
+    // else where the shells and man(1) look for the scope.
+    let doc_dirs = match (&args.unit_dir, scope) {
+        (Some(_), _) => crate::docs_gen::DocDirs::under(&unit_dir),
+        (None, Scope::System) => crate::docs_gen::DocDirs::system(),
+        (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
     };
     let params = UnitParams {
         scope,
@@ -54,6 +63,7 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         extra_credentials: extra_credentials(&loaded.config)?,
     };
     check_paths(&params)?;
+    check_destinations(&params.state_dir, &unit_dir, &doc_dirs)?;
 
     crate::paths::ensure_state_dir(&params.state_dir)?;
     let mut notes = Vec::new();
@@ -82,13 +92,6 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         write_atomically(a)?;
         crate::outln!("wrote {}", a.path.display());
     }
-    // Shell completions and the man pages: beside the units with --unit-dir (packaging),
-    // else where the shells and man(1) look for the scope.
-    let doc_dirs = match (&args.unit_dir, scope) {
-        (Some(_), _) => crate::docs_gen::DocDirs::under(&unit_dir),
-        (None, Scope::System) => crate::docs_gen::DocDirs::system(),
-        (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
-    };
     let docs = crate::docs_gen::write_completions_and_man(&doc_dirs)?;
     crate::outln!(
         "wrote {} completion and man page files (bash, zsh, fish; {})",
@@ -114,15 +117,13 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
     Ok(())
 }
 
-/// `$XDG_DATA_HOME`, else `~/.local/share`.
+/// `$XDG_DATA_HOME`, else `~/.local/share` (a relative value is an error naming it).
 fn data_home(app: &App) -> Result<PathBuf> {
-    if let Some(x) = app.env.get("XDG_DATA_HOME").filter(|v| v.starts_with('/')) {
-        return Ok(PathBuf::from(x));
-    }
-    match app.env.get("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".local/share")),
-        None => Err(usage("HOME is unset: pass --unit-dir")),
-    }
+    crate::paths::base_dir(&|k| app.env.get(k), "XDG_DATA_HOME", ".local/share")?.ok_or_else(|| {
+        usage(
+            "cannot choose where completions and man pages go: neither XDG_DATA_HOME nor HOME is set; pass --unit-dir",
+        )
+    })
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -133,24 +134,52 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     Ok(cwd.join(p))
 }
 
-/// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`) or /etc/systemd/system.
+/// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`; a relative value is an
+/// error naming it) or /etc/systemd/system.
 fn default_unit_dir(scope: Scope, app: &App) -> Result<PathBuf> {
     if scope == Scope::System {
         return Ok(PathBuf::from(units::SYSTEM_UNIT_DIR));
     }
-    if let Some(x) = app
-        .env
-        .get("XDG_CONFIG_HOME")
-        .filter(|v| v.starts_with('/'))
-    {
-        return Ok(PathBuf::from(x).join("systemd/user"));
-    }
-    match app.env.get("HOME").filter(|v| v.starts_with('/')) {
-        Some(home) => Ok(PathBuf::from(home).join(".config/systemd/user")),
+    match crate::paths::base_dir(&|k| app.env.get(k), "XDG_CONFIG_HOME", ".config")? {
+        Some(dir) => Ok(dir.join("systemd/user")),
         None => Err(usage(
             "cannot choose the user unit dir: neither XDG_CONFIG_HOME nor HOME is set; pass --unit-dir",
         )),
     }
+}
+
+/// Every dir `install` writes into must be absolute, and a directory where it exists.
+fn check_destinations(
+    state_dir: &Path,
+    unit_dir: &Path,
+    docs: &crate::docs_gen::DocDirs,
+) -> Result<()> {
+    let all = [
+        ("state dir", state_dir),
+        ("unit dir", unit_dir),
+        ("bash completion dir", &docs.bash),
+        ("zsh completion dir", &docs.zsh),
+        ("fish completion dir", &docs.fish),
+        ("man page dir", &docs.man1),
+    ];
+    for (what, dir) in all {
+        if !dir.is_absolute() {
+            return Err(usage(format!(
+                "{what} {} is not an absolute path",
+                dir.display()
+            )));
+        }
+        // The first part of it that exists must be a directory.
+        if let Some(meta) = dir.ancestors().find_map(|d| fs::metadata(d).ok()) {
+            if !meta.is_dir() {
+                return Err(usage(format!(
+                    "cannot install into {what} {}: a file is in the way",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The metrics textfile is written next to itself (atomic rename): its dir must be writable.
@@ -274,7 +303,8 @@ fn secrets_hint(p: &UnitParams) -> String {
 /// Write next to the target and rename over it, so systemd never reads half a unit.
 fn write_atomically(a: &Artifact) -> Result<()> {
     let dir = a.path.parent().unwrap_or(Path::new("/"));
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::paths::create_dirs(dir, 0o755)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     let tmp = a.path.with_extension(format!(
         "{}.tmp",
         a.path.extension().and_then(|e| e.to_str()).unwrap_or("")

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::common::fleet::{Fleet, Run, FAST_CONFIG};
 use crate::common::systemd::{pause, wait_for, UserManager};
 use fleetagent::units::{self, Scope};
 
@@ -649,7 +650,7 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
 
 #[test]
 fn units_install_writes_completions_and_man_pages() {
-    let f = crate::common::fleet::Fleet::new();
+    let f = Fleet::new();
     let dir = f.path().join("pkg");
     let out = f
         .cmd(&["units", "install", "--unit-dir", dir.to_str().unwrap()])
@@ -669,4 +670,87 @@ fn units_install_writes_completions_and_man_pages() {
     let man = std::fs::read_to_string(dir.join("man/man1/fleetagent.1")).unwrap();
     assert!(man.contains(".TH fleetagent"), "{man}");
     assert!(dir.join("man/man1/fleetagent-trigger.1").is_file());
+}
+
+// --- units install: where it writes ------------------------------------------------------------
+
+/// `units install --user` in `f`'s temp dir as working directory, with exactly these of HOME,
+/// XDG_CONFIG_HOME, XDG_DATA_HOME and XDG_STATE_HOME set (the others removed).
+fn install_user(f: &Fleet, vars: &[(&str, &str)]) -> Run {
+    let mut c = f.command(&["units", "install", "--user"]);
+    for k in ["HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"] {
+        c.env_remove(k);
+    }
+    c.envs(vars.iter().copied()).current_dir(f.path());
+    Run::from(c.output().expect("fleetagent runs"))
+}
+
+/// Every file and dir under `dir`, relative to it, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Every destination is resolved before anything is written: a HOME that is unset (with
+/// XDG_CONFIG_HOME set, so the unit dir is known but the man page dir is not) or relative,
+/// or a relative XDG_* value, is an error (exit 2) naming the variable, and nothing is
+/// written: no unit, no state dir, no completion under `./relhome`. (The same for the state
+/// dir of a non-root user: `paths::tests::relative_or_missing_home_is_a_usage_error_...`.)
+#[test]
+fn units_install_user_writes_nothing_when_a_destination_is_unknown() {
+    let f = Fleet::with_config(FAST_CONFIG);
+    let cfg = f.path().join("xdg-config");
+    let data = f.path().join("xdg-data");
+    let (cfg, data) = (cfg.to_str().unwrap(), data.to_str().unwrap());
+    let before = tree(f.path());
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("XDG_CONFIG_HOME", cfg)],
+            "neither XDG_DATA_HOME nor HOME is set",
+        ),
+        (
+            &[("XDG_DATA_HOME", data)],
+            "neither XDG_CONFIG_HOME nor HOME is set",
+        ),
+        (
+            &[("HOME", "relhome")],
+            "HOME=\"relhome\" is not an absolute path",
+        ),
+        (
+            &[("HOME", "/nonexistent"), ("XDG_DATA_HOME", "rel-data")],
+            "XDG_DATA_HOME=\"rel-data\" is not an absolute path",
+        ),
+        (
+            &[("XDG_DATA_HOME", data), ("XDG_CONFIG_HOME", "rel-cfg")],
+            "XDG_CONFIG_HOME=\"rel-cfg\" is not an absolute path",
+        ),
+    ];
+    for (vars, said) in cases {
+        let out = install_user(&f, vars).code(2);
+        assert!(out.stderr.contains(said), "{vars:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{vars:?} wrote: {}", out.stdout);
+        assert_eq!(tree(f.path()), before, "{vars:?} wrote files");
+    }
+    // Both XDG dirs absolute and no HOME at all: everything lands under them.
+    install_user(&f, &[("XDG_CONFIG_HOME", cfg), ("XDG_DATA_HOME", data)]).ok();
+    let data = Path::new(data);
+    assert!(Path::new(cfg)
+        .join("systemd/user/fleetagent.service")
+        .is_file());
+    assert!(data.join("man/man1/fleetagent.1").is_file());
+    assert!(data
+        .join("bash-completion/completions/fleetagent")
+        .is_file());
+    assert!(f.state.is_dir());
 }
