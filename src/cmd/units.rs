@@ -70,6 +70,7 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
     if scope == Scope::System {
         notes.extend(prepare_system_account(&params)?);
     }
+    let metrics_dirs = prepare_metrics_dirs(&params, &mut notes)?;
     if !params.config.exists() {
         notes.push(format!(
             "no config at {} yet: every run fails until it exists; create it with `{} --config {} init`",
@@ -103,6 +104,9 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
         params.state_dir.display()
     );
+    for line in &metrics_dirs {
+        crate::outln!("{line}");
+    }
     crate::outln!("{}", secrets_hint(&params));
     for n in &notes {
         crate::outln!("note: {n}");
@@ -275,6 +279,102 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
     Ok(notes)
 }
 
+/// The metrics textfile's dir (a `ReadWritePaths=` of the services) must exist, or systemd
+/// would fail every start with 226/NAMESPACE without the "-" prefix, and with it the textfile
+/// would never be written. Create it when missing: 0755 whatever the umask, not the state
+/// dir's 2770, because node_exporter (another user) reads it; for the system units, owned
+/// by the service user when that account exists. Dirs that exist are left as they are, with
+/// a note when the service user cannot write them. Returns one line per dir to print.
+fn prepare_metrics_dirs(p: &UnitParams, notes: &mut Vec<String>) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    for dir in &p.extra_write_paths {
+        let created = crate::paths::create_dirs(dir, 0o755)
+            .with_context(|| format!("cannot create metrics dir {}", dir.display()))?;
+        let account = match p.scope {
+            Scope::System => nix::unistd::User::from_name(SERVICE_USER)
+                .with_context(|| format!("cannot look up user {SERVICE_USER}"))?,
+            Scope::User => None,
+        };
+        if !created.is_empty() {
+            if let Some(u) = &account {
+                nix::unistd::chown(dir, Some(u.uid), Some(u.gid)).with_context(|| {
+                    format!(
+                        "cannot chown metrics dir {} to {SERVICE_USER}",
+                        dir.display()
+                    )
+                })?;
+            }
+        }
+        let meta = fs::metadata(dir).with_context(|| format!("metrics dir {}", dir.display()))?;
+        if !meta.is_dir() {
+            return Err(usage(format!(
+                "metrics.textfile: {} is not a directory",
+                dir.display()
+            )));
+        }
+        let chown_hint = format!("chown {SERVICE_USER}:{SERVICE_USER} {}", dir.display());
+        let writable = match (p.scope, &account) {
+            (Scope::User, _) => crate::paths::writable(dir),
+            (Scope::System, Some(u)) => user_may_write(&meta, u),
+            (Scope::System, None) => {
+                notes.push(format!(
+                    "the metrics dir {} must be writable by user {SERVICE_USER}: once the account exists, run `{chown_hint}`",
+                    dir.display()
+                ));
+                true
+            }
+        };
+        if !writable {
+            notes.push(format!(
+                "the service cannot write the metrics dir {} (owner {}:{}, mode {:04o}), so the textfile will not be written: run `{}`",
+                dir.display(),
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777,
+                match p.scope {
+                    Scope::System => chown_hint.clone(),
+                    Scope::User => format!("chmod u+w {}", dir.display()),
+                }
+            ));
+        }
+        said.push(format!(
+            "metrics dir {} ({}mode {:04o}, owner {}:{})",
+            dir.display(),
+            if created.is_empty() { "" } else { "created, " },
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        ));
+    }
+    Ok(said)
+}
+
+/// May this account create files in a dir with this owner and mode (mode bits only; an ACL
+/// is not read)? Its groups are those initgroups(3) gives it, as systemd does for `User=`.
+fn user_may_write(meta: &fs::Metadata, u: &nix::unistd::User) -> bool {
+    let groups: Vec<u32> = std::ffi::CString::new(u.name.as_str())
+        .ok()
+        .and_then(|name| nix::unistd::getgrouplist(&name, u.gid).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.as_raw())
+        .chain([u.gid.as_raw()])
+        .collect();
+    may_write(meta.uid(), meta.gid(), meta.mode(), u.uid.as_raw(), &groups)
+}
+
+/// The permission check of a dir's mode bits for a process with this uid and these groups
+/// (not root): write and search in the owner, group or other class that applies.
+fn may_write(owner: u32, group: u32, mode: u32, uid: u32, groups: &[u32]) -> bool {
+    if owner == uid {
+        mode & 0o300 == 0o300
+    } else if groups.contains(&group) {
+        mode & 0o030 == 0o030
+    } else {
+        mode & 0o003 == 0o003
+    }
+}
+
 fn others_may_enter(dir: &Path) -> bool {
     fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
 }
@@ -322,4 +422,22 @@ fn write_atomically(a: &Artifact) -> Result<()> {
         fs::rename(&tmp, &a.path)
     };
     write().with_context(|| format!("cannot write {}", a.path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn may_write_uses_the_class_that_applies() {
+        // Owner 0755: the owner writes, its group and others do not.
+        assert!(may_write(900, 900, 0o40755, 900, &[900]));
+        assert!(!may_write(0, 900, 0o755, 900, &[900]));
+        // Group-writable, setgid: a member writes, others do not.
+        assert!(may_write(0, 900, 0o2775, 901, &[5, 900]));
+        assert!(!may_write(0, 900, 0o2775, 901, &[5]));
+        // The owner class applies even when the group class would allow more.
+        assert!(!may_write(901, 900, 0o575, 901, &[900]));
+        assert!(may_write(0, 0, 0o1777, 901, &[901]));
+    }
 }

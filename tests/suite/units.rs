@@ -754,3 +754,102 @@ fn units_install_user_writes_nothing_when_a_destination_is_unknown() {
         .is_file());
     assert!(f.state.is_dir());
 }
+
+/// `[metrics] textfile` in a dir that does not exist yet: `units install` (under umask 000)
+/// creates it 0755 and says so, the services get `ReadWritePaths=-<dir>`, and the installed
+/// service starts and writes the textfile. Before, the dir was only named in the unit, and
+/// systemd failed every start with 226/NAMESPACE. Should the dir go later, the "-" keeps
+/// the service running without it.
+#[test]
+fn units_install_creates_the_metrics_dir_and_the_service_writes_the_textfile() {
+    let tmp = scratch();
+    let prom_dir = tmp.path().join("prometheus/node-exporter");
+    let prom = prom_dir.join("fleetagent.prom");
+    let config = tmp.path().join("config.toml");
+    let state = tmp.path().join("state");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[metrics]\ntextfile = \"{}\"\n",
+            config_text(1),
+            prom.display()
+        ),
+    )
+    .unwrap();
+    let sd = UserManager::start(tmp.path());
+    let line = format!(
+        "umask 000; exec {BIN} --config {} --state-dir {} units install --user",
+        config.display(),
+        state.display()
+    );
+    let out = sd
+        .cmd("sh")
+        .args(["-c", &line])
+        .output()
+        .unwrap()
+        .ok_or_panic("units install --user under umask 000");
+    let printed = text(&out.stdout);
+    assert!(
+        printed.contains(&format!(
+            "metrics dir {} (created, mode 0755",
+            prom_dir.display()
+        )),
+        "{printed}"
+    );
+    let mode = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    };
+    assert_eq!(mode(&prom_dir), 0o755);
+    assert_eq!(mode(prom_dir.parent().unwrap()), 0o755);
+    let unit_dir = PathBuf::from(sd.env("XDG_CONFIG_HOME")).join("systemd/user");
+    for name in [units::SERVICE, units::POLL_SERVICE] {
+        let unit = std::fs::read_to_string(unit_dir.join(name)).unwrap();
+        assert!(
+            unit.contains(&format!("\nReadWritePaths=-{}\n", prom_dir.display())),
+            "{name}:\n{unit}"
+        );
+    }
+    let fa = |args: &[&str]| {
+        sd.cmd(BIN)
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    fa(&["init"]).ok_or_panic("init");
+    sd.systemctl_ok(&["daemon-reload"]);
+    let context = || format!("{}\n{}", sd.state(units::SERVICE), sd.journal_tail(40));
+    // A oneshot: `start` returns when the run has ended.
+    sd.systemctl_ok(&["start", units::SERVICE]);
+    assert!(prom.is_file(), "no textfile\n{}", context());
+    let written = std::fs::read_to_string(&prom).unwrap();
+    assert!(
+        written.contains("fleetagent_runs_total"),
+        "{written}\n{}",
+        context()
+    );
+    assert!(
+        !sd.state(units::SERVICE).starts_with("failed"),
+        "{}",
+        context()
+    );
+
+    // The dir removed after install: the run still starts and succeeds (no 226/NAMESPACE).
+    std::fs::remove_dir_all(&prom_dir).unwrap();
+    sd.systemctl_ok(&["start", units::SERVICE]);
+    let service = sd.show(units::SERVICE, &["Result", "ExecMainStatus"]);
+    assert_eq!(
+        (
+            service["Result"].as_str(),
+            service["ExecMainStatus"].as_str()
+        ),
+        ("success", "0"),
+        "{}",
+        context()
+    );
+    assert!(!prom.exists());
+}
