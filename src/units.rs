@@ -121,7 +121,7 @@ pub fn render_with(p: &UnitParams) -> Vec<(String, String)> {
 
 /// `StateDirectory=` takes a name under /var/lib (system manager only): the name when the
 /// state dir is exactly `/var/lib/<name>`, else None (the dir goes to `ReadWritePaths=`).
-fn state_directory_name(p: &UnitParams) -> Option<String> {
+pub fn state_directory_name(p: &UnitParams) -> Option<String> {
     if p.scope != Scope::System {
         return None;
     }

@@ -100,10 +100,16 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         doc_dirs.man1.display()
     );
 
-    crate::outln!(
-        "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
-        params.state_dir.display()
+    let state_mode = fs::metadata(&params.state_dir)
+        .with_context(|| format!("state dir {}", params.state_dir.display()))?
+        .mode();
+    let (line, note) = state_dir_report(
+        &params.state_dir,
+        state_mode,
+        units::state_directory_name(&params).is_some(),
     );
+    crate::outln!("{line}");
+    notes.extend(note);
     for line in &metrics_dirs {
         crate::outln!("{line}");
     }
@@ -279,6 +285,40 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
     Ok(notes)
 }
 
+/// What to say about the state dir, from its real mode: a dir `install` (or `init`) created
+/// is setgid 2770; one that existed keeps its mode (install never changes it: 0700 -> 2770
+/// would give a group access it did not have), and the note says how to fix it, unless
+/// systemd applies `StateDirectoryMode=2770` itself at each start.
+fn state_dir_report(dir: &Path, mode: u32, systemd_sets_mode: bool) -> (String, Option<String>) {
+    let mode = mode & 0o7777;
+    let group = "operators who run `fleetagent trigger` join its group";
+    if mode == 0o2770 {
+        return (
+            format!("state dir {} (setgid 2770; {group})", dir.display()),
+            None,
+        );
+    }
+    if systemd_sets_mode {
+        return (
+            format!(
+                "state dir {} (mode {mode:04o} now; systemd makes it setgid 2770 at each start of the service, StateDirectoryMode=2770; {group})",
+                dir.display()
+            ),
+            None,
+        );
+    }
+    (
+        format!(
+            "state dir {} (mode {mode:04o}, left as is: not the designed setgid 2770)",
+            dir.display()
+        ),
+        Some(format!(
+            "run `chmod 2770 {}` (and chgrp it to the operators' group) so that its files get its group and {group}",
+            dir.display()
+        )),
+    )
+}
+
 /// The metrics textfile's dir (a `ReadWritePaths=` of the services) must exist, or systemd
 /// would fail every start with 226/NAMESPACE without the "-" prefix, and with it the textfile
 /// would never be written. Create it when missing: 0755 whatever the umask, not the state
@@ -427,6 +467,31 @@ fn write_atomically(a: &Artifact) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_state_dir_report_says_the_real_mode() {
+        let dir = Path::new("/srv/fa");
+        let (line, note) = state_dir_report(dir, 0o42770, false);
+        assert!(
+            line.starts_with("state dir /srv/fa (setgid 2770; "),
+            "{line}"
+        );
+        assert_eq!(note, None);
+        let (line, note) = state_dir_report(dir, 0o40755, false);
+        assert!(
+            line.starts_with("state dir /srv/fa (mode 0755, left as is"),
+            "{line}"
+        );
+        assert!(!line.contains("(setgid 2770"), "{line}");
+        assert!(note.unwrap().starts_with("run `chmod 2770 /srv/fa`"));
+        // /var/lib/fleetagent with StateDirectory=: systemd applies the mode at each start.
+        let (line, note) = state_dir_report(Path::new("/var/lib/fleetagent"), 0o40755, true);
+        assert!(
+            line.contains("mode 0755 now; systemd makes it setgid 2770"),
+            "{line}"
+        );
+        assert_eq!(note, None);
+    }
 
     #[test]
     fn may_write_uses_the_class_that_applies() {

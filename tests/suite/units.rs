@@ -853,3 +853,54 @@ fn units_install_creates_the_metrics_dir_and_the_service_writes_the_textfile() {
     );
     assert!(!prom.exists());
 }
+
+/// `units install` says the state dir's real mode: setgid 2770 for one it created, and for
+/// one that existed at 0755 the mode it left (it never changes an existing dir's mode) and
+/// the chmod that fixes it. Before, it printed "setgid 2770" for both.
+#[test]
+fn units_install_reports_the_state_dirs_real_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fleet::with_config(FAST_CONFIG);
+    let install = |f: &Fleet| {
+        let dir = f.path().join("pkg");
+        f.cmd(&[
+            "units",
+            "install",
+            "--user",
+            "--unit-dir",
+            dir.to_str().unwrap(),
+        ])
+        .ok()
+    };
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let state = f.state.display().to_string();
+
+    let out = install(&f);
+    assert_eq!(mode(&f.state), 0o2770);
+    assert!(
+        out.stdout
+            .contains(&format!("state dir {state} (setgid 2770; ")),
+        "{}",
+        out.stdout
+    );
+
+    std::fs::remove_dir(&f.state).unwrap();
+    std::fs::create_dir(&f.state).unwrap();
+    std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = install(&f);
+    assert_eq!(
+        mode(&f.state),
+        0o755,
+        "install changed an existing dir's mode"
+    );
+    assert!(
+        out.stdout.contains(&format!(
+            "state dir {state} (mode 0755, left as is: not the designed setgid 2770)"
+        )) && out
+            .stdout
+            .contains(&format!("note: run `chmod 2770 {state}`")),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("(setgid 2770"), "{}", out.stdout);
+}
