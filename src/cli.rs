@@ -64,7 +64,7 @@ pub enum Command {
     Poll(Deferred<PollArgs>),
     /// Run the whole agent against a simulated fleet and demand (no keys, no network)
     Sim(Deferred<SimArgs>),
-    /// systemd units, shell completions and the man page
+    /// systemd units, shell completions and the man pages
     #[command(subcommand)]
     Units(UnitsCommand),
     /// Create the state dir and database; write a commented config where none exists yet
@@ -222,7 +222,7 @@ pub struct SimArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum UnitsCommand {
-    /// Write the systemd units (and completions, man page) for this binary
+    /// Write the systemd units (and completions, man pages) for this binary
     Install(UnitsInstallArgs),
 }
 

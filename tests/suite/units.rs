@@ -670,6 +670,11 @@ fn units_install_writes_completions_and_man_pages() {
     let man = std::fs::read_to_string(dir.join("man/man1/fleetagent.1")).unwrap();
     assert!(man.contains(".TH fleetagent"), "{man}");
     assert!(dir.join("man/man1/fleetagent-trigger.1").is_file());
+    // Nested subcommands have their own pages (docs_gen's tests check every reference).
+    let install = std::fs::read_to_string(dir.join("man/man1/fleetagent-units-install.1")).unwrap();
+    assert!(install.contains("\\-\\-unit\\-dir"), "{install}");
+    assert!(dir.join("man/man1/fleetagent-wakes-add.1").is_file());
+    assert!(!dir.join("man/man1/fleetagent-help.1").exists());
 }
 
 // --- units install: where it writes ------------------------------------------------------------
