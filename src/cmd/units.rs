@@ -63,7 +63,7 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         extra_credentials: extra_credentials(&loaded.config)?,
     };
     check_paths(&params)?;
-    check_destinations(&params.state_dir, &unit_dir, &doc_dirs)?;
+    check_destinations(&params, &unit_dir, &doc_dirs)?;
 
     crate::paths::ensure_state_dir(&params.state_dir)?;
     let mut notes = Vec::new();
@@ -160,18 +160,23 @@ fn default_unit_dir(scope: Scope, app: &App) -> Result<PathBuf> {
 
 /// Every dir `install` writes into must be absolute, and a directory where it exists.
 fn check_destinations(
-    state_dir: &Path,
+    p: &UnitParams,
     unit_dir: &Path,
     docs: &crate::docs_gen::DocDirs,
 ) -> Result<()> {
-    let all = [
-        ("state dir", state_dir),
+    let mut all = vec![
+        ("state dir", p.state_dir.as_path()),
         ("unit dir", unit_dir),
         ("bash completion dir", &docs.bash),
         ("zsh completion dir", &docs.zsh),
         ("fish completion dir", &docs.fish),
         ("man page dir", &docs.man1),
     ];
+    all.extend(
+        p.extra_write_paths
+            .iter()
+            .map(|d| ("metrics dir", d.as_path())),
+    );
     for (what, dir) in all {
         if !dir.is_absolute() {
             return Err(usage(format!(

@@ -758,6 +758,27 @@ fn units_install_user_writes_nothing_when_a_destination_is_unknown() {
         .join("bash-completion/completions/fleetagent")
         .is_file());
     assert!(f.state.is_dir());
+
+    // A file where the metrics textfile's dir would go: refused before anything is written.
+    let g = Fleet::with_config(FAST_CONFIG);
+    let blocked = g.path().join("afile");
+    std::fs::write(&blocked, "").unwrap();
+    g.write_config(&format!(
+        "{FAST_CONFIG}\n[metrics]\ntextfile = \"{}/prom/fleetagent.prom\"\n",
+        blocked.display()
+    ));
+    let (before, before_xdg) = (tree(g.path()), tree(f.path()));
+    let out = install_user(&g, &[("XDG_CONFIG_HOME", cfg), ("XDG_DATA_HOME", cfg)]).code(2);
+    assert!(
+        out.stderr.contains(&format!(
+            "cannot install into metrics dir {}/prom: a file is in the way",
+            blocked.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(tree(g.path()), before, "wrote files");
+    assert_eq!(tree(f.path()), before_xdg, "wrote files under the XDG dirs");
 }
 
 /// `[metrics] textfile` in a dir that does not exist yet: `units install` (under umask 000)
