@@ -63,8 +63,13 @@ pub enum Command {
     /// Cheap change detection (no LLM): rings the doorbell when the fleet or demand changed
     Poll(Deferred<PollArgs>),
     /// Run the whole agent against a simulated fleet and demand (no keys, no network)
+    #[command(
+        after_help = "sim reads a config only when --config names one: never $FLEETAGENT_CONFIG or \
+/etc/fleetagent/config.toml (the defaults above are the other commands'). Without --state-dir \
+it works in a temp dir, removed at the end."
+    )]
     Sim(Deferred<SimArgs>),
-    /// systemd units, shell completions and the man page
+    /// systemd units, shell completions and the man pages
     #[command(subcommand)]
     Units(UnitsCommand),
     /// Create the state dir and database; write a commented config where none exists yet
@@ -222,7 +227,7 @@ pub struct SimArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum UnitsCommand {
-    /// Write the systemd units (and completions, man page) for this binary
+    /// Write the systemd units (and completions, man pages) for this binary
     Install(UnitsInstallArgs),
 }
 

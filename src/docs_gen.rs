@@ -54,17 +54,32 @@ impl DocDirs {
     }
 }
 
+/// Write one file 0644 (its missing dirs 0755), whatever the umask: shells source these.
 fn write(path: PathBuf, bytes: &[u8], out: &mut Vec<PathBuf>) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::paths::create_dirs(dir, 0o755)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&path)?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.write_all(bytes)
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))?;
     out.push(path);
     Ok(())
 }
 
-/// Write completions for bash, zsh and fish, `fleetagent.1` and one page per subcommand
-/// (`fleetagent-run.1`, ...). Returns the files written.
+/// Write completions for bash, zsh and fish, `fleetagent.1` and one page for every
+/// subcommand at every depth (`fleetagent-run.1`, `fleetagent-wakes-add.1`, ...). Returns the
+/// files written.
 pub fn write_completions_and_man(dirs: &DocDirs) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let name = "fleetagent";
@@ -82,22 +97,75 @@ pub fn write_completions_and_man(dirs: &DocDirs) -> Result<Vec<PathBuf>> {
         };
         write(dir.join(file), &buf, &mut out)?;
     }
-    let cmd = Cli::command();
-    let mut buf = Vec::new();
-    clap_mangen::Man::new(cmd.clone()).render(&mut buf)?;
-    write(dirs.man1.join(format!("{name}.1")), &buf, &mut out)?;
-    for sub in cmd.get_subcommands() {
-        let page = format!("{name}-{}", sub.get_name());
-        let mut buf = Vec::new();
-        clap_mangen::Man::new(sub.clone().name(page.clone())).render(&mut buf)?;
-        write(dirs.man1.join(format!("{page}.1")), &buf, &mut out)?;
+    for (page, text) in man_pages()? {
+        write(dirs.man1.join(format!("{page}.1")), &text, &mut out)?;
     }
+    Ok(out)
+}
+
+/// Every man page: (name, roff). A page's SUBCOMMANDS section names `<page>-<sub>(1)` for
+/// each subcommand, so there is a page for every subcommand at every depth. clap's `help`
+/// subcommands are left out of the tree (and so out of every page): `--help` says the same.
+pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
+    fn without_help(cmd: clap::Command) -> clap::Command {
+        cmd.disable_help_subcommand(true)
+            .mut_subcommands(without_help)
+    }
+    fn walk(cmd: &clap::Command, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
+        let mut buf = Vec::new();
+        // The footer names the program and version on every page, not `add`.
+        clap_mangen::Man::new(cmd.clone())
+            .source(concat!("fleetagent ", env!("CARGO_PKG_VERSION")))
+            .render(&mut buf)?;
+        // After build(), a subcommand's display name is its page's: `fleetagent-wakes-add`.
+        let page = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+        out.push((page, buf));
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, out)?;
+        }
+        Ok(())
+    }
+    let mut cmd = without_help(Cli::command());
+    cmd.build();
+    let mut out = Vec::new();
+    walk(&cmd, &mut out)?;
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every subcommand at every depth, as `fleetagent-wakes-add`, without `help`.
+    fn all_pages() -> Vec<String> {
+        fn walk(prefix: &str, cmd: &clap::Command, out: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                let page = format!("{prefix}-{}", sub.get_name());
+                walk(&page, sub, out);
+                out.push(page);
+            }
+        }
+        let mut out = vec!["fleetagent".to_string()];
+        walk("fleetagent", &Cli::command(), &mut out);
+        out.sort();
+        out
+    }
+
+    /// The `fleetagent-...(1)` names a page refers to (roff writes `-` as `\-`).
+    fn references(roff: &str) -> Vec<String> {
+        let text = roff.replace("\\-", "-");
+        let mut out = Vec::new();
+        for (at, _) in text.match_indices("fleetagent-") {
+            let rest = &text[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(rest.len());
+            if rest[end..].starts_with('(') {
+                out.push(rest[..end].to_string());
+            }
+        }
+        out
+    }
 
     #[test]
     fn completions_and_pages_name_every_subcommand() {
@@ -119,13 +187,79 @@ mod tests {
                 man.contains(&n.replace('-', "\\-")),
                 "{n} missing from the man page"
             );
-            assert!(dir
-                .path()
-                .join(format!("man/man1/fleetagent-{n}.1"))
-                .exists());
         }
         assert!(man.starts_with(".ie") || man.contains(".TH"), "{man}");
         assert!(read("man/man1/fleetagent-sim.1").contains("scenario"));
-        assert_eq!(files.len(), 4 + Cli::command().get_subcommands().count());
+        let pages = all_pages();
+        for page in &pages {
+            assert!(
+                dir.path().join(format!("man/man1/{page}.1")).is_file(),
+                "no page {page}"
+            );
+        }
+        assert_eq!(files.len(), 3 + pages.len());
+    }
+
+    /// Every `fleetagent-*(1)` a page refers to is a page that is installed, and no page is
+    /// for `help` (the pages refer to none).
+    #[test]
+    fn every_page_a_page_refers_to_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        write_completions_and_man(&DocDirs::under(dir.path())).unwrap();
+        let man1 = dir.path().join("man/man1");
+        let mut installed: Vec<String> = std::fs::read_dir(&man1)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        installed.sort();
+        let mut seen = 0;
+        for file in &installed {
+            assert!(!file.contains("help"), "a page for help: {file}");
+            let text = std::fs::read_to_string(man1.join(file)).unwrap();
+            for r in references(&text) {
+                seen += 1;
+                assert!(
+                    installed.contains(&format!("{r}.1")),
+                    "{file} refers to {r}(1), which is not installed"
+                );
+            }
+        }
+        assert!(seen >= 15, "only {seen} references: the parser is broken");
+        let mut expected: Vec<String> = all_pages().iter().map(|p| format!("{p}.1")).collect();
+        expected.sort();
+        assert_eq!(installed, expected);
+    }
+
+    /// The flags of nested subcommands, and the global ones, are in their pages.
+    #[test]
+    fn nested_flags_are_in_their_pages() {
+        let pages: std::collections::BTreeMap<String, String> = man_pages()
+            .unwrap()
+            .into_iter()
+            .map(|(n, t)| (n, String::from_utf8(t).unwrap().replace("\\-", "-")))
+            .collect();
+        for (page, flags) in [
+            (
+                "fleetagent-units-install",
+                &["--user", "--unit-dir", "--config"][..],
+            ),
+            (
+                "fleetagent-wakes-add",
+                &["--in", "--at", "--reason", "--state-dir"],
+            ),
+            ("fleetagent-instances-stop", &["--force", "--reason"]),
+            ("fleetagent-trigger", &["--priority", "--verbose"]),
+        ] {
+            let text = &pages[page];
+            for flag in flags {
+                assert!(text.contains(flag), "{flag} missing from {page}:\n{text}");
+            }
+        }
+        // The synopsis is the command line, not the page name.
+        assert!(
+            pages["fleetagent-wakes-add"].contains("fleetagent wakes add"),
+            "{}",
+            pages["fleetagent-wakes-add"]
+        );
     }
 }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::error::usage;
+
 /// Doorbell file name inside the state dir: exists = work is waiting.
 pub const DOORBELL_FILE: &str = "trigger";
 /// The single-run lock file.
@@ -36,12 +38,41 @@ pub fn resolve_state_dir(
     if is_root {
         return Ok(PathBuf::from("/var/lib/fleetagent"));
     }
-    if let Some(x) = env("XDG_STATE_HOME").filter(|v| v.starts_with('/')) {
-        return Ok(PathBuf::from(x).join("fleetagent"));
+    match base_dir(env, "XDG_STATE_HOME", ".local/state")? {
+        Some(dir) => Ok(dir.join("fleetagent")),
+        None => Err(usage(
+            "cannot choose a state dir: neither XDG_STATE_HOME nor HOME is set; pass --state-dir",
+        )),
+    }
+}
+
+/// An XDG base dir: `$var`, else `$HOME/<under_home>` (an empty value counts as unset); None
+/// when neither is set. A relative value is a usage error naming the variable. The XDG spec
+/// says to ignore one, but not every program does (systemd, the shells and man each read
+/// these variables their own way), so a fallback could put files where the program meant to
+/// read them does not look; an error names what to fix instead.
+pub fn base_dir(
+    env: &dyn Fn(&str) -> Option<String>,
+    var: &str,
+    under_home: &str,
+) -> Result<Option<PathBuf>> {
+    if let Some(v) = env(var).filter(|v| !v.is_empty()) {
+        return absolute_var(var, &v).map(Some);
     }
     match env("HOME").filter(|v| !v.is_empty()) {
-        Some(home) => Ok(PathBuf::from(home).join(".local/state/fleetagent")),
-        None => bail!("cannot choose a state dir: HOME is unset; pass --state-dir"),
+        Some(home) => Ok(Some(absolute_var("HOME", &home)?.join(under_home))),
+        None => Ok(None),
+    }
+}
+
+fn absolute_var(var: &str, value: &str) -> Result<PathBuf> {
+    let p = PathBuf::from(value);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(usage(format!(
+            "{var}={value:?} is not an absolute path: set it to one (or unset it)"
+        )))
     }
 }
 
@@ -88,11 +119,36 @@ pub fn writable(dir: &Path) -> bool {
     access(dir, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
 }
 
-/// Create the state dir (and parents) when missing; the dir itself gets setgid 2770.
+/// Create `dir` and every missing parent with `mode`, whatever the umask (mkdir's mode goes
+/// through the umask, so each dir created is chmod'ed after). Dirs that exist are left as they
+/// are. Returns the dirs created, outermost first.
+pub fn create_dirs(dir: &Path, mode: u32) -> io::Result<Vec<PathBuf>> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| fs::symlink_metadata(d).is_err())
+        .collect();
+    let mut created = Vec::new();
+    for d in missing.into_iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => {
+                fs::set_permissions(d, fs::Permissions::from_mode(mode))?;
+                created.push(d.to_path_buf());
+            }
+            // Made meanwhile by another process: theirs, left as it is.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(created)
+}
+
+/// Create the state dir when missing: its parents 0755, the dir itself setgid 2770 (both
+/// whatever the umask).
 pub fn ensure_state_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
         if let Some(parent) = dir.parent() {
-            fs::create_dir_all(parent)
+            create_dirs(parent, 0o755)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
         match fs::DirBuilder::new().mode(0o2770).create(dir) {
@@ -180,6 +236,36 @@ mod tests {
             resolve_state_dir(None, None, &env, false).unwrap(),
             PathBuf::from("/xdg/fleetagent")
         );
+        let env = env_of(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "")]);
+        assert_eq!(
+            resolve_state_dir(None, None, &env, false).unwrap(),
+            PathBuf::from("/home/u/.local/state/fleetagent")
+        );
+    }
+
+    #[test]
+    fn relative_or_missing_home_is_a_usage_error_naming_the_variable() {
+        let usage_of = |env: &dyn Fn(&str) -> Option<String>| {
+            let err = resolve_state_dir(None, None, env, false).unwrap_err();
+            assert_eq!(crate::error::exit_code(&err), crate::error::EXIT_USAGE);
+            err.to_string()
+        };
+        let msg = usage_of(&env_of(&[("HOME", "relhome")]));
+        assert!(
+            msg.starts_with("HOME=\"relhome\" is not an absolute path"),
+            "{msg}"
+        );
+        let msg = usage_of(&env_of(&[("HOME", "/home/u"), ("XDG_STATE_HOME", "st")]));
+        assert!(msg.starts_with("XDG_STATE_HOME=\"st\""), "{msg}");
+        let msg = usage_of(&env_of(&[]));
+        assert!(msg.contains("--state-dir"), "{msg}");
+        // An absolute XDG dir needs no HOME at all.
+        let env = env_of(&[("XDG_DATA_HOME", "/d")]);
+        assert_eq!(
+            base_dir(&env, "XDG_DATA_HOME", ".local/share").unwrap(),
+            Some(PathBuf::from("/d"))
+        );
+        assert_eq!(base_dir(&env, "XDG_CONFIG_HOME", ".config").unwrap(), None);
     }
 
     #[test]
@@ -195,6 +281,30 @@ mod tests {
             fs::metadata(&f).unwrap().permissions().mode() & 0o777,
             0o660
         );
+    }
+
+    #[test]
+    fn create_dirs_sets_the_mode_of_each_dir_it_creates_and_no_other() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let leaf = tmp.path().join("a/b/c");
+        let created = create_dirs(&leaf, 0o755).unwrap();
+        assert_eq!(
+            created,
+            vec![tmp.path().join("a"), tmp.path().join("a/b"), leaf.clone()]
+        );
+        for d in &created {
+            assert_eq!(
+                fs::metadata(d).unwrap().permissions().mode() & 0o7777,
+                0o755
+            );
+        }
+        // The existing root is not touched; a second call creates nothing.
+        assert_eq!(
+            fs::metadata(tmp.path()).unwrap().permissions().mode() & 0o7777,
+            0o700
+        );
+        assert!(create_dirs(&leaf, 0o755).unwrap().is_empty());
     }
 
     #[test]

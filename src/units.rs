@@ -121,7 +121,7 @@ pub fn render_with(p: &UnitParams) -> Vec<(String, String)> {
 
 /// `StateDirectory=` takes a name under /var/lib (system manager only): the name when the
 /// state dir is exactly `/var/lib/<name>`, else None (the dir goes to `ReadWritePaths=`).
-fn state_directory_name(p: &UnitParams) -> Option<String> {
+pub fn state_directory_name(p: &UnitParams) -> Option<String> {
     if p.scope != Scope::System {
         return None;
     }
@@ -152,11 +152,6 @@ fn render_one(name: &str, template: &str, p: &UnitParams) -> String {
         .iter()
         .copied()
         .find(|x| is_under(x, &["/tmp", "/var/tmp"]));
-    let mut write_paths: Vec<&Path> = Vec::new();
-    if state_directory.is_none() {
-        write_paths.push(&p.state_dir);
-    }
-    write_paths.extend(p.extra_write_paths.iter().map(PathBuf::as_path));
 
     let mut out = String::new();
     out.push_str(&format!(
@@ -217,8 +212,17 @@ fn render_one(name: &str, template: &str, p: &UnitParams) -> String {
         out.push('\n');
         match key {
             Some("UMask") => {
-                for w in &write_paths {
-                    out.push_str(&format!("ReadWritePaths={}\n", escape_path(w)));
+                if state_directory.is_none() {
+                    out.push_str(&format!("ReadWritePaths={}\n", escape_path(&p.state_dir)));
+                }
+                if !p.extra_write_paths.is_empty() {
+                    // systemd fails the start (226/NAMESPACE) when a ReadWritePaths= dir is
+                    // missing, unless it has the "-" prefix: `units install` creates these,
+                    // and should one go later, the run goes on without it (logged).
+                    out.push_str("# \"-\": a missing dir does not fail the run (the metrics write is logged)\n");
+                }
+                for w in &p.extra_write_paths {
+                    out.push_str(&format!("ReadWritePaths=-{}\n", escape_path(w)));
                 }
             }
             Some("LoadCredential") if directive(lines.get(i + 1).unwrap_or(&"")) != key => {
@@ -572,7 +576,7 @@ mod tests {
         assert!(svc.contains("\nUser=fleetagent\n"));
         assert!(svc.contains("--state-dir /srv/fleet%%agent run"));
         assert!(svc.contains(
-            "\nReadWritePaths=/srv/fleet%%agent\nReadWritePaths=/var/lib/prometheus/node-exporter\n"
+            "\nReadWritePaths=/srv/fleet%%agent\n# \"-\": a missing dir does not fail the run (the metrics write is logged)\nReadWritePaths=-/var/lib/prometheus/node-exporter\n"
         ));
         assert!(!svc.contains("PrivateTmp=yes"));
         assert!(svc.contains(

@@ -1,5 +1,5 @@
 //! `init`: create the state dir (setgid 2770) and the database, and write a commented config
-//! where none exists yet.
+//! (0640, its missing parent dirs 0755) where none exists yet.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -14,8 +14,10 @@ pub fn run(app: &App) -> Result<()> {
     let env_value = app.env.get("FLEETAGENT_CONFIG");
     let (path, _origin) = config::resolve_path(app.config_flag.as_deref(), env_value.as_deref());
     if !path.exists() {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
+        // Missing parents 0755 whatever the umask: a world-writable dir above the config
+        // would let anyone replace it.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            crate::paths::create_dirs(parent, 0o755)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
         let mut f = std::fs::OpenOptions::new()

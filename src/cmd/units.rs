@@ -37,12 +37,21 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         Scope::System
     };
     let loaded = app.load_config()?;
+    // Every destination is resolved and checked before anything is written: an install that
+    // cannot finish does not start.
     let config_path = absolute(&loaded.path)?;
     let state_dir = absolute(&app.state_dir(Some(&loaded.config))?)?;
     let bin = std::env::current_exe().context("cannot find the path of this binary")?;
     let unit_dir = match &args.unit_dir {
         Some(d) => absolute(d)?,
         None => default_unit_dir(scope, app)?,
+    };
+    // Shell completions and the man pages: beside the units with --unit-dir (packaging),
+    // else where the shells and man(1) look for the scope.
+    let doc_dirs = match (&args.unit_dir, scope) {
+        (Some(_), _) => crate::docs_gen::DocDirs::under(&unit_dir),
+        (None, Scope::System) => crate::docs_gen::DocDirs::system(),
+        (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
     };
     let params = UnitParams {
         scope,
@@ -54,12 +63,14 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         extra_credentials: extra_credentials(&loaded.config)?,
     };
     check_paths(&params)?;
+    check_destinations(&params, &unit_dir, &doc_dirs)?;
 
     crate::paths::ensure_state_dir(&params.state_dir)?;
     let mut notes = Vec::new();
     if scope == Scope::System {
         notes.extend(prepare_system_account(&params)?);
     }
+    let metrics_dirs = prepare_metrics_dirs(&params, &mut notes)?;
     if !params.config.exists() {
         notes.push(format!(
             "no config at {} yet: every run fails until it exists; create it with `{} --config {} init`",
@@ -82,13 +93,6 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         write_atomically(a)?;
         crate::outln!("wrote {}", a.path.display());
     }
-    // Shell completions and the man pages: beside the units with --unit-dir (packaging),
-    // else where the shells and man(1) look for the scope.
-    let doc_dirs = match (&args.unit_dir, scope) {
-        (Some(_), _) => crate::docs_gen::DocDirs::under(&unit_dir),
-        (None, Scope::System) => crate::docs_gen::DocDirs::system(),
-        (None, Scope::User) => crate::docs_gen::DocDirs::user(&data_home(app)?),
-    };
     let docs = crate::docs_gen::write_completions_and_man(&doc_dirs)?;
     crate::outln!(
         "wrote {} completion and man page files (bash, zsh, fish; {})",
@@ -96,10 +100,19 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         doc_dirs.man1.display()
     );
 
-    crate::outln!(
-        "state dir {} (setgid 2770; operators who run `fleetagent trigger` join its group)",
-        params.state_dir.display()
+    let state_mode = fs::metadata(&params.state_dir)
+        .with_context(|| format!("state dir {}", params.state_dir.display()))?
+        .mode();
+    let (line, note) = state_dir_report(
+        &params.state_dir,
+        state_mode,
+        units::state_directory_name(&params).is_some(),
     );
+    crate::outln!("{line}");
+    notes.extend(note);
+    for line in &metrics_dirs {
+        crate::outln!("{line}");
+    }
     crate::outln!("{}", secrets_hint(&params));
     for n in &notes {
         crate::outln!("note: {n}");
@@ -114,15 +127,13 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
     Ok(())
 }
 
-/// `$XDG_DATA_HOME`, else `~/.local/share`.
+/// `$XDG_DATA_HOME`, else `~/.local/share` (a relative value is an error naming it).
 fn data_home(app: &App) -> Result<PathBuf> {
-    if let Some(x) = app.env.get("XDG_DATA_HOME").filter(|v| v.starts_with('/')) {
-        return Ok(PathBuf::from(x));
-    }
-    match app.env.get("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".local/share")),
-        None => Err(usage("HOME is unset: pass --unit-dir")),
-    }
+    crate::paths::base_dir(&|k| app.env.get(k), "XDG_DATA_HOME", ".local/share")?.ok_or_else(|| {
+        usage(
+            "cannot choose where completions and man pages go: neither XDG_DATA_HOME nor HOME is set; pass --unit-dir",
+        )
+    })
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -133,24 +144,57 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     Ok(cwd.join(p))
 }
 
-/// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`) or /etc/systemd/system.
+/// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`; a relative value is an
+/// error naming it) or /etc/systemd/system.
 fn default_unit_dir(scope: Scope, app: &App) -> Result<PathBuf> {
     if scope == Scope::System {
         return Ok(PathBuf::from(units::SYSTEM_UNIT_DIR));
     }
-    if let Some(x) = app
-        .env
-        .get("XDG_CONFIG_HOME")
-        .filter(|v| v.starts_with('/'))
-    {
-        return Ok(PathBuf::from(x).join("systemd/user"));
-    }
-    match app.env.get("HOME").filter(|v| v.starts_with('/')) {
-        Some(home) => Ok(PathBuf::from(home).join(".config/systemd/user")),
+    match crate::paths::base_dir(&|k| app.env.get(k), "XDG_CONFIG_HOME", ".config")? {
+        Some(dir) => Ok(dir.join("systemd/user")),
         None => Err(usage(
             "cannot choose the user unit dir: neither XDG_CONFIG_HOME nor HOME is set; pass --unit-dir",
         )),
     }
+}
+
+/// Every dir `install` writes into must be absolute, and a directory where it exists.
+fn check_destinations(
+    p: &UnitParams,
+    unit_dir: &Path,
+    docs: &crate::docs_gen::DocDirs,
+) -> Result<()> {
+    let mut all = vec![
+        ("state dir", p.state_dir.as_path()),
+        ("unit dir", unit_dir),
+        ("bash completion dir", &docs.bash),
+        ("zsh completion dir", &docs.zsh),
+        ("fish completion dir", &docs.fish),
+        ("man page dir", &docs.man1),
+    ];
+    all.extend(
+        p.extra_write_paths
+            .iter()
+            .map(|d| ("metrics dir", d.as_path())),
+    );
+    for (what, dir) in all {
+        if !dir.is_absolute() {
+            return Err(usage(format!(
+                "{what} {} is not an absolute path",
+                dir.display()
+            )));
+        }
+        // The first part of it that exists must be a directory.
+        if let Some(meta) = dir.ancestors().find_map(|d| fs::metadata(d).ok()) {
+            if !meta.is_dir() {
+                return Err(usage(format!(
+                    "cannot install into {what} {}: a file is in the way",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The metrics textfile is written next to itself (atomic rename): its dir must be writable.
@@ -246,6 +290,136 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
     Ok(notes)
 }
 
+/// What to say about the state dir, from its real mode: a dir `install` (or `init`) created
+/// is setgid 2770; one that existed keeps its mode (install never changes it: 0700 -> 2770
+/// would give a group access it did not have), and the note says how to fix it, unless
+/// systemd applies `StateDirectoryMode=2770` itself at each start.
+fn state_dir_report(dir: &Path, mode: u32, systemd_sets_mode: bool) -> (String, Option<String>) {
+    let mode = mode & 0o7777;
+    let group = "operators who run `fleetagent trigger` join its group";
+    if mode == 0o2770 {
+        return (
+            format!("state dir {} (setgid 2770; {group})", dir.display()),
+            None,
+        );
+    }
+    if systemd_sets_mode {
+        return (
+            format!(
+                "state dir {} (mode {mode:04o} now; systemd makes it setgid 2770 at each start of the service, StateDirectoryMode=2770; {group})",
+                dir.display()
+            ),
+            None,
+        );
+    }
+    (
+        format!(
+            "state dir {} (mode {mode:04o}, left as is: not the designed setgid 2770)",
+            dir.display()
+        ),
+        Some(format!(
+            "run `chmod 2770 {}` (and chgrp it to the operators' group) so that its files get its group and {group}",
+            dir.display()
+        )),
+    )
+}
+
+/// The metrics textfile's dir (a `ReadWritePaths=` of the services) must exist, or systemd
+/// would fail every start with 226/NAMESPACE without the "-" prefix, and with it the textfile
+/// would never be written. Create it when missing: 0755 whatever the umask, not the state
+/// dir's 2770, because node_exporter (another user) reads it; for the system units, owned
+/// by the service user when that account exists. Dirs that exist are left as they are, with
+/// a note when the service user cannot write them. Returns one line per dir to print.
+fn prepare_metrics_dirs(p: &UnitParams, notes: &mut Vec<String>) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    for dir in &p.extra_write_paths {
+        let created = crate::paths::create_dirs(dir, 0o755)
+            .with_context(|| format!("cannot create metrics dir {}", dir.display()))?;
+        let account = match p.scope {
+            Scope::System => nix::unistd::User::from_name(SERVICE_USER)
+                .with_context(|| format!("cannot look up user {SERVICE_USER}"))?,
+            Scope::User => None,
+        };
+        if !created.is_empty() {
+            if let Some(u) = &account {
+                nix::unistd::chown(dir, Some(u.uid), Some(u.gid)).with_context(|| {
+                    format!(
+                        "cannot chown metrics dir {} to {SERVICE_USER}",
+                        dir.display()
+                    )
+                })?;
+            }
+        }
+        let meta = fs::metadata(dir).with_context(|| format!("metrics dir {}", dir.display()))?;
+        if !meta.is_dir() {
+            return Err(usage(format!(
+                "metrics.textfile: {} is not a directory",
+                dir.display()
+            )));
+        }
+        let chown_hint = format!("chown {SERVICE_USER}:{SERVICE_USER} {}", dir.display());
+        let writable = match (p.scope, &account) {
+            (Scope::User, _) => crate::paths::writable(dir),
+            (Scope::System, Some(u)) => user_may_write(&meta, u),
+            (Scope::System, None) => {
+                notes.push(format!(
+                    "the metrics dir {} must be writable by user {SERVICE_USER}: once the account exists, run `{chown_hint}`",
+                    dir.display()
+                ));
+                true
+            }
+        };
+        if !writable {
+            notes.push(format!(
+                "the service cannot write the metrics dir {} (owner {}:{}, mode {:04o}), so the textfile will not be written: run `{}`",
+                dir.display(),
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777,
+                match p.scope {
+                    Scope::System => chown_hint.clone(),
+                    Scope::User => format!("chmod u+w {}", dir.display()),
+                }
+            ));
+        }
+        said.push(format!(
+            "metrics dir {} ({}mode {:04o}, owner {}:{})",
+            dir.display(),
+            if created.is_empty() { "" } else { "created, " },
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        ));
+    }
+    Ok(said)
+}
+
+/// May this account create files in a dir with this owner and mode (mode bits only; an ACL
+/// is not read)? Its groups are those initgroups(3) gives it, as systemd does for `User=`.
+fn user_may_write(meta: &fs::Metadata, u: &nix::unistd::User) -> bool {
+    let groups: Vec<u32> = std::ffi::CString::new(u.name.as_str())
+        .ok()
+        .and_then(|name| nix::unistd::getgrouplist(&name, u.gid).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(|g| g.as_raw())
+        .chain([u.gid.as_raw()])
+        .collect();
+    may_write(meta.uid(), meta.gid(), meta.mode(), u.uid.as_raw(), &groups)
+}
+
+/// The permission check of a dir's mode bits for a process with this uid and these groups
+/// (not root): write and search in the owner, group or other class that applies.
+fn may_write(owner: u32, group: u32, mode: u32, uid: u32, groups: &[u32]) -> bool {
+    if owner == uid {
+        mode & 0o300 == 0o300
+    } else if groups.contains(&group) {
+        mode & 0o030 == 0o030
+    } else {
+        mode & 0o003 == 0o003
+    }
+}
+
 fn others_may_enter(dir: &Path) -> bool {
     fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
 }
@@ -274,7 +448,8 @@ fn secrets_hint(p: &UnitParams) -> String {
 /// Write next to the target and rename over it, so systemd never reads half a unit.
 fn write_atomically(a: &Artifact) -> Result<()> {
     let dir = a.path.parent().unwrap_or(Path::new("/"));
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::paths::create_dirs(dir, 0o755)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     let tmp = a.path.with_extension(format!(
         "{}.tmp",
         a.path.extension().and_then(|e| e.to_str()).unwrap_or("")
@@ -292,4 +467,47 @@ fn write_atomically(a: &Artifact) -> Result<()> {
         fs::rename(&tmp, &a.path)
     };
     write().with_context(|| format!("cannot write {}", a.path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_dir_report_says_the_real_mode() {
+        let dir = Path::new("/srv/fa");
+        let (line, note) = state_dir_report(dir, 0o42770, false);
+        assert!(
+            line.starts_with("state dir /srv/fa (setgid 2770; "),
+            "{line}"
+        );
+        assert_eq!(note, None);
+        let (line, note) = state_dir_report(dir, 0o40755, false);
+        assert!(
+            line.starts_with("state dir /srv/fa (mode 0755, left as is"),
+            "{line}"
+        );
+        assert!(!line.contains("(setgid 2770"), "{line}");
+        assert!(note.unwrap().starts_with("run `chmod 2770 /srv/fa`"));
+        // /var/lib/fleetagent with StateDirectory=: systemd applies the mode at each start.
+        let (line, note) = state_dir_report(Path::new("/var/lib/fleetagent"), 0o40755, true);
+        assert!(
+            line.contains("mode 0755 now; systemd makes it setgid 2770"),
+            "{line}"
+        );
+        assert_eq!(note, None);
+    }
+
+    #[test]
+    fn may_write_uses_the_class_that_applies() {
+        // Owner 0755: the owner writes, its group and others do not.
+        assert!(may_write(900, 900, 0o40755, 900, &[900]));
+        assert!(!may_write(0, 900, 0o755, 900, &[900]));
+        // Group-writable, setgid: a member writes, others do not.
+        assert!(may_write(0, 900, 0o2775, 901, &[5, 900]));
+        assert!(!may_write(0, 900, 0o2775, 901, &[5]));
+        // The owner class applies even when the group class would allow more.
+        assert!(!may_write(901, 900, 0o575, 901, &[900]));
+        assert!(may_write(0, 0, 0o1777, 901, &[901]));
+    }
 }

@@ -38,7 +38,7 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(o: Output) -> Run {
+    pub fn from(o: Output) -> Run {
         Run {
             code: o.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),

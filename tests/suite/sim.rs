@@ -205,6 +205,21 @@ fn the_binary_lists_plots_and_prints_json() {
     assert!(svg.starts_with("<svg") && svg.contains("PSProve queue") && svg.contains("<polyline"));
 }
 
+/// `sim --help` says what the global --config help (a default from $FLEETAGENT_CONFIG or
+/// /etc) does not hold for sim: only an explicit --config is read.
+#[test]
+fn sim_help_says_only_an_explicit_config_is_read() {
+    let out = sim_cmd(&["--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "sim reads a config only when --config names one: never $FLEETAGENT_CONFIG or /etc/fleetagent/config.toml"
+        ),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_scenario_file_with_an_unknown_key_is_refused_naming_it() {
     let dir = tempfile::tempdir().unwrap();

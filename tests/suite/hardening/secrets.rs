@@ -487,3 +487,31 @@ fn world_writable_state_is_refused_by_every_command() {
     );
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
 }
+
+/// `init` under umask 000 creates the config's missing parent dirs and the state dir's 0755
+/// (not world-writable, as `create_dir_all` made them: anyone could have replaced the config),
+/// the config 0640 and the state dir 2770.
+#[test]
+fn init_creates_missing_parents_0755_under_umask_000() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("etc/fleetagent/config.toml");
+    let state = tmp.path().join("var/lib/fleetagent");
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg(r#"umask 000; exec "$0" --config "$1" --state-dir "$2" init"#)
+        .arg(crate::common::fleet::BIN)
+        .arg(&config)
+        .arg(&state);
+    crate::common::fleet::clean_env(&mut c);
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "init under umask 000: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for dir in ["etc", "etc/fleetagent", "var", "var/lib"] {
+        assert_eq!(mode(&tmp.path().join(dir)), 0o755, "{dir}");
+    }
+    assert_eq!(mode(&config), 0o640, "the config");
+    assert_eq!(mode(&state), 0o2770, "the state dir");
+}
