@@ -46,9 +46,10 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         None
     };
     if let Some(h) = args.hours {
-        if !(h > 0.0 && h <= 24.0 * 366.0) {
-            return Err(usage(format!("--hours must be in (0, 8784], got {h}")));
-        }
+        scenario::check_hours(h).map_err(|m| usage(format!("--hours {m}")))?;
+        scenario
+            .check_work(h)
+            .map_err(|m| usage(format!("--hours {h}: {m}")))?;
     }
     let opts = Options {
         scenario,
