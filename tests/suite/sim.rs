@@ -376,3 +376,45 @@ fn absurd_scenario_values_are_refused_in_one_line_not_simulated() {
         assert!(err.contains(&format!("bad{k}.toml")), "{err}");
     }
 }
+
+#[test]
+fn an_expectation_not_scheduled_within_the_hours_is_not_applicable() {
+    // The incident's reset comes at 45 minutes: in half an hour there is none to answer.
+    let run = sim::run(&options("incident", 0.5, 1)).unwrap();
+    let r = &run.report;
+    let reset = r
+        .checks
+        .iter()
+        .find(|c| c.name == "reset answered by a pass")
+        .unwrap();
+    assert!(reset.not_applicable && !reset.ok, "{reset:?}");
+    assert_eq!(reset.actual, "no reset within 0.5 h");
+    assert!(r.passed, "{}", sim::report::render_text(r));
+    let text = sim::report::render_text(r);
+    assert!(text.contains("  n/a  reset answered by a pass"), "{text}");
+    let applicable = r.checks.len() - 1;
+    assert!(
+        text.contains(&format!(
+            "PASSED: {applicable} of {applicable} checks passed (1 not applicable: not reached within 0.5 h)"
+        )),
+        "{text}"
+    );
+    let json = serde_json::to_value(r).unwrap();
+    let flagged: Vec<_> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("not_applicable").is_some())
+        .collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+
+    // An hour reaches it: the check counts again.
+    let run = sim::run(&options("incident", 1.0, 1)).unwrap();
+    let reset = run
+        .report
+        .checks
+        .iter()
+        .find(|c| c.name == "reset answered by a pass")
+        .unwrap();
+    assert!(!reset.not_applicable && reset.ok, "{reset:?}");
+}
