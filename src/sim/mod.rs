@@ -291,12 +291,14 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     let tmp;
     let state_dir: PathBuf = match &opts.state_dir {
         Some(d) => {
+            // Refused before the dir is touched: a bad flag (exit 2), not a failure.
+            if d.join(crate::store::DB_FILE).exists() {
+                return Err(usage(format!(
+                    "--state-dir {} already holds a database; sim needs a fresh state dir",
+                    d.display()
+                )));
+            }
             crate::paths::ensure_state_dir(d)?;
-            anyhow::ensure!(
-                !d.join(crate::store::DB_FILE).exists(),
-                "{} already holds a database; sim needs a fresh state dir",
-                d.display()
-            );
             d.clone()
         }
         None => {

@@ -418,3 +418,47 @@ fn an_expectation_not_scheduled_within_the_hours_is_not_applicable() {
         .unwrap();
     assert!(!reset.not_applicable && reset.ok, "{reset:?}");
 }
+
+#[test]
+fn bad_flags_are_usage_errors_found_before_the_simulation() {
+    let dir = tempfile::tempdir().unwrap();
+    // Shorter than one timer period (it ran no pass and reported PASSED), or not a number.
+    for hours in ["1e-300", "0.05", "nan", "8785"] {
+        refused_in_one_line(
+            &mut sim_cmd(&["--scenario", "incident", "--hours", hours]),
+            "--hours must be at least 5 minutes",
+        );
+    }
+    // A --hours past the scenario's own is checked for its work too.
+    let file = dir.path().join("busy.toml");
+    std::fs::write(
+        &file,
+        "name = \"busy\"\ndescription = \"d\"\nhours = 1\n[market]\nrate = [[0, 5000]]\n",
+    )
+    .unwrap();
+    refused_in_one_line(
+        sim_cmd(&["--hours", "5000", "--scenario"]).arg(&file),
+        "--hours 5000: market.rate: in 5000 h the market would offer about 25000000 proofs",
+    );
+    // A state dir that already holds a database is a bad flag, and is left alone.
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("fleetagent.db"), "mine").unwrap();
+    let mut c = Command::new(BIN);
+    clean_env(&mut c);
+    c.arg("--state-dir")
+        .arg(&state)
+        .args(["sim", "--scenario", "incident", "--hours", "1"]);
+    refused_in_one_line(&mut c, "already holds a database");
+    assert_eq!(std::fs::read(state.join("fleetagent.db")).unwrap(), b"mine");
+    // An unwritable plot is found before a year of simulation, not after it.
+    for plot in [
+        dir.path().join("no/such/dir/p.svg"),
+        dir.path().to_path_buf(),
+    ] {
+        refused_in_one_line(
+            sim_cmd(&["--scenario", "steady", "--hours", "8784", "--plot"]).arg(&plot),
+            "--plot",
+        );
+    }
+}
