@@ -74,14 +74,13 @@ impl Default for Market {
 }
 
 impl Market {
-    /// Proofs/h offered at `hour`.
+    /// Proofs/h offered at `hour`: the last pair from that hour or before (a binary search:
+    /// the hours are in order, and the oracle asks every simulated minute).
     pub fn rate_at(&self, hour: f64) -> f64 {
-        self.rate
-            .iter()
-            .take_while(|(h, _)| *h <= hour)
-            .last()
-            .map(|(_, r)| *r)
-            .unwrap_or(0.0)
+        match self.rate.partition_point(|(h, _)| *h <= hour) {
+            0 => 0.0,
+            n => self.rate[n - 1].1,
+        }
     }
 
     /// How many times the rate changes within `hours`.
@@ -1293,10 +1292,19 @@ mod tests {
             rate: vec![(0.0, 100.0), (2.0, 300.0), (5.0, 100.0)],
             expire_mins: 30.0,
         };
+        assert_eq!(m.rate_at(-1.0), 0.0);
         assert_eq!(m.rate_at(0.0), 100.0);
+        assert_eq!(m.rate_at(2.0), 300.0);
         assert_eq!(m.rate_at(2.5), 300.0);
         assert_eq!(m.rate_at(9.0), 100.0);
         assert_eq!(m.changes(24.0), 2);
         assert_eq!(m.changes(3.0), 1);
+        // Two pairs at one hour: the later one holds, as a walk from the start gives.
+        let m = Market {
+            rate: vec![(0.0, 100.0), (2.0, 300.0), (2.0, 50.0)],
+            expire_mins: 30.0,
+        };
+        assert_eq!(m.rate_at(1.9), 100.0);
+        assert_eq!(m.rate_at(2.0), 50.0);
     }
 }
