@@ -849,7 +849,7 @@ fn validate(s: &Scenario) -> Result<(), Invalid> {
 /// and the operator actions scheduled (every trigger of a burst, every repetition).
 fn work(s: &Scenario, hours: f64) -> Result<(), Invalid> {
     let arrivals = s.expected_arrivals(hours);
-    if !(arrivals <= MAX_ARRIVALS) {
+    if !arrivals.is_finite() || arrivals > MAX_ARRIVALS {
         return Err(Invalid::key(
             "market.rate",
             format!(
