@@ -302,9 +302,9 @@ pub fn load(name_or_file: &str) -> Result<Scenario, UsageError> {
 
 /// The longest simulation: a (leap) year, in hours.
 pub const MAX_HOURS: f64 = 24.0 * 366.0;
-/// The shortest: one timer period (5 minutes), in hours; a shorter run has no timer tick to
-/// speak of and its report would check nothing.
-pub const MIN_HOURS: f64 = 5.0 / 60.0;
+/// The shortest, in minutes: one timer period; a shorter run has no timer tick to speak of
+/// and its report would check nothing (`--hours 1e-300` ran no pass and PASSED).
+pub const MIN_MINUTES: f64 = 5.0;
 /// Proofs/h the market may offer at most.
 pub const MAX_RATE: f64 = 100_000.0;
 /// Proofs the market may be expected to offer within the simulated hours (the sum of rate x
@@ -398,7 +398,7 @@ impl Scenario {
 /// Simulated hours (the scenario's or `--hours`) within bounds: at least one timer period,
 /// at most a year, a finite number.
 pub fn check_hours(hours: f64) -> Result<(), String> {
-    if !(hours.is_finite() && hours * 60.0 >= 5.0 && hours <= MAX_HOURS) {
+    if !(hours.is_finite() && hours * 60.0 >= MIN_MINUTES && hours <= MAX_HOURS) {
         return Err(format!(
             "must be at least 5 minutes (one timer period, 0.0834 h) and at most {MAX_HOURS} \
              (a year), got {}",
