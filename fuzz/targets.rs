@@ -90,6 +90,14 @@ pub fn scenario(data: &[u8]) {
             let rate = s.market.rate_at(hour);
             assert!(rate.is_finite() && rate >= 0.0, "rate {rate} at {hour}");
         }
+        // What parses is bounded: the work of its hours, and a scenario built from it.
+        let arrivals = s.expected_arrivals(s.hours);
+        assert!(
+            arrivals <= fleetagent::sim::scenario::MAX_ARRIVALS,
+            "{arrivals}"
+        );
+        assert_eq!(s.check_work(s.hours), Ok(()));
+        assert_eq!(s.check(), Ok(()));
     }
 }
 

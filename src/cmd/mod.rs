@@ -5,7 +5,7 @@ mod history;
 mod init;
 mod inspect;
 mod instances;
-mod message;
+pub(crate) mod message;
 pub(crate) mod poll;
 pub(crate) mod reset_session;
 mod run;

@@ -2,6 +2,7 @@
 //! `--config` names one, and calls no paid LLM unless `--llm` asks for it.
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,10 +47,13 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         None
     };
     if let Some(h) = args.hours {
-        if !(h > 0.0 && h <= 24.0 * 366.0) {
-            return Err(usage(format!("--hours must be in (0, 8784], got {h}")));
-        }
+        scenario::check_hours(h).map_err(|m| usage(format!("--hours {m}")))?;
+        scenario
+            .check_work(h)
+            .map_err(|m| usage(format!("--hours {h}: {m}")))?;
     }
+    // The plot's file is opened before the simulation, not found unwritable after it.
+    let plot = args.plot.as_deref().map(PlotFile::open).transpose()?;
     let opts = Options {
         scenario,
         hours: args.hours,
@@ -60,15 +64,22 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         progress: std::io::stderr().is_terminal(),
     };
     let wall = Instant::now();
-    let result = sim::run(&opts)?;
+    let result = match sim::run(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(p) = plot {
+                p.discard();
+            }
+            return Err(e);
+        }
+    };
     let secs = wall.elapsed().as_secs_f64();
-    if let Some(path) = &args.plot {
+    if let Some(p) = plot {
         let title = format!(
             "fleetagent sim: {} ({}h, seed {})",
             result.report.scenario, result.report.hours, result.report.seed
         );
-        std::fs::write(path, sim::plot::svg(&title, &result.samples, result.target))
-            .with_context(|| format!("cannot write the plot {}", path.display()))?;
+        p.write(&sim::plot::svg(&title, &result.samples, result.target))?;
     }
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&result.report)?);
@@ -85,5 +96,50 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         Ok(())
     } else {
         Err(Quiet(1).into())
+    }
+}
+
+/// `--plot FILE`, opened for writing before the simulation (created if missing, its old
+/// content kept until the new plot replaces it).
+struct PlotFile {
+    file: std::fs::File,
+    path: PathBuf,
+    created: bool,
+}
+
+impl PlotFile {
+    fn open(path: &Path) -> Result<PlotFile> {
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| usage(format!("--plot {}: cannot write it: {e}", path.display())))?;
+        Ok(PlotFile {
+            file,
+            path: path.to_path_buf(),
+            created: !existed,
+        })
+    }
+
+    fn write(mut self, svg: &str) -> Result<()> {
+        use std::io::Write;
+        // (Only a regular file is truncated: `--plot /dev/stdout` works too.)
+        let regular = self.file.metadata().is_ok_and(|m| m.is_file());
+        if regular {
+            self.file.set_len(0)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.file.write_all(svg.as_bytes()))
+        .with_context(|| format!("cannot write the plot {}", self.path.display()))
+    }
+
+    /// The simulation failed: remove the file if this run created it.
+    fn discard(self) {
+        if self.created {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }

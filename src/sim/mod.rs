@@ -23,6 +23,7 @@ use anyhow::{Context, Result};
 use crate::clock::{Clock, ManualClock, Millis};
 use crate::config::{self, Config, Provider};
 use crate::doorbell::{Doorbell, MemoryDoorbell};
+use crate::error::usage;
 use crate::llm::LlmClient;
 use crate::pass::Services;
 use crate::runner::{self, RunEnv, RunFailure};
@@ -158,10 +159,13 @@ fn schedule(s: &Scenario, start: Millis, end: Millis) -> Vec<(Millis, Fire)> {
                     out.push((t, Fire::Message(a.text.clone().unwrap_or_default())))
                 }
             }
-            if a.repeat_mins <= 0.0 {
+            // (A step under a millisecond, or a NaN, would never reach the end; a parsed
+            // scenario repeats every minute at least.)
+            let step = (a.repeat_mins * 60_000.0) as Millis;
+            if step <= 0 {
                 break;
             }
-            t += (a.repeat_mins * 60_000.0) as Millis;
+            t += step;
         }
     }
     out
@@ -260,13 +264,23 @@ pub fn reactive_bound(opts: &Options) -> Result<oracle::OracleResult> {
     ))
 }
 
-/// The simulated hours (`--hours` or the scenario's own, checked) and the end they give.
+/// The simulated hours (`--hours` or the scenario's own, checked) and the end they give. The
+/// scenario is checked again (it may have been built in code), and the work of these hours
+/// with it: `--hours` may be longer than the scenario's own. A usage error (exit 2).
 fn horizon(opts: &Options) -> Result<(f64, Millis)> {
     let hours = opts.hours.unwrap_or(opts.scenario.hours);
-    anyhow::ensure!(
-        hours > 0.0 && hours <= 24.0 * 366.0,
-        "--hours must be in (0, 8784], got {hours}"
-    );
+    let what = if opts.hours.is_some() {
+        "--hours"
+    } else {
+        "the scenario's hours"
+    };
+    scenario::check_hours(hours).map_err(|m| usage(format!("{what} {m}")))?;
+    opts.scenario
+        .check()
+        .map_err(|m| usage(format!("scenario {}: {m}", opts.scenario.name)))?;
+    opts.scenario
+        .check_work(hours)
+        .map_err(|m| usage(format!("{what} {hours}: {m}")))?;
     Ok((hours, START + (hours * HOUR_MS as f64) as Millis))
 }
 
@@ -277,12 +291,14 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     let tmp;
     let state_dir: PathBuf = match &opts.state_dir {
         Some(d) => {
+            // Refused before the dir is touched: a bad flag (exit 2), not a failure.
+            if d.join(crate::store::DB_FILE).exists() {
+                return Err(usage(format!(
+                    "--state-dir {} already holds a database; sim needs a fresh state dir",
+                    d.display()
+                )));
+            }
             crate::paths::ensure_state_dir(d)?;
-            anyhow::ensure!(
-                !d.join(crate::store::DB_FILE).exists(),
-                "{} already holds a database; sim needs a fresh state dir",
-                d.display()
-            );
             d.clone()
         }
         None => {
@@ -483,5 +499,83 @@ fn skip_merged_ticks(next_tick: &mut Millis, now: Millis, period: Millis, tally:
     while *next_tick <= now {
         *next_tick += period;
         tally.ticks_merged += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fires(s: &Scenario, hours: f64) -> usize {
+        schedule(s, START, START + (hours * HOUR_MS as f64) as Millis).len()
+    }
+
+    #[test]
+    fn the_schedule_fires_what_the_bound_counts() {
+        for (name, _) in scenario::BUILT_IN {
+            let s = scenario::load(name).unwrap();
+            for hours in [0.5, 0.75, 1.0, 2.0, s.hours] {
+                let counted: u64 = s
+                    .events
+                    .iter()
+                    .map(|a| {
+                        let per = if a.kind == ActionKind::Triggers {
+                            a.count as u64
+                        } else {
+                            1
+                        };
+                        scenario::repetitions(a, hours) * per
+                    })
+                    .sum();
+                assert_eq!(fires(&s, hours) as u64, counted, "{name} {hours}h");
+            }
+        }
+    }
+
+    #[test]
+    fn a_repeat_that_cannot_advance_fires_once() {
+        // Built in code, unchecked: a NaN or sub-millisecond repeat must not loop for ever.
+        let mut s = scenario::load("incident").unwrap();
+        for repeat in [f64::NAN, 1e-9, -5.0] {
+            s.events = vec![scenario::Action {
+                at_mins: 1.0,
+                kind: ActionKind::ResetSession,
+                count: 1,
+                every_ms: 0,
+                priority: 1,
+                text: None,
+                repeat_mins: repeat,
+            }];
+            assert_eq!(fires(&s, 2.0), 1, "{repeat}");
+            assert!(s.check().unwrap_err().starts_with("event #1 repeat_mins: "));
+        }
+    }
+
+    #[test]
+    fn the_horizon_is_a_usage_error() {
+        let opts = |hours: f64| Options {
+            scenario: scenario::load("incident").unwrap(),
+            hours: Some(hours),
+            seed: 1,
+            config: None,
+            llm: None,
+            state_dir: None,
+            progress: false,
+        };
+        for hours in [1e-300, 0.08, f64::NAN, 9000.0] {
+            let err = run(&opts(hours)).err().expect("refused");
+            assert_eq!(crate::error::exit_code(&err), 2, "{err:#}");
+            assert!(err
+                .to_string()
+                .starts_with("--hours must be at least 5 minutes"));
+        }
+        let mut o = opts(8784.0);
+        o.scenario.market.rate = vec![(0.0, 3000.0)];
+        let err = run(&o).err().expect("refused");
+        assert_eq!(crate::error::exit_code(&err), 2);
+        assert!(
+            err.to_string().starts_with("--hours 8784: market.rate: "),
+            "{err}"
+        );
     }
 }

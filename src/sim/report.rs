@@ -10,7 +10,7 @@ use rusqlite::params;
 use serde::Serialize;
 
 use super::oracle::OracleResult;
-use super::scenario::Scenario;
+use super::scenario::{repetitions, ActionKind, Scenario};
 use super::world::{World, CAP_BIN_MS};
 use super::{outside::OutsideTally, DriverTally};
 use crate::clock::Millis;
@@ -179,6 +179,10 @@ pub struct Check {
     pub expected: String,
     pub actual: String,
     pub ok: bool,
+    /// What the check is about was not scheduled within the simulated hours (a reset, a 429
+    /// window): neither passed nor failed, and not counted (in the JSON only when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_applicable: bool,
 }
 
 pub struct Inputs<'a> {
@@ -611,8 +615,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         passed: false,
         errors: i.driver.errors.clone(),
     };
-    report.checks = checks(&report, i.scenario);
-    report.passed = report.checks.iter().all(|c| c.ok);
+    report.checks = checks(&report, i.scenario, i.hours);
+    report.passed = report.checks.iter().all(|c| c.ok || c.not_applicable);
     Ok(report)
 }
 
@@ -622,6 +626,7 @@ fn at_most(name: &str, actual: f64, max: f64) -> Check {
         expected: format!("<= {}", fmt(max)),
         actual: fmt(actual),
         ok: actual <= max + 1e-9,
+        not_applicable: false,
     }
 }
 
@@ -631,6 +636,7 @@ fn at_least(name: &str, actual: f64, min: f64) -> Check {
         expected: format!(">= {}", fmt(min)),
         actual: fmt(actual),
         ok: actual + 1e-9 >= min,
+        not_applicable: false,
     }
 }
 
@@ -642,8 +648,20 @@ fn fmt(x: f64) -> String {
     }
 }
 
-/// The invariants, always; then the scenario's own bounds.
-pub fn checks(r: &Report, s: &Scenario) -> Vec<Check> {
+/// A check about something the scenario did not schedule within the simulated hours.
+fn not_reached(name: &str, expected: String, what: &str, hours: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected,
+        actual: format!("no {what} within {} h", fmt(hours)),
+        ok: false,
+        not_applicable: true,
+    }
+}
+
+/// The invariants, always; then the scenario's own bounds. A bound about something not
+/// scheduled within `hours` (the simulated hours) is not applicable.
+pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
     let inv = &r.invariants;
     let mut c = vec![
         at_most("overlapping runs", inv.overlapping_runs as f64, 0.0),
@@ -719,15 +737,27 @@ pub fn checks(r: &Report, s: &Scenario) -> Vec<Check> {
                 None => "no pass saw WORKERS DEAD".into(),
             },
             ok,
+            not_applicable: false,
         });
     }
     if let Some(v) = e.reset_answered_within_secs {
         let actual = r.incident.reset_answered_secs;
-        c.push(Check {
-            name: "reset answered by a pass".into(),
-            expected: format!("within {}s", fmt(v)),
-            actual: actual.map_or("never".into(), |a| format!("{}s", fmt(a))),
-            ok: r.incident.resets > 0 && actual.is_some_and(|a| a <= v),
+        let name = "reset answered by a pass";
+        let expected = format!("within {}s", fmt(v));
+        let scheduled = s
+            .events
+            .iter()
+            .any(|a| a.kind == ActionKind::ResetSession && repetitions(a, hours) > 0);
+        c.push(if scheduled {
+            Check {
+                name: name.into(),
+                expected,
+                actual: actual.map_or("never".into(), |a| format!("{}s", fmt(a))),
+                ok: r.incident.resets > 0 && actual.is_some_and(|a| a <= v),
+                not_applicable: false,
+            }
+        } else {
+            not_reached(name, expected, "reset", hours)
         });
     }
     if let Some(v) = e.max_silence_mins {
@@ -779,11 +809,12 @@ pub fn checks(r: &Report, s: &Scenario) -> Vec<Check> {
         ));
     }
     if let Some(v) = e.min_rate_limited_calls {
-        c.push(at_least(
-            "vast.ai 429 answers",
-            r.vast.answers_429 as f64,
-            v as f64,
-        ));
+        let name = "vast.ai 429 answers";
+        c.push(if s.vast_429.iter().any(|w| w.at_hours < hours) {
+            at_least(name, r.vast.answers_429 as f64, v as f64)
+        } else {
+            not_reached(name, format!(">= {v}"), "[[vast_429]] window", hours)
+        });
     }
     if let Some(v) = e.max_stuck_unhandled {
         c.push(at_most(
@@ -960,7 +991,11 @@ pub fn render_text(r: &Report) -> String {
     for c in &r.checks {
         out.push_str(&format!(
             "  {} {:<cw$}  {} (expected {})\n",
-            if c.ok { "PASS" } else { "FAIL" },
+            match (c.ok, c.not_applicable) {
+                (_, true) => "n/a ",
+                (true, _) => "PASS",
+                _ => "FAIL",
+            },
             c.name,
             c.actual,
             c.expected
@@ -969,11 +1004,22 @@ pub fn render_text(r: &Report) -> String {
     for e in &r.errors {
         out.push_str(&format!("  error: {e}\n"));
     }
+    let na = r.checks.iter().filter(|c| c.not_applicable).count();
     out.push_str(&format!(
-        "\n{}: {} of {} checks passed\n",
+        "\n{}: {} of {} checks passed{}\n",
         if r.passed { "PASSED" } else { "FAILED" },
-        r.checks.iter().filter(|c| c.ok).count(),
-        r.checks.len()
+        r.checks
+            .iter()
+            .filter(|c| c.ok && !c.not_applicable)
+            .count(),
+        r.checks.len() - na,
+        match na {
+            0 => String::new(),
+            n => format!(
+                " ({n} not applicable: not reached within {} h)",
+                fmt(r.hours)
+            ),
+        }
     ));
     out
 }

@@ -156,8 +156,7 @@ pub struct World {
     machines: Vec<Machine>,
     pending: VecDeque<Task>,
     pool: VecDeque<Millis>,
-    arrivals: Vec<Millis>,
-    next_arrival: usize,
+    arrivals: Arrivals,
     completions: VecDeque<Millis>,
     next_inst_id: u64,
     pub samples: Vec<Sample>,
@@ -179,6 +178,73 @@ pub struct SeedInstance {
     pub gpu_name: String,
     pub offer_id: u64,
     pub loading: bool,
+}
+
+/// The market's Poisson arrivals, drawn from their own stream as the world reaches them, so
+/// only the proofs of the simulated horizon are ever drawn (a year at most). The sequence is
+/// the one a draw of the whole year would give: each rate segment `[from, to)` is walked from
+/// `from` with exponential gaps, the draw that passes `to` is dropped.
+struct Arrivals {
+    rng: Rng,
+    start: Millis,
+    /// The rate schedule, closed by a zero rate at a year (or the scenario's hours).
+    edges: Vec<(f64, f64)>,
+    /// The segment being drawn (`edges[seg]` to `edges[seg + 1]`).
+    seg: usize,
+    /// Hours of the last draw in that segment; None before its first.
+    h: Option<f64>,
+    /// The next arrival, drawn but not yet taken.
+    next: Option<Millis>,
+}
+
+impl Arrivals {
+    fn new(scenario: &Scenario, seed: u64, start: Millis) -> Arrivals {
+        let mut edges: Vec<(f64, f64)> = scenario.market.rate.clone();
+        edges.push((scenario.hours.max(24.0 * 366.0), 0.0));
+        Arrivals {
+            rng: Rng::stream(seed, Purpose::Market, 0),
+            start,
+            edges,
+            seg: 0,
+            h: None,
+            next: None,
+        }
+    }
+
+    /// The next arrival (None when the schedule has no more).
+    fn peek(&mut self) -> Option<Millis> {
+        if self.next.is_none() {
+            self.next = self.draw();
+        }
+        self.next
+    }
+
+    fn take(&mut self) -> Option<Millis> {
+        let a = self.peek();
+        self.next = None;
+        a
+    }
+
+    fn draw(&mut self) -> Option<Millis> {
+        while self.seg + 1 < self.edges.len() {
+            let (from, rate) = self.edges[self.seg];
+            let to = self.edges[self.seg + 1].0;
+            // (Negated so that a NaN skips the segment too.)
+            if !(rate > 0.0 && to > from) {
+                self.seg += 1;
+                continue;
+            }
+            let h = self.h.unwrap_or(from) + self.rng.exp(1.0 / rate);
+            if h >= to || h > 24.0 * 366.0 {
+                self.seg += 1;
+                self.h = None;
+                continue;
+            }
+            self.h = Some(h);
+            return Some(self.start + (h * HOUR_MS as f64) as Millis);
+        }
+        None
+    }
 }
 
 impl World {
@@ -211,7 +277,7 @@ impl World {
                 }
             })
             .collect();
-        let mut w = World {
+        World {
             start,
             now: start,
             next_step: start,
@@ -223,8 +289,7 @@ impl World {
             machines: Vec::new(),
             pending: VecDeque::new(),
             pool: VecDeque::new(),
-            arrivals: Vec::new(),
-            next_arrival: 0,
+            arrivals: Arrivals::new(scenario, seed, start),
             completions: VecDeque::new(),
             next_inst_id: 7_100_001,
             samples: Vec::new(),
@@ -233,34 +298,7 @@ impl World {
             penalty_until: 0,
             rl_rng: Rng::stream(seed, Purpose::RateLimit, 0),
             stuck_ms: 30 * MIN_MS,
-        };
-        w.arrivals = w.draw_arrivals();
-        w
-    }
-
-    /// Poisson arrivals of the whole horizon (a year at most), from their own stream.
-    fn draw_arrivals(&self) -> Vec<Millis> {
-        let mut rng = Rng::stream(self.seed, Purpose::Market, 0);
-        let m = &self.scenario.market;
-        let mut out = Vec::new();
-        let mut edges: Vec<(f64, f64)> = m.rate.clone();
-        edges.push((self.scenario.hours.max(24.0 * 366.0), 0.0));
-        for w in edges.windows(2) {
-            let (from, rate) = w[0];
-            let to = w[1].0;
-            if rate <= 0.0 || to <= from {
-                continue;
-            }
-            let mut h = from;
-            loop {
-                h += rng.exp(1.0 / rate);
-                if h >= to || h > 24.0 * 366.0 {
-                    break;
-                }
-                out.push(self.start + (h * HOUR_MS as f64) as Millis);
-            }
         }
-        out
     }
 
     /// The fleet at the start: the foreign instance, and ours per `[start]`. Pending proofs
@@ -547,9 +585,9 @@ impl World {
             }
         }
         // Market: arrivals join the pool, old ones go to other providers.
-        while self.next_arrival < self.arrivals.len() && self.arrivals[self.next_arrival] <= t {
-            self.pool.push_back(self.arrivals[self.next_arrival]);
-            self.next_arrival += 1;
+        while let Some(a) = self.arrivals.peek().filter(|a| *a <= t) {
+            self.arrivals.take();
+            self.pool.push_back(a);
             self.tally.offered += 1;
             let hour = ((t - self.start) / HOUR_MS) as usize;
             if self.tally.offered_per_hour.len() <= hour {

@@ -1,8 +1,10 @@
 //! `fleetagent sim`: every built-in scenario passes its expectations with the rules at short
 //! horizons; the incident's facts checked on the database the agent wrote; the same seed
-//! gives the same JSON; scenario files are parsed strictly; sim reads no default config.
+//! gives the same JSON; scenario files are parsed strictly and bounded (a bad value is a
+//! one-line usage error, never an abort); sim reads no default config.
 
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use fleetagent::sim::{self, scenario, Options};
 use rusqlite::Connection;
@@ -309,4 +311,169 @@ fn with_llm_the_configured_model_decides_through_the_http_client() {
         v["launches"]
     );
     assert_eq!(v["invariants"]["events_lost"], 0);
+}
+
+/// The binary's output; a failure if it is still running after `secs` (then killed).
+fn output_within(c: &mut Command, secs: u64) -> Output {
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {secs} s: {c:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Exit 2 at once with one line on stderr that contains `wanted`, nothing on stdout.
+fn refused_in_one_line(c: &mut Command, wanted: &str) -> String {
+    let out = output_within(c, 20);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{c:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{c:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains(wanted), "wanted {wanted:?} in: {err}");
+    assert!(out.stdout.is_empty(), "{c:?}");
+    err
+}
+
+#[test]
+fn absurd_scenario_values_are_refused_in_one_line_not_simulated() {
+    // Each of these made sim allocate until it aborted (exit 134), or named the wrong entry.
+    let cases: &[(&str, &str)] = &[
+        (
+            "[[event]]\nat_mins = 1\nkind = \"reset-session\"\nrepeat_mins = nan\n",
+            "line 7 (event #1 repeat_mins): must be 0 (once) or between 1 and 527040 minutes, got NaN",
+        ),
+        (
+            "[[event]]\nat_mins = 1\nkind = \"reset-session\"\nrepeat_mins = 0.00000001\n",
+            "line 7 (event #1 repeat_mins)",
+        ),
+        ("[market]\nrate = [[nan, 100]]\n", "line 5 (market.rate #1)"),
+        ("[market]\nrate = [[0, 1e12]]\n", "line 5 (market.rate #1)"),
+        ("[hosts]\noffers = 4000000000\n", "line 5 (hosts.offers)"),
+        ("[start]\npending = 4000000000\n", "line 5 (start.pending)"),
+        (
+            "[[event]]\nat_mins = 1\nkind = \"triggers\"\ncount = 4000000000\nevery_ms = 1\n",
+            "line 7 (event #1 count)",
+        ),
+        // The work of the hours: 100000 proofs/h for 299 of them.
+        (
+            "[market]\nrate = [[0, 1000], [1, 100000]]\n",
+            "line 5 (market.rate): in 300 h the market would offer about 29901000 proofs",
+        ),
+        // The entry that is wrong, not the first of its kind.
+        (
+            "[[vast_429]]\nat_hours = 1\nhours = 1\n\n[[probe_outage]]\nat_hours = 2\nhours = -1\n",
+            "line 10 (probe_outage #1 hours)",
+        ),
+        (
+            "[[event]]\nat_mins = 1\nkind = \"reset-session\"\n\n[[event]]\nat_mins = 2\nkind = \"reset-session\"\n\n[[event]]\nat_mins = 3\nkind = \"message\"\n",
+            "line 12 (event #3 text)",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (k, (rest, wanted)) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("bad{k}.toml"));
+        std::fs::write(
+            &file,
+            format!("name = \"bad\"\ndescription = \"d\"\nhours = 300\n{rest}"),
+        )
+        .unwrap();
+        let err = refused_in_one_line(sim_cmd(&["--json", "--scenario"]).arg(&file), wanted);
+        assert!(err.contains(&format!("bad{k}.toml")), "{err}");
+    }
+}
+
+#[test]
+fn an_expectation_not_scheduled_within_the_hours_is_not_applicable() {
+    // The incident's reset comes at 45 minutes: in half an hour there is none to answer.
+    let run = sim::run(&options("incident", 0.5, 1)).unwrap();
+    let r = &run.report;
+    let reset = r
+        .checks
+        .iter()
+        .find(|c| c.name == "reset answered by a pass")
+        .unwrap();
+    assert!(reset.not_applicable && !reset.ok, "{reset:?}");
+    assert_eq!(reset.actual, "no reset within 0.5 h");
+    assert!(r.passed, "{}", sim::report::render_text(r));
+    let text = sim::report::render_text(r);
+    assert!(text.contains("  n/a  reset answered by a pass"), "{text}");
+    let applicable = r.checks.len() - 1;
+    assert!(
+        text.contains(&format!(
+            "PASSED: {applicable} of {applicable} checks passed (1 not applicable: not reached within 0.5 h)"
+        )),
+        "{text}"
+    );
+    let json = serde_json::to_value(r).unwrap();
+    let flagged: Vec<_> = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.get("not_applicable").is_some())
+        .collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+
+    // An hour reaches it: the check counts again.
+    let run = sim::run(&options("incident", 1.0, 1)).unwrap();
+    let reset = run
+        .report
+        .checks
+        .iter()
+        .find(|c| c.name == "reset answered by a pass")
+        .unwrap();
+    assert!(!reset.not_applicable && reset.ok, "{reset:?}");
+}
+
+#[test]
+fn bad_flags_are_usage_errors_found_before_the_simulation() {
+    let dir = tempfile::tempdir().unwrap();
+    // Shorter than one timer period (it ran no pass and reported PASSED), or not a number.
+    for hours in ["1e-300", "0.05", "nan", "8785"] {
+        refused_in_one_line(
+            &mut sim_cmd(&["--scenario", "incident", "--hours", hours]),
+            "--hours must be at least 5 minutes",
+        );
+    }
+    // A --hours past the scenario's own is checked for its work too.
+    let file = dir.path().join("busy.toml");
+    std::fs::write(
+        &file,
+        "name = \"busy\"\ndescription = \"d\"\nhours = 1\n[market]\nrate = [[0, 5000]]\n",
+    )
+    .unwrap();
+    refused_in_one_line(
+        sim_cmd(&["--hours", "5000", "--scenario"]).arg(&file),
+        "--hours 5000: market.rate: in 5000 h the market would offer about 25000000 proofs",
+    );
+    // A state dir that already holds a database is a bad flag, and is left alone.
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("fleetagent.db"), "mine").unwrap();
+    let mut c = Command::new(BIN);
+    clean_env(&mut c);
+    c.arg("--state-dir")
+        .arg(&state)
+        .args(["sim", "--scenario", "incident", "--hours", "1"]);
+    refused_in_one_line(&mut c, "already holds a database");
+    assert_eq!(std::fs::read(state.join("fleetagent.db")).unwrap(), b"mine");
+    // An unwritable plot is found before a year of simulation, not after it.
+    for plot in [
+        dir.path().join("no/such/dir/p.svg"),
+        dir.path().to_path_buf(),
+    ] {
+        refused_in_one_line(
+            sim_cmd(&["--scenario", "steady", "--hours", "8784", "--plot"]).arg(&plot),
+            "--plot",
+        );
+    }
 }
