@@ -622,11 +622,8 @@ mod tests {
         let runs = build(&[shape.clone(), shape], &mut next);
         let current = vec![msg(1000, Role::User, 100)];
         let fixed = Fixed {
-            system: "s",
-            system_tokens: 100,
             tools_tokens: 100,
-            current: &current,
-            interrupted_tokens: 12,
+            ..plain(&current)
         };
         let out = assemble(&fixed, &mut source_of(&runs), 6_000).unwrap();
         assert_eq!(out.stats.runs_full, 1);
@@ -663,11 +660,8 @@ mod tests {
         let runs = build(&[older, newer], &mut next);
         let current = vec![msg(1000, Role::User, 100)];
         let fixed = Fixed {
-            system: "s",
-            system_tokens: 100,
             tools_tokens: 100,
-            current: &current,
-            interrupted_tokens: 12,
+            ..plain(&current)
         };
         let budget = REPLY_PRIMER_TOKENS + 300 + 1_100;
         let out = assemble(&fixed, &mut source_of(&runs), budget).unwrap();
@@ -717,6 +711,17 @@ mod tests {
         assert!(!out.messages[4].content.starts_with("[compacted]"));
     }
 
+    /// A system of 100 tokens, no tools, and this run's messages.
+    fn plain(current: &[Stored]) -> Fixed<'_> {
+        Fixed {
+            system: "s",
+            system_tokens: 100,
+            tools_tokens: 0,
+            current,
+            interrupted_tokens: 12,
+        }
+    }
+
     #[test]
     fn unanswered_operator_messages_survive_longest() {
         let mut op = msg(1, Role::User, 50);
@@ -730,13 +735,7 @@ mod tests {
             unanswered: vec![op],
         };
         let current = vec![msg(10, Role::User, 100)];
-        let fixed = Fixed {
-            system: "s",
-            system_tokens: 100,
-            tools_tokens: 0,
-            current: &current,
-            interrupted_tokens: 12,
-        };
+        let fixed = plain(&current);
         let out = assemble(&fixed, &mut src, 1_000).unwrap();
         assert_eq!(out.stats.operator_kept, 1);
         assert!(out.messages.iter().any(|m| m.content == "m1"));
@@ -754,13 +753,7 @@ mod tests {
             unanswered: vec![big],
         };
         let current = vec![msg(10, Role::User, 100)];
-        let fixed = Fixed {
-            system: "s",
-            system_tokens: 100,
-            tools_tokens: 0,
-            current: &current,
-            interrupted_tokens: 12,
-        };
+        let fixed = plain(&current);
         let budget = 1_000;
         let out = assemble(&fixed, &mut src, budget).unwrap();
         assert_eq!(out.stats.operator_kept, 1);

@@ -115,6 +115,25 @@ impl UserManager {
     }
 
     /// A command that runs inside the manager's namespace with its environment.
+    /// The fleetagent binary `bin` inside the manager's namespace, with this config and
+    /// state dir, run to completion.
+    pub fn fleetagent(
+        &self,
+        bin: &str,
+        config: &std::path::Path,
+        state: &std::path::Path,
+        args: &[&str],
+    ) -> std::process::Output {
+        self.cmd(bin)
+            .arg("--config")
+            .arg(config)
+            .arg("--state-dir")
+            .arg(state)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
     pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--mount=/proc/{}/ns/mnt", self.ns_pid))

@@ -836,16 +836,7 @@ fn units_install_creates_the_metrics_dir_and_the_service_writes_the_textfile() {
             "{name}:\n{unit}"
         );
     }
-    let fa = |args: &[&str]| {
-        sd.cmd(BIN)
-            .arg("--config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let fa = |args: &[&str]| sd.fleetagent(BIN, &config, &state, args);
     fa(&["init"]).ok_or_panic("init");
     sd.systemctl_ok(&["daemon-reload"]);
     let context = || format!("{}\n{}", sd.state(units::SERVICE), sd.journal_tail(40));

@@ -64,16 +64,7 @@ max_instances = 2
     .unwrap();
     let state = tmp.path().join("state");
     let sd = UserManager::start_with(tmp.path(), Some(&store));
-    let fa = |args: &[&str]| {
-        sd.cmd(BIN)
-            .arg("--config")
-            .arg(&config)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let fa = |args: &[&str]| sd.fleetagent(BIN, &config, &state, args);
     for args in [&["units", "install", "--user"][..], &["init"]] {
         let out = fa(args);
         assert!(
