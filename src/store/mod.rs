@@ -106,8 +106,11 @@ impl Store {
 
     fn setup(&mut self, now: Millis, mode: OpenMode) -> Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
-        if mode == OpenMode::Existing {
-            self.require_schema()?;
+        // One read of the schema version serves the check below and the migration (`trigger`
+        // opens the store on every state change).
+        let mut version = self.user_version()?;
+        if mode == OpenMode::Existing && version == 0 {
+            version = self.require_schema()?;
         }
         // journal_mode answers with a row; WAL persists in the file once set.
         let mode: String = self
@@ -128,20 +131,21 @@ impl Store {
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )?;
-        self.migrate(now)
+        self.migrate(now, version)
     }
 
-    /// For commands that must not create a database: a file without fleetagent's schema
-    /// (empty, or someone else's) is refused before anything is written to it. A `run` that
-    /// is creating the schema right now holds the write lock, so a version 0 is read again
-    /// under it (the busy timeout waits for the creator's commit).
-    fn require_schema(&mut self) -> Result<()> {
-        let version: i64 = self
+    fn user_version(&self) -> Result<i64> {
+        Ok(self
             .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if version != 0 {
-            return Ok(());
-        }
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// For commands that must not create a database, after reading a version 0: a file
+    /// without fleetagent's schema (empty, or someone else's) is refused before anything is
+    /// written to it. A `run` that is creating the schema right now holds the write lock, so
+    /// the version is read again under it (the busy timeout waits for the creator's commit);
+    /// returns that version.
+    fn require_schema(&mut self) -> Result<i64> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -154,13 +158,12 @@ impl Store {
                 self.path.display()
             );
         }
-        Ok(())
+        Ok(version)
     }
 
-    fn migrate(&mut self, now: Millis) -> Result<()> {
-        let version: i64 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    /// `version`: the schema version as `setup` read it (read again under the write lock
+    /// before migrating).
+    fn migrate(&mut self, now: Millis, version: i64) -> Result<()> {
         if version > SCHEMA_VERSION {
             bail!(
                 "schema version {version} is newer than this fleetagent understands ({SCHEMA_VERSION}); \
