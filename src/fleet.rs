@@ -289,7 +289,7 @@ fn drop_ghost_workers(conn: &rusqlite::Connection, d: &mut Demand) -> Result<Vec
     let mut keep = Vec::with_capacity(d.workers.len());
     for w in std::mem::take(&mut d.workers) {
         let ghost = match instances::by_label(conn, w.machine_name.trim())? {
-            Some(row) => row.gone_at.is_some() || row.state == STOPPED || row.state == GONE,
+            Some(row) => row.gone_at.is_some() || !is_billing_state(&row.state),
             None => false,
         };
         if ghost {
@@ -370,6 +370,17 @@ pub fn is_running_state(state: &str) -> bool {
 /// States that count toward slots and $/h: everything not stopped or gone (dead ones bill).
 pub fn is_billing_state(state: &str) -> bool {
     !matches!(state, STOPPED | GONE)
+}
+
+/// $/h of the rows that bill by the hour (stopped and gone ones do not), as the money
+/// guardrail counts it.
+pub fn dph_of(rows: &[InstanceRow]) -> f64 {
+    rows.iter()
+        .filter(|i| is_billing_state(&i.state))
+        .filter_map(|i| i.dph)
+        .sum::<f64>()
+        // An empty float sum is -0.0.
+        + 0.0
 }
 
 /// The host part of Curio's `host_and_port` (`10.0.0.1:12300`, `[::1]:12300`).
@@ -782,12 +793,7 @@ impl Snapshot {
     /// $/h of every instance of ours that bills (everything but stopped ones; launching ones
     /// at the price of their offer).
     pub fn fleet_dph(&self) -> f64 {
-        self.instances
-            .iter()
-            .filter(|i| is_billing_state(&i.state))
-            .filter_map(|i| i.dph)
-            .sum::<f64>()
-            + 0.0
+        dph_of(&self.instances)
     }
 
     /// Instances that take a slot under `max_instances` (all but stopped ones).

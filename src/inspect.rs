@@ -288,17 +288,7 @@ pub fn build(
                 adopted: i.adopted,
             })
             .collect(),
-        // As the guardrails count it: stopped instances do not bill by the hour.
-        fleet_dph: ((fleet
-            .iter()
-            .filter(|i| crate::fleet::is_billing_state(&i.state))
-            .filter_map(|i| i.dph)
-            .sum::<f64>()
-            + 0.0)
-            * 1000.0)
-            .round()
-            / 1000.0
-            + 0.0,
+        fleet_dph: (crate::fleet::dph_of(&fleet) * 1000.0).round() / 1000.0 + 0.0,
         recent_actions: crate::store::actions::recent(&store.conn, 20)?
             .into_iter()
             .map(|a| ActionView {

@@ -181,13 +181,16 @@ pub fn decide(
     // registered yet included), but not one that has been loading longer than a normal boot:
     // it may never come (it is destroyed once flagged as stuck).
     let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
-    let coming = snapshot
+    let (booting, slow): (Vec<&crate::store::instances::InstanceRow>, Vec<_>) = snapshot
         .instances
         .iter()
         .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING | BOOTED))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
-        .filter(|r| snapshot.now - r.state_since < slow_boot_ms)
-        .count();
+        .partition(|r| snapshot.now - r.state_since < slow_boot_ms);
+    let coming = booting.len();
+    // In an emergency, an instance booting longer than a normal boot does not count as
+    // coming either: it may never come, and every minute without a worker costs.
+    let slow_pph: f64 = slow.iter().map(|r| rate_of(r, config)).sum();
     let queued = d.pending + d.running_stale + d.ps_waiting.unwrap_or(0);
     // Throughput against the capacity of our working instances: a backlog means a large
     // deficit only when the workers have been busy for the hour (not a burst of arrivals, which
@@ -202,16 +205,6 @@ pub fn decide(
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
 
-    // In an emergency, an instance that has been booting longer than a normal boot does not
-    // count as coming: it may never come, and every minute without a worker costs.
-    let slow_pph: f64 = snapshot
-        .instances
-        .iter()
-        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING | BOOTED))
-        .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
-        .filter(|r| snapshot.now - r.state_since >= slow_boot_ms)
-        .map(|r| rate_of(r, config))
-        .sum();
     let (wanted, why) = if d.workers_dead() && target.max(queued as f64) > projected - slow_pph {
         // Enough to reach the need counting what is coming; nothing when that covers it (a
         // booting fleet already sized to the target is not doubled while it boots).

@@ -92,8 +92,8 @@ pub fn stop(
 
     let row = ctx.snapshot.find(instance_id).cloned();
     let foreign = ctx.snapshot.foreign.contains(&instance_id);
-    // Ours, and already gone on vast.ai (destroyed earlier, by us or by hand): stopped.
     if row.is_none() && !foreign {
+        // Ours, and already gone on vast.ai (destroyed earlier, by us or by hand): stopped.
         if let Some(gone) = crate::store::instances::by_vast_id(&ctx.store.conn, instance_id)?
             .filter(|r| r.gone_at.is_some())
         {
@@ -103,10 +103,8 @@ pub fn stop(
                 format!("{instance_id} already gone"),
             ));
         }
-    }
-    // An id neither in our table nor on the account's listing is refused even when forced:
-    // a typo must not destroy an instance nobody can see.
-    if row.is_none() && !foreign {
+        // Neither in our table nor on the account's listing: refused even when forced, so a
+        // typo cannot destroy an instance nobody can see.
         let message = match &ctx.snapshot.listing_error {
             Some(e) if forced => format!(
                 "instance {instance_id} is not one of ours, and the vast.ai listing failed ({}), so it cannot be checked",
