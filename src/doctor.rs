@@ -48,13 +48,6 @@ pub fn problems(
             }
         }
     }
-    let missing = config.policy.missing_launch_keys(&config.vast);
-    if !missing.is_empty() {
-        out.push(format!(
-            "launches are impossible: set {} in the config",
-            missing.join(", ")
-        ));
-    }
     config_problems(config, env, &mut out);
     out
 }
@@ -64,6 +57,13 @@ pub fn problems(
 fn config_problems(config: &Config, env: &crate::app::Env, out: &mut Vec<String>) {
     use crate::config::{DemandSource, EnvValue, Provider};
     use crate::secrets::{lookup, Kind};
+    let missing = config.policy.missing_launch_keys(&config.vast);
+    if !missing.is_empty() {
+        out.push(format!(
+            "launches are impossible: set {} in the config",
+            missing.join(", ")
+        ));
+    }
     let p = &config.policy;
     let mut zero = Vec::new();
     if p.max_instances == Some(0) {

@@ -46,12 +46,6 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     } else {
         None
     };
-    if let Some(h) = args.hours {
-        scenario::check_hours(h).map_err(|m| usage(format!("--hours {m}")))?;
-        scenario
-            .check_work(h)
-            .map_err(|m| usage(format!("--hours {h}: {m}")))?;
-    }
     // The plot's file is opened before the simulation, not found unwritable after it.
     let plot = args.plot.as_deref().map(PlotFile::open).transpose()?;
     let opts = Options {
