@@ -597,7 +597,9 @@ fn validate(c: &Config) -> Result<(), Invalid> {
             format!(
                 "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {:?}",
                 c.llm.base_url
-            ), None));
+            ),
+            None,
+        ));
     }
     if c.llm.model.trim().is_empty() {
         return Err(("llm.model", "must not be empty".into(), None));
