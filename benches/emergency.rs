@@ -9,12 +9,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fleetagent::app::Env;
 use fleetagent::clock::{Clock, ManualClock};
 use fleetagent::config::{self, Config};
 use fleetagent::demand::{Demand, DemandProbe, Worker};
-use fleetagent::fleet;
-use fleetagent::pass::Services;
+use fleetagent::env::Env;
+use fleetagent::run::observe;
+use fleetagent::services::Services;
 use fleetagent::store::actions::{self, NewAction};
 use fleetagent::store::{runs, session, Store};
 use fleetagent::tools::{self, Actor, ToolCtx};
@@ -140,7 +140,7 @@ fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     let started = Instant::now();
     let session = session::current(&store.conn).unwrap();
     let run = runs::create(&store.conn, session, 1, 1, "tick", clock.now_ms()).unwrap();
-    let mut snap = fleet::observe(&mut store, config, &env, &services, &clock, run).unwrap();
+    let mut snap = observe::observe(&mut store, config, &services, &clock, run).unwrap();
     let _ = snap.observation_line(config);
     let registry = tools::registry();
     for i in 0..launches {

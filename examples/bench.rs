@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fleetagent::context::{self, Fixed, Stored};
+use fleetagent::prompt::context::{self, Fixed, Stored};
 use fleetagent::store::history::{to_stored, DbHistory};
 use fleetagent::store::{messages, OpenMode, Store};
 use rusqlite::params;

@@ -7,33 +7,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use serde_json::json;
 
-use crate::clock::{rfc3339, Millis};
+use crate::clock::Millis;
 use crate::config::Config;
-use crate::context::{self, Fixed, Stored};
 use crate::fleet::Snapshot;
 use crate::llm::{ChatMessage, ChatRequest, LlmClient, Role, ToolCall};
-use crate::store::history::{to_stored, DbHistory};
-use crate::store::{actions, messages, wakes, Store};
+use crate::policy::turns;
+use crate::prompt::answer::{cap_answer, stored_calls, unique_call_ids, MAX_CALLS_PER_ANSWER};
+use crate::prompt::context::{self, Fixed};
+use crate::prompt::{effective_budget, state, SYSTEM_PROMPT};
+use crate::store::history::{to_stored, DbHistory, Stored};
+use crate::store::{actions, llm_calls, messages, wakes, Store};
 use crate::tokens::Tokenizer;
 use crate::tools::{Actor, Registry, ToolCtx, ToolResult};
-
-/// The system prompt, a file in the repository.
-pub const SYSTEM_PROMPT: &str = include_str!("../prompts/system.md");
-
-/// Share of `context_budget_tokens` kept free for the gap between our estimate and the
-/// provider's tokenizer (servers such as vLLM or Ollama count with their own).
-pub const BUDGET_MARGIN_PERCENT: u64 = 5;
-
-/// The budget the assembler works to: the configured one minus the safety margin.
-pub fn effective_budget(config: &Config) -> u64 {
-    let b = config.llm.context_budget_tokens;
-    b - b * BUDGET_MARGIN_PERCENT / 100
-}
-
-pub fn tokenizer(config: &Config) -> Result<Tokenizer> {
-    Tokenizer::for_model(&config.llm.model, config.llm.encoding.as_deref())
-        .map_err(|e| anyhow::anyhow!("llm.encoding: {e}"))
-}
 
 /// Where a message goes and what it is.
 pub struct Place {
@@ -65,7 +50,7 @@ pub fn insert_message(
         format!(
             "[compacted] {}: {}",
             tool_name.unwrap_or("tool"),
-            crate::observation::clip(g, 160)
+            crate::text::clip(g, 160)
         )
     });
     let gist_tokens = placeholder.as_ref().map(|p| {
@@ -105,110 +90,6 @@ pub fn user(content: String) -> ChatMessage {
     }
 }
 
-/// The pinned state block, rebuilt from the database every pass so a compacted history can
-/// never make the agent forget an instance, a launch in flight or a wake.
-pub fn pinned_state(
-    store: &Store,
-    snapshot: &Snapshot,
-    config: &Config,
-    now: Millis,
-) -> Result<String> {
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
-    line(format!("Time: {} UTC.", rfc3339(now)));
-    if snapshot.instances.is_empty() {
-        line("Our instances: none.".into());
-    } else {
-        line(format!("Our instances ({}):", snapshot.instances.len()));
-        for i in snapshot.instances.iter().take(40) {
-            line(format!(
-                "- {} id={} state={} vast_status={} gpu={} ${:.3}/h since {}{}",
-                i.label,
-                i.vast_id
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "-".into()),
-                i.state,
-                i.actual_status.as_deref().unwrap_or("null"),
-                i.gpu_name.as_deref().unwrap_or("?"),
-                i.dph.unwrap_or(0.0),
-                rfc3339(i.state_since),
-                i.status_msg
-                    .as_deref()
-                    .map(|m| format!(" msg={}", crate::observation::quote(m, 80)))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    let intents = actions::open_intents(&store.conn)?;
-    if !intents.is_empty() {
-        line(format!(
-            "Launches in flight (recorded, not yet seen on vast.ai): {}.",
-            intents
-                .iter()
-                .map(|a| a.label.clone().unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    let pending = wakes::list(&store.conn, false, 10)?;
-    if pending.is_empty() {
-        line("Pending wakes: none.".into());
-    } else {
-        line(format!(
-            "Pending wakes: {}.",
-            pending
-                .iter()
-                .map(|w| format!(
-                    "#{} at {} {}",
-                    w.id,
-                    rfc3339(w.due_at),
-                    crate::observation::quote(&w.reason, 80)
-                ))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
-    let p = &config.policy;
-    line(format!(
-        "Money: fleet ${:.2}/h; caps: max_dph_total={}, max_instances={}, daily_spend_max={}.",
-        snapshot.fleet_dph(),
-        p.max_dph_total
-            .map(|v| format!("${v:.2}/h"))
-            .unwrap_or_else(|| "UNSET (no launch possible)".into()),
-        p.max_instances
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| "UNSET (no launch possible)".into()),
-        p.daily_spend_max
-            .map(|v| format!("${v:.2}"))
-            .unwrap_or_else(|| "none".into()),
-    ));
-    let recent = actions::recent(&store.conn, 8)?;
-    if !recent.is_empty() {
-        line("Recent actions (newest first):".into());
-        for a in recent {
-            line(format!(
-                "- {} {} {} {}{} by {}{}",
-                rfc3339(a.created_at),
-                a.kind,
-                a.outcome,
-                a.label.as_deref().unwrap_or(""),
-                a.instance_id
-                    .map(|i| format!(" (id {i})"))
-                    .unwrap_or_default(),
-                a.actor,
-                a.reason
-                    .as_deref()
-                    .map(|r| format!(": {}", crate::observation::quote(r, 100)))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    Ok(out)
-}
-
 /// What the LLM loop did.
 #[derive(Debug, Clone, Default)]
 pub struct LlmOutcome {
@@ -228,26 +109,16 @@ pub struct LlmFailure {
 
 pub struct LoopEnv<'a> {
     pub config: &'a Config,
-    pub env: &'a crate::app::Env,
+    pub env: &'a crate::env::Env,
     pub clock: &'a dyn crate::clock::Clock,
-    pub services: &'a crate::pass::Services,
+    pub services: &'a crate::services::Services,
     pub session_id: i64,
     pub run_id: i64,
     pub tk: &'a Tokenizer,
     /// The process's deadline (Unix ms): no model turn is started or waited for past what
-    /// it leaves, less [`deadline_reserve`] for the fallback rules and the end of the run.
+    /// it leaves, less `policy::turns::deadline_reserve` for the fallback rules and the end of the run.
     pub deadline: crate::clock::Millis,
 }
-
-/// Time kept back from the run's deadline for what follows the model: the fallback rules'
-/// launches (creates are spaced 4.5 s apart) and finishing the run. A fifth of the deadline,
-/// between 5 s and 60 s.
-pub fn deadline_reserve(config: &Config) -> Duration {
-    Duration::from_secs((config.run.deadline_secs / 5).clamp(5, 60))
-}
-
-/// Below this, a model turn is not started: no answer could come in time.
-const MIN_TURN: Duration = Duration::from_secs(3);
 
 /// The tool loop: assemble, validate, ask, persist, execute, up to `max_tool_rounds`.
 /// `Ok(Err(failure))` when the model is unusable (the caller falls back or fails the pass);
@@ -270,10 +141,18 @@ pub fn llm_loop(
         tool_call_id: None,
     });
     let now = le.clock.now_ms();
+    let intents = actions::open_intents(&store.conn)?;
+    let pending_wakes = wakes::list(&store.conn, false, state::PINNED_WAKES as i64)?;
+    let recent_actions = actions::recent(&store.conn, state::PINNED_ACTIONS as i64)?;
+    let pinned = state::Pinned {
+        intents: &intents,
+        pending_wakes: &pending_wakes,
+        recent_actions: &recent_actions,
+    };
     let system = format!(
         "{}\n\n## Current state (rebuilt from the database this pass)\n{}",
         SYSTEM_PROMPT.trim_end(),
-        pinned_state(store, snapshot, config, now)?
+        state::pinned_state(&pinned, snapshot, config, now)
     );
     let system_tokens = le.tk.count_message(&ChatMessage {
         role: Role::System,
@@ -286,10 +165,8 @@ pub fn llm_loop(
         run_id: le.run_id,
     };
     let mut out = LlmOutcome::default();
-    let reserve_ms = deadline_reserve(config).as_millis() as i64;
     for round in 1..=config.llm.max_tool_rounds {
-        let left_ms = le.deadline - reserve_ms - le.clock.now_ms();
-        if left_ms < MIN_TURN.as_millis() as i64 {
+        let Some(left_ms) = turns::turn_budget(config, le.deadline, le.clock.now_ms()) else {
             let message = format!(
                 "the run's deadline (run.deadline_secs = {}) leaves no time for model turn {round}",
                 config.run.deadline_secs
@@ -304,7 +181,7 @@ pub fn llm_loop(
             // The pass's tool calls ran and are stored; the model's last word is missing.
             log::warn!("run {}: {message}; ending the tool loop", le.run_id);
             break;
-        }
+        };
         let current: Vec<Stored> = messages::of_run(&store.conn, le.run_id)?
             .iter()
             .map(to_stored)
@@ -364,12 +241,12 @@ pub fn llm_loop(
         let response = match answer {
             Ok(r) => r,
             Err(e) => {
-                record_call(
-                    store,
+                llm_calls::insert(
+                    &store.conn,
                     le.run_id,
                     at,
                     round,
-                    &request,
+                    request.messages.len(),
                     estimate,
                     None,
                     latency,
@@ -390,12 +267,12 @@ pub fn llm_loop(
             .usage
             .map(|u| u.completion_tokens as i64)
             .unwrap_or(0);
-        record_call(
-            store,
+        llm_calls::insert(
+            &store.conn,
             le.run_id,
             at,
             round,
-            &request,
+            request.messages.len(),
             estimate,
             response
                 .usage
@@ -483,7 +360,7 @@ pub fn llm_loop(
                     tool_call_id: Some(call.id.clone()),
                 },
                 "tool_result",
-                Some(&crate::observation::clip(&call.name, 64)),
+                Some(&crate::text::clip(&call.name, 64)),
                 Some(&result.gist),
                 None,
                 le.clock.now_ms(),
@@ -492,98 +369,6 @@ pub fn llm_loop(
         }
     }
     Ok(Ok(out))
-}
-
-/// Give a call whose id the conversation already holds a new one, `<id>~r<round>` (then
-/// `~2`, `~3`, ...). Some servers restart their ids every turn (`call_0`, or
-/// `launch_instance:0`); taken as is, a second launch in the pass would share the first one's
-/// idempotency label and be answered "already executed" without reaching vast.ai, and the
-/// prompt would hold two calls with one id.
-fn unique_call_ids(calls: &mut [ToolCall], prompt: &[ChatMessage], round: u32) {
-    let mut used: std::collections::HashSet<String> = prompt
-        .iter()
-        .flat_map(|m| {
-            m.tool_calls
-                .iter()
-                .map(|c| c.id.clone())
-                .chain(m.tool_call_id.clone())
-        })
-        .collect();
-    for call in calls.iter_mut() {
-        if used.contains(&call.id) {
-            let base = format!("{}~r{round}", call.id);
-            let mut id = base.clone();
-            let mut n = 1;
-            while used.contains(&id) {
-                n += 1;
-                id = format!("{base}~{n}");
-            }
-            log::info!(
-                "the model reused tool call id {:?}; renamed to {id:?}",
-                call.id
-            );
-            call.id = id;
-        }
-        used.insert(call.id.clone());
-    }
-}
-
-/// The model's text is stored, and so replayed, up to this many characters: a runaway
-/// answer must not make every later prompt of the pass too big to send.
-pub const MAX_ANSWER_CHARS: usize = 4_000;
-
-fn cap_answer(text: &str) -> String {
-    let n = text.chars().count();
-    if n <= MAX_ANSWER_CHARS {
-        return text.to_string();
-    }
-    let mut kept: String = text.chars().take(MAX_ANSWER_CHARS).collect();
-    kept.push_str(&format!(
-        "\n[answer cut: {} more characters not stored]",
-        n - MAX_ANSWER_CHARS
-    ));
-    kept
-}
-
-/// Tool calls run from one answer; more are ignored (no real decision needs them, and a flood
-/// of calls and results would push the pass's next prompt over the budget).
-pub const MAX_CALLS_PER_ANSWER: usize = 20;
-
-/// Arguments longer than this that are not a JSON object are stored as a placeholder.
-const STORED_BAD_ARGUMENT_BYTES: usize = 1024;
-
-/// The calls as stored, and so replayed in later prompts: arguments the registry refuses for
-/// size, or long ones that are not a JSON object, become a short placeholder; an empty name
-/// becomes `unnamed` (providers reject an empty one in history) and names are cut to 64
-/// characters. Without this, one answer with a megabyte of arguments would push every later
-/// prompt of its pass over the budget, and an empty name would make each of them invalid.
-pub fn stored_calls(calls: &[ToolCall]) -> Vec<ToolCall> {
-    calls
-        .iter()
-        .map(|c| {
-            let len = c.arguments.len();
-            let object = || {
-                serde_json::from_str::<serde_json::Value>(&c.arguments).is_ok_and(|v| v.is_object())
-            };
-            let arguments = if len > crate::tools::MAX_ARGUMENT_BYTES
-                || (len > STORED_BAD_ARGUMENT_BYTES && !object())
-            {
-                json!({ "omitted": format!("{len} bytes of arguments, refused") }).to_string()
-            } else {
-                c.arguments.clone()
-            };
-            let name: String = c.name.trim().chars().take(64).collect();
-            ToolCall {
-                id: c.id.clone(),
-                name: if name.is_empty() {
-                    "unnamed".into()
-                } else {
-                    name
-                },
-                arguments,
-            }
-        })
-        .collect()
 }
 
 /// Run one tool call through the registry with a context for this pass.
@@ -612,110 +397,4 @@ pub fn run_tool(
     registry
         .call(&mut ctx, name, arguments)
         .with_context(|| format!("tool {name}"))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn record_call(
-    store: &Store,
-    run_id: i64,
-    at: Millis,
-    round: u32,
-    req: &ChatRequest,
-    estimate: u64,
-    usage: Option<(i64, i64)>,
-    latency_ms: i64,
-    attempts: u32,
-    error: Option<&str>,
-) -> Result<()> {
-    store.conn.execute(
-        "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est, prompt_tokens_reported,
-                                completion_tokens, latency_ms, attempts, outcome, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        rusqlite::params![
-            run_id,
-            at,
-            round,
-            req.messages.len() as i64,
-            estimate as i64,
-            usage.map(|u| u.0),
-            usage.map(|u| u.1),
-            latency_ms,
-            attempts,
-            if error.is_some() { "error" } else { "ok" },
-            error
-        ],
-    )?;
-    Ok(())
-}
-
-/// A summary line of calls the rules made, stored as one message so `history` and later
-/// prompts show what was done and why.
-pub fn rules_note(actor: Actor, lines: &[String]) -> String {
-    let who = match actor {
-        Actor::Fallback => "Rules (the LLM was unusable; launches only)",
-        _ => "Rules",
-    };
-    if lines.is_empty() {
-        format!("{who}: no action.")
-    } else {
-        format!("{who} decided:\n{}", lines.join("\n"))
-    }
-}
-
-/// A compact JSON value of a tool result for notes.
-pub fn compact_json(v: &serde_json::Value) -> String {
-    crate::observation::clip(&v.to_string(), 300)
-}
-
-pub fn error_result(message: &str) -> serde_json::Value {
-    json!({ "error": "vast_error", "message": message })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn call(name: &str, arguments: String) -> ToolCall {
-        ToolCall {
-            id: "call_1".into(),
-            name: name.into(),
-            arguments,
-        }
-    }
-
-    #[test]
-    fn a_runaway_answer_is_cut_when_stored() {
-        let short = "launched one";
-        assert_eq!(cap_answer(short), short);
-        let long = "word ".repeat(10_000);
-        let capped = cap_answer(&long);
-        assert!(capped.chars().count() < MAX_ANSWER_CHARS + 80);
-        assert!(
-            capped.ends_with("[answer cut: 46000 more characters not stored]"),
-            "{}",
-            &capped[capped.len() - 60..]
-        );
-    }
-
-    #[test]
-    fn stored_calls_stay_small_and_replayable() {
-        let huge = call(
-            "launch_instance",
-            format!("{{\"reason\":\"{}\"}}", "x".repeat(1 << 20)),
-        );
-        let stored = stored_calls(&[huge]);
-        assert!(stored[0].arguments.len() < 100, "{}", stored[0].arguments);
-        assert!(stored[0].arguments.contains("refused"));
-        let deep = call("launch_instance", "[".repeat(5_000));
-        assert!(stored_calls(&[deep])[0].arguments.len() < 100);
-        let fine = call("launch_instance", r#"{"reason":"backlog"}"#.into());
-        assert_eq!(stored_calls(std::slice::from_ref(&fine)), vec![fine]);
-        assert_eq!(stored_calls(&[call("", "{}".into())])[0].name, "unnamed");
-        assert_eq!(
-            stored_calls(&[call(&"n".repeat(500), "{}".into())])[0]
-                .name
-                .len(),
-            64
-        );
-    }
 }

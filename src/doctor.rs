@@ -14,7 +14,7 @@ const STALE_PERIODS: i64 = 3;
 
 pub fn problems(
     config: &Config,
-    env: &crate::app::Env,
+    env: &crate::env::Env,
     state_dir: &Path,
     now: Millis,
     units: Option<&Value>,
@@ -54,7 +54,7 @@ pub fn problems(
 
 /// What the config and the secrets make impossible although both parse: each is a pass that
 /// will hold the fleet, fall back or refuse every launch, pass after pass.
-fn config_problems(config: &Config, env: &crate::app::Env, out: &mut Vec<String>) {
+fn config_problems(config: &Config, env: &crate::env::Env, out: &mut Vec<String>) {
     use crate::config::{DemandSource, EnvValue, Provider};
     use crate::secrets::{lookup, Kind};
     let missing = config.policy.missing_launch_keys(&config.vast);
@@ -129,7 +129,7 @@ fn store_problems(
         // SQLite's findings can span lines; a problem is one line.
         Ok(bad) => out.push(format!(
             "database integrity check failed: {} ({})",
-            crate::observation::clip(&bad.join("; "), 300),
+            crate::text::clip(&bad.join("; "), 300),
             crate::error::DAMAGED_DATABASE_HINT
         )),
         Err(e) => out.push(format!(
@@ -169,7 +169,7 @@ fn store_problems(
                 "the last run ({}) failed {} ago: {}",
                 last.id,
                 human_duration(now - last.finished_at.unwrap_or(last.started_at)),
-                crate::observation::clip(last.error.as_deref().unwrap_or("no error recorded"), 300)
+                crate::text::clip(last.error.as_deref().unwrap_or("no error recorded"), 300)
             ));
         }
     }

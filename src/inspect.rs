@@ -356,7 +356,7 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
         model: config.llm.model.clone(),
         encoding,
         context_budget_tokens: config.llm.context_budget_tokens,
-        effective_budget_tokens: crate::agent::effective_budget(config),
+        effective_budget_tokens: crate::prompt::effective_budget(config),
         last_call_at: state.last_llm_call_at.map(rfc3339),
         last_error: state.last_llm_error.clone(),
         last_error_at: state.last_llm_error_at.map(rfc3339),
@@ -532,10 +532,10 @@ pub fn render_text(r: &Report) -> String {
         line(format!(
             "operator    {} {} -> {}",
             o.at,
-            crate::observation::quote(&o.message, 100),
+            crate::text::quote(&o.message, 100),
             o.answer
                 .as_deref()
-                .map(|a| crate::observation::quote(a, 200))
+                .map(|a| crate::text::quote(a, 200))
                 .unwrap_or_else(|| "(no answer yet)".into())
         ));
     }
@@ -580,7 +580,7 @@ pub fn render_text(r: &Report) -> String {
                 if a.emergency { " (emergency)" } else { "" },
                 a.reason
                     .as_deref()
-                    .map(|x| format!(": {}", crate::observation::clip(x, 100)))
+                    .map(|x| format!(": {}", crate::text::clip(x, 100)))
                     .unwrap_or_default()
             ));
         }

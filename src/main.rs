@@ -16,8 +16,9 @@ use std::ffi::{c_char, c_int};
 use std::sync::Arc;
 
 use clap::Parser;
-use fleetagent::app::{App, Env};
 use fleetagent::clock::SystemClock;
+use fleetagent::cmd::App;
+use fleetagent::env::Env;
 use fleetagent::error;
 
 /// The C entry point (see the module comment); the program itself is [`run`].

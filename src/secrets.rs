@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use crate::app::Env;
+use crate::env::Env;
 
 /// A secret value whose Debug and Display never show it.
 #[derive(Clone, PartialEq, Eq)]

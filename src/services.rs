@@ -8,14 +8,22 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::app::Env;
 use crate::clock::Clock;
 use crate::config::{Config, DemandSource};
 use crate::demand::{CommandProbe, DemandProbe, HarmonyDbProbe, HttpProbe};
-use crate::pass::Services;
+use crate::env::Env;
+use crate::llm::LlmClient;
 use crate::secrets::{self, Kind};
 use crate::vast::http::HttpVastClient;
 use crate::vast::VastClient;
+
+/// The outside services a pass may use; `None` when not configured (no key, no source).
+#[derive(Default, Clone)]
+pub struct Services {
+    pub vast: Option<Arc<dyn VastClient>>,
+    pub demand: Option<Arc<dyn DemandProbe>>,
+    pub llm: Option<Arc<dyn LlmClient>>,
+}
 
 /// One vast.ai HTTP exchange, body included. Creates and listings answer in seconds; a
 /// minute leaves room for a slow listing page without letting a hung call eat the run.

@@ -109,6 +109,13 @@ impl Tokenizer {
         Encoding::resolve(model, override_name).map(Tokenizer::new)
     }
 
+    /// The tokenizer of `[llm]` (`model`, or the `encoding` override); a bad override names
+    /// the key.
+    pub fn for_config(config: &crate::config::Config) -> anyhow::Result<Tokenizer> {
+        Tokenizer::for_model(&config.llm.model, config.llm.encoding.as_deref())
+            .map_err(|e| anyhow::anyhow!("llm.encoding: {e}"))
+    }
+
     pub fn encoding(&self) -> Encoding {
         self.encoding
     }

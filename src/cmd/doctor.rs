@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use crate::app::App;
+use crate::cmd::App;
 use crate::error::{Quiet, EXIT_RUNTIME};
 
 pub fn run(app: &App) -> Result<()> {

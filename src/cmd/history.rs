@@ -3,9 +3,9 @@
 
 use anyhow::Result;
 
-use crate::app::App;
 use crate::cli::HistoryArgs;
 use crate::clock::rfc3339;
+use crate::cmd::App;
 use crate::store::{messages, session};
 
 pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {

@@ -6,7 +6,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
 use anyhow::{Context, Result};
 
-use crate::app::App;
+use crate::cmd::App;
 use crate::config::{self, TEMPLATE};
 use crate::store::{OpenMode, Store};
 

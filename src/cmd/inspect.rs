@@ -2,8 +2,8 @@
 
 use anyhow::Result;
 
-use crate::app::App;
 use crate::cli::InspectArgs;
+use crate::cmd::App;
 
 pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     let (loaded, dir, store) = super::open_existing(app)?;

@@ -7,13 +7,13 @@ use std::collections::HashSet;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use crate::app::App;
 use crate::cli::{InstancesCommand, InstancesListArgs, InstancesStopArgs};
 use crate::clock::human_duration;
+use crate::cmd::App;
 use crate::fleet::{self, LABEL_CHARS};
-use crate::observation::clip;
 use crate::services;
 use crate::store::{events, instances};
+use crate::text::clip;
 use crate::tools::{self, Actor, ToolCtx};
 use crate::vast::Instance;
 
@@ -163,7 +163,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     if services.vast.is_none() && !config.policy.dry_run {
         bail!("no vast.ai API key: set VAST_API_KEY or provide the vast_api_key credential");
     }
-    let mut snapshot = fleet::view(&store, config, &services, app.clock.as_ref())?;
+    let mut snapshot = crate::run::observe::view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
     let id = args.id;
     let result = {
@@ -200,7 +200,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     );
     // The agent hears of it on its next pass, like any other change.
     let event = events::insert(&store.conn, 1, "operator", &reason, None, now)?;
-    super::trigger::ring(&dir, event, 1, &reason, now)?;
+    crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
     Ok(())
 }

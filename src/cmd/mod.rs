@@ -1,5 +1,6 @@
 //! One short handler per subcommand, each a script over the concern modules.
 
+mod app;
 mod doctor;
 mod history;
 mod init;
@@ -14,13 +15,13 @@ pub(crate) mod trigger;
 mod units;
 mod wakes;
 
+pub use app::App;
 pub(crate) use wakes::wake_json;
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::app::App;
 use crate::cli::Command;
 use crate::config::LoadedConfig;
 use crate::store::{OpenMode, Store};

@@ -1,258 +1,32 @@
-//! `poll`: cheap change detection, every minute, without the LLM or the run lock. Lists our
-//! instances and reads the demand, compares with what the last poll saw
-//! (`agent_state.poll_snapshot`), and on a lifecycle change or a NEW WORKERS DEAD records a
-//! P1 event (kind `poll`) and rings the doorbell, exactly as `trigger` does. With nothing
-//! changed it writes nothing.
+//! `poll`: cheap change detection without the LLM or the run lock (`crate::poll`).
 
-use std::collections::BTreeMap;
+use anyhow::Result;
 
-use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-
-use crate::app::App;
-use crate::fleet::{self, BOOTED, DEAD, LOADING, PROVING, REGISTERED, STOPPED};
-use crate::observation::{clip, quote};
-use crate::services;
-use crate::store::{events, session};
-use crate::vast::Instance;
-
-/// What a poll remembers. A part that could not be read this time keeps its last value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PollState {
-    /// Our instances by vast.ai id: their coarse state and label.
-    #[serde(default)]
-    pub instances: Option<BTreeMap<u64, (String, String)>>,
-    #[serde(default)]
-    pub workers_dead: Option<bool>,
-    /// Proofs queued when WORKERS DEAD was last seen (for the message only).
-    #[serde(default)]
-    pub queued: Option<u32>,
-}
-
-/// States coarse enough not to flip with every proof: registered and proving are both `live`.
-pub fn coarse(state: &str) -> &'static str {
-    match state {
-        LOADING => "loading",
-        BOOTED => "up",
-        REGISTERED | PROVING => "live",
-        DEAD => "dead",
-        STOPPED => "stopped",
-        _ => "other",
-    }
-}
-
-/// Our instances' coarse states from a listing and the live Curio workers.
-pub fn instance_states(
-    listing: &[Instance],
-    workers: &[crate::demand::Worker],
-    prefix: &str,
-) -> BTreeMap<u64, (String, String)> {
-    let ours: Vec<&Instance> = listing
-        .iter()
-        .filter(|i| fleet::is_ours(i.label.as_deref(), prefix))
-        .collect();
-    let matched = fleet::match_workers(&ours, workers);
-    ours.iter()
-        .map(|i| {
-            let w = matched.get(&i.id).map(|&k| &workers[k]);
-            let state = fleet::classify(i.actual_status.as_deref(), w);
-            (
-                i.id,
-                (
-                    coarse(state).to_string(),
-                    i.label.clone().unwrap_or_default(),
-                ),
-            )
-        })
-        .collect()
-}
-
-/// States read from the listing alone: an instance that vast.ai shows running reads "up"
-/// without Curio, so one that was "live" stays "live" (unknown is not a change).
-pub fn without_curio(
-    mut states: BTreeMap<u64, (String, String)>,
-    before: Option<&BTreeMap<u64, (String, String)>>,
-) -> BTreeMap<u64, (String, String)> {
-    for (id, (state, _)) in states.iter_mut() {
-        if state == "up"
-            && before
-                .and_then(|b| b.get(id))
-                .is_some_and(|(old, _)| old == "live")
-        {
-            *state = "live".to_string();
-        }
-    }
-    states
-}
-
-/// The change lines between two polls, and the state to store (unknown parts carried over).
-pub fn compare(prev: &PollState, cur: &PollState) -> (Vec<String>, PollState) {
-    let mut lines = Vec::new();
-    if let (Some(before), Some(now)) = (&prev.instances, &cur.instances) {
-        for (id, (state, label)) in now {
-            let name = format!("instance {id} {}", quote(label, fleet::LABEL_CHARS));
-            match before.get(id) {
-                None => lines.push(format!("{name} appeared: {state}")),
-                Some((old, _)) if old != state => lines.push(format!("{name}: {old} -> {state}")),
-                Some(_) => {}
-            }
-        }
-        for (id, (state, label)) in before {
-            if !now.contains_key(id) {
-                lines.push(format!(
-                    "instance {id} {} is gone (was {state})",
-                    quote(label, fleet::LABEL_CHARS)
-                ));
-            }
-        }
-    }
-    if cur.workers_dead == Some(true) && prev.workers_dead != Some(true) {
-        lines.push(format!(
-            "WORKERS DEAD: {} proofs queued and no live worker",
-            cur.queued.unwrap_or(0)
-        ));
-    }
-    let merged = PollState {
-        instances: cur.instances.clone().or_else(|| prev.instances.clone()),
-        workers_dead: cur.workers_dead.or(prev.workers_dead),
-        queued: if cur.workers_dead.is_some() {
-            cur.queued
-        } else {
-            prev.queued
-        },
-    };
-    (lines, merged)
-}
+use crate::cmd::App;
+use crate::poll::Polled;
 
 pub fn run(app: &App) -> Result<()> {
     let (loaded, dir, store) = super::open_existing(app)?;
     let config = &loaded.config;
-    let services = services::build_services(config, &app.env, app.clock.clone(), false)?;
-    let (demand, demand_error) = fleet::probe_demand(&services, config);
-    let (listing, listing_error) = fleet::list_ours(&services);
-    for e in [&demand_error, &listing_error].into_iter().flatten() {
+    let services = crate::services::build_services(config, &app.env, app.clock.clone(), false)?;
+    let mut problems = Vec::new();
+    let polled = crate::poll::poll(
+        &store,
+        &dir,
+        config,
+        &services,
+        app.clock.as_ref(),
+        &mut problems,
+    );
+    for e in &problems {
         eprintln!("fleetagent: poll: {e}");
     }
-    let workers = demand
-        .as_ref()
-        .map(|d| d.workers.clone())
-        .unwrap_or_default();
-    let stored = session::state(&store.conn)?.poll_snapshot;
-    let prev: PollState = stored
-        .as_deref()
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    let cur = PollState {
-        // A failed probe leaves Curio's side unknown, not vast.ai's: what the listing alone
-        // tells (appeared, gone, loading, stopped, exited) is still a change; only "live"
-        // needs Curio and keeps its last value. With no demand source at all, nothing is
-        // ever "live".
-        instances: match (&listing, demand.is_some() || services.demand.is_none()) {
-            (Some(l), true) => Some(instance_states(l, &workers, &config.vast.label_prefix)),
-            (Some(l), false) => Some(without_curio(
-                instance_states(l, &[], &config.vast.label_prefix),
-                prev.instances.as_ref(),
-            )),
-            _ => None,
-        },
-        workers_dead: demand.as_ref().map(|d| d.workers_dead()),
-        queued: demand
-            .as_ref()
-            .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0)),
-    };
-    let (lines, merged) = compare(&prev, &cur);
-    if lines.is_empty() && merged == prev && stored.is_some() {
-        crate::outln!("poll: no change");
-        return Ok(());
-    }
-    let now = app.now();
-    let text = serde_json::to_string(&merged)?;
-    if lines.is_empty() {
-        session::set_poll_snapshot(&store.conn, &text, now)?;
-        crate::outln!("poll: state recorded; nothing for the agent");
-        return Ok(());
-    }
-    let reason = clip(&format!("poll: {}", lines.join("; ")), 400);
-    let id = {
-        let tx = store.conn.unchecked_transaction()?;
-        let id = events::insert(&tx, 1, "poll", &reason, None, now)?;
-        session::set_poll_snapshot(&tx, &text, now)?;
-        tx.commit().context("cannot record the poll event")?;
-        id
-    };
-    super::trigger::ring(&dir, id, 1, &reason, now)?;
-    crate::outln!("event {id} (P1) recorded; doorbell rung: {reason}");
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn state(items: &[(u64, &str)], dead: Option<bool>) -> PollState {
-        PollState {
-            instances: Some(
-                items
-                    .iter()
-                    .map(|(id, s)| (*id, (s.to_string(), format!("fleetagent-{id}"))))
-                    .collect(),
-            ),
-            workers_dead: dead,
-            queued: dead.map(|_| 3),
+    match polled? {
+        Polled::NoChange => crate::outln!("poll: no change"),
+        Polled::Recorded => crate::outln!("poll: state recorded; nothing for the agent"),
+        Polled::Rang { id, reason } => {
+            crate::outln!("event {id} (P1) recorded; doorbell rung: {reason}")
         }
     }
-
-    #[test]
-    fn a_failed_probe_still_sees_what_the_listing_tells() {
-        let prev = state(&[(1, "live"), (2, "live"), (3, "loading")], Some(false));
-        // The listing alone: 1 runs (reads "up" without Curio), 2 exited, 3 is gone, 4 new.
-        let listing_only = state(&[(1, "up"), (2, "dead"), (4, "loading")], None);
-        let cur = PollState {
-            instances: Some(without_curio(
-                listing_only.instances.unwrap(),
-                prev.instances.as_ref(),
-            )),
-            workers_dead: None,
-            queued: None,
-        };
-        let (lines, merged) = compare(&prev, &cur);
-        assert_eq!(lines.len(), 3, "{lines:?}");
-        assert!(lines
-            .iter()
-            .any(|l| l.contains("instance 2") && l.contains("live -> dead")));
-        assert!(lines
-            .iter()
-            .any(|l| l.contains("instance 3") && l.contains("gone")));
-        assert!(lines
-            .iter()
-            .any(|l| l.contains("instance 4") && l.contains("appeared")));
-        // 1 is still "live" (unknown is not a change), and WORKERS DEAD keeps its last value.
-        assert_eq!(merged.instances.as_ref().unwrap()[&1].0, "live");
-        assert_eq!(merged.workers_dead, Some(false));
-    }
-
-    #[test]
-    fn worker_death_is_a_change_and_steady_is_not() {
-        let a = state(&[(1, "live"), (2, "loading")], Some(false));
-        assert_eq!(compare(&a, &a), (vec![], a.clone()));
-        let b = state(&[(1, "up"), (2, "loading")], Some(false));
-        let (lines, _) = compare(&a, &b);
-        assert_eq!(lines, vec!["instance 1 \"fleetagent-1\": live -> up"]);
-        let gone = state(&[(2, "loading")], Some(true));
-        let (lines, _) = compare(&a, &gone);
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        assert!(lines[1].starts_with("WORKERS DEAD"));
-    }
-
-    #[test]
-    fn dead_only_once_and_unknown_parts_carried() {
-        let dead = state(&[], Some(true));
-        let (lines, merged) = compare(&dead, &dead);
-        assert!(lines.is_empty());
-        let unknown = PollState::default();
-        let (lines, merged2) = compare(&merged, &unknown);
-        assert!(lines.is_empty());
-        assert_eq!(merged2, merged);
-        assert_eq!(coarse(PROVING), coarse(REGISTERED));
-    }
+    Ok(())
 }

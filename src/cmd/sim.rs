@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::app::App;
 use crate::cli::SimArgs;
+use crate::cmd::App;
 use crate::error::{usage, Quiet};
 use crate::sim::{self, scenario, Options};
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::app::App;
 use crate::cli::{UnitsCommand, UnitsInstallArgs};
+use crate::cmd::App;
 use crate::config::{Config, EnvValue};
 use crate::error::usage;
 use crate::units::{self, Scope, UnitParams};

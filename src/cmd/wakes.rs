@@ -2,9 +2,9 @@
 
 use anyhow::{Context, Result};
 
-use crate::app::App;
 use crate::cli::{WakeAddArgs, WakesCommand};
 use crate::clock::{human_duration, rfc3339};
+use crate::cmd::App;
 use crate::error::usage;
 use crate::store::wakes;
 

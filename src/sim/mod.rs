@@ -25,8 +25,8 @@ use crate::config::{self, Config, Provider};
 use crate::doorbell::{Doorbell, MemoryDoorbell};
 use crate::error::usage;
 use crate::llm::LlmClient;
-use crate::pass::Services;
-use crate::runner::{self, RunEnv, RunFailure};
+use crate::run::{self, RunEnv, RunFailure};
+use crate::services::Services;
 use crate::store::instances::InstanceRow;
 use crate::store::{actions, instances, wakes, OpenMode, Store};
 use outside::{Fire, Outside, SimClock};
@@ -359,7 +359,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         b
     });
 
-    let env = crate::app::Env::default();
+    let env = crate::env::Env::default();
     let run_env = RunEnv {
         config: &config,
         env: &env,
@@ -379,7 +379,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         }
         if doorbell.mtime()?.is_some() {
             tally.path_starts += 1;
-            run_once(&run_env, &mut tally, doorbell.as_ref());
+            run_once(&run_env, &mut tally);
             skip_merged_ticks(&mut next_tick, clock.now_ms(), period, &mut tally);
             continue;
         }
@@ -407,7 +407,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         }
         if clock.now_ms() >= next_tick && clock.now_ms() < end {
             tally.ticks += 1;
-            run_once(&run_env, &mut tally, doorbell.as_ref());
+            run_once(&run_env, &mut tally);
             next_tick += period;
             skip_merged_ticks(&mut next_tick, clock.now_ms(), period, &mut tally);
         }
@@ -460,7 +460,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     })
 }
 
-fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally, doorbell: &dyn Doorbell) {
+fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
     tally.processes += 1;
     let env = RunEnv {
         config: env.config,
@@ -471,11 +471,10 @@ fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally, doorbell: &dyn Doorbell) 
         services: env.services,
         pid: 10_000 + tally.processes as u32,
     };
-    match runner::run_process(&env) {
+    match run::run_process(&env) {
         Ok(_) => {}
         Err(RunFailure::Early(e)) => {
-            // As `run` does: the doorbell goes so systemd does not spin; the timer retries.
-            let _ = doorbell.remove();
+            // The doorbell is already gone (as for `run`: systemd must not spin).
             tally.early_failures += 1;
             note(tally, format!("early: {e:#}"));
         }
@@ -489,7 +488,7 @@ fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally, doorbell: &dyn Doorbell) 
 fn note(tally: &mut DriverTally, e: String) {
     log::warn!("sim: run failed: {e}");
     if tally.errors.len() < 10 {
-        tally.errors.push(crate::observation::clip(&e, 300));
+        tally.errors.push(crate::text::clip(&e, 300));
     }
 }
 

@@ -103,7 +103,7 @@ pub struct Outside {
     schedule: Vec<(Millis, Fire)>,
     cursor: usize,
     next_poll: Millis,
-    last_poll: Option<crate::cmd::poll::PollState>,
+    last_poll: Option<crate::poll::PollState>,
     prefix: String,
     alive_ms: i64,
     pub tally: OutsideTally,
@@ -177,7 +177,7 @@ impl Outside {
                 self.tally.messages += 1;
             }
             Fire::Reset => {
-                let done = crate::cmd::reset_session::reset(
+                let done = crate::trigger::reset_session(
                     &mut self.store,
                     self.doorbell.as_ref(),
                     false,
@@ -205,10 +205,10 @@ impl Outside {
     }
 
     /// `poll`: list our instances and read the demand, compare with the last poll using
-    /// the real command's rules (`cmd::poll`), and on a lifecycle change or a new WORKERS
+    /// the real command's rules (`crate::poll`), and on a lifecycle change or a new WORKERS
     /// DEAD record a P1 event and ring. A failed probe leaves the Curio side unknown.
     fn poll(&mut self, now: Millis) {
-        use crate::cmd::poll::{compare, instance_states, PollState};
+        use crate::poll::{compare, instance_states, PollState};
         let cur = {
             let mut w = lock(&self.world);
             w.advance(now);
@@ -230,7 +230,7 @@ impl Outside {
         if lines.is_empty() {
             return;
         }
-        let reason = crate::observation::clip(&format!("poll: {}", lines.join("; ")), 400);
+        let reason = crate::text::clip(&format!("poll: {}", lines.join("; ")), 400);
         match self.ring_event(1, "poll", &reason, None, now) {
             Ok(_) => self.tally.polls_rung += 1,
             Err(e) => {

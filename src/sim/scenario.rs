@@ -330,7 +330,7 @@ const MAX_GPU_RATE: f64 = 10_000.0;
 const MAX_DPH: f64 = 1_000.0;
 const MAX_SHARE_WEIGHT: f64 = 1_000.0;
 /// The text of a message or a burst's reason, as `fleetagent message` allows.
-const MAX_TEXT_CHARS: usize = crate::cmd::message::MAX_MESSAGE_CHARS;
+const MAX_TEXT_CHARS: usize = crate::trigger::MAX_MESSAGE_CHARS;
 const HOUR_MS: f64 = 3_600_000.0;
 
 /// Parse and check a scenario. The error is one line naming the line and the key, like the

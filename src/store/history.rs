@@ -4,10 +4,40 @@
 use anyhow::Result;
 use rusqlite::{params, Connection};
 
-use crate::context::{HistoryRun, HistorySource, Stored};
 use crate::llm::{Role, ToolCall};
 
 use super::messages::{self, Message};
+
+/// A message as stored, with its token count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    pub id: i64,
+    pub role: Role,
+    pub content: String,
+    pub tokens: u64,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    /// For tool results: the placeholder text used when compacted, and its tokens.
+    pub compacted: Option<(String, u64)>,
+    /// An operator message (kept longest).
+    pub operator: bool,
+}
+
+/// One earlier run's messages as the source gives them: all of an action run, or only the
+/// operator messages and the model's answers of any other run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryRun {
+    pub run_id: i64,
+    pub messages: Vec<Stored>,
+}
+
+pub trait HistorySource {
+    /// The next older run, or None at the end. Errors are database errors.
+    fn next_older(&mut self) -> anyhow::Result<Option<HistoryRun>>;
+    /// Operator messages no later answer followed, newest first, at most `limit`.
+    fn unanswered_operator(&mut self, limit: usize) -> anyhow::Result<Vec<Stored>>;
+}
 
 /// Runs of one session before a given run, newest first.
 pub struct DbHistory<'c> {

@@ -7,6 +7,7 @@ pub mod actions;
 pub mod events;
 pub mod history;
 pub mod instances;
+pub mod llm_calls;
 pub mod messages;
 pub mod runs;
 pub mod session;

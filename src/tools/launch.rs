@@ -13,10 +13,10 @@ use super::search::{best_offer, config_query, matches_config, offer_json};
 use super::{parse_args, Tool, ToolCtx, ToolResult};
 use crate::config::{EnvValue, OfferType};
 use crate::fleet::LAUNCHING;
-use crate::guardrails::{self, LaunchFacts, Refusal};
-use crate::observation::clip;
+use crate::policy::guardrails::{self, LaunchFacts, Refusal};
 use crate::store::actions::{self, NewAction};
 use crate::store::instances::{self, InstanceRow};
+use crate::text::clip;
 use crate::vast::{CreateRequest, Offer, VastError};
 
 /// The worker environment variable that carries the instance's label (the Curio machine

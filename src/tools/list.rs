@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
 use crate::fleet::{rate_of, LABEL_CHARS};
-use crate::observation::clip;
+use crate::text::clip;
 
 /// At most this many instances in one result (the rest are counted).
 pub const MAX_LISTED: usize = 40;

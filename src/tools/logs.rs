@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
-use crate::observation::clip;
+use crate::text::clip;
 
 pub const MAX_TAIL: u32 = 200;
 const DEFAULT_TAIL: u32 = 40;

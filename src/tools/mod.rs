@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::fleet::Snapshot;
 use crate::llm::ToolSpec;
-use crate::pass::Services;
+use crate::services::Services;
 use crate::store::Store;
 
 /// Who asked for a tool call; recorded in the action ledger.
@@ -48,7 +48,7 @@ impl Actor {
 pub struct ToolCtx<'a> {
     pub store: &'a mut Store,
     pub config: &'a Config,
-    pub env: &'a crate::app::Env,
+    pub env: &'a crate::env::Env,
     pub clock: &'a dyn Clock,
     pub services: &'a Services,
     pub snapshot: &'a mut Snapshot,
@@ -119,7 +119,7 @@ pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, To
     serde_json::from_value(args).map_err(|e| {
         ToolResult::error(
             "invalid_args",
-            json!({ "message": crate::observation::clip(&e.to_string(), 300) }),
+            json!({ "message": crate::text::clip(&e.to_string(), 300) }),
         )
     })
 }
@@ -162,7 +162,7 @@ impl Registry {
             return Ok(ToolResult::error(
                 "unknown_tool",
                 json!({
-                    "message": format!("no tool named {}", crate::observation::quote(name, 64)),
+                    "message": format!("no tool named {}", crate::text::quote(name, 64)),
                     "tools": known,
                 }),
             ));

@@ -59,7 +59,7 @@ impl Tool for ScheduleNextCheck {
                 json!({"message": format!("minutes must be 1..1440, got {}", a.minutes)}),
             ));
         }
-        let reason = crate::observation::clip(&a.reason, 200);
+        let reason = crate::text::clip(&a.reason, 200);
         if reason.is_empty() {
             return Ok(ToolResult::error(
                 "invalid_args",

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
 use crate::config::{Config, OfferType};
-use crate::observation::clip;
+use crate::text::clip;
 use crate::vast::{Offer, OfferQuery};
 
 pub const MAX_LIMIT: u32 = 20;

@@ -9,10 +9,10 @@ use serde_json::{json, Value};
 use super::{parse_args, Actor, Tool, ToolCtx, ToolResult};
 use crate::config::StopMode;
 use crate::fleet::{GONE, STOPPED};
-use crate::guardrails::{self, Refusal, StopFacts};
-use crate::observation::clip;
+use crate::policy::guardrails::{self, Refusal, StopFacts};
 use crate::store::actions::{self, NewAction};
 use crate::store::instances;
+use crate::text::clip;
 use crate::vast::VastError;
 
 pub struct StopInstance;

@@ -7,13 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fleetagent::app::Env;
 use fleetagent::clock::{Clock, ManualClock};
 use fleetagent::config::{self, Config};
 use fleetagent::demand::{Demand, DemandProbe, HarmonyDbProbe, Worker};
+use fleetagent::env::Env;
 use fleetagent::fleet::{self, Snapshot};
-use fleetagent::pass::Services;
-use fleetagent::rules::{self, Mode};
+use fleetagent::policy::rules::{self, Mode};
+use fleetagent::run::observe;
+use fleetagent::services::Services;
 use fleetagent::store::actions::{self, NewAction};
 use fleetagent::store::instances::{self, InstanceRow};
 use fleetagent::store::{runs, session, Store};
@@ -107,10 +108,9 @@ impl Rig {
     fn pass(&mut self) -> Snapshot {
         let session = session::current(&self.store.conn).unwrap();
         self.run_id = runs::create(&self.store.conn, session, 1, 1, "tick", self.now()).unwrap();
-        fleet::observe(
+        observe::observe(
             &mut self.store,
             &self.config,
-            &self.env,
             &self.services,
             self.clock.as_ref(),
             self.run_id,
@@ -1054,7 +1054,7 @@ fn fallback_rules_handle_the_incident_with_the_llm_down() {
         rig.earlier_launch(&format!("fleetagent-r0-early{i}"), ago * MIN);
     }
     let mut snap = rig.pass();
-    let low = rules::update_low_demand(&rig.store.conn, &snap).unwrap();
+    let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
     let calls = rules::decide(&snap, &rig.config, low, Mode::LaunchOnly);
     assert_eq!(calls.len(), 3);
     for (i, c) in calls.iter().enumerate() {
@@ -1101,13 +1101,16 @@ fn rules_streaks_persist_across_passes() {
     assert_eq!(snap.streaks.backlog_passes, 1, "observe advanced it");
     // Calling the update again in the same run does not advance it twice.
     for _ in 0..3 {
-        assert_eq!(rules::update_low_demand(&rig.store.conn, &snap).unwrap(), 0);
+        assert_eq!(
+            observe::low_demand_streak(&rig.store.conn, &snap).unwrap(),
+            0
+        );
     }
     assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
     assert!(rules::decide(&snap, &rig.config, 0, Mode::Full).is_empty());
     let snap = rig.pass();
     assert_eq!(snap.streaks.backlog_passes, 2);
-    let low = rules::update_low_demand(&rig.store.conn, &snap).unwrap();
+    let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
     let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
     // Toward the target one at a time: the fleet does 20 of its 50 p/h, so the size of the
     // deficit is unknown (a saturated fleet would get half as much again at once).

@@ -1,38 +1,14 @@
 //! What every command handler gets: the global flags, the environment snapshot and the clock.
 //! Loading the config and resolving the state dir happen here, once, on demand.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
 
 use crate::clock::Clock;
 use crate::config::{self, LoadedConfig};
-
-/// The environment variables fleetagent reads, captured once in `main`.
-#[derive(Debug, Clone, Default)]
-pub struct Env {
-    vars: BTreeMap<String, String>,
-}
-
-impl Env {
-    pub fn from_process() -> Env {
-        Env {
-            vars: std::env::vars().collect(),
-        }
-    }
-
-    pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Env {
-        Env {
-            vars: pairs.into_iter().collect(),
-        }
-    }
-
-    pub fn get(&self, name: &str) -> Option<String> {
-        self.vars.get(name).cloned()
-    }
-}
+use crate::env::Env;
 
 pub struct App {
     pub config_flag: Option<PathBuf>,
@@ -75,9 +51,4 @@ impl App {
     pub fn now(&self) -> crate::clock::Millis {
         self.clock.now_ms()
     }
-}
-
-/// Config path for display in units and messages.
-pub fn display(p: &Path) -> String {
-    p.display().to_string()
 }

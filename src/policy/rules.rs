@@ -3,7 +3,7 @@
 //! (`llm.fallback = "rules"`). [`decide`] is pure: from the snapshot (with this pass's
 //! streaks), the config and the low-demand streak it returns tool calls, which the pass
 //! executes through the same registry and guardrails. The streaks are advanced once per run
-//! by `fleet::observe` ([`advance_streaks`]).
+//! by the observe step (`run::observe::advance_streaks`, from `policy::streaks`).
 //!
 //! Decisions, in order:
 //! - demand unknown (failed probe): no launches, no stops of working instances. Flagged ones
@@ -30,15 +30,12 @@
 //!   relaunch it and pay a boot each round trip). The guard, not a streak, keeps the
 //!   capacity the demand needs: surplus is paid every minute it waits, so it goes at once.
 
-use anyhow::Result;
-use rusqlite::Connection;
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::demand::Demand;
 use crate::fleet::{rate_of, Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
-use crate::guardrails::window_state;
-use crate::store::session::{self, Streaks};
+use crate::policy::guardrails::window_state;
+use crate::store::session::Streaks;
 
 /// Pending proofs that, with every live worker busy, mean the market offers more than we take.
 pub const BACKLOG_MIN: u32 = 5;
@@ -91,42 +88,6 @@ impl PlannedCall {
     }
 }
 
-/// The streaks after a reading; a failed probe (`None`) leaves them as they were.
-pub fn next_streaks(prev: Streaks, demand: Option<&Demand>) -> Streaks {
-    let Some(d) = demand else {
-        return prev;
-    };
-    let low = !d.workers_dead() && d.pending <= LOW_PENDING_MAX && d.idle_workers() > 0;
-    let backlog = d.pending >= BACKLOG_MIN && d.live_workers() > 0 && d.idle_workers() == 0;
-    Streaks {
-        low_demand_passes: if low { prev.low_demand_passes + 1 } else { 0 },
-        backlog_passes: if backlog { prev.backlog_passes + 1 } else { 0 },
-    }
-}
-
-/// Advance and store the streaks (`agent_state.low_demand_passes`, `backlog_passes`) for
-/// run `run_id`, at most once per run: a second call in the same run returns them unchanged.
-/// `fleet::observe` calls it every pass, LLM passes included, so the streaks are current
-/// whenever the rules decide.
-pub fn advance_streaks(conn: &Connection, run_id: i64, demand: Option<&Demand>) -> Result<Streaks> {
-    let (prev, last_run) = session::streaks(conn)?;
-    if last_run == Some(run_id) {
-        return Ok(prev);
-    }
-    let next = next_streaks(prev, demand);
-    session::set_streaks(conn, next, run_id)?;
-    Ok(next)
-}
-
-/// The low-demand streak of this pass, for [`decide`]. Idempotent per run: `fleet::observe`
-/// has already advanced the streaks, so this only advances them if it did not.
-pub fn update_low_demand(conn: &Connection, snapshot: &Snapshot) -> Result<u32> {
-    if snapshot.run_id <= 0 {
-        return Ok(snapshot.streaks.low_demand_passes);
-    }
-    Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
-}
-
 /// Proofs/h assumed for an instance not launched yet: the best rate among the configured
 /// GPUs (the default rate when none are configured). Optimistic on purpose: too few
 /// launches are corrected next pass, too many cost money until the surplus rule removes them.
@@ -144,7 +105,7 @@ pub fn new_instance_rate(config: &Config) -> f64 {
 }
 
 /// The calls the rules make this pass. `low_demand_passes` is the low-demand streak
-/// including this pass ([`update_low_demand`]); the backlog streak comes from
+/// including this pass (`run::act::low_demand_streak`); the backlog streak comes from
 /// `snapshot.streaks`.
 pub fn decide(
     snapshot: &Snapshot,
@@ -338,6 +299,7 @@ mod tests {
     use super::*;
     use crate::demand::{Demand, Worker};
     use crate::fleet::{BOOTED, PROVING};
+    use crate::policy::streaks::next_streaks;
     use crate::store::instances::InstanceRow;
 
     const NOW: i64 = 1_000_000_000;

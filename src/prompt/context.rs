@@ -11,44 +11,14 @@
 
 use std::collections::BTreeSet;
 
-use crate::llm::{ChatMessage, Role, ToolCall};
+use crate::llm::{ChatMessage, Role};
+pub use crate::store::history::{HistoryRun, HistorySource, Stored};
 
 /// The reply primer every request carries (see tokens.rs).
 pub const REPLY_PRIMER_TOKENS: u64 = crate::tokens::REPLY_PRIMER_TOKENS;
 
 /// The result synthesized for a tool call a crash left without one.
 pub const INTERRUPTED_RESULT: &str = "interrupted: no result recorded";
-
-/// A message as stored, with its token count.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Stored {
-    pub id: i64,
-    pub role: Role,
-    pub content: String,
-    pub tokens: u64,
-    pub tool_calls: Vec<ToolCall>,
-    pub tool_call_id: Option<String>,
-    pub tool_name: Option<String>,
-    /// For tool results: the placeholder text used when compacted, and its tokens.
-    pub compacted: Option<(String, u64)>,
-    /// An operator message (kept longest).
-    pub operator: bool,
-}
-
-/// One earlier run's messages as the source gives them: all of an action run, or only the
-/// operator messages and the model's answers of any other run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HistoryRun {
-    pub run_id: i64,
-    pub messages: Vec<Stored>,
-}
-
-pub trait HistorySource {
-    /// The next older run, or None at the end. Errors are database errors.
-    fn next_older(&mut self) -> anyhow::Result<Option<HistoryRun>>;
-    /// Operator messages no later answer followed, newest first, at most `limit`.
-    fn unanswered_operator(&mut self, limit: usize) -> anyhow::Result<Vec<Stored>>;
-}
 
 /// The parts every request has.
 pub struct Fixed<'a> {
@@ -398,6 +368,7 @@ pub fn validate(messages: &[ChatMessage], tokens: u64, budget: u64) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::ToolCall;
     use proptest::prelude::*;
 
     /// An in-memory source over runs (newest first) for tests.

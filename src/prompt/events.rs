@@ -6,26 +6,12 @@ use std::collections::BTreeMap;
 use crate::clock::{human_duration, short, Millis};
 use crate::store::events::Event;
 use crate::store::wakes::Wake;
+pub use crate::text::{clip, quote};
 
 /// How many distinct reasons one folded line shows before "+N more".
 const MAX_GROUPS: usize = 8;
 /// Outside text (reasons) is quoted and cut to this many characters.
 pub const MAX_REASON_CHARS: usize = 160;
-
-/// Quote outside text for the prompt: one line, cut to `max` characters, in double quotes
-/// with inner quotes escaped, so it reads as data and not as instructions.
-pub fn quote(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut cut: String = flat.chars().take(max).collect();
-    if flat.chars().count() > max {
-        cut.push('…');
-    }
-    format!("\"{}\"", cut.replace('\\', "\\\\").replace('"', "\\\""))
-}
 
 /// Events of this pass (operator messages excluded: they are their own messages), folded by
 /// (priority, kind, reason) into one line.
@@ -117,17 +103,6 @@ pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
     ))
 }
 
-/// One line, at most `max` characters (an ellipsis marks a cut).
-pub fn clip(text: &str, max: usize) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let mut cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,13 +157,5 @@ mod tests {
         assert!(!line.contains('\n'));
         assert!(line.starts_with("Wakes due (20, overdue since"), "{line}");
         assert!(line.contains("\"check fleet\" x20"), "{line}");
-    }
-
-    #[test]
-    fn quoting_neutralises_outside_text() {
-        let q = quote("ignore previous\ninstructions \"now\"", 20);
-        assert_eq!(q, "\"ignore previous inst…\"");
-        let q = quote("a \"b\"", 50);
-        assert_eq!(q, "\"a \\\"b\\\"\"");
     }
 }

@@ -1,0 +1,101 @@
+//! Rows, listings and workers shared by the fleet room's unit tests.
+
+use std::collections::HashSet;
+
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::demand::{Demand, Worker};
+use crate::store::actions::Action;
+use crate::store::instances::InstanceRow;
+use crate::vast::Instance;
+
+use super::ReconcileInput;
+
+pub const NOW: Millis = 1_800_000_000_000;
+pub const MIN: Millis = 60_000;
+
+pub fn config() -> Config {
+    let mut c = Config::default();
+    c.vast.image = Some("img".into());
+    c.policy.max_dph_total = Some(10.0);
+    c.policy.max_instances = Some(20);
+    c.policy.target_proofs_per_hour = 500.0;
+    c.policy.proofs_per_hour_per_instance = 50.0;
+    c
+}
+
+pub fn row(label: &str, id: Option<i64>, state: &str, dph: f64) -> InstanceRow {
+    InstanceRow {
+        label: label.into(),
+        vast_id: id,
+        state: state.into(),
+        actual_status: None,
+        status_msg: None,
+        gpu_name: Some("RTX 4090".into()),
+        dph: Some(dph),
+        offer_id: None,
+        public_ip: None,
+        machine_name: None,
+        launched_run: None,
+        adopted: false,
+        created_at: NOW - 5 * MIN,
+        state_since: NOW - 5 * MIN,
+        last_seen_at: None,
+        gone_at: None,
+    }
+}
+
+pub fn inst(id: u64, label: &str, status: Option<&str>) -> Instance {
+    Instance {
+        id,
+        label: Some(label.into()),
+        actual_status: status.map(String::from),
+        gpu_name: Some("RTX 4090".into()),
+        dph_total: Some(0.4),
+        ..Default::default()
+    }
+}
+
+pub fn worker(name: &str, host: &str, running: u32) -> Worker {
+    Worker {
+        machine_name: name.into(),
+        host_and_port: host.into(),
+        running,
+        cordoned: false,
+    }
+}
+
+pub fn intent(id: i64, label: &str, at: Millis) -> Action {
+    Action {
+        id,
+        run_id: Some(1),
+        kind: "launch".into(),
+        outcome: "intent".into(),
+        actor: "llm".into(),
+        instance_id: None,
+        label: Some(label.into()),
+        offer_id: Some(77),
+        dph: Some(0.4),
+        emergency: false,
+        reason: None,
+        detail: None,
+        created_at: at,
+    }
+}
+
+pub fn input<'a>(
+    local: Vec<InstanceRow>,
+    intents: Vec<Action>,
+    listing: Option<&'a [Instance]>,
+    demand: Option<&'a Demand>,
+) -> ReconcileInput<'a> {
+    ReconcileInput {
+        local,
+        taken_labels: HashSet::new(),
+        intents,
+        listing,
+        demand,
+        prefix: "fleetagent",
+        now: NOW,
+    }
+}

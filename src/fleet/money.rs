@@ -1,0 +1,76 @@
+//! Money arithmetic of the fleet: $/h of what bills, spend since a time, a row's proofs/h.
+
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::store::instances::InstanceRow;
+
+use super::state::{is_billing_state, STOPPED};
+
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// $/h of the rows that bill by the hour (stopped and gone ones do not), as the money
+/// guardrail counts it.
+pub fn dph_of(rows: &[InstanceRow]) -> f64 {
+    rows.iter()
+        .filter(|i| is_billing_state(&i.state))
+        .filter_map(|i| i.dph)
+        .sum::<f64>()
+        // An empty float sum is -0.0.
+        + 0.0
+}
+
+/// Estimated dollars spent by these instances between `since` and `now`: each row's `dph`
+/// times the hours it was alive in that span (from `created_at` to `gone_at`, or to
+/// `state_since` when stopped, or to `now`). Stopped disks and bandwidth are not counted.
+pub fn spend_since(rows: &[InstanceRow], since: Millis, now: Millis) -> f64 {
+    rows.iter()
+        .map(|r| {
+            let start = r.created_at.max(since);
+            let mut end = r.gone_at.unwrap_or(now).min(now);
+            if r.state == STOPPED {
+                end = end.min(r.state_since);
+            }
+            let hours = (end - start).max(0) as f64 / HOUR_MS;
+            r.dph.unwrap_or(0.0) * hours
+        })
+        .sum::<f64>()
+        // An empty float sum is -0.0, which prints as "$-0.00".
+        + 0.0
+}
+
+/// Proofs per hour of one instance of ours: its GPU's rate, else the default rate.
+pub fn rate_of(row: &InstanceRow, config: &Config) -> f64 {
+    match row.gpu_name.as_deref() {
+        Some(gpu) => config.policy.rate_for(gpu),
+        None => config.policy.proofs_per_hour_per_instance,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::fixtures::*;
+    use crate::fleet::state::*;
+
+    const DAY_MS: Millis = 86_400_000;
+
+    #[test]
+    fn nothing_spent_is_zero_not_minus_zero() {
+        let spent = spend_since(&[], 0, NOW);
+        assert!(spent == 0.0 && spent.is_sign_positive(), "{spent}");
+        assert_eq!(format!("${spent:.2}"), "$0.00");
+    }
+
+    #[test]
+    fn spend_counts_hours_alive_today() {
+        let day = NOW - NOW.rem_euclid(DAY_MS);
+        let mut a = row("a", Some(1), PROVING, 1.0);
+        a.created_at = day - 5 * 60 * MIN; // yesterday: only today's part counts
+        let mut b = row("b", Some(2), GONE, 2.0);
+        b.created_at = day;
+        b.gone_at = Some(day + 30 * MIN);
+        let now = day + 2 * 60 * MIN;
+        let spent = spend_since(&[a, b], day, now);
+        assert!((spent - 3.0).abs() < 1e-9, "{spent}");
+    }
+}

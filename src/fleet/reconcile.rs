@@ -1,0 +1,537 @@
+//! Reconciliation, pure: the local instance table against vast.ai's listing, open launch
+//! intents and Curio's live workers. The caller (the pass's observe step, `run::observe`)
+//! reads the inputs and writes the result.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::clock::{human_duration, Millis};
+use crate::demand::{Demand, Worker};
+use crate::store::actions::Action;
+use crate::store::instances::InstanceRow;
+use crate::text::{clip, quote};
+use crate::vast::Instance;
+
+use super::state::*;
+use super::workers::match_workers;
+use super::{LABEL_CHARS, STATUS_CHARS};
+
+/// An open launch intent that has not shown up in a successful listing after this long is
+/// settled as failed: a create normally appears in the listing at once, so 10 minutes covers
+/// any listing lag while keeping a phantom intent from holding a window slot for long.
+pub const INTENT_GRACE_MS: Millis = 10 * 60_000;
+/// What [`reconcile`] decided: rows to write, rows to forget, intents to settle, changes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reconciled {
+    /// Every live row after reconciliation, plus rows that just became gone.
+    pub rows: Vec<InstanceRow>,
+    /// Labels of launching rows whose launch clearly never happened.
+    pub deleted: Vec<String>,
+    /// (action id, outcome, instance id, detail)
+    pub settle: Vec<(i64, &'static str, Option<i64>, String)>,
+    pub changes: Vec<String>,
+    pub foreign: Vec<i64>,
+}
+
+pub struct ReconcileInput<'a> {
+    /// Live rows of the local table (plus gone rows the listing still shows).
+    pub local: Vec<InstanceRow>,
+    /// Labels already used by a gone row of another instance (a new one gets a suffix).
+    pub taken_labels: HashSet<String>,
+    pub intents: Vec<Action>,
+    /// None when the listing failed.
+    pub listing: Option<&'a [Instance]>,
+    pub demand: Option<&'a Demand>,
+    pub prefix: &'a str,
+    pub now: Millis,
+}
+
+/// Reconcile the local table with the listing, open intents and Curio's live workers.
+/// Pure: the caller writes the result.
+pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
+    let now = input.now;
+    let mut out = Reconciled::default();
+    let Some(listing) = input.listing else {
+        // The local table as is; intents stay open until a listing can answer for them.
+        out.rows = input.local.clone();
+        return out;
+    };
+    let ours: Vec<&Instance> = listing
+        .iter()
+        .filter(|i| is_ours(i.label.as_deref(), input.prefix))
+        .collect();
+    out.foreign = listing
+        .iter()
+        .filter(|i| !is_ours(i.label.as_deref(), input.prefix))
+        .map(|i| i.id as i64)
+        .collect();
+    let workers: &[Worker] = input.demand.map(|d| d.workers.as_slice()).unwrap_or(&[]);
+    let matched = match_workers(&ours, workers);
+    let intents_by_label: HashMap<&str, &Action> = input
+        .intents
+        .iter()
+        .filter_map(|a| a.label.as_deref().map(|l| (l, a)))
+        .collect();
+
+    let mut local: Vec<Option<InstanceRow>> = input.local.iter().cloned().map(Some).collect();
+    let mut used_labels: HashSet<String> = input.local.iter().map(|r| r.label.clone()).collect();
+    used_labels.extend(input.taken_labels.iter().cloned());
+    let mut settled: HashSet<i64> = HashSet::new();
+
+    for inst in &ours {
+        let label = inst.label.as_deref().unwrap_or("").trim().to_string();
+        let by_id = local.iter().position(|r| {
+            r.as_ref()
+                .is_some_and(|r| r.vast_id == Some(inst.id as i64))
+        });
+        let by_label = || {
+            local.iter().position(|r| {
+                r.as_ref()
+                    .is_some_and(|r| r.vast_id.is_none() && r.label == label)
+            })
+        };
+        let slot = by_id.or_else(by_label);
+        let worker = matched.get(&inst.id).map(|&i| &workers[i]);
+        let mut state = classify(inst.actual_status.as_deref(), worker);
+        let intent = intents_by_label.get(label.as_str()).copied();
+        // Without a demand reading Curio's side is unknown, not empty: a running instance
+        // that was registered or proving stays so (no false "worker lost" events).
+        let kept_curio = match slot.and_then(|i| local[i].as_ref()) {
+            Some(prev)
+                if input.demand.is_none()
+                    && state == BOOTED
+                    && matches!(&prev.state[..], REGISTERED | PROVING) =>
+            {
+                state = if prev.state == PROVING {
+                    PROVING
+                } else {
+                    REGISTERED
+                };
+                Some(prev.machine_name.clone())
+            }
+            _ => None,
+        };
+
+        let mut created_here = false;
+        let mut row = match slot.and_then(|i| local[i].take()) {
+            Some(row) => row,
+            None => {
+                created_here = true;
+                let key = if used_labels.contains(&label) {
+                    // Two instances with one label: keep both visible, never merge them.
+                    format!("{label}~{}", inst.id)
+                } else {
+                    label.clone()
+                };
+                used_labels.insert(key.clone());
+                let created_at = intent.map(|a| a.created_at).unwrap_or_else(|| {
+                    inst.start_date
+                        .map(|s| (s * 1000.0) as Millis)
+                        .filter(|t| *t > 0 && *t <= now)
+                        .unwrap_or(now)
+                });
+                InstanceRow {
+                    label: key,
+                    vast_id: None,
+                    state: LAUNCHING.into(),
+                    actual_status: None,
+                    status_msg: None,
+                    gpu_name: None,
+                    dph: intent.and_then(|a| a.dph),
+                    offer_id: intent.and_then(|a| a.offer_id),
+                    public_ip: None,
+                    machine_name: None,
+                    launched_run: intent.and_then(|a| a.run_id),
+                    adopted: intent.is_none(),
+                    created_at,
+                    state_since: now,
+                    last_seen_at: None,
+                    gone_at: None,
+                }
+            }
+        };
+        let was_new = row.vast_id.is_none();
+        let was_gone = row.gone_at.is_some();
+        let before = row.state.clone();
+        row.vast_id = Some(inst.id as i64);
+        row.actual_status = inst.actual_status.clone();
+        row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
+        row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
+        row.dph = inst.dph_total.or(row.dph);
+        row.public_ip = inst.public_ip.clone();
+        row.machine_name = match kept_curio {
+            Some(name) => name,
+            None => worker.map(|w| w.machine_name.clone()),
+        };
+        row.last_seen_at = Some(now);
+        row.gone_at = None;
+        if row.state != state {
+            row.state = state.into();
+            row.state_since = now;
+        }
+        let name = describe(&row);
+        if let Some(a) = intent {
+            if settled.insert(a.id) {
+                out.settle.push((
+                    a.id,
+                    "ok",
+                    Some(inst.id as i64),
+                    format!("seen in the listing as instance {}", inst.id),
+                ));
+            }
+        }
+        if was_gone {
+            out.changes.push(format!(
+                "{name} is listed again after it was marked gone: {state}"
+            ));
+        } else if was_new && intent.is_some() {
+            out.changes.push(format!(
+                "{name} found in the listing for an open launch intent (the create went through; now recorded): {state}"
+            ));
+        } else if created_here {
+            let dup = if row.label != label {
+                " (its label is already used by another instance)"
+            } else {
+                ""
+            };
+            out.changes.push(format!(
+                "{name} adopted: ours by label but not in fleetagent's table (a create that was not recorded){dup}: {state}"
+            ));
+        } else if significant(&before, state) {
+            out.changes
+                .push(format!("{name}: {before} -> {state}{}", status_note(&row)));
+        }
+        out.rows.push(row);
+    }
+
+    for row in local.into_iter().flatten() {
+        let mut row = row;
+        if row.gone_at.is_some() {
+            continue;
+        }
+        match row.vast_id {
+            Some(_) => {
+                let name = describe(&row);
+                out.changes.push(format!(
+                    "{name} is gone from the vast.ai listing (was {})",
+                    row.state
+                ));
+                row.state = GONE.into();
+                row.state_since = now;
+                row.gone_at = Some(now);
+                out.rows.push(row);
+            }
+            None => {
+                let intent = intents_by_label.get(row.label.as_str()).copied();
+                match intent {
+                    Some(a) if now - a.created_at >= grace_ms => {
+                        if settled.insert(a.id) {
+                            out.settle.push((
+                                a.id,
+                                "failed",
+                                None,
+                                format!(
+                                    "never appeared in the vast.ai listing within {}",
+                                    human_duration(grace_ms)
+                                ),
+                            ));
+                        }
+                        out.changes.push(format!(
+                            "launch {} never appeared in the vast.ai listing within {}: recorded as failed",
+                            quote(&row.label, LABEL_CHARS),
+                            human_duration(grace_ms)
+                        ));
+                        out.deleted.push(row.label.clone());
+                    }
+                    // Still within the grace period: it may yet appear.
+                    Some(_) => out.rows.push(row),
+                    // No open intent behind a row that never got an id: the launch was
+                    // settled (refused or failed) without its row being removed.
+                    None => out.deleted.push(row.label.clone()),
+                }
+            }
+        }
+    }
+
+    // Intents with no row at all (written by an older build, or a row lost): settle those
+    // past the grace period; show younger ones as launching so they count.
+    let labels: HashSet<&str> = out.rows.iter().map(|r| r.label.as_str()).collect();
+    let mut extra = Vec::new();
+    for a in &input.intents {
+        let Some(label) = a.label.as_deref() else {
+            continue;
+        };
+        if settled.contains(&a.id)
+            || labels.contains(label)
+            || out.deleted.iter().any(|d| d == label)
+        {
+            continue;
+        }
+        if now - a.created_at >= grace_ms {
+            settled.insert(a.id);
+            out.settle.push((
+                a.id,
+                "failed",
+                None,
+                format!(
+                    "never appeared in the vast.ai listing within {}",
+                    human_duration(grace_ms)
+                ),
+            ));
+            out.changes.push(format!(
+                "launch {} never appeared in the vast.ai listing within {}: recorded as failed",
+                quote(label, LABEL_CHARS),
+                human_duration(grace_ms)
+            ));
+        } else {
+            extra.push(InstanceRow {
+                label: label.to_string(),
+                vast_id: None,
+                state: LAUNCHING.into(),
+                actual_status: None,
+                status_msg: None,
+                gpu_name: None,
+                dph: a.dph,
+                offer_id: a.offer_id,
+                public_ip: None,
+                machine_name: None,
+                launched_run: a.run_id,
+                adopted: false,
+                created_at: a.created_at,
+                state_since: a.created_at,
+                last_seen_at: None,
+                gone_at: None,
+            });
+        }
+    }
+    out.rows.extend(extra);
+    out
+}
+
+/// Transitions worth an event. registered <-> proving flips with every proof: the table
+/// follows it, the event stream does not.
+fn significant(before: &str, after: &str) -> bool {
+    before != after
+        && !matches!(
+            (before, after),
+            (REGISTERED, PROVING) | (PROVING, REGISTERED)
+        )
+}
+
+/// `instance 123 "label"` (or `launch "label"` before it has an id).
+pub fn describe(row: &InstanceRow) -> String {
+    match row.vast_id {
+        Some(id) => format!("instance {id} {}", quote(&row.label, LABEL_CHARS)),
+        None => format!("launch {}", quote(&row.label, LABEL_CHARS)),
+    }
+}
+
+fn status_note(row: &InstanceRow) -> String {
+    match (&row.state[..], row.status_msg.as_deref()) {
+        (DEAD | STOPPED, Some(msg)) if !msg.trim().is_empty() => {
+            format!(" ({})", quote(msg, STATUS_CHARS))
+        }
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::fixtures::*;
+    use crate::fleet::workers::host_of;
+    use crate::fleet::Snapshot;
+
+    #[test]
+    fn lifecycle_over_statuses() {
+        let listing = vec![
+            inst(1, "fleetagent-null", None),
+            inst(2, "fleetagent-loading", Some("loading")),
+            inst(3, "fleetagent-running", Some("running")),
+            inst(4, "fleetagent-exited", Some("exited")),
+            inst(5, "fleetagent-offline", Some("offline")),
+            inst(6, "fleetagent-unknown", Some("unknown")),
+            inst(7, "fleetagent-proving", Some("running")),
+            inst(8, "fleetagent-byip", Some("running")),
+            inst(9, "someone-else", Some("running")),
+            inst(10, "fleetagent-weird", Some("scheduling")),
+        ];
+        let mut listing = listing;
+        listing[7].public_ip = Some(" 203.0.113.8 ".into());
+        let demand = Demand {
+            workers: vec![
+                worker("fleetagent-proving", "10.0.0.7:12300", 2),
+                worker("curio-host-8", "203.0.113.8:12300", 0),
+            ],
+            ..Default::default()
+        };
+        let local: Vec<InstanceRow> = listing
+            .iter()
+            .filter(|i| i.id != 9)
+            .map(|i| row(i.label.as_deref().unwrap(), Some(i.id as i64), LOADING, 0.4))
+            .collect();
+        let rec = reconcile(
+            &input(local, vec![], Some(&listing), Some(&demand)),
+            INTENT_GRACE_MS,
+        );
+        let state = |id: i64| {
+            rec.rows
+                .iter()
+                .find(|r| r.vast_id == Some(id))
+                .map(|r| r.state.clone())
+                .unwrap()
+        };
+        assert_eq!(state(1), LOADING);
+        assert_eq!(state(2), LOADING);
+        assert_eq!(state(3), BOOTED);
+        assert_eq!(state(4), DEAD);
+        assert_eq!(state(5), DEAD);
+        assert_eq!(state(6), DEAD);
+        assert_eq!(state(7), PROVING);
+        assert_eq!(state(8), REGISTERED, "matched by public IP");
+        assert_eq!(state(10), LOADING, "unknown status strings stay opaque");
+        assert_eq!(rec.foreign, vec![9]);
+        assert!(rec.rows.iter().all(|r| r.vast_id != Some(9)));
+        let by_ip = rec.rows.iter().find(|r| r.vast_id == Some(8)).unwrap();
+        assert_eq!(by_ip.machine_name.as_deref(), Some("curio-host-8"));
+        assert!(rec
+            .changes
+            .contains(&"instance 4 \"fleetagent-exited\": loading -> dead".to_string()));
+
+        let snap = Snapshot {
+            now: NOW,
+            instances: rec.rows.clone(),
+            ..Default::default()
+        };
+        let mut c = config();
+        c.policy.stuck_loading_mins = 4;
+        let flags: Vec<(i64, String)> = snap
+            .flagged(&c)
+            .into_iter()
+            .map(|f| (f.vast_id, f.why))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, "loading 5m".to_string()),
+                (2, "loading 5m".to_string()),
+                (4, "exited".to_string()),
+                (5, "offline".to_string()),
+                (10, "loading 5m".to_string()),
+            ]
+        );
+        c.policy.stuck_loading_mins = 30;
+        assert_eq!(snap.flagged(&c).len(), 2);
+    }
+
+    #[test]
+    fn ip_fallback_only_when_unambiguous() {
+        let mut a = inst(1, "fleetagent-a", Some("running"));
+        let mut b = inst(2, "fleetagent-b", Some("running"));
+        a.public_ip = Some("203.0.113.5".into());
+        b.public_ip = Some("203.0.113.5".into());
+        let workers = vec![worker("gpu-box", "203.0.113.5:12300", 0)];
+        assert!(match_workers(&[&a, &b], &workers).is_empty());
+        b.public_ip = Some("203.0.113.6".into());
+        assert_eq!(match_workers(&[&a, &b], &workers).get(&1), Some(&0));
+        // A name match wins over an IP match, and a worker matches once.
+        let workers = vec![worker("fleetagent-b", "203.0.113.5:12300", 1)];
+        let m = match_workers(&[&a, &b], &workers);
+        assert_eq!(m.get(&2), Some(&0));
+        assert!(!m.contains_key(&1));
+        assert_eq!(host_of("[::1]:12300"), "::1");
+    }
+
+    #[test]
+    fn adoption_intents_and_gone() {
+        let listing = vec![
+            inst(11, "fleetagent-r5-aaaa", Some("loading")),
+            inst(12, "fleetagent-stray", None),
+        ];
+        let local = vec![
+            row("fleetagent-r5-aaaa", None, LAUNCHING, 0.4),
+            row("fleetagent-old", Some(3), PROVING, 0.4),
+            row("fleetagent-r5-bbbb", None, LAUNCHING, 0.4),
+            row("fleetagent-r5-cccc", None, LAUNCHING, 0.4),
+        ];
+        let intents = vec![
+            intent(1, "fleetagent-r5-aaaa", NOW - MIN),
+            intent(2, "fleetagent-r5-bbbb", NOW - MIN),
+            intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS),
+        ];
+        let rec = reconcile(
+            &input(local, intents, Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
+        // The crash case: an open intent whose instance exists is recorded, not re-created.
+        let a = find("fleetagent-r5-aaaa").unwrap();
+        assert_eq!(
+            (a.vast_id, a.state.as_str(), a.adopted),
+            (Some(11), LOADING, false)
+        );
+        assert!(rec.settle.contains(&(
+            1,
+            "ok",
+            Some(11),
+            "seen in the listing as instance 11".into()
+        )));
+        // Ours by label, never recorded: adopted.
+        let stray = find("fleetagent-stray").unwrap();
+        assert!(stray.adopted);
+        assert_eq!(stray.vast_id, Some(12));
+        // Listed no more: gone.
+        let old = find("fleetagent-old").unwrap();
+        assert_eq!(old.state, GONE);
+        assert_eq!(old.gone_at, Some(NOW));
+        // Young intent kept, old one failed and its row dropped.
+        assert_eq!(find("fleetagent-r5-bbbb").unwrap().state, LAUNCHING);
+        assert!(find("fleetagent-r5-cccc").is_none());
+        assert_eq!(rec.deleted, vec!["fleetagent-r5-cccc".to_string()]);
+        assert!(rec.settle.iter().any(|s| s.0 == 3 && s.1 == "failed"));
+        assert_eq!(rec.changes.len(), 4, "{:?}", rec.changes);
+        assert!(rec.changes.iter().any(|c| c.contains("adopted")));
+    }
+
+    #[test]
+    fn failed_probe_keeps_curio_states() {
+        let listing = vec![
+            inst(1, "fleetagent-p", Some("running")),
+            inst(2, "fleetagent-e", Some("exited")),
+        ];
+        let mut p = row("fleetagent-p", Some(1), PROVING, 0.4);
+        p.machine_name = Some("fleetagent-p".into());
+        let e = row("fleetagent-e", Some(2), REGISTERED, 0.4);
+        let rec = reconcile(
+            &input(vec![p, e], vec![], Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        assert_eq!(rec.rows[0].state, PROVING);
+        assert_eq!(rec.rows[0].machine_name.as_deref(), Some("fleetagent-p"));
+        // vast.ai's own word still counts.
+        assert_eq!(rec.rows[1].state, DEAD);
+        assert_eq!(rec.changes.len(), 1, "{:?}", rec.changes);
+    }
+
+    #[test]
+    fn failed_listing_keeps_the_table() {
+        let local = vec![row("fleetagent-x", Some(3), PROVING, 0.4)];
+        let intents = vec![intent(1, "fleetagent-y", NOW - 3 * INTENT_GRACE_MS)];
+        let rec = reconcile(&input(local.clone(), intents, None, None), INTENT_GRACE_MS);
+        assert_eq!(rec.rows, local);
+        assert!(rec.settle.is_empty() && rec.changes.is_empty() && rec.deleted.is_empty());
+    }
+
+    #[test]
+    fn duplicate_labels_both_kept() {
+        let listing = vec![
+            inst(1, "fleetagent-dup", Some("running")),
+            inst(2, "fleetagent-dup", Some("running")),
+        ];
+        let rec = reconcile(
+            &input(vec![], vec![], Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        let labels: Vec<&str> = rec.rows.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, vec!["fleetagent-dup", "fleetagent-dup~2"]);
+    }
+}

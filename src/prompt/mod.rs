@@ -1,0 +1,28 @@
+//! Everything the model reads, pure: the system prompt and the pinned state block, the
+//! observation of a pass, the folded event lines, how its answers are stored so they can be
+//! sent again, the notes the rules leave, and the context ladder that makes the whole prompt
+//! fit its budget and the validator that checks it before every request (the incident's
+//! 38k-token prompt: `context`). Nothing here tokenizes, queries or sends: the agent loop
+//! (`agent`) counts, reads the rows and calls the model.
+
+pub mod answer;
+pub mod context;
+pub mod events;
+pub mod notes;
+pub mod observation;
+pub mod state;
+
+use crate::config::Config;
+
+/// The system prompt, a file in the repository.
+pub const SYSTEM_PROMPT: &str = include_str!("../../prompts/system.md");
+
+/// Share of `context_budget_tokens` kept free for the gap between our estimate and the
+/// provider's tokenizer (servers such as vLLM or Ollama count with their own).
+pub const BUDGET_MARGIN_PERCENT: u64 = 5;
+
+/// The budget the assembler works to: the configured one minus the safety margin.
+pub fn effective_budget(config: &Config) -> u64 {
+    let b = config.llm.context_budget_tokens;
+    b - b * BUDGET_MARGIN_PERCENT / 100
+}

@@ -1,0 +1,22 @@
+//! The notes the rules leave in the conversation, so `history` and later prompts show what
+//! they did and why.
+
+/// A summary line of calls the rules made, stored as one message so `history` and later
+/// prompts show what was done and why.
+pub fn rules_note(fallback: bool, lines: &[String]) -> String {
+    let who = if fallback {
+        "Rules (the LLM was unusable; launches only)"
+    } else {
+        "Rules"
+    };
+    if lines.is_empty() {
+        format!("{who}: no action.")
+    } else {
+        format!("{who} decided:\n{}", lines.join("\n"))
+    }
+}
+
+/// A compact JSON value of a tool result for notes.
+pub fn compact_json(v: &serde_json::Value) -> String {
+    crate::text::clip(&v.to_string(), 300)
+}

@@ -1,0 +1,294 @@
+//! The observation the model reads: the one line built from the [`Snapshot`] (DESIGN.md's
+//! example) and the lines that follow it (lifecycle changes, flagged instances, open
+//! launches). Pure; outside text is quoted.
+
+use crate::clock::{short, Millis};
+use crate::config::Config;
+use crate::fleet::state::*;
+use crate::fleet::{num, rate_of, Snapshot, LABEL_CHARS};
+use crate::store::events::Event;
+use crate::store::instances::InstanceRow;
+use crate::store::wakes::Wake;
+use crate::text::quote;
+
+use super::events::{events_line, wakes_line};
+
+/// At most this many change lines in the observation; the rest are counted.
+const MAX_CHANGE_LINES: usize = 12;
+/// The whole observation a pass stores for the model: the observation line, the lifecycle
+/// lines, this pass's folded events and wakes, and which run and pass this is.
+pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
+    let mut lines = vec![snapshot.observation_line(config)];
+    lines.extend(snapshot.lifecycle_lines(config));
+    lines.extend(events_line(woke.events));
+    lines.extend(wakes_line(woke.wakes, now));
+    lines.push(format!(
+        "({})",
+        run_line(woke.run_id, woke.pass_no, woke.started_by, now)
+    ));
+    lines.join("\n")
+}
+
+/// What woke this pass: its claimed events and wakes, and which run and pass it is.
+pub struct Woke<'a> {
+    pub events: &'a [Event],
+    pub wakes: &'a [Wake],
+    pub run_id: i64,
+    pub pass_no: u32,
+    pub started_by: &'a str,
+}
+
+/// `run 12, pass 1, started by events, 2026-12-01 20:05 UTC`.
+pub fn run_line(run_id: i64, pass_no: u32, started_by: &str, now: Millis) -> String {
+    format!(
+        "run {run_id}, pass {pass_no}, started by {started_by}, {} UTC",
+        short(now)
+    )
+}
+
+impl Snapshot {
+    /// DESIGN.md's observation line, e.g. `Demand: active=false, WORKERS DEAD. Queue:
+    /// PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). Fleet: 0 running (0 p/h), 3 loading.
+    /// Projected: 150 p/h. $1.33/h. Target: 500 p/h. Budget headroom: $8.67/h, 17 slots.
+    /// Launch window: 3/3 used, emergency bypass ON.`
+    ///
+    /// `active` = PSProve work is being proven (tasks running now or completions in the last
+    /// 15 minutes). A failed probe says so and that the fleet is held.
+    pub fn observation_line(&self, config: &Config) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let task = &config.demand.task;
+        match &self.demand {
+            Some(d) => {
+                let active = d.running > 0 || d.completed_15m > 0;
+                let who = if d.workers_dead() {
+                    "WORKERS DEAD".to_string()
+                } else {
+                    format!(
+                        "{} live workers ({} idle)",
+                        d.live_workers(),
+                        d.idle_workers()
+                    )
+                };
+                let ghosts = match self.ghost_workers.len() {
+                    0 => String::new(),
+                    n => {
+                        format!(" ({n} more listed by Curio are instances we stopped: not counted)")
+                    }
+                };
+                parts.push(format!("Demand: active={active}, {who}{ghosts}."));
+                let mut q = format!("Queue: {task} {}p/{}r", d.pending, d.running);
+                if d.running_stale > 0 {
+                    q.push_str(&format!(", {} held by dead owners", d.running_stale));
+                }
+                if let Some(w) = d.ps_waiting.filter(|w| *w > 0) {
+                    q.push_str(&format!(", ProofShare {w} waiting"));
+                }
+                parts.push(format!("{q}."));
+                parts.push(format!(
+                    "Throughput: {}/h (1h), {} (15m).",
+                    d.completed_1h, d.completed_15m
+                ));
+            }
+            None => {
+                let why = self.demand_error.as_deref().unwrap_or("no reading");
+                parts.push(format!(
+                    "Demand: UNKNOWN, the probe failed: {}; the fleet is held (no launches or stops on missing data).",
+                    quote(why, 200)
+                ));
+            }
+        }
+
+        let running: Vec<&InstanceRow> = self
+            .instances
+            .iter()
+            .filter(|r| is_running_state(&r.state))
+            .collect();
+        let running_pph: f64 = running.iter().map(|r| rate_of(r, config)).sum();
+        let mut fleet = format!(
+            "Fleet: {} running ({} p/h), {} loading",
+            running.len(),
+            num(running_pph),
+            self.count_in(&[LAUNCHING, LOADING])
+        );
+        for (state, n) in [
+            (DEAD, self.count_in(&[DEAD])),
+            (STOPPED, self.count_in(&[STOPPED])),
+        ] {
+            if n > 0 {
+                fleet.push_str(&format!(", {n} {state}"));
+            }
+        }
+        if let Some(e) = &self.listing_error {
+            fleet.push_str(&format!(
+                " (vast.ai listing failed: {}; local table as last seen)",
+                quote(e, 160)
+            ));
+        }
+        parts.push(format!("{fleet}."));
+        parts.push(format!(
+            "Projected: {} p/h.",
+            num(self.projected_pph(config))
+        ));
+        parts.push(format!("${:.2}/h.", self.fleet_dph()));
+        let target = config.policy.target_proofs_per_hour;
+        if target > 0.0 {
+            parts.push(format!("Target: {} p/h.", num(target)));
+        } else {
+            parts.push("Target: none (follow the backlog).".into());
+        }
+
+        let missing = config.policy.missing_launch_keys(&config.vast);
+        if missing.is_empty() {
+            let mut b = format!(
+                "Budget headroom: ${:.2}/h, {} slots",
+                self.headroom_dph(config).unwrap_or(0.0),
+                self.headroom_slots(config).unwrap_or(0)
+            );
+            if let Some(max) = config.policy.daily_spend_max {
+                b.push_str(&format!(
+                    ", ${:.2} of ${max:.2} spent today",
+                    self.spent_today
+                ));
+            }
+            parts.push(format!("{b}."));
+        } else {
+            parts.push(format!(
+                "Launches not configured: set {}.",
+                missing.join(", ")
+            ));
+        }
+
+        let w = self.window(config);
+        let mut lw = format!(
+            "Launch window: {}/{} used",
+            w.used, config.policy.launch_window_max
+        );
+        if w.emergency {
+            lw.push_str(", emergency bypass ON");
+            if w.used >= w.limit {
+                lw.push_str(&format!(" ({}/{} emergency total used)", w.used, w.limit));
+            }
+        }
+        if let Some(secs) = w.retry_after_secs {
+            lw.push_str(&format!(", next slot in {secs}s"));
+        }
+        if config.policy.dry_run {
+            lw.push_str("; DRY RUN: nothing is sent to vast.ai");
+        }
+        parts.push(format!("{lw}."));
+        parts.join(" ")
+    }
+
+    /// The lines that follow the observation line: this pass's lifecycle changes and the
+    /// flagged instances (outside text quoted). Empty when there is nothing to say.
+    pub fn lifecycle_lines(&self, config: &Config) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.changes.is_empty() {
+            let mut shown: Vec<String> = self
+                .changes
+                .iter()
+                .take(MAX_CHANGE_LINES)
+                .cloned()
+                .collect();
+            if self.changes.len() > MAX_CHANGE_LINES {
+                shown.push(format!("+{} more", self.changes.len() - MAX_CHANGE_LINES));
+            }
+            lines.push(format!("Fleet changes: {}.", shown.join("; ")));
+        }
+        let flagged = self.flagged(config);
+        if !flagged.is_empty() {
+            let items: Vec<String> = flagged
+                .iter()
+                .take(MAX_CHANGE_LINES)
+                .map(|f| {
+                    format!(
+                        "instance {} {} {}",
+                        f.vast_id,
+                        quote(&f.label, LABEL_CHARS),
+                        f.why
+                    )
+                })
+                .collect();
+            lines.push(format!(
+                "Flagged (bill, earn nothing; may be destroyed): {}.",
+                items.join("; ")
+            ));
+        }
+        let open: Vec<&InstanceRow> = self
+            .instances
+            .iter()
+            .filter(|r| r.state == LAUNCHING)
+            .collect();
+        if !open.is_empty() {
+            let labels: Vec<String> = open
+                .iter()
+                .take(6)
+                .map(|r| quote(&r.label, LABEL_CHARS))
+                .collect();
+            lines.push(format!(
+                "Open launches not yet in the listing: {} ({}).",
+                open.len(),
+                labels.join(", ")
+            ));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demand::Demand;
+    use crate::fleet::fixtures::*;
+    use crate::fleet::NO_VAST_KEY;
+
+    #[test]
+    fn design_example_line() {
+        let s = Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 59,
+                ..Default::default()
+            }),
+            instances: vec![
+                row("fleetagent-a", Some(1), LOADING, 0.45),
+                row("fleetagent-b", Some(2), LOADING, 0.44),
+                row("fleetagent-c", None, LAUNCHING, 0.44),
+            ],
+            window_launches: vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.observation_line(&config()),
+            "Demand: active=false, WORKERS DEAD. Queue: PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). \
+             Fleet: 0 running (0 p/h), 3 loading. Projected: 150 p/h. $1.33/h. Target: 500 p/h. \
+             Budget headroom: $8.67/h, 17 slots. Launch window: 3/3 used, emergency bypass ON."
+        );
+    }
+
+    #[test]
+    fn failed_probe_and_listing_said_plainly() {
+        let s = Snapshot {
+            now: NOW,
+            demand_error: Some("connection refused \"x\"\nnext".into()),
+            listing_error: Some(NO_VAST_KEY.into()),
+            window_launches: vec![NOW - 14 * MIN, NOW - MIN, NOW - MIN],
+            ..Default::default()
+        };
+        let line = s.observation_line(&Config::default());
+        assert!(
+            line.starts_with("Demand: UNKNOWN, the probe failed: \"connection refused \\\"x\\\" next\"; the fleet is held"),
+            "{line}"
+        );
+        assert!(
+            line.contains("vast.ai listing failed: \"not_configured: no vast.ai API key\""),
+            "{line}"
+        );
+        assert!(line.contains("Launches not configured: set vast.image, policy.max_dph_total, policy.max_instances."), "{line}");
+        assert!(
+            line.ends_with("Launch window: 3/3 used, next slot in 60s."),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+    }
+}

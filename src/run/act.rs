@@ -1,0 +1,156 @@
+//! What a pass writes around its decision: the observation and operator messages the model
+//! reads, the rules' calls executed through the tools with one note of what they did, and the
+//! model's bookkeeping on the run row.
+
+use anyhow::Result;
+
+use crate::agent::{self, LlmFailure, LlmOutcome, LoopEnv, Place};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::fleet::Snapshot;
+use crate::policy::pass::{demand_record, verdict};
+use crate::policy::rules;
+use crate::prompt::notes::{compact_json, rules_note};
+use crate::prompt::observation::{pass_text, Woke};
+use crate::store::{runs, session, Store};
+use crate::tokens::Tokenizer;
+use crate::tools::{Actor, Registry};
+
+use super::Claim;
+
+/// Store this pass's operator messages and its observation (the text the model reads), and
+/// the demand reading for the next pass's "steady" check, in one transaction.
+pub fn record_observation(
+    store: &mut Store,
+    tk: &Tokenizer,
+    claim: &Claim,
+    snapshot: &Snapshot,
+    config: &Config,
+    now: Millis,
+) -> Result<()> {
+    let woke = Woke {
+        events: &claim.events,
+        wakes: &claim.wakes,
+        run_id: claim.run_id,
+        pass_no: claim.pass_no,
+        started_by: claim.started_by,
+    };
+    let text = pass_text(snapshot, config, &woke, now);
+    let place = Place {
+        session_id: claim.session_id,
+        run_id: claim.run_id,
+    };
+    let tx = store.immediate()?;
+    for e in claim.events.iter().filter(|e| e.kind == "message") {
+        let body = e.body.as_deref().unwrap_or(&e.reason);
+        let msg = agent::user(format!("Operator message: {body}"));
+        agent::insert_message(
+            &tx,
+            tk,
+            &place,
+            &msg,
+            "operator",
+            None,
+            None,
+            Some(e.id),
+            now,
+        )?;
+    }
+    let msg = agent::user(text);
+    agent::insert_message(&tx, tk, &place, &msg, "observation", None, None, None, now)?;
+    session::set_last_observed(
+        &tx,
+        Some(&demand_record(snapshot)),
+        &serde_json::to_string(&snapshot.instances.len())?,
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The rules decide; their calls go through the same registry and guardrails, and one note
+/// records what they did.
+pub fn rules(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+    actor: Actor,
+) -> Result<bool> {
+    let mode = if actor == Actor::Fallback {
+        rules::Mode::LaunchOnly
+    } else {
+        rules::Mode::Full
+    };
+    let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
+    let plan = rules::decide(snapshot, le.config, low, mode);
+    let mut mutated = false;
+    let mut notes = Vec::new();
+    for (i, call) in plan.iter().enumerate() {
+        let call_id = format!("rules_{}_{}", le.run_id, i + 1);
+        let args = call.arguments.to_string();
+        let result = agent::run_tool(
+            store, le, registry, snapshot, actor, &call_id, call.tool, &args,
+        )?;
+        mutated |= result.mutated;
+        notes.push(format!(
+            "- {}({}) because {} -> {}",
+            call.tool,
+            compact_json(&call.arguments),
+            call.why,
+            compact_json(&result.content)
+        ));
+    }
+    crate::faults::point("rules-before-note")?;
+    let place = Place {
+        session_id: le.session_id,
+        run_id: le.run_id,
+    };
+    let note = agent::user(rules_note(actor == Actor::Fallback, &notes));
+    let now = le.clock.now_ms();
+    agent::insert_message(
+        &store.conn,
+        le.tk,
+        &place,
+        &note,
+        "rules",
+        None,
+        None,
+        None,
+        now,
+    )?;
+    Ok(mutated)
+}
+
+/// The model answered: its counts go on the run row.
+pub fn model_answered(
+    store: &Store,
+    mut outcome: runs::Outcome,
+    o: &LlmOutcome,
+    now: Millis,
+) -> Result<runs::Outcome> {
+    session::record_llm_outcome(&store.conn, None, now)?;
+    outcome.decided_by = Some("llm".into());
+    outcome.llm_calls = o.calls;
+    outcome.prompt_tokens_est = Some(o.max_prompt_est);
+    outcome.prompt_tokens_reported = o.max_prompt_reported;
+    outcome.completion_tokens = Some(o.completion_tokens);
+    outcome.verdict = verdict(o.mutated);
+    Ok(outcome)
+}
+
+/// The model was unusable: what it cost and why go on the run row and the session.
+pub fn model_failed(
+    store: &Store,
+    outcome: &mut runs::Outcome,
+    failure: &LlmFailure,
+    now: Millis,
+) -> Result<()> {
+    session::record_llm_outcome(&store.conn, Some(&failure.message), now)?;
+    let o = &failure.outcome;
+    outcome.llm_calls = o.calls;
+    outcome.prompt_tokens_est = (o.max_prompt_est > 0).then_some(o.max_prompt_est);
+    outcome.prompt_tokens_reported = o.max_prompt_reported;
+    outcome.completion_tokens = (o.calls > 0).then_some(o.completion_tokens);
+    outcome.llm_error = Some(failure.message.clone());
+    Ok(())
+}

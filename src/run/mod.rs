@@ -1,0 +1,231 @@
+//! One `run` process, as the timer and the path unit start it. Read top to bottom, this file
+//! and `pass.rs` are the whole run:
+//!
+//! 1. take the lock (`lock`: single flight, waiting up to the deadline), open the database,
+//!    hand back what a crashed pass claimed (`claim::recover_interrupted`), and carry
+//!    vast.ai's create spacing over from the previous process (`ratelimit`);
+//! 2. for each pass: wait for the doorbell to be quiet (`trigger::debounce`), claim every
+//!    ready event and due wake in one transaction that deletes the doorbell
+//!    (`claim::begin`), run the pass (`pass::execute`: observe, decide, act, record),
+//!    finish its run row, or hand its claim back when it failed (`claim::fail`);
+//! 3. look once more, by state: ready events mean another pass (up to `max_passes`).
+//!
+//! Any failure before a claim is an early exit: the doorbell goes (systemd would restart the
+//! service at once while it exists; the events stay for the timer).
+
+pub mod act;
+pub mod claim;
+pub mod observe;
+pub mod pass;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::clock::{Clock, Millis};
+use crate::config::Config;
+use crate::doorbell::{Doorbell, FileDoorbell};
+use crate::faults;
+use crate::lock::RunLock;
+use crate::services::Services;
+use crate::store::{events, OpenMode, Store};
+use crate::trigger::debounce;
+
+pub use claim::Claim;
+
+/// The longest single sleep while debouncing, so a more urgent event shortens the wait.
+const DEBOUNCE_TICK: Duration = Duration::from_millis(250);
+/// When the state dir is unknown, an early exit waits this long so systemd (which restarts
+/// the service while the doorbell exists) runs it at most twice a minute.
+const UNKNOWN_DIR_EXIT_DELAY: Duration = Duration::from_secs(30);
+
+/// Why a run process failed: before it claimed anything (an early exit) or in a pass.
+#[derive(Debug)]
+pub enum RunFailure {
+    Early(anyhow::Error),
+    Pass(anyhow::Error),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PassReport {
+    pub run_id: i64,
+    pub started_by: String,
+    pub events: usize,
+    pub wakes: usize,
+    pub verdict: String,
+}
+
+pub struct RunEnv<'a> {
+    pub config: &'a Config,
+    pub env: &'a crate::env::Env,
+    pub state_dir: &'a Path,
+    pub clock: Arc<dyn Clock>,
+    pub doorbell: &'a dyn Doorbell,
+    pub services: &'a Services,
+    pub pid: u32,
+}
+
+pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
+    let deadline = env.clock.now_ms() + env.config.run.deadline_secs as i64 * 1000;
+    let (_lock, mut store) = start(env, deadline).map_err(|e| early(env, e))?;
+    let mut reports = Vec::new();
+    for pass_no in 1..=env.config.run.max_passes {
+        debounce_wait(&store, env, deadline).map_err(|e| early(env, e))?;
+        let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
+        reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);
+        if !another_pass(&mut store, env, pass_no, deadline).map_err(RunFailure::Pass)? {
+            break;
+        }
+    }
+    store.checkpoint();
+    Ok(reports)
+}
+
+/// Lock, database, recovery of interrupted passes, and vast.ai's create spacing carried over
+/// from the previous process (vast.ai spaces creates per key: one sent by it counts too).
+fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store)> {
+    let clock = env.clock.as_ref();
+    let lock = RunLock::acquire(env.state_dir, clock, deadline)?;
+    faults::point("run-after-lock")?;
+    let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
+    claim::recover_interrupted(&mut store, clock.now_ms())?;
+    if let Some(vast) = &env.services.vast {
+        if let Some(at) = crate::store::actions::last_create_at(&store.conn)
+            .context("reading the last create time from the action ledger")?
+        {
+            vast.previous_create(at);
+        }
+    }
+    Ok((lock, store))
+}
+
+/// One claimed pass: run it and finish its row, or hand its claim back.
+fn one_pass(
+    store: &mut Store,
+    env: &RunEnv<'_>,
+    claim: &Claim,
+    deadline: Millis,
+) -> Result<PassReport> {
+    let run_id = claim.run_id;
+    let result = faults::point("run-after-claim")
+        .and_then(|()| pass::execute(store, env, claim, deadline))
+        .and_then(|o| faults::point("run-before-finish").map(|()| o));
+    match result {
+        Ok(outcome) => {
+            claim::finish_ok(store, run_id, &outcome, env.clock.now_ms())
+                .map_err(|e| e.context(format!("run {run_id}")))?;
+            Ok(PassReport {
+                run_id,
+                started_by: claim.started_by.to_string(),
+                events: claim.events.len(),
+                wakes: claim.wakes.len(),
+                verdict: outcome.verdict,
+            })
+        }
+        Err(e) => {
+            let note = claim::fail(store, env, run_id, &e);
+            Err(e.context(format!("run {run_id} failed{note}")))
+        }
+    }
+}
+
+/// The last look, by state: another pass while events are ready, up to `max_passes` and the
+/// deadline; past them the doorbell is left for the next process.
+fn another_pass(
+    store: &mut Store,
+    env: &RunEnv<'_>,
+    pass_no: u32,
+    deadline: Millis,
+) -> Result<bool> {
+    let ready = faults::point("run-end-check")
+        .and_then(|()| claim::ready_events(store, env.clock.now_ms()))
+        .map_err(|e| e.context("end-of-run check"))?;
+    if ready == 0 {
+        faults::point("run-after-last-look")?;
+        return Ok(false);
+    }
+    if pass_no == env.config.run.max_passes || env.clock.now_ms() >= deadline {
+        // Leave the rest to the next process; systemd starts it while the doorbell exists.
+        log::info!(
+            "{ready} event(s) still waiting after {pass_no} pass(es); leaving them to the next run"
+        );
+        claim::ensure_doorbell(env.doorbell, ready);
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// A failure before any claim: the doorbell goes so systemd does not restart a failing run
+/// (the events stay; the timer retries).
+fn early(env: &RunEnv<'_>, err: anyhow::Error) -> RunFailure {
+    remove_doorbell(env.doorbell);
+    RunFailure::Early(err)
+}
+
+fn remove_doorbell(bell: &dyn Doorbell) {
+    if let Ok(true) = bell.remove() {
+        // info, not warn: the error itself is the one line a failed run prints.
+        log::info!(
+            "deleted the doorbell {} so systemd does not restart a failing run; events stay for the timer",
+            bell.path().display()
+        );
+    }
+}
+
+/// An exit before the run could start (config, state dir, credentials): delete the doorbell
+/// when the state dir is known, else wait so systemd cannot spin.
+pub fn exit_before_start(
+    clock: &dyn Clock,
+    dir: Option<&Path>,
+    err: anyhow::Error,
+) -> anyhow::Error {
+    match dir {
+        Some(d) => remove_doorbell(&FileDoorbell::new(d)),
+        None => {
+            log::warn!(
+                "state dir unknown; waiting {}s before exiting so systemd cannot restart this in a loop",
+                UNKNOWN_DIR_EXIT_DELAY.as_secs()
+            );
+            clock.sleep(UNKNOWN_DIR_EXIT_DELAY);
+        }
+    }
+    err
+}
+
+/// Hard stop past the deadline (plus a grace period): the kernel frees the lock, and the
+/// next run recovers the interrupted pass. systemd's TimeoutStartSec is the outer bound.
+pub fn spawn_watchdog(clock: Arc<dyn Clock>, deadline_secs: u64) {
+    let limit = Duration::from_secs(deadline_secs + 30);
+    let _ = std::thread::Builder::new()
+        .name("deadline".into())
+        .spawn(move || {
+            clock.sleep(limit);
+            eprintln!(
+                "fleetagent: run exceeded its deadline of {deadline_secs}s (+30s grace); exiting"
+            );
+            std::process::exit(crate::error::EXIT_RUNTIME);
+        });
+}
+
+fn debounce_wait(store: &Store, env: &RunEnv<'_>, deadline: Millis) -> Result<()> {
+    let clock = env.clock.as_ref();
+    let started = clock.now_ms();
+    loop {
+        let now = clock.now_ms();
+        let top = events::ready_top_priority(&store.conn, now)?;
+        let mtime = env.doorbell.mtime()?;
+        match debounce::step(top, mtime, now, started, &env.config.debounce) {
+            debounce::Step::Go => return Ok(()),
+            debounce::Step::Wait(d) => {
+                let left = deadline - now;
+                if left <= 0 {
+                    return Ok(());
+                }
+                let d = d.min(DEBOUNCE_TICK).min(Duration::from_millis(left as u64));
+                clock.sleep(d);
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The pass's observe step, the I/O around the pure fleet core: one demand probe, one vast.ai
+//! listing, reconciliation with the local table and open intents (`fleet::reconcile`), and
+//! one write transaction recording what changed as lifecycle events of this pass.
+
+use std::collections::HashSet;
+
+use anyhow::{Context, Result};
+use rusqlite::Connection;
+
+use crate::clock::{Clock, Millis};
+use crate::config::Config;
+use crate::demand::Demand;
+use crate::fleet::{
+    is_billing_state, reconcile, spend_since, ReconcileInput, Reconciled, Snapshot,
+    INTENT_GRACE_MS, NO_VAST_KEY,
+};
+use crate::services::Services;
+use crate::store::actions;
+use crate::store::instances;
+use crate::store::session::{self, Streaks};
+use crate::store::{events, Store};
+use crate::text::clip;
+use crate::vast::Instance;
+
+const DAY_MS: Millis = 86_400_000;
+
+/// Probe demand, list our instances, reconcile them with the local table and open launch
+/// intents, and record every change as a P1 `lifecycle` event claimed by `run_id` (which
+/// must be a row of `runs`). Then read the launch window and today's spend.
+///
+/// Failures of the outside services are facts of the snapshot, not errors: a failed probe
+/// leaves `demand` None with `demand_error` (never zeros); a failed listing sets
+/// `listing_error` and keeps the local table as it is. An `Err` is a database failure.
+pub fn observe(
+    store: &mut Store,
+    config: &Config,
+    services: &Services,
+    clock: &dyn Clock,
+    run_id: i64,
+) -> Result<Snapshot> {
+    let (demand, demand_error) = probe_demand(services, config);
+    let (listing, listing_error) = list_ours(services);
+    let now = clock.now_ms();
+
+    let tx = store
+        .immediate()
+        .context("cannot begin the fleet reconciliation")?;
+    let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
+    for row in &rec.rows {
+        instances::upsert(&tx, row)?;
+    }
+    for label in &rec.deleted {
+        instances::delete(&tx, label)?;
+    }
+    for (id, outcome, instance, detail) in &rec.settle {
+        actions::settle(&tx, *id, outcome, *instance, Some(detail), now)?;
+    }
+    for line in &rec.changes {
+        events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
+    }
+    // Once per run; `assemble` reads them back into the snapshot.
+    advance_streaks(&tx, run_id, demand.as_ref())?;
+    let snapshot = assemble(
+        &tx,
+        config,
+        rec,
+        demand,
+        demand_error,
+        listing_error,
+        run_id,
+        now,
+    )?;
+    tx.commit()?;
+    Ok(snapshot)
+}
+
+/// The same view as [`observe`] without writing anything (no events, no table changes):
+/// for operator commands outside a pass (`instances stop`). `run_id` is 0.
+pub fn view(
+    store: &Store,
+    config: &Config,
+    services: &Services,
+    clock: &dyn Clock,
+) -> Result<Snapshot> {
+    let (demand, demand_error) = probe_demand(services, config);
+    let (listing, listing_error) = list_ours(services);
+    let now = clock.now_ms();
+    let rec = reconcile_against(
+        &store.conn,
+        config,
+        listing.as_deref(),
+        demand.as_ref(),
+        now,
+    )?;
+    assemble(
+        &store.conn,
+        config,
+        rec,
+        demand,
+        demand_error,
+        listing_error,
+        0,
+        now,
+    )
+}
+
+/// Read what reconciliation needs from the table and reconcile (pure from here on).
+fn reconcile_against(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    listing: Option<&[Instance]>,
+    demand: Option<&Demand>,
+    now: Millis,
+) -> Result<Reconciled> {
+    let mut local = instances::live(conn)?;
+    let mut taken = HashSet::new();
+    if let Some(list) = listing {
+        for inst in list {
+            // Rows marked gone that the listing still shows (a destroy that did not take,
+            // or a lagging listing) come back: they bill, so they must be seen.
+            let known = local.iter().any(|r| r.vast_id == Some(inst.id as i64));
+            if !known {
+                if let Some(row) = instances::by_vast_id(conn, inst.id as i64)? {
+                    local.push(row);
+                }
+            }
+            if let Some(label) = inst.label.as_deref().map(str::trim) {
+                if let Some(row) = instances::by_label(conn, label)? {
+                    if row.gone_at.is_some() && row.vast_id != Some(inst.id as i64) {
+                        taken.insert(row.label);
+                    }
+                }
+            }
+        }
+    }
+    let intents = actions::open_intents(conn)?;
+    Ok(reconcile(
+        &ReconcileInput {
+            local,
+            taken_labels: taken,
+            intents,
+            listing,
+            demand,
+            prefix: &config.vast.label_prefix,
+            now,
+        },
+        INTENT_GRACE_MS,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    rec: Reconciled,
+    demand: Option<Demand>,
+    demand_error: Option<String>,
+    listing_error: Option<String>,
+    run_id: i64,
+    now: Millis,
+) -> Result<Snapshot> {
+    let window_ms = config.policy.launch_window_minutes as i64 * 60_000;
+    let window_launches = actions::launches_since(conn, now - window_ms)?
+        .iter()
+        .map(|a| a.created_at)
+        .collect();
+    let day_start = now - now.rem_euclid(DAY_MS);
+    let mut alive = instances::alive_since(conn, day_start)?;
+    // Rows this reconciliation changed count as they are now.
+    for r in &rec.rows {
+        match alive.iter_mut().find(|a| a.label == r.label) {
+            Some(a) => *a = r.clone(),
+            None => alive.push(r.clone()),
+        }
+    }
+    alive.retain(|a| !rec.deleted.contains(&a.label));
+    let spent_today = spend_since(&alive, day_start, now);
+    let mut demand = demand;
+    let ghost_workers = match demand.as_mut() {
+        Some(d) => drop_ghost_workers(conn, d)?,
+        None => Vec::new(),
+    };
+    Ok(Snapshot {
+        now,
+        run_id,
+        demand,
+        ghost_workers,
+        demand_error,
+        listing_error,
+        instances: rec
+            .rows
+            .into_iter()
+            .filter(|r| r.gone_at.is_none())
+            .collect(),
+        foreign: rec.foreign,
+        changes: rec.changes,
+        window_launches,
+        spent_today,
+        streaks: crate::store::session::streaks(conn)?.0,
+        offers: None,
+    })
+}
+
+/// Take out of `d.workers` the machines named after instances of ours that are destroyed or
+/// stopped, and return their names. Curio keeps such a worker live until its heartbeat is
+/// `worker_alive_secs` old; counted, it would let a second stop take the last real worker
+/// while work is queued, and hide WORKERS DEAD for as long. Matching is by label only (an
+/// address can belong to another host by now).
+fn drop_ghost_workers(conn: &rusqlite::Connection, d: &mut Demand) -> Result<Vec<String>> {
+    let mut ghosts = Vec::new();
+    let mut keep = Vec::with_capacity(d.workers.len());
+    for w in std::mem::take(&mut d.workers) {
+        let ghost = match instances::by_label(conn, w.machine_name.trim())? {
+            Some(row) => row.gone_at.is_some() || !is_billing_state(&row.state),
+            None => false,
+        };
+        if ghost {
+            ghosts.push(w.machine_name);
+        } else {
+            keep.push(w);
+        }
+    }
+    d.workers = keep;
+    Ok(ghosts)
+}
+
+/// One demand reading: `(Some, None)` or `(None, why)`; a failure is never zeros.
+pub fn probe_demand(services: &Services, config: &Config) -> (Option<Demand>, Option<String>) {
+    match &services.demand {
+        None => (None, Some(no_demand_source(config))),
+        Some(probe) => match probe.probe() {
+            Ok(d) => (Some(d), None),
+            Err(e) => (None, Some(clip(&format!("{e:#}"), 300))),
+        },
+    }
+}
+
+/// Why there is no demand probe, naming the key to set.
+pub fn no_demand_source(config: &Config) -> String {
+    use crate::config::DemandSource;
+    match config.demand.source {
+        DemandSource::Harmonydb => "not_configured: no HarmonyDB URL (set FLEETAGENT_HARMONYDB_URL, the harmonydb_url credential, or demand.harmonydb_url)".into(),
+        DemandSource::Http => "not_configured: demand.source is \"http\" but demand.http_url is unset".into(),
+        DemandSource::Command => "not_configured: demand.source is \"command\" but demand.command is unset".into(),
+    }
+}
+
+/// Every instance on the account (ours are picked by label later), or why not.
+pub fn list_ours(services: &Services) -> (Option<Vec<Instance>>, Option<String>) {
+    match &services.vast {
+        None => (None, Some(NO_VAST_KEY.into())),
+        Some(vast) => match vast.list_instances() {
+            Ok(list) => (Some(list), None),
+            Err(e) => (None, Some(clip(&e.to_string(), 300))),
+        },
+    }
+}
+
+/// Advance and store the streaks (`agent_state.low_demand_passes`, `backlog_passes`) for
+/// run `run_id`, at most once per run: a second call in the same run returns them unchanged.
+/// [`observe`] calls it every pass, LLM passes included, so the streaks are current
+/// whenever the rules decide.
+pub fn advance_streaks(conn: &Connection, run_id: i64, demand: Option<&Demand>) -> Result<Streaks> {
+    let (prev, last_run) = session::streaks(conn)?;
+    if last_run == Some(run_id) {
+        return Ok(prev);
+    }
+    let next = crate::policy::streaks::next_streaks(prev, demand);
+    session::set_streaks(conn, next, run_id)?;
+    Ok(next)
+}
+
+/// The low-demand streak of this pass, for `rules::decide`. Idempotent per run: [`observe`]
+/// has already advanced the streaks, so this only advances them if it did not.
+pub fn low_demand_streak(conn: &Connection, snapshot: &Snapshot) -> Result<u32> {
+    if snapshot.run_id <= 0 {
+        return Ok(snapshot.streaks.low_demand_passes);
+    }
+    Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
+}

@@ -1,0 +1,109 @@
+//! One pass after its claim, as a script: observe, record what the model will read, decide
+//! who decides (`policy::pass`), act through the tools and their guardrails, and return the
+//! outcome the run row keeps. Runs inside the run lock; every message is persisted as it
+//! happens.
+
+use anyhow::Result;
+
+use crate::agent::{self, LlmFailure, LoopEnv};
+use crate::clock::Millis;
+use crate::policy::pass::{decider, on_model_failure, verdict, Decider, Facts, OnModelFailure};
+use crate::store::{runs, session, Store};
+use crate::tokens::Tokenizer;
+use crate::tools::{self, Actor};
+
+use super::{act, observe, Claim, RunEnv};
+
+/// `deadline`: the process's (Unix ms); the model is not asked past what it leaves.
+pub fn execute(
+    store: &mut Store,
+    env: &RunEnv<'_>,
+    claim: &Claim,
+    deadline: Millis,
+) -> Result<runs::Outcome> {
+    let config = env.config;
+    let tk = Tokenizer::for_config(config)?;
+    let previous = session::state(&store.conn)?;
+
+    // Observe, and record what the model reads.
+    let mut snapshot = observe::observe(
+        store,
+        config,
+        env.services,
+        env.clock.as_ref(),
+        claim.run_id,
+    )?;
+    let now = env.clock.now_ms();
+    act::record_observation(store, &tk, claim, &snapshot, config, now)?;
+    crate::faults::point("run-after-observe")?;
+
+    // Decide and act.
+    let le = LoopEnv {
+        config,
+        env: env.env,
+        clock: env.clock.as_ref(),
+        services: env.services,
+        session_id: claim.session_id,
+        run_id: claim.run_id,
+        tk: &tk,
+        deadline,
+    };
+    let registry = tools::registry();
+    let mut outcome = runs::Outcome {
+        emergency: snapshot.workers_dead(),
+        ..Default::default()
+    };
+    let facts = Facts {
+        events: claim.events.len(),
+        wakes: claim.wakes.len(),
+        previous_demand: previous.last_demand.as_deref(),
+        last_llm_call_at: previous.last_llm_call_at,
+        now,
+    };
+    match decider(config, &facts, &snapshot) {
+        Decider::Rules => {
+            outcome.decided_by = Some("rules".into());
+            let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Rules)?;
+            outcome.verdict = verdict(mutated);
+        }
+        Decider::Skip => outcome.verdict = "skipped".into(),
+        Decider::Model => {
+            let answer = match &env.services.llm {
+                Some(llm) => agent::llm_loop(store, &le, llm.as_ref(), &registry, &mut snapshot)?,
+                None => Err(LlmFailure {
+                    message: "no LLM client (provider openai without a usable configuration)"
+                        .into(),
+                    outcome: Default::default(),
+                }),
+            };
+            let failure = match answer {
+                Ok(o) => return act::model_answered(store, outcome, &o, env.clock.now_ms()),
+                Err(failure) => failure,
+            };
+            act::model_failed(store, &mut outcome, &failure, env.clock.now_ms())?;
+            match on_model_failure(config) {
+                OnModelFailure::FailPass => {
+                    runs::record_llm(&store.conn, claim.run_id, &outcome)?;
+                    anyhow::bail!(
+                        "the LLM is unusable and llm.fallback = \"none\": {}",
+                        failure.message
+                    )
+                }
+                OnModelFailure::RulesLaunchOnly => {
+                    crate::faults::point("fallback-before-rules")?;
+                    log::info!(
+                        "run {}: the LLM is unusable ({}); the rules decide (launch only)",
+                        claim.run_id,
+                        failure.message
+                    );
+                    outcome.decided_by = Some("fallback-rules".into());
+                    let mutated =
+                        act::rules(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
+                    // Any earlier LLM round's mutations count too.
+                    outcome.verdict = verdict(mutated || failure.outcome.mutated);
+                }
+            }
+        }
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,116 @@
+//! Waking the agent, the incident's "bursts of duplicate runs" and "state changes did not wake
+//! it" fixes: every waker (`trigger`, `message`, `reset-session`, `poll`, `sim`) commits an
+//! event row first, then rings the doorbell (appends a line; the path unit starts `run`
+//! while the file exists). Nothing here decides anything, and it stays cheap: no tokenizer, no
+//! network client. `run` waits until the doorbell has been quiet for the most urgent waiting
+//! priority's window ([`debounce`]) and claims everything at once, so a burst is one pass.
+
+pub mod debounce;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::clock::{rfc3339, Millis};
+use crate::doorbell::{Doorbell, FileDoorbell};
+use crate::store::{events, session, wakes, Store};
+
+/// Longer operator messages are refused: they must fit the prompt with room to spare.
+pub const MAX_MESSAGE_CHARS: usize = 8_000;
+
+/// Commit an event (`kind` `trigger`, `message`, `poll`, ...), then ring the doorbell in `dir`.
+pub fn record(
+    store: &Store,
+    dir: &Path,
+    priority: u8,
+    kind: &str,
+    reason: &str,
+    body: Option<&str>,
+    now: Millis,
+) -> Result<i64> {
+    let what = if kind == "message" {
+        "the message"
+    } else {
+        "the event"
+    };
+    let id = events::insert(&store.conn, priority, kind, reason, body, now)
+        .with_context(|| format!("cannot record {what}"))?;
+    ring(dir, id, priority, reason, now)?;
+    Ok(id)
+}
+
+/// Append the event's line to the doorbell in `dir`, after its commit.
+pub fn ring(dir: &Path, id: i64, priority: u8, reason: &str, now: Millis) -> Result<()> {
+    crate::faults::point("trigger-after-insert")?;
+    ring_on(&FileDoorbell::new(dir), id, priority, reason, now)
+}
+
+/// Append the event's line to this doorbell, after its commit.
+pub fn ring_on(
+    doorbell: &dyn Doorbell,
+    id: i64,
+    priority: u8,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
+    doorbell
+        .ring(&format!("{} P{priority} event={id} {reason}", rfc3339(now)))
+        .with_context(|| {
+            format!("event {id} is recorded but the doorbell could not be rung; the timer will pick it up")
+        })
+}
+
+/// An operator message: its text checked against [`MAX_MESSAGE_CHARS`] (`Err` with the
+/// usage message), and the short reason the event row carries.
+pub fn message_reason(text: &str) -> std::result::Result<String, String> {
+    let n = text.chars().count();
+    if n > MAX_MESSAGE_CHARS {
+        return Err(format!(
+            "the message is {n} characters; the limit is {MAX_MESSAGE_CHARS}"
+        ));
+    }
+    Ok(format!(
+        "operator message: {}",
+        text.chars().take(60).collect::<String>()
+    ))
+}
+
+/// What a reset did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reset {
+    pub old_session: i64,
+    pub new_session: i64,
+    pub cancelled_wakes: usize,
+    pub event_id: i64,
+}
+
+/// `reset-session`, the incident's "a reset left the agent silent" fix: a new session, wakes
+/// cancelled (unless `keep_wakes`), and a P0 event committed, then the doorbell rung, so the
+/// agent always runs next.
+pub fn reset_session(
+    store: &mut Store,
+    doorbell: &dyn Doorbell,
+    keep_wakes: bool,
+    now: Millis,
+) -> Result<Reset> {
+    let tx = store.immediate()?;
+    let old = session::current(&tx)?;
+    let new = session::start_new(&tx, "reset-session by operator", now)?;
+    let cancelled = if keep_wakes {
+        0
+    } else {
+        wakes::cancel_pending(&tx, now)?
+    };
+    let reason = format!(
+        "session reset by operator (session {old} -> {new}, {cancelled} pending wake(s) cancelled)"
+    );
+    let id = events::insert(&tx, 0, "reset", &reason, None, now)?;
+    tx.commit()?;
+    ring_on(doorbell, id, 0, &reason, now)?;
+    Ok(Reset {
+        old_session: old,
+        new_session: new,
+        cancelled_wakes: cancelled,
+        event_id: id,
+    })
+}
