@@ -34,6 +34,7 @@ pub mod demand;
 pub mod doorbell;
 pub mod llm;
 pub mod lock;
+pub mod ratelimit;
 pub mod services;
 pub mod store;
 pub mod tokens;

@@ -112,8 +112,8 @@ impl Snapshot {
     }
 
     /// The launch window as the guardrails see it now.
-    pub fn window(&self, config: &Config) -> crate::policy::guardrails::WindowState {
-        crate::policy::guardrails::window_state(
+    pub fn window(&self, config: &Config) -> crate::ratelimit::window::WindowState {
+        crate::ratelimit::window::window_state(
             &self.window_launches,
             self.now,
             &config.policy,

@@ -6,6 +6,7 @@
 
 pub mod guardrails;
 pub mod pass;
+pub mod result;
 pub mod rules;
 pub mod streaks;
 pub mod turns;

@@ -34,7 +34,7 @@ use serde_json::{json, Value};
 
 use crate::config::Config;
 use crate::fleet::{rate_of, Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
-use crate::policy::guardrails::window_state;
+use crate::ratelimit::window::window_state;
 use crate::store::session::Streaks;
 
 /// Pending proofs that, with every live worker busy, mean the market offers more than we take.

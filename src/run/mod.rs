@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
@@ -92,9 +92,7 @@ fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store)> {
     let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
     claim::recover_interrupted(&mut store, clock.now_ms())?;
     if let Some(vast) = &env.services.vast {
-        if let Some(at) = crate::store::actions::last_create_at(&store.conn)
-            .context("reading the last create time from the action ledger")?
-        {
+        if let Some(at) = crate::ratelimit::previous_create_at(&store.conn)? {
             vast.previous_create(at);
         }
     }

@@ -14,7 +14,7 @@ use super::scenario::Scenario;
 use super::world::{Phase, World};
 use crate::clock::Millis;
 use crate::config::Config;
-use crate::policy::guardrails::window_state;
+use crate::ratelimit::window::window_state;
 use crate::vast::OfferQuery;
 
 const STEP_MS: Millis = 300_000;

@@ -1,42 +1,38 @@
 //! The ureq implementation of [`VastClient`] against vast.ai's REST API
-//! (shared/reference/vastai-api.md): request shapes, lenient parsing, retries and vast.ai's
-//! per-endpoint rate limits. It never decides whether to rent or stop anything, and never
-//! lets the API key leave the `Authorization` header.
+//! (shared/reference/vastai-api.md): the HTTP transport and its retries. The request shapes
+//! and the lenient parsing are in [`super::wire`]; vast.ai's per-endpoint rate limits (create
+//! spacing, the penalty, 429 waits) in [`crate::ratelimit::spacing`]. It never decides
+//! whether to rent or stop anything, and never lets the API key leave the `Authorization`
+//! header.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::wire::{as_id, create_body, cut, excerpt, list_query, offer_query_body, Answer};
 use super::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
 use crate::clock::{Clock, Millis};
+use crate::ratelimit::spacing::{retry_after_secs, CreateGate, CreateTurn};
 
-/// vast.ai allows one create per 4.5 s per key (create_instance.yaml `x-rate-limit`).
-const CREATE_SPACING: Duration = Duration::from_millis(4_500);
-/// Added to the spacing between our creates: vast.ai measures arrivals, we measure sends, and
-/// a first request that must open its connection arrives later than the next one.
-const CREATE_MARGIN: Duration = Duration::from_millis(250);
-/// ...and blocks creates for 12 s after that limit is broken.
-const CREATE_PENALTY: Duration = Duration::from_secs(12);
+// Where these lived before the split (`sim` still takes `wait_after_429` from here).
+pub use super::wire::{last_lines, parse_instance, parse_offer};
+pub use crate::ratelimit::spacing::{threshold_secs, wait_after_429};
+
 /// Attempts per call, the first included.
 const MAX_ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// A rate limit that asks for a longer wait than this fails the call instead (a daily search
 /// quota can ask for hours); the caller retries on a later pass.
 const MAX_WAIT: Duration = Duration::from_secs(60);
-/// The v1 list serves at most 25 rows a page.
-const LIST_PAGE: u32 = 25;
 /// 10 000 instances: far beyond any fleet; stops a server that never ends its pages.
 const MAX_PAGES: usize = 400;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
 const LOG_POLLS: u32 = 30;
 const LOG_POLL_GAP: Duration = Duration::from_millis(300);
 const MAX_BODY_BYTES: u64 = 16 * 1024 * 1024;
-/// Error messages are cut to this many characters; bodies quoted in errors to EXCERPT_CHARS.
-const MSG_CHARS: usize = 300;
-const EXCERPT_CHARS: usize = 120;
 const NO_KEY: &str = "no vast.ai API key: set VAST_API_KEY or provide the vast_api_key \
                       credential ($CREDENTIALS_DIRECTORY/vast_api_key)";
 
@@ -47,9 +43,9 @@ pub struct HttpVastClient {
     clock: Arc<dyn Clock>,
     agent: ureq::Agent,
     timeout: Duration,
-    /// When this client last sent a create; held for a whole create so creates from
-    /// several threads of one process queue up behind vast.ai's spacing.
-    create_gate: Mutex<Option<Millis>>,
+    /// When this client last sent a create (vast.ai's create spacing); held for a whole
+    /// create so creates from several threads of one process queue up behind it.
+    create_gate: CreateGate,
 }
 
 impl fmt::Debug for HttpVastClient {
@@ -77,55 +73,6 @@ impl Method {
             Method::Post => "POST",
             Method::Put => "PUT",
             Method::Delete => "DELETE",
-        }
-    }
-}
-
-/// One HTTP answer, whatever its status.
-#[derive(Debug)]
-struct Answer {
-    /// `METHOD /path/` it answered (set by `send`), for error messages.
-    route: String,
-    status: u16,
-    retry_after: Option<String>,
-    text: String,
-    json: Option<Value>,
-}
-
-impl Answer {
-    fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    fn field(&self, name: &str) -> Option<&Value> {
-        self.json.as_ref().and_then(|j| j.get(name))
-    }
-
-    /// The `error` code of a JSON error body, or "".
-    fn code(&self) -> String {
-        self.field("error")
-            .and_then(Value::as_str)
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default()
-    }
-
-    fn success_false(&self) -> bool {
-        self.field("success") == Some(&Value::Bool(false))
-    }
-
-    /// The server's own words: `msg`, `message`, `detail` or `error`, else a body excerpt.
-    fn msg(&self) -> String {
-        for key in ["msg", "message", "detail", "error"] {
-            if let Some(s) = self.field(key).and_then(Value::as_str) {
-                if !s.trim().is_empty() {
-                    return cut(s.trim(), MSG_CHARS);
-                }
-            }
-        }
-        if self.text.trim().is_empty() {
-            format!("empty body (HTTP {})", self.status)
-        } else {
-            excerpt(&self.text)
         }
     }
 }
@@ -165,7 +112,7 @@ impl HttpVastClient {
             clock,
             agent: config.build().into(),
             timeout,
-            create_gate: Mutex::new(None),
+            create_gate: CreateGate::new(),
         }
     }
 
@@ -281,7 +228,7 @@ impl HttpVastClient {
         method: Method,
         path: &str,
         body: Option<&Value>,
-        mut create: Option<&mut Option<Millis>>,
+        mut create: Option<&mut CreateTurn<'_>>,
     ) -> Result<Answer, VastError> {
         let key = self.key()?;
         let url = format!("{}{}", self.base_url, path);
@@ -295,15 +242,8 @@ impl HttpVastClient {
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         loop {
-            if let Some(last) = create.as_deref_mut() {
-                if let Some(prev) = *last {
-                    let due = prev + (CREATE_SPACING + CREATE_MARGIN).as_millis() as Millis;
-                    let now = self.clock.now_ms();
-                    if now < due {
-                        self.sleep(Duration::from_millis((due - now) as u64));
-                    }
-                }
-                *last = Some(self.clock.now_ms());
+            if let Some(turn) = create.as_deref_mut() {
+                turn.space(self.clock.as_ref());
             }
             let last_attempt = attempt >= MAX_ATTEMPTS;
             let mut answer = match self.exchange(method, &url, payload.as_deref(), Some(key)) {
@@ -440,8 +380,7 @@ impl VastClient for HttpVastClient {
     }
 
     fn previous_create(&self, at: Millis) {
-        let mut gate = self.create_gate.lock().unwrap_or_else(|e| e.into_inner());
-        *gate = Some(gate.map_or(at, |g| g.max(at)));
+        self.create_gate.previous_create(at);
     }
 
     /// Rents `req.offer_id` (`PUT /api/v0/asks/{id}/`). Creates are spaced 4.5 s apart
@@ -456,9 +395,9 @@ impl VastClient for HttpVastClient {
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
         let body = create_body(req);
         let path = format!("/api/v0/asks/{}/", req.offer_id);
-        let mut gate = self.create_gate.lock().unwrap_or_else(|e| e.into_inner());
-        let answer = self.send(Method::Put, &path, Some(&body), Some(&mut gate))?;
-        drop(gate);
+        let mut turn = self.create_gate.turn();
+        let answer = self.send(Method::Put, &path, Some(&body), Some(&mut turn))?;
+        drop(turn);
         let contract = answer.field("new_contract").and_then(as_id);
         if answer.ok() && !answer.success_false() {
             return match contract {
@@ -638,158 +577,6 @@ impl HttpVastClient {
     }
 }
 
-/// The body of `POST /api/v0/bundles/`. GPU names use vast.ai's spaces (`RTX 4090`); an
-/// underscore spelling (`RTX_4090`) is converted as the official CLI does. RAM goes in MB
-/// (GB × 1000); `allocated_storage` prices the disk we will ask for into `dph_total`.
-pub(crate) fn offer_query_body(q: &OfferQuery) -> Value {
-    let mut body = Map::new();
-    if q.verified_only {
-        body.insert("verified".into(), json!({"eq": true}));
-    }
-    body.insert("external".into(), json!({"eq": false}));
-    body.insert("rentable".into(), json!({"eq": true}));
-    body.insert("rented".into(), json!({"eq": false}));
-    let names: Vec<String> = q
-        .gpu_names
-        .iter()
-        .map(|n| n.trim().replace('_', " "))
-        .filter(|n| !n.is_empty())
-        .collect();
-    if !names.is_empty() {
-        body.insert("gpu_name".into(), json!({ "in": names }));
-    }
-    body.insert("num_gpus".into(), json!({"eq": 1}));
-    if let Some(gb) = q.min_gpu_ram_gb {
-        body.insert("gpu_ram".into(), json!({ "gte": gb * 1000.0 }));
-    }
-    if let Some(r) = q.min_reliability {
-        body.insert("reliability".into(), json!({ "gte": r }));
-    }
-    if let Some(max) = q.max_dph {
-        body.insert("dph_total".into(), json!({ "lte": max }));
-    }
-    body.insert(
-        "type".into(),
-        json!(if q.interruptible { "bid" } else { "on-demand" }),
-    );
-    body.insert("allocated_storage".into(), json!(q.disk_gb));
-    body.insert("order".into(), json!([["dph_total", "asc"]]));
-    let limit = if q.limit == 0 { 20 } else { q.limit.min(1000) };
-    body.insert("limit".into(), json!(limit));
-    Value::Object(body)
-}
-
-/// The body of `PUT /api/v0/asks/{id}/`.
-///
-/// runtype `args`: the worker is the container's main process, started by the image's own
-/// entrypoint (or `/bin/sh -c onstart` when an onstart command is set: in `args` mode vast.ai
-/// takes `onstart` as the entrypoint, so the command goes in `args`). The ssh runtypes would
-/// put vast.ai's sshd in front as the main process, which keeps a container "running" after
-/// the worker died and needs an SSH key on the account; fleetagent never logs in, and wants
-/// a dead worker to show up as `exited`.
-pub(crate) fn create_body(req: &CreateRequest) -> Value {
-    let mut body = json!({
-        "client_id": "me",
-        "image": req.image,
-        "disk": req.disk_gb,
-        "label": req.label,
-        "env": req.env,
-        "runtype": "args",
-        "price": req.bid_price,
-    });
-    if let Some(cmd) = req.onstart.as_deref().filter(|c| !c.trim().is_empty()) {
-        body["onstart"] = json!("/bin/sh");
-        body["args"] = json!(["-c", cmd]);
-    }
-    body
-}
-
-/// The query string of one v1 list page. Non-string values are JSON-encoded; the opaque
-/// `after_token` goes as it is (the official client's rule); everything form-encoded.
-pub(crate) fn list_query(after_token: Option<&str>) -> String {
-    let order = json!([{"col": "id", "dir": "asc"}]).to_string();
-    let mut q = format!(
-        "limit={}&order_by={}",
-        form_encode(&LIST_PAGE.to_string()),
-        form_encode(&order)
-    );
-    if let Some(t) = after_token {
-        q.push_str("&after_token=");
-        q.push_str(&form_encode(t));
-    }
-    q
-}
-
-/// `application/x-www-form-urlencoded` as Python's `quote_plus`: space becomes `+`.
-pub(crate) fn form_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
-/// Seconds from a `Retry-After` header (the delta form; a date is ignored).
-fn retry_after_secs(header: Option<&str>) -> Option<Duration> {
-    let secs: f64 = header?.trim().parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
-}
-
-/// `threshold=<seconds>` in vast.ai's plain-text 429 (`API requests too frequent endpoint
-/// threshold=4.5`).
-pub fn threshold_secs(body: &str) -> Option<Duration> {
-    let at = body.find("threshold=")? + "threshold=".len();
-    let num: String = body[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let secs: f64 = num.parse().ok()?;
-    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
-}
-
-/// How long to wait after a 429: the longest of our backoff, `Retry-After`, a JSON
-/// `retry_after` and the text's `threshold=`. A create also waits out vast.ai's 12 s
-/// penalty on top of its interval, so the retry cannot extend the penalty.
-pub fn wait_after_429(
-    retry_after: Option<&str>,
-    body: &str,
-    is_create: bool,
-    backoff: Duration,
-) -> Duration {
-    let threshold = threshold_secs(body);
-    let json_retry = serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("retry_after").and_then(Value::as_f64))
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s.min(86_400.0)));
-    let mut wait = [retry_after_secs(retry_after), json_retry, threshold]
-        .into_iter()
-        .flatten()
-        .fold(backoff, Duration::max);
-    if is_create {
-        let interval = threshold.unwrap_or(CREATE_SPACING).max(CREATE_SPACING);
-        wait = wait.max(interval + CREATE_PENALTY);
-    }
-    wait
-}
-
-/// The last `n` lines of a log.
-pub fn last_lines(text: &str, n: u32) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let from = lines.len().saturating_sub(n as usize);
-    let mut out = lines[from..].join("\n");
-    if !out.is_empty() && text.ends_with('\n') {
-        out.push('\n');
-    }
-    out
-}
-
 fn is_loopback(base_url: &str) -> bool {
     let rest = base_url
         .strip_prefix("http://")
@@ -799,311 +586,12 @@ fn is_loopback(base_url: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost") || rest.starts_with("[::1]")
 }
 
-/// At most `max` characters of `s`, with an ellipsis when cut.
-fn cut(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_string(),
-    }
-}
-
-/// A short single-line quote of a body, for error texts.
-fn excerpt(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.is_empty() {
-        "(empty body)".into()
-    } else {
-        format!("{:?}", cut(&flat, EXCERPT_CHARS))
-    }
-}
-
-/// A number as f64: JSON ints, floats, or numeric strings (some SDKs send strings).
-fn num(v: Option<&Value>) -> Option<f64> {
-    let n = match v? {
-        Value::Number(n) => n.as_f64()?,
-        Value::String(s) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    n.is_finite().then_some(n)
-}
-
-/// An id: a non-negative integer, also when sent as `123.0` or `"123"`.
-fn as_id(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_u64().or_else(|| {
-            let f = n.as_f64()?;
-            (f >= 0.0 && f.fract() == 0.0 && f < 1e18).then_some(f as u64)
-        }),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// A trimmed string; empty or absent is `None`.
-fn text(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.trim().to_string()).filter(|s| !s.is_empty()),
-        _ => None,
-    }
-}
-
-/// One offer row. Skipped (`None`) without an id or a price: an offer priced at nothing
-/// would look cheapest to every budget rule.
-pub fn parse_offer(v: &Value) -> Option<Offer> {
-    let id = v.get("id").and_then(as_id)?;
-    let Some(dph_total) = num(v.get("dph_total")).filter(|p| *p >= 0.0) else {
-        log::warn!("vast.ai offer {id} has no usable dph_total; skipped");
-        return None;
-    };
-    let verified = match v.get("verified") {
-        Some(Value::Bool(b)) => *b,
-        _ => text(v.get("verification")).is_some_and(|s| s.eq_ignore_ascii_case("verified")),
-    };
-    Some(Offer {
-        id,
-        gpu_name: text(v.get("gpu_name")).unwrap_or_default(),
-        num_gpus: num(v.get("num_gpus")).map_or(1, |n| n.max(0.0) as u32),
-        gpu_ram_mb: num(v.get("gpu_ram")).unwrap_or(0.0),
-        dph_total,
-        reliability: num(v.get("reliability"))
-            .or_else(|| num(v.get("reliability2")))
-            .unwrap_or(0.0),
-        verified,
-        geolocation: text(v.get("geolocation")),
-        public_ip: text(v.get("public_ipaddr")),
-        min_bid: num(v.get("min_bid")),
-    })
-}
-
-/// One instance object; `fallback_id` is the id asked for when the row omits its own.
-pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
-    let id = v.get("id").and_then(as_id).or(fallback_id)?;
-    Some(Instance {
-        id,
-        label: text(v.get("label")),
-        actual_status: text(v.get("actual_status")),
-        intended_status: text(v.get("intended_status")),
-        cur_state: text(v.get("cur_state")),
-        status_msg: text(v.get("status_msg")),
-        gpu_name: text(v.get("gpu_name")),
-        num_gpus: num(v.get("num_gpus")).map(|n| n.max(0.0) as u32),
-        dph_total: num(v.get("dph_total")),
-        public_ip: text(v.get("public_ipaddr")),
-        start_date: num(v.get("start_date")),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-
-    fn query() -> OfferQuery {
-        OfferQuery {
-            gpu_names: vec!["RTX_4090".into(), " RTX 3090 ".into()],
-            max_dph: Some(0.6),
-            min_reliability: Some(0.98),
-            min_gpu_ram_gb: Some(20.0),
-            verified_only: true,
-            interruptible: false,
-            disk_gb: 40.0,
-            limit: 10,
-        }
-    }
 
     #[test]
-    fn offer_query_has_defaults_units_and_order() {
-        let b = offer_query_body(&query());
-        assert_eq!(b["verified"], json!({"eq": true}));
-        assert_eq!(b["external"], json!({"eq": false}));
-        assert_eq!(b["rentable"], json!({"eq": true}));
-        assert_eq!(b["rented"], json!({"eq": false}));
-        assert_eq!(b["gpu_name"], json!({"in": ["RTX 4090", "RTX 3090"]}));
-        assert_eq!(b["num_gpus"], json!({"eq": 1}));
-        assert_eq!(b["gpu_ram"]["gte"].as_f64(), Some(20_000.0));
-        assert_eq!(b["reliability"], json!({"gte": 0.98}));
-        assert_eq!(b["dph_total"], json!({"lte": 0.6}));
-        assert_eq!(b["type"], "on-demand");
-        assert_eq!(b["allocated_storage"].as_f64(), Some(40.0));
-        assert_eq!(b["order"], json!([["dph_total", "asc"]]));
-        assert_eq!(b["limit"], 10);
-    }
-
-    #[test]
-    fn offer_query_leaves_out_unset_filters() {
-        let q = OfferQuery {
-            interruptible: true,
-            disk_gb: 20.0,
-            ..OfferQuery::default()
-        };
-        let b = offer_query_body(&q);
-        for key in [
-            "verified",
-            "gpu_name",
-            "gpu_ram",
-            "reliability",
-            "dph_total",
-        ] {
-            assert!(b.get(key).is_none(), "{key} should be absent: {b}");
-        }
-        assert_eq!(b["type"], "bid");
-        assert_eq!(b["limit"], 20, "limit 0 means the default");
-    }
-
-    #[test]
-    fn create_body_uses_args_runtype_and_env_object() {
-        let mut env = BTreeMap::new();
-        env.insert("FLEETAGENT_LABEL".to_string(), "fleetagent-7-a".to_string());
-        let mut req = CreateRequest {
-            offer_id: 5,
-            image: "img:1".into(),
-            disk_gb: 40.0,
-            label: "fleetagent-7-a".into(),
-            env,
-            onstart: None,
-            bid_price: None,
-        };
-        let b = create_body(&req);
-        assert_eq!(b["client_id"], "me");
-        assert_eq!(b["runtype"], "args");
-        assert_eq!(b["env"], json!({"FLEETAGENT_LABEL": "fleetagent-7-a"}));
-        assert_eq!(b["price"], Value::Null);
-        assert!(b.get("onstart").is_none() && b.get("args").is_none());
-
-        req.onstart = Some("/opt/start-worker.sh".into());
-        req.bid_price = Some(0.25);
-        let b = create_body(&req);
-        assert_eq!(b["onstart"], "/bin/sh");
-        assert_eq!(b["args"], json!(["-c", "/opt/start-worker.sh"]));
-        assert_eq!(b["price"], json!(0.25));
-    }
-
-    #[test]
-    fn list_query_encodes_json_and_keeps_token_raw() {
-        assert_eq!(
-            list_query(None),
-            "limit=25&order_by=%5B%7B%22col%22%3A%22id%22%2C%22dir%22%3A%22asc%22%7D%5D"
-        );
-        assert!(list_query(Some("a+b/c= d")).ends_with("&after_token=a%2Bb%2Fc%3D+d"));
-    }
-
-    #[test]
-    fn threshold_parses_from_vast_429_text() {
-        let t = "API requests too frequent endpoint threshold=4.5";
-        assert_eq!(threshold_secs(t), Some(Duration::from_millis(4_500)));
-        assert_eq!(
-            threshold_secs("threshold=12 more"),
-            Some(Duration::from_secs(12))
-        );
-        assert_eq!(threshold_secs("API requests too frequent"), None);
-        assert_eq!(threshold_secs("threshold=abc"), None);
-    }
-
-    #[test]
-    fn wait_after_429_takes_the_longest_hint() {
-        let b = Duration::from_millis(500);
-        assert_eq!(wait_after_429(None, "too frequent", false, b), b);
-        assert_eq!(
-            wait_after_429(
-                Some("3"),
-                "API requests too frequent endpoint threshold=1.0",
-                false,
-                b
-            ),
-            Duration::from_secs(3)
-        );
-        assert_eq!(
-            wait_after_429(None, "threshold=2.0", false, b),
-            Duration::from_secs(2)
-        );
-        assert_eq!(
-            wait_after_429(None, r#"{"detail":"slow down","retry_after":7}"#, false, b),
-            Duration::from_secs(7)
-        );
-        assert_eq!(
-            wait_after_429(Some("Wed, 21 Oct 2015 07:28:00 GMT"), "", false, b),
-            b
-        );
-    }
-
-    #[test]
-    fn create_429_adds_the_penalty() {
-        let b = Duration::from_millis(500);
-        assert_eq!(
-            wait_after_429(
-                None,
-                "API requests too frequent endpoint threshold=4.5",
-                true,
-                b
-            ),
-            Duration::from_millis(16_500)
-        );
-        assert_eq!(
-            wait_after_429(None, "API requests too frequent", true, b),
-            Duration::from_millis(16_500)
-        );
-        assert_eq!(
-            wait_after_429(Some("30"), "", true, b),
-            Duration::from_secs(30)
-        );
-    }
-
-    #[test]
-    fn offers_parse_leniently() {
-        let rows = json!([
-            {"id": 1, "gpu_name": " RTX 4090 ", "dph_total": 1, "gpu_ram": 24564.0,
-             "reliability2": "0.99", "verification": "verified", "public_ipaddr": "1.2.3.4 \n",
-             "num_gpus": 1.0, "min_bid": null, "something_new": {"x": 1}},
-            {"id": 2.0, "gpu_name": "A100", "dph_total": "0.5", "reliability": 0.97,
-             "verified": false, "geolocation": "  "},
-            {"gpu_name": "no id", "dph_total": 0.1},
-            {"id": 4, "gpu_name": "no price", "dph_total": null},
-        ]);
-        let offers: Vec<Offer> = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(parse_offer)
-            .collect();
-        assert_eq!(offers.len(), 2);
-        let a = &offers[0];
-        assert_eq!(
-            (a.id, a.gpu_name.as_str(), a.dph_total),
-            (1, "RTX 4090", 1.0)
-        );
-        assert_eq!((a.reliability, a.verified, a.num_gpus), (0.99, true, 1));
-        assert_eq!(a.public_ip.as_deref(), Some("1.2.3.4"));
-        assert_eq!(a.min_bid, None);
-        let b = &offers[1];
-        assert_eq!((b.id, b.dph_total, b.verified), (2, 0.5, false));
-        assert_eq!(b.geolocation, None);
-    }
-
-    #[test]
-    fn instance_statuses_stay_opaque() {
-        let i = parse_instance(
-            &json!({"actual_status": " scheduling ", "label": "x ", "num_gpus": "2"}),
-            Some(9),
-        )
-        .unwrap();
-        assert_eq!(i.id, 9);
-        assert_eq!(i.actual_status.as_deref(), Some("scheduling"));
-        assert_eq!(i.label.as_deref(), Some("x"));
-        assert_eq!(i.num_gpus, Some(2));
-        assert!(parse_instance(&json!({"actual_status": null}), None).is_none());
-    }
-
-    #[test]
-    fn helpers_cut_and_quote() {
-        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
-        assert_eq!(last_lines("a\nb", 5), "a\nb");
-        assert_eq!(last_lines("", 3), "");
-        assert_eq!(cut("héllo", 2), "hé…");
-        assert_eq!(
-            excerpt("<html>\n  <b>x</b>\n</html>"),
-            "\"<html> <b>x</b> </html>\""
-        );
-        assert!(excerpt(&"x".repeat(1000)).chars().count() < EXCERPT_CHARS + 5);
+    fn only_local_endpoints_skip_the_proxy() {
         assert!(is_loopback("http://127.0.0.1:4000"));
         assert!(!is_loopback("https://console.vast.ai"));
     }

@@ -1,8 +1,11 @@
 //! The vast.ai boundary: the [`VastClient`] trait (only the calls fleetagent makes) and its
-//! data types. The ureq implementation lives in `http.rs`; tests and `sim` use fakes.
+//! data types. The ureq implementation (transport and retries) lives in `http.rs`, the
+//! request bodies and the parsing of answers in `wire.rs`, and vast.ai's per-endpoint rate
+//! limits in [`crate::ratelimit`]; tests and `sim` use fakes.
 //! Nothing here decides anything: guardrails and reconciliation live elsewhere.
 
 pub mod http;
+pub mod wire;
 
 use std::collections::BTreeMap;
 

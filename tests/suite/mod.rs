@@ -5,6 +5,7 @@ mod demand;
 mod docs;
 mod hands;
 mod hardening;
+mod layers;
 mod llm_client;
 mod metrics;
 mod mind;
