@@ -120,6 +120,23 @@ pub struct LoopEnv<'a> {
     pub deadline: crate::clock::Millis,
 }
 
+/// Ask the model (through [`llm_loop`]) when a client exists; without one the model is
+/// unusable this pass.
+pub fn ask(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+) -> Result<std::result::Result<LlmOutcome, LlmFailure>> {
+    match &le.services.llm {
+        Some(llm) => llm_loop(store, le, llm.as_ref(), registry, snapshot),
+        None => Ok(Err(LlmFailure {
+            message: "no LLM client (provider openai without a usable configuration)".into(),
+            outcome: Default::default(),
+        })),
+    }
+}
+
 /// The tool loop: assemble, validate, ask, persist, execute, up to `max_tool_rounds`.
 /// `Ok(Err(failure))` when the model is unusable (the caller falls back or fails the pass);
 /// `Err` for database failures.

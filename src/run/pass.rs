@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use crate::agent::{self, LlmFailure, LoopEnv};
+use crate::agent::{self, LoopEnv};
 use crate::clock::Millis;
 use crate::policy::pass::{decider, on_model_failure, verdict, Decider, Facts, OnModelFailure};
 use crate::store::{runs, session, Store};
@@ -67,43 +67,29 @@ pub fn execute(
             outcome.verdict = verdict(mutated);
         }
         Decider::Skip => outcome.verdict = "skipped".into(),
-        Decider::Model => {
-            let answer = match &env.services.llm {
-                Some(llm) => agent::llm_loop(store, &le, llm.as_ref(), &registry, &mut snapshot)?,
-                None => Err(LlmFailure {
-                    message: "no LLM client (provider openai without a usable configuration)"
-                        .into(),
-                    outcome: Default::default(),
-                }),
-            };
-            let failure = match answer {
-                Ok(o) => return act::model_answered(store, outcome, &o, env.clock.now_ms()),
-                Err(failure) => failure,
-            };
-            act::model_failed(store, &mut outcome, &failure, env.clock.now_ms())?;
-            match on_model_failure(config) {
-                OnModelFailure::FailPass => {
+        Decider::Model => match agent::ask(store, &le, &registry, &mut snapshot)? {
+            Ok(o) => outcome = act::model_answered(store, outcome, &o, env.clock.now_ms())?,
+            Err(failure) => {
+                act::model_failed(store, &mut outcome, &failure, env.clock.now_ms())?;
+                if on_model_failure(config) == OnModelFailure::FailPass {
                     runs::record_llm(&store.conn, claim.run_id, &outcome)?;
                     anyhow::bail!(
                         "the LLM is unusable and llm.fallback = \"none\": {}",
                         failure.message
                     )
                 }
-                OnModelFailure::RulesLaunchOnly => {
-                    crate::faults::point("fallback-before-rules")?;
-                    log::info!(
-                        "run {}: the LLM is unusable ({}); the rules decide (launch only)",
-                        claim.run_id,
-                        failure.message
-                    );
-                    outcome.decided_by = Some("fallback-rules".into());
-                    let mutated =
-                        act::rules(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
-                    // Any earlier LLM round's mutations count too.
-                    outcome.verdict = verdict(mutated || failure.outcome.mutated);
-                }
+                crate::faults::point("fallback-before-rules")?;
+                log::info!(
+                    "run {}: the LLM is unusable ({}); the rules decide (launch only)",
+                    claim.run_id,
+                    failure.message
+                );
+                outcome.decided_by = Some("fallback-rules".into());
+                let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
+                // Any earlier LLM round's mutations count too.
+                outcome.verdict = verdict(mutated || failure.outcome.mutated);
             }
-        }
+        },
     }
     Ok(outcome)
 }
