@@ -1,0 +1,83 @@
+//! The fallback rules through the same tool registry: the incident with the LLM down, and
+//! streaks that persist across passes.
+
+use fleetagent::demand::{Demand, Worker};
+use fleetagent::policy::rules::{self, Mode};
+use fleetagent::run::observe;
+use fleetagent::store::session;
+use fleetagent::tools::{self, Actor, ToolCtx};
+
+use super::{code, dead_demand, Rig, StaticDemand, BASE, MIN};
+
+#[test]
+fn fallback_rules_handle_the_incident_with_the_llm_down() {
+    let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(59)));
+    rig.fake.add_offers(10, "RTX 4090", 0.40, 0.99);
+    rig.fake.vast_rate_limits();
+    for (i, ago) in [10, 5, 1].iter().enumerate() {
+        rig.earlier_launch(&format!("fleetagent-r0-early{i}"), ago * MIN);
+    }
+    let mut snap = rig.pass();
+    let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
+    let calls = rules::decide(&snap, &rig.config, low, Mode::LaunchOnly);
+    assert_eq!(calls.len(), 3);
+    for (i, c) in calls.iter().enumerate() {
+        let mut ctx = ToolCtx {
+            store: &mut rig.store,
+            config: &rig.config,
+            env: &rig.env,
+            clock: rig.clock.as_ref(),
+            services: &rig.services,
+            snapshot: &mut snap,
+            run_id: rig.run_id,
+            actor: Actor::Fallback,
+            call_id: format!("rules-{i}"),
+        };
+        let r = tools::registry()
+            .call(&mut ctx, c.tool, &c.arguments.to_string())
+            .unwrap();
+        assert_eq!(code(&r), None, "{:?}", r.content);
+    }
+    assert_eq!(rig.creates_ok(), 3);
+    assert_eq!(
+        rig.count("SELECT COUNT(*) FROM actions WHERE actor='fallback-rules' AND outcome='ok'"),
+        3
+    );
+}
+
+#[test]
+fn rules_streaks_persist_across_passes() {
+    let probe = StaticDemand::new(Demand {
+        pending: 7,
+        running: 1,
+        completed_1h: 20,
+        workers: vec![Worker {
+            machine_name: "fleetagent-a".into(),
+            host_and_port: "10.0.0.1:12300".into(),
+            running: 1,
+            cordoned: false,
+        }],
+        ..Default::default()
+    });
+    let mut rig = Rig::new(BASE, probe.clone());
+    rig.fake.add_instance("fleetagent-a");
+    let snap = rig.pass();
+    assert_eq!(snap.streaks.backlog_passes, 1, "observe advanced it");
+    // Calling the update again in the same run does not advance it twice.
+    for _ in 0..3 {
+        assert_eq!(
+            observe::low_demand_streak(&rig.store.conn, &snap).unwrap(),
+            0
+        );
+    }
+    assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
+    assert!(rules::decide(&snap, &rig.config, 0, Mode::Full).is_empty());
+    let snap = rig.pass();
+    assert_eq!(snap.streaks.backlog_passes, 2);
+    let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
+    let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
+    // Toward the target one at a time: the fleet does 20 of its 50 p/h, so the size of the
+    // deficit is unknown (a saturated fleet would get half as much again at once).
+    assert_eq!(calls.len(), 1, "one at a time: {calls:?}");
+    assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
+}

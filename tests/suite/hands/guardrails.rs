@@ -1,0 +1,263 @@
+//! A model that misbehaves: forty launch calls never pass a cap, wrong arguments and unknown
+//! offers are error results, and stopping everything keeps the workers that matter.
+
+use std::collections::BTreeMap;
+
+use fleetagent::demand::{Demand, Worker};
+use fleetagent::tools::Actor;
+use serde_json::json;
+
+use super::{busy_demand, code, dead_demand, Rig, StaticDemand, BASE};
+use crate::common::fake_vast::{FakeReply, Route, FAKE_API_KEY};
+
+/// BASE with other money and count caps.
+fn capped(max_dph: f64, max_instances: u32, daily: Option<f64>) -> String {
+    let mut text = BASE.replace(
+        "max_dph_total = 10.0\nmax_instances = 20\n",
+        &format!("max_dph_total = {max_dph:?}\nmax_instances = {max_instances}\n"),
+    );
+    if let Some(d) = daily {
+        text.push_str(&format!("daily_spend_max = {d:?}\n"));
+    }
+    text
+}
+
+#[test]
+fn forty_launch_calls_never_pass_a_cap() {
+    // (config, workers dead?, creates expected, the code of every other call)
+    let cases = [
+        (capped(1.5, 20, None), true, 3, "budget"),
+        (capped(10.0, 2, None), true, 2, "instance_cap"),
+        (capped(10.0, 20, None), false, 3, "rate_limited"),
+        (capped(10.0, 20, None), true, 6, "rate_limited"),
+        (capped(10.0, 20, Some(2.0)), true, 5, "daily_spend"),
+    ];
+    for (text, dead, expected, cap) in cases {
+        let demand = if dead { dead_demand(12) } else { busy_demand() };
+        let mut rig = Rig::new(&text, StaticDemand::new(demand));
+        rig.fake.add_offers(50, "RTX 4090", 0.40, 0.99);
+        rig.fake.vast_rate_limits();
+        let mut snap = rig.pass();
+        let mut codes: BTreeMap<String, usize> = BTreeMap::new();
+        for _ in 0..40 {
+            let r = rig.call(&mut snap, "launch_instance", json!({"reason": "go"}));
+            *codes
+                .entry(code(&r).unwrap_or("ok").to_string())
+                .or_default() += 1;
+        }
+        let want: BTreeMap<String, usize> = [
+            ("ok".to_string(), expected),
+            (cap.to_string(), 40 - expected),
+        ]
+        .into();
+        assert_eq!(codes, want, "{text}");
+        assert_eq!(rig.creates_ok(), expected);
+        assert_eq!(rig.fake.instance_ids().len(), expected);
+        let fleet: f64 = rig
+            .fake
+            .instances()
+            .iter()
+            .map(|i| i["dph_total"].as_f64().unwrap())
+            .sum();
+        assert!(fleet <= rig.config.policy.max_dph_total.unwrap() + 1e-9);
+        assert!(expected as u32 <= rig.config.policy.max_instances.unwrap());
+    }
+}
+
+#[test]
+fn unknown_offers_and_wrong_arguments_are_error_results() {
+    let mut rig = Rig::new(BASE, StaticDemand::new(busy_demand()));
+    let offers = rig.fake.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let mut snap = rig.pass();
+    let bad: Vec<(&str, &str)> = vec![
+        ("launch_instance", r#"{"offer_id": 999, "reason": "x"}"#),
+        ("launch_instance", r#"{"offer_id": "abc", "reason": "x"}"#),
+        ("launch_instance", r#"{"offer_id": 1.5, "reason": "x"}"#),
+        ("launch_instance", r#"{"offer_id": -3, "reason": "x"}"#),
+        ("launch_instance", r#"{"reason": 5}"#),
+        ("launch_instance", r#"{}"#),
+        ("launch_instance", r#"{"reason": "x", "count": 40}"#),
+        ("launch_instance", r#"{"reason": "   "}"#),
+        ("launch_instance", "launch four please"),
+        ("launch_instance", "[1, 2]"),
+        ("stop_instance", r#"{"instance_id": "12", "reason": "x"}"#),
+        ("stop_instance", r#"{"instance_id": 12}"#),
+        ("stop_instance", r#"{"instance_id": 424242, "reason": "x"}"#),
+        ("search_offers", r#"{"limit": 50}"#),
+        ("search_offers", r#"{"gpu_name": "H100 SXM"}"#),
+        ("search_offers", r#"{"max_dph": -1}"#),
+        ("instance_logs", r#"{"instance_id": 1, "tail_lines": 500}"#),
+        ("instance_logs", r#"{"instance_id": 1}"#),
+        ("list_instances", r#"{"all": true}"#),
+    ];
+    for (tool, args) in &bad {
+        let r = rig.call_as(&mut snap, Actor::Llm, tool, args);
+        assert_eq!(
+            code(&r),
+            Some("invalid_args"),
+            "{tool} {args}: {:?}",
+            r.content
+        );
+        assert!(r.content["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    let r = rig.call_as(&mut snap, Actor::Llm, "rent_gpu", "{}");
+    assert_eq!(code(&r), Some("unknown_tool"));
+    assert!(rig
+        .call_as(
+            &mut snap,
+            Actor::Llm,
+            "launch_instance",
+            r#"{"offer_id": 999, "reason": "x"}"#
+        )
+        .content["message"]
+        .as_str()
+        .unwrap()
+        .contains("offer 999"));
+    assert_eq!(rig.fake.count(Route::Create), 0);
+
+    // A known offer that someone else rents between the search and the create.
+    let r = rig.call(
+        &mut snap,
+        "launch_instance",
+        json!({"offer_id": offers[0], "reason": "x"}),
+    );
+    assert_eq!(code(&r), None, "{:?}", r.content);
+    rig.fake.take_offer(offers[1]);
+    let r = rig.call(
+        &mut snap,
+        "launch_instance",
+        json!({"offer_id": offers[1], "reason": "x"}),
+    );
+    assert_eq!(code(&r), Some("vast_error"), "{:?}", r.content);
+    assert!(r.content["message"]
+        .as_str()
+        .unwrap()
+        .contains("no longer available"));
+    // The failed launch released nothing it did not hold: no row, a failed ledger entry.
+    assert_eq!(rig.count("SELECT COUNT(*) FROM instances"), 1);
+    assert_eq!(
+        rig.count("SELECT COUNT(*) FROM actions WHERE kind='launch' AND outcome='failed'"),
+        1
+    );
+    // vast.ai errors never carry the key.
+    rig.fake.fail_next(
+        Route::Offers,
+        1,
+        FakeReply::json(
+            400,
+            json!({"error": "invalid_args", "msg": format!("bad key {FAKE_API_KEY}")}),
+        ),
+    );
+    let r = rig.call(&mut snap, "search_offers", json!({}));
+    assert_eq!(code(&r), Some("vast_error"));
+    assert!(
+        !r.content.to_string().contains(FAKE_API_KEY),
+        "{}",
+        r.content
+    );
+}
+
+#[test]
+fn stopping_every_instance_keeps_workers_that_matter() {
+    // a proves, b idles (both live Curio workers), c runs without registering, d exited,
+    // and one instance on the account is not ours.
+    let demand = Demand {
+        pending: 3,
+        running: 1,
+        workers: vec![
+            Worker {
+                machine_name: "fleetagent-a".into(),
+                host_and_port: "10.0.0.1:12300".into(),
+                running: 1,
+                cordoned: false,
+            },
+            Worker {
+                machine_name: "fleetagent-b".into(),
+                host_and_port: "10.0.0.2:12300".into(),
+                running: 0,
+                cordoned: false,
+            },
+        ],
+        ..Default::default()
+    };
+    let probe = StaticDemand::new(demand);
+    let mut rig = Rig::new(BASE, probe.clone());
+    let a = rig.fake.add_instance("fleetagent-a") as i64;
+    let b = rig.fake.add_instance("fleetagent-b") as i64;
+    let c = rig.fake.add_instance("fleetagent-c") as i64;
+    let d = rig.fake.add_instance("fleetagent-d") as i64;
+    rig.fake.set_actual_status(d as u64, Some("exited"));
+    let other = rig.fake.add_instance("my-own-box") as i64;
+    let mut snap = rig.pass();
+    assert_eq!(snap.foreign, vec![other]);
+
+    let mut outcome = BTreeMap::new();
+    for id in [a, b, c, d, other] {
+        let r = rig.call(
+            &mut snap,
+            "stop_instance",
+            json!({"instance_id": id, "reason": "scale down"}),
+        );
+        outcome.insert(id, code(&r).unwrap_or("ok").to_string());
+    }
+    assert_eq!(outcome[&a], "protected", "proving");
+    assert_eq!(outcome[&b], "ok", "a live worker remains");
+    assert_eq!(outcome[&c], "ok");
+    assert_eq!(outcome[&d], "ok", "flagged: exited");
+    assert_eq!(outcome[&other], "protected", "not ours");
+    let left = rig.fake.instance_ids();
+    assert!(left.contains(&(a as u64)) && left.contains(&(other as u64)));
+    assert_eq!(left.len(), 2);
+
+    // The fallback rules never stop anything.
+    let r = rig.call_as(
+        &mut snap,
+        Actor::Fallback,
+        "stop_instance",
+        &json!({"instance_id": a, "reason": "x"}).to_string(),
+    );
+    assert_eq!(code(&r), Some("protected"));
+
+    // Next pass: a is idle now and the last live worker, with work queued.
+    probe.set(Ok(Demand {
+        pending: 3,
+        workers: vec![Worker {
+            machine_name: "fleetagent-a".into(),
+            host_and_port: "10.0.0.1:12300".into(),
+            running: 0,
+            cordoned: false,
+        }],
+        ..Default::default()
+    }));
+    let mut snap = rig.pass();
+    assert_eq!(snap.find(a).unwrap().state, "registered");
+    let r = rig.call(
+        &mut snap,
+        "stop_instance",
+        json!({"instance_id": a, "reason": "x"}),
+    );
+    assert_eq!(code(&r), Some("protected"));
+    assert!(r.content["message"]
+        .as_str()
+        .unwrap()
+        .contains("last live worker while 3 proofs"));
+    // A failed probe holds the fleet: no stop of a working instance.
+    probe.set(Err("HarmonyDB unreachable".into()));
+    let mut held = rig.pass();
+    let r = rig.call(
+        &mut held,
+        "stop_instance",
+        json!({"instance_id": a, "reason": "x"}),
+    );
+    assert_eq!(code(&r), Some("protected"));
+    // The operator can force both.
+    let r = rig.force_stop(&mut snap, a);
+    assert_eq!(code(&r), None, "{:?}", r.content);
+    let r = rig.force_stop(&mut snap, other);
+    assert_eq!(code(&r), None, "{:?}", r.content);
+    assert!(rig.fake.instance_ids().is_empty());
+    assert_eq!(
+        rig.count("SELECT COUNT(*) FROM actions WHERE actor='operator' AND outcome='ok' AND run_id IS NULL"),
+        2
+    );
+}

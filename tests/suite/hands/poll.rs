@@ -1,0 +1,71 @@
+//! `poll` with the real binary: it rings on a worker death and writes nothing otherwise.
+
+use super::machine;
+use crate::common::fake_vast::{FakeVast, FAKE_API_KEY};
+use crate::common::fleet::Fleet;
+use crate::common::pg::{self};
+
+#[test]
+fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
+    let fake = FakeVast::start_real_time();
+    let mut db = pg::fresh_db();
+    machine(&mut db, 1, "fleetagent-a", "10.0.0.1:12300", 10, 1);
+    let a = fake.add_instance("fleetagent-a");
+    let f = Fleet::new()
+        .env("VAST_API_KEY", FAKE_API_KEY)
+        .env("FLEETAGENT_HARMONYDB_URL", &db.url());
+    f.write_config(&format!(
+        "{}\n[vast]\nbase_url = \"{}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        fake.url()
+    ));
+    let state = |f: &Fleet| -> (Option<String>, Option<i64>, i64) {
+        f.db()
+            .query_row(
+                "SELECT poll_snapshot, poll_at, (SELECT COUNT(*) FROM events) FROM agent_state",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap()
+    };
+
+    // The first poll records what it sees; nothing for the agent.
+    let out = f.cmd(&["poll"]).ok();
+    assert!(out.stdout.contains("state recorded"), "{}", out.stdout);
+    let first = state(&f);
+    assert!(first.0.as_deref().unwrap().contains("live"), "{first:?}");
+    assert_eq!(first.2, 0);
+    assert!(!f.doorbell().exists());
+
+    // Nothing changed: nothing written.
+    let out = f.cmd(&["poll"]).ok();
+    assert!(out.stdout.contains("no change"), "{}", out.stdout);
+    assert_eq!(state(&f), first);
+    assert!(!f.doorbell().exists());
+
+    // The worker stops sending heartbeats (its container still runs), and work waits.
+    db.exec("UPDATE curio.harmony_machines SET last_contact = now() - interval '10 minutes'");
+    let out = f.cmd(&["poll"]).ok();
+    assert!(out.stdout.contains("doorbell rung"), "{}", out.stdout);
+    let (_, _, events) = state(&f);
+    assert_eq!(events, 1);
+    let reason: String = f
+        .db()
+        .query_row(
+            "SELECT reason FROM events WHERE kind='poll' AND priority=1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        reason.contains(&format!("instance {a} \"fleetagent-a\": live -> up")),
+        "{reason}"
+    );
+    assert!(reason.contains("WORKERS DEAD: 1 proofs queued"), "{reason}");
+    assert!(f.doorbell().exists());
+
+    // Still dead: not a new condition, nothing written.
+    let before = state(&f);
+    f.cmd(&["poll"]).ok();
+    assert_eq!(state(&f), before);
+}

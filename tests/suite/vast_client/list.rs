@@ -1,0 +1,148 @@
+//! The instance list: pagination by next_token, the documented rate limits, the deprecated
+//! v0 list, the page shapes that are not an empty fleet, and gateway errors on reads retried
+//! with backoff.
+
+use fleetagent::vast::{VastClient, VastError};
+use serde_json::json;
+
+use super::{setup, statuses};
+use crate::common::fake_vast::{FakeReply, Route};
+
+#[test]
+fn list_follows_next_token_over_several_pages() {
+    let s = setup();
+    let mut ids: Vec<u64> = (0..60)
+        .map(|n| s.fake.add_instance(&format!("fleetagent-{n}-x")))
+        .collect();
+    ids.sort_unstable();
+    let listed = s.client.list_instances().unwrap();
+    let got: Vec<u64> = listed.iter().map(|i| i.id).collect();
+    assert_eq!(got, ids);
+
+    let pages = s.fake.requests_to(Route::ListV1);
+    assert_eq!(pages.len(), 3, "25 + 25 + 10");
+    assert!(pages
+        .iter()
+        .all(|p| p.status == 200 && p.path == "/api/v1/instances/"));
+    assert_eq!(pages[0].param("limit").as_deref(), Some("25"));
+    assert_eq!(pages[0].param("after_token"), None);
+    let token = pages[1]
+        .param("after_token")
+        .expect("second page has a token");
+    assert!(
+        token.contains('+') && token.contains('/'),
+        "token decoded intact: {token}"
+    );
+    assert_ne!(pages[2].param("after_token"), Some(token));
+    assert_eq!(s.fake.count(Route::ListV0), 0, "never the deprecated list");
+}
+
+#[test]
+fn list_survives_the_documented_rate_limits() {
+    let s = setup();
+    s.fake.vast_rate_limits();
+    for n in 0..60 {
+        s.fake.add_instance(&format!("fleetagent-{n}-y"));
+    }
+    assert_eq!(s.client.list_instances().unwrap().len(), 60);
+    let st = statuses(&s.fake, Route::ListV1);
+    assert_eq!(st.iter().filter(|&&c| c == 200).count(), 3);
+    assert!(st.contains(&429), "pages came faster than 1/s: {st:?}");
+    let ok_times: Vec<i64> = s
+        .fake
+        .requests_to(Route::ListV1)
+        .iter()
+        .filter(|r| r.status == 200)
+        .map(|r| r.at_ms)
+        .collect();
+    assert!(
+        ok_times.windows(2).all(|w| w[1] - w[0] >= 1_000),
+        "{ok_times:?}"
+    );
+}
+
+#[test]
+fn a_410_is_deprecated_and_never_an_empty_fleet() {
+    let s = setup();
+    s.fake.add_instance("fleetagent-1-a");
+    s.fake.fail_next(
+        Route::ListV1,
+        1,
+        FakeReply::json(
+            410,
+            json!({"success": false, "error": "deprecated_endpoint",
+                   "msg": "This endpoint is deprecated. Use /api/v2/instances/ instead."}),
+        ),
+    );
+    match s.client.list_instances() {
+        Err(VastError::Deprecated(m)) => assert!(m.contains("/api/v2/instances/"), "{m}"),
+        other => panic!("expected Deprecated, got {other:?}"),
+    }
+
+    // The fake's v0 list itself answers as vast.ai does now.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(format!("{}/api/v0/instances/", s.fake.url()))
+        .header("Authorization", format!("Bearer {}", s.fake.api_key()))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 410);
+    let body: serde_json::Value =
+        serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(body["error"], "deprecated_endpoint");
+}
+
+#[test]
+fn a_null_page_is_empty_but_a_page_without_instances_is_an_error() {
+    let s = setup();
+    s.fake.fail_next(
+        Route::ListV1,
+        1,
+        FakeReply::json(
+            200,
+            json!({"success": true, "instances": null, "next_token": null}),
+        ),
+    );
+    assert_eq!(s.client.list_instances().unwrap(), vec![]);
+    s.fake.fail_next(
+        Route::ListV1,
+        1,
+        FakeReply::json(200, json!({"success": true})),
+    );
+    assert!(matches!(
+        s.client.list_instances(),
+        Err(VastError::Decode(_))
+    ));
+}
+
+#[test]
+fn a_repeated_next_token_stops_the_loop() {
+    let s = setup();
+    let page = json!({"success": true, "instances": [{"id": 1}], "next_token": "same"});
+    s.fake
+        .fail_next(Route::ListV1, 5, FakeReply::json(200, page));
+    match s.client.list_instances() {
+        Err(VastError::Decode(m)) => assert!(m.contains("next_token"), "{m}"),
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    assert_eq!(s.fake.count(Route::ListV1), 2);
+}
+
+#[test]
+fn gateway_errors_on_reads_are_retried_with_backoff() {
+    let s = setup();
+    s.fake.add_instance("fleetagent-1-a");
+    s.fake.fail_next(
+        Route::ListV1,
+        2,
+        FakeReply::text(502, "<html>Bad Gateway</html>"),
+    );
+    assert_eq!(s.client.list_instances().unwrap().len(), 1);
+    let calls = s.fake.requests_to(Route::ListV1);
+    assert_eq!(statuses(&s.fake, Route::ListV1), vec![502, 502, 200]);
+    assert!(calls[1].at_ms - calls[0].at_ms >= 500);
+    assert!(calls[2].at_ms - calls[1].at_ms >= 1_000, "backoff grows");
+}
