@@ -866,7 +866,7 @@ fn validate(c: &Config) -> Result<(), Invalid> {
 fn pg_has_password(u: &str) -> bool {
     match u.parse::<postgres::Config>() {
         Ok(cfg) => cfg.get_password().is_some(),
-        Err(_) => url_has_password(u) || !crate::demand::redact::secrets_of(u).is_empty(),
+        Err(_) => url_has_password(u) || !crate::secrets::redact::secrets_of(u).is_empty(),
     }
 }
 
