@@ -338,7 +338,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 /// an array of tables is named with its number (`event #3 repeat_mins`) and the line of its
 /// key, else of its `[[event]]` header.
 pub fn parse(text: &str) -> Result<Scenario, String> {
-    let s: Scenario = toml::from_str(text).map_err(|e| crate::config::toml_error(text, &e))?;
+    let s: Scenario = toml::from_str(text).map_err(|e| crate::config::locate::toml_error(text, &e))?;
     if let Some(table) = &s.config {
         // The config's own strict parser, on the [config] table alone; a key error is mapped
         // back to its line in the scenario.
@@ -350,7 +350,7 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
                 .map(|(k, _)| k.to_string());
             let line = key
                 .as_deref()
-                .and_then(|k| crate::config::key_line(text, &format!("config.{k}")));
+                .and_then(|k| crate::config::locate::key_line(text, &format!("config.{k}")));
             let what = e.split_once("): ").map(|(_, m)| m).unwrap_or(&e);
             return Err(match (line, key) {
                 (Some(l), Some(k)) => format!("line {l} (config.{k}): {what}"),
@@ -467,7 +467,7 @@ impl Invalid {
 /// the entry's own (the N-th `[[event]]` header, or the N-th value of an inline array).
 fn locate(text: &str, e: &Invalid) -> Option<usize> {
     let Some(index) = e.index else {
-        return crate::config::key_line(text, e.key);
+        return crate::config::locate::key_line(text, e.key);
     };
     let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
     if let Ok(doc) = toml_edit::Document::parse(text.to_owned()) {
@@ -510,7 +510,7 @@ fn locate(text: &str, e: &Invalid) -> Option<usize> {
         })
         .nth(index)
         .map(|(i, _)| i + 1)
-        .or_else(|| crate::config::key_line(text, e.key))
+        .or_else(|| crate::config::locate::key_line(text, e.key))
 }
 
 /// A number as the errors show it: `0.5`, `1e-300`, `NaN` (never 300 digits).
