@@ -117,3 +117,68 @@ fn walk(table: &toml_edit::Table, prefix: &str, f: &mut SpanVisitor<'_>) {
         }
     }
 }
+
+/// The line of entry `index` (from 0) of the array `key`: its `field`'s line, else the
+/// entry's own (the N-th `[[key]]` header, or the N-th value of an inline array).
+pub(crate) fn entry_line(
+    text: &str,
+    key: &str,
+    index: usize,
+    field: Option<&str>,
+) -> Option<usize> {
+    if let Ok(doc) = toml_edit::Document::parse(text.to_owned()) {
+        let mut item = doc.as_item();
+        for part in key.split('.') {
+            item = item.get(part)?;
+        }
+        let span = match item {
+            toml_edit::Item::ArrayOfTables(a) => {
+                let t = a.get(index)?;
+                field
+                    .and_then(|f| t.key(f))
+                    .and_then(|k| k.span())
+                    .or_else(|| t.span())
+            }
+            toml_edit::Item::Value(toml_edit::Value::Array(a)) => {
+                let v = a.get(index)?;
+                match (v, field) {
+                    (toml_edit::Value::InlineTable(t), Some(f)) => {
+                        t.key(f).and_then(|k| k.span()).or_else(|| v.span())
+                    }
+                    _ => v.span(),
+                }
+            }
+            _ => None,
+        };
+        if let Some(span) = span {
+            return Some(line_of(text, span.start));
+        }
+    }
+    // toml_edit refuses some text serde's parser took (an integer past i64): the N-th
+    // `[[key]]` header, line by line.
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.trim_start();
+            t.strip_prefix("[[")
+                .and_then(|r| r.split_once("]]"))
+                .is_some_and(|(name, _)| name.trim().trim_matches('"') == key)
+        })
+        .nth(index)
+        .map(|(i, _)| i + 1)
+        .or_else(|| key_line(text, key))
+}
+
+/// An error of the config parsed from `[table]` of `text` alone (a scenario's `[config]`),
+/// laid out at the key's line in `text`: `line N (table.key): what is wrong`.
+pub(crate) fn in_table(text: &str, table: &str, err: &str) -> String {
+    let key = err
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(k, _)| format!("{table}.{k}"));
+    let what = err.split_once("): ").map(|(_, m)| m).unwrap_or(err);
+    match key {
+        Some(key) => at_line(key_line(text, &key), &key, what),
+        None => format!("[{table}]: {err}"),
+    }
+}
