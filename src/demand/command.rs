@@ -16,8 +16,8 @@ use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 
 use super::json::parse_demand_json;
-use super::redact::one_line;
 use super::{Demand, DemandProbe};
+use crate::secrets::redact::one_line;
 
 /// More stdout than this is not a demand document.
 const MAX_STDOUT_BYTES: usize = 1 << 20;

@@ -11,8 +11,8 @@ use anyhow::{anyhow, Result};
 use postgres::config::SslMode;
 use postgres::{Client, Config, IsolationLevel, NoTls, Transaction};
 
-use super::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 use super::{Demand, DemandProbe, Worker};
+use crate::secrets::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 
 /// The completion windows of [`Demand::completed_1h`] and [`Demand::completed_15m`].
 const HOUR_SECS: f64 = 3600.0;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 
 use super::json::{excerpt, parse_demand_json};
-use super::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 use super::{Demand, DemandProbe};
+use crate::secrets::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 
 /// Bodies larger than this are not a demand document.
 const MAX_BODY_BYTES: u64 = 1 << 20;

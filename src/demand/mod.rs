@@ -9,7 +9,6 @@ pub mod command;
 pub mod harmonydb;
 pub mod http;
 pub mod json;
-pub(crate) mod redact;
 
 pub use command::CommandProbe;
 pub use harmonydb::HarmonyDbProbe;

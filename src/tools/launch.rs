@@ -19,9 +19,9 @@ use crate::store::instances::{self, InstanceRow};
 use crate::text::clip;
 use crate::vast::{CreateRequest, Offer, VastError};
 
-/// The worker environment variable that carries the instance's label (the Curio machine
-/// name fleetagent matches workers by); set by the launch, never by the config.
-pub const LABEL_ENV: &str = "FLEETAGENT_LABEL";
+/// The worker environment variable that carries the instance's label (defined with the
+/// config, which refuses it in `[vast.env]`).
+pub use crate::config::LABEL_ENV;
 
 /// How many offers a launch looks at (the cheapest ones matching `[vast.offers]`).
 const SEARCH_LIMIT: u32 = 64;

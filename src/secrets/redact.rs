@@ -1,5 +1,7 @@
 //! Keeping secrets out of probe errors: a URL or connection string shown without its
-//! password, and any stray copy of that password masked. It hides nothing else.
+//! password, and any stray copy of that password masked. It hides nothing else. (The
+//! demand probes mask their errors with it; the config asks it whether a URL carries a
+//! password.)
 
 const MASK: &str = "***";
 

@@ -2,7 +2,9 @@
 //!
 //! Lookup order for each: the environment variable(s), then the file of that name under
 //! `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`). Values are trimmed; an empty value
-//! counts as absent. Nothing here prints or logs a value.
+//! counts as absent. Nothing here prints or logs a value. The module `redact` keeps the
+//! passwords of URLs out of what is shown (the demand probes' errors) and tells the config
+//! when a URL carries one.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,6 +12,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 
 use crate::env::Env;
+
+pub(crate) mod redact;
 
 /// A secret value whose Debug and Display never show it.
 #[derive(Clone, PartialEq, Eq)]

@@ -1,0 +1,184 @@
+//! The one place that turns a TOML error, a dotted key or an entry of an array into the line
+//! it is about, and lays an error out as one line: `line N (key): what is wrong`, or
+//! `key: what is wrong` when the text has no line for it. Used for the config and for `sim`
+//! scenario files alike, so both read the same.
+
+/// `line N (name): msg`, or `name: msg` without a line.
+pub(crate) fn at_line(line: Option<usize>, name: &str, msg: &str) -> String {
+    match line {
+        Some(line) => format!("line {line} ({name}): {msg}"),
+        None => format!("{name}: {msg}"),
+    }
+}
+
+/// A TOML parse or schema error as one line naming the line and the dotted key.
+pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = one_line(e.message());
+    match e.span() {
+        Some(span) => {
+            let line = line_of(text, span.start);
+            match key_at(text, span.start) {
+                Some(key) => at_line(Some(line), &key, &msg),
+                // A duplicate key or table makes the document unparseable for `key_at`;
+                // the span then covers the repeated name itself. (Only for duplicates: other
+                // syntax errors may point into a value, which is never echoed.)
+                None if msg.contains("duplicate") => match text.get(span.clone()).map(str::trim) {
+                    Some(name) if !name.is_empty() && name.len() <= 80 && !name.contains('\n') => {
+                        format!("line {line}: {msg} {name:?}")
+                    }
+                    _ => format!("line {line}: {msg}"),
+                },
+                None => format!("line {line}: {msg}"),
+            }
+        }
+        None => msg,
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The dotted key whose key or value covers `offset`.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let doc = toml_edit::Document::parse(text.to_owned()).ok()?;
+    let mut best: Option<(usize, String)> = None;
+    walk(doc.as_table(), "", &mut |path, key_span, item_span| {
+        let covers = |s: &Option<std::ops::Range<usize>>| {
+            s.as_ref()
+                .is_some_and(|r| r.start <= offset && offset <= r.end)
+        };
+        if covers(&key_span) || covers(&item_span) {
+            let width = item_span.map(|r| r.end - r.start).unwrap_or(usize::MAX);
+            if best.as_ref().is_none_or(|(w, _)| width <= *w) {
+                best = Some((width, path.to_string()));
+            }
+        }
+    });
+    best.map(|(_, p)| p)
+}
+
+/// The line of a dotted key, if the text sets it.
+pub(crate) fn key_line(text: &str, dotted: &str) -> Option<usize> {
+    let Ok(doc) = toml_edit::Document::parse(text.to_owned()) else {
+        // toml_edit refuses some text that serde's parser took (an integer past i64);
+        // find `key =` under its `[table]` line by line.
+        let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
+        let mut current = String::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if let Some(header) = t.strip_prefix('[') {
+                current = header
+                    .trim_matches(|c| c == '[' || c == ']' || c == ' ')
+                    .to_string();
+            } else if current == table
+                && t.strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            {
+                return Some(i + 1);
+            }
+        }
+        return None;
+    };
+    let mut found = None;
+    walk(doc.as_table(), "", &mut |path, key_span, _| {
+        if path == dotted && found.is_none() {
+            found = key_span.map(|r| line_of(text, r.start));
+        }
+    });
+    found
+}
+
+type SpanVisitor<'a> =
+    dyn FnMut(&str, Option<std::ops::Range<usize>>, Option<std::ops::Range<usize>>) + 'a;
+
+fn walk(table: &toml_edit::Table, prefix: &str, f: &mut SpanVisitor<'_>) {
+    for (key, item) in table.iter() {
+        let path = if prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let key_span = table.key(key).and_then(|k| k.span());
+        f(&path, key_span, item.span());
+        match item {
+            toml_edit::Item::Table(t) => walk(t, &path, f),
+            toml_edit::Item::Value(toml_edit::Value::InlineTable(t)) => {
+                for (k, v) in t.iter() {
+                    let p = format!("{path}.{k}");
+                    f(&p, t.key(k).and_then(|x| x.span()), v.span());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The line of entry `index` (from 0) of the array `key`: its `field`'s line, else the
+/// entry's own (the N-th `[[key]]` header, or the N-th value of an inline array).
+pub(crate) fn entry_line(
+    text: &str,
+    key: &str,
+    index: usize,
+    field: Option<&str>,
+) -> Option<usize> {
+    if let Ok(doc) = toml_edit::Document::parse(text.to_owned()) {
+        let mut item = doc.as_item();
+        for part in key.split('.') {
+            item = item.get(part)?;
+        }
+        let span = match item {
+            toml_edit::Item::ArrayOfTables(a) => {
+                let t = a.get(index)?;
+                field
+                    .and_then(|f| t.key(f))
+                    .and_then(|k| k.span())
+                    .or_else(|| t.span())
+            }
+            toml_edit::Item::Value(toml_edit::Value::Array(a)) => {
+                let v = a.get(index)?;
+                match (v, field) {
+                    (toml_edit::Value::InlineTable(t), Some(f)) => {
+                        t.key(f).and_then(|k| k.span()).or_else(|| v.span())
+                    }
+                    _ => v.span(),
+                }
+            }
+            _ => None,
+        };
+        if let Some(span) = span {
+            return Some(line_of(text, span.start));
+        }
+    }
+    // toml_edit refuses some text serde's parser took (an integer past i64): the N-th
+    // `[[key]]` header, line by line.
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.trim_start();
+            t.strip_prefix("[[")
+                .and_then(|r| r.split_once("]]"))
+                .is_some_and(|(name, _)| name.trim().trim_matches('"') == key)
+        })
+        .nth(index)
+        .map(|(i, _)| i + 1)
+        .or_else(|| key_line(text, key))
+}
+
+/// An error of the config parsed from `[table]` of `text` alone (a scenario's `[config]`),
+/// laid out at the key's line in `text`: `line N (table.key): what is wrong`.
+pub(crate) fn in_table(text: &str, table: &str, err: &str) -> String {
+    let key = err
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(k, _)| format!("{table}.{k}"));
+    let what = err.split_once("): ").map(|(_, m)| m).unwrap_or(err);
+    match key {
+        Some(key) => at_line(key_line(text, &key), &key, what),
+        None => format!("[{table}]: {err}"),
+    }
+}

@@ -1,0 +1,211 @@
+//! The configuration: one TOML file parsed and validated once into [`Config`].
+//!
+//! Every key of DESIGN.md is here with its default (`schema`). Unknown keys, wrong types and
+//! values out of range (`validate`) are errors naming the key and its line (`locate`, also
+//! used for `sim` scenario files). Secrets never come from this file (see `secrets`); a
+//! HarmonyDB URL with a password in it is refused. `load` finds and reads the file.
+
+mod load;
+pub(crate) mod locate;
+mod schema;
+mod validate;
+
+pub use load::{load, parse, resolve_path, ConfigOrigin, LoadedConfig};
+pub use schema::{
+    Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, Fallback,
+    LlmConfig, MetricsConfig, OfferType, OffersConfig, PolicyConfig, Provider, RunConfig, StopMode,
+    VastConfig, LABEL_ENV,
+};
+
+/// Where the config comes from when neither `--config` nor `$FLEETAGENT_CONFIG` names one.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/fleetagent/config.toml";
+
+/// The commented config `init` writes where none exists.
+pub const TEMPLATE: &str = include_str!("../../docs/config.example.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_text_is_all_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn template_parses() {
+        parse(TEMPLATE).unwrap();
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = parse("[run]\nmax_passes = 3\nbogus = 1\n").unwrap_err();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_line() {
+        let err = parse("\n[llm]\ntimeout_secs = \"soon\"\n").unwrap_err();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("llm.timeout_secs"), "{err}");
+    }
+
+    #[test]
+    fn range_error_names_key_and_line() {
+        let err = parse("[debounce]\np0_secs = 100\n").unwrap_err();
+        assert!(err.contains("line 2 (debounce.p0_secs)"), "{err}");
+    }
+
+    #[test]
+    fn bad_enum_value() {
+        let err = parse("[vast]\nstop_mode = \"pause\"\n").unwrap_err();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("vast.stop_mode"), "{err}");
+    }
+
+    #[test]
+    fn credential_env_values() {
+        let c = parse(
+            "[vast.env]\nA = \"x\"\nCURIO_DB_PASSWORD = { credential = \"curio_db_password\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.vast.env["CURIO_DB_PASSWORD"],
+            EnvValue::Credential(CredentialRef {
+                credential: "curio_db_password".into()
+            })
+        );
+        assert_eq!(c.vast.env["A"], EnvValue::Literal("x".into()));
+    }
+
+    #[test]
+    fn password_in_harmonydb_url_refused() {
+        let err = parse("[demand]\nharmonydb_url = \"postgres://u:secret@h:5433/yugabyte\"\n")
+            .unwrap_err();
+        assert!(err.contains("demand.harmonydb_url"), "{err}");
+        assert!(!err.contains("secret@"), "{err}");
+        parse("[demand]\nharmonydb_url = \"postgres://u@h:5433/yugabyte\"\n").unwrap();
+    }
+
+    #[test]
+    fn password_in_any_spelling_refused() {
+        for url in [
+            "host=127.0.0.1 user=probe password = SECRETX",
+            "host=127.0.0.1 user=probe password\t=SECRETX",
+            "postgres://u@h/db?password=SECRETX",
+        ] {
+            let text = format!("[demand]\nharmonydb_url = {url:?}\n");
+            let err = parse(&text).unwrap_err();
+            assert!(err.contains("holds a password"), "{url}: {err}");
+            assert!(!err.contains("SECRETX"), "{err}");
+        }
+        let err = parse("[demand]\nsource = \"http\"\nhttp_url = \"http://u:SECRETX@h/d\"\n")
+            .unwrap_err();
+        assert!(
+            err.contains("demand.http_url") && !err.contains("SECRETX"),
+            "{err}"
+        );
+        parse("[demand]\nharmonydb_url = \"host=h user=probe dbname=yugabyte\"\n").unwrap();
+    }
+
+    #[test]
+    fn absurd_integers_are_errors_not_overflows() {
+        for (text, key) in [
+            (
+                "[run]\ntimer_period_secs = 9223372036854775807\n",
+                "run.timer_period_secs",
+            ),
+            (
+                "[run]\ndeadline_secs = 18446744073709551615\n",
+                "run.deadline_secs",
+            ),
+            (
+                "[policy]\nlaunch_window_minutes = 9223372036854775807\n",
+                "policy.launch_window_minutes",
+            ),
+            (
+                "[demand]\ntimeout_secs = 18446744073709551615\n",
+                "demand.timeout_secs",
+            ),
+            (
+                "[llm]\ncontext_budget_tokens = 18446744073709551615\n",
+                "llm.context_budget_tokens",
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(
+                err.contains(&format!("line 2 ({key}): must be between")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rule_between_two_keys_names_the_one_in_the_file() {
+        let err = parse("[run]\ndeadline_secs = 30\n").unwrap_err();
+        assert!(err.starts_with("line 2 (run.deadline_secs): "), "{err}");
+        assert!(err.contains("debounce.max_wait_secs (60)"), "{err}");
+        let err = parse("\n\n[policy]\nlaunch_window_max = 10\n").unwrap_err();
+        assert!(
+            err.starts_with("line 4 (policy.launch_window_max): "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn duplicate_key_is_named() {
+        let err = parse("[run]\nmax_passes = 3\nmax_passes = 4\n").unwrap_err();
+        assert!(
+            err.contains("line 3") && err.contains("\"max_passes\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn worker_env_is_checked() {
+        let err = parse("[vast.env]\nA = { credential = \"x\", extra = 1 }\n").unwrap_err();
+        assert!(err.contains("line 2 (vast.env.A)"), "{err}");
+        assert!(err.contains("credential"), "{err}");
+        assert!(parse("[vast.env]\nA = 5\n")
+            .unwrap_err()
+            .contains("must be a string"));
+        assert!(parse("[vast.env]\n\"A B\" = \"x\"\n").is_err());
+        assert!(parse("[vast.env]\n1A = \"x\"\n").is_err());
+        let err = parse("[vast.env]\nFLEETAGENT_LABEL = \"x\"\n").unwrap_err();
+        assert!(err.contains("set by fleetagent"), "{err}");
+    }
+
+    #[test]
+    fn a_demand_source_needs_its_address() {
+        let err = parse("[demand]\nsource = \"http\"\n").unwrap_err();
+        assert!(err.contains("demand.http_url must be set"), "{err}");
+        let err = parse("[demand]\nsource = \"command\"\ncommand = \" \"\n").unwrap_err();
+        assert!(err.contains("demand.command must be set"), "{err}");
+    }
+
+    #[test]
+    fn base_url_must_end_in_v1() {
+        assert!(parse("[llm]\nbase_url = \"http://127.0.0.1:9/\"\n").is_err());
+        parse("[llm]\nbase_url = \"http://127.0.0.1:9/v1\"\n").unwrap();
+    }
+
+    #[test]
+    fn rates_fall_back() {
+        let c = parse(
+            "[policy]\nproofs_per_hour_per_instance = 10\n[policy.gpu_rates]\n\"RTX 4090\" = 40\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.rate_for("rtx 4090"), 40.0);
+        assert_eq!(c.policy.rate_for("RTX 3090"), 10.0);
+    }
+
+    #[test]
+    fn launch_keys_reported() {
+        let c = Config::default();
+        assert_eq!(
+            c.policy.missing_launch_keys(&c.vast),
+            vec!["vast.image", "policy.max_dph_total", "policy.max_instances"]
+        );
+    }
+}

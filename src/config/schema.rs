@@ -1,0 +1,337 @@
+//! The schema: every key of DESIGN.md with its default, as serde reads it (unknown keys and
+//! wrong types are refused here; ranges are checked in `validate`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The worker environment variable that carries the instance's label (the Curio machine
+/// name fleetagent matches workers by); set by the launch, never by the config.
+pub const LABEL_ENV: &str = "FLEETAGENT_LABEL";
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub state_dir: Option<PathBuf>,
+    pub run: RunConfig,
+    pub llm: LlmConfig,
+    pub vast: VastConfig,
+    pub demand: DemandConfig,
+    pub policy: PolicyConfig,
+    pub debounce: DebounceConfig,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// The whole process, all passes included.
+    pub deadline_secs: u64,
+    pub max_passes: u32,
+    /// The systemd timer's period: a failed pass defers its events by this much.
+    pub timer_period_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Openai,
+    Rules,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    Rules,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    pub provider: Provider,
+    /// OpenAI-compatible endpoint ending in `/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// One HTTP request.
+    pub timeout_secs: u64,
+    /// All attempts of one model turn, retries included.
+    pub retry_budget_secs: u64,
+    pub context_budget_tokens: u64,
+    /// `o200k_base` or `cl100k_base`; unset = chosen from the model name.
+    pub encoding: Option<String>,
+    pub max_tool_rounds: u32,
+    pub quiet_interval_mins: u64,
+    pub fallback: Fallback,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StopMode {
+    Destroy,
+    Stop,
+}
+
+/// A worker environment value: a literal, or the name of a credential to read at launch.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(
+    untagged,
+    expecting = "must be a string, or { credential = \"NAME\" } and nothing else"
+)]
+pub enum EnvValue {
+    Literal(String),
+    Credential(CredentialRef),
+}
+
+/// `{ credential = "NAME" }`: a file under `$CREDENTIALS_DIRECTORY`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialRef {
+    pub credential: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VastConfig {
+    pub base_url: String,
+    /// Docker image of a worker. Unset: no launch is possible.
+    pub image: Option<String>,
+    pub disk_gb: f64,
+    pub onstart: Option<String>,
+    pub env: BTreeMap<String, EnvValue>,
+    pub label_prefix: String,
+    pub stop_mode: StopMode,
+    pub offers: OffersConfig,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum OfferType {
+    #[serde(rename = "on-demand")]
+    OnDemand,
+    #[serde(rename = "interruptible")]
+    Interruptible,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OffersConfig {
+    #[serde(rename = "type")]
+    pub offer_type: OfferType,
+    /// Empty: any GPU.
+    pub gpu_names: Vec<String>,
+    pub min_reliability: f64,
+    pub max_dph_per_instance: Option<f64>,
+    pub min_gpu_ram_gb: Option<f64>,
+    pub verified_only: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DemandSource {
+    Harmonydb,
+    Http,
+    Command,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DemandConfig {
+    pub source: DemandSource,
+    /// Without a password (that comes from FLEETAGENT_HARMONYDB_URL or a credential).
+    pub harmonydb_url: Option<String>,
+    pub http_url: Option<String>,
+    /// Run with `sh -c`; prints the demand JSON.
+    pub command: Option<String>,
+    pub task: String,
+    pub worker_alive_secs: u64,
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Throughput to sell; 0 = no fixed target (scale on the backlog signals only).
+    pub target_proofs_per_hour: f64,
+    pub proofs_per_hour_per_instance: f64,
+    /// GPU name -> proofs per hour of one instance with that GPU.
+    pub gpu_rates: BTreeMap<String, f64>,
+    /// Fleet $/h cap. Unset: no launch is possible.
+    pub max_dph_total: Option<f64>,
+    /// Instance cap. Unset: no launch is possible.
+    pub max_instances: Option<u32>,
+    /// Spend per UTC day; unset = no daily cap.
+    pub daily_spend_max: Option<f64>,
+    pub launch_window_minutes: u64,
+    pub launch_window_max: u32,
+    pub emergency_launch_max: u32,
+    pub stuck_loading_mins: u64,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DebounceConfig {
+    pub p0_secs: u64,
+    pub p1_secs: u64,
+    pub p2_secs: u64,
+    pub max_wait_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// node_exporter textfile written after each run (atomic rename).
+    pub textfile: Option<PathBuf>,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            deadline_secs: 600,
+            max_passes: 5,
+            timer_period_secs: 300,
+        }
+    }
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: Provider::Openai,
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4.1-mini".into(),
+            timeout_secs: 60,
+            retry_budget_secs: 90,
+            context_budget_tokens: 30_000,
+            encoding: None,
+            max_tool_rounds: 4,
+            quiet_interval_mins: 30,
+            fallback: Fallback::Rules,
+        }
+    }
+}
+
+impl Default for VastConfig {
+    fn default() -> Self {
+        VastConfig {
+            base_url: "https://console.vast.ai".into(),
+            image: None,
+            disk_gb: 40.0,
+            onstart: None,
+            env: BTreeMap::new(),
+            label_prefix: "fleetagent".into(),
+            stop_mode: StopMode::Destroy,
+            offers: OffersConfig::default(),
+        }
+    }
+}
+
+impl Default for OffersConfig {
+    fn default() -> Self {
+        OffersConfig {
+            offer_type: OfferType::OnDemand,
+            gpu_names: Vec::new(),
+            min_reliability: 0.98,
+            max_dph_per_instance: None,
+            min_gpu_ram_gb: None,
+            verified_only: true,
+        }
+    }
+}
+
+impl Default for DemandConfig {
+    fn default() -> Self {
+        DemandConfig {
+            source: DemandSource::Harmonydb,
+            harmonydb_url: None,
+            http_url: None,
+            command: None,
+            task: "PSProve".into(),
+            worker_alive_secs: 150,
+            timeout_secs: 10,
+        }
+    }
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            target_proofs_per_hour: 0.0,
+            proofs_per_hour_per_instance: 20.0,
+            gpu_rates: BTreeMap::new(),
+            max_dph_total: None,
+            max_instances: None,
+            daily_spend_max: None,
+            launch_window_minutes: 15,
+            launch_window_max: 3,
+            emergency_launch_max: 6,
+            stuck_loading_mins: 30,
+            dry_run: false,
+        }
+    }
+}
+
+impl Default for DebounceConfig {
+    fn default() -> Self {
+        DebounceConfig {
+            p0_secs: 2,
+            p1_secs: 10,
+            p2_secs: 30,
+            max_wait_secs: 60,
+        }
+    }
+}
+
+#[allow(clippy::derivable_impls)]
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: None,
+            run: RunConfig::default(),
+            llm: LlmConfig::default(),
+            vast: VastConfig::default(),
+            demand: DemandConfig::default(),
+            policy: PolicyConfig::default(),
+            debounce: DebounceConfig::default(),
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+impl PolicyConfig {
+    /// Proofs per hour of one instance with this GPU.
+    pub fn rate_for(&self, gpu_name: &str) -> f64 {
+        self.gpu_rates
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(gpu_name))
+            .map(|(_, v)| *v)
+            .unwrap_or(self.proofs_per_hour_per_instance)
+    }
+
+    /// The keys that must be set before any launch, unset ones first in DESIGN order.
+    pub fn missing_launch_keys(&self, vast: &VastConfig) -> Vec<&'static str> {
+        let mut missing = Vec::new();
+        if vast.image.as_deref().is_none_or(|s| s.trim().is_empty()) {
+            missing.push("vast.image");
+        }
+        if self.max_dph_total.is_none() {
+            missing.push("policy.max_dph_total");
+        }
+        if self.max_instances.is_none() {
+            missing.push("policy.max_instances");
+        }
+        missing
+    }
+}
+
+impl DebounceConfig {
+    /// The quiet window for the highest waiting priority (0 is the most urgent).
+    pub fn window_secs(&self, priority: u8) -> u64 {
+        match priority {
+            0 => self.p0_secs,
+            1 => self.p1_secs,
+            _ => self.p2_secs,
+        }
+    }
+}

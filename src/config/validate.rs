@@ -1,0 +1,420 @@
+//! The checks serde cannot make: ranges, formats, secrets kept out of the file, and the rules
+//! between keys. One function per section, in the order the sections are checked; the first
+//! error found is the one reported, so the order is part of the behaviour (a rule between
+//! keys is checked where it always was: within its section, or after the keys it compares).
+
+use super::{
+    Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, LlmConfig,
+    MetricsConfig, PolicyConfig, RunConfig, VastConfig, LABEL_ENV,
+};
+use crate::secrets::redact::secrets_of;
+
+/// (the key blamed, what is wrong, another key the rule relates it to): the error names the
+/// blamed key's line, else the other key's when only that one is in the file.
+pub(super) type Invalid = (&'static str, String, Option<&'static str>);
+
+const DAY_SECS: u64 = 86_400;
+const WEEK_MINS: u64 = 7 * 24 * 60;
+
+pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
+    state_dir(c)?;
+    run(&c.run)?;
+    llm(&c.llm)?;
+    vast(&c.vast)?;
+    demand(&c.demand)?;
+    policy(&c.policy)?;
+    debounce(&c.debounce, &c.run)?;
+    metrics(&c.metrics)
+}
+
+// Every integer has an upper bound too: the code turns them into milliseconds and
+// instants, and an absurd value must be an error here, not an overflow later.
+fn within(key: &'static str, v: u64, min: u64, max: u64) -> Result<(), Invalid> {
+    if v < min || v > max {
+        return Err((
+            key,
+            format!("must be between {min} and {max}, got {v}"),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+fn non_negative(key: &'static str, v: f64) -> Result<(), Invalid> {
+    if !v.is_finite() || v < 0.0 {
+        return Err((key, format!("must be a number >= 0, got {v}"), None));
+    }
+    Ok(())
+}
+
+fn positive(key: &'static str, v: f64) -> Result<(), Invalid> {
+    if !v.is_finite() || v <= 0.0 {
+        return Err((key, format!("must be a number > 0, got {v}"), None));
+    }
+    Ok(())
+}
+
+fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
+    if !(v.starts_with("http://") || v.starts_with("https://")) {
+        return Err((
+            key,
+            format!("must be an http:// or https:// URL, got {v:?}"),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// The top-level `state_dir`.
+fn state_dir(c: &Config) -> Result<(), Invalid> {
+    if let Some(dir) = &c.state_dir {
+        if !dir.is_absolute() {
+            return Err((
+                "state_dir",
+                format!("must be an absolute path, got {dir:?}"),
+                None,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[run]`.
+fn run(r: &RunConfig) -> Result<(), Invalid> {
+    within("run.deadline_secs", r.deadline_secs, 10, DAY_SECS)?;
+    within("run.max_passes", r.max_passes.into(), 1, 100)?;
+    within("run.timer_period_secs", r.timer_period_secs, 10, DAY_SECS)
+}
+
+/// `[llm]`.
+fn llm(l: &LlmConfig) -> Result<(), Invalid> {
+    url("llm.base_url", &l.base_url)?;
+    if !l.base_url.trim_end_matches('/').ends_with("/v1") {
+        return Err((
+            "llm.base_url",
+            format!(
+                "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {:?}",
+                l.base_url
+            ),
+            None,
+        ));
+    }
+    if l.model.trim().is_empty() {
+        return Err(("llm.model", "must not be empty".into(), None));
+    }
+    within("llm.timeout_secs", l.timeout_secs, 1, 3_600)?;
+    within("llm.retry_budget_secs", l.retry_budget_secs, 1, 3_600)?;
+    within(
+        "llm.quiet_interval_mins",
+        l.quiet_interval_mins,
+        0,
+        WEEK_MINS,
+    )?;
+    within(
+        "llm.context_budget_tokens",
+        l.context_budget_tokens,
+        2_000,
+        2_000_000,
+    )?;
+    if let Some(enc) = &l.encoding {
+        if enc != "o200k_base" && enc != "cl100k_base" {
+            return Err((
+                "llm.encoding",
+                format!("must be \"o200k_base\" or \"cl100k_base\", got {enc:?}"),
+                None,
+            ));
+        }
+    }
+    if !(1..=20).contains(&l.max_tool_rounds) {
+        return Err((
+            "llm.max_tool_rounds",
+            format!("must be between 1 and 20, got {}", l.max_tool_rounds),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// `[vast]`, `[vast.env]` and `[vast.offers]`.
+fn vast(v: &VastConfig) -> Result<(), Invalid> {
+    url("vast.base_url", &v.base_url)?;
+    if let Some(image) = &v.image {
+        if image.trim().is_empty() {
+            return Err((
+                "vast.image",
+                "must not be empty (leave it out instead)".into(),
+                None,
+            ));
+        }
+    }
+    positive("vast.disk_gb", v.disk_gb)?;
+    let prefix = &v.label_prefix;
+    if prefix.is_empty()
+        || prefix.len() > 40
+        || !prefix
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+    {
+        return Err((
+            "vast.label_prefix",
+            format!("must be 1-40 characters of a-z, 0-9, - or _, got {prefix:?}"),
+            None,
+        ));
+    }
+    worker_env(v)?;
+    let offers = &v.offers;
+    if !(0.0..=1.0).contains(&offers.min_reliability) {
+        return Err((
+            "vast.offers.min_reliability",
+            format!("must be between 0 and 1, got {}", offers.min_reliability),
+            None,
+        ));
+    }
+    if let Some(v) = offers.max_dph_per_instance {
+        positive("vast.offers.max_dph_per_instance", v)?;
+    }
+    if let Some(v) = offers.min_gpu_ram_gb {
+        non_negative("vast.offers.min_gpu_ram_gb", v)?;
+    }
+    Ok(())
+}
+
+/// `[vast.env]`: variable names, the label fleetagent sets itself, credential names.
+fn worker_env(v: &VastConfig) -> Result<(), Invalid> {
+    for (name, value) in &v.env {
+        let valid_name = name
+            .chars()
+            .next()
+            .is_some_and(|ch| ch.is_ascii_alphabetic() || ch == '_')
+            && name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+        if !valid_name {
+            return Err((
+                "vast.env",
+                format!(
+                    "bad variable name {name:?} (letters, digits and _, not starting with a digit)"
+                ),
+                None,
+            ));
+        }
+        if name == LABEL_ENV {
+            return Err((
+                "vast.env",
+                format!("{name} is set by fleetagent to each instance's label; leave it out"),
+                None,
+            ));
+        }
+        if let EnvValue::Credential(CredentialRef { credential }) = value {
+            if credential.is_empty() || credential.contains('/') {
+                return Err((
+                    "vast.env",
+                    format!("{name}: bad credential name {credential:?}"),
+                    None,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[demand]`.
+fn demand(d: &DemandConfig) -> Result<(), Invalid> {
+    if let Some(u) = &d.harmonydb_url {
+        if pg_has_password(u) {
+            return Err((
+                "demand.harmonydb_url",
+                "holds a password; secrets never go in the config: put the URL in \
+                 FLEETAGENT_HARMONYDB_URL or the harmonydb_url credential"
+                    .into(),
+                None,
+            ));
+        }
+    }
+    if let Some(u) = &d.http_url {
+        url("demand.http_url", u)?;
+        if url_has_password(u) {
+            return Err((
+                "demand.http_url",
+                "holds a password; secrets never go in the config".into(),
+                None,
+            ));
+        }
+    }
+    source_has_its_address(d)?;
+    if d.task.trim().is_empty() {
+        return Err(("demand.task", "must not be empty".into(), None));
+    }
+    within(
+        "demand.worker_alive_secs",
+        d.worker_alive_secs,
+        30,
+        DAY_SECS,
+    )?;
+    within("demand.timeout_secs", d.timeout_secs, 1, 3_600)
+}
+
+/// `[policy]` and `[policy.gpu_rates]`.
+fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
+    non_negative("policy.target_proofs_per_hour", p.target_proofs_per_hour)?;
+    positive(
+        "policy.proofs_per_hour_per_instance",
+        p.proofs_per_hour_per_instance,
+    )?;
+    for (gpu, rate) in &p.gpu_rates {
+        if !rate.is_finite() || *rate <= 0.0 {
+            return Err((
+                "policy.gpu_rates",
+                format!("{gpu}: must be a number > 0, got {rate}"),
+                None,
+            ));
+        }
+    }
+    if let Some(v) = p.max_dph_total {
+        non_negative("policy.max_dph_total", v)?;
+    }
+    if let Some(v) = p.daily_spend_max {
+        non_negative("policy.daily_spend_max", v)?;
+    }
+    within(
+        "policy.launch_window_minutes",
+        p.launch_window_minutes,
+        1,
+        DAY_SECS / 60,
+    )?;
+    within(
+        "policy.launch_window_max",
+        p.launch_window_max.into(),
+        0,
+        1_000,
+    )?;
+    within(
+        "policy.emergency_launch_max",
+        p.emergency_launch_max.into(),
+        0,
+        1_000,
+    )?;
+    if let Some(n) = p.max_instances {
+        within("policy.max_instances", n.into(), 0, 10_000)?;
+    }
+    emergency_covers_the_window(p)?;
+    within(
+        "policy.stuck_loading_mins",
+        p.stuck_loading_mins,
+        1,
+        WEEK_MINS,
+    )
+}
+
+/// `[debounce]`: rules between its keys and `[run]`'s only.
+fn debounce(d: &DebounceConfig, r: &RunConfig) -> Result<(), Invalid> {
+    windows_within_max_wait(d)?;
+    max_wait_below_deadline(d, r)
+}
+
+/// `[metrics]`.
+fn metrics(m: &MetricsConfig) -> Result<(), Invalid> {
+    if let Some(path) = &m.textfile {
+        if !path.is_absolute() {
+            return Err((
+                "metrics.textfile",
+                format!("must be an absolute path, got {path:?}"),
+                None,
+            ));
+        }
+    }
+    Ok(())
+}
+
+// The rules between keys: each error names both keys, and is laid out at the first one's
+// line, else the second one's.
+
+/// `demand.source` names a probe whose address is set.
+fn source_has_its_address(d: &DemandConfig) -> Result<(), Invalid> {
+    match d.source {
+        DemandSource::Http if d.http_url.is_none() => Err((
+            "demand.http_url",
+            "demand.http_url must be set when demand.source = \"http\"".into(),
+            Some("demand.source"),
+        )),
+        DemandSource::Command if d.command.as_deref().is_none_or(|s| s.trim().is_empty()) => Err((
+            "demand.command",
+            "demand.command must be set when demand.source = \"command\"".into(),
+            Some("demand.source"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The emergency allowance is at least the ordinary launch window's.
+fn emergency_covers_the_window(p: &PolicyConfig) -> Result<(), Invalid> {
+    if p.emergency_launch_max < p.launch_window_max {
+        return Err((
+            "policy.emergency_launch_max",
+            format!(
+                "policy.emergency_launch_max ({}) must be at least policy.launch_window_max ({})",
+                p.emergency_launch_max, p.launch_window_max
+            ),
+            Some("policy.launch_window_max"),
+        ));
+    }
+    Ok(())
+}
+
+/// No priority's quiet window is longer than the longest wait.
+fn windows_within_max_wait(d: &DebounceConfig) -> Result<(), Invalid> {
+    for (key, v) in [
+        ("debounce.p0_secs", d.p0_secs),
+        ("debounce.p1_secs", d.p1_secs),
+        ("debounce.p2_secs", d.p2_secs),
+    ] {
+        if v > d.max_wait_secs {
+            return Err((
+                key,
+                format!(
+                    "{key} ({v}) must not exceed debounce.max_wait_secs ({})",
+                    d.max_wait_secs
+                ),
+                Some("debounce.max_wait_secs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The longest debounce wait leaves the run time to work.
+fn max_wait_below_deadline(d: &DebounceConfig, r: &RunConfig) -> Result<(), Invalid> {
+    if d.max_wait_secs >= r.deadline_secs {
+        return Err((
+            "debounce.max_wait_secs",
+            format!(
+                "debounce.max_wait_secs ({}) must be below run.deadline_secs ({})",
+                d.max_wait_secs, r.deadline_secs
+            ),
+            Some("run.deadline_secs"),
+        ));
+    }
+    Ok(())
+}
+
+/// A PostgreSQL URL or key=value string that carries a password, as the `postgres` crate
+/// reads it (`user:pw@`, `?password=`, `password = x` with any spacing), or as a plain
+/// look at the text when the crate cannot parse it.
+fn pg_has_password(u: &str) -> bool {
+    match u.parse::<postgres::Config>() {
+        Ok(cfg) => cfg.get_password().is_some(),
+        Err(_) => url_has_password(u) || !secrets_of(u).is_empty(),
+    }
+}
+
+/// `scheme://user:password@host` has a password.
+fn url_has_password(u: &str) -> bool {
+    let Some(rest) = u.split_once("://").map(|(_, r)| r) else {
+        return u.contains("password=");
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let has_userinfo_password = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    has_userinfo_password || u.contains("password=")
+}
