@@ -10,10 +10,14 @@ use serde_json::Value;
 use crate::clock::{rfc3339, Millis};
 use crate::config::Config;
 use crate::doorbell::{Doorbell, FileDoorbell};
-use crate::store::{events, runs, session, wakes, Store};
+use crate::store::{events, llm_calls, messages, runs, session, wakes, Store};
 
 /// How many runs `inspect` lists.
 pub const RECENT_RUNS: i64 = 20;
+/// How many recent calls that reported usage the token comparison covers.
+const USAGE_CALLS: i64 = 100;
+/// How many operator messages (newest first) `inspect` shows.
+const OPERATOR_MESSAGES: i64 = 5;
 
 #[derive(Debug, Serialize)]
 pub struct RunView {
@@ -304,46 +308,14 @@ pub fn build(
                 detail: a.detail,
             })
             .collect(),
-        last_observation: last_of_kind(store, &["observation"])?,
-        last_decision: last_of_kind(store, &["answer", "rules"])?,
+        last_observation: messages::latest_of_kinds(&store.conn, &["observation"])?,
+        last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules"])?,
     })
 }
 
-/// The newest message of these kinds (any session).
-fn last_of_kind(store: &Store, kinds: &[&str]) -> Result<Option<String>> {
-    let mut best: Option<(i64, String)> = None;
-    for kind in kinds {
-        let row: Option<(i64, String)> = store
-            .conn
-            .query_row(
-                "SELECT id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
-                   AND kind = ?1 ORDER BY id DESC LIMIT 1",
-                [kind],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })?;
-        if let Some(r) = row {
-            if best.as_ref().is_none_or(|b| r.0 > b.0) {
-                best = Some(r);
-            }
-        }
-    }
-    Ok(best.map(|b| b.1))
-}
-
 fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {
-    let (n, est, rep, max_est): (i64, Option<i64>, Option<i64>, Option<i64>) = store.conn.query_row(
-        "SELECT COUNT(*), SUM(prompt_tokens_est), SUM(prompt_tokens_reported), MAX(prompt_tokens_est)
-         FROM (SELECT prompt_tokens_est, prompt_tokens_reported FROM llm_calls
-               WHERE prompt_tokens_reported IS NOT NULL ORDER BY id DESC LIMIT 100)",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-    )?;
-    let (est, rep) = (est.unwrap_or(0), rep.unwrap_or(0));
+    let usage = llm_calls::reported_usage(&store.conn, USAGE_CALLS)?;
+    let (est, rep) = (usage.estimated.unwrap_or(0), usage.reported.unwrap_or(0));
     let encoding =
         crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
             .map(|e| e.name().to_string())
@@ -360,33 +332,27 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
         last_call_at: state.last_llm_call_at.map(rfc3339),
         last_error: state.last_llm_error.clone(),
         last_error_at: state.last_llm_error_at.map(rfc3339),
-        calls_with_usage: n,
+        calls_with_usage: usage.calls,
         prompt_tokens_estimated: est,
         prompt_tokens_reported: rep,
         reported_to_estimate_ratio: (est > 0)
             .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
-        max_prompt_tokens_estimated: max_est,
+        max_prompt_tokens_estimated: usage.max_estimated,
     })
 }
 
 fn operator_view(store: &Store, session_id: i64) -> Result<Vec<OperatorView>> {
-    let mut stmt = store.conn.prepare(
-        "SELECT m.run_id, m.created_at, m.content,
-                (SELECT a.content FROM messages a WHERE a.session_id = m.session_id AND a.kind = 'answer'
-                   AND a.id > m.id ORDER BY a.id LIMIT 1)
-         FROM messages m WHERE m.session_id = ?1 AND m.kind = 'operator' ORDER BY m.id DESC LIMIT 5",
-    )?;
-    let rows = stmt
-        .query_map([session_id], |r| {
-            Ok(OperatorView {
-                run_id: r.get(0)?,
-                at: rfc3339(r.get(1)?),
-                message: r.get(2)?,
-                answer: r.get(3)?,
+    Ok(
+        messages::operator_answers(&store.conn, session_id, OPERATOR_MESSAGES)?
+            .into_iter()
+            .map(|m| OperatorView {
+                run_id: m.run_id,
+                at: rfc3339(m.created_at),
+                message: m.message,
+                answer: m.answer,
             })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+            .collect(),
+    )
 }
 
 /// The human-readable form of the report.
