@@ -254,7 +254,7 @@ pub fn build(
         failed_wakes: wk.failed,
         wakes: wakes::list(&store.conn, false, 20)?
             .iter()
-            .map(crate::cmd::wake_json)
+            .map(crate::wakes::wake_json)
             .collect(),
         doorbell: DoorbellView {
             path: bell.path,

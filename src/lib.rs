@@ -35,3 +35,4 @@ pub mod tokens;
 pub mod tools;
 pub mod units;
 pub mod vast;
+pub mod wakes;

@@ -1,14 +1,14 @@
-//! The text a pass shows the model about what woke it: folded event lines and one line for
-//! every wake that came due. Pure functions of the claimed rows and `now`; no I/O.
+//! The text a pass shows the model about what woke it: folded event lines (the one line for
+//! every wake that came due is [`crate::wakes::wakes_line`]), and the quoting and clipping of
+//! outside text. Pure functions of the claimed rows; no I/O.
 
 use std::collections::BTreeMap;
 
-use crate::clock::{human_duration, short, Millis};
 use crate::store::events::Event;
-use crate::store::wakes::Wake;
 
-/// How many distinct reasons one folded line shows before "+N more".
-const MAX_GROUPS: usize = 8;
+/// How many distinct reasons one folded line shows before "+N more" (events here, wakes in
+/// [`crate::wakes::wakes_line`]).
+pub const MAX_GROUPS: usize = 8;
 /// Outside text (reasons) is quoted and cut to this many characters.
 pub const MAX_REASON_CHARS: usize = 160;
 
@@ -68,55 +68,6 @@ pub fn events_line(events: &[Event]) -> Option<String> {
     ))
 }
 
-/// Every wake this pass claimed, as ONE line however many there are.
-pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
-    let first = wakes.first()?;
-    if wakes.len() == 1 {
-        return Some(format!(
-            "Wake #{} due {} UTC ({} ago): {}.",
-            first.id,
-            short(first.due_at),
-            human_duration(now - first.due_at),
-            quote(&first.reason, MAX_REASON_CHARS)
-        ));
-    }
-    let oldest = wakes.iter().map(|w| w.due_at).min().unwrap_or(now);
-    let newest = wakes.iter().map(|w| w.due_at).max().unwrap_or(now);
-    let mut order: Vec<&str> = Vec::new();
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for w in wakes {
-        let n = counts.entry(w.reason.as_str()).or_insert(0);
-        if *n == 0 {
-            order.push(w.reason.as_str());
-        }
-        *n += 1;
-    }
-    let mut parts: Vec<String> = order
-        .iter()
-        .take(MAX_GROUPS)
-        .map(|r| {
-            let n = counts[r];
-            let times = if n > 1 {
-                format!(" x{n}")
-            } else {
-                String::new()
-            };
-            format!("{}{times}", quote(r, MAX_REASON_CHARS))
-        })
-        .collect();
-    if order.len() > MAX_GROUPS {
-        parts.push(format!("+{} more distinct", order.len() - MAX_GROUPS));
-    }
-    Some(format!(
-        "Wakes due ({}, overdue since {} UTC ({} ago), newest {} ago): {}.",
-        wakes.len(),
-        short(oldest),
-        human_duration(now - oldest),
-        human_duration(now - newest),
-        parts.join("; ")
-    ))
-}
-
 /// One line, at most `max` characters (an ellipsis marks a cut).
 pub fn clip(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -144,19 +95,6 @@ mod tests {
         }
     }
 
-    fn wake(id: i64, due: Millis, reason: &str) -> Wake {
-        Wake {
-            id,
-            due_at: due,
-            reason: reason.into(),
-            created_at: 0,
-            created_by: "agent".into(),
-            status: "processed".into(),
-            processed_by: Some(1),
-            attempts: 0,
-        }
-    }
-
     #[test]
     fn events_fold_by_reason() {
         let mut evs: Vec<Event> = (0..100)
@@ -170,18 +108,6 @@ mod tests {
             "Events (101): P1 trigger \"state change\" x100; P0 reset \"session reset\"."
         );
         assert!(events_line(&[ev(1, 0, "message", "m")]).is_none());
-    }
-
-    #[test]
-    fn twenty_wakes_one_line() {
-        let now = 10_000_000;
-        let wakes: Vec<Wake> = (0..20)
-            .map(|i| wake(i, now - 3_600_000 + i * 60_000, "check fleet"))
-            .collect();
-        let line = wakes_line(&wakes, now).unwrap();
-        assert!(!line.contains('\n'));
-        assert!(line.starts_with("Wakes due (20, overdue since"), "{line}");
-        assert!(line.contains("\"check fleet\" x20"), "{line}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub fn execute(
     let mut lines = vec![snapshot.observation_line(config)];
     lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(observation::events_line(&claim.events));
-    lines.extend(observation::wakes_line(&claim.wakes, now));
+    lines.extend(crate::wakes::wakes_line(&claim.wakes, now));
     lines.push(format!(
         "(run {}, pass {}, started by {}, {} UTC)",
         claim.run_id,

@@ -14,8 +14,6 @@ pub(crate) mod trigger;
 mod units;
 mod wakes;
 
-pub(crate) use wakes::wake_json;
-
 use std::path::PathBuf;
 
 use anyhow::Result;
