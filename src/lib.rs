@@ -28,6 +28,7 @@ pub mod trigger;
 pub mod fleet;
 pub mod policy;
 pub mod prompt;
+pub mod wakes;
 
 // layer: adapters (our database, the outside services, the files and the OS)
 pub mod demand;

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use rusqlite::Connection;
 
 use crate::clock::Millis;
-use crate::store::session;
+use crate::store::{actions, events, instances, llm_calls, runs, session};
 
 /// One metric family: name, type, help, and its samples (labels, value).
 struct Family {
@@ -68,19 +68,6 @@ fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -
     }
 }
 
-fn grouped(conn: &Connection, sql: &str) -> Result<BTreeMap<String, f64>> {
-    let mut stmt = conn.prepare(sql)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, f64>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows
-        .into_iter()
-        .map(|(k, v)| (k.unwrap_or_else(|| "none".into()), v))
-        .collect())
-}
-
 /// The metrics text for the database behind `conn`.
 pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
     let mut f = Vec::new();
@@ -89,12 +76,8 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
         .iter()
         .map(|v| (v.to_string(), 0.0))
         .collect();
-    for (k, v) in grouped(
-        conn,
-        "SELECT CASE WHEN status = 'failed' THEN 'failed' ELSE verdict END, COUNT(*)
-           FROM runs WHERE status <> 'running' GROUP BY 1",
-    )? {
-        by_verdict.insert(k, v);
+    for (k, v) in runs::count_by_verdict(conn)? {
+        by_verdict.insert(k.unwrap_or_else(|| "none".into()), v as f64);
     }
     f.push(Family {
         name: "fleetagent_runs_total",
@@ -120,35 +103,30 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
         now as f64 / 1000.0,
     ));
 
-    let (last_tokens, total_tokens, calls): (Option<i64>, Option<i64>, i64) = conn.query_row(
-        "SELECT (SELECT prompt_tokens_est FROM llm_calls ORDER BY id DESC LIMIT 1),
-                SUM(prompt_tokens_est), COUNT(*) FROM llm_calls",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
+    let calls = llm_calls::totals(conn)?;
     f.push(one(
         "fleetagent_prompt_tokens_last",
         "gauge",
         "Estimated prompt tokens of the last LLM request.",
-        last_tokens.unwrap_or(0) as f64,
+        calls.last_estimated.unwrap_or(0) as f64,
     ));
     f.push(one(
         "fleetagent_prompt_tokens_total",
         "counter",
         "Estimated prompt tokens of every LLM request.",
-        total_tokens.unwrap_or(0) as f64,
+        calls.estimated.unwrap_or(0) as f64,
     ));
     f.push(one(
         "fleetagent_llm_requests_total",
         "counter",
         "LLM requests sent.",
-        calls as f64,
+        calls.calls as f64,
     ));
 
-    let by_state = grouped(
-        conn,
-        "SELECT state, COUNT(*) FROM instances WHERE gone_at IS NULL GROUP BY state",
-    )?;
+    let by_state: BTreeMap<String, f64> = instances::count_by_state(conn)?
+        .into_iter()
+        .map(|(k, v)| (k, v as f64))
+        .collect();
     f.push(Family {
         name: "fleetagent_fleet_instances",
         kind: "gauge",
@@ -158,11 +136,7 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
             .map(|(k, v)| (vec![("state", k)], v))
             .collect(),
     });
-    let dph: f64 = conn.query_row(
-        "SELECT COALESCE(SUM(dph), 0) FROM instances WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone')",
-        [],
-        |r| r.get(0),
-    )?;
+    let dph = instances::billing_dph(conn)?;
     f.push(one(
         "fleetagent_fleet_dollars_per_hour",
         "gauge",
@@ -199,13 +173,7 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
         "1 when the last pass read the demand, 0 when the probe failed or never ran.",
         demand.is_some() as u8 as f64,
     ));
-    let emergency: Option<bool> = conn
-        .query_row(
-            "SELECT emergency FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .ok();
+    let emergency = runs::last_ok_emergency(conn).ok().flatten();
     f.push(one(
         "fleetagent_emergency",
         "gauge",
@@ -214,13 +182,7 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
     ));
 
     let mut refusals: BTreeMap<String, f64> = BTreeMap::new();
-    let mut stmt = conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    for (kind, detail) in rows {
+    for (kind, detail) in actions::refusals(conn)? {
         let code = detail
             .as_deref()
             .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
@@ -246,19 +208,14 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
             })
             .collect(),
     });
-    let (waiting, failed): (i64, i64) = conn.query_row(
-        "SELECT COALESCE(SUM(claimed_by IS NULL AND failed_at IS NULL), 0),
-                COALESCE(SUM(failed_at IS NOT NULL), 0) FROM events",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let ev = events::counts(conn, now)?;
     f.push(Family {
         name: "fleetagent_events",
         kind: "gauge",
         help: "Events not yet claimed by a pass, and events failed after their attempts.",
         samples: vec![
-            (vec![("state", "waiting".into())], waiting as f64),
-            (vec![("state", "failed".into())], failed as f64),
+            (vec![("state", "waiting".into())], ev.unconsumed as f64),
+            (vec![("state", "failed".into())], ev.failed as f64),
         ],
     });
     Ok(render(&f))

@@ -1,6 +1,12 @@
 //! Text helpers every layer uses: outside text made safe for one line or a prompt, and
 //! numbers shown without noise. Pure functions.
 
+/// How many distinct reasons one folded line shows before "+N more" (events in `prompt::events`, wakes in
+/// `wakes::wakes_line`).
+pub const MAX_GROUPS: usize = 8;
+/// Outside text (reasons) is quoted and cut to this many characters.
+pub const MAX_REASON_CHARS: usize = 160;
+
 /// Quote outside text for the prompt: one line, cut to `max` characters, in double quotes
 /// with inner quotes escaped, so it reads as data and not as instructions.
 pub fn quote(text: &str, max: usize) -> String {

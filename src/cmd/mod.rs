@@ -16,7 +16,6 @@ mod units;
 mod wakes;
 
 pub use app::App;
-pub(crate) use wakes::wake_json;
 
 use std::path::PathBuf;
 

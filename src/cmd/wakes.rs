@@ -7,9 +7,7 @@ use crate::clock::{human_duration, rfc3339};
 use crate::cmd::App;
 use crate::error::usage;
 use crate::store::wakes;
-
-/// How far ahead an operator's wake may be: a year and a day (a longer one is a typo).
-const MAX_AHEAD_MS: i64 = 366 * 86_400_000;
+use crate::wakes::{too_far_ahead, wake_json, BY_OPERATOR, MAX_OPERATOR_AHEAD_MS};
 
 pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
     match cmd {
@@ -58,11 +56,11 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
     let due = match (&a.in_, &a.at) {
         (Some(d), None) => {
             let d = crate::clock::parse_duration(d).map_err(|e| usage(format!("--in: {e}")))?;
-            if d.as_millis() > MAX_AHEAD_MS as u128 {
+            if too_far_ahead(d.as_millis() as i128) {
                 return Err(usage(format!(
                     "--in {:?}: at most {} ahead",
                     a.in_.as_deref().unwrap_or_default().trim(),
-                    human_duration(MAX_AHEAD_MS)
+                    human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
             now + d.as_millis() as i64
@@ -75,10 +73,10 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
                     ))
                 })?
                 .timestamp_millis();
-            if due.saturating_sub(now) > MAX_AHEAD_MS {
+            if too_far_ahead(due.saturating_sub(now) as i128) {
                 return Err(usage(format!(
                     "--at {t:?}: at most {} ahead (a typo in the year?)",
-                    human_duration(MAX_AHEAD_MS)
+                    human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
             due
@@ -86,7 +84,7 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
         _ => return Err(usage("give exactly one of --in or --at")),
     };
     let (_c, _d, store) = super::open_existing(app)?;
-    let id = wakes::add(&store.conn, due, a.reason.trim(), "operator", None, now)
+    let id = wakes::add(&store.conn, due, a.reason.trim(), BY_OPERATOR, None, now)
         .context("cannot record the wake")?;
     crate::outln!(
         "wake {id} due {} ({}): {}",
@@ -106,17 +104,4 @@ fn relative(due: i64, now: i64) -> String {
     } else {
         format!("in {}", human_duration(due - now))
     }
-}
-
-pub(crate) fn wake_json(w: &wakes::Wake) -> serde_json::Value {
-    serde_json::json!({
-        "id": w.id,
-        "due_at": rfc3339(w.due_at),
-        "reason": w.reason,
-        "status": w.status,
-        "created_at": rfc3339(w.created_at),
-        "created_by": w.created_by,
-        "processed_by": w.processed_by,
-        "attempts": w.attempts,
-    })
 }

@@ -1,17 +1,11 @@
-//! The text a pass shows the model about what woke it: folded event lines and one line for
-//! every wake that came due. Pure functions of the claimed rows and `now`; no I/O.
+//! The text a pass shows the model about what woke it: folded event lines (the one line for
+//! every wake that came due is [`crate::wakes::wakes_line`]), and the quoting and clipping of
+//! outside text. Pure functions of the claimed rows; no I/O.
 
 use std::collections::BTreeMap;
 
-use crate::clock::{human_duration, short, Millis};
 use crate::store::events::Event;
-use crate::store::wakes::Wake;
-pub use crate::text::{clip, quote};
-
-/// How many distinct reasons one folded line shows before "+N more".
-const MAX_GROUPS: usize = 8;
-/// Outside text (reasons) is quoted and cut to this many characters.
-pub const MAX_REASON_CHARS: usize = 160;
+use crate::text::{quote, MAX_GROUPS, MAX_REASON_CHARS};
 
 /// Events of this pass (operator messages excluded: they are their own messages), folded by
 /// (priority, kind, reason) into one line.
@@ -54,55 +48,6 @@ pub fn events_line(events: &[Event]) -> Option<String> {
     ))
 }
 
-/// Every wake this pass claimed, as ONE line however many there are.
-pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
-    let first = wakes.first()?;
-    if wakes.len() == 1 {
-        return Some(format!(
-            "Wake #{} due {} UTC ({} ago): {}.",
-            first.id,
-            short(first.due_at),
-            human_duration(now - first.due_at),
-            quote(&first.reason, MAX_REASON_CHARS)
-        ));
-    }
-    let oldest = wakes.iter().map(|w| w.due_at).min().unwrap_or(now);
-    let newest = wakes.iter().map(|w| w.due_at).max().unwrap_or(now);
-    let mut order: Vec<&str> = Vec::new();
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for w in wakes {
-        let n = counts.entry(w.reason.as_str()).or_insert(0);
-        if *n == 0 {
-            order.push(w.reason.as_str());
-        }
-        *n += 1;
-    }
-    let mut parts: Vec<String> = order
-        .iter()
-        .take(MAX_GROUPS)
-        .map(|r| {
-            let n = counts[r];
-            let times = if n > 1 {
-                format!(" x{n}")
-            } else {
-                String::new()
-            };
-            format!("{}{times}", quote(r, MAX_REASON_CHARS))
-        })
-        .collect();
-    if order.len() > MAX_GROUPS {
-        parts.push(format!("+{} more distinct", order.len() - MAX_GROUPS));
-    }
-    Some(format!(
-        "Wakes due ({}, overdue since {} UTC ({} ago), newest {} ago): {}.",
-        wakes.len(),
-        short(oldest),
-        human_duration(now - oldest),
-        human_duration(now - newest),
-        parts.join("; ")
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,19 +60,6 @@ mod tests {
             reason: reason.into(),
             body: None,
             created_at: 0,
-            attempts: 0,
-        }
-    }
-
-    fn wake(id: i64, due: Millis, reason: &str) -> Wake {
-        Wake {
-            id,
-            due_at: due,
-            reason: reason.into(),
-            created_at: 0,
-            created_by: "agent".into(),
-            status: "processed".into(),
-            processed_by: Some(1),
             attempts: 0,
         }
     }
@@ -145,17 +77,5 @@ mod tests {
             "Events (101): P1 trigger \"state change\" x100; P0 reset \"session reset\"."
         );
         assert!(events_line(&[ev(1, 0, "message", "m")]).is_none());
-    }
-
-    #[test]
-    fn twenty_wakes_one_line() {
-        let now = 10_000_000;
-        let wakes: Vec<Wake> = (0..20)
-            .map(|i| wake(i, now - 3_600_000 + i * 60_000, "check fleet"))
-            .collect();
-        let line = wakes_line(&wakes, now).unwrap();
-        assert!(!line.contains('\n'));
-        assert!(line.starts_with("Wakes due (20, overdue since"), "{line}");
-        assert!(line.contains("\"check fleet\" x20"), "{line}");
     }
 }

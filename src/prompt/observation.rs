@@ -11,7 +11,8 @@ use crate::store::instances::InstanceRow;
 use crate::store::wakes::Wake;
 use crate::text::quote;
 
-use super::events::{events_line, wakes_line};
+use super::events::events_line;
+use crate::wakes::wakes_line;
 
 /// At most this many change lines in the observation; the rest are counted.
 const MAX_CHANGE_LINES: usize = 12;

@@ -178,3 +178,45 @@ pub fn note(conn: &Connection, id: i64, detail: &str) -> Result<()> {
     )?;
     Ok(())
 }
+
+/// Kind and detail of every refused action (the detail names the guardrail).
+pub fn refusals(conn: &Connection) -> Result<Vec<(String, Option<String>)>> {
+    let mut stmt = conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    #[test]
+    fn refusals_are_the_refused_rows_only() {
+        let (_dir, s) = test_store(0);
+        assert!(refusals(&s.conn).unwrap().is_empty());
+        for (kind, outcome, detail) in [
+            ("launch", "refused", Some(r#"{"error":"max_instances"}"#)),
+            ("launch", "ok", None),
+            ("stop", "refused", None),
+        ] {
+            let a = NewAction {
+                kind,
+                outcome,
+                actor: "llm",
+                detail,
+                ..Default::default()
+            };
+            insert(&s.conn, &a, 5).unwrap();
+        }
+        assert_eq!(
+            refusals(&s.conn).unwrap(),
+            vec![
+                ("launch".into(), Some(r#"{"error":"max_instances"}"#.into())),
+                ("stop".into(), None),
+            ]
+        );
+    }
+}

@@ -134,3 +134,74 @@ pub fn delete(conn: &Connection, label: &str) -> Result<()> {
     conn.execute("DELETE FROM instances WHERE label = ?1", params![label])?;
     Ok(())
 }
+
+/// Instances not yet gone, counted by state.
+pub fn count_by_state(conn: &Connection) -> Result<Vec<(String, i64)>> {
+    let mut stmt =
+        conn.prepare("SELECT state, COUNT(*) FROM instances WHERE gone_at IS NULL GROUP BY state")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// What the instances that bill (not gone, not stopped) cost per hour, in dollars.
+pub fn billing_dph(conn: &Connection) -> Result<f64> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(SUM(dph), 0) FROM instances WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone')",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    fn instance(label: &str, state: &str, dph: f64, gone_at: Option<Millis>) -> InstanceRow {
+        InstanceRow {
+            label: label.into(),
+            vast_id: None,
+            state: state.into(),
+            actual_status: None,
+            status_msg: None,
+            gpu_name: None,
+            dph: Some(dph),
+            offer_id: None,
+            public_ip: None,
+            machine_name: None,
+            launched_run: None,
+            adopted: false,
+            created_at: 0,
+            state_since: 0,
+            last_seen_at: None,
+            gone_at,
+        }
+    }
+
+    #[test]
+    fn live_instances_counted_by_state_and_only_billing_ones_priced() {
+        let (_dir, s) = test_store(0);
+        assert!(count_by_state(&s.conn).unwrap().is_empty());
+        assert_eq!(billing_dph(&s.conn).unwrap(), 0.0);
+        for i in [
+            instance("a", "proving", 0.5, None),
+            instance("b", "proving", 0.25, None),
+            instance("c", "stopped", 4.0, None),
+            instance("d", "gone", 8.0, Some(1)),
+            instance("e", "booted", 0.125, None),
+        ] {
+            upsert(&s.conn, &i).unwrap();
+        }
+        assert_eq!(
+            count_by_state(&s.conn).unwrap(),
+            vec![
+                ("booted".into(), 1),
+                ("proving".into(), 2),
+                ("stopped".into(), 1),
+            ]
+        );
+        assert_eq!(billing_dph(&s.conn).unwrap(), 0.875);
+    }
+}

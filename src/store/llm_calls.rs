@@ -1,10 +1,65 @@
-//! The `llm_calls` table: one row per request to the model, with the estimate beside the
-//! provider's reported usage.
+//! LLM requests: one row per call, our prompt-token estimate beside what the provider
+//! reported.
 
 use anyhow::Result;
 use rusqlite::{params, Connection};
 
 use crate::clock::Millis;
+
+/// How our estimate compared with the provider's count over recent calls that reported usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReportedUsage {
+    /// Calls counted (at most the limit asked for).
+    pub calls: i64,
+    /// Sums of their prompt tokens, estimated and reported (`None` when no call counted).
+    pub estimated: Option<i64>,
+    pub reported: Option<i64>,
+    /// The largest estimate among them.
+    pub max_estimated: Option<i64>,
+}
+
+/// Over the newest `limit` calls whose provider reported usage.
+pub fn reported_usage(conn: &Connection, limit: i64) -> Result<ReportedUsage> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*), SUM(prompt_tokens_est), SUM(prompt_tokens_reported), MAX(prompt_tokens_est)
+         FROM (SELECT prompt_tokens_est, prompt_tokens_reported FROM llm_calls
+               WHERE prompt_tokens_reported IS NOT NULL ORDER BY id DESC LIMIT ?1)",
+        params![limit],
+        |r| {
+            Ok(ReportedUsage {
+                calls: r.get(0)?,
+                estimated: r.get(1)?,
+                reported: r.get(2)?,
+                max_estimated: r.get(3)?,
+            })
+        },
+    )?)
+}
+
+/// Every call ever made, for the metrics counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// The estimate of the newest call (`None` before any).
+    pub last_estimated: Option<i64>,
+    /// The sum of every call's estimate (`None` before any).
+    pub estimated: Option<i64>,
+    pub calls: i64,
+}
+
+pub fn totals(conn: &Connection) -> Result<Totals> {
+    Ok(conn.query_row(
+        "SELECT (SELECT prompt_tokens_est FROM llm_calls ORDER BY id DESC LIMIT 1),
+                SUM(prompt_tokens_est), COUNT(*) FROM llm_calls",
+        [],
+        |r| {
+            Ok(Totals {
+                last_estimated: r.get(0)?,
+                estimated: r.get(1)?,
+                calls: r.get(2)?,
+            })
+        },
+    )?)
+}
 
 /// Record one model request (`error` set when it failed).
 #[allow(clippy::too_many_arguments)]
@@ -39,4 +94,58 @@ pub fn insert(
         ],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{runs, test_store};
+
+    fn call(conn: &Connection, run: i64, est: i64, reported: Option<i64>) {
+        conn.execute(
+            "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est,
+                                    prompt_tokens_reported, latency_ms, attempts, outcome)
+             VALUES (?1, 0, 1, 3, ?2, ?3, 10, 1, 'ok')",
+            params![run, est, reported],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn empty_table() {
+        let (_dir, s) = test_store(0);
+        assert_eq!(
+            reported_usage(&s.conn, 100).unwrap(),
+            ReportedUsage::default()
+        );
+        assert_eq!(totals(&s.conn).unwrap(), Totals::default());
+    }
+
+    #[test]
+    fn usage_counts_only_the_newest_calls_that_reported() {
+        let (_dir, s) = test_store(0);
+        let run = runs::create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        call(&s.conn, run, 1000, Some(900));
+        call(&s.conn, run, 500, None);
+        call(&s.conn, run, 2000, Some(1700));
+        call(&s.conn, run, 300, None);
+        assert_eq!(
+            reported_usage(&s.conn, 100).unwrap(),
+            ReportedUsage {
+                calls: 2,
+                estimated: Some(3000),
+                reported: Some(2600),
+                max_estimated: Some(2000),
+            }
+        );
+        assert_eq!(reported_usage(&s.conn, 1).unwrap().estimated, Some(2000));
+        assert_eq!(
+            totals(&s.conn).unwrap(),
+            Totals {
+                last_estimated: Some(300),
+                estimated: Some(3800),
+                calls: 4,
+            }
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! once at insert.
 
 use anyhow::Result;
-use rusqlite::{params, Connection};
+use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::clock::Millis;
@@ -124,4 +124,144 @@ pub fn of_run(conn: &Connection, run_id: i64) -> Result<Vec<Message>> {
         .query_map(params![run_id], row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+/// The content of the newest message of any of these kinds in the current session.
+pub fn latest_of_kinds(conn: &Connection, kinds: &[&str]) -> Result<Option<String>> {
+    let mut best: Option<(i64, String)> = None;
+    for kind in kinds {
+        let row: Option<(i64, String)> = conn
+            .query_row(
+                "SELECT id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
+                   AND kind = ?1 ORDER BY id DESC LIMIT 1",
+                [kind],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some(r) = row {
+            if best.as_ref().is_none_or(|b| r.0 > b.0) {
+                best = Some(r);
+            }
+        }
+    }
+    Ok(best.map(|b| b.1))
+}
+
+/// An operator message and the model's first answer after it, if any came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorAnswer {
+    pub run_id: Option<i64>,
+    pub created_at: Millis,
+    pub message: String,
+    pub answer: Option<String>,
+}
+
+/// The newest `limit` operator messages of a session, newest first, with their answers.
+pub fn operator_answers(
+    conn: &Connection,
+    session_id: i64,
+    limit: i64,
+) -> Result<Vec<OperatorAnswer>> {
+    let mut stmt = conn.prepare(
+        "SELECT m.run_id, m.created_at, m.content,
+                (SELECT a.content FROM messages a WHERE a.session_id = m.session_id AND a.kind = 'answer'
+                   AND a.id > m.id ORDER BY a.id LIMIT 1)
+         FROM messages m WHERE m.session_id = ?1 AND m.kind = 'operator' ORDER BY m.id DESC LIMIT ?2",
+    )?;
+    let rows = stmt
+        .query_map(params![session_id, limit], |r| {
+            Ok(OperatorAnswer {
+                run_id: r.get(0)?,
+                created_at: r.get(1)?,
+                message: r.get(2)?,
+                answer: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{session, test_store};
+
+    fn say(conn: &Connection, session_id: i64, kind: &str, content: &str, now: Millis) -> i64 {
+        let role = if kind == "operator" {
+            "user"
+        } else {
+            "assistant"
+        };
+        insert(
+            conn,
+            &NewMessage {
+                session_id,
+                role,
+                kind,
+                content,
+                ..Default::default()
+            },
+            now,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn latest_of_kinds_takes_the_newest_of_the_current_session() {
+        let (_dir, s) = test_store(0);
+        assert_eq!(
+            latest_of_kinds(&s.conn, &["answer", "rules"]).unwrap(),
+            None
+        );
+        say(&s.conn, 1, "answer", "first", 1);
+        say(&s.conn, 1, "rules", "second", 2);
+        say(&s.conn, 1, "observation", "seen", 3);
+        assert_eq!(
+            latest_of_kinds(&s.conn, &["answer", "rules"])
+                .unwrap()
+                .as_deref(),
+            Some("second")
+        );
+        assert_eq!(
+            latest_of_kinds(&s.conn, &["observation"])
+                .unwrap()
+                .as_deref(),
+            Some("seen")
+        );
+        // A new session hides the old one's messages.
+        session::start_new(&s.conn, "test", 4).unwrap();
+        assert_eq!(
+            latest_of_kinds(&s.conn, &["answer", "rules"]).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn operator_answers_pair_each_message_with_the_next_answer() {
+        let (_dir, s) = test_store(0);
+        say(&s.conn, 1, "operator", "scale down", 10);
+        say(&s.conn, 1, "answer", "stopping two", 11);
+        say(&s.conn, 1, "answer", "done", 12);
+        say(&s.conn, 1, "operator", "why?", 13);
+        let got = operator_answers(&s.conn, 1, 5).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                OperatorAnswer {
+                    run_id: None,
+                    created_at: 13,
+                    message: "why?".into(),
+                    answer: None,
+                },
+                OperatorAnswer {
+                    run_id: None,
+                    created_at: 10,
+                    message: "scale down".into(),
+                    answer: Some("stopping two".into()),
+                },
+            ]
+        );
+        assert_eq!(operator_answers(&s.conn, 1, 1).unwrap().len(), 1);
+        assert!(operator_answers(&s.conn, 2, 5).unwrap().is_empty());
+    }
 }

@@ -272,6 +272,16 @@ impl Store {
     }
 }
 
+/// A store on a real file (made by [`Store::open`], as every command does) in a fresh temp
+/// dir, for the tests of each table group. Bind it as `let (_dir, s) = ...`: the store, bound
+/// last, is dropped before its dir.
+#[cfg(test)]
+pub(crate) fn test_store(now: Millis) -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), OpenMode::Create, now).unwrap();
+    (dir, store)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

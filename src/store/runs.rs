@@ -191,3 +191,79 @@ pub fn mark_in_prompt(conn: &Connection, run_id: i64) -> Result<()> {
     )?;
     Ok(())
 }
+
+/// Finished passes counted by verdict, a failed pass as "failed" (a key of `None`: a pass
+/// that finished ok without a verdict).
+pub fn count_by_verdict(conn: &Connection) -> Result<Vec<(Option<String>, i64)>> {
+    let mut stmt = conn.prepare(
+        "SELECT CASE WHEN status = 'failed' THEN 'failed' ELSE verdict END, COUNT(*)
+           FROM runs WHERE status <> 'running' GROUP BY 1",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Whether the newest pass (by id) that finished ok saw an emergency; `None` before any.
+pub fn last_ok_emergency(conn: &Connection) -> Result<Option<bool>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            "SELECT emergency FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    fn finished(conn: &Connection, verdict: &str, emergency: bool) -> i64 {
+        let id = create(conn, 1, 1, 1, "tick", 0).unwrap();
+        let o = Outcome {
+            verdict: verdict.into(),
+            emergency,
+            ..Default::default()
+        };
+        finish_ok(conn, id, &o, 1).unwrap();
+        id
+    }
+
+    #[test]
+    fn verdicts_are_counted_with_failures_apart_and_running_left_out() {
+        let (_dir, s) = test_store(0);
+        assert!(count_by_verdict(&s.conn).unwrap().is_empty());
+        finished(&s.conn, "action", false);
+        finished(&s.conn, "action", false);
+        finished(&s.conn, "no-action", false);
+        let failed = create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        finish_failed(&s.conn, failed, "boom", 2).unwrap();
+        create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        let mut got = count_by_verdict(&s.conn).unwrap();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (Some("action".into()), 2),
+                (Some("failed".into()), 1),
+                (Some("no-action".into()), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn emergency_of_the_newest_ok_pass() {
+        let (_dir, s) = test_store(0);
+        assert_eq!(last_ok_emergency(&s.conn).unwrap(), None);
+        finished(&s.conn, "action", true);
+        assert_eq!(last_ok_emergency(&s.conn).unwrap(), Some(true));
+        finished(&s.conn, "no-action", false);
+        let failed = create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        finish_failed(&s.conn, failed, "boom", 2).unwrap();
+        assert_eq!(last_ok_emergency(&s.conn).unwrap(), Some(false));
+    }
+}

@@ -128,6 +128,15 @@ pub struct WakeCounts {
     pub failed: i64,
 }
 
+/// Pending wakes scheduled by `created_by` (`"agent"`, `"operator"`).
+pub fn count_pending_by(conn: &Connection, created_by: &str) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM wakes WHERE status = 'pending' AND created_by = ?1",
+        params![created_by],
+        |r| r.get(0),
+    )?)
+}
+
 pub fn counts(conn: &Connection, now: Millis) -> Result<WakeCounts> {
     let (pending, overdue): (i64, i64) = conn.query_row(
         "SELECT COUNT(*), COALESCE(SUM(due_at <= ?1), 0) FROM wakes WHERE status = 'pending'",
@@ -158,4 +167,27 @@ pub fn list(conn: &Connection, all: bool, limit: i64) -> Result<Vec<Wake>> {
         .query_map(params![limit], row)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    #[test]
+    fn pending_counted_by_creator() {
+        let (_dir, s) = test_store(0);
+        assert_eq!(count_pending_by(&s.conn, "agent").unwrap(), 0);
+        add(&s.conn, 100, "a", "agent", None, 0).unwrap();
+        add(&s.conn, 200, "b", "agent", None, 0).unwrap();
+        let cancelled = add(&s.conn, 300, "c", "agent", None, 0).unwrap();
+        add(&s.conn, 400, "d", "operator", None, 0).unwrap();
+        cancel(&s.conn, cancelled, 1).unwrap();
+        assert_eq!(count_pending_by(&s.conn, "agent").unwrap(), 2);
+        assert_eq!(count_pending_by(&s.conn, "operator").unwrap(), 1);
+        // A claimed wake is no longer pending.
+        let run = crate::store::runs::create(&s.conn, 1, 1, 1, "tick", 150).unwrap();
+        claim_due(&s.conn, run, 150).unwrap();
+        assert_eq!(count_pending_by(&s.conn, "agent").unwrap(), 1);
+    }
 }

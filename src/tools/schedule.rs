@@ -1,5 +1,5 @@
 //! `schedule_next_check {minutes: 1..1440, reason}`: a wake for a later pass. Bounded so a
-//! model cannot flood the wake table.
+//! model cannot flood the wake table; the bounds are the rules of [`crate::wakes`].
 
 use anyhow::Result;
 use serde::Deserialize;
@@ -7,10 +7,8 @@ use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
 use crate::clock::rfc3339;
-use crate::store::wakes;
-
-/// More pending agent wakes than this is a model in a loop, not a plan.
-pub const MAX_PENDING_AGENT_WAKES: i64 = 12;
+use crate::wakes::{MAX_AGENT_MINUTES, MIN_AGENT_MINUTES};
+use crate::{store, wakes};
 
 pub struct ScheduleNextCheck;
 
@@ -35,7 +33,7 @@ impl Tool for ScheduleNextCheck {
         json!({
             "type": "object",
             "properties": {
-                "minutes": {"type": "integer", "minimum": 1, "maximum": 1440,
+                "minutes": {"type": "integer", "minimum": MIN_AGENT_MINUTES, "maximum": MAX_AGENT_MINUTES,
                             "description": "How long from now"},
                 "reason": {"type": "string", "description": "What to check then"}
             },
@@ -53,37 +51,23 @@ impl Tool for ScheduleNextCheck {
             Ok(a) => a,
             Err(r) => return Ok(r),
         };
-        if !(1..=1440).contains(&a.minutes) {
-            return Ok(ToolResult::error(
-                "invalid_args",
-                json!({"message": format!("minutes must be 1..1440, got {}", a.minutes)}),
-            ));
-        }
-        let reason = crate::text::clip(&a.reason, 200);
-        if reason.is_empty() {
-            return Ok(ToolResult::error(
-                "invalid_args",
-                json!({"message": "reason must not be empty"}),
-            ));
-        }
-        let pending: i64 = ctx.store.conn.query_row(
-            "SELECT COUNT(*) FROM wakes WHERE status = 'pending' AND created_by = 'agent'",
-            [],
-            |r| r.get(0),
-        )?;
-        if pending >= MAX_PENDING_AGENT_WAKES {
-            return Ok(ToolResult::error(
-                "invalid_args",
-                json!({"message": format!("already {pending} pending wakes scheduled by the agent; the limit is {MAX_PENDING_AGENT_WAKES}")}),
-            ));
+        let refused =
+            |message: String| ToolResult::error("invalid_args", json!({ "message": message }));
+        let reason = match wakes::agent_request(a.minutes, &a.reason) {
+            Ok(r) => r,
+            Err(message) => return Ok(refused(message)),
+        };
+        let pending = store::wakes::count_pending_by(&ctx.store.conn, wakes::BY_AGENT)?;
+        if let Err(message) = wakes::agent_room(pending) {
+            return Ok(refused(message));
         }
         let now = ctx.clock.now_ms();
-        let due = now + a.minutes * 60_000;
-        let id = wakes::add(
+        let due = wakes::agent_due(now, a.minutes);
+        let id = store::wakes::add(
             &ctx.store.conn,
             due,
             &reason,
-            "agent",
+            wakes::BY_AGENT,
             Some(ctx.run_id),
             now,
         )?;
@@ -92,5 +76,19 @@ impl Tool for ScheduleNextCheck {
             false,
             format!("wake #{id} in {} min", a.minutes),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_states_the_bounds_of_wakes_rs() {
+        let bounds = format!("({MIN_AGENT_MINUTES}..{MAX_AGENT_MINUTES})");
+        assert!(ScheduleNextCheck.description().contains(&bounds));
+        let p = ScheduleNextCheck.parameters();
+        assert_eq!(p["properties"]["minutes"]["minimum"], MIN_AGENT_MINUTES);
+        assert_eq!(p["properties"]["minutes"]["maximum"], MAX_AGENT_MINUTES);
     }
 }

@@ -1,0 +1,171 @@
+//! Gathering the report: one read of each table group, the doorbell, the lock holder and the
+//! config. Reads only.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::{
+    ActionView, DatabaseView, DoorbellView, EventView, InstanceView, LlmView, OperatorView, Report,
+    RunView,
+};
+use crate::clock::{rfc3339, Millis};
+use crate::config::Config;
+use crate::doorbell::{Doorbell, FileDoorbell};
+use crate::store::{events, llm_calls, messages, runs, session, wakes, Store};
+
+/// How many runs `inspect` lists.
+pub const RECENT_RUNS: i64 = 20;
+/// How many recent calls that reported usage the token comparison covers.
+const USAGE_CALLS: i64 = 100;
+/// How many operator messages (newest first) `inspect` shows.
+const OPERATOR_MESSAGES: i64 = 5;
+
+/// The report on the database behind `store` and on `state_dir`, as of `now` (`units`: the
+/// systemd units' states, when a manager answered).
+pub fn build(
+    store: &Store,
+    state_dir: &Path,
+    config: &Config,
+    config_path: &Path,
+    now: Millis,
+    units: Option<Value>,
+) -> Result<Report> {
+    let state = session::state(&store.conn)?;
+    let recent = runs::recent(&store.conn, RECENT_RUNS)?;
+    let fleet = crate::store::instances::live(&store.conn)?;
+    let ev = events::counts(&store.conn, now)?;
+    let wk = wakes::counts(&store.conn, now)?;
+    let bell = FileDoorbell::new(state_dir).status()?;
+    let lock_path = state_dir.join(crate::paths::LOCK_FILE);
+    let holder = crate::lock::holder_pid(&lock_path);
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    Ok(Report {
+        now: rfc3339(now),
+        version: env!("CARGO_PKG_VERSION"),
+        state_dir: state_dir.display().to_string(),
+        config_path: config_path.display().to_string(),
+        config_found: true,
+        session_id: state.session_id,
+        session_started_at: rfc3339(session::started_at(&store.conn, state.session_id)?),
+        next_run_id: store.next_run_id()?,
+        last_run_finished_at: state.last_run_finished_at.map(rfc3339),
+        last_success_at: state.last_success_at.map(rfc3339),
+        runs: recent.iter().map(RunView::from).collect(),
+        unconsumed_events: ev.unconsumed,
+        deferred_events: ev.deferred,
+        failed_events: ev.failed,
+        waiting_events: events::list_waiting(&store.conn, false, 20)?
+            .iter()
+            .map(EventView::from)
+            .collect(),
+        failed_event_list: events::list_waiting(&store.conn, true, 20)?
+            .iter()
+            .map(EventView::from)
+            .collect(),
+        pending_wakes: wk.pending,
+        overdue_wakes: wk.overdue,
+        failed_wakes: wk.failed,
+        wakes: wakes::list(&store.conn, false, 20)?
+            .iter()
+            .map(crate::wakes::wake_json)
+            .collect(),
+        doorbell: DoorbellView {
+            path: bell.path,
+            exists: bell.exists,
+            mtime: bell.mtime.map(rfc3339),
+            lines: bell.lines,
+        },
+        lock_held: holder.is_some(),
+        lock_holder_pid: holder,
+        lock_held_since: holder
+            .and_then(|pid| crate::lock::held_since(state_dir, pid))
+            .map(rfc3339),
+        database: DatabaseView {
+            path: store.path.display().to_string(),
+            size_bytes: size(&store.path),
+            wal_bytes: store.wal_bytes(),
+            schema_version: crate::store::SCHEMA_VERSION,
+        },
+        units,
+        launch_keys_missing: config.policy.missing_launch_keys(&config.vast),
+        llm: llm_view(store, config, &state)?,
+        operator_messages: operator_view(store, state.session_id)?,
+        fleet: fleet
+            .iter()
+            .map(|i| InstanceView {
+                label: i.label.clone(),
+                vast_id: i.vast_id,
+                state: i.state.clone(),
+                actual_status: i.actual_status.clone(),
+                gpu_name: i.gpu_name.clone(),
+                dph: i.dph,
+                state_since: rfc3339(i.state_since),
+                last_seen_at: i.last_seen_at.map(rfc3339),
+                machine_name: i.machine_name.clone(),
+                adopted: i.adopted,
+            })
+            .collect(),
+        fleet_dph: (crate::fleet::dph_of(&fleet) * 1000.0).round() / 1000.0 + 0.0,
+        recent_actions: crate::store::actions::recent(&store.conn, 20)?
+            .into_iter()
+            .map(|a| ActionView {
+                at: rfc3339(a.created_at),
+                run_id: a.run_id,
+                kind: a.kind,
+                outcome: a.outcome,
+                actor: a.actor,
+                label: a.label,
+                instance_id: a.instance_id,
+                emergency: a.emergency,
+                reason: a.reason,
+                detail: a.detail,
+            })
+            .collect(),
+        last_observation: messages::latest_of_kinds(&store.conn, &["observation"])?,
+        last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules"])?,
+    })
+}
+
+fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {
+    let usage = llm_calls::reported_usage(&store.conn, USAGE_CALLS)?;
+    let (est, rep) = (usage.estimated.unwrap_or(0), usage.reported.unwrap_or(0));
+    let encoding =
+        crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
+            .map(|e| e.name().to_string())
+            .unwrap_or_else(|e| e);
+    Ok(LlmView {
+        provider: match config.llm.provider {
+            crate::config::Provider::Openai => "openai",
+            crate::config::Provider::Rules => "rules",
+        },
+        model: config.llm.model.clone(),
+        encoding,
+        context_budget_tokens: config.llm.context_budget_tokens,
+        effective_budget_tokens: crate::prompt::effective_budget(config),
+        last_call_at: state.last_llm_call_at.map(rfc3339),
+        last_error: state.last_llm_error.clone(),
+        last_error_at: state.last_llm_error_at.map(rfc3339),
+        calls_with_usage: usage.calls,
+        prompt_tokens_estimated: est,
+        prompt_tokens_reported: rep,
+        reported_to_estimate_ratio: (est > 0)
+            .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
+        max_prompt_tokens_estimated: usage.max_estimated,
+    })
+}
+
+fn operator_view(store: &Store, session_id: i64) -> Result<Vec<OperatorView>> {
+    Ok(
+        messages::operator_answers(&store.conn, session_id, OPERATOR_MESSAGES)?
+            .into_iter()
+            .map(|m| OperatorView {
+                run_id: m.run_id,
+                at: rfc3339(m.created_at),
+                message: m.message,
+                answer: m.answer,
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,246 @@
+//! Read-only reports over the store for `inspect` and `doctor`: what the agent did, what
+//! waits, and whether anything is stuck. Never takes the run lock (reads /proc/locks).
+//!
+//! Here the report's shape (`inspect --json`; field names are a contract, docs/inspect.md);
+//! `gather.rs` reads it from the store, the state dir and the config; `text.rs` renders it
+//! for people.
+
+mod gather;
+mod text;
+
+pub use gather::{build, RECENT_RUNS};
+pub use text::render_text;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::clock::rfc3339;
+use crate::store::{events, runs};
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: i64,
+    pub session_id: i64,
+    pub pass: i64,
+    pub started_by: String,
+    pub status: String,
+    pub verdict: Option<String>,
+    pub decided_by: Option<String>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub events_claimed: i64,
+    pub wakes_claimed: i64,
+    pub llm_calls: i64,
+    pub prompt_tokens_est: Option<i64>,
+    pub prompt_tokens_reported: Option<i64>,
+    pub error: Option<String>,
+    pub llm_error: Option<String>,
+}
+
+impl From<&runs::Run> for RunView {
+    fn from(r: &runs::Run) -> Self {
+        RunView {
+            id: r.id,
+            session_id: r.session_id,
+            pass: r.pass,
+            started_by: r.started_by.clone(),
+            status: r.status.clone(),
+            verdict: r.verdict.clone(),
+            decided_by: r.decided_by.clone(),
+            started_at: rfc3339(r.started_at),
+            finished_at: r.finished_at.map(rfc3339),
+            events_claimed: r.events_claimed,
+            wakes_claimed: r.wakes_claimed,
+            llm_calls: r.llm_calls,
+            prompt_tokens_est: r.prompt_tokens_est,
+            prompt_tokens_reported: r.prompt_tokens_reported,
+            error: r.error.clone(),
+            llm_error: r.llm_error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventView {
+    pub id: i64,
+    pub priority: u8,
+    pub kind: String,
+    pub reason: String,
+    pub created_at: String,
+    pub attempts: i64,
+    pub not_before: Option<String>,
+    pub failed_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+impl From<&events::WaitingEvent> for EventView {
+    fn from(e: &events::WaitingEvent) -> Self {
+        EventView {
+            id: e.id,
+            priority: e.priority,
+            kind: e.kind.clone(),
+            reason: e.reason.clone(),
+            created_at: rfc3339(e.created_at),
+            attempts: e.attempts,
+            not_before: e.not_before.map(rfc3339),
+            failed_at: e.failed_at.map(rfc3339),
+            last_error: e.last_error.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct DoorbellView {
+    pub path: String,
+    pub exists: bool,
+    pub mtime: Option<String>,
+    pub lines: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DatabaseView {
+    pub path: String,
+    pub size_bytes: u64,
+    pub wal_bytes: u64,
+    pub schema_version: i64,
+}
+
+/// Everything `inspect --json` prints. Field names are a contract (docs/inspect.md).
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub now: String,
+    pub version: &'static str,
+    pub state_dir: String,
+    pub config_path: String,
+    /// False when the config file does not exist (only possible for the default path):
+    /// every key has its default.
+    pub config_found: bool,
+    pub session_id: i64,
+    pub session_started_at: String,
+    pub next_run_id: i64,
+    pub last_run_finished_at: Option<String>,
+    pub last_success_at: Option<String>,
+    pub runs: Vec<RunView>,
+    pub unconsumed_events: i64,
+    pub deferred_events: i64,
+    pub failed_events: i64,
+    pub waiting_events: Vec<EventView>,
+    pub failed_event_list: Vec<EventView>,
+    pub pending_wakes: i64,
+    pub overdue_wakes: i64,
+    pub failed_wakes: i64,
+    pub wakes: Vec<Value>,
+    pub doorbell: DoorbellView,
+    pub lock_held: bool,
+    pub lock_holder_pid: Option<u32>,
+    pub lock_held_since: Option<String>,
+    pub database: DatabaseView,
+    pub units: Option<Value>,
+    pub launch_keys_missing: Vec<&'static str>,
+    pub llm: LlmView,
+    pub operator_messages: Vec<OperatorView>,
+    /// Our instances as the local table knows them (inspect never calls vast.ai).
+    pub fleet: Vec<InstanceView>,
+    pub fleet_dph: f64,
+    /// The action ledger, newest first: what was launched, stopped or refused, and why.
+    pub recent_actions: Vec<ActionView>,
+    /// What the last pass saw, and what was decided (the model's answer or the rules' note).
+    pub last_observation: Option<String>,
+    pub last_decision: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InstanceView {
+    pub label: String,
+    pub vast_id: Option<i64>,
+    pub state: String,
+    pub actual_status: Option<String>,
+    pub gpu_name: Option<String>,
+    pub dph: Option<f64>,
+    pub state_since: String,
+    pub last_seen_at: Option<String>,
+    pub machine_name: Option<String>,
+    pub adopted: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ActionView {
+    pub at: String,
+    pub run_id: Option<i64>,
+    pub kind: String,
+    pub outcome: String,
+    pub actor: String,
+    pub label: Option<String>,
+    pub instance_id: Option<i64>,
+    pub emergency: bool,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// The model's side: configuration, the last failure, and how our token estimate compares
+/// with what the provider reported.
+#[derive(Debug, Serialize)]
+pub struct LlmView {
+    pub provider: &'static str,
+    pub model: String,
+    pub encoding: String,
+    pub context_budget_tokens: u64,
+    pub effective_budget_tokens: u64,
+    pub last_call_at: Option<String>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<String>,
+    /// Over the last 100 calls that reported usage.
+    pub calls_with_usage: i64,
+    pub prompt_tokens_estimated: i64,
+    pub prompt_tokens_reported: i64,
+    /// reported / estimated (below 1.0: the estimate over-counts, as intended).
+    pub reported_to_estimate_ratio: Option<f64>,
+    pub max_prompt_tokens_estimated: Option<i64>,
+}
+
+/// An operator message and the model's answer, if any came after it.
+#[derive(Debug, Serialize)]
+pub struct OperatorView {
+    pub run_id: Option<i64>,
+    pub at: String,
+    pub message: String,
+    pub answer: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::store::{test_store, wakes};
+
+    #[test]
+    fn a_fresh_database_reports_and_renders() {
+        let (dir, s) = test_store(1_000);
+        wakes::add(&s.conn, 80_000, "check fleet", "agent", None, 1_000).unwrap();
+        let config = Config::default();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!(r.session_id, 1);
+        assert_eq!(r.next_run_id, 1);
+        assert_eq!((r.pending_wakes, r.overdue_wakes), (1, 1));
+        assert_eq!(r.wakes[0]["reason"], "check fleet");
+        assert!(r.runs.is_empty() && r.operator_messages.is_empty());
+        assert_eq!(r.last_decision, None);
+        let text = render_text(&r);
+        let first = format!(
+            "fleetagent {} at 1970-01-01T00:01:40Z\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.starts_with(&first), "{text}");
+        for want in [
+            "\nconfig      /etc/fleetagent/config.toml\n",
+            "\nlast ok run never\n",
+            "\nwakes       1 pending, 1 overdue, 0 failed\n  #1 due 1970-01-01T00:01:20Z check fleet\n",
+            "\nunits       no systemd manager answered\n",
+            "\nfleet       0 instance(s), $0.00/h\n",
+            "\nruns        last 0:\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+    }
+}

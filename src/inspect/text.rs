@@ -1,0 +1,232 @@
+//! The human-readable form of the report (`inspect` without `--json`).
+
+use super::Report;
+
+/// The human-readable form of the report.
+pub fn render_text(r: &Report) -> String {
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!("fleetagent {} at {}", r.version, r.now));
+    line(format!("state dir   {}", r.state_dir));
+    line(format!(
+        "config      {}{}",
+        r.config_path,
+        if r.config_found {
+            ""
+        } else {
+            " (not found: every key has its default)"
+        }
+    ));
+    line(format!(
+        "database    {} ({} bytes, wal {} bytes, schema {})",
+        r.database.path, r.database.size_bytes, r.database.wal_bytes, r.database.schema_version
+    ));
+    line(format!(
+        "session     {} (since {}); next run id {}",
+        r.session_id, r.session_started_at, r.next_run_id
+    ));
+    line(format!(
+        "last ok run {}",
+        r.last_success_at.as_deref().unwrap_or("never")
+    ));
+    line(format!(
+        "lock        {}",
+        match (r.lock_held, r.lock_holder_pid) {
+            (true, Some(pid)) => format!(
+                "held by pid {pid} since {}",
+                r.lock_held_since.as_deref().unwrap_or("?")
+            ),
+            _ => "free".into(),
+        }
+    ));
+    line(format!(
+        "doorbell    {} {}",
+        r.doorbell.path,
+        if r.doorbell.exists {
+            format!(
+                "EXISTS ({} line(s), modified {})",
+                r.doorbell.lines,
+                r.doorbell.mtime.as_deref().unwrap_or("?")
+            )
+        } else {
+            "absent".into()
+        }
+    ));
+    line(format!(
+        "events      {} waiting ({} deferred), {} failed",
+        r.unconsumed_events, r.deferred_events, r.failed_events
+    ));
+    for e in &r.waiting_events {
+        line(format!(
+            "  #{} P{} {} {:?} at {} attempts {}{}",
+            e.id,
+            e.priority,
+            e.kind,
+            e.reason,
+            e.created_at,
+            e.attempts,
+            e.not_before
+                .as_ref()
+                .map(|t| format!(", not before {t}"))
+                .unwrap_or_default()
+        ));
+    }
+    for e in &r.failed_event_list {
+        line(format!(
+            "  FAILED #{} P{} {} {:?}: {}",
+            e.id,
+            e.priority,
+            e.kind,
+            e.reason,
+            e.last_error.as_deref().unwrap_or("")
+        ));
+    }
+    line(format!(
+        "wakes       {} pending, {} overdue, {} failed",
+        r.pending_wakes, r.overdue_wakes, r.failed_wakes
+    ));
+    for w in &r.wakes {
+        line(format!(
+            "  #{} due {} {}",
+            w["id"],
+            w["due_at"].as_str().unwrap_or("?"),
+            w["reason"].as_str().unwrap_or("")
+        ));
+    }
+    match r.units.as_ref().and_then(|u| u.as_object()) {
+        None => line("units       no systemd manager answered".into()),
+        Some(units) => {
+            for (name, u) in units {
+                let field = |k: &str| u.get(k).and_then(|v| v.as_str()).unwrap_or("?").to_string();
+                let mut text = format!(
+                    "unit        {name}: {} {}/{} (result {})",
+                    field("load_state"),
+                    field("active_state"),
+                    field("sub_state"),
+                    field("result")
+                );
+                if let Some(p) = u.get("problem").and_then(|v| v.as_str()) {
+                    text.push_str(&format!(" PROBLEM {p}; fix: {}", field("fix")));
+                }
+                line(text);
+            }
+        }
+    }
+    line(format!(
+        "llm         {} {} ({}), budget {} tokens ({} after margin); last call {}{}",
+        r.llm.provider,
+        r.llm.model,
+        r.llm.encoding,
+        r.llm.context_budget_tokens,
+        r.llm.effective_budget_tokens,
+        r.llm.last_call_at.as_deref().unwrap_or("never"),
+        r.llm
+            .last_error
+            .as_ref()
+            .map(|e| format!(
+                "; LAST FAILURE at {}: {e}",
+                r.llm.last_error_at.as_deref().unwrap_or("?")
+            ))
+            .unwrap_or_default()
+    ));
+    if let Some(ratio) = r.llm.reported_to_estimate_ratio {
+        line(format!(
+            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}); largest prompt {}",
+            r.llm.prompt_tokens_reported,
+            r.llm.prompt_tokens_estimated,
+            r.llm.calls_with_usage,
+            r.llm.max_prompt_tokens_estimated.unwrap_or(0)
+        ));
+    }
+    for o in &r.operator_messages {
+        line(format!(
+            "operator    {} {} -> {}",
+            o.at,
+            crate::text::quote(&o.message, 100),
+            o.answer
+                .as_deref()
+                .map(|a| crate::text::quote(a, 200))
+                .unwrap_or_else(|| "(no answer yet)".into())
+        ));
+    }
+    if !r.launch_keys_missing.is_empty() {
+        line(format!(
+            "launches    impossible until set: {}",
+            r.launch_keys_missing.join(", ")
+        ));
+    }
+    line(format!(
+        "fleet       {} instance(s), ${:.2}/h",
+        r.fleet.len(),
+        r.fleet_dph
+    ));
+    for i in &r.fleet {
+        line(format!(
+            "  {} id={} {} (vast {}) {} ${:.3}/h since {}",
+            i.label,
+            i.vast_id
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into()),
+            i.state,
+            i.actual_status.as_deref().unwrap_or("null"),
+            i.gpu_name.as_deref().unwrap_or("?"),
+            i.dph.unwrap_or(0.0),
+            i.state_since
+        ));
+    }
+    if !r.recent_actions.is_empty() {
+        line("actions     newest first:".into());
+        for a in r.recent_actions.iter().take(10) {
+            line(format!(
+                "  {} {} {} by {}{}{}{}",
+                a.at,
+                a.kind,
+                a.outcome,
+                a.actor,
+                a.label
+                    .as_deref()
+                    .map(|l| format!(" {l}"))
+                    .unwrap_or_default(),
+                if a.emergency { " (emergency)" } else { "" },
+                a.reason
+                    .as_deref()
+                    .map(|x| format!(": {}", crate::text::clip(x, 100)))
+                    .unwrap_or_default()
+            ));
+        }
+    }
+    if let Some(o) = &r.last_observation {
+        line("last observation:".into());
+        for l in o.lines() {
+            line(format!("  {l}"));
+        }
+    }
+    if let Some(d) = &r.last_decision {
+        line("last decision:".into());
+        for l in d.lines().take(12) {
+            line(format!("  {l}"));
+        }
+    }
+    line(format!("runs        last {}:", r.runs.len()));
+    for run in &r.runs {
+        line(format!(
+            "  {:>6} s{} {:<6} {:<7} {:<9} {} ev {} wk {}{}",
+            run.id,
+            run.session_id,
+            run.started_by,
+            run.status,
+            run.verdict.as_deref().unwrap_or("-"),
+            run.started_at,
+            run.events_claimed,
+            run.wakes_claimed,
+            run.error
+                .as_ref()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
