@@ -64,6 +64,8 @@ pub struct LlmConfig {
     pub max_tool_rounds: u32,
     pub quiet_interval_mins: u64,
     pub fallback: Fallback,
+    /// `max_tokens` of every request: the longest answer the model may give.
+    pub max_output_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -167,6 +169,12 @@ pub struct PolicyConfig {
     pub emergency_launch_max: u32,
     pub stuck_loading_mins: u64,
     pub dry_run: bool,
+    /// The floor answers a deficit the model left unanswered this long.
+    pub floor_after_mins: u64,
+    /// The floor destroys a flagged instance the model left for this many passes.
+    pub floor_flagged_passes: u32,
+    /// The floor stops idle surplus the model left this long.
+    pub floor_idle_mins: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -207,6 +215,7 @@ impl Default for LlmConfig {
             encoding: None,
             max_tool_rounds: 4,
             quiet_interval_mins: 30,
+            max_output_tokens: 1024,
             fallback: Fallback::Rules,
         }
     }
@@ -267,6 +276,9 @@ impl Default for PolicyConfig {
             launch_window_max: 3,
             emergency_launch_max: 6,
             stuck_loading_mins: 30,
+            floor_after_mins: 20,
+            floor_flagged_passes: 2,
+            floor_idle_mins: 120,
             dry_run: false,
         }
     }

@@ -110,6 +110,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
         0,
         WEEK_MINS,
     )?;
+    within("llm.max_output_tokens", l.max_output_tokens, 16, 65_536)?;
     within(
         "llm.context_budget_tokens",
         l.context_budget_tokens,
@@ -303,7 +304,15 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
         p.stuck_loading_mins,
         1,
         WEEK_MINS,
-    )
+    )?;
+    within("policy.floor_after_mins", p.floor_after_mins, 1, WEEK_MINS)?;
+    within(
+        "policy.floor_flagged_passes",
+        p.floor_flagged_passes.into(),
+        1,
+        1_000,
+    )?;
+    within("policy.floor_idle_mins", p.floor_idle_mins, 1, WEEK_MINS)
 }
 
 /// `[debounce]`: rules between its keys and `[run]`'s only.

@@ -68,22 +68,64 @@ pub struct PlannedCall {
     pub tool: &'static str,
     pub arguments: Value,
     pub why: String,
+    pub kind: CallKind,
+}
+
+/// Which rule asked for a call (the floor treats each differently).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallKind {
+    /// WORKERS DEAD: launches.
+    Emergency,
+    /// A backlog with every live worker busy, under target: launches.
+    Deficit,
+    /// A target with no worker and nothing queued: one seed instance.
+    Seed,
+    /// An instance that bills and earns nothing: destroyed.
+    Flagged,
+    /// Idle surplus on low demand: one stop.
+    Surplus,
+}
+
+impl CallKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::Emergency => "emergency",
+            CallKind::Deficit => "deficit",
+            CallKind::Seed => "seed",
+            CallKind::Flagged => "flagged",
+            CallKind::Surplus => "surplus",
+        }
+    }
 }
 
 impl PlannedCall {
-    fn launch(why: String) -> PlannedCall {
+    fn launch(kind: CallKind, why: String) -> PlannedCall {
         PlannedCall {
             tool: "launch_instance",
             arguments: json!({ "reason": why }),
             why,
+            kind,
         }
     }
 
-    fn stop(instance_id: i64, why: String) -> PlannedCall {
+    fn stop(kind: CallKind, instance_id: i64, why: String) -> PlannedCall {
         PlannedCall {
             tool: "stop_instance",
             arguments: json!({ "instance_id": instance_id, "reason": why }),
             why,
+            kind,
+        }
+    }
+
+    /// The same call, asked for by someone else: the reason says who and why.
+    pub fn with_reason(&self, why: String) -> PlannedCall {
+        let mut arguments = self.arguments.clone();
+        arguments["reason"] = json!(why);
+        PlannedCall {
+            tool: self.tool,
+            arguments,
+            why,
+            kind: self.kind,
         }
     }
 }
@@ -122,6 +164,7 @@ pub fn decide(
     if mode == Mode::Full && snapshot.listing_error.is_none() {
         for f in &flagged {
             calls.push(PlannedCall::stop(
+                CallKind::Flagged,
                 f.vast_id,
                 format!(
                     "rules: instance {} is {}: it bills and earns nothing",
@@ -166,7 +209,9 @@ pub fn decide(
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
 
-    let (wanted, why) = if d.workers_dead() && target.max(queued as f64) > projected - slow_pph {
+    let (wanted, why, kind) = if d.workers_dead()
+        && target.max(queued as f64) > projected - slow_pph
+    {
         // Enough to reach the need counting what is coming; nothing when that covers it (a
         // booting fleet already sized to the target is not doubled while it boots).
         let need = target.max(queued as f64);
@@ -177,6 +222,7 @@ pub fn decide(
                 "rules: WORKERS DEAD: {queued} proofs queued and no live worker; {} p/h coming",
                 crate::fleet::num(projected)
             ),
+            CallKind::Emergency,
         )
     } else if streaks.backlog_passes >= BACKLOG_PASSES
         && d.pending >= BACKLOG_MIN
@@ -211,15 +257,17 @@ pub fn decide(
                 "rules: backlog of {} pending for {} passes with every live worker busy; {}/h done",
                 d.pending, streaks.backlog_passes, d.completed_1h
             ),
+            CallKind::Deficit,
         )
     } else if target > 0.0 && d.live_workers() == 0 && projected <= 0.0 && queued == 0 {
         (
             1,
             "rules: a target is set and no worker lives: one instance so Curio can ask the market for work"
                 .to_string(),
+            CallKind::Seed,
         )
     } else {
-        (0, String::new())
+        (0, String::new(), CallKind::Seed)
     };
 
     if wanted > 0 {
@@ -242,10 +290,10 @@ pub fn decide(
             n = n.max(1);
         }
         for i in 0..n {
-            calls.push(PlannedCall::launch(format!(
-                "{why} (launch {} of {n})",
-                i + 1
-            )));
+            calls.push(PlannedCall::launch(
+                kind,
+                format!("{why} (launch {} of {n})", i + 1),
+            ));
         }
     }
 
@@ -281,6 +329,7 @@ pub fn decide(
             .find(|(_, _, pph)| working - pph >= hour * SURPLUS_MARGIN);
         if let Some((id, _, _)) = stop {
             calls.push(PlannedCall::stop(
+                CallKind::Surplus,
                 id,
                 format!(
                     "rules: demand low for {} passes (pending {}, {} idle workers): stopping idle surplus",
