@@ -11,6 +11,20 @@ use crate::store::{events, session, wakes, OpenMode, Store};
 
 /// No successful pass within this many timer periods is a problem.
 const STALE_PERIODS: i64 = 3;
+const DAY_MS: Millis = 86_400_000;
+/// Below this many model passes in a day, the floor's share says little.
+const OVERRULED_MIN_PASSES: i64 = 3;
+
+/// The floor overruled the model on most of its passes of the last day: the model leaves the
+/// fleet unprotected (a working but useless model), and the operator should know.
+pub fn overruled(floor: i64, model_passes: i64) -> Option<String> {
+    (model_passes >= OVERRULED_MIN_PASSES && floor * 2 > model_passes).then(|| {
+        format!(
+            "the floor overruled the model on {floor} of its {model_passes} passes in the last day ({}%): it leaves what protects the fleet undone; check llm.model with `fleetagent sim --llm`, or set llm.provider = \"rules\"",
+            floor * 100 / model_passes
+        )
+    })
+}
 
 pub fn problems(
     config: &Config,
@@ -173,6 +187,11 @@ fn store_problems(
             ));
         }
     }
+    if let Ok(d) = crate::store::runs::decided_since(&store.conn, now - DAY_MS) {
+        if let Some(line) = overruled(d.floor, d.llm + d.floor) {
+            out.push(line);
+        }
+    }
     if let Ok(c) = events::counts(&store.conn, now) {
         if c.failed > 0 {
             out.push(format!(
@@ -203,5 +222,24 @@ fn store_problems(
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_overruled_on_most_passes_is_reported_with_the_figure() {
+        assert_eq!(overruled(0, 100), None);
+        assert_eq!(overruled(5, 10), None, "half is not most");
+        assert_eq!(overruled(2, 2), None, "too few passes to judge");
+        let line = overruled(14, 20).unwrap();
+        assert!(
+            line.starts_with(
+                "the floor overruled the model on 14 of its 20 passes in the last day (70%)"
+            ),
+            "{line}"
+        );
     }
 }

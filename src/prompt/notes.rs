@@ -20,3 +20,11 @@ pub fn rules_note(fallback: bool, lines: &[String]) -> String {
 pub fn compact_json(v: &serde_json::Value) -> String {
     crate::text::clip(&v.to_string(), 300)
 }
+
+/// The note the floor leaves when it carried out what the model left undone.
+pub fn floor_note(lines: &[String]) -> String {
+    format!(
+        "Floor (the rules under your decision did what you left undone; you may change it next pass):\n{}",
+        lines.join("\n")
+    )
+}

@@ -6,6 +6,7 @@ use crate::clock::{short, Millis};
 use crate::config::Config;
 use crate::fleet::state::*;
 use crate::fleet::{num, rate_of, Snapshot, LABEL_CHARS};
+use crate::store::actions::Action;
 use crate::store::events::Event;
 use crate::store::instances::InstanceRow;
 use crate::store::wakes::Wake;
@@ -21,6 +22,7 @@ const MAX_CHANGE_LINES: usize = 12;
 pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
     let mut lines = vec![snapshot.observation_line(config)];
     lines.extend(snapshot.lifecycle_lines(config));
+    lines.extend(floor_line(woke.floor_before));
     lines.extend(events_line(woke.events));
     lines.extend(wakes_line(woke.wakes, now));
     lines.push(format!(
@@ -37,6 +39,40 @@ pub struct Woke<'a> {
     pub run_id: i64,
     pub pass_no: u32,
     pub started_by: &'a str,
+    /// What the floor did in the pass before (actions with actor `floor`).
+    pub floor_before: &'a [Action],
+}
+
+/// What the floor did in the previous pass, so the model knows it was overruled and why.
+pub fn floor_line(actions: &[Action]) -> Option<String> {
+    if actions.is_empty() {
+        return None;
+    }
+    let items: Vec<String> = actions
+        .iter()
+        .take(6)
+        .map(|a| {
+            let what = match (a.instance_id, a.label.as_deref()) {
+                (Some(id), _) => format!("instance {id}"),
+                (None, Some(l)) => quote(l, LABEL_CHARS),
+                (None, None) => "-".into(),
+            };
+            let why = a
+                .reason
+                .as_deref()
+                .map(|r| quote(r, 160))
+                .unwrap_or_default();
+            format!("{} {what} {}: {why}", a.kind, a.outcome)
+        })
+        .collect();
+    let more = match actions.len().saturating_sub(6) {
+        0 => String::new(),
+        n => format!("; +{n} more"),
+    };
+    Some(format!(
+        "Floor in the last pass (what you left undone, done by the rules): {}{more}.",
+        items.join("; ")
+    ))
 }
 
 /// `run 12, pass 1, started by events, 2026-12-01 20:05 UTC`.

@@ -8,9 +8,10 @@ use crate::agent::{self, LlmFailure, LlmOutcome, LoopEnv, Place};
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::fleet::Snapshot;
+use crate::policy::floor;
 use crate::policy::pass::{demand_record, verdict};
 use crate::policy::rules;
-use crate::prompt::notes::{compact_json, rules_note};
+use crate::prompt::notes::{compact_json, floor_note, rules_note};
 use crate::prompt::observation::{pass_text, Woke};
 use crate::store::{runs, session, Store};
 use crate::tokens::Tokenizer;
@@ -28,12 +29,15 @@ pub fn record_observation(
     config: &Config,
     now: Millis,
 ) -> Result<()> {
+    let floor_before =
+        crate::store::actions::floor_in_previous_pass(&store.conn, claim.run_id, 20)?;
     let woke = Woke {
         events: &claim.events,
         wakes: &claim.wakes,
         run_id: claim.run_id,
         pass_no: claim.pass_no,
         started_by: claim.started_by,
+        floor_before: &floor_before,
     };
     let text = pass_text(snapshot, config, &woke, now);
     let place = Place {
@@ -83,10 +87,87 @@ pub fn rules(
     };
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
     let plan = rules::decide(snapshot, le.config, low, mode);
+    let (mutated, notes) = execute(store, le, registry, snapshot, actor, "rules", &plan)?;
+    crate::faults::point("rules-before-note")?;
+    let note = rules_note(actor == Actor::Fallback, &notes);
+    note_message(store, le, &note, "rules")?;
+    Ok(mutated)
+}
+
+/// The floor under the model's decision (`policy::floor`): after the model's turns (or a
+/// skipped pass) the rules plan the snapshot as the model left it, and what protects the
+/// fleet that the model left undone is carried out with actor `floor`, with a note the next
+/// prompts carry. Returns whether it changed the fleet.
+pub fn floor(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+) -> Result<bool> {
+    let before = match session::floor_memory(&store.conn)? {
+        None => floor::Memory::default(),
+        Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
+            log::warn!("the floor's stored memory is unreadable ({e}); starting it afresh");
+            floor::Memory::default()
+        }),
+    };
+    let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
+    let model = model_did(&store.conn, le.run_id)?;
+    let plan = floor::plan(snapshot, le.config, low, &before, &model, le.clock.now_ms());
+    if plan.memory != before {
+        session::set_floor_memory(&store.conn, &serde_json::to_string(&plan.memory)?)?;
+    }
+    if plan.calls.is_empty() {
+        return Ok(false);
+    }
+    log::info!(
+        "run {}: the floor carries out {} call(s) the model left undone",
+        le.run_id,
+        plan.calls.len()
+    );
+    let (mutated, notes) = execute(
+        store,
+        le,
+        registry,
+        snapshot,
+        Actor::Floor,
+        "floor",
+        &plan.calls,
+    )?;
+    note_message(store, le, &floor_note(&notes), "floor")?;
+    Ok(mutated)
+}
+
+/// What the model's own calls changed in this pass (launches and stops that went through).
+fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
+    let mut did = floor::ModelDid::default();
+    for a in crate::store::actions::of_run(conn, run_id)? {
+        if a.actor != Actor::Llm.as_str() || !matches!(a.outcome.as_str(), "ok" | "intent") {
+            continue;
+        }
+        match a.kind.as_str() {
+            "launch" => did.launches += 1,
+            _ => did.stops += 1,
+        }
+    }
+    Ok(did)
+}
+
+/// Run planned calls through the registry (and so the guardrails), ids `<prefix>_<run>_<n>`;
+/// returns whether any changed the fleet and one note line per call.
+fn execute(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+    actor: Actor,
+    prefix: &str,
+    plan: &[rules::PlannedCall],
+) -> Result<(bool, Vec<String>)> {
     let mut mutated = false;
     let mut notes = Vec::new();
     for (i, call) in plan.iter().enumerate() {
-        let call_id = format!("rules_{}_{}", le.run_id, i + 1);
+        let call_id = format!("{prefix}_{}_{}", le.run_id, i + 1);
         let args = call.arguments.to_string();
         let result = agent::run_tool(
             store, le, registry, snapshot, actor, &call_id, call.tool, &args,
@@ -100,25 +181,28 @@ pub fn rules(
             compact_json(&result.content)
         ));
     }
-    crate::faults::point("rules-before-note")?;
+    Ok((mutated, notes))
+}
+
+fn note_message(store: &Store, le: &LoopEnv<'_>, text: &str, kind: &str) -> Result<()> {
     let place = Place {
         session_id: le.session_id,
         run_id: le.run_id,
     };
-    let note = agent::user(rules_note(actor == Actor::Fallback, &notes));
+    let note = agent::user(text.to_string());
     let now = le.clock.now_ms();
     agent::insert_message(
         &store.conn,
         le.tk,
         &place,
         &note,
-        "rules",
+        kind,
         None,
         None,
         None,
         now,
     )?;
-    Ok(mutated)
+    Ok(())
 }
 
 /// The model answered: its counts go on the run row.

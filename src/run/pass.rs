@@ -66,9 +66,15 @@ pub fn execute(
             let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Rules)?;
             outcome.verdict = verdict(mutated);
         }
-        Decider::Skip => outcome.verdict = "skipped".into(),
+        Decider::Skip => {
+            outcome.verdict = "skipped".into();
+            overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
+        }
         Decider::Model => match agent::ask(store, &le, &registry, &mut snapshot)? {
-            Ok(o) => outcome = act::model_answered(store, outcome, &o, env.clock.now_ms())?,
+            Ok(o) => {
+                outcome = act::model_answered(store, outcome, &o, env.clock.now_ms())?;
+                overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
+            }
             Err(failure) => {
                 act::model_failed(store, &mut outcome, &failure, env.clock.now_ms())?;
                 if on_model_failure(config) == OnModelFailure::FailPass {
@@ -92,4 +98,20 @@ pub fn execute(
         },
     }
     Ok(outcome)
+}
+
+/// The floor under the model (or under a skipped pass): when it acts, the pass was decided
+/// by `floor` and its verdict is `action`.
+fn overrule(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &tools::Registry,
+    snapshot: &mut crate::fleet::Snapshot,
+    outcome: &mut runs::Outcome,
+) -> Result<()> {
+    if act::floor(store, le, registry, snapshot)? {
+        outcome.decided_by = Some("floor".into());
+        outcome.verdict = verdict(true);
+    }
+    Ok(())
 }

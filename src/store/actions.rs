@@ -137,6 +137,19 @@ pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
     Ok(rows)
 }
 
+/// The floor's actions in the pass just before `run_id` (at most `limit`), so the next
+/// observation can tell the model what the floor did.
+pub fn floor_in_previous_pass(conn: &Connection, run_id: i64, limit: i64) -> Result<Vec<Action>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM actions WHERE actor = 'floor'
+           AND run_id = (SELECT MAX(id) FROM runs WHERE id < ?1) ORDER BY id LIMIT ?2"
+    ))?;
+    let rows = stmt
+        .query_map(params![run_id, limit], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 pub fn of_run(conn: &Connection, run_id: i64) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM actions WHERE run_id = ?1 ORDER BY id"
@@ -218,5 +231,31 @@ mod tests {
                 ("stop".into(), None),
             ]
         );
+    }
+
+    #[test]
+    fn the_floor_of_the_previous_pass_only() {
+        let (_dir, s) = test_store(0);
+        let run = |n: i64| crate::store::runs::create(&s.conn, 1, 1, 1, "tick", n).unwrap();
+        let (r1, r2, r3) = (run(1), run(2), run(3));
+        for (run_id, actor) in [(r1, "floor"), (r2, "llm"), (r2, "floor"), (r2, "floor")] {
+            let a = NewAction {
+                run_id: Some(run_id),
+                kind: "launch",
+                outcome: "ok",
+                actor,
+                ..Default::default()
+            };
+            insert(&s.conn, &a, 5).unwrap();
+        }
+        let got = floor_in_previous_pass(&s.conn, r3, 10).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got
+            .iter()
+            .all(|a| a.actor == "floor" && a.run_id == Some(r2)));
+        assert_eq!(floor_in_previous_pass(&s.conn, r3, 1).unwrap().len(), 1);
+        // r2's previous pass (r1) had one; r1 has none before it.
+        assert_eq!(floor_in_previous_pass(&s.conn, r2, 10).unwrap().len(), 1);
+        assert!(floor_in_previous_pass(&s.conn, r1, 10).unwrap().is_empty());
     }
 }

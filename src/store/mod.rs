@@ -22,7 +22,10 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use crate::clock::Millis;
 
 /// Numbered, append-only schema files. `user_version` = how many are applied.
-const MIGRATIONS: &[&str] = &[include_str!("../../sql/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../../sql/0001_init.sql"),
+    include_str!("../../sql/0002_floor_and_calibration.sql"),
+];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 

@@ -194,6 +194,27 @@ pub fn mark_in_prompt(conn: &Connection, run_id: i64) -> Result<()> {
 
 /// Finished passes counted by verdict, a failed pass as "failed" (a key of `None`: a pass
 /// that finished ok without a verdict).
+/// Passes decided by the model, and by the floor overruling it, since `since`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Decided {
+    pub llm: i64,
+    pub floor: i64,
+}
+
+pub fn decided_since(conn: &Connection, since: Millis) -> Result<Decided> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(SUM(decided_by = 'llm'), 0), COALESCE(SUM(decided_by = 'floor'), 0)
+         FROM runs WHERE started_at >= ?1 AND status = 'ok'",
+        params![since],
+        |r| {
+            Ok(Decided {
+                llm: r.get(0)?,
+                floor: r.get(1)?,
+            })
+        },
+    )?)
+}
+
 pub fn count_by_verdict(conn: &Connection) -> Result<Vec<(Option<String>, i64)>> {
     let mut stmt = conn.prepare(
         "SELECT CASE WHEN status = 'failed' THEN 'failed' ELSE verdict END, COUNT(*)
@@ -265,5 +286,30 @@ mod tests {
         let failed = create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
         finish_failed(&s.conn, failed, "boom", 2).unwrap();
         assert_eq!(last_ok_emergency(&s.conn).unwrap(), Some(false));
+    }
+
+    #[test]
+    fn passes_decided_by_the_model_and_by_the_floor_are_counted_since() {
+        let (_dir, s) = test_store(0);
+        for (decided, at) in [
+            ("llm", 10),
+            ("floor", 20),
+            ("floor", 30),
+            ("rules", 40),
+            ("llm", 1),
+        ] {
+            let id = create(&s.conn, 1, 1, 1, "tick", at).unwrap();
+            let o = Outcome {
+                verdict: "action".into(),
+                decided_by: Some(decided.into()),
+                ..Default::default()
+            };
+            finish_ok(&s.conn, id, &o, at + 1).unwrap();
+        }
+        assert_eq!(
+            decided_since(&s.conn, 5).unwrap(),
+            Decided { llm: 1, floor: 2 }
+        );
+        assert_eq!(decided_since(&s.conn, 100).unwrap(), Decided::default());
     }
 }

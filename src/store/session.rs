@@ -134,8 +134,8 @@ pub fn set_poll_snapshot(conn: &Connection, snapshot: &str, now: Millis) -> Resu
 }
 
 /// How many passes in a row saw low demand (idle live workers, nothing queued) and a
-/// backlog (work queued while every live worker is busy). `fleet::observe` advances them
-/// once per run (`rules::advance_streaks`); the rules read them.
+/// backlog (work queued while every live worker is busy). The observe step advances them
+/// once per run (`run::observe::advance_streaks`); the rules read them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Streaks {
     pub low_demand_passes: u32,
@@ -157,6 +157,23 @@ pub fn streaks(conn: &Connection) -> Result<(Streaks, Option<i64>)> {
             ))
         },
     )?)
+}
+
+/// The floor's memory (`policy::floor::Memory` as JSON), None before the floor first ran.
+pub fn floor_memory(conn: &Connection) -> Result<Option<String>> {
+    Ok(conn.query_row(
+        "SELECT floor_memory FROM agent_state WHERE id = 1",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+pub fn set_floor_memory(conn: &Connection, json: &str) -> Result<()> {
+    conn.execute(
+        "UPDATE agent_state SET floor_memory = ?1 WHERE id = 1",
+        params![json],
+    )?;
+    Ok(())
 }
 
 pub fn set_streaks(conn: &Connection, s: Streaks, run_id: i64) -> Result<()> {

@@ -29,6 +29,8 @@ pub enum Actor {
     Rules,
     /// The rules deciding because the LLM was unusable: they only launch.
     Fallback,
+    /// The rules under the model's decision (`policy::floor`): what the model left undone.
+    Floor,
     Operator,
 }
 
@@ -38,6 +40,7 @@ impl Actor {
             Actor::Llm => "llm",
             Actor::Rules => "rules",
             Actor::Fallback => "fallback-rules",
+            Actor::Floor => "floor",
             Actor::Operator => "operator",
         }
     }
