@@ -85,7 +85,13 @@ pub fn plan(
     }
     let mut calls = Vec::new();
 
-    let emergency: Vec<&PlannedCall> = of_kind(&wanted, &[CallKind::Emergency]);
+    let mut emergency: Vec<&PlannedCall> = of_kind(&wanted, &[CallKind::Emergency]);
+    if model.launches > 0 {
+        // The rules ask at least once in an emergency, so that a refusal is on record; the
+        // model's own launches are that record: the floor adds only what the window has room for.
+        let w = snapshot.window(config);
+        emergency.truncate(w.limit.saturating_sub(w.used) as usize);
+    }
     for c in &emergency {
         calls.push(c.with_reason(floor_reason(&c.why, "in the same pass")));
     }
@@ -284,6 +290,38 @@ mod tests {
         };
         let p = plan(&s, &config(), 0, &Memory::default(), &did, NOW);
         assert!(p.calls.is_empty(), "{:?}", p.calls);
+    }
+
+    #[test]
+    fn a_model_that_filled_the_emergency_window_gets_no_refused_extra() {
+        // The model launched 6 (the emergency allowance) and they are still short of the
+        // need: the rules would ask once more to record the refusal; the floor does not.
+        let mut s = dead();
+        for id in 1..=6 {
+            let mut r = row(id, LOADING, None);
+            r.created_at = NOW;
+            r.state_since = NOW;
+            s.instances.push(r);
+            s.window_launches.push(NOW);
+        }
+        let mut c = config();
+        c.policy.target_proofs_per_hour = 1000.0;
+        let did = ModelDid {
+            launches: 6,
+            stops: 0,
+        };
+        assert!(!rules::decide(&s, &c, 0, Mode::Full).is_empty());
+        assert!(plan(&s, &c, 0, &Memory::default(), &did, NOW)
+            .calls
+            .is_empty());
+        // Without the model's launches on record, the floor's one ask stands (and is refused
+        // by the window, on record).
+        assert_eq!(
+            plan(&s, &c, 0, &Memory::default(), &none(), NOW)
+                .calls
+                .len(),
+            1
+        );
     }
 
     #[test]

@@ -13,13 +13,13 @@ use crate::common::fake_llm::{self, FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Fleet;
 
-const LLM_KEY: &str = "sk-test-e2e-7f3a9c";
+pub(crate) const LLM_KEY: &str = "sk-test-e2e-7f3a9c";
 
-fn write_demand(dir: &Path, v: Value) {
+pub(crate) fn write_demand(dir: &Path, v: Value) {
     std::fs::write(dir.join("demand.json"), v.to_string()).unwrap();
 }
 
-fn dead_fleet() -> Value {
+pub(crate) fn dead_fleet() -> Value {
     json!({"pending": 59, "running": 0, "running_stale": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
 }
 
@@ -29,7 +29,7 @@ fn busy_fleet() -> Value {
 }
 
 /// A fleet wired to the fakes; `policy` and `llm` are extra TOML lines for those tables.
-fn rig(llm: &FakeLlm, vast: &FakeVast, policy: &str, llm_extra: &str) -> Fleet {
+pub(crate) fn rig(llm: &FakeLlm, vast: &FakeVast, policy: &str, llm_extra: &str) -> Fleet {
     let tmp_config = |dir: &Path| {
         format!(
             r#"
@@ -72,7 +72,7 @@ proofs_per_hour_per_instance = 50
     f
 }
 
-const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
+pub(crate) const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
 
 /// Three launches already in the window, as the incident had them.
 fn three_recent_launches(f: &Fleet, vast: &FakeVast) {

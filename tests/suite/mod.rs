@@ -3,6 +3,7 @@ mod agent_e2e;
 mod backbone;
 mod demand;
 mod docs;
+mod floor;
 mod hands;
 mod hardening;
 mod layers;
