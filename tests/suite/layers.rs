@@ -292,6 +292,61 @@ fn the_scanner_reads_grouped_uses_and_ignores_comments() {
     assert_eq!(named, ["clock", "config", "store", "text"]);
 }
 
+/// What the pure core must never name: our database, the network, files, processes, threads,
+/// or the clock (time comes in as a value).
+const IMPURE: [&str; 9] = [
+    "rusqlite",
+    "ureq",
+    "postgres",
+    "std::fs",
+    "std::net",
+    "std::process",
+    "std::thread",
+    "now_ms()",
+    "Store",
+];
+
+/// `word` appears in `code` as a whole name (`Store`, not `Stored`).
+fn names(code: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word).any(|(i, _)| {
+        let before = code[..i].chars().next_back();
+        let after = code[i + word.len()..].chars().next();
+        !before.is_some_and(ident) && !after.is_some_and(ident)
+    })
+}
+
+#[test]
+fn the_core_does_no_io() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let rooms = declared_layers(&lib).unwrap();
+    let core = LAYERS.iter().position(|l| *l == "core").unwrap();
+    let mut found = Vec::new();
+    for (room, _) in rooms.iter().filter(|(_, l)| **l == core) {
+        let mut files = Vec::new();
+        let dir = root().join("src").join(room);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        } else {
+            files.push(root().join("src").join(format!("{room}.rs")));
+        }
+        for f in files {
+            let code = code_only(&std::fs::read_to_string(&f).unwrap());
+            // Unit tests may build what they need.
+            let code = code.split("#[cfg(test)]").next().unwrap_or("");
+            for word in IMPURE {
+                if names(&code, word) {
+                    found.push(format!(
+                        "{} names {word}",
+                        f.strip_prefix(root()).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "the core must be pure: {found:#?}");
+}
+
 #[test]
 fn no_source_file_is_over_900_lines() {
     let mut files = Vec::new();
