@@ -231,12 +231,14 @@ pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) ->
         }
         let to = (from + CAP_BIN_MS).min(end);
         let span = (to - from) as f64;
-        let cap = w.tally.cap_ms.get(b).copied().unwrap_or(0.0) / span;
+        let cap = w.curio.tally.cap_ms.get(b).copied().unwrap_or(0.0) / span;
         // The market's rate at each minute of the bin.
         let points = (CAP_BIN_MS / 60_000) as usize;
         let mut market = 0.0;
         for k in 0..points {
-            market += w.market_rate(from + (span as Millis) * k as Millis / points as Millis);
+            market += w
+                .market
+                .rate_at(from + (span as Millis) * k as Millis / points as Millis);
         }
         market /= points as f64;
         let wanted = if target > 0.0 {
@@ -297,6 +299,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
 
     // Proofs.
     let wanted: u64 = w
+        .market
         .tally
         .offered_per_hour
         .iter()
@@ -308,14 +311,14 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
             }
         })
         .sum();
-    let mut waits = w.tally.waits.clone();
+    let mut waits = w.curio.tally.waits.clone();
     waits.sort_by(f32::total_cmp);
-    let completed = w.tally.completed;
+    let completed = w.curio.tally.completed;
     let proofs = Proofs {
-        offered: w.tally.offered,
+        offered: w.market.tally.offered,
         wanted,
         completed,
-        expired: w.tally.expired,
+        expired: w.market.tally.expired,
         served_share: r4(if wanted == 0 {
             1.0
         } else {
@@ -324,7 +327,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         queue_wait_p50_secs: r4(percentile(&waits, 0.5)),
         queue_wait_p95_secs: r4(percentile(&waits, 0.95)),
     };
-    let dollars = w.spend_ours(i.end);
+    let dollars = w.vast.spend_ours(i.end);
     let per_proof = if completed == 0 {
         0.0
     } else {
@@ -560,7 +563,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         wakes_processed_twice: claimed_by_ok.saturating_sub(processed) + processed_by_bad,
         wakes_overdue: overdue,
         runs_left_running: rows.iter().filter(|r| r.1 == "running").count() as u64,
-        foreign_instances_touched: w.tally.foreign_touched,
+        foreign_instances_touched: w.vast.tally.foreign_touched,
     };
     let o = i.oracle;
     let oracle = Oracle {
@@ -606,8 +609,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         wakes,
         invariants,
         vast: Vast {
-            creates: w.tally.create_calls,
-            answers_429: w.tally.calls_429,
+            creates: w.vast.tally.create_calls,
+            answers_429: w.vast.tally.calls_429,
         },
         incident,
         oracle,
