@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::Result;
-use rusqlite::params;
 use serde::Serialize;
 
 use super::oracle::OracleResult;
@@ -15,6 +14,7 @@ use super::world::{World, CAP_BIN_MS};
 use super::{outside::OutsideTally, DriverTally};
 use crate::clock::Millis;
 use crate::config::Config;
+use crate::store::report as db;
 use crate::store::Store;
 
 const HOUR_MS: Millis = 3_600_000;
@@ -254,46 +254,8 @@ pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) ->
     total
 }
 
-fn count(store: &Store, sql: &str) -> Result<u64> {
-    Ok(store.conn.query_row(sql, [], |r| r.get::<_, i64>(0))? as u64)
-}
-
-fn grouped(store: &Store, sql: &str) -> Result<BTreeMap<String, u64>> {
-    let mut stmt = store.conn.prepare(sql)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((r.get::<_, Option<String>>(0)?, r.get::<_, i64>(1)?))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut m = BTreeMap::new();
-    for (k, n) in rows {
-        *m.entry(k.unwrap_or_else(|| "none".into())).or_insert(0) += n as u64;
-    }
-    Ok(m)
-}
-
-/// Refusals by their `error` code (the ledger keeps the tool's JSON answer as detail).
-fn refusals(store: &Store, kinds: &str) -> Result<BTreeMap<String, u64>> {
-    let mut stmt = store.conn.prepare(&format!(
-        "SELECT detail FROM actions WHERE kind IN ({kinds}) AND outcome = 'refused'"
-    ))?;
-    let details = stmt
-        .query_map([], |r| r.get::<_, Option<String>>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut m = BTreeMap::new();
-    for d in details {
-        let code = d
-            .as_deref()
-            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
-            .unwrap_or_else(|| "other".into());
-        *m.entry(code).or_insert(0) += 1;
-    }
-    Ok(m)
-}
-
 pub fn build(i: &Inputs<'_>) -> Result<Report> {
-    let s = i.store;
+    let conn = &i.store.conn;
     let w = i.world;
     let target = i.config.policy.target_proofs_per_hour;
 
@@ -336,132 +298,73 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let below = hours_below_target(w, target, i.start, i.end);
 
     // Runs: one row per pass.
-    let mut stmt = s.conn.prepare(
-        "SELECT id, status, started_at, finished_at, emergency FROM runs ORDER BY started_at, id",
-    )?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Option<i64>>(3)?,
-                r.get::<_, bool>(4)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let rows = db::runs(conn)?;
     let mut overlaps = 0;
     for pair in rows.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
-        if a.3.unwrap_or(Millis::MAX) > b.2 {
+        if a.finished_at.unwrap_or(Millis::MAX) > b.started_at {
             overlaps += 1;
         }
     }
     let mut per_hour: BTreeMap<i64, u64> = BTreeMap::new();
     for r in &rows {
-        *per_hour.entry((r.2 - i.start) / HOUR_MS).or_insert(0) += 1;
+        *per_hour
+            .entry((r.started_at - i.start) / HOUR_MS)
+            .or_insert(0) += 1;
     }
+    let counts = db::run_counts(conn)?;
     let runs = Runs {
         processes: i.driver.processes,
         passes: rows.len() as u64,
-        failed_passes: rows.iter().filter(|r| r.1 == "failed").count() as u64,
+        failed_passes: rows.iter().filter(|r| r.status == "failed").count() as u64,
         timer_ticks: i.driver.ticks,
         ticks_merged: i.driver.ticks_merged,
         doorbell_starts: i.driver.path_starts,
         max_passes_in_an_hour: per_hour.values().copied().max().unwrap_or(0),
-        by_verdict: grouped(
-            s,
-            "SELECT COALESCE(verdict, status), COUNT(*) FROM runs GROUP BY 1",
-        )?,
-        by_decider: grouped(
-            s,
-            "SELECT decided_by, COUNT(*) FROM runs WHERE status = 'ok' GROUP BY 1",
-        )?,
+        by_verdict: counts.by_verdict,
+        by_decider: counts.ok_by_decider,
     };
 
     // LLM.
-    let (calls, max_tok, total_tok): (i64, Option<i64>, Option<i64>) = s.conn.query_row(
-        "SELECT COUNT(*), MAX(prompt_tokens_est), SUM(prompt_tokens_est) FROM llm_calls",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
+    let totals = db::llm_totals(conn)?;
     let llm = Llm {
         real_model: i.llm_real,
-        calls: calls as u64,
-        skips: count(s, "SELECT COUNT(*) FROM runs WHERE verdict = 'skipped'")?,
-        failed_turns: count(s, "SELECT COUNT(*) FROM runs WHERE llm_error IS NOT NULL")?,
-        prompt_tokens_max: max_tok.unwrap_or(0) as u64,
-        prompt_tokens_total: total_tok.unwrap_or(0) as u64,
-        prompt_tokens_per_tick: r4(total_tok.unwrap_or(0) as f64 / i.driver.ticks.max(1) as f64),
+        calls: totals.calls,
+        skips: counts.skipped,
+        failed_turns: counts.llm_failed,
+        prompt_tokens_max: totals.prompt_tokens_max as u64,
+        prompt_tokens_total: totals.prompt_tokens_total as u64,
+        prompt_tokens_per_tick: r4(totals.prompt_tokens_total as f64 / i.driver.ticks.max(1) as f64),
     };
 
     // Events: every one inserted is claimed by a pass that finished, failed after its
     // attempts (kept and shown), or still waiting with a doorbell (or deferred to the timer).
-    let claimed_ok = count(
-        s,
-        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status = 'ok'",
-    )?;
-    let claimed_bad = count(
-        s,
-        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status <> 'ok'",
-    )?;
-    let failed_events = count(s, "SELECT COUNT(*) FROM events WHERE failed_at IS NOT NULL")?;
-    let waiting: u64 = s.conn.query_row(
-        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL",
-        [],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
-    let waiting_ready: u64 = s.conn.query_row(
-        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL
-           AND (not_before IS NULL OR not_before <= ?1)",
-        params![i.end],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
-    let lost = claimed_bad + if i.doorbell_waiting { 0 } else { waiting_ready };
+    let ev = db::event_counts(conn, i.end)?;
+    let lost = ev.claimed_by_not_ok
+        + if i.doorbell_waiting {
+            0
+        } else {
+            ev.waiting_ready
+        };
     let events = Events {
-        inserted: count(s, "SELECT COUNT(*) FROM events")?,
-        by_kind: grouped(s, "SELECT kind, COUNT(*) FROM events GROUP BY kind")?,
-        claimed: claimed_ok,
-        failed: failed_events,
-        waiting_at_end: waiting,
+        inserted: ev.inserted,
+        by_kind: ev.by_kind,
+        claimed: ev.claimed_by_ok,
+        failed: ev.failed,
+        waiting_at_end: ev.waiting,
     };
 
     // Wakes: processed exactly once, by a pass that finished.
-    let processed = count(s, "SELECT COUNT(*) FROM wakes WHERE status = 'processed'")?;
-    let claimed_by_ok = count(
-        s,
-        "SELECT COALESCE(SUM(wakes_claimed), 0) FROM runs WHERE status = 'ok'",
-    )?;
-    let processed_by_bad = count(
-        s,
-        "SELECT COUNT(*) FROM wakes w LEFT JOIN runs r ON r.id = w.processed_by
-          WHERE w.status = 'processed' AND (r.id IS NULL OR r.status <> 'ok')",
-    )?;
-    let last_pass: Option<i64> = s.conn.query_row(
-        "SELECT MAX(started_at) FROM runs WHERE status = 'ok'",
-        [],
-        |r| r.get(0),
-    )?;
-    let overdue: u64 = s.conn.query_row(
-        "SELECT COUNT(*) FROM wakes WHERE status = 'pending' AND due_at < ?1",
-        params![last_pass.unwrap_or(i.start)],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
+    let wk = db::wake_counts(conn, counts.last_ok_start.unwrap_or(i.start))?;
     let wakes = Wakes {
-        created: count(s, "SELECT COUNT(*) FROM wakes")?,
-        processed,
-        cancelled: count(s, "SELECT COUNT(*) FROM wakes WHERE status = 'cancelled'")?,
+        created: wk.created,
+        processed: wk.processed,
+        cancelled: wk.cancelled,
     };
 
     // The ledger.
     let window_ms = i.config.policy.launch_window_minutes as Millis * 60_000;
-    let mut stmt = s.conn.prepare(
-        "SELECT created_at, emergency FROM actions WHERE kind = 'launch' AND outcome IN ('ok', 'intent')
-         ORDER BY created_at, id",
-    )?;
-    let launches_ok = stmt
-        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, bool>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let launches_ok = db::launch_times(conn)?;
     let mut bypasses = 0;
     for (k, (t, emergency)) in launches_ok.iter().enumerate() {
         let before = launches_ok[..k]
@@ -473,58 +376,33 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         }
     }
     let seeded = i.scenario.start.loading as u64;
+    let ledger = db::ledger_counts(conn)?;
     let launches = Launches {
-        made: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'ok'",
-        )?
-        .saturating_sub(seeded),
-        failed: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'failed'",
-        )?,
-        open_intents: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'intent'",
-        )?,
-        refused: refusals(s, "'launch'")?,
+        made: ledger.launches_ok.saturating_sub(seeded),
+        failed: ledger.launches_failed,
+        open_intents: ledger.launch_intents,
+        refused: ledger.launch_refusals,
         emergency_bypasses: bypasses,
     };
     let stops = Stops {
-        made: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE kind IN ('stop', 'destroy') AND outcome = 'ok'",
-        )?,
-        failed: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE kind IN ('stop', 'destroy') AND outcome = 'failed'",
-        )?,
-        refused: refusals(s, "'stop', 'destroy'")?,
+        made: ledger.stops_ok,
+        failed: ledger.stops_failed,
+        refused: ledger.stop_refusals,
     };
 
     // Incident facts.
-    let first_dead = rows.iter().find(|r| r.1 == "ok" && r.4).map(|r| r.0);
+    let first_dead = rows
+        .iter()
+        .find(|r| r.status == "ok" && r.emergency)
+        .map(|r| r.id);
     let dead_launches = match first_dead {
-        Some(id) => s.conn.query_row(
-            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND run_id = ?1",
-            params![id],
-            |r| r.get::<_, i64>(0),
-        )? as u64,
+        Some(id) => db::launches_in_run(conn, id)?,
         None => 0,
     };
     let mut answered: Option<f64> = None;
     let mut all_answered = true;
     for (t, event) in &i.outside.resets {
-        let started: Option<i64> = s
-            .conn
-            .query_row(
-                "SELECT r.started_at FROM events e JOIN runs r ON r.id = e.claimed_by
-                  WHERE e.id = ?1 AND r.status = 'ok'",
-                params![event],
-                |r| r.get(0),
-            )
-            .ok();
-        match started {
+        match db::claimed_by_ok_run_at(conn, *event)? {
             Some(st) => {
                 let secs = (st - t) as f64 / 1000.0;
                 answered = Some(answered.map_or(secs, |a: f64| a.max(secs)));
@@ -538,8 +416,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let from = i.outside.resets.first().map(|(t, _)| *t).unwrap_or(i.start);
     let mut starts: Vec<i64> = rows
         .iter()
-        .filter(|r| r.1 == "ok" && r.2 >= from)
-        .map(|r| r.2)
+        .filter(|r| r.status == "ok" && r.started_at >= from)
+        .map(|r| r.started_at)
         .collect();
     starts.insert(0, from);
     starts.push(i.end);
@@ -550,19 +428,17 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         resets: i.outside.resets.len() as u64,
         reset_answered_secs: answered.map(r4),
         max_silence_mins: r4(silence as f64 / 60_000.0),
-        fallback_passes: count(s, "SELECT COUNT(*) FROM runs WHERE decided_by = 'fallback-rules'")?,
-        fallback_stops: count(
-            s,
-            "SELECT COUNT(*) FROM actions WHERE actor = 'fallback-rules' AND kind IN ('stop', 'destroy')",
-        )?,
+        fallback_passes: counts.fallback,
+        fallback_stops: ledger.fallback_stops,
     };
 
     let invariants = Invariants {
         overlapping_runs: overlaps,
         events_lost: lost,
-        wakes_processed_twice: claimed_by_ok.saturating_sub(processed) + processed_by_bad,
-        wakes_overdue: overdue,
-        runs_left_running: rows.iter().filter(|r| r.1 == "running").count() as u64,
+        wakes_processed_twice: counts.wakes_claimed_by_ok.saturating_sub(wk.processed)
+            + wk.processed_by_not_ok,
+        wakes_overdue: wk.overdue,
+        runs_left_running: rows.iter().filter(|r| r.status == "running").count() as u64,
         foreign_instances_touched: w.vast.tally.foreign_touched,
     };
     let o = i.oracle;

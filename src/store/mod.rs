@@ -8,6 +8,7 @@ pub mod events;
 pub mod history;
 pub mod instances;
 pub mod messages;
+pub mod report;
 pub mod runs;
 pub mod session;
 pub mod wakes;
