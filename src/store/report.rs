@@ -329,17 +329,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open(dir.path(), OpenMode::Create, 0).unwrap();
         // id, status, verdict, decided_by, started, finished, emergency, wakes_claimed, llm_error
-        let runs: [(
-            i64,
-            &str,
-            Option<&str>,
-            Option<&str>,
-            i64,
-            Option<i64>,
-            bool,
-            i64,
-            Option<&str>,
-        ); 5] = [
+        let runs = [
             (
                 1,
                 "ok",
@@ -419,21 +409,21 @@ mod tests {
             .unwrap();
     }
 
+    /// `what`: kind, outcome and actor, as in "launch ok rules".
     fn action(
         s: &Store,
         run: Option<i64>,
-        kind: &str,
-        outcome: &str,
-        actor: &str,
+        what: &str,
         emergency: bool,
         at: i64,
         detail: Option<&str>,
     ) {
+        let w: Vec<&str> = what.split(' ').collect();
         s.conn
             .execute(
                 "INSERT INTO actions (run_id, kind, outcome, actor, emergency, detail, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![run, kind, outcome, actor, emergency, detail, at],
+                params![run, w[0], w[1], w[2], emergency, detail, at],
             )
             .unwrap();
     }
@@ -570,11 +560,11 @@ mod tests {
     #[test]
     fn launch_times_are_the_ok_and_intended_launches_by_time() {
         let (_dir, s) = store();
-        action(&s, Some(2), "launch", "ok", "rules", true, 3_100, None);
-        action(&s, Some(1), "launch", "ok", "rules", false, 1_100, None);
-        action(&s, Some(1), "launch", "intent", "rules", false, 1_100, None);
-        action(&s, Some(1), "launch", "failed", "rules", false, 1_200, None);
-        action(&s, Some(1), "stop", "ok", "rules", false, 1_300, None);
+        action(&s, Some(2), "launch ok rules", true, 3_100, None);
+        action(&s, Some(1), "launch ok rules", false, 1_100, None);
+        action(&s, Some(1), "launch intent rules", false, 1_100, None);
+        action(&s, Some(1), "launch failed rules", false, 1_200, None);
+        action(&s, Some(1), "stop ok rules", false, 1_300, None);
         assert_eq!(
             launch_times(&s.conn).unwrap(),
             [(1_100, false), (1_100, false), (3_100, true)]
@@ -584,49 +574,27 @@ mod tests {
     #[test]
     fn ledger_counts_count_outcomes_and_refusal_codes() {
         let (_dir, s) = store();
-        action(&s, Some(1), "launch", "ok", "rules", false, 1, None);
-        action(&s, Some(1), "launch", "ok", "rules", false, 2, None);
-        action(&s, Some(1), "launch", "failed", "rules", false, 3, None);
-        action(&s, Some(1), "launch", "intent", "rules", false, 4, None);
+        action(&s, Some(1), "launch ok rules", false, 1, None);
+        action(&s, Some(1), "launch ok rules", false, 2, None);
+        action(&s, Some(1), "launch failed rules", false, 3, None);
+        action(&s, Some(1), "launch intent rules", false, 4, None);
         let budget = r#"{"error":"budget","message":"over the cap"}"#;
+        action(&s, Some(1), "launch refused rules", false, 5, Some(budget));
+        action(&s, Some(1), "launch refused rules", false, 6, Some(budget));
         action(
             &s,
             Some(1),
-            "launch",
-            "refused",
-            "rules",
-            false,
-            5,
-            Some(budget),
-        );
-        action(
-            &s,
-            Some(1),
-            "launch",
-            "refused",
-            "rules",
-            false,
-            6,
-            Some(budget),
-        );
-        action(
-            &s,
-            Some(1),
-            "launch",
-            "refused",
-            "rules",
+            "launch refused rules",
             false,
             7,
             Some("not json"),
         );
-        action(&s, Some(2), "stop", "ok", "fallback-rules", false, 8, None);
-        action(&s, Some(2), "destroy", "ok", "rules", false, 9, None);
+        action(&s, Some(2), "stop ok fallback-rules", false, 8, None);
+        action(&s, Some(2), "destroy ok rules", false, 9, None);
         action(
             &s,
             Some(2),
-            "destroy",
-            "failed",
-            "fallback-rules",
+            "destroy failed fallback-rules",
             false,
             10,
             None,
@@ -634,14 +602,12 @@ mod tests {
         action(
             &s,
             Some(2),
-            "stop",
-            "refused",
-            "llm",
+            "stop refused llm",
             false,
             11,
             Some(r#"{"error":"not_ours"}"#),
         );
-        action(&s, Some(2), "destroy", "refused", "llm", false, 12, None);
+        action(&s, Some(2), "destroy refused llm", false, 12, None);
         assert_eq!(
             ledger_counts(&s.conn).unwrap(),
             LedgerCounts {
@@ -660,10 +626,10 @@ mod tests {
     #[test]
     fn launches_in_run_count_every_outcome_of_that_run() {
         let (_dir, s) = store();
-        action(&s, Some(2), "launch", "ok", "rules", true, 1, None);
-        action(&s, Some(2), "launch", "refused", "rules", true, 2, None);
-        action(&s, Some(2), "stop", "ok", "rules", true, 3, None);
-        action(&s, Some(1), "launch", "ok", "rules", false, 4, None);
+        action(&s, Some(2), "launch ok rules", true, 1, None);
+        action(&s, Some(2), "launch refused rules", true, 2, None);
+        action(&s, Some(2), "stop ok rules", true, 3, None);
+        action(&s, Some(1), "launch ok rules", false, 4, None);
         assert_eq!(launches_in_run(&s.conn, 2).unwrap(), 2);
         assert_eq!(launches_in_run(&s.conn, 5).unwrap(), 0);
     }
