@@ -410,6 +410,29 @@ mod tests {
     }
 
     #[test]
+    fn a_destroyed_or_stopped_instance_takes_its_worker_with_it() {
+        let mut w = world(BASE);
+        let offers = w.vast.search(&OfferQuery::default());
+        let a = w.vast.create(offers[0].id, "fleetagent-r1-a", T0).unwrap();
+        let b = w.vast.create(offers[1].id, "fleetagent-r1-b", T0).unwrap();
+        w.advance(T0 + HOUR_MS);
+        assert!(w.ours_view().iter().all(|v| v.alive), "{:?}", w.ours_view());
+        let both = w.curio.live_capacity();
+        w.destroy(a, w.now).unwrap();
+        assert!(w.curio.live_capacity() < both);
+        w.stop(b, w.now).unwrap();
+        assert_eq!(w.curio.live_capacity(), 0.0);
+        let view = w.ours_view();
+        assert_eq!(view.len(), 1, "the destroyed one is gone");
+        assert!(view[0].phase == Phase::Stopped && !view[0].alive);
+        assert!(matches!(
+            w.stop(a, w.now),
+            Err(VastError::NoSuchInstance(_))
+        ));
+        assert!(w.destroy(a, w.now).is_ok());
+    }
+
+    #[test]
     fn no_live_node_means_no_pulls_and_no_cleanup() {
         let text = format!("{BASE}[start]\npending = 59\n");
         let mut w = world(&text);
