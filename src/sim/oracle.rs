@@ -89,8 +89,8 @@ pub fn run(
     }
     w.advance(end);
     OracleResult {
-        dollars: w.spend_ours(end),
-        completed: w.tally.completed,
+        dollars: w.vast.spend_ours(end),
+        completed: w.curio.tally.completed,
         hours_below_target: super::report::hours_below_target(
             &w,
             config.policy.target_proofs_per_hour,
@@ -107,7 +107,7 @@ fn peak_rate(w: &World, from: Millis, to: Millis) -> f64 {
     let mut t = from;
     let mut peak: f64 = 0.0;
     while t <= to {
-        peak = peak.max(w.market_rate(t));
+        peak = peak.max(w.market.rate_at(t));
         t += 60_000;
     }
     peak
@@ -130,10 +130,10 @@ fn decide(
         }
     };
     // Proofs already queued beyond Curio's buffer are worked off within the hour.
-    let backlog = w.queued().saturating_sub(8) as f64;
+    let backlog = w.curio.queued().saturating_sub(8) as f64;
     let ahead = |to: Millis| match foresight {
         Foresight::Full => peak_rate(w, now, to),
-        Foresight::Reactive => w.market_rate(now),
+        Foresight::Reactive => w.market.rate_at(now),
     };
     let want_soon = cap(ahead(now + lead + STEP_MS)) + backlog;
     let want_now = cap(ahead(now + lead)) + backlog;
@@ -153,7 +153,10 @@ fn decide(
         .map(|v| {
             (
                 v.id,
-                w.inst(v.id).map(|i| i.gpu_name.clone()).unwrap_or_default(),
+                w.vast
+                    .inst(v.id)
+                    .map(|i| i.gpu_name.clone())
+                    .unwrap_or_default(),
             )
         })
         .collect();
@@ -171,7 +174,7 @@ fn decide(
             verified_only: config.vast.offers.verified_only,
             ..Default::default()
         };
-        let mut offers = w.search(&q);
+        let mut offers = w.vast.search(&q);
         offers.sort_by(|a, b| {
             (a.dph_total / rate_of(&a.gpu_name))
                 .total_cmp(&(b.dph_total / rate_of(&b.gpu_name)))
@@ -188,7 +191,10 @@ fn decide(
                 continue;
             }
             let label = format!("{}-oracle-{}", config.vast.label_prefix, now / 1000);
-            if w.create(o.id, &format!("{label}-{launched}"), now).is_ok() {
+            if w.vast
+                .create(o.id, &format!("{label}-{launched}"), now)
+                .is_ok()
+            {
                 capacity += rate_of(&o.gpu_name);
                 count += 1;
                 dph += o.dph_total;

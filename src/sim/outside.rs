@@ -212,8 +212,8 @@ impl Outside {
         let cur = {
             let mut w = lock(&self.world);
             w.advance(now);
-            let listing = w.list();
-            let demand = (!w.probe_down(now)).then(|| w.demand(now, self.alive_ms));
+            let listing = w.vast.list();
+            let demand = (!w.curio.probe_down(now)).then(|| w.curio.demand(now, self.alive_ms));
             PollState {
                 instances: demand
                     .as_ref()

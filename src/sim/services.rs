@@ -67,7 +67,7 @@ impl SimVast {
                 let mut w = lock(&self.world);
                 let now = self.clock.now_ms();
                 w.advance(now);
-                match w.rate_limited(create, now) {
+                match w.vast.rate_limited(create, now) {
                     None => return f(&mut w),
                     Some(text) => text,
                 }
@@ -88,7 +88,7 @@ impl SimVast {
 
 impl VastClient for SimVast {
     fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError> {
-        self.call(false, |w| Ok(w.search(query)))
+        self.call(false, |w| Ok(w.vast.search(query)))
     }
 
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
@@ -99,15 +99,15 @@ impl VastClient for SimVast {
             .unwrap_or(&req.label)
             .clone();
         let now = self.clock.now_ms();
-        self.call(true, |w| w.create(req.offer_id, &name, now))
+        self.call(true, |w| w.vast.create(req.offer_id, &name, now))
     }
 
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
-        self.call(false, |w| Ok(w.list()))
+        self.call(false, |w| Ok(w.vast.list()))
     }
 
     fn show_instance(&self, id: u64) -> Result<Option<Instance>, VastError> {
-        self.call(false, |w| Ok(w.show(id)))
+        self.call(false, |w| Ok(w.vast.show(id)))
     }
 
     fn stop_instance(&self, id: u64) -> Result<(), VastError> {
@@ -121,11 +121,11 @@ impl VastClient for SimVast {
     }
 
     fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError> {
-        self.call(false, |w| w.label(id, label))
+        self.call(false, |w| w.vast.label(id, label))
     }
 
     fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError> {
-        self.call(false, |w| w.logs(id, tail))
+        self.call(false, |w| w.vast.logs(id, tail))
     }
 }
 
@@ -141,10 +141,10 @@ impl DemandProbe for SimCurio {
         let mut w = lock(&self.world);
         let now = self.clock.now_ms();
         w.advance(now);
-        if w.probe_down(now) {
+        if w.curio.probe_down(now) {
             anyhow::bail!("HarmonyDB 10.0.0.5:5433: connection refused (simulated outage)");
         }
-        Ok(w.demand(now, self.alive_ms))
+        Ok(w.curio.demand(now, self.alive_ms))
     }
 }
 

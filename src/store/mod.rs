@@ -9,6 +9,7 @@ pub mod history;
 pub mod instances;
 pub mod llm_calls;
 pub mod messages;
+pub mod report;
 pub mod runs;
 pub mod session;
 pub mod wakes;

@@ -1,0 +1,202 @@
+//! The checks of a report: the invariants, always, then the scenario's own expectations.
+
+use super::{fmt, r4, Check, Report};
+use crate::sim::scenario::{repetitions, ActionKind, Scenario};
+
+fn at_most(name: &str, actual: f64, max: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected: format!("<= {}", fmt(max)),
+        actual: fmt(actual),
+        ok: actual <= max + 1e-9,
+        not_applicable: false,
+    }
+}
+
+fn at_least(name: &str, actual: f64, min: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected: format!(">= {}", fmt(min)),
+        actual: fmt(actual),
+        ok: actual + 1e-9 >= min,
+        not_applicable: false,
+    }
+}
+
+/// A check about something the scenario did not schedule within the simulated hours.
+fn not_reached(name: &str, expected: String, what: &str, hours: f64) -> Check {
+    Check {
+        name: name.into(),
+        expected,
+        actual: format!("no {what} within {} h", fmt(hours)),
+        ok: false,
+        not_applicable: true,
+    }
+}
+
+/// The invariants, always; then the scenario's own bounds. A bound about something not
+/// scheduled within `hours` (the simulated hours) is not applicable.
+pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
+    let inv = &r.invariants;
+    let mut c = vec![
+        at_most("overlapping runs", inv.overlapping_runs as f64, 0.0),
+        at_most("events lost", inv.events_lost as f64, 0.0),
+        at_most(
+            "wakes processed twice",
+            inv.wakes_processed_twice as f64,
+            0.0,
+        ),
+        at_most(
+            "wakes overdue and unprocessed",
+            inv.wakes_overdue as f64,
+            0.0,
+        ),
+        at_most("runs left running", inv.runs_left_running as f64, 0.0),
+        at_most(
+            "foreign instances touched",
+            inv.foreign_instances_touched as f64,
+            0.0,
+        ),
+    ];
+    let e = &s.expect;
+    if let Some(v) = e.max_hours_below_target {
+        c.push(at_most("hours below target", r.hours_below_target, v));
+    }
+    if let Some(v) = e.max_hours_below_target_over_oracle {
+        c.push(at_most(
+            "hours below target over the oracle's",
+            r.oracle.hours_below_over_oracle,
+            v,
+        ));
+    }
+    if let Some(v) = e.min_served_share {
+        c.push(at_least(
+            "share of wanted proofs served",
+            r.proofs.served_share,
+            v,
+        ));
+    }
+    if let Some(v) = e.max_dollars_per_proof {
+        c.push(at_most("dollars per proof", r.money.dollars_per_proof, v));
+    }
+    if let Some(v) = e.max_cost_ratio_to_oracle {
+        c.push(at_most("$/proof over the oracle's", r.oracle.cost_ratio, v));
+    }
+    if let Some(v) = e.min_launches {
+        c.push(at_least("launches made", r.launches.made as f64, v as f64));
+    }
+    if let Some(v) = e.max_launches {
+        c.push(at_most("launches made", r.launches.made as f64, v as f64));
+    }
+    if let Some(v) = e.min_stops {
+        c.push(at_least("stops made", r.stops.made as f64, v as f64));
+    }
+    if let Some(v) = e.min_emergency_bypasses {
+        c.push(at_least(
+            "emergency bypasses",
+            r.launches.emergency_bypasses as f64,
+            v as f64,
+        ));
+    }
+    if e.first_launch_in_first_dead_pass == Some(true) {
+        let ok = r.incident.first_dead_pass.is_some()
+            && r.incident.launch_requests_in_first_dead_pass > 0;
+        c.push(Check {
+            name: "launch requested in the first WORKERS DEAD pass".into(),
+            expected: "yes".into(),
+            actual: match r.incident.first_dead_pass {
+                Some(id) => format!(
+                    "run {id}: {} launch request(s)",
+                    r.incident.launch_requests_in_first_dead_pass
+                ),
+                None => "no pass saw WORKERS DEAD".into(),
+            },
+            ok,
+            not_applicable: false,
+        });
+    }
+    if let Some(v) = e.reset_answered_within_secs {
+        let actual = r.incident.reset_answered_secs;
+        let name = "reset answered by a pass";
+        let expected = format!("within {}s", fmt(v));
+        let scheduled = s
+            .events
+            .iter()
+            .any(|a| a.kind == ActionKind::ResetSession && repetitions(a, hours) > 0);
+        c.push(if scheduled {
+            Check {
+                name: name.into(),
+                expected,
+                actual: actual.map_or("never".into(), |a| format!("{}s", fmt(a))),
+                ok: r.incident.resets > 0 && actual.is_some_and(|a| a <= v),
+                not_applicable: false,
+            }
+        } else {
+            not_reached(name, expected, "reset", hours)
+        });
+    }
+    if let Some(v) = e.max_silence_mins {
+        c.push(at_most(
+            "longest gap between passes (min)",
+            r.incident.max_silence_mins,
+            v,
+        ));
+    }
+    if let Some(v) = e.max_failed_passes {
+        c.push(at_most(
+            "failed passes",
+            r.runs.failed_passes as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.min_fallback_passes {
+        c.push(at_least(
+            "passes decided by the fallback rules",
+            r.incident.fallback_passes as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.min_fallback_share {
+        let ok_passes = r.runs.passes - r.runs.failed_passes;
+        let share = if ok_passes == 0 {
+            0.0
+        } else {
+            r.incident.fallback_passes as f64 / ok_passes as f64
+        };
+        c.push(at_least(
+            "share of passes decided by the fallback rules",
+            r4(share),
+            v,
+        ));
+    }
+    if e.fallback_never_stops == Some(true) {
+        c.push(at_most(
+            "stops by the fallback rules",
+            r.incident.fallback_stops as f64,
+            0.0,
+        ));
+    }
+    if let Some(v) = e.max_passes_per_hour {
+        c.push(at_most(
+            "most passes in one hour",
+            r.runs.max_passes_in_an_hour as f64,
+            v,
+        ));
+    }
+    if let Some(v) = e.min_rate_limited_calls {
+        let name = "vast.ai 429 answers";
+        c.push(if s.vast_429.iter().any(|w| w.at_hours < hours) {
+            at_least(name, r.vast.answers_429 as f64, v as f64)
+        } else {
+            not_reached(name, format!(">= {v}"), "[[vast_429]] window", hours)
+        });
+    }
+    if let Some(v) = e.max_stuck_unhandled {
+        c.push(at_most(
+            "stuck instances left at the end",
+            r.stuck_instances.unhandled as f64,
+            v as f64,
+        ));
+    }
+    c
+}

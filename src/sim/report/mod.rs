@@ -1,0 +1,515 @@
+//! The simulation report: built here from the database the agent wrote (runs, events, wakes,
+//! the action ledger, LLM calls, read through `store::report`) and the world's own tallies,
+//! checked against the invariants and the scenario's expectations ([`checks()`]), rendered as a
+//! table ([`render_text`]) or as JSON (stable field order and rounding, so the same seed gives the
+//! same bytes).
+
+mod checks;
+mod text;
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::oracle::OracleResult;
+use super::scenario::Scenario;
+use super::world::{World, CAP_BIN_MS};
+use super::{outside::OutsideTally, DriverTally};
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::store::report as db;
+use crate::store::Store;
+pub use checks::checks;
+pub use text::render_text;
+
+const HOUR_MS: Millis = 3_600_000;
+/// Live capacity under this share of min(target, the market's rate) is below target.
+pub const BELOW_TARGET_SHARE: f64 = 0.9;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    pub scenario: String,
+    pub description: String,
+    pub seed: u64,
+    pub hours: f64,
+    pub decided_by: String,
+    pub target_proofs_per_hour: f64,
+    pub proofs: Proofs,
+    pub hours_below_target: f64,
+    pub money: Money,
+    pub launches: Launches,
+    pub stops: Stops,
+    pub stuck_instances: Stuck,
+    pub runs: Runs,
+    pub llm: Llm,
+    pub events: Events,
+    pub wakes: Wakes,
+    pub invariants: Invariants,
+    pub vast: Vast,
+    pub incident: Incident,
+    pub oracle: Oracle,
+    pub checks: Vec<Check>,
+    pub passed: bool,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Proofs {
+    /// Offered by the market over the run.
+    pub offered: u64,
+    /// Offered, capped by the target hour by hour: what the operator wanted sold.
+    pub wanted: u64,
+    pub completed: u64,
+    /// Went to other providers (not pulled within the market's expiry).
+    pub expired: u64,
+    pub served_share: f64,
+    pub queue_wait_p50_secs: f64,
+    pub queue_wait_p95_secs: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Money {
+    pub dollars: f64,
+    pub dollars_per_proof: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Launches {
+    pub made: u64,
+    pub failed: u64,
+    pub open_intents: u64,
+    /// Refusals by guardrail (`rate_limited`, `instance_cap`, `budget`, ...).
+    pub refused: BTreeMap<String, u64>,
+    /// Launches the WORKERS DEAD emergency allowed past the normal window.
+    pub emergency_bypasses: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stops {
+    pub made: u64,
+    pub failed: u64,
+    pub refused: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stuck {
+    /// Instances that stayed loading past policy.stuck_loading_mins.
+    pub seen: u64,
+    /// Still there at the end.
+    pub unhandled: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Runs {
+    pub processes: u64,
+    pub passes: u64,
+    pub failed_passes: u64,
+    pub timer_ticks: u64,
+    pub ticks_merged: u64,
+    pub doorbell_starts: u64,
+    pub max_passes_in_an_hour: u64,
+    pub by_verdict: BTreeMap<String, u64>,
+    pub by_decider: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Llm {
+    pub real_model: bool,
+    pub calls: u64,
+    pub skips: u64,
+    pub failed_turns: u64,
+    pub prompt_tokens_max: u64,
+    pub prompt_tokens_total: u64,
+    pub prompt_tokens_per_tick: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Events {
+    pub inserted: u64,
+    pub by_kind: BTreeMap<String, u64>,
+    pub claimed: u64,
+    pub failed: u64,
+    pub waiting_at_end: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Wakes {
+    pub created: u64,
+    pub processed: u64,
+    pub cancelled: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Invariants {
+    pub overlapping_runs: u64,
+    pub events_lost: u64,
+    pub wakes_processed_twice: u64,
+    pub wakes_overdue: u64,
+    pub runs_left_running: u64,
+    pub foreign_instances_touched: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Vast {
+    pub creates: u64,
+    pub answers_429: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Incident {
+    /// The first pass that saw WORKERS DEAD, and the launches it asked for.
+    pub first_dead_pass: Option<i64>,
+    pub launch_requests_in_first_dead_pass: u64,
+    pub resets: u64,
+    /// The longest time from a reset to the pass that claimed its event.
+    pub reset_answered_secs: Option<f64>,
+    /// The longest gap between passes after the first reset (or over the run).
+    pub max_silence_mins: f64,
+    pub fallback_passes: u64,
+    pub fallback_stops: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Oracle {
+    pub dollars_per_proof: f64,
+    pub hours_below_target: f64,
+    pub launches: u64,
+    pub cost_ratio: f64,
+    pub hours_below_over_oracle: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Check {
+    pub name: String,
+    pub expected: String,
+    pub actual: String,
+    pub ok: bool,
+    /// What the check is about was not scheduled within the simulated hours (a reset, a 429
+    /// window): neither passed nor failed, and not counted (in the JSON only when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_applicable: bool,
+}
+
+pub struct Inputs<'a> {
+    pub store: &'a Store,
+    pub world: &'a World,
+    pub config: &'a Config,
+    pub scenario: &'a Scenario,
+    pub seed: u64,
+    pub hours: f64,
+    pub start: Millis,
+    pub end: Millis,
+    pub driver: &'a DriverTally,
+    pub outside: &'a OutsideTally,
+    pub doorbell_waiting: bool,
+    pub oracle: &'a OracleResult,
+    pub llm_real: bool,
+}
+
+/// Round for the report: 4 decimals (stable JSON).
+pub fn r4(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 10_000.0).round() / 10_000.0
+    } else {
+        0.0
+    }
+}
+
+fn percentile(sorted: &[f32], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64
+}
+
+/// How long (in hours) live capacity stayed under [`BELOW_TARGET_SHARE`] of min(target,
+/// market), counted in [`CAP_BIN_MS`] bins: the aim compares it with boot times, which a
+/// count of whole hours cannot resolve. A partial last bin counts pro rata.
+pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) -> f64 {
+    let mut total = 0.0;
+    let mut b = 0usize;
+    loop {
+        let from = start + b as Millis * CAP_BIN_MS;
+        if from >= end {
+            break;
+        }
+        let to = (from + CAP_BIN_MS).min(end);
+        let span = (to - from) as f64;
+        let cap = w.curio.tally.cap_ms.get(b).copied().unwrap_or(0.0) / span;
+        // The market's rate at each minute of the bin.
+        let points = (CAP_BIN_MS / 60_000) as usize;
+        let mut market = 0.0;
+        for k in 0..points {
+            market += w
+                .market
+                .rate_at(from + (span as Millis) * k as Millis / points as Millis);
+        }
+        market /= points as f64;
+        let wanted = if target > 0.0 {
+            market.min(target)
+        } else {
+            market
+        };
+        if wanted > 0.0 && cap < BELOW_TARGET_SHARE * wanted {
+            total += span / HOUR_MS as f64;
+        }
+        b += 1;
+    }
+    total
+}
+
+pub fn build(i: &Inputs<'_>) -> Result<Report> {
+    let conn = &i.store.conn;
+    let w = i.world;
+    let target = i.config.policy.target_proofs_per_hour;
+
+    // Proofs.
+    let wanted: u64 = w
+        .market
+        .tally
+        .offered_per_hour
+        .iter()
+        .map(|n| {
+            if target > 0.0 {
+                (*n).min(target as u64)
+            } else {
+                *n
+            }
+        })
+        .sum();
+    let mut waits = w.curio.tally.waits.clone();
+    waits.sort_by(f32::total_cmp);
+    let completed = w.curio.tally.completed;
+    let proofs = Proofs {
+        offered: w.market.tally.offered,
+        wanted,
+        completed,
+        expired: w.market.tally.expired,
+        served_share: r4(if wanted == 0 {
+            1.0
+        } else {
+            (completed as f64 / wanted as f64).min(1.0)
+        }),
+        queue_wait_p50_secs: r4(percentile(&waits, 0.5)),
+        queue_wait_p95_secs: r4(percentile(&waits, 0.95)),
+    };
+    let dollars = w.vast.spend_ours(i.end);
+    let per_proof = if completed == 0 {
+        0.0
+    } else {
+        dollars / completed as f64
+    };
+    let below = hours_below_target(w, target, i.start, i.end);
+
+    // Runs: one row per pass.
+    let rows = db::runs(conn)?;
+    let mut overlaps = 0;
+    for pair in rows.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        if a.finished_at.unwrap_or(Millis::MAX) > b.started_at {
+            overlaps += 1;
+        }
+    }
+    let mut per_hour: BTreeMap<i64, u64> = BTreeMap::new();
+    for r in &rows {
+        *per_hour
+            .entry((r.started_at - i.start) / HOUR_MS)
+            .or_insert(0) += 1;
+    }
+    let counts = db::run_counts(conn)?;
+    let runs = Runs {
+        processes: i.driver.processes,
+        passes: rows.len() as u64,
+        failed_passes: rows.iter().filter(|r| r.status == "failed").count() as u64,
+        timer_ticks: i.driver.ticks,
+        ticks_merged: i.driver.ticks_merged,
+        doorbell_starts: i.driver.path_starts,
+        max_passes_in_an_hour: per_hour.values().copied().max().unwrap_or(0),
+        by_verdict: counts.by_verdict,
+        by_decider: counts.ok_by_decider,
+    };
+
+    // LLM.
+    let totals = db::llm_totals(conn)?;
+    let llm = Llm {
+        real_model: i.llm_real,
+        calls: totals.calls,
+        skips: counts.skipped,
+        failed_turns: counts.llm_failed,
+        prompt_tokens_max: totals.prompt_tokens_max as u64,
+        prompt_tokens_total: totals.prompt_tokens_total as u64,
+        prompt_tokens_per_tick: r4(totals.prompt_tokens_total as f64 / i.driver.ticks.max(1) as f64),
+    };
+
+    // Events: every one inserted is claimed by a pass that finished, failed after its
+    // attempts (kept and shown), or still waiting with a doorbell (or deferred to the timer).
+    let ev = db::event_counts(conn, i.end)?;
+    let lost = ev.claimed_by_not_ok
+        + if i.doorbell_waiting {
+            0
+        } else {
+            ev.waiting_ready
+        };
+    let events = Events {
+        inserted: ev.inserted,
+        by_kind: ev.by_kind,
+        claimed: ev.claimed_by_ok,
+        failed: ev.failed,
+        waiting_at_end: ev.waiting,
+    };
+
+    // Wakes: processed exactly once, by a pass that finished.
+    let wk = db::wake_counts(conn, counts.last_ok_start.unwrap_or(i.start))?;
+    let wakes = Wakes {
+        created: wk.created,
+        processed: wk.processed,
+        cancelled: wk.cancelled,
+    };
+
+    // The ledger.
+    let window_ms = i.config.policy.launch_window_minutes as Millis * 60_000;
+    let launches_ok = db::launch_times(conn)?;
+    let mut bypasses = 0;
+    for (k, (t, emergency)) in launches_ok.iter().enumerate() {
+        let before = launches_ok[..k]
+            .iter()
+            .filter(|(u, _)| *u > t - window_ms)
+            .count() as u32;
+        if *emergency && before >= i.config.policy.launch_window_max {
+            bypasses += 1;
+        }
+    }
+    let seeded = i.scenario.start.loading as u64;
+    let ledger = db::ledger_counts(conn)?;
+    let launches = Launches {
+        made: ledger.launches_ok.saturating_sub(seeded),
+        failed: ledger.launches_failed,
+        open_intents: ledger.launch_intents,
+        refused: ledger.launch_refusals,
+        emergency_bypasses: bypasses,
+    };
+    let stops = Stops {
+        made: ledger.stops_ok,
+        failed: ledger.stops_failed,
+        refused: ledger.stop_refusals,
+    };
+
+    // Incident facts.
+    let first_dead = rows
+        .iter()
+        .find(|r| r.status == "ok" && r.emergency)
+        .map(|r| r.id);
+    let dead_launches = match first_dead {
+        Some(id) => db::launches_in_run(conn, id)?,
+        None => 0,
+    };
+    let mut answered: Option<f64> = None;
+    let mut all_answered = true;
+    for (t, event) in &i.outside.resets {
+        match db::claimed_by_ok_run_at(conn, *event)? {
+            Some(st) => {
+                let secs = (st - t) as f64 / 1000.0;
+                answered = Some(answered.map_or(secs, |a: f64| a.max(secs)));
+            }
+            None => all_answered = false,
+        }
+    }
+    if !all_answered {
+        answered = None;
+    }
+    let from = i.outside.resets.first().map(|(t, _)| *t).unwrap_or(i.start);
+    let mut starts: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.started_at >= from)
+        .map(|r| r.started_at)
+        .collect();
+    starts.insert(0, from);
+    starts.push(i.end);
+    let silence = starts.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0);
+    let incident = Incident {
+        first_dead_pass: first_dead,
+        launch_requests_in_first_dead_pass: dead_launches,
+        resets: i.outside.resets.len() as u64,
+        reset_answered_secs: answered.map(r4),
+        max_silence_mins: r4(silence as f64 / 60_000.0),
+        fallback_passes: counts.fallback,
+        fallback_stops: ledger.fallback_stops,
+    };
+
+    let invariants = Invariants {
+        overlapping_runs: overlaps,
+        events_lost: lost,
+        wakes_processed_twice: counts.wakes_claimed_by_ok.saturating_sub(wk.processed)
+            + wk.processed_by_not_ok,
+        wakes_overdue: wk.overdue,
+        runs_left_running: rows.iter().filter(|r| r.status == "running").count() as u64,
+        foreign_instances_touched: w.vast.tally.foreign_touched,
+    };
+    let o = i.oracle;
+    let oracle = Oracle {
+        dollars_per_proof: r4(o.dollars_per_proof()),
+        hours_below_target: r4(o.hours_below_target),
+        launches: o.launches,
+        cost_ratio: r4(if o.dollars_per_proof() > 0.0 {
+            per_proof / o.dollars_per_proof()
+        } else {
+            0.0
+        }),
+        hours_below_over_oracle: r4(below - o.hours_below_target),
+    };
+    let decided_by = if i.llm_real {
+        format!("llm ({})", i.config.llm.model)
+    } else if i.config.llm.provider == crate::config::Provider::Openai {
+        "llm (simulated outage) with fallback".to_string()
+    } else {
+        "rules".to_string()
+    };
+    let mut report = Report {
+        scenario: i.scenario.name.clone(),
+        description: i.scenario.description.clone(),
+        seed: i.seed,
+        hours: r4(i.hours),
+        decided_by,
+        target_proofs_per_hour: r4(target),
+        proofs,
+        hours_below_target: r4(below),
+        money: Money {
+            dollars: r4(dollars),
+            dollars_per_proof: r4(per_proof),
+        },
+        launches,
+        stops,
+        stuck_instances: Stuck {
+            seen: w.stuck_ever(i.end),
+            unhandled: w.stuck_now(i.end).len() as u64,
+        },
+        runs,
+        llm,
+        events,
+        wakes,
+        invariants,
+        vast: Vast {
+            creates: w.vast.tally.create_calls,
+            answers_429: w.vast.tally.calls_429,
+        },
+        incident,
+        oracle,
+        checks: Vec::new(),
+        passed: false,
+        errors: i.driver.errors.clone(),
+    };
+    report.checks = checks(&report, i.scenario, i.hours);
+    report.passed = report.checks.iter().all(|c| c.ok || c.not_applicable);
+    Ok(report)
+}
+
+/// A number as the report writes it: whole numbers bare, others to 4 decimals at most.
+fn fmt(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{:.4}", x).trim_end_matches('0').to_string()
+    }
+}

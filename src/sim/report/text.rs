@@ -1,0 +1,203 @@
+//! The report as a table, for the terminal.
+
+use std::collections::BTreeMap;
+
+use super::{fmt, Report};
+
+fn map_line(m: &BTreeMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The report as a table.
+pub fn render_text(r: &Report) -> String {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut row = |k: &str, v: String| rows.push((k.to_string(), v));
+    let p = &r.proofs;
+    row(
+        "scenario",
+        format!(
+            "{} ({}h, seed {}, {})",
+            r.scenario,
+            fmt(r.hours),
+            r.seed,
+            r.decided_by
+        ),
+    );
+    row(
+        "proofs",
+        format!(
+            "{} completed of {} wanted ({:.1}%), {} offered, {} went elsewhere",
+            p.completed,
+            p.wanted,
+            p.served_share * 100.0,
+            p.offered,
+            p.expired
+        ),
+    );
+    row(
+        "queue wait",
+        format!(
+            "p50 {:.0}s, p95 {:.0}s",
+            p.queue_wait_p50_secs, p.queue_wait_p95_secs
+        ),
+    );
+    row(
+        "hours below target",
+        format!(
+            "{} (target {} p/h)",
+            fmt(r.hours_below_target),
+            fmt(r.target_proofs_per_hour)
+        ),
+    );
+    row(
+        "spend",
+        format!(
+            "${:.2}, ${:.4}/proof",
+            r.money.dollars, r.money.dollars_per_proof
+        ),
+    );
+    row(
+        "oracle",
+        format!(
+            "${:.4}/proof ({:.2}x), {} h below target (+{}), {} launches",
+            r.oracle.dollars_per_proof,
+            r.oracle.cost_ratio,
+            fmt(r.oracle.hours_below_target),
+            fmt(r.oracle.hours_below_over_oracle),
+            r.oracle.launches
+        ),
+    );
+    let l = &r.launches;
+    row(
+        "launches",
+        format!(
+            "{} made, {} failed, {} emergency bypasses; refused: {}",
+            l.made,
+            l.failed,
+            l.emergency_bypasses,
+            map_line(&l.refused)
+        ),
+    );
+    row(
+        "stops",
+        format!(
+            "{} made, {} failed; refused: {}",
+            r.stops.made,
+            r.stops.failed,
+            map_line(&r.stops.refused)
+        ),
+    );
+    row(
+        "stuck instances",
+        format!(
+            "{} seen, {} left",
+            r.stuck_instances.seen, r.stuck_instances.unhandled
+        ),
+    );
+    let ru = &r.runs;
+    row("runs", format!(
+        "{} processes, {} passes ({} failed), {} timer ticks ({} merged), {} doorbell starts, at most {} passes in an hour",
+        ru.processes, ru.passes, ru.failed_passes, ru.timer_ticks, ru.ticks_merged, ru.doorbell_starts, ru.max_passes_in_an_hour
+    ));
+    row("verdicts", map_line(&ru.by_verdict));
+    row("decided by", map_line(&ru.by_decider));
+    let ll = &r.llm;
+    row(
+        "llm",
+        format!(
+            "{} calls, {} skips, {} failed turns; prompt tokens max {}, total {}, {:.1} per tick",
+            ll.calls,
+            ll.skips,
+            ll.failed_turns,
+            ll.prompt_tokens_max,
+            ll.prompt_tokens_total,
+            ll.prompt_tokens_per_tick
+        ),
+    );
+    let e = &r.events;
+    row(
+        "events",
+        format!(
+            "{} inserted ({}), {} claimed, {} failed, {} waiting at the end",
+            e.inserted,
+            map_line(&e.by_kind),
+            e.claimed,
+            e.failed,
+            e.waiting_at_end
+        ),
+    );
+    row(
+        "wakes",
+        format!(
+            "{} created, {} processed, {} cancelled",
+            r.wakes.created, r.wakes.processed, r.wakes.cancelled
+        ),
+    );
+    row(
+        "vast.ai",
+        format!(
+            "{} creates, {} answered 429",
+            r.vast.creates, r.vast.answers_429
+        ),
+    );
+    let inc = &r.incident;
+    if inc.resets > 0 || inc.first_dead_pass.is_some() || inc.fallback_passes > 0 {
+        row("incident", format!(
+            "first WORKERS DEAD pass {} asked {} launch(es); {} reset(s) answered in {}; longest gap {} min; fallback passes {}, fallback stops {}",
+            inc.first_dead_pass.map_or("-".into(), |x| x.to_string()),
+            inc.launch_requests_in_first_dead_pass,
+            inc.resets,
+            inc.reset_answered_secs.map_or("-".into(), |s| format!("{}s", fmt(s))),
+            fmt(inc.max_silence_mins),
+            inc.fallback_passes,
+            inc.fallback_stops
+        ));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in &rows {
+        out.push_str(&format!("{k:<width$}  {v}\n"));
+    }
+    out.push_str("\nchecks:\n");
+    let cw = r.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for c in &r.checks {
+        out.push_str(&format!(
+            "  {} {:<cw$}  {} (expected {})\n",
+            match (c.ok, c.not_applicable) {
+                (_, true) => "n/a ",
+                (true, _) => "PASS",
+                _ => "FAIL",
+            },
+            c.name,
+            c.actual,
+            c.expected
+        ));
+    }
+    for e in &r.errors {
+        out.push_str(&format!("  error: {e}\n"));
+    }
+    let na = r.checks.iter().filter(|c| c.not_applicable).count();
+    out.push_str(&format!(
+        "\n{}: {} of {} checks passed{}\n",
+        if r.passed { "PASSED" } else { "FAILED" },
+        r.checks
+            .iter()
+            .filter(|c| c.ok && !c.not_applicable)
+            .count(),
+        r.checks.len() - na,
+        match na {
+            0 => String::new(),
+            n => format!(
+                " ({n} not applicable: not reached within {} h)",
+                fmt(r.hours)
+            ),
+        }
+    ));
+    out
+}

@@ -1,0 +1,449 @@
+//! The simulated world: a vast.ai account ([`vast`]), a Curio cluster with its PSProve queue
+//! ([`curio`]) and the ProofShare market ([`market`]), composed here. It advances in 10 s
+//! steps (Curio's adder cadence), lazily, to whatever time it is asked about, so a caller
+//! sleeping on the simulated clock sees it move. Each step moves the instances first (a
+//! worker that starts joins Curio, one that dies leaves it), then the market, then Curio
+//! (which pulls from the market).
+//! Nothing here decides anything for the fleet.
+
+pub mod curio;
+pub mod market;
+pub mod vast;
+
+use crate::clock::Millis;
+use crate::sim::scenario::Scenario;
+use crate::vast::VastError;
+use curio::CurioCluster;
+use market::ProofMarket;
+use vast::VastAccount;
+pub use vast::{Host, Inst, Phase};
+
+pub const STEP_MS: Millis = 10_000;
+pub const SAMPLE_MS: Millis = 300_000;
+/// Live capacity is tallied in bins of this length (the timer's period) for the hours below
+/// target: fine enough to tell a boot's worth of delay (minutes) from none.
+pub const CAP_BIN_MS: Millis = 300_000;
+const MIN_MS: Millis = 60_000;
+const HOUR_MS: Millis = 3_600_000;
+
+/// One point of the time series (every 5 simulated minutes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub t: Millis,
+    pub pending: u32,
+    pub running: u32,
+    pub stale: u32,
+    pub loading: u32,
+    pub live: u32,
+    /// Completions in the last 15 min, per hour.
+    pub throughput: f64,
+    pub market_rate: f64,
+    pub spend: f64,
+}
+
+pub struct World {
+    pub start: Millis,
+    pub now: Millis,
+    next_step: Millis,
+    scenario: Scenario,
+    pub vast: VastAccount,
+    pub curio: CurioCluster,
+    pub market: ProofMarket,
+    pub samples: Vec<Sample>,
+    /// Instances loading past this long count as stuck (policy.stuck_loading_mins).
+    pub stuck_ms: Millis,
+}
+
+/// What the simulator seeds the database with, for instances that exist at the start.
+#[derive(Debug, Clone)]
+pub struct SeedInstance {
+    pub id: u64,
+    pub label: String,
+    pub created_at: Millis,
+    pub dph: f64,
+    pub gpu_name: String,
+    pub offer_id: u64,
+    pub loading: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct OursView {
+    pub id: u64,
+    pub phase: Phase,
+    pub rate: f64,
+    pub dph: f64,
+    pub created_at: Millis,
+    pub alive: bool,
+    pub busy: bool,
+}
+
+impl World {
+    pub fn new(scenario: &Scenario, seed: u64, start: Millis, prefix: &str) -> World {
+        World {
+            start,
+            now: start,
+            next_step: start,
+            scenario: scenario.clone(),
+            vast: VastAccount::new(scenario, seed, start, prefix),
+            curio: CurioCluster::new(scenario, seed, start),
+            market: ProofMarket::new(scenario, seed, start),
+            samples: Vec::new(),
+            stuck_ms: 30 * MIN_MS,
+        }
+    }
+
+    /// The fleet at the start: the foreign instance, and ours per `[start]`. Pending proofs
+    /// are put in Curio's queue. Returns ours for the database seed.
+    pub fn set_up_start(&mut self) -> Vec<SeedInstance> {
+        let start = self.start;
+        let s = self.scenario.start.clone();
+        self.curio
+            .queue_pending(s.pending, start - 20 * MIN_MS, start - 15 * MIN_MS);
+        let hosts = &self.vast.hosts;
+        let mut order: Vec<usize> = (0..hosts.len()).collect();
+        order.sort_by(|a, b| {
+            let (x, y) = (&hosts[*a], &hosts[*b]);
+            (x.dph / x.rate).total_cmp(&(y.dph / y.rate))
+        });
+        let mut picks = order.into_iter();
+        // Someone's notebook on the same account: never ours to touch.
+        if let Some(i) = picks.next_back() {
+            let host = self.vast.hosts[i].id;
+            let id = self
+                .vast
+                .place(host, Some("jupyter-notebook".into()), start - 30 * HOUR_MS);
+            self.force_running(id, start - 30 * HOUR_MS, false);
+        }
+        let mut seeded = Vec::new();
+        for k in 0..s.live {
+            let Some(i) = picks.next() else { break };
+            let label = format!("{}-r0-live{:02}", self.prefix(), k + 1);
+            let created = start - 3 * HOUR_MS;
+            let id = self.vast.place(self.vast.hosts[i].id, Some(label), created);
+            self.force_running(id, created + 8 * MIN_MS, true);
+            seeded.push(self.seed_of(id, false));
+        }
+        for k in 0..s.dead {
+            let Some(i) = picks.next() else { break };
+            let label = format!("{}-r0-old{:02}", self.prefix(), k + 1);
+            let created = start - 5 * HOUR_MS;
+            let id = self.vast.place(self.vast.hosts[i].id, Some(label), created);
+            self.force_running(id, created + 8 * MIN_MS, false);
+            let inst = self.vast.inst_mut(id).expect("just placed");
+            inst.phase = Phase::Offline;
+            inst.status_msg = Some("host disconnected".into());
+            inst.dies_at = None;
+            seeded.push(self.seed_of(id, false));
+        }
+        for k in 0..s.loading {
+            let Some(i) = picks.next() else { break };
+            let label = format!("{}-r0-boot{:02}", self.prefix(), k + 1);
+            // Launched 12, 8 and 3 minutes ago: the launch window is spent.
+            let created = start - (12 - 4 * k as i64).max(1) * MIN_MS;
+            let id = self.vast.place(self.vast.hosts[i].id, Some(label), created);
+            let stuck = k < s.loading_stuck;
+            let inst = self.vast.inst_mut(id).expect("just placed");
+            inst.boot_fails = false;
+            if stuck {
+                inst.running_at = None;
+            } else if inst.running_at.is_none_or(|t| t <= start) {
+                inst.running_at = Some(start + (4 + 5 * k as i64) * MIN_MS);
+            }
+            if let Some(r) = inst.running_at {
+                inst.curio_at = r + 90_000;
+            }
+            seeded.push(self.seed_of(id, true));
+        }
+        seeded
+    }
+
+    /// The label prefix of our instances (the config's `vast.label_prefix`).
+    fn prefix(&self) -> String {
+        self.vast.prefix().to_string()
+    }
+
+    fn seed_of(&self, id: u64, loading: bool) -> SeedInstance {
+        let i = self.vast.inst(id).expect("seeded instance");
+        SeedInstance {
+            id,
+            label: i.label.clone().unwrap_or_default(),
+            created_at: i.created_at,
+            dph: i.dph,
+            gpu_name: i.gpu_name.clone(),
+            offer_id: i.host.unwrap_or(0),
+            loading,
+        }
+    }
+
+    fn force_running(&mut self, id: u64, at: Millis, with_worker: bool) {
+        let start = self.start;
+        let inst = self.vast.inst_mut(id).expect("placed");
+        inst.phase = Phase::Running;
+        inst.loading_at = at - 5 * MIN_MS;
+        inst.running_at = Some(at);
+        inst.boot_fails = false;
+        inst.curio_at = if with_worker {
+            at + 90_000
+        } else {
+            Millis::MAX
+        };
+        if let Some((t, _, _)) = inst.dies_at {
+            if t < start {
+                inst.dies_at = None;
+            }
+        }
+        if with_worker {
+            let idx = self.vast.inst_index(id).expect("placed");
+            self.register(idx, at + 90_000);
+        }
+    }
+
+    /// The worker of the instance at `idx` registers with Curio at `at`.
+    fn register(&mut self, idx: usize, at: Millis) {
+        let inst = &self.vast.insts[idx];
+        let name = inst
+            .label
+            .clone()
+            .unwrap_or_else(|| format!("C.{}", inst.id));
+        let machine =
+            self.curio
+                .register(inst.id, name, format!("{}:12300", inst.ip), inst.rate, at);
+        self.vast.insts[idx].worker = Some(machine);
+    }
+
+    // ---- time ----
+
+    /// Advance to `now` (never backwards).
+    pub fn advance(&mut self, now: Millis) {
+        while self.next_step <= now {
+            let t = self.next_step;
+            self.step(t);
+            self.next_step += STEP_MS;
+        }
+        self.now = self.now.max(now);
+    }
+
+    fn step(&mut self, t: Millis) {
+        // Instances, and their workers joining or leaving Curio.
+        for idx in 0..self.vast.insts.len() {
+            let change = self.vast.step_instance(idx, t);
+            if let Some(at) = change.starts {
+                self.register(idx, at);
+            }
+            if let Some(at) = change.dies {
+                if let Some(m) = self.vast.insts[idx].worker {
+                    self.curio.kill(m, at);
+                }
+            }
+        }
+        self.market.step(t);
+        self.curio.step(t, &mut self.market);
+        if (t - self.start) % SAMPLE_MS == 0 {
+            let s = self.sample(t);
+            self.samples.push(s);
+        }
+    }
+
+    fn sample(&self, t: Millis) -> Sample {
+        let d = self.curio.demand(t, 150_000);
+        let ours = self.vast.insts.iter().filter(|i| i.ours && !i.destroyed);
+        let (mut loading, mut live) = (0, 0);
+        for i in ours {
+            match i.phase {
+                Phase::Provisioning | Phase::Loading => loading += 1,
+                Phase::Running if i.worker.is_some_and(|m| self.curio.alive(m)) => live += 1,
+                _ => {}
+            }
+        }
+        Sample {
+            t,
+            pending: d.pending,
+            running: d.running,
+            stale: d.running_stale,
+            loading,
+            live,
+            throughput: d.completed_15m as f64 * 4.0,
+            market_rate: self.market.rate_at(t),
+            spend: self.vast.spend_ours(t),
+        }
+    }
+
+    // ---- vast.ai calls that reach Curio: the instance's worker dies with it ----
+
+    pub fn destroy(&mut self, id: u64, now: Millis) -> Result<(), VastError> {
+        if let Some(m) = self.vast.destroy(id, now)? {
+            self.curio.kill(m, now);
+        }
+        Ok(())
+    }
+
+    pub fn stop(&mut self, id: u64, now: Millis) -> Result<(), VastError> {
+        if let Some(m) = self.vast.stop(id, now)? {
+            self.curio.kill(m, now);
+        }
+        Ok(())
+    }
+
+    // ---- bookkeeping ----
+
+    /// Our instances that are up but loading past the stuck limit right now.
+    pub fn stuck_now(&self, now: Millis) -> Vec<u64> {
+        self.vast.stuck_now(now, self.stuck_ms)
+    }
+
+    /// Our instances that ever stayed loading past the stuck limit (destroyed or not).
+    pub fn stuck_ever(&self, now: Millis) -> u64 {
+        self.vast.stuck_ever(now, self.stuck_ms)
+    }
+
+    /// Instance ids and their live/idle state, for the oracle.
+    pub fn ours_view(&self) -> Vec<OursView> {
+        self.vast
+            .insts
+            .iter()
+            .filter(|i| i.ours && !i.destroyed)
+            .map(|i| OursView {
+                id: i.id,
+                phase: i.phase,
+                rate: self.vast.host_rate(i),
+                dph: i.dph,
+                created_at: i.created_at,
+                alive: i.worker.is_some_and(|m| self.curio.alive(m)),
+                busy: i.worker.is_some_and(|m| self.curio.busy(m)),
+            })
+            .collect()
+    }
+
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::scenario;
+    use crate::vast::OfferQuery;
+
+    const T0: Millis = 1_772_409_600_000;
+
+    fn world(text: &str) -> World {
+        let s = scenario::parse(text).unwrap();
+        World::new(&s, 3, T0, "fleetagent")
+    }
+
+    const BASE: &str = "name = \"t\"\ndescription = \"t\"\nhours = 24\n[market]\nrate = [[0, 120]]\n[hosts]\nboot_fail = 0\nstuck = 0\noffline_per_day = 0\ncrash_per_day = 0\n";
+
+    #[test]
+    fn an_instance_boots_registers_and_proves() {
+        let mut w = world(BASE);
+        let offers = w.vast.search(&OfferQuery {
+            limit: 5,
+            ..Default::default()
+        });
+        assert_eq!(offers.len(), 5);
+        assert!(offers.windows(2).all(|p| p[0].dph_total <= p[1].dph_total));
+        let id = w.vast.create(offers[0].id, "fleetagent-r1-aa", T0).unwrap();
+        assert!(matches!(
+            w.vast.create(offers[0].id, "x", T0),
+            Err(VastError::NoSuchAsk(_))
+        ));
+        assert_eq!(w.vast.show(id).unwrap().actual_status, None);
+        w.advance(T0 + 2 * HOUR_MS);
+        assert_eq!(
+            w.vast.show(id).unwrap().actual_status.as_deref(),
+            Some("running")
+        );
+        let d = w.curio.demand(w.now, 150_000);
+        assert_eq!(d.workers.len(), 1);
+        assert_eq!(d.workers[0].machine_name, "fleetagent-r1-aa");
+        assert!(d.completed_1h > 10, "{d:?}");
+        // Curio buffers at most 8 while a worker lives.
+        assert!(d.pending <= 8, "{d:?}");
+        let spent = w.vast.spend_ours(w.now);
+        assert!((spent - offers[0].dph_total * 2.0).abs() < 1e-6, "{spent}");
+    }
+
+    #[test]
+    fn hours_below_target_are_counted_in_five_minute_bins() {
+        use crate::sim::report::hours_below_target;
+        let end = T0 + 2 * HOUR_MS;
+        // No worker at all: every bin of the two hours is below.
+        let mut empty = world(BASE);
+        empty.advance(end);
+        let all = hours_below_target(&empty, 300.0, T0, end);
+        assert!((all - 2.0).abs() < 1e-9, "{all}");
+        // One instance from the start, and a target it covers once it proves: below only
+        // while it boots, a whole number of 5-minute bins, not a whole hour.
+        let mut w = world(BASE);
+        let offer = w.vast.search(&OfferQuery::default())[0].id;
+        w.vast.create(offer, "fleetagent-r1-aa", T0).unwrap();
+        w.advance(end);
+        let below = hours_below_target(&w, 1.0, T0, end);
+        assert!(below > 0.0 && below < 1.0, "{below}");
+        assert!(
+            (below * 12.0 - (below * 12.0).round()).abs() < 1e-9,
+            "{below}"
+        );
+    }
+
+    #[test]
+    fn a_dead_worker_keeps_a_stale_owner_until_cleanup_by_a_live_node() {
+        let mut w = world(BASE);
+        let offers = w.vast.search(&OfferQuery::default());
+        let a = w.vast.create(offers[0].id, "fleetagent-r1-a", T0).unwrap();
+        let b = w.vast.create(offers[1].id, "fleetagent-r1-b", T0).unwrap();
+        w.advance(T0 + HOUR_MS);
+        // Kill a's worker (the container exits) while it proves.
+        let ia = w.vast.inst_index(a).unwrap();
+        w.vast.insts[ia].dies_at = Some((w.now + 1, Phase::Exited, "container exited"));
+        w.advance(w.now + STEP_MS);
+        let died = w.now;
+        let d = w.curio.demand(died + 30_000, 150_000);
+        assert_eq!(d.workers.len(), 2, "a dead worker looks live for a while");
+        let later = w.curio.demand(died + 200_000, 150_000);
+        assert_eq!(later.workers.len(), 1);
+        // After >10 min silent plus a cleanup round, its task is pending again.
+        w.advance(died + 16 * MIN_MS);
+        assert_eq!(w.curio.demand(w.now, 150_000).running_stale, 0);
+        let _ = b;
+    }
+
+    #[test]
+    fn a_destroyed_or_stopped_instance_takes_its_worker_with_it() {
+        let mut w = world(BASE);
+        let offers = w.vast.search(&OfferQuery::default());
+        let a = w.vast.create(offers[0].id, "fleetagent-r1-a", T0).unwrap();
+        let b = w.vast.create(offers[1].id, "fleetagent-r1-b", T0).unwrap();
+        w.advance(T0 + HOUR_MS);
+        assert!(w.ours_view().iter().all(|v| v.alive), "{:?}", w.ours_view());
+        let both = w.curio.live_capacity();
+        w.destroy(a, w.now).unwrap();
+        assert!(w.curio.live_capacity() < both);
+        w.stop(b, w.now).unwrap();
+        assert_eq!(w.curio.live_capacity(), 0.0);
+        let view = w.ours_view();
+        assert_eq!(view.len(), 1, "the destroyed one is gone");
+        assert!(view[0].phase == Phase::Stopped && !view[0].alive);
+        assert!(matches!(
+            w.stop(a, w.now),
+            Err(VastError::NoSuchInstance(_))
+        ));
+        assert!(w.destroy(a, w.now).is_ok());
+    }
+
+    #[test]
+    fn no_live_node_means_no_pulls_and_no_cleanup() {
+        let text = format!("{BASE}[start]\npending = 59\n");
+        let mut w = world(&text);
+        w.set_up_start();
+        w.advance(T0 + HOUR_MS);
+        let d = w.curio.demand(w.now, 150_000);
+        assert_eq!(d.pending, 59);
+        assert!(d.workers_dead());
+        assert!(
+            w.market.tally.expired > 0,
+            "the market gave the work to others"
+        );
+    }
+}
