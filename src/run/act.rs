@@ -87,7 +87,15 @@ pub fn rules(
     };
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
     let plan = rules::decide(snapshot, le.config, low, mode);
-    let (mutated, notes) = execute(store, le, registry, snapshot, actor, "rules", &plan)?;
+    let (mutated, notes) = execute(
+        store,
+        le,
+        registry,
+        snapshot,
+        actor,
+        |_| "rules".into(),
+        &plan,
+    )?;
     crate::faults::point("rules-before-note")?;
     let note = rules_note(actor == Actor::Fallback, &notes);
     note_message(store, le, &note, "rules")?;
@@ -161,13 +169,13 @@ fn execute(
     registry: &Registry,
     snapshot: &mut Snapshot,
     actor: Actor,
-    prefix: &str,
+    prefix: impl Fn(&rules::PlannedCall) -> String,
     plan: &[rules::PlannedCall],
 ) -> Result<(bool, Vec<String>)> {
     let mut mutated = false;
     let mut notes = Vec::new();
     for (i, call) in plan.iter().enumerate() {
-        let call_id = format!("{prefix}_{}_{}", le.run_id, i + 1);
+        let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
         let args = call.arguments.to_string();
         let result = agent::run_tool(
             store, le, registry, snapshot, actor, &call_id, call.tool, &args,
