@@ -133,15 +133,10 @@ pub fn floor(
         le.run_id,
         plan.calls.len()
     );
-    let (mutated, notes) = execute(
-        store,
-        le,
-        registry,
-        snapshot,
-        Actor::Floor,
-        "floor",
-        &plan.calls,
-    )?;
+    // The call id names the rule (`floor-emergency_12_1`): the ledger keeps it, so a report
+    // can count the floor's actions by kind.
+    let id = |c: &rules::PlannedCall| format!("floor-{}", c.kind.as_str());
+    let (mutated, notes) = execute(store, le, registry, snapshot, Actor::Floor, id, &plan.calls)?;
     note_message(store, le, &floor_note(&notes), "floor")?;
     Ok(mutated)
 }
