@@ -178,7 +178,7 @@ fn store_problems(
     // pass succeeds, so one bad run is seen before the staleness check above fires.
     if let Ok(Some(last)) = crate::store::runs::recent(&store.conn, 1).map(|r| r.into_iter().next())
     {
-        if last.status == "failed" {
+        if last.status == crate::store::runs::Status::Failed {
             out.push(format!(
                 "the last run ({}) failed {} ago: {}",
                 last.id,

@@ -218,7 +218,7 @@ pub fn render_text(r: &Report) -> String {
             run.session_id,
             run.started_by,
             run.status,
-            run.verdict.as_deref().unwrap_or("-"),
+            run.verdict.map_or("-", |v| v.as_str()),
             run.started_at,
             run.events_claimed,
             run.wakes_claimed,

@@ -12,6 +12,8 @@ pub mod messages;
 pub mod report;
 pub mod runs;
 pub mod session;
+#[macro_use]
+pub mod text_enum;
 pub mod wakes;
 
 use std::path::{Path, PathBuf};
