@@ -152,7 +152,7 @@ mod tests {
         for _ in 0..2000 {
             r = fold(Some(r), 1.1);
         }
-        assert!(r >= 1.1 * 1.02 - 1e-9 && r < 1.1 * 1.02 + 1e-6, "{r}");
+        assert!((1.1 * 1.02 - 1e-9..1.1 * 1.02 + 1e-6).contains(&r), "{r}");
         // Never below 1.0, whatever the samples.
         let mut r = 1.5;
         for _ in 0..1000 {
