@@ -196,6 +196,14 @@ pub struct LlmView {
     /// reported / estimated (below 1.0: the estimate over-counts, as intended).
     pub reported_to_estimate_ratio: Option<f64>,
     pub max_prompt_tokens_estimated: Option<i64>,
+    /// The largest reported / estimated of a single call among them.
+    pub max_reported_to_estimate_ratio: Option<f64>,
+    /// What the budget is divided by for this model (`token_calibration`; null before its
+    /// first call that reported usage), over how many calls, and the budget that leaves for
+    /// our raw estimate.
+    pub calibrated_ratio: Option<f64>,
+    pub calibration_samples: i64,
+    pub calibrated_budget_tokens: u64,
 }
 
 /// An operator message and the model's answer, if any came after it.

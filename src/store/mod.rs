@@ -4,6 +4,7 @@
 //! Nothing here talks to the outside world or reads the clock: times are passed in.
 
 pub mod actions;
+pub mod calibration;
 pub mod events;
 pub mod history;
 pub mod instances;
