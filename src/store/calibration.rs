@@ -120,7 +120,7 @@ mod tests {
     fn the_measured_maximum_is_over_the_newest_reporting_calls() {
         let (_dir, s) = test_store(0);
         assert_eq!(measured(&s.conn, 50).unwrap(), Measured::default());
-        let run = runs::create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        let run = runs::create(&s.conn, 1, 1, 1, runs::StartedBy::Tick, 0).unwrap();
         let call = |est: u64, reported: Option<i64>| {
             llm_calls::insert(
                 &s.conn,
