@@ -45,6 +45,23 @@ pub fn llm_response(data: &[u8]) {
             assert!(!call.id.is_empty(), "an empty call id");
             assert!(ids.insert(call.id.clone()), "a repeated call id");
         }
+        // What is stored, and so sent again, is always a JSON object.
+        use fleetagent::prompt::answer as store;
+        let read = store::read(
+            &answer,
+            &[],
+            1,
+            &["launch_instance", "list_instances"],
+            1024,
+        );
+        assert!(
+            !read.cut || read.calls.is_empty(),
+            "a cut answer's calls run"
+        );
+        for call in store::stored_calls(&read.calls) {
+            let v: Value = serde_json::from_str(&call.arguments).expect("stored arguments parse");
+            assert!(v.is_object(), "stored arguments are an object");
+        }
     }
 }
 

@@ -10,9 +10,9 @@ use serde_json::json;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::fleet::Snapshot;
-use crate::llm::{ChatMessage, ChatRequest, LlmClient, Role, ToolCall};
+use crate::llm::{ChatMessage, ChatRequest, LlmClient, Role};
 use crate::policy::turns;
-use crate::prompt::answer::{cap_answer, stored_calls, unique_call_ids, MAX_CALLS_PER_ANSWER};
+use crate::prompt::answer::{self, stored_calls, MAX_CALLS_PER_ANSWER};
 use crate::prompt::context::{self, Fixed};
 use crate::prompt::{effective_budget, state, SYSTEM_PROMPT};
 use crate::store::history::{to_stored, DbHistory, Stored};
@@ -98,6 +98,12 @@ pub struct LlmOutcome {
     pub max_prompt_est: i64,
     pub max_prompt_reported: Option<i64>,
     pub completion_tokens: i64,
+    /// Answers cut at `max_tokens` or with a tool call written as text (their stored text
+    /// carries a note saying which; `prompt::answer::read`).
+    pub malformed_answers: i64,
+    /// The model's tool calls answered `invalid_args` or `unknown_tool` (arguments that are
+    /// not a JSON object, of the wrong shape, or no such tool).
+    pub invalid_calls: i64,
 }
 
 /// The model could not be used this pass.
@@ -152,6 +158,7 @@ pub fn llm_loop(
     // The model's tokenizer may count more than ours: the budget is divided by its ratio.
     let mut ratio = crate::store::calibration::ratio(&store.conn, &config.llm.model)?;
     let tools = registry.specs();
+    let tool_names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     let tools_tokens = le.tk.count_tools(&tools);
     let interrupted_tokens = le.tk.count_message(&ChatMessage {
         role: Role::Tool,
@@ -217,7 +224,7 @@ pub fn llm_loop(
             let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
             context::assemble(&fixed, &mut source, budget)
         };
-        let assembled = match assembled {
+        let mut assembled = match assembled {
             Ok(a) => a,
             Err(context::ContextError::Source(e)) => anyhow::bail!("reading history: {e}"),
             Err(e) => {
@@ -227,10 +234,20 @@ pub fn llm_loop(
                 }))
             }
         };
+        // Answers stored before their arguments were made replayable are fixed on the way
+        // out (the recount below sees the replacement).
+        let replaced = answer::make_replayable(&mut assembled.messages);
+        if replaced > 0 {
+            log::info!(
+                "run {}: {replaced} stored tool call(s) with arguments that are not a JSON object replayed as one",
+                le.run_id
+            );
+        }
         let request = ChatRequest {
             model: config.llm.model.clone(),
             messages: assembled.messages,
             tools: tools.clone(),
+            max_tokens: Some(config.llm.max_output_tokens),
             budget: Some(Duration::from_millis(left_ms as u64)),
         };
         // The last check before sending: recount the whole request with the tokenizer
@@ -315,12 +332,31 @@ pub fn llm_loop(
         {
             ratio = Some(calibrate(&store.conn, config, s, at)?);
         }
-        let content = cap_answer(response.content.as_deref().unwrap_or_default());
-        let mut calls: Vec<ToolCall> = response.tool_calls.clone();
-        // Calls past the cap never happened: neither run nor stored (the last result says so).
-        let dropped = calls.len().saturating_sub(MAX_CALLS_PER_ANSWER);
-        calls.truncate(MAX_CALLS_PER_ANSWER);
-        unique_call_ids(&mut calls, &request.messages, round);
+        let answer::Read {
+            content,
+            calls,
+            dropped,
+            cut,
+            malformed,
+        } = answer::read(
+            &response,
+            &request.messages,
+            round,
+            &tool_names,
+            config.llm.max_output_tokens,
+        );
+        if malformed {
+            out.malformed_answers += 1;
+            log::warn!(
+                "run {} round {round}: malformed answer ({})",
+                le.run_id,
+                if cut {
+                    "cut at max_output_tokens"
+                } else {
+                    "a tool call written as text"
+                }
+            );
+        }
         if calls.is_empty() {
             if !content.trim().is_empty() {
                 insert_message(
@@ -371,6 +407,9 @@ pub fn llm_loop(
                 &call.arguments,
             )?;
             out.mutated |= result.mutated;
+            if answer::invalid_call(&result.content) {
+                out.invalid_calls += 1;
+            }
             if dropped > 0 && i + 1 == calls.len() {
                 if let Some(obj) = result.content.as_object_mut() {
                     obj.insert(
@@ -401,6 +440,14 @@ pub fn llm_loop(
             )?;
             crate::faults::point("tool-after-result")?;
         }
+    }
+    if out.malformed_answers > 0 || out.invalid_calls > 0 {
+        log::info!(
+            "run {}: {} malformed answer(s), {} invalid call(s)",
+            le.run_id,
+            out.malformed_answers,
+            out.invalid_calls
+        );
     }
     Ok(Ok(out))
 }

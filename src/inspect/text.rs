@@ -116,7 +116,7 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     line(format!(
-        "llm         {} {} ({}), budget {} tokens ({} after margin); last call {}{}",
+        "llm         {} {} ({}), budget {} tokens ({} for the prompt after margin and max_output_tokens); last call {}{}",
         r.llm.provider,
         r.llm.model,
         r.llm.encoding,

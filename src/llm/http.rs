@@ -2,17 +2,17 @@
 //! turn, retried with backoff inside a total time budget read from the [`Clock`] it is given.
 //! It never builds prompts, never logs the API key, and logs whole prompts only at trace level.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::{
-    AttemptFailure, ChatRequest, ChatResponse, LlmClient, LlmError, Role, ToolCall, Usage,
-};
+pub use super::parse::parse_completion;
+use super::parse::snippet;
+#[cfg(test)]
+use super::parse::SNIPPET_CHARS;
+use super::{AttemptFailure, ChatRequest, ChatResponse, LlmClient, LlmError, Role};
 use crate::clock::Clock;
 
 /// First wait after a transient failure; it doubles after each one.
@@ -22,11 +22,6 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(16);
 /// A chat completion is a few kB; anything far bigger is not an answer we can use.
 const MAX_BODY_BYTES: u64 = 8 * 1024 * 1024;
-/// How much of a non-JSON body an error keeps.
-const SNIPPET_CHARS: usize = 200;
-
-/// Process-wide counter for ids we make up when a server sends a tool call without one.
-static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(0);
 
 /// An OpenAI-compatible chat-completions client (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp,
 /// LiteLLM). Cheap to share: the ureq agent pools connections.
@@ -36,6 +31,8 @@ pub struct HttpLlmClient {
     clock: Arc<dyn Clock>,
     timeout: Duration,
     retry_budget: Duration,
+    /// The request field the output cap goes in (see [`cap_field`]).
+    cap_field: &'static str,
     agent: ureq::Agent,
 }
 
@@ -89,6 +86,7 @@ impl HttpLlmClient {
             clock,
             timeout,
             retry_budget,
+            cap_field: cap_field(base_url),
             agent,
         }
     }
@@ -135,7 +133,7 @@ impl LlmClient for HttpLlmClient {
         let Some(key) = self.api_key.as_deref() else {
             return Err(LlmError::NoKey);
         };
-        let body = request_body(req).to_string();
+        let body = request_body_with(req, self.cap_field).to_string();
         log::debug!(
             "LLM request to {}: model {}, {} messages, {} tools, {} bytes",
             self.endpoint,
@@ -201,11 +199,37 @@ fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// The field the output cap is sent in: `max_completion_tokens` to api.openai.com (o1, o3 and
+/// gpt-5 refuse `max_tokens` there, every current model accepts the newer field), `max_tokens`
+/// everywhere else (Ollama, llama.cpp and vLLM read only that one; OpenRouter and LiteLLM
+/// forward it).
+pub fn cap_field(base_url: &str) -> &'static str {
+    let host = base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(base_url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default();
+    if host.eq_ignore_ascii_case("api.openai.com") {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    }
+}
+
+/// The JSON body of one request as a local server gets it (the cap as `max_tokens`); see
+/// [`request_body_with`].
+pub fn request_body(req: &ChatRequest) -> Value {
+    request_body_with(req, "max_tokens")
+}
+
 /// The JSON body of one request. Assistant turns with tool calls send `content: ""` (not null),
 /// tool messages carry `tool_call_id`, arguments are always a JSON string, and `tool_choice` is
-/// sent only with tools. No `temperature` (reasoning models accept only the default) and no
-/// token cap or `parallel_tool_calls` (servers disagree on both).
-pub fn request_body(req: &ChatRequest) -> Value {
+/// sent only with tools. The output cap goes in `cap_field` when the request has one. No
+/// `temperature` (reasoning models accept only the default) and no `parallel_tool_calls`
+/// (servers disagree on it).
+pub fn request_body_with(req: &ChatRequest, cap_field: &str) -> Value {
     let messages: Vec<Value> = req
         .messages
         .iter()
@@ -236,6 +260,9 @@ pub fn request_body(req: &ChatRequest) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("messages".into(), Value::Array(messages));
+    if let Some(cap) = req.max_tokens {
+        body.insert(cap_field.into(), json!(cap));
+    }
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
             .tools
@@ -304,6 +331,12 @@ fn classify(status: u16, body: &str, hint: Option<Duration>, key: &str, now_ms: 
             status,
             message: redact(&server_message(body), key),
         }),
+        500..=599 if cannot_parse_the_request(&server_message(body)) => {
+            Attempt::Fail(LlmError::Rejected {
+                status,
+                message: redact(&server_message(body), key),
+            })
+        }
         // 408 is the server timing out on us (OpenRouter): load, not a bad request.
         408 | 429 | 500..=599 => Attempt::Retry {
             failure: AttemptFailure::Status {
@@ -337,6 +370,26 @@ fn is_billing_error(body: &str) -> bool {
     })
 }
 
+/// A 5xx whose message says the server could not parse what we sent: llama-server answers a
+/// history with invalid tool-call arguments `500 Failed to parse tool call arguments as JSON:
+/// ...`, and its JSON library's `[json.exception.parse_error.101] ...` the same way. The same
+/// body fails the same way every time, so it is final, not load. A proxy that cannot parse its
+/// upstream's *response* says so and stays transient.
+fn cannot_parse_the_request(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    let parse = [
+        "failed to parse",
+        "could not parse",
+        "cannot parse",
+        "unable to parse",
+        "parse_error",
+        "parse error",
+    ]
+    .iter()
+    .any(|p| m.contains(p));
+    parse && !m.contains("upstream") && !m.contains("response")
+}
+
 /// The server's message from an error body: OpenAI/OpenRouter/llama.cpp wrap it in `error`,
 /// older vLLM sends it flat, some proxies send `{"error": "text"}` or `{"detail": "text"}`.
 /// Anything else is kept as raw text, cut short.
@@ -354,18 +407,6 @@ fn server_message(body: &str) -> String {
         }
     }
     snippet(body)
-}
-
-/// The start of a body on one line, at most [`SNIPPET_CHARS`] characters.
-fn snippet(body: &str) -> String {
-    let flat = body.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.is_empty() {
-        return "(empty body)".into();
-    }
-    match flat.char_indices().nth(SNIPPET_CHARS) {
-        Some((cut, _)) => format!("{}…", &flat[..cut]),
-        None => flat,
-    }
 }
 
 /// A server that echoes the key (a misconfigured proxy, a debug endpoint) must not put it
@@ -446,164 +487,10 @@ pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_millis(total_ms.ceil() as u64))
 }
 
-/// Read a 2xx body. Anything that is not a usable completion is a retryable failure. Pure (no
-/// I/O), public for the fuzz targets.
-pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, AttemptFailure> {
-    let v: Value = serde_json::from_str(body)
-        .map_err(|e| AttemptFailure::BadBody(format!("not JSON ({e}): {}", snippet(body))))?;
-    if !v.is_object() {
-        return Err(AttemptFailure::BadBody(format!(
-            "not a JSON object: {}",
-            snippet(body)
-        )));
-    }
-    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
-        return Err(AttemptFailure::ErrorInBody(error_text(err)));
-    }
-    let choice = match v.get("choices").and_then(Value::as_array) {
-        Some(choices) if !choices.is_empty() => &choices[0],
-        _ => return Err(AttemptFailure::NoChoices),
-    };
-    if let Some(err) = choice.get("error").filter(|e| !e.is_null()) {
-        return Err(AttemptFailure::ErrorInBody(error_text(err)));
-    }
-    let finish_reason = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    if finish_reason.as_deref() == Some("error") {
-        let native = choice
-            .get("native_finish_reason")
-            .and_then(Value::as_str)
-            .unwrap_or("none given");
-        return Err(AttemptFailure::ErrorInBody(format!(
-            "finish_reason \"error\" (native: {native})"
-        )));
-    }
-    let Some(message) = choice.get("message").filter(|m| m.is_object()) else {
-        return Err(AttemptFailure::BadBody(format!(
-            "choices[0] has no message: {}",
-            snippet(body)
-        )));
-    };
-    Ok(ChatResponse {
-        content: message_text(message),
-        tool_calls: tool_calls(message, now_ms),
-        finish_reason,
-        usage: v.get("usage").and_then(usage),
-        attempts: 0,
-    })
-}
-
-fn error_text(err: &Value) -> String {
-    match err {
-        Value::String(s) => s.clone(),
-        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
-            Some(m) => m.to_string(),
-            None => snippet(&err.to_string()),
-        },
-        other => snippet(&other.to_string()),
-    }
-}
-
-/// `content` as a string, or text parts joined; a refusal stands in for absent content.
-/// Empty text is `None`.
-fn message_text(message: &Value) -> Option<String> {
-    let text = match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    };
-    if !text.is_empty() {
-        return Some(text);
-    }
-    message
-        .get("refusal")
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty())
-        .map(|r| format!("[refusal] {r}"))
-}
-
-/// Tool calls with string arguments and unique, non-empty ids. An object `arguments` (some
-/// llama.cpp builds, KoboldCpp) is serialized back to a string; absent arguments become `{}`;
-/// an empty or repeated id is replaced by a made-up one. A legacy `function_call` counts as one
-/// tool call.
-fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
-    let mut raw: Vec<(Option<&str>, &Value)> = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| {
-                    let id = c.get("id").and_then(Value::as_str);
-                    (id, c.get("function").unwrap_or(c))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if raw.is_empty() {
-        if let Some(f) = message.get("function_call").filter(|f| f.is_object()) {
-            raw.push((None, f));
-        }
-    }
-    let mut seen = HashSet::new();
-    raw.into_iter()
-        .map(|(id, function)| {
-            let name = function
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let arguments = match function.get("arguments") {
-                Some(Value::String(s)) => s.clone(),
-                None | Some(Value::Null) => "{}".to_string(),
-                Some(other) => other.to_string(),
-            };
-            let id = match id.map(str::trim) {
-                Some(id) if !id.is_empty() && !seen.contains(id) => id.to_string(),
-                _ => synthetic_id(now_ms),
-            };
-            seen.insert(id.clone());
-            ToolCall {
-                id,
-                name,
-                arguments,
-            }
-        })
-        .collect()
-}
-
-/// `call_fa<time>_<n>`: unique within the process (counter) and across runs (time).
-fn synthetic_id(now_ms: i64) -> String {
-    let n = SYNTHETIC_IDS.fetch_add(1, Ordering::Relaxed);
-    format!("call_fa{now_ms:x}_{n}")
-}
-
-fn usage(v: &Value) -> Option<Usage> {
-    let obj = v.as_object()?;
-    let field = |name: &str| obj.get(name).and_then(Value::as_u64);
-    let prompt_tokens = field("prompt_tokens").unwrap_or(0);
-    let completion_tokens = field("completion_tokens").unwrap_or(0);
-    Some(Usage {
-        prompt_tokens,
-        completion_tokens,
-        total_tokens: field("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{ChatMessage, ToolSpec};
-
-    fn ok(body: &str) -> ChatResponse {
-        parse_completion(body, 0).unwrap()
-    }
+    use crate::llm::{ChatMessage, ToolCall, ToolSpec};
 
     #[test]
     fn body_shapes_follow_the_wire_contract() {
@@ -638,9 +525,14 @@ mod tests {
                 description: "List".into(),
                 parameters: json!({"type": "object", "properties": {}}),
             }],
+            max_tokens: Some(512),
             budget: None,
         };
         let body = request_body(&req);
+        assert_eq!(body["max_tokens"], 512);
+        let openai = request_body_with(&req, cap_field("https://api.openai.com/v1"));
+        assert_eq!(openai["max_completion_tokens"], 512);
+        assert!(openai.get("max_tokens").is_none());
         assert_eq!(body["messages"][1]["content"], json!(""));
         assert_eq!(body["messages"][1]["tool_calls"][0]["type"], "function");
         assert_eq!(
@@ -655,86 +547,55 @@ mod tests {
 
         let no_tools = ChatRequest {
             tools: vec![],
+            max_tokens: None,
             ..req
         };
         let body = request_body(&no_tools);
         assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+        assert!(body.get("max_tokens").is_none());
     }
 
     #[test]
-    fn tool_calls_are_normalised() {
-        let r = ok(
-            r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"",
-            "tool_calls":[
-              {"id":"call_a","type":"function","function":{"name":"a","arguments":{"x":1}}},
-              {"id":"","type":"function","function":{"name":"b","arguments":"{\"y\":2}"}},
-              {"id":"call_a","type":"function","function":{"name":"c"}}]}}]}"#,
-        );
-        assert_eq!(r.content, None);
-        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
-        assert_eq!(r.usage, None);
-        let ids: Vec<&str> = r.tool_calls.iter().map(|c| c.id.as_str()).collect();
-        assert_eq!(ids[0], "call_a");
-        assert!(ids[1].starts_with("call_fa") && ids[2].starts_with("call_fa"));
-        assert_ne!(ids[1], ids[2]);
-        assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
-        assert_eq!(r.tool_calls[1].arguments, r#"{"y":2}"#);
-        assert_eq!(r.tool_calls[2].arguments, "{}");
+    fn the_cap_field_follows_the_provider() {
+        for url in [
+            "https://api.openai.com/v1",
+            "https://API.openai.com:443/v1/",
+        ] {
+            assert_eq!(cap_field(url), "max_completion_tokens", "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:8080/v1",
+            "https://openrouter.ai/api/v1",
+            "http://localhost:11434/v1",
+            "https://api.openai.com.example.org/v1",
+        ] {
+            assert_eq!(cap_field(url), "max_tokens", "{url}");
+        }
     }
 
     #[test]
-    fn legacy_function_call_and_text_parts() {
-        let r = ok(
-            r#"{"choices":[{"finish_reason":"function_call","message":{"content":null,
-            "function_call":{"name":"list_instances","arguments":"{}"}}}],
-            "usage":{"prompt_tokens":10,"completion_tokens":2}}"#,
-        );
-        assert_eq!(r.tool_calls.len(), 1);
-        assert_eq!(r.tool_calls[0].name, "list_instances");
-        assert_eq!(
-            r.usage,
-            Some(Usage {
-                prompt_tokens: 10,
-                completion_tokens: 2,
-                total_tokens: 12
-            })
-        );
-        let r = ok(r#"{"choices":[{"finish_reason":"stop","message":{
-            "content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#);
-        assert_eq!(r.content.as_deref(), Some("ab"));
-    }
-
-    #[test]
-    fn unusable_bodies_are_retryable_failures() {
-        let cases = [
-            ("<html>502 Bad Gateway</html>", "BadBody"),
-            (r#"{"choices":[{"message":{"content":"hal"#, "BadBody"),
-            (
-                r#"{"error":{"message":"upstream died","code":502}}"#,
-                "ErrorInBody",
-            ),
-            (
-                r#"{"choices":[{"error":{"message":"boom"},"message":{"content":""}}]}"#,
-                "ErrorInBody",
-            ),
-            (
-                r#"{"choices":[{"finish_reason":"error","message":{"content":""}}]}"#,
-                "ErrorInBody",
-            ),
-            (r#"{"choices":[]}"#, "NoChoices"),
-            (r#"{"id":"x"}"#, "NoChoices"),
-            (r#"{"choices":[{"finish_reason":"stop"}]}"#, "BadBody"),
-            ("[1,2]", "BadBody"),
-        ];
-        for (body, kind) in cases {
-            let got = parse_completion(body, 0).unwrap_err();
-            let name = match got {
-                AttemptFailure::BadBody(_) => "BadBody",
-                AttemptFailure::ErrorInBody(_) => "ErrorInBody",
-                AttemptFailure::NoChoices => "NoChoices",
-                _ => "other",
-            };
-            assert_eq!(name, kind, "{body}");
+    fn a_5xx_that_cannot_parse_the_request_is_final() {
+        let llama = r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1, column 1: attempting to parse an empty input","type":"server_error"}}"#;
+        match classify(500, llama, None, "k", 0) {
+            Attempt::Fail(LlmError::Rejected { status, message }) => {
+                assert_eq!(status, 500);
+                assert!(message.starts_with("Failed to parse tool call arguments"));
+            }
+            _ => panic!("a parse error must be final"),
+        }
+        for transient in [
+            r#"{"error":{"code":500,"message":"The server had an error while processing your request.","type":"server_error"}}"#,
+            r#"{"error":{"message":"upstream: failed to parse the response","code":502}}"#,
+            r#"{"error":{"message":"","type":"internal_server_error","param":null,"code":null}}"#,
+            "<html>503 Service Unavailable</html>",
+        ] {
+            assert!(
+                matches!(
+                    classify(503, transient, None, "k", 0),
+                    Attempt::Retry { .. }
+                ),
+                "{transient}"
+            );
         }
     }
 

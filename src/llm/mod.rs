@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod http;
+mod parse;
 
 pub use http::HttpLlmClient;
 
@@ -63,6 +64,10 @@ pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
+    /// The longest answer the model may give, in tokens (`llm.max_output_tokens`): sent as
+    /// `max_tokens`, or as `max_completion_tokens` to api.openai.com (its o-series and gpt-5
+    /// models refuse `max_tokens`). `None` sends no cap.
+    pub max_tokens: Option<u64>,
     /// At most this long for the whole call, retries and waits included, when the run's
     /// deadline leaves less than the client's own retry budget. Not sent.
     pub budget: Option<std::time::Duration>,
@@ -92,6 +97,14 @@ pub struct ChatResponse {
     pub usage: Option<Usage>,
     /// How many HTTP attempts the answer took (1 = no retry).
     pub attempts: u32,
+}
+
+impl ChatResponse {
+    /// The answer stopped at the request's `max_tokens` (`finish_reason: "length"`): its text
+    /// and its tool calls (arguments included) may be incomplete.
+    pub fn cut_at_limit(&self) -> bool {
+        self.finish_reason.as_deref() == Some("length")
+    }
 }
 
 /// What one failed attempt saw, kept for the final [`LlmError::GaveUp`] (and the run's
@@ -150,8 +163,9 @@ pub enum LlmError {
     /// No API key where one is needed. No request was sent.
     #[error("no LLM API key: set FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY) or the llm_api_key credential")]
     NoKey,
-    /// A 4xx other than 429 (and 408), a 402, or a 429 for quota/billing: final, never
-    /// retried. `message` is the server's own message (or its raw body, cut short).
+    /// A 4xx other than 429 (and 408), a 402, a 429 for quota/billing, or a 5xx saying the
+    /// request itself cannot be parsed (llama-server's "Failed to parse tool call arguments
+    /// as JSON"): final, never retried. `message` is the server's own message (or its raw body, cut short).
     #[error("LLM server refused the request (HTTP {status}): {message}")]
     Rejected { status: u16, message: String },
     /// Transient failures until the next wait would have overrun the time budget (or a

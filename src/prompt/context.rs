@@ -53,8 +53,9 @@ pub struct Assembled {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ContextError {
     #[error(
-        "the minimal prompt needs {needed} tokens but llm.context_budget_tokens leaves {budget} \
-         (system+pinned {system}, tools {tools}, this run {current}); raise the budget, or shorten the largest part"
+        "the minimal prompt needs {needed} tokens but llm.context_budget_tokens leaves {budget} for the prompt \
+         after its margin and llm.max_output_tokens (system+pinned {system}, tools {tools}, this run {current}); \
+         raise the budget, lower max_output_tokens, or shorten the largest part"
     )]
     TooSmall {
         needed: u64,

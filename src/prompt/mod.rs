@@ -22,8 +22,27 @@ pub const SYSTEM_PROMPT: &str = include_str!("../../prompts/system.md");
 /// provider's tokenizer (servers such as vLLM or Ollama count with their own).
 pub const BUDGET_MARGIN_PERCENT: u64 = 5;
 
-/// The budget the assembler works to: the configured one minus the safety margin.
+/// The budget the prompt is assembled and validated to: the configured one less the safety
+/// margin and less `llm.max_output_tokens`, since the prompt and the answer share the
+/// server's context (a server that cannot fit both refuses the request or cuts the answer).
+/// 0 when the output cap takes it all: the assembler then refuses with the sizes.
 pub fn effective_budget(config: &Config) -> u64 {
     let b = config.llm.context_budget_tokens;
-    b - b * BUDGET_MARGIN_PERCENT / 100
+    (b - b * BUDGET_MARGIN_PERCENT / 100).saturating_sub(config.llm.max_output_tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_is_counted_inside_the_budget() {
+        let mut c = Config::default();
+        c.llm.context_budget_tokens = 30_000;
+        c.llm.max_output_tokens = 1024;
+        assert_eq!(effective_budget(&c), 30_000 - 1_500 - 1024);
+        c.llm.context_budget_tokens = 2_000;
+        c.llm.max_output_tokens = 4_096;
+        assert_eq!(effective_budget(&c), 0);
+    }
 }

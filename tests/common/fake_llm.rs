@@ -63,6 +63,9 @@ struct State {
     rejections: Vec<String>,
     tokenizer: Tokenizer,
     overflows: usize,
+    /// Answer HTTP 500 to a history whose tool-call arguments are not valid JSON, as
+    /// llama-server does.
+    llama_arguments: bool,
 }
 
 /// How the fake's model counts a prompt: `factor` times the cookbook's o200k count (1.0: as
@@ -131,6 +134,7 @@ impl FakeLlm {
                     context: None,
                 },
                 overflows: 0,
+                llama_arguments: false,
             }),
             stopping: Mutex::new(false),
             stop_signal: Condvar::new(),
@@ -159,6 +163,13 @@ impl FakeLlm {
     /// From now on, answer 401 (OpenAI's bodies) unless `Authorization: Bearer <key>`.
     pub fn require_key(&self, key: &str) {
         self.state().key = Some(key.to_string());
+    }
+
+    /// From now on, answer a request whose assistant `tool_calls[].function.arguments` is not
+    /// valid JSON (empty, truncated, a raw newline) the way llama-server does: HTTP 500
+    /// `Failed to parse tool call arguments as JSON: ...`, counted as a rejection.
+    pub fn parse_arguments_like_llama_server(&self) {
+        self.state().llama_arguments = true;
     }
 
     /// Queue an answer; valid requests take them in order.
@@ -204,7 +215,8 @@ impl FakeLlm {
         self.state().requests.len()
     }
 
-    /// How many HTTP 400s the fake's own validation sent (scripted statuses not counted).
+    /// How many HTTP 400s the fake's own validation sent, and 500s for unparseable arguments
+    /// when it plays llama-server (scripted statuses not counted).
     pub fn rejected_count(&self) -> usize {
         self.state().rejections.len()
     }

@@ -23,7 +23,7 @@ pub(crate) fn dead_fleet() -> Value {
     json!({"pending": 59, "running": 0, "running_stale": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
 }
 
-fn busy_fleet() -> Value {
+pub(crate) fn busy_fleet() -> Value {
     json!({"pending": 59, "running": 1, "completed_1h": 20, "completed_15m": 5,
            "workers": [{"machine_name": "other-box", "host_and_port": "10.0.0.9:12300", "running": 1, "cordoned": false}]})
 }
@@ -454,11 +454,19 @@ fn three_hundred_runs_never_break_the_sequence_or_the_budget() {
         fake_llm::validate(req).unwrap_or_else(|e| panic!("request {k}: {e:?}"));
         let tokens = fake_llm::provider_prompt_tokens(req);
         max_seen = max_seen.max(tokens);
-        assert!(tokens <= budget, "request {k}: {tokens} tokens > {budget}");
+        // The prompt and the longest answer it allows fit the budget together.
+        let output = req["max_tokens"]
+            .as_u64()
+            .expect("max_tokens on every request");
+        assert_eq!(output, 1024, "request {k}: llm.max_output_tokens");
+        assert!(
+            tokens + output <= budget,
+            "request {k}: {tokens} prompt tokens + {output} output > {budget}"
+        );
     }
-    // Our own estimate of every request stayed under the budget after its margin.
+    // Our own estimate of every request stayed under the budget less its margin and output.
     let max_est: i64 = f.count("SELECT MAX(prompt_tokens_est) FROM llm_calls");
-    assert!(max_est as u64 <= budget - budget / 20, "{max_est}");
+    assert!(max_est as u64 <= budget - budget / 20 - 1024, "{max_est}");
     // No no-action run's observation ever came back in a later prompt.
     let all: String = reqs.iter().map(|r| r.to_string()).collect();
     for m in &no_action_markers {

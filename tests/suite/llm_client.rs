@@ -152,6 +152,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
         model: MODEL.into(),
         messages,
         tools: fleet_tools(),
+        max_tokens: Some(1024),
         budget: None,
     }
 }

@@ -9,6 +9,7 @@ mod hands;
 mod hardening;
 mod layers;
 mod llm_client;
+mod llm_client_fixtures;
 mod metrics;
 mod mind;
 mod sim;

@@ -111,11 +111,35 @@ fn decide(
                    "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}),
         );
     }
+    if state.llama_arguments {
+        if let Some(bad) = unparseable_arguments(body) {
+            let msg = format!(
+                "Failed to parse tool call arguments as JSON: [json.exception.parse_error.101] parse error at line 1: {bad}"
+            );
+            state.rejections.push(msg.clone());
+            return Answer::json(
+                500,
+                json!({"error": {"code": 500, "message": msg, "type": "server_error"}}),
+            );
+        }
+    }
     let reply = state
         .script
         .pop_front()
         .unwrap_or_else(|| state.default.clone());
     render(reply, body, prompt_tokens)
+}
+
+/// The first assistant tool-call `arguments` of the history that is not valid JSON.
+fn unparseable_arguments(body: &Value) -> Option<String> {
+    body["messages"]
+        .as_array()?
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .filter_map(|c| c["function"]["arguments"].as_str())
+        .find(|a| serde_json::from_str::<Value>(a).is_err())
+        .map(|a| format!("{a:?}"))
 }
 
 fn check_key(key: &str, authorization: Option<&str>) -> Option<Answer> {

@@ -1,0 +1,263 @@
+//! Reading a 2xx chat-completion body: the answer's text, its tool calls (string arguments,
+//! unique non-empty ids), finish_reason and usage, or why the body is unusable. Pure (no I/O).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde_json::Value;
+
+use super::{AttemptFailure, ChatResponse, ToolCall, Usage};
+
+/// How much of a non-JSON body an error keeps.
+pub(crate) const SNIPPET_CHARS: usize = 200;
+
+/// Process-wide counter for ids we make up when a server sends a tool call without one.
+static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// Read a 2xx body. Anything that is not a usable completion is a retryable failure. Pure (no
+/// I/O), public for the fuzz targets.
+pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, AttemptFailure> {
+    let v: Value = serde_json::from_str(body)
+        .map_err(|e| AttemptFailure::BadBody(format!("not JSON ({e}): {}", snippet(body))))?;
+    if !v.is_object() {
+        return Err(AttemptFailure::BadBody(format!(
+            "not a JSON object: {}",
+            snippet(body)
+        )));
+    }
+    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+        return Err(AttemptFailure::ErrorInBody(error_text(err)));
+    }
+    let choice = match v.get("choices").and_then(Value::as_array) {
+        Some(choices) if !choices.is_empty() => &choices[0],
+        _ => return Err(AttemptFailure::NoChoices),
+    };
+    if let Some(err) = choice.get("error").filter(|e| !e.is_null()) {
+        return Err(AttemptFailure::ErrorInBody(error_text(err)));
+    }
+    let finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if finish_reason.as_deref() == Some("error") {
+        let native = choice
+            .get("native_finish_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("none given");
+        return Err(AttemptFailure::ErrorInBody(format!(
+            "finish_reason \"error\" (native: {native})"
+        )));
+    }
+    let Some(message) = choice.get("message").filter(|m| m.is_object()) else {
+        return Err(AttemptFailure::BadBody(format!(
+            "choices[0] has no message: {}",
+            snippet(body)
+        )));
+    };
+    Ok(ChatResponse {
+        content: message_text(message),
+        tool_calls: tool_calls(message, now_ms),
+        finish_reason,
+        usage: v.get("usage").and_then(usage),
+        attempts: 0,
+    })
+}
+
+fn error_text(err: &Value) -> String {
+    match err {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
+            Some(m) => m.to_string(),
+            None => snippet(&err.to_string()),
+        },
+        other => snippet(&other.to_string()),
+    }
+}
+
+/// `content` as a string, or text parts joined; a refusal stands in for absent content.
+/// Empty text is `None`.
+fn message_text(message: &Value) -> Option<String> {
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    };
+    if !text.is_empty() {
+        return Some(text);
+    }
+    message
+        .get("refusal")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+        .map(|r| format!("[refusal] {r}"))
+}
+
+/// Tool calls with string arguments and unique, non-empty ids. An object `arguments` (some
+/// llama.cpp builds, KoboldCpp) is serialized back to a string; absent arguments become `{}`;
+/// an empty or repeated id is replaced by a made-up one. A legacy `function_call` counts as one
+/// tool call.
+fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
+    let mut raw: Vec<(Option<&str>, &Value)> = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| {
+                    let id = c.get("id").and_then(Value::as_str);
+                    (id, c.get("function").unwrap_or(c))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if raw.is_empty() {
+        if let Some(f) = message.get("function_call").filter(|f| f.is_object()) {
+            raw.push((None, f));
+        }
+    }
+    let mut seen = HashSet::new();
+    raw.into_iter()
+        .map(|(id, function)| {
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let arguments = match function.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(other) => other.to_string(),
+            };
+            let id = match id.map(str::trim) {
+                Some(id) if !id.is_empty() && !seen.contains(id) => id.to_string(),
+                _ => synthetic_id(now_ms),
+            };
+            seen.insert(id.clone());
+            ToolCall {
+                id,
+                name,
+                arguments,
+            }
+        })
+        .collect()
+}
+
+/// `call_fa<time>_<n>`: unique within the process (counter) and across runs (time).
+fn synthetic_id(now_ms: i64) -> String {
+    let n = SYNTHETIC_IDS.fetch_add(1, Ordering::Relaxed);
+    format!("call_fa{now_ms:x}_{n}")
+}
+
+fn usage(v: &Value) -> Option<Usage> {
+    let obj = v.as_object()?;
+    let field = |name: &str| obj.get(name).and_then(Value::as_u64);
+    let prompt_tokens = field("prompt_tokens").unwrap_or(0);
+    let completion_tokens = field("completion_tokens").unwrap_or(0);
+    Some(Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: field("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
+    })
+}
+
+/// The start of a body on one line, at most [`SNIPPET_CHARS`] characters.
+pub(crate) fn snippet(body: &str) -> String {
+    let flat = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.is_empty() {
+        return "(empty body)".into();
+    }
+    match flat.char_indices().nth(SNIPPET_CHARS) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(body: &str) -> ChatResponse {
+        parse_completion(body, 0).unwrap()
+    }
+
+    #[test]
+    fn tool_calls_are_normalised() {
+        let r = ok(
+            r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"",
+            "tool_calls":[
+              {"id":"call_a","type":"function","function":{"name":"a","arguments":{"x":1}}},
+              {"id":"","type":"function","function":{"name":"b","arguments":"{\"y\":2}"}},
+              {"id":"call_a","type":"function","function":{"name":"c"}}]}}]}"#,
+        );
+        assert_eq!(r.content, None);
+        assert_eq!(r.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(r.usage, None);
+        let ids: Vec<&str> = r.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids[0], "call_a");
+        assert!(ids[1].starts_with("call_fa") && ids[2].starts_with("call_fa"));
+        assert_ne!(ids[1], ids[2]);
+        assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
+        assert_eq!(r.tool_calls[1].arguments, r#"{"y":2}"#);
+        assert_eq!(r.tool_calls[2].arguments, "{}");
+    }
+
+    #[test]
+    fn legacy_function_call_and_text_parts() {
+        let r = ok(
+            r#"{"choices":[{"finish_reason":"function_call","message":{"content":null,
+            "function_call":{"name":"list_instances","arguments":"{}"}}}],
+            "usage":{"prompt_tokens":10,"completion_tokens":2}}"#,
+        );
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "list_instances");
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 2,
+                total_tokens: 12
+            })
+        );
+        let r = ok(r#"{"choices":[{"finish_reason":"stop","message":{
+            "content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}"#);
+        assert_eq!(r.content.as_deref(), Some("ab"));
+    }
+
+    #[test]
+    fn unusable_bodies_are_retryable_failures() {
+        let cases = [
+            ("<html>502 Bad Gateway</html>", "BadBody"),
+            (r#"{"choices":[{"message":{"content":"hal"#, "BadBody"),
+            (
+                r#"{"error":{"message":"upstream died","code":502}}"#,
+                "ErrorInBody",
+            ),
+            (
+                r#"{"choices":[{"error":{"message":"boom"},"message":{"content":""}}]}"#,
+                "ErrorInBody",
+            ),
+            (
+                r#"{"choices":[{"finish_reason":"error","message":{"content":""}}]}"#,
+                "ErrorInBody",
+            ),
+            (r#"{"choices":[]}"#, "NoChoices"),
+            (r#"{"id":"x"}"#, "NoChoices"),
+            (r#"{"choices":[{"finish_reason":"stop"}]}"#, "BadBody"),
+            ("[1,2]", "BadBody"),
+        ];
+        for (body, kind) in cases {
+            let got = parse_completion(body, 0).unwrap_err();
+            let name = match got {
+                AttemptFailure::BadBody(_) => "BadBody",
+                AttemptFailure::ErrorInBody(_) => "ErrorInBody",
+                AttemptFailure::NoChoices => "NoChoices",
+                _ => "other",
+            };
+            assert_eq!(name, kind, "{body}");
+        }
+    }
+}

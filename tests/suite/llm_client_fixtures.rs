@@ -1,0 +1,579 @@
+//! Response shapes real servers sent (tests/fixtures/llm/, where each came from in its
+//! README) through the parser, the HTTP client and a whole `run` pass of the agent against
+//! the strict fake, which here also plays llama-server and answers 500 to any history with
+//! tool-call arguments that are not JSON. Then: a stored invalid argument never reaches a
+//! later request (also one stored by an older version), a parse-error 500 is not retried,
+//! `max_tokens` is in every request, and an answer cut at the limit runs none of its calls.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetagent::clock::ManualClock;
+use fleetagent::llm::http::parse_completion;
+use fleetagent::llm::{ChatMessage, ChatRequest, HttpLlmClient, LlmClient, LlmError, Role};
+use serde_json::{json, Value};
+
+use super::agent_e2e::{busy_fleet, rig, write_demand};
+use crate::common::fake_llm::{FakeLlm, Reply};
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fleet::Fleet;
+
+const MAX_OUTPUT: u64 = 777;
+const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
+const MALFORMED: &str = "[malformed: tool call written as text, not run]";
+const CUT: &str = "[cut at max_output_tokens (777): the answer is incomplete";
+
+/// What one fixture must do.
+struct Case {
+    file: &'static str,
+    /// Parsed: the tool calls' names, the text, finish_reason (2xx only).
+    calls: &'static [&'static str],
+    content: Option<&'static str>,
+    finish: Option<&'static str>,
+    /// The pass: who decided, the verdict (None: whatever the fallback rules did), creates
+    /// that reached vast.ai, tool results `invalid_args`, a note the stored answer ends with,
+    /// requests the pass sent (the model's turns, retries included: at least this many).
+    decided_by: &'static str,
+    verdict: Option<&'static str>,
+    creates: usize,
+    invalid: usize,
+    note: Option<&'static str>,
+    requests: usize,
+    /// The client's error must say this, and the run's when the model was unusable.
+    llm_error: Option<&'static str>,
+}
+
+const fn ok(file: &'static str) -> Case {
+    Case {
+        file,
+        calls: &[],
+        content: None,
+        finish: None,
+        decided_by: "llm",
+        verdict: Some("no-action"),
+        creates: 0,
+        invalid: 0,
+        note: None,
+        requests: 1,
+        llm_error: None,
+    }
+}
+
+const fn failed(file: &'static str, requests: usize, llm_error: &'static str) -> Case {
+    Case {
+        decided_by: "fallback-rules",
+        verdict: None,
+        requests,
+        llm_error: Some(llm_error),
+        ..ok(file)
+    }
+}
+
+const CASES: &[Case] = &[
+    Case {
+        calls: &["launch_instance", "list_instances"],
+        finish: Some("tool_calls"),
+        verdict: Some("action"),
+        creates: 1,
+        requests: 2,
+        ..ok("llama-cpp-python.200.tool-calls.json")
+    },
+    Case {
+        calls: &["launch_instance", "launch_instance"],
+        finish: Some("tool_calls"),
+        verdict: Some("action"),
+        creates: 1,
+        invalid: 1,
+        requests: 2,
+        ..ok("llama-cpp-python.200.tool-call-truncated.json")
+    },
+    Case {
+        content: Some("functions.launch_instance:"),
+        finish: Some("stop"),
+        note: Some(MALFORMED),
+        ..ok("llama-cpp-python.200.functions-as-text.json")
+    },
+    Case {
+        calls: &["launch_instance"],
+        finish: Some("tool_calls"),
+        invalid: 1,
+        requests: 2,
+        ..ok("llama-cpp-python.200.html-escaped-arguments.json")
+    },
+    Case {
+        calls: &["list_instances"],
+        finish: Some("tool_calls"),
+        requests: 2,
+        ..ok("llama-cpp-python.200.spaced-empty-arguments.json")
+    },
+    failed(
+        "llama-cpp-python.400.context-length-exceeded.json",
+        1,
+        "maximum context length is 3072 tokens",
+    ),
+    // Says nothing: transient, retried within retry_budget_secs (in the pass the retry gets
+    // the fake's default answer, "no action needed"; from the client alone it gives up).
+    Case {
+        requests: 2,
+        llm_error: Some("HTTP 500"),
+        ..ok("llama-cpp-python.500.empty-message.json")
+    },
+    Case {
+        calls: &["launch_instance"],
+        finish: Some("tool_calls"),
+        verdict: Some("action"),
+        creates: 1,
+        requests: 2,
+        ..ok("llama-server.200.tool-call.json")
+    },
+    Case {
+        content: Some(r#"{"name": "launch_instance", "arguments""#),
+        finish: Some("stop"),
+        note: Some(MALFORMED),
+        ..ok("llama-server.200.call-in-content.json")
+    },
+    Case {
+        content: Some(r#"{"name": "launch_instance", "arguments""#),
+        finish: Some("length"),
+        note: Some(MALFORMED),
+        ..ok("llama-server.200.call-in-content-cut-at-length.json")
+    },
+    Case {
+        calls: &["launch_instance", "launch_instance"],
+        finish: Some("length"),
+        note: Some(
+            "[cut at max_output_tokens (777): the answer is incomplete; its tool calls were not run: launch_instance, launch_instance]",
+        ),
+        ..ok("llama-server.200.tool-calls-cut-at-length.json")
+    },
+    Case {
+        calls: &["list_instances", "launch_instance"],
+        finish: Some("tool_calls"),
+        // Blank arguments run as `{}`: the listing works, the launch lacks its reason.
+        invalid: 1,
+        requests: 2,
+        ..ok("llama-server.200.empty-arguments.json")
+    },
+    Case {
+        content: Some("No action needed."),
+        finish: Some("stop"),
+        ..ok("llama-server.200.plain-text.json")
+    },
+    failed(
+        "llama-server.400.exceed-context-size.json",
+        1,
+        "exceeds the available context size",
+    ),
+    failed(
+        "llama-server.500.parse-arguments.json",
+        1,
+        "Failed to parse tool call arguments as JSON",
+    ),
+];
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llm")
+}
+
+/// The HTTP status from the file name, `<server>.<status>.<shape>.json`.
+fn status_of(file: &str) -> u16 {
+    file.split('.').nth(1).and_then(|s| s.parse().ok()).unwrap()
+}
+
+fn body_of(file: &str) -> String {
+    std::fs::read_to_string(dir().join(file)).unwrap()
+}
+
+fn reply_of(file: &str) -> Reply {
+    let body = body_of(file);
+    match status_of(file) {
+        200 => Reply::Json(serde_json::from_str(&body).unwrap()),
+        status => Reply::status(status, &body),
+    }
+}
+
+/// Arguments of every call in a fixture that are not a JSON object: none of them may ever
+/// be sent back as they are.
+fn invalid_arguments(file: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&body_of(file)).unwrap();
+    v["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["function"]["arguments"].as_str())
+        .filter(|a| !serde_json::from_str::<Value>(a).is_ok_and(|v| v.is_object()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every assistant call of every request carries a JSON object, none of `bad` verbatim, and
+/// every request carries the output cap.
+#[track_caller]
+fn assert_replayable(requests: &[Value], bad: &[String], what: &str) {
+    for (i, req) in requests.iter().enumerate() {
+        assert_eq!(req["max_tokens"], MAX_OUTPUT, "{what}: request {i}");
+        let text = req.to_string();
+        for b in bad {
+            let verbatim = format!("\"arguments\":{}", json!(b));
+            assert!(
+                !text.contains(&verbatim),
+                "{what}: request {i} replays {b:?}"
+            );
+        }
+        let calls = req["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["tool_calls"].as_array())
+            .flatten();
+        for c in calls {
+            let args = c["function"]["arguments"].as_str().unwrap();
+            assert!(
+                serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()),
+                "{what}: request {i} sends arguments {args:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_fixture_is_in_the_table() {
+    let mut files: Vec<String> = std::fs::read_dir(dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|f| f.ends_with(".json"))
+        .collect();
+    files.sort();
+    let mut table: Vec<String> = CASES.iter().map(|c| c.file.to_string()).collect();
+    table.sort();
+    assert_eq!(files, table);
+    let readme = std::fs::read_to_string(dir().join("README.md")).unwrap();
+    for f in &files {
+        assert!(
+            readme.contains(&format!("`{f}`")),
+            "README.md says nothing of {f}"
+        );
+    }
+}
+
+#[test]
+fn every_fixture_through_the_parser_and_the_client() {
+    for case in CASES {
+        let body = body_of(case.file);
+        let status = status_of(case.file);
+        let parsed = parse_completion(&body, 1_767_225_600_000);
+        if status != 200 {
+            assert!(parsed.is_err(), "{}: an error body is no answer", case.file);
+        } else {
+            let answer = parsed.unwrap_or_else(|e| panic!("{}: {e}", case.file));
+            let names: Vec<&str> = answer.tool_calls.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, case.calls, "{}", case.file);
+            match case.content {
+                Some(prefix) => assert!(
+                    answer.content.as_deref().unwrap_or("").starts_with(prefix),
+                    "{}: {:?}",
+                    case.file,
+                    answer.content
+                ),
+                None => assert_eq!(answer.content, None, "{}", case.file),
+            }
+            assert_eq!(
+                answer.finish_reason.as_deref(),
+                case.finish,
+                "{}",
+                case.file
+            );
+            assert_eq!(answer.cut_at_limit(), case.finish == Some("length"));
+            assert!(answer.usage.unwrap().prompt_tokens > 2_900, "{}", case.file);
+            let ids: std::collections::HashSet<&str> =
+                answer.tool_calls.iter().map(|c| c.id.as_str()).collect();
+            assert_eq!(ids.len(), answer.tool_calls.len(), "{}", case.file);
+        }
+
+        // The same body from a server, on a ManualClock (backoff never sleeps).
+        let fake = FakeLlm::start();
+        fake.set_default(reply_of(case.file));
+        let client = HttpLlmClient::new(
+            &fake.base_url(),
+            Some("sk-test".into()),
+            Arc::new(ManualClock::new(0)),
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        );
+        let req = ChatRequest {
+            model: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf".into(),
+            messages: vec![ChatMessage {
+                role: Role::User,
+                content: "Queue: 59 pending.".into(),
+                tool_calls: vec![],
+                tool_call_id: None,
+            }],
+            tools: vec![],
+            max_tokens: Some(MAX_OUTPUT),
+            budget: None,
+        };
+        let got = client.chat(&req);
+        match (status, case.llm_error) {
+            (200, _) => assert_eq!(got.unwrap().attempts, 1, "{}", case.file),
+            (500, Some("HTTP 500")) => match got {
+                Err(LlmError::GaveUp { attempts, .. }) => assert!(attempts > 1),
+                other => panic!(
+                    "{}: a 500 that says nothing is retried: {other:?}",
+                    case.file
+                ),
+            },
+            (_, Some(m)) => {
+                match got {
+                    Err(LlmError::Rejected { status: s, message }) => {
+                        assert_eq!(s, status, "{}", case.file);
+                        assert!(message.contains(m), "{}: {message}", case.file);
+                    }
+                    other => panic!("{}: final, got {other:?}", case.file),
+                }
+                assert_eq!(fake.request_count(), 1, "{}: never retried", case.file);
+            }
+            (_, None) => unreachable!("{}: an error status needs llm_error", case.file),
+        }
+        assert_eq!(fake.requests()[0]["max_tokens"], MAX_OUTPUT);
+    }
+}
+
+fn fixture_rig(llm: &FakeLlm, vast: &FakeVast) -> Fleet {
+    llm.parse_arguments_like_llama_server();
+    let f = rig(
+        llm,
+        vast,
+        CAPS,
+        &format!("max_output_tokens = {MAX_OUTPUT}\nquiet_interval_mins = 0"),
+    );
+    write_demand(f.path(), busy_fleet());
+    f
+}
+
+fn pass(f: &Fleet, reason: &str) -> String {
+    f.cmd(&["trigger", "-p", "1", "-r", reason]).ok();
+    let out = f.command(&["-v", "run"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{reason}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn history(f: &Fleet) -> Vec<Value> {
+    f.cmd(&["history", "--json", "--limit", "200"])
+        .json()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn every_fixture_through_a_whole_pass() {
+    for case in CASES {
+        let what = case.file;
+        let llm = FakeLlm::start();
+        let vast = FakeVast::start_real_time();
+        vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+        let f = fixture_rig(&llm, &vast);
+        llm.push(reply_of(case.file));
+        let log = pass(&f, what);
+
+        let requests = llm.requests();
+        if case.requests == 1 {
+            assert_eq!(requests.len(), 1, "{what}");
+        } else {
+            assert!(
+                requests.len() >= case.requests,
+                "{what}: {}",
+                requests.len()
+            );
+        }
+        let run = &f.inspect()["runs"][0];
+        assert_eq!(run["decided_by"], case.decided_by, "{what}: {run}");
+        if let Some(v) = case.verdict {
+            assert_eq!(run["verdict"], v, "{what}: {run}");
+        }
+        match case.llm_error.filter(|_| case.decided_by != "llm") {
+            Some(m) => assert!(
+                run["llm_error"].as_str().unwrap_or("").contains(m),
+                "{what}: {run}"
+            ),
+            None => assert!(run["llm_error"].is_null(), "{what}: {run}"),
+        }
+        if case.decided_by == "llm" {
+            assert_eq!(vast.count(Route::Create), case.creates, "{what}");
+        }
+
+        let rows = history(&f);
+        let results: Vec<Value> = rows
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| serde_json::from_str(m["content"].as_str().unwrap()).unwrap())
+            .collect();
+        let invalid = results
+            .iter()
+            .filter(|r| r["error"] == "invalid_args")
+            .count();
+        assert_eq!(invalid, case.invalid, "{what}: {results:?}");
+        let answers: Vec<&Value> = rows.iter().filter(|m| m["role"] == "assistant").collect();
+        if let Some(note) = case.note {
+            let first = answers.first().expect("the answer is stored");
+            let text = first["content"].as_str().unwrap();
+            assert!(text.ends_with(note), "{what}: {text}");
+            assert!(first["tool_calls"].is_null(), "{what}: nothing to run");
+            assert!(log.contains("1 malformed answer(s)"), "{what}: {log}");
+        }
+        if case.finish == Some("length") {
+            assert!(
+                answers[0]["content"].as_str().unwrap().contains(CUT),
+                "{what}"
+            );
+        }
+        if case.invalid > 0 {
+            let line = format!("{} invalid call(s)", case.invalid);
+            assert!(log.contains(&line), "{what}: {log}");
+        }
+        // The stored call keeps the original for `history`, quoted in a valid object.
+        let bad = invalid_arguments(case.file);
+        if case.decided_by == "llm" && case.note.is_none() {
+            let stored: Vec<String> = answers
+                .iter()
+                .filter_map(|m| m["tool_calls"].as_array())
+                .flatten()
+                .map(|c| c["arguments"].as_str().unwrap().to_string())
+                .collect();
+            for b in bad.iter().filter(|b| !b.trim().is_empty()) {
+                let kept = stored.iter().any(|s| {
+                    serde_json::from_str::<Value>(s).unwrap()["invalid_arguments"] == b.as_str()
+                });
+                assert!(kept, "{what}: {b:?} not kept in {stored:?}");
+            }
+        }
+
+        // The next pass replays an action pass's calls; nothing invalid may go out.
+        pass(&f, "next");
+        let requests = llm.requests();
+        assert_replayable(&requests, &bad, what);
+        assert_eq!(llm.rejected_count(), 0, "{what}: {:?}", llm.rejections());
+    }
+}
+
+/// The model launches once and sends a second call with truncated arguments; llama-server
+/// refuses any history holding them. Neither the pass's next turn nor the next passes send
+/// them, and one stored by an older version (verbatim in the database) is fixed on the way out.
+#[test]
+fn a_stored_invalid_argument_never_reaches_a_later_request() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = fixture_rig(&llm, &vast);
+    let truncated = r#"{"reason": "a second worker for the backl"#;
+    llm.push(Reply::tool_calls(&[
+        ("launch_instance", r#"{"reason": "59 proofs queued"}"#),
+        ("launch_instance", truncated),
+    ]));
+    llm.push(Reply::text("Launched one; the second call was invalid."));
+    pass(&f, "backlog");
+    assert_eq!(f.inspect()["runs"][0]["verdict"], "action");
+    pass(&f, "again");
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    let bad = vec![truncated.to_string()];
+    assert_replayable(&llm.requests(), &bad, "after two passes");
+    // The later pass did replay the action pass's calls, fixed.
+    let last = llm.requests().last().unwrap().to_string();
+    assert!(last.contains("invalid_arguments"), "{last}");
+    // `history` shows what the model sent, quoted.
+    let text = f.cmd(&["history"]).ok().stdout;
+    assert!(
+        text.contains(r#"launch_instance({"invalid_arguments":"{\"reason\": \"a second worker for the backl"})"#),
+        "{text}"
+    );
+
+    // A row an older version stored verbatim.
+    let db = f.db();
+    let (id, calls): (i64, String) = db
+        .query_row(
+            "SELECT id, tool_calls FROM messages WHERE tool_calls LIKE '%invalid_arguments%'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let mut calls: Value = serde_json::from_str(&calls).unwrap();
+    calls[1]["arguments"] = json!(truncated);
+    db.execute(
+        "UPDATE messages SET tool_calls = ?1 WHERE id = ?2",
+        rusqlite::params![calls.to_string(), id],
+    )
+    .unwrap();
+    let before = llm.request_count();
+    pass(&f, "legacy row");
+    assert!(llm.request_count() > before);
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    assert_replayable(&llm.requests(), &bad, "with a legacy row");
+}
+
+/// llama-server's 500 for unparseable arguments is final: one request, then the fallback.
+#[test]
+fn a_parse_error_500_is_not_retried() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = fixture_rig(&llm, &vast);
+    llm.set_default(reply_of("llama-server.500.parse-arguments.json"));
+    pass(&f, "parse error");
+    assert_eq!(llm.request_count(), 1, "not retried");
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["decided_by"], "fallback-rules");
+    assert!(run["llm_error"]
+        .as_str()
+        .unwrap()
+        .contains("HTTP 500): Failed to parse tool call arguments"));
+    // Any other 500 is still retried.
+    let llm = FakeLlm::start();
+    let f = fixture_rig(&llm, &vast);
+    llm.push(Reply::server_error(500));
+    llm.push(Reply::text("No action needed."));
+    pass(&f, "transient");
+    assert_eq!(llm.request_count(), 2);
+    assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
+}
+
+/// A valid-looking launch in an answer cut at max_tokens is not run: the cut may have taken
+/// the offer id or a second call the model meant; the floor and the next pass decide.
+#[test]
+fn a_length_answers_calls_are_not_run() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = fixture_rig(&llm, &vast);
+    let mut cut: Value = serde_json::from_str(&body_of("llama-server.200.tool-call.json")).unwrap();
+    cut["choices"][0]["finish_reason"] = json!("length");
+    llm.push(Reply::Json(cut));
+    pass(&f, "cut");
+    assert_eq!(vast.count(Route::Create), 0);
+    assert_eq!(
+        llm.request_count(),
+        1,
+        "a cut answer ends the model's turns"
+    );
+    let db = f.db();
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM actions WHERE actor = 'llm'"),
+        0
+    );
+    let stored: String = db
+        .query_row(
+            "SELECT content FROM messages WHERE role = 'assistant'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        stored,
+        "[cut at max_output_tokens (777): the answer is incomplete; its tool calls were not run: launch_instance]"
+    );
+    assert_eq!(f.inspect()["runs"][0]["verdict"], "no-action");
+}
