@@ -25,6 +25,7 @@ pub mod observation;
 pub mod output;
 pub mod pass;
 pub mod paths;
+pub mod policy;
 pub mod rules;
 pub mod runner;
 pub mod secrets;
