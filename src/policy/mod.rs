@@ -6,8 +6,11 @@
 
 pub mod floor;
 pub mod guardrails;
+pub mod launch;
+pub mod offers;
 pub mod pass;
 pub mod result;
 pub mod rules;
+pub mod stop;
 pub mod streaks;
 pub mod turns;

@@ -8,89 +8,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
-use crate::config::{Config, OfferType};
+use crate::policy::offers::{config_query, matches_config, offer_json, usd_per_proof};
 use crate::text::clip;
-use crate::vast::{Offer, OfferQuery};
+use crate::vast::Offer;
 
 pub const MAX_LIMIT: u32 = 20;
 const DEFAULT_LIMIT: u32 = 10;
-
-/// The query for `[vast.offers]`, optionally narrowed to one GPU and a lower $/h cap.
-pub fn config_query(
-    config: &Config,
-    gpu_name: Option<&str>,
-    max_dph: Option<f64>,
-    limit: u32,
-) -> OfferQuery {
-    let o = &config.vast.offers;
-    let max_dph = match (o.max_dph_per_instance, max_dph) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    OfferQuery {
-        gpu_names: match gpu_name {
-            Some(g) => vec![g.to_string()],
-            None => o.gpu_names.clone(),
-        },
-        max_dph,
-        min_reliability: Some(o.min_reliability),
-        min_gpu_ram_gb: o.min_gpu_ram_gb,
-        verified_only: o.verified_only,
-        interruptible: o.offer_type == OfferType::Interruptible,
-        disk_gb: config.vast.disk_gb,
-        limit,
-    }
-}
-
-/// Does this offer satisfy `[vast.offers]`? Checked locally too, whatever the server did.
-pub fn matches_config(offer: &Offer, config: &Config) -> bool {
-    let o = &config.vast.offers;
-    let gpu_ok = o.gpu_names.is_empty()
-        || o.gpu_names.iter().any(|g| {
-            g.replace('_', " ")
-                .eq_ignore_ascii_case(offer.gpu_name.trim())
-        });
-    gpu_ok
-        && o.max_dph_per_instance
-            .is_none_or(|m| offer.dph_total <= m + 1e-9)
-        && offer.reliability + 1e-9 >= o.min_reliability
-        && (!o.verified_only || offer.verified)
-        && o.min_gpu_ram_gb
-            .is_none_or(|gb| offer.gpu_ram_mb + 1e-6 >= gb * 1000.0)
-        && offer.dph_total.is_finite()
-        && offer.dph_total > 0.0
-}
-
-/// Dollars per proof of an offer: `dph_total` / the GPU's proofs per hour.
-pub fn usd_per_proof(offer: &Offer, config: &Config) -> f64 {
-    offer.dph_total / config.policy.rate_for(&offer.gpu_name)
-}
-
-/// The best offer: lowest $/proof, then lowest $/h, then highest reliability.
-pub fn best_offer<'a>(offers: &'a [Offer], config: &Config) -> Option<&'a Offer> {
-    offers
-        .iter()
-        .filter(|o| matches_config(o, config))
-        .min_by(|a, b| {
-            usd_per_proof(a, config)
-                .total_cmp(&usd_per_proof(b, config))
-                .then(a.dph_total.total_cmp(&b.dph_total))
-                .then(b.reliability.total_cmp(&a.reliability))
-        })
-}
-
-/// One offer as the model sees it.
-pub fn offer_json(o: &Offer, config: &Config) -> Value {
-    json!({
-        "id": o.id,
-        "gpu": clip(&o.gpu_name, 40),
-        "dph": (o.dph_total * 1e4).round() / 1e4,
-        "pph": config.policy.rate_for(&o.gpu_name),
-        "usd_per_proof": (usd_per_proof(o, config) * 1e5).round() / 1e5,
-        "reliability": (o.reliability * 1e3).round() / 1e3,
-        "where": o.geolocation.as_deref().map(|g| clip(g, 40)),
-    })
-}
 
 pub struct SearchOffers;
 
@@ -213,38 +136,4 @@ impl Tool for SearchOffers {
 
 fn invalid(message: String) -> ToolResult {
     ToolResult::error("invalid_args", json!({ "message": message }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
-        Offer {
-            id,
-            gpu_name: gpu.into(),
-            num_gpus: 1,
-            gpu_ram_mb: 24_000.0,
-            dph_total: dph,
-            reliability: 0.99,
-            verified: true,
-            geolocation: None,
-            public_ip: None,
-            min_bid: None,
-        }
-    }
-
-    #[test]
-    fn best_is_cheapest_per_proof() {
-        let mut c = Config::default();
-        c.policy.proofs_per_hour_per_instance = 20.0;
-        c.policy.gpu_rates.insert("RTX 4090".into(), 50.0);
-        // 0.50 / 50 = 0.01 per proof beats 0.30 / 20 = 0.015.
-        let offers = vec![offer(1, "RTX 3090", 0.30), offer(2, "RTX 4090", 0.50)];
-        assert_eq!(best_offer(&offers, &c).unwrap().id, 2);
-        c.vast.offers.max_dph_per_instance = Some(0.4);
-        assert_eq!(best_offer(&offers, &c).unwrap().id, 1);
-        c.vast.offers.gpu_names = vec!["RTX_4090".into()];
-        assert!(best_offer(&offers, &c).is_none());
-    }
 }

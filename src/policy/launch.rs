@@ -1,0 +1,515 @@
+//! The launch plan: every decision of `launch_instance`, as pure steps between the calls
+//! the tool makes (src/tools/launch.rs executes them, in this order).
+//!
+//! 1. [`Ask::new`]: the label and the fleet facts as the call begins.
+//! 2. [`gate`], given the ledger's row for that label: already executed, not configured, the
+//!    instance cap, the launch window, the daily cap with the fleet as it is, dry run.
+//! 3. [`no_key`] without a vast.ai client; [`env_refused`] when a worker credential fails.
+//! 4. [`search`]: the query, when this pass has no offers yet; [`searched`] with the answer.
+//! 5. [`choose`]: the offer (the one asked for, or the best that fits the money), the money
+//!    check on it, then the intent, the launching row and the create request.
+//! 6. [`after_create`] with vast.ai's answer ([`after_orphan`] once the instance a failed
+//!    create made anyway has been destroyed), and [`launched`] for the result of a success.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::offers::{best_offer, config_query, matches_config, offer_json};
+use super::result::ToolResult;
+use crate::clock::Millis;
+use crate::config::{Config, OfferType};
+use crate::fleet::{Snapshot, LAUNCHING};
+use crate::policy::guardrails::{self, LaunchFacts, Refusal};
+use crate::store::actions::Action;
+use crate::store::instances::InstanceRow;
+use crate::text::clip;
+use crate::vast::{CreateRequest, Offer, OfferQuery, VastError};
+
+/// The worker environment variable that carries the instance's label (the Curio machine
+/// name fleetagent matches workers by); set by the launch, never by the config.
+pub use crate::config::LABEL_ENV;
+
+/// How many offers a launch looks at (the cheapest ones matching `[vast.offers]`).
+const SEARCH_LIMIT: u32 = 64;
+
+/// The label of a launch: `<prefix>-r<run>-<8 hex of the call id's FNV-1a hash>`. The same
+/// run and call always give the same label, so a repeated call finds its own intent.
+pub fn launch_label(prefix: &str, run_id: i64, call_id: &str) -> String {
+    format!(
+        "{prefix}-r{run_id}-{:08x}",
+        fnv1a(call_id.as_bytes()) as u32
+    )
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^ (h >> 32)
+}
+
+/// The reason a call gives, clipped to 200 characters; an empty one is refused.
+pub fn reason(raw: &str) -> Result<String, ToolResult> {
+    let reason = clip(raw, 200);
+    if reason.is_empty() {
+        return Err(ToolResult::error(
+            "invalid_args",
+            json!({"message": "reason must not be empty"}),
+        ));
+    }
+    Ok(reason)
+}
+
+/// What a launch knows as it begins: its arguments, its label and the fleet facts of the
+/// snapshot (earlier calls of the same pass included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    pub label: String,
+    pub offer_id: Option<u64>,
+    pub now: Millis,
+    pub run_id: i64,
+    pub workers_dead: bool,
+    pub fleet_dph: f64,
+    pub instances: u32,
+    pub spent_today: f64,
+    pub window: Vec<Millis>,
+}
+
+impl Ask {
+    pub fn new(
+        snapshot: &Snapshot,
+        config: &Config,
+        run_id: i64,
+        call_id: &str,
+        offer_id: Option<u64>,
+        now: Millis,
+    ) -> Ask {
+        Ask {
+            label: launch_label(&config.vast.label_prefix, run_id, call_id),
+            offer_id,
+            now,
+            run_id,
+            workers_dead: snapshot.workers_dead(),
+            fleet_dph: snapshot.fleet_dph(),
+            instances: snapshot.billing_count(),
+            spent_today: snapshot.spent_today,
+            window: snapshot.window_launches.clone(),
+        }
+    }
+
+    fn facts(&self) -> LaunchFacts<'_> {
+        LaunchFacts {
+            now: self.now,
+            fleet_dph: self.fleet_dph,
+            instances: self.instances,
+            window_launches: &self.window,
+            workers_dead: self.workers_dead,
+            spent_today: self.spent_today,
+        }
+    }
+}
+
+/// One launch row for the action ledger (kind `launch`, no label, no instance); the tool
+/// adds the run, the actor, the call id, the reason and the time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub outcome: &'static str,
+    pub offer_id: Option<u64>,
+    pub emergency: bool,
+    pub detail: String,
+}
+
+/// A launch that ends before any create: the ledger row to write, if any, and the result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub record: Option<Entry>,
+    pub result: ToolResult,
+}
+
+impl Answer {
+    /// A guardrail's refusal, recorded `refused` with the refusal's JSON as detail.
+    fn refused(ask: &Ask, r: &Refusal, offer_id: Option<u64>) -> Answer {
+        let result = r.to_result();
+        Answer {
+            record: Some(ask.entry("refused", offer_id, result.content.to_string())),
+            result,
+        }
+    }
+
+    /// vast.ai could not help (a failed search, no offer): recorded `failed`.
+    fn failed(ask: &Ask, offer_id: Option<u64>, msg: String) -> Answer {
+        Answer {
+            result: ToolResult::error("vast_error", json!({ "message": msg })),
+            record: Some(ask.entry("failed", offer_id, msg)),
+        }
+    }
+}
+
+impl Ask {
+    fn entry(&self, outcome: &'static str, offer_id: Option<u64>, detail: String) -> Entry {
+        Entry {
+            outcome,
+            offer_id,
+            emergency: self.workers_dead,
+            detail,
+        }
+    }
+}
+
+/// The checks before any call to vast.ai, given the ledger's launch under this label (a
+/// retried tool call). `None`: they all pass.
+pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer> {
+    if let Some(prev) = prev {
+        return Some(already(ask, prev));
+    }
+    let policy = &config.policy;
+    let facts = ask.facts();
+    let slots = guardrails::check_configured(config)
+        .and_then(|()| guardrails::check_launch_slots(&facts, policy));
+    let slots = match slots {
+        Ok(w) => w,
+        Err(r) => return Some(Answer::refused(ask, &r, ask.offer_id)),
+    };
+    // The daily cap with the fleet as it is: no offer could fit.
+    if let Err(r) = guardrails::check_launch_money(&facts, 0.0, policy) {
+        if r.code() == "daily_spend" {
+            return Some(Answer::refused(ask, &r, ask.offer_id));
+        }
+    }
+    if !policy.dry_run {
+        return None;
+    }
+    Some(Answer {
+        record: Some(ask.entry(
+            "dry_run",
+            ask.offer_id,
+            "dry_run: would search offers and launch one".into(),
+        )),
+        result: ToolResult::error(
+            "dry_run",
+            json!({
+                "would": "launch_instance",
+                "offer_id": ask.offer_id,
+                "window": format!("{}/{} used", slots.used, slots.limit),
+                "message": "policy.dry_run is on: nothing was sent to vast.ai; the instance cap, \
+                            the launch window and the daily cap allow this launch",
+            }),
+        ),
+    })
+}
+
+/// The same call again: answered from the ledger, nothing recorded, never rented twice.
+fn already(ask: &Ask, prev: &Action) -> Answer {
+    let label = &ask.label;
+    Answer {
+        record: None,
+        result: ToolResult::ok(
+            json!({
+                "ok": prev.outcome == "ok",
+                "already": prev.outcome,
+                "label": label,
+                "instance_id": prev.instance_id,
+                "message": "this call was already executed; nothing new was sent to vast.ai",
+            }),
+            false,
+            format!("launch {label} already {}", prev.outcome),
+        ),
+    }
+}
+
+/// No vast.ai client (no API key).
+pub fn no_key(ask: &Ask) -> Answer {
+    let r = Refusal::NotConfigured {
+        key: None,
+        message: "no vast.ai API key: set VAST_API_KEY or the vast_api_key credential".into(),
+    };
+    Answer::refused(ask, &r, ask.offer_id)
+}
+
+/// The credential of worker env variable `name` could not be read (`error`, its whole chain).
+pub fn env_refused(ask: &Ask, name: &str, error: &str) -> Answer {
+    let r = Refusal::NotConfigured {
+        key: Some(format!("vast.env.{name}")),
+        message: clip(error, 300),
+    };
+    Answer::refused(ask, &r, ask.offer_id)
+}
+
+/// The search to make: the offers matching `[vast.offers]`, once per pass (`None` when this
+/// pass already has them).
+pub fn search(snapshot: &Snapshot, config: &Config) -> Option<OfferQuery> {
+    snapshot
+        .offers
+        .is_none()
+        .then(|| config_query(config, None, None, SEARCH_LIMIT))
+}
+
+/// The search's answer: the offers that match `[vast.offers]` (checked here too, whatever
+/// the server did), kept for the pass; or the failure, recorded.
+pub fn searched(
+    ask: &Ask,
+    config: &Config,
+    found: Result<Vec<Offer>, VastError>,
+) -> Result<Vec<Offer>, Box<Answer>> {
+    match found {
+        Ok(o) => Ok(o
+            .into_iter()
+            .filter(|o| matches_config(o, config))
+            .collect()),
+        Err(e) => {
+            let msg = clip(&e.to_string(), 300);
+            Err(Box::new(Answer::failed(ask, ask.offer_id, msg)))
+        }
+    }
+}
+
+/// A launch that goes out: the intent (committed with the launching row before the create
+/// is sent) and the create request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Create {
+    pub offer: Offer,
+    /// The intent's detail.
+    pub intent_detail: String,
+    /// The launching row (no vast id yet).
+    pub row: InstanceRow,
+    pub request: CreateRequest,
+}
+
+/// The offer to rent among `offers` (this pass's, rented ones removed) and the money check
+/// on it; `env` is `[vast.env]` with its credentials resolved.
+pub fn choose(
+    ask: &Ask,
+    config: &Config,
+    offers: &[Offer],
+    env: BTreeMap<String, String>,
+) -> Result<Create, Box<Answer>> {
+    let offer = pick(ask, config, offers)?;
+    if let Err(r) = guardrails::check_launch_money(&ask.facts(), offer.dph_total, &config.policy) {
+        return Err(Box::new(Answer::refused(ask, &r, Some(offer.id))));
+    }
+    Ok(create(ask, config, offer, env))
+}
+
+/// The offer asked for, or the best of those within the money headroom, or (nothing fits)
+/// the cheapest, for the money check to refuse naming the limit it breaks.
+fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answer>> {
+    if let Some(id) = ask.offer_id {
+        return offers.iter().find(|o| o.id == id).cloned().ok_or_else(|| {
+            let msg = format!(
+                "offer {id} is not among the current offers matching [vast.offers] (unknown, \
+                 taken, or outside the configured filters); call search_offers, or omit offer_id"
+            );
+            Box::new(Answer {
+                result: ToolResult::error("invalid_args", json!({ "message": msg })),
+                record: Some(ask.entry("refused", Some(id), msg)),
+            })
+        });
+    }
+    if offers.is_empty() {
+        let msg = "vast.ai has no rentable offer matching [vast.offers] right now";
+        return Err(Box::new(Answer::failed(ask, None, msg.into())));
+    }
+    let headroom = guardrails::offer_headroom(&ask.facts(), &config.policy);
+    let fitting: Vec<Offer> = offers
+        .iter()
+        .filter(|o| o.dph_total <= headroom + 1e-9)
+        .cloned()
+        .collect();
+    Ok(match best_offer(&fitting, config) {
+        Some(o) => o.clone(),
+        None => offers
+            .iter()
+            .min_by(|a, b| a.dph_total.total_cmp(&b.dph_total))
+            .cloned()
+            .unwrap_or_else(|| offers[0].clone()),
+    })
+}
+
+fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, String>) -> Create {
+    env.insert(LABEL_ENV.into(), ask.label.clone());
+    let row = InstanceRow {
+        label: ask.label.clone(),
+        vast_id: None,
+        state: LAUNCHING.into(),
+        actual_status: None,
+        status_msg: None,
+        gpu_name: Some(offer.gpu_name.clone()),
+        dph: Some(offer.dph_total),
+        offer_id: Some(offer.id as i64),
+        public_ip: None,
+        machine_name: None,
+        launched_run: (ask.run_id > 0).then_some(ask.run_id),
+        adopted: false,
+        created_at: ask.now,
+        state_since: ask.now,
+        last_seen_at: None,
+        gone_at: None,
+    };
+    let bid_price = match config.vast.offers.offer_type {
+        OfferType::OnDemand => None,
+        OfferType::Interruptible => Some(offer.min_bid.unwrap_or(offer.dph_total)),
+    };
+    let request = CreateRequest {
+        offer_id: offer.id,
+        image: config.vast.image.clone().unwrap_or_default(),
+        disk_gb: config.vast.disk_gb,
+        label: ask.label.clone(),
+        env,
+        onstart: config.vast.onstart.clone(),
+        bid_price,
+    };
+    Create {
+        intent_detail: format!(
+            "offer {} {} ${:.4}/h",
+            offer.id, offer.gpu_name, offer.dph_total
+        ),
+        offer,
+        row,
+        request,
+    }
+}
+
+/// What follows vast.ai's answer to the create.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Settle(Settle),
+    /// The create failed and vast.ai made instance `new_contract` anyway (a stopped one, for
+    /// a bid too low): it would bill its disk and never prove. Destroy it, then [`after_orphan`].
+    DestroyOrphan {
+        new_contract: u64,
+        error: VastError,
+    },
+}
+
+/// How the intent ends (or stays open).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settle {
+    /// Created: settle the intent `ok` with the instance, write `row` (it has its id now),
+    /// count it in the snapshot; [`launched`] gives the result.
+    Launched {
+        instance_id: u64,
+        row: Box<InstanceRow>,
+    },
+    /// The create may have gone through: note `note` on the intent, left open for the next
+    /// pass's reconciliation, and count the launching row meanwhile.
+    Open { note: String, result: ToolResult },
+    /// It did not: settle the intent `failed` with `detail` and delete the launching row.
+    Failed { detail: String, result: ToolResult },
+}
+
+pub fn after_create(create: &Create, answer: Result<u64, VastError>) -> Next {
+    match answer {
+        Ok(instance_id) => {
+            let mut row = Box::new(create.row.clone());
+            row.vast_id = Some(instance_id as i64);
+            Next::Settle(Settle::Launched { instance_id, row })
+        }
+        Err(VastError::CreateFailed { new_contract, msg }) => Next::DestroyOrphan {
+            new_contract,
+            error: VastError::CreateFailed { new_contract, msg },
+        },
+        Err(e) => Next::Settle(failure(create, &e)),
+    }
+}
+
+/// The create failed with `error` (a `CreateFailed`) and the destroy of the instance it made
+/// answered `destroyed`. Were the destroy to fail, the intent stays open and the next pass
+/// adopts the instance.
+pub fn after_orphan(
+    create: &Create,
+    error: &VastError,
+    destroyed: Result<(), &VastError>,
+) -> Settle {
+    match (error, destroyed) {
+        (
+            VastError::CreateFailed { new_contract, msg },
+            Ok(()) | Err(VastError::NoSuchInstance(_)),
+        ) => {
+            let msg = clip(
+                &format!(
+                    "create failed ({msg}); vast.ai made instance {new_contract} anyway, destroyed"
+                ),
+                300,
+            );
+            Settle::Failed {
+                result: ToolResult::error(
+                    "vast_error",
+                    json!({ "message": msg, "offer_id": create.offer.id, "destroyed": new_contract }),
+                ),
+                detail: msg,
+            }
+        }
+        _ => failure(create, error),
+    }
+}
+
+fn failure(create: &Create, e: &VastError) -> Settle {
+    let msg = clip(&e.to_string(), 300);
+    if e.may_have_created() {
+        return Settle::Open {
+            result: ToolResult::error(
+                "vast_error",
+                json!({
+                    "message": msg,
+                    "label": create.row.label,
+                    "may_have_created": true,
+                    "note": "the create may have gone through: it is kept as an open launch and the next pass checks the listing for its label; do not launch again for it",
+                }),
+            ),
+            note: msg,
+        };
+    }
+    let mut details = json!({ "message": msg, "offer_id": create.offer.id });
+    if matches!(e, VastError::NoSuchAsk(_)) {
+        details["note"] = json!("the offer was taken meanwhile; launch again for another");
+    }
+    Settle::Failed {
+        detail: msg,
+        result: ToolResult::error("vast_error", details),
+    }
+}
+
+/// The result of a launch that went through, from the snapshot that counts it, at `after`.
+pub fn launched(
+    ask: &Ask,
+    config: &Config,
+    create: &Create,
+    instance_id: u64,
+    snapshot: &Snapshot,
+    after: Millis,
+) -> ToolResult {
+    let offer = &create.offer;
+    let w = guardrails::window_state(
+        &snapshot.window_launches,
+        after,
+        &config.policy,
+        ask.workers_dead,
+    );
+    ToolResult::ok(
+        json!({
+            "ok": true,
+            "instance_id": instance_id,
+            "label": ask.label,
+            "offer": offer_json(offer, config),
+            "fleet_dph": round2(snapshot.fleet_dph()),
+            "window": format!("{}/{} used{}", w.used, w.limit, if w.emergency { " (emergency)" } else { "" }),
+        }),
+        true,
+        format!(
+            "launched {instance_id} ({} ${:.2}/h){}",
+            offer.gpu_name,
+            offer.dph_total,
+            if ask.workers_dead { " emergency" } else { "" }
+        ),
+    )
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests;

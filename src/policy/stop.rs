@@ -1,0 +1,324 @@
+//! The stop plan: every decision of `stop_instance` (and of the operator's `instances
+//! stop`), as pure steps between the calls the tool makes (src/tools/stop.rs executes them).
+//!
+//! 1. [`Ask::new`]: the instance, the call (`vast.stop_mode`) and who asks.
+//! 2. [`gate`]: the fallback rules never stop; an id neither ours in the snapshot nor on the
+//!    account's listing is looked up in our table, and [`unknown`] answers with what it
+//!    found; already stopped; the stop protections; dry run.
+//! 3. [`no_key`] without a vast.ai client; else the call [`Target`] names.
+//! 4. [`after_call`] with vast.ai's answer, and [`stopped`] for the result of a success.
+
+use serde_json::json;
+
+use super::result::ToolResult;
+use crate::clock::Millis;
+use crate::config::{Config, StopMode};
+use crate::fleet::{Snapshot, GONE, STOPPED};
+use crate::policy::guardrails::{self, Refusal, StopFacts};
+use crate::store::instances::InstanceRow;
+use crate::text::clip;
+use crate::vast::VastError;
+
+/// What a stop is asked: the instance, the call `vast.stop_mode` makes of it, and whether
+/// the protections are lifted or the asker may not stop at all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    pub instance_id: i64,
+    /// `destroy` or `stop` (the action's kind too).
+    pub kind: &'static str,
+    /// `--force` by the operator (it counts for nobody else).
+    pub forced: bool,
+    /// The fallback rules: they only launch.
+    pub fallback: bool,
+}
+
+impl Ask {
+    pub fn new(
+        config: &Config,
+        instance_id: i64,
+        force: bool,
+        by_operator: bool,
+        by_fallback: bool,
+    ) -> Ask {
+        Ask {
+            instance_id,
+            kind: match config.vast.stop_mode {
+                StopMode::Destroy => "destroy",
+                StopMode::Stop => "stop",
+            },
+            forced: force && by_operator,
+            fallback: by_fallback,
+        }
+    }
+}
+
+/// One stop row for the action ledger (kind [`Ask::kind`], instance [`Ask::instance_id`]);
+/// the tool adds the run, the actor, the call id, the reason and the time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub outcome: &'static str,
+    pub label: Option<String>,
+    pub dph: Option<f64>,
+    pub detail: String,
+}
+
+fn entry(outcome: &'static str, label: Option<String>, detail: String) -> Entry {
+    Entry {
+        outcome,
+        label,
+        dph: None,
+        detail,
+    }
+}
+
+/// A protection's refusal, recorded `refused` with the refusal's JSON as detail.
+fn refused(label: Option<String>, r: &Refusal) -> Answer {
+    let result = r.to_result();
+    Answer {
+        record: Some(entry("refused", label, result.content.to_string())),
+        result,
+    }
+}
+
+/// A stop that ends without a change: the ledger row to write, if any, and the result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub record: Option<Entry>,
+    pub result: ToolResult,
+}
+
+/// What [`gate`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Gate {
+    Answer(Answer),
+    /// Neither ours in the snapshot nor on the account's listing: look in our table for a
+    /// row with this vast id that is gone, then [`unknown`].
+    LookUp,
+    /// The protections allow it: make the call.
+    Go(Target),
+}
+
+/// A stop that goes out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub instance_id: i64,
+    pub kind: &'static str,
+    /// Our row (None for an instance that is not ours, stopped by the operator's --force).
+    pub row: Option<InstanceRow>,
+    pub flagged: bool,
+    pub forced: bool,
+}
+
+impl Target {
+    /// The id the call is made with.
+    pub fn vast_id(&self) -> u64 {
+        self.instance_id.max(0) as u64
+    }
+
+    /// A destroy (else a stop, which keeps the disk).
+    pub fn destroys(&self) -> bool {
+        self.kind == "destroy"
+    }
+
+    fn label(&self) -> Option<String> {
+        self.row.as_ref().map(|r| r.label.clone())
+    }
+}
+
+pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
+    let id = ask.instance_id;
+    if ask.fallback {
+        let r = Refusal::Protected {
+            message: "the fallback rules only launch; stops wait for the model or the operator"
+                .into(),
+        };
+        return Gate::Answer(refused(None, &r));
+    }
+    let row = snapshot.find(id).cloned();
+    if row.is_none() && !snapshot.foreign.contains(&id) {
+        return Gate::LookUp;
+    }
+    if row.as_ref().is_some_and(|r| r.state == STOPPED) && ask.kind == "stop" {
+        return Gate::Answer(Answer {
+            record: None,
+            result: ToolResult::ok(
+                json!({"ok": true, "instance_id": id, "already": "stopped"}),
+                false,
+                format!("{id} already stopped"),
+            ),
+        });
+    }
+    let facts = facts(ask, snapshot, config, row.as_ref());
+    let label = row.as_ref().map(|r| r.label.clone());
+    if let Err(r) = guardrails::check_stop(&facts) {
+        return Gate::Answer(refused(label, &r));
+    }
+    if config.policy.dry_run {
+        return Gate::Answer(Answer {
+            record: Some(entry("dry_run", label, "dry_run".into())),
+            result: ToolResult::error(
+                "dry_run",
+                json!({
+                    "would": format!("{} instance {id}", ask.kind),
+                    "message": "policy.dry_run is on: nothing was sent to vast.ai; the stop protections allow this",
+                }),
+            ),
+        });
+    }
+    Gate::Go(Target {
+        instance_id: id,
+        kind: ask.kind,
+        row,
+        flagged: facts.flagged,
+        forced: ask.forced,
+    })
+}
+
+/// What the protections look at: our row, its Curio worker, the cluster's live workers and
+/// the work queued.
+fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceRow>) -> StopFacts {
+    let demand = snapshot.demand.as_ref();
+    let live_worker = match (row, demand) {
+        (Some(r), Some(d)) => r.machine_name.as_ref().is_some_and(|m| {
+            d.workers
+                .iter()
+                .any(|w| &w.machine_name == m && !w.cordoned)
+        }),
+        _ => false,
+    };
+    StopFacts {
+        instance_id: ask.instance_id,
+        ours: row.is_some(),
+        flagged: snapshot.is_flagged(config, ask.instance_id),
+        state: row.map(|r| r.state.clone()).unwrap_or_default(),
+        live_worker,
+        live_workers: demand.map(|d| d.live_workers()).unwrap_or(0),
+        queued: demand
+            .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0))
+            .unwrap_or(0),
+        demand_known: demand.is_some(),
+        forced: ask.forced,
+    }
+}
+
+/// The answer for an id [`gate`] could not find, given the label of our gone row with that
+/// vast id, if the table has one. Nothing is recorded.
+pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResult {
+    let id = ask.instance_id;
+    // Ours, and already gone on vast.ai (destroyed earlier, by us or by hand): stopped.
+    if let Some(label) = gone {
+        return ToolResult::ok(
+            json!({"ok": true, "instance_id": id, "label": label, "already": "gone"}),
+            false,
+            format!("{id} already gone"),
+        );
+    }
+    // Neither in our table nor on the account's listing: refused even when forced, so a
+    // typo cannot destroy an instance nobody can see.
+    let message = match &snapshot.listing_error {
+        Some(e) if ask.forced => format!(
+            "instance {id} is not one of ours, and the vast.ai listing failed ({}), so it cannot be checked",
+            clip(e, 200)
+        ),
+        _ => format!("instance {id} is not one of ours (list_instances shows them)"),
+    };
+    ToolResult::error("invalid_args", json!({ "message": message }))
+}
+
+/// No vast.ai client (no API key).
+pub fn no_key(target: &Target) -> Answer {
+    let r = Refusal::NotConfigured {
+        key: None,
+        message: "no vast.ai API key: set VAST_API_KEY or the vast_api_key credential".into(),
+    };
+    refused(target.label(), &r)
+}
+
+/// What follows vast.ai's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Done {
+    Stopped(Box<Stopped>),
+    /// The call failed: recorded `failed` at the time of the answer.
+    Failed(Answer),
+}
+
+/// A stop that went through (or found the instance already gone): record `entry` with the
+/// time of the answer, write `row`, tell the snapshot (`record_stop` with `gone`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stopped {
+    pub entry: Entry,
+    /// Our row, gone or stopped as of the answer.
+    pub row: Option<InstanceRow>,
+    /// Destroyed (or found gone), not just stopped.
+    pub gone: bool,
+    /// vast.ai said there was no such instance.
+    pub already_gone: bool,
+}
+
+/// vast.ai's answer to the call, received at `after`.
+pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis) -> Done {
+    let already_gone = match answer {
+        Ok(()) => false,
+        Err(VastError::NoSuchInstance(_)) => true,
+        Err(e) => {
+            let msg = clip(&e.to_string(), 300);
+            let id = target.instance_id;
+            return Done::Failed(Answer {
+                result: ToolResult::error("vast_error", json!({"message": msg, "instance_id": id})),
+                record: Some(entry("failed", target.label(), msg)),
+            });
+        }
+    };
+    let detail = if already_gone {
+        "already gone on vast.ai"
+    } else if target.flagged {
+        "flagged: earned nothing"
+    } else if target.forced {
+        "forced by the operator"
+    } else {
+        "ok"
+    };
+    let gone = target.destroys() || already_gone;
+    let row = target.row.clone().map(|mut r| {
+        if gone {
+            r.state = GONE.into();
+            r.gone_at = Some(after);
+        } else {
+            r.state = STOPPED.into();
+            r.machine_name = None;
+        }
+        r.state_since = after;
+        r
+    });
+    Done::Stopped(Box::new(Stopped {
+        entry: Entry {
+            outcome: "ok",
+            label: target.label(),
+            dph: target.row.as_ref().and_then(|r| r.dph),
+            detail: detail.into(),
+        },
+        row,
+        gone,
+        already_gone,
+    }))
+}
+
+/// The result of a stop that went through, from the snapshot that no longer counts it.
+pub fn stopped(target: &Target, s: &Stopped, snapshot: &Snapshot) -> ToolResult {
+    let id = target.instance_id;
+    let done = if s.gone { "destroyed" } else { "stopped" };
+    ToolResult::ok(
+        json!({
+            "ok": true,
+            "instance_id": id,
+            "done": done,
+            "note": if s.already_gone { Some("it was already gone") } else { None },
+            "fleet_dph": (snapshot.fleet_dph() * 100.0).round() / 100.0,
+        }),
+        true,
+        format!("{done} {id}"),
+    )
+}
+
+#[cfg(test)]
+mod tests;
