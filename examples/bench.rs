@@ -133,12 +133,13 @@ fn bench_trigger() {
     }
 }
 
-/// How the functions of src/trigger.order sit in the binary: how many of them it has, and how
+/// How the functions of scripts/trigger.order sit in the binary: how many of them it has, and how
 /// many 64 KB windows of text they span (the pages a `trigger` process faults in). Needs `nm`.
 fn symbol_order_line(bin: &Path) -> String {
-    let list =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/trigger.order"))
-            .unwrap_or_default();
+    let list = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/trigger.order"),
+    )
+    .unwrap_or_default();
     let wanted: std::collections::HashSet<&str> = list.lines().filter(|l| !l.is_empty()).collect();
     let Ok(out) = Command::new("nm").arg("-S").arg(bin).output() else {
         return "  symbol order: not checked (no `nm`)".into();
@@ -161,7 +162,7 @@ fn symbol_order_line(bin: &Path) -> String {
         }
     }
     format!(
-        "  symbol order: {} of the {} functions in src/trigger.order are in this binary, spanning {} 64 KB windows of text (scripts/order-symbols regenerates the list)",
+        "  symbol order: {} of the {} functions in scripts/trigger.order are in this binary, spanning {} 64 KB windows of text (scripts/order-symbols regenerates the list)",
         found.len(),
         wanted.len(),
         windows.len()
