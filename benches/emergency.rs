@@ -133,6 +133,33 @@ fn setup(demand: Demand, earlier: usize) -> (Store, Services, Arc<MemVast>) {
     (store, services, vast)
 }
 
+/// The floor's planning on the emergency snapshot (what the floor adds to every model pass:
+/// one pure call), timed over many calls.
+fn floor_plan(config: &Config, demand: Demand) -> Duration {
+    let (mut store, services, _vast) = setup(demand, 3);
+    let clock = ManualClock::new(T0);
+    let session = session::current(&store.conn).unwrap();
+    let run = runs::create(
+        &store.conn,
+        session,
+        1,
+        1,
+        fleetagent::store::runs::StartedBy::Tick,
+        clock.now_ms(),
+    )
+    .unwrap();
+    let snap = observe::observe(&mut store, config, &services, &clock, run).unwrap();
+    let memory = fleetagent::policy::floor::Memory::default();
+    let model = fleetagent::policy::floor::ModelDid::default();
+    const CALLS: u32 = 100;
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        let plan = fleetagent::policy::floor::plan(&snap, config, 0, &memory, &model, T0);
+        std::hint::black_box(plan);
+    }
+    started.elapsed() / CALLS
+}
+
 fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     let (mut store, services, vast) = setup(demand, 3);
     let clock = ManualClock::new(T0);
@@ -219,5 +246,11 @@ fn main() {
     println!(
         "ratio emergency / no-op: {:.2}",
         emergency.as_secs_f64() / noop.as_secs_f64()
+    );
+    let floor = median((0..20).map(|_| floor_plan(&config, dead.clone())).collect());
+    println!("the floor's plan of that snapshot:            {floor:?} median of 20 x 100 calls");
+    println!(
+        "ratio floor plan / emergency pass: {:.4}",
+        floor.as_secs_f64() / emergency.as_secs_f64()
     );
 }
