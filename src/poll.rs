@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 
 use crate::config::Config;
+use crate::fleet::State;
 use crate::run::observe::{list_ours, probe_demand};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,7 @@ pub struct PollState {
 }
 
 /// States coarse enough not to flip with every proof: registered and proving are both `live`.
-pub fn coarse(state: &str) -> &'static str {
+pub fn coarse(state: State) -> &'static str {
     match state {
         LOADING => "loading",
         BOOTED => "up",

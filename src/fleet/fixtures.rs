@@ -6,7 +6,7 @@ use crate::clock::Millis;
 use crate::config::Config;
 use crate::demand::{Demand, Worker};
 use crate::store::actions::Action;
-use crate::store::instances::InstanceRow;
+use crate::store::instances::{InstanceRow, State};
 use crate::vast::Instance;
 
 use super::ReconcileInput;
@@ -24,11 +24,11 @@ pub fn config() -> Config {
     c
 }
 
-pub fn row(label: &str, id: Option<i64>, state: &str, dph: f64) -> InstanceRow {
+pub fn row(label: &str, id: Option<i64>, state: State, dph: f64) -> InstanceRow {
     InstanceRow {
         label: label.into(),
         vast_id: id,
-        state: state.into(),
+        state,
         actual_status: None,
         status_msg: None,
         gpu_name: Some("RTX 4090".into()),

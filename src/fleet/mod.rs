@@ -13,7 +13,7 @@ pub mod workers;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use crate::clock::{human_duration, Millis};
 use crate::config::Config;
@@ -91,7 +91,7 @@ impl Snapshot {
     pub fn billing_count(&self) -> u32 {
         self.instances
             .iter()
-            .filter(|i| is_billing_state(&i.state))
+            .filter(|i| is_billing_state(i.state))
             .count() as u32
     }
 
@@ -159,20 +159,18 @@ impl Snapshot {
         self.instances
             .iter()
             .filter(|r| {
-                matches!(
-                    &r.state[..],
-                    LAUNCHING | LOADING | BOOTED | REGISTERED | PROVING
-                ) && !r.vast_id.is_some_and(|id| flagged.contains(&id))
+                matches!(r.state, LAUNCHING | LOADING | BOOTED | REGISTERED | PROVING)
+                    && !r.vast_id.is_some_and(|id| flagged.contains(&id))
             })
             .map(|r| rate_of(r, config))
             .sum()
     }
 
     /// Instances of ours in a state, counted.
-    pub fn count_in(&self, states: &[&str]) -> u32 {
+    pub fn count_in(&self, states: &[State]) -> u32 {
         self.instances
             .iter()
-            .filter(|r| states.contains(&r.state.as_str()))
+            .filter(|r| states.contains(&r.state))
             .count() as u32
     }
 
@@ -201,7 +199,7 @@ impl Snapshot {
             self.instances.remove(pos);
         } else {
             let row = &mut self.instances[pos];
-            row.state = STOPPED.into();
+            row.state = STOPPED;
             row.state_since = self.now;
             row.machine_name = None;
         }
@@ -210,14 +208,5 @@ impl Snapshot {
                 d.workers.remove(i);
             }
         }
-    }
-
-    /// A compact per-state count, for `inspect` and logs.
-    pub fn state_counts(&self) -> BTreeMap<String, u32> {
-        let mut m = BTreeMap::new();
-        for r in &self.instances {
-            *m.entry(r.state.clone()).or_default() += 1;
-        }
-        m
     }
 }

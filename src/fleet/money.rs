@@ -12,7 +12,7 @@ const HOUR_MS: f64 = 3_600_000.0;
 /// guardrail counts it.
 pub fn dph_of(rows: &[InstanceRow]) -> f64 {
     rows.iter()
-        .filter(|i| is_billing_state(&i.state))
+        .filter(|i| is_billing_state(i.state))
         .filter_map(|i| i.dph)
         .sum::<f64>()
         // An empty float sum is -0.0.

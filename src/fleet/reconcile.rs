@@ -99,7 +99,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             Some(prev)
                 if input.demand.is_none()
                     && state == BOOTED
-                    && matches!(&prev.state[..], REGISTERED | PROVING) =>
+                    && matches!(prev.state, REGISTERED | PROVING) =>
             {
                 state = if prev.state == PROVING {
                     PROVING
@@ -132,7 +132,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 InstanceRow {
                     label: key,
                     vast_id: None,
-                    state: LAUNCHING.into(),
+                    state: LAUNCHING,
                     actual_status: None,
                     status_msg: None,
                     gpu_name: None,
@@ -151,7 +151,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         };
         let was_new = row.vast_id.is_none();
         let was_gone = row.gone_at.is_some();
-        let before = row.state.clone();
+        let before = row.state;
         row.vast_id = Some(inst.id as i64);
         row.actual_status = inst.actual_status.clone();
         row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
@@ -165,7 +165,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         row.last_seen_at = Some(now);
         row.gone_at = None;
         if row.state != state {
-            row.state = state.into();
+            row.state = state;
             row.state_since = now;
         }
         let name = describe(&row);
@@ -196,7 +196,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             out.changes.push(format!(
                 "{name} adopted: ours by label but not in fleetagent's table (a create that was not recorded){dup}: {state}"
             ));
-        } else if significant(&before, state) {
+        } else if significant(before, state) {
             out.changes
                 .push(format!("{name}: {before} -> {state}{}", status_note(&row)));
         }
@@ -215,7 +215,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     "{name} is gone from the vast.ai listing (was {})",
                     row.state
                 ));
-                row.state = GONE.into();
+                row.state = GONE;
                 row.state_since = now;
                 row.gone_at = Some(now);
                 out.rows.push(row);
@@ -286,7 +286,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             extra.push(InstanceRow {
                 label: label.to_string(),
                 vast_id: None,
-                state: LAUNCHING.into(),
+                state: LAUNCHING,
                 actual_status: None,
                 status_msg: None,
                 gpu_name: None,
@@ -309,7 +309,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
 
 /// Transitions worth an event. registered <-> proving flips with every proof: the table
 /// follows it, the event stream does not.
-fn significant(before: &str, after: &str) -> bool {
+fn significant(before: State, after: State) -> bool {
     before != after
         && !matches!(
             (before, after),
@@ -326,7 +326,7 @@ pub fn describe(row: &InstanceRow) -> String {
 }
 
 fn status_note(row: &InstanceRow) -> String {
-    match (&row.state[..], row.status_msg.as_deref()) {
+    match (row.state, row.status_msg.as_deref()) {
         (DEAD | STOPPED, Some(msg)) if !msg.trim().is_empty() => {
             format!(" ({})", quote(msg, STATUS_CHARS))
         }
@@ -377,7 +377,7 @@ mod tests {
             rec.rows
                 .iter()
                 .find(|r| r.vast_id == Some(id))
-                .map(|r| r.state.clone())
+                .map(|r| r.state)
                 .unwrap()
         };
         assert_eq!(state(1), LOADING);
@@ -465,10 +465,7 @@ mod tests {
         let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
         // The crash case: an open intent whose instance exists is recorded, not re-created.
         let a = find("fleetagent-r5-aaaa").unwrap();
-        assert_eq!(
-            (a.vast_id, a.state.as_str(), a.adopted),
-            (Some(11), LOADING, false)
-        );
+        assert_eq!((a.vast_id, a.state, a.adopted), (Some(11), LOADING, false));
         assert!(rec.settle.contains(&(
             1,
             "ok",

@@ -3,15 +3,17 @@
 
 use crate::demand::Worker;
 
-/// Lifecycle states of an instance (the `instances.state` column).
-pub const LAUNCHING: &str = "launching";
-pub const LOADING: &str = "loading";
-pub const BOOTED: &str = "booted";
-pub const REGISTERED: &str = "registered";
-pub const PROVING: &str = "proving";
-pub const DEAD: &str = "dead";
-pub const STOPPED: &str = "stopped";
-pub const GONE: &str = "gone";
+pub use crate::store::instances::State;
+
+/// Lifecycle states of an instance (the `instances.state` column), by their old names.
+pub const LAUNCHING: State = State::Launching;
+pub const LOADING: State = State::Loading;
+pub const BOOTED: State = State::Booted;
+pub const REGISTERED: State = State::Registered;
+pub const PROVING: State = State::Proving;
+pub const DEAD: State = State::Dead;
+pub const STOPPED: State = State::Stopped;
+pub const GONE: State = State::Gone;
 
 /// Is this label one of ours? Ours are `<prefix>-...`.
 pub fn is_ours(label: Option<&str>, prefix: &str) -> bool {
@@ -23,7 +25,7 @@ pub fn is_ours(label: Option<&str>, prefix: &str) -> bool {
 
 /// The lifecycle state of a listed instance from vast.ai's `actual_status` and the live
 /// Curio worker matched to it (if any).
-pub fn classify(actual_status: Option<&str>, worker: Option<&Worker>) -> &'static str {
+pub fn classify(actual_status: Option<&str>, worker: Option<&Worker>) -> State {
     let status = actual_status.map(|s| s.trim().to_ascii_lowercase());
     match status.as_deref() {
         Some("stopped") => return STOPPED,
@@ -42,12 +44,12 @@ pub fn classify(actual_status: Option<&str>, worker: Option<&Worker>) -> &'stati
 }
 
 /// States that count as a live container (booted or better).
-pub fn is_running_state(state: &str) -> bool {
+pub fn is_running_state(state: State) -> bool {
     matches!(state, BOOTED | REGISTERED | PROVING)
 }
 
 /// States that count toward slots and $/h: everything not stopped or gone (dead ones bill).
-pub fn is_billing_state(state: &str) -> bool {
+pub fn is_billing_state(state: State) -> bool {
     !matches!(state, STOPPED | GONE)
 }
 

@@ -97,7 +97,7 @@ pub fn build(
             .map(|i| InstanceView {
                 label: i.label.clone(),
                 vast_id: i.vast_id,
-                state: i.state.clone(),
+                state: i.state,
                 actual_status: i.actual_status.clone(),
                 gpu_name: i.gpu_name.clone(),
                 dph: i.dph,

@@ -153,7 +153,7 @@ pub struct Report {
 pub struct InstanceView {
     pub label: String,
     pub vast_id: Option<i64>,
-    pub state: String,
+    pub state: crate::fleet::State,
     pub actual_status: Option<String>,
     pub gpu_name: Option<String>,
     pub dph: Option<f64>,

@@ -153,6 +153,7 @@ fn floor_reason(rules_why: &str, how_long: &str) -> String {
 mod tests {
     use super::*;
     use crate::demand::{Demand, Worker};
+    use crate::fleet::State;
     use crate::fleet::{LOADING, PROVING, REGISTERED};
     use crate::store::instances::InstanceRow;
     use crate::store::session::Streaks;
@@ -170,11 +171,11 @@ mod tests {
         c
     }
 
-    fn row(id: i64, state: &str, machine: Option<&str>) -> InstanceRow {
+    fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
         InstanceRow {
             label: format!("fleetagent-{id}"),
             vast_id: Some(id),
-            state: state.into(),
+            state,
             actual_status: Some("running".into()),
             status_msg: None,
             gpu_name: None,

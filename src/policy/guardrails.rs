@@ -236,7 +236,7 @@ pub struct StopFacts {
     /// Exited/offline or stuck loading: it earns nothing, the protections do not apply.
     pub flagged: bool,
     /// The instance's lifecycle state (`proving`, `registered`, ...).
-    pub state: String,
+    pub state: Option<crate::fleet::State>,
     /// It is matched to a live, schedulable Curio worker.
     pub live_worker: bool,
     /// Live, schedulable PSProve workers in the whole cluster (ours or not).
@@ -274,7 +274,7 @@ pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
             ),
         });
     }
-    if f.state == crate::fleet::PROVING {
+    if f.state == Some(crate::fleet::PROVING) {
         return Err(Refusal::Protected {
             message: format!("instance {id} is proving"),
         });
@@ -293,6 +293,7 @@ pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::State;
 
     const MIN: Millis = 60_000;
 
@@ -399,12 +400,12 @@ mod tests {
         assert_eq!(r.details()["key"], "vast.image");
     }
 
-    fn stop(state: &str) -> StopFacts {
+    fn stop(state: State) -> StopFacts {
         StopFacts {
             instance_id: 7,
             ours: true,
             flagged: false,
-            state: state.into(),
+            state: Some(state),
             live_worker: true,
             live_workers: 1,
             queued: 4,
@@ -416,31 +417,31 @@ mod tests {
     #[test]
     fn stop_protections() {
         assert_eq!(
-            check_stop(&stop("proving")).unwrap_err().code(),
+            check_stop(&stop(State::Proving)).unwrap_err().code(),
             "protected"
         );
-        let last = check_stop(&stop("registered")).unwrap_err();
+        let last = check_stop(&stop(State::Registered)).unwrap_err();
         assert!(
             last.one_line().contains("last live worker"),
             "{}",
             last.one_line()
         );
-        let mut two = stop("registered");
+        let mut two = stop(State::Registered);
         two.live_workers = 2;
         assert!(check_stop(&two).is_ok());
-        let mut empty_queue = stop("registered");
+        let mut empty_queue = stop(State::Registered);
         empty_queue.queued = 0;
         assert!(check_stop(&empty_queue).is_ok());
-        let mut foreign = stop("booted");
+        let mut foreign = stop(State::Booted);
         foreign.ours = false;
         assert!(check_stop(&foreign).is_err());
-        let mut unknown = stop("booted");
+        let mut unknown = stop(State::Booted);
         unknown.demand_known = false;
         assert!(check_stop(&unknown).is_err());
-        let mut flagged = stop("proving");
+        let mut flagged = stop(State::Proving);
         flagged.flagged = true;
         assert!(check_stop(&flagged).is_ok());
-        let mut forced = stop("proving");
+        let mut forced = stop(State::Proving);
         forced.forced = true;
         forced.ours = false;
         assert!(check_stop(&forced).is_ok());

@@ -333,7 +333,7 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
     let row = InstanceRow {
         label: ask.label.clone(),
         vast_id: None,
-        state: LAUNCHING.into(),
+        state: LAUNCHING,
         actual_status: None,
         status_msg: None,
         gpu_name: Some(offer.gpu_name.clone()),

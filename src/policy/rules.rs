@@ -188,7 +188,7 @@ pub fn decide(
     let (booting, slow): (Vec<&crate::store::instances::InstanceRow>, Vec<_>) = snapshot
         .instances
         .iter()
-        .filter(|r| matches!(&r.state[..], LAUNCHING | LOADING | BOOTED))
+        .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
         .partition(|r| snapshot.now - r.state_since < slow_boot_ms);
     let coming = booting.len();
@@ -204,7 +204,7 @@ pub fn decide(
     let working: f64 = snapshot
         .instances
         .iter()
-        .filter(|r| matches!(&r.state[..], REGISTERED | PROVING))
+        .filter(|r| matches!(r.state, REGISTERED | PROVING))
         .map(|r| rate_of(r, config))
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
@@ -347,6 +347,7 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::demand::{Demand, Worker};
+    use crate::fleet::State;
     use crate::fleet::{BOOTED, PROVING};
     use crate::policy::streaks::next_streaks;
     use crate::store::instances::InstanceRow;
@@ -363,11 +364,11 @@ mod tests {
         c
     }
 
-    fn row(id: i64, state: &str, machine: Option<&str>, dph: f64) -> InstanceRow {
+    fn row(id: i64, state: State, machine: Option<&str>, dph: f64) -> InstanceRow {
         InstanceRow {
             label: format!("fleetagent-{id}"),
             vast_id: Some(id),
-            state: state.into(),
+            state,
             actual_status: Some(
                 if state == LOADING {
                     "loading"
@@ -481,7 +482,7 @@ mod tests {
 
     #[test]
     fn failed_probe_holds_but_cleans_flagged() {
-        let mut exited = row(9, "dead", None, 0.4);
+        let mut exited = row(9, State::Dead, None, 0.4);
         exited.actual_status = Some("exited".into());
         let mut s = snap(None, vec![exited, row(2, BOOTED, None, 0.4)]);
         s.demand_error = Some("connection refused".into());

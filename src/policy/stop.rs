@@ -190,7 +190,7 @@ fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceR
         instance_id: ask.instance_id,
         ours: row.is_some(),
         flagged: snapshot.is_flagged(config, ask.instance_id),
-        state: row.map(|r| r.state.clone()).unwrap_or_default(),
+        state: row.map(|r| r.state),
         live_worker,
         live_workers: demand.map(|d| d.live_workers()).unwrap_or(0),
         queued: demand
@@ -281,10 +281,10 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
     let gone = target.destroys() || already_gone;
     let row = target.row.clone().map(|mut r| {
         if gone {
-            r.state = GONE.into();
+            r.state = GONE;
             r.gone_at = Some(after);
         } else {
-            r.state = STOPPED.into();
+            r.state = STOPPED;
             r.machine_name = None;
         }
         r.state_since = after;

@@ -138,7 +138,7 @@ impl Snapshot {
         let running: Vec<&InstanceRow> = self
             .instances
             .iter()
-            .filter(|r| is_running_state(&r.state))
+            .filter(|r| is_running_state(r.state))
             .collect();
         let running_pph: f64 = running.iter().map(|r| rate_of(r, config)).sum();
         let mut fleet = format!(

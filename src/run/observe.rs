@@ -211,7 +211,7 @@ fn drop_ghost_workers(conn: &rusqlite::Connection, d: &mut Demand) -> Result<Vec
     let mut keep = Vec::with_capacity(d.workers.len());
     for w in std::mem::take(&mut d.workers) {
         let ghost = match instances::by_label(conn, w.machine_name.trim())? {
-            Some(row) => row.gone_at.is_some() || !is_billing_state(&row.state),
+            Some(row) => row.gone_at.is_some() || !is_billing_state(row.state),
             None => false,
         };
         if ghost {

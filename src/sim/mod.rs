@@ -200,13 +200,17 @@ fn seed_database(
             let _ = id;
         }
         // Dead ones were live when last seen; reconciliation finds them offline.
-        let state = if s.loading { "loading" } else { "registered" };
+        let state = if s.loading {
+            crate::fleet::LOADING
+        } else {
+            crate::fleet::REGISTERED
+        };
         instances::upsert(
             &tx,
             &InstanceRow {
                 label: s.label.clone(),
                 vast_id: Some(s.id as i64),
-                state: state.into(),
+                state,
                 actual_status: Some(if s.loading { "loading" } else { "running" }.into()),
                 status_msg: None,
                 gpu_name: Some(s.gpu_name.clone()),

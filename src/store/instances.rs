@@ -6,11 +6,26 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 
+crate::text_enum! {
+    /// The lifecycle state of one of our instances (`instances.state`); `fleet::state` says
+    /// how a listed instance gets one.
+    pub enum State, "instances.state" {
+        Launching = "launching",
+        Loading = "loading",
+        Booted = "booted",
+        Registered = "registered",
+        Proving = "proving",
+        Dead = "dead",
+        Stopped = "stopped",
+        Gone = "gone",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InstanceRow {
     pub label: String,
     pub vast_id: Option<i64>,
-    pub state: String,
+    pub state: State,
     pub actual_status: Option<String>,
     pub status_msg: Option<String>,
     pub gpu_name: Option<String>,
@@ -159,11 +174,11 @@ mod tests {
     use super::*;
     use crate::store::test_store;
 
-    fn instance(label: &str, state: &str, dph: f64, gone_at: Option<Millis>) -> InstanceRow {
+    fn instance(label: &str, state: State, dph: f64, gone_at: Option<Millis>) -> InstanceRow {
         InstanceRow {
             label: label.into(),
             vast_id: None,
-            state: state.into(),
+            state,
             actual_status: None,
             status_msg: None,
             gpu_name: None,
@@ -186,11 +201,11 @@ mod tests {
         assert!(count_by_state(&s.conn).unwrap().is_empty());
         assert_eq!(billing_dph(&s.conn).unwrap(), 0.0);
         for i in [
-            instance("a", "proving", 0.5, None),
-            instance("b", "proving", 0.25, None),
-            instance("c", "stopped", 4.0, None),
-            instance("d", "gone", 8.0, Some(1)),
-            instance("e", "booted", 0.125, None),
+            instance("a", State::Proving, 0.5, None),
+            instance("b", State::Proving, 0.25, None),
+            instance("c", State::Stopped, 4.0, None),
+            instance("d", State::Gone, 8.0, Some(1)),
+            instance("e", State::Booted, 0.125, None),
         ] {
             upsert(&s.conn, &i).unwrap();
         }

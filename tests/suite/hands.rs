@@ -192,7 +192,7 @@ impl Rig {
             &InstanceRow {
                 label: label.into(),
                 vast_id: Some(id as i64),
-                state: "loading".into(),
+                state: fleetagent::fleet::State::Loading,
                 actual_status: Some("loading".into()),
                 status_msg: None,
                 gpu_name: Some("RTX 4090".into()),

@@ -34,7 +34,7 @@ fn row(id: i64, dph: f64) -> InstanceRow {
     InstanceRow {
         label: format!("fleetagent-{id}"),
         vast_id: Some(id),
-        state: crate::fleet::PROVING.into(),
+        state: crate::fleet::PROVING,
         actual_status: Some("running".into()),
         status_msg: None,
         gpu_name: Some("RTX 4090".into()),

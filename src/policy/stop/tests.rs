@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::demand::{Demand, Worker};
+use crate::fleet::State;
 use crate::fleet::{LOADING, PROVING, REGISTERED};
 
 const NOW: Millis = 1_000_000_000;
@@ -11,11 +12,11 @@ fn config() -> Config {
     Config::default()
 }
 
-fn row(id: i64, state: &str, machine: Option<&str>) -> InstanceRow {
+fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
     InstanceRow {
         label: format!("fleetagent-{id}"),
         vast_id: Some(id),
-        state: state.into(),
+        state,
         actual_status: Some("running".into()),
         status_msg: None,
         gpu_name: Some("RTX 4090".into()),
@@ -147,7 +148,7 @@ fn stopped_already_under_stop_mode_stop() {
     let mut c = config();
     c.vast.stop_mode = StopMode::Stop;
     let mut s = snap();
-    s.instances[1].state = STOPPED.into();
+    s.instances[1].state = STOPPED;
     let a = answer(gate(&ask(&c, 8), &s, &c));
     assert_eq!(a.record, None);
     assert_eq!(
@@ -176,7 +177,7 @@ fn the_protections_hold_proving_the_last_live_worker_and_unknown_demand() {
         Some("fleetagent-8")
     );
     assert!(!t.flagged && !t.forced);
-    s.instances[1].state = PROVING.into();
+    s.instances[1].state = PROVING;
     protected(
         &answer(gate(&ask(&c, 8), &s, &c)),
         Some("fleetagent-8"),
@@ -196,13 +197,13 @@ fn the_protections_hold_proving_the_last_live_worker_and_unknown_demand() {
 fn flagged_instances_may_always_go() {
     let c = config();
     let mut s = snap();
-    s.instances[1].state = PROVING.into();
+    s.instances[1].state = PROVING;
     s.instances[1].actual_status = Some("exited".into());
     s.demand = None;
     assert!(go(gate(&ask(&c, 8), &s, &c)).flagged);
     // Stuck loading past stuck_loading_mins.
     let mut s = snap();
-    s.instances[0].state = LOADING.into();
+    s.instances[0].state = LOADING;
     s.instances[0].created_at = NOW - 31 * MIN;
     assert!(go(gate(&ask(&c, 7), &s, &c)).flagged);
 }
@@ -261,7 +262,7 @@ fn a_destroy_makes_the_row_gone() {
     );
     let r = s.row.as_ref().unwrap();
     assert_eq!(
-        (r.state.as_str(), r.gone_at, r.state_since),
+        (r.state, r.gone_at, r.state_since),
         (GONE, Some(NOW + 5), NOW + 5)
     );
     assert!(s.gone && !s.already_gone);
@@ -287,7 +288,7 @@ fn a_stop_keeps_the_row_stopped_unless_it_was_gone() {
     let st = stopped_of(after_call(&t, Ok(()), NOW + 5));
     let r = st.row.as_ref().unwrap();
     assert_eq!(
-        (r.state.as_str(), r.machine_name.as_deref(), r.gone_at),
+        (r.state, r.machine_name.as_deref(), r.gone_at),
         (STOPPED, None, None)
     );
     assert!(!st.gone);

@@ -43,7 +43,7 @@ fn reconciliation_with_curio_states_stale_owners_ip_fallback_and_stuck_loading()
     rig.fake.set_actual_status(unknown, Some("unknown"));
 
     let snap = rig.pass();
-    let state = |s: &Snapshot, id: u64| s.find(id as i64).unwrap().state.clone();
+    let state = |s: &Snapshot, id: u64| s.find(id as i64).unwrap().state;
     assert_eq!(state(&snap, live), "proving");
     assert_eq!(
         state(&snap, stale),
