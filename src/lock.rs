@@ -93,11 +93,6 @@ pub fn holder_pid(path: &Path) -> Option<u32> {
     find_flock_holder(&locks, meta.dev(), meta.ino())
 }
 
-/// Whether a run holds the lock (from /proc/locks).
-pub fn is_held(state_dir: &Path) -> bool {
-    holder_pid(&state_dir.join(crate::paths::LOCK_FILE)).is_some()
-}
-
 /// When `holder` took the lock, from the note it wrote (Unix ms). None when the note is
 /// another process's (a run that has ended, or a holder that writes no note, such as
 /// `flock(1)`): its time says nothing about the current holder.
@@ -152,15 +147,15 @@ mod tests {
     #[test]
     fn held_lock_is_seen_in_proc_locks() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!is_held(dir.path()));
+        assert!(holder_pid(&dir.path().join(crate::paths::LOCK_FILE)).is_none());
         let clock = SystemClock;
         let lock = RunLock::acquire(dir.path(), &clock, clock.now_ms() + 1_000).unwrap();
-        assert!(is_held(dir.path()));
+        assert!(holder_pid(&dir.path().join(crate::paths::LOCK_FILE)).is_some());
         assert_eq!(holder_pid(&lock.path), Some(std::process::id()));
         assert!(held_since(dir.path(), std::process::id()).is_some());
         assert!(held_since(dir.path(), std::process::id() + 1).is_none());
         drop(lock);
-        assert!(!is_held(dir.path()));
+        assert!(holder_pid(&dir.path().join(crate::paths::LOCK_FILE)).is_none());
         assert!(held_since(dir.path(), std::process::id()).is_none());
     }
 }

@@ -214,15 +214,6 @@ pub fn get(conn: &Connection, id: i64) -> Result<Option<Run>> {
     Ok(rows.next().transpose()?)
 }
 
-/// The newest pass that finished ok.
-pub fn last_ok(conn: &Connection) -> Result<Option<Run>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {COLS} FROM runs WHERE status = 'ok' ORDER BY finished_at DESC LIMIT 1"
-    ))?;
-    let mut rows = stmt.query_map([], row)?;
-    Ok(rows.next().transpose()?)
-}
-
 /// Mark a finished run for later prompts when it belongs there: an action run, a run with
 /// an operator message, or a failed run whose model had started calling tools.
 pub fn mark_in_prompt(conn: &Connection, run_id: i64) -> Result<()> {
