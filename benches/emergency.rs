@@ -181,10 +181,12 @@ fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     for i in 0..launches {
         let mut ctx = ToolCtx {
             store: &mut store,
-            config,
-            env: &env,
-            clock: &clock,
-            services: &services,
+            ctx: fleetagent::services::Ctx {
+                config,
+                env: &env,
+                clock: &clock,
+                services: &services,
+            },
             snapshot: &mut snap,
             run_id: run,
             actor: Actor::Llm,

@@ -114,10 +114,7 @@ pub struct LlmFailure {
 }
 
 pub struct LoopEnv<'a> {
-    pub config: &'a Config,
-    pub env: &'a crate::env::Env,
-    pub clock: &'a dyn crate::clock::Clock,
-    pub services: &'a crate::services::Services,
+    pub ctx: crate::services::Ctx<'a>,
     pub session_id: i64,
     pub run_id: i64,
     pub tk: &'a Tokenizer,
@@ -125,6 +122,8 @@ pub struct LoopEnv<'a> {
     /// it leaves, less `policy::turns::deadline_reserve` for the fallback rules and the end of the run.
     pub deadline: crate::clock::Millis,
 }
+
+crate::deref_ctx!(LoopEnv);
 
 /// Ask the model (through [`llm_loop`]) when a client exists; without one the model is
 /// unusable this pass.
@@ -476,10 +475,7 @@ pub fn run_tool(
 ) -> Result<ToolResult> {
     let mut ctx = ToolCtx {
         store,
-        config: le.config,
-        env: le.env,
-        clock: le.clock,
-        services: le.services,
+        ctx: le.ctx,
         snapshot,
         run_id: le.run_id,
         actor,

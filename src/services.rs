@@ -25,6 +25,30 @@ pub struct Services {
     pub llm: Option<Arc<dyn LlmClient>>,
 }
 
+/// What every driver runs against: the config, the environment, the clock and the outside
+/// services. The run, the model's loop and each tool call carry one (`RunEnv`, `LoopEnv`
+/// and `ToolCtx` dereference to it), so `env.config` reads the same everywhere.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub config: &'a Config,
+    pub env: &'a Env,
+    pub clock: &'a dyn Clock,
+    pub services: &'a Services,
+}
+
+/// `impl Deref<Target = Ctx>` for a struct with a `ctx: Ctx` field.
+#[macro_export]
+macro_rules! deref_ctx {
+    ($t:ident) => {
+        impl<'a> std::ops::Deref for $t<'a> {
+            type Target = $crate::services::Ctx<'a>;
+            fn deref(&self) -> &Self::Target {
+                &self.ctx
+            }
+        }
+    };
+}
+
 /// One vast.ai HTTP exchange, body included. Creates and listings answer in seconds; a
 /// minute leaves room for a slow listing page without letting a hung call eat the run.
 const VAST_TIMEOUT: Duration = Duration::from_secs(60);

@@ -169,10 +169,12 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let result = {
         let mut ctx = ToolCtx {
             store: &mut store,
-            config,
-            env: &app.env,
-            clock: app.clock.as_ref(),
-            services: &services,
+            ctx: crate::services::Ctx {
+                config,
+                env: &app.env,
+                clock: app.clock.as_ref(),
+                services: &services,
+            },
             snapshot: &mut snapshot,
             run_id: 0,
             actor: Actor::Operator,

@@ -26,12 +26,14 @@ pub fn run(app: &App) -> Result<()> {
     run::spawn_watchdog(Arc::clone(&app.clock), config.run.deadline_secs);
     let doorbell = FileDoorbell::new(&dir);
     let env = RunEnv {
-        config,
-        env: &app.env,
+        ctx: crate::services::Ctx {
+            config,
+            env: &app.env,
+            clock: app.clock.as_ref(),
+            services: &services,
+        },
         state_dir: &dir,
-        clock: Arc::clone(&app.clock),
         doorbell: &doorbell,
-        services: &services,
         pid: std::process::id(),
     };
     let result = run::run_process(&env);

@@ -25,11 +25,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::clock::{Clock, Millis};
-use crate::config::Config;
 use crate::doorbell::{Doorbell, FileDoorbell};
 use crate::faults;
 use crate::lock::RunLock;
-use crate::services::Services;
 use crate::store::{events, runs, OpenMode, Store};
 use crate::trigger::debounce;
 
@@ -58,14 +56,13 @@ pub struct PassReport {
 }
 
 pub struct RunEnv<'a> {
-    pub config: &'a Config,
-    pub env: &'a crate::env::Env,
+    pub ctx: crate::services::Ctx<'a>,
     pub state_dir: &'a Path,
-    pub clock: Arc<dyn Clock>,
     pub doorbell: &'a dyn Doorbell,
-    pub services: &'a Services,
     pub pid: u32,
 }
+
+crate::deref_ctx!(RunEnv);
 
 pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let deadline = env.clock.now_ms() + env.config.run.deadline_secs as i64 * 1000;
@@ -86,7 +83,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
 /// Lock, database, recovery of interrupted passes, and vast.ai's create spacing carried over
 /// from the previous process (vast.ai spaces creates per key: one sent by it counts too).
 fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store)> {
-    let clock = env.clock.as_ref();
+    let clock = env.clock;
     let lock = RunLock::acquire(env.state_dir, clock, deadline)?;
     faults::point("run-after-lock")?;
     let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
@@ -208,7 +205,7 @@ pub fn spawn_watchdog(clock: Arc<dyn Clock>, deadline_secs: u64) {
 }
 
 fn debounce_wait(store: &Store, env: &RunEnv<'_>, deadline: Millis) -> Result<()> {
-    let clock = env.clock.as_ref();
+    let clock = env.clock;
     let started = clock.now_ms();
     loop {
         let now = clock.now_ms();

@@ -27,23 +27,14 @@ pub fn execute(
     let previous = session::state(&store.conn)?;
 
     // Observe, and record what the model reads.
-    let mut snapshot = observe::observe(
-        store,
-        config,
-        env.services,
-        env.clock.as_ref(),
-        claim.run_id,
-    )?;
+    let mut snapshot = observe::observe(store, config, env.services, env.clock, claim.run_id)?;
     let now = env.clock.now_ms();
     act::record_observation(store, &tk, claim, &snapshot, config, now)?;
     crate::faults::point("run-after-observe")?;
 
     // Decide and act.
     let le = LoopEnv {
-        config,
-        env: env.env,
-        clock: env.clock.as_ref(),
-        services: env.services,
+        ctx: env.ctx,
         session_id: claim.session_id,
         run_id: claim.run_id,
         tk: &tk,

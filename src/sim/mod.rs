@@ -365,12 +365,14 @@ pub fn run(opts: &Options) -> Result<SimRun> {
 
     let env = crate::env::Env::default();
     let run_env = RunEnv {
-        config: &config,
-        env: &env,
+        ctx: crate::services::Ctx {
+            config: &config,
+            env: &env,
+            clock: dyn_clock.as_ref(),
+            services: &services,
+        },
         state_dir: &state_dir,
-        clock: dyn_clock.clone(),
         doorbell: doorbell.as_ref(),
-        services: &services,
         pid: 0,
     };
     let mut tally = DriverTally::default();
@@ -467,12 +469,9 @@ pub fn run(opts: &Options) -> Result<SimRun> {
 fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
     tally.processes += 1;
     let env = RunEnv {
-        config: env.config,
-        env: env.env,
+        ctx: env.ctx,
         state_dir: env.state_dir,
-        clock: env.clock.clone(),
         doorbell: env.doorbell,
-        services: env.services,
         pid: 10_000 + tally.processes as u32,
     };
     match run::run_process(&env) {

@@ -14,11 +14,8 @@ use anyhow::Result;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::clock::Clock;
-use crate::config::Config;
 use crate::fleet::Snapshot;
 use crate::llm::ToolSpec;
-use crate::services::Services;
 use crate::store::Store;
 
 /// Who asked for a tool call; recorded in the action ledger.
@@ -50,10 +47,7 @@ impl Actor {
 /// update it so later calls in the same pass see earlier launches and stops.
 pub struct ToolCtx<'a> {
     pub store: &'a mut Store,
-    pub config: &'a Config,
-    pub env: &'a crate::env::Env,
-    pub clock: &'a dyn Clock,
-    pub services: &'a Services,
+    pub ctx: crate::services::Ctx<'a>,
     pub snapshot: &'a mut Snapshot,
     /// The pass's run id; 0 outside any pass (an operator command: the ledger records no run).
     pub run_id: i64,
@@ -61,6 +55,8 @@ pub struct ToolCtx<'a> {
     /// The model's call id (or a synthesized one for rules/operator calls).
     pub call_id: String,
 }
+
+crate::deref_ctx!(ToolCtx);
 
 pub use crate::policy::result::ToolResult;
 

@@ -137,10 +137,12 @@ impl Rig {
         self.calls += 1;
         let mut ctx = ToolCtx {
             store: &mut self.store,
-            config: &self.config,
-            env: &self.env,
-            clock: self.clock.as_ref(),
-            services: &self.services,
+            ctx: fleetagent::services::Ctx {
+                config: &self.config,
+                env: &self.env,
+                clock: self.clock.as_ref(),
+                services: &self.services,
+            },
             snapshot: snap,
             run_id: self.run_id,
             actor,
@@ -156,10 +158,12 @@ impl Rig {
     fn force_stop(&mut self, snap: &mut Snapshot, id: i64) -> ToolResult {
         let mut ctx = ToolCtx {
             store: &mut self.store,
-            config: &self.config,
-            env: &self.env,
-            clock: self.clock.as_ref(),
-            services: &self.services,
+            ctx: fleetagent::services::Ctx {
+                config: &self.config,
+                env: &self.env,
+                clock: self.clock.as_ref(),
+                services: &self.services,
+            },
             snapshot: snap,
             run_id: 0,
             actor: Actor::Operator,

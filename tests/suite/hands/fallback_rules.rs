@@ -24,10 +24,12 @@ fn fallback_rules_handle_the_incident_with_the_llm_down() {
     for (i, c) in calls.iter().enumerate() {
         let mut ctx = ToolCtx {
             store: &mut rig.store,
-            config: &rig.config,
-            env: &rig.env,
-            clock: rig.clock.as_ref(),
-            services: &rig.services,
+            ctx: fleetagent::services::Ctx {
+                config: &rig.config,
+                env: &rig.env,
+                clock: rig.clock.as_ref(),
+                services: &rig.services,
+            },
             snapshot: &mut snap,
             run_id: rig.run_id,
             actor: Actor::Fallback,

@@ -86,10 +86,12 @@ fn a_create_not_recorded_is_adopted_never_duplicated() {
     let mut snap = snap;
     let mut ctx = ToolCtx {
         store: &mut rig.store,
-        config: &rig.config,
-        env: &rig.env,
-        clock: rig.clock.as_ref(),
-        services: &rig.services,
+        ctx: fleetagent::services::Ctx {
+            config: &rig.config,
+            env: &rig.env,
+            clock: rig.clock.as_ref(),
+            services: &rig.services,
+        },
         snapshot: &mut snap,
         run_id: crash_run,
         actor: Actor::Llm,
