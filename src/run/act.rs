@@ -141,6 +141,22 @@ pub fn floor(
     Ok(mutated)
 }
 
+/// The floor under the model (or under a skipped pass): when it acts, the pass was decided
+/// by `floor` and its verdict is `action`.
+pub fn overrule(
+    store: &mut Store,
+    le: &LoopEnv<'_>,
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+    outcome: &mut runs::Outcome,
+) -> Result<()> {
+    if floor(store, le, registry, snapshot)? {
+        outcome.decided_by = Some(runs::DecidedBy::Floor);
+        outcome.verdict = verdict(true);
+    }
+    Ok(())
+}
+
 /// What the model's own calls changed in this pass (launches and stops that went through).
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();

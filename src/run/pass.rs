@@ -57,12 +57,12 @@ pub fn execute(
         }
         Decider::Skip => {
             outcome.verdict = Verdict::Skipped;
-            overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
+            act::overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
         }
         Decider::Model => match agent::ask(store, &le, &registry, &mut snapshot)? {
             Ok(o) => {
                 outcome = act::model_answered(store, outcome, &o, env.clock.now_ms())?;
-                overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
+                act::overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
             }
             Err(failure) => {
                 act::model_failed(store, &mut outcome, &failure, env.clock.now_ms())?;
@@ -87,20 +87,4 @@ pub fn execute(
         },
     }
     Ok(outcome)
-}
-
-/// The floor under the model (or under a skipped pass): when it acts, the pass was decided
-/// by `floor` and its verdict is `action`.
-fn overrule(
-    store: &mut Store,
-    le: &LoopEnv<'_>,
-    registry: &tools::Registry,
-    snapshot: &mut crate::fleet::Snapshot,
-    outcome: &mut runs::Outcome,
-) -> Result<()> {
-    if act::floor(store, le, registry, snapshot)? {
-        outcome.decided_by = Some(DecidedBy::Floor);
-        outcome.verdict = verdict(true);
-    }
-    Ok(())
 }
