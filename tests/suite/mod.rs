@@ -11,5 +11,6 @@ mod llm_client;
 mod metrics;
 mod mind;
 mod sim;
+mod sim_llm;
 mod units;
 mod vast_client;
