@@ -139,7 +139,15 @@ fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     let env = Env::default();
     let started = Instant::now();
     let session = session::current(&store.conn).unwrap();
-    let run = runs::create(&store.conn, session, 1, 1, "tick", clock.now_ms()).unwrap();
+    let run = runs::create(
+        &store.conn,
+        session,
+        1,
+        1,
+        fleetagent::store::runs::StartedBy::Tick,
+        clock.now_ms(),
+    )
+    .unwrap();
     let mut snap = observe::observe(&mut store, config, &services, &clock, run).unwrap();
     let _ = snap.observation_line(config);
     let registry = tools::registry();

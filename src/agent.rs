@@ -149,6 +149,8 @@ pub fn llm_loop(
 ) -> Result<std::result::Result<LlmOutcome, LlmFailure>> {
     let config = le.config;
     let budget = effective_budget(config);
+    // The model's tokenizer may count more than ours: the budget is divided by its ratio.
+    let mut ratio = crate::store::calibration::ratio(&store.conn, &config.llm.model)?;
     let tools = registry.specs();
     let tools_tokens = le.tk.count_tools(&tools);
     let interrupted_tokens = le.tk.count_message(&ChatMessage {
@@ -210,6 +212,7 @@ pub fn llm_loop(
             current: &current,
             interrupted_tokens,
         };
+        let budget = crate::prompt::calibration::calibrated_budget(budget, ratio);
         let assembled = {
             let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
             context::assemble(&fixed, &mut source, budget)
@@ -270,6 +273,15 @@ pub fn llm_loop(
                     0,
                     Some(&e.to_string()),
                 )?;
+                let refused = crate::prompt::calibration::overflow_sample(
+                    &e,
+                    effective_budget(config),
+                    estimate,
+                    ratio,
+                );
+                if let Some(s) = refused {
+                    calibrate(&store.conn, config, s, at)?;
+                }
                 return Ok(Err(LlmFailure {
                     message: e.to_string(),
                     outcome: out,
@@ -298,6 +310,11 @@ pub fn llm_loop(
             response.attempts,
             None,
         )?;
+        if let Some(s) =
+            reported.and_then(|r| crate::prompt::calibration::sample(r as u64, estimate))
+        {
+            ratio = Some(calibrate(&store.conn, config, s, at)?);
+        }
         let content = cap_answer(response.content.as_deref().unwrap_or_default());
         let mut calls: Vec<ToolCall> = response.tool_calls.clone();
         // Calls past the cap never happened: neither run nor stored (the last result says so).
@@ -386,6 +403,16 @@ pub fn llm_loop(
         }
     }
     Ok(Ok(out))
+}
+
+/// Fold one sample (reported over estimated prompt tokens, or the bound a refusal for an
+/// over-long prompt gives) into the model's stored ratio; the new ratio.
+fn calibrate(conn: &rusqlite::Connection, config: &Config, sample: f64, at: Millis) -> Result<f64> {
+    let model = &config.llm.model;
+    let ratio =
+        crate::prompt::calibration::fold(crate::store::calibration::ratio(conn, model)?, sample);
+    crate::store::calibration::record(conn, model, ratio, at)?;
+    Ok(ratio)
 }
 
 /// Run one tool call through the registry with a context for this pass.

@@ -7,13 +7,16 @@ use serde_json::Value;
 
 use crate::clock::{human_duration, Millis};
 use crate::config::Config;
-use crate::store::{events, session, wakes, OpenMode, Store};
+use crate::store::{calibration, events, session, wakes, OpenMode, Store};
 
 /// No successful pass within this many timer periods is a problem.
 const STALE_PERIODS: i64 = 3;
 const DAY_MS: Millis = 86_400_000;
 /// Below this many model passes in a day, the floor's share says little.
 const OVERRULED_MIN_PASSES: i64 = 3;
+/// The calls that reported usage whose reported/estimate ratios the calibration is checked
+/// against.
+const CALIBRATION_CALLS: i64 = 50;
 
 /// The floor overruled the model on most of its passes of the last day: the model leaves the
 /// fleet unprotected (a working but useless model), and the operator should know.
@@ -22,6 +25,30 @@ pub fn overruled(floor: i64, model_passes: i64) -> Option<String> {
         format!(
             "the floor overruled the model on {floor} of its {model_passes} passes in the last day ({}%): it leaves what protects the fleet undone; check llm.model with `fleetagent sim --llm`, or set llm.provider = \"rules\"",
             floor * 100 / model_passes
+        )
+    })
+}
+
+/// The model's tokenizer counts more than our estimate (a reported/estimate ratio above 1.0)
+/// by more than the calibrated budget and its margin absorb: the largest recent prompt of
+/// that kind would have overflowed `llm.context_budget_tokens` by the server's count. A
+/// ratio the calibration covers is no problem (`inspect` shows it beside the calibrated one).
+pub fn uncalibrated(
+    model: &str,
+    measured_max: f64,
+    calls: i64,
+    calibrated: Option<f64>,
+) -> Option<String> {
+    let ratio = calibrated.unwrap_or(1.0).max(1.0);
+    let margin = crate::prompt::BUDGET_MARGIN_PERCENT as f64 / 100.0;
+    let covered = ratio / (1.0 - margin);
+    (measured_max > 1.0 && measured_max > covered).then(|| {
+        let state = match calibrated {
+            Some(r) => format!("the budget is calibrated for {r:.3}x only"),
+            None => format!("the budget is not calibrated for llm.model {model:?}"),
+        };
+        format!(
+            "the model's tokenizer counts up to {measured_max:.3}x our estimate ({model}, over the last {calls} calls that reported usage) and {state}: a prompt near llm.context_budget_tokens can overflow the server's context; every call that reports usage recalibrates it (see `fleetagent inspect`), else lower llm.context_budget_tokens"
         )
     })
 }
@@ -178,7 +205,7 @@ fn store_problems(
     // pass succeeds, so one bad run is seen before the staleness check above fires.
     if let Ok(Some(last)) = crate::store::runs::recent(&store.conn, 1).map(|r| r.into_iter().next())
     {
-        if last.status == "failed" {
+        if last.status == crate::store::runs::Status::Failed {
             out.push(format!(
                 "the last run ({}) failed {} ago: {}",
                 last.id,
@@ -190,6 +217,20 @@ fn store_problems(
     if let Ok(d) = crate::store::runs::decided_since(&store.conn, now - DAY_MS) {
         if let Some(line) = overruled(d.floor, d.llm + d.floor) {
             out.push(line);
+        }
+    }
+    if config.llm.provider == crate::config::Provider::Openai {
+        let model = &config.llm.model;
+        if let (Ok(m), Ok(c)) = (
+            calibration::measured(&store.conn, CALIBRATION_CALLS),
+            calibration::ratio(&store.conn, model),
+        ) {
+            if let Some(line) = m
+                .max_ratio
+                .and_then(|max| uncalibrated(model, max, m.calls, c))
+            {
+                out.push(line);
+            }
         }
     }
     if let Ok(c) = events::counts(&store.conn, now) {
@@ -241,5 +282,26 @@ mod tests {
             ),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_tokenizer_ratio_is_a_problem_only_where_the_calibration_does_not_cover_it() {
+        let model = "qwen2.5-coder-0.5b";
+        // Our estimate over-counts, or the calibrated budget and its margin absorb the ratio.
+        assert_eq!(uncalibrated(model, 0.9, 10, None), None);
+        assert_eq!(uncalibrated(model, 1.04, 10, None), None, "the 5 % margin");
+        assert_eq!(uncalibrated(model, 1.166, 10, Some(1.19)), None);
+        assert_eq!(uncalibrated(model, 1.24, 10, Some(1.19)), None);
+        // Beyond it: one line with the figure and the model.
+        let line = uncalibrated(model, 1.166, 12, None).unwrap();
+        assert!(
+            line.starts_with(
+                "the model's tokenizer counts up to 1.166x our estimate (qwen2.5-coder-0.5b, over the last 12 calls that reported usage) and the budget is not calibrated for llm.model \"qwen2.5-coder-0.5b\""
+            ),
+            "{line}"
+        );
+        let line = uncalibrated(model, 1.5, 50, Some(1.19)).unwrap();
+        assert!(line.contains("calibrated for 1.190x only"), "{line}");
+        assert!(!line.contains('\n'));
     }
 }

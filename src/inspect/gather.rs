@@ -13,7 +13,7 @@ use super::{
 use crate::clock::{rfc3339, Millis};
 use crate::config::Config;
 use crate::doorbell::{Doorbell, FileDoorbell};
-use crate::store::{events, llm_calls, messages, runs, session, wakes, Store};
+use crate::store::{calibration, events, llm_calls, messages, runs, session, wakes, Store};
 
 /// How many runs `inspect` lists.
 pub const RECENT_RUNS: i64 = 20;
@@ -130,6 +130,9 @@ pub fn build(
 
 fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {
     let usage = llm_calls::reported_usage(&store.conn, USAGE_CALLS)?;
+    let measured = calibration::measured(&store.conn, USAGE_CALLS)?;
+    let calibrated = calibration::get(&store.conn, &config.llm.model)?;
+    let round3 = |r: f64| (r * 1000.0).round() / 1000.0;
     let (est, rep) = (usage.estimated.unwrap_or(0), usage.reported.unwrap_or(0));
     let encoding =
         crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())
@@ -153,6 +156,14 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
         reported_to_estimate_ratio: (est > 0)
             .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
         max_prompt_tokens_estimated: usage.max_estimated,
+        max_reported_to_estimate_ratio: measured.max_ratio.map(round3),
+        // Rounded up: the figure shown must not be below the one the budget uses.
+        calibrated_ratio: calibrated.map(|c| (c.ratio * 1000.0).ceil() / 1000.0),
+        calibration_samples: calibrated.map_or(0, |c| c.samples),
+        calibrated_budget_tokens: crate::prompt::calibration::calibrated_budget(
+            crate::prompt::effective_budget(config),
+            calibrated.map(|c| c.ratio),
+        ),
     })
 }
 

@@ -22,10 +22,10 @@ pub struct RunView {
     pub id: i64,
     pub session_id: i64,
     pub pass: i64,
-    pub started_by: String,
-    pub status: String,
-    pub verdict: Option<String>,
-    pub decided_by: Option<String>,
+    pub started_by: runs::StartedBy,
+    pub status: runs::Status,
+    pub verdict: Option<runs::Verdict>,
+    pub decided_by: Option<runs::DecidedBy>,
     pub started_at: String,
     pub finished_at: Option<String>,
     pub events_claimed: i64,
@@ -43,10 +43,10 @@ impl From<&runs::Run> for RunView {
             id: r.id,
             session_id: r.session_id,
             pass: r.pass,
-            started_by: r.started_by.clone(),
-            status: r.status.clone(),
-            verdict: r.verdict.clone(),
-            decided_by: r.decided_by.clone(),
+            started_by: r.started_by,
+            status: r.status,
+            verdict: r.verdict,
+            decided_by: r.decided_by,
             started_at: rfc3339(r.started_at),
             finished_at: r.finished_at.map(rfc3339),
             events_claimed: r.events_claimed,
@@ -196,6 +196,14 @@ pub struct LlmView {
     /// reported / estimated (below 1.0: the estimate over-counts, as intended).
     pub reported_to_estimate_ratio: Option<f64>,
     pub max_prompt_tokens_estimated: Option<i64>,
+    /// The largest reported / estimated of a single call among them.
+    pub max_reported_to_estimate_ratio: Option<f64>,
+    /// What the budget is divided by for this model (`token_calibration`; null before its
+    /// first call that reported usage), over how many calls, and the budget that leaves for
+    /// our raw estimate.
+    pub calibrated_ratio: Option<f64>,
+    pub calibration_samples: i64,
+    pub calibrated_budget_tokens: u64,
 }
 
 /// An operator message and the model's answer, if any came after it.

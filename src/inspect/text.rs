@@ -134,11 +134,19 @@ pub fn render_text(r: &Report) -> String {
     ));
     if let Some(ratio) = r.llm.reported_to_estimate_ratio {
         line(format!(
-            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}); largest prompt {}",
+            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}, at most {}); largest prompt {}{}",
             r.llm.prompt_tokens_reported,
             r.llm.prompt_tokens_estimated,
             r.llm.calls_with_usage,
-            r.llm.max_prompt_tokens_estimated.unwrap_or(0)
+            r.llm.max_reported_to_estimate_ratio.unwrap_or(ratio),
+            r.llm.max_prompt_tokens_estimated.unwrap_or(0),
+            r.llm
+                .calibrated_ratio
+                .map(|c| format!(
+                    "; calibrated {c} over {} calls: our estimate held to {} tokens",
+                    r.llm.calibration_samples, r.llm.calibrated_budget_tokens
+                ))
+                .unwrap_or_default()
         ));
     }
     for o in &r.operator_messages {
@@ -218,7 +226,7 @@ pub fn render_text(r: &Report) -> String {
             run.session_id,
             run.started_by,
             run.status,
-            run.verdict.as_deref().unwrap_or("-"),
+            run.verdict.map_or("-", |v| v.as_str()),
             run.started_at,
             run.events_claimed,
             run.wakes_claimed,

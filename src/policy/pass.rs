@@ -5,6 +5,7 @@ use crate::clock::Millis;
 use crate::config::{Config, Fallback, Provider};
 use crate::demand::Demand;
 use crate::fleet::Snapshot;
+use crate::store::runs::Verdict;
 
 /// Who decides this pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +67,12 @@ pub fn on_model_failure(config: &Config) -> OnModelFailure {
 }
 
 /// `action` when a mutating tool call succeeded, else `no-action`.
-pub fn verdict(mutated: bool) -> String {
-    if mutated { "action" } else { "no-action" }.into()
+pub fn verdict(mutated: bool) -> Verdict {
+    if mutated {
+        Verdict::Action
+    } else {
+        Verdict::NoAction
+    }
 }
 
 /// The demand reading as recorded for the next pass's "steady" check.
@@ -169,7 +174,7 @@ mod tests {
         assert_eq!(on_model_failure(&c), OnModelFailure::RulesLaunchOnly);
         c.llm.fallback = Fallback::None;
         assert_eq!(on_model_failure(&c), OnModelFailure::FailPass);
-        assert_eq!(verdict(true), "action");
-        assert_eq!(verdict(false), "no-action");
+        assert_eq!(verdict(true), Verdict::Action);
+        assert_eq!(verdict(false).as_str(), "no-action");
     }
 }

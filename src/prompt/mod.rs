@@ -6,6 +6,7 @@
 //! (`agent`) counts, reads the rows and calls the model.
 
 pub mod answer;
+pub mod calibration;
 pub mod context;
 pub mod events;
 pub mod notes;

@@ -36,7 +36,7 @@ pub fn record_observation(
         wakes: &claim.wakes,
         run_id: claim.run_id,
         pass_no: claim.pass_no,
-        started_by: claim.started_by,
+        started_by: claim.started_by.as_str(),
         floor_before: &floor_before,
     };
     let text = pass_text(snapshot, config, &woke, now);
@@ -229,7 +229,7 @@ pub fn model_answered(
     now: Millis,
 ) -> Result<runs::Outcome> {
     session::record_llm_outcome(&store.conn, None, now)?;
-    outcome.decided_by = Some("llm".into());
+    outcome.decided_by = Some(runs::DecidedBy::Llm);
     outcome.llm_calls = o.calls;
     outcome.prompt_tokens_est = Some(o.max_prompt_est);
     outcome.prompt_tokens_reported = o.max_prompt_reported;

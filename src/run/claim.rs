@@ -15,7 +15,7 @@ pub struct Claim {
     pub run_id: i64,
     pub session_id: i64,
     pub pass_no: u32,
-    pub started_by: &'static str,
+    pub started_by: runs::StartedBy,
     pub events: Vec<events::Event>,
     pub wakes: Vec<wakes::Wake>,
 }
@@ -55,7 +55,11 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     let session_id = session::current(&tx)?;
     let waiting = events::count_ready(&tx, now)? > 0;
     let bell = env.doorbell.mtime()?.is_some();
-    let started_by = if waiting || bell { "events" } else { "tick" };
+    let started_by = if waiting || bell {
+        runs::StartedBy::Events
+    } else {
+        runs::StartedBy::Tick
+    };
     let run_id = runs::create(&tx, session_id, env.pid, pass_no, started_by, now)?;
     let claimed_events = events::claim_ready(&tx, run_id, now)?;
     let claimed_wakes = wakes::claim_due(&tx, run_id, now)?;

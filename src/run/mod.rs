@@ -30,7 +30,7 @@ use crate::doorbell::{Doorbell, FileDoorbell};
 use crate::faults;
 use crate::lock::RunLock;
 use crate::services::Services;
-use crate::store::{events, OpenMode, Store};
+use crate::store::{events, runs, OpenMode, Store};
 use crate::trigger::debounce;
 
 pub use claim::Claim;
@@ -51,10 +51,10 @@ pub enum RunFailure {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassReport {
     pub run_id: i64,
-    pub started_by: String,
+    pub started_by: runs::StartedBy,
     pub events: usize,
     pub wakes: usize,
-    pub verdict: String,
+    pub verdict: runs::Verdict,
 }
 
 pub struct RunEnv<'a> {
@@ -116,7 +116,7 @@ fn one_pass(
                 .map_err(|e| e.context(format!("run {run_id}")))?;
             Ok(PassReport {
                 run_id,
-                started_by: claim.started_by.to_string(),
+                started_by: claim.started_by,
                 events: claim.events.len(),
                 wakes: claim.wakes.len(),
                 verdict: outcome.verdict,

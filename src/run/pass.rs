@@ -8,6 +8,7 @@ use anyhow::Result;
 use crate::agent::{self, LoopEnv};
 use crate::clock::Millis;
 use crate::policy::pass::{decider, on_model_failure, verdict, Decider, Facts, OnModelFailure};
+use crate::store::runs::{DecidedBy, Verdict};
 use crate::store::{runs, session, Store};
 use crate::tokens::Tokenizer;
 use crate::tools::{self, Actor};
@@ -49,10 +50,7 @@ pub fn execute(
         deadline,
     };
     let registry = tools::registry();
-    let mut outcome = runs::Outcome {
-        emergency: snapshot.workers_dead(),
-        ..Default::default()
-    };
+    let mut outcome = runs::Outcome::new(snapshot.workers_dead());
     let facts = Facts {
         events: claim.events.len(),
         wakes: claim.wakes.len(),
@@ -62,12 +60,12 @@ pub fn execute(
     };
     match decider(config, &facts, &snapshot) {
         Decider::Rules => {
-            outcome.decided_by = Some("rules".into());
+            outcome.decided_by = Some(DecidedBy::Rules);
             let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Rules)?;
             outcome.verdict = verdict(mutated);
         }
         Decider::Skip => {
-            outcome.verdict = "skipped".into();
+            outcome.verdict = Verdict::Skipped;
             overrule(store, &le, &registry, &mut snapshot, &mut outcome)?;
         }
         Decider::Model => match agent::ask(store, &le, &registry, &mut snapshot)? {
@@ -90,7 +88,7 @@ pub fn execute(
                     claim.run_id,
                     failure.message
                 );
-                outcome.decided_by = Some("fallback-rules".into());
+                outcome.decided_by = Some(DecidedBy::FallbackRules);
                 let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
                 // Any earlier LLM round's mutations count too.
                 outcome.verdict = verdict(mutated || failure.outcome.mutated);
@@ -110,7 +108,7 @@ fn overrule(
     outcome: &mut runs::Outcome,
 ) -> Result<()> {
     if act::floor(store, le, registry, snapshot)? {
-        outcome.decided_by = Some("floor".into());
+        outcome.decided_by = Some(DecidedBy::Floor);
         outcome.verdict = verdict(true);
     }
     Ok(())

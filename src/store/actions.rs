@@ -236,7 +236,10 @@ mod tests {
     #[test]
     fn the_floor_of_the_previous_pass_only() {
         let (_dir, s) = test_store(0);
-        let run = |n: i64| crate::store::runs::create(&s.conn, 1, 1, 1, "tick", n).unwrap();
+        let run = |n: i64| {
+            crate::store::runs::create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, n)
+                .unwrap()
+        };
         let (r1, r2, r3) = (run(1), run(2), run(3));
         for (run_id, actor) in [(r1, "floor"), (r2, "llm"), (r2, "floor"), (r2, "floor")] {
             let a = NewAction {

@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn usage_counts_only_the_newest_calls_that_reported() {
         let (_dir, s) = test_store(0);
-        let run = runs::create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        let run = runs::create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         call(&s.conn, run, 1000, Some(900));
         call(&s.conn, run, 500, None);
         call(&s.conn, run, 2000, Some(1700));

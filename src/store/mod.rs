@@ -4,6 +4,7 @@
 //! Nothing here talks to the outside world or reads the clock: times are passed in.
 
 pub mod actions;
+pub mod calibration;
 pub mod events;
 pub mod history;
 pub mod instances;
@@ -12,6 +13,8 @@ pub mod messages;
 pub mod report;
 pub mod runs;
 pub mod session;
+#[macro_use]
+pub mod text_enum;
 pub mod wakes;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,34 @@ use rusqlite::{params, Connection};
 use serde::Serialize;
 
 use crate::clock::Millis;
+use crate::text_enum;
+
+text_enum! {
+    /// Where a run is: `running` until it finishes `ok` or `failed`.
+    pub enum Status, "runs.status" { Running = "running", Ok = "ok", Failed = "failed" }
+}
+
+text_enum! {
+    /// What a finished pass did: a mutating call succeeded (`action`), none did
+    /// (`no-action`), or the model was not asked because nothing was new (`skipped`).
+    pub enum Verdict, "runs.verdict" { Action = "action", NoAction = "no-action", Skipped = "skipped" }
+}
+
+text_enum! {
+    /// Who decided a pass: the model, the rules (`provider = "rules"`), the rules because the
+    /// model was unusable, or the floor overruling the model's answer.
+    pub enum DecidedBy, "runs.decided_by" {
+        Llm = "llm",
+        Rules = "rules",
+        FallbackRules = "fallback-rules",
+        Floor = "floor",
+    }
+}
+
+text_enum! {
+    /// Why a pass ran: events (or the doorbell) were waiting, or the timer ticked.
+    pub enum StartedBy, "runs.started_by" { Events = "events", Tick = "tick" }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Run {
@@ -12,10 +40,10 @@ pub struct Run {
     pub session_id: i64,
     pub pid: i64,
     pub pass: i64,
-    pub started_by: String,
-    pub status: String,
-    pub verdict: Option<String>,
-    pub decided_by: Option<String>,
+    pub started_by: StartedBy,
+    pub status: Status,
+    pub verdict: Option<Verdict>,
+    pub decided_by: Option<DecidedBy>,
     pub started_at: Millis,
     pub finished_at: Option<Millis>,
     pub events_claimed: i64,
@@ -62,7 +90,7 @@ pub fn create(
     session_id: i64,
     pid: u32,
     pass: u32,
-    started_by: &str,
+    started_by: StartedBy,
     now: Millis,
 ) -> Result<i64> {
     conn.execute(
@@ -82,16 +110,32 @@ pub fn set_claimed(conn: &Connection, run_id: i64, events: usize, wakes: usize) 
 }
 
 /// What a finished pass records about itself.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub verdict: String,
-    pub decided_by: Option<String>,
+    pub verdict: Verdict,
+    pub decided_by: Option<DecidedBy>,
     pub llm_calls: i64,
     pub prompt_tokens_est: Option<i64>,
     pub prompt_tokens_reported: Option<i64>,
     pub completion_tokens: Option<i64>,
     pub llm_error: Option<String>,
     pub emergency: bool,
+}
+
+impl Outcome {
+    /// A pass that has decided nothing yet (its verdict until a call changes the fleet).
+    pub fn new(emergency: bool) -> Outcome {
+        Outcome {
+            verdict: Verdict::NoAction,
+            decided_by: None,
+            llm_calls: 0,
+            prompt_tokens_est: None,
+            prompt_tokens_reported: None,
+            completion_tokens: None,
+            llm_error: None,
+            emergency,
+        }
+    }
 }
 
 pub fn finish_ok(conn: &Connection, run_id: i64, o: &Outcome, now: Millis) -> Result<()> {
@@ -244,11 +288,10 @@ mod tests {
     use crate::store::test_store;
 
     fn finished(conn: &Connection, verdict: &str, emergency: bool) -> i64 {
-        let id = create(conn, 1, 1, 1, "tick", 0).unwrap();
+        let id = create(conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         let o = Outcome {
-            verdict: verdict.into(),
-            emergency,
-            ..Default::default()
+            verdict: Verdict::parse(verdict).unwrap(),
+            ..Outcome::new(emergency)
         };
         finish_ok(conn, id, &o, 1).unwrap();
         id
@@ -261,9 +304,9 @@ mod tests {
         finished(&s.conn, "action", false);
         finished(&s.conn, "action", false);
         finished(&s.conn, "no-action", false);
-        let failed = create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        let failed = create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         finish_failed(&s.conn, failed, "boom", 2).unwrap();
-        create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         let mut got = count_by_verdict(&s.conn).unwrap();
         got.sort();
         assert_eq!(
@@ -283,7 +326,7 @@ mod tests {
         finished(&s.conn, "action", true);
         assert_eq!(last_ok_emergency(&s.conn).unwrap(), Some(true));
         finished(&s.conn, "no-action", false);
-        let failed = create(&s.conn, 1, 1, 1, "tick", 0).unwrap();
+        let failed = create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         finish_failed(&s.conn, failed, "boom", 2).unwrap();
         assert_eq!(last_ok_emergency(&s.conn).unwrap(), Some(false));
     }
@@ -298,11 +341,11 @@ mod tests {
             ("rules", 40),
             ("llm", 1),
         ] {
-            let id = create(&s.conn, 1, 1, 1, "tick", at).unwrap();
+            let id = create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap();
             let o = Outcome {
-                verdict: "action".into(),
-                decided_by: Some(decided.into()),
-                ..Default::default()
+                verdict: Verdict::Action,
+                decided_by: DecidedBy::parse(decided),
+                ..Outcome::new(false)
             };
             finish_ok(&s.conn, id, &o, at + 1).unwrap();
         }

@@ -186,7 +186,9 @@ mod tests {
         assert_eq!(count_pending_by(&s.conn, "agent").unwrap(), 2);
         assert_eq!(count_pending_by(&s.conn, "operator").unwrap(), 1);
         // A claimed wake is no longer pending.
-        let run = crate::store::runs::create(&s.conn, 1, 1, 1, "tick", 150).unwrap();
+        let run =
+            crate::store::runs::create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 150)
+                .unwrap();
         claim_due(&s.conn, run, 150).unwrap();
         assert_eq!(count_pending_by(&s.conn, "agent").unwrap(), 1);
     }

@@ -61,6 +61,29 @@ struct State {
     key: Option<String>,
     requests: Vec<Recorded>,
     rejections: Vec<String>,
+    tokenizer: Tokenizer,
+    overflows: usize,
+}
+
+/// How the fake's model counts a prompt: `factor` times the cookbook's o200k count (1.0: as
+/// OpenAI documents it; 1.2: a tokenizer that splits digits, as Qwen's and SmolLM's do), and
+/// the context it refuses beyond, with llama.cpp server's 400 (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tokenizer {
+    pub factor: f64,
+    pub context: Option<u64>,
+}
+
+impl Tokenizer {
+    /// The fake's count of a request body, what it reports as `usage.prompt_tokens`.
+    pub fn count(&self, body: &Value) -> u64 {
+        let n = provider_prompt_tokens(body);
+        if self.factor == 1.0 {
+            n
+        } else {
+            (n as f64 * self.factor).ceil() as u64
+        }
+    }
 }
 
 struct Shared {
@@ -103,6 +126,11 @@ impl FakeLlm {
                 key: None,
                 requests: Vec::new(),
                 rejections: Vec::new(),
+                tokenizer: Tokenizer {
+                    factor: 1.0,
+                    context: None,
+                },
+                overflows: 0,
             }),
             stopping: Mutex::new(false),
             stop_signal: Condvar::new(),
@@ -141,6 +169,16 @@ impl FakeLlm {
     /// The answer once the queue is empty.
     pub fn set_default(&self, reply: Reply) {
         self.state().default = reply;
+    }
+
+    /// From now on count prompts with `tokenizer` (in `usage` and against its context).
+    pub fn set_tokenizer(&self, tokenizer: Tokenizer) {
+        self.state().tokenizer = tokenizer;
+    }
+
+    /// How many requests it refused as over its context (not counted as rejections).
+    pub fn overflow_count(&self) -> usize {
+        self.state().overflows
     }
 
     /// Scripted answers not yet used.

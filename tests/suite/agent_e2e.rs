@@ -72,6 +72,22 @@ proofs_per_hour_per_instance = 50
     f
 }
 
+/// Make one instance all the rules want for [`dead_fleet`] (59 queued, target 50 p/h at 100 p/h
+/// an instance), so a test of one launch is not joined by the floor's (docs/guardrails.md).
+pub(crate) fn one_instance_is_enough(f: &Fleet) {
+    let cfg = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace(
+            "target_proofs_per_hour = 500",
+            "target_proofs_per_hour = 50",
+        )
+        .replace(
+            "proofs_per_hour_per_instance = 50",
+            "proofs_per_hour_per_instance = 100",
+        );
+    f.write_config(&cfg);
+}
+
 pub(crate) const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
 
 /// Three launches already in the window, as the incident had them.
@@ -163,6 +179,7 @@ fn creates_of_consecutive_runs_are_spaced_without_a_429() {
     vast.add_offers(10, "RTX 4090", 0.40, 0.99);
     vast.vast_rate_limits();
     let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    one_instance_is_enough(&f);
     write_demand(f.path(), dead_fleet());
     let launch = ("launch_instance", r#"{"reason": "every worker is dead"}"#);
     for n in 0..2 {
@@ -213,6 +230,7 @@ fn sigkill_between_create_and_record_is_adopted_not_duplicated() {
     let vast = FakeVast::start_real_time();
     vast.add_offers(5, "RTX 4090", 0.40, 0.99);
     let f = rig(&llm, &vast, CAPS, "");
+    one_instance_is_enough(&f);
     write_demand(f.path(), dead_fleet());
     llm.push(Reply::tool_call(
         "launch_instance",

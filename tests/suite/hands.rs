@@ -114,7 +114,15 @@ impl Rig {
     /// A new run row (as a pass's claim makes) and its observation.
     fn pass(&mut self) -> Snapshot {
         let session = session::current(&self.store.conn).unwrap();
-        self.run_id = runs::create(&self.store.conn, session, 1, 1, "tick", self.now()).unwrap();
+        self.run_id = runs::create(
+            &self.store.conn,
+            session,
+            1,
+            1,
+            fleetagent::store::runs::StartedBy::Tick,
+            self.now(),
+        )
+        .unwrap();
         observe::observe(
             &mut self.store,
             &self.config,

@@ -335,7 +335,7 @@ fn the_core_does_no_io() {
             // Unit tests may build what they need.
             let code = code.split("#[cfg(test)]").next().unwrap_or("");
             for word in IMPURE {
-                if names(&code, word) {
+                if names(code, word) {
                     found.push(format!(
                         "{} names {word}",
                         f.strip_prefix(root()).unwrap().display()

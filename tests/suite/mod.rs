@@ -1,6 +1,7 @@
 //! Test modules, one per capability.
 mod agent_e2e;
 mod backbone;
+mod calibration;
 mod demand;
 mod docs;
 mod floor;

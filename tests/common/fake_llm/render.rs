@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::reply::Reply;
-use super::tokens::{count, provider_prompt_tokens};
+use super::tokens::count;
 
 /// What to send back.
 pub(super) struct Answer {
@@ -32,22 +32,23 @@ impl Answer {
 
 static IDS: AtomicU64 = AtomicU64::new(1);
 
-pub(super) fn render(reply: Reply, request: &Value) -> Answer {
+/// `prompt_tokens`: what the fake's tokenizer counted of `request`, reported as usage.
+pub(super) fn render(reply: Reply, request: &Value, prompt_tokens: u64) -> Answer {
     let model = request["model"].as_str().unwrap_or("gpt-4.1-mini");
     match reply {
         Reply::Delay(d, then) => {
-            let mut answer = render(*then, request);
+            let mut answer = render(*then, request, prompt_tokens);
             answer.delay += d;
             answer
         }
-        Reply::Dynamic(f) => render(f(request), request),
+        Reply::Dynamic(f) => render(f(request), request, prompt_tokens),
         Reply::Text(content) => {
             let completion = count(&content);
             completion_answer(
                 model,
                 json!({"role": "assistant", "content": content, "refusal": null}),
                 "stop",
-                provider_prompt_tokens(request),
+                prompt_tokens,
                 completion,
             )
         }
@@ -66,7 +67,7 @@ pub(super) fn render(reply: Reply, request: &Value) -> Answer {
                 model,
                 json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": calls}),
                 "tool_calls",
-                provider_prompt_tokens(request),
+                prompt_tokens,
                 completion,
             )
         }
@@ -104,7 +105,7 @@ pub(super) fn render(reply: Reply, request: &Value) -> Answer {
             200,
             json!({"id": "chatcmpl-empty", "object": "chat.completion", "created": 1767225600,
                    "model": model, "choices": [],
-                   "usage": usage(provider_prompt_tokens(request), 0)}),
+                   "usage": usage(prompt_tokens, 0)}),
         ),
     }
 }

@@ -99,11 +99,23 @@ fn decide(
             error_body(&e.message, e.param.as_deref(), e.code.as_deref()),
         );
     }
+    let prompt_tokens = state.tokenizer.count(body);
+    if let Some(n_ctx) = state.tokenizer.context.filter(|c| prompt_tokens > *c) {
+        // llama.cpp server's answer (tools/server/server.cpp, `exceed_context_size_error`).
+        state.overflows += 1;
+        return Answer::json(
+            400,
+            json!({"error": {"code": 400,
+                   "message": "the request exceeds the available context size, try increasing it",
+                   "type": "exceed_context_size_error",
+                   "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}),
+        );
+    }
     let reply = state
         .script
         .pop_front()
         .unwrap_or_else(|| state.default.clone());
-    render(reply, body)
+    render(reply, body, prompt_tokens)
 }
 
 fn check_key(key: &str, authorization: Option<&str>) -> Option<Answer> {
