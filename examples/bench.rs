@@ -472,6 +472,7 @@ fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
         seed: 1,
         config: None,
         llm: None,
+        llm_latency: None,
         state_dir: None,
         progress: false,
     }

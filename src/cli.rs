@@ -223,6 +223,10 @@ pub struct SimArgs {
     /// Let the configured LLM decide (uses --config's [llm]; costs tokens)
     #[arg(long)]
     pub llm: bool,
+    /// With --llm: each model call takes this long in simulated time [default: as long as
+    /// it took for real]
+    #[arg(long, value_name = "SECS")]
+    pub llm_latency: Option<f64>,
 }
 
 #[derive(Debug, Subcommand)]

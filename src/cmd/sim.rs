@@ -13,6 +13,9 @@ use crate::cmd::App;
 use crate::error::{usage, Quiet};
 use crate::sim::{self, scenario, Options};
 
+/// The longest `--llm-latency`: an hour per model call is past any run's deadline already.
+const MAX_LLM_LATENCY_SECS: f64 = 3600.0;
+
 pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     if args.list {
         for (name, text) in scenario::BUILT_IN {
@@ -21,6 +24,20 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         }
         return Ok(());
     }
+    let llm_latency = match args.llm_latency {
+        None => None,
+        Some(_) if !args.llm => return Err(usage(
+            "--llm-latency needs --llm (it is how long each model call takes in simulated time)",
+        )),
+        Some(secs) if secs.is_finite() && (0.0..=MAX_LLM_LATENCY_SECS).contains(&secs) => {
+            Some(Duration::from_secs_f64(secs))
+        }
+        Some(secs) => {
+            return Err(usage(format!(
+                "--llm-latency must be between 0 and {MAX_LLM_LATENCY_SECS} seconds, got {secs}"
+            )))
+        }
+    };
     let scenario = scenario::load(&args.scenario)?;
     // Only an explicit --config is read: never $FLEETAGENT_CONFIG or the default path.
     let config = match &app.config_flag {
@@ -54,6 +71,7 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         seed: args.seed,
         config,
         llm,
+        llm_latency,
         state_dir: app.state_dir_flag.clone(),
         progress: std::io::stderr().is_terminal(),
     };

@@ -40,11 +40,16 @@ pub struct Memory {
     pub flagged_passes: BTreeMap<i64, u32>,
 }
 
-/// What the model did in this pass (mutating calls that went through).
+/// What the model did in this pass (mutating calls that went through, and launches that met
+/// a limit).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelDid {
     pub launches: u32,
     pub stops: u32,
+    /// Launches of the model that met a limit the floor's own would meet in the same pass:
+    /// refused by the launch window (`rate_limited`), or failed on vast.ai's rate limit. The
+    /// model asked as the rules would, and its ask is on record.
+    pub launches_blocked: u32,
 }
 
 /// The floor's decision for one pass: the calls to make (reasons say `floor:` and why) and
@@ -86,7 +91,10 @@ pub fn plan(
     let mut calls = Vec::new();
 
     let mut emergency: Vec<&PlannedCall> = of_kind(&wanted, &[CallKind::Emergency]);
-    if model.launches > 0 {
+    if model.launches_blocked > 0 {
+        // The model's launch met the window or vast.ai's rate limit: so would the floor's.
+        emergency.clear();
+    } else if model.launches > 0 {
         // The rules ask at least once in an emergency, so that a refusal is on record; the
         // model's own launches are that record: the floor adds only what the window has room for.
         let w = snapshot.window(config);
@@ -100,7 +108,12 @@ pub fn plan(
     if !deficit.is_empty() && emergency.is_empty() {
         let since = before.deficit_since.unwrap_or(now);
         let waited = now - since;
-        if waited >= p.floor_after_mins as i64 * 60_000 && model.stops == 0 {
+        // Not in a pass where the model stopped an instance (never undo it), nor where its
+        // launch met a limit the floor's would meet too (its clock runs on).
+        if waited >= p.floor_after_mins as i64 * 60_000
+            && model.stops == 0
+            && model.launches_blocked == 0
+        {
             let left = format!("left unanswered for {}", human_duration(waited));
             calls.extend(
                 deficit
@@ -287,7 +300,7 @@ mod tests {
         }
         let did = ModelDid {
             launches: 2,
-            stops: 0,
+            ..ModelDid::default()
         };
         let p = plan(&s, &config(), 0, &Memory::default(), &did, NOW);
         assert!(p.calls.is_empty(), "{:?}", p.calls);
@@ -309,10 +322,18 @@ mod tests {
         c.policy.target_proofs_per_hour = 1000.0;
         let did = ModelDid {
             launches: 6,
-            stops: 0,
+            ..ModelDid::default()
         };
         assert!(!rules::decide(&s, &c, 0, Mode::Full).is_empty());
         assert!(plan(&s, &c, 0, &Memory::default(), &did, NOW)
+            .calls
+            .is_empty());
+        // Nor after a model whose ask the window refused (the model asked as the rules would).
+        let refused = ModelDid {
+            launches_blocked: 1,
+            ..ModelDid::default()
+        };
+        assert!(plan(&s, &c, 0, &Memory::default(), &refused, NOW)
             .calls
             .is_empty());
         // Without the model's launches on record, the floor's one ask stands (and is refused
@@ -347,10 +368,19 @@ mod tests {
         assert_eq!(acted.memory.deficit_since, None);
         // A pass where the model stopped something never relaunches it.
         let did = ModelDid {
-            launches: 0,
             stops: 1,
+            ..ModelDid::default()
         };
         let held = plan(&backlog(), &c, 0, &first.memory, &did, due);
+        assert!(held.calls.is_empty());
+        assert_eq!(held.memory.deficit_since, Some(NOW));
+        // Nor where the model's own launch met vast.ai's rate limit: the floor's would too,
+        // and its clock runs on.
+        let blocked = ModelDid {
+            launches_blocked: 1,
+            ..ModelDid::default()
+        };
+        let held = plan(&backlog(), &c, 0, &first.memory, &blocked, due);
         assert!(held.calls.is_empty());
         assert_eq!(held.memory.deficit_since, Some(NOW));
         // The deficit gone: nothing remembered.
@@ -411,7 +441,7 @@ mod tests {
         );
         let did = ModelDid {
             launches: 1,
-            stops: 0,
+            ..ModelDid::default()
         };
         assert!(plan(&idle(), &c, 1, &first.memory, &did, due)
             .calls

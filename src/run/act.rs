@@ -157,19 +157,32 @@ pub fn overrule(
     Ok(())
 }
 
-/// What the model's own calls changed in this pass (launches and stops that went through).
+/// What the model's own calls changed in this pass (launches and stops that went through),
+/// and its launches that met the launch window or vast.ai's rate limit.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
     for a in crate::store::actions::of_run(conn, run_id)? {
-        if a.actor != Actor::Llm.as_str() || !matches!(a.outcome.as_str(), "ok" | "intent") {
+        if a.actor != Actor::Llm.as_str() {
             continue;
         }
-        match a.kind.as_str() {
-            "launch" => did.launches += 1,
-            _ => did.stops += 1,
+        match (a.kind.as_str(), a.outcome.as_str()) {
+            ("launch", "ok" | "intent") => did.launches += 1,
+            (_, "ok" | "intent") => did.stops += 1,
+            ("launch", "refused" | "failed") if rate_limited(a.detail.as_deref()) => {
+                did.launches_blocked += 1
+            }
+            _ => {}
         }
     }
     Ok(did)
+}
+
+/// A launch that met a rate limit, by its ledger detail: the window's refusal (the tool's
+/// JSON answer, `rate_limited`) or vast.ai's, retries spent (`VastError::RateLimited`).
+fn rate_limited(detail: Option<&str>) -> bool {
+    let Some(d) = detail else { return false };
+    d.starts_with("vast.ai rate limit: ")
+        || serde_json::from_str::<serde_json::Value>(d).is_ok_and(|v| v["error"] == "rate_limited")
 }
 
 /// Run planned calls through the registry (and so the guardrails), ids `<prefix>_<run>_<n>`;

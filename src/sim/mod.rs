@@ -31,7 +31,7 @@ use crate::store::instances::InstanceRow;
 use crate::store::{actions, instances, wakes, OpenMode, Store};
 use outside::{Fire, Outside, SimClock};
 use scenario::{ActionKind, LlmMode, Scenario};
-use services::{OutageLlm, SimCurio, SimVast};
+use services::{OutageLlm, SimCurio, SimVast, TimedLlm};
 use world::{Sample, World};
 
 /// 2026-03-02T00:00:00Z, a Monday: every simulation starts here.
@@ -67,6 +67,9 @@ pub struct Options {
     pub config: Option<Config>,
     /// The real model (`--llm`): `provider = "openai"` with this client.
     pub llm: Option<Arc<dyn LlmClient>>,
+    /// How long each call of `llm` takes in simulated time (`--llm-latency`); None: as long
+    /// as it took for real.
+    pub llm_latency: Option<Duration>,
     /// Keep the database here instead of a temporary dir.
     pub state_dir: Option<PathBuf>,
     /// A progress bar on stderr.
@@ -335,7 +338,11 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     ));
 
     let llm: Option<Arc<dyn LlmClient>> = match (&opts.llm, opts.scenario.llm.mode) {
-        (Some(l), _) => Some(l.clone()),
+        (Some(l), _) => Some(Arc::new(TimedLlm {
+            inner: l.clone(),
+            clock: dyn_clock.clone(),
+            fixed: opts.llm_latency,
+        })),
         (None, LlmMode::Outage) => Some(Arc::new(OutageLlm {
             clock: dyn_clock.clone(),
             budget: Duration::from_secs(config.llm.retry_budget_secs),
@@ -438,6 +445,12 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         end,
         oracle::Foresight::Full,
     );
+    // A model is judged beside the rules on the same world: the same scenario, seed and
+    // config, decided by the rules (in a temporary dir of its own).
+    let rules = match &opts.llm {
+        Some(_) => Some(run(&rules_beside(opts))?.report),
+        None => None,
+    };
     let w = services::lock(&world);
     let report = report::build(&report::Inputs {
         store: &store,
@@ -453,6 +466,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         doorbell_waiting: bell,
         oracle: &oracle,
         llm_real: opts.llm.is_some(),
+        rules: rules.as_ref(),
     })?;
     let samples = w.samples.clone();
     drop(w);
@@ -464,6 +478,22 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         samples,
         target,
     })
+}
+
+/// These options with the rules deciding (no model, no simulated outage), in a temporary dir.
+fn rules_beside(opts: &Options) -> Options {
+    let mut scenario = opts.scenario.clone();
+    scenario.llm.mode = LlmMode::Rules;
+    Options {
+        scenario,
+        hours: opts.hours,
+        seed: opts.seed,
+        config: opts.config.clone(),
+        llm: None,
+        llm_latency: None,
+        state_dir: None,
+        progress: false,
+    }
 }
 
 fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
@@ -561,6 +591,7 @@ mod tests {
             seed: 1,
             config: None,
             llm: None,
+            llm_latency: None,
             state_dir: None,
             progress: false,
         };

@@ -235,6 +235,7 @@ mod tests {
             seed: 1,
             config: None,
             llm: None,
+            llm_latency: None,
             state_dir: None,
             progress: false,
         };

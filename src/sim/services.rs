@@ -1,10 +1,11 @@
 //! The simulated outside services behind the real traits: vast.ai ([`SimVast`], with the
 //! HTTP client's retry behaviour on 429s modelled on the simulated clock), Curio
-//! ([`SimCurio`], read as the HarmonyDB probe reads it) and an LLM that never answers
-//! ([`OutageLlm`]). Each advances the world to the clock's time before answering.
+//! ([`SimCurio`], read as the HarmonyDB probe reads it), an LLM that never answers
+//! ([`OutageLlm`]) and the real model on simulated time ([`TimedLlm`]). Each advances the
+//! world to the clock's time before answering.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::world::World;
 use crate::clock::Clock;
@@ -166,5 +167,54 @@ impl LlmClient for OutageLlm {
                 message: "upstream connect error (simulated outage)".into(),
             },
         })
+    }
+}
+
+/// The real model (`sim --llm`) on simulated time: each call takes as long on the simulated
+/// clock as it took for real (its wall time, retries included), or `fixed` (`--llm-latency`),
+/// so the run's deadline, the turn budget and the reaction checks meet the model's speed.
+/// The outside world moves on meanwhile (the clock's sleep fires what falls due).
+pub struct TimedLlm {
+    pub inner: Arc<dyn LlmClient>,
+    pub clock: Arc<dyn Clock>,
+    pub fixed: Option<Duration>,
+}
+
+impl LlmClient for TimedLlm {
+    fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        timed(self.clock.as_ref(), self.fixed, || self.inner.chat(req))
+    }
+}
+
+/// Run `f`, then sleep on `clock` for `fixed`, or for as long as `f` took for real.
+fn timed<T>(clock: &dyn Clock, fixed: Option<Duration>, f: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = f();
+    clock.sleep(fixed.unwrap_or_else(|| started.elapsed()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::sim::outside::SimClock;
+
+    #[test]
+    fn a_model_call_takes_its_real_latency_or_the_fixed_one_in_simulated_time() {
+        let clock = SimClock::new(Arc::new(ManualClock::new(1_000_000)));
+        // The real clock's sleep: the call's wall time is what is measured.
+        let answer = timed(&clock, None, || {
+            crate::clock::SystemClock.sleep(Duration::from_millis(30));
+            "answer"
+        });
+        assert_eq!(answer, "answer");
+        let took = clock.now_ms() - 1_000_000;
+        assert!((30..5_000).contains(&took), "{took} ms");
+        let before = clock.now_ms();
+        timed(&clock, Some(Duration::from_secs(90)), || {
+            crate::clock::SystemClock.sleep(Duration::from_millis(5))
+        });
+        assert_eq!(clock.now_ms() - before, 90_000);
     }
 }

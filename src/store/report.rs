@@ -319,6 +319,74 @@ pub fn launches_in_run(conn: &Connection, run_id: i64) -> Result<u64> {
     )? as u64)
 }
 
+/// Launches of one run that reached vast.ai: the create was accepted (`ok`).
+pub fn launches_ok_in_run(conn: &Connection, run_id: i64) -> Result<u64> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'ok' AND run_id = ?1",
+        params![run_id],
+        |r| r.get::<_, i64>(0),
+    )? as u64)
+}
+
+/// What the model sent, read from the conversation. Only the model's tool loop stores tool
+/// results (the rules' and the floor's calls leave a note instead), so each one is a call the
+/// model made.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelMessages {
+    /// Tool calls the tool loop ran (one result each).
+    pub tool_calls: u64,
+    /// Of those, the ones the registry answered `invalid_args` or `unknown_tool`.
+    pub invalid_calls: u64,
+    /// The text of every answer of the model that has any (with or without calls), in order.
+    pub answer_texts: Vec<String>,
+}
+
+pub fn model_messages(conn: &Connection) -> Result<ModelMessages> {
+    let tool_calls = count(
+        conn,
+        "SELECT COUNT(*) FROM messages WHERE role = 'tool' AND kind = 'tool_result'",
+    )?;
+    let invalid_calls = count(
+        conn,
+        "SELECT COUNT(*) FROM messages WHERE role = 'tool' AND kind = 'tool_result'
+           AND json_valid(content)
+           AND json_extract(content, '$.error') IN ('invalid_args', 'unknown_tool')",
+    )?;
+    let mut stmt = conn.prepare(
+        "SELECT content FROM messages WHERE role = 'assistant' AND kind IN ('answer', 'tool_call')
+           AND content <> '' ORDER BY id",
+    )?;
+    let answer_texts = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(ModelMessages {
+        tool_calls,
+        invalid_calls,
+        answer_texts,
+    })
+}
+
+/// The floor's actions (any outcome) by the rule that asked: its call ids are
+/// `floor-<kind>_<run>_<n>` (`run::act::floor`); `other` for an id of another shape.
+pub fn floor_actions_by_kind(conn: &Connection) -> Result<BTreeMap<String, u64>> {
+    let mut stmt = conn.prepare("SELECT tool_call_id FROM actions WHERE actor = 'floor'")?;
+    let ids = stmt
+        .query_map([], |r| r.get::<_, Option<String>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut m = BTreeMap::new();
+    for id in ids {
+        let kind = id
+            .as_deref()
+            .and_then(|i| i.strip_prefix("floor-"))
+            .and_then(|i| i.split_once('_'))
+            .map(|(k, _)| k)
+            .filter(|k| !k.is_empty())
+            .unwrap_or("other");
+        *m.entry(kind.to_string()).or_insert(0) += 1;
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,5 +700,83 @@ mod tests {
         action(&s, Some(1), "launch ok rules", false, 4, None);
         assert_eq!(launches_in_run(&s.conn, 2).unwrap(), 2);
         assert_eq!(launches_in_run(&s.conn, 5).unwrap(), 0);
+    }
+
+    #[test]
+    fn launches_ok_in_run_count_only_the_accepted_creates() {
+        let (_dir, s) = store();
+        action(&s, Some(2), "launch ok rules", true, 1, None);
+        action(&s, Some(2), "launch refused rules", true, 2, None);
+        action(&s, Some(2), "launch failed rules", true, 3, None);
+        action(&s, Some(2), "launch ok floor", true, 4, None);
+        action(&s, Some(1), "launch ok rules", false, 5, None);
+        assert_eq!(launches_ok_in_run(&s.conn, 2).unwrap(), 2);
+        assert_eq!(launches_ok_in_run(&s.conn, 5).unwrap(), 0);
+    }
+
+    fn message(s: &Store, role: &str, kind: &str, content: &str) {
+        s.conn
+            .execute(
+                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at)
+                 VALUES (1, 1, ?1, ?2, ?3, 1, 0)",
+                params![role, kind, content],
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn model_messages_count_calls_invalid_ones_and_keep_answer_texts() {
+        let (_dir, s) = store();
+        assert_eq!(model_messages(&s.conn).unwrap(), ModelMessages::default());
+        message(&s, "user", "observation", "WORKERS DEAD");
+        message(&s, "assistant", "tool_call", "");
+        message(&s, "tool", "tool_result", r#"{"ok":true}"#);
+        message(
+            &s,
+            "tool",
+            "tool_result",
+            r#"{"error":"invalid_args","message":"x"}"#,
+        );
+        message(&s, "tool", "tool_result", r#"{"error":"unknown_tool"}"#);
+        message(&s, "tool", "tool_result", r#"{"error":"rate_limited"}"#);
+        message(&s, "tool", "tool_result", "not json");
+        message(&s, "assistant", "answer", "functions.launch_instance:");
+        message(&s, "assistant", "tool_call", "launching");
+        message(&s, "user", "floor", "Floor (the rules ...)");
+        assert_eq!(
+            model_messages(&s.conn).unwrap(),
+            ModelMessages {
+                tool_calls: 5,
+                invalid_calls: 2,
+                answer_texts: vec!["functions.launch_instance:".into(), "launching".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn floor_actions_are_counted_by_the_rule_their_call_id_names() {
+        let (_dir, s) = store();
+        assert!(floor_actions_by_kind(&s.conn).unwrap().is_empty());
+        for (actor, id) in [
+            ("floor", Some("floor-emergency_2_1")),
+            ("floor", Some("floor-emergency_2_2")),
+            ("floor", Some("floor-flagged_5_1")),
+            ("floor", Some("odd")),
+            ("floor", None),
+            ("rules", Some("rules_1_1")),
+            ("llm", Some("floor-emergency_9_9")),
+        ] {
+            s.conn
+                .execute(
+                    "INSERT INTO actions (run_id, kind, outcome, actor, tool_call_id, created_at)
+                     VALUES (1, 'launch', 'ok', ?1, ?2, 0)",
+                    params![actor, id],
+                )
+                .unwrap();
+        }
+        assert_eq!(
+            floor_actions_by_kind(&s.conn).unwrap(),
+            map(&[("emergency", 2), ("flagged", 1), ("other", 2)])
+        );
     }
 }

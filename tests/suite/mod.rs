@@ -13,5 +13,6 @@ mod llm_client_fixtures;
 mod metrics;
 mod mind;
 mod sim;
+mod sim_llm;
 mod units;
 mod vast_client;

@@ -18,6 +18,7 @@ fn options(name: &str, hours: f64, seed: u64) -> Options {
         seed,
         config: None,
         llm: None,
+        llm_latency: None,
         state_dir: None,
         progress: false,
     }
@@ -476,4 +477,49 @@ fn bad_flags_are_usage_errors_found_before_the_simulation() {
             "--plot",
         );
     }
+}
+
+#[test]
+fn the_first_dead_pass_check_counts_launches_that_reached_vast_ai_not_requests() {
+    // vast.ai answers every call 429 for the first half hour: the first WORKERS DEAD pass
+    // asks for launches and none reaches vast.ai, so the check fails.
+    let mut o = options("incident", 1.0, 1);
+    o.scenario.vast_429.push(scenario::Window {
+        at_hours: 0.0,
+        hours: 0.5,
+        share: 1.0,
+    });
+    let r = sim::run(&o).unwrap().report;
+    assert!(
+        r.incident.launch_requests_in_first_dead_pass >= 1,
+        "{:?}",
+        r.incident
+    );
+    assert_eq!(
+        r.incident.launches_in_first_dead_pass, 0,
+        "{:?}",
+        r.incident
+    );
+    let check = r
+        .checks
+        .iter()
+        .find(|c| c.name == "launch made in the first WORKERS DEAD pass")
+        .unwrap();
+    assert!(!check.ok, "{check:?}");
+    assert!(
+        check.actual.ends_with(&format!(
+            "0 launch(es) reached vast.ai, of {} requested",
+            r.incident.launch_requests_in_first_dead_pass
+        )),
+        "{check:?}"
+    );
+    assert!(!r.passed);
+    // Without the 429s the same pass launches, and the check passes.
+    let r = sim::run(&options("incident", 1.0, 1)).unwrap().report;
+    assert!(
+        r.incident.launches_in_first_dead_pass >= 1,
+        "{:?}",
+        r.incident
+    );
+    assert!(r.passed, "{}", sim::report::render_text(&r));
 }

@@ -99,15 +99,17 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
         ));
     }
     if e.first_launch_in_first_dead_pass == Some(true) {
-        let ok = r.incident.first_dead_pass.is_some()
-            && r.incident.launch_requests_in_first_dead_pass > 0;
+        // Launches that reached vast.ai, not requests: a request the guardrails or vast.ai
+        // refused launches nothing.
+        let inc = &r.incident;
+        let ok = inc.first_dead_pass.is_some() && inc.launches_in_first_dead_pass > 0;
         c.push(Check {
-            name: "launch requested in the first WORKERS DEAD pass".into(),
+            name: "launch made in the first WORKERS DEAD pass".into(),
             expected: "yes".into(),
-            actual: match r.incident.first_dead_pass {
+            actual: match inc.first_dead_pass {
                 Some(id) => format!(
-                    "run {id}: {} launch request(s)",
-                    r.incident.launch_requests_in_first_dead_pass
+                    "run {id}: {} launch(es) reached vast.ai, of {} requested",
+                    inc.launches_in_first_dead_pass, inc.launch_requests_in_first_dead_pass
                 ),
                 None => "no pass saw WORKERS DEAD".into(),
             },

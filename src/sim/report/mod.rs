@@ -5,6 +5,7 @@
 //! same bytes).
 
 mod checks;
+pub mod model;
 mod text;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,9 @@ pub struct Report {
     pub stuck_instances: Stuck,
     pub runs: Runs,
     pub llm: Llm,
+    /// Who decided and how: calls, tool calls, invalid ones, malformed answers, the floor's
+    /// actions under it, and with `--llm` the rules' figures beside.
+    pub model: model::Model,
     pub events: Events,
     pub wakes: Wakes,
     pub invariants: Invariants,
@@ -161,6 +165,8 @@ pub struct Incident {
     /// The first pass that saw WORKERS DEAD, and the launches it asked for.
     pub first_dead_pass: Option<i64>,
     pub launch_requests_in_first_dead_pass: u64,
+    /// Of those, the launches that reached vast.ai (the create was accepted).
+    pub launches_in_first_dead_pass: u64,
     pub resets: u64,
     /// The longest time from a reset to the pass that claimed its event.
     pub reset_answered_secs: Option<f64>,
@@ -205,6 +211,8 @@ pub struct Inputs<'a> {
     pub doorbell_waiting: bool,
     pub oracle: &'a OracleResult,
     pub llm_real: bool,
+    /// With `--llm`: the rules' report of the same scenario, seed and config.
+    pub rules: Option<&'a Report>,
 }
 
 /// Round for the report: 4 decimals (stable JSON).
@@ -401,9 +409,12 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         .iter()
         .find(|r| r.status == "ok" && r.emergency)
         .map(|r| r.id);
-    let dead_launches = match first_dead {
-        Some(id) => db::launches_in_run(conn, id)?,
-        None => 0,
+    let (dead_asked, dead_launched) = match first_dead {
+        Some(id) => (
+            db::launches_in_run(conn, id)?,
+            db::launches_ok_in_run(conn, id)?,
+        ),
+        None => (0, 0),
     };
     let mut answered: Option<f64> = None;
     let mut all_answered = true;
@@ -430,7 +441,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let silence = starts.windows(2).map(|p| p[1] - p[0]).max().unwrap_or(0);
     let incident = Incident {
         first_dead_pass: first_dead,
-        launch_requests_in_first_dead_pass: dead_launches,
+        launch_requests_in_first_dead_pass: dead_asked,
+        launches_in_first_dead_pass: dead_launched,
         resets: i.outside.resets.len() as u64,
         reset_answered_secs: answered.map(r4),
         max_silence_mins: r4(silence as f64 / 60_000.0),
@@ -459,13 +471,21 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         }),
         hours_below_over_oracle: r4(below - o.hours_below_target),
     };
-    let decided_by = if i.llm_real {
-        format!("llm ({})", i.config.llm.model)
+    let (decided_by, model_name) = if i.llm_real {
+        (
+            format!("llm ({})", i.config.llm.model),
+            i.config.llm.model.clone(),
+        )
     } else if i.config.llm.provider == crate::config::Provider::Openai {
-        "llm (simulated outage) with fallback".to_string()
+        (
+            "llm (simulated outage) with fallback".to_string(),
+            format!("{} (simulated outage)", i.config.llm.model),
+        )
     } else {
-        "rules".to_string()
+        ("rules".to_string(), "rules".to_string())
     };
+    let floor_passes = runs.by_decider.get("floor").copied().unwrap_or(0);
+    let model = model::build(conn, model_name, llm.calls, floor_passes, i.rules)?;
     let mut report = Report {
         scenario: i.scenario.name.clone(),
         description: i.scenario.description.clone(),
@@ -487,6 +507,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         },
         runs,
         llm,
+        model,
         events,
         wakes,
         invariants,

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{fmt, Report};
+use super::{fmt, model, Report};
 
 fn map_line(m: &BTreeMap<String, u64>) -> String {
     if m.is_empty() {
@@ -120,6 +120,12 @@ pub fn render_text(r: &Report) -> String {
             ll.prompt_tokens_per_tick
         ),
     );
+    if r.model.name != "rules" {
+        row("model", model::line(&r.model));
+    }
+    if let Some(b) = &r.model.rules {
+        row("rules (same seed)", model::rules_line(b));
+    }
     let e = &r.events;
     row(
         "events",
@@ -149,9 +155,10 @@ pub fn render_text(r: &Report) -> String {
     let inc = &r.incident;
     if inc.resets > 0 || inc.first_dead_pass.is_some() || inc.fallback_passes > 0 {
         row("incident", format!(
-            "first WORKERS DEAD pass {} asked {} launch(es); {} reset(s) answered in {}; longest gap {} min; fallback passes {}, fallback stops {}",
+            "first WORKERS DEAD pass {} asked {} launch(es), {} reached vast.ai; {} reset(s) answered in {}; longest gap {} min; fallback passes {}, fallback stops {}",
             inc.first_dead_pass.map_or("-".into(), |x| x.to_string()),
             inc.launch_requests_in_first_dead_pass,
+            inc.launches_in_first_dead_pass,
             inc.resets,
             inc.reset_answered_secs.map_or("-".into(), |s| format!("{}s", fmt(s))),
             fmt(inc.max_silence_mins),

@@ -1,0 +1,251 @@
+//! The report's `model` object: who decided (the configured `llm.model`, or `rules`) and how
+//! it did: its calls, the tool calls it made, how many of those were invalid, answers that
+//! wrote a tool call as text, what the floor had to do under it, and with `--llm` the same
+//! scenario and seed decided by the rules beside it.
+
+use serde::Serialize;
+
+use super::{r4, Report};
+use crate::store::report as db;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Model {
+    /// `llm.model` of the config (`sim --llm`), `<llm.model> (simulated outage)`, or `rules`.
+    pub name: String,
+    /// Requests sent to the model (as `llm.calls`).
+    pub calls: u64,
+    /// Tool calls of the model that its tool loop ran.
+    pub tool_calls: u64,
+    /// Of those, the ones answered `invalid_args` or `unknown_tool`.
+    pub invalid_calls: u64,
+    /// Answers that wrote a tool call as text (`functions.NAME:`, or a JSON object naming a
+    /// tool) instead of making it: nothing ran.
+    pub malformed_answers: u64,
+    /// The floor's actions (any outcome) by the rule that asked for them.
+    pub floor_actions: FloorActions,
+    /// Passes decided by the floor (it changed the fleet under the model's answer).
+    pub floor_passes: u64,
+    /// With `--llm`: the same scenario, seed and config decided by the rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Beside>,
+}
+
+/// By the call ids' kind (`floor-<kind>_<run>_<n>`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FloorActions {
+    pub total: u64,
+    pub emergency: u64,
+    pub deficit: u64,
+    pub seed: u64,
+    pub flagged: u64,
+    pub surplus: u64,
+    /// A call id of another shape.
+    pub other: u64,
+}
+
+/// The decision-quality figures of another run of the same world (the rules'), beside the
+/// model's own at the top of the report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Beside {
+    pub served_share: f64,
+    pub hours_below_target: f64,
+    pub dollars_per_proof: f64,
+    /// $/proof over the oracle's.
+    pub cost_ratio: f64,
+    pub hours_below_over_oracle: f64,
+    pub launches: u64,
+    pub stops: u64,
+    pub passed: bool,
+}
+
+impl Beside {
+    pub fn of(r: &Report) -> Beside {
+        Beside {
+            served_share: r.proofs.served_share,
+            hours_below_target: r.hours_below_target,
+            dollars_per_proof: r.money.dollars_per_proof,
+            cost_ratio: r.oracle.cost_ratio,
+            hours_below_over_oracle: r.oracle.hours_below_over_oracle,
+            launches: r.launches.made,
+            stops: r.stops.made,
+            passed: r.passed,
+        }
+    }
+}
+
+pub fn build(
+    conn: &rusqlite::Connection,
+    name: String,
+    calls: u64,
+    floor_passes: u64,
+    rules: Option<&Report>,
+) -> anyhow::Result<Model> {
+    let msgs = db::model_messages(conn)?;
+    let tools: Vec<String> = crate::tools::registry()
+        .specs()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    let malformed = msgs
+        .answer_texts
+        .iter()
+        .filter(|t| tool_call_as_text(t, &tools))
+        .count() as u64;
+    let mut floor = FloorActions::default();
+    for (kind, n) in db::floor_actions_by_kind(conn)? {
+        floor.total += n;
+        match kind.as_str() {
+            "emergency" => floor.emergency += n,
+            "deficit" => floor.deficit += n,
+            "seed" => floor.seed += n,
+            "flagged" => floor.flagged += n,
+            "surplus" => floor.surplus += n,
+            _ => floor.other += n,
+        }
+    }
+    Ok(Model {
+        name,
+        calls,
+        tool_calls: msgs.tool_calls,
+        invalid_calls: msgs.invalid_calls,
+        malformed_answers: malformed,
+        floor_actions: floor,
+        floor_passes,
+        rules: rules.map(Beside::of),
+    })
+}
+
+/// How many `{` of one answer are tried as the start of a JSON object.
+const MAX_OBJECTS_TRIED: usize = 64;
+
+/// A tool call written as text instead of made through the API: `functions.NAME:` or
+/// `functions.NAME(` (what small models and llama-cpp-python's chatml-function-calling write),
+/// or a JSON object naming one of `tools` (`{"name": "launch_instance", ...}`, a tool name as
+/// a key, nested in `{"function": ...}`), also cut short. The rule of
+/// `prompt::answer::tool_call_as_text`, which marks such answers as they are stored; counted
+/// here from the stored text so the report needs no mark.
+pub fn tool_call_as_text(text: &str, tools: &[&str]) -> bool {
+    let functions = text.match_indices("functions.").any(|(i, m)| {
+        let after = &text[i + m.len()..];
+        let name = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+            .unwrap_or(after.len());
+        name > 0
+            && after[name..]
+                .trim_start_matches(' ')
+                .starts_with([':', '('])
+    });
+    functions
+        || text
+            .match_indices('{')
+            .take(MAX_OBJECTS_TRIED)
+            .any(|(i, _)| {
+                let rest = &text[i..];
+                match serde_json::Deserializer::from_str(rest)
+                    .into_iter::<serde_json::Value>()
+                    .next()
+                {
+                    Some(Ok(v)) => names_a_tool(&v, tools, 0),
+                    // Cut short: a quoted tool name after the brace.
+                    Some(Err(e)) if e.is_eof() => {
+                        tools.iter().any(|t| rest.contains(&format!("\"{t}\"")))
+                    }
+                    _ => false,
+                }
+            })
+}
+
+fn names_a_tool(v: &serde_json::Value, tools: &[&str], depth: usize) -> bool {
+    use serde_json::Value;
+    if depth > 4 {
+        return false;
+    }
+    let known = |s: &str| {
+        let s = s.trim();
+        tools.contains(&s.strip_prefix("functions.").unwrap_or(s))
+    };
+    match v {
+        Value::Object(o) => o.iter().any(|(k, val)| {
+            known(k)
+                || (matches!(k.as_str(), "name" | "function" | "tool" | "tool_name")
+                    && val.as_str().is_some_and(known))
+                || names_a_tool(val, tools, depth + 1)
+        }),
+        Value::Array(items) => items.iter().any(|i| names_a_tool(i, tools, depth + 1)),
+        _ => false,
+    }
+}
+
+/// The model's line of the text report.
+pub fn line(m: &Model) -> String {
+    let f = &m.floor_actions;
+    let mut out = format!(
+        "{}: {} calls, {} tool calls ({} invalid), {} malformed answers; floor: {} actions \
+         (emergency {}, deficit {}, seed {}, flagged {}, surplus {}), {} passes",
+        m.name,
+        m.calls,
+        m.tool_calls,
+        m.invalid_calls,
+        m.malformed_answers,
+        f.total,
+        f.emergency,
+        f.deficit,
+        f.seed,
+        f.flagged,
+        f.surplus,
+        m.floor_passes
+    );
+    if f.other > 0 {
+        out.push_str(&format!(" ({} other)", f.other));
+    }
+    out
+}
+
+/// The rules' line beside the model's.
+pub fn rules_line(b: &Beside) -> String {
+    format!(
+        "{:.1}% served, {} h below target (+{} over the oracle), ${:.4}/proof ({:.2}x the oracle), \
+         {} launches, {} stops, {}",
+        r4(b.served_share) * 100.0,
+        super::fmt(b.hours_below_target),
+        super::fmt(b.hours_below_over_oracle),
+        b.dollars_per_proof,
+        b.cost_ratio,
+        b.launches,
+        b.stops,
+        if b.passed { "passed" } else { "failed" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOOLS: &[&str] = &["launch_instance", "stop_instance", "list_instances"];
+
+    #[test]
+    fn tool_calls_written_as_text_are_found() {
+        for text in [
+            "functions.launch_instance:",
+            "I will call functions.stop_instance ({\"instance_id\": 3})",
+            r#"{"name": "launch_instance", "arguments": {"reason": "dead"}}"#,
+            r#"<tool_call>{"function": {"name": "functions.list_instances"}}</tool_call>"#,
+            "```json\n{\"launch_instance\": {\"reason\": \"x\"}}\n```",
+            r#"[{"tool": "stop_instance"}]"#,
+            r#"Sure: {"name": "launch_instance", "arguments": {"rea"#,
+        ] {
+            assert!(tool_call_as_text(text, TOOLS), "{text}");
+        }
+        for text in [
+            "No action needed.",
+            "Launched two instances; functions are fine.",
+            "functions.: nothing",
+            r#"{"name": "something_else"}"#,
+            r#"{"reason": "launch_instance later"}"#,
+            "The queue {59 proofs} is served.",
+        ] {
+            assert!(!tool_call_as_text(text, TOOLS), "{text}");
+        }
+    }
+}
