@@ -133,21 +133,19 @@ fn setup(demand: Demand, earlier: usize) -> (Store, Services, Arc<MemVast>) {
     (store, services, vast)
 }
 
+/// A run row, as a pass's claim makes it.
+fn new_run(store: &Store, clock: &ManualClock) -> i64 {
+    let session = session::current(&store.conn).unwrap();
+    let tick = fleetagent::store::runs::StartedBy::Tick;
+    runs::create(&store.conn, session, 1, 1, tick, clock.now_ms()).unwrap()
+}
+
 /// The floor's planning on the emergency snapshot (what the floor adds to every model pass:
 /// one pure call), timed over many calls.
 fn floor_plan(config: &Config, demand: Demand) -> Duration {
     let (mut store, services, _vast) = setup(demand, 3);
     let clock = ManualClock::new(T0);
-    let session = session::current(&store.conn).unwrap();
-    let run = runs::create(
-        &store.conn,
-        session,
-        1,
-        1,
-        fleetagent::store::runs::StartedBy::Tick,
-        clock.now_ms(),
-    )
-    .unwrap();
+    let run = new_run(&store, &clock);
     let snap = observe::observe(&mut store, config, &services, &clock, run).unwrap();
     let memory = fleetagent::policy::floor::Memory::default();
     let model = fleetagent::policy::floor::ModelDid::default();
@@ -165,16 +163,7 @@ fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     let clock = ManualClock::new(T0);
     let env = Env::default();
     let started = Instant::now();
-    let session = session::current(&store.conn).unwrap();
-    let run = runs::create(
-        &store.conn,
-        session,
-        1,
-        1,
-        fleetagent::store::runs::StartedBy::Tick,
-        clock.now_ms(),
-    )
-    .unwrap();
+    let run = new_run(&store, &clock);
     let mut snap = observe::observe(&mut store, config, &services, &clock, run).unwrap();
     let _ = snap.observation_line(config);
     let registry = tools::registry();

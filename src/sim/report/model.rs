@@ -90,7 +90,7 @@ pub fn build(
     let malformed = msgs
         .answer_texts
         .iter()
-        .filter(|t| tool_call_as_text(t, &tools))
+        .filter(|t| crate::prompt::answer::tool_call_as_text(t, &tools))
         .count() as u64;
     let mut floor = FloorActions::default();
     for (kind, n) in db::floor_actions_by_kind(conn)? {
@@ -114,67 +114,6 @@ pub fn build(
         floor_passes,
         rules: rules.map(Beside::of),
     })
-}
-
-/// How many `{` of one answer are tried as the start of a JSON object.
-const MAX_OBJECTS_TRIED: usize = 64;
-
-/// A tool call written as text instead of made through the API: `functions.NAME:` or
-/// `functions.NAME(` (what small models and llama-cpp-python's chatml-function-calling write),
-/// or a JSON object naming one of `tools` (`{"name": "launch_instance", ...}`, a tool name as
-/// a key, nested in `{"function": ...}`), also cut short. The rule of
-/// `prompt::answer::tool_call_as_text`, which marks such answers as they are stored; counted
-/// here from the stored text so the report needs no mark.
-pub fn tool_call_as_text(text: &str, tools: &[&str]) -> bool {
-    let functions = text.match_indices("functions.").any(|(i, m)| {
-        let after = &text[i + m.len()..];
-        let name = after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-            .unwrap_or(after.len());
-        name > 0
-            && after[name..]
-                .trim_start_matches(' ')
-                .starts_with([':', '('])
-    });
-    functions
-        || text
-            .match_indices('{')
-            .take(MAX_OBJECTS_TRIED)
-            .any(|(i, _)| {
-                let rest = &text[i..];
-                match serde_json::Deserializer::from_str(rest)
-                    .into_iter::<serde_json::Value>()
-                    .next()
-                {
-                    Some(Ok(v)) => names_a_tool(&v, tools, 0),
-                    // Cut short: a quoted tool name after the brace.
-                    Some(Err(e)) if e.is_eof() => {
-                        tools.iter().any(|t| rest.contains(&format!("\"{t}\"")))
-                    }
-                    _ => false,
-                }
-            })
-}
-
-fn names_a_tool(v: &serde_json::Value, tools: &[&str], depth: usize) -> bool {
-    use serde_json::Value;
-    if depth > 4 {
-        return false;
-    }
-    let known = |s: &str| {
-        let s = s.trim();
-        tools.contains(&s.strip_prefix("functions.").unwrap_or(s))
-    };
-    match v {
-        Value::Object(o) => o.iter().any(|(k, val)| {
-            known(k)
-                || (matches!(k.as_str(), "name" | "function" | "tool" | "tool_name")
-                    && val.as_str().is_some_and(known))
-                || names_a_tool(val, tools, depth + 1)
-        }),
-        Value::Array(items) => items.iter().any(|i| names_a_tool(i, tools, depth + 1)),
-        _ => false,
-    }
 }
 
 /// The model's line of the text report.
@@ -220,8 +159,8 @@ pub fn rules_line(b: &Beside) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
+    /// The rule the report counts malformed answers by is the one `prompt::answer` stores them
+    /// with: these are the shapes the report must count.
     const TOOLS: &[&str] = &["launch_instance", "stop_instance", "list_instances"];
 
     #[test]
@@ -235,7 +174,10 @@ mod tests {
             r#"[{"tool": "stop_instance"}]"#,
             r#"Sure: {"name": "launch_instance", "arguments": {"rea"#,
         ] {
-            assert!(tool_call_as_text(text, TOOLS), "{text}");
+            assert!(
+                crate::prompt::answer::tool_call_as_text(text, TOOLS),
+                "{text}"
+            );
         }
         for text in [
             "No action needed.",
@@ -245,7 +187,10 @@ mod tests {
             r#"{"reason": "launch_instance later"}"#,
             "The queue {59 proofs} is served.",
         ] {
-            assert!(!tool_call_as_text(text, TOOLS), "{text}");
+            assert!(
+                !crate::prompt::answer::tool_call_as_text(text, TOOLS),
+                "{text}"
+            );
         }
     }
 }
