@@ -10,6 +10,11 @@ use serde::Deserialize;
 /// name fleetagent matches workers by); set by the launch, never by the config.
 pub const LABEL_ENV: &str = "FLEETAGENT_LABEL";
 
+/// The worker environment variable the worker image names its Curio machine after
+/// (`--name` / `CURIO_NODE_NAME`, docs/worker-image.md); the launch sets it to the label
+/// unless `[vast.env]` sets it.
+pub const NODE_NAME_ENV: &str = "CURIO_NODE_NAME";
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {

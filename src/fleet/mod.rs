@@ -32,13 +32,13 @@ pub const STATUS_CHARS: usize = 120;
 /// The text shown when no vast.ai key is configured.
 pub const NO_VAST_KEY: &str = "not_configured: no vast.ai API key";
 
-/// One of our instances that bills and earns nothing (`exited`/`offline`, or loading past
-/// `policy.stuck_loading_mins`): it may be destroyed without the stop protections.
+/// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, or loading
+/// past `policy.stuck_loading_mins`): it may be destroyed without the stop protections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flag {
     pub vast_id: i64,
     pub label: String,
-    /// `exited`, `offline`, or `loading 45m`.
+    /// `exited`, `offline`, `unknown`, or `loading 45m`.
     pub why: String,
 }
 
@@ -134,6 +134,12 @@ impl Snapshot {
                     .map(|s| s.trim().to_ascii_lowercase());
                 let why = match status.as_deref() {
                     Some(s @ ("exited" | "offline")) => s.to_string(),
+                    // No recent heartbeat from the host: vast.ai says it will not run again.
+                    // A live Curio worker matched to it (`classify` keeps those alive) proves
+                    // the container runs, so only one without is flagged.
+                    Some("unknown") if !matches!(r.state, REGISTERED | PROVING) => {
+                        "unknown".to_string()
+                    }
                     _ if r.state == LOADING && self.now - r.created_at > stuck_ms => {
                         format!("loading {}", human_duration(self.now - r.created_at))
                     }
@@ -208,5 +214,53 @@ impl Snapshot {
                 d.workers.remove(i);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn unknown_status_is_flagged_like_exited_and_offline() {
+        let with = |id: i64, status: &str, state: State| {
+            let mut r = row(&format!("fleetagent-{id}"), Some(id), state, 0.4);
+            r.actual_status = Some(status.into());
+            r
+        };
+        let snap = Snapshot {
+            now: NOW,
+            instances: vec![
+                with(1, "exited", DEAD),
+                with(2, "offline", DEAD),
+                with(3, " Unknown ", DEAD),
+                with(4, "running", BOOTED),
+                // A Curio worker still heartbeats from it: the container runs.
+                with(5, "unknown", PROVING),
+            ],
+            ..Default::default()
+        };
+        let c = config();
+        let flags: Vec<(i64, String)> = snap
+            .flagged(&c)
+            .into_iter()
+            .map(|f| (f.vast_id, f.why))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, "exited".to_string()),
+                (2, "offline".to_string()),
+                (3, "unknown".to_string()),
+            ]
+        );
+        assert!(snap.is_flagged(&c, 3) && !snap.is_flagged(&c, 5));
+        assert_eq!(classify(Some("unknown"), None), DEAD);
+        let line = snap.lifecycle_lines(&c).join("\n");
+        assert!(
+            line.contains("instance 3 \"fleetagent-3\" unknown"),
+            "{line}"
+        );
     }
 }

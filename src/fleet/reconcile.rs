@@ -416,11 +416,12 @@ mod tests {
                 (2, "loading 5m".to_string()),
                 (4, "exited".to_string()),
                 (5, "offline".to_string()),
+                (6, "unknown".to_string()),
                 (10, "loading 5m".to_string()),
             ]
         );
         c.policy.stuck_loading_mins = 30;
-        assert_eq!(snap.flagged(&c).len(), 2);
+        assert_eq!(snap.flagged(&c).len(), 3);
     }
 
     #[test]

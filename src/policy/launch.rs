@@ -30,6 +30,10 @@ use crate::vast::{CreateRequest, Offer, OfferQuery, VastError};
 /// name fleetagent matches workers by); set by the launch, never by the config.
 pub use crate::config::LABEL_ENV;
 
+/// The worker environment variable the worker image takes its Curio machine name from: the
+/// launch sets it to the label, unless `[vast.env]` sets it (the operator's value is kept).
+pub use crate::config::NODE_NAME_ENV;
+
 /// How many offers a launch looks at (the cheapest ones matching `[vast.offers]`).
 const SEARCH_LIMIT: u32 = 64;
 
@@ -330,6 +334,8 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
 
 fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, String>) -> Create {
     env.insert(LABEL_ENV.into(), ask.label.clone());
+    env.entry(NODE_NAME_ENV.into())
+        .or_insert_with(|| ask.label.clone());
     let row = InstanceRow {
         label: ask.label.clone(),
         vast_id: None,

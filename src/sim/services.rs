@@ -93,10 +93,12 @@ impl VastClient for SimVast {
     }
 
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
-        // The worker names itself after FLEETAGENT_LABEL; the launch sets it to the label.
+        // The worker image names its Curio machine after CURIO_NODE_NAME (docs/worker-image.md);
+        // the launch sets it to the label unless [vast.env] sets it.
         let name = req
             .env
-            .get("FLEETAGENT_LABEL")
+            .get(crate::config::NODE_NAME_ENV)
+            .or_else(|| req.env.get(crate::config::LABEL_ENV))
             .unwrap_or(&req.label)
             .clone();
         let now = self.clock.now_ms();

@@ -111,6 +111,9 @@ pub(crate) fn offer_query_body(q: &OfferQuery) -> Value {
 /// put vast.ai's sshd in front as the main process, which keeps a container "running" after
 /// the worker died and needs an SSH key on the account; fleetagent never logs in, and wants
 /// a dead worker to show up as `exited`.
+///
+/// `cancel_unavail: true` always: an offer that cannot start now is refused (410
+/// `no_such_ask`) instead of becoming a stopped instance; vast.ai's default for bids is false.
 pub(crate) fn create_body(req: &CreateRequest) -> Value {
     let mut body = json!({
         "client_id": "me",
@@ -120,6 +123,7 @@ pub(crate) fn create_body(req: &CreateRequest) -> Value {
         "env": req.env,
         "runtype": "args",
         "price": req.bid_price,
+        "cancel_unavail": true,
     });
     if let Some(cmd) = req.onstart.as_deref().filter(|c| !c.trim().is_empty()) {
         body["onstart"] = json!("/bin/sh");
@@ -338,6 +342,7 @@ mod tests {
         assert_eq!(b["runtype"], "args");
         assert_eq!(b["env"], json!({"FLEETAGENT_LABEL": "fleetagent-7-a"}));
         assert_eq!(b["price"], Value::Null);
+        assert_eq!(b["cancel_unavail"], true);
         assert!(b.get("onstart").is_none() && b.get("args").is_none());
 
         req.onstart = Some("/opt/start-worker.sh".into());
@@ -346,6 +351,7 @@ mod tests {
         assert_eq!(b["onstart"], "/bin/sh");
         assert_eq!(b["args"], json!(["-c", "/opt/start-worker.sh"]));
         assert_eq!(b["price"], json!(0.25));
+        assert_eq!(b["cancel_unavail"], true, "a bid too");
     }
 
     #[test]

@@ -361,6 +361,7 @@ fn a_launch_carries_its_intent_row_and_request() {
     assert_eq!((r.offer_id, r.image.as_str(), r.disk_gb), (4, "img", 40.0));
     assert_eq!(r.env.get("A").map(String::as_str), Some("1"));
     assert_eq!(r.env.get(LABEL_ENV), Some(&a.label));
+    assert_eq!(r.env.get(NODE_NAME_ENV), Some(&a.label));
     assert_eq!((r.onstart.as_deref(), r.bid_price), (Some("run"), None));
     // Interruptible: a bid at the offer's minimum; outside any pass, no run.
     c.vast.offers.offer_type = OfferType::Interruptible;
@@ -370,6 +371,11 @@ fn a_launch_carries_its_intent_row_and_request() {
         (cr.request.bid_price, cr.row.launched_run),
         (Some(0.2), None)
     );
+    // CURIO_NODE_NAME from [vast.env] is the operator's: kept.
+    let env = BTreeMap::from([(NODE_NAME_ENV.to_string(), "pool".to_string())]);
+    let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.4)], env).unwrap();
+    assert_eq!(cr.request.env[NODE_NAME_ENV], "pool");
+    assert_eq!(cr.request.env[LABEL_ENV], a.label);
 }
 
 fn a_create() -> (Ask, Config, Create) {

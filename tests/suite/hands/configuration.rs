@@ -88,3 +88,33 @@ fn worker_env_resolves_credentials_without_recording_them() {
     assert_eq!(r.content["key"], "vast.env.CURIO_DB_PASSWORD");
     assert_eq!(rig.fake.count(Route::Create), 1);
 }
+
+#[test]
+fn every_create_carries_cancel_unavail_and_the_label_as_curio_node_name() {
+    // Unset in [vast.env]: the launch sets CURIO_NODE_NAME to the label, beside FLEETAGENT_LABEL.
+    let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(5)));
+    rig.fake.add_offers(2, "RTX 4090", 0.40, 0.99);
+    let mut snap = rig.pass();
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "x"}));
+    let id = r.content["instance_id"].as_u64().expect("launched");
+    let env = rig.fake.instance_env(id).unwrap();
+    assert!(env["FLEETAGENT_LABEL"].starts_with("fleetagent-r"));
+    assert_eq!(env["CURIO_NODE_NAME"], env["FLEETAGENT_LABEL"]);
+    let sent = &rig.fake.requests_to(Route::Create)[0];
+    let body = sent.json();
+    assert_eq!(body["cancel_unavail"], true);
+    assert_eq!(body["env"]["CURIO_NODE_NAME"], body["label"]);
+
+    // Set in [vast.env]: the operator's value is kept.
+    let text = format!("{BASE}\n[vast.env]\nCURIO_NODE_NAME = \"psprove-pool\"\n");
+    let mut rig = Rig::new(&text, StaticDemand::new(dead_demand(5)));
+    rig.fake.add_offers(2, "RTX 4090", 0.40, 0.99);
+    let mut snap = rig.pass();
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "x"}));
+    let id = r.content["instance_id"].as_u64().expect("launched");
+    let env = rig.fake.instance_env(id).unwrap();
+    assert_eq!(env["CURIO_NODE_NAME"], "psprove-pool");
+    assert!(env["FLEETAGENT_LABEL"].starts_with("fleetagent-r"));
+    let body = rig.fake.requests_to(Route::Create)[0].json();
+    assert_eq!(body["cancel_unavail"], true);
+}

@@ -76,7 +76,7 @@ fn reconciliation_with_curio_states_stale_owners_ip_fallback_and_stuck_loading()
         .iter()
         .map(|f| f.vast_id)
         .collect();
-    assert_eq!(flagged, vec![exited as i64, offline as i64]);
+    assert_eq!(flagged, vec![exited as i64, offline as i64, unknown as i64]);
 
     // Nothing changed: no new events.
     let snap = rig.pass();
@@ -95,6 +95,12 @@ fn reconciliation_with_curio_states_stale_owners_ip_fallback_and_stuck_loading()
     assert!(lines.contains("loading 31m"), "{lines}");
     assert!(
         lines.contains(&format!("instance {exited} \"fleetagent-exited\" exited")),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(&format!(
+            "instance {unknown} \"fleetagent-unknown\" unknown"
+        )),
         "{lines}"
     );
     // Destroyed from outside: gone next pass.

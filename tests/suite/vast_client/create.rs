@@ -39,6 +39,10 @@ fn create_rents_the_offer_with_label_env_and_args_runtype() {
     assert_eq!(body["runtype"], "args");
     assert_eq!(body["disk"].as_f64(), Some(40.0));
     assert!(body["price"].is_null());
+    assert_eq!(
+        body["cancel_unavail"], true,
+        "never a stopped instance instead"
+    );
     assert!(body.get("onstart").is_none());
 
     match s
