@@ -176,9 +176,7 @@ pub fn poll(
             _ => None,
         },
         workers_dead: demand.as_ref().map(|d| d.workers_dead()),
-        queued: demand
-            .as_ref()
-            .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0)),
+        queued: demand.as_ref().map(|d| d.queued_work()),
     };
     let (lines, merged) = compare(&prev, &cur);
     let now = clock.now_ms();

@@ -109,6 +109,9 @@ pub struct VastConfig {
     pub env: BTreeMap<String, EnvValue>,
     pub label_prefix: String,
     pub stop_mode: StopMode,
+    /// With `stop_mode = "stop"`: a stopped instance of ours older than this is destroyed
+    /// (a stopped disk still bills).
+    pub stopped_max_hours: f64,
     pub offers: OffersConfig,
 }
 
@@ -131,6 +134,11 @@ pub struct OffersConfig {
     pub max_dph_per_instance: Option<f64>,
     pub min_gpu_ram_gb: Option<f64>,
     pub verified_only: bool,
+    /// A bid offers `bid_factor` x the offer's `min_bid` $/h (never above
+    /// `max_dph_per_instance`).
+    pub bid_factor: f64,
+    /// A host (`machine_id`) that failed us is left out of searches this long.
+    pub bad_host_hours: f64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -153,6 +161,9 @@ pub struct DemandConfig {
     pub task: String,
     pub worker_alive_secs: u64,
     pub timeout_secs: u64,
+    /// ProofShare queue rows waiting for a task count as work only while younger than this
+    /// (and while ProofShare is enabled); older ones are shown as stale.
+    pub waiting_max_age_mins: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -180,6 +191,9 @@ pub struct PolicyConfig {
     pub floor_flagged_passes: u32,
     /// The floor stops idle surplus the model left this long.
     pub floor_idle_mins: u64,
+    /// A worker that heartbeats and completes nothing this long while work waits is
+    /// flagged (it cannot prove: parameters never fetched, a broken GPU).
+    pub silent_worker_mins: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -236,6 +250,7 @@ impl Default for VastConfig {
             env: BTreeMap::new(),
             label_prefix: "fleetagent".into(),
             stop_mode: StopMode::Destroy,
+            stopped_max_hours: 24.0,
             offers: OffersConfig::default(),
         }
     }
@@ -250,6 +265,8 @@ impl Default for OffersConfig {
             max_dph_per_instance: None,
             min_gpu_ram_gb: None,
             verified_only: true,
+            bid_factor: 1.2,
+            bad_host_hours: 24.0,
         }
     }
 }
@@ -264,6 +281,7 @@ impl Default for DemandConfig {
             task: "PSProve".into(),
             worker_alive_secs: 150,
             timeout_secs: 10,
+            waiting_max_age_mins: 60,
         }
     }
 }
@@ -284,6 +302,7 @@ impl Default for PolicyConfig {
             floor_after_mins: 20,
             floor_flagged_passes: 2,
             floor_idle_mins: 120,
+            silent_worker_mins: 20,
             dry_run: false,
         }
     }

@@ -177,6 +177,18 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     if let Some(v) = offers.min_gpu_ram_gb {
         non_negative("vast.offers.min_gpu_ram_gb", v)?;
     }
+    if !(1.0..=10.0).contains(&offers.bid_factor) {
+        return Err((
+            "vast.offers.bid_factor",
+            format!(
+                "must be between 1 and 10 (x the offer's min_bid), got {}",
+                offers.bid_factor
+            ),
+            None,
+        ));
+    }
+    non_negative("vast.offers.bad_host_hours", offers.bad_host_hours)?;
+    positive("vast.stopped_max_hours", v.stopped_max_hours)?;
     Ok(())
 }
 
@@ -252,7 +264,13 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
         30,
         DAY_SECS,
     )?;
-    within("demand.timeout_secs", d.timeout_secs, 1, 3_600)
+    within("demand.timeout_secs", d.timeout_secs, 1, 3_600)?;
+    within(
+        "demand.waiting_max_age_mins",
+        d.waiting_max_age_mins,
+        1,
+        WEEK_MINS,
+    )
 }
 
 /// `[policy]` and `[policy.gpu_rates]`.
@@ -312,7 +330,13 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
         1,
         1_000,
     )?;
-    within("policy.floor_idle_mins", p.floor_idle_mins, 1, WEEK_MINS)
+    within("policy.floor_idle_mins", p.floor_idle_mins, 1, WEEK_MINS)?;
+    within(
+        "policy.silent_worker_mins",
+        p.silent_worker_mins,
+        1,
+        WEEK_MINS,
+    )
 }
 
 /// `[debounce]`: rules between its keys and `[run]`'s only.

@@ -180,6 +180,7 @@ impl HarmonyDbProbe {
             workers,
             ps_waiting,
             ps_computing,
+            ..Demand::default()
         })
     }
 }

@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Result};
 use serde_json::{Map, Value};
 
-use super::{Demand, Worker};
+use super::{Demand, RequestLoop, Worker, WorkerHistory};
 
 /// How much of a bad document or value an error quotes.
 const EXCERPT_CHARS: usize = 80;
@@ -41,7 +41,128 @@ pub fn parse_demand_json(text: &str) -> Result<Demand> {
         workers: workers(&doc)?,
         ps_waiting: optional_count(&doc, "ps_waiting", "ps_waiting")?,
         ps_computing: optional_count(&doc, "ps_computing", "ps_computing")?,
+        backlog: optional_count(&doc, "backlog", "backlog")?,
+        orphan_tasks: optional_count(&doc, "orphan_tasks", "orphan_tasks")?.unwrap_or(0),
+        orphan_oldest_secs: optional_secs(&doc, "orphan_oldest_secs")?,
+        stale_waiting: optional_count(&doc, "stale_waiting", "stale_waiting")?.unwrap_or(0),
+        stale_oldest_secs: optional_secs(&doc, "stale_oldest_secs")?,
+        proofshare_enabled: optional_bool(&doc, "proofshare_enabled", "proofshare_enabled")?,
+        request_loop: request_loop(&doc)?,
+        ask_price_attofil: ask_price(&doc)?,
+        paid_1h: optional_count(&doc, "paid_1h", "paid_1h")?,
+        pow_1h: optional_count(&doc, "pow_1h", "pow_1h")?,
+        history: history(&doc)?,
+        notes: notes(&doc)?,
     })
+}
+
+fn optional_secs(obj: &Map<String, Value>, key: &str) -> Result<Option<u64>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) => Ok(Some(n)),
+            None => bail!(
+                "demand JSON: `{key}` must be a non-negative integer (seconds), got {}",
+                render(v)
+            ),
+        },
+    }
+}
+
+fn optional_bool(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<bool>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => bail!(
+            "demand JSON: `{path}` must be true or false, got {}",
+            render(other)
+        ),
+    }
+}
+
+fn request_loop(doc: &Map<String, Value>) -> Result<Option<RequestLoop>> {
+    match doc.get("request_loop") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => match s.as_str() {
+            "ok" => Ok(Some(RequestLoop::Ok)),
+            "stalled" => Ok(Some(RequestLoop::Stalled)),
+            "none" => Ok(Some(RequestLoop::None)),
+            _ => bail!(
+                "demand JSON: `request_loop` must be \"ok\", \"stalled\" or \"none\", got {}",
+                render(&Value::String(s.clone()))
+            ),
+        },
+        Some(other) => bail!(
+            "demand JSON: `request_loop` must be a string, got {}",
+            render(other)
+        ),
+    }
+}
+
+/// attoFIL as decimal text: digits only (a number is refused: it would lose precision).
+fn ask_price(doc: &Map<String, Value>) -> Result<Option<String>> {
+    match doc.get("ask_price_attofil") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+            Ok(Some(s.clone()))
+        }
+        Some(other) => bail!(
+            "demand JSON: `ask_price_attofil` must be attoFIL as a string of digits, got {}",
+            render(other)
+        ),
+    }
+}
+
+fn history(doc: &Map<String, Value>) -> Result<Vec<WorkerHistory>> {
+    let list = match doc.get("history") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => bail!("demand JSON: `history` must be a list, got {}", kind(other)),
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let Value::Object(h) = item else {
+                bail!(
+                    "demand JSON: `history[{i}]` must be an object, got {}",
+                    kind(item)
+                );
+            };
+            let path = |field: &str| format!("history[{i}].{field}");
+            let secs = |field: &str| -> Result<u64> {
+                h.get(field).and_then(Value::as_u64).ok_or_else(|| {
+                    anyhow!(
+                        "demand JSON: `{}` must be a non-negative integer (seconds)",
+                        path(field)
+                    )
+                })
+            };
+            Ok(WorkerHistory {
+                host_and_port: required_string(h, "host_and_port", &path("host_and_port"))?,
+                proofs: required_count(h, "proofs", &path("proofs"))?,
+                first_end_secs_ago: secs("first_end_secs_ago")?,
+                last_end_secs_ago: secs("last_end_secs_ago")?,
+            })
+        })
+        .collect()
+}
+
+fn notes(doc: &Map<String, Value>) -> Result<Vec<String>> {
+    match doc.get("notes") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => bail!(
+                    "demand JSON: `notes[{i}]` must be a string, got {}",
+                    kind(other)
+                ),
+            })
+            .collect(),
+        Some(other) => bail!("demand JSON: `notes` must be a list, got {}", kind(other)),
+    }
 }
 
 fn workers(doc: &Map<String, Value>) -> Result<Vec<Worker>> {
@@ -173,8 +294,69 @@ mod tests {
                 ],
                 ps_waiting: Some(2),
                 ps_computing: Some(4),
+                ..Demand::default()
             }
         );
+    }
+
+    #[test]
+    fn ground_truth_fields_parse_when_present() {
+        let d = parse_demand_json(
+            r#"{"pending": 3, "running": 0, "completed_1h": 0, "completed_15m": 0,
+                "backlog": 2, "orphan_tasks": 1, "orphan_oldest_secs": 7200,
+                "stale_waiting": 4, "stale_oldest_secs": 259200,
+                "proofshare_enabled": false, "request_loop": "stalled",
+                "ask_price_attofil": "5000000000000000", "paid_1h": 7, "pow_1h": 1,
+                "history": [{"host_and_port": "1.2.3.4:12300", "proofs": 9,
+                             "first_end_secs_ago": 3000, "last_end_secs_ago": 60}],
+                "notes": ["no SELECT on curio.proofshare_provider_payments"]}"#,
+        )
+        .unwrap();
+        assert_eq!(d.backlog, Some(2));
+        assert_eq!((d.orphan_tasks, d.orphan_oldest_secs), (1, Some(7200)));
+        assert_eq!((d.stale_waiting, d.stale_oldest_secs), (4, Some(259_200)));
+        assert_eq!(d.proofshare_enabled, Some(false));
+        assert_eq!(d.request_loop, Some(RequestLoop::Stalled));
+        assert_eq!(d.ask_price_attofil.as_deref(), Some("5000000000000000"));
+        assert_eq!((d.paid_1h, d.pow_1h), (Some(7), Some(1)));
+        assert_eq!(d.history.len(), 1);
+        assert_eq!(d.history[0].proofs, 9);
+        assert_eq!(d.notes.len(), 1);
+        // Disabled: nothing is work, so no emergency however much is queued.
+        assert_eq!(d.queued_work(), 0);
+        assert!(!d.workers_dead());
+    }
+
+    #[test]
+    fn ground_truth_fields_with_bad_values_name_the_field() {
+        let base = r#""pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0"#;
+        for (extra, field) in [
+            (r#""request_loop": "spinning""#, "request_loop"),
+            (r#""ask_price_attofil": 5000"#, "ask_price_attofil"),
+            (r#""ask_price_attofil": "5e15""#, "ask_price_attofil"),
+            (r#""proofshare_enabled": "yes""#, "proofshare_enabled"),
+            (
+                r#""history": [{"host_and_port": "h:1", "proofs": 1}]"#,
+                "history[0]",
+            ),
+            (r#""notes": [1]"#, "notes[0]"),
+        ] {
+            let err = parse_demand_json(&format!("{{{base}, {extra}}}")).unwrap_err();
+            assert!(err.to_string().contains(field), "{extra}: {err}");
+        }
+    }
+
+    #[test]
+    fn orphans_are_not_work_but_a_real_task_beside_them_is() {
+        let mut d = Demand {
+            pending: 1,
+            orphan_tasks: 1,
+            ps_waiting: Some(0),
+            ..Demand::default()
+        };
+        assert!(!d.workers_dead(), "a lone orphan is no emergency");
+        d.pending = 2;
+        assert!(d.workers_dead(), "a real task beside an orphan is one");
     }
 
     #[test]

@@ -195,7 +195,7 @@ pub fn decide(
     // In an emergency, an instance booting longer than a normal boot does not count as
     // coming either: it may never come, and every minute without a worker costs.
     let slow_pph: f64 = slow.iter().map(|r| rate_of(r, config)).sum();
-    let queued = d.pending + d.running_stale + d.ps_waiting.unwrap_or(0);
+    let queued = d.queued_work();
     // Throughput against the capacity of our working instances: a backlog means a large
     // deficit only when the workers have been busy for the hour (not a burst of arrivals, which
     // a 15-minute count times 4 mistakes for demand: it is +/-2 sqrt(rate) noisy).
@@ -225,7 +225,7 @@ pub fn decide(
             CallKind::Emergency,
         )
     } else if streaks.backlog_passes >= BACKLOG_PASSES
-        && d.pending >= BACKLOG_MIN
+        && d.backlog_signal() >= BACKLOG_MIN
         && d.live_workers() > 0
         && d.idle_workers() == 0
         && (target <= 0.0 || hour < target)
@@ -254,12 +254,19 @@ pub fn decide(
         (
             n.min(config.policy.launch_window_max.max(1)),
             format!(
-                "rules: backlog of {} pending for {} passes with every live worker busy; {}/h done",
-                d.pending, streaks.backlog_passes, d.completed_1h
+                "rules: backlog of {} for {} passes with every live worker busy; {}/h done",
+                d.backlog_signal(),
+                streaks.backlog_passes,
+                d.completed_1h
             ),
             CallKind::Deficit,
         )
-    } else if target > 0.0 && d.live_workers() == 0 && projected <= 0.0 && queued == 0 {
+    } else if target > 0.0
+        && !d.proofshare_disabled()
+        && d.live_workers() == 0
+        && projected <= 0.0
+        && queued == 0
+    {
         (
             1,
             "rules: a target is set and no worker lives: one instance so Curio can ask the market for work"
@@ -300,7 +307,7 @@ pub fn decide(
     if mode == Mode::Full
         && streaks.low_demand_passes >= LOW_DEMAND_PASSES
         && !d.workers_dead()
-        && d.pending <= LOW_PENDING_MAX
+        && d.backlog_signal() <= LOW_PENDING_MAX
         && d.live_workers() > 1
     {
         // The dearest idle instance whose stop leaves capacity for the last hour's
@@ -332,9 +339,9 @@ pub fn decide(
                 CallKind::Surplus,
                 id,
                 format!(
-                    "rules: demand low for {} passes (pending {}, {} idle workers): stopping idle surplus",
+                    "rules: demand low for {} passes (backlog {}, {} idle workers): stopping idle surplus",
                     streaks.low_demand_passes,
-                    d.pending,
+                    d.backlog_signal(),
                     d.idle_workers()
                 ),
             ));

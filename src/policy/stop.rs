@@ -193,9 +193,7 @@ fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceR
         state: row.map(|r| r.state),
         live_worker,
         live_workers: demand.map(|d| d.live_workers()).unwrap_or(0),
-        queued: demand
-            .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0))
-            .unwrap_or(0),
+        queued: demand.map(|d| d.queued_work()).unwrap_or(0),
         demand_known: demand.is_some(),
         forced: ask.forced,
     }

@@ -11,8 +11,9 @@ pub fn next_streaks(prev: Streaks, demand: Option<&Demand>) -> Streaks {
     let Some(d) = demand else {
         return prev;
     };
-    let low = !d.workers_dead() && d.pending <= LOW_PENDING_MAX && d.idle_workers() > 0;
-    let backlog = d.pending >= BACKLOG_MIN && d.live_workers() > 0 && d.idle_workers() == 0;
+    let low = !d.workers_dead() && d.backlog_signal() <= LOW_PENDING_MAX && d.idle_workers() > 0;
+    let backlog =
+        d.backlog_signal() >= BACKLOG_MIN && d.live_workers() > 0 && d.idle_workers() == 0;
     Streaks {
         low_demand_passes: if low { prev.low_demand_passes + 1 } else { 0 },
         backlog_passes: if backlog { prev.backlog_passes + 1 } else { 0 },

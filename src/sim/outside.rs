@@ -219,9 +219,7 @@ impl Outside {
                     .as_ref()
                     .map(|d| instance_states(&listing, &d.workers, &self.prefix)),
                 workers_dead: demand.as_ref().map(|d| d.workers_dead()),
-                queued: demand
-                    .as_ref()
-                    .map(|d| d.pending + d.running_stale + d.ps_waiting.unwrap_or(0)),
+                queued: demand.as_ref().map(|d| d.queued_work()),
             }
         };
         let prev = self.last_poll.clone().unwrap_or_default();

@@ -393,6 +393,7 @@ fn good_demand() -> Demand {
         workers: vec![worker("vast-a", "10.0.0.1:12300", 4, false)],
         ps_waiting: Some(2),
         ps_computing: Some(4),
+        ..Demand::default()
     }
 }
 
