@@ -1,5 +1,6 @@
 //! A throwaway PostgreSQL for this test process, holding Curio's tables
-//! (tests/fixtures/curio_schema.sql), with a fresh database per test.
+//! (tests/fixtures/curio_real_schema.sql, generated from Curio's migrations by
+//! scripts/curio-schema), with a fresh database per test.
 //!
 //! One server per process, started on first use: `initdb` into a temp dir, `postgres` on
 //! 127.0.0.1 at a free port with its unix socket in that dir, run as an unprivileged user
@@ -36,7 +37,7 @@ pub const USER: &str = "fleetagent";
 pub const PASSWORD: &str = "pg-Test-pw-7f3a";
 
 const TEMPLATE_DB: &str = "curio_template";
-const SCHEMA_SQL: &str = include_str!("../fixtures/curio_schema.sql");
+const SCHEMA_SQL: &str = include_str!("../fixtures/curio_real_schema.sql");
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const START_ATTEMPTS: u32 = 4;
 const MISSING_BINARIES: &str =
@@ -358,7 +359,7 @@ fn start_once(bin: &Path, run_as: &RunAs) -> Result<Server, Attempt> {
         let mut template = connect(port, TEMPLATE_DB)?;
         template
             .batch_execute(SCHEMA_SQL)
-            .map_err(|e| format!("loading tests/fixtures/curio_schema.sql: {e:?}"))?;
+            .map_err(|e| format!("loading tes../fixtures/curio_real_schema.sql: {e:?}"))?;
         // CREATE DATABASE ... TEMPLATE needs the template free of connections.
         drop(template);
         Ok(admin)
