@@ -130,6 +130,7 @@ pub fn build_demand(config: &Config, env: &Env) -> Result<Option<Arc<dyn DemandP
                     u,
                     d.task.clone(),
                     d.worker_alive_secs,
+                    d.waiting_max_age_mins,
                     timeout,
                 )) as Arc<dyn DemandProbe>
             })

@@ -98,6 +98,14 @@ impl TestDb {
         }
     }
 
+    /// The one integer `sql` returns (e.g. Curio's own count, to compare with a reading).
+    pub fn query_i64(&mut self, sql: &str) -> i64 {
+        match self.client.query_one(sql, &[]) {
+            Ok(row) => row.get(0),
+            Err(e) => panic!("test SQL failed on {}: {e:?}\n{sql}", self.name),
+        }
+    }
+
     /// Another connection to this database (e.g. to hold a lock while a probe runs).
     pub fn connect(&self) -> Client {
         connect(self.port, &self.name).unwrap_or_else(|e| panic!("{e}"))

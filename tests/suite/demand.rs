@@ -6,15 +6,25 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use fleetagent::demand::{CommandProbe, Demand, DemandProbe, HarmonyDbProbe, HttpProbe, Worker};
+use fleetagent::demand::{
+    CommandProbe, Demand, DemandProbe, HarmonyDbProbe, HttpProbe, RequestLoop, Worker,
+};
 
 use crate::common::pg::{self, TestDb};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const ALIVE_SECS: u64 = 150;
 
+const WAITING_MAX_AGE_MINS: u64 = 60;
+
 fn harmony(db: &TestDb) -> HarmonyDbProbe {
-    HarmonyDbProbe::new(db.url(), "PSProve".into(), ALIVE_SECS, TIMEOUT)
+    HarmonyDbProbe::new(
+        db.url(),
+        "PSProve".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        TIMEOUT,
+    )
 }
 
 fn worker(name: &str, host: &str, running: u32, cordoned: bool) -> Worker {
@@ -26,22 +36,55 @@ fn worker(name: &str, host: &str, running: u32, cordoned: bool) -> Worker {
     }
 }
 
-/// A Curio machine that last sent a heartbeat `ago_secs` before the database's now().
-fn machine(db: &mut TestDb, id: i32, name: &str, ago_secs: u32, tasks: &str, cordoned: &str) {
+/// A Curio machine that last sent a heartbeat `ago_secs` before the database's now(), with
+/// the resources Curio registers (NOT NULL in its schema).
+pub(crate) fn machine(
+    db: &mut TestDb,
+    id: i32,
+    name: &str,
+    ago_secs: u32,
+    tasks: &str,
+    cordoned: &str,
+) {
     db.exec(&format!(
-        "INSERT INTO curio.harmony_machines (id, host_and_port, last_contact, unschedulable)
-           VALUES ({id}, '10.0.0.{id}:12300', now() - interval '{ago_secs} seconds', {cordoned});
+        "INSERT INTO curio.harmony_machines
+           (id, host_and_port, last_contact, unschedulable, cpu, ram, gpu)
+           VALUES ({id}, '10.0.0.{id}:12300', now() - interval '{ago_secs} seconds', {cordoned},
+                   32, 137438953472, 1);
          INSERT INTO curio.harmony_machine_details (machine_id, machine_name, tasks)
            VALUES ({id}, '{name}', '{tasks}');"
     ));
 }
 
-/// `n` tasks named `name`, owned by `owner` (or pending with `NULL`).
-fn tasks(db: &mut TestDb, n: u32, name: &str, owner: &str) {
+/// `n` tasks named `name`, owned by `owner` (or pending with `NULL`), as Curio's adders
+/// write them. A PSProve task gets its `proofshare_queue` row pointing at it, as the PSProve
+/// adder writes both (see [`orphan_tasks`] for tasks without one).
+pub(crate) fn tasks(db: &mut TestDb, n: u32, name: &str, owner: &str) {
+    db.exec(&format!(
+        "WITH t AS (
+           INSERT INTO curio.harmony_task (name, owner_id, posted_time, update_time, added_by)
+             SELECT '{name}', {owner}, now() - interval '3 minutes', now(), 1
+             FROM generate_series(1, {n})
+             RETURNING id, name)
+         INSERT INTO curio.proofshare_queue (service_id, obtained_at, request_cid, compute_task_id)
+           SELECT id, now() - interval '4 minutes', 'bafy-task-' || id, id
+           FROM t WHERE name = 'PSProve';"
+    ));
+}
+
+/// `n` PSProve tasks with no queue row pointing at them, posted `ago_mins` ago.
+pub(crate) fn orphan_tasks(db: &mut TestDb, n: u32, owner: &str, ago_mins: u32) {
     db.exec(&format!(
         "INSERT INTO curio.harmony_task (name, owner_id, posted_time, update_time, added_by)
-           SELECT '{name}', {owner}, now() - interval '3 minutes', now(), 1
+           SELECT 'PSProve', {owner}, now() - interval '{ago_mins} minutes', now(), 1
            FROM generate_series(1, {n});"
+    ));
+}
+
+/// `proofshare_meta.enabled`, as the web UI sets it (Curio's migration inserts it false).
+pub(crate) fn proofshare_enabled(db: &mut TestDb, on: bool) {
+    db.exec(&format!(
+        "UPDATE curio.proofshare_meta SET enabled = {on} WHERE singleton"
     ));
 }
 
@@ -93,7 +136,13 @@ fn harmonydb_task_name_comes_from_the_config() {
     tasks(&mut db, 1, "PoRep", "5");
     tasks(&mut db, 4, "PoRep", "NULL");
     tasks(&mut db, 7, "PSProve", "NULL");
-    let probe = HarmonyDbProbe::new(db.url(), "PoRep".into(), ALIVE_SECS, TIMEOUT);
+    let probe = HarmonyDbProbe::new(
+        db.url(),
+        "PoRep".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        TIMEOUT,
+    );
     let d = probe.probe().unwrap();
     assert_eq!((d.pending, d.running), (4, 1));
     assert_eq!(
@@ -105,6 +154,7 @@ fn harmonydb_task_name_comes_from_the_config() {
 #[test]
 fn harmonydb_stale_owners_are_not_live() {
     let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
     machine(&mut db, 1, "vast-live", 30, PSPROVE_NODE, "false");
     // Stopped sending heartbeats 10 minutes ago; Curio still shows its tasks as running.
     machine(&mut db, 2, "vast-gone", 600, PSPROVE_NODE, "false");
@@ -133,17 +183,21 @@ fn harmonydb_dead_fleet_with_queued_work_is_workers_dead() {
     // The incident: 59 proofs queued, every GPU worker gone (their machine rows cleaned up,
     // so their tasks went back to pending), only a sealer still alive.
     let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
     machine(&mut db, 5, "sealer", 15, "PoRep,WdPost", "false");
-    tasks(&mut db, 59, "PSProve", "NULL");
+    tasks(&mut db, 58, "PSProve", "NULL");
+    // One task whose queue row is gone, and one queue row still without a task.
+    orphan_tasks(&mut db, 1, "NULL", 40);
     db.exec(
-        "INSERT INTO curio.proofshare_queue (service_id, obtained_at, request_cid, compute_task_id)
-           SELECT g, now() - interval '40 minutes', 'bafy-' || g, CASE WHEN g <= 58 THEN g END
-           FROM generate_series(1, 59) AS g;",
+        "INSERT INTO curio.proofshare_queue (service_id, obtained_at, request_cid)
+           VALUES (1000, now() - interval '40 minutes', 'bafy-waiting');",
     );
 
     let d = harmony(&db).probe().unwrap();
     assert_eq!((d.pending, d.running, d.running_stale), (59, 0, 0));
     assert_eq!((d.ps_waiting, d.ps_computing), (Some(1), Some(58)));
+    assert_eq!((d.orphan_tasks, d.backlog), (1, Some(59)));
+    assert_eq!(d.queued_work(), 59);
     assert!(d.workers.is_empty());
     assert_eq!(d.live_workers(), 0);
     assert!(d.workers_dead());
@@ -153,11 +207,18 @@ fn harmonydb_dead_fleet_with_queued_work_is_workers_dead() {
 fn harmonydb_empty_queue() {
     let mut db = pg::fresh_db();
     let d = harmony(&db).probe().unwrap();
+    // Curio's state after its migrations: ProofShare off, its price "0", no request loop.
     assert_eq!(
         d,
         Demand {
             ps_waiting: Some(0),
             ps_computing: Some(0),
+            backlog: Some(0),
+            proofshare_enabled: Some(false),
+            request_loop: Some(RequestLoop::None),
+            ask_price_attofil: Some("0".into()),
+            paid_1h: Some(0),
+            pow_1h: Some(0),
             ..Demand::default()
         }
     );
@@ -174,6 +235,7 @@ fn harmonydb_empty_queue() {
 #[test]
 fn harmonydb_cordoned_machines_are_listed_but_not_live_workers() {
     let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
     machine(&mut db, 1, "vast-cordoned", 30, PSPROVE_NODE, "true");
     // unschedulable is nullable in Curio: NULL means schedulable.
     machine(&mut db, 2, "vast-null-flag", 30, PSPROVE_NODE, "NULL");
@@ -211,7 +273,8 @@ fn harmonydb_completions_count_successes_inside_each_window() {
                (task_id, name, posted, work_start, work_end, result, err, completed_by_host_and_port)
              SELECT g, '{name}', now() - interval '{ago_mins} minutes' - interval '5 minutes',
                     now() - interval '{ago_mins} minutes' - interval '2 minutes',
-                    now() - interval '{ago_mins} minutes', {ok}, '', '10.0.0.1:12300'
+                    now() - interval '{ago_mins} minutes', {ok},
+                    CASE WHEN {ok} THEN NULL ELSE 'error: no task found' END, '10.0.0.1:12300'
              FROM generate_series(1, {n}) AS g;"
         )
     };
@@ -232,6 +295,7 @@ fn harmonydb_completions_count_successes_inside_each_window() {
 #[test]
 fn harmonydb_proofshare_waiting_and_computing() {
     let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
     db.exec(
         "INSERT INTO curio.proofshare_queue
            (service_id, obtained_at, request_cid, compute_task_id, compute_done, submit_done)
@@ -257,9 +321,16 @@ fn harmonydb_without_proofshare_tables_leaves_them_unread() {
     tasks(&mut db, 2, "PSProve", "NULL");
     db.exec("DROP TABLE curio.proofshare_queue");
     let d = harmony(&db).probe().unwrap();
-    assert_eq!((d.ps_waiting, d.ps_computing), (None, None));
+    assert_eq!((d.ps_waiting, d.ps_computing, d.backlog), (None, None, None));
     assert_eq!(d.pending, 2);
+    assert_eq!(d.orphan_tasks, 0, "orphans are counted only where the queue is read");
     assert_eq!(d.live_workers(), 1);
+    assert_eq!(
+        d.notes,
+        vec!["curio.proofshare_queue does not exist (a Curio without ProofShare?): ps_waiting, \
+              ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h unknown"
+            .to_string()]
+    );
 }
 
 /// A one-line error that names what failed and never holds `secret`.
@@ -287,7 +358,13 @@ fn harmonydb_unreachable_database_errors_without_the_password() {
         .port();
     let secret = "Sup3r-Secret-pw";
     let url = format!("postgresql://yugabyte:{secret}@127.0.0.1:{port}/yugabyte?sslmode=disable");
-    let err = HarmonyDbProbe::new(url, "PSProve".into(), ALIVE_SECS, TIMEOUT)
+    let err = HarmonyDbProbe::new(
+        url,
+        "PSProve".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        TIMEOUT,
+    )
         .probe()
         .unwrap_err();
     assert_clean_error(
@@ -306,7 +383,13 @@ fn harmonydb_wrong_password_errors_without_it() {
     let db = pg::fresh_db();
     let secret = "wrong-Pass%21word";
     let url = db.url().replace(pg::PASSWORD, secret);
-    let err = HarmonyDbProbe::new(url, "PSProve".into(), ALIVE_SECS, TIMEOUT)
+    let err = HarmonyDbProbe::new(
+        url,
+        "PSProve".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        TIMEOUT,
+    )
         .probe()
         .unwrap_err();
     assert_clean_error(&err, secret, &["password authentication failed"]);
@@ -330,7 +413,13 @@ fn harmonydb_missing_curio_schema_names_the_table() {
 fn harmonydb_url_demanding_tls_is_refused_clearly() {
     let db = pg::fresh_db();
     let url = db.url().replace("sslmode=disable", "sslmode=require");
-    let err = HarmonyDbProbe::new(url, "PSProve".into(), ALIVE_SECS, TIMEOUT)
+    let err = HarmonyDbProbe::new(
+        url,
+        "PSProve".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        TIMEOUT,
+    )
         .probe()
         .unwrap_err();
     assert_clean_error(
@@ -352,6 +441,7 @@ fn harmonydb_statement_timeout_bounds_a_blocked_query() {
         db.url(),
         "PSProve".into(),
         ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
         Duration::from_secs(1),
     );
     let err = probe.probe().unwrap_err();
@@ -369,7 +459,13 @@ fn harmonydb_server_that_never_answers_times_out() {
     let silent = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
     let url = format!("postgresql://yugabyte:hush-pw@127.0.0.1:{port}/yugabyte");
-    let err = HarmonyDbProbe::new(url, "PSProve".into(), ALIVE_SECS, Duration::from_secs(1))
+    let err = HarmonyDbProbe::new(
+        url,
+        "PSProve".into(),
+        ALIVE_SECS,
+        WAITING_MAX_AGE_MINS,
+        Duration::from_secs(1),
+    )
         .probe()
         .unwrap_err();
     assert_clean_error(&err, "hush-pw", &["no answer from", "within 3s"]);

@@ -256,25 +256,36 @@ fn busy_demand() -> Demand {
     }
 }
 
+/// `n` PSProve tasks owned by `owner` (NULL: waiting for a worker), each with the
+/// `proofshare_queue` row pointing at it that Curio's PSProve adder writes, on a cluster
+/// with ProofShare enabled.
+fn psprove_tasks(db: &mut TestDb, n: u32, owner: &str) {
+    db.exec(&format!(
+        "UPDATE curio.proofshare_meta SET enabled = true WHERE singleton;
+         WITH t AS (
+           INSERT INTO curio.harmony_task (name, owner_id, posted_time, update_time, added_by)
+             SELECT 'PSProve', {owner}, now() - interval '20 minutes', now(), 1
+             FROM generate_series(1, {n})
+             RETURNING id)
+         INSERT INTO curio.proofshare_queue (service_id, obtained_at, request_cid, compute_task_id)
+           SELECT id, now() - interval '21 minutes', 'bafy-task-' || id, id FROM t;"
+    ));
+}
+
 /// Curio's tables: `n` PSProve tasks waiting for a worker.
 fn pending_tasks(db: &mut TestDb, n: u32) {
-    db.exec(&format!(
-        "INSERT INTO curio.harmony_task (name, owner_id, posted_time, update_time, added_by)
-           SELECT 'PSProve', NULL, now() - interval '20 minutes', now(), 1
-           FROM generate_series(1, {n});"
-    ));
+    psprove_tasks(db, n, "NULL");
 }
 
 /// A Curio machine (PSProve-capable) last heard from `ago_secs` ago, owning `tasks` PSProve tasks.
 fn machine(db: &mut TestDb, id: i32, name: &str, host: &str, ago_secs: u32, tasks: u32) {
     db.exec(&format!(
-        "INSERT INTO curio.harmony_machines (id, host_and_port, last_contact)
-           VALUES ({id}, '{host}', now() - interval '{ago_secs} seconds');
+        "INSERT INTO curio.harmony_machines (id, host_and_port, last_contact, cpu, ram, gpu)
+           VALUES ({id}, '{host}', now() - interval '{ago_secs} seconds', 32, 137438953472, 1);
          INSERT INTO curio.harmony_machine_details (machine_id, machine_name, tasks)
-           VALUES ({id}, '{name}', 'PSAutoSettle,PShareSubmit,PSProve');
-         INSERT INTO curio.harmony_task (name, owner_id, added_by)
-           SELECT 'PSProve', {id}, 1 FROM generate_series(1, {tasks});"
+           VALUES ({id}, '{name}', 'PSAutoSettle,PShareSubmit,PSProve');"
     ));
+    psprove_tasks(db, tasks, &id.to_string());
 }
 
 fn harmony(db: &TestDb) -> Arc<dyn DemandProbe> {
@@ -282,6 +293,7 @@ fn harmony(db: &TestDb) -> Arc<dyn DemandProbe> {
         db.url(),
         "PSProve".into(),
         150,
+        60,
         Duration::from_secs(10),
     ))
 }

@@ -1,0 +1,361 @@
+//! The statements of one HarmonyDB reading, all inside one read-only REPEATABLE READ
+//! transaction (docs/demand.md "What is read").
+//!
+//! Grants: the first statement asks the catalog which of the probe's tables exist and which
+//! this role may SELECT (`has_table_privilege`), before any of them is touched. A missing
+//! required table (`harmony_*`) or grant is an error naming it; a missing optional one
+//! (`proofshare_*`) leaves its fields None and adds a note naming the grant. Checking first,
+//! rather than trying each optional statement under a SAVEPOINT, costs one statement instead
+//! of two more round trips per optional part, and the note can name the grant exactly.
+
+use postgres::Transaction;
+
+use super::super::{Demand, RequestLoop, Worker, WorkerHistory, HISTORY_WINDOW_SECS};
+
+/// The completion windows of [`Demand::completed_1h`] and [`Demand::completed_15m`].
+const HOUR_SECS: f64 = 3600.0;
+const QUARTER_SECS: f64 = 900.0;
+
+/// The Curio task of ProofShare proving. The ProofShare tables are read only for it: a
+/// probe of another task (`demand.task = "PoRep"`) has no queue, switch or payments.
+const PSPROVE: &str = "PSProve";
+
+/// The tables read, in the order of [`Access::tables`]: the first four are required.
+const TABLES: [&str; 7] = [
+    "harmony_task",
+    "harmony_machines",
+    "harmony_machine_details",
+    "harmony_task_history",
+    "proofshare_queue",
+    "proofshare_meta",
+    "proofshare_provider_payments",
+];
+const REQUIRED: usize = 4;
+
+/// Per table: does it exist in schema `curio`, may this role SELECT it. Read from the
+/// catalog, which needs no grant (so it works even without USAGE on the schema).
+const ACCESS: &str = "
+SELECT
+  current_user::text,
+  coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
+  n.oid IS NOT NULL,
+  array_agg(c.oid IS NOT NULL ORDER BY t.ord),
+  array_agg(coalesce(has_table_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord)
+FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
+LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'curio'
+LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
+GROUP BY n.oid";
+
+/// Tasks of the probe's type: pending, claimed by a live machine, claimed by a machine whose
+/// heartbeat stopped (or whose row is gone), and of the not-live ones the orphans (no queue
+/// row that is not compute_done points at them) with the oldest orphan's age. `{orphan}`
+/// is the orphan test, or `false` where the queue is not read.
+const TASKS: &str = "
+SELECT
+  count(*) FILTER (WHERE t.owner_id IS NULL),
+  count(*) FILTER (WHERE t.owner_id IS NOT NULL AND live),
+  count(*) FILTER (WHERE t.owner_id IS NOT NULL AND NOT live),
+  count(*) FILTER (WHERE NOT live AND {orphan}),
+  extract(epoch FROM now() - min(t.posted_time) FILTER (WHERE NOT live AND {orphan}))::float8
+FROM curio.harmony_task t
+LEFT JOIN curio.harmony_machines m ON m.id = t.owner_id
+CROSS JOIN LATERAL (
+  SELECT t.owner_id IS NOT NULL
+         AND coalesce(m.last_contact >= now() - make_interval(secs => $2), false) AS live
+) l
+WHERE t.name = $1";
+
+const ORPHAN: &str = "NOT EXISTS (SELECT 1 FROM curio.proofshare_queue q
+                          WHERE q.compute_task_id = t.id AND NOT q.compute_done)";
+
+/// Successful completions per machine inside the history window ($2), with those of the
+/// last hour ($3) and quarter ($4) and the ages of the first and last. It reads only
+/// columns of Curio's index `harmony_task_history_work_index` (work_end DESC,
+/// completed_by_host_and_port, name, result): an index-only range scan on work_end.
+const HISTORY: &str = "
+SELECT
+  completed_by_host_and_port::text,
+  count(*),
+  count(*) FILTER (WHERE work_end > now() - make_interval(secs => $3)),
+  count(*) FILTER (WHERE work_end > now() - make_interval(secs => $4)),
+  extract(epoch FROM now() - min(work_end))::float8,
+  extract(epoch FROM now() - max(work_end))::float8
+FROM curio.harmony_task_history
+WHERE work_end > now() - make_interval(secs => $2) AND name = $1 AND result
+GROUP BY completed_by_host_and_port
+ORDER BY completed_by_host_and_port";
+
+/// Live machines whose comma-separated task list holds the task as a whole item (Curio
+/// writes it without surrounding commas, so a plain `LIKE '%,name,%'` misses the first and
+/// last item), with how many of those tasks each one owns.
+const WORKERS: &str = "
+SELECT
+  coalesce(d.machine_name, ''),
+  m.host_and_port::text,
+  coalesce(m.unschedulable, false),
+  (SELECT count(*) FROM curio.harmony_task t WHERE t.owner_id = m.id AND t.name = $1)
+FROM curio.harmony_machines m
+JOIN curio.harmony_machine_details d ON d.machine_id = m.id
+WHERE m.last_contact >= now() - make_interval(secs => $2)
+  AND $1 = ANY (SELECT btrim(item) FROM unnest(string_to_array(d.tasks, ',')) AS item)
+ORDER BY 1, 2";
+
+/// The ProofShare switch, the ask price, and the request loop: its task, and whether a
+/// machine with a live heartbeat owns it.
+const META: &str = "
+SELECT
+  p.enabled,
+  p.pprice,
+  p.request_task_id IS NOT NULL,
+  coalesce(m.last_contact >= now() - make_interval(secs => $1), false)
+FROM curio.proofshare_meta p
+LEFT JOIN curio.harmony_task t ON t.id = p.request_task_id
+LEFT JOIN curio.harmony_machines m ON m.id = t.owner_id
+WHERE p.singleton";
+
+/// The queue: waiting rows that count as work ($2: ProofShare enabled or unknown; younger
+/// than $1 minutes) and the others with the oldest one's age, rows with a task, Curio's own
+/// backlog (exactly its query: not compute_done and the task missing or unowned), and
+/// proofs of work obtained in the last hour.
+const QUEUE: &str = "
+SELECT
+  count(*) FILTER (WHERE waiting AND fresh),
+  count(*) FILTER (WHERE waiting AND NOT fresh),
+  extract(epoch FROM now() - min(q.obtained_at) FILTER (WHERE waiting AND NOT fresh))::float8,
+  count(*) FILTER (WHERE NOT q.compute_done AND q.compute_task_id IS NOT NULL),
+  count(*) FILTER (WHERE q.compute_done = FALSE
+                   AND (q.compute_task_id IS NULL OR t.owner_id IS NULL)),
+  count(*) FILTER (WHERE q.was_pow AND q.obtained_at >= now() - interval '1 hour')
+FROM curio.proofshare_queue q
+LEFT JOIN curio.harmony_task t ON t.id = q.compute_task_id
+CROSS JOIN LATERAL (
+  SELECT NOT q.compute_done AND q.compute_task_id IS NULL AS waiting,
+         $2 AND q.obtained_at >= now() - make_interval(mins => $1) AS fresh
+) w";
+
+const PAYMENTS: &str = "
+SELECT count(*) FROM curio.proofshare_provider_payments
+WHERE created_at >= now() - interval '1 hour'";
+
+/// What the probe reads, from the configuration.
+pub(super) struct Params<'a> {
+    /// The server's address without the password, for errors.
+    pub shown: &'a str,
+    pub task: &'a str,
+    pub alive_secs: f64,
+    pub waiting_max_age_mins: i32,
+}
+
+/// What this role may read.
+struct Access {
+    role: String,
+    /// USAGE on schema curio (true when there is no such schema: the tables are missing).
+    schema_usage: bool,
+    present: Vec<bool>,
+    readable: Vec<bool>,
+}
+
+impl Access {
+    fn can(&self, table: &str) -> bool {
+        TABLES
+            .iter()
+            .position(|t| *t == table)
+            .is_some_and(|i| self.readable[i])
+    }
+
+    /// Why an optional table is not read, naming what is lost and the grant.
+    fn note(&self, table: &str, lost: &str) -> Option<String> {
+        let i = TABLES.iter().position(|t| *t == table)?;
+        if !self.present[i] {
+            Some(format!(
+                "curio.{table} does not exist (a Curio without ProofShare?): {lost} unknown"
+            ))
+        } else if !self.readable[i] {
+            Some(format!(
+                "no SELECT on curio.{table}: {lost} unknown (GRANT SELECT ON curio.{table} TO {})",
+                self.role
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// Reads every part of [`Demand`]. `Err` is one line naming what failed.
+pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, String> {
+    let failed = |what: &str, e: postgres::Error| {
+        format!(
+            "reading {what} from {}: {}",
+            p.shown,
+            crate::secrets::redact::error_chain(&e)
+        )
+    };
+    let access = access(tx).map_err(|e| failed("the catalog (table privileges)", e))?;
+    required(&access).map_err(|e| format!("{e} (on {})", p.shown))?;
+    let mut d = Demand::default();
+
+    let proofshare = p.task == PSPROVE;
+    let with_queue = proofshare && access.can("proofshare_queue");
+    let tasks = TASKS.replace("{orphan}", if with_queue { ORPHAN } else { "false" });
+    let row = tx
+        .query_one(&tasks, &[&p.task, &p.alive_secs])
+        .map_err(|e| failed("task counts (curio.harmony_task)", e))?;
+    d.pending = count(row.get(0));
+    d.running = count(row.get(1));
+    d.running_stale = count(row.get(2));
+    d.orphan_tasks = count(row.get(3));
+    d.orphan_oldest_secs = row.get::<_, Option<f64>>(4).map(secs);
+
+    let window = HISTORY_WINDOW_SECS as f64;
+    let rows = tx
+        .query(HISTORY, &[&p.task, &window, &HOUR_SECS, &QUARTER_SECS])
+        .map_err(|e| failed("completions (curio.harmony_task_history)", e))?;
+    for r in rows {
+        d.completed_1h = d.completed_1h.saturating_add(count(r.get(2)));
+        d.completed_15m = d.completed_15m.saturating_add(count(r.get(3)));
+        d.history.push(WorkerHistory {
+            host_and_port: r.get(0),
+            proofs: count(r.get(1)),
+            first_end_secs_ago: secs(r.get(4)),
+            last_end_secs_ago: secs(r.get(5)),
+        });
+    }
+
+    d.workers = tx
+        .query(WORKERS, &[&p.task, &p.alive_secs])
+        .map_err(|e| failed("workers (curio.harmony_machines)", e))?
+        .iter()
+        .map(|r| Worker {
+            machine_name: r.get(0),
+            host_and_port: r.get(1),
+            cordoned: r.get(2),
+            running: count(r.get(3)),
+        })
+        .collect();
+
+    if !proofshare {
+        return Ok(d);
+    }
+    if access.can("proofshare_meta") {
+        let rows = tx
+            .query(META, &[&p.alive_secs])
+            .map_err(|e| failed("curio.proofshare_meta", e))?;
+        match rows.first() {
+            Some(r) => {
+                d.proofshare_enabled = Some(r.get(0));
+                d.ask_price_attofil = Some(r.get(1));
+                d.request_loop = Some(match (r.get(2), r.get(3)) {
+                    (false, _) => RequestLoop::None,
+                    (true, true) => RequestLoop::Ok,
+                    (true, false) => RequestLoop::Stalled,
+                });
+            }
+            None => d.notes.push(
+                "curio.proofshare_meta has no row: proofshare_enabled, request_loop and \
+                 ask_price_attofil unknown"
+                    .into(),
+            ),
+        }
+    }
+    d.notes.extend(access.note(
+        "proofshare_meta",
+        "proofshare_enabled, request_loop and ask_price_attofil",
+    ));
+
+    if with_queue {
+        let enabled = d.proofshare_enabled.unwrap_or(true);
+        let row = tx
+            .query_one(QUEUE, &[&p.waiting_max_age_mins, &enabled])
+            .map_err(|e| failed("curio.proofshare_queue", e))?;
+        d.ps_waiting = Some(count(row.get(0)));
+        d.stale_waiting = count(row.get(1));
+        d.stale_oldest_secs = row.get::<_, Option<f64>>(2).map(secs);
+        d.ps_computing = Some(count(row.get(3)));
+        d.backlog = Some(count(row.get(4)));
+        d.pow_1h = Some(count(row.get(5)));
+    }
+    d.notes.extend(access.note(
+        "proofshare_queue",
+        "ps_waiting, ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h",
+    ));
+
+    if access.can("proofshare_provider_payments") {
+        let row = tx
+            .query_one(PAYMENTS, &[])
+            .map_err(|e| failed("curio.proofshare_provider_payments", e))?;
+        d.paid_1h = Some(count(row.get(0)));
+    }
+    d.notes
+        .extend(access.note("proofshare_provider_payments", "paid_1h"));
+    Ok(d)
+}
+
+fn access(tx: &mut Transaction<'_>) -> Result<Access, postgres::Error> {
+    let names: Vec<&str> = TABLES.to_vec();
+    let row = tx.query_one(ACCESS, &[&names])?;
+    let schema_usage: bool = row.get(1);
+    let schema_present: bool = row.get(2);
+    let mut readable: Vec<bool> = row.get(4);
+    if !schema_usage {
+        // Without USAGE on the schema no table of it can be read, whatever its grants.
+        readable.iter_mut().for_each(|r| *r = false);
+    }
+    Ok(Access {
+        role: quote_role(&row.get::<_, String>(0)),
+        schema_usage: schema_usage || !schema_present,
+        present: row.get(3),
+        readable,
+    })
+}
+
+/// The required tables, each present and readable; else one line naming the first missing.
+fn required(a: &Access) -> Result<(), String> {
+    let role = &a.role;
+    if !a.schema_usage {
+        return Err(format!(
+            "no USAGE on schema curio, so no table of it can be read \
+             (GRANT USAGE ON SCHEMA curio TO {role})"
+        ));
+    }
+    for (i, table) in TABLES.iter().enumerate().take(REQUIRED) {
+        if !a.present[i] {
+            return Err(format!(
+                "curio.{table} does not exist (is this Curio's HarmonyDB, with schema curio?)"
+            ));
+        }
+        if !a.readable[i] {
+            return Err(format!(
+                "no SELECT on curio.{table}, which the probe needs \
+                 (GRANT SELECT ON curio.{table} TO {role})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A role name as a GRANT statement would take it.
+fn quote_role(role: &str) -> String {
+    if !role.is_empty()
+        && role
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !role.starts_with(|c: char| c.is_ascii_digit())
+    {
+        role.to_string()
+    } else {
+        format!("\"{}\"", role.replace('"', "\"\""))
+    }
+}
+
+pub(super) fn count(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
+/// An age in whole seconds; a negative one (a worker clock ahead of the database's) is 0.
+fn secs(s: f64) -> u64 {
+    if s.is_finite() && s > 0.0 {
+        s.round() as u64
+    } else {
+        0
+    }
+}
