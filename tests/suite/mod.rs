@@ -2,6 +2,7 @@
 mod agent_e2e;
 mod backbone;
 mod calibration;
+mod curio_real;
 mod demand;
 mod docs;
 mod floor;
