@@ -171,7 +171,7 @@ fn curio_backlog_is_curios_own_query() {
     let d = read(&db);
     db.exec("SET search_path = curio");
     let curio = db.query_i64(CURIO_BACKLOG);
-    assert_eq!(curio, 8);
+    assert_eq!(curio, 7);
     assert_eq!(d.backlog, Some(curio as u32));
     assert_eq!((d.ps_waiting, d.stale_waiting), (Some(1), 1));
     assert_eq!(d.ps_computing, Some(10));
@@ -239,7 +239,7 @@ fn curio_paid_and_pow_in_the_last_hour() {
 #[test]
 fn curio_history_per_worker() {
     let mut db = pg::fresh_db();
-    let rows = |host: &str, name: &str, ok: bool, mins: &[u32]| {
+    let mut rows = |host: &str, name: &str, ok: bool, mins: &[u32]| {
         for (i, m) in mins.iter().enumerate() {
             db.exec(&format!(
                 "INSERT INTO curio.harmony_task_history
@@ -317,7 +317,7 @@ fn curio_missing_optional_grants_degrade_with_notes() {
         ]
     );
     assert_eq!(
-        (d.proofshare_enabled, d.request_loop, d.ask_price_attofil),
+        (d.proofshare_enabled, d.request_loop, d.ask_price_attofil.clone()),
         (None, None, None)
     );
     assert_eq!(d.paid_1h, None);
@@ -397,7 +397,11 @@ fn curio_documented_grants_are_enough_for_a_full_reading() {
 
 // ---- end to end: `fleetagent run` with the rules, the harmonydb source, a fake vast.ai ----
 
-fn run_once(db: &TestDb) -> usize {
+/// One `fleetagent run` (the rules) against `db`; the creates that reached vast.ai, and
+/// whether the pass's observation said WORKERS DEAD. No `target_proofs_per_hour`: with a
+/// target the rules also seed one instance whenever ProofShare is on and no worker lives
+/// (docs/guardrails.md), a launch that is no emergency; this isolates the emergency.
+fn run_once(db: &TestDb) -> (usize, bool) {
     let fake = FakeVast::start_real_time();
     fake.add_offers(5, "RTX 4090", 0.40, 0.99);
     let f = Fleet::new()
@@ -406,14 +410,17 @@ fn run_once(db: &TestDb) -> usize {
     f.write_config(&format!(
         "{}\n[vast]\nbase_url = \"{}\"\nimage = \"ghcr.io/example/curio-psprove:latest\"\n\
          [vast.offers]\ngpu_names = [\"RTX 4090\"]\n\
-         [policy]\ntarget_proofs_per_hour = 50\nproofs_per_hour_per_instance = 100\n\
-         max_dph_total = 10.0\nmax_instances = 5\n",
+         [policy]\nproofs_per_hour_per_instance = 100\nmax_dph_total = 10.0\nmax_instances = 5\n",
         crate::common::fleet::FAST_CONFIG,
         fake.url()
     ));
     f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
     f.cmd(&["run"]).ok();
-    fake.requests_to(Route::Create).len()
+    let history = f.cmd(&["history"]).ok().stdout;
+    (
+        fake.requests_to(Route::Create).len(),
+        history.contains("WORKERS DEAD"),
+    )
 }
 
 #[test]
@@ -422,7 +429,7 @@ fn curio_run_launches_nothing_for_the_false_emergencies_and_launches_for_stale_h
     let mut db = pg::fresh_db();
     proofshare_enabled(&mut db, true);
     orphan_tasks(&mut db, 1, "NULL", 120);
-    assert_eq!(run_once(&db), 0, "a lone orphan launched");
+    assert_eq!(run_once(&db), (0, false), "a lone orphan");
 
     // (b) a days-old waiting row while ProofShare is off.
     let mut db = pg::fresh_db();
@@ -430,7 +437,7 @@ fn curio_run_launches_nothing_for_the_false_emergencies_and_launches_for_stale_h
         "INSERT INTO curio.proofshare_queue (service_id, obtained_at, request_cid)
            VALUES (7, now() - interval '3 days', 'bafy-old');",
     );
-    assert_eq!(run_once(&db), 0, "a stale row with ProofShare off launched");
+    assert_eq!(run_once(&db), (0, false), "a stale row with ProofShare off");
 
     // Stale heartbeats with queued work: WORKERS DEAD, and a launch.
     let mut db = pg::fresh_db();
@@ -438,5 +445,7 @@ fn curio_run_launches_nothing_for_the_false_emergencies_and_launches_for_stale_h
     machine(&mut db, 1, "fleetagent-a", 600, PSPROVE_NODE, "false");
     tasks(&mut db, 2, "PSProve", "1");
     tasks(&mut db, 5, "PSProve", "NULL");
-    assert!(run_once(&db) >= 1, "stale heartbeats launched nothing");
+    let (creates, dead) = run_once(&db);
+    assert!(dead, "stale heartbeats are WORKERS DEAD");
+    assert!(creates >= 1, "stale heartbeats launched nothing");
 }
