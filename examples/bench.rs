@@ -9,11 +9,18 @@
 //!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
 //!   bench sim       simulated hours per wall-clock second (steady, a week), and the decision
 //!                   quality table: rules against the oracle for steady, spike and incident
+//!   bench probe     the harmonydb probe on Curio's real schema with 2M history rows against
+//!                   none, and the history statement's plan (index-only)
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 #[path = "../tests/common/fake_llm.rs"]
 #[allow(dead_code)]
 mod fake_llm;
+#[path = "../tests/common/pg.rs"]
+#[allow(dead_code)]
+mod pg;
+#[path = "support/probe_bench.rs"]
+mod probe_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -462,6 +469,9 @@ fn main() {
     }
     if all || which == "sim" {
         bench_sim();
+    }
+    if all || which == "probe" {
+        probe_bench::bench_probe();
     }
 }
 

@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use fleetagent::demand::{
-    Demand, DemandProbe, HarmonyDbProbe, RequestLoop, HISTORY_WINDOW_SECS,
-};
+use fleetagent::demand::{Demand, DemandProbe, HarmonyDbProbe, RequestLoop, HISTORY_WINDOW_SECS};
 
 use super::demand::{machine, orphan_tasks, proofshare_enabled, tasks};
 use crate::common::fake_vast::{FakeVast, Route, FAKE_API_KEY};
@@ -181,9 +179,7 @@ fn curio_backlog_is_curios_own_query() {
 fn curio_request_loop_ok_stalled_and_none() {
     let mut db = pg::fresh_db();
     proofshare_enabled(&mut db, true);
-    db.exec(
-        "UPDATE curio.proofshare_meta SET pprice = '120000000000000000' WHERE singleton",
-    );
+    db.exec("UPDATE curio.proofshare_meta SET pprice = '120000000000000000' WHERE singleton");
     assert_eq!(read(&db).request_loop, Some(RequestLoop::None));
 
     machine(&mut db, 1, "fleetagent-a", 20, PSPROVE_NODE, "false");
@@ -265,10 +261,7 @@ fn curio_history_per_worker() {
     assert_eq!((a.host_and_port.as_str(), a.proofs), ("10.0.0.1:12300", 3));
     assert!(about(Some(a.first_end_secs_ago), 200 * 60), "{a:?}");
     assert!(about(Some(a.last_end_secs_ago), 5 * 60), "{a:?}");
-    assert_eq!(
-        (b.host_and_port.as_str(), b.proofs),
-        ("10.0.0.2:12300", 1)
-    );
+    assert_eq!((b.host_and_port.as_str(), b.proofs), ("10.0.0.2:12300", 1));
     assert_eq!(b.first_end_secs_ago, b.last_end_secs_ago);
     assert_eq!((d.completed_1h, d.completed_15m), (3, 2));
 }
@@ -317,12 +310,19 @@ fn curio_missing_optional_grants_degrade_with_notes() {
         ]
     );
     assert_eq!(
-        (d.proofshare_enabled, d.request_loop, d.ask_price_attofil.clone()),
+        (
+            d.proofshare_enabled,
+            d.request_loop,
+            d.ask_price_attofil.clone()
+        ),
         (None, None, None)
     );
     assert_eq!(d.paid_1h, None);
     // The rest stands: the tasks, the queue, Curio's backlog.
-    assert_eq!((d.pending, d.ps_computing, d.backlog), (2, Some(2), Some(2)));
+    assert_eq!(
+        (d.pending, d.ps_computing, d.backlog),
+        (2, Some(2), Some(2))
+    );
     assert!(d.workers_dead());
 }
 
@@ -365,8 +365,8 @@ fn curio_missing_select_on_harmony_task_is_an_error_naming_it() {
 
 /// The GRANT statements of docs/demand.md's grants block, as written there.
 fn documented_grants() -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/demand.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/demand.md")).unwrap();
     let start = doc
         .find("```sql\nGRANT USAGE ON SCHEMA curio")
         .expect("docs/demand.md has a ```sql block starting with GRANT USAGE ON SCHEMA curio");

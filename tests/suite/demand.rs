@@ -321,15 +321,23 @@ fn harmonydb_without_proofshare_tables_leaves_them_unread() {
     tasks(&mut db, 2, "PSProve", "NULL");
     db.exec("DROP TABLE curio.proofshare_queue");
     let d = harmony(&db).probe().unwrap();
-    assert_eq!((d.ps_waiting, d.ps_computing, d.backlog), (None, None, None));
+    assert_eq!(
+        (d.ps_waiting, d.ps_computing, d.backlog),
+        (None, None, None)
+    );
     assert_eq!(d.pending, 2);
-    assert_eq!(d.orphan_tasks, 0, "orphans are counted only where the queue is read");
+    assert_eq!(
+        d.orphan_tasks, 0,
+        "orphans are counted only where the queue is read"
+    );
     assert_eq!(d.live_workers(), 1);
     assert_eq!(
         d.notes,
-        vec!["curio.proofshare_queue does not exist (a Curio without ProofShare?): ps_waiting, \
+        vec![
+            "curio.proofshare_queue does not exist (a Curio without ProofShare?): ps_waiting, \
               ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h unknown"
-            .to_string()]
+                .to_string()
+        ]
     );
 }
 
@@ -365,8 +373,8 @@ fn harmonydb_unreachable_database_errors_without_the_password() {
         WAITING_MAX_AGE_MINS,
         TIMEOUT,
     )
-        .probe()
-        .unwrap_err();
+    .probe()
+    .unwrap_err();
     assert_clean_error(
         &err,
         secret,
@@ -390,8 +398,8 @@ fn harmonydb_wrong_password_errors_without_it() {
         WAITING_MAX_AGE_MINS,
         TIMEOUT,
     )
-        .probe()
-        .unwrap_err();
+    .probe()
+    .unwrap_err();
     assert_clean_error(&err, secret, &["password authentication failed"]);
     // The decoded form would leak just the same.
     assert!(!format!("{err:#}").contains("wrong-Pass!word"));
@@ -420,8 +428,8 @@ fn harmonydb_url_demanding_tls_is_refused_clearly() {
         WAITING_MAX_AGE_MINS,
         TIMEOUT,
     )
-        .probe()
-        .unwrap_err();
+    .probe()
+    .unwrap_err();
     assert_clean_error(
         &err,
         pg::PASSWORD,
@@ -466,8 +474,8 @@ fn harmonydb_server_that_never_answers_times_out() {
         WAITING_MAX_AGE_MINS,
         Duration::from_secs(1),
     )
-        .probe()
-        .unwrap_err();
+    .probe()
+    .unwrap_err();
     assert_clean_error(&err, "hush-pw", &["no answer from", "within 3s"]);
     drop(silent);
 }

@@ -5,6 +5,10 @@
 
 mod read;
 
+/// The history statement (`$1` task, `$2` window, `$3` hour, `$4` quarter, in seconds), for
+/// `scripts/bench probe` to EXPLAIN.
+pub use read::HISTORY as HISTORY_STATEMENT;
+
 use std::fmt;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;

@@ -72,7 +72,7 @@ const ORPHAN: &str = "NOT EXISTS (SELECT 1 FROM curio.proofshare_queue q
 /// last hour ($3) and quarter ($4) and the ages of the first and last. It reads only
 /// columns of Curio's index `harmony_task_history_work_index` (work_end DESC,
 /// completed_by_host_and_port, name, result): an index-only range scan on work_end.
-const HISTORY: &str = "
+pub const HISTORY: &str = "
 SELECT
   completed_by_host_and_port::text,
   count(*),
