@@ -196,6 +196,7 @@ mod tests {
             offer_id: None,
             public_ip: None,
             machine_name: machine.map(String::from),
+            worker_address: None,
             launched_run: None,
             adopted: false,
             created_at: NOW - 120 * MIN,

@@ -5,7 +5,7 @@
 use crate::clock::{short, Millis};
 use crate::config::Config;
 use crate::fleet::state::*;
-use crate::fleet::{num, rate_of, Snapshot, LABEL_CHARS};
+use crate::fleet::{num, Snapshot, LABEL_CHARS};
 use crate::store::actions::Action;
 use crate::store::events::Event;
 use crate::store::instances::InstanceRow;
@@ -140,7 +140,7 @@ impl Snapshot {
             .iter()
             .filter(|r| is_running_state(r.state))
             .collect();
-        let running_pph: f64 = running.iter().map(|r| rate_of(r, config)).sum();
+        let running_pph: f64 = running.iter().map(|r| self.rate_of(r, config)).sum();
         let mut fleet = format!(
             "Fleet: {} running ({} p/h), {} loading",
             running.len(),

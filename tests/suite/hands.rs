@@ -204,6 +204,7 @@ impl Rig {
                 offer_id: None,
                 public_ip: None,
                 machine_name: None,
+                worker_address: None,
                 launched_run: None,
                 adopted: false,
                 created_at: at,

@@ -42,6 +42,7 @@ fn row(id: i64, dph: f64) -> InstanceRow {
         offer_id: None,
         public_ip: None,
         machine_name: None,
+        worker_address: None,
         launched_run: None,
         adopted: false,
         created_at: NOW - MIN,
@@ -493,6 +494,6 @@ fn a_launch_reports_the_fleet_and_the_window_after_it() {
     assert_eq!(r.gist, "launched 555 (RTX 4090 $0.40/h) emergency");
     assert_eq!(r.content["fleet_dph"], 1.4);
     assert_eq!(r.content["window"], "1/6 used (emergency)");
-    assert_eq!(r.content["offer"], offer_json(&cr.offer, &c));
+    assert_eq!(r.content["offer"], offer_json(&cr.offer, &c, &Default::default()));
     assert_eq!(r.content["label"], json!(a.label));
 }
