@@ -98,7 +98,8 @@ mod tests {
         );
         assert!(lines[0].contains("docs/worker-image.md"));
         assert!(
-            lines[1].starts_with("instance 2 \"fleetagent-b\" has run for 40m with no Curio worker"),
+            lines[1]
+                .starts_with("instance 2 \"fleetagent-b\" has run for 40m with no Curio worker"),
             "{lines:?}"
         );
         // Within a normal boot: nothing to say yet.

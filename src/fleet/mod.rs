@@ -48,7 +48,11 @@ pub struct Flag {
 /// Since when work has waited without a break, after this reading: the earlier start while
 /// work still waits (`queued_work` or Curio's backlog), `now` when it starts, None when none
 /// waits. An unknown reading (None) keeps what was known.
-pub fn work_waiting_since(prev: Option<Millis>, demand: Option<&Demand>, now: Millis) -> Option<Millis> {
+pub fn work_waiting_since(
+    prev: Option<Millis>,
+    demand: Option<&Demand>,
+    now: Millis,
+) -> Option<Millis> {
     match demand {
         None => prev,
         Some(d) if d.queued_work() > 0 || d.backlog_signal() > 0 => Some(prev.unwrap_or(now)),
@@ -326,5 +330,94 @@ mod tests {
             line.contains("instance 3 \"fleetagent-3\" unknown"),
             "{line}"
         );
+    }
+    #[test]
+    fn a_worker_that_heartbeats_and_never_proves_while_work_waits_is_flagged_silent() {
+        use crate::demand::WorkerHistory;
+        let mut c = config();
+        c.policy.silent_worker_mins = 20;
+        let mut r = row("fleetagent-s", Some(7), REGISTERED, 0.4);
+        r.machine_name = Some("fleetagent-s".into());
+        r.worker_address = Some("172.17.0.2:12300".into());
+        r.actual_status = Some("running".into());
+        r.state_since = NOW - 25 * MIN;
+        let base = Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 4,
+                workers: vec![worker("fleetagent-s", "172.17.0.2:12300", 0)],
+                ..Default::default()
+            }),
+            instances: vec![r],
+            work_waiting_since: Some(NOW - 30 * MIN),
+            ..Default::default()
+        };
+        let why = |s: &Snapshot| s.flagged(&c).into_iter().map(|f| f.why).collect::<Vec<_>>();
+        assert_eq!(why(&base), vec!["silent 25m".to_string()]);
+        assert!(base.is_flagged(&c, 7));
+        // Not silent: work has waited less than 20 minutes; none waits; the worker runs a
+        // task; it completed one 10 minutes ago; it registered 10 minutes ago; cordoned.
+        let mut s = base.clone();
+        s.work_waiting_since = Some(NOW - 10 * MIN);
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.work_waiting_since = None;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().pending = 0;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().workers[0].running = 1;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().history = vec![WorkerHistory {
+            host_and_port: "172.17.0.2:12300".into(),
+            proofs: 3,
+            first_end_secs_ago: 3000,
+            last_end_secs_ago: 600,
+        }];
+        assert!(why(&s).is_empty());
+        // A completion older than the limit does not count.
+        s.demand.as_mut().unwrap().history[0].last_end_secs_ago = 21 * 60;
+        assert_eq!(why(&s), vec!["silent 25m".to_string()]);
+        let mut s = base.clone();
+        s.instances[0].state_since = NOW - 10 * MIN;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().workers[0].cordoned = true;
+        assert!(why(&s).is_empty());
+        // Unknown demand: nothing is known of Curio, nothing is silent.
+        let mut s = base.clone();
+        s.demand = None;
+        assert!(why(&s).is_empty());
+    }
+
+    #[test]
+    fn work_waiting_starts_once_and_stops_when_none_waits() {
+        let waiting = Demand {
+            pending: 2,
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(None, Some(&waiting), 10), Some(10));
+        assert_eq!(work_waiting_since(Some(5), Some(&waiting), 10), Some(5));
+        // Curio's own backlog counts as work waiting too.
+        let backlog = Demand {
+            backlog: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(Some(5), Some(&backlog), 10), Some(5));
+        assert_eq!(
+            work_waiting_since(Some(5), Some(&Demand::default()), 10),
+            None
+        );
+        // An unknown reading keeps what was known.
+        assert_eq!(work_waiting_since(Some(5), None, 10), Some(5));
+        // ProofShare disabled: nothing is work.
+        let off = Demand {
+            pending: 2,
+            proofshare_enabled: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(Some(5), Some(&off), 10), None);
     }
 }

@@ -51,7 +51,12 @@ pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
         let Some([row]) = by_address.get(h.host_and_port.trim()).map(Vec::as_slice) else {
             continue;
         };
-        let Some(gpu) = row.gpu_name.as_deref().map(str::trim).filter(|g| !g.is_empty()) else {
+        let Some(gpu) = row
+            .gpu_name
+            .as_deref()
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+        else {
             continue;
         };
         let rate = (h.proofs - 1) as f64 * 3600.0 / span as f64;
@@ -99,7 +104,10 @@ pub fn gpu_rate(config: &Config, measured: &Rates, gpu_name: &str) -> f64 {
 pub fn rate_source(config: &Config, measured: &Rates, gpu_name: &str) -> &'static str {
     if pinned(config, gpu_name).is_some() {
         "pinned"
-    } else if measured.keys().any(|k| k.eq_ignore_ascii_case(gpu_name.trim())) {
+    } else if measured
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case(gpu_name.trim()))
+    {
         "measured"
     } else {
         "default"
@@ -172,9 +180,12 @@ mod tests {
         let mut c = config();
         c.policy.proofs_per_hour_per_instance = 20.0;
         c.policy.gpu_rates.insert("RTX 4090".into(), 50.0);
-        let measured: Rates = [("RTX 4090".to_string(), 41.0), ("RTX 3090".to_string(), 23.5)]
-            .into_iter()
-            .collect();
+        let measured: Rates = [
+            ("RTX 4090".to_string(), 41.0),
+            ("RTX 3090".to_string(), 23.5),
+        ]
+        .into_iter()
+        .collect();
         assert_eq!(gpu_rate(&c, &measured, "rtx 4090"), 50.0);
         assert_eq!(gpu_rate(&c, &measured, "RTX_3090"), 23.5);
         assert_eq!(gpu_rate(&c, &measured, "A100"), 20.0);

@@ -61,11 +61,7 @@ pub fn usd_per_proof(offer: &Offer, config: &Config, measured: &Rates) -> f64 {
 }
 
 /// The best offer: lowest $/proof, then lowest $/h, then highest reliability.
-pub fn best_offer<'a>(
-    offers: &'a [Offer],
-    config: &Config,
-    measured: &Rates,
-) -> Option<&'a Offer> {
+pub fn best_offer<'a>(offers: &'a [Offer], config: &Config, measured: &Rates) -> Option<&'a Offer> {
     offers
         .iter()
         .filter(|o| matches_config(o, config))

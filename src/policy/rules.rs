@@ -703,4 +703,37 @@ mod tests {
         let s = snap(Some(d(150, 40)), rows);
         assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![4]);
     }
+
+    #[test]
+    fn a_silent_worker_is_destroyed_and_learned_rates_size_the_fleet() {
+        let mut c = config();
+        c.policy.silent_worker_mins = 20;
+        let mut silent = row(1, REGISTERED, Some("fleetagent-1"), 0.4);
+        silent.state_since = NOW - 30 * 60_000;
+        let d = Demand {
+            pending: 6,
+            workers: vec![worker("fleetagent-1", 0)],
+            ..Default::default()
+        };
+        let mut s = snap(Some(d), vec![silent]);
+        s.work_waiting_since = Some(NOW - 40 * 60_000);
+        let calls = decide_with(&s, &c, Streaks::default(), Mode::Full);
+        assert_eq!(stops(&calls), vec![1]);
+        assert!(calls[0].why.contains("is silent 30m"), "{}", calls[0].why);
+        // The fallback never stops.
+        assert!(stops(&decide_with(&s, &c, Streaks::default(), Mode::LaunchOnly)).is_empty());
+
+        // Capacity: two 4090s proving, measured at 100/h each (unpinned), reach the target
+        // of 500 less than the configured 50/h would say: the rate is what the fleet does.
+        let two = vec![
+            row(2, PROVING, Some("fleetagent-2"), 0.4),
+            row(3, PROVING, Some("fleetagent-3"), 0.4),
+        ];
+        let mut m = snap(None, two);
+        assert_eq!(m.projected_pph(&c), 100.0);
+        m.measured_rates.insert("RTX 4090".into(), 100.0);
+        assert_eq!(m.projected_pph(&c), 200.0);
+        c.policy.gpu_rates.insert("RTX 4090".into(), 60.0);
+        assert_eq!(m.projected_pph(&c), 120.0);
+    }
 }

@@ -232,7 +232,14 @@ fn record_curio(
         return Ok(());
     };
     for m in measure(&rec.rows, d) {
-        curio::set_rate(conn, &m.gpu_name, m.proofs_per_hour, m.proofs, m.span_secs, now)?;
+        curio::set_rate(
+            conn,
+            &m.gpu_name,
+            m.proofs_per_hour,
+            m.proofs,
+            m.span_secs,
+            now,
+        )?;
     }
     let prev = curio::work_waiting_since(conn)?;
     curio::set_work_waiting_since(conn, work_waiting_since(prev, Some(d), now))?;
