@@ -140,11 +140,7 @@ fn round2(x: f64) -> f64 {
 }
 
 /// The text lines of the Curio part.
-pub fn render(
-    demand: Option<&DemandView>,
-    rates: &[RateView],
-    identity: &[String],
-) -> Vec<String> {
+pub fn render(demand: Option<&DemandView>, rates: &[RateView], identity: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let n = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
     match demand {
@@ -181,7 +177,10 @@ pub fn render(
                     .unwrap_or_else(|| "unknown".into())
             ));
             if let Some(e) = &d.error {
-                out.push(format!("  last probe FAILED: {}", crate::text::clip(e, 200)));
+                out.push(format!(
+                    "  last probe FAILED: {}",
+                    crate::text::clip(e, 200)
+                ));
             }
         }
     }
