@@ -4,6 +4,7 @@
 //! fake share a ManualClock, so create spacing and penalties cost no real time.
 
 mod configuration;
+mod curio_reading;
 mod fallback_rules;
 mod guardrails;
 mod incident;
