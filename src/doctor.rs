@@ -178,6 +178,11 @@ fn store_problems(
             crate::error::report(&e)
         )),
     }
+    // Worker identity, from the table as the last pass left it.
+    match crate::store::instances::live(&store.conn) {
+        Ok(rows) => out.extend(crate::fleet::identity::problems(&rows, config, now)),
+        Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
+    }
     let period = config.run.timer_period_secs as i64 * 1000;
     match session::state(&store.conn) {
         Err(e) => out.push(format!("database: {}", crate::error::report(&e))),

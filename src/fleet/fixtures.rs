@@ -36,6 +36,7 @@ pub fn row(label: &str, id: Option<i64>, state: State, dph: f64) -> InstanceRow 
         offer_id: None,
         public_ip: None,
         machine_name: None,
+        worker_address: None,
         launched_run: None,
         adopted: false,
         created_at: NOW - 5 * MIN,

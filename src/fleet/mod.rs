@@ -5,7 +5,9 @@
 //! stop through the guardrails and update it; the observation text the model reads is
 //! `prompt::observation` (the `observation_line` and `lifecycle_lines` methods).
 
+pub mod identity;
 pub mod money;
+pub mod rates;
 pub mod reconcile;
 pub mod state;
 pub mod workers;
@@ -13,7 +15,7 @@ pub mod workers;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::clock::{human_duration, Millis};
 use crate::config::Config;
@@ -32,14 +34,30 @@ pub const STATUS_CHARS: usize = 120;
 /// The text shown when no vast.ai key is configured.
 pub const NO_VAST_KEY: &str = "not_configured: no vast.ai API key";
 
-/// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, or loading
-/// past `policy.stuck_loading_mins`): it may be destroyed without the stop protections.
+/// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, loading
+/// past `policy.stuck_loading_mins`, or a silent worker): it may be destroyed without the stop protections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flag {
     pub vast_id: i64,
     pub label: String,
-    /// `exited`, `offline`, `unknown`, or `loading 45m`.
+    /// `exited`, `offline`, `unknown`, `loading 45m`, or `silent 25m` (a worker that
+    /// heartbeats and proves nothing while work waits: [`Snapshot::silent_for`]).
     pub why: String,
+}
+
+/// Since when work has waited without a break, after this reading: the earlier start while
+/// work still waits (`queued_work` or Curio's backlog), `now` when it starts, None when none
+/// waits. An unknown reading (None) keeps what was known.
+pub fn work_waiting_since(
+    prev: Option<Millis>,
+    demand: Option<&Demand>,
+    now: Millis,
+) -> Option<Millis> {
+    match demand {
+        None => prev,
+        Some(d) if d.queued_work() > 0 || d.backlog_signal() > 0 => Some(prev.unwrap_or(now)),
+        Some(_) => None,
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,6 +91,13 @@ pub struct Snapshot {
     /// Offers matching `[vast.offers]` found by a launch earlier in this pass (rented ones
     /// removed), so several launches cost one search (vast.ai allows 10 a minute).
     pub offers: Option<Vec<crate::vast::Offer>>,
+    /// GPU model -> proofs/h learned from our workers' Curio history (the `measured_rates`
+    /// table, updated by this pass's reading): used where `policy.gpu_rates` does not pin
+    /// the GPU (`fleet::rates::gpu_rate`).
+    pub measured_rates: BTreeMap<String, f64>,
+    /// Since when work has waited without a break (`agent_state.work_waiting_since`, kept by
+    /// the observe step; None while none waits): a worker idle that long is silent.
+    pub work_waiting_since: Option<Millis>,
 }
 
 impl Snapshot {
@@ -143,7 +168,10 @@ impl Snapshot {
                     _ if r.state == LOADING && self.now - r.created_at > stuck_ms => {
                         format!("loading {}", human_duration(self.now - r.created_at))
                     }
-                    _ => return None,
+                    _ => match self.silent_for(r, config) {
+                        Some(ms) => format!("silent {}", human_duration(ms)),
+                        None => return None,
+                    },
                 };
                 Some(Flag {
                     vast_id: id,
@@ -152,6 +180,36 @@ impl Snapshot {
                 })
             })
             .collect()
+    }
+
+    /// How long the Curio worker of this instance has been silent: live (heartbeats,
+    /// matched to it, not cordoned), running nothing and registered for at least
+    /// `policy.silent_worker_mins`, its last completion (Curio's history of its address)
+    /// older than that or none in the window, while work has waited for as long without a
+    /// break ([`Snapshot::work_waiting_since`]). Such a worker cannot prove (parameters never
+    /// fetched, a broken GPU) and holds a slot. None: not silent.
+    pub fn silent_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
+        let d = self.demand.as_ref()?;
+        if r.state != REGISTERED || (d.queued_work() == 0 && d.backlog_signal() == 0) {
+            return None;
+        }
+        let limit = config.policy.silent_worker_mins as Millis * 60_000;
+        let machine = r.machine_name.as_deref()?.trim();
+        let worker = d
+            .workers
+            .iter()
+            .find(|w| !w.cordoned && w.machine_name.trim() == machine)?;
+        if worker.running > 0 {
+            return None;
+        }
+        let idle = self.now - r.state_since;
+        let waiting = self.now - self.work_waiting_since?;
+        let address = r.worker_address.as_deref().unwrap_or(&worker.host_and_port);
+        let completed_recently = d.history.iter().any(|h| {
+            h.host_and_port.trim() == address.trim()
+                && (h.last_end_secs_ago as Millis) * 1000 < limit
+        });
+        (idle >= limit && waiting >= limit && !completed_recently).then_some(idle.min(waiting))
     }
 
     pub fn is_flagged(&self, config: &Config, vast_id: i64) -> bool {
@@ -168,8 +226,18 @@ impl Snapshot {
                 matches!(r.state, LAUNCHING | LOADING | BOOTED | REGISTERED | PROVING)
                     && !r.vast_id.is_some_and(|id| flagged.contains(&id))
             })
-            .map(|r| rate_of(r, config))
+            .map(|r| self.rate_of(r, config))
             .sum()
+    }
+
+    /// Proofs/h of one instance of ours (pinned, measured, default: `fleet::rates`).
+    pub fn rate_of(&self, row: &InstanceRow, config: &Config) -> f64 {
+        rate_of(row, config, &self.measured_rates)
+    }
+
+    /// Proofs/h of a new instance with this GPU.
+    pub fn gpu_rate(&self, config: &Config, gpu_name: &str) -> f64 {
+        rates::gpu_rate(config, &self.measured_rates, gpu_name)
     }
 
     /// Instances of ours in a state, counted.
@@ -262,5 +330,94 @@ mod tests {
             line.contains("instance 3 \"fleetagent-3\" unknown"),
             "{line}"
         );
+    }
+    #[test]
+    fn a_worker_that_heartbeats_and_never_proves_while_work_waits_is_flagged_silent() {
+        use crate::demand::WorkerHistory;
+        let mut c = config();
+        c.policy.silent_worker_mins = 20;
+        let mut r = row("fleetagent-s", Some(7), REGISTERED, 0.4);
+        r.machine_name = Some("fleetagent-s".into());
+        r.worker_address = Some("172.17.0.2:12300".into());
+        r.actual_status = Some("running".into());
+        r.state_since = NOW - 25 * MIN;
+        let base = Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 4,
+                workers: vec![worker("fleetagent-s", "172.17.0.2:12300", 0)],
+                ..Default::default()
+            }),
+            instances: vec![r],
+            work_waiting_since: Some(NOW - 30 * MIN),
+            ..Default::default()
+        };
+        let why = |s: &Snapshot| s.flagged(&c).into_iter().map(|f| f.why).collect::<Vec<_>>();
+        assert_eq!(why(&base), vec!["silent 25m".to_string()]);
+        assert!(base.is_flagged(&c, 7));
+        // Not silent: work has waited less than 20 minutes; none waits; the worker runs a
+        // task; it completed one 10 minutes ago; it registered 10 minutes ago; cordoned.
+        let mut s = base.clone();
+        s.work_waiting_since = Some(NOW - 10 * MIN);
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.work_waiting_since = None;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().pending = 0;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().workers[0].running = 1;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().history = vec![WorkerHistory {
+            host_and_port: "172.17.0.2:12300".into(),
+            proofs: 3,
+            first_end_secs_ago: 3000,
+            last_end_secs_ago: 600,
+        }];
+        assert!(why(&s).is_empty());
+        // A completion older than the limit does not count.
+        s.demand.as_mut().unwrap().history[0].last_end_secs_ago = 21 * 60;
+        assert_eq!(why(&s), vec!["silent 25m".to_string()]);
+        let mut s = base.clone();
+        s.instances[0].state_since = NOW - 10 * MIN;
+        assert!(why(&s).is_empty());
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().workers[0].cordoned = true;
+        assert!(why(&s).is_empty());
+        // Unknown demand: nothing is known of Curio, nothing is silent.
+        let mut s = base.clone();
+        s.demand = None;
+        assert!(why(&s).is_empty());
+    }
+
+    #[test]
+    fn work_waiting_starts_once_and_stops_when_none_waits() {
+        let waiting = Demand {
+            pending: 2,
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(None, Some(&waiting), 10), Some(10));
+        assert_eq!(work_waiting_since(Some(5), Some(&waiting), 10), Some(5));
+        // Curio's own backlog counts as work waiting too.
+        let backlog = Demand {
+            backlog: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(Some(5), Some(&backlog), 10), Some(5));
+        assert_eq!(
+            work_waiting_since(Some(5), Some(&Demand::default()), 10),
+            None
+        );
+        // An unknown reading keeps what was known.
+        assert_eq!(work_waiting_since(Some(5), None, 10), Some(5));
+        // ProofShare disabled: nothing is work.
+        let off = Demand {
+            pending: 2,
+            proofshare_enabled: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(work_waiting_since(Some(5), Some(&off), 10), None);
     }
 }

@@ -38,10 +38,11 @@ pub fn spend_since(rows: &[InstanceRow], since: Millis, now: Millis) -> f64 {
         + 0.0
 }
 
-/// Proofs per hour of one instance of ours: its GPU's rate, else the default rate.
-pub fn rate_of(row: &InstanceRow, config: &Config) -> f64 {
+/// Proofs per hour of one instance of ours: its GPU's rate (pinned, else `measured`, see
+/// `fleet::rates`), else the default rate.
+pub fn rate_of(row: &InstanceRow, config: &Config, measured: &super::rates::Rates) -> f64 {
     match row.gpu_name.as_deref() {
-        Some(gpu) => config.policy.rate_for(gpu),
+        Some(gpu) => super::rates::gpu_rate(config, measured, gpu),
         None => config.policy.proofs_per_hour_per_instance,
     }
 }

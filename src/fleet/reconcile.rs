@@ -140,6 +140,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     offer_id: intent.and_then(|a| a.offer_id),
                     public_ip: None,
                     machine_name: None,
+                    worker_address: None,
                     launched_run: intent.and_then(|a| a.run_id),
                     adopted: intent.is_none(),
                     created_at,
@@ -162,6 +163,11 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             Some(name) => name,
             None => worker.map(|w| w.machine_name.clone()),
         };
+        // Kept while unmatched: an instance whose Curio machine another of ours took over
+        // (one host_and_port, one machine row) still names the address it had.
+        if let Some(w) = worker.filter(|w| !w.host_and_port.trim().is_empty()) {
+            row.worker_address = Some(clip(w.host_and_port.trim(), 120));
+        }
         row.last_seen_at = Some(now);
         row.gone_at = None;
         if row.state != state {
@@ -294,6 +300,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 offer_id: a.offer_id,
                 public_ip: None,
                 machine_name: None,
+                worker_address: None,
                 launched_run: a.run_id,
                 adopted: false,
                 created_at: a.created_at,

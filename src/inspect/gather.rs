@@ -41,6 +41,7 @@ pub fn build(
     let lock_path = state_dir.join(crate::paths::LOCK_FILE);
     let holder = crate::lock::holder_pid(&lock_path);
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let curio = super::curio::gather(store, config, now)?;
     Ok(Report {
         now: rfc3339(now),
         version: env!("CARGO_PKG_VERSION"),
@@ -125,6 +126,9 @@ pub fn build(
             .collect(),
         last_observation: messages::latest_of_kinds(&store.conn, &["observation"])?,
         last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules"])?,
+        demand: curio.demand,
+        gpu_rates: curio.rates,
+        worker_identity: curio.worker_identity,
     })
 }
 

@@ -5,6 +5,7 @@
 //! `gather.rs` reads it from the store, the state dir and the config; `text.rs` renders it
 //! for people.
 
+mod curio;
 mod gather;
 mod text;
 
@@ -147,6 +148,12 @@ pub struct Report {
     /// What the last pass saw, and what was decided (the model's answer or the rules' note).
     pub last_observation: Option<String>,
     pub last_decision: Option<String>,
+    /// The last demand reading (DESIGN.md's fields; null before any attempt).
+    pub demand: Option<curio::DemandView>,
+    /// Per GPU model: the learned proofs/h beside the configured, and which is used.
+    pub gpu_rates: Vec<curio::RateView>,
+    /// Two of our instances behind one Curio machine; one running with no worker.
+    pub worker_identity: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

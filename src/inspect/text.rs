@@ -185,6 +185,9 @@ pub fn render_text(r: &Report) -> String {
             i.state_since
         ));
     }
+    for l in super::curio::render(r.demand.as_ref(), &r.gpu_rates, &r.worker_identity) {
+        line(l);
+    }
     if !r.recent_actions.is_empty() {
         line("actions     newest first:".into());
         for a in r.recent_actions.iter().take(10) {

@@ -196,6 +196,7 @@ mod tests {
             offer_id: None,
             public_ip: None,
             machine_name: machine.map(String::from),
+            worker_address: None,
             launched_run: None,
             adopted: false,
             created_at: NOW - 120 * MIN,
@@ -463,5 +464,26 @@ mod tests {
         assert!(p.calls.is_empty());
         assert_eq!(p.memory.deficit_since, None);
         assert_eq!(p.memory.flagged_passes, before.flagged_passes);
+    }
+
+    #[test]
+    fn proofshare_disabled_gives_the_floor_nothing_to_launch() {
+        let c = config();
+        // Queued rows and pending tasks, no worker: WORKERS DEAD were ProofShare on.
+        let mut s = dead();
+        s.demand.as_mut().unwrap().proofshare_enabled = Some(false);
+        s.demand.as_mut().unwrap().ps_waiting = Some(4);
+        let before = Memory {
+            deficit_since: Some(NOW - 600 * MIN),
+            ..Memory::default()
+        };
+        let p = plan(&s, &c, 0, &before, &ModelDid::default(), NOW);
+        assert!(p.calls.is_empty(), "{:?}", p.calls);
+        assert_eq!(p.memory.deficit_since, None);
+        // A backlog, disabled: no deficit launch either.
+        let mut b = backlog();
+        b.demand.as_mut().unwrap().proofshare_enabled = Some(false);
+        let p = plan(&b, &c, 0, &before, &ModelDid::default(), NOW);
+        assert!(p.calls.is_empty(), "{:?}", p.calls);
     }
 }

@@ -45,6 +45,9 @@ pub enum Refusal {
     Protected {
         message: String,
     },
+    /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
+    /// rented for it, whoever asks.
+    ProofShareDisabled,
 }
 
 impl Refusal {
@@ -56,6 +59,7 @@ impl Refusal {
             Refusal::DailySpend { .. } => "daily_spend",
             Refusal::RateLimited { .. } => "rate_limited",
             Refusal::Protected { .. } => "protected",
+            Refusal::ProofShareDisabled => "proofshare_disabled",
         }
     }
 
@@ -92,6 +96,9 @@ impl Refusal {
                 retry_after_secs,
             } => json!({"limit": limit, "retry_after_secs": retry_after_secs}),
             Refusal::Protected { message } => json!({"message": message}),
+            Refusal::ProofShareDisabled => json!({
+                "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",
+            }),
         }
     }
 

@@ -80,6 +80,10 @@ pub struct Ask {
     pub instances: u32,
     pub spent_today: f64,
     pub window: Vec<Millis>,
+    /// Learned GPU rates (`Snapshot::measured_rates`) for ranking offers.
+    pub measured_rates: crate::fleet::rates::Rates,
+    /// ProofShare is switched off in Curio: no launch is made for it.
+    pub proofshare_disabled: bool,
 }
 
 impl Ask {
@@ -101,6 +105,11 @@ impl Ask {
             instances: snapshot.billing_count(),
             spent_today: snapshot.spent_today,
             window: snapshot.window_launches.clone(),
+            measured_rates: snapshot.measured_rates.clone(),
+            proofshare_disabled: snapshot
+                .demand
+                .as_ref()
+                .is_some_and(|d| d.proofshare_disabled()),
         }
     }
 
@@ -171,6 +180,13 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
     }
     let policy = &config.policy;
     let facts = ask.facts();
+    if ask.proofshare_disabled {
+        return Some(Answer::refused(
+            ask,
+            &Refusal::ProofShareDisabled,
+            ask.offer_id,
+        ));
+    }
     let slots = guardrails::check_configured(config)
         .and_then(|()| guardrails::check_launch_slots(&facts, policy));
     let slots = match slots {
@@ -322,7 +338,7 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
         .filter(|o| o.dph_total <= headroom + 1e-9)
         .cloned()
         .collect();
-    Ok(match best_offer(&fitting, config) {
+    Ok(match best_offer(&fitting, config, &ask.measured_rates) {
         Some(o) => o.clone(),
         None => offers
             .iter()
@@ -347,6 +363,7 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         offer_id: Some(offer.id as i64),
         public_ip: None,
         machine_name: None,
+        worker_address: None,
         launched_run: (ask.run_id > 0).then_some(ask.run_id),
         adopted: false,
         created_at: ask.now,
@@ -499,7 +516,7 @@ pub fn launched(
             "ok": true,
             "instance_id": instance_id,
             "label": ask.label,
-            "offer": offer_json(offer, config),
+            "offer": offer_json(offer, config, &ask.measured_rates),
             "fleet_dph": round2(snapshot.fleet_dph()),
             "window": format!("{}/{} used{}", w.used, w.limit, if w.emergency { " (emergency)" } else { "" }),
         }),

@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use crate::config::{Config, OfferType};
+use crate::fleet::rates::{gpu_rate, Rates};
 use crate::text::clip;
 use crate::vast::{Offer, OfferQuery};
 
@@ -53,32 +54,33 @@ pub fn matches_config(offer: &Offer, config: &Config) -> bool {
         && offer.dph_total > 0.0
 }
 
-/// Dollars per proof of an offer: `dph_total` / the GPU's proofs per hour.
-pub fn usd_per_proof(offer: &Offer, config: &Config) -> f64 {
-    offer.dph_total / config.policy.rate_for(&offer.gpu_name)
+/// Dollars per proof of an offer: `dph_total` / the GPU's proofs per hour (pinned, else
+/// `measured`, else the default: `fleet::rates::gpu_rate`).
+pub fn usd_per_proof(offer: &Offer, config: &Config, measured: &Rates) -> f64 {
+    offer.dph_total / gpu_rate(config, measured, &offer.gpu_name)
 }
 
 /// The best offer: lowest $/proof, then lowest $/h, then highest reliability.
-pub fn best_offer<'a>(offers: &'a [Offer], config: &Config) -> Option<&'a Offer> {
+pub fn best_offer<'a>(offers: &'a [Offer], config: &Config, measured: &Rates) -> Option<&'a Offer> {
     offers
         .iter()
         .filter(|o| matches_config(o, config))
         .min_by(|a, b| {
-            usd_per_proof(a, config)
-                .total_cmp(&usd_per_proof(b, config))
+            usd_per_proof(a, config, measured)
+                .total_cmp(&usd_per_proof(b, config, measured))
                 .then(a.dph_total.total_cmp(&b.dph_total))
                 .then(b.reliability.total_cmp(&a.reliability))
         })
 }
 
 /// One offer as the model sees it.
-pub fn offer_json(o: &Offer, config: &Config) -> Value {
+pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
     json!({
         "id": o.id,
         "gpu": clip(&o.gpu_name, 40),
         "dph": (o.dph_total * 1e4).round() / 1e4,
-        "pph": config.policy.rate_for(&o.gpu_name),
-        "usd_per_proof": (usd_per_proof(o, config) * 1e5).round() / 1e5,
+        "pph": (gpu_rate(config, measured, &o.gpu_name) * 100.0).round() / 100.0,
+        "usd_per_proof": (usd_per_proof(o, config, measured) * 1e5).round() / 1e5,
         "reliability": (o.reliability * 1e3).round() / 1e3,
         "where": o.geolocation.as_deref().map(|g| clip(g, 40)),
     })
@@ -110,10 +112,27 @@ mod tests {
         c.policy.gpu_rates.insert("RTX 4090".into(), 50.0);
         // 0.50 / 50 = 0.01 per proof beats 0.30 / 20 = 0.015.
         let offers = vec![offer(1, "RTX 3090", 0.30), offer(2, "RTX 4090", 0.50)];
-        assert_eq!(best_offer(&offers, &c).unwrap().id, 2);
+        let none = Rates::new();
+        assert_eq!(best_offer(&offers, &c, &none).unwrap().id, 2);
         c.vast.offers.max_dph_per_instance = Some(0.4);
-        assert_eq!(best_offer(&offers, &c).unwrap().id, 1);
+        assert_eq!(best_offer(&offers, &c, &none).unwrap().id, 1);
         c.vast.offers.gpu_names = vec!["RTX_4090".into()];
-        assert!(best_offer(&offers, &c).is_none());
+        assert!(best_offer(&offers, &c, &none).is_none());
+    }
+
+    #[test]
+    fn a_measured_rate_ranks_offers_where_the_gpu_is_not_pinned() {
+        let mut c = Config::default();
+        c.policy.proofs_per_hour_per_instance = 20.0;
+        let offers = vec![offer(1, "RTX 3090", 0.30), offer(2, "RTX 4090", 0.50)];
+        // Unpinned and unmeasured: both at 20/h, the cheaper per hour wins.
+        assert_eq!(best_offer(&offers, &c, &Rates::new()).unwrap().id, 1);
+        // Measured: the 4090 proves 50/h (0.01 $/proof against 0.015).
+        let measured: Rates = [("RTX 4090".to_string(), 50.0)].into_iter().collect();
+        assert_eq!(best_offer(&offers, &c, &measured).unwrap().id, 2);
+        assert_eq!(offer_json(&offers[1], &c, &measured)["pph"], 50.0);
+        // Pinned wins over measured.
+        c.policy.gpu_rates.insert("RTX 4090".into(), 10.0);
+        assert_eq!(best_offer(&offers, &c, &measured).unwrap().id, 1);
     }
 }

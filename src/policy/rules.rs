@@ -33,7 +33,7 @@
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::fleet::{rate_of, Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
+use crate::fleet::{Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
 use crate::ratelimit::window::window_state;
 use crate::store::session::Streaks;
 
@@ -131,15 +131,16 @@ impl PlannedCall {
 }
 
 /// Proofs/h assumed for an instance not launched yet: the best rate among the configured
-/// GPUs (the default rate when none are configured). Optimistic on purpose: too few
-/// launches are corrected next pass, too many cost money until the surplus rule removes them.
-pub fn new_instance_rate(config: &Config) -> f64 {
+/// GPUs (pinned, else measured, else the default: `fleet::rates`; the default rate when no
+/// GPU is configured). Optimistic on purpose: too few launches are corrected next pass, too
+/// many cost money until the surplus rule removes them.
+pub fn new_instance_rate(snapshot: &Snapshot, config: &Config) -> f64 {
     config
         .vast
         .offers
         .gpu_names
         .iter()
-        .map(|g| config.policy.rate_for(&g.replace('_', " ")))
+        .map(|g| snapshot.gpu_rate(config, g))
         .fold(None, |best: Option<f64>, r| {
             Some(best.map_or(r, |b| b.max(r)))
         })
@@ -178,7 +179,7 @@ pub fn decide(
     };
 
     let target = config.policy.target_proofs_per_hour;
-    let rate = new_instance_rate(config).max(1e-6);
+    let rate = new_instance_rate(snapshot, config).max(1e-6);
     let projected = snapshot.projected_pph(config);
     let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
     // Instances still booting hold further scale-up back (a running one whose worker has not
@@ -194,7 +195,7 @@ pub fn decide(
     let coming = booting.len();
     // In an emergency, an instance booting longer than a normal boot does not count as
     // coming either: it may never come, and every minute without a worker costs.
-    let slow_pph: f64 = slow.iter().map(|r| rate_of(r, config)).sum();
+    let slow_pph: f64 = slow.iter().map(|r| snapshot.rate_of(r, config)).sum();
     let queued = d.queued_work();
     // Throughput against the capacity of our working instances: a backlog means a large
     // deficit only when the workers have been busy for the hour (not a burst of arrivals, which
@@ -205,7 +206,7 @@ pub fn decide(
         .instances
         .iter()
         .filter(|r| matches!(r.state, REGISTERED | PROVING))
-        .map(|r| rate_of(r, config))
+        .map(|r| snapshot.rate_of(r, config))
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
 
@@ -326,7 +327,7 @@ pub fn decide(
                 })
             })
             .filter_map(|r| {
-                let pph = rate_of(r, config);
+                let pph = snapshot.rate_of(r, config);
                 Some((r.vast_id?, r.dph.unwrap_or(0.0) / pph, pph))
             })
             .collect();
@@ -390,6 +391,7 @@ mod tests {
             offer_id: None,
             public_ip: None,
             machine_name: machine.map(String::from),
+            worker_address: None,
             launched_run: None,
             adopted: false,
             created_at: NOW - 60_000,
@@ -700,5 +702,38 @@ mod tests {
         // 150 done in the hour: the dearest per proof goes first.
         let s = snap(Some(d(150, 40)), rows);
         assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![4]);
+    }
+
+    #[test]
+    fn a_silent_worker_is_destroyed_and_learned_rates_size_the_fleet() {
+        let mut c = config();
+        c.policy.silent_worker_mins = 20;
+        let mut silent = row(1, REGISTERED, Some("fleetagent-1"), 0.4);
+        silent.state_since = NOW - 30 * 60_000;
+        let d = Demand {
+            pending: 6,
+            workers: vec![worker("fleetagent-1", 0)],
+            ..Default::default()
+        };
+        let mut s = snap(Some(d), vec![silent]);
+        s.work_waiting_since = Some(NOW - 40 * 60_000);
+        let calls = decide_with(&s, &c, Streaks::default(), Mode::Full);
+        assert_eq!(stops(&calls), vec![1]);
+        assert!(calls[0].why.contains("is silent 30m"), "{}", calls[0].why);
+        // The fallback never stops.
+        assert!(stops(&decide_with(&s, &c, Streaks::default(), Mode::LaunchOnly)).is_empty());
+
+        // Capacity: two 4090s proving, measured at 100/h each (unpinned), reach the target
+        // of 500 less than the configured 50/h would say: the rate is what the fleet does.
+        let two = vec![
+            row(2, PROVING, Some("fleetagent-2"), 0.4),
+            row(3, PROVING, Some("fleetagent-3"), 0.4),
+        ];
+        let mut m = snap(None, two);
+        assert_eq!(m.projected_pph(&c), 100.0);
+        m.measured_rates.insert("RTX 4090".into(), 100.0);
+        assert_eq!(m.projected_pph(&c), 200.0);
+        c.policy.gpu_rates.insert("RTX 4090".into(), 60.0);
+        assert_eq!(m.projected_pph(&c), 120.0);
     }
 }

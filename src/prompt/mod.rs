@@ -8,6 +8,7 @@
 pub mod answer;
 pub mod calibration;
 pub mod context;
+pub mod curio;
 pub mod events;
 pub mod notes;
 pub mod observation;

@@ -1,11 +1,11 @@
 //! The observation the model reads: the one line built from the [`Snapshot`] (DESIGN.md's
-//! example) and the lines that follow it (lifecycle changes, flagged instances, open
-//! launches). Pure; outside text is quoted.
+//! example) and the lines that follow it (what Curio says beyond the queue: `prompt::curio`;
+//! lifecycle changes, flagged instances, open launches). Pure; outside text is quoted.
 
 use crate::clock::{short, Millis};
 use crate::config::Config;
 use crate::fleet::state::*;
-use crate::fleet::{num, rate_of, Snapshot, LABEL_CHARS};
+use crate::fleet::{num, Snapshot, LABEL_CHARS};
 use crate::store::actions::Action;
 use crate::store::events::Event;
 use crate::store::instances::InstanceRow;
@@ -21,6 +21,7 @@ const MAX_CHANGE_LINES: usize = 12;
 /// lines, this pass's folded events and wakes, and which run and pass this is.
 pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
     let mut lines = vec![snapshot.observation_line(config)];
+    lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(floor_line(woke.floor_before));
     lines.extend(events_line(woke.events));
@@ -140,7 +141,7 @@ impl Snapshot {
             .iter()
             .filter(|r| is_running_state(r.state))
             .collect();
-        let running_pph: f64 = running.iter().map(|r| rate_of(r, config)).sum();
+        let running_pph: f64 = running.iter().map(|r| self.rate_of(r, config)).sum();
         let mut fleet = format!(
             "Fleet: {} running ({} p/h), {} loading",
             running.len(),

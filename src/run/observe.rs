@@ -10,12 +10,14 @@ use rusqlite::Connection;
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
 use crate::demand::Demand;
+use crate::fleet::rates::measure;
 use crate::fleet::{
-    is_billing_state, reconcile, spend_since, ReconcileInput, Reconciled, Snapshot,
-    INTENT_GRACE_MS, NO_VAST_KEY,
+    is_billing_state, reconcile, spend_since, work_waiting_since, ReconcileInput, Reconciled,
+    Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
 };
 use crate::services::Services;
 use crate::store::actions;
+use crate::store::curio;
 use crate::store::instances;
 use crate::store::session::{self, Streaks};
 use crate::store::{events, Store};
@@ -58,6 +60,7 @@ pub fn observe(
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
+    record_curio(&tx, &rec, demand.as_ref(), now)?;
     // Once per run; `assemble` reads them back into the snapshot.
     advance_streaks(&tx, run_id, demand.as_ref())?;
     let snapshot = assemble(
@@ -175,6 +178,19 @@ fn assemble(
     }
     alive.retain(|a| !rec.deleted.contains(&a.label));
     let spent_today = spend_since(&alive, day_start, now);
+    // As `record_curio` leaves them (it has run already in `observe`; `view` writes nothing).
+    let mut measured_rates = curio::rate_map(conn)?;
+    if let Some(d) = demand.as_ref() {
+        for m in measure(&rec.rows, d) {
+            measured_rates.insert(m.gpu_name, m.proofs_per_hour);
+        }
+    }
+    let stored_since = curio::work_waiting_since(conn)?;
+    let work_waiting_since = match (demand.as_ref(), stored_since) {
+        // Already advanced by this pass (observe), or computed the same way (view).
+        (Some(d), prev) => work_waiting_since(prev, Some(d), now),
+        (None, prev) => prev,
+    };
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -198,7 +214,37 @@ fn assemble(
         spent_today,
         streaks: crate::store::session::streaks(conn)?.0,
         offers: None,
+        measured_rates,
+        work_waiting_since,
     })
+}
+
+/// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this
+/// pass keeps its last rate), since when work has waited, and the reading itself with its
+/// time (for `inspect`). A failed probe changes none of them.
+fn record_curio(
+    conn: &Connection,
+    rec: &Reconciled,
+    demand: Option<&Demand>,
+    now: Millis,
+) -> Result<()> {
+    let Some(d) = demand else {
+        return Ok(());
+    };
+    for m in measure(&rec.rows, d) {
+        curio::set_rate(
+            conn,
+            &m.gpu_name,
+            m.proofs_per_hour,
+            m.proofs,
+            m.span_secs,
+            now,
+        )?;
+    }
+    let prev = curio::work_waiting_since(conn)?;
+    curio::set_work_waiting_since(conn, work_waiting_since(prev, Some(d), now))?;
+    curio::set_last_reading(conn, &serde_json::to_string(d)?, now)?;
+    Ok(())
 }
 
 /// Take out of `d.workers` the machines named after instances of ours that are destroyed or

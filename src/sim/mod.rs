@@ -221,6 +221,7 @@ fn seed_database(
                 offer_id: Some(s.offer_id as i64),
                 public_ip: None,
                 machine_name: (!s.loading).then(|| s.label.clone()),
+                worker_address: None,
                 launched_run: None,
                 adopted: false,
                 created_at: s.created_at,

@@ -33,6 +33,9 @@ pub struct InstanceRow {
     pub offer_id: Option<i64>,
     pub public_ip: Option<String>,
     pub machine_name: Option<String>,
+    /// The `host_and_port` of the Curio worker last matched to it (kept while unmatched):
+    /// two of ours with one address are behind one Curio machine (`fleet::identity`).
+    pub worker_address: Option<String>,
     pub launched_run: Option<i64>,
     pub adopted: bool,
     pub created_at: Millis,
@@ -42,7 +45,8 @@ pub struct InstanceRow {
 }
 
 pub const COLS: &str = "label, vast_id, state, actual_status, status_msg, gpu_name, dph, offer_id,
-    public_ip, machine_name, launched_run, adopted, created_at, state_since, last_seen_at, gone_at";
+    public_ip, machine_name, launched_run, adopted, created_at, state_since, last_seen_at, gone_at,
+    worker_address";
 
 pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
     Ok(InstanceRow {
@@ -62,6 +66,7 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
         state_since: r.get(13)?,
         last_seen_at: r.get(14)?,
         gone_at: r.get(15)?,
+        worker_address: r.get(16)?,
     })
 }
 
@@ -90,13 +95,13 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
 pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
     conn.execute(
         &format!(
-            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
              ON CONFLICT(label) DO UPDATE SET vast_id = excluded.vast_id, state = excluded.state,
                 actual_status = excluded.actual_status, status_msg = excluded.status_msg,
                 gpu_name = excluded.gpu_name, dph = excluded.dph, offer_id = excluded.offer_id,
                 public_ip = excluded.public_ip, machine_name = excluded.machine_name,
                 state_since = excluded.state_since, last_seen_at = excluded.last_seen_at,
-                gone_at = excluded.gone_at"
+                gone_at = excluded.gone_at, worker_address = excluded.worker_address"
         ),
         params![
             i.label,
@@ -114,7 +119,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
             i.created_at,
             i.state_since,
             i.last_seen_at,
-            i.gone_at
+            i.gone_at,
+            i.worker_address
         ],
     )?;
     Ok(())
@@ -186,6 +192,7 @@ mod tests {
             offer_id: None,
             public_ip: None,
             machine_name: None,
+            worker_address: None,
             launched_run: None,
             adopted: false,
             created_at: 0,

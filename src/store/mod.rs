@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod calibration;
+pub mod curio;
 pub mod events;
 pub mod history;
 pub mod instances;
@@ -29,6 +30,7 @@ use crate::clock::Millis;
 const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0001_init.sql"),
     include_str!("../../sql/0002_floor_and_calibration.sql"),
+    include_str!("../../sql/0003_curio_ground_truth.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
-use crate::fleet::{rate_of, LABEL_CHARS};
+use crate::fleet::LABEL_CHARS;
 use crate::text::clip;
 
 /// At most this many instances in one result (the rest are counted).
@@ -60,7 +60,7 @@ impl Tool for ListInstances {
                     "status": r.actual_status.as_deref().map(|s| clip(s, 24)),
                     "gpu": r.gpu_name.as_deref().map(|g| clip(g, 40)),
                     "dph": r.dph.map(|d| (d * 1e4).round() / 1e4),
-                    "pph": rate_of(r, ctx.config),
+                    "pph": snap.rate_of(r, ctx.config),
                     "age_min": (snap.now - r.created_at).max(0) / 60_000,
                     "curio": r.machine_name.as_deref().map(|m| clip(m, LABEL_CHARS)),
                     "flag": flag,

@@ -109,15 +109,15 @@ impl Tool for SearchOffers {
             .filter(|o| a.max_dph.is_none_or(|m| o.dph_total <= m + 1e-9))
             .collect();
         matching.sort_by(|x, y| {
-            usd_per_proof(x, ctx.config)
-                .total_cmp(&usd_per_proof(y, ctx.config))
+            usd_per_proof(x, ctx.config, &ctx.snapshot.measured_rates)
+                .total_cmp(&usd_per_proof(y, ctx.config, &ctx.snapshot.measured_rates))
                 .then(x.dph_total.total_cmp(&y.dph_total))
         });
         let total = matching.len();
         let shown: Vec<Value> = matching
             .iter()
             .take(limit as usize)
-            .map(|o| offer_json(o, ctx.config))
+            .map(|o| offer_json(o, ctx.config, &ctx.snapshot.measured_rates))
             .collect();
         let gist = match matching.first() {
             Some(best) => format!(

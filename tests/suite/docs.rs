@@ -103,9 +103,26 @@ fn documented_inspect_fields_exist() {
             })
             .collect()
     };
+    let (runs, demand) = runs
+        .split_once("The `demand` object")
+        .expect("docs/inspect.md has a demand table");
     let top_names = names(top);
     let run_names = names(runs);
-    assert!(top_names.len() > 30 && run_names.len() > 10);
+    let demand_names = names(demand);
+    assert!(top_names.len() > 30 && run_names.len() > 10 && demand_names.len() > 10);
+    // No demand source is configured: the object carries the probe's error, every figure null.
+    let d = v["demand"].as_object().expect("demand after a pass");
+    for name in &demand_names {
+        assert!(
+            d.contains_key(name),
+            "docs/inspect.md documents demand.{name}; inspect lacks it"
+        );
+    }
+    assert_eq!(
+        d.len(),
+        demand_names.len(),
+        "demand has undocumented fields: {d:?}"
+    );
     for name in top_names {
         assert!(
             v.get(&name).is_some(),

@@ -4,6 +4,7 @@
 //! fake share a ManualClock, so create spacing and penalties cost no real time.
 
 mod configuration;
+mod curio_reading;
 mod fallback_rules;
 mod guardrails;
 mod incident;
@@ -204,6 +205,7 @@ impl Rig {
                 offer_id: None,
                 public_ip: None,
                 machine_name: None,
+                worker_address: None,
                 launched_run: None,
                 adopted: false,
                 created_at: at,

@@ -42,6 +42,7 @@ fn row(id: i64, dph: f64) -> InstanceRow {
         offer_id: None,
         public_ip: None,
         machine_name: None,
+        worker_address: None,
         launched_run: None,
         adopted: false,
         created_at: NOW - MIN,
@@ -493,6 +494,29 @@ fn a_launch_reports_the_fleet_and_the_window_after_it() {
     assert_eq!(r.gist, "launched 555 (RTX 4090 $0.40/h) emergency");
     assert_eq!(r.content["fleet_dph"], 1.4);
     assert_eq!(r.content["window"], "1/6 used (emergency)");
-    assert_eq!(r.content["offer"], offer_json(&cr.offer, &c));
+    assert_eq!(
+        r.content["offer"],
+        offer_json(&cr.offer, &c, &Default::default())
+    );
     assert_eq!(r.content["label"], json!(a.label));
+}
+
+#[test]
+fn nothing_is_launched_while_proofshare_is_disabled() {
+    let c = config();
+    let mut s = snap(0, true);
+    s.demand.as_mut().unwrap().proofshare_enabled = Some(false);
+    let a = gate_of(&s, &c, None).expect("refused");
+    refused_with(&a, "proofshare_disabled", None);
+    assert!(
+        a.result.content["message"]
+            .as_str()
+            .unwrap()
+            .contains("no work will come"),
+        "{:?}",
+        a.result
+    );
+    // Enabled (or not read): the gate lets it through.
+    s.demand.as_mut().unwrap().proofshare_enabled = Some(true);
+    assert!(gate_of(&s, &c, None).is_none());
 }

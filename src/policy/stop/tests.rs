@@ -24,6 +24,7 @@ fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
         offer_id: None,
         public_ip: None,
         machine_name: machine.map(String::from),
+        worker_address: None,
         launched_run: None,
         adopted: false,
         created_at: NOW - MIN,

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use super::market::ProofMarket;
 use super::{CAP_BIN_MS, HOUR_MS, MIN_MS, STEP_MS};
 use crate::clock::Millis;
-use crate::demand::{Demand, Worker};
+use crate::demand::{Demand, RequestLoop, Worker, WorkerHistory, HISTORY_WINDOW_SECS};
 use crate::sim::rng::{Purpose, Rng};
 use crate::sim::scenario::{Scenario, Window};
 
@@ -39,6 +39,8 @@ struct Machine {
     free_at: Millis,
     /// The proof times of this worker: its instance's own stream.
     rng: Rng,
+    /// When its proofs ended, inside `HISTORY_WINDOW_SECS` (Curio's task history).
+    ends: VecDeque<Millis>,
 }
 
 impl Machine {
@@ -111,6 +113,7 @@ impl CurioCluster {
             busy_until: 0,
             free_at: at,
             rng: Rng::stream(self.seed, Purpose::Instance, inst),
+            ends: VecDeque::new(),
         });
         self.machines.len() - 1
     }
@@ -161,6 +164,7 @@ impl CurioCluster {
                     m.task = None;
                     m.free_at = m.busy_until;
                     self.completions.push_back(m.busy_until);
+                    m.ends.push_back(m.busy_until);
                     self.tally.completed += 1;
                 }
                 let Some(task) = self.pending.pop_front() else {
@@ -196,15 +200,43 @@ impl CurioCluster {
         while self.completions.front().is_some_and(|c| t - c > HOUR_MS) {
             self.completions.pop_front();
         }
+        let window_ms = HISTORY_WINDOW_SECS as Millis * 1000;
+        for m in self.machines.iter_mut() {
+            while m.ends.front().is_some_and(|e| t - e > window_ms) {
+                m.ends.pop_front();
+            }
+        }
     }
 
     // ---- as a demand probe reads it ----
 
     pub fn demand(&self, now: Millis, alive_ms: Millis) -> Demand {
+        // Curio's own backlog counts queue rows whose task nobody owns: the unclaimed ones
+        // (a stale owner still owns its task until the cleanup). ProofShare is on and its
+        // request loop runs; every proof has its queue row (no orphans, no stale rows).
         let mut d = Demand {
             pending: self.pending.len() as u32,
+            backlog: Some(self.pending.len() as u32),
+            proofshare_enabled: Some(true),
+            request_loop: Some(RequestLoop::Ok),
             ..Default::default()
         };
+        for m in &self.machines {
+            if let (Some(first), Some(last)) = (m.ends.front(), m.ends.back()) {
+                // Completions still to come (a proof ending after `now`) are not history yet.
+                let done = m.ends.iter().filter(|e| **e <= now).count() as u32;
+                if done == 0 || *first > now {
+                    continue;
+                }
+                let last = m.ends.iter().rev().find(|e| **e <= now).unwrap_or(last);
+                d.history.push(WorkerHistory {
+                    host_and_port: m.host_and_port.clone(),
+                    proofs: done,
+                    first_end_secs_ago: ((now - first) / 1000) as u64,
+                    last_end_secs_ago: ((now - last) / 1000) as u64,
+                });
+            }
+        }
         for m in self.machines.iter().filter(|m| !m.deleted) {
             let fresh = now - m.last_contact(now) <= alive_ms;
             let busy = m.task.is_some() as u32;
@@ -298,5 +330,31 @@ mod tests {
         // Up to 8 pulled, one of them claimed at once by the worker.
         assert_eq!(c.queued(), 7);
         assert!(c.busy(0));
+    }
+
+    #[test]
+    fn the_reading_carries_curios_backlog_proofshare_state_and_each_workers_history() {
+        let text = "name = \"t\"\ndescription = \"t\"\nhours = 24\n[market]\nrate = [[0, 3600]]\nexpire_mins = 60\n";
+        let s = scenario::parse(text).unwrap();
+        let mut market = ProofMarket::new(&s, 3, T0);
+        let mut c = CurioCluster::new(&s, 3, T0);
+        c.register(1, "w".into(), "198.51.100.10:12300".into(), 30.0, T0);
+        let mut t = T0;
+        while t < T0 + 2 * HOUR_MS {
+            market.step(t);
+            c.step(t, &mut market);
+            t += STEP_MS;
+        }
+        let d = c.demand(t, 150_000);
+        assert_eq!(d.backlog, Some(d.pending));
+        assert_eq!(d.proofshare_enabled, Some(true));
+        assert_eq!(d.request_loop, Some(RequestLoop::Ok));
+        assert_eq!(d.history.len(), 1);
+        let h = &d.history[0];
+        assert_eq!(h.host_and_port, "198.51.100.10:12300");
+        // About 30/h for two hours; the measured rate is close to the true one.
+        let rate =
+            (h.proofs - 1) as f64 * 3600.0 / (h.first_end_secs_ago - h.last_end_secs_ago) as f64;
+        assert!((rate - 30.0).abs() < 3.0, "{rate} from {h:?}");
     }
 }

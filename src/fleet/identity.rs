@@ -1,0 +1,108 @@
+//! Worker identity checks, pure, for `doctor` and `inspect`: two of our instances behind one
+//! Curio machine, and an instance running past a normal boot with no Curio worker. Both read
+//! the local table as the last pass left it.
+
+use std::collections::BTreeMap;
+
+use crate::clock::{human_duration, Millis};
+use crate::config::Config;
+use crate::store::instances::InstanceRow;
+use crate::text::quote;
+
+use super::state::{is_running_state, BOOTED};
+use super::LABEL_CHARS;
+
+/// One line per problem, naming the instances and what to do.
+pub fn problems(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<String> {
+    let mut out = shared_machines(rows);
+    out.extend(no_worker(rows, config, now));
+    out
+}
+
+/// Curio keys machines on `host_and_port`: two containers with one private IP and port share
+/// one machine row (the last to start names it), so one of them is never seen as a worker.
+/// Found from the worker address each instance was last matched with.
+pub fn shared_machines(rows: &[InstanceRow]) -> Vec<String> {
+    let mut by_address: BTreeMap<&str, Vec<&InstanceRow>> = BTreeMap::new();
+    for r in rows
+        .iter()
+        .filter(|r| r.gone_at.is_none() && is_running_state(r.state))
+    {
+        if let Some(a) = r.worker_address.as_deref().map(str::trim) {
+            by_address.entry(a).or_default().push(r);
+        }
+    }
+    by_address
+        .into_iter()
+        .filter(|(_, rs)| rs.len() > 1)
+        .map(|(address, rs)| {
+            let labels: Vec<String> = rs.iter().map(|r| quote(&r.label, LABEL_CHARS)).collect();
+            format!(
+                "instances {} are behind one Curio machine at {} (Curio keys machines on host_and_port): give each container a unique CURIO_LISTEN, see docs/worker-image.md",
+                labels.join(" and "),
+                quote(address, 120)
+            )
+        })
+        .collect()
+}
+
+/// Running on vast.ai (`booted`: no Curio worker matched) longer than
+/// `policy.stuck_loading_mins` since its launch: the worker never registered, or registered
+/// under another name or behind another instance's address. Not flagged (the container runs
+/// and may be a slow start): reported.
+pub fn no_worker(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<String> {
+    let boot_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+    rows.iter()
+        .filter(|r| r.gone_at.is_none() && r.state == BOOTED && now - r.created_at > boot_ms)
+        .map(|r| {
+            let what = match r.vast_id {
+                Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
+                None => quote(&r.label, LABEL_CHARS),
+            };
+            format!(
+                "{what} has run for {} with no Curio worker (past policy.stuck_loading_mins): check its logs, CURIO_NODE_NAME and CURIO_LISTEN, see docs/worker-image.md",
+                human_duration(now - r.created_at)
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::fixtures::*;
+    use crate::fleet::{DEAD, PROVING, REGISTERED};
+
+    #[test]
+    fn two_of_ours_on_one_address_and_a_worker_that_never_came_are_reported() {
+        let at = |label: &str, id: i64, state, address: Option<&str>| {
+            let mut r = row(label, Some(id), state, 0.4);
+            r.worker_address = address.map(String::from);
+            r.created_at = NOW - 40 * MIN;
+            r
+        };
+        let rows = vec![
+            at("fleetagent-a", 1, PROVING, Some("172.17.0.2:12300")),
+            // Its machine row was taken over by a: no worker matched any more.
+            at("fleetagent-b", 2, BOOTED, Some("172.17.0.2:12300")),
+            at("fleetagent-c", 3, REGISTERED, Some("172.17.0.3:12300")),
+            // Dead: its old address says nothing now.
+            at("fleetagent-d", 4, DEAD, Some("172.17.0.3:12300")),
+        ];
+        let c = config();
+        let lines = problems(&rows, &c, NOW);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("instances \"fleetagent-a\" and \"fleetagent-b\" are behind one Curio machine at \"172.17.0.2:12300\""),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("docs/worker-image.md"));
+        assert!(
+            lines[1]
+                .starts_with("instance 2 \"fleetagent-b\" has run for 40m with no Curio worker"),
+            "{lines:?}"
+        );
+        // Within a normal boot: nothing to say yet.
+        assert!(no_worker(&rows, &c, NOW - 20 * MIN).is_empty());
+    }
+}
