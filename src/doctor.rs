@@ -7,6 +7,8 @@ use serde_json::Value;
 
 use crate::clock::{human_duration, Millis};
 use crate::config::Config;
+use crate::demand::{Demand, RequestLoop};
+use crate::store::instances::InstanceRow;
 use crate::store::{calibration, events, session, wakes, OpenMode, Store};
 
 /// No successful pass within this many timer periods is a problem.
@@ -158,6 +160,35 @@ fn config_problems(config: &Config, env: &crate::env::Env, out: &mut Vec<String>
     }
 }
 
+/// What the last Curio reading says is wrong outside fleetagent: ProofShare switched off
+/// while instances of ours bill, a stalled request loop, and the parts that could not be
+/// read (a missing grant). `age_ms`: how old the reading is.
+pub fn curio_problems(d: &Demand, rows: &[InstanceRow], age_ms: Millis) -> Vec<String> {
+    let ago = human_duration(age_ms);
+    let mut out = Vec::new();
+    let billing = rows
+        .iter()
+        .filter(|r| crate::fleet::is_billing_state(r.state))
+        .count();
+    if d.proofshare_disabled() && billing > 0 {
+        out.push(format!(
+            "Curio: ProofShare is disabled (proofshare_meta.enabled is false, read {ago} ago) while {billing} instance(s) of ours bill: no work will come for them; enable it in Curio's web UI or stop them"
+        ));
+    }
+    if d.request_loop == Some(RequestLoop::Stalled) {
+        out.push(format!(
+            "Curio: the ProofShare request loop is stalled (proofshare_meta.request_task_id points at a task nobody owns, read {ago} ago): Curio asks the market for no work; check the Curio nodes that run PSProve"
+        ));
+    }
+    for note in &d.notes {
+        out.push(format!(
+            "Curio reading (read {ago} ago): {}",
+            crate::text::clip(note, 300)
+        ));
+    }
+    out
+}
+
 fn store_problems(
     store: &Store,
     config: &Config,
@@ -180,7 +211,19 @@ fn store_problems(
     }
     // Worker identity, from the table as the last pass left it.
     match crate::store::instances::live(&store.conn) {
-        Ok(rows) => out.extend(crate::fleet::identity::problems(&rows, config, now)),
+        Ok(rows) => {
+            out.extend(crate::fleet::identity::problems(&rows, config, now));
+            match crate::store::curio::last_reading(&store.conn) {
+                Ok((Some(json), Some(at))) => match serde_json::from_str::<Demand>(&json) {
+                    Ok(d) => out.extend(curio_problems(&d, &rows, now - at)),
+                    Err(e) => out.push(format!(
+                        "database: agent_state.last_reading is not a demand reading: {e}"
+                    )),
+                },
+                Ok(_) => {}
+                Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
+            }
+        }
         Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
     }
     let period = config.run.timer_period_secs as i64 * 1000;

@@ -132,6 +132,28 @@ fn proofshare_disabled_launches_nothing_and_says_so() {
 }
 
 #[test]
+fn doctor_names_proofshare_disabled_while_ours_bill_a_stalled_loop_and_missing_grants() {
+    let r = Rig::new();
+    r.fake.add_instance("fleetagent-d1");
+    r.demand(
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "proofshare_enabled": false, "request_loop": "stalled",
+        "notes": ["no SELECT on curio.proofshare_provider_payments: paid_1h unknown"]}),
+    );
+    r.pass();
+    let out = r.f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        out.contains("Curio: ProofShare is disabled") && out.contains("1 instance(s) of ours bill"),
+        "{out}"
+    );
+    assert!(out.contains("request loop is stalled"), "{out}");
+    assert!(
+        out.contains("no SELECT on curio.proofshare_provider_payments"),
+        "{out}"
+    );
+}
+
+#[test]
 fn a_silent_worker_is_flagged_and_destroyed() {
     let r = Rig::new();
     let id = r.fake.add_instance("fleetagent-s1");
