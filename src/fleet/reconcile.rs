@@ -30,6 +30,8 @@ pub struct Reconciled {
     pub settle: Vec<(i64, &'static str, Option<i64>, String)>,
     pub changes: Vec<String>,
     pub foreign: Vec<i64>,
+    /// Instances found outbid this pass that were not before: (vast id, host).
+    pub newly_outbid: Vec<(i64, Option<i64>)>,
 }
 
 pub struct ReconcileInput<'a> {
@@ -43,6 +45,9 @@ pub struct ReconcileInput<'a> {
     pub demand: Option<&'a Demand>,
     pub prefix: &'a str,
     pub now: Millis,
+    /// Instances (vast id) whose last stop or start in the action ledger is a stop of ours
+    /// that went through: stopped by us, so never outbid.
+    pub our_stops: HashSet<i64>,
 }
 
 /// Reconcile the local table with the listing, open intents and Curio's live workers.
@@ -146,17 +151,53 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     state_since: now,
                     last_seen_at: None,
                     gone_at: None,
+                    machine_id: None,
+                    is_bid: false,
+                    storage_dph: None,
                 }
             }
         };
         let was_new = row.vast_id.is_none();
         let was_gone = row.gone_at.is_some();
         let before = row.state;
+        row.is_bid = inst.is_bid.unwrap_or(row.is_bid);
+        row.machine_id = inst.machine_id.map(|m| m as i64).or(row.machine_id);
+        row.storage_dph = inst.storage_dph.or(row.storage_dph);
+        let stopped = |s: &Option<String>| {
+            s.as_deref()
+                .is_some_and(|s| s.trim().eq_ignore_ascii_case("stopped"))
+        };
+        // vast.ai's two shapes of a paused bid: `actual_status` stopped (intended_status
+        // left running), or cur_state, intended_status and next_state all stopped.
+        let paused = stopped(&inst.actual_status)
+            || (stopped(&inst.cur_state)
+                && stopped(&inst.intended_status)
+                && stopped(&inst.next_state));
+        if paused {
+            state = if row.is_bid && !input.our_stops.contains(&(inst.id as i64)) {
+                OUTBID
+            } else {
+                STOPPED
+            };
+        }
+        if state == OUTBID {
+            // Counted at its full price while it can resume: a paused listing's lower figure
+            // does not lower it.
+            row.dph = match (row.dph, inst.dph_total) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            if before != OUTBID && !was_new {
+                out.newly_outbid.push((inst.id as i64, row.machine_id));
+            }
+        }
         row.vast_id = Some(inst.id as i64);
         row.actual_status = inst.actual_status.clone();
         row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
         row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
-        row.dph = inst.dph_total.or(row.dph);
+        if state != OUTBID {
+            row.dph = inst.dph_total.or(row.dph);
+        }
         row.public_ip = inst.public_ip.clone();
         row.machine_name = match kept_curio {
             Some(name) => name,
@@ -300,6 +341,9 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 state_since: a.created_at,
                 last_seen_at: None,
                 gone_at: None,
+                machine_id: None,
+                is_bid: false,
+                storage_dph: None,
             });
         }
     }
@@ -326,6 +370,11 @@ pub fn describe(row: &InstanceRow) -> String {
 }
 
 fn status_note(row: &InstanceRow) -> String {
+    if row.state == OUTBID {
+        return " (a bid vast.ai paused without our asking: it may resume at any moment, so it \
+                counts against the caps until destroyed)"
+            .into();
+    }
     match (row.state, row.status_msg.as_deref()) {
         (DEAD | STOPPED, Some(msg)) if !msg.trim().is_empty() => {
             format!(" ({})", quote(msg, STATUS_CHARS))

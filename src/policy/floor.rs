@@ -202,6 +202,9 @@ mod tests {
             state_since: NOW - 120 * MIN,
             last_seen_at: None,
             gone_at: None,
+            machine_id: None,
+            is_bid: false,
+            storage_dph: None,
         }
     }
 

@@ -396,6 +396,9 @@ mod tests {
             state_since: NOW - 60_000,
             last_seen_at: Some(NOW),
             gone_at: None,
+            machine_id: None,
+            is_bid: false,
+            storage_dph: None,
         }
     }
 

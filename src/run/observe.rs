@@ -16,6 +16,7 @@ use crate::fleet::{
 };
 use crate::services::Services;
 use crate::store::actions;
+use crate::store::bad_hosts;
 use crate::store::instances;
 use crate::store::session::{self, Streaks};
 use crate::store::{events, Store};
@@ -57,6 +58,19 @@ pub fn observe(
     }
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
+    }
+    let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
+    for (id, machine) in &rec.newly_outbid {
+        if let Some(m) = machine {
+            let n = bad_hosts::outbid(&tx, *m, bad_until, now)?;
+            if n >= bad_hosts::OUTBID_LIMIT {
+                let line = format!(
+                    "host {m} (instance {id}) has outbid us {n} times: left out of offer searches for {}h",
+                    crate::fleet::num(config.vast.offers.bad_host_hours)
+                );
+                events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+            }
+        }
     }
     // Once per run; `assemble` reads them back into the snapshot.
     advance_streaks(&tx, run_id, demand.as_ref())?;
@@ -134,6 +148,7 @@ fn reconcile_against(
         }
     }
     let intents = actions::open_intents(conn)?;
+    let our_stops = actions::stopped_by_us(conn)?;
     Ok(reconcile(
         &ReconcileInput {
             local,
@@ -143,6 +158,7 @@ fn reconcile_against(
             demand,
             prefix: &config.vast.label_prefix,
             now,
+            our_stops,
         },
         INTENT_GRACE_MS,
     ))
@@ -198,6 +214,11 @@ fn assemble(
         spent_today,
         streaks: crate::store::session::streaks(conn)?.0,
         offers: None,
+        bad_hosts: bad_hosts::current(conn, now)?,
+        // Said within the last day: the quota is daily.
+        search_quota: bad_hosts::search_quota(conn)?
+            .filter(|(_, at)| now - at < DAY_MS)
+            .map(|(reset, _)| reset),
     })
 }
 

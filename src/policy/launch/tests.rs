@@ -48,6 +48,9 @@ fn row(id: i64, dph: f64) -> InstanceRow {
         state_since: NOW - MIN,
         last_seen_at: Some(NOW),
         gone_at: None,
+        machine_id: None,
+        is_bid: false,
+        storage_dph: None,
     }
 }
 
