@@ -143,7 +143,7 @@ impl Snapshot {
                 let why = match status.as_deref() {
                     _ if r.state == OUTBID => "outbid".to_string(),
                     _ if r.state == STOPPED && self.now - r.state_since > stopped_ms => {
-                        format!("stopped {}", human_duration(self.now - r.state_since))
+                        format!("stopped {}h", (self.now - r.state_since) / 3_600_000)
                     }
                     _ if r.state == STOPPED => return None,
                     Some(s @ ("exited" | "offline")) => s.to_string(),

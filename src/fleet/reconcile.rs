@@ -569,6 +569,85 @@ mod tests {
     }
 
     #[test]
+    fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
+        let stopped = |id: u64, intended: &str, next: Option<&str>| {
+            let mut i = inst(id, &format!("fleetagent-{id}"), Some("stopped"));
+            i.is_bid = Some(true);
+            i.machine_id = Some(500 + id);
+            i.intended_status = Some(intended.into());
+            i.cur_state = Some("stopped".into());
+            i.next_state = next.map(String::from);
+            i
+        };
+        let mut listing = vec![
+            // intended_status left running (the docs' "resumes automatically").
+            stopped(1, "running", Some("running")),
+            // cur_state, intended_status and next_state all stopped (dstack's observation).
+            stopped(2, "stopped", Some("stopped")),
+            // Stopped by us: a stop of ours is on the ledger.
+            stopped(3, "stopped", Some("stopped")),
+            // Not a bid: plain stopped.
+            stopped(4, "stopped", Some("stopped")),
+            // actual_status not (yet) stopped, the three states all stopped: paused too.
+            stopped(5, "stopped", Some("stopped")),
+        ];
+        listing[3].is_bid = Some(false);
+        listing[4].actual_status = None;
+        let local: Vec<InstanceRow> = (1..=5)
+            .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
+            .collect();
+        let mut inp = input(local, vec![], Some(&listing), None);
+        inp.our_stops.insert(3);
+        let rec = reconcile(&inp, INTENT_GRACE_MS);
+        let state = |id: i64| {
+            rec.rows
+                .iter()
+                .find(|r| r.vast_id == Some(id))
+                .unwrap()
+                .state
+        };
+        assert_eq!(
+            (state(1), state(2), state(3), state(4), state(5)),
+            (OUTBID, OUTBID, STOPPED, STOPPED, OUTBID)
+        );
+        let mut outbid: Vec<(i64, Option<i64>)> = rec.newly_outbid.clone();
+        outbid.sort();
+        assert_eq!(outbid, vec![(1, Some(501)), (2, Some(502)), (5, Some(505))]);
+        assert!(rec
+            .changes
+            .iter()
+            .any(|c| c.contains("proving -> outbid") && c.contains("counts against the caps")));
+        // Counted in full, flagged, and shown.
+        let snap = Snapshot {
+            now: NOW,
+            instances: rec.rows.clone(),
+            ..Default::default()
+        };
+        assert_eq!(snap.billing_count(), 3);
+        let c = config();
+        let flags: Vec<(i64, String)> = snap
+            .flagged(&c)
+            .into_iter()
+            .map(|f| (f.vast_id, f.why))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, "outbid".into()),
+                (2, "outbid".into()),
+                (5, "outbid".into())
+            ]
+        );
+        // A stopped one of ours past vast.stopped_max_hours is flagged for destroy.
+        let mut old = snap.clone();
+        old.now = NOW + 25 * 60 * MIN;
+        assert!(old
+            .flagged(&c)
+            .iter()
+            .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
+    }
+
+    #[test]
     fn duplicate_labels_both_kept() {
         let listing = vec![
             inst(1, "fleetagent-dup", Some("running")),

@@ -425,7 +425,10 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
         .instances
         .iter()
         .filter(|r| r.state == crate::fleet::STOPPED)
-        .filter(|r| r.vast_id.is_some_and(|id| !flagged.iter().any(|f| f.vast_id == id)))
+        .filter(|r| {
+            r.vast_id
+                .is_some_and(|id| !flagged.iter().any(|f| f.vast_id == id))
+        })
         .collect();
     stopped.sort_by(|a, b| {
         a.dph

@@ -108,7 +108,10 @@ mod tests {
         assert!(current(&s.conn, 1_000).unwrap().is_empty());
         assert!(search_quota(&s.conn).unwrap().is_none());
         set_search_quota(&s.conn, "1800000000", 5).unwrap();
-        assert_eq!(search_quota(&s.conn).unwrap(), Some(("1800000000".into(), 5)));
+        assert_eq!(
+            search_quota(&s.conn).unwrap(),
+            Some(("1800000000".into(), 5))
+        );
         clear_search_quota(&s.conn).unwrap();
         assert!(search_quota(&s.conn).unwrap().is_none());
     }

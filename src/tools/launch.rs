@@ -103,7 +103,12 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
         Ok(l) => l,
         Err(e) => {
             let name = crate::secrets::Kind::VastImageLogin.credential();
-            return answer(ctx, reason, plan::env_refused(&ask, name, &format!("{e:#}")), now);
+            return answer(
+                ctx,
+                reason,
+                plan::env_refused(&ask, name, &format!("{e:#}")),
+                now,
+            );
         }
     };
     if let Some(query) = plan::search(ctx.snapshot, config) {
@@ -168,7 +173,12 @@ fn restart(
     let result = match done {
         Ok((r, result)) => {
             instances::upsert(&tx, &r)?;
-            if let Some(s) = ctx.snapshot.instances.iter_mut().find(|x| x.label == r.label) {
+            if let Some(s) = ctx
+                .snapshot
+                .instances
+                .iter_mut()
+                .find(|x| x.label == r.label)
+            {
                 *s = r;
             }
             Some(result)

@@ -95,10 +95,7 @@ pub(crate) fn offer_query_body(q: &OfferQuery) -> Value {
         body.insert("dph_total".into(), json!({ "lte": max }));
     }
     if !q.exclude_machines.is_empty() {
-        body.insert(
-            "machine_id".into(),
-            json!({ "notin": q.exclude_machines }),
-        );
+        body.insert("machine_id".into(), json!({ "notin": q.exclude_machines }));
     }
     body.insert(
         "type".into(),
@@ -381,7 +378,10 @@ mod tests {
         assert_eq!(b["cancel_unavail"], true, "a bid too");
         assert!(b.get("image_login").is_none());
         req.image_login = crate::secrets::Secret::new("-u me -p tok registry.example");
-        assert_eq!(create_body(&req)["image_login"], "-u me -p tok registry.example");
+        assert_eq!(
+            create_body(&req)["image_login"],
+            "-u me -p tok registry.example"
+        );
     }
 
     #[test]
