@@ -141,6 +141,13 @@ pub fn stop(
         instances::upsert(&tx, r)?;
     }
     tx.commit()?;
+    if let Some((machine, _)) = host_failure {
+        // The rest of this pass searches without it too.
+        ctx.snapshot.bad_hosts.push(machine);
+        if let Some(offers) = ctx.snapshot.offers.as_mut() {
+            offers.retain(|o| o.machine_id != u64::try_from(machine).ok());
+        }
+    }
     ctx.snapshot.record_stop(instance_id, s.gone);
     Ok(plan::stopped(&target, &s, ctx.snapshot))
 }
