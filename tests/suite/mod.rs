@@ -16,3 +16,4 @@ mod sim;
 mod sim_llm;
 mod units;
 mod vast_client;
+mod vast_truth;
