@@ -199,6 +199,30 @@ fn a_resume_over_the_caps_is_answered_by_a_stop_of_the_newest_in_the_same_pass()
     assert!(within_caps(&s, &c), "{} instances", s.billing_count());
 }
 
+#[test]
+fn stopped_disks_never_make_the_rules_stop_running_instances() {
+    let mut c = caps_config();
+    c.policy.max_dph_total = Some(2.05);
+    let mut s = fleet(4);
+    for i in 10..20 {
+        let mut r = row(
+            &format!("fleetagent-s{i}"),
+            Some(i),
+            crate::fleet::STOPPED,
+            PRICE,
+        );
+        r.storage_dph = Some(0.05);
+        s.instances.push(r);
+    }
+    // $2.00 running + $0.50 of disks is over $2.05, but no stop of a running one helps.
+    assert!(s.fleet_dph() > 2.05);
+    let calls = decide(&s, &c, 0, Mode::Full);
+    assert!(
+        calls.iter().all(|p| p.kind != CallKind::OverCap),
+        "{calls:?}"
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Outbid(usize),

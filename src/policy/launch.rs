@@ -391,6 +391,8 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         OfferType::OnDemand => None,
         OfferType::Interruptible => Some(bid_price(&offer, config)),
     };
+    let mut row = row;
+    row.is_bid = bid_price.is_some();
     let request = CreateRequest {
         offer_id: offer.id,
         image: config.vast.image.clone().unwrap_or_default(),

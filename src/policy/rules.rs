@@ -420,10 +420,15 @@ fn over_cap(
         |r: &crate::store::instances::InstanceRow| freed.iter().any(|f| f.label == r.label);
     let mut left: Vec<&crate::store::instances::InstanceRow> =
         snapshot.instances.iter().filter(|r| !is_freed(r)).collect();
+    // Only what a stop can take away counts here: stopped disks are left out, or a fleet
+    // of many stopped disks would stop every running instance.
     let over = |left: &[&crate::store::instances::InstanceRow]| {
-        let count = left.iter().filter(|r| is_billing_state(r.state)).count() as u32;
-        let rows: Vec<_> = left.iter().map(|r| (*r).clone()).collect();
-        p.max_instances.is_some_and(|m| count > m)
+        let rows: Vec<_> = left
+            .iter()
+            .filter(|r| is_billing_state(r.state))
+            .map(|r| (*r).clone())
+            .collect();
+        p.max_instances.is_some_and(|m| rows.len() as u32 > m)
             || p.max_dph_total.is_some_and(|m| dph_of(&rows) > m + 1e-9)
     };
     let mut candidates: Vec<&crate::store::instances::InstanceRow> = left

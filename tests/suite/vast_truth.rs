@@ -169,6 +169,34 @@ fn outbid_in_the_all_stopped_shape_is_seen_and_counted() {
 }
 
 #[test]
+fn a_host_that_outbids_us_twice_is_left_out_of_the_search() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&vast, CAPS, "", BIDS);
+    let (ids, labels) = four_bids(&vast);
+    // Two of our bids on one host.
+    vast.set_instance_field(ids[0], "machine_id", json!(4242));
+    vast.set_instance_field(ids[1], "machine_id", json!(4242));
+    write_demand(f.path(), busy(&labels, 6));
+    pass(&f);
+    vast.outbid(ids[0], false);
+    vast.outbid(ids[1], true);
+    write_demand(f.path(), busy(&labels[2..], 6));
+    pass(&f);
+    let outbids: i64 = f.count("SELECT outbid_count FROM bad_hosts WHERE machine_id = 4242");
+    assert_eq!(outbids, 2);
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM bad_hosts WHERE machine_id = 4242 AND until IS NOT NULL"),
+        1
+    );
+    // The replacements' search of the same pass leaves the host out.
+    let search = &vast.requests_to(Route::Offers)[0];
+    assert_eq!(search.json()["machine_id"], json!({"notin": [4242]}));
+    assert_eq!(vast.count(Route::Create), 2, "both replaced");
+    assert_eq!(billing(&vast).len(), 4);
+}
+
+#[test]
 fn a_resume_over_a_cap_is_answered_by_a_stop_in_the_same_pass() {
     let vast = FakeVast::start_real_time();
     vast.add_offers(3, "RTX 4090", 0.40, 0.99);
