@@ -51,6 +51,7 @@ impl VastClient for MemVast {
                 geolocation: None,
                 public_ip: None,
                 min_bid: None,
+                machine_id: None,
             })
             .collect())
     }
@@ -73,6 +74,12 @@ impl VastClient for MemVast {
         Ok(None)
     }
     fn stop_instance(&self, _id: u64) -> Result<(), VastError> {
+        Ok(())
+    }
+    fn start_instance(&self, _id: u64) -> Result<(), VastError> {
+        Ok(())
+    }
+    fn change_bid(&self, _id: u64, _price: f64) -> Result<(), VastError> {
         Ok(())
     }
     fn destroy_instance(&self, _id: u64) -> Result<(), VastError> {
@@ -108,6 +115,7 @@ fn setup(demand: Demand, earlier: usize) -> (Store, Services, Arc<MemVast>) {
                 env: Default::default(),
                 onstart: None,
                 bid_price: None,
+                image_login: None,
             })
             .unwrap();
         actions::insert(

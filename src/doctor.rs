@@ -189,6 +189,18 @@ pub fn curio_problems(d: &Demand, rows: &[InstanceRow], age_ms: Millis) -> Vec<S
     out
 }
 
+/// Facts `doctor` states that are not problems, one line each: whether the private image's
+/// registry login (`vast_image_login`) is set (never its value).
+pub fn notes(env: &crate::env::Env) -> Vec<String> {
+    use crate::secrets::{lookup, Kind};
+    let login = match lookup(env, Kind::VastImageLogin) {
+        Ok(Some(_)) => "set: sent as image_login on every create".to_string(),
+        Ok(None) => "not set (the worker image must be public)".to_string(),
+        Err(e) => format!("unreadable: {}", crate::error::report(&e)),
+    };
+    vec![format!("vast_image_login: {login}")]
+}
+
 fn store_problems(
     store: &Store,
     config: &Config,
@@ -296,6 +308,19 @@ fn store_problems(
                 "{} wake(s) failed after {} attempts (see `fleetagent wakes list --all`)",
                 c.failed,
                 wakes::MAX_ATTEMPTS
+            ));
+        }
+    }
+    if let Ok(Some((reset, at))) = crate::store::bad_hosts::search_quota(&store.conn) {
+        if now - at < DAY_MS {
+            let until = if reset.is_empty() {
+                "its daily reset".to_string()
+            } else {
+                crate::text::clip(&reset, 40)
+            };
+            out.push(format!(
+                "vast.ai search quota exhausted until {until} (said {} ago): no launch can search offers before then",
+                human_duration(now - at)
             ));
         }
     }

@@ -53,7 +53,12 @@ pub const POLL_TIMER: &str = "fleetagent-poll.timer";
 pub const ENABLE: [&str; 3] = [TIMER, PATH_UNIT, POLL_TIMER];
 
 /// The credentials every service loads (file names under `$CREDENTIALS_DIRECTORY`).
-pub const CREDENTIALS: [&str; 3] = ["vast_api_key", "llm_api_key", "harmonydb_url"];
+pub const CREDENTIALS: [&str; 4] = [
+    "vast_api_key",
+    "llm_api_key",
+    "harmonydb_url",
+    "vast_image_login",
+];
 
 /// The name a credential is looked up under in the credential store (`/etc/credstore/`, ...).
 pub fn credstore_name(id: &str) -> String {
@@ -580,7 +585,7 @@ mod tests {
         ));
         assert!(!svc.contains("PrivateTmp=yes"));
         assert!(svc.contains(
-            "LoadCredential=harmonydb_url:fleetagent.harmonydb_url\nLoadCredential=curio_db_password:fleetagent.curio_db_password\n"
+            "LoadCredential=vast_image_login:fleetagent.vast_image_login\nLoadCredential=curio_db_password:fleetagent.curio_db_password\n"
         ));
         assert!(file(&files, PATH_UNIT).contains("PathExists=/srv/fleet%%agent/trigger\n"));
     }

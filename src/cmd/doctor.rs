@@ -11,12 +11,19 @@ pub fn run(app: &App) -> Result<()> {
     let units = crate::units::unit_states_json();
     let problems =
         crate::doctor::problems(&loaded.config, &app.env, &dir, app.now(), units.as_ref());
+    let notes = crate::doctor::notes(&app.env);
     if problems.is_empty() {
         crate::outln!("ok");
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
         return Ok(());
     }
     for p in &problems {
         crate::outln!("{p}");
+    }
+    for n in &notes {
+        eprintln!("note: {n}");
     }
     Err(Quiet(EXIT_RUNTIME).into())
 }

@@ -43,6 +43,9 @@ pub fn row(label: &str, id: Option<i64>, state: State, dph: f64) -> InstanceRow 
         state_since: NOW - 5 * MIN,
         last_seen_at: None,
         gone_at: None,
+        machine_id: None,
+        is_bid: false,
+        storage_dph: None,
     }
 }
 
@@ -98,5 +101,6 @@ pub fn input<'a>(
         demand,
         prefix: "fleetagent",
         now: NOW,
+        our_stops: HashSet::new(),
     }
 }

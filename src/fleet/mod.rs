@@ -35,13 +35,15 @@ pub const STATUS_CHARS: usize = 120;
 pub const NO_VAST_KEY: &str = "not_configured: no vast.ai API key";
 
 /// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, loading
-/// past `policy.stuck_loading_mins`, or a silent worker): it may be destroyed without the stop protections.
+/// past `policy.stuck_loading_mins`, a silent worker, a bid vast.ai paused (`outbid`), or
+/// stopped longer than `vast.stopped_max_hours`): it may be destroyed without the stop
+/// protections.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flag {
     pub vast_id: i64,
     pub label: String,
-    /// `exited`, `offline`, `unknown`, `loading 45m`, or `silent 25m` (a worker that
-    /// heartbeats and proves nothing while work waits: [`Snapshot::silent_for`]).
+    /// `exited`, `offline`, `unknown`, `loading 45m`, `outbid`, `stopped 25h`, or `silent 25m`
+    /// (a worker that heartbeats and proves nothing while work waits: [`Snapshot::silent_for`]).
     pub why: String,
 }
 
@@ -98,6 +100,11 @@ pub struct Snapshot {
     /// Since when work has waited without a break (`agent_state.work_waiting_since`, kept by
     /// the observe step; None while none waits): a worker idle that long is silent.
     pub work_waiting_since: Option<Millis>,
+    /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
+    pub bad_hosts: Vec<i64>,
+    /// vast.ai said the daily search quota is spent: until when (`X-RateLimit-Reset` as
+    /// sent, "" when it sent none).
+    pub search_quota: Option<String>,
 }
 
 impl Snapshot {
@@ -106,8 +113,9 @@ impl Snapshot {
         self.demand.as_ref().is_some_and(|d| d.workers_dead())
     }
 
-    /// $/h of every instance of ours that bills (everything but stopped ones; launching ones
-    /// at the price of their offer).
+    /// $/h of every instance of ours that bills: the full price of all but stopped ones
+    /// (launching ones at the price of their offer, outbid ones at theirs), the disk of
+    /// stopped ones.
     pub fn fleet_dph(&self) -> f64 {
         dph_of(&self.instances)
     }
@@ -149,6 +157,7 @@ impl Snapshot {
     /// Ours that bill and earn nothing, with why.
     pub fn flagged(&self, config: &Config) -> Vec<Flag> {
         let stuck_ms = config.policy.stuck_loading_mins as i64 * 60_000;
+        let stopped_ms = (config.vast.stopped_max_hours * 3_600_000.0) as i64;
         self.instances
             .iter()
             .filter_map(|r| {
@@ -158,6 +167,11 @@ impl Snapshot {
                     .as_deref()
                     .map(|s| s.trim().to_ascii_lowercase());
                 let why = match status.as_deref() {
+                    _ if r.state == OUTBID => "outbid".to_string(),
+                    _ if r.state == STOPPED && self.now - r.state_since > stopped_ms => {
+                        format!("stopped {}h", (self.now - r.state_since) / 3_600_000)
+                    }
+                    _ if r.state == STOPPED => return None,
                     Some(s @ ("exited" | "offline")) => s.to_string(),
                     // No recent heartbeat from the host: vast.ai says it will not run again.
                     // A live Curio worker matched to it (`classify` keeps those alive) proves

@@ -8,12 +8,20 @@ use super::state::{is_billing_state, STOPPED};
 
 const HOUR_MS: f64 = 3_600_000.0;
 
-/// $/h of the rows that bill by the hour (stopped and gone ones do not), as the money
-/// guardrail counts it.
+/// $/h of the rows that bill by the hour, as the money guardrail counts it: the full price
+/// of those in a billing state (an outbid bid included), the disk (`storage_dph`) of stopped
+/// ones; gone ones nothing.
 pub fn dph_of(rows: &[InstanceRow]) -> f64 {
     rows.iter()
-        .filter(|i| is_billing_state(i.state))
-        .filter_map(|i| i.dph)
+        .filter_map(|i| {
+            if is_billing_state(i.state) {
+                i.dph
+            } else if i.state == STOPPED {
+                i.storage_dph
+            } else {
+                None
+            }
+        })
         .sum::<f64>()
         // An empty float sum is -0.0.
         + 0.0
@@ -21,17 +29,21 @@ pub fn dph_of(rows: &[InstanceRow]) -> f64 {
 
 /// Estimated dollars spent by these instances between `since` and `now`: each row's `dph`
 /// times the hours it was alive in that span (from `created_at` to `gone_at`, or to
-/// `state_since` when stopped, or to `now`). Stopped disks and bandwidth are not counted.
+/// `state_since` when stopped, or to `now`), plus a stopped row's disk (`storage_dph`) for
+/// the hours it has been stopped. Bandwidth is not counted.
 pub fn spend_since(rows: &[InstanceRow], since: Millis, now: Millis) -> f64 {
     rows.iter()
         .map(|r| {
             let start = r.created_at.max(since);
             let mut end = r.gone_at.unwrap_or(now).min(now);
+            let mut disk = 0.0;
             if r.state == STOPPED {
+                let stopped_from = r.state_since.max(since);
+                disk = r.storage_dph.unwrap_or(0.0) * (end - stopped_from).max(0) as f64 / HOUR_MS;
                 end = end.min(r.state_since);
             }
             let hours = (end - start).max(0) as f64 / HOUR_MS;
-            r.dph.unwrap_or(0.0) * hours
+            r.dph.unwrap_or(0.0) * hours + disk
         })
         .sum::<f64>()
         // An empty float sum is -0.0, which prints as "$-0.00".
@@ -60,6 +72,21 @@ mod tests {
         let spent = spend_since(&[], 0, NOW);
         assert!(spent == 0.0 && spent.is_sign_positive(), "{spent}");
         assert_eq!(format!("${spent:.2}"), "$0.00");
+    }
+
+    #[test]
+    fn stopped_disks_bill_and_outbid_bids_count_in_full() {
+        let mut stopped = row("s", Some(1), STOPPED, 0.5);
+        stopped.storage_dph = Some(0.02);
+        stopped.state_since = NOW - 60 * MIN;
+        stopped.created_at = NOW - 120 * MIN;
+        let outbid = row("o", Some(2), OUTBID, 0.3);
+        let gone = row("g", Some(3), GONE, 9.0);
+        let rows = [stopped, outbid, gone];
+        assert!((dph_of(&rows) - 0.32).abs() < 1e-9, "{}", dph_of(&rows));
+        // An hour running at $0.50 and an hour stopped at $0.02 for the disk.
+        let spent = spend_since(&rows[..1], NOW - 180 * MIN, NOW);
+        assert!((spent - 0.52).abs() < 1e-9, "{spent}");
     }
 
     #[test]

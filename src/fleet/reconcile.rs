@@ -30,6 +30,8 @@ pub struct Reconciled {
     pub settle: Vec<(i64, &'static str, Option<i64>, String)>,
     pub changes: Vec<String>,
     pub foreign: Vec<i64>,
+    /// Instances found outbid this pass that were not before: (vast id, host).
+    pub newly_outbid: Vec<(i64, Option<i64>)>,
 }
 
 pub struct ReconcileInput<'a> {
@@ -43,6 +45,9 @@ pub struct ReconcileInput<'a> {
     pub demand: Option<&'a Demand>,
     pub prefix: &'a str,
     pub now: Millis,
+    /// Instances (vast id) whose last stop or start in the action ledger is a stop of ours
+    /// that went through: stopped by us, so never outbid.
+    pub our_stops: HashSet<i64>,
 }
 
 /// Reconcile the local table with the listing, open intents and Curio's live workers.
@@ -147,17 +152,53 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     state_since: now,
                     last_seen_at: None,
                     gone_at: None,
+                    machine_id: None,
+                    is_bid: false,
+                    storage_dph: None,
                 }
             }
         };
         let was_new = row.vast_id.is_none();
         let was_gone = row.gone_at.is_some();
         let before = row.state;
+        row.is_bid = inst.is_bid.unwrap_or(row.is_bid);
+        row.machine_id = inst.machine_id.map(|m| m as i64).or(row.machine_id);
+        row.storage_dph = inst.storage_dph.or(row.storage_dph);
+        let stopped = |s: &Option<String>| {
+            s.as_deref()
+                .is_some_and(|s| s.trim().eq_ignore_ascii_case("stopped"))
+        };
+        // vast.ai's two shapes of a paused bid: `actual_status` stopped (intended_status
+        // left running), or cur_state, intended_status and next_state all stopped.
+        let paused = stopped(&inst.actual_status)
+            || (stopped(&inst.cur_state)
+                && stopped(&inst.intended_status)
+                && stopped(&inst.next_state));
+        if paused {
+            state = if row.is_bid && !input.our_stops.contains(&(inst.id as i64)) {
+                OUTBID
+            } else {
+                STOPPED
+            };
+        }
+        if state == OUTBID {
+            // Counted at its full price while it can resume: a paused listing's lower figure
+            // does not lower it.
+            row.dph = match (row.dph, inst.dph_total) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            if before != OUTBID && !was_new {
+                out.newly_outbid.push((inst.id as i64, row.machine_id));
+            }
+        }
         row.vast_id = Some(inst.id as i64);
         row.actual_status = inst.actual_status.clone();
         row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
         row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
-        row.dph = inst.dph_total.or(row.dph);
+        if state != OUTBID {
+            row.dph = inst.dph_total.or(row.dph);
+        }
         row.public_ip = inst.public_ip.clone();
         row.machine_name = match kept_curio {
             Some(name) => name,
@@ -307,6 +348,9 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 state_since: a.created_at,
                 last_seen_at: None,
                 gone_at: None,
+                machine_id: None,
+                is_bid: false,
+                storage_dph: None,
             });
         }
     }
@@ -333,6 +377,11 @@ pub fn describe(row: &InstanceRow) -> String {
 }
 
 fn status_note(row: &InstanceRow) -> String {
+    if row.state == OUTBID {
+        return " (a bid vast.ai paused without our asking: it may resume at any moment, so it \
+                counts against the caps until destroyed)"
+            .into();
+    }
     match (row.state, row.status_msg.as_deref()) {
         (DEAD | STOPPED, Some(msg)) if !msg.trim().is_empty() => {
             format!(" ({})", quote(msg, STATUS_CHARS))
@@ -524,6 +573,85 @@ mod tests {
         let rec = reconcile(&input(local.clone(), intents, None, None), INTENT_GRACE_MS);
         assert_eq!(rec.rows, local);
         assert!(rec.settle.is_empty() && rec.changes.is_empty() && rec.deleted.is_empty());
+    }
+
+    #[test]
+    fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
+        let stopped = |id: u64, intended: &str, next: Option<&str>| {
+            let mut i = inst(id, &format!("fleetagent-{id}"), Some("stopped"));
+            i.is_bid = Some(true);
+            i.machine_id = Some(500 + id);
+            i.intended_status = Some(intended.into());
+            i.cur_state = Some("stopped".into());
+            i.next_state = next.map(String::from);
+            i
+        };
+        let mut listing = vec![
+            // intended_status left running (the docs' "resumes automatically").
+            stopped(1, "running", Some("running")),
+            // cur_state, intended_status and next_state all stopped (dstack's observation).
+            stopped(2, "stopped", Some("stopped")),
+            // Stopped by us: a stop of ours is on the ledger.
+            stopped(3, "stopped", Some("stopped")),
+            // Not a bid: plain stopped.
+            stopped(4, "stopped", Some("stopped")),
+            // actual_status not (yet) stopped, the three states all stopped: paused too.
+            stopped(5, "stopped", Some("stopped")),
+        ];
+        listing[3].is_bid = Some(false);
+        listing[4].actual_status = None;
+        let local: Vec<InstanceRow> = (1..=5)
+            .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
+            .collect();
+        let mut inp = input(local, vec![], Some(&listing), None);
+        inp.our_stops.insert(3);
+        let rec = reconcile(&inp, INTENT_GRACE_MS);
+        let state = |id: i64| {
+            rec.rows
+                .iter()
+                .find(|r| r.vast_id == Some(id))
+                .unwrap()
+                .state
+        };
+        assert_eq!(
+            (state(1), state(2), state(3), state(4), state(5)),
+            (OUTBID, OUTBID, STOPPED, STOPPED, OUTBID)
+        );
+        let mut outbid: Vec<(i64, Option<i64>)> = rec.newly_outbid.clone();
+        outbid.sort();
+        assert_eq!(outbid, vec![(1, Some(501)), (2, Some(502)), (5, Some(505))]);
+        assert!(rec
+            .changes
+            .iter()
+            .any(|c| c.contains("proving -> outbid") && c.contains("counts against the caps")));
+        // Counted in full, flagged, and shown.
+        let snap = Snapshot {
+            now: NOW,
+            instances: rec.rows.clone(),
+            ..Default::default()
+        };
+        assert_eq!(snap.billing_count(), 3);
+        let c = config();
+        let flags: Vec<(i64, String)> = snap
+            .flagged(&c)
+            .into_iter()
+            .map(|f| (f.vast_id, f.why))
+            .collect();
+        assert_eq!(
+            flags,
+            vec![
+                (1, "outbid".into()),
+                (2, "outbid".into()),
+                (5, "outbid".into())
+            ]
+        );
+        // A stopped one of ours past vast.stopped_max_hours is flagged for destroy.
+        let mut old = snap.clone();
+        old.now = NOW + 25 * 60 * MIN;
+        assert!(old
+            .flagged(&c)
+            .iter()
+            .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
     }
 
     #[test]

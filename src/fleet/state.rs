@@ -13,6 +13,7 @@ pub const REGISTERED: State = State::Registered;
 pub const PROVING: State = State::Proving;
 pub const DEAD: State = State::Dead;
 pub const STOPPED: State = State::Stopped;
+pub const OUTBID: State = State::Outbid;
 pub const GONE: State = State::Gone;
 
 /// Is this label one of ours? Ours are `<prefix>-...`.
@@ -48,7 +49,8 @@ pub fn is_running_state(state: State) -> bool {
     matches!(state, BOOTED | REGISTERED | PROVING)
 }
 
-/// States that count toward slots and $/h: everything not stopped or gone (dead ones bill).
+/// States that count toward slots and $/h: everything not stopped or gone (dead ones bill,
+/// and an outbid bid may resume at any moment).
 pub fn is_billing_state(state: State) -> bool {
     !matches!(state, STOPPED | GONE)
 }

@@ -106,6 +106,9 @@ pub fn build(
                 last_seen_at: i.last_seen_at.map(rfc3339),
                 machine_name: i.machine_name.clone(),
                 adopted: i.adopted,
+                is_bid: i.is_bid,
+                machine_id: i.machine_id,
+                storage_dph: i.storage_dph,
             })
             .collect(),
         fleet_dph: (crate::fleet::dph_of(&fleet) * 1000.0).round() / 1000.0 + 0.0,

@@ -168,6 +168,12 @@ pub struct InstanceView {
     pub last_seen_at: Option<String>,
     pub machine_name: Option<String>,
     pub adopted: bool,
+    /// A bid (interruptible) instance; `state` is `outbid` while vast.ai has paused it.
+    pub is_bid: bool,
+    /// The vast.ai host it runs on.
+    pub machine_id: Option<i64>,
+    /// $/h its disk bills (also while stopped).
+    pub storage_dph: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]

@@ -9,7 +9,9 @@
 //!   unanswered for `policy.floor_after_mins`;
 //! - a flagged instance (stuck, exited, offline, unknown), once it has been left for
 //!   `policy.floor_flagged_passes` passes;
-//! - idle surplus, once it has been left for `policy.floor_idle_mins`.
+//! - idle surplus, once it has been left for `policy.floor_idle_mins`;
+//! - an outbid bid (destroyed, and replaced while demand needs it) and a fleet over a cap
+//!   (the newest surplus stopped), in the same pass.
 //!
 //! The floor never acts on unknown demand, never doubles the model's launches (the rules
 //! count them as coming), and never undoes what the model did in the pass: no launch for a
@@ -88,7 +90,20 @@ pub fn plan(
         let n = before.flagged_passes.get(&f.vast_id).copied().unwrap_or(0) + 1;
         memory.flagged_passes.insert(f.vast_id, n);
     }
-    let mut calls = Vec::new();
+    // A paused bid may resume at any moment, and a fleet over a cap pays for it every
+    // minute: both are answered in the same pass, before any launch (a destroy frees the
+    // slot the replacement takes).
+    let mut calls: Vec<PlannedCall> = of_kind(&wanted, &[CallKind::Outbid, CallKind::OverCap])
+        .into_iter()
+        .map(|c| c.with_reason(floor_reason(&c.why, "in the same pass")))
+        .collect();
+    if model.launches_blocked == 0 {
+        calls.extend(
+            of_kind(&wanted, &[CallKind::Replace])
+                .into_iter()
+                .map(|c| c.with_reason(floor_reason(&c.why, "in the same pass"))),
+        );
+    }
 
     let mut emergency: Vec<&PlannedCall> = of_kind(&wanted, &[CallKind::Emergency]);
     if model.launches_blocked > 0 {
@@ -203,6 +218,9 @@ mod tests {
             state_since: NOW - 120 * MIN,
             last_seen_at: None,
             gone_at: None,
+            machine_id: None,
+            is_bid: false,
+            storage_dph: None,
         }
     }
 

@@ -261,10 +261,20 @@ pub fn env_refused(ask: &Ask, name: &str, error: &str) -> Answer {
 /// The search to make: the offers matching `[vast.offers]`, once per pass (`None` when this
 /// pass already has them).
 pub fn search(snapshot: &Snapshot, config: &Config) -> Option<OfferQuery> {
+    snapshot.offers.is_none().then(|| {
+        let mut q = config_query(config, None, None, SEARCH_LIMIT);
+        q.exclude_machines = bad_hosts(snapshot);
+        q
+    })
+}
+
+/// The hosts that failed us, as the search leaves them out.
+pub fn bad_hosts(snapshot: &Snapshot) -> Vec<u64> {
     snapshot
-        .offers
-        .is_none()
-        .then(|| config_query(config, None, None, SEARCH_LIMIT))
+        .bad_hosts
+        .iter()
+        .filter_map(|&m| u64::try_from(m).ok())
+        .collect()
 }
 
 /// The search's answer: the offers that match `[vast.offers]` (checked here too, whatever
@@ -272,13 +282,33 @@ pub fn search(snapshot: &Snapshot, config: &Config) -> Option<OfferQuery> {
 pub fn searched(
     ask: &Ask,
     config: &Config,
+    bad_hosts: &[u64],
     found: Result<Vec<Offer>, VastError>,
 ) -> Result<Vec<Offer>, Box<Answer>> {
     match found {
         Ok(o) => Ok(o
             .into_iter()
             .filter(|o| matches_config(o, config))
+            .filter(|o| !o.machine_id.is_some_and(|m| bad_hosts.contains(&m)))
             .collect()),
+        Err(VastError::SearchQuota { reset }) => {
+            let until = if reset.is_empty() {
+                "its daily reset".to_string()
+            } else {
+                reset
+            };
+            let msg = format!(
+                "vast.ai search quota exhausted until {until}: no offer can be searched (or \
+                 rented) before then; do not retry this pass"
+            );
+            Err(Box::new(Answer {
+                result: ToolResult::error(
+                    "vast_error",
+                    json!({"message": msg, "search_quota_exhausted": true, "until": until}),
+                ),
+                record: Some(ask.entry("failed", ask.offer_id, msg.clone())),
+            }))
+        }
         Err(e) => {
             let msg = clip(&e.to_string(), 300);
             Err(Box::new(Answer::failed(ask, ask.offer_id, msg)))
@@ -370,11 +400,16 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         state_since: ask.now,
         last_seen_at: None,
         gone_at: None,
+        machine_id: None,
+        is_bid: false,
+        storage_dph: None,
     };
     let bid_price = match config.vast.offers.offer_type {
         OfferType::OnDemand => None,
-        OfferType::Interruptible => Some(offer.min_bid.unwrap_or(offer.dph_total)),
+        OfferType::Interruptible => Some(bid_price(&offer, config)),
     };
+    let mut row = row;
+    row.is_bid = bid_price.is_some();
     let request = CreateRequest {
         offer_id: offer.id,
         image: config.vast.image.clone().unwrap_or_default(),
@@ -383,6 +418,8 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         env,
         onstart: config.vast.onstart.clone(),
         bid_price,
+        // Set by the tool from the vast_image_login credential, never kept in the plan.
+        image_login: None,
     };
     Create {
         intent_detail: format!(
@@ -393,6 +430,87 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         row,
         request,
     }
+}
+
+/// With `vast.stop_mode = "stop"`, a stopped instance of ours (stopped by us, not flagged as
+/// stopped too long) is started again before a new one is rented: the cheapest first. The
+/// money check is made on its $/h; `None` when there is none, or it does not fit.
+pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Option<InstanceRow> {
+    if config.vast.stop_mode != crate::config::StopMode::Stop || ask.offer_id.is_some() {
+        return None;
+    }
+    let flagged = snapshot.flagged(config);
+    let mut stopped: Vec<&InstanceRow> = snapshot
+        .instances
+        .iter()
+        .filter(|r| r.state == crate::fleet::STOPPED)
+        .filter(|r| {
+            r.vast_id
+                .is_some_and(|id| !flagged.iter().any(|f| f.vast_id == id))
+        })
+        .collect();
+    stopped.sort_by(|a, b| {
+        a.dph
+            .unwrap_or(f64::MAX)
+            .total_cmp(&b.dph.unwrap_or(f64::MAX))
+            .then(a.vast_id.cmp(&b.vast_id))
+    });
+    let row = stopped.first()?;
+    // Its disk already bills: starting it adds the GPU part.
+    let extra = (row.dph.unwrap_or(0.0) - row.storage_dph.unwrap_or(0.0)).max(0.0);
+    guardrails::check_launch_money(&ask.facts(), extra, &config.policy)
+        .ok()
+        .map(|_| (*row).clone())
+}
+
+/// The start of a stopped instance answered `answer` at `after`: the row (loading again) to
+/// write and the result, or the failure's detail (the launch goes on to rent).
+pub fn after_start(
+    row: &InstanceRow,
+    answer: Result<(), &VastError>,
+    after: Millis,
+) -> Result<(InstanceRow, ToolResult), String> {
+    let id = row.vast_id.unwrap_or(0);
+    match answer {
+        Ok(()) => {
+            let mut r = row.clone();
+            r.state = crate::fleet::LOADING;
+            r.state_since = after;
+            Ok((
+                r,
+                ToolResult::ok(
+                    json!({
+                        "ok": true,
+                        "started": id,
+                        "label": row.label,
+                        "message": format!("restarted stopped instance {id} (stop_mode = \"stop\") instead of renting a new one; it may sit scheduling until its GPU is free"),
+                    }),
+                    true,
+                    format!("started stopped instance {id}"),
+                ),
+            ))
+        }
+        Err(e) => Err(clip(
+            &format!("start of stopped instance {id} failed: {e}"),
+            300,
+        )),
+    }
+}
+
+/// The bid for an interruptible offer: `vast.offers.bid_factor` x its `min_bid` (a bid at
+/// `min_bid` is outbid by anyone bidding a cent more), never above
+/// `vast.offers.max_dph_per_instance`; the offer's `dph_total` when it reports no `min_bid`.
+/// Rounded to 0.1 mills, at least vast.ai's 0.001.
+pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
+    let o = &config.vast.offers;
+    let mut bid = match offer.min_bid.filter(|b| b.is_finite() && *b > 0.0) {
+        Some(min) => min * o.bid_factor,
+        None => offer.dph_total,
+    };
+    if let Some(max) = o.max_dph_per_instance {
+        bid = bid.min(max);
+    }
+    ((bid * 1e4).round() / 1e4).max(0.001)
 }
 
 /// What follows vast.ai's answer to the create.

@@ -14,3 +14,6 @@ pub mod rules;
 pub mod stop;
 pub mod streaks;
 pub mod turns;
+
+#[cfg(test)]
+mod caps_tests;

@@ -32,6 +32,7 @@ pub fn config_query(
         interruptible: o.offer_type == OfferType::Interruptible,
         disk_gb: config.vast.disk_gb,
         limit,
+        exclude_machines: Vec::new(),
     }
 }
 
@@ -102,6 +103,7 @@ mod tests {
             geolocation: None,
             public_ip: None,
             min_bid: None,
+            machine_id: None,
         }
     }
 

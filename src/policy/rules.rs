@@ -33,7 +33,9 @@
 use serde_json::{json, Value};
 
 use crate::config::Config;
-use crate::fleet::{Snapshot, BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
+use crate::fleet::{
+    dph_of, is_billing_state, Snapshot, BOOTED, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED,
+};
 use crate::ratelimit::window::window_state;
 use crate::store::session::Streaks;
 
@@ -84,6 +86,13 @@ pub enum CallKind {
     Flagged,
     /// Idle surplus on low demand: one stop.
     Surplus,
+    /// A bid vast.ai paused (outbid): destroyed in the same pass, since it may resume.
+    Outbid,
+    /// A launch replacing an outbid bid destroyed in the same pass, while demand needs it.
+    Replace,
+    /// The fleet is over `max_instances` or `max_dph_total` (an outbid bid resumed): the
+    /// surplus is stopped in the same pass, the newest and dearest first.
+    OverCap,
 }
 
 impl CallKind {
@@ -94,6 +103,9 @@ impl CallKind {
             CallKind::Seed => "seed",
             CallKind::Flagged => "flagged",
             CallKind::Surplus => "surplus",
+            CallKind::Outbid => "outbid",
+            CallKind::Replace => "replace",
+            CallKind::OverCap => "over_cap",
         }
     }
 }
@@ -162,10 +174,16 @@ pub fn decide(
     };
     let mut calls = Vec::new();
     let flagged = snapshot.flagged(config);
-    if mode == Mode::Full && snapshot.listing_error.is_none() {
+    let destroys = mode == Mode::Full && snapshot.listing_error.is_none();
+    if destroys {
         for f in &flagged {
+            let kind = if f.why == "outbid" {
+                CallKind::Outbid
+            } else {
+                CallKind::Flagged
+            };
             calls.push(PlannedCall::stop(
-                CallKind::Flagged,
+                kind,
                 f.vast_id,
                 format!(
                     "rules: instance {} is {}: it bills and earns nothing",
@@ -174,6 +192,17 @@ pub fn decide(
             ));
         }
     }
+    // What this pass's destroys of flagged instances free, planned before the launches so
+    // that a slot they free is filled in the same pass.
+    let freed: Vec<&crate::store::instances::InstanceRow> = if destroys {
+        flagged
+            .iter()
+            .filter_map(|f| snapshot.find(f.vast_id))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    calls.extend(over_cap(snapshot, config, mode, &freed));
     let Some(d) = &snapshot.demand else {
         return calls;
     };
@@ -277,6 +306,27 @@ pub fn decide(
     } else {
         (0, String::new(), CallKind::Seed)
     };
+    let outbid = freed.iter().filter(|r| r.state == OUTBID).count() as u32;
+    let (wanted, why, kind) = if wanted == 0 && outbid > 0 && !d.proofshare_disabled() {
+        // The outbid bids go this pass; as many come back as the demand still needs.
+        let need = target.max(queued as f64);
+        let n = if need > projected {
+            (((need - projected) / rate).ceil() as u32).min(outbid)
+        } else {
+            0
+        };
+        (
+            n,
+            format!(
+                "rules: replacing {outbid} outbid bid(s) destroyed this pass; {} p/h coming of {} needed",
+                crate::fleet::num(projected),
+                crate::fleet::num(need)
+            ),
+            CallKind::Replace,
+        )
+    } else {
+        (wanted, why, kind)
+    };
 
     if wanted > 0 {
         // Never ask for more than the window and the slots allow; but an emergency always
@@ -288,11 +338,12 @@ pub fn decide(
             snapshot.workers_dead(),
         );
         let window_left = w.limit.saturating_sub(w.used);
+        let freed_slots = freed.iter().filter(|r| is_billing_state(r.state)).count() as u32;
         let slots_left = config
             .policy
             .max_instances
             .unwrap_or(0)
-            .saturating_sub(snapshot.billing_count());
+            .saturating_sub(snapshot.billing_count().saturating_sub(freed_slots));
         let mut n = wanted.min(window_left).min(slots_left);
         if d.workers_dead() {
             n = n.max(1);
@@ -351,6 +402,65 @@ pub fn decide(
     calls
 }
 
+/// Stops that bring the fleet back within `max_instances` and `max_dph_total` (counting the
+/// flagged instances this pass destroys, `freed`, as gone): the newest first (a bid that just
+/// resumed), the dearest among equals; never one that is proving while another can go.
+/// Full mode only (the fallback never stops).
+fn over_cap(
+    snapshot: &Snapshot,
+    config: &Config,
+    mode: Mode,
+    freed: &[&crate::store::instances::InstanceRow],
+) -> Vec<PlannedCall> {
+    if mode != Mode::Full {
+        return Vec::new();
+    }
+    let p = &config.policy;
+    let is_freed =
+        |r: &crate::store::instances::InstanceRow| freed.iter().any(|f| f.label == r.label);
+    let mut left: Vec<&crate::store::instances::InstanceRow> =
+        snapshot.instances.iter().filter(|r| !is_freed(r)).collect();
+    // Only what a stop can take away counts here: stopped disks are left out, or a fleet
+    // of many stopped disks would stop every running instance.
+    let over = |left: &[&crate::store::instances::InstanceRow]| {
+        let rows: Vec<_> = left
+            .iter()
+            .filter(|r| is_billing_state(r.state))
+            .map(|r| (*r).clone())
+            .collect();
+        p.max_instances.is_some_and(|m| rows.len() as u32 > m)
+            || p.max_dph_total.is_some_and(|m| dph_of(&rows) > m + 1e-9)
+    };
+    let mut candidates: Vec<&crate::store::instances::InstanceRow> = left
+        .iter()
+        .copied()
+        .filter(|r| is_billing_state(r.state) && r.vast_id.is_some())
+        .collect();
+    candidates.sort_by(|a, b| {
+        (a.state == PROVING)
+            .cmp(&(b.state == PROVING))
+            .then(b.state_since.cmp(&a.state_since))
+            .then(b.dph.unwrap_or(0.0).total_cmp(&a.dph.unwrap_or(0.0)))
+            .then(b.vast_id.cmp(&a.vast_id))
+    });
+    let mut calls = Vec::new();
+    for c in candidates {
+        if !over(&left) {
+            break;
+        }
+        let id = c.vast_id.unwrap_or(0);
+        left.retain(|r| r.label != c.label);
+        calls.push(PlannedCall::stop(
+            CallKind::OverCap,
+            id,
+            format!(
+                "rules: the fleet is over max_instances or max_dph_total (a paused bid resumed?): stopping instance {id}, the newest"
+            ),
+        ));
+    }
+    calls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,6 +508,9 @@ mod tests {
             state_since: NOW - 60_000,
             last_seen_at: Some(NOW),
             gone_at: None,
+            machine_id: None,
+            is_bid: false,
+            storage_dph: None,
         }
     }
 

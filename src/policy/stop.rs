@@ -13,7 +13,7 @@ use serde_json::json;
 use super::result::ToolResult;
 use crate::clock::Millis;
 use crate::config::{Config, StopMode};
-use crate::fleet::{Snapshot, GONE, STOPPED};
+use crate::fleet::{Snapshot, GONE, OUTBID, STOPPED};
 use crate::policy::guardrails::{self, Refusal, StopFacts};
 use crate::store::instances::InstanceRow;
 use crate::text::clip;
@@ -138,6 +138,15 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     if row.is_none() && !snapshot.foreign.contains(&id) {
         return Gate::LookUp;
     }
+    // An outbid bid (already paused by vast.ai) and a stopped instance flagged as stopped
+    // too long are destroyed whatever `stop_mode` says: stopping them again frees nothing.
+    let paused = row.as_ref().is_some_and(|r| {
+        r.state == OUTBID || (r.state == STOPPED && snapshot.is_flagged(config, id))
+    });
+    let ask = &Ask {
+        kind: if paused { "destroy" } else { ask.kind },
+        ..ask.clone()
+    };
     if row.as_ref().is_some_and(|r| r.state == STOPPED) && ask.kind == "stop" {
         return Gate::Answer(Answer {
             record: None,
@@ -221,6 +230,13 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
         _ => format!("instance {id} is not one of ours (list_instances shows them)"),
     };
     ToolResult::error("invalid_args", json!({ "message": message }))
+}
+
+/// Whether a flag (`fleet::Flag::why`) says the host failed us: a boot that never finished,
+/// `exited`, `offline`, `unknown`. Outbid (counted apart: twice makes a bad host) and
+/// stopped too long are not the host's fault.
+pub fn host_failure(why: &str) -> bool {
+    matches!(why, "exited" | "offline" | "unknown") || why.starts_with("loading ")
 }
 
 /// No vast.ai client (no API key).

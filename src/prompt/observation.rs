@@ -151,6 +151,7 @@ impl Snapshot {
         for (state, n) in [
             (DEAD, self.count_in(&[DEAD])),
             (STOPPED, self.count_in(&[STOPPED])),
+            (OUTBID, self.count_in(&[OUTBID])),
         ] {
             if n > 0 {
                 fleet.push_str(&format!(", {n} {state}"));
@@ -250,6 +251,27 @@ impl Snapshot {
             lines.push(format!(
                 "Flagged (bill, earn nothing; may be destroyed): {}.",
                 items.join("; ")
+            ));
+        }
+        if let Some(reset) = &self.search_quota {
+            let until = if reset.is_empty() {
+                "its daily reset".to_string()
+            } else {
+                // Outside text: a time (epoch seconds or a date), nothing else kept.
+                reset
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || " :+-.,".contains(*c))
+                    .take(40)
+                    .collect()
+            };
+            lines.push(format!(
+                "vast.ai search quota exhausted until {until}: no offer search (so no launch) can succeed before then."
+            ));
+        }
+        if !self.bad_hosts.is_empty() {
+            lines.push(format!(
+                "Hosts that failed us, left out of offer searches: {}.",
+                self.bad_hosts.len()
             ));
         }
         let open: Vec<&InstanceRow> = self

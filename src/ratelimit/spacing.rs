@@ -18,6 +18,42 @@ pub const CREATE_MARGIN: Duration = Duration::from_millis(250);
 /// ...and blocks creates for 12 s after that limit is broken.
 pub const CREATE_PENALTY: Duration = Duration::from_secs(12);
 
+/// vast.ai's documented interval between destroys (`DELETE /instances/{id}/`, 3.0 s).
+pub const DESTROY_SPACING: Duration = Duration::from_millis(3_000);
+/// ...and between the pages of the v1 list (1.0 s per call).
+pub const LIST_PAGE_SPACING: Duration = Duration::from_millis(1_000);
+
+/// The plain form of the create gate for the other spaced endpoints (destroys): calls of one
+/// process go at least `gap` apart, plus our margin.
+#[derive(Debug)]
+pub struct Spacer {
+    gap: Duration,
+    last: Mutex<Option<Millis>>,
+}
+
+impl Spacer {
+    pub fn new(gap: Duration) -> Self {
+        Spacer {
+            gap,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// Sleeps on `clock` until `gap` (plus the margin) has passed since the last call, then
+    /// records this one as sent now.
+    pub fn space(&self, clock: &dyn Clock) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(prev) = *last {
+            let due = prev + (self.gap + CREATE_MARGIN).as_millis() as Millis;
+            let now = clock.now_ms();
+            if now < due {
+                clock.sleep(Duration::from_millis((due - now) as u64));
+            }
+        }
+        *last = Some(clock.now_ms());
+    }
+}
+
 /// When this process last sent a create (or the latest one another process sent, as
 /// [`CreateGate::previous_create`] reported). Held for a whole create, retries included, so
 /// creates from several threads of one process queue up behind vast.ai's spacing.
@@ -176,6 +212,16 @@ mod tests {
             wait_after_429(Some("30"), "", true, b),
             Duration::from_secs(30)
         );
+    }
+
+    #[test]
+    fn destroys_are_spaced_three_seconds_apart() {
+        let clock = ManualClock::new(10_000);
+        let spacer = Spacer::new(DESTROY_SPACING);
+        spacer.space(&clock);
+        assert_eq!(clock.now_ms(), 10_000, "the first goes at once");
+        spacer.space(&clock);
+        assert_eq!(clock.now_ms(), 13_250, "3 s plus the margin");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::fleet::{
 };
 use crate::services::Services;
 use crate::store::actions;
+use crate::store::bad_hosts;
 use crate::store::curio;
 use crate::store::instances;
 use crate::store::session::{self, Streaks};
@@ -61,6 +62,19 @@ pub fn observe(
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
     record_curio(&tx, &rec, demand.as_ref(), now)?;
+    let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
+    for (id, machine) in &rec.newly_outbid {
+        if let Some(m) = machine {
+            let n = bad_hosts::outbid(&tx, *m, bad_until, now)?;
+            if n >= bad_hosts::OUTBID_LIMIT {
+                let line = format!(
+                    "host {m} (instance {id}) has outbid us {n} times: left out of offer searches for {}h",
+                    crate::fleet::num(config.vast.offers.bad_host_hours)
+                );
+                events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+            }
+        }
+    }
     // Once per run; `assemble` reads them back into the snapshot.
     advance_streaks(&tx, run_id, demand.as_ref())?;
     let snapshot = assemble(
@@ -137,6 +151,7 @@ fn reconcile_against(
         }
     }
     let intents = actions::open_intents(conn)?;
+    let our_stops = actions::stopped_by_us(conn)?;
     Ok(reconcile(
         &ReconcileInput {
             local,
@@ -146,6 +161,7 @@ fn reconcile_against(
             demand,
             prefix: &config.vast.label_prefix,
             now,
+            our_stops,
         },
         INTENT_GRACE_MS,
     ))
@@ -216,6 +232,11 @@ fn assemble(
         offers: None,
         measured_rates,
         work_waiting_since,
+        bad_hosts: bad_hosts::current(conn, now)?,
+        // Said within the last day: the quota is daily.
+        search_quota: bad_hosts::search_quota(conn)?
+            .filter(|(_, at)| now - at < DAY_MS)
+            .map(|(reset, _)| reset),
     })
 }
 

@@ -20,6 +20,12 @@ pub(crate) mod redact;
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret from a value; trimmed, and `None` when empty.
+    pub fn new(value: &str) -> Option<Secret> {
+        let v = value.trim();
+        (!v.is_empty()).then(|| Secret(v.to_string()))
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -43,6 +49,8 @@ pub enum Kind {
     VastApiKey,
     LlmApiKey,
     HarmonyDbUrl,
+    /// The registry login of a private worker image (`-u USER -p TOKEN registry`).
+    VastImageLogin,
 }
 
 impl Kind {
@@ -51,6 +59,7 @@ impl Kind {
             Kind::VastApiKey => &["VAST_API_KEY"],
             Kind::LlmApiKey => &["FLEETAGENT_LLM_API_KEY", "OPENAI_API_KEY"],
             Kind::HarmonyDbUrl => &["FLEETAGENT_HARMONYDB_URL"],
+            Kind::VastImageLogin => &["VAST_IMAGE_LOGIN"],
         }
     }
 
@@ -59,6 +68,7 @@ impl Kind {
             Kind::VastApiKey => "vast_api_key",
             Kind::LlmApiKey => "llm_api_key",
             Kind::HarmonyDbUrl => "harmonydb_url",
+            Kind::VastImageLogin => "vast_image_login",
         }
     }
 

@@ -228,6 +228,9 @@ fn seed_database(
                 state_since: s.created_at,
                 last_seen_at: Some(start - 5 * 60_000),
                 gone_at: None,
+                machine_id: None,
+                is_bid: false,
+                storage_dph: None,
             },
         )?;
     }

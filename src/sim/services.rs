@@ -118,6 +118,15 @@ impl VastClient for SimVast {
         self.call(false, |w| w.stop(id, now))
     }
 
+    /// The sim's world neither restarts stopped instances nor takes bids.
+    fn start_instance(&self, id: u64) -> Result<(), VastError> {
+        Err(unsupported(id, "start"))
+    }
+
+    fn change_bid(&self, id: u64, _price: f64) -> Result<(), VastError> {
+        Err(unsupported(id, "change_bid"))
+    }
+
     fn destroy_instance(&self, id: u64) -> Result<(), VastError> {
         let now = self.clock.now_ms();
         self.call(false, |w| w.destroy(id, now))
@@ -129,6 +138,14 @@ impl VastClient for SimVast {
 
     fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError> {
         self.call(false, |w| w.vast.logs(id, tail))
+    }
+}
+
+fn unsupported(id: u64, what: &str) -> VastError {
+    VastError::Api {
+        status: 400,
+        code: "unsupported".into(),
+        msg: format!("the sim's vast.ai does not {what} instance {id}"),
     }
 }
 

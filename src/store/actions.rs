@@ -127,6 +127,22 @@ pub fn launches_since(conn: &Connection, since: Millis) -> Result<Vec<Action>> {
     Ok(rows)
 }
 
+/// Instances whose latest stop or start that went through is a stop of ours: stopped by
+/// us (vast.ai pausing an outbid bid is not).
+pub fn stopped_by_us(conn: &Connection) -> Result<std::collections::HashSet<i64>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.instance_id FROM actions a
+          WHERE a.kind = 'stop' AND a.outcome = 'ok' AND a.instance_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM actions b
+                             WHERE b.instance_id = a.instance_id AND b.kind = 'start'
+                               AND b.outcome = 'ok' AND b.id > a.id)",
+    )?;
+    let rows = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<std::collections::HashSet<i64>>>()?;
+    Ok(rows)
+}
+
 pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM actions ORDER BY id DESC LIMIT ?1"

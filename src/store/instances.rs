@@ -17,6 +17,9 @@ crate::text_enum! {
         Proving = "proving",
         Dead = "dead",
         Stopped = "stopped",
+        /// A bid of ours that vast.ai paused without our asking (outbid): it may resume at
+        /// any moment, so it counts against the caps at its full price.
+        Outbid = "outbid",
         Gone = "gone",
     }
 }
@@ -42,11 +45,17 @@ pub struct InstanceRow {
     pub state_since: Millis,
     pub last_seen_at: Option<Millis>,
     pub gone_at: Option<Millis>,
+    /// The vast.ai host (`machine_id`) it runs on, when known.
+    pub machine_id: Option<i64>,
+    /// A bid (interruptible) instance.
+    pub is_bid: bool,
+    /// $/h its disk bills (vast.ai's `storage_total_cost`), also while stopped.
+    pub storage_dph: Option<f64>,
 }
 
 pub const COLS: &str = "label, vast_id, state, actual_status, status_msg, gpu_name, dph, offer_id,
     public_ip, machine_name, launched_run, adopted, created_at, state_since, last_seen_at, gone_at,
-    worker_address";
+    worker_address, machine_id, is_bid, storage_dph";
 
 pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
     Ok(InstanceRow {
@@ -67,6 +76,9 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
         last_seen_at: r.get(14)?,
         gone_at: r.get(15)?,
         worker_address: r.get(16)?,
+        machine_id: r.get(17)?,
+        is_bid: r.get(18)?,
+        storage_dph: r.get(19)?,
     })
 }
 
@@ -95,13 +107,15 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
 pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
     conn.execute(
         &format!(
-            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
              ON CONFLICT(label) DO UPDATE SET vast_id = excluded.vast_id, state = excluded.state,
                 actual_status = excluded.actual_status, status_msg = excluded.status_msg,
                 gpu_name = excluded.gpu_name, dph = excluded.dph, offer_id = excluded.offer_id,
                 public_ip = excluded.public_ip, machine_name = excluded.machine_name,
                 state_since = excluded.state_since, last_seen_at = excluded.last_seen_at,
-                gone_at = excluded.gone_at, worker_address = excluded.worker_address"
+                gone_at = excluded.gone_at, worker_address = excluded.worker_address,
+                machine_id = excluded.machine_id,
+                is_bid = excluded.is_bid, storage_dph = excluded.storage_dph"
         ),
         params![
             i.label,
@@ -120,7 +134,10 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
             i.state_since,
             i.last_seen_at,
             i.gone_at,
-            i.worker_address
+            i.worker_address,
+            i.machine_id,
+            i.is_bid,
+            i.storage_dph
         ],
     )?;
     Ok(())
@@ -166,10 +183,13 @@ pub fn count_by_state(conn: &Connection) -> Result<Vec<(String, i64)>> {
     Ok(rows)
 }
 
-/// What the instances that bill (not gone, not stopped) cost per hour, in dollars.
+/// What the instances that bill cost per hour, in dollars: the full price of those not gone
+/// nor stopped (outbid bids included), the disk of stopped ones.
 pub fn billing_dph(conn: &Connection) -> Result<f64> {
     Ok(conn.query_row(
-        "SELECT COALESCE(SUM(dph), 0) FROM instances WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone')",
+        "SELECT COALESCE(SUM(CASE WHEN state = 'stopped' THEN COALESCE(storage_dph, 0)
+                                  ELSE COALESCE(dph, 0) END), 0)
+           FROM instances WHERE gone_at IS NULL AND state <> 'gone'",
         [],
         |r| r.get(0),
     )?)
@@ -199,6 +219,9 @@ mod tests {
             state_since: 0,
             last_seen_at: None,
             gone_at,
+            machine_id: None,
+            is_bid: false,
+            storage_dph: None,
         }
     }
 

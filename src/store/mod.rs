@@ -4,6 +4,7 @@
 //! Nothing here talks to the outside world or reads the clock: times are passed in.
 
 pub mod actions;
+pub mod bad_hosts;
 pub mod calibration;
 pub mod curio;
 pub mod events;
@@ -31,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0001_init.sql"),
     include_str!("../../sql/0002_floor_and_calibration.sql"),
     include_str!("../../sql/0003_curio_ground_truth.sql"),
+    include_str!("../../sql/0004_vast_ground_truth.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -90,21 +90,103 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, reason, plan::no_key(&ask), now);
     };
+    if let Some(row) = plan::restart_candidate(&ask, ctx.snapshot, config) {
+        if let Some(done) = restart(ctx, vast.as_ref(), &row, reason)? {
+            return Ok(done);
+        }
+    }
     let env = match worker_env(ctx) {
         Ok(env) => env,
         Err((name, e)) => return answer(ctx, reason, plan::env_refused(&ask, &name, &e), now),
     };
+    let image_login = match crate::secrets::lookup(ctx.env, crate::secrets::Kind::VastImageLogin) {
+        Ok(l) => l,
+        Err(e) => {
+            let name = crate::secrets::Kind::VastImageLogin.credential();
+            return answer(
+                ctx,
+                reason,
+                plan::env_refused(&ask, name, &format!("{e:#}")),
+                now,
+            );
+        }
+    };
     if let Some(query) = plan::search(ctx.snapshot, config) {
-        match plan::searched(&ask, config, vast.search_offers(&query)) {
+        let found = vast.search_offers(&query);
+        match &found {
+            Ok(_) => crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?,
+            Err(crate::vast::VastError::SearchQuota { reset }) => {
+                crate::store::bad_hosts::set_search_quota(&ctx.store.conn, reset, now)?;
+                ctx.snapshot.search_quota = Some(reset.clone());
+            }
+            Err(_) => {}
+        }
+        match plan::searched(&ask, config, &query.exclude_machines, found) {
             Ok(found) => ctx.snapshot.offers = Some(found),
             Err(a) => return answer(ctx, reason, *a, now),
         }
     }
     let offers = ctx.snapshot.offers.as_deref().unwrap_or_default();
     match plan::choose(&ask, config, offers, env) {
-        Ok(create) => rent(ctx, vast.as_ref(), &ask, &create, reason),
+        Ok(mut create) => {
+            create.request.image_login = image_login;
+            rent(ctx, vast.as_ref(), &ask, &create, reason)
+        }
         Err(a) => answer(ctx, reason, *a, now),
     }
+}
+
+/// Start a stopped instance of ours again (`stop_mode = "stop"`), recorded as a `start`
+/// action; `None` when vast.ai refused (recorded `failed`): the launch rents instead.
+fn restart(
+    ctx: &mut ToolCtx<'_>,
+    vast: &dyn VastClient,
+    row: &crate::store::instances::InstanceRow,
+    reason: &str,
+) -> Result<Option<ToolResult>> {
+    let id = row.vast_id.unwrap_or(0);
+    let answer = vast.start_instance(id.max(0) as u64);
+    let after = ctx.clock.now_ms();
+    let done = plan::after_start(row, answer.as_ref().copied(), after);
+    let (outcome, detail) = match &done {
+        Ok(_) => ("ok", "started again instead of renting".to_string()),
+        Err(d) => ("failed", d.clone()),
+    };
+    let tx = ctx.store.immediate()?;
+    actions::insert(
+        &tx,
+        &NewAction {
+            run_id: (ctx.run_id > 0).then_some(ctx.run_id),
+            kind: "start",
+            outcome,
+            actor: ctx.actor.as_str(),
+            instance_id: Some(id),
+            label: Some(&row.label),
+            dph: row.dph,
+            tool_call_id: Some(&ctx.call_id),
+            reason: Some(reason),
+            detail: Some(&detail),
+            ..Default::default()
+        },
+        after,
+    )?;
+    let result = match done {
+        Ok((r, result)) => {
+            instances::upsert(&tx, &r)?;
+            if let Some(s) = ctx
+                .snapshot
+                .instances
+                .iter_mut()
+                .find(|x| x.label == r.label)
+            {
+                *s = r;
+            }
+            Some(result)
+        }
+        Err(_) => None,
+    };
+    tx.commit()?;
+    Ok(result)
 }
 
 /// `[vast.env]` with its credentials resolved, in order; the first that fails stops it

@@ -93,9 +93,25 @@ impl Tool for SearchOffers {
             ));
         };
         // Ask for more than shown: the local filter and the $/proof order may reorder them.
-        let query = config_query(ctx.config, gpu.as_deref(), a.max_dph, 64);
+        let mut query = config_query(ctx.config, gpu.as_deref(), a.max_dph, 64);
+        // Hosts that failed us are left out here too.
+        query.exclude_machines = crate::policy::launch::bad_hosts(ctx.snapshot);
         let offers = match vast.search_offers(&query) {
-            Ok(o) => o,
+            Ok(o) => {
+                crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?;
+                o
+            }
+            Err(crate::vast::VastError::SearchQuota { reset }) => {
+                let now = ctx.clock.now_ms();
+                crate::store::bad_hosts::set_search_quota(&ctx.store.conn, &reset, now)?;
+                ctx.snapshot.search_quota = Some(reset.clone());
+                let e = crate::vast::VastError::SearchQuota { reset };
+                return Ok(ToolResult::error(
+                    "vast_error",
+                    json!({"message": format!("{e}: no offer search can succeed before then; do not retry this pass"),
+                           "search_quota_exhausted": true}),
+                ));
+            }
             Err(e) => {
                 return Ok(ToolResult::error(
                     "vast_error",
@@ -106,6 +122,10 @@ impl Tool for SearchOffers {
         let mut matching: Vec<&Offer> = offers
             .iter()
             .filter(|o| matches_config(o, ctx.config))
+            .filter(|o| {
+                !o.machine_id
+                    .is_some_and(|m| query.exclude_machines.contains(&m))
+            })
             .filter(|o| a.max_dph.is_none_or(|m| o.dph_total <= m + 1e-9))
             .collect();
         matching.sort_by(|x, y| {

@@ -104,12 +104,26 @@ pub fn stop(
         Done::Stopped(s) => s,
         Done::Failed(a) => return answer(ctx, &ask, &reason, a, after),
     };
+    // A host that failed us (a boot that never finished, exited, offline, unknown) is left
+    // out of offer searches for `vast.offers.bad_host_hours`.
+    let host_failure = ctx
+        .snapshot
+        .flagged(ctx.config)
+        .into_iter()
+        .find(|f| f.vast_id == instance_id)
+        .filter(|f| plan::host_failure(&f.why))
+        .and_then(|f| Some((target.row.as_ref()?.machine_id?, f.why)));
+    let hours = ctx.config.vast.offers.bad_host_hours;
     let tx = ctx.store.immediate()?;
+    if let Some((machine, why)) = &host_failure {
+        let until = after + (hours * 3_600_000.0) as Millis;
+        crate::store::bad_hosts::mark(&tx, *machine, why, until, after)?;
+    }
     actions::insert(
         &tx,
         &NewAction {
             run_id: (ctx.run_id > 0).then_some(ctx.run_id),
-            kind: ask.kind,
+            kind: target.kind,
             outcome: s.entry.outcome,
             actor: ctx.actor.as_str(),
             instance_id: Some(instance_id),
@@ -127,6 +141,13 @@ pub fn stop(
         instances::upsert(&tx, r)?;
     }
     tx.commit()?;
+    if let Some((machine, _)) = host_failure {
+        // The rest of this pass searches without it too.
+        ctx.snapshot.bad_hosts.push(machine);
+        if let Some(offers) = ctx.snapshot.offers.as_mut() {
+            offers.retain(|o| o.machine_id != u64::try_from(machine).ok());
+        }
+    }
     ctx.snapshot.record_stop(instance_id, s.gone);
     Ok(plan::stopped(&target, &s, ctx.snapshot))
 }

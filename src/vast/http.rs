@@ -15,7 +15,9 @@ use serde_json::{json, Map, Value};
 use super::wire::{as_id, create_body, cut, excerpt, list_query, offer_query_body, Answer};
 use super::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
 use crate::clock::{Clock, Millis};
-use crate::ratelimit::spacing::{retry_after_secs, CreateGate, CreateTurn};
+use crate::ratelimit::spacing::{
+    retry_after_secs, CreateGate, CreateTurn, Spacer, DESTROY_SPACING, LIST_PAGE_SPACING,
+};
 
 // Where these lived before the split (`sim` still takes `wait_after_429` from here).
 pub use super::wire::{last_lines, parse_instance, parse_offer};
@@ -46,6 +48,8 @@ pub struct HttpVastClient {
     /// When this client last sent a create (vast.ai's create spacing); held for a whole
     /// create so creates from several threads of one process queue up behind it.
     create_gate: CreateGate,
+    /// Destroys of one process go 3 s apart (vast.ai's DELETE interval).
+    destroy_gap: Spacer,
 }
 
 impl fmt::Debug for HttpVastClient {
@@ -113,6 +117,7 @@ impl HttpVastClient {
             agent: config.build().into(),
             timeout,
             create_gate: CreateGate::new(),
+            destroy_gap: Spacer::new(DESTROY_SPACING),
         }
     }
 
@@ -180,6 +185,11 @@ impl HttpVastClient {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .map(|s| s.trim().to_string());
+        let rate_reset = response
+            .headers()
+            .get("x-ratelimit-reset")
+            .and_then(|v| v.to_str().ok())
+            .map(|s| crate::text::clip(s.trim(), 64));
         let bytes = response
             .body_mut()
             .with_config()
@@ -193,6 +203,7 @@ impl HttpVastClient {
             route: String::new(),
             status,
             retry_after,
+            rate_reset,
             text,
             json,
         })
@@ -279,6 +290,12 @@ impl HttpVastClient {
                 return Err(VastError::Deprecated(
                     self.scrub(&format!("{route}: {}", answer.msg())),
                 ));
+            }
+            if answer.status == 429 && answer.code() == "search_quota_exceeded" {
+                // The daily search quota: its Retry-After can be hours; never retried.
+                return Err(VastError::SearchQuota {
+                    reset: self.scrub(answer.rate_reset.as_deref().unwrap_or("")),
+                });
             }
             if answer.status == 429 {
                 let wait = wait_after_429(
@@ -393,40 +410,11 @@ impl VastClient for HttpVastClient {
     /// `success: false` that still names `new_contract` (a bid too low for an interruptible)
     /// is [`VastError::CreateFailed`]: that instance exists and should be destroyed.
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
-        let body = create_body(req);
-        let path = format!("/api/v0/asks/{}/", req.offer_id);
-        let mut turn = self.create_gate.turn();
-        let answer = self.send(Method::Put, &path, Some(&body), Some(&mut turn))?;
-        drop(turn);
-        let contract = answer.field("new_contract").and_then(as_id);
-        if answer.ok() && !answer.success_false() {
-            return match contract {
-                Some(id) => Ok(id),
-                None => Err(self.decode(&format!(
-                    "create of offer {} answered HTTP {} without `new_contract`; it may have \
-                     rented an instance: {}",
-                    req.offer_id,
-                    answer.status,
-                    excerpt(&answer.text)
-                ))),
-            };
-        }
-        if let Some(new_contract) = contract {
-            return Err(VastError::CreateFailed {
-                new_contract,
-                msg: self.scrub(&answer.msg()),
-            });
-        }
-        let code = answer.code();
-        let gone = match answer.status {
-            404 => code == "no_such_ask" || code == "invalid_args",
-            410 => code == "no_such_ask" || code.is_empty(),
-            _ => false,
-        };
-        if gone {
-            return Err(VastError::NoSuchAsk(req.offer_id));
-        }
-        Err(self.api_error(&answer))
+        let login = req.image_login.as_ref().map(|l| l.expose().to_string());
+        self.create(req).map_err(|e| match &login {
+            Some(l) => scrub_error(e, l),
+            None => e,
+        })
     }
 
     /// Every page of `GET /api/v1/instances/` (25 rows each, ordered by id), following
@@ -437,7 +425,11 @@ impl VastClient for HttpVastClient {
         let mut ids = HashSet::new();
         let mut tokens = HashSet::new();
         let mut token: Option<String> = None;
-        for _ in 0..MAX_PAGES {
+        for page in 0..MAX_PAGES {
+            if page > 0 {
+                // vast.ai allows one list call a second.
+                self.sleep(LIST_PAGE_SPACING);
+            }
             let path = format!("/api/v1/instances/?{}", list_query(token.as_deref()));
             let answer = self.send(Method::Get, &path, None, None)?;
             let obj = self.expect_ok(&answer)?;
@@ -502,9 +494,25 @@ impl VastClient for HttpVastClient {
         self.manage(id, json!({"state": "stopped"}))
     }
 
+    fn start_instance(&self, id: u64) -> Result<(), VastError> {
+        self.manage(id, json!({"state": "running"}))
+    }
+
+    /// `PUT /api/v0/instances/bid_price/{id}/` with `{"client_id": "me", "price": p}`.
+    fn change_bid(&self, id: u64, price: f64) -> Result<(), VastError> {
+        let path = format!("/api/v0/instances/bid_price/{id}/");
+        let body = json!({"client_id": "me", "price": price});
+        let answer = self.send(Method::Put, &path, Some(&body), None)?;
+        if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
+            return Err(VastError::NoSuchInstance(id));
+        }
+        self.expect_ok(&answer).map(|_| ())
+    }
+
     /// `DELETE /api/v0/instances/{id}/`; `no_such_instance` (already gone) is success.
     fn destroy_instance(&self, id: u64) -> Result<(), VastError> {
         let path = format!("/api/v0/instances/{id}/");
+        self.destroy_gap.space(self.clock.as_ref());
         let answer = self.send(Method::Delete, &path, Some(&json!({})), None)?;
         if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
             return Ok(());
@@ -566,6 +574,44 @@ impl VastClient for HttpVastClient {
 }
 
 impl HttpVastClient {
+    /// The create itself (see [`VastClient::create_instance`]).
+    fn create(&self, req: &CreateRequest) -> Result<u64, VastError> {
+        let body = create_body(req);
+        let path = format!("/api/v0/asks/{}/", req.offer_id);
+        let mut turn = self.create_gate.turn();
+        let answer = self.send(Method::Put, &path, Some(&body), Some(&mut turn))?;
+        drop(turn);
+        let contract = answer.field("new_contract").and_then(as_id);
+        if answer.ok() && !answer.success_false() {
+            return match contract {
+                Some(id) => Ok(id),
+                None => Err(self.decode(&format!(
+                    "create of offer {} answered HTTP {} without `new_contract`; it may have \
+                     rented an instance: {}",
+                    req.offer_id,
+                    answer.status,
+                    excerpt(&answer.text)
+                ))),
+            };
+        }
+        if let Some(new_contract) = contract {
+            return Err(VastError::CreateFailed {
+                new_contract,
+                msg: self.scrub(&answer.msg()),
+            });
+        }
+        let code = answer.code();
+        let gone = match answer.status {
+            404 => code == "no_such_ask" || code == "invalid_args",
+            410 => code == "no_such_ask" || code.is_empty(),
+            _ => false,
+        };
+        if gone {
+            return Err(VastError::NoSuchAsk(req.offer_id));
+        }
+        Err(self.api_error(&answer))
+    }
+
     /// `PUT /api/v0/instances/{id}/` with a state or label change.
     fn manage(&self, id: u64, body: Value) -> Result<(), VastError> {
         let path = format!("/api/v0/instances/{id}/");
@@ -574,6 +620,27 @@ impl HttpVastClient {
             return Err(VastError::NoSuchInstance(id));
         }
         self.expect_ok(&answer).map(|_| ())
+    }
+}
+
+/// The error with `secret` (and any long piece of it) cut out of its texts.
+fn scrub_error(e: VastError, secret: &str) -> VastError {
+    let r = |t: String| crate::secrets::redact(&t, secret);
+    match e {
+        VastError::Auth(m) => VastError::Auth(r(m)),
+        VastError::RateLimited(m) => VastError::RateLimited(r(m)),
+        VastError::CreateFailed { new_contract, msg } => VastError::CreateFailed {
+            new_contract,
+            msg: r(msg),
+        },
+        VastError::Api { status, code, msg } => VastError::Api {
+            status,
+            code: r(code),
+            msg: r(msg),
+        },
+        VastError::Transport(m) => VastError::Transport(r(m)),
+        VastError::Decode(m) => VastError::Decode(r(m)),
+        other => other,
     }
 }
 

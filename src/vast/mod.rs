@@ -29,6 +29,9 @@ pub struct Offer {
     /// Current minimum interruptible bid, $/h for the whole offer; `None` when not reported.
     #[serde(default)]
     pub min_bid: Option<f64>,
+    /// The host (`machine_id`), when reported.
+    #[serde(default)]
+    pub machine_id: Option<u64>,
 }
 
 /// Which offers to search for. Built from `[vast.offers]` plus the tool's arguments.
@@ -42,6 +45,8 @@ pub struct OfferQuery {
     pub interruptible: bool,
     pub disk_gb: f64,
     pub limit: u32,
+    /// Hosts (`machine_id`) that failed us: left out with `{"machine_id": {"notin": [...]}}`.
+    pub exclude_machines: Vec<u64>,
 }
 
 /// One of our instances as `GET /api/v1/instances/` shows it. Strings are trimmed; status
@@ -54,6 +59,17 @@ pub struct Instance {
     pub actual_status: Option<String>,
     pub intended_status: Option<String>,
     pub cur_state: Option<String>,
+    #[serde(default)]
+    pub next_state: Option<String>,
+    /// An interruptible (bid) instance.
+    #[serde(default)]
+    pub is_bid: Option<bool>,
+    /// The host it runs on.
+    #[serde(default)]
+    pub machine_id: Option<u64>,
+    /// $/h of its disk (`storage_total_cost`), billed while stopped too.
+    #[serde(default)]
+    pub storage_dph: Option<f64>,
     pub status_msg: Option<String>,
     pub gpu_name: Option<String>,
     pub num_gpus: Option<u32>,
@@ -76,6 +92,9 @@ pub struct CreateRequest {
     pub onstart: Option<String>,
     /// Bid in $/h for an interruptible instance; `None` for on-demand.
     pub bid_price: Option<f64>,
+    /// Registry login for a private image (`-u USER -p TOKEN registry`): a secret, sent as
+    /// `image_login` and nowhere else.
+    pub image_login: Option<crate::secrets::Secret>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -89,6 +108,10 @@ pub enum VastError {
     /// Still rate limited after the retries.
     #[error("vast.ai rate limit: {0}")]
     RateLimited(String),
+    /// HTTP 429 `search_quota_exceeded`: the daily search quota is spent until `reset`
+    /// (`X-RateLimit-Reset` as sent, "" without one). Never retried.
+    #[error("vast.ai search quota exhausted until {}", if reset.is_empty() { "its daily reset" } else { reset.as_str() })]
+    SearchQuota { reset: String },
     /// The offer is gone (404/410 `no_such_ask`).
     #[error("offer {0} is no longer available")]
     NoSuchAsk(u64),
@@ -137,6 +160,10 @@ pub trait VastClient: Send + Sync {
     /// One instance; `Ok(None)` when it no longer exists.
     fn show_instance(&self, id: u64) -> Result<Option<Instance>, VastError>;
     fn stop_instance(&self, id: u64) -> Result<(), VastError>;
+    /// Start a stopped instance again (`{"state": "running"}`); it may sit scheduling.
+    fn start_instance(&self, id: u64) -> Result<(), VastError>;
+    /// Change the bid of an interruptible instance to `price` $/h.
+    fn change_bid(&self, id: u64, price: f64) -> Result<(), VastError>;
     /// Destroying an instance that is already gone is success.
     fn destroy_instance(&self, id: u64) -> Result<(), VastError>;
     fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError>;

@@ -20,6 +20,8 @@ pub(super) struct Answer {
     pub(super) route: String,
     pub(super) status: u16,
     pub(super) retry_after: Option<String>,
+    /// `X-RateLimit-Reset`, as sent.
+    pub(super) rate_reset: Option<String>,
     pub(super) text: String,
     pub(super) json: Option<Value>,
 }
@@ -92,6 +94,9 @@ pub(crate) fn offer_query_body(q: &OfferQuery) -> Value {
     if let Some(max) = q.max_dph {
         body.insert("dph_total".into(), json!({ "lte": max }));
     }
+    if !q.exclude_machines.is_empty() {
+        body.insert("machine_id".into(), json!({ "notin": q.exclude_machines }));
+    }
     body.insert(
         "type".into(),
         json!(if q.interruptible { "bid" } else { "on-demand" }),
@@ -112,6 +117,9 @@ pub(crate) fn offer_query_body(q: &OfferQuery) -> Value {
 /// the worker died and needs an SSH key on the account; fleetagent never logs in, and wants
 /// a dead worker to show up as `exited`.
 ///
+/// `image_login` (a private image's registry login) only when set: it is a secret, so the
+/// body is never logged.
+///
 /// `cancel_unavail: true` always: an offer that cannot start now is refused (410
 /// `no_such_ask`) instead of becoming a stopped instance; vast.ai's default for bids is false.
 pub(crate) fn create_body(req: &CreateRequest) -> Value {
@@ -125,6 +133,9 @@ pub(crate) fn create_body(req: &CreateRequest) -> Value {
         "price": req.bid_price,
         "cancel_unavail": true,
     });
+    if let Some(login) = &req.image_login {
+        body["image_login"] = json!(login.expose());
+    }
     if let Some(cmd) = req.onstart.as_deref().filter(|c| !c.trim().is_empty()) {
         body["onstart"] = json!("/bin/sh");
         body["args"] = json!(["-c", cmd]);
@@ -247,6 +258,7 @@ pub fn parse_offer(v: &Value) -> Option<Offer> {
         geolocation: text(v.get("geolocation")),
         public_ip: text(v.get("public_ipaddr")),
         min_bid: num(v.get("min_bid")),
+        machine_id: v.get("machine_id").and_then(as_id),
     })
 }
 
@@ -259,6 +271,14 @@ pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
         actual_status: text(v.get("actual_status")),
         intended_status: text(v.get("intended_status")),
         cur_state: text(v.get("cur_state")),
+        next_state: text(v.get("next_state")),
+        is_bid: match v.get("is_bid") {
+            Some(Value::Bool(b)) => Some(*b),
+            Some(Value::Number(n)) => n.as_f64().map(|f| f != 0.0),
+            _ => None,
+        },
+        machine_id: v.get("machine_id").and_then(as_id),
+        storage_dph: num(v.get("storage_total_cost")),
         status_msg: text(v.get("status_msg")),
         gpu_name: text(v.get("gpu_name")),
         num_gpus: num(v.get("num_gpus")).map(|n| n.max(0.0) as u32),
@@ -283,6 +303,7 @@ mod tests {
             interruptible: false,
             disk_gb: 40.0,
             limit: 10,
+            exclude_machines: vec![31337, 42],
         }
     }
     #[test]
@@ -301,6 +322,7 @@ mod tests {
         assert_eq!(b["allocated_storage"].as_f64(), Some(40.0));
         assert_eq!(b["order"], json!([["dph_total", "asc"]]));
         assert_eq!(b["limit"], 10);
+        assert_eq!(b["machine_id"], json!({"notin": [31337, 42]}));
     }
 
     #[test]
@@ -317,6 +339,7 @@ mod tests {
             "gpu_ram",
             "reliability",
             "dph_total",
+            "machine_id",
         ] {
             assert!(b.get(key).is_none(), "{key} should be absent: {b}");
         }
@@ -336,6 +359,7 @@ mod tests {
             env,
             onstart: None,
             bid_price: None,
+            image_login: None,
         };
         let b = create_body(&req);
         assert_eq!(b["client_id"], "me");
@@ -352,6 +376,12 @@ mod tests {
         assert_eq!(b["args"], json!(["-c", "/opt/start-worker.sh"]));
         assert_eq!(b["price"], json!(0.25));
         assert_eq!(b["cancel_unavail"], true, "a bid too");
+        assert!(b.get("image_login").is_none());
+        req.image_login = crate::secrets::Secret::new("-u me -p tok registry.example");
+        assert_eq!(
+            create_body(&req)["image_login"],
+            "-u me -p tok registry.example"
+        );
     }
 
     #[test]

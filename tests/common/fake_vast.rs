@@ -1,6 +1,7 @@
 //! A faithful fake of vast.ai's REST API on 127.0.0.1 (shared/reference/vastai-api.md §9):
 //! offers, creates, the paginated v1 list (and the v0 list answering 410), show, stop/label,
-//! destroy and logs, with bearer auth, per-route rate limits and injected failures. Time
+//! destroy and logs, start and change-bid, bids that are outbid mid-life and resume (in both
+//! shapes the sources describe), the daily search quota, with bearer auth, per-route rate limits and injected failures. Time
 //! comes from the `Clock` it is given, so a test sharing a `ManualClock` with the client
 //! never sleeps for real. It owns no client logic and never touches the network beyond
 //! its loopback socket.
@@ -101,6 +102,7 @@ impl FakeVast {
             log_objects: HashMap::new(),
             show_missing_404: false,
             progression: None,
+            search_quota: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -222,6 +224,11 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
                 }
                 if let Some(ra) = r.retry_after {
                     if let Ok(h) = Header::from_bytes("Retry-After", ra.as_bytes()) {
+                        resp.add_header(h);
+                    }
+                }
+                if let Some(reset) = r.rate_reset {
+                    if let Ok(h) = Header::from_bytes("X-RateLimit-Reset", reset.as_bytes()) {
                         resp.add_header(h);
                     }
                 }

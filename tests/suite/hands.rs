@@ -212,6 +212,9 @@ impl Rig {
                 state_since: at,
                 last_seen_at: Some(at),
                 gone_at: None,
+                machine_id: None,
+                is_bid: false,
+                storage_dph: None,
             },
         )
         .unwrap();

@@ -17,3 +17,4 @@ mod sim;
 mod sim_llm;
 mod units;
 mod vast_client;
+mod vast_truth;

@@ -10,6 +10,7 @@ mod list;
 mod logs;
 mod retries;
 mod search;
+mod vast_truth;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ fn launch(offer_id: u64, label: &str) -> CreateRequest {
         env,
         onstart: None,
         bid_price: None,
+        image_login: None,
     }
 }
 
@@ -69,6 +71,7 @@ fn query() -> OfferQuery {
         interruptible: false,
         disk_gb: 40.0,
         limit: 4,
+        exclude_machines: Vec::new(),
     }
 }
 

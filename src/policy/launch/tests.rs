@@ -27,6 +27,7 @@ fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
         geolocation: None,
         public_ip: None,
         min_bid: Some(0.2),
+        machine_id: None,
     }
 }
 
@@ -49,6 +50,9 @@ fn row(id: i64, dph: f64) -> InstanceRow {
         state_since: NOW - MIN,
         last_seen_at: Some(NOW),
         gone_at: None,
+        machine_id: None,
+        is_bid: false,
+        storage_dph: None,
     }
 }
 
@@ -261,10 +265,10 @@ fn offers_are_searched_once_per_pass_and_filtered_here_too() {
     let a = ask(&s, &c, None);
     let mut unverified = offer(2, "RTX 4090", 0.3);
     unverified.verified = false;
-    let found = searched(&a, &c, Ok(vec![offer(1, "RTX 4090", 0.4), unverified])).unwrap();
+    let found = searched(&a, &c, &[], Ok(vec![offer(1, "RTX 4090", 0.4), unverified])).unwrap();
     assert_eq!(found.iter().map(|o| o.id).collect::<Vec<_>>(), vec![1]);
 
-    let ans = searched(&a, &c, Err(VastError::Transport("timeout".into()))).unwrap_err();
+    let ans = searched(&a, &c, &[], Err(VastError::Transport("timeout".into()))).unwrap_err();
     assert_eq!(
         ans.result.content,
         json!({"error": "vast_error", "message": "vast.ai unreachable: timeout"})
@@ -364,14 +368,22 @@ fn a_launch_carries_its_intent_row_and_request() {
     assert_eq!(r.env.get(LABEL_ENV), Some(&a.label));
     assert_eq!(r.env.get(NODE_NAME_ENV), Some(&a.label));
     assert_eq!((r.onstart.as_deref(), r.bid_price), (Some("run"), None));
-    // Interruptible: a bid at the offer's minimum; outside any pass, no run.
+    // Interruptible: a bid at bid_factor (1.2) x the offer's min_bid; outside any pass, no run.
     c.vast.offers.offer_type = OfferType::Interruptible;
     let a = Ask::new(&s, &c, 0, "call_1", None, NOW);
     let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.4)], BTreeMap::new()).unwrap();
     assert_eq!(
         (cr.request.bid_price, cr.row.launched_run),
-        (Some(0.2), None)
+        (Some(0.24), None)
     );
+    // Never above max_dph_per_instance; an offer without min_bid bids its dph_total.
+    c.vast.offers.max_dph_per_instance = Some(0.22);
+    let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.2)], BTreeMap::new()).unwrap();
+    assert_eq!(cr.request.bid_price, Some(0.22));
+    let mut no_min = offer(5, "RTX 4090", 0.21);
+    no_min.min_bid = None;
+    assert_eq!(bid_price(&no_min, &c), 0.21);
+    c.vast.offers.max_dph_per_instance = None;
     // CURIO_NODE_NAME from [vast.env] is the operator's: kept.
     let env = BTreeMap::from([(NODE_NAME_ENV.to_string(), "pool".to_string())]);
     let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.4)], env).unwrap();

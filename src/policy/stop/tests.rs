@@ -31,6 +31,9 @@ fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
         state_since: NOW - MIN,
         last_seen_at: Some(NOW),
         gone_at: None,
+        machine_id: None,
+        is_bid: false,
+        storage_dph: None,
     }
 }
 

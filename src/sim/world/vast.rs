@@ -339,6 +339,8 @@ impl VastAccount {
                 geolocation: Some("Simland".into()),
                 public_ip: Some(h.ip.clone()),
                 min_bid: Some(round3(h.dph * 0.6)),
+                // Hosts are not told apart in the sim: no bad-host exclusion there.
+                machine_id: None,
             })
             .collect();
         v.sort_by(|a, b| a.dph_total.total_cmp(&b.dph_total).then(a.id.cmp(&b.id)));
@@ -515,6 +517,7 @@ fn listed(i: &Inst) -> Instance {
         dph_total: Some(i.dph),
         public_ip: Some(i.ip.clone()),
         start_date: Some(i.created_at as f64 / 1000.0),
+        ..Default::default()
     }
 }
 

@@ -16,6 +16,8 @@ pub struct FakeReply {
     pub body: String,
     pub content_type: String,
     pub retry_after: Option<String>,
+    /// `X-RateLimit-Reset`, when set.
+    pub rate_reset: Option<String>,
     /// Never answer (the client times out).
     pub hang: bool,
 }
@@ -27,6 +29,7 @@ impl FakeReply {
             body: body.to_string(),
             content_type: "application/json".into(),
             retry_after: None,
+            rate_reset: None,
             hang: false,
         }
     }
@@ -37,6 +40,7 @@ impl FakeReply {
             body: body.into(),
             content_type: "text/plain".into(),
             retry_after: None,
+            rate_reset: None,
             hang: false,
         }
     }
@@ -52,6 +56,27 @@ impl FakeReply {
             429,
             &format!("API requests too frequent endpoint threshold={threshold_secs}"),
         )
+    }
+
+    /// vast.ai's JSON 429 (the create's documented shape).
+    pub fn too_frequent_json(threshold_secs: f64) -> Self {
+        Self::json(
+            429,
+            json!({"detail": format!("API requests too frequent endpoint threshold={threshold_secs}")}),
+        )
+    }
+
+    /// The daily search quota spent: a JSON 429 `search_quota_exceeded`, a `Retry-After` of
+    /// hours and `X-RateLimit-Reset` saying when it refills.
+    pub fn search_quota_exceeded(reset: &str) -> Self {
+        let mut r = Self::json(
+            429,
+            json!({"success": false, "error": "search_quota_exceeded",
+                   "msg": "Daily search quota exceeded", "retry_after": 7200}),
+        )
+        .with_retry_after("7200");
+        r.rate_reset = Some(reset.into());
+        r
     }
 
     pub fn hang() -> Self {

@@ -95,6 +95,47 @@ impl FakeVast {
         self.lock().instances.keys().copied().collect()
     }
 
+    /// vast.ai pauses a bid of ours (someone bid more): `actual_status` and `cur_state`
+    /// become stopped; `intended_status` and `next_state` stay running (the docs' "resumes
+    /// automatically") or, with `all_stopped`, all three turn stopped (what dstack saw).
+    pub fn outbid(&self, id: u64, all_stopped: bool) {
+        let mut s = self.lock();
+        if let Some(i) = s.instances.get_mut(&id) {
+            let rest = if all_stopped { "stopped" } else { "running" };
+            i.obj.insert("is_bid".into(), json!(true));
+            i.obj.insert("actual_status".into(), json!("stopped"));
+            i.obj.insert("cur_state".into(), json!("stopped"));
+            i.obj.insert("intended_status".into(), json!(rest));
+            i.obj.insert("next_state".into(), json!(rest));
+            i.obj.insert("ports".into(), Value::Null);
+            i.status_pinned = true;
+        }
+    }
+
+    /// Its priority came back: the paused bid runs again.
+    pub fn resume(&self, id: u64) {
+        let mut s = self.lock();
+        if let Some(i) = s.instances.get_mut(&id) {
+            for k in [
+                "actual_status",
+                "intended_status",
+                "cur_state",
+                "next_state",
+            ] {
+                i.obj.insert(k.into(), json!("running"));
+            }
+            i.status_pinned = true;
+        }
+    }
+
+    /// The bid a create or a change-bid set, if any.
+    pub fn bid_price(&self, id: u64) -> Option<f64> {
+        self.lock()
+            .instances
+            .get(&id)
+            .and_then(|i| i.obj.get("bid_price").and_then(Value::as_f64))
+    }
+
     /// Answer an unknown id on show with 404 `no_such_instance` instead of
     /// `{"instances": null}` (both are seen).
     pub fn set_show_missing_404(&self, on: bool) {
@@ -323,6 +364,45 @@ impl State {
         }
         if !changed {
             return error(400, "invalid_args", "nothing to change");
+        }
+        ok(json!({"success": true}))
+    }
+
+    /// `PUT /api/v0/instances/bid_price/{id}/ {"client_id": "me", "price": p}`: bids only;
+    /// a paused bid whose new price reaches its `min_bid` runs again.
+    pub(super) fn change_bid(&mut self, id: u64, body: &str) -> FakeReply {
+        let Ok(Value::Object(b)) = serde_json::from_str::<Value>(body) else {
+            return error(400, "invalid_args", "the body must be a JSON object");
+        };
+        if b.get("client_id").and_then(Value::as_str) != Some("me") {
+            return error(400, "invalid_args", "client_id must be \"me\"");
+        }
+        let price = match b.get("price").and_then(Value::as_f64) {
+            Some(p) if (0.001..=128.0).contains(&p) => p,
+            _ => return error(400, "invalid_price", "price must be within 0.001..128"),
+        };
+        let Some(inst) = self.instances.get_mut(&id) else {
+            return error(
+                404,
+                "no_such_instance",
+                &format!("Instance {id} not found."),
+            );
+        };
+        if inst.obj.get("is_bid") != Some(&json!(true)) {
+            return error(400, "invalid_args", "not an interruptible instance");
+        }
+        inst.obj.insert("bid_price".into(), json!(price));
+        let min_bid = inst
+            .obj
+            .get("min_bid")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let paused = inst.obj.get("actual_status") == Some(&json!("stopped"))
+            && inst.obj.get("intended_status") == Some(&json!("running"));
+        if paused && price >= min_bid {
+            for k in ["actual_status", "cur_state", "next_state"] {
+                inst.obj.insert(k.into(), json!("running"));
+            }
         }
         ok(json!({"success": true}))
     }

@@ -75,6 +75,12 @@ impl FakeVast {
         }
     }
 
+    /// After `n` more searches, every search gets the daily quota's 429
+    /// (`search_quota_exceeded`) with `X-RateLimit-Reset: reset`.
+    pub fn set_search_limit(&self, n: u32, reset: &str) {
+        self.lock().search_quota = Some((n, reset.into()));
+    }
+
     pub fn offer_rented(&self, id: u64) -> bool {
         self.lock()
             .offers
@@ -236,6 +242,20 @@ impl State {
         );
         obj.insert("start_date".into(), json!(now as f64 / 1000.0));
         obj.insert("is_bid".into(), json!(price.is_some()));
+        if let Some(p) = price {
+            // A bid bills its price (plus the disk), not the on-demand one.
+            let storage = obj
+                .get("storage_total_cost")
+                .and_then(Value::as_f64)
+                .unwrap_or(0.0);
+            obj.insert("bid_price".into(), json!(p));
+            obj.insert("dph_total".into(), json!(p + storage));
+        }
+        if let Some(login) = b.get("image_login") {
+            if !(login.is_null() || login.is_string()) {
+                return error(400, "invalid_args", "image_login must be a string");
+            }
+        }
         let min_bid = offer_json.get("min_bid").and_then(Value::as_f64);
         let outbid = matches!((price, min_bid), (Some(p), Some(m)) if p < m);
         if outbid {

@@ -28,6 +28,8 @@ pub enum Route {
     Destroy,
     /// PUT /api/v0/instances/request_logs/{id}/
     RequestLogs,
+    /// PUT /api/v0/instances/bid_price/{id}/
+    ChangeBid,
     /// GET of a `result_url` (no auth)
     LogFile,
     /// Anything else: 404
@@ -110,7 +112,15 @@ impl State {
             .and_then(|s| s.parse::<u64>().ok())
             .unwrap_or(0);
         let reply = match route {
-            Route::Offers => self.search(body),
+            Route::Offers => match self.search_quota.as_mut() {
+                Some((0, reset)) => FakeReply::search_quota_exceeded(&reset.clone()),
+                Some((left, _)) => {
+                    *left -= 1;
+                    self.search(body)
+                }
+                None => self.search(body),
+            },
+            Route::ChangeBid => self.change_bid(num, body),
             Route::Create => self.create(num, body, now),
             Route::ListV1 => self.list(query),
             Route::ListV0 => error(
@@ -169,6 +179,11 @@ fn route_of(method: &str, path: &str) -> (Route, Option<String>) {
     if let Some(rest) = path.strip_prefix("/api/v0/instances/request_logs/") {
         if let (Some(id), "PUT") = (id_of(rest), method) {
             return (Route::RequestLogs, Some(id));
+        }
+    }
+    if let Some(rest) = path.strip_prefix("/api/v0/instances/bid_price/") {
+        if let (Some(id), "PUT") = (id_of(rest), method) {
+            return (Route::ChangeBid, Some(id));
         }
     }
     if let Some(rest) = path.strip_prefix("/api/v0/instances/") {

@@ -52,4 +52,6 @@ pub(super) struct State {
     pub(super) log_objects: HashMap<String, LogObject>,
     pub(super) show_missing_404: bool,
     pub(super) progression: Option<(i64, i64)>,
+    /// Searches left today and the `X-RateLimit-Reset` sent once they are spent.
+    pub(super) search_quota: Option<(u32, String)>,
 }

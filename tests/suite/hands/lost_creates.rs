@@ -51,6 +51,7 @@ fn a_create_not_recorded_is_adopted_never_duplicated() {
             env: BTreeMap::new(),
             onstart: None,
             bid_price: None,
+            image_login: None,
         })
         .unwrap();
     rig.clock.advance(Duration::from_secs(60));

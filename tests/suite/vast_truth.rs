@@ -1,0 +1,460 @@
+//! vast.ai as it really is, end to end (issue 16): the real binary (`fleetagent run`, the
+//! rules deciding) against the fake vast.ai on 127.0.0.1, demand from a `command` probe.
+//! An outbid bid in a fleet at max_instances is destroyed and replaced in one pass; a resume
+//! over a cap is answered by a stop in the same pass; stop_mode = "stop" starts a stopped
+//! instance before renting; a stopped one past stopped_max_hours is destroyed; a failed host
+//! is left out of the search; the search quota is named; image_login never leaks.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::agent_e2e::write_demand;
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fleet::Fleet;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// A fleet of the rules alone wired to the fake; `extra` goes in `[policy]`, `vast` in
+/// `[vast]`, `offers` in `[vast.offers]`.
+fn rig(vast: &FakeVast, policy: &str, vast_extra: &str, offers: &str) -> Fleet {
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let text = format!(
+        r#"
+[run]
+deadline_secs = 120
+[debounce]
+p0_secs = 0
+p1_secs = 0
+p2_secs = 0
+max_wait_secs = 2
+[llm]
+provider = "rules"
+[vast]
+base_url = "{url}"
+image = "ghcr.io/example/curio-psprove:latest"
+{vast_extra}
+[vast.offers]
+gpu_names = ["RTX 4090"]
+{offers}
+[demand]
+source = "command"
+command = "cat {demand}"
+[policy]
+proofs_per_hour_per_instance = 50
+{policy}
+"#,
+        url = vast.url(),
+        demand = f.path().join("demand.json").display(),
+    );
+    f.write_config(&text);
+    f.cmd(&["init"]).ok();
+    f
+}
+
+/// Curio with a busy worker on each of these labels, and `pending` queued.
+fn busy(labels: &[String], pending: u32) -> Value {
+    let workers: Vec<Value> = labels
+        .iter()
+        .map(|l| json!({"machine_name": l, "host_and_port": "10.0.0.1:12300", "running": 1, "cordoned": false}))
+        .collect();
+    json!({"pending": pending, "running": labels.len(), "completed_1h": 150, "completed_15m": 40,
+           "workers": workers})
+}
+
+fn dead() -> Value {
+    json!({"pending": 20, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+}
+
+fn pass(f: &Fleet) -> String {
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    f.cmd(&["run"]).ok().stdout
+}
+
+/// Our instances on the fake that bill now (not stopped), and all of ours.
+fn billing(vast: &FakeVast) -> Vec<Value> {
+    vast.instances()
+        .into_iter()
+        .filter(|i| i["actual_status"] != "stopped")
+        .collect()
+}
+
+fn actions(f: &Fleet) -> Vec<(String, String, Option<i64>)> {
+    let db = f.db();
+    let mut stmt = db
+        .prepare("SELECT kind, outcome, instance_id FROM actions ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Four bids of ours, proving, at $0.40/h: a fleet at max_instances (4) and max_dph ($1.60).
+fn four_bids(vast: &FakeVast) -> (Vec<u64>, Vec<String>) {
+    let labels: Vec<String> = (1..=4).map(|i| format!("fleetagent-bid-{i}")).collect();
+    let ids = labels
+        .iter()
+        .map(|l| {
+            let id = vast.add_instance(l);
+            vast.set_instance_field(id, "is_bid", json!(true));
+            vast.set_instance_field(id, "machine_id", json!(70_000 + id % 1000));
+            id
+        })
+        .collect();
+    (ids, labels)
+}
+
+const CAPS: &str = "target_proofs_per_hour = 200\nmax_instances = 4\nmax_dph_total = 1.6";
+const BIDS: &str = "type = \"interruptible\"";
+
+#[test]
+fn an_outbid_bid_at_max_instances_is_replaced_in_one_pass_within_the_caps() {
+    let vast = FakeVast::start_real_time();
+    let offer = vast.add_offer("RTX 4090", 0.40, 0.99); // min_bid 0.24
+    let f = rig(&vast, CAPS, "", BIDS);
+    let (ids, labels) = four_bids(&vast);
+    write_demand(f.path(), busy(&labels, 6));
+    pass(&f);
+    assert_eq!(vast.count(Route::Create), 0, "a full fleet rents nothing");
+
+    // Bid 1 is paused (intended_status left running) and its worker is gone from Curio.
+    vast.outbid(ids[0], false);
+    write_demand(f.path(), busy(&labels[1..], 6));
+    pass(&f);
+    let acts = actions(&f);
+    assert!(
+        acts.contains(&("destroy".into(), "ok".into(), Some(ids[0] as i64))),
+        "{acts:?}"
+    );
+    assert_eq!(vast.count(Route::Create), 1, "{acts:?}");
+    let body = vast.requests_to(Route::Create)[0].json();
+    assert_eq!(body["price"], json!(0.288), "bid_factor 1.2 x min_bid 0.24");
+    assert_eq!(body["cancel_unavail"], true);
+    // The fleet is at its size again, nothing over a cap.
+    let now = billing(&vast);
+    assert_eq!(now.len(), 4, "{now:?}");
+    let dph: f64 = now.iter().map(|i| i["dph_total"].as_f64().unwrap()).sum();
+    assert!(dph <= 1.6 + 1e-9, "${dph}/h");
+    assert!(
+        vast.instance(ids[0]).is_none(),
+        "the paused bid is destroyed"
+    );
+    assert!(vast.offer_rented(offer));
+}
+
+#[test]
+fn outbid_in_the_all_stopped_shape_is_seen_and_counted() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&vast, CAPS, "", BIDS);
+    let (ids, labels) = four_bids(&vast);
+    write_demand(f.path(), busy(&labels, 6));
+    pass(&f);
+    vast.outbid(ids[2], true);
+    // A demand that needs nothing more: the paused bid still goes (it may resume), and no
+    // launch is made past the caps.
+    write_demand(
+        f.path(),
+        json!({"pending": 0, "running": 3, "completed_1h": 150, "completed_15m": 40,
+               "workers": busy(&labels, 0)["workers"]}),
+    );
+    pass(&f);
+    let changes: i64 = f.count(
+        "SELECT COUNT(*) FROM events WHERE kind = 'lifecycle' AND reason LIKE '%-> outbid%'",
+    );
+    assert_eq!(changes, 1);
+    assert!(vast.instance(ids[2]).is_none(), "destroyed");
+    assert!(billing(&vast).len() <= 4);
+}
+
+#[test]
+fn a_host_that_outbids_us_twice_is_left_out_of_the_search() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&vast, CAPS, "", BIDS);
+    let (ids, labels) = four_bids(&vast);
+    // Two of our bids on one host.
+    vast.set_instance_field(ids[0], "machine_id", json!(4242));
+    vast.set_instance_field(ids[1], "machine_id", json!(4242));
+    write_demand(f.path(), busy(&labels, 6));
+    pass(&f);
+    vast.outbid(ids[0], false);
+    vast.outbid(ids[1], true);
+    write_demand(f.path(), busy(&labels[2..], 6));
+    pass(&f);
+    let outbids: i64 = f.count("SELECT outbid_count FROM bad_hosts WHERE machine_id = 4242");
+    assert_eq!(outbids, 2);
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM bad_hosts WHERE machine_id = 4242 AND until IS NOT NULL"),
+        1
+    );
+    // The replacements' search of the same pass leaves the host out.
+    let search = &vast.requests_to(Route::Offers)[0];
+    assert_eq!(search.json()["machine_id"], json!({"notin": [4242]}));
+    assert_eq!(vast.count(Route::Create), 2, "both replaced");
+    assert_eq!(billing(&vast).len(), 4);
+}
+
+#[test]
+fn a_resume_over_a_cap_is_answered_by_a_stop_in_the_same_pass() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 150\nmax_instances = 3\nmax_dph_total = 1.6",
+        "",
+        BIDS,
+    );
+    let (ids, labels) = four_bids(&vast);
+    // Bid 4 is paused when fleetagent first sees the fleet, so it holds no worker...
+    vast.outbid(ids[3], false);
+    write_demand(f.path(), busy(&labels[..3], 0));
+    // ...and a listing failure keeps the rules from destroying it this pass.
+    vast.fail_next(
+        Route::ListV1,
+        4,
+        crate::common::fake_vast::FakeReply::text(503, "busy"),
+    );
+    pass(&f);
+    // It resumes: 4 running where 3 are allowed. One pass stops the surplus (the newest).
+    vast.resume(ids[3]);
+    pass(&f);
+    let running = billing(&vast);
+    assert!(
+        running.len() <= 3,
+        "{} billing after the pass",
+        running.len()
+    );
+    let acts = actions(&f);
+    assert!(
+        acts.iter()
+            .any(|(k, o, id)| k == "destroy" && o == "ok" && *id == Some(ids[3] as i64)),
+        "{acts:?}"
+    );
+}
+
+#[test]
+fn stop_mode_stop_starts_a_stopped_instance_before_renting() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
+        "stop_mode = \"stop\"",
+        "",
+    );
+    let id = vast.add_instance("fleetagent-sleeper");
+    vast.set_instance_field(id, "storage_total_cost", json!(0.02));
+    write_demand(f.path(), busy(&[], 0));
+    pass(&f);
+    // We stopped it (the ledger says so).
+    f.cmd(&["instances", "stop", &id.to_string(), "--force"])
+        .ok();
+    assert_eq!(vast.instance(id).unwrap()["actual_status"], "stopped");
+    // Work arrives and no worker lives: the launch starts it again, renting nothing.
+    write_demand(f.path(), dead());
+    let out = pass(&f);
+    assert_eq!(vast.count(Route::Create), 0, "{out}");
+    let starts: Vec<Value> = vast
+        .requests_to(Route::Manage)
+        .iter()
+        .map(|r| r.json())
+        .collect();
+    assert!(starts.contains(&json!({"state": "running"})), "{starts:?}");
+    assert!(actions(&f).contains(&("start".into(), "ok".into(), Some(id as i64))));
+    let note: String = f
+        .db()
+        .query_row(
+            "SELECT content FROM messages WHERE kind = 'rules' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(note.contains("instead of renting"), "{note}");
+}
+
+#[test]
+fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
+    let vast = FakeVast::start_real_time();
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 0\nmax_instances = 4\nmax_dph_total = 5.0",
+        "stop_mode = \"stop\"\nstopped_max_hours = 24",
+        "",
+    );
+    let id = vast.add_instance("fleetagent-old");
+    vast.set_actual_status(id, Some("stopped"));
+    vast.set_instance_field(id, "storage_total_cost", json!(0.03));
+    write_demand(f.path(), busy(&[], 0));
+    pass(&f);
+    assert_eq!(vast.count(Route::Destroy), 0, "stopped for no time yet");
+    let inspect = f.inspect();
+    let dph = inspect["fleet_dph"].as_f64().unwrap();
+    assert!(
+        (dph - 0.03).abs() < 1e-9,
+        "the stopped disk bills: {inspect}"
+    );
+    assert_eq!(inspect["fleet"][0]["storage_dph"], json!(0.03));
+    // 25 hours later (in our table).
+    let since = chrono::Utc::now().timestamp_millis() - 25 * HOUR_MS;
+    f.db()
+        .execute(
+            "UPDATE instances SET state_since = ?1 WHERE vast_id = ?2",
+            rusqlite::params![since, id as i64],
+        )
+        .unwrap();
+    pass(&f);
+    assert_eq!(vast.count(Route::Destroy), 1);
+    assert!(vast.instance(id).is_none());
+}
+
+#[test]
+fn a_host_that_failed_us_is_left_out_of_the_next_search() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
+        "",
+        "",
+    );
+    let id = vast.add_instance("fleetagent-broken");
+    vast.set_instance_field(id, "machine_id", json!(31337));
+    vast.set_actual_status(id, Some("exited"));
+    write_demand(f.path(), dead());
+    pass(&f);
+    assert_eq!(vast.count(Route::Destroy), 1);
+    let search = &vast.requests_to(Route::Offers)[0];
+    assert_eq!(search.json()["machine_id"], json!({"notin": [31337]}));
+    let until: i64 = f.count("SELECT until FROM bad_hosts WHERE machine_id = 31337");
+    assert!(until > chrono::Utc::now().timestamp_millis() + 23 * HOUR_MS);
+}
+
+#[test]
+fn the_search_quota_is_named_in_the_result_the_next_observation_and_doctor() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    vast.set_search_limit(0, "1754086400");
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
+        "",
+        "",
+    );
+    write_demand(f.path(), dead());
+    pass(&f);
+    assert_eq!(vast.count(Route::Offers), 1, "never retried");
+    let detail: String = f
+        .db()
+        .query_row(
+            "SELECT detail FROM actions WHERE kind = 'launch' ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        detail.contains("vast.ai search quota exhausted until 1754086400"),
+        "{detail}"
+    );
+    pass(&f);
+    let obs: String = f
+        .db()
+        .query_row(
+            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        obs.contains("vast.ai search quota exhausted until 1754086400"),
+        "{obs}"
+    );
+    let doc = f.cmd(&["doctor"]).code(1);
+    assert!(
+        doc.stdout
+            .contains("vast.ai search quota exhausted until 1754086400"),
+        "{}",
+        doc.stdout
+    );
+}
+
+fn all_bytes_under(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in walk(dir) {
+        if let Ok(b) = std::fs::read(&e) {
+            out.extend(b);
+        }
+    }
+    out
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files.extend(walk(&p));
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn image_login_goes_in_the_create_body_and_nowhere_else() {
+    const TOKEN: &str = "ghp-s3cr3t-login-token-0042";
+    let login = format!("-u robot -p {TOKEN} ghcr.io");
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
+        "",
+        "",
+    )
+    .env("VAST_IMAGE_LOGIN", &login);
+    write_demand(f.path(), dead());
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let run = f.cmd(&["-v", "run"]).ok();
+    let creates = vast.requests_to(Route::Create);
+    assert_eq!(creates.len(), 1);
+    assert_eq!(creates[0].json()["image_login"], json!(login));
+    let doctor = f.cmd(&["doctor"]);
+    assert!(
+        doctor.stderr.contains("note: vast_image_login: set") && !doctor.stdout.contains("note:"),
+        "{} / {}",
+        doctor.stdout,
+        doctor.stderr
+    );
+    let inspect = f.cmd(&["inspect", "--json"]).ok();
+    let inspect_text = f.cmd(&["inspect"]).ok();
+    for (what, text) in [
+        ("run stdout", &run.stdout),
+        ("run stderr (-v)", &run.stderr),
+        ("doctor", &doctor.stdout),
+        ("doctor stderr", &doctor.stderr),
+        ("inspect --json", &inspect.stdout),
+        ("inspect", &inspect_text.stdout),
+    ] {
+        assert!(
+            !text.contains(TOKEN),
+            "{what} shows the image login: {text}"
+        );
+    }
+    let stored = all_bytes_under(f.path());
+    let hay = String::from_utf8_lossy(&stored);
+    assert!(
+        !hay.contains(TOKEN),
+        "the state dir or config holds the login"
+    );
+    // Without it, doctor says so and creates carry none.
+    let g = rig(&vast, "target_proofs_per_hour = 0", "", "");
+    assert!(g
+        .cmd(&["doctor"])
+        .stderr
+        .contains("vast_image_login: not set"));
+}
