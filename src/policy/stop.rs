@@ -95,7 +95,7 @@ pub enum Gate {
     /// row with this vast id that is gone, then [`unknown`].
     LookUp,
     /// The protections allow it: make the call.
-    Go(Target),
+    Go(Box<Target>),
 }
 
 /// A stop that goes out.
@@ -174,13 +174,13 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
             ),
         });
     }
-    Gate::Go(Target {
+    Gate::Go(Box::new(Target {
         instance_id: id,
         kind: ask.kind,
         row,
         flagged: facts.flagged,
         forced: ask.forced,
-    })
+    }))
 }
 
 /// What the protections look at: our row, its Curio worker, the cluster's live workers and

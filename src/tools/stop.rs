@@ -88,7 +88,7 @@ pub fn stop(
                 .map(|r| r.label);
             return Ok(plan::unknown(&ask, gone, ctx.snapshot));
         }
-        Gate::Go(t) => t,
+        Gate::Go(t) => *t,
     };
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, &ask, &reason, plan::no_key(&target), now);

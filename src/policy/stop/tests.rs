@@ -74,7 +74,7 @@ fn answer(g: Gate) -> Answer {
 
 fn go(g: Gate) -> Target {
     match g {
-        Gate::Go(t) => t,
+        Gate::Go(t) => *t,
         other => panic!("not a go: {other:?}"),
     }
 }
