@@ -311,6 +311,16 @@ fn store_problems(
             ));
         }
     }
+    if let Ok(n) = crate::store::actions::silent_destroys_since(
+        &store.conn,
+        now - crate::fleet::SILENT_WINDOW_MS,
+    ) {
+        if n >= crate::fleet::SILENT_DESTROYS_MAX {
+            out.push(format!(
+                "{n} silent workers (heartbeat, no proof while work waited) were destroyed in the last 6 h: no more are flagged silent until fewer remain in that window, since the cause is likely the worker image (its proof-parameter fetch) or Curio, not the hosts; read a worker's log and docs/worker-image.md"
+            ));
+        }
+    }
     if let Ok(Some((reset, at))) = crate::store::bad_hosts::search_quota(&store.conn) {
         if now - at < DAY_MS {
             let until = if reset.is_empty() {

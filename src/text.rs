@@ -44,6 +44,10 @@ pub fn num(x: f64) -> String {
     }
 }
 
+/// The start of a flagged stop's action detail, before the flag: `flagged (silent 25m): ...`
+/// (written by `policy::stop`, counted by `store::actions::silent_destroys_since`).
+pub const FLAGGED_DETAIL: &str = "flagged (";
+
 #[cfg(test)]
 mod tests {
     use super::*;

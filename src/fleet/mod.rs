@@ -28,6 +28,11 @@ pub use reconcile::{describe, reconcile, ReconcileInput, Reconciled, INTENT_GRAC
 pub use state::*;
 pub use workers::match_workers;
 
+/// The breaker of silent workers: after this many were stopped or destroyed as silent within
+/// [`SILENT_WINDOW_MS`], no more are flagged silent until the window has fewer.
+pub const SILENT_DESTROYS_MAX: u32 = 3;
+pub const SILENT_WINDOW_MS: Millis = 6 * 3_600_000;
+
 /// Outside text (labels, machine names, status messages) is quoted and cut to this length.
 pub const LABEL_CHARS: usize = 64;
 pub const STATUS_CHARS: usize = 120;
@@ -100,6 +105,9 @@ pub struct Snapshot {
     /// Since when work has waited without a break (`agent_state.work_waiting_since`, kept by
     /// the observe step; None while none waits): a worker idle that long is silent.
     pub work_waiting_since: Option<Millis>,
+    /// Silent workers of ours stopped or destroyed in the last [`SILENT_WINDOW_MS`]: at
+    /// [`SILENT_DESTROYS_MAX`] no more are flagged silent (the breaker).
+    pub silent_destroys_recent: u32,
     /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
     pub bad_hosts: Vec<i64>,
     /// vast.ai said the daily search quota is spent: until when (`X-RateLimit-Reset` as
@@ -203,6 +211,12 @@ impl Snapshot {
     /// break ([`Snapshot::work_waiting_since`]). Such a worker cannot prove (parameters never
     /// fetched, a broken GPU) and holds a slot. None: not silent.
     pub fn silent_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
+        if self.silent_destroys_recent >= SILENT_DESTROYS_MAX {
+            // Several silent workers in a row, each replaced by another that cannot prove
+            // either: the cause is not the host (the image's parameter fetch, Curio itself).
+            // Renting more would pay a boot each time for nothing; `doctor` says so.
+            return None;
+        }
         let d = self.demand.as_ref()?;
         if r.state != REGISTERED || (d.queued_work() == 0 && d.backlog_signal() == 0) {
             return None;
@@ -399,6 +413,12 @@ mod tests {
         assert!(why(&s).is_empty());
         let mut s = base.clone();
         s.demand.as_mut().unwrap().workers[0].cordoned = true;
+        assert!(why(&s).is_empty());
+        // The breaker: after SILENT_DESTROYS_MAX silent destroys in the window, none more.
+        let mut s = base.clone();
+        s.silent_destroys_recent = SILENT_DESTROYS_MAX - 1;
+        assert_eq!(why(&s), vec!["silent 25m".to_string()]);
+        s.silent_destroys_recent = SILENT_DESTROYS_MAX;
         assert!(why(&s).is_empty());
         // Unknown demand: nothing is known of Curio, nothing is silent.
         let mut s = base.clone();

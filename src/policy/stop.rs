@@ -106,6 +106,8 @@ pub struct Target {
     /// Our row (None for an instance that is not ours, stopped by the operator's --force).
     pub row: Option<InstanceRow>,
     pub flagged: bool,
+    /// Why it is flagged (`silent 25m`, `exited`, ...), recorded in the action's detail.
+    pub flag: Option<String>,
     pub forced: bool,
 }
 
@@ -179,6 +181,11 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
         kind: ask.kind,
         row,
         flagged: facts.flagged,
+        flag: snapshot
+            .flagged(config)
+            .into_iter()
+            .find(|f| f.vast_id == id)
+            .map(|f| f.why),
         forced: ask.forced,
     }))
 }
@@ -236,7 +243,11 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
 /// `exited`, `offline`, `unknown`. Outbid (counted apart: twice makes a bad host) and
 /// stopped too long are not the host's fault.
 pub fn host_failure(why: &str) -> bool {
-    matches!(why, "exited" | "offline" | "unknown") || why.starts_with("loading ")
+    matches!(why, "exited" | "offline" | "unknown")
+        || why.starts_with("loading ")
+        // A worker that heartbeats and cannot prove: a broken GPU, or parameters it could not
+        // fetch on that host.
+        || why.starts_with("silent ")
 }
 
 /// No vast.ai client (no API key).
@@ -284,13 +295,16 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
         }
     };
     let detail = if already_gone {
-        "already gone on vast.ai"
+        "already gone on vast.ai".to_string()
     } else if target.flagged {
-        "flagged: earned nothing"
+        match &target.flag {
+            Some(why) => format!("{}{why}): earned nothing", crate::text::FLAGGED_DETAIL),
+            None => "flagged: earned nothing".to_string(),
+        }
     } else if target.forced {
-        "forced by the operator"
+        "forced by the operator".to_string()
     } else {
-        "ok"
+        "ok".to_string()
     };
     let gone = target.destroys() || already_gone;
     let row = target.row.clone().map(|mut r| {
@@ -309,7 +323,7 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
             outcome: "ok",
             label: target.label(),
             dph: target.row.as_ref().and_then(|r| r.dph),
-            detail: detail.into(),
+            detail,
         },
         row,
         gone,

@@ -232,6 +232,10 @@ fn assemble(
         offers: None,
         measured_rates,
         work_waiting_since,
+        silent_destroys_recent: actions::silent_destroys_since(
+            conn,
+            now - crate::fleet::SILENT_WINDOW_MS,
+        )?,
         bad_hosts: bad_hosts::current(conn, now)?,
         // Said within the last day: the quota is daily.
         search_quota: bad_hosts::search_quota(conn)?

@@ -143,6 +143,19 @@ pub fn stopped_by_us(conn: &Connection) -> Result<std::collections::HashSet<i64>
     Ok(rows)
 }
 
+/// Flagged silent workers stopped or destroyed since `since` (their detail is
+/// `flagged (silent ...`): the breaker of `fleet::SILENT_DESTROYS_MAX`.
+pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
+    let n: i64 = conn.query_row(
+        "SELECT count(*) FROM actions
+          WHERE kind IN ('stop', 'destroy') AND outcome = 'ok' AND created_at >= ?1
+            AND detail LIKE ?2",
+        params![since, format!("{}silent %", crate::text::FLAGGED_DETAIL)],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM actions ORDER BY id DESC LIMIT ?1"

@@ -319,7 +319,7 @@ fn the_detail_says_flagged_or_forced() {
     let t = go(gate(&ask(&c, 8), &s, &c));
     assert_eq!(
         stopped_of(after_call(&t, Ok(()), NOW)).entry.detail,
-        "flagged: earned nothing"
+        "flagged (offline): earned nothing"
     );
     let t = go(gate(&Ask::new(&c, 7, true, true, false), &snap(), &c));
     assert_eq!(

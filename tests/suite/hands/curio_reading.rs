@@ -185,6 +185,61 @@ fn a_silent_worker_is_flagged_and_destroyed() {
             )
             .unwrap();
     assert!(reason.contains("is silent 30m"), "{reason}");
+    let detail: String =
+        r.f.db()
+            .query_row(
+                "SELECT detail FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
+                [id as i64],
+                |row| row.get(0),
+            )
+            .unwrap();
+    assert!(detail.starts_with("flagged (silent 30m)"), "{detail}");
+}
+
+/// Three silent workers destroyed within 6 hours: the next one is not destroyed (a cause that
+/// is not the host would make every replacement silent too), and `doctor` says why.
+#[test]
+fn after_three_silent_destroys_in_six_hours_the_next_silent_worker_is_kept_and_doctor_says_why() {
+    let r = Rig::new();
+    let id = r.fake.add_instance("fleetagent-s2");
+    r.demand(
+        json!({"pending": 4, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "backlog": 4, "proofshare_enabled": true, "request_loop": "ok",
+        "workers": [{"machine_name": "fleetagent-s2", "host_and_port": "172.17.0.3:12300",
+                     "running": 0, "cordoned": false}]}),
+    );
+    r.pass();
+    let db = r.f.db();
+    db.execute_batch(
+        "UPDATE instances SET state_since = state_since - 1800000, created_at = created_at - 1800000;
+         UPDATE agent_state SET work_waiting_since = work_waiting_since - 1800000;",
+    )
+    .unwrap();
+    // The clock of the passes: the last run's start.
+    let now: i64 = db
+        .query_row("SELECT max(started_at) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    for (i, ago_mins) in [(1, 30_i64), (2, 90), (3, 200)] {
+        db.execute(
+            "INSERT INTO actions (kind, outcome, actor, instance_id, label, reason, detail, created_at)
+             VALUES ('destroy', 'ok', 'rules', ?1, ?2, 'rules: flagged', ?3, ?4)",
+            rusqlite::params![
+                9_000 + i,
+                format!("fleetagent-old{i}"),
+                format!("flagged (silent {}m): earned nothing", 20 + i),
+                now - ago_mins * 60_000
+            ],
+        )
+        .unwrap();
+    }
+    drop(db);
+    r.pass();
+    assert_eq!(r.fake.instance_ids(), vec![id], "{}", r.last_observation());
+    let doc = r.f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doc.contains("3 silent workers (heartbeat, no proof while work waited) were destroyed in the last 6 h"),
+        "{doc}"
+    );
 }
 
 #[test]
