@@ -176,23 +176,16 @@ fn a_silent_worker_is_flagged_and_destroyed() {
     drop(db);
     r.pass();
     assert!(r.fake.instance_ids().is_empty(), "{}", r.last_observation());
-    let reason: String =
-        r.f.db()
-            .query_row(
-                "SELECT reason FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
-                [id as i64],
-                |row| row.get(0),
-            )
-            .unwrap();
+    let (reason, detail): (String, String) = r
+        .f
+        .db()
+        .query_row(
+            "SELECT reason, detail FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
+            [id as i64],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
     assert!(reason.contains("is silent 30m"), "{reason}");
-    let detail: String =
-        r.f.db()
-            .query_row(
-                "SELECT detail FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
-                [id as i64],
-                |row| row.get(0),
-            )
-            .unwrap();
     assert!(detail.starts_with("flagged (silent 30m)"), "{detail}");
 }
 
