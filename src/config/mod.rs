@@ -197,6 +197,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.policy.rate_for("rtx 4090"), 40.0);
+        // vast.ai writes a space as `_`: one name either way, as the launch path matches it.
+        assert_eq!(c.policy.rate_for("RTX_4090"), 40.0);
         assert_eq!(c.policy.rate_for("RTX 3090"), 10.0);
     }
 

@@ -336,12 +336,19 @@ impl Default for Config {
 }
 
 impl PolicyConfig {
-    /// Proofs per hour of one instance with this GPU.
-    pub fn rate_for(&self, gpu_name: &str) -> f64 {
+    /// The operator's rate for this GPU in `gpu_rates` (names compared ignoring case and
+    /// vast.ai's `_` for a space), if pinned.
+    pub fn pinned_rate(&self, gpu_name: &str) -> Option<f64> {
+        let gpu = gpu_name.replace('_', " ");
         self.gpu_rates
             .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(gpu_name))
+            .find(|(k, _)| k.replace('_', " ").eq_ignore_ascii_case(gpu.trim()))
             .map(|(_, v)| *v)
+    }
+
+    /// Proofs per hour of one instance with this GPU as configured: pinned, else the default.
+    pub fn rate_for(&self, gpu_name: &str) -> f64 {
+        self.pinned_rate(gpu_name)
             .unwrap_or(self.proofs_per_hour_per_instance)
     }
 

@@ -77,37 +77,33 @@ pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
 
 /// Is this GPU pinned by the operator in `policy.gpu_rates`?
 pub fn pinned(config: &Config, gpu_name: &str) -> Option<f64> {
-    config
-        .policy
-        .gpu_rates
+    config.policy.pinned_rate(gpu_name)
+}
+
+/// The usable measured rate of this GPU (names compared as [`pinned`] compares them).
+fn measured_rate(measured: &Rates, gpu_name: &str) -> Option<f64> {
+    let gpu = gpu_name.replace('_', " ");
+    measured
         .iter()
-        .find(|(k, _)| k.replace('_', " ").eq_ignore_ascii_case(gpu_name.trim()))
+        .find(|(k, _)| k.eq_ignore_ascii_case(gpu.trim()))
         .map(|(_, v)| *v)
+        .filter(|v| v.is_finite() && *v > 0.0)
 }
 
 /// The proofs/h one instance with this GPU is reckoned at: pinned wins, else measured, else
 /// the default rate.
 pub fn gpu_rate(config: &Config, measured: &Rates, gpu_name: &str) -> f64 {
-    let gpu = gpu_name.replace('_', " ");
-    pinned(config, &gpu)
-        .or_else(|| {
-            measured
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(gpu.trim()))
-                .map(|(_, v)| *v)
-                .filter(|v| v.is_finite() && *v > 0.0)
-        })
+    pinned(config, gpu_name)
+        .or_else(|| measured_rate(measured, gpu_name))
         .unwrap_or(config.policy.proofs_per_hour_per_instance)
 }
 
-/// Where a GPU's rate comes from, for `inspect`: `pinned`, `measured` or `default`.
+/// Where a GPU's rate comes from, for `inspect`: `pinned`, `measured` or `default` (the same
+/// lookups as [`gpu_rate`]).
 pub fn rate_source(config: &Config, measured: &Rates, gpu_name: &str) -> &'static str {
     if pinned(config, gpu_name).is_some() {
         "pinned"
-    } else if measured
-        .keys()
-        .any(|k| k.eq_ignore_ascii_case(gpu_name.trim()))
-    {
+    } else if measured_rate(measured, gpu_name).is_some() {
         "measured"
     } else {
         "default"

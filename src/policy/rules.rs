@@ -37,6 +37,7 @@ use crate::fleet::{
     dph_of, is_billing_state, Snapshot, BOOTED, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED,
 };
 use crate::ratelimit::window::window_state;
+use crate::store::instances::InstanceRow;
 use crate::store::session::Streaks;
 
 /// Pending proofs that, with every live worker busy, mean the market offers more than we take.
@@ -194,7 +195,7 @@ pub fn decide(
     }
     // What this pass's destroys of flagged instances free, planned before the launches so
     // that a slot they free is filled in the same pass.
-    let freed: Vec<&crate::store::instances::InstanceRow> = if destroys {
+    let freed: Vec<&InstanceRow> = if destroys {
         flagged
             .iter()
             .filter_map(|f| snapshot.find(f.vast_id))
@@ -215,7 +216,7 @@ pub fn decide(
     // registered yet included), but not one that has been loading longer than a normal boot:
     // it may never come (it is destroyed once flagged as stuck).
     let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
-    let (booting, slow): (Vec<&crate::store::instances::InstanceRow>, Vec<_>) = snapshot
+    let (booting, slow): (Vec<&InstanceRow>, Vec<_>) = snapshot
         .instances
         .iter()
         .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
@@ -410,19 +411,17 @@ fn over_cap(
     snapshot: &Snapshot,
     config: &Config,
     mode: Mode,
-    freed: &[&crate::store::instances::InstanceRow],
+    freed: &[&InstanceRow],
 ) -> Vec<PlannedCall> {
     if mode != Mode::Full {
         return Vec::new();
     }
     let p = &config.policy;
-    let is_freed =
-        |r: &crate::store::instances::InstanceRow| freed.iter().any(|f| f.label == r.label);
-    let mut left: Vec<&crate::store::instances::InstanceRow> =
-        snapshot.instances.iter().filter(|r| !is_freed(r)).collect();
+    let is_freed = |r: &InstanceRow| freed.iter().any(|f| f.label == r.label);
+    let mut left: Vec<&InstanceRow> = snapshot.instances.iter().filter(|r| !is_freed(r)).collect();
     // Only what a stop can take away counts here: stopped disks are left out, or a fleet
     // of many stopped disks would stop every running instance.
-    let over = |left: &[&crate::store::instances::InstanceRow]| {
+    let over = |left: &[&InstanceRow]| {
         let rows: Vec<_> = left
             .iter()
             .filter(|r| is_billing_state(r.state))
@@ -431,7 +430,7 @@ fn over_cap(
         p.max_instances.is_some_and(|m| rows.len() as u32 > m)
             || p.max_dph_total.is_some_and(|m| dph_of(&rows) > m + 1e-9)
     };
-    let mut candidates: Vec<&crate::store::instances::InstanceRow> = left
+    let mut candidates: Vec<&InstanceRow> = left
         .iter()
         .copied()
         .filter(|r| is_billing_state(r.state) && r.vast_id.is_some())
@@ -468,7 +467,7 @@ mod tests {
     use crate::fleet::State;
     use crate::fleet::{BOOTED, PROVING};
     use crate::policy::streaks::next_streaks;
-    use crate::store::instances::InstanceRow;
+    use InstanceRow;
 
     const NOW: i64 = 1_000_000_000;
 

@@ -201,12 +201,10 @@ fn assemble(
             measured_rates.insert(m.gpu_name, m.proofs_per_hour);
         }
     }
-    let stored_since = curio::work_waiting_since(conn)?;
-    let work_waiting_since = match (demand.as_ref(), stored_since) {
-        // Already advanced by this pass (observe), or computed the same way (view).
-        (Some(d), prev) => work_waiting_since(prev, Some(d), now),
-        (None, prev) => prev,
-    };
+    // Already advanced by this pass (observe), or computed the same way (view): the step
+    // is idempotent, and an unknown reading keeps what was stored.
+    let work_waiting_since =
+        work_waiting_since(curio::work_waiting_since(conn)?, demand.as_ref(), now);
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
