@@ -10,7 +10,7 @@ use rusqlite::Connection;
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
 use crate::demand::Demand;
-use crate::fleet::rates::measure;
+use crate::fleet::rates::{measure, Measured};
 use crate::fleet::{
     is_billing_state, reconcile, spend_since, work_waiting_since, ReconcileInput, Reconciled,
     Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
@@ -81,6 +81,8 @@ pub fn observe(
         &tx,
         config,
         rec,
+        // `record_curio` stored this pass's measurements already.
+        &[],
         demand,
         demand_error,
         listing_error,
@@ -109,10 +111,16 @@ pub fn view(
         demand.as_ref(),
         now,
     )?;
+    // Nothing is stored here: this reading's measurements go over the stored rates.
+    let fresh = demand
+        .as_ref()
+        .map(|d| measure(&rec.rows, d))
+        .unwrap_or_default();
     assemble(
         &store.conn,
         config,
         rec,
+        &fresh,
         demand,
         demand_error,
         listing_error,
@@ -172,6 +180,7 @@ fn assemble(
     conn: &rusqlite::Connection,
     config: &Config,
     rec: Reconciled,
+    fresh: &[Measured],
     demand: Option<Demand>,
     demand_error: Option<String>,
     listing_error: Option<String>,
@@ -194,12 +203,10 @@ fn assemble(
     }
     alive.retain(|a| !rec.deleted.contains(&a.label));
     let spent_today = spend_since(&alive, day_start, now);
-    // As `record_curio` leaves them (it has run already in `observe`; `view` writes nothing).
+    // The stored rates, with the measurements of a reading not stored (`view`) over them.
     let mut measured_rates = curio::rate_map(conn)?;
-    if let Some(d) = demand.as_ref() {
-        for m in measure(&rec.rows, d) {
-            measured_rates.insert(m.gpu_name, m.proofs_per_hour);
-        }
+    for m in fresh {
+        measured_rates.insert(m.gpu_name.clone(), m.proofs_per_hour);
     }
     // Already advanced by this pass (observe), or computed the same way (view): the step
     // is idempotent, and an unknown reading keeps what was stored.
