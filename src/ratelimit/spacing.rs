@@ -43,14 +43,7 @@ impl Spacer {
     /// records this one as sent now.
     pub fn space(&self, clock: &dyn Clock) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(prev) = *last {
-            let due = prev + (self.gap + CREATE_MARGIN).as_millis() as Millis;
-            let now = clock.now_ms();
-            if now < due {
-                clock.sleep(Duration::from_millis((due - now) as u64));
-            }
-        }
-        *last = Some(clock.now_ms());
+        wait_gap(&mut last, self.gap, clock);
     }
 }
 
@@ -93,15 +86,21 @@ impl CreateTurn<'_> {
     /// Before each create attempt: sleeps on `clock` until 4.5 s (plus our margin) have
     /// passed since the last create sent, then records this attempt as sent now.
     pub fn space(&mut self, clock: &dyn Clock) {
-        if let Some(prev) = *self.last {
-            let due = prev + (CREATE_SPACING + CREATE_MARGIN).as_millis() as Millis;
-            let now = clock.now_ms();
-            if now < due {
-                clock.sleep(Duration::from_millis((due - now) as u64));
-            }
-        }
-        *self.last = Some(clock.now_ms());
+        wait_gap(&mut self.last, CREATE_SPACING, clock);
     }
+}
+
+/// Sleeps on `clock` until `gap` plus our margin has passed since `last`, then records this
+/// call in `last` as sent now.
+fn wait_gap(last: &mut Option<Millis>, gap: Duration, clock: &dyn Clock) {
+    if let Some(prev) = *last {
+        let due = prev + (gap + CREATE_MARGIN).as_millis() as Millis;
+        let now = clock.now_ms();
+        if now < due {
+            clock.sleep(Duration::from_millis((due - now) as u64));
+        }
+    }
+    *last = Some(clock.now_ms());
 }
 
 /// Seconds from a `Retry-After` header (the delta form; a date is ignored).
