@@ -323,11 +323,7 @@ fn store_problems(
     }
     if let Ok(Some((reset, at))) = crate::store::bad_hosts::search_quota(&store.conn) {
         if now - at < DAY_MS {
-            let until = if reset.is_empty() {
-                "its daily reset".to_string()
-            } else {
-                crate::text::clip(&reset, 40)
-            };
+            let until = crate::vast::quota_until(&reset);
             out.push(format!(
                 "vast.ai search quota exhausted until {until} (said {} ago): no launch can search offers before then",
                 human_duration(now - at)

@@ -292,11 +292,7 @@ pub fn searched(
             .filter(|o| !o.machine_id.is_some_and(|m| bad_hosts.contains(&m)))
             .collect()),
         Err(VastError::SearchQuota { reset }) => {
-            let until = if reset.is_empty() {
-                "its daily reset".to_string()
-            } else {
-                reset
-            };
+            let until = crate::vast::quota_until(&reset);
             let msg = format!(
                 "vast.ai search quota exhausted until {until}: no offer can be searched (or \
                  rented) before then; do not retry this pass"

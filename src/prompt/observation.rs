@@ -254,16 +254,7 @@ impl Snapshot {
             ));
         }
         if let Some(reset) = &self.search_quota {
-            let until = if reset.is_empty() {
-                "its daily reset".to_string()
-            } else {
-                // Outside text: a time (epoch seconds or a date), nothing else kept.
-                reset
-                    .chars()
-                    .filter(|c| c.is_ascii_alphanumeric() || " :+-.,".contains(*c))
-                    .take(40)
-                    .collect()
-            };
+            let until = crate::vast::quota_until(reset);
             lines.push(format!(
                 "vast.ai search quota exhausted until {until}: no offer search (so no launch) can succeed before then."
             ));

@@ -113,14 +113,7 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
     };
     if let Some(query) = plan::search(ctx.snapshot, config) {
         let found = vast.search_offers(&query);
-        match &found {
-            Ok(_) => crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?,
-            Err(crate::vast::VastError::SearchQuota { reset }) => {
-                crate::store::bad_hosts::set_search_quota(&ctx.store.conn, reset, now)?;
-                ctx.snapshot.search_quota = Some(reset.clone());
-            }
-            Err(_) => {}
-        }
+        super::note_search_quota(ctx, &found, now)?;
         match plan::searched(&ask, config, &query.exclude_machines, found) {
             Ok(found) => ctx.snapshot.offers = Some(found),
             Err(a) => return answer(ctx, reason, *a, now),

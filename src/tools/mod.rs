@@ -72,6 +72,24 @@ pub trait Tool: Send + Sync {
     fn call(&self, ctx: &mut ToolCtx<'_>, args: Value) -> Result<ToolResult>;
 }
 
+/// What an offer search said of vast.ai's daily search quota, kept for the next observation
+/// and `doctor`: cleared by a search that went through, set by `search_quota_exceeded`.
+pub fn note_search_quota(
+    ctx: &mut ToolCtx<'_>,
+    found: &std::result::Result<Vec<crate::vast::Offer>, crate::vast::VastError>,
+    now: crate::clock::Millis,
+) -> Result<()> {
+    match found {
+        Ok(_) => crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?,
+        Err(crate::vast::VastError::SearchQuota { reset }) => {
+            crate::store::bad_hosts::set_search_quota(&ctx.store.conn, reset, now)?;
+            ctx.snapshot.search_quota = Some(reset.clone());
+        }
+        Err(_) => {}
+    }
+    Ok(())
+}
+
 /// Parse arguments into a typed struct (`deny_unknown_fields`): extra or wrong arguments
 /// become an `invalid_args` result naming the problem.
 pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, ToolResult> {

@@ -96,16 +96,12 @@ impl Tool for SearchOffers {
         let mut query = config_query(ctx.config, gpu.as_deref(), a.max_dph, 64);
         // Hosts that failed us are left out here too.
         query.exclude_machines = crate::policy::launch::bad_hosts(ctx.snapshot);
-        let offers = match vast.search_offers(&query) {
-            Ok(o) => {
-                crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?;
-                o
-            }
-            Err(crate::vast::VastError::SearchQuota { reset }) => {
-                let now = ctx.clock.now_ms();
-                crate::store::bad_hosts::set_search_quota(&ctx.store.conn, &reset, now)?;
-                ctx.snapshot.search_quota = Some(reset.clone());
-                let e = crate::vast::VastError::SearchQuota { reset };
+        let found = vast.search_offers(&query);
+        let now = ctx.clock.now_ms();
+        super::note_search_quota(ctx, &found, now)?;
+        let offers = match found {
+            Ok(o) => o,
+            Err(e @ crate::vast::VastError::SearchQuota { .. }) => {
                 return Ok(ToolResult::error(
                     "vast_error",
                     json!({"message": format!("{e}: no offer search can succeed before then; do not retry this pass"),

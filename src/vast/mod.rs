@@ -97,6 +97,21 @@ pub struct CreateRequest {
     pub image_login: Option<crate::secrets::Secret>,
 }
 
+/// When vast.ai's search quota refills, as shown: its `X-RateLimit-Reset` (outside text: a
+/// time, so only the characters of one, at most 40), or "its daily reset" without one.
+pub fn quota_until(reset: &str) -> String {
+    let shown: String = reset
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || " :+-.,".contains(*c))
+        .take(40)
+        .collect();
+    if shown.trim().is_empty() {
+        "its daily reset".to_string()
+    } else {
+        shown
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum VastError {
     /// `auth_error` (401/403/404 with that code) or a missing key.
@@ -110,7 +125,7 @@ pub enum VastError {
     RateLimited(String),
     /// HTTP 429 `search_quota_exceeded`: the daily search quota is spent until `reset`
     /// (`X-RateLimit-Reset` as sent, "" without one). Never retried.
-    #[error("vast.ai search quota exhausted until {}", if reset.is_empty() { "its daily reset" } else { reset.as_str() })]
+    #[error("vast.ai search quota exhausted until {}", quota_until(reset))]
     SearchQuota { reset: String },
     /// The offer is gone (404/410 `no_such_ask`).
     #[error("offer {0} is no longer available")]
