@@ -137,6 +137,7 @@ fn setup(demand: Demand, earlier: usize) -> (Store, Services, Arc<MemVast>) {
         vast: Some(vast.clone()),
         demand: Some(Arc::new(Fixed(demand))),
         llm: None,
+        fil_usd: None,
     };
     (store, services, vast)
 }

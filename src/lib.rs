@@ -27,6 +27,7 @@ pub mod trigger;
 // layer: core (pure: the fleet as a pass sees it, every decision, every text the model reads)
 pub mod fleet;
 pub mod policy;
+pub mod price;
 pub mod prompt;
 pub mod wakes;
 

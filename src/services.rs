@@ -23,6 +23,8 @@ pub struct Services {
     pub vast: Option<Arc<dyn VastClient>>,
     pub demand: Option<Arc<dyn DemandProbe>>,
     pub llm: Option<Arc<dyn LlmClient>>,
+    /// FIL/USD from `price.fil_usd_command` / `fil_usd_url` (None: static or unset).
+    pub fil_usd: Option<Arc<dyn crate::price::FilUsdSource>>,
 }
 
 /// What every driver runs against: the config, the environment, the clock and the outside
@@ -70,6 +72,7 @@ pub fn build_services(
         } else {
             None
         },
+        fil_usd: None,
     })
 }
 

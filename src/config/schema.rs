@@ -24,6 +24,7 @@ pub struct Config {
     pub vast: VastConfig,
     pub demand: DemandConfig,
     pub policy: PolicyConfig,
+    pub price: PriceConfig,
     pub debounce: DebounceConfig,
     pub metrics: MetricsConfig,
 }
@@ -194,6 +195,34 @@ pub struct PolicyConfig {
     /// A worker that heartbeats and completes nothing this long while work waits is
     /// flagged (it cannot prove: parameters never fetched, a broken GPU).
     pub silent_worker_mins: u64,
+    /// A launch whose cost per proof leaves less than this share of the revenue per proof is
+    /// refused (`unprofitable`); 0 refuses only losses.
+    pub min_margin: f64,
+    /// Nothing is stopped or destroyed within this long of its start, flagged instances
+    /// aside: a rental pays its boot whatever it does after.
+    pub min_rental_mins: u64,
+    /// A bid is rented only where its $/proof beats the best on-demand offer's by this share.
+    pub bid_discount_min: f64,
+    /// On-demand instances kept as a base under a bid fleet (never outbid).
+    pub on_demand_min: u32,
+}
+
+/// `[price]`: what a proof earns. Revenue per proof = the ask price (Curio's
+/// `proofshare_meta.pprice`, else `proof_price_fil`) x FIL/USD (at most one of `fil_usd`,
+/// `fil_usd_command`, `fil_usd_url`). Missing or older than `max_age_mins`: unknown, never 0.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriceConfig {
+    /// FIL per proof when Curio's ask price is unreadable or unset (`'0'`).
+    pub proof_price_fil: Option<f64>,
+    /// A static FIL/USD rate.
+    pub fil_usd: Option<f64>,
+    /// Run with `sh -c`; prints `{"fil_usd": x}`.
+    pub fil_usd_command: Option<String>,
+    /// GET; answers `{"fil_usd": x}`.
+    pub fil_usd_url: Option<String>,
+    /// A fetched FIL/USD older than this is unknown.
+    pub max_age_mins: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -303,7 +332,23 @@ impl Default for PolicyConfig {
             floor_flagged_passes: 2,
             floor_idle_mins: 120,
             silent_worker_mins: 20,
+            min_margin: 0.2,
+            min_rental_mins: 30,
+            bid_discount_min: 0.25,
+            on_demand_min: 0,
             dry_run: false,
+        }
+    }
+}
+
+impl Default for PriceConfig {
+    fn default() -> Self {
+        PriceConfig {
+            proof_price_fil: None,
+            fil_usd: None,
+            fil_usd_command: None,
+            fil_usd_url: None,
+            max_age_mins: 60,
         }
     }
 }
@@ -329,6 +374,7 @@ impl Default for Config {
             vast: VastConfig::default(),
             demand: DemandConfig::default(),
             policy: PolicyConfig::default(),
+            price: PriceConfig::default(),
             debounce: DebounceConfig::default(),
             metrics: MetricsConfig::default(),
         }

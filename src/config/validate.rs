@@ -5,7 +5,7 @@
 
 use super::{
     Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, LlmConfig,
-    MetricsConfig, PolicyConfig, RunConfig, VastConfig, LABEL_ENV,
+    MetricsConfig, PolicyConfig, PriceConfig, RunConfig, VastConfig, LABEL_ENV,
 };
 use crate::secrets::redact::secrets_of;
 
@@ -23,6 +23,7 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
     vast(&c.vast)?;
     demand(&c.demand)?;
     policy(&c.policy)?;
+    price(&c.price)?;
     debounce(&c.debounce, &c.run)?;
     metrics(&c.metrics)
 }
@@ -336,7 +337,58 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
         p.silent_worker_mins,
         1,
         WEEK_MINS,
-    )
+    )?;
+    share_below_one("policy.min_margin", p.min_margin)?;
+    within("policy.min_rental_mins", p.min_rental_mins, 0, WEEK_MINS)?;
+    share_below_one("policy.bid_discount_min", p.bid_discount_min)?;
+    within("policy.on_demand_min", p.on_demand_min.into(), 0, 10_000)
+}
+
+/// A share in [0, 1).
+fn share_below_one(key: &'static str, v: f64) -> Result<(), Invalid> {
+    if !(v.is_finite() && (0.0..1.0).contains(&v)) {
+        return Err((key, format!("must be a number >= 0 and < 1, got {v}"), None));
+    }
+    Ok(())
+}
+
+/// `[price]`: positive prices, one FIL/USD source at most.
+fn price(p: &PriceConfig) -> Result<(), Invalid> {
+    if let Some(v) = p.proof_price_fil {
+        positive("price.proof_price_fil", v)?;
+    }
+    if let Some(v) = p.fil_usd {
+        positive("price.fil_usd", v)?;
+    }
+    if let Some(c) = &p.fil_usd_command {
+        if c.trim().is_empty() {
+            return Err(("price.fil_usd_command", "must not be empty".into(), None));
+        }
+    }
+    if let Some(u) = &p.fil_usd_url {
+        url("price.fil_usd_url", u)?;
+    }
+    within("price.max_age_mins", p.max_age_mins, 1, WEEK_MINS)?;
+    let set: Vec<&'static str> = [
+        ("price.fil_usd", p.fil_usd.is_some()),
+        ("price.fil_usd_command", p.fil_usd_command.is_some()),
+        ("price.fil_usd_url", p.fil_usd_url.is_some()),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(k, _)| k)
+    .collect();
+    if set.len() > 1 {
+        return Err((
+            set[1],
+            format!(
+                "{} and {} are both set: give one FIL/USD source",
+                set[0], set[1]
+            ),
+            Some(set[0]),
+        ));
+    }
+    Ok(())
 }
 
 /// `[debounce]`: rules between its keys and `[run]`'s only.

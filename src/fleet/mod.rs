@@ -113,6 +113,10 @@ pub struct Snapshot {
     /// vast.ai said the daily search quota is spent: until when (`X-RateLimit-Reset` as
     /// sent, "" when it sent none).
     pub search_quota: Option<String>,
+    /// What a proof earns this pass (`price::resolve`); None when unknown, and then
+    /// `price_unknown` says why: the profit check is off and the observation says so.
+    pub price: Option<crate::price::Price>,
+    pub price_unknown: Option<String>,
 }
 
 impl Snapshot {

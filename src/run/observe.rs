@@ -212,6 +212,17 @@ fn assemble(
     // is idempotent, and an unknown reading keeps what was stored.
     let work_waiting_since =
         work_waiting_since(curio::work_waiting_since(conn)?, demand.as_ref(), now);
+    // The price of a proof (the FIL/USD cache of a command or URL source is wired by the
+    // price slice: until then only a static `price.fil_usd` resolves).
+    let (price, price_unknown) = match crate::price::resolve(
+        &config.price,
+        demand.as_ref().and_then(|d| d.ask_price_attofil.as_deref()),
+        None,
+        now,
+    ) {
+        Ok(p) => (Some(p), None),
+        Err(why) => (None, Some(why)),
+    };
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -246,6 +257,8 @@ fn assemble(
         search_quota: bad_hosts::search_quota(conn)?
             .filter(|(_, at)| now - at < DAY_MS)
             .map(|(reset, _)| reset),
+        price,
+        price_unknown,
     })
 }
 

@@ -361,6 +361,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
             alive_ms,
         })),
         llm,
+        fil_usd: None,
     };
 
     let bar = opts.progress.then(|| {

@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0002_floor_and_calibration.sql"),
     include_str!("../../sql/0003_curio_ground_truth.sql"),
     include_str!("../../sql/0004_vast_ground_truth.sql"),
+    include_str!("../../sql/0005_economics.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -102,6 +102,7 @@ impl Rig {
                 vast: Some(vast),
                 demand: Some(demand),
                 llm: None,
+                fil_usd: None,
             },
             run_id: 0,
             calls: 0,

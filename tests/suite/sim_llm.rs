@@ -241,6 +241,7 @@ fn rules_plan(state: &Path, config: &Config) -> anyhow::Result<Vec<(String, Stri
         vast: None,
         demand: Some(Arc::new(Recorded(demand, error))),
         llm: None,
+        fil_usd: None,
     };
     let clock = ManualClock::new(now);
     let mut snapshot = fleetagent::run::observe::view(&store, config, &services, &clock)?;

@@ -1,0 +1,210 @@
+//! What a proof earns and what it costs (issue 17, DESIGN.md "Price and profit"), pure.
+//!
+//! Revenue per proof = the ask price in FIL (Curio's `proofshare_meta.pprice` in attoFIL,
+//! else `[price] proof_price_fil`) x FIL/USD (`[price] fil_usd`, or the last value
+//! `fil_usd_command` / `fil_usd_url` printed, while younger than `price.max_age_mins`).
+//! Anything missing or stale makes the price unknown, never zero: with no price the profit
+//! check is off and the observation says "price unknown".
+//!
+//! The fetching (command, URL, the cache in `agent_state`) lives behind [`FilUsdSource`]; the
+//! pass's observe step resolves the [`Price`] once into `Snapshot::price`.
+
+use serde::Serialize;
+
+use crate::clock::Millis;
+use crate::config::{Config, PriceConfig};
+
+/// attoFIL in one FIL.
+pub const ATTO_PER_FIL: f64 = 1e18;
+
+/// The price of a proof as this pass knows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Price {
+    /// USD one proof earns: `proof_fil` x `fil_usd`.
+    pub revenue_per_proof: f64,
+    /// FIL one proof earns.
+    pub proof_fil: f64,
+    /// `curio` (proofshare_meta.pprice) or `config` (price.proof_price_fil).
+    pub proof_fil_source: &'static str,
+    pub fil_usd: f64,
+    /// `config` (price.fil_usd), `command` or `url`.
+    pub fil_usd_source: &'static str,
+    /// When FIL/USD was read (the pass's time for a static one).
+    pub fil_usd_at: Millis,
+}
+
+/// FIL/USD from outside (`price.fil_usd_command`, `price.fil_usd_url`, the simulator's price
+/// path). Built by `services::build_services` only when one of those keys is set.
+pub trait FilUsdSource: Send + Sync {
+    /// The current FIL/USD, or a one-line error naming what was wrong.
+    fn fil_usd(&self) -> anyhow::Result<f64>;
+}
+
+/// A fetched FIL/USD as cached in `agent_state` (`fil_usd`, `fil_usd_at`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fetched {
+    pub fil_usd: f64,
+    pub at: Millis,
+    /// `command` or `url`.
+    pub source: &'static str,
+}
+
+/// FIL from Curio's ask price in attoFIL (a decimal integer as text). `'0'` (Curio's default),
+/// a negative, an empty or unparsable text: None (unknown, not free).
+pub fn fil_of_attofil(attofil: &str) -> Option<f64> {
+    let t = attofil.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let v: f64 = t.parse().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v / ATTO_PER_FIL)
+}
+
+/// The price this pass uses, or why it is unknown (one line, for the observation and
+/// `doctor`). `ask_attofil` is the last reading's `ask_price_attofil`; `fetched` the cached
+/// FIL/USD of a command or URL source.
+pub fn resolve(
+    config: &PriceConfig,
+    ask_attofil: Option<&str>,
+    fetched: Option<Fetched>,
+    now: Millis,
+) -> Result<Price, String> {
+    let (proof_fil, proof_fil_source) = match ask_attofil.and_then(fil_of_attofil) {
+        Some(f) => (f, "curio"),
+        None => match config.proof_price_fil {
+            Some(f) => (f, "config"),
+            None => {
+                return Err(match ask_attofil {
+                    Some(a) => format!(
+                        "Curio's ask price is {:?} (unset) and price.proof_price_fil is not set",
+                        crate::text::clip(a, 40)
+                    ),
+                    None => "no ask price read from Curio and price.proof_price_fil is not set"
+                        .to_string(),
+                })
+            }
+        },
+    };
+    let (fil_usd, fil_usd_source, fil_usd_at) = match config.fil_usd {
+        Some(v) => (v, "config", now),
+        None => {
+            if config.fil_usd_command.is_none() && config.fil_usd_url.is_none() {
+                return Err("no FIL/USD: set price.fil_usd, fil_usd_command or fil_usd_url".into());
+            }
+            let Some(f) = fetched else {
+                return Err("FIL/USD not fetched yet".into());
+            };
+            let max_age = config.max_age_mins as Millis * 60_000;
+            if now - f.at > max_age {
+                return Err(format!(
+                    "FIL/USD is stale: fetched {} ago (price.max_age_mins = {})",
+                    crate::clock::human_duration(now - f.at),
+                    config.max_age_mins
+                ));
+            }
+            (f.fil_usd, f.source, f.at)
+        }
+    };
+    Ok(Price {
+        revenue_per_proof: proof_fil * fil_usd,
+        proof_fil,
+        proof_fil_source,
+        fil_usd,
+        fil_usd_source,
+        fil_usd_at,
+    })
+}
+
+/// Dollars per proof of something billing `dph` $/h and proving `pph` proofs/h (infinite
+/// when it proves nothing).
+pub fn cost_per_proof(dph: f64, pph: f64) -> f64 {
+    if pph > 0.0 {
+        dph / pph
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The most a proof may cost under `policy.min_margin`: revenue x (1 - min_margin).
+pub fn max_cost_per_proof(price: &Price, config: &Config) -> f64 {
+    price.revenue_per_proof * (1.0 - config.policy.min_margin)
+}
+
+/// Does a rental at `dph` $/h proving `pph` proofs/h leave at least `policy.min_margin`?
+/// True when the price is unknown (the check is off then).
+pub fn profitable(price: Option<&Price>, dph: f64, pph: f64, config: &Config) -> bool {
+    match price {
+        None => true,
+        Some(p) => cost_per_proof(dph, pph) <= max_cost_per_proof(p, config) + 1e-12,
+    }
+}
+
+/// Profit per hour of a fleet billing `dph` $/h while completing `pph` proofs/h.
+pub fn profit_per_hour(price: &Price, dph: f64, pph: f64) -> f64 {
+    price.revenue_per_proof * pph - dph
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> PriceConfig {
+        PriceConfig::default()
+    }
+
+    #[test]
+    fn curio_default_ask_price_zero_is_unknown_not_free() {
+        assert_eq!(fil_of_attofil("0"), None);
+        assert_eq!(fil_of_attofil(""), None);
+        assert_eq!(fil_of_attofil("-5"), None);
+        assert_eq!(fil_of_attofil("1e18"), None);
+        assert_eq!(fil_of_attofil("5000000000000000"), Some(0.005));
+        let mut c = cfg();
+        c.fil_usd = Some(4.0);
+        let e = resolve(&c, Some("0"), None, 0).unwrap_err();
+        assert!(e.contains("unset") && e.contains("proof_price_fil"), "{e}");
+        c.proof_price_fil = Some(0.01);
+        let p = resolve(&c, Some("0"), None, 0).unwrap();
+        assert_eq!(p.proof_fil_source, "config");
+        assert!((p.revenue_per_proof - 0.04).abs() < 1e-12);
+        let p = resolve(&c, Some("5000000000000000"), None, 0).unwrap();
+        assert_eq!(p.proof_fil_source, "curio");
+        assert!((p.revenue_per_proof - 0.02).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_fetched_rate_counts_only_while_fresh() {
+        let mut c = cfg();
+        c.proof_price_fil = Some(0.01);
+        assert!(resolve(&c, None, None, 0)
+            .unwrap_err()
+            .contains("no FIL/USD"));
+        c.fil_usd_url = Some("http://127.0.0.1:1/p".into());
+        assert!(resolve(&c, None, None, 0)
+            .unwrap_err()
+            .contains("not fetched"));
+        let f = Fetched {
+            fil_usd: 5.0,
+            at: 0,
+            source: "url",
+        };
+        let p = resolve(&c, None, Some(f), 60 * 60_000).unwrap();
+        assert_eq!((p.fil_usd, p.fil_usd_source), (5.0, "url"));
+        let e = resolve(&c, None, Some(f), 60 * 60_000 + 1).unwrap_err();
+        assert!(e.contains("stale"), "{e}");
+    }
+
+    #[test]
+    fn the_margin_decides_what_is_profitable() {
+        let mut config = Config::default();
+        config.price.proof_price_fil = Some(0.01);
+        config.price.fil_usd = Some(4.0);
+        let p = resolve(&config.price, None, None, 0).unwrap();
+        // 0.04 $/proof, margin 0.2: at most 0.032 $/proof.
+        assert!(profitable(Some(&p), 0.64, 20.0, &config));
+        assert!(!profitable(Some(&p), 0.66, 20.0, &config));
+        assert!(!profitable(Some(&p), 0.10, 0.0, &config));
+        assert!(profitable(None, 100.0, 1.0, &config));
+        assert!((profit_per_hour(&p, 0.5, 20.0) - 0.3).abs() < 1e-12);
+    }
+}
