@@ -39,7 +39,9 @@ pub const START: Millis = 1_772_409_600_000;
 const HOUR_MS: Millis = 3_600_000;
 
 /// The simulator's own config, under the scenario's `[config]`: rules decide, a worker image
-/// is set and the money caps are generous enough for every built-in scenario.
+/// is set and the money caps are generous enough for every built-in scenario. GPU rates are
+/// not pinned: the agent learns them from Curio's history, as it must on a real fleet (a
+/// scenario may pin them under `[config.policy.gpu_rates]`).
 pub const BASE_CONFIG: &str = r#"
 [llm]
 provider = "rules"
@@ -53,10 +55,11 @@ target_proofs_per_hour = 300
 proofs_per_hour_per_instance = 25
 max_dph_total = 8.0
 max_instances = 16
-[policy.gpu_rates]
-"RTX 4090" = 40
-"RTX 3090" = 22
 "#;
+
+/// What `price.fil_usd_command` is set to when the scenario models a price: the sim's
+/// [`services::SimFilUsd`] answers for it (nothing is run).
+pub const FIL_USD_PLACEHOLDER: &str = "sim: the scenario's [price] path";
 
 pub struct Options {
     pub scenario: Scenario,
@@ -97,6 +100,16 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     };
     config.state_dir = None;
     config.metrics.textfile = None;
+    // The scenario's FIL/USD reaches the agent through a source, as a command's would; a
+    // config that names its own FIL/USD keeps it.
+    let p = &config.price;
+    if opts.scenario.price.is_some()
+        && p.fil_usd.is_none()
+        && p.fil_usd_command.is_none()
+        && p.fil_usd_url.is_none()
+    {
+        config.price.fil_usd_command = Some(FIL_USD_PLACEHOLDER.to_string());
+    }
     config.llm.provider = if opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage {
         Provider::Openai
     } else {
@@ -229,7 +242,7 @@ fn seed_database(
                 last_seen_at: Some(start - 5 * 60_000),
                 gone_at: None,
                 machine_id: None,
-                is_bid: false,
+                is_bid: s.is_bid,
                 storage_dph: None,
             },
         )?;
@@ -324,7 +337,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     let doorbell = Arc::new(MemoryDoorbell::new(manual.clone()));
 
     let mut w = World::new(&opts.scenario, opts.seed, start, &config.vast.label_prefix);
-    w.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+    w.configure(&config);
     let seeds = w.set_up_start();
     let world = Arc::new(Mutex::new(w));
 
@@ -361,7 +374,12 @@ pub fn run(opts: &Options) -> Result<SimRun> {
             alive_ms,
         })),
         llm,
-        fil_usd: None,
+        fil_usd: opts.scenario.price.as_ref().map(|_| {
+            Arc::new(services::SimFilUsd {
+                world: world.clone(),
+                clock: dyn_clock.clone(),
+            }) as Arc<dyn crate::price::FilUsdSource>
+        }),
     };
 
     let bar = opts.progress.then(|| {
@@ -450,6 +468,14 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         end,
         oracle::Foresight::Full,
     );
+    let bound = oracle::run(
+        &opts.scenario,
+        opts.seed,
+        &config,
+        start,
+        end,
+        oracle::Foresight::Reactive,
+    );
     // A model is judged beside the rules on the same world: the same scenario, seed and
     // config, decided by the rules (in a temporary dir of its own).
     let rules = match &opts.llm {
@@ -470,6 +496,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         outside: &outside_tally,
         doorbell_waiting: bell,
         oracle: &oracle,
+        bound: &bound,
         llm_real: opts.llm.is_some(),
         rules: rules.as_ref(),
     })?;

@@ -13,7 +13,8 @@
 use super::scenario::Scenario;
 use super::world::{Phase, World};
 use crate::clock::Millis;
-use crate::config::Config;
+use crate::config::{Config, OfferType};
+use crate::policy::launch::bid_price;
 use crate::ratelimit::window::window_state;
 use crate::vast::OfferQuery;
 
@@ -31,6 +32,8 @@ pub enum Foresight {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OracleResult {
     pub dollars: f64,
+    /// USD its proofs earned (None: no price modelled).
+    pub revenue: Option<f64>,
     pub completed: u64,
     pub hours_below_target: f64,
     pub launches: u64,
@@ -39,6 +42,11 @@ pub struct OracleResult {
 }
 
 impl OracleResult {
+    /// Revenue less dollars (None: no price modelled).
+    pub fn profit(&self) -> Option<f64> {
+        self.revenue.map(|r| r - self.dollars)
+    }
+
     pub fn dollars_per_proof(&self) -> f64 {
         if self.completed == 0 {
             0.0
@@ -62,7 +70,7 @@ pub fn run(
     foresight: Foresight,
 ) -> OracleResult {
     let mut w = World::new(scenario, seed, start, &config.vast.label_prefix);
-    w.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+    w.configure(config);
     w.set_up_start();
     let lead = lead_ms(scenario);
     let mut launches = 0;
@@ -90,6 +98,7 @@ pub fn run(
     w.advance(end);
     OracleResult {
         dollars: w.vast.spend_ours(end),
+        revenue: scenario.price.as_ref().map(|_| w.curio.tally.revenue),
         completed: w.curio.tally.completed,
         hours_below_target: super::report::hours_below_target(
             &w,
@@ -137,9 +146,13 @@ fn decide(
     };
     let want_soon = cap(ahead(now + lead + STEP_MS)) + backlog;
     let want_now = cap(ahead(now + lead)) + backlog;
-    let rate_of = |gpu: &str| p.rate_for(gpu);
+    // With a price: the most a proof may cost (policy.min_margin), at its true rate.
+    let max_cost = w
+        .revenue_per_proof(now)
+        .map(|rev| rev * (1.0 - p.min_margin) + 1e-12);
+    let bids = config.vast.offers.offer_type == OfferType::Interruptible;
 
-    // Dead and stuck instances earn nothing: destroy them at once.
+    // Dead, stuck and outbid instances earn nothing: destroy them at once.
     for v in w.ours_view() {
         let stuck = matches!(v.phase, Phase::Provisioning | Phase::Loading)
             && now - v.created_at > lead * 3 / 2;
@@ -147,57 +160,69 @@ fn decide(
             let _ = w.destroy(v.id, now);
         }
     }
-    let view = w.ours_view();
-    let gpus: std::collections::BTreeMap<u64, String> = view
-        .iter()
-        .map(|v| {
-            (
-                v.id,
-                w.vast
-                    .inst(v.id)
-                    .map(|i| i.gpu_name.clone())
-                    .unwrap_or_default(),
-            )
+    let q = OfferQuery {
+        gpu_names: config.vast.offers.gpu_names.clone(),
+        min_reliability: Some(config.vast.offers.min_reliability),
+        max_dph: config.vast.offers.max_dph_per_instance,
+        verified_only: config.vast.offers.verified_only,
+        ..Default::default()
+    };
+    // Offers at their price (a bid's for a bid fleet) and true rate, cheapest per proof
+    // first, profitable ones only when a price is known.
+    let mut offers: Vec<(u64, f64, f64)> = w
+        .vast
+        .search(&q)
+        .into_iter()
+        .map(|o| {
+            let dph = if bids {
+                bid_price(&o, config)
+            } else {
+                o.dph_total
+            };
+            (o.id, dph, w.vast.offer_rate(o.id).unwrap_or(1.0))
         })
+        .filter(|(_, dph, rate)| max_cost.is_none_or(|m| dph / rate <= m))
         .collect();
-    let gpu = |id: u64| gpus.get(&id).cloned().unwrap_or_default();
-    let mut capacity: f64 = view.iter().map(|v| rate_of(&gpu(v.id))).sum();
+    offers.sort_by(|a, b| (a.1 / a.2).total_cmp(&(b.1 / b.2)).then(a.0.cmp(&b.0)));
+    // An idle instance that no longer pays (the price fell) goes when a profitable offer
+    // can take its place.
+    if let Some(m) = max_cost {
+        if !offers.is_empty() {
+            for v in w.ours_view() {
+                if v.alive && !v.busy && v.dph / v.rate > m {
+                    let _ = w.destroy(v.id, now);
+                }
+            }
+        }
+    }
+    let view = w.ours_view();
+    let mut capacity: f64 = view.iter().map(|v| v.rate).sum();
     let mut count = view.len() as u32;
     let mut dph: f64 = view.iter().map(|v| v.dph).sum();
 
     let mut launched = 0;
     if capacity < want_soon {
-        let q = OfferQuery {
-            gpu_names: config.vast.offers.gpu_names.clone(),
-            min_reliability: Some(config.vast.offers.min_reliability),
-            max_dph: config.vast.offers.max_dph_per_instance,
-            verified_only: config.vast.offers.verified_only,
-            ..Default::default()
-        };
-        let mut offers = w.vast.search(&q);
-        offers.sort_by(|a, b| {
-            (a.dph_total / rate_of(&a.gpu_name))
-                .total_cmp(&(b.dph_total / rate_of(&b.gpu_name)))
-                .then(a.id.cmp(&b.id))
-        });
-        for o in offers {
+        for (id, o_dph, rate) in offers {
             if capacity >= want_soon || launched >= u64::from(allowed) {
                 break;
             }
             if p.max_instances.is_some_and(|m| count >= m)
-                || p.max_dph_total
-                    .is_some_and(|m| dph + o.dph_total > m + 1e-9)
+                || p.max_dph_total.is_some_and(|m| dph + o_dph > m + 1e-9)
             {
                 continue;
             }
-            let label = format!("{}-oracle-{}", config.vast.label_prefix, now / 1000);
+            let label = format!(
+                "{}-oracle-{}-{launched}",
+                config.vast.label_prefix,
+                now / 1000
+            );
             if w.vast
-                .create(o.id, &format!("{label}-{launched}"), now)
+                .create_bid(id, &label, now, bids.then_some(o_dph))
                 .is_ok()
             {
-                capacity += rate_of(&o.gpu_name);
+                capacity += rate;
                 count += 1;
-                dph += o.dph_total;
+                dph += o_dph;
                 launched += 1;
             }
         }
@@ -205,15 +230,14 @@ fn decide(
         // Surplus: the dearest idle live instances go while the rest still cover the lead.
         let mut idle: Vec<_> = view.iter().filter(|v| v.alive && !v.busy).collect();
         idle.sort_by(|a, b| {
-            (b.dph / rate_of(&gpu(b.id)))
-                .total_cmp(&(a.dph / rate_of(&gpu(a.id))))
+            (b.dph / b.rate)
+                .total_cmp(&(a.dph / a.rate))
                 .then(a.id.cmp(&b.id))
         });
         for v in idle {
-            let r = rate_of(&gpu(v.id));
-            if capacity - r >= want_now.max(want_soon) * 1.0 && capacity - r > 0.0 {
+            if capacity - v.rate >= want_now.max(want_soon) && capacity - v.rate > 0.0 {
                 let _ = w.destroy(v.id, now);
-                capacity -= r;
+                capacity -= v.rate;
             }
         }
     }

@@ -13,6 +13,8 @@ pub enum Purpose {
     Host = 3,
     Instance = 4,
     RateLimit = 5,
+    /// Outbids and resumes of interruptible instances.
+    Bids = 6,
 }
 
 #[derive(Debug, Clone)]

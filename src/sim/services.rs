@@ -102,7 +102,9 @@ impl VastClient for SimVast {
             .unwrap_or(&req.label)
             .clone();
         let now = self.clock.now_ms();
-        self.call(true, |w| w.vast.create(req.offer_id, &name, now))
+        self.call(true, |w| {
+            w.vast.create_bid(req.offer_id, &name, now, req.bid_price)
+        })
     }
 
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
@@ -118,13 +120,16 @@ impl VastClient for SimVast {
         self.call(false, |w| w.stop(id, now))
     }
 
-    /// The sim's world neither restarts stopped instances nor takes bids.
+    /// A stopped or outbid instance boots again (a minute or two, then its worker starts).
     fn start_instance(&self, id: u64) -> Result<(), VastError> {
-        Err(unsupported(id, "start"))
+        let now = self.clock.now_ms();
+        self.call(false, |w| w.vast.start(id, now))
     }
 
-    fn change_bid(&self, id: u64, _price: f64) -> Result<(), VastError> {
-        Err(unsupported(id, "change_bid"))
+    /// A new bid: an outbid instance resumes at it.
+    fn change_bid(&self, id: u64, price: f64) -> Result<(), VastError> {
+        let now = self.clock.now_ms();
+        self.call(false, |w| w.vast.change_bid(id, price, now))
     }
 
     fn destroy_instance(&self, id: u64) -> Result<(), VastError> {
@@ -141,11 +146,18 @@ impl VastClient for SimVast {
     }
 }
 
-fn unsupported(id: u64, what: &str) -> VastError {
-    VastError::Api {
-        status: 400,
-        code: "unsupported".into(),
-        msg: format!("the sim's vast.ai does not {what} instance {id}"),
+/// FIL/USD from the scenario's price path at the clock's time (`price.fil_usd_command` stands
+/// for it in the sim's config).
+pub struct SimFilUsd {
+    pub world: SharedWorld,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl crate::price::FilUsdSource for SimFilUsd {
+    fn fil_usd(&self) -> anyhow::Result<f64> {
+        let w = lock(&self.world);
+        w.fil_usd(self.clock.now_ms())
+            .ok_or_else(|| anyhow::anyhow!("the scenario models no price ([price] unset)"))
     }
 }
 

@@ -193,6 +193,93 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
             not_reached(name, format!(">= {v}"), "[[vast_429]] window", hours)
         });
     }
+    let ec = &r.economics;
+    if let Some(v) = e.max_unprofitable_launches {
+        let name = "launches below the margin (true rates)";
+        c.push(if ec.agent_priced {
+            at_most(name, ec.unprofitable_launches as f64, v as f64)
+        } else {
+            Check {
+                name: name.into(),
+                expected: format!("<= {v}"),
+                actual: format!(
+                    "{} (the agent knew no price: no FIL/USD fetched)",
+                    ec.unprofitable_launches
+                ),
+                ok: false,
+                not_applicable: true,
+            }
+        });
+    }
+    if let Some(v) = e.max_unprofitable_instance_hours {
+        let name = "instance-hours billed below the margin";
+        c.push(if ec.agent_priced {
+            at_most(name, ec.unprofitable_instance_hours, v)
+        } else {
+            Check {
+                name: name.into(),
+                expected: format!("<= {}", fmt(v)),
+                actual: format!(
+                    "{} (the agent knew no price: no FIL/USD fetched)",
+                    fmt(ec.unprofitable_instance_hours)
+                ),
+                ok: false,
+                not_applicable: true,
+            }
+        });
+    }
+    if let Some(v) = e.max_spend_in_dead_hours {
+        c.push(at_most(
+            "$ billed while the market was dead",
+            ec.spend_in_dead_hours,
+            v,
+        ));
+    }
+    if let Some(v) = e.max_instances_in_dead_hours {
+        c.push(at_most(
+            "most instances billing while the market was dead",
+            ec.most_instances_in_dead_hours as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.min_profit_share_of_oracle {
+        let name = "profit over the oracle's";
+        c.push(match ec.profit_share_of_oracle {
+            Some(share) if ec.agent_priced => at_least(name, share, v),
+            _ => Check {
+                name: name.into(),
+                expected: format!(">= {}", fmt(v)),
+                actual: if ec.agent_priced {
+                    "the oracle made no profit".into()
+                } else {
+                    "the agent knew no price: no FIL/USD fetched".into()
+                },
+                ok: false,
+                not_applicable: true,
+            },
+        });
+    }
+    if let Some(v) = e.max_over_cap_minutes {
+        c.push(at_most(
+            "minutes over max_instances or max_dph_total",
+            ec.over_cap_minutes as f64,
+            v as f64,
+        ));
+    }
+    if let Some(v) = e.max_outbid_replace_mins {
+        let name = "longest outbid to its replacement (min)";
+        c.push(match ec.outbid_replace_mins_max {
+            Some(m) => at_most(name, m, v),
+            None => not_reached(name, format!("<= {}", fmt(v)), "outbid", hours),
+        });
+    }
+    if let Some(v) = e.max_short_rentals {
+        c.push(at_most(
+            "rentals ended within 30 min of their start (unflagged)",
+            r.stops.within_30_mins_of_start as f64,
+            v as f64,
+        ));
+    }
     if let Some(v) = e.max_stuck_unhandled {
         c.push(at_most(
             "stuck instances left at the end",

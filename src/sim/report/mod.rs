@@ -5,6 +5,7 @@
 //! same bytes).
 
 mod checks;
+mod economics;
 pub mod model;
 mod text;
 
@@ -53,6 +54,10 @@ pub struct Report {
     pub vast: Vast,
     pub incident: Incident,
     pub oracle: Oracle,
+    /// The oracle's controller without look-ahead, inside the launch window: the yardstick.
+    pub reactive_bound: ReactiveBound,
+    /// The economics the checks look at.
+    pub economics: Economics,
     pub checks: Vec<Check>,
     pub passed: bool,
     pub errors: Vec<String>,
@@ -65,8 +70,12 @@ pub struct Proofs {
     /// Offered, capped by the target hour by hour: what the operator wanted sold.
     pub wanted: u64,
     pub completed: u64,
+    /// Of those, proofs the market offered within the run (the rest were queued in Curio
+    /// before the start: work done, not demand served).
+    pub completed_of_offered: u64,
     /// Went to other providers (not pulled within the market's expiry).
     pub expired: u64,
+    /// completed_of_offered / wanted.
     pub served_share: f64,
     pub queue_wait_p50_secs: f64,
     pub queue_wait_p95_secs: f64,
@@ -74,8 +83,16 @@ pub struct Proofs {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Money {
+    /// Billed for our instances from the start (a fleet rented before it, from the start).
     pub dollars: f64,
     pub dollars_per_proof: f64,
+    /// Whether the scenario models a price (`[price]`); without one, revenue and profit are
+    /// null: unknown, not zero.
+    pub price_modelled: bool,
+    /// USD the completed proofs earned, each at the price of its completion time.
+    pub revenue: Option<f64>,
+    /// revenue - dollars.
+    pub profit: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -87,6 +104,8 @@ pub struct Launches {
     pub refused: BTreeMap<String, u64>,
     /// Launches the WORKERS DEAD emergency allowed past the normal window.
     pub emergency_bypasses: u64,
+    /// made per simulated day.
+    pub per_day: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -94,6 +113,13 @@ pub struct Stops {
     pub made: u64,
     pub failed: u64,
     pub refused: BTreeMap<String, u64>,
+    /// made per simulated day.
+    pub per_day: f64,
+    /// Our rentals (launched within the run) that ended within 30 minutes of their start,
+    /// flagged instances aside (dead, exited, outbid, stuck past policy.stuck_loading_mins).
+    pub within_30_mins_of_start: u64,
+    /// Those that were flagged when they ended.
+    pub within_30_mins_of_start_flagged: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -183,6 +209,47 @@ pub struct Oracle {
     pub launches: u64,
     pub cost_ratio: f64,
     pub hours_below_over_oracle: f64,
+    /// Its revenue less its dollars (null: no price modelled).
+    pub profit: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReactiveBound {
+    pub dollars_per_proof: f64,
+    pub hours_below_target: f64,
+    pub launches: u64,
+    /// null: no price modelled.
+    pub profit: Option<f64>,
+}
+
+/// What the economic checks count, from the world's own record.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Economics {
+    /// Whether the agent knew a price in the run (a static price.fil_usd, or a FIL/USD it
+    /// fetched and cached): the profit checks apply only then.
+    pub agent_priced: bool,
+    /// Our launches whose $/proof at the GPU's true rate left less than policy.min_margin
+    /// of the revenue per proof at their time (0 with no price modelled).
+    pub unprofitable_launches: u64,
+    /// Hours our instances billed while below that margin at the price of the time (one
+    /// that stopped paying when the price fell counts until it is shed).
+    pub unprofitable_instance_hours: f64,
+    /// Dollars billed while the market offered nothing, from 90 minutes after it went quiet.
+    pub spend_in_dead_hours: f64,
+    /// Minutes in which our billing instances were over max_instances or max_dph_total.
+    pub over_cap_minutes: u64,
+    /// The most of our instances billing at any minute of those dead hours. One is the
+    /// floor: Curio pulls work only while a worker of ours lives, so a fleet of none would
+    /// never see the work come back.
+    pub most_instances_in_dead_hours: u32,
+    /// Our bids outbid, and resumes.
+    pub outbids: u64,
+    pub resumes: u64,
+    /// The longest time from an outbid to the launch that replaced it (minutes; null with
+    /// no outbid; an outbid left unreplaced counts until the end).
+    pub outbid_replace_mins_max: Option<f64>,
+    /// profit / the oracle's (null without a price, or when the oracle made none).
+    pub profit_share_of_oracle: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -210,6 +277,7 @@ pub struct Inputs<'a> {
     pub outside: &'a OutsideTally,
     pub doorbell_waiting: bool,
     pub oracle: &'a OracleResult,
+    pub bound: &'a OracleResult,
     pub llm_real: bool,
     /// With `--llm`: the rules' report of the same scenario, seed and config.
     pub rules: Option<&'a Report>,
@@ -290,15 +358,17 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let mut waits = w.curio.tally.waits.clone();
     waits.sort_by(f32::total_cmp);
     let completed = w.curio.tally.completed;
+    let served = w.curio.tally.completed_offered;
     let proofs = Proofs {
         offered: w.market.tally.offered,
         wanted,
         completed,
+        completed_of_offered: served,
         expired: w.market.tally.expired,
         served_share: r4(if wanted == 0 {
             1.0
         } else {
-            (completed as f64 / wanted as f64).min(1.0)
+            (served as f64 / wanted as f64).min(1.0)
         }),
         queue_wait_p50_secs: r4(percentile(&waits, 0.5)),
         queue_wait_p95_secs: r4(percentile(&waits, 0.95)),
@@ -391,17 +461,24 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     }
     let seeded = i.scenario.start.loading as u64;
     let ledger = db::ledger_counts(conn)?;
+    let days = (i.hours / 24.0).max(1e-9);
+    let made = ledger.launches_ok.saturating_sub(seeded);
     let launches = Launches {
-        made: ledger.launches_ok.saturating_sub(seeded),
+        made,
         failed: ledger.launches_failed,
         open_intents: ledger.launch_intents,
         refused: ledger.launch_refusals,
         emergency_bypasses: bypasses,
+        per_day: r4(made as f64 / days),
     };
+    let (short, short_flagged) = economics::short_rentals(w, i.start, i.end);
     let stops = Stops {
         made: ledger.stops_ok,
         failed: ledger.stops_failed,
         refused: ledger.stop_refusals,
+        per_day: r4(ledger.stops_ok as f64 / days),
+        within_30_mins_of_start: short,
+        within_30_mins_of_start_flagged: short_flagged,
     };
 
     // Incident facts.
@@ -470,7 +547,19 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
             0.0
         }),
         hours_below_over_oracle: r4(below - o.hours_below_target),
+        profit: o.profit().map(r4),
     };
+    let b = i.bound;
+    let reactive_bound = ReactiveBound {
+        dollars_per_proof: r4(b.dollars_per_proof()),
+        hours_below_target: r4(b.hours_below_target),
+        launches: b.launches,
+        profit: b.profit().map(r4),
+    };
+    let price_modelled = i.scenario.price.is_some();
+    let revenue = price_modelled.then_some(w.curio.tally.revenue);
+    let profit = revenue.map(|r| r - dollars);
+    let economics = economics::build(conn, w, i.config, i.start, i.end, profit, o.profit())?;
     let (decided_by, model_name) = if i.llm_real {
         (
             format!("llm ({})", i.config.llm.model),
@@ -498,6 +587,9 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         money: Money {
             dollars: r4(dollars),
             dollars_per_proof: r4(per_proof),
+            price_modelled,
+            revenue: revenue.map(r4),
+            profit: profit.map(r4),
         },
         launches,
         stops,
@@ -517,6 +609,8 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         },
         incident,
         oracle,
+        reactive_bound,
+        economics,
         checks: Vec::new(),
         passed: false,
         errors: i.driver.errors.clone(),

@@ -55,6 +55,8 @@ pub struct Beside {
     pub hours_below_over_oracle: f64,
     pub launches: u64,
     pub stops: u64,
+    /// Revenue less dollars (null: no price modelled).
+    pub profit: Option<f64>,
     pub passed: bool,
 }
 
@@ -68,6 +70,7 @@ impl Beside {
             hours_below_over_oracle: r.oracle.hours_below_over_oracle,
             launches: r.launches.made,
             stops: r.stops.made,
+            profit: r.money.profit,
             passed: r.passed,
         }
     }
@@ -145,7 +148,7 @@ pub fn line(m: &Model) -> String {
 pub fn rules_line(b: &Beside) -> String {
     format!(
         "{:.1}% served, {} h below target (+{} over the oracle), ${:.4}/proof ({:.2}x the oracle), \
-         {} launches, {} stops, {}",
+         {} launches, {} stops, profit {}, {}",
         r4(b.served_share) * 100.0,
         super::fmt(b.hours_below_target),
         super::fmt(b.hours_below_over_oracle),
@@ -153,6 +156,7 @@ pub fn rules_line(b: &Beside) -> String {
         b.cost_ratio,
         b.launches,
         b.stops,
+        b.profit.map_or("unknown".into(), |p| format!("${p:.2}")),
         if b.passed { "passed" } else { "failed" }
     )
 }

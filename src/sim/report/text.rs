@@ -14,6 +14,11 @@ fn map_line(m: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
+/// Dollars, or `unknown` (no price modelled).
+fn money(x: Option<f64>) -> String {
+    x.map_or("unknown".into(), |v| format!("${v:.2}"))
+}
+
 /// The report as a table.
 pub fn render_text(r: &Report) -> String {
     let mut rows: Vec<(String, String)> = Vec::new();
@@ -58,41 +63,99 @@ pub fn render_text(r: &Report) -> String {
     row(
         "spend",
         format!(
-            "${:.2}, ${:.4}/proof",
+            "${:.2} from the start, ${:.4}/proof",
             r.money.dollars, r.money.dollars_per_proof
         ),
     );
     row(
+        "profit",
+        match (r.money.revenue, r.money.profit) {
+            (Some(rev), Some(p)) => format!(
+                "${p:.2} (revenue ${rev:.2}, each proof at the price of its completion){}",
+                if r.economics.agent_priced {
+                    ""
+                } else {
+                    "; the agent knew no price"
+                }
+            ),
+            _ => {
+                "no price modelled (no [price] in the scenario): revenue and profit unknown".into()
+            }
+        },
+    );
+    row(
         "oracle",
         format!(
-            "${:.4}/proof ({:.2}x), {} h below target (+{}), {} launches",
+            "${:.4}/proof ({:.2}x), {} h below target (+{}), {} launches, profit {}",
             r.oracle.dollars_per_proof,
             r.oracle.cost_ratio,
             fmt(r.oracle.hours_below_target),
             fmt(r.oracle.hours_below_over_oracle),
-            r.oracle.launches
+            r.oracle.launches,
+            money(r.oracle.profit)
+        ),
+    );
+    let b = &r.reactive_bound;
+    row(
+        "reactive bound",
+        format!(
+            "${:.4}/proof, {} h below target, {} launches, profit {}",
+            b.dollars_per_proof,
+            fmt(b.hours_below_target),
+            b.launches,
+            money(b.profit)
         ),
     );
     let l = &r.launches;
     row(
         "launches",
         format!(
-            "{} made, {} failed, {} emergency bypasses; refused: {}",
+            "{} made ({}/day), {} failed, {} emergency bypasses; refused: {}",
             l.made,
+            fmt(l.per_day),
             l.failed,
             l.emergency_bypasses,
             map_line(&l.refused)
         ),
     );
+    let st = &r.stops;
     row(
         "stops",
         format!(
-            "{} made, {} failed; refused: {}",
-            r.stops.made,
-            r.stops.failed,
-            map_line(&r.stops.refused)
+            "{} made ({}/day), {} failed; refused: {}; {} rentals ended within 30 min of their start (+{} flagged)",
+            st.made,
+            fmt(st.per_day),
+            st.failed,
+            map_line(&st.refused),
+            st.within_30_mins_of_start,
+            st.within_30_mins_of_start_flagged
         ),
     );
+    let ec = &r.economics;
+    let mut econ = Vec::new();
+    if r.money.price_modelled {
+        econ.push(format!(
+            "{} launches below the margin, {} instance-hours billed below it",
+            ec.unprofitable_launches,
+            fmt(ec.unprofitable_instance_hours)
+        ));
+    }
+    if ec.most_instances_in_dead_hours > 0 || ec.spend_in_dead_hours > 0.0 {
+        econ.push(format!(
+            "${:.2} billed while the market was dead (at most {} instances)",
+            ec.spend_in_dead_hours, ec.most_instances_in_dead_hours
+        ));
+    }
+    if ec.outbids > 0 {
+        econ.push(format!(
+            "{} outbid, {} resumed, longest to a replacement {} min",
+            ec.outbids,
+            ec.resumes,
+            ec.outbid_replace_mins_max.map_or("-".into(), fmt)
+        ));
+    }
+    econ.push(format!("{} minutes over a cap", ec.over_cap_minutes));
+    row("economics", econ.join("; "));
     row(
         "stuck instances",
         format!(
@@ -200,10 +263,18 @@ pub fn render_text(r: &Report) -> String {
         r.checks.len() - na,
         match na {
             0 => String::new(),
-            n => format!(
-                " ({n} not applicable: not reached within {} h)",
-                fmt(r.hours)
-            ),
+            n if r
+                .checks
+                .iter()
+                .filter(|c| c.not_applicable)
+                .all(|c| c.actual.starts_with("no ")) =>
+            {
+                format!(
+                    " ({n} not applicable: not reached within {} h)",
+                    fmt(r.hours)
+                )
+            }
+            n => format!(" ({n} not applicable: see n/a above)"),
         }
     ));
     out

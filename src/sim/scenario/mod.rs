@@ -7,8 +7,8 @@ mod schema;
 mod validate;
 
 pub use schema::{
-    repetitions, Action, ActionKind, Expect, Gpu, Hosts, LlmMode, LlmSpec, Market, Scenario, Start,
-    Window,
+    path_at, repetitions, Action, ActionKind, Bids, Expect, Gpu, Hosts, LlmMode, LlmSpec, Market,
+    PricePath, Scenario, Start, Wave, Window,
 };
 pub use validate::{
     check_hours, MAX_ACTIONS, MAX_ACTION_TEXT, MAX_ARRIVALS, MAX_ENTRIES, MAX_EVENT_COUNT,
@@ -30,6 +30,9 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("llm-outage", include_str!("builtin/llm-outage.toml")),
     ("trigger-storm", include_str!("builtin/trigger-storm.toml")),
+    ("price-drop", include_str!("builtin/price-drop.toml")),
+    ("outbid", include_str!("builtin/outbid.toml")),
+    ("dead-market", include_str!("builtin/dead-market.toml")),
 ];
 
 /// A built-in name or a TOML file.

@@ -24,6 +24,13 @@ pub struct Scenario {
     pub probe_outage: Vec<Window>,
     #[serde(default)]
     pub llm: LlmSpec,
+    /// The price of a proof over time (None: no price modelled, as a Curio whose ask price
+    /// is unset and no FIL/USD source).
+    #[serde(default)]
+    pub price: Option<PricePath>,
+    /// Outbids and resumes of interruptible (bid) instances.
+    #[serde(default)]
+    pub bids: Bids,
     #[serde(default)]
     pub start: Start,
     /// Operator actions and trigger bursts, in any order.
@@ -135,6 +142,64 @@ impl Default for Hosts {
             reliability: (0.95, 0.999),
         }
     }
+}
+
+/// `[price]`: `[hour, value]` pairs, each value holding from its hour on (as `market.rate`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PricePath {
+    /// USD per FIL.
+    pub fil_usd: Vec<(f64, f64)>,
+    /// The ask price in FIL per proof (Curio's `proofshare_meta.pprice`).
+    pub ask_fil: Vec<(f64, f64)>,
+}
+
+/// The value of a `[hour, value]` path at `hour` (0 before its first pair).
+pub fn path_at(path: &[(f64, f64)], hour: f64) -> f64 {
+    match path.partition_point(|(h, _)| *h <= hour) {
+        0 => 0.0,
+        n => path[n - 1].1,
+    }
+}
+
+impl PricePath {
+    /// USD one proof earns at `hour`: ask price x FIL/USD.
+    pub fn revenue_per_proof(&self, hour: f64) -> f64 {
+        path_at(&self.ask_fil, hour) * path_at(&self.fil_usd, hour)
+    }
+}
+
+/// `[bids]`: what happens to our interruptible instances (a bid outbid stops; it may resume).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bids {
+    /// Outbids per running bid instance per day (Poisson).
+    pub outbid_per_day: f64,
+    /// Share of outbid instances that resume by themselves later (if not destroyed).
+    pub resume_share: f64,
+    /// `[low, high]` minutes from the outbid to the resume.
+    pub resume_mins: (f64, f64),
+    /// Waves: at `at_hours`, `count` of our running bid instances are outbid at once.
+    #[serde(rename = "wave")]
+    pub waves: Vec<Wave>,
+}
+
+impl Default for Bids {
+    fn default() -> Self {
+        Bids {
+            outbid_per_day: 0.0,
+            resume_share: 0.5,
+            resume_mins: (10.0, 60.0),
+            waves: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Wave {
+    pub at_hours: f64,
+    pub count: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -261,6 +326,28 @@ pub struct Expect {
     pub max_passes_per_hour: Option<f64>,
     pub min_rate_limited_calls: Option<u64>,
     pub max_stuck_unhandled: Option<u64>,
+    /// Launches (after the start) whose $/proof at the GPU's true rate left less than
+    /// `policy.min_margin` of the revenue per proof at their time. Needs `[price]`, and is
+    /// not applicable while the agent knew no price.
+    pub max_unprofitable_launches: Option<u64>,
+    /// Hours our instances billed below `policy.min_margin` at the price of the time (as
+    /// `max_unprofitable_launches`, not applicable while the agent knew no price).
+    pub max_unprofitable_instance_hours: Option<f64>,
+    /// Dollars billed while the market offered nothing, from 90 minutes after it went quiet.
+    pub max_spend_in_dead_hours: Option<f64>,
+    /// Of our instances billing at any minute of those dead hours, at most this many (1 is
+    /// the floor: a worker keeps Curio's request loop pulling).
+    pub max_instances_in_dead_hours: Option<u32>,
+    /// Profit at least this share of the oracle's (needs `[price]`).
+    pub min_profit_share_of_oracle: Option<f64>,
+    /// Minutes of the world in which our billing instances exceeded `policy.max_instances`
+    /// or `policy.max_dph_total`.
+    pub max_over_cap_minutes: Option<u64>,
+    /// From each outbid to the launch that replaced it (the i-th outbid is answered by the
+    /// i-th launch after it), in minutes at most.
+    pub max_outbid_replace_mins: Option<f64>,
+    /// Our rentals ended within 30 minutes of their start, flagged instances aside.
+    pub max_short_rentals: Option<u64>,
 }
 
 impl Scenario {

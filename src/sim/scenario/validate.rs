@@ -3,7 +3,9 @@
 //! names what is wrong as a key (`hosts.boot_mins`) or an entry of an array (`event #3
 //! repeat_mins`); the config's locator finds its line.
 
-use super::{repetitions, Action, ActionKind, Expect, Hosts, Market, Scenario, Start};
+use super::{
+    repetitions, Action, ActionKind, Bids, Expect, Hosts, Market, PricePath, Scenario, Start,
+};
 use crate::config::locate;
 
 /// The longest simulation: a (leap) year, in hours.
@@ -137,11 +139,133 @@ pub(super) fn validate(s: &Scenario) -> Result<(), Invalid> {
     market(&s.market)?;
     hosts(&s.hosts)?;
     windows(s)?;
+    if let Some(p) = &s.price {
+        price(p)?;
+    }
+    bids(&s.bids)?;
     start(&s.start)?;
     fleet_fits_the_offers(&s.start, &s.hosts)?;
     events(&s.events)?;
     expect(&s.expect)?;
+    if s.price.is_none() {
+        for (key, set) in [
+            (
+                "expect.max_unprofitable_launches",
+                s.expect.max_unprofitable_launches.is_some(),
+            ),
+            (
+                "expect.min_profit_share_of_oracle",
+                s.expect.min_profit_share_of_oracle.is_some(),
+            ),
+            (
+                "expect.max_unprofitable_instance_hours",
+                s.expect.max_unprofitable_instance_hours.is_some(),
+            ),
+        ] {
+            if set {
+                return bad(key, "needs a [price] table (no price is modelled)".into());
+            }
+        }
+    }
     work(s, s.hours)
+}
+
+/// FIL/USD at most this.
+const MAX_FIL_USD: f64 = 1_000_000.0;
+/// FIL per proof at most this.
+const MAX_ASK_FIL: f64 = 1_000.0;
+
+/// `[price]`: both paths, from hour 0, hours in order, positive values within bounds.
+fn price(p: &PricePath) -> Result<(), Invalid> {
+    for (key, path, max, unit) in [
+        ("price.fil_usd", &p.fil_usd, MAX_FIL_USD, "USD/FIL"),
+        ("price.ask_fil", &p.ask_fil, MAX_ASK_FIL, "FIL/proof"),
+    ] {
+        if path.is_empty() || path.len() > MAX_ENTRIES {
+            return bad(
+                key,
+                format!(
+                    "needs between 1 and {MAX_ENTRIES} [hour, {unit}] pairs, got {}",
+                    path.len()
+                ),
+            );
+        }
+        let mut last = 0.0;
+        for (i, (h, v)) in path.iter().enumerate() {
+            let first_at_zero = i > 0 || *h == 0.0;
+            let ok =
+                first_at_zero && within(*h, last, MAX_HOURS) && within(*v, 0.0, max) && *v > 0.0;
+            if !ok {
+                return Err(Invalid::entry(
+                    key,
+                    i,
+                    None,
+                    format!(
+                        "pairs must be [hour, {unit}] starting at hour 0, hours in order within                          0..={MAX_HOURS}, values > 0 and at most {max}, got [{}, {}]",
+                        num(*h),
+                        num(*v)
+                    ),
+                ));
+            }
+            last = *h;
+        }
+    }
+    Ok(())
+}
+
+/// `[bids]`.
+fn bids(b: &Bids) -> Result<(), Invalid> {
+    if !within(b.outbid_per_day, 0.0, MAX_PER_DAY) {
+        return bad(
+            "bids.outbid_per_day",
+            format!(
+                "must be between 0 and {MAX_PER_DAY}, got {}",
+                num(b.outbid_per_day)
+            ),
+        );
+    }
+    if !within(b.resume_share, 0.0, 1.0) {
+        return bad(
+            "bids.resume_share",
+            format!("must be between 0 and 1, got {}", num(b.resume_share)),
+        );
+    }
+    let (lo, hi) = b.resume_mins;
+    if !(within(lo, 0.0, MAX_EXPIRE_MINS) && within(hi, lo, MAX_EXPIRE_MINS)) {
+        return bad(
+            "bids.resume_mins",
+            format!(
+                "must be [low, high] minutes with 0 <= low <= high <= {MAX_EXPIRE_MINS}, got                  [{}, {}]",
+                num(lo),
+                num(hi)
+            ),
+        );
+    }
+    if b.waves.len() > MAX_ENTRIES {
+        return bad(
+            "bids.wave",
+            format!("has {} waves; at most {MAX_ENTRIES}", b.waves.len()),
+        );
+    }
+    for (i, w) in b.waves.iter().enumerate() {
+        if !within(w.at_hours, 0.0, MAX_HOURS) {
+            return Err(Invalid::entry(
+                "bids.wave",
+                i,
+                Some("at_hours"),
+                format!("must be between 0 and {MAX_HOURS}, got {}", num(w.at_hours)),
+            ));
+        }
+        if w.count == 0 || w.count > MAX_START {
+            return Err(Invalid::entry(
+                "bids.wave",
+                i,
+                Some("count"),
+                format!("must be between 1 and {MAX_START}, got {}", w.count),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn bad(key: &'static str, msg: String) -> Result<(), Invalid> {
@@ -479,6 +603,16 @@ fn expect(e: &Expect) -> Result<(), Invalid> {
         ("expect.max_silence_mins", e.max_silence_mins),
         ("expect.min_fallback_share", e.min_fallback_share),
         ("expect.max_passes_per_hour", e.max_passes_per_hour),
+        ("expect.max_spend_in_dead_hours", e.max_spend_in_dead_hours),
+        (
+            "expect.max_unprofitable_instance_hours",
+            e.max_unprofitable_instance_hours,
+        ),
+        (
+            "expect.min_profit_share_of_oracle",
+            e.min_profit_share_of_oracle,
+        ),
+        ("expect.max_outbid_replace_mins", e.max_outbid_replace_mins),
     ] {
         if let Some(v) = v {
             if !(v.is_finite() && v >= 0.0) {

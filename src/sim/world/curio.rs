@@ -11,7 +11,7 @@ use super::{CAP_BIN_MS, HOUR_MS, MIN_MS, STEP_MS};
 use crate::clock::Millis;
 use crate::demand::{Demand, RequestLoop, Worker, WorkerHistory, HISTORY_WINDOW_SECS};
 use crate::sim::rng::{Purpose, Rng};
-use crate::sim::scenario::{Scenario, Window};
+use crate::sim::scenario::{PricePath, Scenario, Window};
 
 const HEARTBEAT_MS: Millis = 60_000;
 const LOOKS_DEAD_MS: Millis = 10 * MIN_MS;
@@ -54,6 +54,10 @@ impl Machine {
 #[derive(Debug, Clone, Default)]
 pub struct CurioTally {
     pub completed: u64,
+    /// Of those, proofs the market offered within the run (not queued before the start).
+    pub completed_offered: u64,
+    /// USD earned: each completion at the price of its time (0 with no price modelled).
+    pub revenue: f64,
     /// Seconds from market arrival to a worker claiming the proof.
     pub waits: Vec<f32>,
     /// Capacity (true proofs/h of live workers) integrated per [`CAP_BIN_MS`] bin, in
@@ -66,6 +70,7 @@ pub struct CurioCluster {
     seed: u64,
     /// The scenario's HarmonyDB outages.
     outages: Vec<Window>,
+    price: Option<PricePath>,
     machines: Vec<Machine>,
     pending: VecDeque<Task>,
     completions: VecDeque<Millis>,
@@ -78,6 +83,7 @@ impl CurioCluster {
             start,
             seed,
             outages: scenario.probe_outage.clone(),
+            price: scenario.price.clone(),
             machines: Vec::new(),
             pending: VecDeque::new(),
             completions: VecDeque::new(),
@@ -152,12 +158,13 @@ impl CurioCluster {
             }
         }
         // Proving.
+        let start = self.start;
         for m in self.machines.iter_mut() {
             if !m.alive {
                 continue;
             }
             loop {
-                if m.task.is_some() {
+                if let Some(done) = m.task {
                     if m.busy_until > t {
                         break;
                     }
@@ -166,6 +173,13 @@ impl CurioCluster {
                     self.completions.push_back(m.busy_until);
                     m.ends.push_back(m.busy_until);
                     self.tally.completed += 1;
+                    if done.arrived >= start {
+                        self.tally.completed_offered += 1;
+                    }
+                    if let Some(p) = &self.price {
+                        let h = (m.busy_until - start) as f64 / HOUR_MS as f64;
+                        self.tally.revenue += p.revenue_per_proof(h);
+                    }
                 }
                 let Some(task) = self.pending.pop_front() else {
                     break;
@@ -219,6 +233,13 @@ impl CurioCluster {
             backlog: Some(self.pending.len() as u32),
             proofshare_enabled: Some(true),
             request_loop: Some(RequestLoop::Ok),
+            // Our ask price from the scenario's path, as Curio stores it (attoFIL as text);
+            // with no price modelled, not read (as before the price existed).
+            ask_price_attofil: self.price.as_ref().map(|p| {
+                let h = (now - self.start) as f64 / HOUR_MS as f64;
+                let fil = crate::sim::scenario::path_at(&p.ask_fil, h);
+                format!("{}", (fil * crate::price::ATTO_PER_FIL).round() as u128)
+            }),
             ..Default::default()
         };
         for m in &self.machines {

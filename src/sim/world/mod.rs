@@ -24,6 +24,9 @@ pub const SAMPLE_MS: Millis = 300_000;
 /// target: fine enough to tell a boot's worth of delay (minutes) from none.
 pub const CAP_BIN_MS: Millis = 300_000;
 const MIN_MS: Millis = 60_000;
+/// The market counts as dead from this long after it went quiet (time for a fleet to see the
+/// work gone and shed what it holds, one stop a pass).
+pub const DEAD_GRACE_MS: Millis = 90 * MIN_MS;
 const HOUR_MS: Millis = 3_600_000;
 
 /// One point of the time series (every 5 simulated minutes).
@@ -52,6 +55,31 @@ pub struct World {
     pub samples: Vec<Sample>,
     /// Instances loading past this long count as stuck (policy.stuck_loading_mins).
     pub stuck_ms: Millis,
+    /// The money caps (policy.max_instances, policy.max_dph_total), checked every minute.
+    pub caps: (Option<u32>, Option<f64>),
+    /// Minutes in which our billing instances were over a cap.
+    pub over_cap_minutes: u64,
+    /// The most of our instances billing at any minute the market was dead (offering
+    /// nothing for 90 minutes or more).
+    pub most_billing_dead: u32,
+    /// Since when the market has offered nothing.
+    quiet_since: Option<Millis>,
+    /// policy.target_proofs_per_hour (0: none), for the outbid replacement times.
+    pub target: f64,
+    /// Outbids whose capacity is not yet replaced: when each happened.
+    outbid_open: Vec<Millis>,
+    /// From each outbid to the minute our fleet (live and booting, at true rates) again
+    /// covered 90 % of min(target, the market's rate), or held what it held before.
+    pub outbid_replace_ms: Vec<Millis>,
+    /// Our fleet's capacity (live and booting, true rates) at the last minute.
+    last_coming: f64,
+    /// The capacity the fleet held before the open outbids.
+    outbid_need: f64,
+    /// The starting fleet's instances are bids at this x their offer's min_bid
+    /// (vast.offers.bid_factor, with vast.offers.type = "interruptible").
+    pub seed_bid_factor: Option<f64>,
+    /// Outbid waves not yet fired: (time, count), in order.
+    waves: Vec<(Millis, u32)>,
 }
 
 /// What the simulator seeds the database with, for instances that exist at the start.
@@ -64,6 +92,7 @@ pub struct SeedInstance {
     pub gpu_name: String,
     pub offer_id: u64,
     pub loading: bool,
+    pub is_bid: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +108,13 @@ pub struct OursView {
 
 impl World {
     pub fn new(scenario: &Scenario, seed: u64, start: Millis, prefix: &str) -> World {
+        let mut waves: Vec<(Millis, u32)> = scenario
+            .bids
+            .waves
+            .iter()
+            .map(|w| (start + (w.at_hours * HOUR_MS as f64) as Millis, w.count))
+            .collect();
+        waves.sort();
         World {
             start,
             now: start,
@@ -89,7 +125,43 @@ impl World {
             market: ProofMarket::new(scenario, seed, start),
             samples: Vec::new(),
             stuck_ms: 30 * MIN_MS,
+            caps: (None, None),
+            over_cap_minutes: 0,
+            most_billing_dead: 0,
+            quiet_since: None,
+            target: 0.0,
+            outbid_open: Vec::new(),
+            outbid_replace_ms: Vec::new(),
+            last_coming: 0.0,
+            outbid_need: 0.0,
+            seed_bid_factor: None,
+            waves,
         }
+    }
+
+    /// These world settings from the agent's config: the stuck limit, the caps, bids.
+    pub fn configure(&mut self, config: &crate::config::Config) {
+        self.stuck_ms = config.policy.stuck_loading_mins as Millis * 60_000;
+        self.caps = (config.policy.max_instances, config.policy.max_dph_total);
+        self.target = config.policy.target_proofs_per_hour;
+        self.seed_bid_factor = (config.vast.offers.offer_type
+            == crate::config::OfferType::Interruptible)
+            .then_some(config.vast.offers.bid_factor);
+    }
+
+    /// USD one proof earns at `t` (None: no price modelled).
+    pub fn revenue_per_proof(&self, t: Millis) -> Option<f64> {
+        let h = (t - self.start) as f64 / HOUR_MS as f64;
+        self.scenario.price.as_ref().map(|p| p.revenue_per_proof(h))
+    }
+
+    /// FIL/USD at `t` (None: no price modelled).
+    pub fn fil_usd(&self, t: Millis) -> Option<f64> {
+        let h = (t - self.start) as f64 / HOUR_MS as f64;
+        self.scenario
+            .price
+            .as_ref()
+            .map(|p| crate::sim::scenario::path_at(&p.fil_usd, h))
     }
 
     /// The fleet at the start: the foreign instance, and ours per `[start]`. Pending proofs
@@ -119,7 +191,12 @@ impl World {
             let Some(i) = picks.next() else { break };
             let label = format!("{}-r0-live{:02}", self.prefix(), k + 1);
             let created = start - 3 * HOUR_MS;
-            let id = self.vast.place(self.vast.hosts[i].id, Some(label), created);
+            let bid = self
+                .seed_bid_factor
+                .map(|f| (vast::min_bid(self.vast.hosts[i].dph) * f * 1e4).round() / 1e4);
+            let id = self
+                .vast
+                .place_at(self.vast.hosts[i].id, Some(label), created, bid);
             self.force_running(id, created + 8 * MIN_MS, true);
             seeded.push(self.seed_of(id, false));
         }
@@ -172,6 +249,7 @@ impl World {
             gpu_name: i.gpu_name.clone(),
             offer_id: i.host.unwrap_or(0),
             loading,
+            is_bid: i.is_bid,
         }
     }
 
@@ -224,6 +302,28 @@ impl World {
     }
 
     fn step(&mut self, t: Millis) {
+        let outbids_before = self.vast.tally.outbid_times.len();
+        let coming_before = self.last_coming;
+        // Outbid waves: that many of our running bids stop at once.
+        while self.waves.first().is_some_and(|(at, _)| *at <= t) {
+            let (_, count) = self.waves.remove(0);
+            let mut hit = 0;
+            for idx in 0..self.vast.insts.len() {
+                if hit >= count {
+                    break;
+                }
+                let i = &self.vast.insts[idx];
+                if !(i.ours && i.is_bid && i.phase == Phase::Running) {
+                    continue;
+                }
+                if self.vast.outbid(idx, t) {
+                    hit += 1;
+                    if let Some(m) = self.vast.insts[idx].worker {
+                        self.curio.kill(m, t);
+                    }
+                }
+            }
+        }
         // Instances, and their workers joining or leaving Curio.
         for idx in 0..self.vast.insts.len() {
             let change = self.vast.step_instance(idx, t);
@@ -238,6 +338,42 @@ impl World {
         }
         self.market.step(t);
         self.curio.step(t, &mut self.market);
+        let new_outbids = self.vast.tally.outbid_times.len() - outbids_before;
+        if new_outbids > 0 {
+            // What the fleet held before: replaced once it holds that again (or enough).
+            self.outbid_open.extend(std::iter::repeat_n(t, new_outbids));
+            self.outbid_need = self.outbid_need.max(coming_before);
+        }
+        if (t - self.start) % MIN_MS == 0 {
+            let coming = self.vast.capacity_coming();
+            self.last_coming = coming;
+            if !self.outbid_open.is_empty() {
+                let rate = self.market.rate_at(t);
+                let wanted = if self.target > 0.0 {
+                    rate.min(self.target)
+                } else {
+                    rate
+                };
+                let enough = crate::sim::report::BELOW_TARGET_SHARE * wanted;
+                if coming + 1e-9 >= enough.min(self.outbid_need) {
+                    for at in self.outbid_open.drain(..) {
+                        self.outbid_replace_ms.push(t - at);
+                    }
+                    self.outbid_need = 0.0;
+                }
+            }
+            let (n, dph) = self.vast.billing_ours();
+            let over_n = self.caps.0.is_some_and(|m| n > m);
+            let over_dph = self.caps.1.is_some_and(|m| dph > m + 1e-9);
+            if over_n || over_dph {
+                self.over_cap_minutes += 1;
+            }
+            if self.market.rate_at(t) > 0.0 {
+                self.quiet_since = None;
+            } else if t - *self.quiet_since.get_or_insert(t) >= DEAD_GRACE_MS {
+                self.most_billing_dead = self.most_billing_dead.max(n);
+            }
+        }
         if (t - self.start) % SAMPLE_MS == 0 {
             let s = self.sample(t);
             self.samples.push(s);
@@ -285,6 +421,11 @@ impl World {
     }
 
     // ---- bookkeeping ----
+
+    /// Outbids still not replaced at `end`, with how long they have waited.
+    pub fn outbids_open(&self, end: Millis) -> Vec<Millis> {
+        self.outbid_open.iter().map(|t| end - t).collect()
+    }
 
     /// Our instances that are up but loading past the stuck limit right now.
     pub fn stuck_now(&self, now: Millis) -> Vec<u64> {

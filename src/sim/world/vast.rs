@@ -6,7 +6,7 @@
 use super::{HOUR_MS, MIN_MS};
 use crate::clock::Millis;
 use crate::sim::rng::{Purpose, Rng};
-use crate::sim::scenario::{Hosts, Scenario, Window};
+use crate::sim::scenario::{Bids, Hosts, Scenario, Window};
 use crate::vast::{Instance, Offer, OfferQuery, VastError};
 
 /// vast.ai's create interval and its penalty for breaking it (reference/vastai-api.md).
@@ -59,9 +59,22 @@ pub struct Inst {
     /// When the host disconnects or the worker crashes, and into which phase.
     pub(super) dies_at: Option<(Millis, Phase, &'static str)>,
     pub ended_at: Option<Millis>,
+    /// Its phase when we stopped or destroyed it (for the flagged short rentals).
+    pub ended_phase: Option<Phase>,
     pub destroyed: bool,
     /// The Curio machine its worker registered as.
     pub(super) worker: Option<usize>,
+    /// An interruptible instance (a bid at `dph`).
+    pub is_bid: bool,
+    /// Stopped by vast.ai for a higher bid (not by us); may resume at `resume_at`.
+    pub outbid: bool,
+    pub(super) resume_at: Option<Millis>,
+    /// The next outbid drawn for it (bids only).
+    pub(super) outbid_at: Option<Millis>,
+    /// Outbids and resumes of this instance: its own stream.
+    pub(super) bid_rng: Option<Rng>,
+    /// Billing: (from, until, $/h) segments (until None: still billing).
+    pub bill: Vec<(Millis, Option<Millis>, f64)>,
 }
 
 /// What one step did to an instance's worker, for Curio to follow.
@@ -80,10 +93,16 @@ pub struct VastTally {
     pub calls_429: u64,
     /// Stops or destroys of instances that are not ours.
     pub foreign_touched: u64,
+    /// When each of our bids was outbid.
+    pub outbid_times: Vec<Millis>,
+    /// Resumes of outbid instances (by themselves, a start or a raised bid).
+    pub resumes: u64,
 }
 
 pub struct VastAccount {
     spec: Hosts,
+    bids: Bids,
+    seed: u64,
     /// The scenario's 429 bursts.
     bursts: Vec<Window>,
     start: Millis,
@@ -130,6 +149,8 @@ impl VastAccount {
             .collect();
         VastAccount {
             spec: scenario.hosts.clone(),
+            bids: scenario.bids.clone(),
+            seed,
             bursts: scenario.vast_429.clone(),
             start,
             prefix: prefix.to_string(),
@@ -163,6 +184,17 @@ impl VastAccount {
 
     /// Rent `host` now: draw the instance's fate from the host's stream.
     pub(super) fn place(&mut self, host_id: u64, label: Option<String>, at: Millis) -> u64 {
+        self.place_at(host_id, label, at, None)
+    }
+
+    /// Rent `host` now, on demand or as a bid at `bid` $/h.
+    pub(super) fn place_at(
+        &mut self,
+        host_id: u64,
+        label: Option<String>,
+        at: Millis,
+        bid: Option<f64>,
+    ) -> u64 {
         let id = self.next_inst_id;
         self.next_inst_id += 1;
         let h = &self.spec;
@@ -214,13 +246,22 @@ impl VastAccount {
         };
         let ours = self.is_ours(label.as_deref());
         let host = &self.hosts[hi];
+        let dph = bid.unwrap_or(host.dph);
+        let mut bid_rng = bid.map(|_| Rng::stream(self.seed, Purpose::Bids, id));
+        let outbid_at = match bid_rng.as_mut() {
+            Some(r) if self.bids.outbid_per_day > 0.0 => Some(
+                at.max(self.start)
+                    + (r.exp(1.0 / self.bids.outbid_per_day) * 24.0 * HOUR_MS as f64) as Millis,
+            ),
+            _ => None,
+        };
         let inst = Inst {
             id,
             label,
             ours,
             host: Some(host_id),
             gpu_name: host.gpu_name.clone(),
-            dph: host.dph,
+            dph,
             ip: host.ip.clone(),
             rate: host.rate,
             created_at: at,
@@ -232,21 +273,99 @@ impl VastAccount {
             curio_at,
             dies_at,
             ended_at: None,
+            ended_phase: None,
             destroyed: false,
             worker: None,
+            is_bid: bid.is_some(),
+            outbid: false,
+            resume_at: None,
+            outbid_at,
+            bid_rng,
+            bill: vec![(at, None, dph)],
         };
         self.insts.push(inst);
         id
+    }
+
+    /// vast.ai stops the bid at `idx` for a higher one at `t` (a wave's or its own draw):
+    /// its worker dies, its billing pauses, it may resume later. Returns whether it was outbid.
+    pub(super) fn outbid(&mut self, idx: usize, t: Millis) -> bool {
+        let share = self.bids.resume_share;
+        let (lo, hi) = self.bids.resume_mins;
+        let per_day = self.bids.outbid_per_day;
+        let inst = &mut self.insts[idx];
+        if inst.destroyed
+            || !inst.is_bid
+            || inst.outbid
+            || !matches!(
+                inst.phase,
+                Phase::Provisioning | Phase::Loading | Phase::Running
+            )
+        {
+            return false;
+        }
+        inst.phase = Phase::Stopped;
+        inst.outbid = true;
+        inst.status_msg = Some("stopped: outbid by a higher bid".into());
+        inst.dies_at = None;
+        close_bill(inst, t);
+        let r = inst.bid_rng.as_mut().expect("a bid has its stream");
+        inst.resume_at = r
+            .chance(share)
+            .then(|| t + (r.range(lo, hi) * MIN_MS as f64) as Millis);
+        inst.outbid_at =
+            (per_day > 0.0).then(|| t + (r.exp(1.0 / per_day) * 24.0 * HOUR_MS as f64) as Millis);
+        if inst.ours {
+            self.tally.outbid_times.push(t);
+        }
+        true
+    }
+
+    /// A stopped or outbid instance boots again at `t` (its own resume, a start, a raised bid).
+    pub(super) fn resume(&mut self, idx: usize, t: Millis) {
+        let inst = &mut self.insts[idx];
+        if inst.destroyed || inst.phase != Phase::Stopped {
+            return;
+        }
+        if inst.outbid {
+            self.tally.resumes += 1;
+        }
+        inst.outbid = false;
+        inst.resume_at = None;
+        inst.phase = Phase::Loading;
+        inst.status_msg = Some("resuming".into());
+        inst.loading_at = t;
+        let boot = 60_000 + (inst.id % 3) as Millis * 30_000;
+        inst.running_at = Some(t + boot);
+        inst.boot_fails = false;
+        inst.curio_at = t + boot + 90_000;
+        inst.worker = None;
+        inst.ended_at = None;
+        inst.ended_phase = None;
+        inst.bill.push((t, None, inst.dph));
     }
 
     /// The instance at `idx` at step time `t`: it loads, boots (or fails to), its worker
     /// starts, its host or worker dies.
     pub(super) fn step_instance(&mut self, idx: usize, t: Millis) -> WorkerChange {
         let mut change = WorkerChange::default();
-        let inst = &mut self.insts[idx];
-        if inst.destroyed {
+        if self.insts[idx].destroyed {
             return change;
         }
+        if self.insts[idx].resume_at.is_some_and(|r| r <= t) {
+            self.resume(idx, t);
+        }
+        if self.insts[idx].outbid_at.is_some_and(|o| o <= t) {
+            let had_worker = self.insts[idx].phase == Phase::Running;
+            if !self.outbid(idx, t) {
+                // Not running now (stopped by us, dead): the next draw is for later.
+                self.insts[idx].outbid_at = None;
+            } else if had_worker {
+                change.dies = Some(t);
+                return change;
+            }
+        }
+        let inst = &mut self.insts[idx];
         if inst.phase == Phase::Provisioning && inst.loading_at <= t {
             inst.phase = Phase::Loading;
             inst.status_msg = Some("pulling image".into());
@@ -338,7 +457,7 @@ impl VastAccount {
                 verified: h.verified,
                 geolocation: Some("Simland".into()),
                 public_ip: Some(h.ip.clone()),
-                min_bid: Some(round3(h.dph * 0.6)),
+                min_bid: Some(min_bid(h.dph)),
                 // Hosts are not told apart in the sim: no bad-host exclusion there.
                 machine_id: None,
             })
@@ -351,14 +470,35 @@ impl VastAccount {
     }
 
     pub fn create(&mut self, offer_id: u64, label: &str, now: Millis) -> Result<u64, VastError> {
-        let free = self
+        self.create_bid(offer_id, label, now, None)
+    }
+
+    /// A create, as a bid at `bid` $/h when given (refused under the offer's `min_bid`).
+    pub fn create_bid(
+        &mut self,
+        offer_id: u64,
+        label: &str,
+        now: Millis,
+        bid: Option<f64>,
+    ) -> Result<u64, VastError> {
+        let Some(host) = self
             .hosts
             .iter()
-            .any(|h| h.id == offer_id && h.rented_by.is_none());
-        if !free {
+            .find(|h| h.id == offer_id && h.rented_by.is_none())
+        else {
             return Err(VastError::NoSuchAsk(offer_id));
+        };
+        if let Some(b) = bid {
+            let min = min_bid(host.dph);
+            if !(b.is_finite() && b + 1e-9 >= min) {
+                return Err(VastError::Api {
+                    status: 400,
+                    code: "bid_too_low".into(),
+                    msg: format!("bid {b} is below the offer's min_bid {min}"),
+                });
+            }
         }
-        Ok(self.place(offer_id, Some(label.to_string()), now))
+        Ok(self.place_at(offer_id, Some(label.to_string()), now, bid))
     }
 
     pub fn list(&self) -> Vec<Instance> {
@@ -389,7 +529,9 @@ impl VastAccount {
         inst.destroyed = true;
         if inst.ended_at.is_none() {
             inst.ended_at = Some(now);
+            inst.ended_phase = Some(inst.phase);
         }
+        close_bill(inst, now);
         let (host, worker) = (inst.host, inst.worker);
         if let Some(h) = self.hosts.iter_mut().find(|h| Some(h.id) == host) {
             h.rented_by = None;
@@ -406,12 +548,63 @@ impl VastAccount {
             self.tally.foreign_touched += 1;
         }
         let inst = &mut self.insts[idx];
-        inst.phase = Phase::Stopped;
-        inst.dies_at = None;
         if inst.ended_at.is_none() {
             inst.ended_at = Some(now);
+            inst.ended_phase = Some(inst.phase);
         }
+        inst.phase = Phase::Stopped;
+        inst.outbid = false;
+        inst.resume_at = None;
+        inst.dies_at = None;
+        close_bill(inst, now);
         Ok(inst.worker)
+    }
+
+    /// Start a stopped (or outbid) instance of ours.
+    pub fn start(&mut self, id: u64, now: Millis) -> Result<(), VastError> {
+        let Some(idx) = self.insts.iter().position(|i| i.id == id && !i.destroyed) else {
+            return Err(VastError::NoSuchInstance(id));
+        };
+        if !self.insts[idx].ours {
+            self.tally.foreign_touched += 1;
+        }
+        self.resume(idx, now);
+        Ok(())
+    }
+
+    /// Change the bid of an interruptible instance: an outbid one resumes at the new price.
+    pub fn change_bid(&mut self, id: u64, price: f64, now: Millis) -> Result<(), VastError> {
+        let Some(idx) = self.insts.iter().position(|i| i.id == id && !i.destroyed) else {
+            return Err(VastError::NoSuchInstance(id));
+        };
+        let inst = &mut self.insts[idx];
+        if !inst.ours {
+            self.tally.foreign_touched += 1;
+        }
+        if !inst.is_bid {
+            return Err(VastError::Api {
+                status: 400,
+                code: "not_a_bid".into(),
+                msg: format!("instance {id} is not interruptible"),
+            });
+        }
+        if !(price.is_finite() && price > 0.0) {
+            return Err(VastError::Api {
+                status: 400,
+                code: "invalid_args".into(),
+                msg: format!("bad bid price {price}"),
+            });
+        }
+        inst.dph = price;
+        if let Some(last) = inst.bill.last_mut().filter(|b| b.1.is_none()) {
+            // A raised bid bills from now at the new price.
+            last.1 = Some(now);
+            inst.bill.push((now, None, price));
+        }
+        if inst.outbid {
+            self.resume(idx, now);
+        }
+        Ok(())
     }
 
     pub fn label(&mut self, id: u64, label: &str) -> Result<(), VastError> {
@@ -440,16 +633,59 @@ impl VastAccount {
 
     // ---- bookkeeping ----
 
-    /// Dollars billed for our instances up to `t`.
+    /// Dollars billed for our instances from the start up to `t` (a fleet rented before the
+    /// start is billed from the start).
     pub fn spend_ours(&self, t: Millis) -> f64 {
+        self.spend_between(self.start, t)
+    }
+
+    /// Dollars billed for our instances within [from, to).
+    pub fn spend_between(&self, from: Millis, to: Millis) -> f64 {
         self.insts
             .iter()
             .filter(|i| i.ours)
-            .map(|i| {
-                let end = i.ended_at.unwrap_or(t).min(t);
-                i.dph * (end - i.created_at).max(0) as f64 / HOUR_MS as f64
+            .flat_map(|i| i.bill.iter())
+            .map(|(a, b, dph)| {
+                let end = b.unwrap_or(to).min(to);
+                dph * (end - (*a).max(from)).max(0) as f64 / HOUR_MS as f64
             })
             .sum()
+    }
+
+    /// Our instances billing compute now (not stopped, not destroyed): how many, and $/h.
+    pub fn billing_ours(&self) -> (u32, f64) {
+        let mut n = 0;
+        let mut dph = 0.0;
+        for i in self
+            .insts
+            .iter()
+            .filter(|i| i.ours && !i.destroyed && i.phase != Phase::Stopped)
+        {
+            n += 1;
+            dph += i.dph;
+        }
+        (n, dph)
+    }
+
+    /// True proofs/h of our instances that prove or boot (not stopped, dead or destroyed; a
+    /// boot that will fail counts until it does, as the agent sees it).
+    pub fn capacity_coming(&self) -> f64 {
+        self.insts
+            .iter()
+            .filter(|i| i.ours && !i.destroyed)
+            .filter(|i| {
+                matches!(
+                    i.phase,
+                    Phase::Provisioning | Phase::Loading | Phase::Running
+                )
+            })
+            .map(|i| self.host_rate(i))
+            .sum()
+    }
+
+    /// The true proofs/h of the host behind an offer.
+    pub fn offer_rate(&self, offer_id: u64) -> Option<f64> {
+        self.hosts.iter().find(|h| h.id == offer_id).map(|h| h.rate)
     }
 
     /// Our instances that are up but loading past `stuck_ms` right now.
@@ -505,12 +741,22 @@ fn listed(i: &Inst) -> Instance {
         Phase::Stopped => Some("stopped"),
     };
     let stopped = i.phase == Phase::Stopped;
+    // An outbid bid in vast.ai's two shapes: intended_status left running (half of them), or
+    // cur_state, intended_status and next_state all stopped.
+    let resumes_shape = i.outbid && i.id % 2 == 0;
+    let intended = if stopped && !resumes_shape {
+        "stopped"
+    } else {
+        "running"
+    };
     Instance {
         id: i.id,
         label: i.label.clone(),
         actual_status: status.map(String::from),
-        intended_status: Some(if stopped { "stopped" } else { "running" }.into()),
+        intended_status: Some(intended.into()),
         cur_state: Some(if stopped { "stopped" } else { "running" }.into()),
+        next_state: i.outbid.then(|| intended.to_string()),
+        is_bid: Some(i.is_bid),
         status_msg: i.status_msg.clone(),
         gpu_name: Some(i.gpu_name.clone()),
         num_gpus: Some(1),
@@ -518,6 +764,18 @@ fn listed(i: &Inst) -> Instance {
         public_ip: Some(i.ip.clone()),
         start_date: Some(i.created_at as f64 / 1000.0),
         ..Default::default()
+    }
+}
+
+/// The offer's current minimum bid.
+pub(super) fn min_bid(dph: f64) -> f64 {
+    round3(dph * 0.6)
+}
+
+/// End the open billing segment of `inst` at `t`.
+fn close_bill(inst: &mut Inst, t: Millis) {
+    if let Some(last) = inst.bill.last_mut().filter(|b| b.1.is_none()) {
+        last.1 = Some(t.max(last.0));
     }
 }
 
