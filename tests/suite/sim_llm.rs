@@ -309,6 +309,9 @@ const SHORT: &[(&str, f64)] = &[
     ("vast-429-storm", 4.0),
     ("llm-outage", 2.0),
     ("trigger-storm", 1.0),
+    ("price-drop", 1.0),
+    ("outbid", 2.5),
+    ("dead-market", 2.0),
 ];
 
 #[test]
@@ -351,6 +354,14 @@ fn sim_llm_a_model_that_acts_like_the_rules_leaves_the_floor_nothing_to_do() {
         );
         assert_eq!(r["model"]["floor_passes"], 0, "{name}");
         every_floor_action_is_reported(&run);
+        // The profit beside the rules', where a price is modelled (null, not 0, elsewhere).
+        let beside = &r["model"]["rules"];
+        if *name == "price-drop" {
+            assert!(r["money"]["profit"].is_f64(), "{}", r["money"]);
+            assert!(beside["profit"].is_f64(), "{beside}");
+        } else {
+            assert!(r["money"]["profit"].is_null() && beside["profit"].is_null());
+        }
         if *name == "incident" {
             // The model launched in the first WORKERS DEAD pass, the moment the floor would
             // have: the floor added nothing, and no more launches reached vast.ai than the

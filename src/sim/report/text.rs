@@ -37,12 +37,16 @@ pub fn render_text(r: &Report) -> String {
     row(
         "proofs",
         format!(
-            "{} completed of {} wanted ({:.1}%), {} offered, {} went elsewhere",
-            p.completed,
+            "{} completed of {} wanted ({:.1}%), {} offered, {} went elsewhere{}",
+            p.completed_of_offered,
             p.wanted,
             p.served_share * 100.0,
             p.offered,
-            p.expired
+            p.expired,
+            match p.completed - p.completed_of_offered {
+                0 => String::new(),
+                n => format!("; {n} more queued before the start"),
+            }
         ),
     );
     row(

@@ -327,6 +327,67 @@ mod tests {
     }
 
     #[test]
+    fn price_and_bids_are_bounded_and_price_checks_need_a_price() {
+        refused(
+            "[price]\nfil_usd = [[1, 4.0]]\nask_fil = [[0, 0.01]]\n",
+            5,
+            "price.fil_usd #1",
+            "starting at hour 0",
+        );
+        refused(
+            "[price]\nfil_usd = [[0, 4.0], [2, 0]]\nask_fil = [[0, 0.01]]\n",
+            5,
+            "price.fil_usd #2",
+            "[2, 0]",
+        );
+        refused(
+            "[price]\nfil_usd = [[0, 4.0]]\nask_fil = [[0, nan]]\n",
+            6,
+            "price.ask_fil #1",
+            "NaN",
+        );
+        refused(
+            "[price]\nfil_usd = [[0, 4.0]]\nask_fil = []\n",
+            6,
+            "price.ask_fil",
+            "got 0",
+        );
+        refused("[price]\nfil_usd = [[0, 4.0]]\n", 4, "price", "ask_fil");
+        refused(
+            "[bids]\nresume_share = 1.5\n",
+            5,
+            "bids.resume_share",
+            "1.5",
+        );
+        refused(
+            "[bids]\nresume_mins = [30, 10]\n",
+            5,
+            "bids.resume_mins",
+            "[30, 10]",
+        );
+        refused(
+            "[bids]\n\n[[bids.wave]]\nat_hours = 1\ncount = 0\n",
+            8,
+            "bids.wave #1 count",
+            "got 0",
+        );
+        refused(
+            "[expect]\nmin_profit_share_of_oracle = 0.9\n",
+            5,
+            "expect.min_profit_share_of_oracle",
+            "needs a [price]",
+        );
+        let ok = parse(&format!(
+            "{TOP}[price]\nfil_usd = [[0, 4.0], [6, 2.0]]\nask_fil = [[0, 0.007]]\n\
+             [expect]\nmax_unprofitable_launches = 0\n"
+        ))
+        .unwrap();
+        let p = ok.price.unwrap();
+        assert!((p.revenue_per_proof(5.9) - 0.028).abs() < 1e-12);
+        assert!((p.revenue_per_proof(6.0) - 0.014).abs() < 1e-12);
+    }
+
+    #[test]
     fn the_bad_entry_of_an_array_is_named_with_its_number_and_line() {
         // A bad [[probe_outage]] after a good [[vast_429]]: probe_outage, at its own line.
         refused(

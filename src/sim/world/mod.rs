@@ -587,4 +587,122 @@ mod tests {
             "the market gave the work to others"
         );
     }
+
+    const BIDS: &str = "name = \"t\"\ndescription = \"t\"\nhours = 24\n[market]\nrate = [[0, 120]]\n[hosts]\nboot_fail = 0\nstuck = 0\noffline_per_day = 0\ncrash_per_day = 0\n[bids]\nresume_share = 1\nresume_mins = [30, 30]\n[[bids.wave]]\nat_hours = 1\ncount = 1\n";
+
+    #[test]
+    fn an_outbid_bid_stops_unasked_pauses_its_bill_and_resumes() {
+        let mut w = world(BIDS);
+        let offer = w.vast.search(&OfferQuery::default())[0].clone();
+        let low = offer.min_bid.unwrap() - 0.01;
+        assert!(matches!(
+            w.vast
+                .create_bid(offer.id, "fleetagent-r1-a", T0, Some(low)),
+            Err(VastError::Api { .. })
+        ));
+        let bid = offer.min_bid.unwrap();
+        let id = w
+            .vast
+            .create_bid(offer.id, "fleetagent-r1-a", T0, Some(bid))
+            .unwrap();
+        w.advance(T0 + HOUR_MS - STEP_MS);
+        assert!(w.ours_view()[0].alive);
+        w.advance(T0 + HOUR_MS + STEP_MS);
+        // Outbid by the wave: stopped without our asking, its worker gone, no bill.
+        let listed = w.vast.show(id).unwrap();
+        assert_eq!(listed.is_bid, Some(true));
+        assert_eq!(listed.actual_status.as_deref(), Some("stopped"));
+        assert_eq!(listed.cur_state.as_deref(), Some("stopped"));
+        assert!(listed.next_state.is_some());
+        assert!(!w.ours_view()[0].alive);
+        assert_eq!(w.vast.tally.outbid_times, vec![T0 + HOUR_MS]);
+        let at_outbid = w.vast.spend_ours(T0 + HOUR_MS);
+        assert!((at_outbid - bid).abs() < 1e-6, "{at_outbid}");
+        w.advance(T0 + HOUR_MS + 20 * MIN_MS);
+        assert!((w.vast.spend_ours(w.now) - at_outbid).abs() < 1e-9);
+        // It resumes by itself 30 minutes later, boots and registers again.
+        w.advance(T0 + 2 * HOUR_MS);
+        assert_eq!(w.vast.tally.resumes, 1);
+        assert_eq!(
+            w.vast.show(id).unwrap().actual_status.as_deref(),
+            Some("running")
+        );
+        assert!(w.ours_view()[0].alive);
+        let billed = w.vast.spend_ours(w.now);
+        assert!((billed - bid * 1.5).abs() < 1e-6, "{billed}");
+    }
+
+    #[test]
+    fn a_start_or_a_raised_bid_resumes_a_stopped_instance() {
+        let mut w = world(&BIDS.replace("resume_share = 1", "resume_share = 0"));
+        let offer = w.vast.search(&OfferQuery::default())[0].clone();
+        let bid = offer.min_bid.unwrap();
+        let id = w
+            .vast
+            .create_bid(offer.id, "fleetagent-r1-a", T0, Some(bid))
+            .unwrap();
+        w.advance(T0 + HOUR_MS + STEP_MS);
+        assert_eq!(
+            w.vast.show(id).unwrap().actual_status.as_deref(),
+            Some("stopped")
+        );
+        w.vast.change_bid(id, bid * 2.0, w.now).unwrap();
+        w.advance(w.now + 10 * MIN_MS);
+        assert_eq!(
+            w.vast.show(id).unwrap().actual_status.as_deref(),
+            Some("running")
+        );
+        assert_eq!(w.vast.show(id).unwrap().dph_total, Some(bid * 2.0));
+        w.stop(id, w.now).unwrap();
+        w.vast.start(id, w.now).unwrap();
+        w.advance(w.now + 10 * MIN_MS);
+        assert!(w.ours_view()[0].alive);
+        // An on-demand instance has no bid to change.
+        let other = w.vast.search(&OfferQuery::default())[0].id;
+        let od = w.vast.create(other, "fleetagent-r1-b", w.now).unwrap();
+        assert!(w.vast.change_bid(od, 1.0, w.now).is_err());
+    }
+
+    #[test]
+    fn the_price_path_sets_the_ask_price_and_each_proof_earns_its_time_price() {
+        let text =
+            format!("{BASE}[price]\nfil_usd = [[0, 4.0], [1, 2.0]]\nask_fil = [[0, 0.005]]\n");
+        let mut w = world(&text);
+        let offer = w.vast.search(&OfferQuery::default())[0].id;
+        w.vast.create(offer, "fleetagent-r1-a", T0).unwrap();
+        w.advance(T0 + 2 * HOUR_MS);
+        let d = w.curio.demand(w.now, 150_000);
+        assert_eq!(d.ask_price_attofil.as_deref(), Some("5000000000000000"));
+        assert_eq!(w.fil_usd(T0), Some(4.0));
+        assert_eq!(w.fil_usd(T0 + HOUR_MS), Some(2.0));
+        let t = &w.curio.tally;
+        // Between 0.01 (all at the late price) and 0.02 (all at the early one) per proof.
+        assert!(t.completed > 20);
+        let per = t.revenue / t.completed as f64;
+        assert!(per > 0.0105 && per < 0.0195, "{per}");
+        // Without [price]: no ask price read, nothing earned, no FIL/USD.
+        let mut plain = world(BASE);
+        plain.advance(T0 + HOUR_MS);
+        assert_eq!(
+            plain.curio.demand(plain.now, 150_000).ask_price_attofil,
+            None
+        );
+        assert_eq!(plain.fil_usd(T0), None);
+    }
+
+    #[test]
+    fn the_starting_fleet_is_billed_from_the_start_only() {
+        let text = format!("{BASE}[start]\nlive = 2\npending = 10\n");
+        let mut w = world(&text);
+        w.set_up_start();
+        w.advance(T0 + HOUR_MS);
+        let dph: f64 = w.ours_view().iter().map(|v| v.dph).sum();
+        assert!((w.vast.spend_ours(w.now) - dph).abs() < 1e-6);
+        // The proofs queued before the start are work done, not demand offered in the run.
+        let t = &w.curio.tally;
+        assert!(
+            t.completed >= 10 && t.completed_offered + 10 <= t.completed,
+            "{t:?}"
+        );
+    }
 }
