@@ -8,7 +8,8 @@
 //!   bench tokens    tokens per routine tick against a naive agent that sends the whole history
 //!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
 //!   bench sim       simulated hours per wall-clock second (steady, a week), and the decision
-//!                   quality table: rules against the oracle for steady, spike and incident
+//!                   quality per scenario over seeds 1-10: the policy against the reactive
+//!                   bound and the oracle (issue 17's aims)
 //!   bench probe     the harmonydb probe on Curio's real schema with 2M history rows against
 //!                   none, and the history statement's plan (index-only)
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
@@ -21,6 +22,8 @@ mod fake_llm;
 mod pg;
 #[path = "support/probe_bench.rs"]
 mod probe_bench;
+#[path = "support/sim_bench.rs"]
+mod sim_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -488,149 +491,19 @@ fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
     }
 }
 
-/// Simulation speed on the steady scenario, then rules against the oracle.
+/// Simulation speed on the steady scenario, then the policy against the reactive bound and the
+/// oracle, scenario by scenario over seeds 1-10 (examples/support/sim_bench.rs).
 fn bench_sim() {
     use fleetagent::sim;
     let t = Instant::now();
     let week = sim::run(&sim_options("steady", Some(168.0))).unwrap();
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "sim: steady, a simulated week (168 h, {} passes, {} processes) in {:.1} s wall -> {:.1} simulated hours per second (goal: a week in under 60 s)",
+        "sim: steady, a simulated week (168 h, {} passes, {} processes) in {:.1} s wall -> {:.1} simulated hours per second (goal: a week in under 20 s on 2 cores)",
         week.report.runs.passes,
         week.report.runs.processes,
         secs,
         168.0 / secs
     );
-    println!();
-    println!("decision quality (rules vs an oracle that knows the demand in advance; seed 1, full length):");
-    println!(
-        "{:<10} {:>6} {:>12} {:>12} {:>7} {:>10} {:>10} {:>9} {:>13}",
-        "scenario",
-        "hours",
-        "rules $/p",
-        "oracle $/p",
-        "ratio",
-        "rules hbt",
-        "oracle hbt",
-        "allowed",
-        "reactive hbt"
-    );
-    // Every seed of each scenario is run once; seed 1 fills this table (steady's is the week
-    // just timed).
-    let scenarios: Vec<(&str, Vec<SeedRun>)> = [("steady", 5), ("spike", 10), ("incident", 10)]
-        .into_iter()
-        .map(|(name, seeds)| {
-            let runs = (1..=seeds)
-                .map(|seed| {
-                    let done = (name == "steady" && seed == 1).then(|| week.report.clone());
-                    seed_run(name, seed, done)
-                })
-                .collect();
-            (name, runs)
-        })
-        .collect();
-    for (name, runs) in &scenarios {
-        let r = &runs[0];
-        println!(
-            "{:<10} {:>6} {:>12.4} {:>12.4} {:>6.2}x {:>10.2} {:>10.2} {:>9.2} {:>13.2}{}",
-            name,
-            r.report.hours,
-            r.report.money.dollars_per_proof,
-            r.report.oracle.dollars_per_proof,
-            r.report.oracle.cost_ratio,
-            r.report.hours_below_target,
-            r.report.oracle.hours_below_target,
-            r.allowed,
-            r.bound_hbt,
-            if r.cost_ok() && r.hours_ok() {
-                "  within the aim (1.15x, oracle + boot per change)"
-            } else {
-                "  outside the aim (1.15x, oracle + boot per change)"
-            }
-        );
-    }
-    println!("(hbt = hours below target: live capacity under 90% of min(target, market rate))");
-    println!(
-        "(reactive = the oracle without look-ahead, inside the launch window: the best a policy that learns demand as it happens can do)"
-    );
-    for (name, runs) in &scenarios {
-        print_over_seeds(name, runs);
-    }
-}
-
-/// One seed of a scenario: the rules' report, the aim's allowance and the reactive bound's
-/// hours below target.
-struct SeedRun {
-    report: fleetagent::sim::report::Report,
-    allowed: f64,
-    bound_hbt: f64,
-}
-
-impl SeedRun {
-    fn hours_ok(&self) -> bool {
-        self.report.hours_below_target <= self.allowed + 1e-9
-    }
-
-    fn cost_ok(&self) -> bool {
-        self.report.oracle.cost_ratio <= 1.15
-    }
-
-    fn bound_ok(&self) -> bool {
-        self.bound_hbt <= self.allowed + 1e-9
-    }
-}
-
-/// Runs the rules (unless `done` is that run's report) and the reactive bound on one seed.
-fn seed_run(name: &str, seed: u64, done: Option<fleetagent::sim::report::Report>) -> SeedRun {
-    use fleetagent::sim;
-    let mut opts = sim_options(name, None);
-    opts.seed = seed;
-    let report = done.unwrap_or_else(|| sim::run(&opts).unwrap().report);
-    let bound = sim::reactive_bound(&opts).unwrap();
-    SeedRun {
-        allowed: allowed_hbt(&opts.scenario, report.oracle.hours_below_target),
-        // The report rounds to 4 decimals; the bound is compared the same way.
-        bound_hbt: (bound.hours_below_target * 1e4).round() / 1e4,
-        report,
-    }
-}
-
-/// The aim's allowance: the oracle's hours below target plus one boot time (p90 boot plus
-/// Curio's start) per demand change; the incident's dead fleet at the start counts as one.
-fn allowed_hbt(s: &fleetagent::sim::scenario::Scenario, oracle_hbt: f64) -> f64 {
-    let changes = s.market.changes(s.hours) + usize::from(s.start.pending > 0 || s.start.dead > 0);
-    let boot_h = fleetagent::sim::oracle::lead_ms(s) as f64 / 3_600_000.0;
-    oracle_hbt + boot_h * changes as f64
-}
-
-/// One scenario over its seeds: each seed's row, then on how many the rules are within the aim
-/// and the bound within the hours. (Seed 1 alone can flatter or wrong a policy: each seed is
-/// another market and other host failures.)
-fn print_over_seeds(name: &str, runs: &[SeedRun]) {
-    println!();
-    println!("{name} over seeds 1-{}:", runs.len());
-    println!(
-        "{:>5} {:>10} {:>10} {:>9} {:>13} {:>7}",
-        "seed", "rules hbt", "oracle hbt", "allowed", "reactive hbt", "ratio"
-    );
-    for (i, r) in runs.iter().enumerate() {
-        println!(
-            "{:>5} {:>10.2} {:>10.2} {:>9.2} {:>13.2} {:>6.2}x",
-            i + 1,
-            r.report.hours_below_target,
-            r.report.oracle.hours_below_target,
-            r.allowed,
-            r.bound_hbt,
-            r.report.oracle.cost_ratio
-        );
-    }
-    let count = |f: fn(&SeedRun) -> bool| runs.iter().filter(|r| f(r)).count();
-    println!(
-        "{name}: the rules within the aim on {} of {} seeds (hours on {}, cost on {}); the reactive bound's hours on {}",
-        count(|r| r.hours_ok() && r.cost_ok()),
-        runs.len(),
-        count(SeedRun::hours_ok),
-        count(SeedRun::cost_ok),
-        count(SeedRun::bound_ok)
-    );
+    sim_bench::bench_over_seeds(week.report);
 }
