@@ -309,9 +309,9 @@ const SHORT: &[(&str, f64)] = &[
     ("vast-429-storm", 4.0),
     ("llm-outage", 2.0),
     ("trigger-storm", 1.0),
-    ("price-drop", 1.0),
-    ("outbid", 2.5),
-    ("dead-market", 2.0),
+    ("price-drop", 0.5),
+    ("outbid", 2.2),
+    ("dead-market", 1.0),
 ];
 
 #[test]
