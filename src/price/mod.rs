@@ -9,6 +9,8 @@
 //! The fetching (command, URL, the cache in `agent_state`) lives behind [`FilUsdSource`]; the
 //! pass's observe step resolves the [`Price`] once into `Snapshot::price`.
 
+pub mod source;
+
 use serde::Serialize;
 
 use crate::clock::Millis;
@@ -144,6 +146,41 @@ pub fn profit_per_hour(price: &Price, dph: f64, pph: f64) -> f64 {
     price.revenue_per_proof * pph - dph
 }
 
+/// What the fleet costs and earns at a known price, per proof and per hour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetEconomics {
+    pub fleet_dph: f64,
+    /// The proofs/h the figures are over, and which: `completions` (the last hour's
+    /// completions in the cluster) or `capacity` (the proofs/h our instances are reckoned
+    /// at, loading ones included) when nothing completed.
+    pub proofs_per_hour: f64,
+    pub basis: &'static str,
+    /// None when the fleet proves nothing by that basis (it bills with no proof).
+    pub cost_per_proof: Option<f64>,
+    pub profit_per_hour: f64,
+}
+
+/// The fleet's economics: over the last hour's completions when any (what it did), else
+/// over its capacity (what it would do).
+pub fn fleet_economics(
+    price: &Price,
+    fleet_dph: f64,
+    capacity_pph: f64,
+    completed_1h: Option<u32>,
+) -> FleetEconomics {
+    let (pph, basis) = match completed_1h {
+        Some(n) if n > 0 => (n as f64, "completions"),
+        _ => (capacity_pph.max(0.0), "capacity"),
+    };
+    FleetEconomics {
+        fleet_dph,
+        proofs_per_hour: pph,
+        basis,
+        cost_per_proof: (pph > 0.0).then(|| fleet_dph / pph),
+        profit_per_hour: profit_per_hour(price, fleet_dph, pph),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,5 +243,23 @@ mod tests {
         assert!(!profitable(Some(&p), 0.10, 0.0, &config));
         assert!(profitable(None, 100.0, 1.0, &config));
         assert!((profit_per_hour(&p, 0.5, 20.0) - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_fleet_is_judged_by_its_completions_else_its_capacity() {
+        let mut config = Config::default();
+        config.price.proof_price_fil = Some(0.01);
+        config.price.fil_usd = Some(4.0);
+        let p = resolve(&config.price, None, None, 0).unwrap();
+        let e = fleet_economics(&p, 1.0, 50.0, Some(20));
+        assert_eq!((e.basis, e.proofs_per_hour), ("completions", 20.0));
+        assert!((e.cost_per_proof.unwrap() - 0.05).abs() < 1e-12);
+        assert!((e.profit_per_hour + 0.2).abs() < 1e-12);
+        let e = fleet_economics(&p, 1.0, 50.0, Some(0));
+        assert_eq!((e.basis, e.proofs_per_hour), ("capacity", 50.0));
+        assert!((e.profit_per_hour - 1.0).abs() < 1e-12);
+        let e = fleet_economics(&p, 0.5, 0.0, None);
+        assert_eq!(e.cost_per_proof, None);
+        assert!((e.profit_per_hour + 0.5).abs() < 1e-12);
     }
 }
