@@ -132,6 +132,12 @@ pub fn build(
         demand: curio.demand,
         gpu_rates: curio.rates,
         worker_identity: curio.worker_identity,
+        price: super::PriceView::of(
+            &crate::store::price::stored_price(&store.conn, config, now)?,
+            crate::store::price::cache(&store.conn)?
+                .error
+                .filter(|_| config.price.fil_usd.is_none()),
+        ),
     })
 }
 
