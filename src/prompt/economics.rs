@@ -52,7 +52,7 @@ pub fn economics_line(s: &Snapshot, config: &Config) -> String {
     let (Some(p), Some(e)) = (s.price.as_ref(), s.economics(config)) else {
         let why = s.price_unknown.as_deref().unwrap_or("no price");
         return format!(
-            "Economics: price unknown: {}; the profit check is off (launches are not judged by profit).",
+            "Economics: price unknown: {}; profit is not checked.",
             quote(why, 240)
         );
     };
@@ -108,7 +108,7 @@ mod tests {
         s.price_unknown = Some("FIL/USD not fetched yet".into());
         assert_eq!(
             economics_line(&s, &c),
-            "Economics: price unknown: \"FIL/USD not fetched yet\"; the profit check is off (launches are not judged by profit)."
+            "Economics: price unknown: \"FIL/USD not fetched yet\"; profit is not checked."
         );
         assert_eq!(short_float(0.005), "0.005");
         assert_eq!(short_float(5e15 / 1e18), "0.005");

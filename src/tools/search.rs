@@ -36,9 +36,9 @@ impl Tool for SearchOffers {
     }
 
     fn description(&self) -> &'static str {
-        "Rentable vast.ai offers matching the configured filters, cheapest per proof first, each \
-         with its $/proof and, with a known price, whether it is profitable. Narrow by gpu_name \
-         (one of the configured GPUs) or max_dph ($/h)."
+        "Rentable vast.ai offers matching the configured filters, cheapest per proof first \
+         (with a known price: whether each is profitable). Narrow by gpu_name (one of the \
+         configured GPUs) or max_dph ($/h)."
     }
 
     fn parameters(&self) -> Value {
