@@ -205,25 +205,33 @@ pub fn notes(env: &crate::env::Env) -> Vec<String> {
 /// known while the FIL/USD fetch fails (the cached value ages towards unknown).
 pub fn price_problems(store: &Store, config: &Config, now: Millis) -> Vec<String> {
     let mut out = Vec::new();
-    match crate::store::price::stored_price(&store.conn, config, now) {
-        Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
-        Ok(Err(why)) => out.push(format!(
+    let (cache, ask) = match (
+        crate::store::price::cache(&store.conn),
+        crate::store::price::last_ask_price(&store.conn),
+    ) {
+        (Ok(c), Ok(a)) => (c, a),
+        (Err(e), _) | (_, Err(e)) => {
+            out.push(format!("database: {}", crate::error::report(&e)));
+            return out;
+        }
+    };
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask.as_deref(),
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    );
+    match (price, &cache.error) {
+        (Err(why), _) => out.push(format!(
             "price unknown: {why}: the profit check is off, so launches are not judged by profit; set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url"
         )),
-        Ok(Ok(p)) => {
-            if let Ok(crate::store::price::FilUsdCache {
-                error: Some(e), ..
-            }) = crate::store::price::cache(&store.conn)
-            {
-                if config.price.fil_usd.is_none() {
-                    out.push(format!(
-                        "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
-                        human_duration(now - p.fil_usd_at),
-                        config.price.max_age_mins
-                    ));
-                }
-            }
-        }
+        (Ok(p), Some(e)) if config.price.fil_usd.is_none() => out.push(format!(
+            "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
+            human_duration(now - p.fil_usd_at),
+            config.price.max_age_mins
+        )),
+        (Ok(_), _) => {}
     }
     out
 }

@@ -241,7 +241,16 @@ fn economics(
     completed_1h: Option<u32>,
     f: &mut Vec<Family>,
 ) -> Result<()> {
-    let price = crate::store::price::stored_price(conn, config, now)?.ok();
+    let cache = crate::store::price::cache(conn)?;
+    let ask = crate::store::price::last_ask_price(conn)?;
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask.as_deref(),
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    )
+    .ok();
     let measured = crate::store::curio::rate_map(conn)?;
     let capacity: f64 = instances::live(conn)?
         .iter()

@@ -24,7 +24,7 @@ pub struct Services {
     pub demand: Option<Arc<dyn DemandProbe>>,
     pub llm: Option<Arc<dyn LlmClient>>,
     /// FIL/USD from `price.fil_usd_command` / `fil_usd_url` (None: static or unset).
-    pub fil_usd: Option<Arc<dyn crate::price::FilUsdSource>>,
+    pub fil_usd: Option<Arc<dyn crate::fil_usd::FilUsdSource>>,
 }
 
 /// What every driver runs against: the config, the environment, the clock and the outside
@@ -78,14 +78,14 @@ pub fn build_services(
 
 /// The FIL/USD source of `price.fil_usd_command` or `price.fil_usd_url` (at most one is set:
 /// the config is validated), or None (a static `price.fil_usd`, or no price at all).
-pub fn build_fil_usd(config: &Config) -> Option<Arc<dyn crate::price::FilUsdSource>> {
-    use crate::price::source::{CommandSource, UrlSource, FETCH_TIMEOUT};
+pub fn build_fil_usd(config: &Config) -> Option<Arc<dyn crate::fil_usd::FilUsdSource>> {
+    use crate::fil_usd::{CommandSource, UrlSource, FETCH_TIMEOUT};
     let p = &config.price;
     if let Some(c) = &p.fil_usd_command {
         return Some(Arc::new(CommandSource::new(c.clone(), FETCH_TIMEOUT)));
     }
     p.fil_usd_url.as_ref().map(|u| {
-        Arc::new(UrlSource::new(u.clone(), FETCH_TIMEOUT)) as Arc<dyn crate::price::FilUsdSource>
+        Arc::new(UrlSource::new(u.clone(), FETCH_TIMEOUT)) as Arc<dyn crate::fil_usd::FilUsdSource>
     })
 }
 

@@ -9,8 +9,6 @@
 //! The fetching (command, URL, the cache in `agent_state`) lives behind [`FilUsdSource`]; the
 //! pass's observe step resolves the [`Price`] once into `Snapshot::price`.
 
-pub mod source;
-
 use serde::Serialize;
 
 use crate::clock::Millis;
@@ -35,12 +33,9 @@ pub struct Price {
     pub fil_usd_at: Millis,
 }
 
-/// FIL/USD from outside (`price.fil_usd_command`, `price.fil_usd_url`, the simulator's price
-/// path). Built by `services::build_services` only when one of those keys is set.
-pub trait FilUsdSource: Send + Sync {
-    /// The current FIL/USD, or a one-line error naming what was wrong.
-    fn fil_usd(&self) -> anyhow::Result<f64>;
-}
+/// FIL/USD from outside: the trait lives with its command and URL sources in the adapters
+/// (`crate::fil_usd`); named here too, as the contract has it.
+pub use crate::fil_usd::FilUsdSource;
 
 /// A fetched FIL/USD as cached in `agent_state` (`fil_usd`, `fil_usd_at`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -114,6 +109,42 @@ pub fn resolve(
         fil_usd,
         fil_usd_source,
         fil_usd_at,
+    })
+}
+
+/// Which source a cached FIL/USD came from, by the config: `command` or `url` (`fetched`
+/// for a source set by code, the simulator's).
+pub fn fetched_source(config: &PriceConfig) -> &'static str {
+    if config.fil_usd_command.is_some() {
+        "command"
+    } else if config.fil_usd_url.is_some() {
+        "url"
+    } else {
+        "fetched"
+    }
+}
+
+/// [`resolve`] over the FIL/USD cache (`cached`: the last value fetched and when;
+/// `fetch_error`: the last fetch's failure), the failure added to an unknown price's reason
+/// (a static `price.fil_usd` ignores the cache).
+pub fn resolve_cached(
+    config: &PriceConfig,
+    ask_attofil: Option<&str>,
+    cached: Option<(f64, Millis)>,
+    fetch_error: Option<&str>,
+    now: Millis,
+) -> Result<Price, String> {
+    if config.fil_usd.is_some() {
+        return resolve(config, ask_attofil, None, now);
+    }
+    let fetched = cached.map(|(fil_usd, at)| Fetched {
+        fil_usd,
+        at,
+        source: fetched_source(config),
+    });
+    resolve(config, ask_attofil, fetched, now).map_err(|why| match fetch_error {
+        Some(e) => format!("{why}; the last fetch failed: {e}"),
+        None => why,
     })
 }
 
@@ -229,6 +260,30 @@ mod tests {
         assert_eq!((p.fil_usd, p.fil_usd_source), (5.0, "url"));
         let e = resolve(&c, None, Some(f), 60 * 60_000 + 1).unwrap_err();
         assert!(e.contains("stale"), "{e}");
+    }
+
+    #[test]
+    fn the_cache_counts_while_fresh_and_its_failure_is_said() {
+        let mut c = cfg();
+        c.proof_price_fil = Some(0.01);
+        c.fil_usd_command = Some("fil-usd".into());
+        let e = resolve_cached(&c, None, None, Some("boom"), 0).unwrap_err();
+        assert_eq!(e, "FIL/USD not fetched yet; the last fetch failed: boom");
+        let p = resolve_cached(&c, None, Some((4.0, 1_000)), Some("boom"), 2_000).unwrap();
+        assert_eq!(
+            (p.fil_usd, p.fil_usd_source, p.fil_usd_at),
+            (4.0, "command", 1_000)
+        );
+        let e = resolve_cached(&c, None, Some((4.0, 0)), Some("boom"), 61 * 60_000).unwrap_err();
+        assert!(
+            e.contains("stale") && e.ends_with("the last fetch failed: boom"),
+            "{e}"
+        );
+        // A static rate ignores the cache.
+        c.fil_usd_command = None;
+        c.fil_usd = Some(3.0);
+        let p = resolve_cached(&c, None, Some((4.0, 0)), Some("boom"), 5).unwrap();
+        assert_eq!((p.fil_usd, p.fil_usd_source), (3.0, "config"));
     }
 
     #[test]

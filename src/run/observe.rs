@@ -216,12 +216,14 @@ fn assemble(
         work_waiting_since(curio::work_waiting_since(conn)?, demand.as_ref(), now);
     // The price of a proof, over the FIL/USD cache of a command or URL source (`observe`
     // fetched it this pass; `view` fetches nothing).
-    let (price, price_unknown) = match crate::store::price::resolved(
-        conn,
-        config,
+    let cache = crate::store::price::cache(conn)?;
+    let (price, price_unknown) = match crate::price::resolve_cached(
+        &config.price,
         demand.as_ref().and_then(|d| d.ask_price_attofil.as_deref()),
+        cache.value(),
+        cache.error.as_deref(),
         now,
-    )? {
+    ) {
         Ok(p) => (Some(p), None),
         Err(why) => (None, Some(why)),
     };

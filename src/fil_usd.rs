@@ -1,4 +1,4 @@
-//! FIL/USD from outside: `price.fil_usd_command` (run with `sh -c`, as the demand command
+//! FIL/USD from outside (the trait `price::FilUsdSource` names): `price.fil_usd_command` (run with `sh -c`, as the demand command
 //! probe runs, with the same timeout and process-group kill) and `price.fil_usd_url` (a GET,
 //! as the demand http probe makes). Both answer `{"fil_usd": x}`, x a number > 0; anything
 //! else is a one-line error naming the key and what was wrong.
@@ -8,10 +8,16 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Result};
 use serde_json::Value;
 
-use super::FilUsdSource;
 use crate::demand::command::{check_exit, run_sh, MAX_STDOUT_BYTES};
 use crate::demand::HttpProbe;
 use crate::text::clip;
+
+/// FIL/USD from outside (`price.fil_usd_command`, `price.fil_usd_url`, the simulator's price
+/// path). Built by `services::build_services` only when one of those keys is set.
+pub trait FilUsdSource: Send + Sync {
+    /// The current FIL/USD, or a one-line error naming what was wrong.
+    fn fil_usd(&self) -> anyhow::Result<f64>;
+}
 
 /// How long a FIL/USD command or URL may take: a price is a small answer.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(15);
