@@ -116,9 +116,10 @@ pub fn best_offer<'a>(offers: &'a [Offer], config: &Config, measured: &Rates) ->
         })
 }
 
-/// One offer as the model sees it.
+/// One offer as the model sees it (with `bid_dph`, the bid a launch would place, when
+/// offers are interruptible: `usd_per_proof` is reckoned on it).
 pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
-    json!({
+    let mut v = json!({
         "id": o.id,
         "gpu": clip(&o.gpu_name, 40),
         "dph": (o.dph_total * 1e4).round() / 1e4,
@@ -126,7 +127,11 @@ pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
         "usd_per_proof": (usd_per_proof(o, config, measured) * 1e5).round() / 1e5,
         "reliability": (o.reliability * 1e3).round() / 1e3,
         "where": o.geolocation.as_deref().map(|g| clip(g, 40)),
-    })
+    });
+    if config.vast.offers.offer_type == OfferType::Interruptible {
+        v["bid_dph"] = json!((rent_dph(o, config) * 1e4).round() / 1e4);
+    }
+    v
 }
 
 #[cfg(test)]

@@ -121,6 +121,12 @@ fn without_an_offer_the_best_profitable_is_taken_and_none_is_refused() {
     c.vast.offers.bid_factor = 1.0;
     let cr = choose_of(&c, &s, Some(1), &offers).unwrap();
     assert_eq!(cr.request.bid_price, Some(0.35));
+    let shown = offer_json(&offers[0], &c, &s.measured_rates);
+    assert_eq!(
+        (shown["dph"].as_f64(), shown["bid_dph"].as_f64()),
+        (Some(0.7), Some(0.35))
+    );
+    assert_eq!(shown["usd_per_proof"], 0.035 / 2.0);
 }
 
 #[test]
