@@ -1,6 +1,7 @@
 //! The `command` demand probe: runs `sh -c <command>` and reads the demand JSON document
 //! (docs/demand.md) from its stdout. The command gets no stdin, and it never outlives its
-//! timeout: past it, its whole process group is killed and reaped.
+//! timeout: past it, its whole process group is killed and reaped. The runner (`run_sh`,
+//! `check_exit`) also runs `price.fil_usd_command` (`crate::fil_usd`).
 
 use std::io::{self, Read};
 use std::os::unix::process::CommandExt;
