@@ -201,6 +201,41 @@ pub fn notes(env: &crate::env::Env) -> Vec<String> {
     vec![format!("vast_image_login: {login}")]
 }
 
+/// The price as the last pass left it: unknown (why, and the keys that make it known), or
+/// known while the FIL/USD fetch fails (the cached value ages towards unknown).
+pub fn price_problems(store: &Store, config: &Config, now: Millis) -> Vec<String> {
+    let mut out = Vec::new();
+    let (cache, ask) = match (
+        crate::store::price::cache(&store.conn),
+        crate::store::price::last_ask_price(&store.conn),
+    ) {
+        (Ok(c), Ok(a)) => (c, a),
+        (Err(e), _) | (_, Err(e)) => {
+            out.push(format!("database: {}", crate::error::report(&e)));
+            return out;
+        }
+    };
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask.as_deref(),
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    );
+    match (price, &cache.error) {
+        (Err(why), _) => out.push(format!(
+            "price unknown: {why}: the profit check is off, so launches are not judged by profit; set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url"
+        )),
+        (Ok(p), Some(e)) if config.price.fil_usd.is_none() => out.push(format!(
+            "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
+            human_duration(now - p.fil_usd_at),
+            config.price.max_age_mins
+        )),
+        (Ok(_), _) => {}
+    }
+    out
+}
+
 fn store_problems(
     store: &Store,
     config: &Config,
@@ -238,6 +273,7 @@ fn store_problems(
         }
         Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
     }
+    out.extend(price_problems(store, config, now));
     let period = config.run.timer_period_secs as i64 * 1000;
     match session::state(&store.conn) {
         Err(e) => out.push(format!("database: {}", crate::error::report(&e))),

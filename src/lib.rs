@@ -34,6 +34,7 @@ pub mod wakes;
 // layer: adapters (our database, the outside services, the files and the OS)
 pub mod demand;
 pub mod doorbell;
+pub mod fil_usd;
 pub mod llm;
 pub mod lock;
 pub mod ratelimit;

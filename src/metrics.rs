@@ -68,8 +68,9 @@ fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -
     }
 }
 
-/// The metrics text for the database behind `conn`.
-pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
+/// The metrics text for the database behind `conn` (`config` prices a proof and rates the
+/// GPUs, as the passes do).
+pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<String> {
     let mut f = Vec::new();
 
     let mut by_verdict: BTreeMap<String, f64> = ["action", "no-action", "skipped", "failed"]
@@ -173,6 +174,14 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
         "1 when the last pass read the demand, 0 when the probe failed or never ran.",
         demand.is_some() as u8 as f64,
     ));
+    economics(
+        conn,
+        config,
+        now,
+        dph,
+        demand.as_ref().map(|_| field("completed_1h") as u32),
+        &mut f,
+    )?;
     let emergency = runs::last_ok_emergency(conn).ok().flatten();
     f.push(one(
         "fleetagent_emergency",
@@ -221,6 +230,81 @@ pub fn collect(conn: &Connection, now: Millis) -> Result<String> {
     Ok(render(&f))
 }
 
+/// Revenue per proof, the fleet's cost per proof and the profit per hour, as the observation
+/// states them. A figure that is unknown (no price; a fleet that proves nothing) has no
+/// sample, never a NaN or a 0; `fleetagent_price_known` says which.
+fn economics(
+    conn: &Connection,
+    config: &crate::config::Config,
+    now: Millis,
+    fleet_dph: f64,
+    completed_1h: Option<u32>,
+    f: &mut Vec<Family>,
+) -> Result<()> {
+    let cache = crate::store::price::cache(conn)?;
+    let ask = crate::store::price::last_ask_price(conn)?;
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask.as_deref(),
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    )
+    .ok();
+    let measured = crate::store::curio::rate_map(conn)?;
+    let capacity: f64 = instances::live(conn)?
+        .iter()
+        .filter(|r| {
+            use crate::fleet::{BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
+            // What counts in the observation's `Projected` figure.
+            r.gone_at.is_none()
+                && matches!(r.state, LAUNCHING | LOADING | BOOTED | REGISTERED | PROVING)
+        })
+        .map(|r| crate::fleet::rate_of(r, config, &measured))
+        .sum();
+    f.push(one(
+        "fleetagent_price_known",
+        "gauge",
+        "1 when the price of a proof is known (ask price and a fresh FIL/USD), 0 when unknown (the profit check is off).",
+        price.is_some() as u8 as f64,
+    ));
+    let sample = |v: Option<f64>| v.filter(|x| x.is_finite()).map(|x| (Vec::new(), x));
+    f.push(Family {
+        name: "fleetagent_revenue_per_proof_dollars",
+        kind: "gauge",
+        help: "Dollars one proof earns (ask price in FIL x FIL/USD); no sample while the price is unknown.",
+        samples: sample(price.as_ref().map(|p| p.revenue_per_proof))
+            .into_iter()
+            .collect(),
+    });
+    let (pph, basis) = match completed_1h {
+        Some(n) if n > 0 => (n as f64, "completions"),
+        _ => (capacity, "capacity"),
+    };
+    f.push(Family {
+        name: "fleetagent_fleet_cost_per_proof_dollars",
+        kind: "gauge",
+        help: "The fleet's $/h over the last hour's completions (basis=\"completions\"), else over its proofs/h capacity (basis=\"capacity\"); no sample while it proves nothing.",
+        samples: (pph > 0.0)
+            .then(|| (vec![("basis", basis.to_string())], fleet_dph / pph))
+            .into_iter()
+            .collect(),
+    });
+    let econ = price
+        .as_ref()
+        .map(|p| crate::price::fleet_economics(p, fleet_dph, capacity, completed_1h));
+    f.push(Family {
+        name: "fleetagent_profit_dollars_per_hour",
+        kind: "gauge",
+        help: "Revenue per proof x proofs/h (same basis as the cost per proof) less the fleet's $/h; no sample while the price is unknown.",
+        samples: econ
+            .map(|e| (vec![("basis", e.basis.to_string())], e.profit_per_hour))
+            .into_iter()
+            .collect(),
+    });
+    Ok(())
+}
+
 /// Write `text` to `path` atomically: a temp file in the same dir (0644, readable by the
 /// node_exporter user), flushed, then renamed over the target.
 pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
@@ -261,7 +345,7 @@ pub fn after_run(config: &crate::config::Config, state_dir: &Path, now: Millis) 
         return;
     };
     let result = crate::store::Store::open(state_dir, crate::store::OpenMode::Existing, now)
-        .and_then(|store| collect(&store.conn, now))
+        .and_then(|store| collect(&store.conn, config, now))
         .and_then(|text| write_textfile(path, &text));
     if let Err(e) = result {
         log::warn!("metrics textfile {}: {e:#}", path.display());
@@ -276,15 +360,49 @@ mod tests {
     #[test]
     fn empty_database_renders_every_family() {
         let s = Store::open_memory(0).unwrap();
-        let text = collect(&s.conn, 1_000).unwrap();
+        let text = collect(&s.conn, &crate::config::Config::default(), 1_000).unwrap();
         for name in [
             "fleetagent_runs_total{verdict=\"action\"} 0",
             "fleetagent_last_success_timestamp_seconds 0",
             "fleetagent_fleet_dollars_per_hour 0",
             "fleetagent_emergency 0",
             "# TYPE fleetagent_guardrail_refusals_total counter",
+            "fleetagent_price_known 0",
+            "# TYPE fleetagent_revenue_per_proof_dollars gauge",
         ] {
             assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+        // Unknown figures have no sample, never a NaN.
+        assert!(!text.contains("NaN"), "{text}");
+        assert!(
+            !text.contains("\nfleetagent_revenue_per_proof_dollars "),
+            "{text}"
+        );
+        assert!(
+            !text.contains("\nfleetagent_profit_dollars_per_hour{"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_known_price_gives_revenue_cost_and_profit() {
+        let s = Store::open_memory(0).unwrap();
+        let mut c = crate::config::Config::default();
+        c.policy.proofs_per_hour_per_instance = 20.0;
+        c.price.proof_price_fil = Some(0.01);
+        c.price.fil_usd = Some(4.0);
+        let mut row =
+            crate::fleet::fixtures::row("fleetagent-a", Some(1), crate::fleet::PROVING, 0.5);
+        row.gpu_name = Some("RTX 4090".into());
+        instances::upsert(&s.conn, &row).unwrap();
+        let text = collect(&s.conn, &c, 1_000).unwrap();
+        for want in [
+            "fleetagent_price_known 1",
+            "fleetagent_revenue_per_proof_dollars 0.04",
+            "fleetagent_fleet_cost_per_proof_dollars{basis=\"capacity\"} 0.025",
+            "fleetagent_profit_dollars_per_hour{basis=\"capacity\"} 0.3",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
         }
     }
 

@@ -24,7 +24,7 @@ pub struct Services {
     pub demand: Option<Arc<dyn DemandProbe>>,
     pub llm: Option<Arc<dyn LlmClient>>,
     /// FIL/USD from `price.fil_usd_command` / `fil_usd_url` (None: static or unset).
-    pub fil_usd: Option<Arc<dyn crate::price::FilUsdSource>>,
+    pub fil_usd: Option<Arc<dyn crate::fil_usd::FilUsdSource>>,
 }
 
 /// What every driver runs against: the config, the environment, the clock and the outside
@@ -72,7 +72,20 @@ pub fn build_services(
         } else {
             None
         },
-        fil_usd: None,
+        fil_usd: build_fil_usd(config),
+    })
+}
+
+/// The FIL/USD source of `price.fil_usd_command` or `price.fil_usd_url` (at most one is set:
+/// the config is validated), or None (a static `price.fil_usd`, or no price at all).
+pub fn build_fil_usd(config: &Config) -> Option<Arc<dyn crate::fil_usd::FilUsdSource>> {
+    use crate::fil_usd::{CommandSource, UrlSource, FETCH_TIMEOUT};
+    let p = &config.price;
+    if let Some(c) = &p.fil_usd_command {
+        return Some(Arc::new(CommandSource::new(c.clone(), FETCH_TIMEOUT)));
+    }
+    p.fil_usd_url.as_ref().map(|u| {
+        Arc::new(UrlSource::new(u.clone(), FETCH_TIMEOUT)) as Arc<dyn crate::fil_usd::FilUsdSource>
     })
 }
 
@@ -160,6 +173,20 @@ mod tests {
         let c = Config::default();
         let s = build_services(&c, &Env::default(), Arc::new(ManualClock::new(0)), false).unwrap();
         assert!(s.vast.is_none() && s.demand.is_none() && s.llm.is_none());
+        assert!(s.fil_usd.is_none());
+    }
+
+    #[test]
+    fn a_fil_usd_source_only_for_a_command_or_url() {
+        let mut c = Config::default();
+        c.price.fil_usd = Some(3.0);
+        assert!(build_fil_usd(&c).is_none());
+        c.price.fil_usd = None;
+        c.price.fil_usd_command = Some("echo '{\"fil_usd\": 2}'".into());
+        assert_eq!(build_fil_usd(&c).unwrap().fil_usd().unwrap(), 2.0);
+        c.price.fil_usd_command = None;
+        c.price.fil_usd_url = Some("http://127.0.0.1:9/p".into());
+        assert!(build_fil_usd(&c).is_some());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `command` demand probe: runs `sh -c <command>` and reads the demand JSON document
 //! (docs/demand.md) from its stdout. The command gets no stdin, and it never outlives its
-//! timeout: past it, its whole process group is killed and reaped.
+//! timeout: past it, its whole process group is killed and reaped. The runner (`run_sh`,
+//! `check_exit`) also runs `price.fil_usd_command` (`crate::fil_usd`).
 
 use std::io::{self, Read};
 use std::os::unix::process::CommandExt;
@@ -20,7 +21,7 @@ use super::{Demand, DemandProbe};
 use crate::secrets::redact::one_line;
 
 /// More stdout than this is not a demand document.
-const MAX_STDOUT_BYTES: usize = 1 << 20;
+pub(crate) const MAX_STDOUT_BYTES: usize = 1 << 20;
 /// How much of the end of stderr is kept for an error message.
 const STDERR_TAIL_BYTES: usize = 4096;
 const STDERR_TAIL_CHARS: usize = 300;
@@ -38,66 +39,14 @@ impl CommandProbe {
     }
 
     fn run(&self) -> Result<(ExitStatus, Vec<u8>, Vec<u8>)> {
-        let deadline = Instant::now() + self.timeout;
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(&self.command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so that a timeout kills what the shell started too.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| anyhow!("demand command: cannot start `sh -c`: {e}"))?;
-        let group = Pid::from_raw(child.id() as i32);
-        let stdout = read_all(child.stdout.take(), MAX_STDOUT_BYTES, false);
-        let stderr = read_all(child.stderr.take(), STDERR_TAIL_BYTES, true);
-        let exited = exit_signal(group);
-
-        let secs = self.timeout.as_secs_f64();
-        if exited.recv_timeout(left(deadline)).is_err() {
-            kill_and_reap(&mut child, group);
-            bail!("demand command: no answer within {secs}s; killed it");
-        }
-        // The shell has exited but is not reaped yet, so its process group id cannot be
-        // reused while we wait for a background child that may still hold the pipes.
-        let (Ok(out), Ok(err)) = (
-            stdout.recv_timeout(left(deadline)),
-            stderr.recv_timeout(left(deadline)),
-        ) else {
-            kill_and_reap(&mut child, group);
-            bail!(
-                "demand command: exited, but something it started kept its output open past \
-                 {secs}s; killed its process group"
-            );
-        };
-        let status = child
-            .wait()
-            .map_err(|e| anyhow!("demand command: waiting for it failed: {e}"))?;
-        let out = out.map_err(|e| anyhow!("demand command: reading its stdout failed: {e}"))?;
-        let err = err.unwrap_or_default();
-        Ok((status, out, err))
+        run_sh("demand command", &self.command, self.timeout)
     }
 }
 
 impl DemandProbe for CommandProbe {
     fn probe(&self) -> Result<Demand> {
         let (status, stdout, stderr) = self.run()?;
-        if !status.success() {
-            let how = match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status),
-            ) {
-                (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(signal)) => format!("was killed by signal {signal}"),
-                (None, None) => format!("ended with {status}"),
-            };
-            let tail = stderr_tail(&stderr);
-            if tail.is_empty() {
-                bail!("demand command {how} (no stderr)");
-            }
-            bail!("demand command {how}: {tail}");
-        }
+        check_exit("demand command", status, &stderr)?;
         if stdout.len() > MAX_STDOUT_BYTES {
             bail!(
                 "demand command: printed more than {MAX_STDOUT_BYTES} bytes; not a demand document"
@@ -106,6 +55,76 @@ impl DemandProbe for CommandProbe {
         let text = String::from_utf8_lossy(&stdout);
         parse_demand_json(&text).map_err(|e| anyhow!("demand command: {e}"))
     }
+}
+
+/// Run `sh -c <command>` with no stdin, in its own process group, for at most `timeout`
+/// (past it the whole group is killed and reaped): its exit status, its stdout (at most
+/// [`MAX_STDOUT_BYTES`] plus one) and the tail of its stderr. `what` names it in errors
+/// (`demand command`, `price.fil_usd_command`).
+pub(crate) fn run_sh(
+    what: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<(ExitStatus, Vec<u8>, Vec<u8>)> {
+    let deadline = Instant::now() + timeout;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so that a timeout kills what the shell started too.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| anyhow!("{what}: cannot start `sh -c`: {e}"))?;
+    let group = Pid::from_raw(child.id() as i32);
+    let stdout = read_all(child.stdout.take(), MAX_STDOUT_BYTES, false);
+    let stderr = read_all(child.stderr.take(), STDERR_TAIL_BYTES, true);
+    let exited = exit_signal(group);
+
+    let secs = timeout.as_secs_f64();
+    if exited.recv_timeout(left(deadline)).is_err() {
+        kill_and_reap(&mut child, group);
+        bail!("{what}: no answer within {secs}s; killed it");
+    }
+    // The shell has exited but is not reaped yet, so its process group id cannot be
+    // reused while we wait for a background child that may still hold the pipes.
+    let (Ok(out), Ok(err)) = (
+        stdout.recv_timeout(left(deadline)),
+        stderr.recv_timeout(left(deadline)),
+    ) else {
+        kill_and_reap(&mut child, group);
+        bail!(
+            "{what}: exited, but something it started kept its output open past \
+             {secs}s; killed its process group"
+        );
+    };
+    let status = child
+        .wait()
+        .map_err(|e| anyhow!("{what}: waiting for it failed: {e}"))?;
+    let out = out.map_err(|e| anyhow!("{what}: reading its stdout failed: {e}"))?;
+    let err = err.unwrap_or_default();
+    Ok((status, out, err))
+}
+
+/// A command that did not exit 0: how it ended and the tail of its stderr, on one line.
+pub(crate) fn check_exit(what: &str, status: ExitStatus, stderr: &[u8]) -> Result<()> {
+    if status.success() {
+        return Ok(());
+    }
+    let how = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => format!("ended with {status}"),
+    };
+    let tail = stderr_tail(stderr);
+    if tail.is_empty() {
+        bail!("{what} {how} (no stderr)");
+    }
+    bail!("{what} {how}: {tail}");
 }
 
 fn left(deadline: Instant) -> Duration {

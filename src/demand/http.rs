@@ -82,13 +82,24 @@ impl std::fmt::Debug for HttpProbe {
 
 impl DemandProbe for HttpProbe {
     fn probe(&self) -> Result<Demand> {
+        self.get_parsed("demand http", parse_demand_json)
+    }
+}
+
+impl HttpProbe {
+    /// GET the URL and parse its body with `parse`; any failure is one line prefixed with
+    /// `what` (`demand http`, `price.fil_usd_url`), the URL's secrets and query values masked.
+    pub(crate) fn get_parsed<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        parse: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<T> {
         let shown = without_query_values(&redact_url(&self.url));
         let mut secrets = secrets_of(&self.url);
         secrets.extend(query_values(&self.url).into_iter().filter(|v| v.len() >= 4));
-        let clean =
-            |msg: String| anyhow!(mask(&one_line(&format!("demand http: {msg}")), &secrets));
+        let clean = |msg: String| anyhow!(mask(&one_line(&format!("{what}: {msg}")), &secrets));
         let body = self.fetch(&shown).map_err(clean)?;
-        parse_demand_json(&body).map_err(|e| clean(format!("{shown}: {e}")))
+        parse(&body).map_err(|e| clean(format!("{shown}: {e}")))
     }
 }
 

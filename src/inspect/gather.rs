@@ -132,7 +132,28 @@ pub fn build(
         demand: curio.demand,
         gpu_rates: curio.rates,
         worker_identity: curio.worker_identity,
+        price: price_view(store, config, now)?,
     })
+}
+
+/// The price as the last pass left it (the last reading's ask price, the FIL/USD cache):
+/// inspect never fetches.
+fn price_view(store: &Store, config: &Config, now: Millis) -> Result<super::PriceView> {
+    let cache = crate::store::price::cache(&store.conn)?;
+    let ask = crate::store::price::last_ask_price(&store.conn)?;
+    // A static rate uses no fetch: its cache (from an earlier config) says nothing.
+    let error = cache
+        .error
+        .clone()
+        .filter(|_| config.price.fil_usd.is_none());
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask.as_deref(),
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    );
+    Ok(super::PriceView::of(&price, error))
 }
 
 fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {

@@ -154,6 +154,49 @@ pub struct Report {
     pub gpu_rates: Vec<curio::RateView>,
     /// Two of our instances behind one Curio machine; one running with no worker.
     pub worker_identity: Vec<String>,
+    /// What a proof earns as the store knows it (docs/inspect.md).
+    pub price: PriceView,
+}
+
+/// The price of a proof: every figure null and `unknown` saying why while it is unknown.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PriceView {
+    pub revenue_per_proof: Option<f64>,
+    pub proof_fil: Option<f64>,
+    pub proof_fil_source: Option<&'static str>,
+    pub fil_usd: Option<f64>,
+    pub fil_usd_source: Option<&'static str>,
+    pub fil_usd_at: Option<String>,
+    /// The last FIL/USD fetch's failure (null after a success, or with no command or URL).
+    pub fil_usd_error: Option<String>,
+    pub unknown: Option<String>,
+}
+
+impl PriceView {
+    pub fn of(price: &Result<crate::price::Price, String>, fetch_error: Option<String>) -> Self {
+        match price {
+            Ok(p) => PriceView {
+                revenue_per_proof: Some(p.revenue_per_proof),
+                proof_fil: Some(p.proof_fil),
+                proof_fil_source: Some(p.proof_fil_source),
+                fil_usd: Some(p.fil_usd),
+                fil_usd_source: Some(p.fil_usd_source),
+                fil_usd_at: Some(rfc3339(p.fil_usd_at)),
+                fil_usd_error: fetch_error,
+                unknown: None,
+            },
+            Err(why) => PriceView {
+                revenue_per_proof: None,
+                proof_fil: None,
+                proof_fil_source: None,
+                fil_usd: None,
+                fil_usd_source: None,
+                fil_usd_at: None,
+                fil_usd_error: fetch_error,
+                unknown: Some(why.clone()),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]

@@ -3,6 +3,24 @@
 use super::Report;
 
 /// The human-readable form of the report.
+/// `price       $0.0400 a proof (0.01 FIL from curio x FIL/USD 4.000 from url, fetched
+/// <time>)`, or `price       unknown: <why> (the profit check is off)`.
+fn price_line(p: &super::PriceView) -> String {
+    match (p.revenue_per_proof, p.proof_fil, p.fil_usd) {
+        (Some(rev), Some(fil), Some(usd)) => format!(
+            "price       ${rev:.4} a proof ({} FIL from {} x FIL/USD {usd:.3} from {}, as of {})",
+            crate::prompt::economics::short_float(fil),
+            p.proof_fil_source.unwrap_or("?"),
+            p.fil_usd_source.unwrap_or("?"),
+            p.fil_usd_at.as_deref().unwrap_or("?")
+        ),
+        _ => format!(
+            "price       price unknown: {} (the profit check is off)",
+            p.unknown.as_deref().unwrap_or("no price")
+        ),
+    }
+}
+
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let mut line = |s: String| {
@@ -187,6 +205,10 @@ pub fn render_text(r: &Report) -> String {
     }
     for l in super::curio::render(r.demand.as_ref(), &r.gpu_rates, &r.worker_identity) {
         line(l);
+    }
+    line(price_line(&r.price));
+    if let Some(e) = &r.price.fil_usd_error {
+        line(format!("  the last FIL/USD fetch failed: {e}"));
     }
     if !r.recent_actions.is_empty() {
         line("actions     newest first:".into());

@@ -48,6 +48,27 @@ pub enum Refusal {
     /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
     /// rented for it, whoever asks.
     ProofShareDisabled,
+    /// With a known price, the offer's cost per proof leaves less than `policy.min_margin`
+    /// of the revenue per proof (`among`: no offer id was asked for, and none of this many
+    /// offers is profitable; the offer named is the cheapest per proof).
+    Unprofitable(Box<Unprofitable>),
+}
+
+/// The figures of an `unprofitable` refusal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unprofitable {
+    pub offer_id: u64,
+    pub gpu: String,
+    /// What the rental bills per hour (the bid for a bid).
+    pub dph: f64,
+    /// The GPU's proofs/h and where it comes from (`pinned`, `measured`, `default`).
+    pub pph: f64,
+    pub rate_source: &'static str,
+    pub usd_per_proof: f64,
+    pub revenue_per_proof: f64,
+    pub max_usd_per_proof: f64,
+    pub min_margin: f64,
+    pub among: Option<usize>,
 }
 
 impl Refusal {
@@ -60,6 +81,7 @@ impl Refusal {
             Refusal::RateLimited { .. } => "rate_limited",
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
+            Refusal::Unprofitable(_) => "unprofitable",
         }
     }
 
@@ -99,6 +121,39 @@ impl Refusal {
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",
             }),
+            Refusal::Unprofitable(u) => {
+                let head = match u.among {
+                    Some(n) => format!(
+                        "none of the {n} offers is profitable; the cheapest per proof, offer {}",
+                        u.offer_id
+                    ),
+                    None => format!("offer {}", u.offer_id),
+                };
+                let mut v = json!({
+                    "offer_id": u.offer_id,
+                    "usd_per_proof": round6(u.usd_per_proof),
+                    "revenue_per_proof": round6(u.revenue_per_proof),
+                    "max_usd_per_proof": round6(u.max_usd_per_proof),
+                    "offer_dph": round4(u.dph),
+                    "pph": round2(u.pph),
+                    "rate_source": u.rate_source,
+                    "message": format!(
+                        "{head} ({} ${:.4}/h over {} proofs/h, {} rate) costs ${:.4} per proof; a proof earns ${:.4}, and policy.min_margin {} allows at most ${:.4}",
+                        crate::text::clip(&u.gpu, 40),
+                        u.dph,
+                        crate::fleet::num(u.pph),
+                        u.rate_source,
+                        u.usd_per_proof,
+                        u.revenue_per_proof,
+                        u.min_margin,
+                        u.max_usd_per_proof
+                    ),
+                });
+                if let Some(n) = u.among {
+                    v["offers_checked"] = json!(n);
+                }
+                v
+            }
         }
     }
 
@@ -125,6 +180,52 @@ impl Refusal {
 
 fn round4(x: f64) -> f64 {
     (x * 1e4).round() / 1e4
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn round6(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 1e6).round() / 1e6
+    } else {
+        x
+    }
+}
+
+/// The profit check of one offer billing `dph` $/h at `pph` proofs/h (`rate_source` says
+/// where that rate comes from): with a known price its cost per proof must not exceed
+/// revenue x (1 - `policy.min_margin`). Off (Ok) while the price is unknown.
+#[allow(clippy::too_many_arguments)]
+pub fn check_profit(
+    price: Option<&crate::price::Price>,
+    config: &Config,
+    offer_id: u64,
+    gpu: &str,
+    dph: f64,
+    pph: f64,
+    rate_source: &'static str,
+    among: Option<usize>,
+) -> Result<(), Refusal> {
+    let Some(p) = price else {
+        return Ok(());
+    };
+    if crate::price::profitable(Some(p), dph, pph, config) {
+        return Ok(());
+    }
+    Err(Refusal::Unprofitable(Box::new(Unprofitable {
+        offer_id,
+        gpu: gpu.to_string(),
+        dph,
+        pph,
+        rate_source,
+        usd_per_proof: crate::price::cost_per_proof(dph, pph),
+        revenue_per_proof: p.revenue_per_proof,
+        max_usd_per_proof: crate::price::max_cost_per_proof(p, config),
+        min_margin: config.policy.min_margin,
+        among,
+    })))
 }
 
 pub use crate::ratelimit::window::{window_state, WindowState};

@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::offers::{best_offer, config_query, matches_config, offer_json};
+use super::offers::{
+    best_offer, check_offer_profit, config_query, is_profitable, matches_config, offer_json,
+};
 use super::result::ToolResult;
 use crate::clock::Millis;
 use crate::config::{Config, OfferType};
@@ -84,6 +86,8 @@ pub struct Ask {
     pub measured_rates: crate::fleet::rates::Rates,
     /// ProofShare is switched off in Curio: no launch is made for it.
     pub proofshare_disabled: bool,
+    /// What a proof earns this pass (None: unknown, the profit check is off).
+    pub price: Option<crate::price::Price>,
 }
 
 impl Ask {
@@ -110,6 +114,7 @@ impl Ask {
                 .demand
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
+            price: snapshot.price.clone(),
         }
     }
 
@@ -333,14 +338,19 @@ pub fn choose(
     env: BTreeMap<String, String>,
 ) -> Result<Create, Box<Answer>> {
     let offer = pick(ask, config, offers)?;
+    let price = ask.price.as_ref();
+    if let Err(r) = check_offer_profit(&offer, config, &ask.measured_rates, price, None) {
+        return Err(Box::new(Answer::refused(ask, &r, Some(offer.id))));
+    }
     if let Err(r) = guardrails::check_launch_money(&ask.facts(), offer.dph_total, &config.policy) {
         return Err(Box::new(Answer::refused(ask, &r, Some(offer.id))));
     }
     Ok(create(ask, config, offer, env))
 }
 
-/// The offer asked for, or the best of those within the money headroom, or (nothing fits)
-/// the cheapest, for the money check to refuse naming the limit it breaks.
+/// The offer asked for, or the best profitable one within the money headroom, or (none
+/// fits) the cheapest profitable one, for the money check to refuse naming the limit it
+/// breaks. No profitable offer at all (a known price): refused `unprofitable`.
 fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answer>> {
     if let Some(id) = ask.offer_id {
         return offers.iter().find(|o| o.id == id).cloned().ok_or_else(|| {
@@ -358,6 +368,22 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
         let msg = "vast.ai has no rentable offer matching [vast.offers] right now";
         return Err(Box::new(Answer::failed(ask, None, msg.into())));
     }
+    let price = ask.price.as_ref();
+    let profitable: Vec<Offer> = offers
+        .iter()
+        .filter(|o| is_profitable(o, config, &ask.measured_rates, price))
+        .cloned()
+        .collect();
+    if profitable.is_empty() {
+        let cheapest = best_offer(offers, config, &ask.measured_rates).unwrap_or(&offers[0]);
+        let among = Some(offers.len());
+        if let Err(r) = check_offer_profit(cheapest, config, &ask.measured_rates, price, among) {
+            return Err(Box::new(Answer::refused(ask, &r, Some(cheapest.id))));
+        }
+        let msg = "no offer passed the profit check";
+        return Err(Box::new(Answer::failed(ask, None, msg.into())));
+    }
+    let offers = &profitable[..];
     let headroom = guardrails::offer_headroom(&ask.facts(), &config.policy);
     let fitting: Vec<Offer> = offers
         .iter()
@@ -650,3 +676,6 @@ fn round2(x: f64) -> f64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod profit_tests;

@@ -3,8 +3,10 @@
 
 use serde_json::{json, Value};
 
+use super::guardrails::Refusal;
 use crate::config::{Config, OfferType};
-use crate::fleet::rates::{gpu_rate, Rates};
+use crate::fleet::rates::{gpu_rate, rate_source, Rates};
+use crate::price::Price;
 use crate::text::clip;
 use crate::vast::{Offer, OfferQuery};
 
@@ -55,10 +57,50 @@ pub fn matches_config(offer: &Offer, config: &Config) -> bool {
         && offer.dph_total > 0.0
 }
 
-/// Dollars per proof of an offer: `dph_total` / the GPU's proofs per hour (pinned, else
-/// `measured`, else the default: `fleet::rates::gpu_rate`).
+/// Dollars per proof of an offer: what it bills per hour ([`rent_dph`]) / the GPU's proofs
+/// per hour (pinned, else `measured`, else the default: `fleet::rates::gpu_rate`).
 pub fn usd_per_proof(offer: &Offer, config: &Config, measured: &Rates) -> f64 {
-    offer.dph_total / gpu_rate(config, measured, &offer.gpu_name)
+    rent_dph(offer, config) / gpu_rate(config, measured, &offer.gpu_name)
+}
+
+/// What renting this offer bills per hour: its `dph_total`, or the bid a launch would place
+/// (`launch::bid_price`) when `vast.offers.offer_type` is interruptible.
+pub fn rent_dph(offer: &Offer, config: &Config) -> f64 {
+    match config.vast.offers.offer_type {
+        OfferType::OnDemand => offer.dph_total,
+        OfferType::Interruptible => super::launch::bid_price(offer, config),
+    }
+}
+
+/// The profit check of renting this offer (`guardrails::check_profit`, off while the price
+/// is unknown): its $/h over the GPU's rate, measured where known.
+pub fn check_offer_profit(
+    offer: &Offer,
+    config: &Config,
+    measured: &Rates,
+    price: Option<&Price>,
+    among: Option<usize>,
+) -> Result<(), Refusal> {
+    super::guardrails::check_profit(
+        price,
+        config,
+        offer.id,
+        &offer.gpu_name,
+        rent_dph(offer, config),
+        gpu_rate(config, measured, &offer.gpu_name),
+        rate_source(config, measured, &offer.gpu_name),
+        among,
+    )
+}
+
+/// Is this offer profitable at `price` (true while the price is unknown)?
+pub fn is_profitable(
+    offer: &Offer,
+    config: &Config,
+    measured: &Rates,
+    price: Option<&Price>,
+) -> bool {
+    check_offer_profit(offer, config, measured, price, None).is_ok()
 }
 
 /// The best offer: lowest $/proof, then lowest $/h, then highest reliability.
@@ -74,9 +116,10 @@ pub fn best_offer<'a>(offers: &'a [Offer], config: &Config, measured: &Rates) ->
         })
 }
 
-/// One offer as the model sees it.
+/// One offer as the model sees it (with `bid_dph`, the bid a launch would place, when
+/// offers are interruptible: `usd_per_proof` is reckoned on it).
 pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
-    json!({
+    let mut v = json!({
         "id": o.id,
         "gpu": clip(&o.gpu_name, 40),
         "dph": (o.dph_total * 1e4).round() / 1e4,
@@ -84,7 +127,11 @@ pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
         "usd_per_proof": (usd_per_proof(o, config, measured) * 1e5).round() / 1e5,
         "reliability": (o.reliability * 1e3).round() / 1e3,
         "where": o.geolocation.as_deref().map(|g| clip(g, 40)),
-    })
+    });
+    if config.vast.offers.offer_type == OfferType::Interruptible {
+        v["bid_dph"] = json!((rent_dph(o, config) * 1e4).round() / 1e4);
+    }
+    v
 }
 
 #[cfg(test)]

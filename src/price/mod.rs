@@ -33,12 +33,9 @@ pub struct Price {
     pub fil_usd_at: Millis,
 }
 
-/// FIL/USD from outside (`price.fil_usd_command`, `price.fil_usd_url`, the simulator's price
-/// path). Built by `services::build_services` only when one of those keys is set.
-pub trait FilUsdSource: Send + Sync {
-    /// The current FIL/USD, or a one-line error naming what was wrong.
-    fn fil_usd(&self) -> anyhow::Result<f64>;
-}
+/// FIL/USD from outside: the trait lives with its command and URL sources in the adapters
+/// (`crate::fil_usd`); named here too, as the contract has it.
+pub use crate::fil_usd::FilUsdSource;
 
 /// A fetched FIL/USD as cached in `agent_state` (`fil_usd`, `fil_usd_at`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -115,6 +112,42 @@ pub fn resolve(
     })
 }
 
+/// Which source a cached FIL/USD came from, by the config: `command` or `url` (`fetched`
+/// for a source set by code, the simulator's).
+pub fn fetched_source(config: &PriceConfig) -> &'static str {
+    if config.fil_usd_command.is_some() {
+        "command"
+    } else if config.fil_usd_url.is_some() {
+        "url"
+    } else {
+        "fetched"
+    }
+}
+
+/// [`resolve`] over the FIL/USD cache (`cached`: the last value fetched and when;
+/// `fetch_error`: the last fetch's failure), the failure added to an unknown price's reason
+/// (a static `price.fil_usd` ignores the cache).
+pub fn resolve_cached(
+    config: &PriceConfig,
+    ask_attofil: Option<&str>,
+    cached: Option<(f64, Millis)>,
+    fetch_error: Option<&str>,
+    now: Millis,
+) -> Result<Price, String> {
+    if config.fil_usd.is_some() {
+        return resolve(config, ask_attofil, None, now);
+    }
+    let fetched = cached.map(|(fil_usd, at)| Fetched {
+        fil_usd,
+        at,
+        source: fetched_source(config),
+    });
+    resolve(config, ask_attofil, fetched, now).map_err(|why| match fetch_error {
+        Some(e) => format!("{why}; the last fetch failed: {e}"),
+        None => why,
+    })
+}
+
 /// Dollars per proof of something billing `dph` $/h and proving `pph` proofs/h (infinite
 /// when it proves nothing).
 pub fn cost_per_proof(dph: f64, pph: f64) -> f64 {
@@ -142,6 +175,41 @@ pub fn profitable(price: Option<&Price>, dph: f64, pph: f64, config: &Config) ->
 /// Profit per hour of a fleet billing `dph` $/h while completing `pph` proofs/h.
 pub fn profit_per_hour(price: &Price, dph: f64, pph: f64) -> f64 {
     price.revenue_per_proof * pph - dph
+}
+
+/// What the fleet costs and earns at a known price, per proof and per hour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetEconomics {
+    pub fleet_dph: f64,
+    /// The proofs/h the figures are over, and which: `completions` (the last hour's
+    /// completions in the cluster) or `capacity` (the proofs/h our instances are reckoned
+    /// at, loading ones included) when nothing completed.
+    pub proofs_per_hour: f64,
+    pub basis: &'static str,
+    /// None when the fleet proves nothing by that basis (it bills with no proof).
+    pub cost_per_proof: Option<f64>,
+    pub profit_per_hour: f64,
+}
+
+/// The fleet's economics: over the last hour's completions when any (what it did), else
+/// over its capacity (what it would do).
+pub fn fleet_economics(
+    price: &Price,
+    fleet_dph: f64,
+    capacity_pph: f64,
+    completed_1h: Option<u32>,
+) -> FleetEconomics {
+    let (pph, basis) = match completed_1h {
+        Some(n) if n > 0 => (n as f64, "completions"),
+        _ => (capacity_pph.max(0.0), "capacity"),
+    };
+    FleetEconomics {
+        fleet_dph,
+        proofs_per_hour: pph,
+        basis,
+        cost_per_proof: (pph > 0.0).then(|| fleet_dph / pph),
+        profit_per_hour: profit_per_hour(price, fleet_dph, pph),
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +263,30 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_counts_while_fresh_and_its_failure_is_said() {
+        let mut c = cfg();
+        c.proof_price_fil = Some(0.01);
+        c.fil_usd_command = Some("fil-usd".into());
+        let e = resolve_cached(&c, None, None, Some("boom"), 0).unwrap_err();
+        assert_eq!(e, "FIL/USD not fetched yet; the last fetch failed: boom");
+        let p = resolve_cached(&c, None, Some((4.0, 1_000)), Some("boom"), 2_000).unwrap();
+        assert_eq!(
+            (p.fil_usd, p.fil_usd_source, p.fil_usd_at),
+            (4.0, "command", 1_000)
+        );
+        let e = resolve_cached(&c, None, Some((4.0, 0)), Some("boom"), 61 * 60_000).unwrap_err();
+        assert!(
+            e.contains("stale") && e.ends_with("the last fetch failed: boom"),
+            "{e}"
+        );
+        // A static rate ignores the cache.
+        c.fil_usd_command = None;
+        c.fil_usd = Some(3.0);
+        let p = resolve_cached(&c, None, Some((4.0, 0)), Some("boom"), 5).unwrap();
+        assert_eq!((p.fil_usd, p.fil_usd_source), (3.0, "config"));
+    }
+
+    #[test]
     fn the_margin_decides_what_is_profitable() {
         let mut config = Config::default();
         config.price.proof_price_fil = Some(0.01);
@@ -206,5 +298,23 @@ mod tests {
         assert!(!profitable(Some(&p), 0.10, 0.0, &config));
         assert!(profitable(None, 100.0, 1.0, &config));
         assert!((profit_per_hour(&p, 0.5, 20.0) - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_fleet_is_judged_by_its_completions_else_its_capacity() {
+        let mut config = Config::default();
+        config.price.proof_price_fil = Some(0.01);
+        config.price.fil_usd = Some(4.0);
+        let p = resolve(&config.price, None, None, 0).unwrap();
+        let e = fleet_economics(&p, 1.0, 50.0, Some(20));
+        assert_eq!((e.basis, e.proofs_per_hour), ("completions", 20.0));
+        assert!((e.cost_per_proof.unwrap() - 0.05).abs() < 1e-12);
+        assert!((e.profit_per_hour + 0.2).abs() < 1e-12);
+        let e = fleet_economics(&p, 1.0, 50.0, Some(0));
+        assert_eq!((e.basis, e.proofs_per_hour), ("capacity", 50.0));
+        assert!((e.profit_per_hour - 1.0).abs() < 1e-12);
+        let e = fleet_economics(&p, 0.5, 0.0, None);
+        assert_eq!(e.cost_per_proof, None);
+        assert!((e.profit_per_hour + 0.5).abs() < 1e-12);
     }
 }

@@ -9,6 +9,7 @@ pub mod answer;
 pub mod calibration;
 pub mod context;
 pub mod curio;
+pub mod economics;
 pub mod events;
 pub mod notes;
 pub mod observation;

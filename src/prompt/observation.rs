@@ -21,6 +21,7 @@ const MAX_CHANGE_LINES: usize = 12;
 /// lines, this pass's folded events and wakes, and which run and pass this is.
 pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
     let mut lines = vec![snapshot.observation_line(config)];
+    lines.push(super::economics::economics_line(snapshot, config));
     lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(floor_line(woke.floor_before));

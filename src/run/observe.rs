@@ -43,11 +43,13 @@ pub fn observe(
 ) -> Result<Snapshot> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
+    let fil_usd = services.fil_usd.as_ref().map(|s| s.fil_usd());
     let now = clock.now_ms();
 
     let tx = store
         .immediate()
         .context("cannot begin the fleet reconciliation")?;
+    record_fil_usd(&tx, fil_usd, now)?;
     let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
@@ -212,12 +214,14 @@ fn assemble(
     // is idempotent, and an unknown reading keeps what was stored.
     let work_waiting_since =
         work_waiting_since(curio::work_waiting_since(conn)?, demand.as_ref(), now);
-    // The price of a proof (the FIL/USD cache of a command or URL source is wired by the
-    // price slice: until then only a static `price.fil_usd` resolves).
-    let (price, price_unknown) = match crate::price::resolve(
+    // The price of a proof, over the FIL/USD cache of a command or URL source (`observe`
+    // fetched it this pass; `view` fetches nothing).
+    let cache = crate::store::price::cache(conn)?;
+    let (price, price_unknown) = match crate::price::resolve_cached(
         &config.price,
         demand.as_ref().and_then(|d| d.ask_price_attofil.as_deref()),
-        None,
+        cache.value(),
+        cache.error.as_deref(),
         now,
     ) {
         Ok(p) => (Some(p), None),
@@ -260,6 +264,16 @@ fn assemble(
         price,
         price_unknown,
     })
+}
+
+/// This pass's FIL/USD fetch (None: no command or URL source): a value replaces the cache,
+/// a failure is recorded beside the old value, which ages.
+fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) -> Result<()> {
+    match fetched {
+        None => Ok(()),
+        Some(Ok(v)) => crate::store::price::set_fetched(conn, v, now),
+        Some(Err(e)) => crate::store::price::set_error(conn, &clip(&format!("{e:#}"), 300)),
+    }
 }
 
 /// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this

@@ -12,6 +12,7 @@ pub mod history;
 pub mod instances;
 pub mod llm_calls;
 pub mod messages;
+pub mod price;
 pub mod report;
 pub mod runs;
 pub mod session;

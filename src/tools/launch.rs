@@ -35,10 +35,10 @@ impl Tool for LaunchInstance {
     }
 
     fn description(&self) -> &'static str {
-        "Rent ONE vast.ai instance as a PSProve worker. Without offer_id the best offer matching \
-         the configured filters (lowest $/h per proof/h) is taken. Several launches are several \
-         calls. Money caps, the instance cap and the launch window are enforced; a refusal says \
-         which limit and when to retry."
+        "Rent ONE vast.ai instance as a PSProve worker. Without offer_id the best profitable \
+         offer matching the configured filters (lowest $/h per proof/h) is taken. Several \
+         launches are several calls. Money caps, the instance cap, the launch window and the \
+         profit margin are enforced; a refusal says which limit and when to retry."
     }
 
     fn parameters(&self) -> Value {

@@ -8,7 +8,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_args, Tool, ToolCtx, ToolResult};
-use crate::policy::offers::{config_query, matches_config, offer_json, usd_per_proof};
+use crate::policy::offers::{
+    config_query, is_profitable, matches_config, offer_json, usd_per_proof,
+};
 use crate::text::clip;
 use crate::vast::Offer;
 
@@ -34,8 +36,9 @@ impl Tool for SearchOffers {
     }
 
     fn description(&self) -> &'static str {
-        "Rentable vast.ai offers matching the configured filters, cheapest per proof first. \
-         Narrow by gpu_name (one of the configured GPUs) or max_dph ($/h)."
+        "Rentable vast.ai offers matching the configured filters, cheapest per proof first \
+         (with a known price: whether each is profitable). Narrow by gpu_name (one of the \
+         configured GPUs) or max_dph ($/h)."
     }
 
     fn parameters(&self) -> Value {
@@ -130,24 +133,56 @@ impl Tool for SearchOffers {
                 .then(x.dph_total.total_cmp(&y.dph_total))
         });
         let total = matching.len();
+        let rates = &ctx.snapshot.measured_rates;
+        let price = ctx.snapshot.price.as_ref();
         let shown: Vec<Value> = matching
             .iter()
             .take(limit as usize)
-            .map(|o| offer_json(o, ctx.config, &ctx.snapshot.measured_rates))
+            .map(|o| {
+                let mut v = offer_json(o, ctx.config, rates);
+                if price.is_some() {
+                    v["profitable"] = json!(is_profitable(o, ctx.config, rates, price));
+                }
+                v
+            })
             .collect();
-        let gist = match matching.first() {
-            Some(best) => format!(
+        let profitable = matching
+            .iter()
+            .filter(|o| is_profitable(o, ctx.config, rates, price))
+            .count();
+        let gist = match (matching.first(), price) {
+            (Some(best), Some(_)) => format!(
+                "{total} offers, {profitable} profitable; best {} {} ${:.2}/h",
+                best.id, best.gpu_name, best.dph_total
+            ),
+            (Some(best), None) => format!(
                 "{total} offers; best {} {} ${:.2}/h",
                 best.id, best.gpu_name, best.dph_total
             ),
-            None => "no offers".to_string(),
+            (None, _) => "no offers".to_string(),
         };
-        Ok(ToolResult::ok(
-            json!({"offers": shown, "matching": total}),
-            false,
-            gist,
-        ))
+        let mut body = json!({"offers": shown, "matching": total});
+        match price {
+            Some(p) => {
+                body["profitable"] = json!(profitable);
+                body["revenue_per_proof"] = json!(round6(p.revenue_per_proof));
+                body["max_usd_per_proof"] =
+                    json!(round6(crate::price::max_cost_per_proof(p, ctx.config)));
+            }
+            None => {
+                let why = ctx.snapshot.price_unknown.as_deref().unwrap_or("no price");
+                body["price"] = json!(format!(
+                    "price unknown ({}): the profit check is off",
+                    clip(why, 200)
+                ));
+            }
+        }
+        Ok(ToolResult::ok(body, false, gist))
     }
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 fn invalid(message: String) -> ToolResult {

@@ -106,9 +106,24 @@ fn documented_inspect_fields_exist() {
     let (runs, demand) = runs
         .split_once("The `demand` object")
         .expect("docs/inspect.md has a demand table");
+    let (demand, price) = demand
+        .split_once("The `price` object")
+        .expect("docs/inspect.md has a price table");
     let top_names = names(top);
     let run_names = names(runs);
     let demand_names = names(demand);
+    let price_names = names(price);
+    // No price is configured: every figure null, `unknown` says why. Documented both ways.
+    let p = v["price"].as_object().expect("price is an object");
+    let mut got: Vec<&String> = p.keys().collect();
+    let mut want: Vec<&String> = price_names.iter().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(
+        got, want,
+        "docs/inspect.md's price table against inspect --json"
+    );
+    assert!(v["price"]["unknown"].as_str().is_some(), "{}", v["price"]);
     assert!(top_names.len() > 30 && run_names.len() > 10 && demand_names.len() > 10);
     // No demand source is configured: the object carries the probe's error, every figure null.
     let d = v["demand"].as_object().expect("demand after a pass");

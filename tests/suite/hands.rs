@@ -11,6 +11,7 @@ mod incident;
 mod instances_command;
 mod lost_creates;
 mod poll;
+mod price;
 mod read_only_tools;
 mod reconciliation;
 

@@ -5,6 +5,7 @@ mod calibration;
 mod curio_real;
 mod demand;
 mod docs;
+mod economics;
 mod floor;
 mod hands;
 mod hardening;
