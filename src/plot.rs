@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 const WIDTH: f64 = 960.0;
 const PANEL: f64 = 170.0;
 const GAP: f64 = 46.0;
+/// Added to the gap between panels when a panel has a note (its line sits in the gap).
+const NOTE_GAP: f64 = 16.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 150.0;
 const TOP: f64 = 40.0;
@@ -52,6 +54,22 @@ pub struct Chart<'a> {
     pub panels: Vec<Panel>,
     /// Drawn across the first panel when set (a chart with nothing to show says why).
     pub message: Option<String>,
+}
+
+impl Chart<'_> {
+    /// The space between two panels.
+    fn gap(&self) -> f64 {
+        if self.panels.iter().any(|p| p.note.is_some()) {
+            GAP + NOTE_GAP
+        } else {
+            GAP
+        }
+    }
+
+    /// The whole image, `(width, height)` in pixels.
+    pub fn size(&self) -> (f64, f64) {
+        (WIDTH, TOP + self.panels.len() as f64 * (PANEL + self.gap()))
+    }
 }
 
 pub fn escape(s: &str) -> String {
@@ -112,7 +130,7 @@ fn segments<'a>(x: &'a [f64], values: &'a [Option<f64>]) -> Vec<Vec<(f64, f64)>>
 }
 
 fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
-    let y0 = TOP + index as f64 * (PANEL + GAP);
+    let y0 = TOP + index as f64 * (PANEL + chart.gap());
     let plot_w = WIDTH - LEFT - RIGHT;
     let (x_lo, x_hi) = (chart.x_lo, chart.x_hi.max(chart.x_lo + 1e-9));
     let (y_lo, y_hi, steps) = y_range(&p.series);
@@ -153,7 +171,7 @@ fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
         let _ = writeln!(
             out,
             r##"<text x="{LEFT}" y="{:.1}" font-size="11" fill="#555">{}</text>"##,
-            y0 + PANEL + 29.0,
+            y0 + PANEL + 30.0,
             escape(note)
         );
     }
@@ -226,7 +244,7 @@ pub fn trim(v: f64) -> String {
 
 /// The SVG document of this chart.
 pub fn svg(chart: &Chart<'_>) -> String {
-    let height = TOP + chart.panels.len() as f64 * (PANEL + GAP);
+    let height = chart.size().1;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -252,17 +270,6 @@ pub fn svg(chart: &Chart<'_>) -> String {
     }
     out.push_str("</svg>\n");
     out
-}
-
-/// Where panel `index` is drawn, `(x, y, width, height)` in the SVG's pixels (for tests that
-/// look inside a rendered chart).
-pub fn panel_area(index: usize) -> (f64, f64, f64, f64) {
-    (
-        LEFT,
-        TOP + index as f64 * (PANEL + GAP),
-        WIDTH - LEFT - RIGHT,
-        PANEL,
-    )
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod llm_calls;
 pub mod messages;
 pub mod report;
 pub mod runs;
+pub mod samples;
 pub mod session;
 #[macro_use]
 pub mod text_enum;
