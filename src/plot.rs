@@ -153,7 +153,7 @@ fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
             LEFT + plot_w,
             LEFT - 6.0,
             y + 4.0,
-            trim(v)
+            label(v)
         );
     }
     let ticks = 8;
@@ -240,6 +240,20 @@ pub fn trim(v: f64) -> String {
     } else {
         format!("{v:.1}")
     }
+}
+
+/// A y axis label: as [`trim`] where one decimal is exact, else with the decimals it needs
+/// (up to 8: $0.0125, 1.25 proofs), so small values keep their scale.
+fn label(v: f64) -> String {
+    let exact = |d: i32| {
+        let m = v * 10f64.powi(d);
+        (m - m.round()).abs() < 1e-6 * m.abs().max(1.0)
+    };
+    if exact(1) {
+        return trim(v);
+    }
+    let d = (2..=8).find(|d| exact(*d)).unwrap_or(8) as usize;
+    format!("{v:.d$}")
 }
 
 /// The SVG document of this chart.
@@ -329,6 +343,10 @@ mod tests {
             (0.0, 200.0, 4)
         );
         assert_eq!(nice_max(7.0), 10.0);
+        assert_eq!(
+            [1.25, 7.5, 0.0005, 375.0, -2.5].map(label),
+            ["1.25", "7.5", "0.0005", "375", "-2.5"]
+        );
     }
 
     #[test]

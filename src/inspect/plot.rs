@@ -235,13 +235,15 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
         )
     };
     let span = x_hi - x_lo;
+    // Hours, or minutes or seconds for a short span, to one decimal.
+    let one = |v: f64| plot::trim((v * 10.0).round() / 10.0);
     let tick = move |h: f64| {
         if span >= 2.0 {
-            format!("{}h", plot::trim(h))
+            format!("{}h", one(h))
         } else if span >= 2.0 / 60.0 {
-            format!("{}m", plot::trim((h * 60.0).round()))
+            format!("{}m", one(h * 60.0))
         } else {
-            format!("{}s", plot::trim((h * 3600.0).round()))
+            format!("{}s", one(h * 3600.0))
         }
     };
     let svg = plot::svg(&Chart {
