@@ -247,3 +247,36 @@ fn bad_arguments_are_usage_errors_before_anything_is_read_and_no_samples_says_so
     roxmltree::Document::parse(&text).unwrap();
     assert!(text.contains(">no samples in the last 6 h<"), "{text}");
 }
+
+#[test]
+fn every_pass_of_the_real_pipeline_stores_one_sample_in_the_simulator_too() {
+    // `sim --state-dir` runs the real `run` pipeline on a real database (stamped with the
+    // simulated time, so `inspect --plot`'s window, which ends now, does not reach it).
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state");
+    let mut sim = Command::new(crate::common::fleet::BIN);
+    crate::common::fleet::clean_env(&mut sim);
+    let out = sim
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["sim", "--scenario", "steady", "--hours", "3"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = rusqlite::Connection::open(state.join("fleetagent.db")).unwrap();
+    let q = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let runs = q("SELECT COUNT(*) FROM runs");
+    assert!(runs > 10, "{runs} passes");
+    assert_eq!(q("SELECT COUNT(*) FROM samples"), runs);
+    assert_eq!(
+        q("SELECT COUNT(DISTINCT s.run_id) FROM samples s JOIN runs r ON r.id = s.run_id"),
+        runs
+    );
+    // The simulator's demand always reads, its base config targets 300/h, and its fleet bills.
+    assert_eq!(q("SELECT COUNT(*) FROM samples WHERE demand_ok = 1 AND pending IS NOT NULL AND target_pph = 300"), runs);
+    assert!(q("SELECT COUNT(*) FROM samples WHERE fleet_dph > 0 AND ours_billing > 0") > 0);
+}
