@@ -31,20 +31,24 @@ fn worker(running: u32) -> serde_json::Value {
 /// The PNG of this SVG as rsvg-convert draws it: width, height, bytes per pixel, pixels.
 type Image = (u32, u32, usize, Vec<u8>);
 
+/// Fails the test, saying what to install, when the renderer is missing.
+fn require_rsvg_convert() {
+    if let Err(e) = Command::new("rsvg-convert").arg("--version").output() {
+        panic!(
+            "rsvg-convert cannot be run ({e}): install librsvg2-bin (apt-get install librsvg2-bin; scripts/test does)"
+        );
+    }
+}
+
 fn render(svg: &Path) -> Image {
     let png = svg.with_extension("png");
-    let out = match Command::new("rsvg-convert")
+    let out = Command::new("rsvg-convert")
         .arg("--background-color=white")
         .arg("-o")
         .arg(&png)
         .arg(svg)
         .output()
-    {
-        Ok(o) => o,
-        Err(e) => panic!(
-            "rsvg-convert cannot be run ({e}): install librsvg2-bin (apt-get install librsvg2-bin; scripts/test does)"
-        ),
-    };
+        .expect("rsvg-convert");
     assert!(
         out.status.success(),
         "rsvg-convert failed: {}",
@@ -84,6 +88,7 @@ fn coloured(img: &Image, x: f64, y: f64, w: f64, h: f64) -> usize {
 
 #[test]
 fn real_runs_make_a_plot_a_real_renderer_draws_with_every_panel() {
+    require_rsvg_convert();
     let fake = FakeVast::start_real_time();
     fake.add_instance("fleetagent-p1");
     let f = Fleet::new().env("VAST_API_KEY", FAKE_API_KEY);
