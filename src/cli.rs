@@ -108,6 +108,13 @@ pub struct InspectArgs {
     /// Machine-readable output (field names are stable; see docs/inspect.md)
     #[arg(long)]
     pub json: bool,
+    /// Draw the last hours from the database as an SVG instead: queue, fleet, throughput
+    /// against target and work seen, spend and profit (see docs/inspect.md)
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// With --plot: how many hours back from now, more than 0 and at most 8784 [default: 24]
+    #[arg(long, value_name = "H", allow_negative_numbers = true)]
+    pub hours: Option<f64>,
 }
 
 #[derive(Debug, Args)]

@@ -52,5 +52,6 @@ pub mod error;
 pub mod faults;
 pub mod output;
 pub mod paths;
+pub mod plot;
 pub mod secrets;
 pub mod text;

@@ -1,11 +1,29 @@
-//! `inspect [--json]`: everything needed to diagnose the agent.
+//! `inspect [--json]`: everything needed to diagnose the agent; `inspect --plot FILE
+//! [--hours H]`: the last hours of the database's samples as an SVG.
+
+use std::path::Path;
 
 use anyhow::Result;
 
 use crate::cli::InspectArgs;
+use crate::cmd::plot_file::PlotFile;
 use crate::cmd::App;
+use crate::error::usage;
+
+/// `--hours` when not given.
+const DEFAULT_HOURS: f64 = 24.0;
+/// The longest `--hours`: a leap year (samples are kept 30 days anyway).
+const MAX_HOURS: f64 = 8784.0;
 
 pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
+    if let Some(file) = &args.plot {
+        return plot(app, args, file);
+    }
+    if args.hours.is_some() {
+        return Err(usage(
+            "--hours needs --plot FILE (it is how far back the plot reaches)",
+        ));
+    }
     let (loaded, dir, store) = super::open_existing(app)?;
     let units = crate::units::unit_states_json();
     let mut report =
@@ -15,6 +33,49 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         crate::out!("{}", crate::inspect::render_text(&report));
+    }
+    Ok(())
+}
+
+/// The arguments first (a bad `--hours`, an unwritable file: usage errors before anything is
+/// read), then the database, then the file. The summary goes to stderr: FILE may be stdout.
+fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
+    if args.json {
+        return Err(usage(
+            "--plot and --json do not go together: --plot writes only the SVG (run inspect --json on its own)",
+        ));
+    }
+    let hours = args.hours.unwrap_or(DEFAULT_HOURS);
+    if !(hours.is_finite() && hours > 0.0 && hours <= MAX_HOURS) {
+        return Err(usage(format!(
+            "--hours must be more than 0 and at most {MAX_HOURS} (a leap year), got {hours}"
+        )));
+    }
+    let out = PlotFile::open(file)?;
+    let drawn = super::open_existing(app)
+        .and_then(|(_, _, store)| crate::inspect::plot::draw(&store, app.now(), hours));
+    let drawn = match drawn {
+        Ok(d) => d,
+        Err(e) => {
+            out.discard();
+            return Err(e);
+        }
+    };
+    out.write(&drawn.svg)?;
+    let window = crate::plot::trim(hours);
+    if drawn.samples == 0 {
+        eprintln!(
+            "{}: no samples in the last {window} h (each `run` pass stores one; is the timer running?)",
+            file.display()
+        );
+    } else {
+        eprintln!(
+            "{}: {} samples of the last {window} h ({} without a demand reading, {} with the price unknown)",
+            file.display(),
+            drawn.samples,
+            drawn.without_demand,
+            drawn.without_price
+        );
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod init;
 mod inspect;
 mod instances;
 pub(crate) mod message;
+mod plot_file;
 pub(crate) mod poll;
 pub(crate) mod reset_session;
 mod run;

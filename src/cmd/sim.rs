@@ -2,13 +2,13 @@
 //! `--config` names one, and calls no paid LLM unless `--llm` asks for it.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::cli::SimArgs;
+use crate::cmd::plot_file::PlotFile;
 use crate::cmd::App;
 use crate::error::{usage, Quiet};
 use crate::sim::{self, scenario, Options};
@@ -108,50 +108,5 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         Ok(())
     } else {
         Err(Quiet(1).into())
-    }
-}
-
-/// `--plot FILE`, opened for writing before the simulation (created if missing, its old
-/// content kept until the new plot replaces it).
-struct PlotFile {
-    file: std::fs::File,
-    path: PathBuf,
-    created: bool,
-}
-
-impl PlotFile {
-    fn open(path: &Path) -> Result<PlotFile> {
-        let existed = path.exists();
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| usage(format!("--plot {}: cannot write it: {e}", path.display())))?;
-        Ok(PlotFile {
-            file,
-            path: path.to_path_buf(),
-            created: !existed,
-        })
-    }
-
-    fn write(mut self, svg: &str) -> Result<()> {
-        use std::io::Write;
-        // (Only a regular file is truncated: `--plot /dev/stdout` works too.)
-        let regular = self.file.metadata().is_ok_and(|m| m.is_file());
-        if regular {
-            self.file.set_len(0)
-        } else {
-            Ok(())
-        }
-        .and_then(|()| self.file.write_all(svg.as_bytes()))
-        .with_context(|| format!("cannot write the plot {}", self.path.display()))
-    }
-
-    /// The simulation failed: remove the file if this run created it.
-    fn discard(self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 }

@@ -7,6 +7,7 @@
 
 mod curio;
 mod gather;
+pub mod plot;
 mod text;
 
 pub use gather::{build, RECENT_RUNS};

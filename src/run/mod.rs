@@ -17,6 +17,7 @@ pub mod act;
 pub mod claim;
 pub mod observe;
 pub mod pass;
+pub mod sample;
 
 use std::path::Path;
 use std::sync::Arc;

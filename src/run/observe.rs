@@ -91,6 +91,8 @@ pub fn observe(
         run_id,
         now,
     )?;
+    // One sample per pass for `inspect --plot`, in this transaction (see `run::sample`).
+    super::sample::record(&tx, &snapshot, config)?;
     tx.commit()?;
     Ok(snapshot)
 }

@@ -15,6 +15,7 @@ pub mod messages;
 pub mod price;
 pub mod report;
 pub mod runs;
+pub mod samples;
 pub mod session;
 #[macro_use]
 pub mod text_enum;

@@ -1,0 +1,369 @@
+//! `inspect --plot FILE [--hours H]`: the database's samples of the last H hours (one per pass,
+//! `store::samples`) as the panels `sim --plot` draws, with `crate::plot`.
+//!
+//! Nothing is made up: a pass whose demand probe failed leaves a gap in the demand lines, an
+//! unknown price a gap in revenue and profit, and a stretch with no pass at all (more than
+//! [`MIN_BREAK_MS`], or three times the usual spacing) a gap in every line.
+
+use anyhow::Result;
+
+use crate::clock::{rfc3339, Millis};
+use crate::plot::{self, Chart, Panel, Series};
+use crate::store::samples::{self, Sample};
+use crate::store::Store;
+
+const HOUR_MS: f64 = 3_600_000.0;
+/// No sample for this long (the timer runs a pass every 5 minutes) is a break in the lines.
+pub const MIN_BREAK_MS: Millis = 15 * 60_000;
+
+/// What `inspect --plot` drew.
+pub struct Drawn {
+    pub svg: String,
+    pub samples: usize,
+    /// Samples whose demand probe failed.
+    pub without_demand: usize,
+    /// Samples taken while the price of a proof was unknown.
+    pub without_price: usize,
+}
+
+/// The panels titles, top to bottom (tests look for them).
+pub const TITLES: [&str; 5] = [
+    "PSProve queue",
+    "Fleet (our instances)",
+    "Throughput (proofs/h) against target and work seen",
+    "Spend, revenue and profit ($/h)",
+    "Spend and profit (dollars, cumulative)",
+];
+
+/// Read the samples of the last `hours` before `now` and draw them.
+pub fn draw(store: &Store, now: Millis, hours: f64) -> Result<Drawn> {
+    let since = now - (hours * HOUR_MS) as Millis;
+    let rows = samples::since(&store.conn, since)?;
+    Ok(chart(&rows, now, hours))
+}
+
+/// One x position of the chart: a sample, or a break between two (every value unknown).
+struct Point<'a> {
+    x: f64,
+    s: Option<&'a Sample>,
+}
+
+/// The spacing past which two samples are not joined: 3x the median spacing, at least
+/// [`MIN_BREAK_MS`].
+fn break_after(rows: &[Sample]) -> Millis {
+    let mut gaps: Vec<Millis> = rows.windows(2).map(|w| w[1].at - w[0].at).collect();
+    gaps.sort_unstable();
+    let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0);
+    (3 * median).max(MIN_BREAK_MS)
+}
+
+/// Revenue in $/h: the last hour's completions at the price of a proof (None: either unknown).
+fn revenue(s: &Sample) -> Option<f64> {
+    Some(f64::from(s.completed_1h?) * s.revenue_per_proof?)
+}
+
+/// The chart's positions: every sample, and a break where no pass ran for too long.
+fn points(rows: &[Sample], now: Millis) -> Vec<Point<'_>> {
+    let hrs = |at: Millis| (at - now) as f64 / HOUR_MS;
+    let limit = break_after(rows);
+    let mut points = Vec::with_capacity(rows.len());
+    for (i, s) in rows.iter().enumerate() {
+        if i > 0 && s.at - rows[i - 1].at > limit {
+            points.push(Point {
+                x: hrs((s.at + rows[i - 1].at) / 2),
+                s: None,
+            });
+        }
+        points.push(Point {
+            x: hrs(s.at),
+            s: Some(s),
+        });
+    }
+    points
+}
+
+/// Cumulative dollars over the sampled intervals (a break is not counted), `(spend, profit)`:
+/// spend at the $/h of each interval's first sample; profit over the intervals whose first
+/// sample knew it, shown where the sample knows it.
+fn cumulative(points: &[Point<'_>]) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
+    let (mut spend, mut profit) = (0.0, 0.0);
+    let mut spend_cum = Vec::with_capacity(points.len());
+    let mut profit_cum = Vec::with_capacity(points.len());
+    let mut prev: Option<&Sample> = None;
+    for p in points {
+        let Some(s) = p.s else {
+            prev = None;
+            spend_cum.push(None);
+            profit_cum.push(None);
+            continue;
+        };
+        if let Some(a) = prev {
+            let dt = (s.at - a.at) as f64 / HOUR_MS;
+            spend += a.fleet_dph * dt;
+            if let Some(r) = revenue(a) {
+                profit += (r - a.fleet_dph) * dt;
+            }
+        }
+        prev = Some(s);
+        spend_cum.push(Some(spend));
+        profit_cum.push(revenue(s).map(|_| profit));
+    }
+    (spend_cum, profit_cum)
+}
+
+fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
+    let hrs = |at: Millis| (at - now) as f64 / HOUR_MS;
+    let points = points(rows, now);
+    let (spend_cum, profit_cum) = cumulative(&points);
+    let col = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<Option<f64>> {
+        points.iter().map(|p| p.s.and_then(f)).collect()
+    };
+    let series = |name: &str, color: &'static str, dashed: bool, values: Vec<Option<f64>>| Series {
+        name: name.to_string(),
+        color,
+        dashed,
+        values,
+    };
+    let count = |f: fn(&u32) -> f64, v: Option<u32>| v.as_ref().map(f);
+    let n = |v: &u32| f64::from(*v);
+    let demand_gaps = "gaps: no demand reading (the probe failed) or no pass ran";
+    let panels = vec![
+        Panel {
+            title: TITLES[0].into(),
+            series: vec![
+                series("pending", "#d62728", false, col(&|s| count(n, s.pending))),
+                series("running", "#1f77b4", false, col(&|s| count(n, s.running))),
+                series(
+                    "stale owner",
+                    "#7f7f7f",
+                    true,
+                    col(&|s| count(n, s.running_stale)),
+                ),
+            ],
+            note: Some(demand_gaps.into()),
+        },
+        Panel {
+            title: TITLES[1].into(),
+            series: vec![
+                series("proving", "#2ca02c", false, col(&|s| Some(n(&s.ours_proving)))),
+                series("booting", "#ff7f0e", false, col(&|s| Some(n(&s.ours_booting)))),
+                series("billing", "#8c564b", true, col(&|s| Some(n(&s.ours_billing)))),
+            ],
+            note: Some(
+                "proving: registered or proving in Curio; booting: launching, loading or no worker yet; billing: all but stopped"
+                    .into(),
+            ),
+        },
+        Panel {
+            title: TITLES[2].into(),
+            series: vec![
+                series(
+                    "completed (1h)",
+                    "#1f77b4",
+                    false,
+                    col(&|s| count(n, s.completed_1h)),
+                ),
+                series(
+                    "work seen",
+                    "#9467bd",
+                    false,
+                    col(&|s| {
+                        let waiting = s.backlog.or(s.pending)?;
+                        Some(f64::from(s.completed_1h?) + f64::from(waiting))
+                    }),
+                ),
+                series("capacity (ours)", "#2ca02c", true, col(&|s| Some(s.capacity_pph))),
+                series(
+                    "target",
+                    "#d62728",
+                    true,
+                    col(&|s| (s.target_pph > 0.0).then_some(s.target_pph)),
+                ),
+            ],
+            note: Some(
+                "work seen = completed in the last hour + waiting now (the market's own rate is not observable); gaps: no demand reading"
+                    .into(),
+            ),
+        },
+        Panel {
+            title: TITLES[3].into(),
+            series: vec![
+                series("spend", "#8c564b", false, col(&|s| Some(s.fleet_dph))),
+                series("revenue", "#2ca02c", false, col(&revenue)),
+                series(
+                    "profit",
+                    "#1f77b4",
+                    false,
+                    col(&|s| Some(revenue(s)? - s.fleet_dph)),
+                ),
+            ],
+            note: Some(
+                "revenue = completions of the last hour x the price of a proof; gaps: price unknown or no demand reading"
+                    .into(),
+            ),
+        },
+        Panel {
+            title: TITLES[4].into(),
+            series: vec![
+                series("spend", "#8c564b", false, spend_cum),
+                series("profit", "#1f77b4", false, profit_cum),
+            ],
+            note: Some(
+                "summed over the samples since the window's first; profit only over intervals with a known price"
+                    .into(),
+            ),
+        },
+    ];
+    let without_demand = rows.iter().filter(|s| !s.demand_ok).count();
+    let without_price = rows
+        .iter()
+        .filter(|s| s.revenue_per_proof.is_none())
+        .count();
+    let window = format!("{} h", plot::trim(hours));
+    let x_hi = rows.last().map_or(0.0, |s| hrs(s.at).max(0.0));
+    let x_lo = rows.first().map_or(-hours, |s| hrs(s.at).min(x_hi - 1e-6));
+    let title = if rows.is_empty() {
+        format!(
+            "fleetagent: no samples in the last {window} (to {})",
+            rfc3339(now)
+        )
+    } else {
+        format!(
+            "fleetagent: the last {window} to {} ({} samples: {without_demand} without demand, {without_price} price unknown)",
+            rfc3339(now),
+            rows.len()
+        )
+    };
+    let span = x_hi - x_lo;
+    // Hours, or minutes or seconds for a short span, to one decimal.
+    let one = |v: f64| plot::trim((v * 10.0).round() / 10.0);
+    let tick = move |h: f64| {
+        if span >= 2.0 {
+            format!("{}h", one(h))
+        } else if span >= 2.0 / 60.0 {
+            format!("{}m", one(h * 60.0))
+        } else {
+            format!("{}s", one(h * 3600.0))
+        }
+    };
+    let svg = plot::svg(&Chart {
+        title,
+        x: points.iter().map(|p| p.x).collect(),
+        x_lo,
+        x_hi,
+        tick: &tick,
+        panels,
+        message: rows
+            .is_empty()
+            .then(|| format!("no samples in the last {window}")),
+    });
+    Drawn {
+        svg,
+        samples: rows.len(),
+        without_demand,
+        without_price,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = 1_800_000_000_000;
+
+    fn at(mins_ago: i64, demand_ok: bool, price: Option<f64>) -> Sample {
+        let d = |v: u32| demand_ok.then_some(v);
+        Sample {
+            run_id: Some(1),
+            at: NOW - mins_ago * 60_000,
+            demand_ok,
+            pending: d(4),
+            running: d(2),
+            running_stale: d(1),
+            backlog: d(3),
+            live_workers: d(2),
+            completed_15m: d(10),
+            completed_1h: d(40),
+            ours_billing: 2,
+            ours_booting: 1,
+            ours_proving: 1,
+            capacity_pph: 50.0,
+            target_pph: 60.0,
+            fleet_dph: 1.0,
+            revenue_per_proof: price,
+        }
+    }
+
+    #[test]
+    fn every_panel_is_drawn_with_its_title() {
+        let rows: Vec<Sample> = (0..12).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
+        let d = chart(&rows, NOW, 24.0);
+        for t in TITLES {
+            assert!(d.svg.contains(t), "{t}");
+        }
+        // 3 + 3 + 4 + 3 + 2 lines, none broken.
+        assert_eq!(d.svg.matches("<polyline").count(), 15, "{}", d.svg);
+        assert_eq!((d.samples, d.without_demand, d.without_price), (12, 0, 0));
+        // 55 minutes: minutes on the axis, "now" at its right end.
+        assert!(
+            d.svg.contains(">-55m<") && d.svg.contains(">0m<"),
+            "{}",
+            d.svg
+        );
+    }
+
+    #[test]
+    fn a_failed_probe_is_a_gap_not_a_zero_and_so_is_an_unknown_price() {
+        let mut rows: Vec<Sample> = (0..6).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
+        rows[2] = at(15, false, None);
+        let d = chart(&rows, NOW, 24.0);
+        assert_eq!((d.without_demand, d.without_price), (1, 1));
+        // 40 proofs/h at $0.05 = $2/h against $1/h: $1/h of profit, over 5-minute intervals,
+        // the one starting at the unknown sample not counted.
+        let (_, profit) = cumulative(&points(&rows, NOW));
+        assert_eq!(profit[2], None);
+        let last = profit.last().unwrap().unwrap();
+        assert!((last - 4.0 / 12.0).abs() < 1e-9, "{profit:?}");
+        // Every demand and money line but spend breaks in two: queue 3, throughput 2
+        // (completed, work seen), revenue and profit, the cumulative profit.
+        let broken = 3 + 2 + 2 + 1;
+        let whole = 3 + 2 + 1 + 1;
+        assert_eq!(
+            d.svg.matches("<polyline").count(),
+            2 * broken + whole,
+            "{}",
+            d.svg
+        );
+    }
+
+    #[test]
+    fn a_stretch_without_passes_breaks_every_line_and_counts_no_spend() {
+        let mut rows: Vec<Sample> = (0..4).rev().map(|m| at(120 + m * 5, true, None)).collect();
+        rows.extend((0..4).rev().map(|m| at(m * 5, true, None)));
+        let d = chart(&rows, NOW, 24.0);
+        // Price unknown: no revenue or profit at all; the rest 3 + 3 + 4 + 1 + 1, in two.
+        assert_eq!(d.svg.matches("<polyline").count(), 2 * 12, "{}", d.svg);
+        // 2 x 15 minutes at $1/h = $0.50, not the two hours between.
+        let (spend, profit) = cumulative(&points(&rows, NOW));
+        assert_eq!(spend.len(), rows.len() + 1);
+        assert_eq!(spend[4], None);
+        assert!(
+            (spend.last().unwrap().unwrap() - 0.5).abs() < 1e-9,
+            "{spend:?}"
+        );
+        assert!(profit.iter().all(Option::is_none));
+        assert!(
+            d.svg.contains(">-2.3h<") || d.svg.contains(">-2.2h<"),
+            "{}",
+            d.svg
+        );
+    }
+
+    #[test]
+    fn no_samples_says_so() {
+        let d = chart(&[], NOW, 6.0);
+        assert_eq!(d.samples, 0);
+        assert!(d.svg.contains("no samples in the last 6 h"), "{}", d.svg);
+        assert!(d.svg.contains(">-6h<"), "{}", d.svg);
+    }
+}
