@@ -304,8 +304,33 @@ mod tests {
             "\nunits       no systemd manager answered\n",
             "\nfleet       0 instance(s), $0.00/h\n",
             "\nruns        last 0:\n",
+            "\nprice       price unknown: no ask price read from Curio and price.proof_price_fil is not set (the profit check is off)\n",
         ] {
             assert!(text.contains(want), "{want:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_known_price_is_shown_with_its_sources() {
+        let (dir, s) = test_store(1_000);
+        crate::store::price::set_fetched(&s.conn, 4.0, 60_000).unwrap();
+        let mut config = Config::default();
+        config.price.proof_price_fil = Some(0.005);
+        config.price.fil_usd_url = Some("http://127.0.0.1:9/p".into());
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        let v = serde_json::to_value(&r.price).unwrap();
+        assert_eq!(v["revenue_per_proof"], 0.02);
+        assert_eq!(
+            (v["proof_fil_source"].as_str(), v["fil_usd_source"].as_str()),
+            (Some("config"), Some("url"))
+        );
+        assert_eq!(v["fil_usd_at"], "1970-01-01T00:01:00Z");
+        assert_eq!(v["unknown"], serde_json::Value::Null);
+        let text = render_text(&r);
+        assert!(
+            text.contains("\nprice       $0.0200 a proof (0.005 FIL from config x FIL/USD 4.000 from url, as of 1970-01-01T00:01:00Z)\n"),
+            "{text}"
+        );
     }
 }
