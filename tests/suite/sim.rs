@@ -221,36 +221,28 @@ fn same_seed_same_json_and_another_seed_differs() {
     assert_eq!(bids(), bids());
 }
 
-/// The profit checks judge the agent by a price it knows: not applicable while it knows none
-/// (no FIL/USD fetched), applicable once it has one (here a static `price.fil_usd`).
+/// The profit checks judge the agent by a price it knows: the simulated FIL/USD source is
+/// fetched by every pass (as `price.fil_usd_command` would be), so on a scenario with a
+/// `[price]` path the agent knows it and the checks apply; without one nothing is modelled.
 #[test]
 fn the_profit_checks_apply_once_the_agent_knows_the_price() {
-    let blind = sim::run(&options("price-drop", 1.0, 1)).unwrap().report;
-    assert!(!blind.economics.agent_priced);
     let names = [
         "launches below the margin (true rates)",
         "instance-hours billed below the margin",
         "profit over the oracle's",
     ];
-    for name in names {
-        let c = blind.checks.iter().find(|c| c.name == name).unwrap();
-        assert!(
-            c.not_applicable && c.actual.contains("knew no price"),
-            "{c:?}"
-        );
-    }
-    let mut opts = options("price-drop", 1.0, 1);
-    let over: toml::Table = toml::from_str("[price]\nfil_usd = 4.0\n").unwrap();
-    let config = opts.scenario.config.get_or_insert_with(Default::default);
-    config.extend(over);
-    let priced = sim::run(&opts).unwrap().report;
+    let priced = sim::run(&options("price-drop", 1.0, 1)).unwrap().report;
     assert!(priced.economics.agent_priced);
     for name in names {
         let c = priced.checks.iter().find(|c| c.name == name).unwrap();
         assert!(!c.not_applicable, "{c:?}");
     }
-    // The world's revenue does not depend on what the agent knew.
-    assert!(priced.money.revenue.unwrap() > 0.0 && blind.money.revenue.unwrap() > 0.0);
+    assert!(priced.money.revenue.unwrap() > 0.0);
+    // No price path: the agent knows no price and no revenue or profit is reported.
+    let unpriced = sim::run(&options("steady", 1.0, 1)).unwrap().report;
+    assert!(!unpriced.economics.agent_priced);
+    assert_eq!(unpriced.money.revenue, None);
+    assert_eq!(unpriced.money.profit, None);
 }
 
 fn sim_cmd(args: &[&str]) -> Command {
