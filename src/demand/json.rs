@@ -142,6 +142,10 @@ fn history(doc: &Map<String, Value>) -> Result<Vec<WorkerHistory>> {
                 proofs: required_count(h, "proofs", &path("proofs"))?,
                 first_end_secs_ago: secs("first_end_secs_ago")?,
                 last_end_secs_ago: secs("last_end_secs_ago")?,
+                busy_secs: match h.get("busy_secs") {
+                    None | Some(Value::Null) => None,
+                    Some(_) => Some(secs("busy_secs")?),
+                },
             })
         })
         .collect()

@@ -59,6 +59,10 @@ pub struct WorkerHistory {
     /// Seconds since the first and the last of them ended (database clock).
     pub first_end_secs_ago: u64,
     pub last_end_secs_ago: u64,
+    /// Seconds spent proving them (the sum of `work_end - work_start`), when read: the rate
+    /// learned from it leaves out the idle time between proofs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_secs: Option<u64>,
 }
 
 /// The window of [`Demand::history`].

@@ -407,6 +407,7 @@ mod tests {
             proofs: 3,
             first_end_secs_ago: 3000,
             last_end_secs_ago: 600,
+            busy_secs: None,
         }];
         assert!(why(&s).is_empty());
         // A completion older than the limit does not count.

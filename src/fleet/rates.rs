@@ -31,9 +31,11 @@ pub struct Measured {
 /// Measure proofs/h per GPU model from `demand.history`: each worker history is matched to
 /// the one instance of ours whose recorded worker address (`worker_address`, set by
 /// reconciliation from the matched Curio worker) is its `host_and_port` (an address two of
-/// ours share says nothing about either and is skipped). A worker's rate is
-/// (proofs - 1) / (first - last end) once it has [`MIN_PROOFS`] over [`MIN_SPAN_SECS`];
-/// a GPU model's is the proofs-weighted mean of its workers'.
+/// ours share says nothing about either and is skipped). A worker's rate, once it has
+/// [`MIN_PROOFS`] over [`MIN_SPAN_SECS`], is proofs / the seconds spent proving them
+/// (`busy_secs`, Curio's `work_end - work_start`) where read, else (proofs - 1) / (first -
+/// last end), which counts the idle time between proofs too and so reads low on a fleet
+/// that is not saturated; a GPU model's is the proofs-weighted mean of its workers'.
 pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
     let mut by_address: HashMap<&str, Vec<&InstanceRow>> = HashMap::new();
     for r in instances.iter().filter(|r| r.gone_at.is_none()) {
@@ -59,7 +61,10 @@ pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
         else {
             continue;
         };
-        let rate = (h.proofs - 1) as f64 * 3600.0 / span as f64;
+        let rate = match h.busy_secs.filter(|b| *b > 0) {
+            Some(busy) => h.proofs as f64 * 3600.0 / busy as f64,
+            None => (h.proofs - 1) as f64 * 3600.0 / span as f64,
+        };
         let e = acc.entry(gpu.to_string()).or_default();
         e.0 += rate * h.proofs as f64;
         e.1 += h.proofs;
@@ -130,7 +135,46 @@ mod tests {
             proofs,
             first_end_secs_ago: first,
             last_end_secs_ago: last,
+            busy_secs: None,
         }
+    }
+
+    /// A worker idle half the time: the span reads half its rate, the proving time the true one.
+    #[test]
+    fn the_time_spent_proving_leaves_the_idle_time_out() {
+        let rows = vec![ours("fleetagent-a", "RTX 4090", "1.1.1.1:12300")];
+        // 20 proofs of 90 s each, one every 180 s: 40/h when busy, 20/h by the span.
+        let mut h = hist("1.1.1.1:12300", 20, 19 * 180, 0);
+        let by_span = measure(
+            &rows,
+            &Demand {
+                history: vec![h.clone()],
+                ..Default::default()
+            },
+        );
+        assert!(
+            (by_span[0].proofs_per_hour - 20.0).abs() < 1e-9,
+            "{by_span:?}"
+        );
+        h.busy_secs = Some(20 * 90);
+        let busy = measure(
+            &rows,
+            &Demand {
+                history: vec![h.clone()],
+                ..Default::default()
+            },
+        );
+        assert!((busy[0].proofs_per_hour - 40.0).abs() < 1e-9, "{busy:?}");
+        // A zero proving time (a database clock oddity) falls back to the span.
+        h.busy_secs = Some(0);
+        let zero = measure(
+            &rows,
+            &Demand {
+                history: vec![h],
+                ..Default::default()
+            },
+        );
+        assert_eq!(zero, by_span);
     }
 
     #[test]

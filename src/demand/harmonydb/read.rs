@@ -69,9 +69,10 @@ const ORPHAN: &str = "NOT EXISTS (SELECT 1 FROM curio.proofshare_queue q
                           WHERE q.compute_task_id = t.id AND NOT q.compute_done)";
 
 /// Successful completions per machine inside the history window ($2), with those of the
-/// last hour ($3) and quarter ($4) and the ages of the first and last. It reads only
-/// columns of Curio's index `harmony_task_history_work_index` (work_end DESC,
-/// completed_by_host_and_port, name, result): an index-only range scan on work_end.
+/// last hour ($3) and quarter ($4), the ages of the first and last, and the seconds spent
+/// proving them. The range is found on Curio's index `harmony_task_history_work_index`
+/// (work_end DESC, completed_by_host_and_port, name, result); `work_start` is read from the
+/// rows of the window only (6 hours of history, however long the table grows).
 pub const HISTORY: &str = "
 SELECT
   completed_by_host_and_port::text,
@@ -79,7 +80,8 @@ SELECT
   count(*) FILTER (WHERE work_end > now() - make_interval(secs => $3)),
   count(*) FILTER (WHERE work_end > now() - make_interval(secs => $4)),
   extract(epoch FROM now() - min(work_end))::float8,
-  extract(epoch FROM now() - max(work_end))::float8
+  extract(epoch FROM now() - max(work_end))::float8,
+  extract(epoch FROM sum(work_end - work_start))::float8
 FROM curio.harmony_task_history
 WHERE work_end > now() - make_interval(secs => $2) AND name = $1 AND result
 GROUP BY completed_by_host_and_port
@@ -218,6 +220,7 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
             proofs: count(r.get(1)),
             first_end_secs_ago: secs(r.get(4)),
             last_end_secs_ago: secs(r.get(5)),
+            busy_secs: r.get::<_, Option<f64>>(6).map(secs),
         });
     }
 

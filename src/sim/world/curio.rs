@@ -36,11 +36,14 @@ struct Machine {
     rate: f64,
     task: Option<Task>,
     busy_until: Millis,
+    /// When the task being proved started.
+    busy_from: Millis,
     free_at: Millis,
     /// The proof times of this worker: its instance's own stream.
     rng: Rng,
-    /// When its proofs ended, inside `HISTORY_WINDOW_SECS` (Curio's task history).
-    ends: VecDeque<Millis>,
+    /// When its proofs ended and how long each took (`work_end`, `work_end - work_start`),
+    /// inside `HISTORY_WINDOW_SECS` (Curio's task history).
+    ends: VecDeque<(Millis, Millis)>,
 }
 
 impl Machine {
@@ -117,6 +120,7 @@ impl CurioCluster {
             rate,
             task: None,
             busy_until: 0,
+            busy_from: 0,
             free_at: at,
             rng: Rng::stream(self.seed, Purpose::Instance, inst),
             ends: VecDeque::new(),
@@ -171,7 +175,7 @@ impl CurioCluster {
                     m.task = None;
                     m.free_at = m.busy_until;
                     self.completions.push_back(m.busy_until);
-                    m.ends.push_back(m.busy_until);
+                    m.ends.push_back((m.busy_until, m.busy_until - m.busy_from));
                     self.tally.completed += 1;
                     if done.arrived >= start {
                         self.tally.completed_offered += 1;
@@ -187,6 +191,7 @@ impl CurioCluster {
                 let begin = m.free_at.max(task.pulled).max(m.registered_at);
                 let secs = 3600.0 / m.rate * m.rng.range(0.85, 1.15);
                 m.task = Some(task);
+                m.busy_from = begin;
                 m.busy_until = begin + (secs * 1000.0) as Millis;
                 self.tally
                     .waits
@@ -216,7 +221,7 @@ impl CurioCluster {
         }
         let window_ms = HISTORY_WINDOW_SECS as Millis * 1000;
         for m in self.machines.iter_mut() {
-            while m.ends.front().is_some_and(|e| t - e > window_ms) {
+            while m.ends.front().is_some_and(|(e, _)| t - e > window_ms) {
                 m.ends.pop_front();
             }
         }
@@ -243,18 +248,21 @@ impl CurioCluster {
             ..Default::default()
         };
         for m in &self.machines {
-            if let (Some(first), Some(last)) = (m.ends.front(), m.ends.back()) {
+            if let (Some((first, _)), Some((last, _))) = (m.ends.front(), m.ends.back()) {
                 // Completions still to come (a proof ending after `now`) are not history yet.
-                let done = m.ends.iter().filter(|e| **e <= now).count() as u32;
-                if done == 0 || *first > now {
+                let done: Vec<&(Millis, Millis)> =
+                    m.ends.iter().filter(|(e, _)| *e <= now).collect();
+                if done.is_empty() || *first > now {
                     continue;
                 }
-                let last = m.ends.iter().rev().find(|e| **e <= now).unwrap_or(last);
+                let last = done.last().map_or(last, |(e, _)| e);
+                let busy: Millis = done.iter().map(|(_, d)| *d).sum();
                 d.history.push(WorkerHistory {
                     host_and_port: m.host_and_port.clone(),
-                    proofs: done,
+                    proofs: done.len() as u32,
                     first_end_secs_ago: ((now - first) / 1000) as u64,
                     last_end_secs_ago: ((now - last) / 1000) as u64,
+                    busy_secs: Some((busy / 1000) as u64),
                 });
             }
         }
