@@ -127,15 +127,18 @@ pub fn bench_probe() {
     for line in &plan {
         println!("    {line}");
     }
-    let on_index = plan
-        .iter()
-        .any(|l| l.contains("Scan using harmony_task_history_work_index"));
-    println!(
-        "probe: history statement {} Curio's harmony_task_history_work_index",
-        if on_index {
-            "finds its range on"
-        } else {
-            "does NOT use"
+    // Curio has two indexes leading on work_end (harmony_task_history_work_index and
+    // harmony_task_history_recent_task_result_idx): either bounds the scan to the window.
+    let index = plan.iter().find_map(|l| {
+        let at = l.find("Scan using harmony_task_history_")? + "Scan using ".len();
+        l[at..].split_whitespace().next().map(str::to_string)
+    });
+    match index {
+        Some(i) => {
+            println!("probe: history statement finds the window's rows on Curio's index {i}")
         }
-    );
+        None => println!(
+            "probe: history statement does NOT use an index of Curio's (a sequential scan)"
+        ),
+    }
 }

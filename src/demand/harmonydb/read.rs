@@ -70,9 +70,9 @@ const ORPHAN: &str = "NOT EXISTS (SELECT 1 FROM curio.proofshare_queue q
 
 /// Successful completions per machine inside the history window ($2), with those of the
 /// last hour ($3) and quarter ($4), the ages of the first and last, and the seconds spent
-/// proving them. The range is found on Curio's index `harmony_task_history_work_index`
-/// (work_end DESC, completed_by_host_and_port, name, result); `work_start` is read from the
-/// rows of the window only (6 hours of history, however long the table grows).
+/// proving them. The range is found on one of Curio's indexes leading on work_end
+/// (`harmony_task_history_work_index`, `harmony_task_history_recent_task_result_idx`), and
+/// `work_start` read from the window's rows only (6 hours, however long the table grows).
 pub const HISTORY: &str = "
 SELECT
   completed_by_host_and_port::text,
