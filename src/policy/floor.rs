@@ -255,7 +255,7 @@ mod tests {
         let d = Demand {
             pending: 7,
             running: 1,
-            completed_1h: 40,
+            completed_1h: 48,
             workers: vec![worker("fleetagent-1", 1)],
             ..Default::default()
         };
