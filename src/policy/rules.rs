@@ -14,21 +14,30 @@
 //! - WORKERS DEAD: asks for launches, enough to reach max(target, the queued proofs as one
 //!   hour of work) counting the instances already coming (not those booting longer than a
 //!   normal boot), at least one; none while what is coming covers that.
-//! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
-//!   throughput under target and nothing of ours still booting (loading, or running with its
-//!   worker not registered yet; an instance loading past half of `stuck_loading_mins` no
-//!   longer holds this back): launch toward the target, one at a time (one more every 4
-//!   passes the backlog lasts), or, when the fleet was saturated over the last hour (the
-//!   hour's completions >= 95 % of its capacity; a 15-minute burst is not a deficit), half as
-//!   much again as it does; never past it.
-//! - a target with no live worker, nothing of ours coming and nothing queued: one seed
-//!   instance, since Curio asks the market for work only while a ProofShare node lives.
+//! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row when
+//!   the fleet's hour shows it saturated (the hour's completions >= 95 % of its capacity),
+//!   else on [`BACKLOG_WEAK_PASSES`] (a fleet near its capacity sees short backlogs from the
+//!   arrivals' noise), with throughput under the target (with a price: the cap, if any) and
+//!   the next instance profitable ([`next_profitable`]), nothing of ours still booting
+//!   (loading, or running with its worker not registered yet; an instance loading past half
+//!   of `stuck_loading_mins` no longer holds this back): launch toward the target, one at a
+//!   time (one more every 4 passes the backlog lasts), or, when saturated, half as much again
+//!   as the fleet does; never past it. An instance that no longer makes its margin adds one
+//!   launch (its replacement).
+//! - no live worker, nothing of ours coming and nothing queued, with a target or a price:
+//!   one seed instance, since Curio asks the market for work only while a ProofShare node
+//!   lives.
 //! - Full mode only: destroy flagged instances; on a pass of low demand (pending <= 1 with
-//!   idle live workers), stop one idle instance of ours (the dearest per proof among those
-//!   the guard allows), never the last live worker, and only while the capacity left still
-//!   covers the last hour's completions with 5 % to spare (else the next backlog would
-//!   relaunch it and pay a boot each round trip). The guard, not a streak, keeps the
-//!   capacity the demand needs: surplus is paid every minute it waits, so it goes at once.
+//!   idle live workers), stop one idle instance of ours started at least
+//!   `policy.min_rental_mins` ago, never the last live worker: one that no longer makes its
+//!   margin first (while the capacity left covers the hour's completions with 5 % to
+//!   spare), else the dearest per proof whose stop pays for itself ([`stop_pays`]) and
+//!   leaves capacity for demand's upper band at 90 % busy ([`DemandBand`]: Curio's six hours
+//!   where demand is steady, else the hour, plus two deviations). Else the next backlog
+//!   relaunches it and each round trip pays a boot.
+//!
+//! With a price known (`Snapshot::price`), `target_proofs_per_hour` is a cap (0: none), not
+//! a goal: the need is the work the market gives. Without one it is the goal, as before.
 
 use serde_json::{json, Value};
 
@@ -175,9 +184,11 @@ pub fn may_stop_from(row: &InstanceRow, config: &Config) -> Millis {
     row.created_at + config.policy.min_rental_mins as Millis * 60_000
 }
 
-/// Started less than `policy.min_rental_mins` ago.
+/// A rental of ours (launched by fleetagent, not adopted: an adopted instance's start is
+/// not known, its `created_at` is when we first saw it) started less than
+/// `policy.min_rental_mins` ago.
 pub fn within_min_rental(row: &InstanceRow, now: Millis, config: &Config) -> bool {
-    now < may_stop_from(row, config)
+    !row.adopted && now < may_stop_from(row, config)
 }
 
 /// Demand as the surplus rule judges it: its level and how far it may stray. Where Curio's
