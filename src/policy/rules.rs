@@ -32,8 +32,8 @@
 //!   `policy.min_rental_mins` ago, never the last live worker: one that no longer makes its
 //!   margin first (while the capacity left covers the hour's completions with 5 % to
 //!   spare), else the dearest per proof whose stop pays for itself ([`stop_pays`]) and
-//!   leaves capacity for demand's upper band at 90 % busy ([`DemandBand`]: Curio's six hours
-//!   where demand is steady, else the hour, plus two deviations). Else the next backlog
+//!   leaves capacity for demand's upper band ([`DemandBand`]: Curio's six hours where demand
+//!   is steady, then at 90 % busy, else the hour; plus two deviations). Else the next backlog
 //!   relaunches it and each round trip pays a boot.
 //!
 //! With a price known (`Snapshot::price`), `target_proofs_per_hour` is a cap (0: none), not
@@ -207,6 +207,8 @@ pub struct DemandBand {
     pub level: f64,
     /// One standard deviation of that level.
     pub sigma: f64,
+    /// The level is the history's: demand has been steady for hours.
+    pub steady: bool,
 }
 
 impl DemandBand {
@@ -229,12 +231,14 @@ impl DemandBand {
                 long,
                 level: l.max(hour - hour_dev),
                 sigma: (l.max(1.0) / span).sqrt(),
+                steady: true,
             },
             _ => DemandBand {
                 hour,
                 long,
                 level: hour,
                 sigma: hour_dev,
+                steady: false,
             },
         }
     }
@@ -244,11 +248,18 @@ impl DemandBand {
         self.level + SURPLUS_DEVIATIONS * self.sigma
     }
 
-    /// Is `capacity` enough to leave after a stop? It must cover [`DemandBand::high`] at no
-    /// more than [`STOP_UTILISATION_MAX`]: a fleet left busier than that sees backlogs from
-    /// the arrivals' noise alone, and relaunches.
+    /// Is `capacity` enough to leave after a stop? It must cover [`DemandBand::high`], and
+    /// where demand is steady at no more than [`STOP_UTILISATION_MAX`]: a fleet left busier
+    /// than that sees backlogs from the arrivals' noise alone, and relaunches. Where demand
+    /// moved (or the history is short), the band itself is wide, and a fleet left after a
+    /// fall sheds its surplus sooner.
     pub fn covered_by(&self, capacity: f64) -> bool {
-        capacity * STOP_UTILISATION_MAX >= self.high()
+        let busy = if self.steady {
+            STOP_UTILISATION_MAX
+        } else {
+            1.0
+        };
+        capacity * busy >= self.high()
     }
 
     /// Expected hours before demand needs more than `capacity` again: each pass (the timer's
@@ -1089,19 +1100,21 @@ mod tests {
     }
 
     #[test]
-    fn surplus_leaves_capacity_for_demands_upper_band_at_ninety_percent() {
-        // No history: the hour's count, +/- its square root. 150 done: the band is 174.5,
-        // covered at 90 % by 194: the 4090 (172 left) cannot go, the 3090 (200 left) can.
+    fn surplus_leaves_capacity_for_demands_upper_band() {
+        // No history: the hour's count, +/- its square root. 150 done: the band is 174.5:
+        // the 4090 (172 left) cannot go, the 3090 (200 left) can.
         assert_eq!(surplus_stops(150, None), vec![5]);
-        // 100 done: 120 at 90 % is 133: the dearest per proof goes first.
+        // 100 done: 120: the dearest per proof goes first.
         assert_eq!(surplus_stops(100, None), vec![4]);
-        // 180 done: 207 needs 230 left: nothing goes.
+        // 180 done: 207 is more than either leaves: nothing goes.
         assert!(surplus_stops(180, None).is_empty());
-        // 160 done: 185 needs 206: nothing, on the hour alone...
-        assert!(surplus_stops(160, None).is_empty());
-        // ...but six hours at 165/h say demand is steady and known to +/- 5: 175.5 needs 195,
-        // and the 3090 goes.
-        assert_eq!(surplus_stops(160, Some(990)), vec![5]);
+        // 175 done: 201.5: nothing, on the hour alone...
+        assert!(surplus_stops(175, None).is_empty());
+        // ...but six hours at 165/h say demand is steady and known to +/- 5: 175.5, at 90 %
+        // busy 195, and the 3090 goes.
+        assert_eq!(surplus_stops(175, Some(990)), vec![5]);
+        // Steady at 150/h: 160 at 90 % is 177.8: the 4090 (172 left) still cannot go.
+        assert_eq!(surplus_stops(150, Some(900)), vec![5]);
         // Demand fell (six hours at 200/h, this hour 100): the hour decides, as it moved.
         assert_eq!(surplus_stops(100, Some(1200)), vec![4]);
     }
@@ -1135,6 +1148,7 @@ mod tests {
             long: None,
             level: 200.0,
             sigma: 200f64.sqrt(),
+            steady: false,
         };
         // Capacity left at the level: demand needs more half the passes, after 10 minutes.
         assert!(!stop_pays(&band, 200.0, &c));
