@@ -9,7 +9,9 @@
 //!   unanswered for `policy.floor_after_mins`;
 //! - a flagged instance (stuck, exited, offline, unknown), once it has been left for
 //!   `policy.floor_flagged_passes` passes;
-//! - idle surplus, once it has been left for `policy.floor_idle_mins`;
+//! - idle surplus (and, with a price, an idle instance that no longer makes its margin),
+//!   once it has been left for `policy.floor_idle_mins`; as the rules decide it: nothing
+//!   started within `policy.min_rental_mins`, nothing the surplus band keeps;
 //! - an outbid bid (destroyed, and replaced while demand needs it) and a fleet over a cap
 //!   (the newest surplus stopped), in the same pass.
 //!
@@ -149,7 +151,9 @@ pub fn plan(
         }
     }
 
-    let surplus = of_kind(&wanted, &[CallKind::Surplus]);
+    // Surplus and unprofitable stops are the rules' own: never within `min_rental_mins` of a
+    // start, never what the surplus band keeps.
+    let surplus = of_kind(&wanted, &[CallKind::Surplus, CallKind::Unprofitable]);
     if !surplus.is_empty() {
         let since = before.surplus_since.unwrap_or(now);
         let waited = now - since;
@@ -255,7 +259,7 @@ mod tests {
         let d = Demand {
             pending: 7,
             running: 1,
-            completed_1h: 40,
+            completed_1h: 48,
             workers: vec![worker("fleetagent-1", 1)],
             ..Default::default()
         };
@@ -465,6 +469,24 @@ mod tests {
         assert!(plan(&idle(), &c, 1, &first.memory, &did, due)
             .calls
             .is_empty());
+    }
+
+    #[test]
+    fn the_floor_never_stops_a_young_instance_the_rules_keep() {
+        let c = config();
+        let mut s = idle();
+        for r in s.instances.iter_mut() {
+            r.created_at = NOW - 10 * MIN;
+        }
+        let before = Memory {
+            surplus_since: Some(NOW - 600 * MIN),
+            ..Memory::default()
+        };
+        let p = plan(&s, &c, 1, &before, &none(), NOW);
+        assert!(p.calls.is_empty(), "{:?}", p.calls);
+        // Past min_rental_mins, the idle surplus left that long goes.
+        let p = plan(&idle(), &c, 1, &before, &none(), NOW);
+        assert_eq!(p.calls.len(), 1);
     }
 
     #[test]

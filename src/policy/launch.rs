@@ -88,6 +88,8 @@ pub struct Ask {
     pub proofshare_disabled: bool,
     /// What a proof earns this pass (None: unknown, the profit check is off).
     pub price: Option<crate::price::Price>,
+    /// Our instances that bill and are not bids (for `policy.on_demand_min`).
+    pub on_demand: u32,
 }
 
 impl Ask {
@@ -115,6 +117,11 @@ impl Ask {
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
             price: snapshot.price.clone(),
+            on_demand: snapshot
+                .instances
+                .iter()
+                .filter(|r| crate::fleet::is_billing_state(r.state) && !r.is_bid)
+                .count() as u32,
         }
     }
 
@@ -428,7 +435,7 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
     };
     let bid_price = match config.vast.offers.offer_type {
         OfferType::OnDemand => None,
-        OfferType::Interruptible => Some(bid_price(&offer, config)),
+        OfferType::Interruptible => bid_or_on_demand(ask, config, &offer),
     };
     let mut row = row;
     row.is_bid = bid_price.is_some();
@@ -533,6 +540,23 @@ pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
         bid = bid.min(max);
     }
     ((bid * 1e4).round() / 1e4).max(0.001)
+}
+
+/// With `vast.offers.type = "interruptible"`: the bid to place on this offer, or None to rent
+/// it on demand. A bid is placed only where its $/proof ([`bid_price`] over the GPU's rate)
+/// beats the offer's on-demand $/proof (the offer chosen is the best on-demand one per proof)
+/// by `policy.bid_discount_min`, and once `policy.on_demand_min` on-demand instances of ours
+/// bill as a base (an outbid bid proves nothing until it resumes).
+pub fn bid_or_on_demand(ask: &Ask, config: &Config, offer: &Offer) -> Option<f64> {
+    if ask.on_demand < config.policy.on_demand_min {
+        return None;
+    }
+    let rate = crate::fleet::rates::gpu_rate(config, &ask.measured_rates, &offer.gpu_name);
+    let bid = bid_price(offer, config);
+    let bid_per_proof = crate::price::cost_per_proof(bid, rate);
+    let on_demand_per_proof = crate::price::cost_per_proof(offer.dph_total, rate);
+    (bid_per_proof <= on_demand_per_proof * (1.0 - config.policy.bid_discount_min) + 1e-12)
+        .then_some(bid)
 }
 
 /// What follows vast.ai's answer to the create.

@@ -14,25 +14,36 @@
 //! - WORKERS DEAD: asks for launches, enough to reach max(target, the queued proofs as one
 //!   hour of work) counting the instances already coming (not those booting longer than a
 //!   normal boot), at least one; none while what is coming covers that.
-//! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row, with
-//!   throughput under target and nothing of ours still booting (loading, or running with its
-//!   worker not registered yet; an instance loading past half of `stuck_loading_mins` no
-//!   longer holds this back): launch toward the target, one at a time (one more every 4
-//!   passes the backlog lasts), or, when the fleet was saturated over the last hour (the
-//!   hour's completions >= 95 % of its capacity; a 15-minute burst is not a deficit), half as
-//!   much again as it does; never past it.
-//! - a target with no live worker, nothing of ours coming and nothing queued: one seed
-//!   instance, since Curio asks the market for work only while a ProofShare node lives.
+//! - a backlog (>= 5 pending while every live worker is busy) seen on 2 passes in a row when
+//!   the fleet's hour shows it saturated (the hour's completions >= 95 % of its capacity),
+//!   else on [`BACKLOG_WEAK_PASSES`] (a fleet near its capacity sees short backlogs from the
+//!   arrivals' noise), with throughput under the target (with a price: the cap, if any) and
+//!   the next instance profitable ([`next_profitable`]), nothing of ours still booting
+//!   (loading, or running with its worker not registered yet; an instance loading past half
+//!   of `stuck_loading_mins` no longer holds this back): launch toward the target, one at a
+//!   time (one more every 4 passes the backlog lasts), or, when saturated, half as much again
+//!   as the fleet does; never past it. An instance that no longer makes its margin adds one
+//!   launch (its replacement).
+//! - no live worker, nothing of ours coming and nothing queued, with a target or a price:
+//!   one seed instance, since Curio asks the market for work only while a ProofShare node
+//!   lives.
 //! - Full mode only: destroy flagged instances; on a pass of low demand (pending <= 1 with
-//!   idle live workers), stop one idle instance of ours (the dearest per proof among those
-//!   the guard allows), never the last live worker, and only while the capacity left still
-//!   covers the last hour's completions with 5 % to spare (else the next backlog would
-//!   relaunch it and pay a boot each round trip). The guard, not a streak, keeps the
-//!   capacity the demand needs: surplus is paid every minute it waits, so it goes at once.
+//!   idle live workers), stop one idle instance of ours started at least
+//!   `policy.min_rental_mins` ago, never the last live worker: one that no longer makes its
+//!   margin first (while the capacity left covers the hour's completions with 5 % to
+//!   spare), else the dearest per proof whose stop pays for itself ([`stop_pays`]) and
+//!   leaves capacity for demand's upper band ([`DemandBand`]: Curio's six hours where demand
+//!   is steady, then at 90 % busy, else the hour; plus two deviations). Else the next backlog
+//!   relaunches it and each round trip pays a boot.
+//!
+//! With a price known (`Snapshot::price`), `target_proofs_per_hour` is a cap (0: none), not
+//! a goal: the need is the work the market gives. Without one it is the goal, as before.
 
 use serde_json::{json, Value};
 
+use crate::clock::Millis;
 use crate::config::Config;
+use crate::demand::Demand;
 use crate::fleet::{
     dph_of, is_billing_state, Snapshot, BOOTED, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED,
 };
@@ -56,6 +67,24 @@ pub const BACKLOG_STEP_PASSES: u32 = 4;
 pub const FULLY_SATURATED: f64 = 0.95;
 /// The capacity left after a stop must cover the last hour's completions times this.
 pub const SURPLUS_MARGIN: f64 = 1.05;
+/// Standard deviations of demand's level ([`DemandBand`]) the capacity left after a surplus
+/// stop must cover.
+pub const SURPLUS_DEVIATIONS: f64 = 2.0;
+/// Passes in a row a backlog must last before a launch when the fleet's hour does not show
+/// it saturated (completions under [`FULLY_SATURATED`] of its capacity): a fleet near its
+/// capacity sees short backlogs from the arrivals' noise alone, and a launch on each would be
+/// stopped again within the hour.
+pub const BACKLOG_WEAK_PASSES: u32 = 6;
+/// The share of new hosts that fail us (a boot that never finishes, an exit): what a
+/// relaunch risks beyond its boot.
+pub const HOST_FAILURE_RISK: f64 = 0.1;
+/// The busiest a fleet may be left by a surplus stop: the capacity left times this must
+/// cover demand's upper band ([`DemandBand::high`]).
+pub const STOP_UTILISATION_MAX: f64 = 0.9;
+/// The longest window of Curio's history the demand's variability is judged on.
+const LONG_WINDOW_HOURS: f64 = 6.0;
+/// The shortest span of history that makes a long window (below it the hour alone counts).
+const LONG_WINDOW_MIN_HOURS: f64 = 2.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -94,6 +123,10 @@ pub enum CallKind {
     /// The fleet is over `max_instances` or `max_dph_total` (an outbid bid resumed): the
     /// surplus is stopped in the same pass, the newest and dearest first.
     OverCap,
+    /// With a price known: an instance whose cost per proof leaves less than
+    /// `policy.min_margin` (the price fell, or its measured rate is low), stopped first when
+    /// capacity is surplus, or replaced (a stop and a launch) when capacity is needed.
+    Unprofitable,
 }
 
 impl CallKind {
@@ -107,6 +140,7 @@ impl CallKind {
             CallKind::Outbid => "outbid",
             CallKind::Replace => "replace",
             CallKind::OverCap => "over_cap",
+            CallKind::Unprofitable => "unprofitable",
         }
     }
 }
@@ -141,6 +175,181 @@ impl PlannedCall {
             kind: self.kind,
         }
     }
+}
+
+/// When an instance of ours may be stopped or destroyed at the earliest, unless it is
+/// flagged: `policy.min_rental_mins` after its start (every rental pays a boot; one ended
+/// sooner paid it for nothing).
+pub fn may_stop_from(row: &InstanceRow, config: &Config) -> Millis {
+    row.created_at + config.policy.min_rental_mins as Millis * 60_000
+}
+
+/// A rental of ours (launched by fleetagent, not adopted: an adopted instance's start is
+/// not known, its `created_at` is when we first saw it) started less than
+/// `policy.min_rental_mins` ago.
+pub fn within_min_rental(row: &InstanceRow, now: Millis, config: &Config) -> bool {
+    !row.adopted && now < may_stop_from(row, config)
+}
+
+/// Demand as the surplus rule judges it: its level and how far it may stray. Where Curio's
+/// history spans at least [`LONG_WINDOW_MIN_HOURS`] and the last hour lies within two of its
+/// own Poisson deviations of the history's average (up to [`LONG_WINDOW_HOURS`]), demand is
+/// steady: its level is that average (never under the hour less one deviation), known to
+/// the square root of the window's count. Otherwise demand moved, or there is too little
+/// history: the level is the hour's count, known to its square root.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DemandBand {
+    /// Proofs completed in the last hour.
+    pub hour: f64,
+    /// Proofs/h over the history's window (None: under [`LONG_WINDOW_MIN_HOURS`] of it).
+    pub long: Option<f64>,
+    /// The level of demand, proofs/h.
+    pub level: f64,
+    /// One standard deviation of that level.
+    pub sigma: f64,
+    /// The level is the history's: demand has been steady for hours.
+    pub steady: bool,
+}
+
+impl DemandBand {
+    pub fn of(d: &Demand) -> DemandBand {
+        let hour = d.completed_1h as f64;
+        let hour_dev = hour.max(1.0).sqrt();
+        let proofs: u64 = d.history.iter().map(|h| u64::from(h.proofs)).sum();
+        let span = d
+            .history
+            .iter()
+            .map(|h| h.first_end_secs_ago)
+            .max()
+            .unwrap_or(0) as f64
+            / 3600.0;
+        let span = span.min(LONG_WINDOW_HOURS);
+        let long = (span >= LONG_WINDOW_MIN_HOURS).then(|| proofs as f64 / span);
+        match long {
+            Some(l) if (l - hour).abs() <= 2.0 * hour_dev => DemandBand {
+                hour,
+                long,
+                level: l.max(hour - hour_dev),
+                sigma: (l.max(1.0) / span).sqrt(),
+                steady: true,
+            },
+            _ => DemandBand {
+                hour,
+                long,
+                level: hour,
+                sigma: hour_dev,
+                steady: false,
+            },
+        }
+    }
+
+    /// The level demand may reach again soon: [`SURPLUS_DEVIATIONS`] above its level.
+    pub fn high(&self) -> f64 {
+        self.level + SURPLUS_DEVIATIONS * self.sigma
+    }
+
+    /// Is `capacity` enough to leave after a stop? It must cover [`DemandBand::high`], and
+    /// where demand is steady at no more than [`STOP_UTILISATION_MAX`]: a fleet left busier
+    /// than that sees backlogs from the arrivals' noise alone, and relaunches. Where demand
+    /// moved (or the history is short), the band itself is wide, and a fleet left after a
+    /// fall sheds its surplus sooner.
+    pub fn covered_by(&self, capacity: f64) -> bool {
+        let busy = if self.steady {
+            STOP_UTILISATION_MAX
+        } else {
+            1.0
+        };
+        capacity * busy >= self.high()
+    }
+
+    /// Expected hours before demand needs more than `capacity` again: each pass (the timer's
+    /// period) demand is taken as drawn from a normal law around its level with the hour's
+    /// spread, and the first pass above `capacity` comes after 1/p passes.
+    pub fn hours_until_needed(&self, capacity: f64, pass_hours: f64) -> f64 {
+        let spread = self.hour.max(1.0).sqrt().max(self.sigma);
+        let p = normal_tail((capacity - self.level) / spread);
+        pass_hours / p.max(1e-12)
+    }
+}
+
+/// What a relaunch costs, in hours of the instance's own $/h: a normal boot (half of
+/// `policy.stuck_loading_mins`) plus [`HOST_FAILURE_RISK`] of a failed one (the whole
+/// `stuck_loading_mins`, then another boot).
+pub fn relaunch_hours(config: &Config) -> f64 {
+    let stuck = config.policy.stuck_loading_mins as f64 / 60.0;
+    let boot = stuck / 2.0;
+    boot + HOST_FAILURE_RISK * (stuck + boot)
+}
+
+/// Does stopping an idle instance pay for itself? Its idle cost until demand needs the
+/// capacity again (`capacity_left` is what stays) must exceed what a relaunch then costs
+/// (both are at its $/h, so they compare in hours).
+pub fn stop_pays(band: &DemandBand, capacity_left: f64, config: &Config) -> bool {
+    let pass_hours = (config.run.timer_period_secs.max(60) as f64) / 3600.0;
+    band.hours_until_needed(capacity_left, pass_hours) >= relaunch_hours(config)
+}
+
+/// P(X > z) for a standard normal X (Abramowitz and Stegun 7.1.26, error under 1.5e-7).
+fn normal_tail(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    if z >= 0.0 {
+        erfc / 2.0
+    } else {
+        1.0 - erfc / 2.0
+    }
+}
+
+/// With a price known: the instances of ours (working, not flagged) whose cost per proof
+/// (their $/h over their GPU's rate) leaves less than `policy.min_margin`, the worst first,
+/// with their cost per proof. Empty without a price.
+pub fn unprofitable<'a>(snapshot: &'a Snapshot, config: &Config) -> Vec<(&'a InstanceRow, f64)> {
+    let Some(price) = snapshot.price.as_ref() else {
+        return Vec::new();
+    };
+    let max = crate::price::max_cost_per_proof(price, config);
+    let flagged: Vec<i64> = snapshot.flagged(config).iter().map(|f| f.vast_id).collect();
+    let mut out: Vec<(&InstanceRow, f64)> = snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(r.state, REGISTERED | PROVING))
+        .filter(|r| !r.vast_id.is_some_and(|id| flagged.contains(&id)))
+        .filter_map(|r| {
+            let cost = crate::price::cost_per_proof(r.dph?, snapshot.rate_of(r, config));
+            (cost > max + 1e-12).then_some((r, cost))
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.vast_id.cmp(&b.0.vast_id)));
+    out
+}
+
+/// Would the next instance make money (`price::profitable`)? Judged on the best offer this
+/// pass has seen where it searched, else on the cheapest per proof of our own working
+/// instances (what the market rented us last); true without a price or without either
+/// (the launch tool refuses an unprofitable offer anyway).
+pub fn next_profitable(snapshot: &Snapshot, config: &Config) -> bool {
+    let Some(price) = snapshot.price.as_ref() else {
+        return true;
+    };
+    let best = match &snapshot.offers {
+        Some(offers) => super::offers::best_offer(offers, config, &snapshot.measured_rates)
+            .map(|o| (o.dph_total, snapshot.gpu_rate(config, &o.gpu_name))),
+        None => snapshot
+            .instances
+            .iter()
+            .filter(|r| matches!(r.state, REGISTERED | PROVING))
+            .filter_map(|r| Some((r.dph?, snapshot.rate_of(r, config))))
+            .min_by(|a, b| {
+                crate::price::cost_per_proof(a.0, a.1)
+                    .total_cmp(&crate::price::cost_per_proof(b.0, b.1))
+            }),
+    };
+    best.is_none_or(|(dph, pph)| crate::price::profitable(Some(price), dph, pph, config))
 }
 
 /// Proofs/h assumed for an instance not launched yet: the best rate among the configured
@@ -239,13 +448,28 @@ pub fn decide(
         .map(|r| snapshot.rate_of(r, config))
         .sum();
     let utilisation = if working > 0.0 { hour / working } else { 1.0 };
+    // With a price known the target is a cap (0: none), not a goal: the need is the work
+    // the market gives (queued as one hour of work, the hour's completions), under the cap.
+    let priced = snapshot.price.is_some();
+    let need = if priced {
+        let market = (queued as f64).max(hour);
+        if target > 0.0 {
+            market.min(target)
+        } else {
+            market
+        }
+    } else {
+        target.max(queued as f64)
+    };
+    let profitable_next = next_profitable(snapshot, config);
+    // A backlog right after the fleet's hour shows it saturated is a deficit; one on a fleet
+    // with room over the hour may be the arrivals' noise, and must last longer.
+    let backlog_confirmed = streaks.backlog_passes >= BACKLOG_PASSES
+        && (utilisation >= FULLY_SATURATED || streaks.backlog_passes >= BACKLOG_WEAK_PASSES);
 
-    let (wanted, why, kind) = if d.workers_dead()
-        && target.max(queued as f64) > projected - slow_pph
-    {
+    let (wanted, why, kind) = if d.workers_dead() && need.max(1.0) > projected - slow_pph {
         // Enough to reach the need counting what is coming; nothing when that covers it (a
         // booting fleet already sized to the target is not doubled while it boots).
-        let need = target.max(queued as f64);
         let n = ((need - (projected - slow_pph)) / rate).ceil().max(1.0) as u32;
         (
             n.min(config.policy.emergency_launch_max.max(1)),
@@ -255,7 +479,8 @@ pub fn decide(
             ),
             CallKind::Emergency,
         )
-    } else if streaks.backlog_passes >= BACKLOG_PASSES
+    } else if backlog_confirmed
+        && profitable_next
         && d.backlog_signal() >= BACKLOG_MIN
         && d.live_workers() > 0
         && d.idle_workers() == 0
@@ -292,7 +517,8 @@ pub fn decide(
             ),
             CallKind::Deficit,
         )
-    } else if target > 0.0
+    } else if (target > 0.0 || priced)
+        && profitable_next
         && !d.proofshare_disabled()
         && d.live_workers() == 0
         && projected <= 0.0
@@ -300,8 +526,7 @@ pub fn decide(
     {
         (
             1,
-            "rules: a target is set and no worker lives: one instance so Curio can ask the market for work"
-                .to_string(),
+            "rules: no worker lives: one instance so Curio can ask the market for work".to_string(),
             CallKind::Seed,
         )
     } else {
@@ -310,7 +535,6 @@ pub fn decide(
     let outbid = freed.iter().filter(|r| r.state == OUTBID).count() as u32;
     let (wanted, why, kind) = if wanted == 0 && outbid > 0 && !d.proofshare_disabled() {
         // The outbid bids go this pass; as many come back as the demand still needs.
-        let need = target.max(queued as f64);
         let n = if need > projected {
             (((need - projected) / rate).ceil() as u32).min(outbid)
         } else {
@@ -327,6 +551,19 @@ pub fn decide(
         )
     } else {
         (wanted, why, kind)
+    };
+    // Capacity is needed and an instance no longer makes its margin: one more launch (a
+    // profitable offer, the launch tool refuses any other) replaces it; it goes first once
+    // capacity is surplus.
+    let (wanted, why) = match unprofitable(snapshot, config).first() {
+        Some((r, cost)) if kind == CallKind::Deficit && wanted > 0 => (
+            wanted + 1,
+            format!(
+                "{why}; and one to replace instance {} (${cost:.4}/proof leaves less than policy.min_margin)",
+                r.vast_id.unwrap_or(0)
+            ),
+        ),
+        _ => (wanted, why),
     };
 
     if wanted > 0 {
@@ -363,14 +600,20 @@ pub fn decide(
         && d.backlog_signal() <= LOW_PENDING_MAX
         && d.live_workers() > 1
     {
-        // The dearest idle instance whose stop leaves capacity for the last hour's
-        // completions with a margin: otherwise the next backlog relaunches it, and each round
-        // trip pays a boot. (The hour, not 15 minutes times 4: a burst or a backlog being
-        // worked off would hold the surplus for nothing.)
-        let mut idle: Vec<(i64, f64, f64)> = snapshot
+        // An idle instance past `min_rental_mins` goes when the stop pays for itself and the
+        // capacity left covers demand's upper band (the hour plus its spread over the recent
+        // hours): otherwise the next backlog relaunches it, and each round trip pays a boot.
+        // One that no longer makes its margin goes first, on the hour alone.
+        let band = DemandBand::of(d);
+        let losing: Vec<i64> = unprofitable(snapshot, config)
+            .iter()
+            .filter_map(|(r, _)| r.vast_id)
+            .collect();
+        let mut idle: Vec<(i64, f64, f64, bool)> = snapshot
             .instances
             .iter()
             .filter(|r| r.state == REGISTERED)
+            .filter(|r| !within_min_rental(r, snapshot.now, config))
             .filter(|r| {
                 r.machine_name.as_ref().is_some_and(|m| {
                     d.workers
@@ -380,22 +623,38 @@ pub fn decide(
             })
             .filter_map(|r| {
                 let pph = snapshot.rate_of(r, config);
-                Some((r.vast_id?, r.dph.unwrap_or(0.0) / pph, pph))
+                let id = r.vast_id?;
+                Some((id, r.dph.unwrap_or(0.0) / pph, pph, losing.contains(&id)))
             })
             .collect();
-        idle.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let stop = idle
-            .into_iter()
-            .find(|(_, _, pph)| working - pph >= hour * SURPLUS_MARGIN);
-        if let Some((id, _, _)) = stop {
+        idle.sort_by(|a, b| b.3.cmp(&a.3).then(b.1.total_cmp(&a.1)).then(a.0.cmp(&b.0)));
+        let stop = idle.into_iter().find(|(_, _, pph, losing)| {
+            let left = working - pph;
+            if *losing {
+                left >= hour * SURPLUS_MARGIN
+            } else {
+                band.covered_by(left) && stop_pays(&band, left, config)
+            }
+        });
+        if let Some((id, _, _, losing)) = stop {
+            let (kind, what) = if losing {
+                (
+                    CallKind::Unprofitable,
+                    "the idle instance that no longer makes its margin",
+                )
+            } else {
+                (CallKind::Surplus, "idle surplus")
+            };
             calls.push(PlannedCall::stop(
-                CallKind::Surplus,
+                kind,
                 id,
                 format!(
-                    "rules: demand low for {} passes (backlog {}, {} idle workers): stopping idle surplus",
+                    "rules: demand low for {} passes (backlog {}, {} idle workers, {}/h done, up to {}/h likely): stopping {what}",
                     streaks.low_demand_passes,
                     d.backlog_signal(),
-                    d.idle_workers()
+                    d.idle_workers(),
+                    d.completed_1h,
+                    crate::fleet::num(band.high()),
                 ),
             ));
         }
@@ -435,9 +694,13 @@ fn over_cap(
         .copied()
         .filter(|r| is_billing_state(r.state) && r.vast_id.is_some())
         .collect();
+    // One started within `min_rental_mins` goes only when no other can (the caps hold
+    // before the rental's minimum: the stop guardrail lets an over-cap stop through).
+    let young = |r: &InstanceRow| within_min_rental(r, snapshot.now, config);
     candidates.sort_by(|a, b| {
-        (a.state == PROVING)
-            .cmp(&(b.state == PROVING))
+        young(a)
+            .cmp(&young(b))
+            .then((a.state == PROVING).cmp(&(b.state == PROVING)))
             .then(b.state_since.cmp(&a.state_since))
             .then(b.dph.unwrap_or(0.0).total_cmp(&a.dph.unwrap_or(0.0)))
             .then(b.vast_id.cmp(&a.vast_id))
@@ -510,6 +773,14 @@ mod tests {
             machine_id: None,
             is_bid: false,
             storage_dph: None,
+        }
+    }
+
+    /// A row rented two hours ago (past `min_rental_mins`).
+    fn old(id: i64, state: State, machine: Option<&str>, dph: f64) -> InstanceRow {
+        InstanceRow {
+            created_at: NOW - 120 * 60_000,
+            ..row(id, state, machine, dph)
         }
     }
 
@@ -691,9 +962,9 @@ mod tests {
         let s = snap(
             Some(d),
             vec![
-                row(1, PROVING, Some("fleetagent-1"), 0.4),
-                row(2, REGISTERED, Some("fleetagent-2"), 0.4),
-                row(3, REGISTERED, Some("fleetagent-3"), 0.6),
+                old(1, PROVING, Some("fleetagent-1"), 0.4),
+                old(2, REGISTERED, Some("fleetagent-2"), 0.4),
+                old(3, REGISTERED, Some("fleetagent-3"), 0.6),
             ],
         );
         // Not a low pass (nothing idle was seen): nothing stops.
@@ -746,11 +1017,17 @@ mod tests {
     #[test]
     fn a_fifteen_minute_burst_is_not_a_large_deficit() {
         // 55 in 15 min (220/h) on 200 p/h of capacity, but 160 in the hour: a burst on a
-        // fleet with room over the hour. One launch, not half as much again (3).
-        let burst = busy_fleet(160, 55);
+        // fleet with room over the hour. Not after two passes (it may be the arrivals'
+        // noise); after BACKLOG_WEAK_PASSES, one launch, not half as much again (3).
+        let mut burst = busy_fleet(160, 55);
         assert_eq!(
             launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
-            1
+            0
+        );
+        burst.streaks.backlog_passes = BACKLOG_WEAK_PASSES;
+        assert_eq!(
+            launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
+            1 + BACKLOG_WEAK_PASSES as usize / BACKLOG_STEP_PASSES as usize
         );
         // Saturated for the hour (195 of 200 p/h): the deficit is large, 300 p/h wanted.
         let saturated = busy_fleet(195, 50);
@@ -776,44 +1053,184 @@ mod tests {
         assert!(launches(&decide_with(&s, &config(), st, Mode::Full)) > 0);
     }
 
-    #[test]
-    fn surplus_guard_uses_the_hour_and_skips_to_an_idle_one_it_allows() {
-        // Three proving 4090s (50 p/h each in this config) and two idle: a 4090 at $0.60
-        // (dearest per proof) and a 3090 at $0.25 (22 p/h in the default gpu_rates).
+    /// Three proving 4090s (50 p/h each in this config) and two idle: a 4090 at $0.60
+    /// (dearest per proof) and a 3090 at $0.25 (22 p/h): 222 p/h working. `history`: the
+    /// proofs Curio's six hours hold.
+    fn surplus_case(c1h: u32, history: Option<u32>) -> (Snapshot, Config) {
         let mut c = config();
         c.policy.gpu_rates.insert("RTX 3090".into(), 22.0);
-        let d = |c1h: u32, c15: u32| Demand {
+        let d = Demand {
             pending: 0,
             running: 3,
             completed_1h: c1h,
-            completed_15m: c15,
+            completed_15m: c1h / 4,
             workers: (1..=5)
                 .map(|i| worker(&format!("fleetagent-{i}"), u32::from(i <= 3)))
                 .collect(),
+            history: history
+                .map(|proofs| {
+                    vec![crate::demand::WorkerHistory {
+                        host_and_port: "10.0.0.1:12300".into(),
+                        proofs,
+                        first_end_secs_ago: 6 * 3600,
+                        last_end_secs_ago: 10,
+                        busy_secs: None,
+                    }]
+                })
+                .unwrap_or_default(),
             ..Default::default()
         };
         let mut rows: Vec<InstanceRow> = (1..=3)
-            .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+            .map(|i| old(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
             .collect();
-        rows.push(row(4, REGISTERED, Some("fleetagent-4"), 0.6));
-        let mut small = row(5, REGISTERED, Some("fleetagent-5"), 0.25);
+        rows.push(old(4, REGISTERED, Some("fleetagent-4"), 0.6));
+        let mut small = old(5, REGISTERED, Some("fleetagent-5"), 0.25);
         small.gpu_name = Some("RTX 3090".into());
         rows.push(small);
-        let st = Streaks {
+        let mut s = snap(Some(d), rows);
+        s.streaks = Streaks {
             low_demand_passes: LOW_DEMAND_PASSES,
             backlog_passes: 0,
         };
-        // Working 222 p/h (the idle ones count). 195 done in the hour: without the 4090 172
-        // are left, without the 3090 200, both under 195 x 1.05: nothing goes.
-        let s = snap(Some(d(195, 50)), rows.clone());
-        assert!(stops(&decide_with(&s, &c, st, Mode::Full)).is_empty());
-        // 180 done in the hour (a 15-minute burst of 55, x4 = 220, no longer holds it): the
-        // dearer 4090 cannot go (172 < 189) but the 3090 can (200 >= 189).
-        let s = snap(Some(d(180, 55)), rows.clone());
-        assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![5]);
-        // 150 done in the hour: the dearest per proof goes first.
-        let s = snap(Some(d(150, 40)), rows);
-        assert_eq!(stops(&decide_with(&s, &c, st, Mode::Full)), vec![4]);
+        (s, c)
+    }
+
+    fn surplus_stops(c1h: u32, history: Option<u32>) -> Vec<i64> {
+        let (s, c) = surplus_case(c1h, history);
+        stops(&decide_with(&s, &c, s.streaks, Mode::Full))
+    }
+
+    #[test]
+    fn surplus_leaves_capacity_for_demands_upper_band() {
+        // No history: the hour's count, +/- its square root. 150 done: the band is 174.5:
+        // the 4090 (172 left) cannot go, the 3090 (200 left) can.
+        assert_eq!(surplus_stops(150, None), vec![5]);
+        // 100 done: 120: the dearest per proof goes first.
+        assert_eq!(surplus_stops(100, None), vec![4]);
+        // 180 done: 207 is more than either leaves: nothing goes.
+        assert!(surplus_stops(180, None).is_empty());
+        // 175 done: 201.5: nothing, on the hour alone...
+        assert!(surplus_stops(175, None).is_empty());
+        // ...but six hours at 165/h say demand is steady and known to +/- 5: 175.5, at 90 %
+        // busy 195, and the 3090 goes.
+        assert_eq!(surplus_stops(175, Some(990)), vec![5]);
+        // Steady at 150/h: 160 at 90 % is 177.8: the 4090 (172 left) still cannot go.
+        assert_eq!(surplus_stops(150, Some(900)), vec![5]);
+        // Demand fell (six hours at 200/h, this hour 100): the hour decides, as it moved.
+        assert_eq!(surplus_stops(100, Some(1200)), vec![4]);
+    }
+
+    #[test]
+    fn nothing_is_stopped_within_min_rental_mins_of_its_start() {
+        let (mut s, mut c) = surplus_case(100, None);
+        // The 4090 started 20 minutes ago: the 3090 goes instead.
+        s.instances[3].created_at = NOW - 20 * 60_000;
+        assert_eq!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)), vec![5]);
+        // Both young: nothing.
+        s.instances[4].created_at = NOW - 29 * 60_000;
+        assert!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)).is_empty());
+        // A flagged young one is destroyed all the same.
+        s.instances[4].actual_status = Some("exited".into());
+        s.instances[4].state = State::Dead;
+        assert_eq!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)), vec![5]);
+        // min_rental_mins = 0: the 4090 goes.
+        c.policy.min_rental_mins = 0;
+        s.instances.pop();
+        assert_eq!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)), vec![4]);
+    }
+
+    #[test]
+    fn a_stop_pays_for_itself_only_if_demand_leaves_it_idle_longer_than_a_relaunch() {
+        let c = config();
+        // A relaunch: a 15-minute boot plus 10 % of a failed one (30 + 15 minutes).
+        assert!((relaunch_hours(&c) - 0.325).abs() < 1e-9);
+        let band = DemandBand {
+            hour: 200.0,
+            long: None,
+            level: 200.0,
+            sigma: 200f64.sqrt(),
+            steady: false,
+        };
+        // Capacity left at the level: demand needs more half the passes, after 10 minutes.
+        assert!(!stop_pays(&band, 200.0, &c));
+        assert!((band.hours_until_needed(200.0, 1.0 / 12.0) - 1.0 / 6.0).abs() < 1e-6);
+        // One deviation above: about one pass in six, after half an hour: it pays.
+        assert!(stop_pays(&band, 200.0 + 200f64.sqrt(), &c));
+        assert!(
+            (normal_tail(0.0) - 0.5).abs() < 1e-6 && (normal_tail(1.0) - 0.158_655).abs() < 1e-5
+        );
+        assert!((normal_tail(-1.0) - 0.841_345).abs() < 1e-5);
+    }
+
+    fn priced(s: &mut Snapshot, revenue: f64) {
+        s.price = Some(crate::price::Price {
+            revenue_per_proof: revenue,
+            proof_fil: revenue,
+            proof_fil_source: "config",
+            fil_usd: 1.0,
+            fil_usd_source: "config",
+            fil_usd_at: NOW,
+        });
+    }
+
+    #[test]
+    fn an_unprofitable_instance_goes_first_on_surplus_and_is_replaced_on_a_deficit() {
+        // Revenue 0.012 $/proof, margin 0.2: at most 0.0096 $/proof. The 3090 ($0.25 over
+        // 22 p/h = 0.0114) loses its margin; the 4090s (0.4 / 50 = 0.008) keep it, the idle one
+        // at $0.60 (0.012) loses it too, and is the worse.
+        let (mut s, c) = surplus_case(150, None);
+        priced(&mut s, 0.012);
+        let losing: Vec<i64> = unprofitable(&s, &c)
+            .iter()
+            .map(|(r, _)| r.vast_id.unwrap())
+            .collect();
+        assert_eq!(losing, vec![4, 5]);
+        // 150 done: the surplus band would let only the 3090 go; unprofitable ones go on the
+        // hour (150 x 1.05 = 157.5; the 4090 leaves 172): the worse first.
+        let calls = decide_with(&s, &c, s.streaks, Mode::Full);
+        assert_eq!(stops(&calls), vec![4]);
+        assert_eq!(calls[0].kind, CallKind::Unprofitable);
+        // Without a price, the plain surplus rule: the 3090.
+        assert_eq!(surplus_stops(150, None), vec![5]);
+        // A deficit (saturated, backlog) with an unprofitable instance: one launch more.
+        let mut b = busy_fleet(195, 50);
+        let plain = launches(&decide_with(&b, &config(), b.streaks, Mode::Full));
+        priced(&mut b, 0.012);
+        b.instances[0].dph = Some(0.55);
+        let calls = decide_with(&b, &config(), b.streaks, Mode::Full);
+        assert_eq!(launches(&calls), plain + 1);
+        assert!(
+            calls[0].why.contains("to replace instance 1"),
+            "{}",
+            calls[0].why
+        );
+    }
+
+    #[test]
+    fn with_a_price_the_target_is_a_cap_and_unprofitable_growth_is_not_asked() {
+        // Target 0 (no cap) with a price: a saturated backlog grows the fleet all the same.
+        let mut c = config();
+        c.policy.target_proofs_per_hour = 0.0;
+        let mut b = busy_fleet(195, 50);
+        priced(&mut b, 0.05);
+        assert!(launches(&decide_with(&b, &c, b.streaks, Mode::Full)) > 0);
+        // The best instance we rent proves at 0.008 $/proof: at 0.009 revenue the next one
+        // leaves less than the 20 % margin: no launch.
+        priced(&mut b, 0.009);
+        assert_eq!(launches(&decide_with(&b, &c, b.streaks, Mode::Full)), 0);
+        // A cap reached: none either.
+        priced(&mut b, 0.05);
+        c.policy.target_proofs_per_hour = 150.0;
+        assert_eq!(launches(&decide_with(&b, &c, b.streaks, Mode::Full)), 0);
+        // No worker, nothing queued, no target, a price: one seed instance.
+        c.policy.target_proofs_per_hour = 0.0;
+        let mut empty = snap(Some(Demand::default()), vec![]);
+        assert!(decide_with(&empty, &c, Streaks::default(), Mode::Full).is_empty());
+        priced(&mut empty, 0.05);
+        assert_eq!(
+            launches(&decide_with(&empty, &c, Streaks::default(), Mode::Full)),
+            1
+        );
     }
 
     #[test]

@@ -164,6 +164,13 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     if let Err(r) = guardrails::check_stop(&facts) {
         return Gate::Answer(refused(label, &r));
     }
+    if let Some(r) = row.as_ref() {
+        if !facts.flagged && !ask.forced && !over_a_cap(snapshot, config) {
+            if let Some(answer) = min_rental(r, snapshot.now, config) {
+                return Gate::Answer(answer);
+            }
+        }
+    }
     if config.policy.dry_run {
         return Gate::Answer(Answer {
             record: Some(entry("dry_run", label, "dry_run".into())),
@@ -188,6 +195,54 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
             .map(|f| f.why),
         forced: ask.forced,
     }))
+}
+
+/// The fleet is over `max_instances` or `max_dph_total` (a paused bid resumed): a stop that
+/// brings it back is never held by `policy.min_rental_mins`.
+fn over_a_cap(snapshot: &Snapshot, config: &Config) -> bool {
+    let p = &config.policy;
+    p.max_instances
+        .is_some_and(|m| snapshot.billing_count() > m)
+        || p.max_dph_total
+            .is_some_and(|m| snapshot.fleet_dph() > m + 1e-9)
+}
+
+/// `policy.min_rental_mins`: an instance of ours started less than that ago is not stopped
+/// nor destroyed (every rental paid a boot; ended sooner it paid it for nothing), unless it
+/// is flagged, the operator forces it, or the fleet is over a cap. The refusal names the key
+/// and when it may be stopped. None: the minimum is past.
+pub fn min_rental(row: &InstanceRow, now: Millis, config: &Config) -> Option<Answer> {
+    if !crate::policy::rules::within_min_rental(row, now, config) {
+        return None;
+    }
+    let from = crate::policy::rules::may_stop_from(row, config);
+    let id = row.vast_id.unwrap_or(0);
+    let mins = config.policy.min_rental_mins;
+    let message = format!(
+        "instance {id} started {} ago; policy.min_rental_mins = {mins} keeps it until {} (in {}), unless it is flagged (billing and earning nothing)",
+        crate::clock::human_duration(now - row.created_at),
+        crate::clock::rfc3339(from),
+        crate::clock::human_duration(from - now),
+    );
+    let result = ToolResult::error(
+        "protected",
+        json!({
+            "key": "policy.min_rental_mins",
+            "limit": format!("{mins} minutes"),
+            "instance_id": id,
+            "started_at": crate::clock::rfc3339(row.created_at),
+            "may_stop_at": crate::clock::rfc3339(from),
+            "message": message,
+        }),
+    );
+    Some(Answer {
+        record: Some(entry(
+            "refused",
+            Some(row.label.clone()),
+            result.content.to_string(),
+        )),
+        result,
+    })
 }
 
 /// What the protections look at: our row, its Curio worker, the cluster's live workers and

@@ -378,8 +378,7 @@ fn a_launch_carries_its_intent_row_and_request() {
     );
     // Never above max_dph_per_instance; an offer without min_bid bids its dph_total.
     c.vast.offers.max_dph_per_instance = Some(0.22);
-    let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.2)], BTreeMap::new()).unwrap();
-    assert_eq!(cr.request.bid_price, Some(0.22));
+    assert_eq!(bid_price(&offer(4, "RTX 4090", 0.2), &c), 0.22);
     let mut no_min = offer(5, "RTX 4090", 0.21);
     no_min.min_bid = None;
     assert_eq!(bid_price(&no_min, &c), 0.21);
@@ -531,4 +530,41 @@ fn nothing_is_launched_while_proofshare_is_disabled() {
     // Enabled (or not read): the gate lets it through.
     s.demand.as_mut().unwrap().proofshare_enabled = Some(true);
     assert!(gate_of(&s, &c, None).is_none());
+}
+
+#[test]
+fn a_bid_only_where_it_beats_on_demand_by_bid_discount_min_and_past_the_on_demand_base() {
+    let mut c = config();
+    c.vast.offers.offer_type = OfferType::Interruptible;
+    let s = snap(2, false);
+    let a = ask(&s, &c, None);
+    assert_eq!(a.on_demand, 2);
+    // min_bid 0.2 x bid_factor 1.2 = 0.24: against 0.40 on demand a 40 % saving (>= 25 %).
+    let bid = |a: &Ask, c: &Config, dph: f64| {
+        choose(a, c, &[offer(4, "RTX 4090", dph)], BTreeMap::new())
+            .unwrap()
+            .request
+            .bid_price
+    };
+    assert_eq!(bid(&a, &c, 0.4), Some(0.24));
+    // Against 0.30 on demand: 20 %, under the 25 % asked: rented on demand.
+    assert_eq!(bid(&a, &c, 0.30), None);
+    let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.30)], BTreeMap::new()).unwrap();
+    assert!(!cr.row.is_bid);
+    // Exactly 25 % (0.32): a bid.
+    assert_eq!(bid(&a, &c, 0.32), Some(0.24));
+    c.policy.bid_discount_min = 0.5;
+    assert_eq!(bid(&a, &c, 0.4), None);
+    c.policy.bid_discount_min = 0.25;
+    // on_demand_min = 3 with 2 on-demand instances billing: this one is on demand; once
+    // three bill, bids again. Bids of ours do not count toward the base.
+    c.policy.on_demand_min = 3;
+    assert_eq!(bid(&a, &c, 0.4), None);
+    let mut three = snap(3, false);
+    assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), Some(0.24));
+    three.instances[2].is_bid = true;
+    assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), None);
+    // On demand: never a bid.
+    c.vast.offers.offer_type = OfferType::OnDemand;
+    assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), None);
 }

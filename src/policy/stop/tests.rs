@@ -27,7 +27,7 @@ fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
         worker_address: None,
         launched_run: None,
         adopted: false,
-        created_at: NOW - MIN,
+        created_at: NOW - 120 * MIN,
         state_since: NOW - MIN,
         last_seen_at: Some(NOW),
         gone_at: None,
@@ -353,4 +353,46 @@ fn a_failed_call_is_recorded_failed() {
             detail: "vast.ai rate limit: slow down".into(),
         })
     );
+}
+
+#[test]
+fn min_rental_holds_a_young_instance_unless_flagged_forced_or_over_a_cap() {
+    let mut c = config();
+    c.policy.max_instances = Some(5);
+    let mut s = snap();
+    // Instance 8 (no worker, idle) started 12 minutes ago: held until 30 minutes.
+    s.instances[1].created_at = NOW - 12 * MIN;
+    let a = answer(gate(&ask(&c, 8), &s, &c));
+    protected(
+        &a,
+        Some("fleetagent-8"),
+        "policy.min_rental_mins = 30 keeps it until",
+    );
+    assert_eq!(a.result.content["key"], "policy.min_rental_mins");
+    assert_eq!(
+        a.result.content["may_stop_at"],
+        crate::clock::rfc3339(NOW + 18 * MIN)
+    );
+    assert!(a.result.content["message"]
+        .as_str()
+        .unwrap()
+        .contains("(in 18m)"));
+    // Past the minimum it goes.
+    s.instances[1].created_at = NOW - 30 * MIN;
+    assert_eq!(go(gate(&ask(&c, 8), &s, &c)).instance_id, 8);
+    s.instances[1].created_at = NOW - 12 * MIN;
+    // The operator's --force lifts it.
+    let forced = Ask::new(&c, 8, true, true, false);
+    assert!(go(gate(&forced, &s, &c)).forced);
+    // A flagged one (exited) goes at once.
+    let mut flagged = s.clone();
+    flagged.instances[1].actual_status = Some("exited".into());
+    assert!(go(gate(&ask(&c, 8), &flagged, &c)).flagged);
+    // Over max_instances (a bid resumed): the stop that brings the fleet back goes through.
+    c.policy.max_instances = Some(1);
+    assert_eq!(go(gate(&ask(&c, 8), &s, &c)).instance_id, 8);
+    // min_rental_mins = 0: nothing is held.
+    c.policy.max_instances = Some(5);
+    c.policy.min_rental_mins = 0;
+    assert_eq!(go(gate(&ask(&c, 8), &s, &c)).instance_id, 8);
 }
