@@ -39,7 +39,9 @@ pub struct FloorActions {
     pub seed: u64,
     pub flagged: u64,
     pub surplus: u64,
-    /// A call id of another shape.
+    /// Instances below `policy.min_margin` stopped (issue 17's `unprofitable` rule).
+    pub unprofitable: u64,
+    /// A call id of another shape (outbid, replace, over_cap among them).
     pub other: u64,
 }
 
@@ -104,6 +106,7 @@ pub fn build(
             "seed" => floor.seed += n,
             "flagged" => floor.flagged += n,
             "surplus" => floor.surplus += n,
+            "unprofitable" => floor.unprofitable += n,
             _ => floor.other += n,
         }
     }
@@ -124,7 +127,7 @@ pub fn line(m: &Model) -> String {
     let f = &m.floor_actions;
     let mut out = format!(
         "{}: {} calls, {} tool calls ({} invalid), {} malformed answers; floor: {} actions \
-         (emergency {}, deficit {}, seed {}, flagged {}, surplus {}), {} passes",
+         (emergency {}, deficit {}, seed {}, flagged {}, surplus {}, unprofitable {}), {} passes",
         m.name,
         m.calls,
         m.tool_calls,
@@ -136,6 +139,7 @@ pub fn line(m: &Model) -> String {
         f.seed,
         f.flagged,
         f.surplus,
+        f.unprofitable,
         m.floor_passes
     );
     if f.other > 0 {
