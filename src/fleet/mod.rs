@@ -117,7 +117,15 @@ pub struct Snapshot {
     /// `price_unknown` says why: the profit check is off and the observation says so.
     pub price: Option<crate::price::Price>,
     pub price_unknown: Option<String>,
+    /// A launch was refused `unprofitable` within the last [`UNPROFITABLE_RETRY_MS`]: when.
+    /// The rules do not ask for growth or replacements again until it is older (each ask is
+    /// an offer search, and vast.ai's searches are counted).
+    pub unprofitable_refused_at: Option<Millis>,
 }
+
+/// How long after an `unprofitable` refusal the rules wait before asking for a launch the
+/// market may again have no profitable offer for (WORKERS DEAD aside).
+pub const UNPROFITABLE_RETRY_MS: Millis = 30 * 60_000;
 
 impl Snapshot {
     /// Work is queued and no live worker can take it.

@@ -336,6 +336,10 @@ pub fn next_profitable(snapshot: &Snapshot, config: &Config) -> bool {
     let Some(price) = snapshot.price.as_ref() else {
         return true;
     };
+    if snapshot.unprofitable_refused_at.is_some() {
+        // The market had no profitable offer a moment ago: asking again would only search.
+        return false;
+    }
     let best = match &snapshot.offers {
         Some(offers) => super::offers::best_offer(offers, config, &snapshot.measured_rates)
             .map(|o| (o.dph_total, snapshot.gpu_rate(config, &o.gpu_name))),
@@ -555,7 +559,8 @@ pub fn decide(
     // Capacity is needed and an instance no longer makes its margin: one more launch (a
     // profitable offer, the launch tool refuses any other) replaces it; it goes first once
     // capacity is surplus.
-    let (wanted, why) = match unprofitable(snapshot, config).first() {
+    let losing = unprofitable(snapshot, config);
+    let (wanted, why) = match losing.first() {
         Some((r, cost)) if kind == CallKind::Deficit && wanted > 0 => (
             wanted + 1,
             format!(
@@ -564,6 +569,42 @@ pub fn decide(
             ),
         ),
         _ => (wanted, why),
+    };
+    // No other launch this pass, nothing of ours booting, and instances that no longer make
+    // their margin (the price fell, or their measured rate is low): rent profitable
+    // replacements for what the fleet would lack without them, so that they can go (the stop
+    // below takes them once idle and covered). Their capacity is not counted as staying.
+    let (wanted, why, kind) = if wanted == 0
+        && mode == Mode::Full
+        && !losing.is_empty()
+        && coming == 0
+        && !d.workers_dead()
+        && !d.proofshare_disabled()
+        && profitable_next
+    {
+        let losing_pph: f64 = losing
+            .iter()
+            .map(|(r, _)| snapshot.rate_of(r, config))
+            .sum();
+        let want = hour * SURPLUS_MARGIN;
+        let short = want - (projected - losing_pph);
+        let n = if short > 0.0 {
+            ((short / rate).ceil() as u32).min(losing.len() as u32)
+        } else {
+            0
+        };
+        let (r, cost) = &losing[0];
+        (
+            n,
+            format!(
+                "rules: {} instance(s) no longer make policy.min_margin (instance {} at ${cost:.4}/proof): renting profitable replacements before they go",
+                losing.len(),
+                r.vast_id.unwrap_or(0)
+            ),
+            CallKind::Unprofitable,
+        )
+    } else {
+        (wanted, why, kind)
     };
 
     if wanted > 0 {
@@ -594,10 +635,11 @@ pub fn decide(
         }
     }
 
+    let low_demand =
+        streaks.low_demand_passes >= LOW_DEMAND_PASSES && d.backlog_signal() <= LOW_PENDING_MAX;
     if mode == Mode::Full
-        && streaks.low_demand_passes >= LOW_DEMAND_PASSES
+        && (low_demand || !losing.is_empty())
         && !d.workers_dead()
-        && d.backlog_signal() <= LOW_PENDING_MAX
         && d.live_workers() > 1
     {
         // An idle instance past `min_rental_mins` goes when the stop pays for itself and the
@@ -628,12 +670,14 @@ pub fn decide(
             })
             .collect();
         idle.sort_by(|a, b| b.3.cmp(&a.3).then(b.1.total_cmp(&a.1)).then(a.0.cmp(&b.0)));
+        // One that no longer makes its margin goes whenever it is idle and the rest cover the
+        // hour; other surplus only on low demand.
         let stop = idle.into_iter().find(|(_, _, pph, losing)| {
             let left = working - pph;
             if *losing {
                 left >= hour * SURPLUS_MARGIN
             } else {
-                band.covered_by(left) && stop_pays(&band, left, config)
+                low_demand && band.covered_by(left) && stop_pays(&band, left, config)
             }
         });
         if let Some((id, _, _, losing)) = stop {
@@ -1204,6 +1248,48 @@ mod tests {
             "{}",
             calls[0].why
         );
+    }
+
+    #[test]
+    fn an_unprofitable_instance_is_replaced_without_a_deficit_and_goes_once_idle() {
+        // No backlog streak: no deficit. Instance 1 at $0.55 over 50 p/h (0.011 $/proof)
+        // leaves less than the margin of a 0.012 revenue (0.0096); the others keep it.
+        let mut b = busy_fleet(195, 50);
+        b.streaks.backlog_passes = 0;
+        priced(&mut b, 0.012);
+        b.instances[0].dph = Some(0.55);
+        let calls = decide_with(&b, &config(), b.streaks, Mode::Full);
+        // Without it the fleet has 150 p/h for an hour of 195: one replacement.
+        assert_eq!(launches(&calls), 1, "{calls:?}");
+        assert_eq!(calls[0].kind, CallKind::Unprofitable);
+        assert!(calls[0].why.contains("instance 1"), "{}", calls[0].why);
+        // The market had no profitable offer a moment ago: no ask (each is a search).
+        let mut refused = b.clone();
+        refused.unprofitable_refused_at = Some(NOW - 60_000);
+        assert_eq!(
+            launches(&decide_with(
+                &refused,
+                &config(),
+                refused.streaks,
+                Mode::Full
+            )),
+            0
+        );
+        // The rest covers the hour (100 done): nothing to rent, and once it is idle and past
+        // its minimum rental it goes, though the queue is not low (7 pending).
+        let mut idle = b.clone();
+        idle.demand.as_mut().unwrap().completed_1h = 100;
+        idle.demand.as_mut().unwrap().workers[0].running = 0;
+        idle.instances[0].state = REGISTERED;
+        idle.instances[0].created_at = NOW - 2 * 3_600_000;
+        idle.instances[0].state_since = NOW - 2 * 3_600_000;
+        let calls = decide_with(&idle, &config(), idle.streaks, Mode::Full);
+        assert_eq!(launches(&calls), 0, "{calls:?}");
+        assert_eq!(stops(&calls), vec![1]);
+        assert_eq!(calls[0].kind, CallKind::Unprofitable);
+        // A profitable idle instance is not stopped on that queue.
+        idle.price = None;
+        assert!(stops(&decide_with(&idle, &config(), idle.streaks, Mode::Full)).is_empty());
     }
 
     #[test]

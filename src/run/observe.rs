@@ -265,6 +265,10 @@ fn assemble(
             .map(|(reset, _)| reset),
         price,
         price_unknown,
+        unprofitable_refused_at: actions::unprofitable_refused_since(
+            conn,
+            now - crate::fleet::UNPROFITABLE_RETRY_MS,
+        )?,
     })
 }
 

@@ -156,6 +156,18 @@ pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// When the last launch since `since` was refused as `unprofitable` (no offer left the
+/// margin), if one was.
+pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Option<Millis>> {
+    Ok(conn.query_row(
+        "SELECT max(created_at) FROM actions
+          WHERE kind = 'launch' AND outcome = 'refused' AND created_at >= ?1
+            AND detail LIKE '{\"error\":\"unprofitable\"%'",
+        params![since],
+        |r| r.get(0),
+    )?)
+}
+
 pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM actions ORDER BY id DESC LIMIT ?1"

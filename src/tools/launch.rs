@@ -299,6 +299,11 @@ fn answer(ctx: &mut ToolCtx<'_>, reason: &str, a: Answer, now: Millis) -> Result
     if let Some(e) = &a.record {
         record(ctx, e, reason, now)?;
     }
+    if a.result.content.get("error").and_then(|v| v.as_str()) == Some("unprofitable") {
+        // The rest of this pass (the floor's plan included) knows the market has no
+        // profitable offer now, as the next pass will from the ledger.
+        ctx.snapshot.unprofitable_refused_at = Some(now);
+    }
     Ok(a.result)
 }
 

@@ -211,6 +211,23 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
             }
         });
     }
+    if let Some(v) = e.max_loss_instance_hours {
+        let name = "instance-hours billed at a loss";
+        c.push(if ec.agent_priced {
+            at_most(name, ec.loss_instance_hours, v)
+        } else {
+            Check {
+                name: name.into(),
+                expected: format!("<= {}", fmt(v)),
+                actual: format!(
+                    "{} (the agent knew no price: no FIL/USD fetched)",
+                    fmt(ec.loss_instance_hours)
+                ),
+                ok: false,
+                not_applicable: true,
+            }
+        });
+    }
     if let Some(v) = e.max_unprofitable_instance_hours {
         let name = "instance-hours billed below the margin";
         c.push(if ec.agent_priced {

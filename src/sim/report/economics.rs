@@ -161,6 +161,7 @@ pub fn build(
         agent_priced,
         unprofitable_launches: unprofitable,
         unprofitable_instance_hours: r4(unprofitable_hours(w, start, end, margin)),
+        loss_instance_hours: r4(unprofitable_hours(w, start, end, 0.0)),
         spend_in_dead_hours: r4(spend_in_dead_hours(w, start, end)),
         over_cap_minutes: w.over_cap_minutes,
         most_instances_in_dead_hours: w.most_billing_dead,

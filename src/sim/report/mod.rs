@@ -234,6 +234,10 @@ pub struct Economics {
     /// Hours our instances billed while below that margin at the price of the time (one
     /// that stopped paying when the price fell counts until it is shed).
     pub unprofitable_instance_hours: f64,
+    /// Of those, the hours billed at a loss (cost per proof above the revenue per proof): an
+    /// instance below the margin that still earns more than it costs is kept while no
+    /// profitable offer can take its place and the capacity is needed.
+    pub loss_instance_hours: f64,
     /// Dollars billed while the market offered nothing, from 90 minutes after it went quiet.
     pub spend_in_dead_hours: f64,
     /// Minutes in which our billing instances were over max_instances or max_dph_total.

@@ -139,9 +139,10 @@ pub fn render_text(r: &Report) -> String {
     let mut econ = Vec::new();
     if r.money.price_modelled {
         econ.push(format!(
-            "{} launches below the margin, {} instance-hours billed below it",
+            "{} launches below the margin, {} instance-hours billed below it ({} at a loss)",
             ec.unprofitable_launches,
-            fmt(ec.unprofitable_instance_hours)
+            fmt(ec.unprofitable_instance_hours),
+            fmt(ec.loss_instance_hours)
         ));
     }
     if ec.most_instances_in_dead_hours > 0 || ec.spend_in_dead_hours > 0.0 {

@@ -333,6 +333,9 @@ pub struct Expect {
     /// Hours our instances billed below `policy.min_margin` at the price of the time (as
     /// `max_unprofitable_launches`, not applicable while the agent knew no price).
     pub max_unprofitable_instance_hours: Option<f64>,
+    /// Hours our instances billed at a loss (cost per proof above the revenue per proof at
+    /// the time), as `max_unprofitable_instance_hours`.
+    pub max_loss_instance_hours: Option<f64>,
     /// Dollars billed while the market offered nothing, from 90 minutes after it went quiet.
     pub max_spend_in_dead_hours: Option<f64>,
     /// Of our instances billing at any minute of those dead hours, at most this many (1 is

@@ -161,6 +161,10 @@ pub(super) fn validate(s: &Scenario) -> Result<(), Invalid> {
                 "expect.max_unprofitable_instance_hours",
                 s.expect.max_unprofitable_instance_hours.is_some(),
             ),
+            (
+                "expect.max_loss_instance_hours",
+                s.expect.max_loss_instance_hours.is_some(),
+            ),
         ] {
             if set {
                 return bad(key, "needs a [price] table (no price is modelled)".into());
@@ -608,6 +612,7 @@ fn expect(e: &Expect) -> Result<(), Invalid> {
             "expect.max_unprofitable_instance_hours",
             e.max_unprofitable_instance_hours,
         ),
+        ("expect.max_loss_instance_hours", e.max_loss_instance_hours),
         (
             "expect.min_profit_share_of_oracle",
             e.min_profit_share_of_oracle,
