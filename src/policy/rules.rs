@@ -75,6 +75,11 @@ pub const SURPLUS_DEVIATIONS: f64 = 2.0;
 /// capacity sees short backlogs from the arrivals' noise alone, and a launch on each would be
 /// stopped again within the hour.
 pub const BACKLOG_WEAK_PASSES: u32 = 6;
+/// Demand has risen, not wobbled, when the last 15 minutes' rate is at least this many times
+/// the hour's and fills the fleet: the hour is low because the work was not there (a dead
+/// market waking, a step up), so a backlog then needs no longer confirmation than on a
+/// saturated fleet. One quarter's Poisson noise at a steady rate almost never reaches it.
+pub const RISING_FACTOR: f64 = 1.5;
 /// The share of new hosts that fail us (a boot that never finishes, an exit): what a
 /// relaunch risks beyond its boot.
 pub const HOST_FAILURE_RISK: f64 = 0.1;
@@ -468,8 +473,14 @@ pub fn decide(
     let profitable_next = next_profitable(snapshot, config);
     // A backlog right after the fleet's hour shows it saturated is a deficit; one on a fleet
     // with room over the hour may be the arrivals' noise, and must last longer.
+    let quarter_rate = d.completed_15m as f64 * 4.0;
+    let rising = working > 0.0
+        && quarter_rate >= working * FULLY_SATURATED
+        && quarter_rate >= hour * RISING_FACTOR;
     let backlog_confirmed = streaks.backlog_passes >= BACKLOG_PASSES
-        && (utilisation >= FULLY_SATURATED || streaks.backlog_passes >= BACKLOG_WEAK_PASSES);
+        && (utilisation >= FULLY_SATURATED
+            || rising
+            || streaks.backlog_passes >= BACKLOG_WEAK_PASSES);
 
     let (wanted, why, kind) = if d.workers_dead() && need.max(1.0) > projected - slow_pph {
         // Enough to reach the need counting what is coming; nothing when that covers it (a
@@ -1073,6 +1084,10 @@ mod tests {
             launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
             1 + BACKLOG_WEAK_PASSES as usize / BACKLOG_STEP_PASSES as usize
         );
+        // Demand rose (a dead market waking): the quarter fills the fleet at three times the
+        // hour's pace. The hour is low for want of work, not room: a deficit after 2 passes.
+        let waking = busy_fleet(60, 50);
+        assert!(launches(&decide_with(&waking, &config(), waking.streaks, Mode::Full)) > 0);
         // Saturated for the hour (195 of 200 p/h): the deficit is large, 300 p/h wanted.
         let saturated = busy_fleet(195, 50);
         assert_eq!(

@@ -26,7 +26,7 @@ fn options(name: &str, hours: f64, seed: u64) -> Options {
 
 /// Horizons that still hold each scenario's story: the spike rises at 6 h and falls at 12 h,
 /// the 429 storm covers 0.5-3.5 h, the incident is whole, FIL/USD halves at 6 h, two outbid
-/// waves (2 h, 5 h), the market dead from 1.5 h to 5 h.
+/// waves (2 h, 5 h), the market dead from 1.5 h to 5 h and served again (the whole 8 h).
 const SHORT: &[(&str, f64)] = &[
     ("steady", 8.0),
     ("spike", 14.0),
@@ -36,7 +36,7 @@ const SHORT: &[(&str, f64)] = &[
     ("trigger-storm", 2.0),
     ("price-drop", 7.0),
     ("outbid", 6.0),
-    ("dead-market", 6.0),
+    ("dead-market", 8.0),
 ];
 
 #[test]
@@ -228,7 +228,7 @@ fn same_seed_same_json_and_another_seed_differs() {
 fn the_profit_checks_apply_once_the_agent_knows_the_price() {
     let names = [
         "launches below the margin (true rates)",
-        "instance-hours billed below the margin",
+        "instance-hours billed at a loss",
         "profit over the oracle's",
     ];
     let priced = sim::run(&options("price-drop", 1.0, 1)).unwrap().report;

@@ -194,56 +194,43 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
         });
     }
     let ec = &r.economics;
-    if let Some(v) = e.max_unprofitable_launches {
-        let name = "launches below the margin (true rates)";
-        c.push(if ec.agent_priced {
-            at_most(name, ec.unprofitable_launches as f64, v as f64)
+    // At most `v` of a figure judged by the price the agent knew: n/a while it knew none.
+    let priced_at_most = |name: &str, actual: f64, v: f64| {
+        if ec.agent_priced {
+            at_most(name, actual, v)
         } else {
             Check {
                 name: name.into(),
-                expected: format!("<= {v}"),
+                expected: format!("<= {}", fmt(v)),
                 actual: format!(
                     "{} (the agent knew no price: no FIL/USD fetched)",
-                    ec.unprofitable_launches
+                    fmt(actual)
                 ),
                 ok: false,
                 not_applicable: true,
             }
-        });
+        }
+    };
+    if let Some(v) = e.max_unprofitable_launches {
+        c.push(priced_at_most(
+            "launches below the margin (true rates)",
+            ec.unprofitable_launches as f64,
+            v as f64,
+        ));
     }
     if let Some(v) = e.max_loss_instance_hours {
-        let name = "instance-hours billed at a loss";
-        c.push(if ec.agent_priced {
-            at_most(name, ec.loss_instance_hours, v)
-        } else {
-            Check {
-                name: name.into(),
-                expected: format!("<= {}", fmt(v)),
-                actual: format!(
-                    "{} (the agent knew no price: no FIL/USD fetched)",
-                    fmt(ec.loss_instance_hours)
-                ),
-                ok: false,
-                not_applicable: true,
-            }
-        });
+        c.push(priced_at_most(
+            "instance-hours billed at a loss",
+            ec.loss_instance_hours,
+            v,
+        ));
     }
     if let Some(v) = e.max_unprofitable_instance_hours {
-        let name = "instance-hours billed below the margin";
-        c.push(if ec.agent_priced {
-            at_most(name, ec.unprofitable_instance_hours, v)
-        } else {
-            Check {
-                name: name.into(),
-                expected: format!("<= {}", fmt(v)),
-                actual: format!(
-                    "{} (the agent knew no price: no FIL/USD fetched)",
-                    fmt(ec.unprofitable_instance_hours)
-                ),
-                ok: false,
-                not_applicable: true,
-            }
-        });
+        c.push(priced_at_most(
+            "instance-hours billed below the margin",
+            ec.unprofitable_instance_hours,
+            v,
+        ));
     }
     if let Some(v) = e.max_spend_in_dead_hours {
         c.push(at_most(
