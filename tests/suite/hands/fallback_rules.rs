@@ -74,12 +74,28 @@ fn rules_streaks_persist_across_passes() {
     }
     assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
     assert!(rules::decide(&snap, &rig.config, 0, Mode::Full).is_empty());
+    // The fleet does 20 of its 50 p/h: a backlog on a fleet with room over the hour may be
+    // the arrivals' noise, so it must last rules::BACKLOG_WEAK_PASSES passes (a saturated
+    // fleet's after 2); the streak carries from pass to pass.
+    for n in 2..rules::BACKLOG_WEAK_PASSES {
+        let snap = rig.pass();
+        assert_eq!(snap.streaks.backlog_passes, n);
+        let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
+        let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
+        assert!(calls.is_empty(), "pass {n}: {calls:?}");
+    }
     let snap = rig.pass();
-    assert_eq!(snap.streaks.backlog_passes, 2);
+    assert_eq!(snap.streaks.backlog_passes, rules::BACKLOG_WEAK_PASSES);
     let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
     let calls = rules::decide(&snap, &rig.config, low, Mode::Full);
-    // Toward the target one at a time: the fleet does 20 of its 50 p/h, so the size of the
-    // deficit is unknown (a saturated fleet would get half as much again at once).
-    assert_eq!(calls.len(), 1, "one at a time: {calls:?}");
+    // Toward the target one at a time, one more for each BACKLOG_STEP_PASSES the backlog has
+    // lasted: the size of the deficit is unknown (a saturated fleet would get half as much
+    // again at once).
+    let step = 1 + rules::BACKLOG_WEAK_PASSES / rules::BACKLOG_STEP_PASSES;
+    assert_eq!(
+        calls.len() as u32,
+        step,
+        "one at a time, stepped: {calls:?}"
+    );
     assert_eq!(session::streaks(&rig.store.conn).unwrap().0, snap.streaks);
 }
