@@ -205,23 +205,13 @@ pub fn notes(env: &crate::env::Env) -> Vec<String> {
 /// known while the FIL/USD fetch fails (the cached value ages towards unknown).
 pub fn price_problems(store: &Store, config: &Config, now: Millis) -> Vec<String> {
     let mut out = Vec::new();
-    let (cache, ask) = match (
-        crate::store::price::cache(&store.conn),
-        crate::store::price::last_ask_price(&store.conn),
-    ) {
-        (Ok(c), Ok(a)) => (c, a),
-        (Err(e), _) | (_, Err(e)) => {
+    let (price, cache) = match crate::run::observe::stored_price(&store.conn, config, now) {
+        Ok(p) => p,
+        Err(e) => {
             out.push(format!("database: {}", crate::error::report(&e)));
             return out;
         }
     };
-    let price = crate::price::resolve_cached(
-        &config.price,
-        ask.as_deref(),
-        cache.value(),
-        cache.error.as_deref(),
-        now,
-    );
     match (price, &cache.error) {
         (Err(why), _) => out.push(format!(
             "price unknown: {why}: the profit check is off, so launches are not judged by profit; set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url"

@@ -241,16 +241,7 @@ fn economics(
     completed_1h: Option<u32>,
     f: &mut Vec<Family>,
 ) -> Result<()> {
-    let cache = crate::store::price::cache(conn)?;
-    let ask = crate::store::price::last_ask_price(conn)?;
-    let price = crate::price::resolve_cached(
-        &config.price,
-        ask.as_deref(),
-        cache.value(),
-        cache.error.as_deref(),
-        now,
-    )
-    .ok();
+    let price = crate::run::observe::stored_price(conn, config, now)?.0.ok();
     let measured = crate::store::curio::rate_map(conn)?;
     let capacity: f64 = instances::live(conn)?
         .iter()

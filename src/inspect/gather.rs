@@ -139,20 +139,9 @@ pub fn build(
 /// The price as the last pass left it (the last reading's ask price, the FIL/USD cache):
 /// inspect never fetches.
 fn price_view(store: &Store, config: &Config, now: Millis) -> Result<super::PriceView> {
-    let cache = crate::store::price::cache(&store.conn)?;
-    let ask = crate::store::price::last_ask_price(&store.conn)?;
+    let (price, cache) = crate::run::observe::stored_price(&store.conn, config, now)?;
     // A static rate uses no fetch: its cache (from an earlier config) says nothing.
-    let error = cache
-        .error
-        .clone()
-        .filter(|_| config.price.fil_usd.is_none());
-    let price = crate::price::resolve_cached(
-        &config.price,
-        ask.as_deref(),
-        cache.value(),
-        cache.error.as_deref(),
-        now,
-    );
+    let error = cache.error.filter(|_| config.price.fil_usd.is_none());
     Ok(super::PriceView::of(&price, error))
 }
 

@@ -218,14 +218,13 @@ fn assemble(
         work_waiting_since(curio::work_waiting_since(conn)?, demand.as_ref(), now);
     // The price of a proof, over the FIL/USD cache of a command or URL source (`observe`
     // fetched it this pass; `view` fetches nothing).
-    let cache = crate::store::price::cache(conn)?;
-    let (price, price_unknown) = match crate::price::resolve_cached(
-        &config.price,
+    let (price, _) = price_over_cache(
+        conn,
+        config,
         demand.as_ref().and_then(|d| d.ask_price_attofil.as_deref()),
-        cache.value(),
-        cache.error.as_deref(),
         now,
-    ) {
+    )?;
+    let (price, price_unknown) = match price {
         Ok(p) => (Some(p), None),
         Err(why) => (None, Some(why)),
     };
@@ -270,6 +269,42 @@ fn assemble(
             now - crate::fleet::UNPROFITABLE_RETRY_MS,
         )?,
     })
+}
+
+/// The price of a proof at this ask price over the stored FIL/USD cache (which is returned
+/// too), or why it is unknown: what a pass resolves and the readers outside one show.
+pub fn price_over_cache(
+    conn: &Connection,
+    config: &Config,
+    ask_attofil: Option<&str>,
+    now: Millis,
+) -> Result<(
+    Result<crate::price::Price, String>,
+    crate::store::price::FilUsdCache,
+)> {
+    let cache = crate::store::price::cache(conn)?;
+    let price = crate::price::resolve_cached(
+        &config.price,
+        ask_attofil,
+        cache.value(),
+        cache.error.as_deref(),
+        now,
+    );
+    Ok((price, cache))
+}
+
+/// The price as the last pass left it (the last successful reading's ask price over the
+/// FIL/USD cache), for `inspect`, `doctor` and the metrics file: nothing is fetched.
+pub fn stored_price(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+) -> Result<(
+    Result<crate::price::Price, String>,
+    crate::store::price::FilUsdCache,
+)> {
+    let ask = crate::store::price::last_ask_price(conn)?;
+    price_over_cache(conn, config, ask.as_deref(), now)
 }
 
 /// This pass's FIL/USD fetch (None: no command or URL source): a value replaces the cache,
