@@ -658,10 +658,7 @@ pub fn decide(
         // hours): otherwise the next backlog relaunches it, and each round trip pays a boot.
         // One that no longer makes its margin goes first, on the hour alone.
         let band = DemandBand::of(d);
-        let losing: Vec<i64> = unprofitable(snapshot, config)
-            .iter()
-            .filter_map(|(r, _)| r.vast_id)
-            .collect();
+        let losing_ids: Vec<i64> = losing.iter().filter_map(|(r, _)| r.vast_id).collect();
         let mut idle: Vec<(i64, f64, f64, bool)> = snapshot
             .instances
             .iter()
@@ -677,7 +674,12 @@ pub fn decide(
             .filter_map(|r| {
                 let pph = snapshot.rate_of(r, config);
                 let id = r.vast_id?;
-                Some((id, r.dph.unwrap_or(0.0) / pph, pph, losing.contains(&id)))
+                Some((
+                    id,
+                    r.dph.unwrap_or(0.0) / pph,
+                    pph,
+                    losing_ids.contains(&id),
+                ))
             })
             .collect();
         idle.sort_by(|a, b| b.3.cmp(&a.3).then(b.1.total_cmp(&a.1)).then(a.0.cmp(&b.0)));
