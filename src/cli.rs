@@ -74,6 +74,13 @@ it works in a temp dir, removed at the end."
     Units(UnitsCommand),
     /// Create the state dir and database; write a commented config where none exists yet
     Init(Deferred<InitArgs>),
+    /// Hands off: neither the model, the rules nor the floor launch or stop anything (the
+    /// operator's own `instances stop` still works) until `resume` or the end of --for
+    Pause(Deferred<PauseArgs>),
+    /// End a pause: the next pass decides again
+    Resume(Deferred<ResumeArgs>),
+    /// An online copy of the database (safe while a run holds it)
+    Backup(Deferred<BackupArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -118,7 +125,12 @@ pub struct InspectArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Every check by name with its state, since when and the fix:
+    /// {"ok": bool, "checks": [{"name", "ok", "since", "detail", "fix"}]}
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum WakesCommand {
@@ -178,7 +190,8 @@ pub struct HistoryArgs {
 pub enum InstancesCommand {
     /// Our instances: fleetagent's table joined with vast.ai's listing
     List(InstancesListArgs),
-    /// Stop (or destroy, per vast.stop_mode) one instance
+    /// Stop (or destroy, per vast.stop_mode) one instance; with --all, pause and destroy
+    /// every instance of ours (the panic button)
     Stop(InstancesStopArgs),
 }
 
@@ -194,14 +207,17 @@ pub struct InstancesListArgs {
 #[derive(Debug, Args)]
 pub struct InstancesStopArgs {
     /// vast.ai instance id
-    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
-    pub id: i64,
+    #[arg(value_parser = clap::value_parser!(i64).range(1..), required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<i64>,
     /// Stop even the last live worker while work is queued, or an instance that is proving
     #[arg(long)]
     pub force: bool,
-    /// Why (recorded in the action ledger)
-    #[arg(long, default_value = "operator request", value_parser = non_empty)]
-    pub reason: String,
+    /// Pause the agent, then destroy every instance of ours, protections lifted (needs --reason)
+    #[arg(long)]
+    pub all: bool,
+    /// Why (recorded in the action ledger) [default: operator request]
+    #[arg(long, value_parser = non_empty, required_if_eq("all", "true"))]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -254,6 +270,25 @@ pub struct UnitsInstallArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// End the pause by itself after this long (90s, 15m, 2h, 1d) [default: until `resume`]
+    #[arg(long = "for", value_name = "DURATION")]
+    pub for_: Option<String>,
+    /// Why (shown by inspect, doctor and the observation); must not be empty
+    #[arg(long, value_parser = non_empty)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// Where to write the copy (must not exist yet)
+    pub file: PathBuf,
+}
 
 fn non_empty(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {

@@ -5,7 +5,7 @@ use anyhow::Result;
 use crate::cmd::App;
 use crate::error::{Quiet, EXIT_RUNTIME};
 
-pub fn run(app: &App) -> Result<()> {
+pub fn run(app: &App, _args: &crate::cli::DoctorArgs) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();

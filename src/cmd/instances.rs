@@ -157,6 +157,10 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
 }
 
 fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
+    let Some(id) = args.id else {
+        anyhow::bail!("instances stop --all is not built yet");
+    };
+    let reason = args.reason.as_deref().unwrap_or("operator request");
     let (loaded, dir, mut store) = super::open_existing(app)?;
     let config = &loaded.config;
     let services = services::build_services(config, &app.env, app.clock.clone(), false)?;
@@ -165,7 +169,6 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     }
     let mut snapshot = crate::run::observe::view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
-    let id = args.id;
     let result = {
         let mut ctx = ToolCtx {
             store: &mut store,
@@ -180,7 +183,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
             actor: Actor::Operator,
             call_id: format!("operator-{now}"),
         };
-        tools::stop::stop(&mut ctx, id, &args.reason, args.force)?
+        tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
     if let Some(code) = result.error_code() {
         let msg = result

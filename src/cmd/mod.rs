@@ -1,12 +1,14 @@
 //! One short handler per subcommand, each a script over the concern modules.
 
 mod app;
+mod backup;
 mod doctor;
 mod history;
 mod init;
 mod inspect;
 mod instances;
 pub(crate) mod message;
+mod pause;
 mod plot_file;
 pub(crate) mod poll;
 pub(crate) mod reset_session;
@@ -33,7 +35,7 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Message(a) => message::run(app, a),
         Command::ResetSession(a) => reset_session::run(app, a),
         Command::Inspect(a) => inspect::run(app, a),
-        Command::Doctor(_) => doctor::run(app),
+        Command::Doctor(a) => doctor::run(app, a),
         Command::Wakes(c) => wakes::run(app, c),
         Command::History(a) => history::run(app, a),
         Command::Init(_) => init::run(app),
@@ -41,6 +43,9 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Instances(c) => instances::run(app, c),
         Command::Poll(_) => poll::run(app),
         Command::Sim(a) => sim::run(app, a),
+        Command::Pause(a) => pause::pause(app, a),
+        Command::Resume(_) => pause::resume(app),
+        Command::Backup(a) => backup::run(app, a),
     }
 }
 

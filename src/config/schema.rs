@@ -113,6 +113,9 @@ pub struct VastConfig {
     /// With `stop_mode = "stop"`: a stopped instance of ours older than this is destroyed
     /// (a stopped disk still bills).
     pub stopped_max_hours: f64,
+    /// One HTTP exchange with vast.ai, body included (1-120 s): a hung server costs an
+    /// operator command a few of these, never minutes.
+    pub timeout_secs: u64,
     pub offers: OffersConfig,
 }
 
@@ -205,6 +208,9 @@ pub struct PolicyConfig {
     pub bid_discount_min: f64,
     /// On-demand instances kept as a base under a bid fleet (never outbid).
     pub on_demand_min: u32,
+    /// What an operator stopped by hand (`instances stop`) is not put back by the rules or
+    /// the floor for this long, unless the operator resumes or asks through `message`.
+    pub operator_hold_mins: u64,
 }
 
 /// `[price]`: what a proof earns. Revenue per proof = the ask price (Curio's
@@ -280,6 +286,7 @@ impl Default for VastConfig {
             label_prefix: "fleetagent".into(),
             stop_mode: StopMode::Destroy,
             stopped_max_hours: 24.0,
+            timeout_secs: 20,
             offers: OffersConfig::default(),
         }
     }
@@ -336,6 +343,7 @@ impl Default for PolicyConfig {
             min_rental_mins: 30,
             bid_discount_min: 0.25,
             on_demand_min: 0,
+            operator_hold_mins: 30,
             dry_run: false,
         }
     }

@@ -150,6 +150,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
         }
     }
     positive("vast.disk_gb", v.disk_gb)?;
+    within("vast.timeout_secs", v.timeout_secs, 1, 120)?;
     let prefix = &v.label_prefix;
     if prefix.is_empty()
         || prefix.len() > 40
@@ -341,7 +342,13 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
     share_below_one("policy.min_margin", p.min_margin)?;
     within("policy.min_rental_mins", p.min_rental_mins, 0, WEEK_MINS)?;
     share_below_one("policy.bid_discount_min", p.bid_discount_min)?;
-    within("policy.on_demand_min", p.on_demand_min.into(), 0, 10_000)
+    within("policy.on_demand_min", p.on_demand_min.into(), 0, 10_000)?;
+    within(
+        "policy.operator_hold_mins",
+        p.operator_hold_mins,
+        0,
+        WEEK_MINS,
+    )
 }
 
 /// A share in [0, 1).

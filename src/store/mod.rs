@@ -12,6 +12,7 @@ pub mod history;
 pub mod instances;
 pub mod llm_calls;
 pub mod messages;
+pub mod ops;
 pub mod price;
 pub mod report;
 pub mod runs;
@@ -36,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0003_curio_ground_truth.sql"),
     include_str!("../../sql/0004_vast_ground_truth.sql"),
     include_str!("../../sql/0005_economics.sql"),
+    include_str!("../../sql/0006_operations.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -213,6 +215,8 @@ impl Store {
         if version == 0 {
             session::bootstrap(&tx, now)?;
         }
+        // A new install, or the first open of a database older than install ids.
+        ops::ensure_install_id(&tx)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
         Ok(())

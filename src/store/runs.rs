@@ -13,9 +13,17 @@ text_enum! {
 }
 
 text_enum! {
-    /// What a finished pass did: a mutating call succeeded (`action`), none did
-    /// (`no-action`), or the model was not asked because nothing was new (`skipped`).
-    pub enum Verdict, "runs.verdict" { Action = "action", NoAction = "no-action", Skipped = "skipped" }
+    /// What a finished pass did: a mutating call succeeded (`action`), none was asked for
+    /// (`no-action`), the model was not asked because nothing was new (`skipped`), or calls
+    /// were asked for and none changed the fleet: at least one failed at vast.ai
+    /// (`action-failed`), or every one was refused by a guardrail (`action-refused`).
+    pub enum Verdict, "runs.verdict" {
+        Action = "action",
+        NoAction = "no-action",
+        Skipped = "skipped",
+        ActionFailed = "action-failed",
+        ActionRefused = "action-refused",
+    }
 }
 
 text_enum! {
@@ -55,11 +63,25 @@ pub struct Run {
     pub llm_error: Option<String>,
     pub error: Option<String>,
     pub emergency: bool,
+    /// What the pass's asked-for launches and stops came to.
+    pub actions: ActionCounts,
+}
+
+/// A pass's asked-for launches and stops by what became of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ActionCounts {
+    /// Went through (a dry run's answer included).
+    pub ok: i64,
+    /// Refused by a guardrail (budget, rate limit, unprofitable, protected, ...).
+    pub refused: i64,
+    /// Failed at vast.ai (an HTTP error, a timeout, a refused key).
+    pub failed: i64,
 }
 
 const COLS: &str = "id, session_id, pid, pass, started_by, status, verdict, decided_by, started_at,
     finished_at, events_claimed, wakes_claimed, llm_calls, prompt_tokens_est,
-    prompt_tokens_reported, completion_tokens, llm_error, error, emergency";
+    prompt_tokens_reported, completion_tokens, llm_error, error, emergency, actions_ok,
+    actions_refused, actions_failed";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -82,6 +104,11 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
         llm_error: r.get(16)?,
         error: r.get(17)?,
         emergency: r.get(18)?,
+        actions: ActionCounts {
+            ok: r.get(19)?,
+            refused: r.get(20)?,
+            failed: r.get(21)?,
+        },
     })
 }
 
@@ -120,6 +147,7 @@ pub struct Outcome {
     pub completion_tokens: Option<i64>,
     pub llm_error: Option<String>,
     pub emergency: bool,
+    pub actions: ActionCounts,
 }
 
 impl Outcome {
@@ -134,6 +162,7 @@ impl Outcome {
             completion_tokens: None,
             llm_error: None,
             emergency,
+            actions: ActionCounts::default(),
         }
     }
 }
@@ -142,7 +171,8 @@ pub fn finish_ok(conn: &Connection, run_id: i64, o: &Outcome, now: Millis) -> Re
     conn.execute(
         "UPDATE runs SET status = 'ok', verdict = ?2, decided_by = ?3, llm_calls = ?4,
                 prompt_tokens_est = ?5, prompt_tokens_reported = ?6, completion_tokens = ?7,
-                llm_error = ?8, emergency = ?9, finished_at = ?10
+                llm_error = ?8, emergency = ?9, finished_at = ?10, actions_ok = ?11,
+                actions_refused = ?12, actions_failed = ?13
          WHERE id = ?1",
         params![
             run_id,
@@ -154,7 +184,10 @@ pub fn finish_ok(conn: &Connection, run_id: i64, o: &Outcome, now: Millis) -> Re
             o.completion_tokens,
             o.llm_error,
             o.emergency,
-            now
+            now,
+            o.actions.ok,
+            o.actions.refused,
+            o.actions.failed
         ],
     )?;
     Ok(())
