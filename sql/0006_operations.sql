@@ -29,11 +29,11 @@ ALTER TABLE samples ADD COLUMN ours_completed_1h INTEGER;
 
 -- runs: two more verdicts and what each pass's asked-for actions came to. SQLite cannot
 -- change a CHECK constraint in place, so the table is rebuilt (SQLite's documented
--- procedure; the children's foreign keys name `runs` and find the new table under it;
--- `defer_foreign_keys` holds their checks to the commit, when every id is back).
+-- procedure: Store::migrate runs migrations with foreign keys off and checks them all with
+-- `PRAGMA foreign_key_check` before the commit; the children's foreign keys name `runs` and
+-- find the new table under it).
 --   action-failed:  calls changed nothing and at least one failed (vast.ai refused or erred)
 --   action-refused: calls changed nothing and every one was refused by a guardrail
-PRAGMA defer_foreign_keys = ON;
 CREATE TABLE runs_v6 (
     id                     INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id             INTEGER NOT NULL REFERENCES sessions(id),

@@ -190,6 +190,16 @@ impl Store {
         if version == SCHEMA_VERSION {
             return Ok(());
         }
+        // A migration may rebuild a table others refer to (SQLite's procedure for what ALTER
+        // TABLE cannot do): foreign keys are off while it runs (the pragma is a no-op inside a
+        // transaction) and every one is checked before the commit.
+        self.conn.execute_batch("PRAGMA foreign_keys = OFF")?;
+        let result = self.migrate_locked(now);
+        self.conn.execute_batch("PRAGMA foreign_keys = ON")?;
+        result
+    }
+
+    fn migrate_locked(&mut self, now: Millis) -> Result<()> {
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -217,6 +227,13 @@ impl Store {
         }
         // A new install, or the first open of a database older than install ids.
         ops::ensure_install_id(&tx)?;
+        let broken: i64 =
+            tx.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })?;
+        if broken > 0 {
+            bail!("the migration left {broken} row(s) whose foreign key points nowhere; the database was left untouched");
+        }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
         Ok(())
@@ -342,6 +359,54 @@ mod tests {
         assert_eq!(v, SCHEMA_VERSION);
         assert_eq!(session::current(&s.conn).unwrap(), 1);
         assert_eq!(s.next_run_id().unwrap(), 1);
+    }
+
+    #[test]
+    fn the_runs_rebuild_keeps_the_counter_and_every_row() {
+        // A version-5 database whose counter is ahead of its rows (the newest run rows gone):
+        // migration 0006 rebuilds `runs`, and the next run id must still follow the counter.
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        session::bootstrap(&conn, 1_000).unwrap();
+        conn.execute_batch(
+            "INSERT INTO runs (id, session_id, pid, pass, started_by, status, verdict, started_at)
+                 VALUES (7, 1, 1, 1, 'tick', 'ok', 'no-action', 1000);
+             UPDATE sqlite_sequence SET seq = 50 WHERE name = 'runs';
+             INSERT INTO events (priority, kind, reason, created_at, claimed_by, claimed_at)
+                 VALUES (1, 'trigger', 'x', 1000, 7, 1000);
+             PRAGMA user_version = 5;",
+        )
+        .unwrap();
+        let mut s = Store {
+            conn,
+            path: PathBuf::from(":memory:"),
+        };
+        s.setup(2_000, OpenMode::Existing).unwrap();
+        assert_eq!(s.next_run_id().unwrap(), 51);
+        let verdict: String = s
+            .conn
+            .query_row("SELECT verdict FROM runs WHERE id = 7", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(verdict, "no-action");
+        let fk: i64 = s
+            .conn
+            .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(fk, 0, "the events still point at their run");
+        s.conn
+            .execute(
+                "UPDATE runs SET verdict = 'action-failed', actions_failed = 2 WHERE id = 7",
+                [],
+            )
+            .unwrap();
+        assert!(
+            ops::install_id(&s.conn).is_ok(),
+            "an older database gets an id"
+        );
     }
 
     #[test]
