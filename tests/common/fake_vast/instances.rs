@@ -95,6 +95,11 @@ impl FakeVast {
         self.lock().instances.keys().copied().collect()
     }
 
+    /// The instance is gone from the account (destroyed by someone else, or by vast.ai).
+    pub fn remove_instance(&self, id: u64) {
+        self.lock().instances.remove(&id);
+    }
+
     /// vast.ai pauses a bid of ours (someone bid more): `actual_status` and `cur_state`
     /// become stopped; `intended_status` and `next_state` stay running (the docs' "resumes
     /// automatically") or, with `all_stopped`, all three turn stopped (what dstack saw).
