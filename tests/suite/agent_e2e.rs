@@ -89,6 +89,10 @@ pub(crate) fn one_instance_is_enough(f: &Fleet) {
 }
 
 pub(crate) const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
+/// CAPS with one launch a pass, emergency or not: for tests that need a launch, not several
+/// (each more create waits vast.ai's 4.5 s spacing in real time).
+pub(crate) const ONE_LAUNCH: &str =
+    "max_dph_total = 10.0\nmax_instances = 20\nlaunch_window_max = 1\nemergency_launch_max = 1";
 
 /// Three launches already in the window, as the incident had them.
 fn three_recent_launches(f: &Fleet, vast: &FakeVast) {
@@ -292,11 +296,12 @@ fn llm_down_with_fallback_rules_still_launches_in_an_emergency() {
     llm.set_default(Reply::server_error(503));
     let vast = FakeVast::start_real_time();
     vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let f = rig(&llm, &vast, CAPS, "");
+    // One launch is all this test needs: each more would wait vast.ai's 4.5 s create spacing.
+    let f = rig(&llm, &vast, ONE_LAUNCH, "");
     write_demand(f.path(), dead_fleet());
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     f.cmd(&["run"]).ok();
-    assert!(vast.count(Route::Create) >= 1, "the rules launched");
+    assert_eq!(vast.count(Route::Create), 1, "the rules launched");
     let run = &f.inspect()["runs"][0];
     assert_eq!(run["decided_by"], "fallback-rules");
     assert_eq!(run["verdict"], "action");

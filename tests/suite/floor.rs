@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::agent_e2e::{dead_fleet, rig, write_demand, CAPS};
+use super::agent_e2e::{dead_fleet, rig, write_demand, CAPS, ONE_LAUNCH};
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
 
@@ -33,7 +33,7 @@ fn a_model_that_answers_no_action_while_every_worker_is_dead_is_overruled_in_the
     llm.set_default(Reply::text("No action needed."));
     let vast = FakeVast::start_real_time();
     vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
     write_demand(f.path(), dead_fleet());
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     let out = f.cmd(&["run"]).ok();
