@@ -9,7 +9,7 @@ use crate::clock::{human_duration, Millis};
 use crate::config::Config;
 use crate::demand::{Demand, RequestLoop};
 use crate::store::instances::InstanceRow;
-use crate::store::{calibration, events, session, wakes, OpenMode, Store};
+use crate::store::{calibration, events, session, wakes, Store};
 
 /// No successful pass within this many timer periods is a problem.
 const STALE_PERIODS: i64 = 3;
@@ -63,22 +63,30 @@ pub fn problems(
     units: Option<&Value>,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    let dir_ok = match crate::paths::check_state_dir(state_dir) {
-        Ok(()) => true,
+    // A state dir on a read-only file system is a problem, and still read (read-only).
+    let readable = match crate::paths::state_dir_access(state_dir) {
+        Ok(crate::paths::DirAccess::Writable) => true,
+        Ok(crate::paths::DirAccess::ReadOnlyFs) => {
+            out.push(crate::paths::read_only_fs(state_dir));
+            true
+        }
         Err(e) => {
             out.push(format!("{e:#}"));
             false
         }
     };
-    if dir_ok {
+    if readable {
         if !state_dir.join(crate::store::DB_FILE).exists() {
             out.push(format!(
                 "no database in state dir {} (run `fleetagent init`)",
                 state_dir.display()
             ));
         } else {
-            match Store::open(state_dir, OpenMode::Existing, now) {
-                Err(e) => out.push(format!("database: {}", crate::error::report(&e))),
+            match Store::open_for_report(state_dir, now) {
+                Err(e) => out.push(format!(
+                    "database: {}",
+                    crate::error::report(&crate::paths::name_storage_fault(e, state_dir))
+                )),
                 Ok(store) => store_problems(&store, config, state_dir, now, &mut out),
             }
         }

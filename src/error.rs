@@ -30,10 +30,18 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
-/// `a: b: c` on one line, the way the top-level error is printed.
+/// `a: b: c` on one line, the way the top-level error is printed. SQLite's code follows its
+/// message in brackets (`disk I/O error (SQLite code 4874)`) rather than as a cause of its own
+/// that repeats the message (`disk I/O error: Error code 4874: disk I/O error`).
 pub fn one_line(err: &anyhow::Error) -> String {
     let mut out = String::new();
     for (i, cause) in err.chain().enumerate() {
+        if let Some(e) = cause.downcast_ref::<rusqlite::ffi::Error>() {
+            if i > 0 {
+                out.push_str(&format!(" (SQLite code {})", e.extended_code));
+                continue;
+            }
+        }
         let text = cause.to_string();
         if i > 0 {
             if out.contains(&text) {
@@ -73,6 +81,51 @@ pub fn report(err: &anyhow::Error) -> String {
     }
 }
 
+/// What the storage under the state dir said, where an error says it: the names an operator
+/// needs instead of "disk I/O error" (`paths::name_storage_fault` adds the dir and its free
+/// space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageFault {
+    /// SQLITE_FULL, ENOSPC, EDQUOT: no room for a page, the WAL or the -shm.
+    NoSpace,
+    /// SQLITE_READONLY, EROFS: the file system (or the file) refuses writes.
+    ReadOnly,
+    /// Any other SQLITE_IOERR or SQLITE_CANTOPEN: its cause is the file system's state (a
+    /// full disk extending the -shm reads SQLITE_IOERR_SHMSIZE, code 4874).
+    Io,
+}
+
+/// The storage fault in the chain, if any.
+pub fn storage_fault(err: &anyhow::Error) -> Option<StorageFault> {
+    use rusqlite::ErrorCode;
+    let mut found = None;
+    for cause in err.chain() {
+        let this = if let Some(e) = cause.downcast_ref::<rusqlite::ffi::Error>() {
+            match e.code {
+                ErrorCode::DiskFull => Some(StorageFault::NoSpace),
+                ErrorCode::ReadOnly => Some(StorageFault::ReadOnly),
+                ErrorCode::SystemIoFailure | ErrorCode::CannotOpen => Some(StorageFault::Io),
+                _ => None,
+            }
+        } else if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+            match e.raw_os_error() {
+                Some(libc::ENOSPC | libc::EDQUOT) => Some(StorageFault::NoSpace),
+                Some(libc::EROFS) => Some(StorageFault::ReadOnly),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        // The most specific wins: a named errno or code over a generic I/O error.
+        match (found, this) {
+            (_, Some(StorageFault::NoSpace)) => return Some(StorageFault::NoSpace),
+            (None | Some(StorageFault::Io), Some(f)) => found = Some(f),
+            _ => {}
+        }
+    }
+    found
+}
+
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
@@ -93,4 +146,43 @@ impl std::error::Error for Quiet {}
 /// The quiet exit code, if the error is a [`Quiet`].
 pub fn quiet_code(err: &anyhow::Error) -> Option<i32> {
     err.downcast_ref::<Quiet>().map(|q| q.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(code: i32, msg: &str) -> anyhow::Error {
+        anyhow::Error::new(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            Some(msg.into()),
+        ))
+    }
+
+    #[test]
+    fn storage_faults_are_read_from_sqlite_codes_and_errnos() {
+        let shm = sqlite(4874, "disk I/O error").context("database /s/fleetagent.db");
+        assert_eq!(storage_fault(&shm), Some(StorageFault::Io));
+        // SQLite's code follows its message once, in brackets.
+        assert_eq!(
+            one_line(&shm),
+            "database /s/fleetagent.db: disk I/O error (SQLite code 4874)"
+        );
+        let full = sqlite(13, "database or disk is full").context("cannot record the event");
+        assert_eq!(storage_fault(&full), Some(StorageFault::NoSpace));
+        let ro = sqlite(8, "attempt to write a readonly database");
+        assert_eq!(storage_fault(&ro), Some(StorageFault::ReadOnly));
+        let errno = |n| anyhow::Error::new(std::io::Error::from_raw_os_error(n)).context("ring");
+        assert_eq!(
+            storage_fault(&errno(libc::ENOSPC)),
+            Some(StorageFault::NoSpace)
+        );
+        assert_eq!(
+            storage_fault(&errno(libc::EROFS)),
+            Some(StorageFault::ReadOnly)
+        );
+        assert_eq!(storage_fault(&errno(libc::EACCES)), None);
+        assert_eq!(storage_fault(&sqlite(19, "UNIQUE constraint failed")), None);
+        assert_eq!(storage_fault(&anyhow::anyhow!("plain")), None);
+    }
 }

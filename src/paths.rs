@@ -1,5 +1,6 @@
 //! The state dir: where it is, creating it (setgid 2770), refusing a world-writable one,
-//! and creating files 0660 whatever the umask. Nothing here writes inside the dir.
+//! creating files 0660 whatever the umask, and what its file system says of itself (read-only,
+//! free space) when an error needs naming. Nothing here writes inside the dir.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -89,6 +90,35 @@ fn absolute(p: &Path) -> PathBuf {
 /// Check an existing state dir: it exists, is a directory, is not world-writable, and this
 /// process may write in it (access(2), never by writing).
 pub fn check_state_dir(dir: &Path) -> Result<()> {
+    match state_dir_access(dir)? {
+        DirAccess::Writable => Ok(()),
+        DirAccess::ReadOnlyFs => bail!("{}", read_only_fs(dir)),
+    }
+}
+
+/// What a command may do in a state dir that passed the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirAccess {
+    Writable,
+    /// On a read-only file system: readable, nothing can be recorded.
+    ReadOnlyFs,
+}
+
+/// The line naming a state dir on a read-only file system.
+pub fn read_only_fs(dir: &Path) -> String {
+    format!(
+        "state dir {} is on a read-only file system (the kernel remounts one read-only after a \
+         disk error: see `journalctl -k`): nothing can be recorded until it is repaired and \
+         mounted read-write again; `fleetagent inspect`, `history` and `doctor` still read it",
+        dir.display()
+    )
+}
+
+/// [`check_state_dir`] for the commands that only read (`inspect`, `history`, `doctor`): a
+/// read-only file system is an answer, not an error (they are needed most just then).
+pub fn state_dir_access(dir: &Path) -> Result<DirAccess> {
+    use nix::errno::Errno;
+    use nix::unistd::{access, AccessFlags};
     let meta = fs::metadata(dir).with_context(|| format!("state dir {}", dir.display()))?;
     if !meta.is_dir() {
         bail!("state dir {} is not a directory", dir.display());
@@ -102,15 +132,97 @@ pub fn check_state_dir(dir: &Path) -> Result<()> {
             dir.display()
         );
     }
-    if !writable(dir) {
-        bail!(
+    match access(dir, AccessFlags::W_OK | AccessFlags::X_OK) {
+        Ok(()) => Ok(DirAccess::Writable),
+        Err(Errno::EROFS) => Ok(DirAccess::ReadOnlyFs),
+        Err(_) if fs_state(dir).is_some_and(|f| f.read_only) => Ok(DirAccess::ReadOnlyFs),
+        Err(_) => bail!(
             "state dir {} is not writable by uid {} (mode {:o}); fix its owner/group or pass another --state-dir",
             dir.display(),
             nix::unistd::geteuid(),
             mode & 0o7777
-        );
+        ),
     }
-    Ok(())
+}
+
+/// What the file system holding a path says of itself (statvfs(3)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsState {
+    /// Mounted read-only (ST_RDONLY), as the kernel remounts one after a disk error.
+    pub read_only: bool,
+    /// Bytes this process may still write (root may use the blocks reserved for it).
+    pub free_bytes: u64,
+    /// Inodes this process may still create files with.
+    pub free_inodes: u64,
+}
+
+/// statvfs(3) of `path`, or of its nearest ancestor that exists; None when none answers.
+pub fn fs_state(path: &Path) -> Option<FsState> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let root = nix::unistd::geteuid().is_root();
+    let s = path
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .find_map(|p| statvfs(p).ok())?;
+    let (blocks, inodes) = if root {
+        (s.blocks_free(), s.files_free())
+    } else {
+        (s.blocks_available(), s.files_available())
+    };
+    Some(FsState {
+        read_only: s.flags().contains(FsFlags::ST_RDONLY),
+        free_bytes: blocks.saturating_mul(s.fragment_size()),
+        free_inodes: inodes,
+    })
+}
+
+/// Below this much free space, a plain SQLite I/O error is read as a full disk: SQLite grows
+/// the -shm 32 KiB and the WAL a page (4 KiB) at a time, so a pass that fails to write with
+/// more room than this left failed for another reason.
+const LOW_SPACE_BYTES: u64 = 1 << 20;
+
+/// Puts the name of what the storage said (`error::storage_fault`) in front of an error, with
+/// the state dir and its free space: "no space left on device (/var/lib/fleetagent: 0 bytes
+/// free)" rather than "disk I/O error (SQLite code 4874)". Other errors are returned as they are.
+pub fn name_storage_fault(err: anyhow::Error, dir: &Path) -> anyhow::Error {
+    let Some(fault) = crate::error::storage_fault(&err) else {
+        return err;
+    };
+    match fs_state(dir).and_then(|fs| storage_fault_line(fault, &fs, dir)) {
+        Some(line) => err.context(line),
+        None => err,
+    }
+}
+
+/// The line naming a storage fault, given what the file system says; None when it does not
+/// explain the fault (a read-only file on a writable file system, an I/O error with room left).
+pub fn storage_fault_line(
+    fault: crate::error::StorageFault,
+    fs: &FsState,
+    dir: &Path,
+) -> Option<String> {
+    use crate::error::StorageFault;
+    let full = fs.free_bytes < LOW_SPACE_BYTES || fs.free_inodes == 0;
+    match fault {
+        StorageFault::NoSpace => Some(no_space(dir, fs)),
+        _ if fs.read_only => Some(read_only_fs(dir)),
+        StorageFault::Io if full => Some(no_space(dir, fs)),
+        _ => None,
+    }
+}
+
+fn no_space(dir: &Path, fs: &FsState) -> String {
+    let inodes = if fs.free_inodes == 0 {
+        ", no inode free"
+    } else {
+        ""
+    };
+    format!(
+        "no space left on device ({}: {} bytes free{inodes}; nothing can be recorded until some \
+         is freed on that file system)",
+        dir.display(),
+        fs.free_bytes
+    )
 }
 
 /// access(W_OK|X_OK): may this process create files in `dir`?
@@ -305,6 +417,45 @@ mod tests {
             0o700
         );
         assert!(create_dirs(&leaf, 0o755).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_storage_fault_is_named_by_what_the_file_system_says() {
+        use crate::error::StorageFault::{Io, NoSpace, ReadOnly};
+        let dir = Path::new("/var/lib/fleetagent");
+        let fs = |read_only, free_bytes, free_inodes| FsState {
+            read_only,
+            free_bytes,
+            free_inodes,
+        };
+        let roomy = fs(false, 5 << 30, 1000);
+        let line = |fault, f: &FsState| storage_fault_line(fault, f, dir);
+        // SQLITE_FULL or ENOSPC: no space, whatever statvfs says now (a quota, or room freed since).
+        assert_eq!(
+            line(NoSpace, &fs(false, 0, 10)).as_deref(),
+            Some(
+                "no space left on device (/var/lib/fleetagent: 0 bytes free; nothing can be \
+                 recorded until some is freed on that file system)"
+            )
+        );
+        assert!(line(NoSpace, &roomy).is_some());
+        // A plain I/O error (SQLITE_IOERR_SHMSIZE, 4874, on a full tmpfs) with nearly nothing
+        // left, or no inode left, is a full disk; with room left it is something else.
+        let l = line(Io, &fs(false, 12_288, 10)).unwrap();
+        assert!(l.starts_with("no space left on device (/var/lib/fleetagent: 12288 bytes free"));
+        let l = line(Io, &fs(false, 5 << 30, 0)).unwrap();
+        assert!(l.contains("bytes free, no inode free"), "{l}");
+        assert_eq!(line(Io, &roomy), None);
+        // Read-only: the file system's, never a file's mode.
+        for fault in [ReadOnly, Io] {
+            let l = line(fault, &fs(true, 5 << 30, 1000)).unwrap();
+            assert!(l.contains("is on a read-only file system"), "{l}");
+        }
+        assert_eq!(line(ReadOnly, &roomy), None);
+        // The chain keeps its cause after the name; other errors pass untouched.
+        let err = name_storage_fault(anyhow::anyhow!("not a storage error"), dir);
+        assert_eq!(format!("{err:#}"), "not a storage error");
+        assert!(fs_state(Path::new("/nonexistent/deeper")).is_some());
     }
 
     #[test]

@@ -1,17 +1,41 @@
 //! `history`: the conversation as stored: observations, operator messages, the model's
 //! answers and tool calls with their results.
+//!
+//! `--run N` of a run that does not exist is an error naming the highest run id, exit 1 as for
+//! `wakes cancel` of an unknown id: the flag is well formed and names what the database does
+//! not hold, which is the database's answer (the same command is right once run N exists), not
+//! a usage error (exit 2, for what is wrong whatever the database holds).
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use crate::cli::HistoryArgs;
 use crate::clock::rfc3339;
 use crate::cmd::App;
-use crate::store::{messages, session};
+use crate::store::{messages, runs, session};
 
 pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
-    let (_c, _d, store) = super::open_existing(app)?;
+    let (_c, _d, store) = super::open_for_report(app)?;
+    let mut empty = "no messages yet".to_string();
     let rows = match args.run {
-        Some(run) => messages::of_run(&store.conn, run)?,
+        Some(run) => {
+            let Some(r) = runs::get(&store.conn, run)? else {
+                match runs::recent(&store.conn, 1)?.first() {
+                    Some(last) => bail!(
+                        "run {run} does not exist: the highest run id is {} (`fleetagent inspect` lists the recent runs)",
+                        last.id
+                    ),
+                    None => bail!("run {run} does not exist: no run has been recorded yet"),
+                }
+            };
+            empty = format!(
+                "run {run} ({}{}) stored no messages",
+                r.status.as_str(),
+                r.verdict
+                    .map(|v| format!(", {}", v.as_str()))
+                    .unwrap_or_default()
+            );
+            messages::of_run(&store.conn, run)?
+        }
         None => {
             let session = if args.all {
                 None
@@ -44,7 +68,7 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
         return Ok(());
     }
     if rows.is_empty() {
-        crate::outln!("no messages yet");
+        crate::outln!("{empty}");
     }
     let mut last_run = None;
     for m in &rows {

@@ -24,7 +24,7 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
             "--hours needs --plot FILE (it is how far back the plot reaches)",
         ));
     }
-    let (loaded, dir, store) = super::open_existing(app)?;
+    let (loaded, dir, store) = super::open_for_report(app)?;
     let units = crate::units::unit_states_json();
     let mut report =
         crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), units)?;
@@ -52,7 +52,7 @@ fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
         )));
     }
     let out = PlotFile::open(file)?;
-    let drawn = super::open_existing(app)
+    let drawn = super::open_for_report(app)
         .and_then(|(_, _, store)| crate::inspect::plot::draw(&store, app.now(), hours));
     let drawn = match drawn {
         Ok(d) => d,

@@ -29,7 +29,7 @@ use crate::config::LoadedConfig;
 use crate::store::{OpenMode, Store};
 
 pub fn dispatch(app: &App, command: &Command) -> Result<()> {
-    match command {
+    let result = match command {
         Command::Run(_) => run::run(app),
         Command::Trigger(a) => trigger::run(app, a),
         Command::Message(a) => message::run(app, a),
@@ -46,6 +46,28 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Pause(a) => pause::pause(app, a),
         Command::Resume(_) => pause::resume(app),
         Command::Backup(a) => backup::run(app, a),
+    };
+    match command {
+        // Their files are elsewhere (the simulator's own dir, the unit files).
+        Command::Sim(_) | Command::Units(_) => result,
+        _ => result.map_err(|e| name_storage_fault(app, e)),
+    }
+}
+
+/// A full or read-only file system under the state dir, named with the dir and its free space
+/// ([`crate::paths::name_storage_fault`]) rather than as SQLite's "disk I/O error".
+fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
+    if crate::error::storage_fault(&err).is_none() {
+        return err;
+    }
+    let dir = app
+        .load_config()
+        .ok()
+        .and_then(|l| app.state_dir(Some(&l.config)).ok())
+        .or_else(|| app.state_dir_without_config());
+    match dir {
+        Some(d) => crate::paths::name_storage_fault(err, &d),
+        None => err,
     }
 }
 
@@ -56,6 +78,15 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::check_state_dir(&dir)?;
     let store = Store::open(&dir, OpenMode::Existing, app.now())?;
+    Ok((loaded, dir, store))
+}
+
+/// Config, state dir and an existing database for a command that only reads (`inspect`,
+/// `history`): opened read-only when the state dir is on a read-only file system.
+pub(crate) fn open_for_report(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let loaded = app.load_config()?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    let store = Store::open_for_report(&dir, app.now())?;
     Ok((loaded, dir, store))
 }
 

@@ -1,6 +1,7 @@
 //! `run`: one agent process (a few passes at most), as the timer and the path unit start it.
 //! The process itself is `crate::run`.
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -10,12 +11,14 @@ use crate::doorbell::FileDoorbell;
 use crate::run::{self, RunEnv, RunFailure};
 
 pub fn run(app: &App) -> Result<()> {
-    // Before the state dir is known only the flag or $STATE_DIRECTORY can name it.
+    // Before the state dir is known only the flag or $STATE_DIRECTORY can name it. At a
+    // terminal someone typed the command: no reason to wait (DESIGN.md, "Early exits").
     let exit = |dir: Option<&std::path::Path>, e| {
         let known = dir
             .map(|d| d.to_path_buf())
             .or_else(|| app.state_dir_without_config());
-        run::exit_before_start(app.clock.as_ref(), known.as_deref(), e)
+        let at_terminal = std::io::stdin().is_terminal() || std::io::stderr().is_terminal();
+        run::exit_before_start(app.clock.as_ref(), known.as_deref(), at_terminal, e)
     };
     let loaded = app.load_config().map_err(|e| exit(None, e))?;
     let config = &loaded.config;

@@ -368,7 +368,7 @@ pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
     if !f.ours {
         return Err(Refusal::Protected {
             message: format!(
-                "instance {id} is not ours (its label lacks our prefix); only the operator can stop it, with --force"
+                "instance {id} is not ours (its label lacks our prefix); only the operator can stop it, with `fleetagent instances stop {id} --force`"
             ),
         });
     }

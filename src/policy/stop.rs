@@ -28,6 +28,9 @@ pub struct Ask {
     pub kind: &'static str,
     /// `--force` by the operator (it counts for nobody else).
     pub forced: bool,
+    /// The operator asks (`fleetagent instances stop`): the answers name commands, not the
+    /// model's tools.
+    pub operator: bool,
     /// The fallback rules: they only launch.
     pub fallback: bool,
 }
@@ -47,6 +50,7 @@ impl Ask {
                 StopMode::Stop => "stop",
             },
             forced: force && by_operator,
+            operator: by_operator,
             fallback: by_fallback,
         }
     }
@@ -162,12 +166,12 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     let facts = facts(ask, snapshot, config, row.as_ref());
     let label = row.as_ref().map(|r| r.label.clone());
     if let Err(r) = guardrails::check_stop(&facts) {
-        return Gate::Answer(refused(label, &r));
+        return Gate::Answer(for_asker(ask, refused(label, &r)));
     }
     if let Some(r) = row.as_ref() {
         if !facts.flagged && !ask.forced && !over_a_cap(snapshot, config) {
             if let Some(answer) = min_rental(r, snapshot.now, config) {
-                return Gate::Answer(answer);
+                return Gate::Answer(for_asker(ask, answer));
             }
         }
     }
@@ -195,6 +199,30 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
             .map(|f| f.why),
         forced: ask.forced,
     }))
+}
+
+/// The operator reads commands, the model its tools: a protection's refusal of the operator's
+/// `fleetagent instances stop` says how to stop the instance anyway (the ledger's detail is
+/// the answer as given).
+fn for_asker(ask: &Ask, mut a: Answer) -> Answer {
+    if !ask.operator || a.result.error_code() != Some("protected") {
+        return a;
+    }
+    let Some(message) = a.result.content["message"].as_str() else {
+        return a;
+    };
+    if message.contains("--force") {
+        return a;
+    }
+    let message = format!(
+        "{message}; `fleetagent instances stop {} --force` stops it anyway",
+        ask.instance_id
+    );
+    a.result.content["message"] = json!(message);
+    if let Some(e) = a.record.as_mut() {
+        e.detail = a.result.content.to_string();
+    }
+    a
 }
 
 /// The fleet is over `max_instances` or `max_dph_total` (a paused bid resumed): a stop that
@@ -288,6 +316,9 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
         Some(e) if ask.forced => format!(
             "instance {id} is not one of ours, and the vast.ai listing failed ({}), so it cannot be checked",
             clip(e, 200)
+        ),
+        _ if ask.operator => format!(
+            "instance {id} is not one of ours: neither in fleetagent's table nor under our label prefix on vast.ai (`fleetagent instances list` shows ours)"
         ),
         _ => format!("instance {id} is not one of ours (list_instances shows them)"),
     };

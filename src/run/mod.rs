@@ -36,8 +36,9 @@ pub use claim::Claim;
 
 /// The longest single sleep while debouncing, so a more urgent event shortens the wait.
 const DEBOUNCE_TICK: Duration = Duration::from_millis(250);
-/// When the state dir is unknown, an early exit waits this long so systemd (which restarts
-/// the service while the doorbell exists) runs it at most twice a minute.
+/// When the state dir is unknown and no terminal is attached (systemd), an early exit waits
+/// this long so systemd (which restarts the service while the doorbell exists) runs it at
+/// most twice a minute.
 const UNKNOWN_DIR_EXIT_DELAY: Duration = Duration::from_secs(30);
 
 /// Why a run process failed: before it claimed anything (an early exit) or in a pass.
@@ -170,24 +171,38 @@ fn remove_doorbell(bell: &dyn Doorbell) {
     }
 }
 
-/// An exit before the run could start (config, state dir, credentials): delete the doorbell
-/// when the state dir is known, else wait so systemd cannot spin.
+/// An exit before the run could start (config, state dir, credentials). With the state dir
+/// known, the doorbell goes and the error is returned. Unknown, at a terminal (`at_terminal`:
+/// stdin or stderr is one, so someone typed the command), the error is returned at once.
+/// Unknown otherwise (systemd): the doorbell cannot be deleted and systemd restarts the service
+/// while it exists, so the error is printed first, then why the process waits, then it waits
+/// [`UNKNOWN_DIR_EXIT_DELAY`] and exits with the error's code (a quiet error: already printed).
 pub fn exit_before_start(
     clock: &dyn Clock,
     dir: Option<&Path>,
+    at_terminal: bool,
     err: anyhow::Error,
 ) -> anyhow::Error {
     match dir {
-        Some(d) => remove_doorbell(&FileDoorbell::new(d)),
+        Some(d) => {
+            remove_doorbell(&FileDoorbell::new(d));
+            err
+        }
+        None if at_terminal => err,
         None => {
+            eprintln!("fleetagent: {}", crate::error::report(&err));
             log::warn!(
-                "state dir unknown; waiting {}s before exiting so systemd cannot restart this in a loop",
+                "waiting {}s before exiting: the state dir is unknown (neither --state-dir nor \
+                 $STATE_DIRECTORY names it, and the error above keeps the config from naming \
+                 it), so its doorbell cannot be deleted, and systemd restarts the service at once \
+                 while the doorbell exists; this way it runs at most twice a minute until the \
+                 error is fixed",
                 UNKNOWN_DIR_EXIT_DELAY.as_secs()
             );
             clock.sleep(UNKNOWN_DIR_EXIT_DELAY);
+            crate::error::Quiet(crate::error::exit_code(&err)).into()
         }
     }
-    err
 }
 
 /// Hard stop past the deadline (plus a grace period): the kernel frees the lock, and the

@@ -1,5 +1,6 @@
-//! The SQLite store: opening (WAL, busy timeout, foreign keys), migrations by `user_version`
-//! (a newer schema is refused), file permissions, and one file per table group.
+//! The SQLite store: opening (WAL, busy timeout, foreign keys; read-only on a read-only file
+//! system for the commands that only read), migrations by `user_version` (a newer schema is
+//! refused), file permissions, and one file per table group.
 //!
 //! Nothing here talks to the outside world or reads the clock: times are passed in.
 
@@ -59,13 +60,19 @@ const WAL_LIMIT_BYTES: u64 = 256 << 10;
 pub struct Store {
     pub conn: Connection,
     pub path: PathBuf,
+    /// Opened read-only ([`Store::open_for_report`] on a read-only file system): nothing is
+    /// written, not even a checkpoint.
+    pub read_only: bool,
 }
 
 impl Drop for Store {
     /// Keeps the WAL bounded whatever the command (see WAL_LIMIT_BYTES): one `stat` when it
     /// is small, a checkpoint when it has grown.
     fn drop(&mut self) {
-        if self.path != Path::new(":memory:") && self.wal_bytes() > WAL_LIMIT_BYTES {
+        if !self.read_only
+            && self.path != Path::new(":memory:")
+            && self.wal_bytes() > WAL_LIMIT_BYTES
+        {
             self.checkpoint();
         }
     }
@@ -85,11 +92,7 @@ impl Store {
         let path = state_dir.join(DB_FILE);
         let exists = path.exists();
         if !exists && mode == OpenMode::Existing {
-            bail!(
-                "no database in state dir {} (run `fleetagent init` or `fleetagent run` there first, \
-                 or pass the right --state-dir / config)",
-                state_dir.display()
-            );
+            return Err(no_database(state_dir));
         }
         if !exists {
             // Create the file ourselves so its mode is 0660 whatever the umask; SQLite gives
@@ -100,7 +103,11 @@ impl Store {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&path, flags)
             .with_context(|| format!("cannot open database {}", path.display()))?;
-        let mut store = Store { conn, path };
+        let mut store = Store {
+            conn,
+            path,
+            read_only: false,
+        };
         store
             .setup(now, mode)
             .with_context(|| format!("database {}", store.path.display()))?;
@@ -110,12 +117,94 @@ impl Store {
         Ok(store)
     }
 
+    /// For the commands that only read (`inspect`, `history`, `doctor`): [`Store::open`] of an
+    /// existing database on a writable state dir; on a read-only file system (the kernel
+    /// remounts one so after a disk error, just when these commands are needed) the database
+    /// opened read-only, as the last commit left it.
+    pub fn open_for_report(state_dir: &Path, now: Millis) -> Result<Store> {
+        match crate::paths::state_dir_access(state_dir)? {
+            crate::paths::DirAccess::Writable => Store::open(state_dir, OpenMode::Existing, now),
+            crate::paths::DirAccess::ReadOnlyFs => Store::open_read_only(state_dir),
+        }
+    }
+
+    /// Read-only, for a state dir on a read-only file system (nobody can write there, so no
+    /// lock is needed). SQLite reads a WAL-mode database on a read-only medium when both side
+    /// files exist (the -shm is then read into private memory, SQLite 3.22+), which sees every
+    /// commit still in the WAL; fleetagent's processes always leave both (they never
+    /// checkpoint on close). Without a WAL, `immutable=1` needs no side file at all. A WAL
+    /// without its -shm cannot be read there: the database file alone is read, and a warning
+    /// says what is not seen.
+    pub fn open_read_only(state_dir: &Path) -> Result<Store> {
+        let path = state_dir.join(DB_FILE);
+        if !path.exists() {
+            return Err(no_database(state_dir));
+        }
+        let wal_bytes = std::fs::metadata(side_file(&path, "-wal")).map_or(0, |m| m.len());
+        let mode = if wal_bytes == 0 {
+            "immutable=1"
+        } else if side_file(&path, "-shm").exists() {
+            "mode=ro"
+        } else {
+            log::warn!(
+                "{} has a WAL ({wal_bytes} bytes) but no -shm, which a read-only file system \
+                 cannot make: its last commits are not shown",
+                path.display()
+            );
+            "immutable=1"
+        };
+        let uri = format!("file:{}?{mode}", uri_path(&path)?);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&uri, flags)
+            .with_context(|| format!("cannot open database {} read-only", path.display()))?;
+        let store = Store {
+            conn,
+            path,
+            read_only: true,
+        };
+        store
+            .check_read_only_schema()
+            .with_context(|| format!("database {} (read-only)", store.path.display()))?;
+        Ok(store)
+    }
+
+    /// The schema of a database that cannot be migrated: exactly this version.
+    fn check_read_only_schema(&self) -> Result<()> {
+        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        let version = self.user_version()?;
+        if version == 0 {
+            bail!(
+                "{} holds no fleetagent database (empty, or another program's file)",
+                self.path.display()
+            );
+        }
+        if version > SCHEMA_VERSION {
+            bail!(
+                "schema version {version} is newer than this fleetagent understands ({SCHEMA_VERSION}); \
+                 upgrade fleetagent (the database was left untouched)"
+            );
+        }
+        if version < SCHEMA_VERSION {
+            bail!(
+                "schema version {version} is older than this fleetagent's ({SCHEMA_VERSION}) and \
+                 cannot be migrated on a read-only file system: read it with the fleetagent that \
+                 wrote it, or once the file system is writable again"
+            );
+        }
+        self.conn
+            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;")?;
+        Ok(())
+    }
+
     /// An in-memory store with the real migrations, for tests.
     pub fn open_memory(now: Millis) -> Result<Store> {
         let conn = Connection::open_in_memory()?;
         let mut store = Store {
             conn,
             path: PathBuf::from(":memory:"),
+            read_only: false,
         };
         store.setup(now, OpenMode::Create)?;
         Ok(store)
@@ -252,7 +341,7 @@ impl Store {
     /// the next process rebuilds the wal-index as if nothing had been copied back, so the WAL
     /// would never restart and would grow forever.
     pub fn checkpoint(&self) {
-        if self.path == Path::new(":memory:") {
+        if self.read_only || self.path == Path::new(":memory:") {
             return;
         }
         let result = self.conn.busy_timeout(Duration::ZERO).and_then(|()| {
@@ -271,9 +360,7 @@ impl Store {
 
     /// SQLite's file beside the database: `-wal` or `-shm`.
     pub fn side_file(&self, suffix: &str) -> PathBuf {
-        let mut name = self.path.clone().into_os_string();
-        name.push(suffix);
-        PathBuf::from(name)
+        side_file(&self.path, suffix)
     }
 
     /// The WAL's size in bytes (0 when absent).
@@ -305,6 +392,41 @@ impl Store {
             })?;
         Ok(seq.unwrap_or(0) + 1)
     }
+}
+
+fn side_file(db: &Path, suffix: &str) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn no_database(state_dir: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "no database in state dir {} (run `fleetagent init` or `fleetagent run` there first, \
+         or pass the right --state-dir / config)",
+        state_dir.display()
+    )
+}
+
+/// A path as the path of a `file:` URI: SQLite reads `?` as the start of the parameters, `#`
+/// as a fragment and `%` as an escape, so those three are escaped.
+fn uri_path(path: &Path) -> Result<String> {
+    let Some(text) = path.to_str() else {
+        bail!(
+            "{} is not valid UTF-8: it cannot be opened read-only",
+            path.display()
+        );
+    };
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
 }
 
 /// A store on a real file (made by [`Store::open`], as every command does) in a fresh temp
@@ -382,6 +504,7 @@ mod tests {
         let mut s = Store {
             conn,
             path: PathBuf::from(":memory:"),
+            read_only: false,
         };
         s.setup(2_000, OpenMode::Existing).unwrap();
         assert_eq!(s.next_run_id().unwrap(), 51);
@@ -448,6 +571,61 @@ mod tests {
         assert!(
             format!("{err:#}").contains("no fleetagent schema"),
             "{err:#}"
+        );
+    }
+
+    #[test]
+    fn read_only_open_sees_the_wal_writes_nothing_and_refuses_an_older_schema() {
+        // A dir name with the characters a `file:` URI reads as syntax.
+        let dir = tempfile::Builder::new()
+            .prefix("a?b#c%d")
+            .tempdir()
+            .unwrap();
+        let s = Store::open(dir.path(), OpenMode::Create, 0).unwrap();
+        events::insert(&s.conn, 1, "operator", "in the WAL", None, 5).unwrap();
+        drop(s);
+        assert!(
+            std::fs::metadata(dir.path().join("fleetagent.db-wal"))
+                .unwrap()
+                .len()
+                > 0
+        );
+        let events = |s: &Store| -> i64 {
+            s.conn
+                .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+                .unwrap()
+        };
+        let ro = Store::open_read_only(dir.path()).unwrap();
+        assert!(ro.read_only);
+        assert_eq!(events(&ro), 1, "the commit still in the WAL is seen");
+        let err = ro.conn.execute("DELETE FROM events", []).unwrap_err();
+        assert!(err.to_string().contains("readonly"), "{err}");
+        drop(ro);
+        // Checkpointed, without a WAL: read as it is (immutable).
+        Store::open(dir.path(), OpenMode::Existing, 0)
+            .unwrap()
+            .checkpoint();
+        assert_eq!(
+            std::fs::metadata(dir.path().join("fleetagent.db-wal"))
+                .unwrap()
+                .len(),
+            0
+        );
+        assert_eq!(events(&Store::open_read_only(dir.path()).unwrap()), 1);
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION - 1)
+            .unwrap();
+        drop(conn);
+        let err = Store::open_read_only(dir.path()).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("cannot be migrated on a read-only file system"),
+            "{err:#}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let err = Store::open_read_only(empty.path()).err().unwrap();
+        assert!(
+            err.to_string().starts_with("no database in state dir"),
+            "{err}"
         );
     }
 

@@ -12,6 +12,7 @@ mod hardening;
 mod layers;
 mod llm_client;
 mod llm_client_fixtures;
+mod messages;
 mod metrics;
 mod mind;
 mod plot;

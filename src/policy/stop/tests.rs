@@ -139,6 +139,53 @@ fn an_id_nobody_knows_is_looked_up_then_refused_even_forced() {
 }
 
 #[test]
+fn the_operator_reads_commands_and_the_model_its_tools() {
+    let c = config();
+    let s = snap();
+    let message = |a: &Answer| a.result.content["message"].as_str().unwrap().to_string();
+    let operator = |id| Ask::new(&c, id, false, true, false);
+    let tools = [
+        "list_instances",
+        "stop_instance",
+        "search_offers",
+        "instance_logs",
+    ];
+    // An id that is not ours.
+    let model = unknown(&ask(&c, 5), None, &s).content["message"].to_string();
+    assert!(model.contains("(list_instances shows them)"), "{model}");
+    let op = unknown(&operator(5), None, &s).content["message"].to_string();
+    assert!(
+        op.contains("(`fleetagent instances list` shows ours)"),
+        "{op}"
+    );
+    // A protection: the operator is told how to stop it anyway, the model is not.
+    let a = answer(gate(&operator(7), &s, &c));
+    protected(
+        &a,
+        Some("fleetagent-7"),
+        "last live worker while 4 proofs are queued; `fleetagent instances stop 7 --force` stops it anyway",
+    );
+    let model = message(&answer(gate(&ask(&c, 7), &s, &c)));
+    assert!(!model.contains("fleetagent instances"), "{model}");
+    // Someone else's instance: the command is named once, for both.
+    for a in [operator(99), ask(&c, 99)] {
+        let m = message(&answer(gate(&a, &s, &c)));
+        assert!(
+            m.ends_with("with `fleetagent instances stop 99 --force`"),
+            "{m}"
+        );
+    }
+    // Within policy.min_rental_mins.
+    let mut young = snap();
+    young.instances[1].created_at = NOW - MIN;
+    let a = answer(gate(&operator(8), &young, &c));
+    protected(&a, Some("fleetagent-8"), "stops it anyway");
+    for m in [op, message(&a)] {
+        assert!(!tools.iter().any(|t| m.contains(t)), "{m}");
+    }
+}
+
+#[test]
 fn a_foreign_instance_goes_only_by_force() {
     let c = config();
     let a = answer(gate(&ask(&c, 99), &snap(), &c));

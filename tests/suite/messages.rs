@@ -1,0 +1,306 @@
+//! Messages that point the operator the right way (issue 22, item 8), through the real
+//! binary: a config error named first (and no wait at a terminal), a read-only file system
+//! named and still readable by `inspect`, `history` and `doctor`, a full disk named with its
+//! free space, operator hints that name commands, and `history --run N` of a run that does
+//! not exist.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::fake_vast::{FakeVast, FAKE_API_KEY};
+use crate::common::fleet::{clean_env, Fleet, Run, BIN, FAST_CONFIG};
+
+#[test]
+fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
+    let f = Fleet::with_config("[run]\nnope = 1\n");
+    // Neither --state-dir nor $STATE_DIRECTORY (clean_env): the state dir is unknown.
+    let command = |c: &mut Command| {
+        c.arg("--config").arg(&f.config).arg("run");
+        clean_env(c);
+    };
+    // No terminal, as under systemd: the error first, then why it waits, and it waits.
+    let mut c = Command::new(BIN);
+    command(&mut c);
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("fleetagent: config ") && first.contains("unknown field `nope`"),
+        "{first}"
+    );
+    assert!(
+        second.contains("waiting 30s before exiting: the state dir is unknown"),
+        "{second}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "it waits before exiting, so systemd cannot restart it in a loop"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // At a terminal (script(1) gives the command a pty): the error alone, at once, exit 2.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIP the terminal half: script(1) (util-linux) is not installed");
+        return;
+    }
+    let line = format!("{BIN} --config '{}' run", f.config.display());
+    let mut c = Command::new("script");
+    c.args(["-qec", &line, "/dev/null"]);
+    clean_env(&mut c);
+    let t = Instant::now();
+    let out = Run::from(c.stdin(Stdio::null()).output().unwrap()).code(2);
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "no wait at a terminal"
+    );
+    assert!(out.stdout.contains("unknown field `nope`"), "{out:?}");
+    assert!(!out.stdout.contains("waiting"), "{out:?}");
+}
+
+#[test]
+fn history_of_a_missing_run_is_an_error_and_operator_hints_name_commands() {
+    let fake = FakeVast::start_real_time();
+    let other = fake.add_instance("not-ours");
+    let f = Fleet::new().env("VAST_API_KEY", FAKE_API_KEY);
+    f.write_config(&format!(
+        "{FAST_CONFIG}\n[vast]\nbase_url = \"{}\"\n[demand]\nsource = \"command\"\ncommand = \"echo '{{\\\"pending\\\":0,\\\"running\\\":0,\\\"completed_1h\\\":0,\\\"completed_15m\\\":0}}'\"\n",
+        fake.url()
+    ));
+    let r = f.cmd(&["history", "--run", "999"]).code(1);
+    assert_eq!(
+        r.stderr.trim(),
+        "fleetagent: run 999 does not exist: no run has been recorded yet"
+    );
+    f.cmd(&["run"]).ok();
+    for args in [
+        &["history", "--run", "999"][..],
+        &["history", "--run", "999", "--json"],
+    ] {
+        let r = f.cmd(args).code(1);
+        assert_eq!(
+            r.stderr.trim(),
+            "fleetagent: run 999 does not exist: the highest run id is 1 (`fleetagent inspect` lists the recent runs)"
+        );
+        assert_eq!(r.stdout, "");
+    }
+    let r = f.cmd(&["history", "--run", "1"]).ok();
+    assert!(r.stdout.starts_with("--- run 1 "), "{}", r.stdout);
+
+    // The operator reads commands, never the model's tools.
+    let tools = [
+        "list_instances",
+        "stop_instance",
+        "launch_instance",
+        "search_offers",
+    ];
+    let r = f.cmd(&["instances", "stop", "12345"]).code(1);
+    assert!(
+        r.stderr
+            .contains("(`fleetagent instances list` shows ours)"),
+        "{}",
+        r.stderr
+    );
+    let r2 = f.cmd(&["instances", "stop", &other.to_string()]).code(1);
+    assert!(
+        r2.stderr.contains(&format!(
+            "only the operator can stop it, with `fleetagent instances stop {other} --force`"
+        )),
+        "{}",
+        r2.stderr
+    );
+    for line in [&r.stderr, &r2.stderr] {
+        assert!(!tools.iter().any(|t| line.contains(t)), "{line}");
+        assert_eq!(line.trim().lines().count(), 1, "{line}");
+    }
+}
+
+/// Runs `script` with `sh` in a private mount namespace (`unshare -m`), so mounts made there
+/// (a read-only bind, a tiny tmpfs) vanish with it; `$B` is the binary and `$OUT` a dir for
+/// what each command wrote ([`fa`], [`result`]). False, with the reason on stderr, where no
+/// such namespace can be made (not root, no unshare): the caller skips.
+fn in_private_mounts(f: &Fleet, script: &str) -> bool {
+    let probe = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "true"])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "SKIP: no private mount namespace (needs root): {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return false;
+        }
+        Err(e) => {
+            eprintln!("SKIP: unshare(1) not available: {e}");
+            return false;
+        }
+    }
+    let out = f.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-euc", script]);
+    clean_env(&mut c);
+    let o = c.env("B", BIN).env("OUT", &out).output().unwrap();
+    assert!(
+        o.status.success(),
+        "the namespace script failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    true
+}
+
+/// One fleetagent command in an [`in_private_mounts`] script, its output kept as `name`.
+fn fa(f: &Fleet, name: &str, args: &str) -> String {
+    format!(
+        "\"$B\" --config '{}' --state-dir '{}' {args} >\"$OUT/{name}.out\" 2>\"$OUT/{name}.err\" </dev/null && echo 0 >\"$OUT/{name}.rc\" || echo $? >\"$OUT/{name}.rc\"\n",
+        f.config.display(),
+        f.state.display()
+    )
+}
+
+fn result(f: &Fleet, name: &str) -> Run {
+    let read = |ext: &str| {
+        std::fs::read_to_string(f.path().join("out").join(format!("{name}.{ext}"))).unwrap()
+    };
+    Run {
+        code: read("rc").trim().parse().unwrap(),
+        stdout: read("out"),
+        stderr: read("err"),
+    }
+}
+
+#[test]
+fn a_read_only_state_dir_is_named_and_still_read() {
+    let f = Fleet::new();
+    f.cmd(&["run"]).ok();
+    // Committed after the run's checkpoint, so it is in the WAL only.
+    f.cmd(&["message", "still in the WAL"]).ok();
+    assert!(
+        std::fs::metadata(f.state.join("fleetagent.db-wal"))
+            .unwrap()
+            .len()
+            > 0
+    );
+    let s = f.state.display();
+    let mut script = format!("mount --bind '{s}' '{s}'\nmount -o remount,bind,ro '{s}'\n");
+    for (name, args) in [
+        ("inspect", "inspect --json"),
+        ("history", "history"),
+        ("missing", "history --run 999"),
+        ("doctor", "doctor"),
+        ("trigger", "trigger -p 0 -r x"),
+        ("run", "run"),
+    ] {
+        script.push_str(&fa(&f, name, args));
+    }
+    if !in_private_mounts(&f, &script) {
+        return;
+    }
+    let named = "is on a read-only file system (the kernel remounts one read-only after a disk error: see `journalctl -k`)";
+    let inspect = result(&f, "inspect").ok().json();
+    assert_eq!(
+        inspect["unconsumed_events"], 1,
+        "the message still in the WAL is seen"
+    );
+    let history = result(&f, "history").ok();
+    assert!(history.stdout.contains("--- run 1 "), "{}", history.stdout);
+    let missing = result(&f, "missing").code(1);
+    assert!(
+        missing.stderr.contains("the highest run id is 1"),
+        "{missing:?}"
+    );
+    // doctor: the read-only file system is a problem, and the database's checks still ran
+    // (the price is read from it).
+    let doctor = result(&f, "doctor").code(1);
+    let first = doctor.stdout.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("state dir {s} {named}")),
+        "{first}"
+    );
+    assert!(
+        doctor.stdout.contains("\nprice unknown: "),
+        "{}",
+        doctor.stdout
+    );
+    assert!(!doctor.stdout.contains("database:"), "{}", doctor.stdout);
+    assert!(
+        !doctor.stdout.contains("not writable by uid"),
+        "{}",
+        doctor.stdout
+    );
+    for name in ["trigger", "run"] {
+        let r = result(&f, name).code(1);
+        assert!(r.stderr.contains(named), "{name}: {}", r.stderr);
+        assert!(!r.stderr.contains("owner/group"), "{name}: {}", r.stderr);
+    }
+    // Nothing was written meanwhile: the message waits for the next pass.
+    assert_eq!(f.inspect()["unconsumed_events"], 1);
+}
+
+#[test]
+fn a_full_disk_is_named_with_the_free_space() {
+    let f = Fleet::with_config(FAST_CONFIG);
+    let s = f.state.display();
+    // The state dir on a 1 MiB tmpfs. After a run the WAL is empty (checkpointed), so the
+    // side files can go: the next opening must make a -shm, which a full disk refuses
+    // (SQLITE_IOERR_SHMSIZE, 4874). Once an `inspect` has made it, a write fails instead
+    // (SQLITE_FULL, 13).
+    let fill_up = format!("dd if=/dev/zero of='{s}/fill' bs=64k 2>/dev/null || true\n");
+    let mut script = format!("mkdir -p '{s}'\nmount -t tmpfs -o size=1m,mode=2770 tmpfs '{s}'\n");
+    script.push_str(&fa(&f, "init", "init"));
+    script.push_str(&fa(&f, "run", "run"));
+    script.push_str(&format!(
+        "test ! -s '{s}/fleetagent.db-wal'\nrm '{s}/fleetagent.db-wal' '{s}/fleetagent.db-shm'\n"
+    ));
+    script.push_str(&fill_up);
+    script.push_str(&fa(&f, "shm", "trigger -p 0 -r x"));
+    script.push_str(&format!("rm '{s}/fill'\n"));
+    script.push_str(&fa(&f, "inspect", "inspect --json"));
+    script.push_str(&fill_up);
+    script.push_str(&fa(&f, "full", "trigger -p 0 -r x"));
+    if !in_private_mounts(&f, &script) {
+        return;
+    }
+    for name in ["init", "run", "inspect"] {
+        result(&f, name).ok();
+    }
+    let named = format!("fleetagent: no space left on device ({s}: ");
+    let shm = result(&f, "shm").code(1);
+    assert!(shm.stderr.starts_with(&named), "{}", shm.stderr);
+    assert!(
+        shm.stderr
+            .trim_end()
+            .ends_with("disk I/O error (SQLite code 4874)"),
+        "{}",
+        shm.stderr
+    );
+    let full = result(&f, "full").code(1);
+    assert!(full.stderr.starts_with(&named), "{}", full.stderr);
+    assert!(
+        full.stderr
+            .contains("database or disk is full (SQLite code 13)"),
+        "{}",
+        full.stderr
+    );
+    for r in [&shm, &full] {
+        assert!(
+            r.stderr
+                .contains(" bytes free; nothing can be recorded until some is freed"),
+            "{}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("Error code"), "{}", r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    }
+}
