@@ -167,13 +167,13 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
             title: TITLES[2].into(),
             series: vec![
                 series(
-                    "completed (1h, ours)",
+                    "ours (1h)",
                     "#1f77b4",
                     false,
                     col(&|s| count(n, s.ours_completed_1h)),
                 ),
                 series(
-                    "completed (1h, others)",
+                    "others (1h)",
                     "#17becf",
                     true,
                     col(&|s| Some(f64::from(s.completed_1h?.saturating_sub(s.ours_completed_1h?)))),
@@ -196,7 +196,7 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 ),
             ],
             note: Some(
-                "ours: by our instances' workers; others: the rest of the cluster; work seen = all completed in the last hour + waiting now"
+                "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now"
                     .into(),
             ),
             integer: false,
@@ -361,7 +361,7 @@ mod tests {
         rows[3].ours_completed_1h = None;
         assert_eq!(revenue(&rows[3]), None);
         let d = chart(&rows, NOW, 1.0);
-        assert!(d.svg.contains(">completed (1h, others)<"), "{}", d.svg);
+        assert!(d.svg.contains(">others (1h)<"), "{}", d.svg);
         let (_, profit) = cumulative(&points(&rows));
         assert_eq!(profit[3], None);
     }

@@ -548,7 +548,10 @@ fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
         err.contains("proofshare_meta.pprice is numeric, expected text"),
         "{err}"
     );
-    assert!(!err.contains("panicked") && !err.contains(pg::PASSWORD), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains(pg::PASSWORD),
+        "{err}"
+    );
 
     // A run: the pass holds as for a failed probe (the same exit as against a HarmonyDB
     // that is down), and says why.
@@ -575,5 +578,8 @@ fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
          UPDATE curio.proofshare_meta SET pprice = NULL;",
     );
     let err = format!("{:#}", probe_as(db.url()).unwrap_err());
-    assert!(err.contains("proofshare_meta.pprice is NULL, expected text"), "{err}");
+    assert!(
+        err.contains("proofshare_meta.pprice is NULL, expected text"),
+        "{err}"
+    );
 }
