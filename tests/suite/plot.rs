@@ -426,7 +426,15 @@ fn the_sim_plot_of_a_priced_scenario_has_the_price_and_profit_panels_with_round_
     let mut sim = Command::new(crate::common::fleet::BIN);
     crate::common::fleet::clean_env(&mut sim);
     let out = sim
-        .args(["sim", "--scenario", "price-drop", "--hours", "2", "--json", "--plot"])
+        .args([
+            "sim",
+            "--scenario",
+            "price-drop",
+            "--hours",
+            "2",
+            "--json",
+            "--plot",
+        ])
         .arg(&svg_path)
         .output()
         .unwrap();
@@ -442,7 +450,10 @@ fn the_sim_plot_of_a_priced_scenario_has_the_price_and_profit_panels_with_round_
     for legend in ["revenue", "profit"] {
         assert!(texts.contains(&legend), "no {legend:?} line in {texts:?}");
     }
-    assert!(!svg.contains("no price modelled"), "price-drop models a price");
+    assert!(
+        !svg.contains("no price modelled"),
+        "price-drop models a price"
+    );
     // Every panel drawn by a real renderer, the money panels included.
     let frames: Vec<(f64, f64, f64, f64)> = doc
         .descendants()
@@ -465,7 +476,10 @@ fn the_sim_plot_of_a_priced_scenario_has_the_price_and_profit_panels_with_round_
             "panel {i}: {labels:?}"
         );
         if i < 2 {
-            assert!(labels.iter().all(|v| v.fract() == 0.0), "panel {i}: {labels:?}");
+            assert!(
+                labels.iter().all(|v| v.fract() == 0.0),
+                "panel {i}: {labels:?}"
+            );
         }
     }
     assert_eq!(
