@@ -174,14 +174,7 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "1 when the last pass read the demand, 0 when the probe failed or never ran.",
         demand.is_some() as u8 as f64,
     ));
-    economics(
-        conn,
-        config,
-        now,
-        dph,
-        demand.as_ref().map(|_| field("completed_1h") as u32),
-        &mut f,
-    )?;
+    economics(conn, config, now, &mut f)?;
     let emergency = runs::last_ok_emergency(conn).ok().flatten();
     f.push(one(
         "fleetagent_emergency",
@@ -230,29 +223,20 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
     Ok(render(&f))
 }
 
-/// Revenue per proof, the fleet's cost per proof and the profit per hour, as the observation
-/// states them. A figure that is unknown (no price; a fleet that proves nothing) has no
-/// sample, never a NaN or a 0; `fleetagent_price_known` says which.
+/// Revenue per proof, the fleet's cost per proof and its revenue and profit per hour, as
+/// the observation states them: over the last hour's completions of our own instances'
+/// workers, the cluster's others apart. A figure that is unknown (no price; completions
+/// that cannot be told apart; a fleet that proved nothing has no cost per proof) has no
+/// sample, never a NaN or a 0; `fleetagent_price_known` says whether the price is known.
 fn economics(
     conn: &Connection,
     config: &crate::config::Config,
     now: Millis,
-    fleet_dph: f64,
-    completed_1h: Option<u32>,
     f: &mut Vec<Family>,
 ) -> Result<()> {
-    let price = crate::run::observe::stored_price(conn, config, now)?.0.ok();
-    let measured = crate::store::curio::rate_map(conn)?;
-    let capacity: f64 = instances::live(conn)?
-        .iter()
-        .filter(|r| {
-            use crate::fleet::{BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
-            // What counts in the observation's `Projected` figure.
-            r.gone_at.is_none()
-                && matches!(r.state, LAUNCHING | LOADING | BOOTED | REGISTERED | PROVING)
-        })
-        .map(|r| crate::fleet::rate_of(r, config, &measured))
-        .sum();
+    let stored = crate::inspect::economics::stored(conn, config, now)?;
+    let e = stored.economics;
+    let price = stored.price.ok();
     f.push(one(
         "fleetagent_price_known",
         "gauge",
@@ -260,39 +244,41 @@ fn economics(
         price.is_some() as u8 as f64,
     ));
     let sample = |v: Option<f64>| v.filter(|x| x.is_finite()).map(|x| (Vec::new(), x));
-    f.push(Family {
-        name: "fleetagent_revenue_per_proof_dollars",
+    let gauge = |name, help, v: Option<f64>| Family {
+        name,
         kind: "gauge",
-        help: "Dollars one proof earns (ask price in FIL x FIL/USD); no sample while the price is unknown.",
-        samples: sample(price.as_ref().map(|p| p.revenue_per_proof))
-            .into_iter()
-            .collect(),
-    });
-    let (pph, basis) = match completed_1h {
-        Some(n) if n > 0 => (n as f64, "completions"),
-        _ => (capacity, "capacity"),
+        help,
+        samples: sample(v).into_iter().collect(),
     };
+    f.push(gauge(
+        "fleetagent_revenue_per_proof_dollars",
+        "Dollars one proof earns (ask price in FIL x FIL/USD); no sample while the price is unknown.",
+        price.as_ref().map(|p| p.revenue_per_proof),
+    ));
     f.push(Family {
-        name: "fleetagent_fleet_cost_per_proof_dollars",
+        name: "fleetagent_proofs_completed_last_hour",
         kind: "gauge",
-        help: "The fleet's $/h over the last hour's completions (basis=\"completions\"), else over its proofs/h capacity (basis=\"capacity\"); no sample while it proves nothing.",
-        samples: (pph > 0.0)
-            .then(|| (vec![("basis", basis.to_string())], fleet_dph / pph))
+        help: "Curio's successful PSProve completions of the last hour: whose=\"ours\" by our instances' workers, whose=\"others\" by the rest of the cluster; no sample while the last reading failed or cannot tell them apart.",
+        samples: [("ours", e.ours_completed_1h), ("others", e.others_completed_1h)]
             .into_iter()
+            .filter_map(|(whose, n)| Some((vec![("whose", whose.to_string())], f64::from(n?))))
             .collect(),
     });
-    let econ = price
-        .as_ref()
-        .map(|p| crate::price::fleet_economics(p, fleet_dph, capacity, completed_1h));
-    f.push(Family {
-        name: "fleetagent_profit_dollars_per_hour",
-        kind: "gauge",
-        help: "Revenue per proof x proofs/h (same basis as the cost per proof) less the fleet's $/h; no sample while the price is unknown.",
-        samples: econ
-            .map(|e| (vec![("basis", e.basis.to_string())], e.profit_per_hour))
-            .into_iter()
-            .collect(),
-    });
+    f.push(gauge(
+        "fleetagent_fleet_cost_per_proof_dollars",
+        "The fleet's $/h over our completions of the last hour; no sample while we completed none (or that is unknown).",
+        e.cost_per_proof,
+    ));
+    f.push(gauge(
+        "fleetagent_revenue_dollars_per_hour",
+        "Our completions of the last hour x the revenue per proof; no sample while either is unknown.",
+        e.revenue_per_hour,
+    ));
+    f.push(gauge(
+        "fleetagent_profit_dollars_per_hour",
+        "Revenue per hour (ours) less the fleet's $/h: negative for a fleet that bills and proves nothing; no sample while unknown.",
+        e.profit_per_hour,
+    ));
     Ok(())
 }
 
@@ -369,29 +355,47 @@ mod tests {
             !text.contains("\nfleetagent_revenue_per_proof_dollars "),
             "{text}"
         );
-        assert!(
-            !text.contains("\nfleetagent_profit_dollars_per_hour{"),
-            "{text}"
-        );
+        for unknown in [
+            "\nfleetagent_profit_dollars_per_hour ",
+            "\nfleetagent_fleet_cost_per_proof_dollars ",
+            "\nfleetagent_proofs_completed_last_hour{",
+        ] {
+            assert!(!text.contains(unknown), "{text}");
+        }
     }
 
     #[test]
-    fn a_known_price_gives_revenue_cost_and_profit() {
+    fn a_known_price_gives_revenue_cost_and_profit_over_our_completions() {
         let s = Store::open_memory(0).unwrap();
         let mut c = crate::config::Config::default();
-        c.policy.proofs_per_hour_per_instance = 20.0;
         c.price.proof_price_fil = Some(0.01);
         c.price.fil_usd = Some(4.0);
         let mut row =
             crate::fleet::fixtures::row("fleetagent-a", Some(1), crate::fleet::PROVING, 0.5);
-        row.gpu_name = Some("RTX 4090".into());
+        row.worker_address = Some("172.17.0.2:12300".into());
         instances::upsert(&s.conn, &row).unwrap();
+        let pass = serde_json::json!({"demand": {
+            "pending": 0, "running": 1, "completed_1h": 30, "completed_15m": 8,
+            "history": [
+                {"host_and_port": "172.17.0.2:12300", "proofs": 20, "first_end_secs_ago": 3000,
+                 "last_end_secs_ago": 30, "completed_1h": 20},
+                {"host_and_port": "10.0.0.1:12300", "proofs": 10, "first_end_secs_ago": 3000,
+                 "last_end_secs_ago": 30, "completed_1h": 10}]}});
+        s.conn
+            .execute(
+                "UPDATE agent_state SET last_demand = ?1",
+                [pass.to_string()],
+            )
+            .unwrap();
         let text = collect(&s.conn, &c, 1_000).unwrap();
         for want in [
             "fleetagent_price_known 1",
             "fleetagent_revenue_per_proof_dollars 0.04",
-            "fleetagent_fleet_cost_per_proof_dollars{basis=\"capacity\"} 0.025",
-            "fleetagent_profit_dollars_per_hour{basis=\"capacity\"} 0.3",
+            "fleetagent_proofs_completed_last_hour{whose=\"ours\"} 20",
+            "fleetagent_proofs_completed_last_hour{whose=\"others\"} 10",
+            "fleetagent_fleet_cost_per_proof_dollars 0.025",
+            "fleetagent_revenue_dollars_per_hour 0.8",
+            "fleetagent_profit_dollars_per_hour 0.3",
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }

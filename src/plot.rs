@@ -3,9 +3,12 @@
 //! [`Chart`] is panels stacked over one time axis; each panel has its own y axis (from 0, or
 //! below 0 when a series goes negative) and a legend on the right. A `None` value is a gap:
 //! the line stops there and starts again at the next known value, so an unknown is never
-//! drawn as a zero.
+//! drawn as a zero. Ticks are round: the y axis steps by 1, 2 or 5 x 10^n (whole steps for
+//! counts), the time axis by round spans of clock time ([`time_ticks`], [`hour_ticks`]).
 
 use std::fmt::Write as _;
+
+use crate::clock::{to_datetime, Millis};
 
 const WIDTH: f64 = 960.0;
 const PANEL: f64 = 170.0;
@@ -41,22 +44,24 @@ pub struct Panel {
     pub series: Vec<Series>,
     /// A line of small print under the panel's time axis (what its gaps mean, say).
     pub note: Option<String>,
+    /// Its values are counts: the y axis steps by whole numbers.
+    pub integer: bool,
 }
 
-/// Panels over one time axis running from `x_lo` to `x_hi` (any unit: `tick` names a value).
-pub struct Chart<'a> {
+/// Panels over one time axis running from `x_lo` to `x_hi` (any unit: the ticks name it).
+pub struct Chart {
     pub title: String,
     pub x: Vec<f64>,
     pub x_lo: f64,
     pub x_hi: f64,
-    /// The label of a tick at this x value (9 ticks, evenly spaced).
-    pub tick: &'a dyn Fn(f64) -> String,
+    /// The time axis's ticks inside `[x_lo, x_hi]`: position and label.
+    pub ticks: Vec<(f64, String)>,
     pub panels: Vec<Panel>,
     /// Drawn across the first panel when set (a chart with nothing to show says why).
     pub message: Option<String>,
 }
 
-impl Chart<'_> {
+impl Chart {
     /// The space between two panels.
     fn gap(&self) -> f64 {
         if self.panels.iter().any(|p| p.note.is_some()) {
@@ -78,38 +83,175 @@ pub fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// A round axis maximum at or above `v`.
-fn nice_max(v: f64) -> f64 {
-    if v <= 0.0 {
+/// The smallest step of 1, 2 or 5 x 10^n at or above `raw` (1 for anything not positive).
+pub fn round_step(raw: f64) -> f64 {
+    if !(raw.is_finite() && raw > 0.0) {
         return 1.0;
     }
-    let mag = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
-        if m * mag >= v {
+    let mag = 10f64.powi(raw.log10().floor() as i32);
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        // The tolerance keeps 0.3/3 = 0.09999... from stepping up to 0.2.
+        if m * mag >= raw * (1.0 - 1e-9) {
             return m * mag;
         }
     }
     10.0 * mag
 }
 
-/// The y axis of these series: `(lo, hi, steps)`. From 0 to a round maximum in 4 steps
-/// when nothing is negative; else round steps covering both signs, 0 on a grid line.
-fn y_range(series: &[Series]) -> (f64, f64, u32) {
+/// A y axis: from `lo` up by `steps` steps of `step`, each a round number.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YAxis {
+    pub lo: f64,
+    pub step: f64,
+    pub steps: u32,
+}
+
+impl YAxis {
+    pub fn hi(&self) -> f64 {
+        self.value(self.steps)
+    }
+
+    /// The value of grid line `k` (from the bottom), computed from whole multiples of the
+    /// step so labels carry no float noise.
+    pub fn value(&self, k: u32) -> f64 {
+        ((self.lo / self.step).round() + f64::from(k)) * self.step + 0.0
+    }
+
+    /// Decimals a label needs at this step: 0 for 1, 2, 5, 10...; 2 for 0.05.
+    fn decimals(&self) -> usize {
+        (-self.step.log10().floor()).max(0.0) as usize
+    }
+
+    pub fn label(&self, k: u32) -> String {
+        let d = self.decimals();
+        format!("{:.d$}", self.value(k))
+    }
+}
+
+/// At most this many steps on a y axis (about 5: enough to read, few enough to label).
+const Y_STEPS: f64 = 5.0;
+
+/// The y axis of these series: round steps (1, 2 or 5 x 10^n; at least 1 for counts) from 0,
+/// or from below 0 when a value is negative, with 0 on a grid line.
+pub fn y_axis(series: &[Series], integer: bool) -> YAxis {
     let known = || {
         series
             .iter()
             .flat_map(|s| s.values.iter().flatten().copied())
+            .filter(|v| v.is_finite())
     };
     let max = known().fold(0.0, f64::max);
     let min = known().fold(0.0, f64::min);
-    if min >= 0.0 {
-        return (0.0, nice_max(max), 4);
+    let span = max - min;
+    let mut step = if span > 0.0 {
+        round_step(span / Y_STEPS)
+    } else {
+        1.0
+    };
+    if integer {
+        step = step.max(1.0);
     }
-    let step = nice_max((max - min) / 4.0);
     let lo = (min / step).floor() * step;
-    let hi = ((max / step).ceil() * step).max(lo + step);
-    let steps = ((hi - lo) / step).round().max(1.0) as u32;
-    (lo, hi, steps)
+    let steps = (((max - lo) / step) - 1e-9).ceil().max(1.0) as u32;
+    YAxis { lo, step, steps }
+}
+
+/// Round spans of clock time a time axis may step by, in seconds.
+const TIME_STEPS: [i64; 24] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+    172_800, 604_800, 1_209_600, 2_592_000, 5_184_000, 7_776_000,
+];
+
+/// At most this many ticks on a time axis.
+const MAX_TICKS: i64 = 9;
+
+/// Ticks of a wall-clock axis from `lo` to `hi` (ms since the epoch): at whole multiples of a
+/// round span (UTC midnight for days), labelled `HH:MM` in UTC (`HH:MM:SS` under a minute's
+/// step). When the window spans more than one date, the first tick and each tick on a new
+/// date carry the date too: `03-02 00:00`.
+pub fn time_ticks(lo: Millis, hi: Millis) -> Vec<(f64, String)> {
+    let span_s = ((hi - lo).max(1) + 999) / 1000;
+    let step = TIME_STEPS
+        .iter()
+        .copied()
+        .find(|s| span_s / s < MAX_TICKS)
+        .unwrap_or(7_776_000);
+    let step_ms = step * 1000;
+    let first = lo.div_euclid(step_ms) * step_ms
+        + if lo.rem_euclid(step_ms) == 0 {
+            0
+        } else {
+            step_ms
+        };
+    let spans_days = to_datetime(lo).date_naive() != to_datetime(hi).date_naive();
+    let mut out = Vec::new();
+    let mut prev_date = None;
+    let mut t = first;
+    while t <= hi {
+        let dt = to_datetime(t);
+        let date = dt.date_naive();
+        let time = if step < 60 {
+            dt.format("%H:%M:%S").to_string()
+        } else {
+            dt.format("%H:%M").to_string()
+        };
+        let label = if spans_days && prev_date != Some(date) {
+            format!("{} {time}", dt.format("%m-%d"))
+        } else {
+            time
+        };
+        prev_date = Some(date);
+        out.push((t as f64, label));
+        t += step_ms;
+    }
+    out
+}
+
+/// Round spans of hours an hours axis may step by.
+const HOUR_STEPS: [f64; 15] = [
+    1.0 / 60.0,
+    2.0 / 60.0,
+    5.0 / 60.0,
+    10.0 / 60.0,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    3.0,
+    6.0,
+    12.0,
+    24.0,
+    48.0,
+    168.0,
+    336.0,
+];
+
+/// Ticks of an axis in hours (the simulator's, from its start) from `lo` to `hi`: whole
+/// multiples of a round span, labelled `6h`, `1h30m` or `30m`.
+pub fn hour_ticks(lo: f64, hi: f64) -> Vec<(f64, String)> {
+    let span = (hi - lo).max(1e-9);
+    let step = HOUR_STEPS
+        .iter()
+        .copied()
+        .find(|s| span / s < MAX_TICKS as f64)
+        .unwrap_or(720.0);
+    let mut out = Vec::new();
+    let mut k = (lo / step - 1e-9).ceil() as i64;
+    loop {
+        let h = k as f64 * step;
+        if h > hi + 1e-9 {
+            break;
+        }
+        let mins = (h * 60.0).round() as i64;
+        let label = match (mins / 60, mins % 60) {
+            (0, m) if m != 0 => format!("{m}m"),
+            (hours, 0) => format!("{hours}h"),
+            (hours, m) => format!("{hours}h{m:02}m"),
+        };
+        out.push((h + 0.0, label));
+        k += 1;
+    }
+    out
 }
 
 /// The runs of consecutive known values, each as (x, value) points.
@@ -129,11 +271,12 @@ fn segments<'a>(x: &'a [f64], values: &'a [Option<f64>]) -> Vec<Vec<(f64, f64)>>
     out
 }
 
-fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
+fn panel(out: &mut String, index: usize, chart: &Chart, p: &Panel) {
     let y0 = TOP + index as f64 * (PANEL + chart.gap());
     let plot_w = WIDTH - LEFT - RIGHT;
     let (x_lo, x_hi) = (chart.x_lo, chart.x_hi.max(chart.x_lo + 1e-9));
-    let (y_lo, y_hi, steps) = y_range(&p.series);
+    let axis = y_axis(&p.series, p.integer);
+    let (y_lo, y_hi, steps) = (axis.lo, axis.hi(), axis.steps);
     let _ = writeln!(
         out,
         r##"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"##,
@@ -145,7 +288,6 @@ fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
         r##"<rect x="{LEFT}" y="{y0:.1}" width="{plot_w:.1}" height="{PANEL}" fill="none" stroke="#999"/>"##
     );
     for k in 0..=steps {
-        let v = y_lo + (y_hi - y_lo) * k as f64 / steps as f64;
         let y = y0 + PANEL - PANEL * k as f64 / steps as f64;
         let _ = writeln!(
             out,
@@ -153,18 +295,22 @@ fn panel(out: &mut String, index: usize, chart: &Chart<'_>, p: &Panel) {
             LEFT + plot_w,
             LEFT - 6.0,
             y + 4.0,
-            label(v)
+            axis.label(k)
         );
     }
-    let ticks = 8;
-    for k in 0..=ticks {
-        let h = x_lo + (x_hi - x_lo) * k as f64 / ticks as f64;
-        let x = LEFT + plot_w * k as f64 / ticks as f64;
+    for (h, text) in chart
+        .ticks
+        .iter()
+        .filter(|(h, _)| (x_lo..=x_hi).contains(h))
+    {
+        let x = LEFT + plot_w * (h - x_lo) / (x_hi - x_lo);
         let _ = writeln!(
             out,
-            r##"<text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"##,
-            y0 + PANEL + 14.0,
-            escape(&(chart.tick)(h))
+            r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"##,
+            y0 + PANEL,
+            y0 + PANEL + 4.0,
+            y0 + PANEL + 15.0,
+            escape(text)
         );
     }
     if let Some(note) = &p.note {
@@ -242,22 +388,8 @@ pub fn trim(v: f64) -> String {
     }
 }
 
-/// A y axis label: as [`trim`] where one decimal is exact, else with the decimals it needs
-/// (up to 8: $0.0125, 1.25 proofs), so small values keep their scale.
-fn label(v: f64) -> String {
-    let exact = |d: i32| {
-        let m = v * 10f64.powi(d);
-        (m - m.round()).abs() < 1e-6 * m.abs().max(1.0)
-    };
-    if exact(1) {
-        return trim(v);
-    }
-    let d = (2..=8).find(|d| exact(*d)).unwrap_or(8) as usize;
-    format!("{v:.d$}")
-}
-
 /// The SVG document of this chart.
-pub fn svg(chart: &Chart<'_>) -> String {
+pub fn svg(chart: &Chart) -> String {
     let height = chart.size().1;
     let mut out = String::new();
     let _ = writeln!(
@@ -291,16 +423,20 @@ mod tests {
     use super::*;
 
     fn chart(panels: Vec<Panel>, x: Vec<f64>) -> String {
-        let tick = |h: f64| format!("{}h", trim(h));
         svg(&Chart {
             title: "t".into(),
             x_lo: 0.0,
             x_hi: *x.last().unwrap_or(&1.0),
+            ticks: hour_ticks(0.0, *x.last().unwrap_or(&1.0)),
             x,
-            tick: &tick,
             panels,
             message: None,
         })
+    }
+
+    fn axis_labels(values: Vec<f64>, integer: bool) -> Vec<String> {
+        let a = y_axis(&[Series::full("p", "#000", false, values)], integer);
+        (0..=a.steps).map(|k| a.label(k)).collect()
     }
 
     #[test]
@@ -324,6 +460,7 @@ mod tests {
                 title: "p".into(),
                 series: vec![s],
                 note: Some("gaps: <unknown>".into()),
+                integer: false,
             }],
             (0..7).map(f64::from).collect(),
         );
@@ -333,20 +470,55 @@ mod tests {
     }
 
     #[test]
+    fn y_ticks_step_by_one_two_or_five_and_counts_by_whole_numbers() {
+        // The issue's 6.25 tasks (max 25 over 4 steps) and 0.75 instances (max 3 or 1).
+        assert_eq!(
+            axis_labels(vec![0.0, 25.0], true),
+            ["0", "5", "10", "15", "20", "25"]
+        );
+        assert_eq!(axis_labels(vec![0.0, 3.0], true), ["0", "1", "2", "3"]);
+        assert_eq!(axis_labels(vec![1.0, 1.0], true), ["0", "1"]);
+        assert_eq!(axis_labels(vec![0.0, 7.0], true), ["0", "2", "4", "6", "8"]);
+        assert_eq!(
+            axis_labels(vec![0.0, 130.0], false),
+            ["0", "50", "100", "150"]
+        );
+        assert_eq!(
+            axis_labels(vec![0.0, 0.04], false),
+            ["0.00", "0.01", "0.02", "0.03", "0.04"]
+        );
+        assert_eq!(
+            axis_labels(vec![0.0, 0.7], false),
+            ["0.0", "0.2", "0.4", "0.6", "0.8"]
+        );
+        // Every step of every axis is 1, 2 or 5 x 10^n, and whole for counts.
+        for max in [
+            0.3, 0.9, 1.0, 1.1, 2.5, 6.25, 12.0, 33.0, 99.0, 101.0, 1234.5,
+        ] {
+            for integer in [false, true] {
+                let a = y_axis(&[Series::full("p", "#000", false, vec![0.0, max])], integer);
+                let mantissa = a.step / 10f64.powi(a.step.log10().floor() as i32);
+                assert!(
+                    [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 1e-9),
+                    "{max}: step {}",
+                    a.step
+                );
+                assert!(a.hi() >= max && a.steps <= 6, "{max}: {a:?}");
+                assert!(!integer || a.step.fract() == 0.0, "{max}: {a:?}");
+            }
+        }
+    }
+
+    #[test]
     fn negative_values_get_an_axis_below_zero_with_zero_on_a_line() {
-        let (lo, hi, steps) = y_range(&[Series::full("p", "#000", false, vec![-3.0, 7.0])]);
-        assert_eq!((lo, hi, steps), (-5.0, 7.5, 5));
-        let (lo, hi, steps) = y_range(&[Series::full("p", "#000", false, vec![-0.4, -0.1])]);
-        assert!(lo <= -0.4 && hi >= 0.0 && steps >= 1, "{lo} {hi} {steps}");
         assert_eq!(
-            y_range(&[Series::full("p", "#000", false, vec![0.0, 130.0])]),
-            (0.0, 200.0, 4)
+            axis_labels(vec![-3.0, 7.0], false),
+            ["-4", "-2", "0", "2", "4", "6", "8"]
         );
-        assert_eq!(nice_max(7.0), 10.0);
-        assert_eq!(
-            [1.25, 7.5, 0.0005, 375.0, -2.5].map(label),
-            ["1.25", "7.5", "0.0005", "375", "-2.5"]
-        );
+        let a = y_axis(&[Series::full("p", "#000", false, vec![-0.4, -0.1])], false);
+        assert_eq!((a.lo, a.hi(), a.step), (-0.4, 0.0, 0.1));
+        assert_eq!(round_step(0.3 / 3.0), 0.1);
+        assert_eq!(round_step(0.0), 1.0);
     }
 
     #[test]
@@ -357,6 +529,67 @@ mod tests {
             dashed: false,
             values: vec![None, None],
         };
-        assert_eq!(y_range(&[s]), (0.0, 1.0, 4));
+        let a = y_axis(&[s], false);
+        assert_eq!((a.lo, a.hi(), a.steps), (0.0, 1.0, 1));
+    }
+
+    const T: Millis = 1_772_409_600_000; // 2026-03-02T00:00:00Z
+
+    fn labels(ticks: &[(f64, String)]) -> Vec<&str> {
+        ticks.iter().map(|(_, l)| l.as_str()).collect()
+    }
+
+    #[test]
+    fn time_ticks_are_round_utc_clock_times_with_the_date_across_days() {
+        // An hour to 10:07: every 10 minutes, on the minute.
+        let hi = T + 10 * 3_600_000 + 7 * 60_000;
+        let ticks = time_ticks(hi - 3_600_000, hi);
+        assert_eq!(
+            labels(&ticks),
+            ["09:10", "09:20", "09:30", "09:40", "09:50", "10:00"]
+        );
+        assert!(ticks.iter().all(|(t, _)| (*t as Millis) % 600_000 == 0));
+        // A day to 10:07: every 3 hours, the date where it changes.
+        let ticks = time_ticks(hi - 86_400_000, hi);
+        assert_eq!(
+            labels(&ticks),
+            [
+                "03-01 12:00",
+                "15:00",
+                "18:00",
+                "21:00",
+                "03-02 00:00",
+                "03:00",
+                "06:00",
+                "09:00"
+            ]
+        );
+        // Seconds for a window of seconds.
+        assert_eq!(
+            labels(&time_ticks(T + 5_000, T + 40_000)),
+            [
+                "00:00:05", "00:00:10", "00:00:15", "00:00:20", "00:00:25", "00:00:30", "00:00:35",
+                "00:00:40"
+            ]
+        );
+        // A year: at most 9 ticks, whatever the span.
+        let year = time_ticks(hi - 8784 * 3_600_000, hi);
+        assert!(!year.is_empty() && year.len() <= 9, "{year:?}");
+    }
+
+    #[test]
+    fn hour_ticks_are_round_spans_from_the_start() {
+        assert_eq!(
+            labels(&hour_ticks(0.0, 24.0)),
+            ["0h", "3h", "6h", "9h", "12h", "15h", "18h", "21h", "24h"]
+        );
+        assert_eq!(
+            labels(&hour_ticks(0.0, 1.0)),
+            ["0h", "10m", "20m", "30m", "40m", "50m", "1h"]
+        );
+        assert_eq!(
+            labels(&hour_ticks(0.0, 3.0))[..4],
+            ["0h", "30m", "1h", "1h30m"]
+        );
     }
 }

@@ -146,6 +146,7 @@ fn history(doc: &Map<String, Value>) -> Result<Vec<WorkerHistory>> {
                     None | Some(Value::Null) => None,
                     Some(_) => Some(secs("busy_secs")?),
                 },
+                completed_1h: optional_count(h, "completed_1h", &path("completed_1h"))?,
             })
         })
         .collect()
@@ -312,7 +313,10 @@ mod tests {
                 "proofshare_enabled": false, "request_loop": "stalled",
                 "ask_price_attofil": "5000000000000000", "paid_1h": 7, "pow_1h": 1,
                 "history": [{"host_and_port": "1.2.3.4:12300", "proofs": 9,
-                             "first_end_secs_ago": 3000, "last_end_secs_ago": 60}],
+                             "first_end_secs_ago": 3000, "last_end_secs_ago": 60},
+                            {"host_and_port": "1.2.3.5:12300", "proofs": 12,
+                             "first_end_secs_ago": 9000, "last_end_secs_ago": 60,
+                             "completed_1h": 5}],
                 "notes": ["no SELECT on curio.proofshare_provider_payments"]}"#,
         )
         .unwrap();
@@ -323,8 +327,13 @@ mod tests {
         assert_eq!(d.request_loop, Some(RequestLoop::Stalled));
         assert_eq!(d.ask_price_attofil.as_deref(), Some("5000000000000000"));
         assert_eq!((d.paid_1h, d.pow_1h), (Some(7), Some(1)));
-        assert_eq!(d.history.len(), 1);
+        assert_eq!(d.history.len(), 2);
         assert_eq!(d.history[0].proofs, 9);
+        // Without `completed_1h` the hour is settled by the ages (all 9 ended within it);
+        // with it, it is read.
+        assert_eq!(d.history[0].completed_1h, None);
+        assert_eq!(d.history[0].hour_count(), Some(9));
+        assert_eq!(d.history[1].hour_count(), Some(5));
         assert_eq!(d.notes.len(), 1);
         // Disabled: nothing is work, so no emergency however much is queued.
         assert_eq!(d.queued_work(), 0);
@@ -344,6 +353,11 @@ mod tests {
                 "history[0]",
             ),
             (r#""notes": [1]"#, "notes[0]"),
+            (
+                r#""history": [{"host_and_port": "h:1", "proofs": 1, "first_end_secs_ago": 9,
+                                "last_end_secs_ago": 9, "completed_1h": -1}]"#,
+                "history[0].completed_1h",
+            ),
         ] {
             let err = parse_demand_json(&format!("{{{base}, {extra}}}")).unwrap_err();
             assert!(err.to_string().contains(field), "{extra}: {err}");

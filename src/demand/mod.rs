@@ -63,6 +63,29 @@ pub struct WorkerHistory {
     /// learned from it leaves out the idle time between proofs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busy_secs: Option<u64>,
+    /// Successful completions of the last hour, when read (every `harmonydb` reading; an
+    /// `http` or `command` document may leave it out): which of the cluster's completions
+    /// are ours (`fleet::rates::completions_1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_1h: Option<u32>,
+}
+
+impl WorkerHistory {
+    /// Completions of the last hour: read, else settled by the ages when all of the window's
+    /// proofs ended within the hour, or none did; else unknown.
+    pub fn hour_count(&self) -> Option<u32> {
+        const HOUR: u64 = 3600;
+        if let Some(n) = self.completed_1h {
+            return Some(n);
+        }
+        if self.last_end_secs_ago >= HOUR {
+            Some(0)
+        } else if self.first_end_secs_ago < HOUR {
+            Some(self.proofs)
+        } else {
+            None
+        }
+    }
 }
 
 /// The window of [`Demand::history`].

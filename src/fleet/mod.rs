@@ -416,6 +416,7 @@ mod tests {
             first_end_secs_ago: 3000,
             last_end_secs_ago: 600,
             busy_secs: None,
+            completed_1h: None,
         }];
         assert!(why(&s).is_empty());
         // A completion older than the limit does not count.

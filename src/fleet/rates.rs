@@ -1,13 +1,16 @@
 //! Learned rates, pure: proofs per hour measured per GPU model from Curio's per-worker
 //! history (`Demand::history`, keyed on `host_and_port`) matched to our instances, and the
 //! rate a GPU is reckoned at: pinned in `policy.gpu_rates`, else measured, else
-//! `policy.proofs_per_hour_per_instance`.
+//! `policy.proofs_per_hour_per_instance`. The same history, matched the same way, tells
+//! which of the cluster's completions are ours ([`completions_1h`]: profit is ours).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::config::Config;
 use crate::demand::Demand;
 use crate::store::instances::InstanceRow;
+
+use super::workers::host_of;
 
 /// GPU model -> measured proofs/h (`Snapshot::measured_rates`, the `measured_rates` table).
 pub type Rates = BTreeMap<String, f64>;
@@ -80,6 +83,74 @@ pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
         .collect()
 }
 
+/// The last hour's completions of the cluster, split into those of our own instances'
+/// workers and the rest (on-prem provers, other fleets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Completions {
+    /// Curio's successful completions of the last hour, every machine's.
+    pub cluster: u32,
+    /// Those of our instances' workers; None when the reading cannot tell (an `http` or
+    /// `command` document with completions and no per-machine `history`, or a machine of
+    /// ours whose hour is not settled by its history).
+    pub ours: Option<u32>,
+}
+
+impl Completions {
+    /// The cluster's other completions (None while ours are unknown).
+    pub fn others(&self) -> Option<u32> {
+        self.ours.map(|o| self.cluster.saturating_sub(o))
+    }
+}
+
+/// The last hour's completions, ours apart: a `demand.history` entry is ours when its
+/// `host_and_port` is the worker address recorded for one of our instances that is not
+/// gone (set by reconciliation from the worker matched by machine name = label, else by
+/// IP: the matching learned rates rely on), else the address of a live worker named after
+/// one of ours, else when its host is the public IP of exactly one of ours. Unlike learned
+/// rates, an address two of ours share counts (both are ours).
+pub fn completions_1h(instances: &[InstanceRow], demand: &Demand) -> Completions {
+    let cluster = demand.completed_1h;
+    let ours_rows: Vec<&InstanceRow> = instances.iter().filter(|r| r.gone_at.is_none()).collect();
+    let mut addresses: HashSet<&str> = ours_rows
+        .iter()
+        .filter_map(|r| r.worker_address.as_deref().map(str::trim))
+        .filter(|a| !a.is_empty())
+        .collect();
+    let labels: HashSet<&str> = ours_rows.iter().map(|r| r.label.trim()).collect();
+    addresses.extend(
+        demand
+            .workers
+            .iter()
+            .filter(|w| labels.contains(w.machine_name.trim()))
+            .map(|w| w.host_and_port.trim()),
+    );
+    let mut ip_count: HashMap<&str, usize> = HashMap::new();
+    for ip in ours_rows
+        .iter()
+        .filter_map(|r| r.public_ip.as_deref().map(str::trim))
+        .filter(|ip| !ip.is_empty())
+    {
+        *ip_count.entry(ip).or_default() += 1;
+    }
+    let is_ours = |host_and_port: &str| {
+        let a = host_and_port.trim();
+        addresses.contains(a) || ip_count.get(host_of(a)) == Some(&1)
+    };
+    if demand.history.is_empty() {
+        // No per-machine history: nothing of ours completed only if nothing did.
+        return Completions {
+            cluster,
+            ours: (cluster == 0).then_some(0),
+        };
+    }
+    let ours = demand
+        .history
+        .iter()
+        .filter(|h| is_ours(&h.host_and_port))
+        .try_fold(0u32, |sum, h| Some(sum.saturating_add(h.hour_count()?)));
+    Completions { cluster, ours }
+}
+
 /// Is this GPU pinned by the operator in `policy.gpu_rates`?
 pub fn pinned(config: &Config, gpu_name: &str) -> Option<f64> {
     config.policy.pinned_rate(gpu_name)
@@ -136,6 +207,7 @@ mod tests {
             first_end_secs_ago: first,
             last_end_secs_ago: last,
             busy_secs: None,
+            completed_1h: None,
         }
     }
 
@@ -232,5 +304,85 @@ mod tests {
         assert_eq!(rate_source(&c, &measured, "RTX 4090"), "pinned");
         assert_eq!(rate_source(&c, &measured, "RTX 3090"), "measured");
         assert_eq!(rate_source(&c, &measured, "A100"), "default");
+    }
+
+    fn in_hour(address: &str, n: u32) -> WorkerHistory {
+        WorkerHistory {
+            completed_1h: Some(n),
+            ..hist(address, n, 3000, 60)
+        }
+    }
+
+    #[test]
+    fn our_completions_are_those_of_our_workers_and_the_rest_are_the_clusters() {
+        let mut by_address = ours("fleetagent-a", "RTX 4090", "172.17.0.2:12300");
+        by_address.public_ip = Some("203.0.113.5".into());
+        // No address recorded yet: its live worker is named after its label.
+        let mut by_name = row("fleetagent-b", Some(2), PROVING, 0.4);
+        by_name.worker_address = None;
+        // Neither: its worker registered with the instance's public IP.
+        let mut by_ip = row("fleetagent-c", Some(3), PROVING, 0.4);
+        by_ip.public_ip = Some("198.51.100.7".into());
+        let mut gone = ours("fleetagent-d", "RTX 4090", "172.17.0.9:12300");
+        gone.gone_at = Some(NOW);
+        let rows = vec![by_address, by_name, by_ip, gone];
+        let demand = Demand {
+            completed_1h: 4 + 5 + 6 + 7 + 30,
+            workers: vec![crate::demand::Worker {
+                machine_name: "fleetagent-b".into(),
+                host_and_port: "10.9.0.2:12300".into(),
+                running: 1,
+                cordoned: false,
+            }],
+            history: vec![
+                in_hour("172.17.0.2:12300", 4),
+                in_hour("10.9.0.2:12300", 5),
+                in_hour("198.51.100.7:12300", 6),
+                // A gone instance's worker, and an on-prem prover: not ours.
+                in_hour("172.17.0.9:12300", 7),
+                in_hour("10.0.0.1:12300", 30),
+            ],
+            ..Default::default()
+        };
+        let c = completions_1h(&rows, &demand);
+        assert_eq!((c.cluster, c.ours, c.others()), (52, Some(15), Some(37)));
+    }
+
+    #[test]
+    fn a_rented_instance_proving_nothing_beside_an_on_prem_prover_has_no_completions() {
+        let rows = vec![ours("fleetagent-a", "RTX 4090", "172.17.0.2:12300")];
+        let demand = Demand {
+            completed_1h: 40,
+            history: vec![in_hour("10.0.0.1:12300", 40)],
+            ..Default::default()
+        };
+        let c = completions_1h(&rows, &demand);
+        assert_eq!((c.ours, c.others()), (Some(0), Some(40)));
+        // Nothing rented at all: the same.
+        assert_eq!(completions_1h(&[], &demand).ours, Some(0));
+    }
+
+    #[test]
+    fn an_hour_the_history_does_not_settle_is_unknown_never_guessed() {
+        let rows = vec![ours("fleetagent-a", "RTX 4090", "1.1.1.1:12300")];
+        let with = |history: Vec<WorkerHistory>, completed_1h| Demand {
+            completed_1h,
+            history,
+            ..Default::default()
+        };
+        // Without `completed_1h`: every proof within the hour, or none of them, is settled.
+        let all_in = hist("1.1.1.1:12300", 6, 3000, 60);
+        let none_in = hist("1.1.1.1:12300", 6, 9000, 4000);
+        let straddles = hist("1.1.1.1:12300", 6, 9000, 60);
+        assert_eq!(completions_1h(&rows, &with(vec![all_in], 6)).ours, Some(6));
+        assert_eq!(completions_1h(&rows, &with(vec![none_in], 0)).ours, Some(0));
+        assert_eq!(completions_1h(&rows, &with(vec![straddles], 3)).ours, None);
+        // A document with completions and no per-machine history cannot tell.
+        assert_eq!(completions_1h(&rows, &with(vec![], 3)).ours, None);
+        assert_eq!(completions_1h(&rows, &with(vec![], 0)).ours, Some(0));
+        // Completions of ours beyond the cluster's figure (a source that disagrees with
+        // itself): the others are 0, never negative.
+        let c = completions_1h(&rows, &with(vec![in_hour("1.1.1.1:12300", 9)], 5));
+        assert_eq!((c.ours, c.others()), (Some(9), Some(0)));
     }
 }

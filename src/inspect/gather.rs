@@ -136,13 +136,11 @@ pub fn build(
     })
 }
 
-/// The price as the last pass left it (the last reading's ask price, the FIL/USD cache):
-/// inspect never fetches.
+/// The price as the last pass left it (the last reading's ask price, the FIL/USD cache) and
+/// the fleet's economics at it: inspect never fetches.
 fn price_view(store: &Store, config: &Config, now: Millis) -> Result<super::PriceView> {
-    let (price, cache) = crate::run::observe::stored_price(&store.conn, config, now)?;
-    // A static rate uses no fetch: its cache (from an earlier config) says nothing.
-    let error = cache.error.filter(|_| config.price.fil_usd.is_none());
-    Ok(super::PriceView::of(&price, error))
+    let stored = super::economics::stored(&store.conn, config, now)?;
+    Ok(super::PriceView::of(&stored))
 }
 
 fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Result<LlmView> {

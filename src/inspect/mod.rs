@@ -6,6 +6,7 @@
 //! for people.
 
 mod curio;
+pub mod economics;
 mod gather;
 pub mod plot;
 mod text;
@@ -159,7 +160,9 @@ pub struct Report {
     pub price: PriceView,
 }
 
-/// The price of a proof: every figure null and `unknown` saying why while it is unknown.
+/// The price of a proof: every figure null and `unknown` saying why while it is unknown;
+/// and what the fleet earns at it over the last hour's completions of our own instances'
+/// workers, the cluster's others apart (null where unknown).
 #[derive(Debug, Serialize, PartialEq)]
 pub struct PriceView {
     pub revenue_per_proof: Option<f64>,
@@ -171,31 +174,32 @@ pub struct PriceView {
     /// The last FIL/USD fetch's failure (null after a success, or with no command or URL).
     pub fil_usd_error: Option<String>,
     pub unknown: Option<String>,
+    pub ours_completed_1h: Option<u32>,
+    pub others_completed_1h: Option<u32>,
+    pub cost_per_proof: Option<f64>,
+    pub revenue_per_hour: Option<f64>,
+    pub profit_per_hour: Option<f64>,
 }
 
 impl PriceView {
-    pub fn of(price: &Result<crate::price::Price, String>, fetch_error: Option<String>) -> Self {
-        match price {
-            Ok(p) => PriceView {
-                revenue_per_proof: Some(p.revenue_per_proof),
-                proof_fil: Some(p.proof_fil),
-                proof_fil_source: Some(p.proof_fil_source),
-                fil_usd: Some(p.fil_usd),
-                fil_usd_source: Some(p.fil_usd_source),
-                fil_usd_at: Some(rfc3339(p.fil_usd_at)),
-                fil_usd_error: fetch_error,
-                unknown: None,
-            },
-            Err(why) => PriceView {
-                revenue_per_proof: None,
-                proof_fil: None,
-                proof_fil_source: None,
-                fil_usd: None,
-                fil_usd_source: None,
-                fil_usd_at: None,
-                fil_usd_error: fetch_error,
-                unknown: Some(why.clone()),
-            },
+    pub fn of(stored: &economics::Stored) -> Self {
+        let e = &stored.economics;
+        let p = stored.price.as_ref().ok();
+        let round = |x: f64| (x * 1e6).round() / 1e6 + 0.0;
+        PriceView {
+            revenue_per_proof: p.map(|p| p.revenue_per_proof),
+            proof_fil: p.map(|p| p.proof_fil),
+            proof_fil_source: p.map(|p| p.proof_fil_source),
+            fil_usd: p.map(|p| p.fil_usd),
+            fil_usd_source: p.map(|p| p.fil_usd_source),
+            fil_usd_at: p.map(|p| rfc3339(p.fil_usd_at)),
+            fil_usd_error: stored.fetch_error.clone(),
+            unknown: stored.price.as_ref().err().cloned(),
+            ours_completed_1h: e.ours_completed_1h,
+            others_completed_1h: e.others_completed_1h,
+            cost_per_proof: e.cost_per_proof.map(round),
+            revenue_per_hour: e.revenue_per_hour.map(round),
+            profit_per_hour: e.profit_per_hour.map(round),
         }
     }
 }

@@ -1,9 +1,11 @@
 //! `inspect --plot FILE [--hours H]`: the database's samples of the last H hours (one per pass,
 //! `store::samples`) as the panels `sim --plot` draws, with `crate::plot`.
 //!
-//! Nothing is made up: a pass whose demand probe failed leaves a gap in the demand lines, an
-//! unknown price a gap in revenue and profit, and a stretch with no pass at all (more than
-//! [`MIN_BREAK_MS`], or three times the usual spacing) a gap in every line.
+//! The time axis is the asked window (H hours to now), in UTC clock time. Nothing is made up:
+//! a pass whose demand probe failed leaves a gap in the demand lines, an unknown price (or a
+//! reading that could not tell our completions apart) a gap in revenue and profit, and a
+//! stretch with no pass at all (more than [`MIN_BREAK_MS`], or three times the usual
+//! spacing) a gap in every line. Revenue and profit count our own completions only.
 
 use anyhow::Result;
 
@@ -24,6 +26,9 @@ pub struct Drawn {
     pub without_demand: usize,
     /// Samples taken while the price of a proof was unknown.
     pub without_price: usize,
+    /// The time axis drawn (ms since the epoch: the asked window) and its tick labels.
+    pub x_range: (Millis, Millis),
+    pub ticks: Vec<String>,
 }
 
 /// The panels titles, top to bottom (tests look for them).
@@ -38,11 +43,14 @@ pub const TITLES: [&str; 5] = [
 /// Read the samples of the last `hours` before `now` and draw them.
 pub fn draw(store: &Store, now: Millis, hours: f64) -> Result<Drawn> {
     let since = now - (hours * HOUR_MS) as Millis;
-    let rows = samples::since(&store.conn, since)?;
+    let mut rows = samples::since(&store.conn, since)?;
+    // A sample stamped after now (a clock set back) is outside the window drawn.
+    rows.retain(|s| s.at <= now);
     Ok(chart(&rows, now, hours))
 }
 
-/// One x position of the chart: a sample, or a break between two (every value unknown).
+/// One x position of the chart (ms since the epoch): a sample, or a break between two (every
+/// value unknown).
 struct Point<'a> {
     x: f64,
     s: Option<&'a Sample>,
@@ -57,25 +65,25 @@ fn break_after(rows: &[Sample]) -> Millis {
     (3 * median).max(MIN_BREAK_MS)
 }
 
-/// Revenue in $/h: the last hour's completions at the price of a proof (None: either unknown).
+/// Revenue in $/h: our completions of the last hour at the price of a proof (None: either
+/// unknown).
 fn revenue(s: &Sample) -> Option<f64> {
-    Some(f64::from(s.completed_1h?) * s.revenue_per_proof?)
+    Some(f64::from(s.ours_completed_1h?) * s.revenue_per_proof?)
 }
 
 /// The chart's positions: every sample, and a break where no pass ran for too long.
-fn points(rows: &[Sample], now: Millis) -> Vec<Point<'_>> {
-    let hrs = |at: Millis| (at - now) as f64 / HOUR_MS;
+fn points(rows: &[Sample]) -> Vec<Point<'_>> {
     let limit = break_after(rows);
     let mut points = Vec::with_capacity(rows.len());
     for (i, s) in rows.iter().enumerate() {
         if i > 0 && s.at - rows[i - 1].at > limit {
             points.push(Point {
-                x: hrs((s.at + rows[i - 1].at) / 2),
+                x: ((s.at + rows[i - 1].at) / 2) as f64,
                 s: None,
             });
         }
         points.push(Point {
-            x: hrs(s.at),
+            x: s.at as f64,
             s: Some(s),
         });
     }
@@ -112,8 +120,7 @@ fn cumulative(points: &[Point<'_>]) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
 }
 
 fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
-    let hrs = |at: Millis| (at - now) as f64 / HOUR_MS;
-    let points = points(rows, now);
+    let points = points(rows);
     let (spend_cum, profit_cum) = cumulative(&points);
     let col = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<Option<f64>> {
         points.iter().map(|p| p.s.and_then(f)).collect()
@@ -141,6 +148,7 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 ),
             ],
             note: Some(demand_gaps.into()),
+            integer: true,
         },
         Panel {
             title: TITLES[1].into(),
@@ -153,15 +161,22 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 "proving: registered or proving in Curio; booting: launching, loading or no worker yet; billing: all but stopped"
                     .into(),
             ),
+            integer: true,
         },
         Panel {
             title: TITLES[2].into(),
             series: vec![
                 series(
-                    "completed (1h)",
+                    "ours (1h)",
                     "#1f77b4",
                     false,
-                    col(&|s| count(n, s.completed_1h)),
+                    col(&|s| count(n, s.ours_completed_1h)),
+                ),
+                series(
+                    "others (1h)",
+                    "#17becf",
+                    true,
+                    col(&|s| Some(f64::from(s.completed_1h?.saturating_sub(s.ours_completed_1h?)))),
                 ),
                 series(
                     "work seen",
@@ -181,9 +196,10 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 ),
             ],
             note: Some(
-                "work seen = completed in the last hour + waiting now (the market's own rate is not observable); gaps: no demand reading"
+                "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now"
                     .into(),
             ),
+            integer: false,
         },
         Panel {
             title: TITLES[3].into(),
@@ -198,9 +214,10 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 ),
             ],
             note: Some(
-                "revenue = completions of the last hour x the price of a proof; gaps: price unknown or no demand reading"
+                "revenue = our completions of the last hour x the price of a proof; gaps: price or our completions unknown"
                     .into(),
             ),
+            integer: false,
         },
         Panel {
             title: TITLES[4].into(),
@@ -209,9 +226,10 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                 series("profit", "#1f77b4", false, profit_cum),
             ],
             note: Some(
-                "summed over the samples since the window's first; profit only over intervals with a known price"
+                "summed over the samples since the window's first; profit only over intervals with a known revenue"
                     .into(),
             ),
+            integer: false,
         },
     ];
     let without_demand = rows.iter().filter(|s| !s.demand_ok).count();
@@ -220,8 +238,8 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
         .filter(|s| s.revenue_per_proof.is_none())
         .count();
     let window = format!("{} h", plot::trim(hours));
-    let x_hi = rows.last().map_or(0.0, |s| hrs(s.at).max(0.0));
-    let x_lo = rows.first().map_or(-hours, |s| hrs(s.at).min(x_hi - 1e-6));
+    // The asked window, whatever the samples span: --hours 1 and --hours 24 differ.
+    let lo = now - (hours * HOUR_MS).round() as Millis;
     let title = if rows.is_empty() {
         format!(
             "fleetagent: no samples in the last {window} (to {})",
@@ -234,24 +252,14 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
             rows.len()
         )
     };
-    let span = x_hi - x_lo;
-    // Hours, or minutes or seconds for a short span, to one decimal.
-    let one = |v: f64| plot::trim((v * 10.0).round() / 10.0);
-    let tick = move |h: f64| {
-        if span >= 2.0 {
-            format!("{}h", one(h))
-        } else if span >= 2.0 / 60.0 {
-            format!("{}m", one(h * 60.0))
-        } else {
-            format!("{}s", one(h * 3600.0))
-        }
-    };
+    let ticks = plot::time_ticks(lo, now);
+    let tick_labels = ticks.iter().map(|(_, l)| l.clone()).collect();
     let svg = plot::svg(&Chart {
         title,
         x: points.iter().map(|p| p.x).collect(),
-        x_lo,
-        x_hi,
-        tick: &tick,
+        x_lo: lo as f64,
+        x_hi: now as f64,
+        ticks,
         panels,
         message: rows
             .is_empty()
@@ -262,6 +270,8 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
         samples: rows.len(),
         without_demand,
         without_price,
+        x_range: (lo, now),
+        ticks: tick_labels,
     }
 }
 
@@ -269,6 +279,7 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
 mod tests {
     use super::*;
 
+    /// 2027-01-15T08:00:00Z.
     const NOW: Millis = 1_800_000_000_000;
 
     fn at(mins_ago: i64, demand_ok: bool, price: Option<f64>) -> Sample {
@@ -283,7 +294,8 @@ mod tests {
             backlog: d(3),
             live_workers: d(2),
             completed_15m: d(10),
-            completed_1h: d(40),
+            completed_1h: d(50),
+            ours_completed_1h: d(40),
             ours_billing: 2,
             ours_booting: 1,
             ours_proving: 1,
@@ -297,19 +309,61 @@ mod tests {
     #[test]
     fn every_panel_is_drawn_with_its_title() {
         let rows: Vec<Sample> = (0..12).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
-        let d = chart(&rows, NOW, 24.0);
+        let d = chart(&rows, NOW, 1.0);
         for t in TITLES {
             assert!(d.svg.contains(t), "{t}");
         }
-        // 3 + 3 + 4 + 3 + 2 lines, none broken.
-        assert_eq!(d.svg.matches("<polyline").count(), 15, "{}", d.svg);
+        // 3 + 3 + 5 + 3 + 2 lines, none broken.
+        assert_eq!(d.svg.matches("<polyline").count(), 16, "{}", d.svg);
         assert_eq!((d.samples, d.without_demand, d.without_price), (12, 0, 0));
-        // 55 minutes: minutes on the axis, "now" at its right end.
-        assert!(
-            d.svg.contains(">-55m<") && d.svg.contains(">0m<"),
-            "{}",
-            d.svg
+        // The hour to 08:00 UTC, every 10 minutes on the clock.
+        assert_eq!(d.x_range, (NOW - 3_600_000, NOW));
+        assert_eq!(
+            d.ticks,
+            ["07:00", "07:10", "07:20", "07:30", "07:40", "07:50", "08:00"]
         );
+        assert!(d.svg.contains(">07:10<"), "{}", d.svg);
+    }
+
+    #[test]
+    fn the_asked_window_is_drawn_whatever_the_samples_span() {
+        // Three samples a minute apart: one hour and one day are different axes.
+        let rows: Vec<Sample> = (0..3).rev().map(|m| at(m, true, Some(0.05))).collect();
+        let hour = chart(&rows, NOW, 1.0);
+        let day = chart(&rows, NOW, 24.0);
+        assert_eq!(hour.x_range, (NOW - 3_600_000, NOW));
+        assert_eq!(day.x_range, (NOW - 86_400_000, NOW));
+        assert_eq!(
+            day.ticks,
+            [
+                "01-14 09:00",
+                "12:00",
+                "15:00",
+                "18:00",
+                "21:00",
+                "01-15 00:00",
+                "03:00",
+                "06:00"
+            ]
+        );
+        assert_ne!(hour.svg, day.svg);
+        // Half an hour: every 5 minutes, seconds never.
+        assert_eq!(chart(&rows, NOW, 0.5).ticks.len(), 7);
+    }
+
+    #[test]
+    fn revenue_and_profit_count_our_completions_and_others_are_drawn_apart() {
+        let mut rows: Vec<Sample> = (0..6).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
+        // 40 of ours at $0.05 = $2/h against $1/h: $1/h of profit (the cluster's 50 would
+        // say $1.50/h).
+        assert_eq!(revenue(&rows[0]), Some(2.0));
+        // A reading that could not tell ours apart: revenue unknown, not the cluster's.
+        rows[3].ours_completed_1h = None;
+        assert_eq!(revenue(&rows[3]), None);
+        let d = chart(&rows, NOW, 1.0);
+        assert!(d.svg.contains(">others (1h)<"), "{}", d.svg);
+        let (_, profit) = cumulative(&points(&rows));
+        assert_eq!(profit[3], None);
     }
 
     #[test]
@@ -320,13 +374,13 @@ mod tests {
         assert_eq!((d.without_demand, d.without_price), (1, 1));
         // 40 proofs/h at $0.05 = $2/h against $1/h: $1/h of profit, over 5-minute intervals,
         // the one starting at the unknown sample not counted.
-        let (_, profit) = cumulative(&points(&rows, NOW));
+        let (_, profit) = cumulative(&points(&rows));
         assert_eq!(profit[2], None);
         let last = profit.last().unwrap().unwrap();
         assert!((last - 4.0 / 12.0).abs() < 1e-9, "{profit:?}");
-        // Every demand and money line but spend breaks in two: queue 3, throughput 2
-        // (completed, work seen), revenue and profit, the cumulative profit.
-        let broken = 3 + 2 + 2 + 1;
+        // Every demand and money line but spend breaks in two: queue 3, throughput 3
+        // (ours, others, work seen), revenue and profit, the cumulative profit.
+        let broken = 3 + 3 + 2 + 1;
         let whole = 3 + 2 + 1 + 1;
         assert_eq!(
             d.svg.matches("<polyline").count(),
@@ -341,10 +395,10 @@ mod tests {
         let mut rows: Vec<Sample> = (0..4).rev().map(|m| at(120 + m * 5, true, None)).collect();
         rows.extend((0..4).rev().map(|m| at(m * 5, true, None)));
         let d = chart(&rows, NOW, 24.0);
-        // Price unknown: no revenue or profit at all; the rest 3 + 3 + 4 + 1 + 1, in two.
-        assert_eq!(d.svg.matches("<polyline").count(), 2 * 12, "{}", d.svg);
+        // Price unknown: no revenue or profit at all; the rest 3 + 3 + 5 + 1 + 1, in two.
+        assert_eq!(d.svg.matches("<polyline").count(), 2 * 13, "{}", d.svg);
         // 2 x 15 minutes at $1/h = $0.50, not the two hours between.
-        let (spend, profit) = cumulative(&points(&rows, NOW));
+        let (spend, profit) = cumulative(&points(&rows));
         assert_eq!(spend.len(), rows.len() + 1);
         assert_eq!(spend[4], None);
         assert!(
@@ -352,18 +406,14 @@ mod tests {
             "{spend:?}"
         );
         assert!(profit.iter().all(Option::is_none));
-        assert!(
-            d.svg.contains(">-2.3h<") || d.svg.contains(">-2.2h<"),
-            "{}",
-            d.svg
-        );
     }
 
     #[test]
-    fn no_samples_says_so() {
+    fn no_samples_says_so_over_the_asked_window() {
         let d = chart(&[], NOW, 6.0);
         assert_eq!(d.samples, 0);
         assert!(d.svg.contains("no samples in the last 6 h"), "{}", d.svg);
-        assert!(d.svg.contains(">-6h<"), "{}", d.svg);
+        assert_eq!(d.x_range, (NOW - 6 * 3_600_000, NOW));
+        assert_eq!(d.ticks.first().map(String::as_str), Some("02:00"));
     }
 }

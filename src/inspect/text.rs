@@ -21,6 +21,34 @@ fn price_line(p: &super::PriceView) -> String {
     }
 }
 
+/// `profit      -$0.40/h: the fleet bills $0.40/h, no completion of ours in the last hour
+/// (cost per proof unknown); the cluster's other machines completed 12`.
+fn profit_line(r: &Report) -> String {
+    use crate::prompt::economics::dollars;
+    let p = &r.price;
+    let head = match (p.profit_per_hour, p.revenue_per_hour) {
+        (Some(profit), Some(rev)) => format!(
+            "{}/h: revenue {}/h against the fleet's ${:.2}/h",
+            dollars(profit, 2),
+            dollars(rev, 2),
+            r.fleet_dph
+        ),
+        _ => format!("unknown; the fleet bills ${:.2}/h", r.fleet_dph),
+    };
+    let ours = match (p.ours_completed_1h, p.cost_per_proof) {
+        (Some(n), Some(c)) => format!("our {n} completions of the last hour (${c:.4}/proof)"),
+        (Some(_), None) => {
+            "no completion of ours in the last hour (cost per proof unknown)".to_string()
+        }
+        (None, _) => "which completions are ours is unknown".to_string(),
+    };
+    let others = p
+        .others_completed_1h
+        .map(|n| format!("; the cluster's other machines completed {n}"))
+        .unwrap_or_default();
+    format!("profit      {head}, {ours}{others}")
+}
+
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let mut line = |s: String| {
@@ -207,6 +235,7 @@ pub fn render_text(r: &Report) -> String {
         line(l);
     }
     line(price_line(&r.price));
+    line(profit_line(r));
     if let Some(e) = &r.price.fil_usd_error {
         line(format!("  the last FIL/USD fetch failed: {e}"));
     }

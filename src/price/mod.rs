@@ -177,38 +177,44 @@ pub fn profit_per_hour(price: &Price, dph: f64, pph: f64) -> f64 {
     price.revenue_per_proof * pph - dph
 }
 
-/// What the fleet costs and earns at a known price, per proof and per hour.
+/// What the fleet costs and earns, per proof and per hour, over the last hour's completions
+/// of our own instances' workers (never the cluster's: on-prem provers earn nothing for what
+/// we rent). A fleet that completed nothing has its cost and no revenue: its profit is
+/// minus its $/h and its cost per proof unknown.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetEconomics {
     pub fleet_dph: f64,
-    /// The proofs/h the figures are over, and which: `completions` (the last hour's
-    /// completions in the cluster) or `capacity` (the proofs/h our instances are reckoned
-    /// at, loading ones included) when nothing completed.
-    pub proofs_per_hour: f64,
-    pub basis: &'static str,
-    /// None when the fleet proves nothing by that basis (it bills with no proof).
+    /// Our completions of the last hour (None: no reading, or it cannot tell ours apart).
+    pub ours_completed_1h: Option<u32>,
+    /// The rest of the cluster's completions of the last hour (None as above).
+    pub others_completed_1h: Option<u32>,
+    /// `fleet_dph` over our completions; None when we completed none (or that is unknown).
     pub cost_per_proof: Option<f64>,
-    pub profit_per_hour: f64,
+    /// Our completions x the revenue per proof; None while either is unknown.
+    pub revenue_per_hour: Option<f64>,
+    /// `revenue_per_hour - fleet_dph`; None while the revenue is unknown.
+    pub profit_per_hour: Option<f64>,
 }
 
-/// The fleet's economics: over the last hour's completions when any (what it did), else
-/// over its capacity (what it would do).
+/// The fleet's economics at `price` (None: unknown) over the last hour's completions of
+/// ours and of the rest of the cluster (None: unknown; `fleet::rates::completions_1h`).
 pub fn fleet_economics(
-    price: &Price,
+    price: Option<&Price>,
     fleet_dph: f64,
-    capacity_pph: f64,
-    completed_1h: Option<u32>,
+    ours: Option<u32>,
+    others: Option<u32>,
 ) -> FleetEconomics {
-    let (pph, basis) = match completed_1h {
-        Some(n) if n > 0 => (n as f64, "completions"),
-        _ => (capacity_pph.max(0.0), "capacity"),
+    let revenue = match (price, ours) {
+        (Some(p), Some(n)) => Some(p.revenue_per_proof * f64::from(n)),
+        _ => None,
     };
     FleetEconomics {
         fleet_dph,
-        proofs_per_hour: pph,
-        basis,
-        cost_per_proof: (pph > 0.0).then(|| fleet_dph / pph),
-        profit_per_hour: profit_per_hour(price, fleet_dph, pph),
+        ours_completed_1h: ours,
+        others_completed_1h: others,
+        cost_per_proof: ours.filter(|n| *n > 0).map(|n| fleet_dph / f64::from(n)),
+        revenue_per_hour: revenue,
+        profit_per_hour: revenue.map(|r| r - fleet_dph),
     }
 }
 
@@ -301,20 +307,39 @@ mod tests {
     }
 
     #[test]
-    fn the_fleet_is_judged_by_its_completions_else_its_capacity() {
+    fn the_fleet_is_judged_by_our_completions_only() {
         let mut config = Config::default();
         config.price.proof_price_fil = Some(0.01);
         config.price.fil_usd = Some(4.0);
         let p = resolve(&config.price, None, None, 0).unwrap();
-        let e = fleet_economics(&p, 1.0, 50.0, Some(20));
-        assert_eq!((e.basis, e.proofs_per_hour), ("completions", 20.0));
+        let e = fleet_economics(Some(&p), 1.0, Some(20), Some(12));
+        assert_eq!(
+            (e.ours_completed_1h, e.others_completed_1h),
+            (Some(20), Some(12))
+        );
         assert!((e.cost_per_proof.unwrap() - 0.05).abs() < 1e-12);
-        assert!((e.profit_per_hour + 0.2).abs() < 1e-12);
-        let e = fleet_economics(&p, 1.0, 50.0, Some(0));
-        assert_eq!((e.basis, e.proofs_per_hour), ("capacity", 50.0));
-        assert!((e.profit_per_hour - 1.0).abs() < 1e-12);
-        let e = fleet_economics(&p, 0.5, 0.0, None);
+        assert!((e.revenue_per_hour.unwrap() - 0.8).abs() < 1e-12);
+        assert!((e.profit_per_hour.unwrap() + 0.2).abs() < 1e-12);
+        // An on-prem prover completes 40; our rented instance nothing: its cost, no revenue,
+        // and no cost per proof (never 0, never infinite).
+        let e = fleet_economics(Some(&p), 0.5, Some(0), Some(40));
         assert_eq!(e.cost_per_proof, None);
-        assert!((e.profit_per_hour + 0.5).abs() < 1e-12);
+        assert_eq!(e.revenue_per_hour, Some(0.0));
+        assert_eq!(e.profit_per_hour, Some(-0.5));
+        assert_eq!(e.others_completed_1h, Some(40));
+        // Nothing rented: no profit, not the on-prem provers' revenue.
+        assert_eq!(
+            fleet_economics(Some(&p), 0.0, Some(0), Some(40)).profit_per_hour,
+            Some(0.0)
+        );
+        // Price unknown: the cost per proof stands, revenue and profit do not.
+        let e = fleet_economics(None, 1.0, Some(4), Some(6));
+        assert_eq!((e.cost_per_proof, e.profit_per_hour), (Some(0.25), None));
+        // Ours unknown (or no reading): every figure over them unknown.
+        let e = fleet_economics(Some(&p), 1.0, None, None);
+        assert_eq!(
+            (e.cost_per_proof, e.revenue_per_hour, e.profit_per_hour),
+            (None, None, None)
+        );
     }
 }

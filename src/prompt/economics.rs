@@ -1,23 +1,33 @@
 //! The economics line of the observation (issue 17): what a proof earns and where each part
 //! comes from, what the fleet costs per proof, the most a new launch may cost per proof and
-//! the profit per hour; or "price unknown" and why (the profit check is off then). Pure.
+//! the profit per hour; or "price unknown" and why (the profit check is off then). The
+//! fleet's figures count only the completions of our own instances' workers (issue 22); the
+//! cluster's other completions are named apart. Pure.
 
 use crate::config::Config;
-use crate::fleet::{num, Snapshot};
+use crate::fleet::rates::{completions_1h, Completions};
+use crate::fleet::Snapshot;
 use crate::price::{fleet_economics, max_cost_per_proof, FleetEconomics, Price};
 use crate::text::quote;
 
 impl Snapshot {
-    /// The fleet's economics at this pass's price (None while it is unknown): over the last
-    /// hour's completions when any, else over the fleet's capacity.
-    pub fn economics(&self, config: &Config) -> Option<FleetEconomics> {
-        let price = self.price.as_ref()?;
-        Some(fleet_economics(
-            price,
+    /// The last hour's completions with ours apart (None: no reading).
+    pub fn completions_1h(&self) -> Option<Completions> {
+        self.demand
+            .as_ref()
+            .map(|d| completions_1h(&self.instances, d))
+    }
+
+    /// The fleet's economics this pass: its $/h over our own completions of the last hour,
+    /// at this pass's price (revenue and profit unknown while the price is).
+    pub fn economics(&self) -> FleetEconomics {
+        let c = self.completions_1h();
+        fleet_economics(
+            self.price.as_ref(),
             self.fleet_dph(),
-            self.projected_pph(config),
-            self.demand.as_ref().map(|d| d.completed_1h),
-        ))
+            c.and_then(|c| c.ours),
+            c.and_then(|c| c.others()),
+        )
     }
 }
 
@@ -47,63 +57,130 @@ pub fn short_float(x: f64) -> String {
     }
 }
 
+/// Dollars with the sign before the `$`: `$0.30`, `-$0.50`.
+pub fn dollars(x: f64, decimals: usize) -> String {
+    let v = format!("{:.decimals$}", x.abs());
+    if x < 0.0 && v.bytes().any(|b| b.is_ascii_digit() && b != b'0') {
+        format!("-${v}")
+    } else {
+        format!("${v}")
+    }
+}
+
+/// What the fleet billed against what it proved in the last hour, ours apart from the
+/// cluster's other machines: `$0.0125/proof ($0.50/h over our 40 completions of the last
+/// hour; the cluster's other machines completed 12)`.
+pub fn fleet_cost_text(e: &FleetEconomics) -> String {
+    let others = match e.others_completed_1h {
+        Some(n) => format!("; the cluster's other machines completed {n}"),
+        None => String::new(),
+    };
+    match (e.ours_completed_1h, e.cost_per_proof) {
+        (Some(n), Some(c)) => format!(
+            "${c:.4}/proof (${:.2}/h over our {n} completions of the last hour{others})",
+            e.fleet_dph
+        ),
+        (Some(_), None) => format!(
+            "${:.2}/h with no completion of ours in the last hour, so no cost per proof{others}",
+            e.fleet_dph
+        ),
+        (None, _) => format!(
+            "${:.2}/h; which completions are ours is unknown (no demand reading, or one without per-machine history)",
+            e.fleet_dph
+        ),
+    }
+}
+
 /// The observation's economics line.
 pub fn economics_line(s: &Snapshot, config: &Config) -> String {
-    let (Some(p), Some(e)) = (s.price.as_ref(), s.economics(config)) else {
+    let Some(p) = s.price.as_ref() else {
         let why = s.price_unknown.as_deref().unwrap_or("no price");
         return format!(
             "Economics: price unknown: {}; profit is not checked.",
             quote(why, 240)
         );
     };
-    let over = match e.basis {
-        "completions" => format!("the last hour's {} completions", num(e.proofs_per_hour)),
-        _ => format!("its capacity of {} p/h", num(e.proofs_per_hour)),
-    };
-    let cost = match e.cost_per_proof {
-        Some(c) => format!("${c:.4}/proof (${:.2}/h over {over})", e.fleet_dph),
-        None => format!("${:.2}/h with no proofs", e.fleet_dph),
+    let e = s.economics();
+    let profit = match (e.profit_per_hour, e.revenue_per_hour) {
+        (Some(p), Some(r)) => format!("{}/h (revenue {}/h)", dollars(p, 2), dollars(r, 2)),
+        _ => "unknown".into(),
     };
     format!(
-        "Economics: a proof earns {}. Fleet cost {cost}. A launch may cost at most ${:.4}/proof (policy.min_margin {}). Profit ${:.2}/h.",
+        "Economics: a proof earns {}. Fleet cost {}. A launch may cost at most ${:.4}/proof (policy.min_margin {}). Profit {profit}.",
         revenue_text(p),
+        fleet_cost_text(&e),
         max_cost_per_proof(p, config),
         config.policy.min_margin,
-        e.profit_per_hour
     )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demand::Demand;
+    use crate::demand::{Demand, WorkerHistory};
     use crate::fleet::fixtures::*;
     use crate::fleet::PROVING;
 
+    fn hist(address: &str, completed_1h: u32) -> WorkerHistory {
+        WorkerHistory {
+            host_and_port: address.into(),
+            proofs: completed_1h,
+            first_end_secs_ago: 3000,
+            last_end_secs_ago: 60,
+            busy_secs: None,
+            completed_1h: Some(completed_1h),
+        }
+    }
+
     #[test]
-    fn known_and_unknown_prices_said_plainly() {
+    fn known_and_unknown_prices_said_plainly_with_our_completions_apart() {
         let mut c = config();
         c.price.proof_price_fil = Some(0.005);
         c.price.fil_usd = Some(4.0);
+        let mut ours = row("fleetagent-a", Some(1), PROVING, 0.5);
+        ours.worker_address = Some("172.17.0.2:12300".into());
         let mut s = Snapshot {
             now: NOW,
             demand: Some(Demand {
-                completed_1h: 40,
+                completed_1h: 52,
+                history: vec![hist("172.17.0.2:12300", 40), hist("10.0.0.7:12300", 12)],
                 ..Default::default()
             }),
-            instances: vec![row("fleetagent-a", Some(1), PROVING, 0.5)],
+            instances: vec![ours],
             price: crate::price::resolve(&c.price, None, None, NOW).ok(),
             ..Default::default()
         };
         assert_eq!(
             economics_line(&s, &c),
             "Economics: a proof earns $0.0200 (0.005 FIL from config x FIL/USD 4.000 from config). \
-             Fleet cost $0.0125/proof ($0.50/h over the last hour's 40 completions). \
-             A launch may cost at most $0.0160/proof (policy.min_margin 0.2). Profit $0.30/h."
+             Fleet cost $0.0125/proof ($0.50/h over our 40 completions of the last hour; \
+             the cluster's other machines completed 12). \
+             A launch may cost at most $0.0160/proof (policy.min_margin 0.2). \
+             Profit $0.30/h (revenue $0.80/h)."
         );
-        s.demand.as_mut().unwrap().completed_1h = 0;
+        // Our instance proved nothing; an on-prem machine proved 40: cost, no revenue.
+        s.demand.as_mut().unwrap().history = vec![hist("10.0.0.7:12300", 40)];
+        s.demand.as_mut().unwrap().completed_1h = 40;
         let line = economics_line(&s, &c);
-        assert!(line.contains("over its capacity of 50 p/h"), "{line}");
+        assert!(
+            line.contains(
+                "Fleet cost $0.50/h with no completion of ours in the last hour, so no cost per \
+                 proof; the cluster's other machines completed 40."
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("Profit -$0.50/h (revenue $0.00/h)."),
+            "{line}"
+        );
+        // A document with completions and no per-machine history cannot tell ours apart.
+        s.demand.as_mut().unwrap().history.clear();
+        let line = economics_line(&s, &c);
+        assert!(
+            line.contains("which completions are ours is unknown")
+                && line.ends_with("Profit unknown."),
+            "{line}"
+        );
         s.price = None;
         s.price_unknown = Some("FIL/USD not fetched yet".into());
         assert_eq!(
@@ -113,5 +190,9 @@ mod tests {
         assert_eq!(short_float(0.005), "0.005");
         assert_eq!(short_float(5e15 / 1e18), "0.005");
         assert_eq!(short_float(0.000123456789), "0.000123457");
+        assert_eq!(
+            [dollars(0.3, 2), dollars(-0.5, 2), dollars(-0.001, 2)],
+            ["$0.30", "-$0.50", "$0.00"]
+        );
     }
 }

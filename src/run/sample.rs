@@ -34,7 +34,8 @@ fn alone(conn: &Connection, write: impl FnOnce(&Connection) -> Result<()>) -> Re
 }
 
 /// The sample of a snapshot: a failed probe leaves every demand field None (never zeros),
-/// an unknown price `revenue_per_proof`.
+/// an unknown price `revenue_per_proof`; `ours_completed_1h` is None also when the reading
+/// cannot tell our completions apart.
 pub fn of(s: &Snapshot, config: &Config) -> Sample {
     let d = s.demand.as_ref();
     Sample {
@@ -48,6 +49,7 @@ pub fn of(s: &Snapshot, config: &Config) -> Sample {
         live_workers: d.map(|d| d.live_workers()),
         completed_15m: d.map(|d| d.completed_15m),
         completed_1h: d.map(|d| d.completed_1h),
+        ours_completed_1h: s.completions_1h().and_then(|c| c.ours),
         ours_billing: s.billing_count(),
         ours_booting: s.count_in(&[LAUNCHING, LOADING, BOOTED]),
         ours_proving: s.count_in(&[REGISTERED, PROVING]),

@@ -24,6 +24,9 @@ pub struct Sample {
     pub live_workers: Option<u32>,
     pub completed_15m: Option<u32>,
     pub completed_1h: Option<u32>,
+    /// Of `completed_1h`, those of our own instances' workers (None also when the reading
+    /// could not tell them apart, and in samples stored before this column).
+    pub ours_completed_1h: Option<u32>,
     pub ours_billing: u32,
     pub ours_booting: u32,
     pub ours_proving: u32,
@@ -39,8 +42,9 @@ pub fn record(conn: &Connection, s: &Sample) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO samples (run_id, at, demand_ok, pending, running, running_stale, backlog,
              live_workers, completed_15m, completed_1h, ours_billing, ours_booting, ours_proving,
-             capacity_pph, target_pph, fleet_dph, revenue_per_proof)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                 ?18)",
     )?
     .execute(params![
         s.run_id,
@@ -60,6 +64,7 @@ pub fn record(conn: &Connection, s: &Sample) -> Result<()> {
         s.target_pph,
         s.fleet_dph,
         s.revenue_per_proof,
+        s.ours_completed_1h,
     ])?;
     conn.prepare_cached("DELETE FROM samples WHERE at < ?1")?
         .execute([s.at - KEEP_MS])?;
@@ -71,7 +76,7 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     let mut stmt = conn.prepare_cached(
         "SELECT run_id, at, demand_ok, pending, running, running_stale, backlog, live_workers,
              completed_15m, completed_1h, ours_billing, ours_booting, ours_proving,
-             capacity_pph, target_pph, fleet_dph, revenue_per_proof
+             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h
          FROM samples WHERE at >= ?1 ORDER BY at, id",
     )?;
     let rows = stmt
@@ -94,6 +99,7 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
                 target_pph: r.get(14)?,
                 fleet_dph: r.get(15)?,
                 revenue_per_proof: r.get(16)?,
+                ours_completed_1h: r.get(17)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -118,6 +124,7 @@ mod tests {
             live_workers: d(2),
             completed_15m: d(10),
             completed_1h: d(40),
+            ours_completed_1h: d(25),
             ours_billing: 2,
             ours_booting: 0,
             ours_proving: 2,

@@ -449,3 +449,137 @@ fn curio_run_launches_nothing_for_the_false_emergencies_and_launches_for_stale_h
     assert!(dead, "stale heartbeats are WORKERS DEAD");
     assert!(creates >= 1, "stale heartbeats launched nothing");
 }
+
+/// `n` successful PSProve completions by `host`, ending within the last hour.
+fn completions(db: &mut TestDb, host: &str, n: u32) {
+    db.exec(&format!(
+        "INSERT INTO curio.harmony_task_history
+           (task_id, name, posted, work_start, work_end, result, completed_by_host_and_port)
+         SELECT i, 'PSProve', now() - interval '50 minutes', now() - interval '1 minute' * (2 * i + 3),
+                now() - interval '1 minute' * (2 * i + 1), true, '{host}'
+         FROM generate_series(1, {n}) AS i"
+    ));
+}
+
+/// Issue 22, must-show 6: an on-prem worker completes proofs, one rented instance of ours
+/// (its worker registered, idle) proves nothing. Our profit per hour is its cost, negative;
+/// our cost per proof unknown; the on-prem completions are the cluster's, shown apart. In
+/// the observation, `inspect --json` and the metrics textfile.
+#[test]
+fn curio_on_prem_proofs_are_not_ours_a_rented_instance_proving_nothing_loses_its_cost() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    machine(&mut db, 1, "onprem-1", 10, PSPROVE_NODE, "false");
+    machine(&mut db, 2, "fleetagent-r1", 10, PSPROVE_NODE, "false");
+    completions(&mut db, "10.0.0.1:12300", 12);
+    let fake = FakeVast::start_real_time();
+    fake.add_instance("fleetagent-r1");
+    let f = Fleet::new()
+        .env("VAST_API_KEY", FAKE_API_KEY)
+        .env("FLEETAGENT_HARMONYDB_URL", &db.url());
+    let prom = f.path().join("fleetagent.prom");
+    f.write_config(&format!(
+        "{}\n[vast]\nbase_url = \"{}\"\nimage = \"ghcr.io/example/curio-psprove:latest\"\n\
+         [policy]\ntarget_proofs_per_hour = 0\nproofs_per_hour_per_instance = 20\n\
+         [price]\nproof_price_fil = 0.01\nfil_usd = 5.0\n[metrics]\ntextfile = \"{}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        fake.url(),
+        prom.display()
+    ));
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    f.cmd(&["run"]).ok();
+
+    // inspect --json: our instance bills $0.40/h and proved nothing.
+    let v = f.inspect();
+    let p = &v["price"];
+    assert_eq!(v["fleet_dph"], 0.4, "{v:#}");
+    assert_eq!(p["ours_completed_1h"], 0, "{p:#}");
+    assert_eq!(p["others_completed_1h"], 12, "{p:#}");
+    assert_eq!(p["cost_per_proof"], serde_json::Value::Null, "{p:#}");
+    assert_eq!(p["revenue_per_hour"], 0.0, "{p:#}");
+    assert_eq!(p["profit_per_hour"], -0.4, "{p:#}");
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.contains("\nprofit      -$0.40/h: revenue $0.00/h against the fleet's $0.40/h, no completion of ours in the last hour (cost per proof unknown); the cluster's other machines completed 12\n"),
+        "{text}"
+    );
+
+    // The observation the pass wrote.
+    let observation = v["last_observation"].as_str().unwrap_or_default();
+    assert!(
+        observation.contains(
+            "Fleet cost $0.40/h with no completion of ours in the last hour, so no cost per \
+             proof; the cluster's other machines completed 12."
+        ) && observation.contains("Profit -$0.40/h (revenue $0.00/h)."),
+        "{observation}"
+    );
+
+    // The metrics textfile: the same figures, the unknown one without a sample.
+    let metrics = std::fs::read_to_string(&prom).unwrap();
+    for want in [
+        "\nfleetagent_profit_dollars_per_hour -0.4\n",
+        "\nfleetagent_revenue_dollars_per_hour 0\n",
+        "\nfleetagent_proofs_completed_last_hour{whose=\"ours\"} 0\n",
+        "\nfleetagent_proofs_completed_last_hour{whose=\"others\"} 12\n",
+    ] {
+        assert!(metrics.contains(want), "{want:?} missing:\n{metrics}");
+    }
+    assert!(
+        !metrics.contains("\nfleetagent_fleet_cost_per_proof_dollars "),
+        "{metrics}"
+    );
+}
+
+/// Issue 22, must-show 7: Curio's `proofshare_meta.pprice` drifted to numeric. The probe
+/// says so in one line naming the column and the type found, never a panic; the pass
+/// holds as for any failed probe and `inspect`'s demand error names it.
+#[test]
+fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    db.exec(
+        "ALTER TABLE curio.proofshare_meta ALTER COLUMN pprice DROP DEFAULT;
+         ALTER TABLE curio.proofshare_meta ALTER COLUMN pprice TYPE numeric USING pprice::numeric;
+         UPDATE curio.proofshare_meta SET pprice = 5000000000000000;",
+    );
+    let err = format!("{:#}", probe_as(db.url()).unwrap_err());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("proofshare_meta.pprice is numeric, expected text"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains(pg::PASSWORD),
+        "{err}"
+    );
+
+    // A run: the pass holds as for a failed probe (the same exit as against a HarmonyDB
+    // that is down), and says why.
+    let run = |url: &str| {
+        let f = Fleet::new().env("FLEETAGENT_HARMONYDB_URL", url);
+        f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+        (f.cmd(&["run"]), f)
+    };
+    let (down, _) = run("postgresql://u:p@127.0.0.1:1/none?sslmode=disable");
+    let (drifted, f) = run(&db.url());
+    assert!(!drifted.stderr.contains("panicked"), "{}", drifted.stderr);
+    assert_eq!(drifted.code, down.code, "{}", drifted.stderr);
+    let v = f.inspect();
+    let demand_error = v["demand"]["error"].as_str().unwrap_or_default();
+    assert!(
+        demand_error.contains("proofshare_meta.pprice is numeric, expected text"),
+        "{v:#}"
+    );
+    assert_eq!(v["demand"]["read_at"], serde_json::Value::Null, "{v:#}");
+    // A NULL where Curio's schema has none is named the same way.
+    db.exec(
+        "ALTER TABLE curio.proofshare_meta ALTER COLUMN pprice TYPE text USING pprice::text;
+         ALTER TABLE curio.proofshare_meta ALTER COLUMN pprice DROP NOT NULL;
+         UPDATE curio.proofshare_meta SET pprice = NULL;",
+    );
+    let err = format!("{:#}", probe_as(db.url()).unwrap_err());
+    assert!(
+        err.contains("proofshare_meta.pprice is NULL, expected text"),
+        "{err}"
+    );
+}

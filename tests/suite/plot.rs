@@ -28,6 +28,78 @@ fn worker(running: u32) -> serde_json::Value {
             "running": running, "cordoned": false}])
 }
 
+/// Per-machine history: ours (the worker of fleetagent-p1) and an on-prem prover's.
+fn history(ours: u32, onprem: u32) -> serde_json::Value {
+    let h = |host: &str, n: u32| {
+        json!({"host_and_port": host, "proofs": n, "first_end_secs_ago": 3000,
+               "last_end_secs_ago": 30, "completed_1h": n})
+    };
+    json!([h("10.0.0.9:12300", ours), h("10.0.0.1:12300", onprem)])
+}
+
+/// The labels of the time axis's ticks (text centred under a panel), first panel only.
+fn x_ticks(doc: &roxmltree::Document) -> Vec<String> {
+    let frame_bottom = doc
+        .descendants()
+        .find(|n| n.has_tag_name("rect") && n.attribute("stroke") == Some("#999"))
+        .map(|n| {
+            let a = |k: &str| n.attribute(k).unwrap().parse::<f64>().unwrap();
+            a("y") + a("height")
+        })
+        .unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("middle"))
+        .filter(|n| {
+            let y: f64 = n.attribute("y").unwrap().parse().unwrap();
+            y > frame_bottom && y < frame_bottom + 20.0
+        })
+        .filter_map(|n| n.text().map(String::from))
+        .collect()
+}
+
+/// Minutes since midnight of a tick label (`HH:MM`, or `MM-DD HH:MM`).
+fn minutes(label: &str) -> i64 {
+    let hm = label.rsplit(' ').next().unwrap();
+    let (h, m) = hm
+        .split_once(':')
+        .unwrap_or_else(|| panic!("not HH:MM: {label}"));
+    h.parse::<i64>().unwrap() * 60 + m.parse::<i64>().unwrap()
+}
+
+/// The y axis labels of each panel (right-aligned text left of the frames), in order.
+fn y_labels(doc: &roxmltree::Document, panels: usize) -> Vec<Vec<f64>> {
+    let frames: Vec<(f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("stroke") == Some("#999"))
+        .map(|n| {
+            let a = |k: &str| n.attribute(k).unwrap().parse::<f64>().unwrap();
+            (a("y"), a("y") + a("height"))
+        })
+        .collect();
+    assert_eq!(frames.len(), panels);
+    frames
+        .iter()
+        .map(|(top, bottom)| {
+            doc.descendants()
+                .filter(|n| n.has_tag_name("text") && n.attribute("text-anchor") == Some("end"))
+                .filter(|n| {
+                    let y: f64 = n.attribute("y").unwrap().parse().unwrap();
+                    y >= top - 1.0 && y <= bottom + 5.0
+                })
+                .map(|n| n.text().unwrap().parse::<f64>().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+/// A step of 1, 2 or 5 x 10^n.
+fn round_step(step: f64) -> bool {
+    let mantissa = step / 10f64.powi(step.log10().floor() as i32);
+    [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|m| (mantissa - m).abs() < 1e-6)
+}
+
 /// The PNG of this SVG as rsvg-convert draws it: width, height, bytes per pixel, pixels.
 type Image = (u32, u32, usize, Vec<u8>);
 
@@ -102,17 +174,17 @@ fn real_runs_make_a_plot_a_real_renderer_draws_with_every_panel() {
     // Five passes: work arriving and done, then a probe that fails (not JSON), then more.
     let readings = [
         Some(
-            json!({"pending": 4, "running": 1, "completed_1h": 10, "completed_15m": 3, "workers": worker(1)}),
+            json!({"pending": 4, "running": 1, "completed_1h": 10, "completed_15m": 3, "workers": worker(1), "history": history(3, 7)}),
         ),
         Some(
-            json!({"pending": 2, "running": 1, "completed_1h": 14, "completed_15m": 4, "workers": worker(1)}),
+            json!({"pending": 2, "running": 1, "completed_1h": 14, "completed_15m": 4, "workers": worker(1), "history": history(5, 9)}),
         ),
         None,
         Some(
-            json!({"pending": 0, "running": 1, "running_stale": 1, "completed_1h": 18, "completed_15m": 5, "workers": worker(1)}),
+            json!({"pending": 0, "running": 1, "running_stale": 1, "completed_1h": 18, "completed_15m": 5, "workers": worker(1), "history": history(7, 11)}),
         ),
         Some(
-            json!({"pending": 1, "running": 0, "completed_1h": 20, "completed_15m": 5, "workers": worker(0)}),
+            json!({"pending": 1, "running": 0, "completed_1h": 20, "completed_15m": 5, "workers": worker(0), "history": history(8, 12)}),
         ),
     ];
     for r in &readings {
@@ -130,6 +202,25 @@ fn real_runs_make_a_plot_a_real_renderer_draws_with_every_panel() {
         f.count("SELECT COUNT(*) FROM samples WHERE revenue_per_proof BETWEEN 0.0499 AND 0.0501 AND fleet_dph > 0 AND ours_billing = 1"),
         5
     );
+    // Our completions apart from the on-prem prover's, for revenue and profit.
+    let split: String = f
+        .db()
+        .query_row(
+            "SELECT group_concat(ours_completed_1h || '/' || completed_1h, ' ')
+               FROM (SELECT * FROM samples WHERE demand_ok ORDER BY id)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(split, "3/10 5/14 7/18 8/20");
+    // The passes ran seconds apart; the timer spaces them minutes apart. Stamp them 20
+    // minutes apart, ending now, so the lines span most of the 2 hours drawn.
+    f.db()
+        .execute(
+            "UPDATE samples SET at = at - 1200000 * (SELECT COUNT(*) FROM samples s WHERE s.id > samples.id)",
+            [],
+        )
+        .unwrap();
 
     let svg_path = f.path().join("history.svg");
     let out = f
@@ -194,6 +285,47 @@ fn real_runs_make_a_plot_a_real_renderer_draws_with_every_panel() {
     // And the renderer is a real test: an empty panel area has none.
     let blank = coloured(&img, 0.0, 0.0, 60.0, img.1 as f64 - 3.0);
     assert_eq!(blank, 0, "the left margin should have no coloured pixels");
+
+    // (c) Round y ticks (1, 2 or 5 x 10^n; whole numbers for the queue and the fleet).
+    for (i, labels) in y_labels(&doc, TITLES.len()).iter().enumerate() {
+        assert!(labels.len() >= 2, "panel {i}: {labels:?}");
+        let steps: Vec<f64> = labels.windows(2).map(|w| (w[0] - w[1]).abs()).collect();
+        assert!(
+            steps
+                .iter()
+                .all(|d| round_step(*d) && (d - steps[0]).abs() < 1e-9),
+            "panel {i} ticks {labels:?}"
+        );
+        if i < 2 {
+            assert!(
+                labels.iter().all(|v| v.fract() == 0.0),
+                "panel {i}: {labels:?}"
+            );
+        }
+    }
+    // (d) The asked window in UTC clock time: 2 hours every 15 minutes on the clock,
+    // 24 hours every 3 hours; the samples (a minute apart) span neither.
+    let ticks = x_ticks(&doc);
+    let gaps = |t: &[String]| -> Vec<i64> {
+        t.windows(2)
+            .map(|w| (minutes(&w[1]) - minutes(&w[0])).rem_euclid(1440))
+            .collect()
+    };
+    assert!((7..=9).contains(&ticks.len()), "{ticks:?}");
+    assert!(gaps(&ticks).iter().all(|g| *g == 15), "{ticks:?}");
+    assert!(ticks.iter().all(|t| minutes(t) % 15 == 0), "{ticks:?}");
+    let day = f.path().join("day.svg");
+    f.cmd(&["inspect", "--plot", day.to_str().unwrap(), "--hours", "24"])
+        .ok();
+    let day = std::fs::read_to_string(&day).unwrap();
+    let day_ticks = x_ticks(&roxmltree::Document::parse(&day).unwrap());
+    assert!((7..=9).contains(&day_ticks.len()), "{day_ticks:?}");
+    assert!(gaps(&day_ticks).iter().all(|g| *g == 180), "{day_ticks:?}");
+    // A day always crosses a midnight: that tick carries its date.
+    assert!(
+        day_ticks.iter().filter(|t| t.contains('-')).count() >= 1,
+        "{day_ticks:?}"
+    );
 }
 
 #[test]
@@ -284,4 +416,74 @@ fn every_pass_of_the_real_pipeline_stores_one_sample_in_the_simulator_too() {
     // The simulator's demand always reads, its base config targets 300/h, and its fleet bills.
     assert_eq!(q("SELECT COUNT(*) FROM samples WHERE demand_ok = 1 AND pending IS NOT NULL AND target_pph = 300"), runs);
     assert!(q("SELECT COUNT(*) FROM samples WHERE fleet_dph > 0 AND ours_billing > 0") > 0);
+}
+
+#[test]
+fn the_sim_plot_of_a_priced_scenario_has_the_price_and_profit_panels_with_round_ticks() {
+    require_rsvg_convert();
+    let tmp = tempfile::tempdir().unwrap();
+    let svg_path = tmp.path().join("price-drop.svg");
+    let mut sim = Command::new(crate::common::fleet::BIN);
+    crate::common::fleet::clean_env(&mut sim);
+    let out = sim
+        .args([
+            "sim",
+            "--scenario",
+            "price-drop",
+            "--hours",
+            "2",
+            "--json",
+            "--plot",
+        ])
+        .arg(&svg_path)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(report["money"]["profit"].is_number(), "{report:#}");
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    for t in fleetagent::sim::plot::TITLES {
+        assert!(texts.contains(&t), "no panel titled {t:?} in {texts:?}");
+    }
+    for legend in ["revenue", "profit"] {
+        assert!(texts.contains(&legend), "no {legend:?} line in {texts:?}");
+    }
+    assert!(
+        !svg.contains("no price modelled"),
+        "price-drop models a price"
+    );
+    // Every panel drawn by a real renderer, the money panels included.
+    let frames: Vec<(f64, f64, f64, f64)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("rect") && n.attribute("stroke") == Some("#999"))
+        .map(|n| {
+            let a = |k: &str| n.attribute(k).unwrap().parse::<f64>().unwrap();
+            (a("x"), a("y"), a("width"), a("height"))
+        })
+        .collect();
+    let img = render(&svg_path);
+    for (t, (x, y, w, h)) in fleetagent::sim::plot::TITLES.iter().zip(&frames) {
+        let n = coloured(&img, *x, *y, *w, *h);
+        assert!(n > 50, "panel {t:?} has {n} coloured pixels: nothing drawn");
+    }
+    // Round ticks: y by 1, 2 or 5 x 10^n (whole for the queue and the fleet), x by 15 minutes.
+    for (i, labels) in y_labels(&doc, frames.len()).iter().enumerate() {
+        let steps: Vec<f64> = labels.windows(2).map(|w| (w[0] - w[1]).abs()).collect();
+        assert!(
+            !steps.is_empty() && steps.iter().all(|d| round_step(*d)),
+            "panel {i}: {labels:?}"
+        );
+        if i < 2 {
+            assert!(
+                labels.iter().all(|v| v.fract() == 0.0),
+                "panel {i}: {labels:?}"
+            );
+        }
+    }
+    assert_eq!(
+        x_ticks(&doc),
+        ["0h", "15m", "30m", "45m", "1h", "1h15m", "1h30m", "1h45m", "2h"]
+    );
 }

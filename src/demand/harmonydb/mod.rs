@@ -3,6 +3,7 @@
 //! read-only snapshot. It never writes, and no error it returns contains the password.
 //! The statements are in [`read`].
 
+mod column;
 mod read;
 
 /// The history statement (`$1` task, `$2` window, `$3` hour, `$4` quarter, in seconds), for

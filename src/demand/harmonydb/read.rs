@@ -8,7 +8,9 @@
 //! rather than trying each optional statement under a SAVEPOINT, costs one statement instead
 //! of two more round trips per optional part, and the note can name the grant exactly.
 
-use postgres::Transaction;
+use postgres::{Row, Transaction};
+
+use super::column::get;
 
 use super::super::{Demand, RequestLoop, Worker, WorkerHistory, HISTORY_WINDOW_SECS};
 
@@ -183,7 +185,8 @@ impl Access {
     }
 }
 
-/// Reads every part of [`Demand`]. `Err` is one line naming what failed.
+/// Reads every part of [`Demand`]. `Err` is one line naming what failed: a statement, or a
+/// column of an unexpected type or NULL (`proofshare_meta.pprice is numeric, expected text`).
 pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, String> {
     let failed = |what: &str, e: postgres::Error| {
         format!(
@@ -192,67 +195,58 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
             crate::secrets::redact::error_chain(&e)
         )
     };
-    let access = access(tx).map_err(|e| failed("the catalog (table privileges)", e))?;
+    let typed = |what: &str, e: String| format!("reading {what} from {}: {e}", p.shown);
+    let access = {
+        let what = "the catalog (table privileges)";
+        let names: Vec<&str> = TABLES.to_vec();
+        let row = tx
+            .query_one(ACCESS, &[&names])
+            .map_err(|e| failed(what, e))?;
+        access(&row).map_err(|e| typed(what, e))?
+    };
     required(&access).map_err(|e| format!("{e} (on {})", p.shown))?;
     let mut d = Demand::default();
 
     let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
     let tasks = TASKS.replace("{orphan}", if with_queue { ORPHAN } else { "false" });
+    let what = "task counts (curio.harmony_task)";
     let row = tx
         .query_one(&tasks, &[&p.task, &p.alive_secs])
-        .map_err(|e| failed("task counts (curio.harmony_task)", e))?;
-    d.pending = count(row.get(0));
-    d.running = count(row.get(1));
-    d.running_stale = count(row.get(2));
-    d.orphan_tasks = count(row.get(3));
-    d.orphan_oldest_secs = row.get::<_, Option<f64>>(4).map(secs);
+        .map_err(|e| failed(what, e))?;
+    task_counts(&row, &mut d).map_err(|e| typed(what, e))?;
 
     let window = HISTORY_WINDOW_SECS as f64;
+    let what = "completions (curio.harmony_task_history)";
     let rows = tx
         .query(HISTORY, &[&p.task, &window, &HOUR_SECS, &QUARTER_SECS])
-        .map_err(|e| failed("completions (curio.harmony_task_history)", e))?;
-    for r in rows {
-        d.completed_1h = d.completed_1h.saturating_add(count(r.get(2)));
-        d.completed_15m = d.completed_15m.saturating_add(count(r.get(3)));
-        d.history.push(WorkerHistory {
-            host_and_port: r.get(0),
-            proofs: count(r.get(1)),
-            first_end_secs_ago: secs(r.get(4)),
-            last_end_secs_ago: secs(r.get(5)),
-            busy_secs: r.get::<_, Option<f64>>(6).map(secs),
-        });
+        .map_err(|e| failed(what, e))?;
+    for r in &rows {
+        let (h, quarter) = history(r).map_err(|e| typed(what, e))?;
+        d.completed_1h = d.completed_1h.saturating_add(h.completed_1h.unwrap_or(0));
+        d.completed_15m = d.completed_15m.saturating_add(quarter);
+        d.history.push(h);
     }
 
+    let what = "workers (curio.harmony_machines)";
     d.workers = tx
         .query(WORKERS, &[&p.task, &p.alive_secs])
-        .map_err(|e| failed("workers (curio.harmony_machines)", e))?
+        .map_err(|e| failed(what, e))?
         .iter()
-        .map(|r| Worker {
-            machine_name: r.get(0),
-            host_and_port: r.get(1),
-            cordoned: r.get(2),
-            running: count(r.get(3)),
-        })
-        .collect();
+        .map(worker)
+        .collect::<Result<_, _>>()
+        .map_err(|e| typed(what, e))?;
 
     if !proofshare {
         return Ok(d);
     }
     if access.can("proofshare_meta") {
+        let what = "curio.proofshare_meta";
         let rows = tx
             .query(META, &[&p.alive_secs])
-            .map_err(|e| failed("curio.proofshare_meta", e))?;
+            .map_err(|e| failed(what, e))?;
         match rows.first() {
-            Some(r) => {
-                d.proofshare_enabled = Some(r.get(0));
-                d.ask_price_attofil = Some(r.get(1));
-                d.request_loop = Some(match (r.get(2), r.get(3)) {
-                    (false, _) => RequestLoop::None,
-                    (true, true) => RequestLoop::Ok,
-                    (true, false) => RequestLoop::Stalled,
-                });
-            }
+            Some(r) => meta(r, &mut d).map_err(|e| typed(what, e))?,
             None => d.notes.push(
                 "curio.proofshare_meta has no row: proofshare_enabled, request_loop and \
                  ask_price_attofil unknown"
@@ -266,16 +260,12 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     ));
 
     if with_queue {
+        let what = "curio.proofshare_queue";
         let enabled = d.proofshare_enabled.unwrap_or(true);
         let row = tx
             .query_one(QUEUE, &[&p.waiting_max_age_mins, &enabled])
-            .map_err(|e| failed("curio.proofshare_queue", e))?;
-        d.ps_waiting = Some(count(row.get(0)));
-        d.stale_waiting = count(row.get(1));
-        d.stale_oldest_secs = row.get::<_, Option<f64>>(2).map(secs);
-        d.ps_computing = Some(count(row.get(3)));
-        d.backlog = Some(count(row.get(4)));
-        d.pow_1h = Some(count(row.get(5)));
+            .map_err(|e| failed(what, e))?;
+        queue(&row, &mut d).map_err(|e| typed(what, e))?;
     }
     d.notes.extend(access.note(
         "proofshare_queue",
@@ -283,30 +273,115 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     ));
 
     if access.can("proofshare_provider_payments") {
-        let row = tx
-            .query_one(PAYMENTS, &[])
-            .map_err(|e| failed("curio.proofshare_provider_payments", e))?;
-        d.paid_1h = Some(count(row.get(0)));
+        let what = "curio.proofshare_provider_payments";
+        let row = tx.query_one(PAYMENTS, &[]).map_err(|e| failed(what, e))?;
+        d.paid_1h = Some(count(get(
+            &row,
+            0,
+            "count of proofshare_provider_payments",
+        )?));
     }
     d.notes
         .extend(access.note("proofshare_provider_payments", "paid_1h"));
     Ok(d)
 }
 
-fn access(tx: &mut Transaction<'_>) -> Result<Access, postgres::Error> {
-    let names: Vec<&str> = TABLES.to_vec();
-    let row = tx.query_one(ACCESS, &[&names])?;
-    let schema_usage: bool = row.get(1);
-    let schema_present: bool = row.get(2);
-    let mut readable: Vec<bool> = row.get(4);
+// One function per statement's row: every column read with its name (`column::get`).
+
+fn task_counts(row: &Row, d: &mut Demand) -> Result<(), String> {
+    d.pending = count(get(row, 0, "count of pending harmony_task rows")?);
+    d.running = count(get(row, 1, "count of running harmony_task rows")?);
+    d.running_stale = count(get(row, 2, "count of stale-owned harmony_task rows")?);
+    d.orphan_tasks = count(get(row, 3, "count of orphan harmony_task rows")?);
+    d.orphan_oldest_secs =
+        get::<Option<f64>>(row, 4, "harmony_task.posted_time (the oldest orphan's age)")?.map(secs);
+    Ok(())
+}
+
+/// One machine's history, and its completions of the last quarter hour.
+fn history(r: &Row) -> Result<(WorkerHistory, u32), String> {
+    let h = WorkerHistory {
+        host_and_port: get(r, 0, "harmony_task_history.completed_by_host_and_port")?,
+        proofs: count(get(r, 1, "count of harmony_task_history rows")?),
+        first_end_secs_ago: secs(get(
+            r,
+            4,
+            "harmony_task_history.work_end (the first's age)",
+        )?),
+        last_end_secs_ago: secs(get(r, 5, "harmony_task_history.work_end (the last's age)")?),
+        busy_secs: get::<Option<f64>>(r, 6, "harmony_task_history.work_start (time proving)")?
+            .map(secs),
+        completed_1h: Some(count(get(
+            r,
+            2,
+            "count of harmony_task_history rows (hour)",
+        )?)),
+    };
+    let quarter = count(get(r, 3, "count of harmony_task_history rows (quarter)")?);
+    Ok((h, quarter))
+}
+
+fn worker(r: &Row) -> Result<Worker, String> {
+    Ok(Worker {
+        machine_name: get(r, 0, "harmony_machine_details.machine_name")?,
+        host_and_port: get(r, 1, "harmony_machines.host_and_port")?,
+        cordoned: get(r, 2, "harmony_machines.unschedulable")?,
+        running: count(get(r, 3, "count of the machine's harmony_task rows")?),
+    })
+}
+
+fn meta(r: &Row, d: &mut Demand) -> Result<(), String> {
+    d.proofshare_enabled = Some(get(r, 0, "proofshare_meta.enabled")?);
+    d.ask_price_attofil = Some(get(r, 1, "proofshare_meta.pprice")?);
+    let has_task: bool = get(r, 2, "proofshare_meta.request_task_id")?;
+    let owned: bool = get(
+        r,
+        3,
+        "harmony_machines.last_contact (the request task's owner)",
+    )?;
+    d.request_loop = Some(match (has_task, owned) {
+        (false, _) => RequestLoop::None,
+        (true, true) => RequestLoop::Ok,
+        (true, false) => RequestLoop::Stalled,
+    });
+    Ok(())
+}
+
+fn queue(row: &Row, d: &mut Demand) -> Result<(), String> {
+    let n = |i: usize, what: &str| -> Result<u32, String> {
+        Ok(count(get(
+            row,
+            i,
+            &format!("count of proofshare_queue rows ({what})"),
+        )?))
+    };
+    d.ps_waiting = Some(n(0, "waiting")?);
+    d.stale_waiting = n(1, "stale")?;
+    d.stale_oldest_secs = get::<Option<f64>>(
+        row,
+        2,
+        "proofshare_queue.obtained_at (the oldest stale row's age)",
+    )?
+    .map(secs);
+    d.ps_computing = Some(n(3, "computing")?);
+    d.backlog = Some(n(4, "backlog")?);
+    d.pow_1h = Some(n(5, "proofs of work")?);
+    Ok(())
+}
+
+fn access(row: &Row) -> Result<Access, String> {
+    let schema_usage: bool = get(row, 1, "has_schema_privilege(curio)")?;
+    let schema_present: bool = get(row, 2, "pg_namespace (schema curio)")?;
+    let mut readable: Vec<bool> = get(row, 4, "has_table_privilege")?;
     if !schema_usage {
         // Without USAGE on the schema no table of it can be read, whatever its grants.
         readable.iter_mut().for_each(|r| *r = false);
     }
+    let role: String = get(row, 0, "current_user")?;
     Ok(Access {
-        role: quote_role(&row.get::<_, String>(0)),
+        role: quote_role(&role),
         schema_usage: schema_usage || !schema_present,
-        present: row.get(3),
+        present: get(row, 3, "pg_class (tables of schema curio)")?,
         readable,
     })
 }

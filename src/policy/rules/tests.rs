@@ -354,6 +354,7 @@ fn surplus_case(c1h: u32, history: Option<u32>) -> (Snapshot, Config) {
                     first_end_secs_ago: 6 * 3600,
                     last_end_secs_ago: 10,
                     busy_secs: None,
+                    completed_1h: None,
                 }]
             })
             .unwrap_or_default(),

@@ -122,11 +122,10 @@ pub fn build(
     oracle_profit: Option<f64>,
 ) -> anyhow::Result<Economics> {
     // A FIL/USD the agent fetched and cached (the price slice's observe step), or a static one.
-    let fetched: Option<f64> = conn
-        .query_row("SELECT fil_usd FROM agent_state WHERE id = 1", [], |r| {
+    let fetched: Option<f64> =
+        conn.query_row("SELECT fil_usd FROM agent_state WHERE id = 1", [], |r| {
             r.get(0)
-        })
-        .unwrap_or(None);
+        })?;
     let agent_priced = config.price.fil_usd.is_some() || fetched.is_some();
     let margin = config.policy.min_margin;
     let mut unprofitable = 0;

@@ -263,6 +263,9 @@ impl CurioCluster {
                     first_end_secs_ago: ((now - first) / 1000) as u64,
                     last_end_secs_ago: ((now - last) / 1000) as u64,
                     busy_secs: Some((busy / 1000) as u64),
+                    completed_1h: Some(
+                        done.iter().filter(|(e, _)| now - *e <= HOUR_MS).count() as u32
+                    ),
                 });
             }
         }

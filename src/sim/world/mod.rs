@@ -42,6 +42,12 @@ pub struct Sample {
     pub throughput: f64,
     pub market_rate: f64,
     pub spend: f64,
+    /// Our $/h over the sample's interval, and the revenue $/h of the last hour's
+    /// completions at the price of the moment and the revenue so far (None: no price
+    /// modelled). Every Curio worker of the simulator is one of ours.
+    pub spend_dph: f64,
+    pub revenue_dph: Option<f64>,
+    pub revenue: Option<f64>,
 }
 
 pub struct World {
@@ -401,6 +407,12 @@ impl World {
             throughput: d.completed_15m as f64 * 4.0,
             market_rate: self.market.rate_at(t),
             spend: self.vast.spend_ours(t),
+            spend_dph: self.vast.spend_between((t - SAMPLE_MS).max(self.start), t)
+                / (SAMPLE_MS as f64 / HOUR_MS as f64),
+            revenue_dph: self
+                .revenue_per_proof(t)
+                .map(|r| r * f64::from(d.completed_1h)),
+            revenue: self.revenue_per_proof(t).map(|_| self.curio.tally.revenue),
         }
     }
 
