@@ -41,6 +41,8 @@ pub fn stderr_is_journal(stream: Option<&OsStr>) -> bool {
     let Some((dev, ino)) = stream.and_then(OsStr::to_str).and_then(parse_stream) else {
         return false;
     };
+    // dev_t and ino_t are u64 here but narrower on some targets.
+    #[allow(clippy::unnecessary_cast)]
     match nix::sys::stat::fstat(std::io::stderr()) {
         Ok(st) => st.st_dev as u64 == dev && st.st_ino as u64 == ino,
         Err(_) => false,

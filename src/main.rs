@@ -96,7 +96,7 @@ fn init_logging(cli: &fleetagent::cli::Cli) {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter));
     if in_journal {
         builder
-            .format(|buf, record| journal::format_record(buf, record))
+            .format(journal::format_record)
             .write_style(env_logger::WriteStyle::Never);
     } else {
         builder.format_timestamp_secs();

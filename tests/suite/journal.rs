@@ -1,7 +1,7 @@
-//! What an operator reads, and how long the operator waits: the journal's priority prefixes
-//! and the action lines of a real `run` against the fakes, the summary line and the
-//! verdicts of passes whose calls failed, and a vast.ai that never answers costing one
-//! bounded wait.
+//! What an operator reads, and how long the operator waits: the action lines of a real
+//! `run` against the fakes as journald files them (a real journald beside a systemd user
+//! manager), the format without the journal, the summary line and the verdicts of passes
+//! whose calls failed, and a vast.ai that never answers costing one bounded wait.
 
 use std::fs::File;
 use std::io::Read;
@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::agent_e2e::{busy_fleet, dead_fleet, rig, write_demand, CAPS};
+use super::agent_e2e::{busy_fleet, dead_fleet, rig, write_demand, CAPS, LLM_KEY};
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeReply, FakeVast, Route};
-use crate::common::fleet::{Fleet, Run};
+use crate::common::fleet::{Fleet, Run, BIN};
+use crate::common::systemd::UserManager;
 
 /// `args` with stderr written to a file named by `JOURNAL_STREAM`, as systemd connects a
 /// service to the journal; returns the outcome with that file's text as stderr.
@@ -35,15 +36,13 @@ fn in_journal(f: &Fleet, args: &[&str]) -> Run {
     run
 }
 
-#[test]
-fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere() {
-    let llm = FakeLlm::start();
-    let vast = FakeVast::start_real_time();
+/// The fakes and a pass whose model asks for two launches: the first meets a refused key at
+/// the offer search (a create would do the same, but two creates in a pass are spaced 4.5 s
+/// apart), the second goes through.
+fn one_launched_one_failed(llm: &FakeLlm, vast: &FakeVast) -> Fleet {
     vast.add_offers(3, "RTX 4090", 0.40, 0.99);
-    let f = rig(&llm, &vast, CAPS, "");
+    let f = rig(llm, vast, CAPS, "");
     write_demand(f.path(), busy_fleet());
-    // Two launches: the first meets a refused key at the offer search (a create would do
-    // the same, but two creates in a pass are spaced 4.5 s apart), the second goes through.
     vast.fail_next(
         Route::Offers,
         1,
@@ -52,26 +51,52 @@ fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere
             json!({"success": false, "error": "auth_error", "msg": "bad key"}),
         ),
     );
-    let launch = ("launch_instance", r#"{"reason": "backlog of 59"}"#);
-    llm.push(Reply::tool_calls(&[launch, launch]));
+    llm.push(Reply::tool_calls(&[LAUNCH, LAUNCH]));
     llm.push(Reply::text("One launched, one failed."));
     f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
-    let out = in_journal(&f, &["run"]).ok();
-    let lines: Vec<&str> = out.stderr.lines().collect();
+    f
+}
+
+const LAUNCH: (&str, &str) = ("launch_instance", r#"{"reason": "backlog of 59"}"#);
+
+/// DESIGN.md's proof for the journal: `run` as a systemd service beside a real journald;
+/// `journalctl -p warning` finds the failed launch and only it, `-p notice` the launch with
+/// its label, offer and $/h.
+#[test]
+fn journalctl_finds_a_failed_launch_at_warning_and_a_launch_at_notice() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = one_launched_one_failed(&llm, &vast);
+    let sd = UserManager::start_with_journald(f.path());
+    let out = sd
+        .cmd("systemd-run")
+        .args([
+            "--user",
+            "--wait",
+            "--quiet",
+            "--unit",
+            "fleetagent-journal-test",
+        ])
+        .arg(format!("--setenv=VAST_API_KEY={}", vast.api_key()))
+        .arg(format!("--setenv=FLEETAGENT_LLM_API_KEY={LLM_KEY}"))
+        .arg(BIN)
+        .arg("--config")
+        .arg(&f.config)
+        .arg("--state-dir")
+        .arg(&f.state)
+        .arg("run")
+        .output()
+        .unwrap();
+    let everything = sd.journalctl(&["--identifier", "fleetagent"]);
+    assert!(out.status.success(), "{out:?}\n{everything}");
+    let warnings = sd.journalctl(&["--priority", "warning"]);
+    let failed: Vec<&str> = warnings.lines().filter(|l| l.starts_with("run ")).collect();
+    assert_eq!(failed.len(), 1, "{warnings}");
     assert!(
-        lines.iter().all(|l| l.len() > 3
-            && l.starts_with('<')
-            && l[1..].starts_with(|c: char| ('3'..='7').contains(&c))
-            && &l[2..3] == ">"),
-        "every line has its priority:\n{}",
-        out.stderr
+        failed[0].contains("launch (best offer) failed: vast.ai refused the API key: HTTP 401")
+            && failed[0].contains("asked by llm: backlog of 59"),
+        "{warnings}"
     );
-    let failed = lines
-        .iter()
-        .find(|l| l.contains("launch") && l.contains("failed"))
-        .unwrap_or_else(|| panic!("no failed launch line:\n{}", out.stderr));
-    assert!(failed.starts_with("<4>"), "{failed}");
-    assert!(failed.contains("401"), "{failed}");
     let (label, offer): (String, i64) = f
         .db()
         .query_row(
@@ -80,11 +105,11 @@ fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    let launched = lines
-        .iter()
-        .find(|l| l.contains("launched"))
-        .unwrap_or_else(|| panic!("no launch line:\n{}", out.stderr));
-    assert!(launched.starts_with("<5>"), "{launched}");
+    let notices = sd.journalctl(&["--priority", "notice"]);
+    let launched = notices
+        .lines()
+        .find(|l| l.contains(" launched "))
+        .unwrap_or_else(|| panic!("no launch line:\n{everything}"));
     for part in [
         label.as_str(),
         &format!("offer {offer}"),
@@ -94,13 +119,14 @@ fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere
     ] {
         assert!(launched.contains(part), "{part:?} missing: {launched}");
     }
-    assert!(!out.stderr.contains("[20"), "no timestamp of its own");
-    // The summary line names what the pass did and what failed.
+    // The prefixes were read, not kept; the summary line (stdout, info) names both.
     assert!(
-        out.stdout
-            .contains(&format!("-> action: launched {label}; failed 1 launch (")),
-        "{}",
-        out.stdout
+        !everything.contains("<5>") && !everything.contains("<4>"),
+        "{everything}"
+    );
+    assert!(
+        everything.contains(&format!("-> action: launched {label}; failed 1 launch (")),
+        "{everything}"
     );
     let run = &f.inspect()["runs"][0];
     assert_eq!(
@@ -111,12 +137,21 @@ fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere
         ),
         (&json!(1), &json!(0), &json!(1))
     );
+}
 
-    // The key is refused now: the pass goes on blind (recorded, its events consumed, its
-    // launch failed), and the process exits 1 naming vast.ai. Without JOURNAL_STREAM the
-    // lines keep env_logger's format.
+/// Without the journal the lines keep env_logger's format; a pass whose listing meets a
+/// refused key goes on blind (recorded, its events consumed, its launch failed) and the
+/// process exits 1 naming vast.ai; with `JOURNAL_STREAM` naming stderr every line has its
+/// priority, the final error 3.
+#[test]
+fn a_blind_run_exits_1_in_either_format() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(1, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
     vast.set_api_key(Some("another-key-entirely"));
-    llm.push(Reply::tool_calls(&[launch]));
+    llm.push(Reply::tool_calls(&[LAUNCH]));
     llm.push(Reply::text("It failed."));
     f.cmd(&["trigger", "-p", "1", "-r", "again"]).ok();
     let out = f.cmd(&["run"]).code(1);
@@ -141,14 +176,30 @@ fn action_lines_carry_their_priority_in_the_journal_and_the_old_format_elsewhere
     let v = f.inspect();
     assert_eq!(v["runs"][0]["status"], "ok");
     assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    assert_eq!(v["runs"][0]["actions_failed"], 1);
     assert_eq!(v["unconsumed_events"], 0);
 
-    // In the journal the final error is priority 3.
+    llm.push(Reply::tool_calls(&[LAUNCH]));
+    llm.push(Reply::text("It failed again."));
     f.cmd(&["trigger", "-p", "1", "-r", "once more"]).ok();
     let out = in_journal(&f, &["run"]).code(1);
-    let last = out.stderr.trim_end().lines().last().unwrap_or_default();
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let prefixed = |l: &&str| {
+        let b = l.as_bytes();
+        b.len() > 3 && b[0] == b'<' && (b'3'..=b'7').contains(&b[1]) && b[2] == b'>'
+    };
+    assert!(lines.iter().all(prefixed), "{}", out.stderr);
+    assert!(!out.stderr.contains("[20"), "no timestamp of its own");
     assert!(
-        last.starts_with("<3>fleetagent: run ") && last.contains("vast.ai"),
+        lines
+            .iter()
+            .any(|l| l.starts_with("<4>run ") && l.contains("launch (best offer) failed")),
+        "{}",
+        out.stderr
+    );
+    let last = lines.last().unwrap_or(&"");
+    assert!(
+        last.starts_with("<3>fleetagent: run ") && last.contains("vast.ai refused the API key"),
         "{}",
         out.stderr
     );
@@ -206,19 +257,30 @@ proofs_per_hour_per_instance = 50
     ));
     f.cmd(&["init"]).ok();
 
-    // `instances list`: the listing is tried twice (each bounded by the timeout), then the
+    // `instances list` at a terminal (script(1) gives it one): it says what it waits for and
+    // how long at most; the listing is tried twice (each bounded by the timeout), then the
     // table is shown without it; well within 3x vast.timeout_secs.
+    let list = f.command(&["instances", "list"]);
+    let line: Vec<String> = std::iter::once(list.get_program())
+        .chain(list.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy()))
+        .collect();
+    let mut at_terminal = std::process::Command::new("script");
+    at_terminal.args(["-qefc", &line.join(" "), "/dev/null"]);
+    crate::common::fleet::clean_env(&mut at_terminal);
+    at_terminal.env("VAST_API_KEY", "k-0123456789");
     let started = Instant::now();
-    let out = f.cmd(&["instances", "list"]).ok();
+    let out = Run::from(at_terminal.output().unwrap()).ok();
     let took = started.elapsed();
     println!("instances list against a hung vast.ai: {took:?}");
     assert!(took < Duration::from_millis(3_000 + 1_500), "{took:?}");
+    let shown = &out.stdout;
     assert!(
-        out.stderr.contains("vast.ai listing unavailable"),
-        "{}",
-        out.stderr
+        shown.contains("waiting for vast.ai (up to 3s)..."),
+        "{shown}"
     );
-    assert!(out.stderr.contains("no answer within 1s"), "{}", out.stderr);
+    assert!(shown.contains("vast.ai listing unavailable"), "{shown}");
+    assert!(shown.contains("no answer within 1s"), "{shown}");
     assert_eq!(accepted.swap(0, Ordering::SeqCst), 2);
 
     // `run`: the listing waits once; the rules' emergency launch then fails at once,

@@ -220,7 +220,8 @@ fn a_resume_over_a_cap_is_answered_by_a_stop_in_the_same_pass() {
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     let out = f.cmd(&["run"]).code(1);
     assert!(
-        out.stderr.contains("the vast.ai listing failed: vast.ai HTTP 503"),
+        out.stderr
+            .contains("the vast.ai listing failed: vast.ai HTTP 503"),
         "{}",
         out.stderr
     );
