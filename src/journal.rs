@@ -77,12 +77,13 @@ pub fn priority(level: log::Level, target: &str) -> u8 {
 
 /// The filter when `RUST_LOG` is unset: warnings (`-v` info, `-vv` debug), with the action
 /// journal where it is read (`notices`: the journal, or `run`) and without it elsewhere.
-pub fn default_filter(verbose: u8, notices: bool) -> String {
+pub fn default_filter(verbose: u8, notices: bool) -> &'static str {
+    // Literals: `trigger` builds this on every state change.
     match verbose {
-        0 if notices => format!("warn,{NOTICE}=info"),
-        0 => format!("warn,{NOTICE}=off"),
-        1 => "info".into(),
-        _ => "debug".into(),
+        0 if notices => "warn,fleetagent::notice=info",
+        0 => "warn,fleetagent::notice=off",
+        1 => "info",
+        _ => "debug",
     }
 }
 
@@ -156,8 +157,8 @@ mod tests {
 
     #[test]
     fn notices_pass_the_default_filter_only_where_read() {
-        assert_eq!(default_filter(0, false), "warn,fleetagent::notice=off");
-        assert_eq!(default_filter(0, true), "warn,fleetagent::notice=info");
+        assert_eq!(default_filter(0, false), format!("warn,{NOTICE}=off"));
+        assert_eq!(default_filter(0, true), format!("warn,{NOTICE}=info"));
         assert_eq!(default_filter(1, false), "info");
         assert_eq!(default_filter(2, true), "debug");
     }

@@ -76,6 +76,10 @@ pub trait Tool: Send + Sync {
 /// failed at vast.ai), with the GPU when the caller knows it. Best effort: the row is
 /// committed, and a line that cannot be read back is not worth failing the pass for.
 pub fn journal_action(conn: &rusqlite::Connection, id: i64, gpu: Option<&str>) {
+    // Off where nobody reads it (`sim`, the other commands at a terminal): no read, no text.
+    if !log::log_enabled!(target: crate::journal::NOTICE, log::Level::Warn) {
+        return;
+    }
     let Ok(Some(a)) = crate::store::actions::get(conn, id) else {
         return;
     };

@@ -28,9 +28,10 @@ const MAX_ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// One call (a request with its retries and their waits) is bounded by this many exchange
 /// timeouts (`vast.timeout_secs`): a retry is made only when its wait and a whole exchange
-/// still fit, so a request left unanswered is tried twice at most. A rate limit that asks for a longer wait fails the call instead (a daily search
-/// quota can ask for hours); the caller retries on a later pass. Create spacing before the
-/// first attempt is fleetagent's own pacing and not counted.
+/// still fit, so a request left unanswered is tried twice at most. A rate limit that asks
+/// for a longer wait fails the call instead (a daily search quota can ask for hours); the
+/// caller retries on a later pass. Create spacing before the first attempt is fleetagent's
+/// own pacing and not counted. At the default 20 s this is the minute the waits had before.
 pub const CALL_BUDGET_TIMEOUTS: u32 = 3;
 /// 10 000 instances: far beyond any fleet; stops a server that never ends its pages.
 const MAX_PAGES: usize = 400;
@@ -285,10 +286,11 @@ impl HttpVastClient {
     /// ([`CALL_BUDGET_TIMEOUTS`]). Returns the final answer unless it was an auth failure, a
     /// deprecated endpoint, a rate limit that outlasted the retries, or a transport failure.
     /// A call that ends unanswered (a timeout) makes every later call of this client fail at
-    /// once ([`VastError::Unanswered`]): one hung vast.ai costs a process one call's wait. `create` is the create gate, held by the
-    /// caller: a create is spaced after the previous one, retried after a 429 (vast.ai
-    /// refused it, so nothing was rented) and after a connection that failed at once, and
-    /// never retried after anything else, because the rent may have gone through.
+    /// once ([`VastError::Unanswered`]): one hung vast.ai costs a process one call's wait.
+    /// `create` is the create gate, held by the caller: a create is spaced after the previous
+    /// one, retried after a 429 (vast.ai refused it, so nothing was rented) and after a
+    /// connection that never opened, and never retried after anything else, because the rent
+    /// may have gone through.
     fn send(
         &self,
         method: Method,
