@@ -50,6 +50,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod faults;
+pub mod journal;
 pub mod output;
 pub mod paths;
 pub mod plot;

@@ -20,6 +20,7 @@ use fleetagent::clock::SystemClock;
 use fleetagent::cmd::App;
 use fleetagent::env::Env;
 use fleetagent::error;
+use fleetagent::journal;
 
 /// The C entry point (see the module comment); the program itself is [`run`].
 #[allow(unsafe_code)]
@@ -62,16 +63,7 @@ mod entry {
 
 fn run() -> i32 {
     let cli = fleetagent::cli::Cli::parse();
-    let level = match cli.verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let logger = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_timestamp_secs()
-        .build();
-    log::set_max_level(logger.filter());
-    let _ = log::set_boxed_logger(Box::new(NoWireDump(logger)));
+    init_logging(&cli);
     let app = App {
         config_flag: cli.config.clone(),
         state_dir_flag: cli.state_dir.clone(),
@@ -83,12 +75,35 @@ fn run() -> i32 {
         Ok(()) => error::EXIT_OK,
         Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {
-            eprintln!("fleetagent: {}", error::report(&e));
+            let text = format!("fleetagent: {}", error::report(&e));
+            eprintln!("{}", journal::line(journal::ERR, &text));
             error::exit_code(&e)
         }
     };
     fleetagent::faults::stats::report();
     code
+}
+
+/// env_logger behind [`NoWireDump`]: the journal's format when stderr is the journal
+/// (`journal`), today's otherwise. Notices pass the default filter in the journal and for
+/// `run` (what the units start); the other commands keep a clean terminal unless `-v`.
+fn init_logging(cli: &fleetagent::cli::Cli) {
+    let in_journal = journal::stderr_is_journal(std::env::var_os("JOURNAL_STREAM").as_deref());
+    journal::set_active(in_journal);
+    let notices = in_journal || matches!(cli.command, fleetagent::cli::Command::Run(_));
+    let filter = journal::default_filter(cli.verbose, notices);
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter));
+    if in_journal {
+        builder
+            .format(journal::format_record)
+            .write_style(env_logger::WriteStyle::Never);
+    } else {
+        builder.format_timestamp_secs();
+    }
+    let logger = builder.build();
+    log::set_max_level(logger.filter());
+    let _ = log::set_boxed_logger(Box::new(NoWireDump(logger)));
 }
 
 /// The env_logger, minus `ureq_proto`'s trace records: at trace it dumps every byte of every

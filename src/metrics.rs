@@ -73,10 +73,17 @@ fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -
 pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<String> {
     let mut f = Vec::new();
 
-    let mut by_verdict: BTreeMap<String, f64> = ["action", "no-action", "skipped", "failed"]
-        .iter()
-        .map(|v| (v.to_string(), 0.0))
-        .collect();
+    let mut by_verdict: BTreeMap<String, f64> = [
+        "action",
+        "no-action",
+        "skipped",
+        "action-failed",
+        "action-refused",
+        "failed",
+    ]
+    .iter()
+    .map(|v| (v.to_string(), 0.0))
+    .collect();
     for (k, v) in runs::count_by_verdict(conn)? {
         by_verdict.insert(k.unwrap_or_else(|| "none".into()), v as f64);
     }

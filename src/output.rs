@@ -29,6 +29,16 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
+/// At a terminal, one line on stderr saying what the command waits for and for how long at
+/// most, so a slow outside service does not look like a hang. Nothing when stderr is a
+/// file, a pipe or the journal.
+pub fn waiting(what: &str, at_most: std::time::Duration) {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        eprintln!("waiting for {what} (up to {}s)...", at_most.as_secs());
+    }
+}
+
 /// Whether a write to stdout failed for a reason other than a closed pipe.
 pub fn failed() -> bool {
     FAILED.load(Ordering::Relaxed)

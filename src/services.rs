@@ -51,10 +51,6 @@ macro_rules! deref_ctx {
     };
 }
 
-/// One vast.ai HTTP exchange, body included. Creates and listings answer in seconds; a
-/// minute leaves room for a slow listing page without letting a hung call eat the run.
-const VAST_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// The services a pass (or `poll`, or `instances`) uses. `with_llm` is for the caller that
 /// fills `llm`; this function never builds an LLM client. An `Err` is a credential file that
 /// exists but cannot be read.
@@ -124,9 +120,20 @@ pub fn build_vast(
         &config.vast.base_url,
         Some(key.expose().to_string()),
         clock,
-        VAST_TIMEOUT,
+        vast_timeout(config),
     );
     Ok(Some(Arc::new(client)))
+}
+
+/// One vast.ai exchange, body included (`vast.timeout_secs`).
+pub fn vast_timeout(config: &Config) -> Duration {
+    Duration::from_secs(config.vast.timeout_secs)
+}
+
+/// The longest one vast.ai call may keep an operator waiting: a request with its retries
+/// (`vast::http::CALL_BUDGET_TIMEOUTS` exchanges' worth).
+pub fn vast_call_bound(config: &Config) -> Duration {
+    vast_timeout(config) * crate::vast::http::CALL_BUDGET_TIMEOUTS
 }
 
 /// The probe of `demand.source`, or None when its address is missing. The HarmonyDB URL

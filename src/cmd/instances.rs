@@ -33,10 +33,13 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
     } else {
         match services::build_vast(config, &app.env, app.clock.clone())? {
             None => (None, Some(fleet::NO_VAST_KEY.to_string())),
-            Some(vast) => match vast.list_instances() {
-                Ok(l) => (Some(l), None),
-                Err(e) => (None, Some(clip(&e.to_string(), 300))),
-            },
+            Some(vast) => {
+                crate::output::waiting("vast.ai", services::vast_call_bound(config));
+                match vast.list_instances() {
+                    Ok(l) => (Some(l), None),
+                    Err(e) => (None, Some(clip(&e.to_string(), 300))),
+                }
+            }
         }
     };
     let now = app.now();

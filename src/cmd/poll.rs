@@ -19,11 +19,13 @@ pub fn run(app: &App) -> Result<()> {
         &mut problems,
     );
     for e in &problems {
-        eprintln!("fleetagent: poll: {e}");
+        let text = format!("fleetagent: poll: {e}");
+        eprintln!("{}", crate::journal::line(crate::journal::WARNING, &text));
     }
+    // A minute's poll that finds nothing is not worth a journal line (-vv shows it).
     match polled? {
-        Polled::NoChange => crate::outln!("poll: no change"),
-        Polled::Recorded => crate::outln!("poll: state recorded; nothing for the agent"),
+        Polled::NoChange => log::debug!("poll: no change"),
+        Polled::Recorded => log::debug!("poll: state recorded; nothing for the agent"),
         Polled::Rang { id, reason } => {
             crate::outln!("event {id} (P1) recorded; doorbell rung: {reason}")
         }

@@ -42,15 +42,31 @@ pub fn run(app: &App) -> Result<()> {
     let result = run::run_process(&env);
     crate::metrics::after_run(config, &dir, app.now());
     // An early failure has already deleted the doorbell (crate::run).
-    for r in result.map_err(|(RunFailure::Early(e) | RunFailure::Pass(e))| e)? {
-        crate::outln!(
-            "run {}: started by {}, {} event(s), {} wake(s) -> {}",
-            r.run_id,
-            r.started_by,
-            r.events,
-            r.wakes,
-            r.verdict
-        );
+    let reports = result.map_err(|(RunFailure::Early(e) | RunFailure::Pass(e))| e)?;
+    for r in &reports {
+        crate::outln!("{}", summary(r));
     }
-    Ok(())
+    // The passes went on without the fleet's listing (recorded ok, the model told); the
+    // process fails so that the unit, and whatever watches it, does not look green.
+    match reports
+        .iter()
+        .rev()
+        .find_map(|r| Some((r.run_id, r.vast_error.as_deref()?)))
+    {
+        Some((id, e)) => anyhow::bail!("run {id}: the vast.ai listing failed: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// `run 7: started by events, 2 event(s), 0 wake(s) -> action-failed: failed 1 launch (...)`.
+fn summary(r: &run::PassReport) -> String {
+    let mut line = format!(
+        "run {}: started by {}, {} event(s), {} wake(s) -> {}",
+        r.run_id, r.started_by, r.events, r.wakes, r.verdict
+    );
+    if !r.actions.is_empty() {
+        line.push_str(": ");
+        line.push_str(&r.actions);
+    }
+    line
 }

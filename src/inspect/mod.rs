@@ -38,6 +38,10 @@ pub struct RunView {
     pub prompt_tokens_reported: Option<i64>,
     pub error: Option<String>,
     pub llm_error: Option<String>,
+    /// The pass's asked-for launches and stops that went through, were refused, failed.
+    pub actions_ok: i64,
+    pub actions_refused: i64,
+    pub actions_failed: i64,
 }
 
 impl From<&runs::Run> for RunView {
@@ -59,6 +63,9 @@ impl From<&runs::Run> for RunView {
             prompt_tokens_reported: r.prompt_tokens_reported,
             error: r.error.clone(),
             llm_error: r.llm_error.clone(),
+            actions_ok: r.actions.ok,
+            actions_refused: r.actions.refused,
+            actions_failed: r.actions.failed,
         }
     }
 }

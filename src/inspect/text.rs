@@ -274,8 +274,9 @@ pub fn render_text(r: &Report) -> String {
     }
     line(format!("runs        last {}:", r.runs.len()));
     for run in &r.runs {
+        let acted = run.actions_ok + run.actions_refused + run.actions_failed;
         line(format!(
-            "  {:>6} s{} {:<6} {:<7} {:<9} {} ev {} wk {}{}",
+            "  {:>6} s{} {:<6} {:<7} {:<14} {} ev {} wk {}{}{}",
             run.id,
             run.session_id,
             run.started_by,
@@ -284,6 +285,14 @@ pub fn render_text(r: &Report) -> String {
             run.started_at,
             run.events_claimed,
             run.wakes_claimed,
+            if acted > 0 {
+                format!(
+                    "  calls {} ok {} refused {} failed",
+                    run.actions_ok, run.actions_refused, run.actions_failed
+                )
+            } else {
+                String::new()
+            },
             run.error
                 .as_ref()
                 .map(|e| format!("  error: {e}"))

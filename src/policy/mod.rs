@@ -4,6 +4,7 @@
 //! may take, and the pass's own choices (skip, fallback, verdict). Nothing here does I/O: the
 //! drivers (`run`, `agent`, `tools`) read the world, call these, and carry out the result.
 
+pub mod action_lines;
 pub mod floor;
 pub mod guardrails;
 pub mod launch;

@@ -5,7 +5,7 @@ use crate::clock::Millis;
 use crate::config::{Config, Fallback, Provider};
 use crate::demand::Demand;
 use crate::fleet::Snapshot;
-use crate::store::runs::Verdict;
+use crate::store::runs::{ActionCounts, Verdict};
 
 /// Who decides this pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,31 @@ pub fn verdict(mutated: bool) -> Verdict {
     } else {
         Verdict::NoAction
     }
+}
+
+/// The verdict once the pass's calls are counted from the ledger (`asked`): any that went
+/// through make it `action` (a dry run's answer included); calls asked for that all failed
+/// or were refused make it `action-failed` (at least one failed at vast.ai) or
+/// `action-refused`, never a plain `no-action`; a pass that asked for none keeps `decided`.
+pub fn counted_verdict(decided: Verdict, asked: ActionCounts) -> Verdict {
+    if decided == Verdict::Action || asked.ok > 0 {
+        Verdict::Action
+    } else if asked.failed > 0 {
+        Verdict::ActionFailed
+    } else if asked.refused > 0 {
+        Verdict::ActionRefused
+    } else {
+        decided
+    }
+}
+
+/// The vast.ai listing's failure in this pass, unless it is only that no key is configured
+/// (which `doctor` reports): the pass holds the fleet and goes on, and the process then
+/// exits 1 naming it, so a blind agent never looks green.
+pub fn vast_failure(s: &Snapshot) -> Option<&str> {
+    s.listing_error
+        .as_deref()
+        .filter(|e| *e != crate::fleet::NO_VAST_KEY)
 }
 
 /// The demand reading as recorded for the next pass's "steady" check.
@@ -176,5 +201,34 @@ mod tests {
         assert_eq!(on_model_failure(&c), OnModelFailure::FailPass);
         assert_eq!(verdict(true), Verdict::Action);
         assert_eq!(verdict(false).as_str(), "no-action");
+    }
+
+    #[test]
+    fn asked_for_calls_that_all_failed_or_were_refused_are_never_no_action() {
+        let n = |ok, refused, failed| ActionCounts {
+            ok,
+            refused,
+            failed,
+        };
+        let v = counted_verdict;
+        assert_eq!(v(Verdict::NoAction, n(0, 0, 0)), Verdict::NoAction);
+        assert_eq!(v(Verdict::Skipped, n(0, 0, 0)), Verdict::Skipped);
+        assert_eq!(v(Verdict::NoAction, n(0, 3, 0)), Verdict::ActionRefused);
+        assert_eq!(v(Verdict::Skipped, n(0, 2, 1)), Verdict::ActionFailed);
+        assert_eq!(v(Verdict::NoAction, n(1, 2, 1)), Verdict::Action);
+        assert_eq!(v(Verdict::Action, n(0, 0, 1)), Verdict::Action);
+    }
+
+    #[test]
+    fn only_a_listing_that_failed_with_a_key_is_a_vast_failure() {
+        let mut s = snapshot(None);
+        assert_eq!(vast_failure(&s), None);
+        s.listing_error = Some(crate::fleet::NO_VAST_KEY.into());
+        assert_eq!(vast_failure(&s), None);
+        s.listing_error = Some("vast.ai HTTP 500 server_error: boom".into());
+        assert_eq!(
+            vast_failure(&s),
+            Some("vast.ai HTTP 500 server_error: boom")
+        );
     }
 }

@@ -55,6 +55,10 @@ pub struct PassReport {
     pub events: usize,
     pub wakes: usize,
     pub verdict: runs::Verdict,
+    /// What its launches and stops came to, in words (empty: none asked for).
+    pub actions: String,
+    /// vast.ai's listing failed in this pass (not "no key"): the process exits 1.
+    pub vast_error: Option<String>,
 }
 
 pub struct RunEnv<'a> {
@@ -110,15 +114,17 @@ fn one_pass(
         .and_then(|()| pass::execute(store, env, claim, deadline))
         .and_then(|o| faults::point("run-before-finish").map(|()| o));
     match result {
-        Ok(outcome) => {
-            claim::finish_ok(store, run_id, &outcome, env.clock.now_ms())
+        Ok(done) => {
+            claim::finish_ok(store, run_id, &done.outcome, env.clock.now_ms())
                 .map_err(|e| e.context(format!("run {run_id}")))?;
             Ok(PassReport {
                 run_id,
                 started_by: claim.started_by,
                 events: claim.events.len(),
                 wakes: claim.wakes.len(),
-                verdict: outcome.verdict,
+                verdict: done.outcome.verdict,
+                actions: done.words,
+                vast_error: done.vast_error,
             })
         }
         Err(e) => {
@@ -213,9 +219,10 @@ pub fn spawn_watchdog(clock: Arc<dyn Clock>, deadline_secs: u64) {
         .name("deadline".into())
         .spawn(move || {
             clock.sleep(limit);
-            eprintln!(
+            let text = format!(
                 "fleetagent: run exceeded its deadline of {deadline_secs}s (+30s grace); exiting"
             );
+            eprintln!("{}", crate::journal::line(crate::journal::ERR, &text));
             std::process::exit(crate::error::EXIT_RUNTIME);
         });
 }

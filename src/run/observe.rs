@@ -60,6 +60,7 @@ pub fn observe(
     for (id, outcome, instance, detail) in &rec.settle {
         actions::settle(&tx, *id, outcome, *instance, Some(detail), now)?;
     }
+    let settled: Vec<i64> = rec.settle.iter().map(|s| s.0).collect();
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
@@ -94,6 +95,10 @@ pub fn observe(
     // One sample per pass for `inspect --plot`, in this transaction (see `run::sample`).
     super::sample::record(&tx, &snapshot, config)?;
     tx.commit()?;
+    // A launch left open by an earlier pass, settled now by the listing: its line at last.
+    for id in settled {
+        crate::tools::journal_action(&store.conn, id, None);
+    }
     Ok(snapshot)
 }
 

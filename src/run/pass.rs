@@ -7,7 +7,11 @@ use anyhow::Result;
 
 use crate::agent::{self, LoopEnv};
 use crate::clock::Millis;
-use crate::policy::pass::{decider, on_model_failure, verdict, Decider, Facts, OnModelFailure};
+use crate::policy::action_lines;
+use crate::policy::pass::{
+    counted_verdict, decider, on_model_failure, vast_failure, verdict, Decider, Facts,
+    OnModelFailure,
+};
 use crate::store::runs::{DecidedBy, Verdict};
 use crate::store::{runs, session, Store};
 use crate::tokens::Tokenizer;
@@ -15,13 +19,25 @@ use crate::tools::{self, Actor};
 
 use super::{act, observe, Claim, RunEnv};
 
+/// What a pass did: its run row's outcome, and for the process's summary line what its
+/// actions came to and whether vast.ai's listing failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Done {
+    pub outcome: runs::Outcome,
+    /// After the verdict in the summary line (`policy::action_lines::tally`); empty when
+    /// the pass asked for no launch or stop.
+    pub words: String,
+    /// The listing's failure (`policy::pass::vast_failure`): the process exits 1.
+    pub vast_error: Option<String>,
+}
+
 /// `deadline`: the process's (Unix ms); the model is not asked past what it leaves.
 pub fn execute(
     store: &mut Store,
     env: &RunEnv<'_>,
     claim: &Claim,
     deadline: Millis,
-) -> Result<runs::Outcome> {
+) -> Result<Done> {
     let config = env.config;
     let tk = Tokenizer::for_config(config)?;
     let previous = session::state(&store.conn)?;
@@ -86,5 +102,13 @@ pub fn execute(
             }
         },
     }
-    Ok(outcome)
+    // Whoever decided, the ledger says what the calls came to.
+    let tally = action_lines::tally(&crate::store::actions::of_run(&store.conn, claim.run_id)?);
+    outcome.actions = tally.counts;
+    outcome.verdict = counted_verdict(outcome.verdict, tally.counts);
+    Ok(Done {
+        outcome,
+        words: tally.words,
+        vast_error: vast_failure(&snapshot).map(String::from),
+    })
 }

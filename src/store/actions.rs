@@ -201,6 +201,18 @@ pub fn of_run(conn: &Connection, run_id: i64) -> Result<Vec<Action>> {
     Ok(rows)
 }
 
+/// One row by id.
+pub fn get(conn: &Connection, id: i64) -> Result<Option<Action>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            &format!("SELECT {COLS} FROM actions WHERE id = ?1"),
+            params![id],
+            row,
+        )
+        .optional()?)
+}
+
 /// Launch intents not yet settled (a crash between intent and record leaves them).
 pub fn open_intents(conn: &Connection) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(

@@ -146,7 +146,7 @@ fn restart(
         Err(d) => ("failed", d.clone()),
     };
     let tx = ctx.store.immediate()?;
-    actions::insert(
+    let action = actions::insert(
         &tx,
         &NewAction {
             run_id: (ctx.run_id > 0).then_some(ctx.run_id),
@@ -179,6 +179,7 @@ fn restart(
         Err(_) => None,
     };
     tx.commit()?;
+    super::journal_action(&ctx.store.conn, action, row.gpu_name.as_deref());
     Ok(result)
 }
 
@@ -262,6 +263,21 @@ fn settle_intent(
     settle: Settle,
     after: Millis,
 ) -> Result<ToolResult> {
+    let result = settled(ctx, ask, create, intent_id, settle, after);
+    if result.is_ok() {
+        super::journal_action(&ctx.store.conn, intent_id, Some(&create.offer.gpu_name));
+    }
+    result
+}
+
+fn settled(
+    ctx: &mut ToolCtx<'_>,
+    ask: &plan::Ask,
+    create: &Create,
+    intent_id: i64,
+    settle: Settle,
+    after: Millis,
+) -> Result<ToolResult> {
     match settle {
         Settle::Launched { instance_id, row } => {
             crate::faults::point("launch-after-create")?;
@@ -308,7 +324,7 @@ fn answer(ctx: &mut ToolCtx<'_>, reason: &str, a: Answer, now: Millis) -> Result
 }
 
 fn record(ctx: &mut ToolCtx<'_>, e: &Entry, reason: &str, now: Millis) -> Result<()> {
-    actions::insert(
+    let id = actions::insert(
         &ctx.store.conn,
         &NewAction {
             run_id: (ctx.run_id > 0).then_some(ctx.run_id),
@@ -326,5 +342,6 @@ fn record(ctx: &mut ToolCtx<'_>, e: &Entry, reason: &str, now: Millis) -> Result
         },
         now,
     )?;
+    super::journal_action(&ctx.store.conn, id, None);
     Ok(())
 }

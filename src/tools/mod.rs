@@ -72,6 +72,26 @@ pub trait Tool: Send + Sync {
     fn call(&self, ctx: &mut ToolCtx<'_>, args: Value) -> Result<ToolResult>;
 }
 
+/// The journal's line for ledger row `id` as stored (a notice; a warning for a call that
+/// failed at vast.ai), with the GPU when the caller knows it. Best effort: the row is
+/// committed, and a line that cannot be read back is not worth failing the pass for.
+pub fn journal_action(conn: &rusqlite::Connection, id: i64, gpu: Option<&str>) {
+    // Off where nobody reads it (`sim`, the other commands at a terminal): no read, no text.
+    if !log::log_enabled!(target: crate::journal::NOTICE, log::Level::Warn) {
+        return;
+    }
+    let Ok(Some(a)) = crate::store::actions::get(conn, id) else {
+        return;
+    };
+    let line = crate::policy::action_lines::action_line(&a, gpu);
+    let run = a.run_id.map(|r| format!("run {r}: ")).unwrap_or_default();
+    if line.warning {
+        log::warn!(target: crate::journal::NOTICE, "{run}{}", line.text);
+    } else {
+        crate::notice!("{run}{}", line.text);
+    }
+}
+
 /// What an offer search said of vast.ai's daily search quota, kept for the next observation
 /// and `doctor`: cleared by a search that went through, set by `search_quota_exceeded`.
 pub fn note_search_quota(

@@ -119,7 +119,7 @@ pub fn stop(
         let until = after + (hours * 3_600_000.0) as Millis;
         crate::store::bad_hosts::mark(&tx, *machine, why, until, after)?;
     }
-    actions::insert(
+    let action = actions::insert(
         &tx,
         &NewAction {
             run_id: (ctx.run_id > 0).then_some(ctx.run_id),
@@ -141,6 +141,8 @@ pub fn stop(
         instances::upsert(&tx, r)?;
     }
     tx.commit()?;
+    let gpu = target.row.as_ref().and_then(|r| r.gpu_name.as_deref());
+    super::journal_action(&ctx.store.conn, action, gpu);
     if let Some((machine, _)) = host_failure {
         // The rest of this pass searches without it too.
         ctx.snapshot.bad_hosts.push(machine);
@@ -161,7 +163,7 @@ fn answer(
     at: Millis,
 ) -> Result<ToolResult> {
     if let Some(e) = &a.record {
-        actions::insert(
+        let id = actions::insert(
             &ctx.store.conn,
             &NewAction {
                 run_id: (ctx.run_id > 0).then_some(ctx.run_id),
@@ -178,6 +180,7 @@ fn answer(
             },
             at,
         )?;
+        super::journal_action(&ctx.store.conn, id, None);
     }
     Ok(a.result)
 }

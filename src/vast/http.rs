@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -26,9 +26,13 @@ pub use crate::ratelimit::spacing::{threshold_secs, wait_after_429};
 /// Attempts per call, the first included.
 const MAX_ATTEMPTS: u32 = 4;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-/// A rate limit that asks for a longer wait than this fails the call instead (a daily search
-/// quota can ask for hours); the caller retries on a later pass.
-const MAX_WAIT: Duration = Duration::from_secs(60);
+/// One call (a request with its retries and their waits) is bounded by this many exchange
+/// timeouts (`vast.timeout_secs`): a retry is made only when its wait and a whole exchange
+/// still fit, so a request left unanswered is tried twice at most. A rate limit that asks
+/// for a longer wait fails the call instead (a daily search quota can ask for hours); the
+/// caller retries on a later pass. Create spacing before the first attempt is fleetagent's
+/// own pacing and not counted. At the default 20 s this is the minute the waits had before.
+pub const CALL_BUDGET_TIMEOUTS: u32 = 3;
 /// 10 000 instances: far beyond any fleet; stops a server that never ends its pages.
 const MAX_PAGES: usize = 400;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
@@ -45,6 +49,9 @@ pub struct HttpVastClient {
     clock: Arc<dyn Clock>,
     agent: ureq::Agent,
     timeout: Duration,
+    /// Set by the first API request left unanswered (a timeout): every later call fails at
+    /// once with [`VastError::Unanswered`] instead of waiting again.
+    unanswered: OnceLock<String>,
     /// When this client last sent a create (vast.ai's create spacing); held for a whole
     /// create so creates from several threads of one process queue up behind it.
     create_gate: CreateGate,
@@ -86,13 +93,16 @@ struct TransportFailure {
     text: String,
     /// The failure happened before the request could reach the server (DNS, connect).
     never_sent: bool,
+    /// No answer within the time allowed (connect or exchange).
+    timed_out: bool,
 }
 
 impl HttpVastClient {
     /// `api_key` is resolved by the caller (env `VAST_API_KEY` or the `vast_api_key`
     /// credential); `None` makes every call fail with [`VastError::Auth`] without sending
     /// anything. Every wait (backoff, create spacing, log polling) sleeps on `clock`.
-    /// `timeout` bounds one HTTP exchange, body included.
+    /// `timeout` (`vast.timeout_secs`) bounds one HTTP exchange, body included, and
+    /// [`CALL_BUDGET_TIMEOUTS`] of it one call with its retries.
     pub fn new(
         base_url: &str,
         api_key: Option<String>,
@@ -116,6 +126,7 @@ impl HttpVastClient {
             clock,
             agent: config.build().into(),
             timeout,
+            unanswered: OnceLock::new(),
             create_gate: CreateGate::new(),
             destroy_gap: Spacer::new(DESTROY_SPACING),
         }
@@ -156,29 +167,54 @@ impl HttpVastClient {
         }
     }
 
-    /// One HTTP exchange, no retries. `bearer` is `None` for the public log objects.
+    /// The longest one call may take with its retries ([`CALL_BUDGET_TIMEOUTS`]).
+    pub fn call_budget(&self) -> Duration {
+        self.timeout * CALL_BUDGET_TIMEOUTS
+    }
+
+    /// Fails at once when vast.ai already left a request of this process unanswered.
+    fn answering(&self) -> Result<(), VastError> {
+        match self.unanswered.get() {
+            Some(what) => Err(VastError::Unanswered(what.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether waiting `wait` from now still leaves a whole exchange before `deadline`.
+    fn fits(&self, wait: Duration, deadline: Millis) -> bool {
+        let end = self.clock.now_ms() + (wait + self.timeout).as_millis() as i64;
+        end <= deadline
+    }
+
+    /// One HTTP exchange, no retries, bounded by `limit` (at most the client's timeout).
+    /// `bearer` is `None` for the public log objects.
     fn exchange(
         &self,
         method: Method,
         url: &str,
         body: Option<&[u8]>,
         bearer: Option<&str>,
+        limit: Duration,
     ) -> Result<Answer, TransportFailure> {
         let auth = bearer.map(|k| format!("Bearer {k}"));
         let payload = body.unwrap_or(b"{}");
+        let auth = auth.as_deref();
         let result = match method {
-            Method::Get => headers(self.agent.get(url), auth.as_deref()).call(),
-            Method::Post => headers(self.agent.post(url), auth.as_deref())
+            Method::Get => self.prepared(self.agent.get(url), auth, limit).call(),
+            Method::Post => self
+                .prepared(self.agent.post(url), auth, limit)
                 .content_type("application/json")
                 .send(payload),
-            Method::Put => headers(self.agent.put(url), auth.as_deref())
+            Method::Put => self
+                .prepared(self.agent.put(url), auth, limit)
                 .content_type("application/json")
                 .send(payload),
-            Method::Delete => headers(self.agent.delete(url).force_send_body(), auth.as_deref())
+            Method::Delete => self
+                .prepared(self.agent.delete(url).force_send_body(), auth, limit)
                 .content_type("application/json")
                 .send(payload),
         };
-        let mut response = result.map_err(|e| self.transport_failure(e))?;
+        let mut response = result.map_err(|e| self.transport_failure(e, limit))?;
         let status = response.status().as_u16();
         let retry_after = response
             .headers()
@@ -195,7 +231,7 @@ impl HttpVastClient {
             .with_config()
             .limit(MAX_BODY_BYTES)
             .read_to_vec()
-            .map_err(|e| self.transport_failure(e))?;
+            .map_err(|e| self.transport_failure(e, limit))?;
         // Scrubbed before anything quotes or cuts it: a cut could otherwise keep half a key.
         let text = self.scrub_whole(&String::from_utf8_lossy(&bytes));
         let json = serde_json::from_str::<Value>(&text).ok();
@@ -209,7 +245,24 @@ impl HttpVastClient {
         })
     }
 
-    fn transport_failure(&self, e: ureq::Error) -> TransportFailure {
+    /// The request with its headers, bounded by `limit` when that is shorter than the
+    /// client's timeout.
+    fn prepared<B>(
+        &self,
+        rb: ureq::RequestBuilder<B>,
+        auth: Option<&str>,
+        limit: Duration,
+    ) -> ureq::RequestBuilder<B> {
+        let rb = headers(rb, auth);
+        if limit < self.timeout {
+            rb.config().timeout_global(Some(limit)).build()
+        } else {
+            rb
+        }
+    }
+
+    fn transport_failure(&self, e: ureq::Error, limit: Duration) -> TransportFailure {
+        let timed_out = matches!(e, ureq::Error::Timeout(_));
         let never_sent = match &e {
             ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => true,
             ureq::Error::Timeout(t) => {
@@ -219,21 +272,25 @@ impl HttpVastClient {
             _ => false,
         };
         let text = match &e {
-            ureq::Error::Timeout(_) => format!("no answer within {:?} ({e})", self.timeout),
+            ureq::Error::Timeout(_) => format!("no answer within {limit:?} ({e})"),
             _ => e.to_string(),
         };
         TransportFailure {
             text: self.scrub(&text),
             never_sent,
+            timed_out,
         }
     }
 
-    /// Send an API call with the retries vast.ai's answers allow. Returns the final answer
-    /// unless it was an auth failure, a deprecated endpoint, a rate limit that outlasted the
-    /// retries, or a transport failure. `create` is the create gate, held by the caller: a
-    /// create is spaced after the previous one, retried after a 429 (vast.ai refused it, so
-    /// nothing was rented) and after a connection that never opened, and never retried
-    /// after anything else, because the rent may have gone through.
+    /// Send an API call with the retries vast.ai's answers allow, within the call's budget
+    /// ([`CALL_BUDGET_TIMEOUTS`]). Returns the final answer unless it was an auth failure, a
+    /// deprecated endpoint, a rate limit that outlasted the retries, or a transport failure.
+    /// A call that ends unanswered (a timeout) makes every later call of this client fail at
+    /// once ([`VastError::Unanswered`]): one hung vast.ai costs a process one call's wait.
+    /// `create` is the create gate, held by the caller: a create is spaced after the previous
+    /// one, retried after a 429 (vast.ai refused it, so nothing was rented) and after a
+    /// connection that never opened, and never retried after anything else, because the rent
+    /// may have gone through.
     fn send(
         &self,
         method: Method,
@@ -242,6 +299,7 @@ impl HttpVastClient {
         mut create: Option<&mut CreateTurn<'_>>,
     ) -> Result<Answer, VastError> {
         let key = self.key()?;
+        self.answering()?;
         let url = format!("{}{}", self.base_url, path);
         let route = format!(
             "{} {}",
@@ -252,21 +310,29 @@ impl HttpVastClient {
         let is_create = create.is_some();
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
+        let mut deadline: Option<Millis> = None;
         loop {
             if let Some(turn) = create.as_deref_mut() {
                 turn.space(self.clock.as_ref());
             }
+            let deadline = *deadline
+                .get_or_insert_with(|| self.clock.now_ms() + self.call_budget().as_millis() as i64);
             let last_attempt = attempt >= MAX_ATTEMPTS;
-            let mut answer = match self.exchange(method, &url, payload.as_deref(), Some(key)) {
+            let exchanged =
+                self.exchange(method, &url, payload.as_deref(), Some(key), self.timeout);
+            let mut answer = match exchanged {
                 Ok(a) => a,
                 Err(f) => {
                     let retry = !is_create || f.never_sent;
-                    if retry && !last_attempt {
+                    if retry && !last_attempt && self.fits(backoff, deadline) {
                         log::info!("vast.ai {route}: {}; retrying in {backoff:?}", f.text);
                         self.sleep(backoff);
                         backoff *= 2;
                         attempt += 1;
                         continue;
+                    }
+                    if f.timed_out {
+                        let _ = self.unanswered.set(format!("{route}: {}", f.text));
                     }
                     return Err(VastError::Transport(if is_create && !f.never_sent {
                         format!(
@@ -304,7 +370,7 @@ impl HttpVastClient {
                     is_create,
                     backoff,
                 );
-                if last_attempt || wait > MAX_WAIT {
+                if last_attempt || !self.fits(wait, deadline) {
                     return Err(VastError::RateLimited(self.scrub(&format!(
                         "{route}: {} (after {attempt} attempt(s); wait {:.1} s)",
                         answer.msg(),
@@ -320,7 +386,7 @@ impl HttpVastClient {
             if matches!(answer.status, 502..=504) && !is_create && !last_attempt {
                 let wait = retry_after_secs(answer.retry_after.as_deref())
                     .map_or(backoff, |r| r.max(backoff));
-                if wait <= MAX_WAIT {
+                if self.fits(wait, deadline) {
                     log::info!(
                         "vast.ai {route}: HTTP {}, retrying in {wait:?}",
                         answer.status
@@ -552,12 +618,21 @@ impl VastClient for HttpVastClient {
                 ))
             })?
             .to_string();
+        // The polls share one call's budget: a log store that hangs costs at most that.
+        let deadline = self.clock.now_ms() + self.call_budget().as_millis() as i64;
         let mut last = String::new();
-        for poll in 0..LOG_POLLS {
-            if poll > 0 {
+        let mut polls = 0;
+        while polls < LOG_POLLS {
+            if polls > 0 {
                 self.sleep(LOG_POLL_GAP);
             }
-            match self.exchange(Method::Get, &url, None, None) {
+            let left = deadline - self.clock.now_ms();
+            if left <= 0 {
+                break;
+            }
+            polls += 1;
+            let limit = Duration::from_millis(left as u64);
+            match self.exchange(Method::Get, &url, None, None, limit) {
                 Ok(a) if a.status == 200 => return Ok(last_lines(&a.text, tail)),
                 Ok(a) => last = format!("HTTP {}", a.status),
                 Err(f) => last = f.text,
@@ -567,7 +642,7 @@ impl VastClient for HttpVastClient {
             status: 0,
             code: "logs_not_ready".into(),
             msg: self.scrub(&format!(
-                "log of instance {id} not ready after {LOG_POLLS} polls (last: {last})"
+                "log of instance {id} not ready after {polls} polls (last: {last})"
             )),
         })
     }

@@ -146,6 +146,13 @@ pub enum VastError {
     /// Connection failure or timeout.
     #[error("vast.ai unreachable: {0}")]
     Transport(String),
+    /// Not sent: vast.ai left an earlier request of this process unanswered (`{0}` says which
+    /// and how long it was waited for). One hung vast.ai costs a process one wait, not one
+    /// per call.
+    #[error(
+        "vast.ai did not answer earlier in this process ({0}); not asked again until the next run"
+    )]
+    Unanswered(String),
     /// A body that is not what the API documents.
     #[error("vast.ai answered something unreadable: {0}")]
     Decode(String),

@@ -56,6 +56,17 @@ impl UserManager {
     /// Start a manager that received these credentials itself (as `user@.service` would pass
     /// them): `LoadCredential=ID:NAME` finds `NAME` there, as it would in /etc/credstore/.
     pub fn start_with(scratch: &Path, manager_credentials: Option<&Path>) -> UserManager {
+        UserManager::launch(scratch, manager_credentials, false)
+    }
+
+    /// Start a manager beside a real systemd-journald (`SYSTEMD_HARNESS_JOURNALD=1`):
+    /// [`UserManager::journalctl`] reads what the services logged, priorities included, and
+    /// [`UserManager::journal`] stays empty.
+    pub fn start_with_journald(scratch: &Path) -> UserManager {
+        UserManager::launch(scratch, None, true)
+    }
+
+    fn launch(scratch: &Path, manager_credentials: Option<&Path>, journald: bool) -> UserManager {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/systemd-harness");
         let stderr_path = scratch.join("harness.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("harness stderr file");
@@ -65,7 +76,8 @@ impl UserManager {
             "-c",
             r#"echo "pid=$$"
                for v in XDG_RUNTIME_DIR XDG_CONFIG_HOME XDG_DATA_HOME XDG_STATE_HOME HOME \
-                        SYSTEMD_HARNESS_DIR SYSTEMD_HARNESS_JOURNAL SYSTEMD_HARNESS_MANAGER_PID; do
+                        SYSTEMD_HARNESS_DIR SYSTEMD_HARNESS_JOURNAL SYSTEMD_HARNESS_MANAGER_PID \
+                        SYSTEMD_HARNESS_JOURNALD_DIR; do
                    echo "env $v=${!v}"
                done
                echo ready
@@ -76,6 +88,9 @@ impl UserManager {
         .stderr(stderr);
         if let Some(dir) = manager_credentials {
             cmd.env("SYSTEMD_HARNESS_MANAGER_CREDENTIALS", dir);
+        }
+        if journald {
+            cmd.env("SYSTEMD_HARNESS_JOURNALD", "1");
         }
         let mut harness = cmd
             .spawn()
@@ -149,6 +164,20 @@ impl UserManager {
 
     pub fn env(&self, name: &str) -> &str {
         &self.env[name]
+    }
+
+    /// `journalctl --output cat ARGS` over the real journald's files (a manager started
+    /// [`UserManager::start_with_journald`]): the messages, one a line.
+    pub fn journalctl(&self, args: &[&str]) -> String {
+        let out = self
+            .cmd("journalctl")
+            .arg("--directory")
+            .arg(self.env("SYSTEMD_HARNESS_JOURNALD_DIR"))
+            .args(["--no-pager", "--output", "cat"])
+            .args(args)
+            .output()
+            .expect("journalctl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The manager's environment (XDG_RUNTIME_DIR, ...), e.g. for `systemctl --user` from

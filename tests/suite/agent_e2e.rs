@@ -216,7 +216,7 @@ fn same_request_without_the_emergency_is_refused_with_retry_after() {
     llm.push(Reply::tool_calls(&[launch, launch, launch, launch]));
     llm.push(Reply::text("Rate limited; will check later."));
     f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
-    f.cmd(&["run"]).ok();
+    let out = f.cmd(&["run"]).ok();
     assert_eq!(vast.count(Route::Create), 0);
     let results = tool_results(&llm.requests()[1]);
     assert_eq!(results.len(), 4);
@@ -225,7 +225,16 @@ fn same_request_without_the_emergency_is_refused_with_retry_after() {
         assert_eq!(r["limit"], "3 launches per 15 min");
         assert!(r["retry_after_secs"].as_u64().unwrap() > 0);
     }
-    assert_eq!(f.inspect()["runs"][0]["verdict"], "no-action");
+    // Asked for and all refused: never a plain no-action, in the line and the runs table.
+    assert!(
+        out.stdout
+            .contains("-> action-refused: refused 4 launches (rate_limited)"),
+        "{}",
+        out.stdout
+    );
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["verdict"], "action-refused");
+    assert_eq!(run["actions_refused"], 4);
 }
 
 #[test]

@@ -64,10 +64,17 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
 
     // The numbers are the database's.
     let runs = f.count("SELECT COUNT(*) FROM runs WHERE status <> 'running'") as f64;
-    let by_verdict: f64 = ["action", "no-action", "skipped", "failed"]
-        .iter()
-        .map(|v| value(&scrape, "fleetagent_runs_total", Some(("verdict", v))).unwrap())
-        .sum();
+    let by_verdict: f64 = [
+        "action",
+        "no-action",
+        "skipped",
+        "action-failed",
+        "action-refused",
+        "failed",
+    ]
+    .iter()
+    .map(|v| value(&scrape, "fleetagent_runs_total", Some(("verdict", v))).unwrap())
+    .sum();
     assert_eq!(by_verdict, runs);
     assert!(runs > 12.0);
     let refused = report["launches"]["refused"]["rate_limited"]

@@ -9,6 +9,7 @@ mod economics;
 mod floor;
 mod hands;
 mod hardening;
+mod journal;
 mod layers;
 mod llm_client;
 mod llm_client_fixtures;

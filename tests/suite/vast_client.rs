@@ -33,7 +33,8 @@ struct Setup {
 fn setup() -> Setup {
     let clock = Arc::new(ManualClock::new(T0));
     let fake = FakeVast::start(clock.clone());
-    let client = client_for(&fake, &clock, Duration::from_secs(5));
+    // vast.timeout_secs' default: one call (429 waits included) may take 3x as long.
+    let client = client_for(&fake, &clock, Duration::from_secs(20));
     Setup {
         clock,
         fake,

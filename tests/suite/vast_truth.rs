@@ -210,13 +210,21 @@ fn a_resume_over_a_cap_is_answered_by_a_stop_in_the_same_pass() {
     // Bid 4 is paused when fleetagent first sees the fleet, so it holds no worker...
     vast.outbid(ids[3], false);
     write_demand(f.path(), busy(&labels[..3], 0));
-    // ...and a listing failure keeps the rules from destroying it this pass.
+    // ...and a listing failure keeps the rules from destroying it this pass (which is
+    // recorded, and the process then exits 1 naming vast.ai).
     vast.fail_next(
         Route::ListV1,
         4,
         crate::common::fake_vast::FakeReply::text(503, "busy"),
     );
-    pass(&f);
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr
+            .contains("the vast.ai listing failed: vast.ai HTTP 503"),
+        "{}",
+        out.stderr
+    );
     // It resumes: 4 running where 3 are allowed. One pass stops the surplus (the newest).
     vast.resume(ids[3]);
     pass(&f);

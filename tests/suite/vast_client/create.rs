@@ -159,7 +159,7 @@ fn a_create_429_waits_out_the_12_s_penalty_before_retrying() {
     s.fake.vast_rate_limits();
     let offers = s.fake.add_offers(2, "RTX 4090", 0.45, 0.995);
     // Another process (its own client) created a moment ago.
-    let other = client_for(&s.fake, &s.clock, Duration::from_secs(5));
+    let other = client_for(&s.fake, &s.clock, Duration::from_secs(20));
     other
         .create_instance(&launch(offers[0], "fleetagent-8-a"))
         .unwrap();
@@ -234,7 +234,13 @@ fn a_create_timeout_is_not_retried_and_the_label_finds_the_instance() {
     }
     assert!(err.may_have_created());
     assert_eq!(s.fake.count(Route::Create), 1);
-    let found: Vec<_> = client
+    // vast.ai left it unanswered: this process asks nothing more of it (no new wait).
+    let err = client.list_instances().unwrap_err();
+    assert!(matches!(err, VastError::Unanswered(_)), "{err:?}");
+    assert!(!err.may_have_created());
+    assert_eq!(s.fake.count(Route::ListV1), 0);
+    // The next process's listing finds it by its label.
+    let found: Vec<_> = client_for(&s.fake, &s.clock, Duration::from_secs(1))
         .list_instances()
         .unwrap()
         .into_iter()

@@ -80,3 +80,22 @@ fn an_unreachable_server_is_a_transport_error() {
         .unwrap_err();
     assert!(matches!(err, VastError::Transport(_)), "{err:?}");
 }
+
+/// `vast.timeout_secs` bounds one call with its retries to three timeouts: a retry is made
+/// only when its wait and a whole exchange still fit.
+#[test]
+fn retries_stop_within_three_timeouts() {
+    let s = setup();
+    let client = client_for(&s.fake, &s.clock, Duration::from_secs(2));
+    let id = s.fake.add_instance("fleetagent-1-b");
+    s.fake
+        .fail_next(Route::Show, 4, FakeReply::too_frequent(2.5));
+    let started = s.clock.now_ms();
+    assert!(matches!(
+        client.show_instance(id),
+        Err(VastError::RateLimited(_))
+    ));
+    // 2.5 s after the first 429 a second fits (2.5 + 2 <= 6); a third would end past 6 s.
+    assert_eq!(s.fake.count(Route::Show), 2);
+    assert!(s.clock.now_ms() - started <= 6_000);
+}

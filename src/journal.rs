@@ -1,0 +1,165 @@
+//! How a line on stderr looks: with its syslog priority and no timestamp of its own when
+//! stderr is the journal (`JOURNAL_STREAM`, sd-daemon(3)), env_logger's format otherwise; and
+//! the notice level the `log` crate lacks. main.rs sets it up once; a line printed outside
+//! the logger (the final error, the watchdog) takes its prefix from [`line`].
+//!
+//! Notice: an info record whose target is [`NOTICE`] (the [`notice!`](crate::notice) macro).
+//! Every action of the fleet (launched, stopped, destroyed, refused) is one, and a failed one
+//! a warning with the same target; the default filter lets them through where someone reads
+//! them (the journal, and `run` at a terminal) and keeps them off the terminal of the other
+//! commands, which print their own outcome (`-v` shows them).
+
+use std::ffi::OsStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The target of the action journal's records: notices, and warnings for failed actions.
+pub const NOTICE: &str = "fleetagent::notice";
+
+/// syslog priorities (sd-daemon(3)).
+pub const ERR: u8 = 3;
+pub const WARNING: u8 = 4;
+pub const NOTICE_PRIORITY: u8 = 5;
+pub const INFO: u8 = 6;
+pub const DEBUG: u8 = 7;
+
+/// stderr is the journal (set once by main).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// A notice: `log::info!` with the [`NOTICE`] target, printed `<5>` in the journal.
+#[macro_export]
+macro_rules! notice {
+    ($($arg:tt)*) => {
+        log::info!(target: $crate::journal::NOTICE, $($arg)*)
+    };
+}
+
+/// Whether `JOURNAL_STREAM` (`<dev>:<inode>`, in decimal) names the file open on descriptor 2.
+/// One fstat, and only when the variable is set: `trigger` pays nothing more without it. A
+/// child of a journald-connected service that redirected its stderr keeps the variable but
+/// not the stream, hence the comparison.
+pub fn stderr_is_journal(stream: Option<&OsStr>) -> bool {
+    let Some((dev, ino)) = stream.and_then(OsStr::to_str).and_then(parse_stream) else {
+        return false;
+    };
+    // dev_t and ino_t are u64 here but narrower on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    match nix::sys::stat::fstat(std::io::stderr()) {
+        Ok(st) => st.st_dev as u64 == dev && st.st_ino as u64 == ino,
+        Err(_) => false,
+    }
+}
+
+/// `"<dev>:<inode>"` as two numbers.
+fn parse_stream(s: &str) -> Option<(u64, u64)> {
+    let (dev, ino) = s.trim().split_once(':')?;
+    Some((dev.parse().ok()?, ino.parse().ok()?))
+}
+
+pub fn set_active(on: bool) {
+    ACTIVE.store(on, Ordering::Relaxed);
+}
+
+/// Whether stderr is the journal.
+pub fn active() -> bool {
+    ACTIVE.load(Ordering::Relaxed)
+}
+
+/// The priority of a log record.
+pub fn priority(level: log::Level, target: &str) -> u8 {
+    match level {
+        log::Level::Error => ERR,
+        log::Level::Warn => WARNING,
+        log::Level::Info if target == NOTICE => NOTICE_PRIORITY,
+        log::Level::Info => INFO,
+        log::Level::Debug | log::Level::Trace => DEBUG,
+    }
+}
+
+/// The filter when `RUST_LOG` is unset: warnings (`-v` info, `-vv` debug), with the action
+/// journal where it is read (`notices`: the journal, or `run`) and without it elsewhere.
+pub fn default_filter(verbose: u8, notices: bool) -> &'static str {
+    // Literals: `trigger` builds this on every state change.
+    match verbose {
+        0 if notices => "warn,fleetagent::notice=info",
+        0 => "warn,fleetagent::notice=off",
+        1 => "info",
+        _ => "debug",
+    }
+}
+
+/// `text` as it goes to stderr: each line prefixed `<priority>` in the journal (journald
+/// reads a prefix per line), unchanged otherwise.
+pub fn line(priority: u8, text: &str) -> String {
+    if !active() {
+        return text.to_string();
+    }
+    prefixed(priority, text)
+}
+
+fn prefixed(priority: u8, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4);
+    for (i, l) in text.lines().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("<{priority}>{l}"));
+    }
+    out
+}
+
+/// The journal's format of a log record: `<priority>message`, no timestamp (journald keeps
+/// its own) and no level word (the priority is it).
+pub fn format_record(
+    buf: &mut impl std::io::Write,
+    record: &log::Record<'_>,
+) -> std::io::Result<()> {
+    let p = priority(record.level(), record.target());
+    writeln!(buf, "{}", prefixed(p, &record.args().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_is_two_decimal_numbers() {
+        assert_eq!(parse_stream("8:123456"), Some((8, 123_456)));
+        assert_eq!(parse_stream(" 0:1\n"), Some((0, 1)));
+        for bad in ["", "8", "8:", ":1", "a:1", "8:1:2", "-1:3"] {
+            assert_eq!(parse_stream(bad), None, "{bad:?}");
+        }
+        assert!(!stderr_is_journal(None));
+        assert!(!stderr_is_journal(Some(OsStr::new("garbage"))));
+        // Not our stderr: dev 0 inode 0 names no file.
+        assert!(!stderr_is_journal(Some(OsStr::new("0:0"))));
+    }
+
+    #[test]
+    fn priorities_and_prefixes() {
+        assert_eq!(priority(log::Level::Error, "x"), 3);
+        assert_eq!(priority(log::Level::Warn, NOTICE), 4);
+        assert_eq!(priority(log::Level::Info, NOTICE), 5);
+        assert_eq!(priority(log::Level::Info, "fleetagent::run"), 6);
+        assert_eq!(priority(log::Level::Trace, "x"), 7);
+        assert_eq!(prefixed(4, "one\ntwo"), "<4>one\n<4>two");
+        let mut buf = Vec::new();
+        format_record(
+            &mut buf,
+            &log::Record::builder()
+                .args(format_args!("launched a"))
+                .level(log::Level::Info)
+                .target(NOTICE)
+                .build(),
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), "<5>launched a\n");
+    }
+
+    #[test]
+    fn notices_pass_the_default_filter_only_where_read() {
+        assert_eq!(default_filter(0, false), format!("warn,{NOTICE}=off"));
+        assert_eq!(default_filter(0, true), format!("warn,{NOTICE}=info"));
+        assert_eq!(default_filter(1, false), "info");
+        assert_eq!(default_filter(2, true), "debug");
+    }
+}

@@ -1,0 +1,322 @@
+//! What an operator reads, and how long the operator waits: the action lines of a real
+//! `run` against the fakes as journald files them (a real journald beside a systemd user
+//! manager), the format without the journal, the summary line and the verdicts of passes
+//! whose calls failed, and a vast.ai that never answers costing one bounded wait.
+
+use std::fs::File;
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::agent_e2e::{busy_fleet, dead_fleet, rig, write_demand, CAPS, LLM_KEY};
+use crate::common::fake_llm::{FakeLlm, Reply};
+use crate::common::fake_vast::{FakeReply, FakeVast, Route};
+use crate::common::fleet::{Fleet, Run, BIN};
+use crate::common::systemd::UserManager;
+
+/// `args` with stderr written to a file named by `JOURNAL_STREAM`, as systemd connects a
+/// service to the journal; returns the outcome with that file's text as stderr.
+fn in_journal(f: &Fleet, args: &[&str]) -> Run {
+    let path = f.path().join("journal-stream");
+    let file = File::create(&path).unwrap();
+    let meta = file.metadata().unwrap();
+    let out = f
+        .command(args)
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stderr(file)
+        .output()
+        .unwrap();
+    let mut run = Run::from(out);
+    run.stderr = std::fs::read_to_string(&path).unwrap();
+    run
+}
+
+/// The fakes and a pass whose model asks for two launches: the first meets a refused key at
+/// the offer search (a create would do the same, but two creates in a pass are spaced 4.5 s
+/// apart), the second goes through.
+fn one_launched_one_failed(llm: &FakeLlm, vast: &FakeVast) -> Fleet {
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(llm, vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
+    vast.fail_next(
+        Route::Offers,
+        1,
+        FakeReply::json(
+            401,
+            json!({"success": false, "error": "auth_error", "msg": "bad key"}),
+        ),
+    );
+    llm.push(Reply::tool_calls(&[LAUNCH, LAUNCH]));
+    llm.push(Reply::text("One launched, one failed."));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    f
+}
+
+const LAUNCH: (&str, &str) = ("launch_instance", r#"{"reason": "backlog of 59"}"#);
+
+/// DESIGN.md's proof for the journal: `run` as a systemd service beside a real journald;
+/// `journalctl -p warning` finds the failed launch and only it, `-p notice` the launch with
+/// its label, offer and $/h.
+#[test]
+fn journalctl_finds_a_failed_launch_at_warning_and_a_launch_at_notice() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = one_launched_one_failed(&llm, &vast);
+    let sd = UserManager::start_with_journald(f.path());
+    let out = sd
+        .cmd("systemd-run")
+        .args([
+            "--user",
+            "--wait",
+            "--quiet",
+            "--unit",
+            "fleetagent-journal-test",
+        ])
+        .arg(format!("--setenv=VAST_API_KEY={}", vast.api_key()))
+        .arg(format!("--setenv=FLEETAGENT_LLM_API_KEY={LLM_KEY}"))
+        .arg(BIN)
+        .arg("--config")
+        .arg(&f.config)
+        .arg("--state-dir")
+        .arg(&f.state)
+        .arg("run")
+        .output()
+        .unwrap();
+    let everything = sd.journalctl(&["--identifier", "fleetagent"]);
+    assert!(out.status.success(), "{out:?}\n{everything}");
+    let warnings = sd.journalctl(&["--priority", "warning"]);
+    let failed: Vec<&str> = warnings.lines().filter(|l| l.starts_with("run ")).collect();
+    assert_eq!(failed.len(), 1, "{warnings}");
+    assert!(
+        failed[0].contains("launch (best offer) failed: vast.ai refused the API key: HTTP 401")
+            && failed[0].contains("asked by llm: backlog of 59"),
+        "{warnings}"
+    );
+    let (label, offer): (String, i64) = f
+        .db()
+        .query_row(
+            "SELECT label, offer_id FROM actions WHERE outcome = 'ok' AND kind = 'launch'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    let notices = sd.journalctl(&["--priority", "notice"]);
+    let launched = notices
+        .lines()
+        .find(|l| l.contains(" launched "))
+        .unwrap_or_else(|| panic!("no launch line:\n{everything}"));
+    for part in [
+        label.as_str(),
+        &format!("offer {offer}"),
+        "RTX 4090",
+        "$0.400/h",
+        "by llm: backlog of 59",
+    ] {
+        assert!(launched.contains(part), "{part:?} missing: {launched}");
+    }
+    // The prefixes were read, not kept; the summary line (stdout, info) names both.
+    assert!(
+        !everything.contains("<5>") && !everything.contains("<4>"),
+        "{everything}"
+    );
+    assert!(
+        everything.contains(&format!("-> action: launched {label}; failed 1 launch (")),
+        "{everything}"
+    );
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(
+        (
+            &run["actions_ok"],
+            &run["actions_refused"],
+            &run["actions_failed"]
+        ),
+        (&json!(1), &json!(0), &json!(1))
+    );
+}
+
+/// Without the journal the lines keep env_logger's format; a pass whose listing meets a
+/// refused key goes on blind (recorded, its events consumed, its launch failed) and the
+/// process exits 1 naming vast.ai; with `JOURNAL_STREAM` naming stderr every line has its
+/// priority, the final error 3.
+#[test]
+fn a_blind_run_exits_1_in_either_format() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(1, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
+    vast.set_api_key(Some("another-key-entirely"));
+    llm.push(Reply::tool_calls(&[LAUNCH]));
+    llm.push(Reply::text("It failed."));
+    f.cmd(&["trigger", "-p", "1", "-r", "again"]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("[20") && first.contains("WARN") && first.contains("failed"),
+        "{}",
+        out.stderr
+    );
+    let last = out.stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("fleetagent: run ")
+            && last.contains("the vast.ai listing failed: vast.ai refused the API key"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains("-> action-failed: failed 1 launch ("),
+        "{}",
+        out.stdout
+    );
+    let v = f.inspect();
+    assert_eq!(v["runs"][0]["status"], "ok");
+    assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    assert_eq!(v["runs"][0]["actions_failed"], 1);
+    assert_eq!(v["unconsumed_events"], 0);
+
+    llm.push(Reply::tool_calls(&[LAUNCH]));
+    llm.push(Reply::text("It failed again."));
+    f.cmd(&["trigger", "-p", "1", "-r", "once more"]).ok();
+    let out = in_journal(&f, &["run"]).code(1);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    let prefixed = |l: &&str| {
+        let b = l.as_bytes();
+        b.len() > 3 && b[0] == b'<' && (b'3'..=b'7').contains(&b[1]) && b[2] == b'>'
+    };
+    assert!(lines.iter().all(prefixed), "{}", out.stderr);
+    assert!(!out.stderr.contains("[20"), "no timestamp of its own");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<4>run ") && l.contains("launch (best offer) failed")),
+        "{}",
+        out.stderr
+    );
+    let last = lines.last().unwrap_or(&"");
+    assert!(
+        last.starts_with("<3>fleetagent: run ") && last.contains("vast.ai refused the API key"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A server that accepts every connection and reads what it is sent, and never answers.
+/// Returns its URL and how many connections it accepted.
+fn hung_server() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[test]
+fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
+    let (url, accepted) = hung_server();
+    let f = Fleet::with_config("").env("VAST_API_KEY", "k-0123456789");
+    write_demand(f.path(), dead_fleet());
+    f.write_config(&format!(
+        r#"
+[run]
+deadline_secs = 20
+[debounce]
+p0_secs = 0
+p1_secs = 0
+p2_secs = 0
+max_wait_secs = 2
+[llm]
+provider = "rules"
+[vast]
+base_url = "{url}"
+timeout_secs = 1
+image = "ghcr.io/example/curio-psprove:latest"
+[demand]
+source = "command"
+command = "cat {demand}"
+[policy]
+target_proofs_per_hour = 50
+proofs_per_hour_per_instance = 50
+{CAPS}
+"#,
+        demand = f.path().join("demand.json").display()
+    ));
+    f.cmd(&["init"]).ok();
+
+    // Both at once (each makes exactly two connections, so four in all): `run` and
+    // `instances list` at a terminal (script(1) gives it one).
+    f.cmd(&["trigger", "-p", "0", "-r", "workers died"]).ok();
+    let started = Instant::now();
+    let run = f.spawn(&["run"]);
+    let list = f.command(&["instances", "list"]);
+    let line: Vec<String> = std::iter::once(list.get_program())
+        .chain(list.get_args())
+        .map(|a| format!("'{}'", a.to_string_lossy()))
+        .collect();
+    let mut at_terminal = std::process::Command::new("script");
+    at_terminal.args(["-qefc", &line.join(" "), "/dev/null"]);
+    crate::common::fleet::clean_env(&mut at_terminal);
+    at_terminal.env("VAST_API_KEY", "k-0123456789");
+    let listed = Run::from(at_terminal.output().unwrap()).ok();
+    let list_took = started.elapsed();
+    let out = Run::from(run.wait_with_output().unwrap()).code(1);
+    let run_took = started.elapsed();
+    println!("against a hung vast.ai: instances list {list_took:?}, run {run_took:?}");
+
+    // `instances list` says what it waits for and how long at most; the listing is tried
+    // twice (each bounded by the timeout), then the table is shown without it; well within
+    // 3x vast.timeout_secs.
+    assert!(
+        list_took < Duration::from_millis(3_000 + 1_500),
+        "{list_took:?}"
+    );
+    let shown = &listed.stdout;
+    assert!(
+        shown.contains("waiting for vast.ai (up to 3s)..."),
+        "{shown}"
+    );
+    assert!(shown.contains("vast.ai listing unavailable"), "{shown}");
+    assert!(shown.contains("no answer within 1s"), "{shown}");
+
+    // `run`: the listing waits once; the rules' emergency launch then fails at once, without
+    // another connection; the pass is recorded and the process exits 1 naming vast.ai, well
+    // within deadline_secs / 2.
+    assert!(run_took < Duration::from_secs(10), "{run_took:?}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        4,
+        "no call after the unanswered one waits"
+    );
+    let last = out.stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("fleetagent: run ")
+            && last.contains("the vast.ai listing failed: vast.ai unreachable")
+            && last.contains("no answer within 1s"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("did not answer earlier in this process"),
+        "the launch says why it was not sent: {}",
+        out.stderr
+    );
+    let v = f.inspect();
+    assert_eq!(v["runs"][0]["status"], "ok");
+    assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    assert_eq!(v["unconsumed_events"], 0);
+}
