@@ -196,7 +196,8 @@ pub fn exit_before_start(
         }
         None if at_terminal => err,
         None => {
-            eprintln!("fleetagent: {}", crate::error::report(&err));
+            let text = format!("fleetagent: {}", crate::error::report(&err));
+            eprintln!("{}", crate::journal::line(crate::journal::ERR, &text));
             log::warn!(
                 "waiting {}s before exiting: the state dir is unknown (neither --state-dir nor \
                  $STATE_DIRECTORY names it, and the error above keeps the config from naming \
