@@ -157,6 +157,34 @@ pub struct Report {
     pub worker_identity: Vec<String>,
     /// What a proof earns as the store knows it (docs/inspect.md).
     pub price: PriceView,
+    /// This install's id: new labels are `<label_prefix>-<install_id>-r<run>-<suffix>`.
+    pub install_id: String,
+    /// The operator's pause in force (`fleetagent pause`), or null.
+    pub paused: Option<PauseView>,
+    /// An operator stop the rules and the floor do not undo yet, or null.
+    pub operator_hold: Option<HoldView>,
+    /// Instances under our label prefix with another install's id, as the last listing saw
+    /// them (never ours).
+    pub other_installs: Vec<crate::store::ops::ForeignInstance>,
+    pub other_installs_at: Option<String>,
+}
+
+/// `paused`: since when, until when (null: until `fleetagent resume`) and why.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PauseView {
+    pub since: String,
+    pub until: Option<String>,
+    pub reason: String,
+}
+
+/// `operator_hold`: the operator's stop and until when nothing is launched by the rules or
+/// the floor.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct HoldView {
+    pub stopped_at: String,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+    pub until: String,
 }
 
 /// The price of a proof: every figure null and `unknown` saying why while it is unknown.

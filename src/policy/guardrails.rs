@@ -48,6 +48,9 @@ pub enum Refusal {
     /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
     /// rented for it, whoever asks.
     ProofShareDisabled,
+    /// The operator paused the agent (`fleetagent pause`): nobody but the operator launches
+    /// or stops until `resume` (or the pause's end).
+    Paused(crate::store::ops::Pause),
     /// With a known price, the offer's cost per proof leaves less than `policy.min_margin`
     /// of the revenue per proof (`among`: no offer id was asked for, and none of this many
     /// offers is profitable; the offer named is the cheapest per proof).
@@ -82,6 +85,7 @@ impl Refusal {
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
             Refusal::Unprofitable(_) => "unprofitable",
+            Refusal::Paused(_) => "paused",
         }
     }
 
@@ -118,6 +122,22 @@ impl Refusal {
                 retry_after_secs,
             } => json!({"limit": limit, "retry_after_secs": retry_after_secs}),
             Refusal::Protected { message } => json!({"message": message}),
+            Refusal::Paused(p) => {
+                let until = match p.until {
+                    Some(u) => format!("until {}", crate::clock::rfc3339(u)),
+                    None => "until the operator runs `fleetagent resume`".into(),
+                };
+                json!({
+                    "since": crate::clock::rfc3339(p.since),
+                    "until": p.until.map(crate::clock::rfc3339),
+                    "reason": p.reason,
+                    "message": format!(
+                        "the operator paused fleetagent since {} {until} ({}): nothing is launched or stopped but by the operator; do not retry, report what you see",
+                        crate::clock::rfc3339(p.since),
+                        crate::text::quote(&p.reason, 200)
+                    ),
+                })
+            }
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",
             }),
@@ -357,6 +377,18 @@ pub struct StopFacts {
     pub forced: bool,
 }
 
+/// The hand-brake: while the operator's pause is in force, nobody but the operator
+/// launches or stops (the operator's own `instances stop` goes through).
+pub fn check_paused(
+    paused: Option<&crate::store::ops::Pause>,
+    by_operator: bool,
+) -> Result<(), Refusal> {
+    match paused {
+        Some(p) if !by_operator => Err(Refusal::Paused(p.clone())),
+        _ => Ok(()),
+    }
+}
+
 /// Stops never take an instance that is not ours, never the last live workers while work is
 /// queued, never an instance that is proving, and nothing on a failed probe (the fleet is
 /// held), unless the operator forces it. Ours that are flagged may always go.
@@ -506,6 +538,44 @@ mod tests {
         let r = check_configured(&c).unwrap_err();
         assert_eq!(r.code(), "not_configured");
         assert_eq!(r.details()["key"], "vast.image");
+    }
+
+    #[test]
+    fn a_pause_refuses_everyone_but_the_operator() {
+        let p = crate::store::ops::Pause {
+            since: 1_800_000_000_000,
+            until: None,
+            reason: "disk swap on the Curio box".into(),
+        };
+        assert!(check_paused(None, false).is_ok());
+        assert!(
+            check_paused(Some(&p), true).is_ok(),
+            "the operator's own stop"
+        );
+        let r = check_paused(Some(&p), false).unwrap_err();
+        assert_eq!(r.code(), "paused");
+        let c = r.to_result().content;
+        assert_eq!(c["since"], "2027-01-15T08:00:00Z");
+        assert_eq!(c["until"], Value::Null);
+        assert_eq!(c["reason"], "disk swap on the Curio box");
+        let m = c["message"].as_str().unwrap();
+        assert!(
+            m.contains("until the operator runs `fleetagent resume`"),
+            "{m}"
+        );
+        let timed = crate::store::ops::Pause {
+            until: Some(1_800_000_000_000 + 3_600_000),
+            ..p
+        };
+        let c = check_paused(Some(&timed), false)
+            .unwrap_err()
+            .to_result()
+            .content;
+        assert_eq!(c["until"], "2027-01-15T09:00:00Z");
+        assert!(c["message"]
+            .as_str()
+            .unwrap()
+            .contains("until 2027-01-15T09:00:00Z"));
     }
 
     fn stop(state: State) -> StopFacts {

@@ -2,8 +2,9 @@
 //! stop`), as pure steps between the calls the tool makes (src/tools/stop.rs executes them).
 //!
 //! 1. [`Ask::new`]: the instance, the call (`vast.stop_mode`) and who asks.
-//! 2. [`gate`]: the fallback rules never stop; an id neither ours in the snapshot nor on the
-//!    account's listing is looked up in our table, and [`unknown`] answers with what it
+//! 2. [`gate`]: the fallback rules never stop; nobody but the operator stops while paused;
+//!    nobody stops another install's instance; an id neither ours in the snapshot nor on
+//!    the account's listing is looked up in our table, and [`unknown`] answers with what it
 //!    found; already stopped; the stop protections; dry run.
 //! 3. [`no_key`] without a vast.ai client; else the call [`Target`] names.
 //! 4. [`after_call`] with vast.ai's answer, and [`stopped`] for the result of a success.
@@ -30,6 +31,8 @@ pub struct Ask {
     pub forced: bool,
     /// The fallback rules: they only launch.
     pub fallback: bool,
+    /// The operator (`instances stop`): a pause does not hold them.
+    pub operator: bool,
 }
 
 impl Ask {
@@ -48,6 +51,16 @@ impl Ask {
             },
             forced: force && by_operator,
             fallback: by_fallback,
+            operator: by_operator,
+        }
+    }
+
+    /// A destroy whatever `vast.stop_mode` says (`instances stop --all`: a stopped disk
+    /// still bills).
+    pub fn destroying(self) -> Ask {
+        Ask {
+            kind: "destroy",
+            ..self
         }
     }
 }
@@ -137,6 +150,15 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
         return Gate::Answer(refused(None, &r));
     }
     let row = snapshot.find(id).cloned();
+    if !ask.operator {
+        if let Err(r) = guardrails::check_paused(snapshot.paused.as_ref(), false) {
+            return Gate::Answer(refused(row.map(|r| r.label), &r));
+        }
+    }
+    if let Some(other) = snapshot.other_installs.iter().find(|o| o.vast_id == id) {
+        // Forced or not: another install's instance is that install's to stop.
+        return Gate::Answer(refused(None, &other_install(other)));
+    }
     if row.is_none() && !snapshot.foreign.contains(&id) {
         return Gate::LookUp;
     }
@@ -195,6 +217,18 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
             .map(|f| f.why),
         forced: ask.forced,
     }))
+}
+
+/// The refusal for an instance under our prefix that carries another install's id.
+pub fn other_install(other: &crate::store::ops::ForeignInstance) -> Refusal {
+    Refusal::Protected {
+        message: format!(
+            "instance {} {} belongs to another fleetagent install on this vast.ai account (install {}, same label prefix): no install ever stops another's, --force or not; stop it from that install's state dir or in vast.ai's console",
+            other.vast_id,
+            crate::text::quote(&other.label, crate::fleet::LABEL_CHARS),
+            other.install_id
+        ),
+    }
 }
 
 /// The fleet is over `max_instances` or `max_dph_total` (a paused bid resumed): a stop that
