@@ -207,7 +207,13 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
     if let Some(code) = result.error_code() {
-        bail!("refused ({code}): {}", message_of(&result));
+        let message = message_of(&result);
+        let hint = if code == "protected" && !args.force && !message.contains("--force") {
+            " (`--force` lifts the protections)"
+        } else {
+            ""
+        };
+        bail!("refused ({code}): {message}{hint}");
     }
     if let Some(already) = result.content["already"].as_str() {
         // Nothing changed: nothing for the agent to hear of.

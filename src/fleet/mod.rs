@@ -149,21 +149,23 @@ pub struct OperatorHold {
 }
 
 impl OperatorHold {
-    /// The hold after the operator's latest stop (at, instance, label; None: none
-    /// recorded), if it is still in force at `now`: younger than `hold_mins`, and the
-    /// operator has neither resumed nor sent a message since (`spoke_since`).
+    /// The hold after the operator's latest stop (None: none recorded), if it is still in
+    /// force at `now`: younger than `hold_mins`, and the operator has neither resumed nor
+    /// sent a message since (`spoke_since`).
     pub fn in_force(
-        stop: Option<(Millis, Option<i64>, Option<String>)>,
+        stop: Option<crate::store::actions::OperatorStop>,
         spoke_since: bool,
         hold_mins: u64,
         now: Millis,
     ) -> Option<OperatorHold> {
-        let (stopped_at, instance_id, label) = stop?;
-        let until = stopped_at.saturating_add((hold_mins as Millis).saturating_mul(60_000));
+        let stop = stop?;
+        let until = stop
+            .at
+            .saturating_add((hold_mins as Millis).saturating_mul(60_000));
         (now < until && !spoke_since).then_some(OperatorHold {
-            stopped_at,
-            instance_id,
-            label,
+            stopped_at: stop.at,
+            instance_id: stop.instance_id,
+            label: stop.label,
             until,
         })
     }

@@ -339,6 +339,46 @@ mod tests {
     }
 
     #[test]
+    fn the_install_id_and_a_pause_are_shown() {
+        let (dir, s) = test_store(1_000);
+        crate::store::ops::set_install_id(&s.conn, "qwerty").unwrap();
+        let config = Config::default();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (&v["install_id"], &v["paused"]),
+            (&serde_json::json!("qwerty"), &Value::Null)
+        );
+        assert!(!render_text(&r).contains("PAUSED"));
+        crate::store::ops::set_pause(
+            &s.conn,
+            &crate::store::ops::Pause {
+                since: 60_000,
+                until: None,
+                reason: "disk swap".into(),
+            },
+        )
+        .unwrap();
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["paused"],
+            serde_json::json!({"since": "1970-01-01T00:01:00Z", "until": null, "reason": "disk swap"})
+        );
+        let text = render_text(&r);
+        assert!(
+            text.contains("\ninstall     qwerty (labels {label_prefix}-qwerty-r<run>-<suffix>)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nPAUSED      since 1970-01-01T00:01:00Z until `fleetagent resume`: \"disk swap\""
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_known_price_is_shown_with_its_sources() {
         let (dir, s) = test_store(1_000);
         crate::store::price::set_fetched(&s.conn, 4.0, 60_000).unwrap();

@@ -371,8 +371,10 @@ pub struct StopFacts {
     pub live_workers: u32,
     /// PSProve work waiting: pending + held by dead owners + ProofShare waiting.
     pub queued: u32,
-    /// False when the demand probe failed this pass.
+    /// False when the demand probe failed this pass (or, for an operator's stop outside a
+    /// pass, no recent reading is stored); `demand_error` says why.
     pub demand_known: bool,
+    pub demand_error: Option<String>,
     /// `fleetagent instances stop --force` by the operator.
     pub forced: bool,
 }
@@ -408,9 +410,13 @@ pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
         return Ok(());
     }
     if !f.demand_known {
+        let why = match f.demand_error.as_deref() {
+            Some(e) => crate::text::clip(e, 200),
+            None => "the probe failed".into(),
+        };
         return Err(Refusal::Protected {
             message: format!(
-                "demand is unknown this pass (the probe failed): the fleet is held; instance {id} is not flagged"
+                "demand is unknown ({why}): the fleet is held; instance {id} is not flagged"
             ),
         });
     }
@@ -588,6 +594,7 @@ mod tests {
             live_workers: 1,
             queued: 4,
             demand_known: true,
+            demand_error: None,
             forced: false,
         }
     }

@@ -300,6 +300,7 @@ fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceR
         live_workers: demand.map(|d| d.live_workers()).unwrap_or(0),
         queued: demand.map(|d| d.queued_work()).unwrap_or(0),
         demand_known: demand.is_some(),
+        demand_error: snapshot.demand_error.clone(),
         forced: ask.forced,
     }
 }

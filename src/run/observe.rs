@@ -341,7 +341,7 @@ pub fn operator_hold(
     let since = now - (mins as Millis).saturating_mul(60_000);
     let stop = actions::last_operator_stop_since(conn, since)?;
     let spoke = match &stop {
-        Some((at, _, _)) => events::any_of_kinds_since(conn, &["resume", "message"], *at)?,
+        Some(s) => events::any_of_kinds_since(conn, &["resume", "message"], s.at)?,
         None => false,
     };
     Ok(OperatorHold::in_force(stop, spoke, mins, now))
@@ -497,4 +497,71 @@ pub fn low_demand_streak(conn: &Connection, snapshot: &Snapshot) -> Result<u32> 
         return Ok(snapshot.streaks.low_demand_passes);
     }
     Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::actions::NewAction;
+
+    const T: Millis = 1_800_000_000_000;
+    const MIN: Millis = 60_000;
+
+    fn stop(conn: &Connection, actor: &str, outcome: &str, id: i64, at: Millis) {
+        actions::insert(
+            conn,
+            &NewAction {
+                kind: "destroy",
+                outcome,
+                actor,
+                instance_id: Some(id),
+                label: Some("fleetagent-qwerty-r3-0a0b0c0d"),
+                ..Default::default()
+            },
+            at,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_operator_stop_holds_until_its_time_a_resume_or_a_message() {
+        let s = Store::open_memory(T).unwrap();
+        let c = Config::default();
+        let hold = |now| operator_hold(&s.conn, &c, now).unwrap();
+        // The model's stops and refused operator stops hold nothing.
+        stop(&s.conn, "llm", "ok", 6, T);
+        stop(&s.conn, "operator", "refused", 6, T);
+        assert_eq!(hold(T + MIN), None);
+        stop(&s.conn, "operator", "ok", 7, T);
+        let h = hold(T + MIN).expect("in force");
+        assert_eq!(
+            (h.stopped_at, h.instance_id, h.until),
+            (T, Some(7), T + 30 * MIN)
+        );
+        assert_eq!(
+            hold(T + 30 * MIN),
+            None,
+            "over after policy.operator_hold_mins"
+        );
+        // A message after the stop ends it; a later stop starts a new one; a resume ends it.
+        events::insert(
+            &s.conn,
+            0,
+            "message",
+            "operator message: put it back",
+            None,
+            T + 2 * MIN,
+        )
+        .unwrap();
+        assert_eq!(hold(T + 3 * MIN), None);
+        stop(&s.conn, "operator", "ok", 8, T + 4 * MIN);
+        assert_eq!(hold(T + 5 * MIN).and_then(|h| h.instance_id), Some(8));
+        events::insert(&s.conn, 0, "resume", "operator resumed", None, T + 6 * MIN).unwrap();
+        assert_eq!(hold(T + 7 * MIN), None);
+        let mut off = Config::default();
+        off.policy.operator_hold_mins = 0;
+        stop(&s.conn, "operator", "ok", 9, T + 8 * MIN);
+        assert!(hold(T + 9 * MIN).is_some());
+        assert_eq!(operator_hold(&s.conn, &off, T + 9 * MIN).unwrap(), None);
+    }
 }

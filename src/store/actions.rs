@@ -168,12 +168,17 @@ pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Op
     )?)
 }
 
-/// The operator's latest stop or destroy of one of ours that went through since `since`
-/// (time, instance, label), for the operator hold (`fleet::OperatorHold`).
-pub fn last_operator_stop_since(
-    conn: &Connection,
-    since: Millis,
-) -> Result<Option<(Millis, Option<i64>, Option<String>)>> {
+/// An operator's stop or destroy that went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorStop {
+    pub at: Millis,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+}
+
+/// The operator's latest stop or destroy of one of ours that went through since `since`,
+/// for the operator hold (`fleet::OperatorHold`).
+pub fn last_operator_stop_since(conn: &Connection, since: Millis) -> Result<Option<OperatorStop>> {
     use rusqlite::OptionalExtension;
     Ok(conn
         .query_row(
@@ -182,7 +187,13 @@ pub fn last_operator_stop_since(
                 AND actor = 'operator' AND outcome = 'ok' AND label IS NOT NULL
               ORDER BY created_at DESC, id DESC LIMIT 1",
             params![since],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| {
+                Ok(OperatorStop {
+                    at: r.get(0)?,
+                    instance_id: r.get(1)?,
+                    label: r.get(2)?,
+                })
+            },
         )
         .optional()?)
 }

@@ -7,6 +7,7 @@ mod configuration;
 mod curio_reading;
 mod fallback_rules;
 mod guardrails;
+mod hand_brake;
 mod incident;
 mod instances_command;
 mod lost_creates;
@@ -14,6 +15,7 @@ mod poll;
 mod price;
 mod read_only_tools;
 mod reconciliation;
+mod two_installs;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
