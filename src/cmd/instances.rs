@@ -203,7 +203,8 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
     let result = {
-        let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, now);
+        let call_id = format!("operator-{now}");
+        let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
         tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
     if let Some(code) = result.error_code() {
@@ -273,8 +274,8 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let (mut destroyed, mut failed) = (0, 0);
     for (id, label) in &targets {
         let result = {
-            let now = app.now();
-            let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, now);
+            let call_id = format!("operator-all-{}-{id}", app.now());
+            let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
             tools::stop::stop_as(&mut ctx, *id, reason, true, true)?
         };
         let name = format!("instance {id} {}", quote(label, LABEL_CHARS));
@@ -339,7 +340,7 @@ fn operator_ctx<'a>(
     services: &'a services::Services,
     store: &'a mut crate::store::Store,
     snapshot: &'a mut fleet::Snapshot,
-    now: crate::clock::Millis,
+    call_id: String,
 ) -> ToolCtx<'a> {
     ToolCtx {
         store,
@@ -352,7 +353,7 @@ fn operator_ctx<'a>(
         snapshot,
         run_id: 0,
         actor: Actor::Operator,
-        call_id: format!("operator-{now}"),
+        call_id,
     }
 }
 

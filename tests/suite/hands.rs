@@ -236,6 +236,12 @@ impl Rig {
     fn count(&self, sql: &str) -> i64 {
         self.store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
     }
+
+    /// How this install's labels begin: `fleetagent-<install id>-r`.
+    fn label_start(&self) -> String {
+        let id = fleetagent::store::ops::install_id(&self.store.conn).unwrap();
+        format!("fleetagent-{id}-r")
+    }
 }
 
 fn code(r: &ToolResult) -> Option<&str> {
