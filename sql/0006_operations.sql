@@ -80,3 +80,7 @@ DROP TABLE temp.runs_seq;
 CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
 CREATE INDEX runs_in_prompt ON runs(session_id, id) WHERE in_prompt = 1;
 CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
+
+-- hands (install identity, pause, operator hold): a pass asks whether the operator resumed or
+-- wrote since their last stop (`events.kind` = 'resume' or 'message' after a time).
+CREATE INDEX events_kind_time ON events(kind, created_at);

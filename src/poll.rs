@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fleet::{self, BOOTED, DEAD, LOADING, PROVING, REGISTERED, STOPPED};
 use crate::services::Services;
-use crate::store::{events, session};
+use crate::store::{events, ops, session};
 use crate::text::{clip, quote};
 use crate::vast::Instance;
 
@@ -45,15 +45,17 @@ pub fn coarse(state: State) -> &'static str {
     }
 }
 
-/// Our instances' coarse states from a listing and the live Curio workers.
+/// Our instances' coarse states from a listing and the live Curio workers (ours: our
+/// prefix, and our install id or none).
 pub fn instance_states(
     listing: &[Instance],
     workers: &[crate::demand::Worker],
     prefix: &str,
+    install_id: &str,
 ) -> BTreeMap<u64, (String, String)> {
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| fleet::is_ours(i.label.as_deref(), prefix))
+        .filter(|i| fleet::is_ours(i.label.as_deref(), prefix, install_id))
         .collect();
     let matched = fleet::match_workers(&ours, workers);
     ours.iter()
@@ -157,6 +159,16 @@ pub fn poll(
         .as_ref()
         .map(|d| d.workers.clone())
         .unwrap_or_default();
+    let install_id = ops::install_id(&store.conn)?;
+    let prefix = &config.vast.label_prefix;
+    if let Some(l) = &listing {
+        // Other installs' instances under our prefix, for doctor: written when the list
+        // changes (a poll with nothing new writes nothing; every pass refreshes it anyway).
+        let others = fleet::other_installs(l, prefix, &install_id);
+        if ops::foreign_installs(&store.conn)?.0 != others {
+            ops::set_foreign_installs(&store.conn, &others, clock.now_ms())?;
+        }
+    }
     let stored = session::state(&store.conn)?.poll_snapshot;
     let prev: PollState = stored
         .as_deref()
@@ -168,9 +180,9 @@ pub fn poll(
         // needs Curio and keeps its last value. With no demand source at all, nothing is
         // ever "live".
         instances: match (&listing, demand.is_some() || services.demand.is_none()) {
-            (Some(l), true) => Some(instance_states(l, &workers, &config.vast.label_prefix)),
+            (Some(l), true) => Some(instance_states(l, &workers, prefix, &install_id)),
             (Some(l), false) => Some(without_curio(
-                instance_states(l, &[], &config.vast.label_prefix),
+                instance_states(l, &[], prefix, &install_id),
                 prev.instances.as_ref(),
             )),
             _ => None,

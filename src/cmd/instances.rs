@@ -1,6 +1,8 @@
 //! `instances list [--offline] [--json]`: fleetagent's instance table joined with vast.ai's
-//! listing. `instances stop ID [--force] [--reason]`: an operator stop through the same stop
-//! tool and protections as the model's (`--force` lifts them); a refusal exits 1 with one line.
+//! listing; other installs' instances under our prefix shown apart. `instances stop ID
+//! [--force] [--reason]`: an operator stop through the same stop tool and protections as the
+//! model's (`--force` lifts them), judged on what fleetagent knows and one listing (no demand
+//! probe); a refusal exits 1 with one line. `instances stop --all --reason`: the panic button.
 
 use std::collections::HashSet;
 
@@ -11,9 +13,10 @@ use crate::cli::{InstancesCommand, InstancesListArgs, InstancesStopArgs};
 use crate::clock::human_duration;
 use crate::cmd::App;
 use crate::fleet::{self, LABEL_CHARS};
+use crate::run::observe;
 use crate::services;
 use crate::store::{events, instances};
-use crate::text::clip;
+use crate::text::{clip, quote};
 use crate::tools::{self, Actor, ToolCtx};
 use crate::vast::Instance;
 
@@ -44,6 +47,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
     };
     let now = app.now();
     let prefix = &config.vast.label_prefix;
+    let install_id = crate::store::ops::install_id(&store.conn)?;
     let listed = |id: Option<i64>| -> Option<&Instance> {
         let id = id?;
         listing.as_ref()?.iter().find(|i| i.id as i64 == id)
@@ -75,11 +79,22 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
         }));
     }
     let mut not_ours = 0;
+    let mut others: Vec<Value> = Vec::new();
     for i in listing.iter().flatten() {
         if seen.contains(&i.id) {
             continue;
         }
-        if fleet::is_ours(i.label.as_deref(), prefix) {
+        let whose = fleet::owner(i.label.as_deref(), prefix, &install_id);
+        if let fleet::Owner::OtherInstall(other) = whose {
+            others.push(json!({
+                "id": i.id,
+                "label": i.label,
+                "install_id": other,
+                "vast_status": i.actual_status.as_deref().unwrap_or("null"),
+                "gpu": i.gpu_name,
+                "dph": i.dph_total,
+            }));
+        } else if whose == fleet::Owner::Ours {
             out.push(json!({
                 "id": i.id,
                 "label": i.label,
@@ -99,7 +114,9 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
 
     if args.json {
         let doc = json!({
+            "install_id": install_id,
             "instances": out,
+            "other_installs": others,
             "not_ours": listing.as_ref().map(|_| not_ours),
             "listing_error": listing_error,
             "offline": args.offline,
@@ -151,6 +168,20 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             );
         }
     }
+    if !others.is_empty() {
+        crate::outln!(
+            "{} instance(s) under our prefix belong to other installs (ours carry install id {install_id}); never counted nor stopped by this one:",
+            others.len()
+        );
+        for o in &others {
+            crate::outln!(
+                "  {:<10} {:<32} install {}",
+                o["id"],
+                clip(o["label"].as_str().unwrap_or("-"), 32),
+                o["install_id"].as_str().unwrap_or("?")
+            );
+        }
+    }
     if not_ours > 0 {
         crate::outln!(
             "{not_ours} other instance(s) on the account are not ours (label prefix {prefix:?})"
@@ -160,41 +191,33 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
 }
 
 fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
-    let Some(id) = args.id else {
-        anyhow::bail!("instances stop --all is not built yet");
+    let Some(id) = args.id.filter(|_| !args.all) else {
+        return stop_all(app, args);
     };
     let reason = args.reason.as_deref().unwrap_or("operator request");
     let (loaded, dir, mut store) = super::open_existing(app)?;
     let config = &loaded.config;
-    let services = services::build_services(config, &app.env, app.clock.clone(), false)?;
+    let services = vast_only(app, config)?;
     if services.vast.is_none() && !config.policy.dry_run {
         bail!("no vast.ai API key: set VAST_API_KEY or provide the vast_api_key credential");
     }
-    let mut snapshot = crate::run::observe::view(&store, config, &services, app.clock.as_ref())?;
+    // What fleetagent knows and one listing: no demand probe (a slow Curio must not hold an
+    // operator's stop).
+    let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
     let result = {
-        let mut ctx = ToolCtx {
-            store: &mut store,
-            ctx: crate::services::Ctx {
-                config,
-                env: &app.env,
-                clock: app.clock.as_ref(),
-                services: &services,
-            },
-            snapshot: &mut snapshot,
-            run_id: 0,
-            actor: Actor::Operator,
-            call_id: format!("operator-{now}"),
-        };
+        let call_id = format!("operator-{now}");
+        let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
         tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
     if let Some(code) = result.error_code() {
-        let msg = result
-            .content
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        bail!("refused ({code}): {msg}");
+        let message = message_of(&result);
+        let hint = if code == "protected" && !args.force && !message.contains("--force") {
+            " (`--force` lifts the protections)"
+        } else {
+            ""
+        };
+        bail!("refused ({code}): {message}{hint}");
     }
     if let Some(already) = result.content["already"].as_str() {
         // Nothing changed: nothing for the agent to hear of.
@@ -211,4 +234,136 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
     Ok(())
+}
+
+/// `instances stop --all --reason TEXT`, the panic button: pause first (open-ended, with that
+/// reason), then destroy every instance of ours (tracked rows, and listed ones under our
+/// prefix with our install id or none), protections lifted, whatever `vast.stop_mode` says.
+/// One line per instance and a total; exit 1 when one could not be destroyed.
+fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
+    let reason = args
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| crate::error::usage("instances stop --all needs --reason TEXT"))?;
+    let (loaded, dir, mut store) = super::open_existing(app)?;
+    let config = &loaded.config;
+    let now = app.now();
+    super::pause::hold(&store, None, reason, "instances stop --all", now)?;
+    crate::outln!("paused until `fleetagent resume`: {reason}");
+    let services = vast_only(app, config)?;
+    if services.vast.is_none() && !config.policy.dry_run {
+        bail!("no vast.ai API key: nothing was destroyed (the pause stays); set VAST_API_KEY or provide the vast_api_key credential, then run this again");
+    }
+    let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
+    if let Some(e) = &snapshot.listing_error {
+        eprintln!(
+            "fleetagent: the vast.ai listing failed ({}): destroying what fleetagent's table knows; run this again once vast.ai answers",
+            clip(e, 200)
+        );
+    }
+    let targets: Vec<(i64, String)> = snapshot
+        .instances
+        .iter()
+        .filter_map(|r| Some((r.vast_id?, r.label.clone())))
+        .collect();
+    let unlisted: Vec<String> = snapshot
+        .instances
+        .iter()
+        .filter(|r| r.vast_id.is_none())
+        .map(|r| r.label.clone())
+        .collect();
+    let (mut destroyed, mut failed) = (0, 0);
+    for (id, label) in &targets {
+        let result = {
+            let call_id = format!("operator-all-{}-{id}", app.now());
+            let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
+            tools::stop::stop_as(&mut ctx, *id, reason, true, true)?
+        };
+        let name = format!("instance {id} {}", quote(label, LABEL_CHARS));
+        match (result.error_code(), result.content["already"].as_str()) {
+            (Some("dry_run"), _) => crate::outln!("{name}: would be destroyed (policy.dry_run)"),
+            (Some(code), _) => {
+                failed += 1;
+                crate::outln!("{name}: NOT destroyed ({code}): {}", message_of(&result));
+            }
+            (None, Some(already)) => crate::outln!("{name}: already {already}"),
+            (None, None) => {
+                destroyed += 1;
+                crate::outln!("{name}: destroyed");
+            }
+        }
+    }
+    for label in &unlisted {
+        crate::outln!(
+            "launch {}: not on vast.ai's listing yet (no id): run this again in a minute",
+            quote(label, LABEL_CHARS)
+        );
+    }
+    let others = snapshot.other_installs.len();
+    crate::outln!(
+        "destroyed {destroyed} of {} instance(s) of ours{}{}; paused until `fleetagent resume`",
+        targets.len(),
+        if failed > 0 {
+            format!(", {failed} failed")
+        } else {
+            String::new()
+        },
+        if others > 0 {
+            format!(" ({others} of other installs left alone)")
+        } else {
+            String::new()
+        }
+    );
+    let line = format!(
+        "operator destroyed {destroyed} instance(s) (instances stop --all): {}",
+        clip(reason, 200)
+    );
+    let now = app.now();
+    let event = events::insert(&store.conn, 1, "operator", &line, None, now)?;
+    crate::trigger::ring(&dir, event, 1, &line, now)?;
+    if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
+        return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
+    }
+    Ok(())
+}
+
+/// Only the vast.ai client: an operator's stop never probes demand.
+fn vast_only(app: &App, config: &crate::config::Config) -> Result<services::Services> {
+    Ok(services::Services {
+        vast: services::build_vast(config, &app.env, app.clock.clone())?,
+        ..Default::default()
+    })
+}
+
+fn operator_ctx<'a>(
+    app: &'a App,
+    config: &'a crate::config::Config,
+    services: &'a services::Services,
+    store: &'a mut crate::store::Store,
+    snapshot: &'a mut fleet::Snapshot,
+    call_id: String,
+) -> ToolCtx<'a> {
+    ToolCtx {
+        store,
+        ctx: crate::services::Ctx {
+            config,
+            env: &app.env,
+            clock: app.clock.as_ref(),
+            services,
+        },
+        snapshot,
+        run_id: 0,
+        actor: Actor::Operator,
+        call_id,
+    }
+}
+
+fn message_of(result: &tools::ToolResult) -> &str {
+    result
+        .content
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }

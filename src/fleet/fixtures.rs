@@ -87,6 +87,9 @@ pub fn intent(id: i64, label: &str, at: Millis) -> Action {
     }
 }
 
+/// The install id of the fixtures' install.
+pub const INSTALL: &str = "qwerty";
+
 pub fn input<'a>(
     local: Vec<InstanceRow>,
     intents: Vec<Action>,
@@ -100,6 +103,7 @@ pub fn input<'a>(
         listing,
         demand,
         prefix: "fleetagent",
+        install_id: INSTALL,
         now: NOW,
         our_stops: HashSet::new(),
     }

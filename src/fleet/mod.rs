@@ -24,7 +24,9 @@ use crate::store::instances::InstanceRow;
 pub use crate::text::num;
 
 pub use money::{dph_of, rate_of, spend_since};
-pub use reconcile::{describe, reconcile, ReconcileInput, Reconciled, INTENT_GRACE_MS};
+pub use reconcile::{
+    describe, other_installs, reconcile, ReconcileInput, Reconciled, INTENT_GRACE_MS,
+};
 pub use state::*;
 pub use workers::match_workers;
 
@@ -121,6 +123,52 @@ pub struct Snapshot {
     /// The rules do not ask for growth or replacements again until it is older (each ask is
     /// an offer search, and vast.ai's searches are counted).
     pub unprofitable_refused_at: Option<Millis>,
+    /// This install's id (`agent_state.install_id`): new labels carry it.
+    pub install_id: String,
+    /// Instances under our label prefix that carry another install's id (never ours: not
+    /// counted, never stopped).
+    pub other_installs: Vec<crate::store::ops::ForeignInstance>,
+    /// The operator's hand-brake in force (`fleetagent pause`): nobody launches or stops.
+    pub paused: Option<crate::store::ops::Pause>,
+    /// An operator stop within `policy.operator_hold_mins`: the rules and the floor launch
+    /// nothing ([`OperatorHold`]).
+    pub hold: Option<OperatorHold>,
+}
+
+/// What an operator stopped by hand is not put back by the rules or the floor for
+/// `policy.operator_hold_mins`, unless the operator resumes or sends a message after the
+/// stop (docs/guardrails.md, "Operator hold").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorHold {
+    /// The operator's latest stop or destroy that went through.
+    pub stopped_at: Millis,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+    /// `stopped_at` + `policy.operator_hold_mins`.
+    pub until: Millis,
+}
+
+impl OperatorHold {
+    /// The hold after the operator's latest stop (None: none recorded), if it is still in
+    /// force at `now`: younger than `hold_mins`, and the operator has neither resumed nor
+    /// sent a message since (`spoke_since`).
+    pub fn in_force(
+        stop: Option<crate::store::actions::OperatorStop>,
+        spoke_since: bool,
+        hold_mins: u64,
+        now: Millis,
+    ) -> Option<OperatorHold> {
+        let stop = stop?;
+        let until = stop
+            .at
+            .saturating_add((hold_mins as Millis).saturating_mul(60_000));
+        (now < until && !spoke_since).then_some(OperatorHold {
+            stopped_at: stop.at,
+            instance_id: stop.instance_id,
+            label: stop.label,
+            until,
+        })
+    }
 }
 
 /// How long after an `unprofitable` refusal the rules wait before asking for a launch the

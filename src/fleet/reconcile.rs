@@ -8,6 +8,7 @@ use crate::clock::{human_duration, Millis};
 use crate::demand::{Demand, Worker};
 use crate::store::actions::Action;
 use crate::store::instances::InstanceRow;
+use crate::store::ops::ForeignInstance;
 use crate::text::{clip, quote};
 use crate::vast::Instance;
 
@@ -30,6 +31,8 @@ pub struct Reconciled {
     pub settle: Vec<(i64, &'static str, Option<i64>, String)>,
     pub changes: Vec<String>,
     pub foreign: Vec<i64>,
+    /// Listed instances under our prefix that carry another install's id (never ours).
+    pub other_installs: Vec<ForeignInstance>,
     /// Instances found outbid this pass that were not before: (vast id, host).
     pub newly_outbid: Vec<(i64, Option<i64>)>,
 }
@@ -44,10 +47,32 @@ pub struct ReconcileInput<'a> {
     pub listing: Option<&'a [Instance]>,
     pub demand: Option<&'a Demand>,
     pub prefix: &'a str,
+    /// This install's id (`agent_state.install_id`): labels under our prefix with another
+    /// id are another install's ([`owner`]).
+    pub install_id: &'a str,
     pub now: Millis,
     /// Instances (vast id) whose last stop or start in the action ledger is a stop of ours
     /// that went through: stopped by us, so never outbid.
     pub our_stops: HashSet<i64>,
+}
+
+/// The listed instances under `prefix` that carry another install's id (`fleet::owner`).
+pub fn other_installs(
+    listing: &[Instance],
+    prefix: &str,
+    install_id: &str,
+) -> Vec<ForeignInstance> {
+    listing
+        .iter()
+        .filter_map(|i| match owner(i.label.as_deref(), prefix, install_id) {
+            Owner::OtherInstall(id) => Some(ForeignInstance {
+                install_id: id.to_string(),
+                label: clip(i.label.as_deref().unwrap_or("").trim(), 200),
+                vast_id: i.id as i64,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Reconcile the local table with the listing, open intents and Curio's live workers.
@@ -55,20 +80,46 @@ pub struct ReconcileInput<'a> {
 pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
     let now = input.now;
     let mut out = Reconciled::default();
+    // A row in our table whose label carries another install's id (adopted by an older
+    // build before install ids, while the other install already ran a newer one) leaves
+    // our fleet: it is that install's to count and stop.
+    let (theirs, mine): (Vec<&InstanceRow>, Vec<&InstanceRow>) =
+        input.local.iter().partition(|r| {
+            let label = r.label.split('~').next().unwrap_or(&r.label);
+            matches!(
+                owner(Some(label), input.prefix, input.install_id),
+                Owner::OtherInstall(_)
+            )
+        });
+    for r in theirs {
+        let label = r.label.split('~').next().unwrap_or(&r.label);
+        if let Owner::OtherInstall(id) = owner(Some(label), input.prefix, input.install_id) {
+            out.changes.push(format!(
+                "{} carries install {id}'s id, not ours ({}): left out of our fleet, never counted nor stopped",
+                describe(r),
+                input.install_id
+            ));
+        }
+        out.deleted.push(r.label.clone());
+    }
     let Some(listing) = input.listing else {
         // The local table as is; intents stay open until a listing can answer for them.
-        out.rows = input.local.clone();
+        out.rows = mine.into_iter().cloned().collect();
         return out;
     };
+    fn whose<'a>(i: &'a Instance, input: &ReconcileInput<'_>) -> Owner<'a> {
+        owner(i.label.as_deref(), input.prefix, input.install_id)
+    }
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| is_ours(i.label.as_deref(), input.prefix))
+        .filter(|i| whose(i, input) == Owner::Ours)
         .collect();
     out.foreign = listing
         .iter()
-        .filter(|i| !is_ours(i.label.as_deref(), input.prefix))
+        .filter(|i| whose(i, input) == Owner::NotOurs)
         .map(|i| i.id as i64)
         .collect();
+    out.other_installs = other_installs(listing, input.prefix, input.install_id);
     let workers: &[Worker] = input.demand.map(|d| d.workers.as_slice()).unwrap_or(&[]);
     let matched = match_workers(&ours, workers);
     let intents_by_label: HashMap<&str, &Action> = input
@@ -77,7 +128,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         .filter_map(|a| a.label.as_deref().map(|l| (l, a)))
         .collect();
 
-    let mut local: Vec<Option<InstanceRow>> = input.local.iter().cloned().map(Some).collect();
+    let mut local: Vec<Option<InstanceRow>> = mine.into_iter().cloned().map(Some).collect();
     let mut used_labels: HashSet<String> = input.local.iter().map(|r| r.label.clone()).collect();
     used_labels.extend(input.taken_labels.iter().cloned());
     let mut settled: HashSet<i64> = HashSet::new();
@@ -652,6 +703,52 @@ mod tests {
             .flagged(&c)
             .iter()
             .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
+    }
+
+    #[test]
+    fn another_installs_instances_are_never_adopted_and_leave_our_table() {
+        let listing = vec![
+            inst(1, "fleetagent-qwerty-r3-0a0b0c0d", Some("running")),
+            inst(2, "fleetagent-zxcvbn-r3-0a0b0c0d", Some("running")),
+            inst(3, "fleetagent-r2-11223344", Some("running")),
+            inst(4, "someone-else", Some("running")),
+            // In our table from before (an older build adopted it): not ours any more.
+            inst(5, "fleetagent-zxcvbn-r1-55667788", Some("running")),
+        ];
+        let local = vec![row(
+            "fleetagent-zxcvbn-r1-55667788",
+            Some(5),
+            REGISTERED,
+            0.4,
+        )];
+        let rec = reconcile(
+            &input(local.clone(), vec![], Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        let ids: Vec<Option<i64>> = rec.rows.iter().map(|r| r.vast_id).collect();
+        assert_eq!(ids, vec![Some(1), Some(3)], "ours: our id, and no id");
+        assert_eq!(rec.foreign, vec![4]);
+        let other: Vec<(i64, &str)> = rec
+            .other_installs
+            .iter()
+            .map(|f| (f.vast_id, f.install_id.as_str()))
+            .collect();
+        assert_eq!(other, vec![(2, "zxcvbn"), (5, "zxcvbn")]);
+        assert_eq!(
+            rec.deleted,
+            vec!["fleetagent-zxcvbn-r1-55667788".to_string()]
+        );
+        assert!(
+            rec.changes.iter().any(|c| c.starts_with(
+                "instance 5 \"fleetagent-zxcvbn-r1-55667788\" carries install zxcvbn's id"
+            )),
+            "{:?}",
+            rec.changes
+        );
+        // A failed listing keeps our table, never the other install's row.
+        let rec = reconcile(&input(local, vec![], None, None), INTENT_GRACE_MS);
+        assert!(rec.rows.is_empty());
+        assert_eq!(rec.deleted.len(), 1);
     }
 
     #[test]

@@ -16,12 +16,79 @@ pub const STOPPED: State = State::Stopped;
 pub const OUTBID: State = State::Outbid;
 pub const GONE: State = State::Gone;
 
-/// Is this label one of ours? Ours are `<prefix>-...`.
-pub fn is_ours(label: Option<&str>, prefix: &str) -> bool {
-    label
+/// Whose a listed instance is, by its label (DESIGN.md "Operations": labels are
+/// `<label_prefix>-<install id>-r<run>-<suffix>`; before install ids, `<label_prefix>-r<run>-<suffix>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// Under our prefix with our install id, or with none (a label made before install ids,
+    /// or one an operator gave by hand): ours.
+    Ours,
+    /// Under our prefix with another install's id: another state dir on the same account.
+    /// Never adopted, counted, stopped or destroyed.
+    OtherInstall(&'a str),
+    /// Not under our prefix at all.
+    NotOurs,
+}
+
+/// Whose the instance labelled `label` is, for an install with this prefix and id. The id is
+/// read from the end of the label: a label that ends in `-<letters>-r<digits>-<8 hex>` (the
+/// shape `launch_label` makes) carries the install id `<letters>`; it is ours only when that
+/// id is ours and it follows our prefix directly. So a prefix that contains `-` cannot hide
+/// another install's id (prefix `fleet` sees `fleet-agent-qwerty-r1-...` as install
+/// `qwerty`'s), and an id can never be mistaken for a run part (ids are letters only).
+pub fn owner<'a>(label: Option<&'a str>, prefix: &str, install_id: &str) -> Owner<'a> {
+    let Some(rest) = label
         .map(str::trim)
         .and_then(|l| l.strip_prefix(prefix))
-        .is_some_and(|rest| rest.starts_with('-') && rest.len() > 1)
+        .and_then(|r| r.strip_prefix('-'))
+        .filter(|r| !r.is_empty())
+    else {
+        return Owner::NotOurs;
+    };
+    match label_install_id(rest) {
+        None => Owner::Ours,
+        Some(id) if id == install_id && rest.len() == id.len() + 1 + tail_len(rest) => Owner::Ours,
+        Some(id) => Owner::OtherInstall(id),
+    }
+}
+
+/// Is this label one of ours (our prefix, and our install id or none)?
+pub fn is_ours(label: Option<&str>, prefix: &str, install_id: &str) -> bool {
+    owner(label, prefix, install_id) == Owner::Ours
+}
+
+/// The install id a label (after `<prefix>-`) carries: the letters before a trailing
+/// `-r<digits>-<8 hex>`, when they are preceded by `-` or start `rest`.
+fn label_install_id(rest: &str) -> Option<&str> {
+    let tail = tail_len(rest);
+    if tail == 0 {
+        return None;
+    }
+    let head = &rest[..rest.len() - tail];
+    let head = head.strip_suffix('-')?;
+    let start = head.rfind('-').map_or(0, |i| i + 1);
+    let id = &head[start..];
+    crate::store::ops::is_install_id(id).then_some(id)
+}
+
+/// The length of a trailing `r<digits>-<8 hex>` in `rest` (0 when there is none).
+fn tail_len(rest: &str) -> usize {
+    let Some((run_part, suffix)) = rest.rsplit_once('-') else {
+        return 0;
+    };
+    let hex8 = suffix.len() == 8
+        && suffix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let run = run_part.rsplit('-').next().unwrap_or("");
+    let run_ok = run
+        .strip_prefix('r')
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    if hex8 && run_ok {
+        run.len() + 1 + suffix.len()
+    } else {
+        0
+    }
 }
 
 /// The lifecycle state of a listed instance from vast.ai's `actual_status` and the live
@@ -61,9 +128,65 @@ mod tests {
 
     #[test]
     fn ours_by_prefix_and_dash() {
-        assert!(is_ours(Some("fleetagent-r1-abc"), "fleetagent"));
-        assert!(!is_ours(Some("fleetagent2-x"), "fleetagent"));
-        assert!(!is_ours(Some("fleetagent-"), "fleetagent"));
-        assert!(!is_ours(None, "fleetagent"));
+        assert!(is_ours(Some("fleetagent-r1-abc"), "fleetagent", "qwerty"));
+        assert!(!is_ours(Some("fleetagent2-x"), "fleetagent", "qwerty"));
+        assert!(!is_ours(Some("fleetagent-"), "fleetagent", "qwerty"));
+        assert!(!is_ours(None, "fleetagent", "qwerty"));
+    }
+
+    #[test]
+    fn the_install_id_in_a_label_decides_whose_it_is() {
+        fn o<'a>(label: &'a str, prefix: &str) -> Owner<'a> {
+            owner(Some(label), prefix, "qwerty")
+        }
+        // Ours: our id, or none (labels made before install ids, or given by hand).
+        assert_eq!(
+            o("fleetagent-qwerty-r12-0a1b2c3d", "fleetagent"),
+            Owner::Ours
+        );
+        assert_eq!(
+            o(" fleetagent-qwerty-r12-0a1b2c3d ", "fleetagent"),
+            Owner::Ours
+        );
+        assert_eq!(o("fleetagent-r12-0a1b2c3d", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-stray", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-a-b", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-abc-", "fleetagent"), Owner::Ours);
+        // Not the shape launch_label makes: no id is read from it.
+        assert_eq!(o("fleetagent-abc-r12-0A1B2C3D", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-abc-r12-0a1b2c3", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-abc-r-0a1b2c3d", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-abc-12-0a1b2c3d", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-ab1-r12-0a1b2c3d", "fleetagent"), Owner::Ours);
+        // Another install's id.
+        assert_eq!(
+            o("fleetagent-zxcvbn-r3-0a1b2c3d", "fleetagent"),
+            Owner::OtherInstall("zxcvbn")
+        );
+        // A run part is never read as an id (ids are letters only): r12 is not install "r".
+        assert_eq!(o("fleetagent-r12-r3-0a1b2c3d", "fleetagent"), Owner::Ours);
+        // Prefixes with '-': ours and theirs told apart in both directions.
+        assert_eq!(
+            o("fleet-agent-qwerty-r1-0a1b2c3d", "fleet-agent"),
+            Owner::Ours
+        );
+        assert_eq!(o("fleet-agent-r1-0a1b2c3d", "fleet-agent"), Owner::Ours);
+        assert_eq!(
+            o("fleet-agent-zxcvbn-r1-0a1b2c3d", "fleet-agent"),
+            Owner::OtherInstall("zxcvbn")
+        );
+        // Prefix `fleet` sees install qwerty of prefix `fleet-agent` as another install,
+        // even though the id is ours: it does not follow our prefix directly.
+        assert_eq!(
+            o("fleet-agent-qwerty-r1-0a1b2c3d", "fleet"),
+            Owner::OtherInstall("qwerty")
+        );
+        assert_eq!(
+            o("fleet-agent-zxcvbn-r1-0a1b2c3d", "fleet"),
+            Owner::OtherInstall("zxcvbn")
+        );
+        // ...and an older build of prefix `fleet-x` (no id) as install "x", not ours.
+        assert_eq!(o("fleet-x-r1-0a1b2c3d", "fleet"), Owner::OtherInstall("x"));
+        assert_eq!(o("other-qwerty-r1-0a1b2c3d", "fleet"), Owner::NotOurs);
     }
 }

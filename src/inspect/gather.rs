@@ -42,6 +42,7 @@ pub fn build(
     let holder = crate::lock::holder_pid(&lock_path);
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let curio = super::curio::gather(store, config, now)?;
+    let (other_installs, other_installs_at) = crate::store::ops::foreign_installs(&store.conn)?;
     Ok(Report {
         now: rfc3339(now),
         version: env!("CARGO_PKG_VERSION"),
@@ -133,6 +134,22 @@ pub fn build(
         gpu_rates: curio.rates,
         worker_identity: curio.worker_identity,
         price: price_view(store, config, now)?,
+        install_id: crate::store::ops::install_id(&store.conn)?,
+        paused: crate::store::ops::paused(&store.conn, now)?.map(|p| super::PauseView {
+            since: rfc3339(p.since),
+            until: p.until.map(rfc3339),
+            reason: p.reason,
+        }),
+        operator_hold: crate::run::observe::operator_hold(&store.conn, config, now)?.map(|h| {
+            super::HoldView {
+                stopped_at: rfc3339(h.stopped_at),
+                instance_id: h.instance_id,
+                label: h.label,
+                until: rfc3339(h.until),
+            }
+        }),
+        other_installs,
+        other_installs_at: other_installs_at.map(rfc3339),
     })
 }
 

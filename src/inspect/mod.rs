@@ -165,6 +165,34 @@ pub struct Report {
     pub worker_identity: Vec<String>,
     /// What a proof earns as the store knows it (docs/inspect.md).
     pub price: PriceView,
+    /// This install's id: new labels are `<label_prefix>-<install_id>-r<run>-<suffix>`.
+    pub install_id: String,
+    /// The operator's pause in force (`fleetagent pause`), or null.
+    pub paused: Option<PauseView>,
+    /// An operator stop the rules and the floor do not undo yet, or null.
+    pub operator_hold: Option<HoldView>,
+    /// Instances under our label prefix with another install's id, as the last listing saw
+    /// them (never ours).
+    pub other_installs: Vec<crate::store::ops::ForeignInstance>,
+    pub other_installs_at: Option<String>,
+}
+
+/// `paused`: since when, until when (null: until `fleetagent resume`) and why.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct PauseView {
+    pub since: String,
+    pub until: Option<String>,
+    pub reason: String,
+}
+
+/// `operator_hold`: the operator's stop and until when nothing is launched by the rules or
+/// the floor.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct HoldView {
+    pub stopped_at: String,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+    pub until: String,
 }
 
 /// The price of a proof: every figure null and `unknown` saying why while it is unknown;
@@ -319,6 +347,46 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_install_id_and_a_pause_are_shown() {
+        let (dir, s) = test_store(1_000);
+        crate::store::ops::set_install_id(&s.conn, "qwerty").unwrap();
+        let config = Config::default();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (&v["install_id"], &v["paused"]),
+            (&serde_json::json!("qwerty"), &Value::Null)
+        );
+        assert!(!render_text(&r).contains("PAUSED"));
+        crate::store::ops::set_pause(
+            &s.conn,
+            &crate::store::ops::Pause {
+                since: 60_000,
+                until: None,
+                reason: "disk swap".into(),
+            },
+        )
+        .unwrap();
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["paused"],
+            serde_json::json!({"since": "1970-01-01T00:01:00Z", "until": null, "reason": "disk swap"})
+        );
+        let text = render_text(&r);
+        assert!(
+            text.contains("\ninstall     qwerty (labels {label_prefix}-qwerty-r<run>-<suffix>)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nPAUSED      since 1970-01-01T00:01:00Z until `fleetagent resume`: \"disk swap\""
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -75,6 +75,43 @@ pub fn render_text(r: &Report) -> String {
         r.session_id, r.session_started_at, r.next_run_id
     ));
     line(format!(
+        "install     {} (labels {{label_prefix}}-{}-r<run>-<suffix>)",
+        r.install_id, r.install_id
+    ));
+    if let Some(p) = &r.paused {
+        line(format!(
+            "PAUSED      since {} until {}: {} (nothing is launched or stopped but by the operator; `fleetagent resume` ends it)",
+            p.since,
+            p.until.as_deref().unwrap_or("`fleetagent resume`"),
+            crate::text::quote(&p.reason, 200)
+        ));
+    }
+    if let Some(h) = &r.operator_hold {
+        line(format!(
+            "hold        the operator stopped {} at {}: the rules and the floor launch nothing until {} (`fleetagent resume` or a `message` ends it)",
+            match (h.instance_id, h.label.as_deref()) {
+                (Some(id), _) => format!("instance {id}"),
+                (None, Some(l)) => l.to_string(),
+                (None, None) => "an instance".into(),
+            },
+            h.stopped_at,
+            h.until
+        ));
+    }
+    if !r.other_installs.is_empty() {
+        line(format!(
+            "other installs {} instance(s) under our prefix carry another install's id (seen {}): {}",
+            r.other_installs.len(),
+            r.other_installs_at.as_deref().unwrap_or("?"),
+            r.other_installs
+                .iter()
+                .take(6)
+                .map(|o| format!("{} (install {})", o.vast_id, o.install_id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    line(format!(
         "last ok run {}",
         r.last_success_at.as_deref().unwrap_or("never")
     ));

@@ -15,7 +15,9 @@
 //! - an outbid bid (destroyed, and replaced while demand needs it) and a fleet over a cap
 //!   (the newest surplus stopped), in the same pass.
 //!
-//! The floor never acts on unknown demand, never doubles the model's launches (the rules
+//! The floor never acts on unknown demand nor while the operator has paused the agent, never
+//! puts back what an operator stopped within `policy.operator_hold_mins` (the rules plan no
+//! launch then: `rules::decide`), never doubles the model's launches (the rules
 //! count them as coming), and never undoes what the model did in the pass: no launch for a
 //! deficit in a pass where the model stopped an instance, no stop of surplus in a pass where
 //! it launched one. Pure: the pass keeps the [`Memory`] between passes.
@@ -74,8 +76,10 @@ pub fn plan(
     model: &ModelDid,
     now: Millis,
 ) -> Plan {
-    if snapshot.demand.is_none() {
-        // Never on unknown demand: nothing is done, and no clock runs on it.
+    if snapshot.demand.is_none() || snapshot.paused.is_some() {
+        // Never on unknown demand, nor while the operator's pause holds everyone: nothing is
+        // done, and no clock runs on it (after a resume, what the model leaves undone is
+        // timed afresh).
         let memory = Memory {
             flagged_passes: before.flagged_passes.clone(),
             ..Memory::default()
@@ -504,6 +508,42 @@ mod tests {
         assert!(p.calls.is_empty());
         assert_eq!(p.memory.deficit_since, None);
         assert_eq!(p.memory.flagged_passes, before.flagged_passes);
+    }
+
+    #[test]
+    fn a_pause_plans_nothing_and_a_hold_launches_nothing() {
+        let c = config();
+        let before = Memory {
+            deficit_since: Some(NOW - 60 * MIN),
+            surplus_since: None,
+            flagged_passes: [(3, 4)].into_iter().collect(),
+        };
+        let mut s = dead();
+        s.instances = vec![row(3, crate::fleet::DEAD, None)];
+        s.instances[0].actual_status = Some("exited".into());
+        s.paused = Some(crate::store::ops::Pause {
+            since: NOW - MIN,
+            until: None,
+            reason: "hands off".into(),
+        });
+        let p = plan(&s, &c, 0, &before, &none(), NOW);
+        assert!(p.calls.is_empty(), "{:?}", p.calls);
+        assert_eq!(p.memory.deficit_since, None, "no clock runs while paused");
+        assert_eq!(p.memory.flagged_passes, before.flagged_passes);
+        // A hold: the WORKERS DEAD launches are not made; the exited one still goes.
+        s.paused = None;
+        s.hold = Some(crate::fleet::OperatorHold {
+            stopped_at: NOW - 5 * MIN,
+            instance_id: Some(7),
+            label: Some("fleetagent-7".into()),
+            until: NOW + 25 * MIN,
+        });
+        let p = plan(&s, &c, 0, &before, &none(), NOW);
+        let tools: Vec<&str> = p.calls.iter().map(|c| c.tool).collect();
+        assert_eq!(tools, vec!["stop_instance"], "{:?}", p.calls);
+        s.hold = None;
+        let p = plan(&s, &c, 0, &before, &none(), NOW);
+        assert!(p.calls.iter().any(|c| c.tool == "launch_instance"));
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub enum Refusal {
     /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
     /// rented for it, whoever asks.
     ProofShareDisabled,
+    /// The operator paused the agent (`fleetagent pause`): nobody but the operator launches
+    /// or stops until `resume` (or the pause's end).
+    Paused(crate::store::ops::Pause),
     /// With a known price, the offer's cost per proof leaves less than `policy.min_margin`
     /// of the revenue per proof (`among`: no offer id was asked for, and none of this many
     /// offers is profitable; the offer named is the cheapest per proof).
@@ -82,6 +85,7 @@ impl Refusal {
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
             Refusal::Unprofitable(_) => "unprofitable",
+            Refusal::Paused(_) => "paused",
         }
     }
 
@@ -118,6 +122,22 @@ impl Refusal {
                 retry_after_secs,
             } => json!({"limit": limit, "retry_after_secs": retry_after_secs}),
             Refusal::Protected { message } => json!({"message": message}),
+            Refusal::Paused(p) => {
+                let until = match p.until {
+                    Some(u) => format!("until {}", crate::clock::rfc3339(u)),
+                    None => "until the operator runs `fleetagent resume`".into(),
+                };
+                json!({
+                    "since": crate::clock::rfc3339(p.since),
+                    "until": p.until.map(crate::clock::rfc3339),
+                    "reason": p.reason,
+                    "message": format!(
+                        "the operator paused fleetagent since {} {until} ({}): nothing is launched or stopped but by the operator; do not retry, report what you see",
+                        crate::clock::rfc3339(p.since),
+                        crate::text::quote(&p.reason, 200)
+                    ),
+                })
+            }
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",
             }),
@@ -351,10 +371,24 @@ pub struct StopFacts {
     pub live_workers: u32,
     /// PSProve work waiting: pending + held by dead owners + ProofShare waiting.
     pub queued: u32,
-    /// False when the demand probe failed this pass.
+    /// False when the demand probe failed this pass (or, for an operator's stop outside a
+    /// pass, no recent reading is stored); `demand_error` says why.
     pub demand_known: bool,
+    pub demand_error: Option<String>,
     /// `fleetagent instances stop --force` by the operator.
     pub forced: bool,
+}
+
+/// The hand-brake: while the operator's pause is in force, nobody but the operator
+/// launches or stops (the operator's own `instances stop` goes through).
+pub fn check_paused(
+    paused: Option<&crate::store::ops::Pause>,
+    by_operator: bool,
+) -> Result<(), Refusal> {
+    match paused {
+        Some(p) if !by_operator => Err(Refusal::Paused(p.clone())),
+        _ => Ok(()),
+    }
 }
 
 /// Stops never take an instance that is not ours, never the last live workers while work is
@@ -376,9 +410,13 @@ pub fn check_stop(f: &StopFacts) -> Result<(), Refusal> {
         return Ok(());
     }
     if !f.demand_known {
+        let why = match f.demand_error.as_deref() {
+            Some(e) => crate::text::clip(e, 200),
+            None => "the probe failed".into(),
+        };
         return Err(Refusal::Protected {
             message: format!(
-                "demand is unknown this pass (the probe failed): the fleet is held; instance {id} is not flagged"
+                "demand is unknown ({why}): the fleet is held; instance {id} is not flagged"
             ),
         });
     }
@@ -508,6 +546,44 @@ mod tests {
         assert_eq!(r.details()["key"], "vast.image");
     }
 
+    #[test]
+    fn a_pause_refuses_everyone_but_the_operator() {
+        let p = crate::store::ops::Pause {
+            since: 1_800_000_000_000,
+            until: None,
+            reason: "disk swap on the Curio box".into(),
+        };
+        assert!(check_paused(None, false).is_ok());
+        assert!(
+            check_paused(Some(&p), true).is_ok(),
+            "the operator's own stop"
+        );
+        let r = check_paused(Some(&p), false).unwrap_err();
+        assert_eq!(r.code(), "paused");
+        let c = r.to_result().content;
+        assert_eq!(c["since"], "2027-01-15T08:00:00Z");
+        assert_eq!(c["until"], Value::Null);
+        assert_eq!(c["reason"], "disk swap on the Curio box");
+        let m = c["message"].as_str().unwrap();
+        assert!(
+            m.contains("until the operator runs `fleetagent resume`"),
+            "{m}"
+        );
+        let timed = crate::store::ops::Pause {
+            until: Some(1_800_000_000_000 + 3_600_000),
+            ..p
+        };
+        let c = check_paused(Some(&timed), false)
+            .unwrap_err()
+            .to_result()
+            .content;
+        assert_eq!(c["until"], "2027-01-15T09:00:00Z");
+        assert!(c["message"]
+            .as_str()
+            .unwrap()
+            .contains("until 2027-01-15T09:00:00Z"));
+    }
+
     fn stop(state: State) -> StopFacts {
         StopFacts {
             instance_id: 7,
@@ -518,6 +594,7 @@ mod tests {
             live_workers: 1,
             queued: 4,
             demand_known: true,
+            demand_error: None,
             forced: false,
         }
     }

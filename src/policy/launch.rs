@@ -2,8 +2,9 @@
 //! the tool makes (src/tools/launch.rs executes them, in this order).
 //!
 //! 1. [`Ask::new`]: the label and the fleet facts as the call begins.
-//! 2. [`gate`], given the ledger's row for that label: already executed, not configured, the
-//!    instance cap, the launch window, the daily cap with the fleet as it is, dry run.
+//! 2. [`gate`], given the ledger's row for that label: already executed, paused by the
+//!    operator, not configured, the instance cap, the launch window, the daily cap with the
+//!    fleet as it is, dry run.
 //! 3. [`no_key`] without a vast.ai client; [`env_refused`] when a worker credential fails.
 //! 4. [`search`]: the query, when this pass has no offers yet; [`searched`] with the answer.
 //! 5. [`choose`]: the offer (the one asked for, or the best that fits the money), the money
@@ -39,11 +40,13 @@ pub use crate::config::NODE_NAME_ENV;
 /// How many offers a launch looks at (the cheapest ones matching `[vast.offers]`).
 const SEARCH_LIMIT: u32 = 64;
 
-/// The label of a launch: `<prefix>-r<run>-<8 hex of the call id's FNV-1a hash>`. The same
-/// run and call always give the same label, so a repeated call finds its own intent.
-pub fn launch_label(prefix: &str, run_id: i64, call_id: &str) -> String {
+/// The label of a launch: `<prefix>-<install id>-r<run>-<8 hex of the call id's FNV-1a
+/// hash>`. The same install, run and call always give the same label, so a repeated call
+/// finds its own intent; another install on the same account (same prefix) never takes it
+/// for its own (`fleet::owner` reads the id back).
+pub fn launch_label(prefix: &str, install_id: &str, run_id: i64, call_id: &str) -> String {
     format!(
-        "{prefix}-r{run_id}-{:08x}",
+        "{prefix}-{install_id}-r{run_id}-{:08x}",
         fnv1a(call_id.as_bytes()) as u32
     )
 }
@@ -90,6 +93,8 @@ pub struct Ask {
     pub price: Option<crate::price::Price>,
     /// Our instances that bill and are not bids (for `policy.on_demand_min`).
     pub on_demand: u32,
+    /// The operator's pause in force, if any: nothing is launched.
+    pub paused: Option<crate::store::ops::Pause>,
 }
 
 impl Ask {
@@ -102,7 +107,12 @@ impl Ask {
         now: Millis,
     ) -> Ask {
         Ask {
-            label: launch_label(&config.vast.label_prefix, run_id, call_id),
+            label: launch_label(
+                &config.vast.label_prefix,
+                &snapshot.install_id,
+                run_id,
+                call_id,
+            ),
             offer_id,
             now,
             run_id,
@@ -122,6 +132,7 @@ impl Ask {
                 .iter()
                 .filter(|r| crate::fleet::is_billing_state(r.state) && !r.is_bid)
                 .count() as u32,
+            paused: snapshot.paused.clone(),
         }
     }
 
@@ -189,6 +200,9 @@ impl Ask {
 pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer> {
     if let Some(prev) = prev {
         return Some(already(ask, prev));
+    }
+    if let Err(r) = guardrails::check_paused(ask.paused.as_ref(), false) {
+        return Some(Answer::refused(ask, &r, ask.offer_id));
     }
     let policy = &config.policy;
     let facts = ask.facts();

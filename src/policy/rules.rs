@@ -6,6 +6,8 @@
 //! by the observe step (`run::observe::advance_streaks`, from `policy::streaks`).
 //!
 //! Decisions, in order:
+//! - the operator paused the agent: nothing; an operator hold (an operator stop younger than
+//!   `policy.operator_hold_mins`, no resume or message since): no launches.
 //! - demand unknown (failed probe): no launches, no stops of working instances. Flagged ones
 //!   (exited/offline/stuck loading, known from vast.ai, not from Curio) are still destroyed
 //!   in Full mode. A failed probe usually means HarmonyDB is unreachable, and a worker could
@@ -380,8 +382,26 @@ pub fn new_instance_rate(snapshot: &Snapshot, config: &Config) -> f64 {
 
 /// The calls the rules make this pass. `low_demand_passes` is the low-demand streak
 /// including this pass (`run::act::low_demand_streak`); the backlog streak comes from
-/// `snapshot.streaks`.
+/// `snapshot.streaks`. The operator's hand comes first: while paused nothing is planned
+/// (the tools would refuse it), and while an operator hold is in force
+/// (`fleet::OperatorHold`) no launch is (stops still are).
 pub fn decide(
+    snapshot: &Snapshot,
+    config: &Config,
+    low_demand_passes: u32,
+    mode: Mode,
+) -> Vec<PlannedCall> {
+    if snapshot.paused.is_some() {
+        return Vec::new();
+    }
+    let mut calls = decide_fleet(snapshot, config, low_demand_passes, mode);
+    if snapshot.hold.is_some() {
+        calls.retain(|c| c.tool != "launch_instance");
+    }
+    calls
+}
+
+fn decide_fleet(
     snapshot: &Snapshot,
     config: &Config,
     low_demand_passes: u32,

@@ -2,8 +2,9 @@
 //! stop`), as pure steps between the calls the tool makes (src/tools/stop.rs executes them).
 //!
 //! 1. [`Ask::new`]: the instance, the call (`vast.stop_mode`) and who asks.
-//! 2. [`gate`]: the fallback rules never stop; an id neither ours in the snapshot nor on the
-//!    account's listing is looked up in our table, and [`unknown`] answers with what it
+//! 2. [`gate`]: the fallback rules never stop; nobody but the operator stops while paused;
+//!    nobody stops another install's instance; an id neither ours in the snapshot nor on
+//!    the account's listing is looked up in our table, and [`unknown`] answers with what it
 //!    found; already stopped; the stop protections; dry run.
 //! 3. [`no_key`] without a vast.ai client; else the call [`Target`] names.
 //! 4. [`after_call`] with vast.ai's answer, and [`stopped`] for the result of a success.
@@ -29,7 +30,7 @@ pub struct Ask {
     /// `--force` by the operator (it counts for nobody else).
     pub forced: bool,
     /// The operator asks (`fleetagent instances stop`): the answers name commands, not the
-    /// model's tools.
+    /// model's tools, and a pause does not hold them.
     pub operator: bool,
     /// The fallback rules: they only launch.
     pub fallback: bool,
@@ -52,6 +53,15 @@ impl Ask {
             forced: force && by_operator,
             operator: by_operator,
             fallback: by_fallback,
+        }
+    }
+
+    /// A destroy whatever `vast.stop_mode` says (`instances stop --all`: a stopped disk
+    /// still bills).
+    pub fn destroying(self) -> Ask {
+        Ask {
+            kind: "destroy",
+            ..self
         }
     }
 }
@@ -141,6 +151,15 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
         return Gate::Answer(refused(None, &r));
     }
     let row = snapshot.find(id).cloned();
+    if !ask.operator {
+        if let Err(r) = guardrails::check_paused(snapshot.paused.as_ref(), false) {
+            return Gate::Answer(refused(row.map(|r| r.label), &r));
+        }
+    }
+    if let Some(other) = snapshot.other_installs.iter().find(|o| o.vast_id == id) {
+        // Forced or not: another install's instance is that install's to stop.
+        return Gate::Answer(refused(None, &other_install(other)));
+    }
     if row.is_none() && !snapshot.foreign.contains(&id) {
         return Gate::LookUp;
     }
@@ -225,6 +244,18 @@ fn for_asker(ask: &Ask, mut a: Answer) -> Answer {
     a
 }
 
+/// The refusal for an instance under our prefix that carries another install's id.
+pub fn other_install(other: &crate::store::ops::ForeignInstance) -> Refusal {
+    Refusal::Protected {
+        message: format!(
+            "instance {} {} belongs to another fleetagent install on this vast.ai account (install {}, same label prefix): no install ever stops another's, --force or not; stop it from that install's state dir or in vast.ai's console",
+            other.vast_id,
+            crate::text::quote(&other.label, crate::fleet::LABEL_CHARS),
+            other.install_id
+        ),
+    }
+}
+
 /// The fleet is over `max_instances` or `max_dph_total` (a paused bid resumed): a stop that
 /// brings it back is never held by `policy.min_rental_mins`.
 fn over_a_cap(snapshot: &Snapshot, config: &Config) -> bool {
@@ -294,6 +325,7 @@ fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceR
         live_workers: demand.map(|d| d.live_workers()).unwrap_or(0),
         queued: demand.map(|d| d.queued_work()).unwrap_or(0),
         demand_known: demand.is_some(),
+        demand_error: snapshot.demand_error.clone(),
         forced: ask.forced,
     }
 }

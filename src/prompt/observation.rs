@@ -21,6 +21,7 @@ const MAX_CHANGE_LINES: usize = 12;
 /// lines, this pass's folded events and wakes, and which run and pass this is.
 pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
     let mut lines = vec![snapshot.observation_line(config)];
+    lines.extend(snapshot.operator_lines());
     lines.push(super::economics::economics_line(snapshot, config));
     lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
@@ -219,6 +220,54 @@ impl Snapshot {
         parts.join(" ")
     }
 
+    /// What the operator's hand holds, one line each (empty when nothing): the pause, an
+    /// operator hold, and other installs' instances under our prefix. The pinned state block
+    /// repeats them.
+    pub fn operator_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(p) = &self.paused {
+            let until = match p.until {
+                Some(u) => format!("until {} UTC", short(u)),
+                None => "until the operator resumes".into(),
+            };
+            lines.push(format!(
+                "PAUSED by the operator since {} UTC, {until}: {}. Nothing is launched or stopped but by the operator: launch_instance and stop_instance answer `paused`; observe and report, do not retry.",
+                short(p.since),
+                quote(&p.reason, 200)
+            ));
+        }
+        if let Some(h) = &self.hold {
+            let what = match (h.instance_id, h.label.as_deref()) {
+                (Some(id), Some(l)) => format!("instance {id} {}", quote(l, LABEL_CHARS)),
+                (Some(id), None) => format!("instance {id}"),
+                (None, Some(l)) => quote(l, LABEL_CHARS),
+                (None, None) => "an instance".into(),
+            };
+            lines.push(format!(
+                "Operator hold: the operator stopped {what} at {} UTC; the rules and the floor launch nothing until {} UTC unless the operator resumes or writes to you. Do not put it back unless the operator asks.",
+                short(h.stopped_at),
+                short(h.until)
+            ));
+        }
+        if !self.other_installs.is_empty() {
+            let mut by_install: std::collections::BTreeMap<&str, usize> = Default::default();
+            for o in &self.other_installs {
+                *by_install.entry(o.install_id.as_str()).or_default() += 1;
+            }
+            let items: Vec<String> = by_install
+                .iter()
+                .map(|(id, n)| format!("{n} of install {id}"))
+                .collect();
+            lines.push(format!(
+                "Other installs on this vast.ai account under our label prefix (not ours: never counted nor stopped): {} instance(s) ({}); ours carry install id {}.",
+                self.other_installs.len(),
+                items.join(", "),
+                self.install_id
+            ));
+        }
+        lines
+    }
+
     /// The lines that follow the observation line: this pass's lifecycle changes and the
     /// flagged instances (outside text quoted). Empty when there is nothing to say.
     pub fn lifecycle_lines(&self, config: &Config) -> Vec<String> {
@@ -316,6 +365,61 @@ mod tests {
              Fleet: 0 running (0 p/h), 3 loading. Projected: 150 p/h. $1.33/h. Target: 500 p/h. \
              Budget headroom: $8.67/h, 17 slots. Launch window: 3/3 used, emergency bypass ON."
         );
+    }
+
+    #[test]
+    fn the_pause_the_hold_and_other_installs_are_said() {
+        let mut s = Snapshot {
+            now: NOW,
+            install_id: "qwerty".into(),
+            ..Default::default()
+        };
+        assert!(s.operator_lines().is_empty());
+        s.paused = Some(crate::store::ops::Pause {
+            since: NOW - 10 * MIN,
+            until: None,
+            reason: "swapping \"disks\"".into(),
+        });
+        s.hold = Some(crate::fleet::OperatorHold {
+            stopped_at: NOW - 5 * MIN,
+            instance_id: Some(7),
+            label: Some("fleetagent-qwerty-r3-0a0b0c0d".into()),
+            until: NOW + 25 * MIN,
+        });
+        s.other_installs = vec![
+            crate::store::ops::ForeignInstance {
+                install_id: "zxcvbn".into(),
+                label: "fleetagent-zxcvbn-r1-00000001".into(),
+                vast_id: 41,
+            },
+            crate::store::ops::ForeignInstance {
+                install_id: "zxcvbn".into(),
+                label: "fleetagent-zxcvbn-r1-00000002".into(),
+                vast_id: 42,
+            },
+        ];
+        let lines = s.operator_lines();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("PAUSED by the operator since ")
+                && lines[0].contains("until the operator resumes: \"swapping \\\"disks\\\"\"")
+                && lines[0].contains("answer `paused`"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[1].starts_with(
+                "Operator hold: the operator stopped instance 7 \"fleetagent-qwerty-r3-0a0b0c0d\" at "
+            ) && lines[1].contains("the rules and the floor launch nothing until "),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[2].contains("2 instance(s) (2 of install zxcvbn); ours carry install id qwerty"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines.iter().all(|l| !l.contains('\n')));
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub fn pinned_state(
         out.push('\n');
     };
     line(format!("Time: {} UTC.", rfc3339(now)));
+    for l in snapshot.operator_lines() {
+        line(l);
+    }
     if snapshot.instances.is_empty() {
         line("Our instances: none.".into());
     } else {

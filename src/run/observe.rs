@@ -10,16 +10,17 @@ use rusqlite::Connection;
 use crate::clock::{Clock, Millis};
 use crate::config::Config;
 use crate::demand::Demand;
-use crate::fleet::rates::{measure, Measured};
+use crate::fleet::rates::measure;
 use crate::fleet::{
-    is_billing_state, reconcile, spend_since, work_waiting_since, ReconcileInput, Reconciled,
-    Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
+    is_billing_state, reconcile, spend_since, work_waiting_since, OperatorHold, ReconcileInput,
+    Reconciled, Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
 };
 use crate::services::Services;
 use crate::store::actions;
 use crate::store::bad_hosts;
 use crate::store::curio;
 use crate::store::instances;
+use crate::store::ops;
 use crate::store::session::{self, Streaks};
 use crate::store::{events, Store};
 use crate::text::clip;
@@ -51,6 +52,10 @@ pub fn observe(
         .context("cannot begin the fleet reconciliation")?;
     record_fil_usd(&tx, fil_usd, now)?;
     let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
+    if listing.is_some() {
+        // What this listing saw of other installs under our prefix (doctor names them).
+        ops::set_foreign_installs(&tx, &rec.other_installs, now)?;
+    }
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
     }
@@ -84,8 +89,6 @@ pub fn observe(
         &tx,
         config,
         rec,
-        // `record_curio` stored this pass's measurements already.
-        &[],
         demand,
         demand_error,
         listing_error,
@@ -102,15 +105,32 @@ pub fn observe(
     Ok(snapshot)
 }
 
-/// The same view as [`observe`] without writing anything (no events, no table changes):
-/// for operator commands outside a pass (`instances stop`). `run_id` is 0.
-pub fn view(
+/// What an operator's `instances stop` judges a stop on, outside a pass and without writing
+/// anything: the local table as the last pass left it and the last successful demand
+/// reading (unknown when older than [`STOP_READING_PERIODS`] timer periods), reconciled
+/// with one vast.ai listing. No demand probe and no FIL/USD fetch: a slow Curio or price
+/// source never delays an operator's stop. `run_id` is 0.
+pub fn stop_view(
     store: &Store,
     config: &Config,
     services: &Services,
     clock: &dyn Clock,
 ) -> Result<Snapshot> {
-    let (demand, demand_error) = probe_demand(services, config);
+    let (demand, demand_error) = last_reading(&store.conn, config, clock.now_ms())?;
+    view(store, config, services, clock, demand, demand_error)
+}
+
+/// The view [`observe`] would give with this demand reading, without writing anything (no
+/// events, no table changes, no probe): one listing (`services.vast`) reconciled with the
+/// local table. `run_id` is 0.
+pub fn view(
+    store: &Store,
+    config: &Config,
+    services: &Services,
+    clock: &dyn Clock,
+    demand: Option<Demand>,
+    demand_error: Option<String>,
+) -> Result<Snapshot> {
     let (listing, listing_error) = list_ours(services);
     let now = clock.now_ms();
     let rec = reconcile_against(
@@ -120,22 +140,54 @@ pub fn view(
         demand.as_ref(),
         now,
     )?;
-    // Nothing is stored here: this reading's measurements go over the stored rates.
-    let fresh = demand
-        .as_ref()
-        .map(|d| measure(&rec.rows, d))
-        .unwrap_or_default();
     assemble(
         &store.conn,
         config,
         rec,
-        &fresh,
         demand,
         demand_error,
         listing_error,
         0,
         now,
     )
+}
+
+/// A stored reading older than this many timer periods does not count for an operator's
+/// stop: the protections then hold as on a failed probe (`--force` lifts them).
+pub const STOP_READING_PERIODS: i64 = 3;
+
+/// The last successful demand reading as a pass stored it, or why it does not count.
+fn last_reading(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+) -> Result<(Option<Demand>, Option<String>)> {
+    let (json, at) = curio::last_reading(conn)?;
+    let max_age = STOP_READING_PERIODS * config.run.timer_period_secs as Millis * 1000;
+    Ok(match (json, at) {
+        (Some(j), Some(at)) if now - at <= max_age => match serde_json::from_str(&j) {
+            Ok(d) => (Some(d), None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "the stored demand reading is unreadable ({}): no pass has read Curio since",
+                    clip(&e.to_string(), 120)
+                )),
+            ),
+        },
+        (Some(_), Some(at)) => (
+            None,
+            Some(format!(
+                "the last demand reading is {} old (older than {} timer periods)",
+                crate::clock::human_duration(now - at),
+                STOP_READING_PERIODS
+            )),
+        ),
+        _ => (
+            None,
+            Some("no demand reading yet (no pass has read Curio)".into()),
+        ),
+    })
 }
 
 /// Read what reconciliation needs from the table and reconcile (pure from here on).
@@ -169,6 +221,7 @@ fn reconcile_against(
     }
     let intents = actions::open_intents(conn)?;
     let our_stops = actions::stopped_by_us(conn)?;
+    let install_id = ops::install_id(conn)?;
     Ok(reconcile(
         &ReconcileInput {
             local,
@@ -177,6 +230,7 @@ fn reconcile_against(
             listing,
             demand,
             prefix: &config.vast.label_prefix,
+            install_id: &install_id,
             now,
             our_stops,
         },
@@ -189,7 +243,6 @@ fn assemble(
     conn: &rusqlite::Connection,
     config: &Config,
     rec: Reconciled,
-    fresh: &[Measured],
     demand: Option<Demand>,
     demand_error: Option<String>,
     listing_error: Option<String>,
@@ -212,11 +265,8 @@ fn assemble(
     }
     alive.retain(|a| !rec.deleted.contains(&a.label));
     let spent_today = spend_since(&alive, day_start, now);
-    // The stored rates, with the measurements of a reading not stored (`view`) over them.
-    let mut measured_rates = curio::rate_map(conn)?;
-    for m in fresh {
-        measured_rates.insert(m.gpu_name.clone(), m.proofs_per_hour);
-    }
+    // The stored rates (`observe` stored this pass's measurements already).
+    let measured_rates = curio::rate_map(conn)?;
     // Already advanced by this pass (observe), or computed the same way (view): the step
     // is idempotent, and an unknown reading keeps what was stored.
     let work_waiting_since =
@@ -233,6 +283,7 @@ fn assemble(
         Ok(p) => (Some(p), None),
         Err(why) => (None, Some(why)),
     };
+    let hold = operator_hold(conn, config, now)?;
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -251,6 +302,7 @@ fn assemble(
             .filter(|r| r.gone_at.is_none())
             .collect(),
         foreign: rec.foreign,
+        other_installs: rec.other_installs,
         changes: rec.changes,
         window_launches,
         spent_today,
@@ -273,7 +325,31 @@ fn assemble(
             conn,
             now - crate::fleet::UNPROFITABLE_RETRY_MS,
         )?,
+        install_id: ops::install_id(conn)?,
+        paused: ops::paused(conn, now)?,
+        hold,
     })
+}
+
+/// The operator hold in force at `now` (`fleet::OperatorHold`): the operator's latest stop
+/// of one of ours within `policy.operator_hold_mins`, with no `resume` nor operator
+/// `message` since.
+pub fn operator_hold(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+) -> Result<Option<OperatorHold>> {
+    let mins = config.policy.operator_hold_mins;
+    if mins == 0 {
+        return Ok(None);
+    }
+    let since = now - (mins as Millis).saturating_mul(60_000);
+    let stop = actions::last_operator_stop_since(conn, since)?;
+    let spoke = match &stop {
+        Some(s) => events::any_of_kinds_since(conn, &["resume", "message"], s.at)?,
+        None => false,
+    };
+    Ok(OperatorHold::in_force(stop, spoke, mins, now))
 }
 
 /// The price of a proof at this ask price over the stored FIL/USD cache (which is returned
@@ -426,4 +502,71 @@ pub fn low_demand_streak(conn: &Connection, snapshot: &Snapshot) -> Result<u32> 
         return Ok(snapshot.streaks.low_demand_passes);
     }
     Ok(advance_streaks(conn, snapshot.run_id, snapshot.demand.as_ref())?.low_demand_passes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::actions::NewAction;
+
+    const T: Millis = 1_800_000_000_000;
+    const MIN: Millis = 60_000;
+
+    fn stop(conn: &Connection, actor: &str, outcome: &str, id: i64, at: Millis) {
+        actions::insert(
+            conn,
+            &NewAction {
+                kind: "destroy",
+                outcome,
+                actor,
+                instance_id: Some(id),
+                label: Some("fleetagent-qwerty-r3-0a0b0c0d"),
+                ..Default::default()
+            },
+            at,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_operator_stop_holds_until_its_time_a_resume_or_a_message() {
+        let s = Store::open_memory(T).unwrap();
+        let c = Config::default();
+        let hold = |now| operator_hold(&s.conn, &c, now).unwrap();
+        // The model's stops and refused operator stops hold nothing.
+        stop(&s.conn, "llm", "ok", 6, T);
+        stop(&s.conn, "operator", "refused", 6, T);
+        assert_eq!(hold(T + MIN), None);
+        stop(&s.conn, "operator", "ok", 7, T);
+        let h = hold(T + MIN).expect("in force");
+        assert_eq!(
+            (h.stopped_at, h.instance_id, h.until),
+            (T, Some(7), T + 30 * MIN)
+        );
+        assert_eq!(
+            hold(T + 30 * MIN),
+            None,
+            "over after policy.operator_hold_mins"
+        );
+        // A message after the stop ends it; a later stop starts a new one; a resume ends it.
+        events::insert(
+            &s.conn,
+            0,
+            "message",
+            "operator message: put it back",
+            None,
+            T + 2 * MIN,
+        )
+        .unwrap();
+        assert_eq!(hold(T + 3 * MIN), None);
+        stop(&s.conn, "operator", "ok", 8, T + 4 * MIN);
+        assert_eq!(hold(T + 5 * MIN).and_then(|h| h.instance_id), Some(8));
+        events::insert(&s.conn, 0, "resume", "operator resumed", None, T + 6 * MIN).unwrap();
+        assert_eq!(hold(T + 7 * MIN), None);
+        let mut off = Config::default();
+        off.policy.operator_hold_mins = 0;
+        stop(&s.conn, "operator", "ok", 9, T + 8 * MIN);
+        assert!(hold(T + 9 * MIN).is_some());
+        assert_eq!(operator_hold(&s.conn, &off, T + 9 * MIN).unwrap(), None);
+    }
 }

@@ -129,6 +129,10 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
     }
 }
 
+/// The install id of every simulated database: fixed, so that labels (and so every report)
+/// never depend on chance.
+pub const SIM_INSTALL_ID: &str = "sim";
+
 /// Where the sim's database lives: a fresh dir in /dev/shm when it is writable (no disk
 /// flushes), else the system temp dir.
 fn temp_state_dir() -> Result<tempfile::TempDir> {
@@ -342,6 +346,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     let world = Arc::new(Mutex::new(w));
 
     let mut store = Store::open(&state_dir, OpenMode::Create, start)?;
+    crate::store::ops::set_install_id(&store.conn, SIM_INSTALL_ID)?;
     seed_database(&mut store, &seeds, &opts.scenario, start)?;
     let alive_ms = config.demand.worker_alive_secs as Millis * 1000;
     clock.install(Outside::new(

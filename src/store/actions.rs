@@ -168,6 +168,36 @@ pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Op
     )?)
 }
 
+/// An operator's stop or destroy that went through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorStop {
+    pub at: Millis,
+    pub instance_id: Option<i64>,
+    pub label: Option<String>,
+}
+
+/// The operator's latest stop or destroy of one of ours that went through since `since`,
+/// for the operator hold (`fleet::OperatorHold`).
+pub fn last_operator_stop_since(conn: &Connection, since: Millis) -> Result<Option<OperatorStop>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            "SELECT created_at, instance_id, label FROM actions
+              WHERE kind IN ('stop', 'destroy') AND created_at >= ?1
+                AND actor = 'operator' AND outcome = 'ok' AND label IS NOT NULL
+              ORDER BY created_at DESC, id DESC LIMIT 1",
+            params![since],
+            |r| {
+                Ok(OperatorStop {
+                    at: r.get(0)?,
+                    instance_id: r.get(1)?,
+                    label: r.get(2)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
 pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM actions ORDER BY id DESC LIMIT ?1"

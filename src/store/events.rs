@@ -41,6 +41,20 @@ pub fn insert(
     Ok(conn.last_insert_rowid())
 }
 
+/// Whether an event of one of these kinds was recorded at or after `since` (the
+/// `events_kind_time` index answers it without a scan).
+pub fn any_of_kinds_since(conn: &Connection, kinds: &[&str], since: Millis) -> Result<bool> {
+    let mut found = false;
+    for kind in kinds {
+        found |= conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM events WHERE kind = ?1 AND created_at >= ?2)",
+            params![kind, since],
+            |r| r.get::<_, bool>(0),
+        )?;
+    }
+    Ok(found)
+}
+
 /// An event a pass discovered itself (a lifecycle change): inserted already claimed by it.
 pub fn insert_claimed(
     conn: &Connection,

@@ -75,6 +75,9 @@ impl Tool for LaunchInstance {
 fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<ToolResult> {
     let config = ctx.config;
     let now = ctx.clock.now_ms();
+    // Read at the call, not at the observation: a pause (or `instances stop --all`) pressed
+    // while this pass runs holds its remaining calls.
+    ctx.snapshot.paused = crate::store::ops::paused(&ctx.store.conn, now)?;
     let ask = plan::Ask::new(
         ctx.snapshot,
         config,

@@ -71,7 +71,7 @@ impl Tool for ListInstances {
             "instances": rows,
             "count": snap.instances.len(),
             "fleet_dph": (snap.fleet_dph() * 100.0).round() / 100.0,
-            "not_ours_on_account": snap.foreign.len(),
+            "not_ours_on_account": snap.foreign.len() + snap.other_installs.len(),
         });
         if snap.instances.len() > MAX_LISTED {
             out["more"] = json!(snap.instances.len() - MAX_LISTED);

@@ -67,19 +67,36 @@ pub fn stop(
     reason: &str,
     force: bool,
 ) -> Result<ToolResult> {
+    stop_as(ctx, instance_id, reason, force, false)
+}
+
+/// [`stop`], and with `destroy` a destroy whatever `vast.stop_mode` says (the operator's
+/// `instances stop --all`).
+pub fn stop_as(
+    ctx: &mut ToolCtx<'_>,
+    instance_id: i64,
+    reason: &str,
+    force: bool,
+    destroy: bool,
+) -> Result<ToolResult> {
     let reason = match crate::policy::launch::reason(reason) {
         Ok(r) => r,
         Err(r) => return Ok(r),
     };
     let operator = ctx.actor == Actor::Operator;
-    let ask = Ask::new(
+    let mut ask = Ask::new(
         ctx.config,
         instance_id,
         force,
         operator,
         ctx.actor == Actor::Fallback,
     );
+    if destroy {
+        ask = ask.destroying();
+    }
     let now = ctx.clock.now_ms();
+    // Read at the call: a pause pressed while this pass runs holds its remaining stops.
+    ctx.snapshot.paused = crate::store::ops::paused(&ctx.store.conn, now)?;
     let target = match plan::gate(&ask, ctx.snapshot, ctx.config) {
         Gate::Answer(a) => return answer(ctx, &ask, &reason, a, now),
         Gate::LookUp => {

@@ -7,6 +7,7 @@ mod configuration;
 mod curio_reading;
 mod fallback_rules;
 mod guardrails;
+mod hand_brake;
 mod incident;
 mod instances_command;
 mod lost_creates;
@@ -14,6 +15,7 @@ mod poll;
 mod price;
 mod read_only_tools;
 mod reconciliation;
+mod two_installs;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -233,6 +235,12 @@ impl Rig {
 
     fn count(&self, sql: &str) -> i64 {
         self.store.conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    /// How this install's labels begin: `fleetagent-<install id>-r`.
+    fn label_start(&self) -> String {
+        let id = fleetagent::store::ops::install_id(&self.store.conn).unwrap();
+        format!("fleetagent-{id}-r")
     }
 }
 

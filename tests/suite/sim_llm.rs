@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use fleetagent::clock::ManualClock;
 use fleetagent::config::Config;
-use fleetagent::demand::{Demand, DemandProbe};
+use fleetagent::demand::Demand;
 use fleetagent::policy::rules::{self, Mode};
 use fleetagent::services::Services;
 use fleetagent::sim::{self, scenario};
@@ -212,20 +212,10 @@ fn sim_llm_a_model_that_never_acts_serves_a_steady_day() {
 }
 
 /// A demand probe that answers what the pass being decided read (`agent_state.last_demand`).
-struct Recorded(Option<Demand>, Option<String>);
-
-impl DemandProbe for Recorded {
-    fn probe(&self) -> anyhow::Result<Demand> {
-        match (&self.0, &self.1) {
-            (Some(d), _) => Ok(d.clone()),
-            (None, e) => anyhow::bail!("{}", e.clone().unwrap_or_default()),
-        }
-    }
-}
-
 /// What the rules would call on the fleet and demand the sim's pass has just recorded: the
 /// instance table after this pass's reconciliation, the demand it read, its streaks, window
-/// and spend (`run::observe::view` over the sim's database), at the time of its observation.
+/// and spend (`run::observe::view` over the sim's database with the reading the pass
+/// recorded), at the time of its observation.
 fn rules_plan(state: &Path, config: &Config) -> anyhow::Result<Vec<(String, String)>> {
     let store = Store::open(state, OpenMode::Existing, 0)?;
     let now: i64 = store.conn.query_row(
@@ -237,14 +227,15 @@ fn rules_plan(state: &Path, config: &Config) -> anyhow::Result<Vec<(String, Stri
         serde_json::from_str(&session::state(&store.conn)?.last_demand.unwrap_or_default())?;
     let demand: Option<Demand> = serde_json::from_value(recorded["demand"].clone())?;
     let error = recorded["error"].as_str().map(String::from);
-    let services = Services {
-        vast: None,
-        demand: Some(Arc::new(Recorded(demand, error))),
-        llm: None,
-        fil_usd: None,
-    };
     let clock = ManualClock::new(now);
-    let mut snapshot = fleetagent::run::observe::view(&store, config, &services, &clock)?;
+    let mut snapshot = fleetagent::run::observe::view(
+        &store,
+        config,
+        &Services::default(),
+        &clock,
+        demand,
+        error,
+    )?;
     // The pass listed vast.ai; the view reads the table the listing just reconciled.
     snapshot.listing_error = None;
     let low = snapshot.streaks.low_demand_passes;

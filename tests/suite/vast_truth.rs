@@ -260,6 +260,9 @@ fn stop_mode_stop_starts_a_stopped_instance_before_renting() {
     f.cmd(&["instances", "stop", &id.to_string(), "--force"])
         .ok();
     assert_eq!(vast.instance(id).unwrap()["actual_status"], "stopped");
+    // What the operator stopped by hand stays stopped (policy.operator_hold_mins) until they
+    // ask for it back.
+    f.cmd(&["message", "start it again when work comes"]).ok();
     // Work arrives and no worker lives: the launch starts it again, renting nothing.
     write_demand(f.path(), dead());
     let out = pass(&f);

@@ -65,6 +65,7 @@ fn snap(n: i64, dead: bool) -> Snapshot {
             ..Default::default()
         }),
         instances: (1..=n).map(|i| row(i, 1.0)).collect(),
+        install_id: "qwerty".into(),
         ..Default::default()
     }
 }
@@ -96,13 +97,19 @@ fn refused_with(a: &Answer, code: &str, offer_id: Option<u64>) {
 
 #[test]
 fn labels_are_stable_short_and_distinct() {
-    let a = launch_label("fleetagent", 42, "call_abc");
-    assert_eq!(a, launch_label("fleetagent", 42, "call_abc"));
-    assert!(a.starts_with("fleetagent-r42-"), "{a}");
-    assert_eq!(a.len(), "fleetagent-r42-".len() + 8);
-    assert_ne!(a, launch_label("fleetagent", 42, "call_abd"));
-    assert_ne!(a, launch_label("fleetagent", 43, "call_abc"));
-    assert!(crate::fleet::is_ours(Some(&a), "fleetagent"));
+    let a = launch_label("fleetagent", "qwerty", 42, "call_abc");
+    assert_eq!(a, launch_label("fleetagent", "qwerty", 42, "call_abc"));
+    assert!(a.starts_with("fleetagent-qwerty-r42-"), "{a}");
+    assert_eq!(a.len(), "fleetagent-qwerty-r42-".len() + 8);
+    assert_ne!(a, launch_label("fleetagent", "qwerty", 42, "call_abd"));
+    assert_ne!(a, launch_label("fleetagent", "qwerty", 43, "call_abc"));
+    assert_ne!(a, launch_label("fleetagent", "asdfgh", 42, "call_abc"));
+    assert!(crate::fleet::is_ours(Some(&a), "fleetagent", "qwerty"));
+    // Another install with the same prefix sees it as not its own, and names its id.
+    assert_eq!(
+        crate::fleet::owner(Some(&a), "fleetagent", "asdfgh"),
+        crate::fleet::Owner::OtherInstall("qwerty")
+    );
 }
 
 #[test]
@@ -122,7 +129,7 @@ fn the_ask_reads_the_fleet_facts() {
     s.spent_today = 3.5;
     s.window_launches = vec![NOW - MIN];
     let a = ask(&s, &config(), Some(9));
-    assert_eq!(a.label, launch_label("fleetagent", 7, "call_1"));
+    assert_eq!(a.label, launch_label("fleetagent", "qwerty", 7, "call_1"));
     assert_eq!((a.instances, a.fleet_dph, a.spent_today), (2, 2.0, 3.5));
     assert_eq!(
         (a.window, a.workers_dead, a.offer_id),
@@ -167,6 +174,24 @@ fn unset_keys_refuse_before_anything() {
     let ans = gate_of(&s, &c, Some(3)).unwrap();
     refused_with(&ans, "not_configured", Some(3));
     assert_eq!(ans.result.content["key"], "vast.image");
+}
+
+#[test]
+fn a_pause_refuses_even_an_emergency_and_is_recorded() {
+    let c = config();
+    let mut s = snap(0, true);
+    s.paused = Some(crate::store::ops::Pause {
+        since: NOW - MIN,
+        until: None,
+        reason: "maintenance".into(),
+    });
+    let ans = gate_of(&s, &c, None).unwrap();
+    refused_with(&ans, "paused", None);
+    assert_eq!(ans.result.content["reason"], "maintenance");
+    assert!(
+        ans.record.unwrap().emergency,
+        "WORKERS DEAD, refused all the same"
+    );
 }
 
 #[test]

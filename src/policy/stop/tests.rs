@@ -195,6 +195,55 @@ fn a_foreign_instance_goes_only_by_force() {
 }
 
 #[test]
+fn another_installs_instance_is_refused_even_to_a_forced_operator() {
+    let c = config();
+    let mut s = snap();
+    s.other_installs = vec![crate::store::ops::ForeignInstance {
+        install_id: "zxcvbn".into(),
+        label: "fleetagent-zxcvbn-r3-0a0b0c0d".into(),
+        vast_id: 42,
+    }];
+    for a in [
+        ask(&c, 42),
+        Ask::new(&c, 42, true, true, false).destroying(),
+    ] {
+        let ans = answer(gate(&a, &s, &c));
+        protected(&ans, None, "belongs to another fleetagent install");
+        let m = ans.result.content["message"].as_str().unwrap();
+        assert!(
+            m.contains("install zxcvbn") && m.contains("--force or not"),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn a_pause_holds_every_stop_but_the_operators() {
+    let mut c = config();
+    c.vast.stop_mode = StopMode::Stop;
+    let mut s = snap();
+    s.paused = Some(crate::store::ops::Pause {
+        since: NOW - MIN,
+        until: Some(NOW + 60 * MIN),
+        reason: "maintenance".into(),
+    });
+    s.instances[1].state = crate::fleet::DEAD;
+    s.instances[1].actual_status = Some("exited".into());
+    // Flagged, and still held: a pause is hands off.
+    let a = answer(gate(&ask(&c, 8), &s, &c));
+    assert_eq!(a.result.error_code(), Some("paused"));
+    let e = a.record.unwrap();
+    assert_eq!(
+        (e.outcome, e.label.as_deref()),
+        ("refused", Some("fleetagent-8"))
+    );
+    // The operator's own stop goes through; `--all` destroys whatever stop_mode says.
+    let op = Ask::new(&c, 8, false, true, false);
+    assert_eq!(go(gate(&op, &s, &c)).kind, "stop");
+    assert_eq!(go(gate(&op.destroying(), &s, &c)).kind, "destroy");
+}
+
+#[test]
 fn stopped_already_under_stop_mode_stop() {
     let mut c = config();
     c.vast.stop_mode = StopMode::Stop;

@@ -68,7 +68,7 @@ fn worker_env_resolves_credentials_without_recording_them() {
     let env = rig.fake.instance_env(id).unwrap();
     assert_eq!(env["CURIO_DB_PASSWORD"], "s3cret-pw");
     assert_eq!(env["CURIO_LAYERS"], "psprove");
-    assert!(env["FLEETAGENT_LABEL"].starts_with("fleetagent-r"));
+    assert!(env["FLEETAGENT_LABEL"].starts_with(&rig.label_start()));
     let ledger: String = rig
         .store
         .conn
@@ -98,7 +98,7 @@ fn every_create_carries_cancel_unavail_and_the_label_as_curio_node_name() {
     let r = rig.call(&mut snap, "launch_instance", json!({"reason": "x"}));
     let id = r.content["instance_id"].as_u64().expect("launched");
     let env = rig.fake.instance_env(id).unwrap();
-    assert!(env["FLEETAGENT_LABEL"].starts_with("fleetagent-r"));
+    assert!(env["FLEETAGENT_LABEL"].starts_with(&rig.label_start()));
     assert_eq!(env["CURIO_NODE_NAME"], env["FLEETAGENT_LABEL"]);
     let sent = &rig.fake.requests_to(Route::Create)[0];
     let body = sent.json();
@@ -114,7 +114,7 @@ fn every_create_carries_cancel_unavail_and_the_label_as_curio_node_name() {
     let id = r.content["instance_id"].as_u64().expect("launched");
     let env = rig.fake.instance_env(id).unwrap();
     assert_eq!(env["CURIO_NODE_NAME"], "psprove-pool");
-    assert!(env["FLEETAGENT_LABEL"].starts_with("fleetagent-r"));
+    assert!(env["FLEETAGENT_LABEL"].starts_with(&rig.label_start()));
     let body = rig.fake.requests_to(Route::Create)[0].json();
     assert_eq!(body["cancel_unavail"], true);
 }

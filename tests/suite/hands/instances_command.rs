@@ -55,7 +55,18 @@ fn instances_commands_with_the_real_binary() {
     let r = f.cmd(&["instances", "stop", "424242", "--force"]).code(1);
     assert!(r.stderr.contains("invalid_args"), "{}", r.stderr);
     assert_eq!(fake.instance_ids(), before);
-    // Ours, idle, no work queued: stopped; the agent hears of it.
+    // Ours, idle: the protections judge on the last pass's demand reading, and there is
+    // none yet (no probe is made for an operator's stop).
+    let r = f.cmd(&["instances", "stop", &a.to_string()]).code(1);
+    assert!(
+        r.stderr
+            .contains("demand is unknown (no demand reading yet")
+            && r.stderr.contains("(`--force` lifts the protections)"),
+        "{}",
+        r.stderr
+    );
+    // After a pass read Curio (no work queued): stopped; the agent hears of it.
+    f.cmd(&["run"]).ok();
     f.cmd(&["instances", "stop", &a.to_string()]).ok();
     assert!(fake.instance_ids().is_empty());
     assert!(f.doorbell().exists());

@@ -19,7 +19,10 @@ fn a_create_not_recorded_is_adopted_never_duplicated() {
     let offers = rig.fake.add_offers(3, "RTX 4090", 0.40, 0.99);
     let _ = rig.pass();
     // What launch_instance commits before its create call...
-    let label = tools::launch::launch_label("fleetagent", rig.run_id, "call_crash");
+    let label = {
+        let install = fleetagent::store::ops::install_id(&rig.store.conn).unwrap();
+        tools::launch::launch_label("fleetagent", &install, rig.run_id, "call_crash")
+    };
     let now = rig.now();
     actions::insert(
         &rig.store.conn,

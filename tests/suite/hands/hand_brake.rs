@@ -1,0 +1,223 @@
+//! The hand-brake end to end (docs/guardrails.md "The hand-brake", "Operator hold"): the real
+//! binary, the fake model and the fake vast.ai. While paused a WORKERS DEAD pass launches
+//! nothing and the model's own launch is answered `paused`; `instances stop --all` pauses and
+//! destroys every instance of ours (not another install's, not one without our prefix) and the
+//! next pass relaunches nothing; after `resume` the next pass launches; an operator's forced
+//! stop is not undone by the floor while the hold lasts.
+
+use serde_json::{json, Value};
+
+use crate::common::fake_llm::{FakeLlm, Reply};
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fleet::Fleet;
+use crate::suite::agent_e2e::{dead_fleet, one_instance_is_enough, rig, write_demand, CAPS};
+
+fn launch_call() -> Reply {
+    Reply::tool_call("launch_instance", r#"{"reason":"every worker is dead"}"#)
+}
+
+/// The ledger's launches: (actor, outcome, detail).
+fn launches(f: &Fleet) -> Vec<(String, String, String)> {
+    let db = f.db();
+    let mut stmt = db
+        .prepare("SELECT actor, outcome, COALESCE(detail, '') FROM actions WHERE kind = 'launch' ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn last_observation(f: &Fleet) -> String {
+    f.inspect()["last_observation"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn pause_stop_all_resume_and_the_operator_hold() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    one_instance_is_enough(&f);
+    write_demand(f.path(), dead_fleet());
+    // On the account: one of ours from before install ids, one of another install under our
+    // prefix, and one that is not ours at all.
+    let old = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    let theirs = vast.add_instance("fleetagent-zxcvbn-r4-01020304");
+    let stranger = vast.add_instance("someone-else");
+
+    // Paused: the model's launch is answered `paused`, the floor plans nothing.
+    let out = f
+        .cmd(&[
+            "pause",
+            "--for",
+            "2h",
+            "--reason",
+            "swapping the Curio box's disk",
+        ])
+        .ok();
+    assert!(
+        out.stdout.starts_with("paused until ") && out.stdout.contains("(in 2h"),
+        "{}",
+        out.stdout
+    );
+    llm.push(launch_call());
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        0,
+        "nothing launched while paused"
+    );
+    let l = launches(&f);
+    assert_eq!(
+        l.len(),
+        1,
+        "only the model's call, refused; the floor asked nothing: {l:?}"
+    );
+    assert_eq!((l[0].0.as_str(), l[0].1.as_str()), ("llm", "refused"));
+    let refusal: Value = serde_json::from_str(&l[0].2).unwrap();
+    assert_eq!(refusal["error"], "paused");
+    assert_eq!(refusal["reason"], "swapping the Curio box's disk");
+    let tool_result = llm.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        tool_result.contains("\"error\":\"paused\"") && tool_result.contains("\"until\":\""),
+        "{tool_result}"
+    );
+    let v = f.inspect();
+    let p = &v["paused"];
+    assert_eq!(p["reason"], "swapping the Curio box's disk", "{p}");
+    assert!(p["since"].as_str().unwrap().ends_with('Z') && p["until"].is_string());
+    assert!(
+        v["last_observation"]
+            .as_str()
+            .unwrap()
+            .contains("PAUSED by the operator since "),
+        "{}",
+        v["last_observation"]
+    );
+    let install = v["install_id"].as_str().unwrap().to_string();
+    assert_eq!(install.len(), 6, "{install}");
+    // The pass still observed and reconciled: the old label is ours (adopted), the other
+    // install's is not.
+    let fleet: Vec<Option<i64>> = v["fleet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["vast_id"].as_i64())
+        .collect();
+    assert_eq!(fleet, vec![Some(old as i64)]);
+    assert_eq!(v["other_installs"][0]["vast_id"], theirs);
+    assert_eq!(v["other_installs"][0]["install_id"], "zxcvbn");
+
+    // The panic button: paused (open-ended now), every instance of ours destroyed.
+    let out = f
+        .cmd(&["instances", "stop", "--all", "--reason", "runaway bill"])
+        .ok();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines[0], "paused until `fleetagent resume`: runaway bill",
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "instance {old} \"fleetagent-r0-0a0b0c0d\": destroyed"
+        )),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        &"destroyed 1 of 1 instance(s) of ours (1 of other installs left alone); paused until `fleetagent resume`"
+    );
+    let destroyed: Vec<String> = vast
+        .requests_to(Route::Destroy)
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(destroyed, vec![format!("/api/v0/instances/{old}/")]);
+    assert_eq!(vast.instance_ids(), vec![theirs, stranger]);
+    let p = f.inspect()["paused"].clone();
+    assert_eq!(
+        (&p["until"], &p["reason"]),
+        (&Value::Null, &json!("runaway bill")),
+        "{p}"
+    );
+
+    // The next pass relaunches nothing: WORKERS DEAD, the model asks, the tool refuses.
+    llm.push(launch_call());
+    f.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 0);
+    assert!(launches(&f).iter().all(|(_, o, _)| o == "refused"));
+
+    // resume rings; the next pass launches (the model's call goes through).
+    let out = f.cmd(&["resume"]).ok();
+    assert!(
+        out.stdout.starts_with("resumed: the pause since ")
+            && out.stdout.contains("(\"runaway bill\") is over"),
+        "{}",
+        out.stdout
+    );
+    assert!(f.doorbell().exists(), "resume rings");
+    assert_eq!(f.inspect()["paused"], Value::Null);
+    llm.push(launch_call());
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 1, "{:?}", launches(&f));
+    let ours: Vec<u64> = vast
+        .instance_ids()
+        .into_iter()
+        .filter(|i| ![theirs, stranger].contains(i))
+        .collect();
+    assert_eq!(ours.len(), 1);
+    let label = vast.instance(ours[0]).unwrap()["label"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        label.starts_with(&format!("fleetagent-{install}-r")),
+        "new labels carry the install id: {label}"
+    );
+
+    // The operator stops it by hand; WORKERS DEAD again, the model does nothing, and the
+    // floor does not put it back while the hold lasts.
+    f.cmd(&["instances", "stop", &ours[0].to_string(), "--force"])
+        .ok();
+    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        1,
+        "the floor undid the operator's stop"
+    );
+    let v = f.inspect();
+    assert_eq!(
+        v["operator_hold"]["instance_id"], ours[0],
+        "{}",
+        v["operator_hold"]
+    );
+    assert!(
+        last_observation(&f).contains("Operator hold: the operator stopped instance"),
+        "{}",
+        last_observation(&f)
+    );
+    assert!(
+        !launches(&f).iter().any(|(a, _, _)| a == "floor"),
+        "{:?}",
+        launches(&f)
+    );
+}
