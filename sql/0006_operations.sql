@@ -80,3 +80,8 @@ DROP TABLE temp.runs_seq;
 CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
 CREATE INDEX runs_in_prompt ON runs(session_id, id) WHERE in_prompt = 1;
 CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
+
+-- obs slice: what `doctor` reads through an index at any size of the database: the failed
+-- runs of the last hour, and the failed calls of one pass.
+CREATE INDEX runs_failed ON runs(finished_at) WHERE status = 'failed';
+CREATE INDEX actions_run ON actions(run_id);

@@ -152,6 +152,12 @@ pub fn poll(
 ) -> Result<Polled> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
+    crate::run::observe::record_listing(
+        &store.conn,
+        services,
+        listing_error.as_deref(),
+        clock.now_ms(),
+    )?;
     problems.extend([demand_error, listing_error].into_iter().flatten());
     let workers = demand
         .as_ref()

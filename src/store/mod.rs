@@ -8,6 +8,7 @@ pub mod bad_hosts;
 pub mod calibration;
 pub mod curio;
 pub mod events;
+pub mod health;
 pub mod history;
 pub mod instances;
 pub mod llm_calls;
