@@ -9,7 +9,14 @@ use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
 /// The tables whose rows `backup` counts in what it prints: the ledger and the conversation.
-pub const COUNTED: [&str; 6] = ["runs", "actions", "instances", "events", "wakes", "messages"];
+pub const COUNTED: [&str; 6] = [
+    "runs",
+    "actions",
+    "instances",
+    "events",
+    "wakes",
+    "messages",
+];
 
 /// What a backup wrote.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,7 +88,8 @@ fn create_0660(path: &Path) -> std::io::Result<()> {
 }
 
 fn copy_and_check(src: &Connection, tmp: &Path) -> Result<Copied> {
-    let mut dst = Connection::open(tmp).with_context(|| format!("cannot open {}", tmp.display()))?;
+    let mut dst =
+        Connection::open(tmp).with_context(|| format!("cannot open {}", tmp.display()))?;
     {
         let backup = Backup::new(src, &mut dst)?;
         // All pages in one step: one read transaction of the source, so the copy is one

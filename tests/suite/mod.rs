@@ -14,6 +14,7 @@ mod llm_client;
 mod llm_client_fixtures;
 mod metrics;
 mod mind;
+mod operations;
 mod plot;
 mod sim;
 mod sim_llm;

@@ -124,22 +124,20 @@ fn recover(f: &Fleet) -> (bool, String, String) {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = std::process::Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/recover-db"
-    ))
-    .env("STATE_DIR", &f.state)
-    .env("SYSTEMCTL", &stub)
-    .env(
-        "FLEETAGENT",
-        format!(
-            "{BIN} --config {} --state-dir {}",
-            f.config.display(),
-            f.state.display()
-        ),
-    )
-    .output()
-    .unwrap();
+    let out =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/recover-db"))
+            .env("STATE_DIR", &f.state)
+            .env("SYSTEMCTL", &stub)
+            .env(
+                "FLEETAGENT",
+                format!(
+                    "{BIN} --config {} --state-dir {}",
+                    f.config.display(),
+                    f.state.display()
+                ),
+            )
+            .output()
+            .unwrap();
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -265,7 +263,10 @@ fn a_file_that_is_not_a_database_or_is_truncated_is_refused_clearly() {
             assert!(!systemctl.contains("start "), "{systemctl}");
             let kept = files_under(&f.state)
                 .into_iter()
-                .find(|p| p.to_string_lossy().ends_with("fleetagent.db") && p.to_string_lossy().contains("/broken-"))
+                .find(|p| {
+                    p.to_string_lossy().ends_with("fleetagent.db")
+                        && p.to_string_lossy().contains("/broken-")
+                })
                 .expect("the damaged file kept aside");
             assert_eq!(std::fs::read(kept).unwrap(), damaged);
         }
