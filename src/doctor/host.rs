@@ -37,6 +37,8 @@ pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
 
 /// The file system of the state dir: read-only, or (nearly) full. Nothing when the dir
 /// cannot be examined (the `state_dir` check says why).
+// statvfs's counts are u64 here, u32 on 32-bit targets.
+#[allow(clippy::unnecessary_cast)]
 pub(super) fn disk(dir: &Path) -> Vec<Problem> {
     use nix::sys::statvfs::{statvfs, FsFlags};
     let Ok(st) = statvfs(dir) else {

@@ -320,7 +320,7 @@ fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) 
 
 /// vast.ai's health for `doctor` and the metrics (`store::ops::record_listing`). Without a
 /// key nothing was asked: the missing key is `doctor`'s secrets check, not a failed listing.
-pub fn record_listing(
+fn record_listing(
     conn: &Connection,
     services: &Services,
     listing_error: Option<&str>,

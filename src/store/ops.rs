@@ -167,6 +167,17 @@ pub fn record_listing(conn: &Connection, result: Result<(), &str>, now: Millis) 
     Ok(())
 }
 
+/// Whether recording `result` changes what `doctor` and the metrics say: a failure where
+/// none was recorded, or a success after a failure (or before any listing). `poll`, every
+/// minute, records only then, so a poll that sees nothing new writes nothing; a pass records
+/// every listing.
+pub fn listing_changes(h: &VastHealth, result: Result<(), &str>) -> bool {
+    match result {
+        Ok(()) => !h.ok(),
+        Err(_) => h.error.is_none(),
+    }
+}
+
 /// An instance under our label prefix that carries another install's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForeignInstance {
@@ -281,8 +292,11 @@ mod tests {
     fn the_listing_health_keeps_the_last_success_beside_the_failure() {
         let s = Store::open_memory(1_000).unwrap();
         assert!(!vast_health(&s.conn).unwrap().ok(), "no listing yet");
+        assert!(listing_changes(&vast_health(&s.conn).unwrap(), Ok(())));
         record_listing(&s.conn, Ok(()), 2_000).unwrap();
         assert!(vast_health(&s.conn).unwrap().ok());
+        assert!(!listing_changes(&vast_health(&s.conn).unwrap(), Ok(())));
+        assert!(listing_changes(&vast_health(&s.conn).unwrap(), Err("x")));
         record_listing(&s.conn, Err("HTTP 401: invalid key"), 3_000).unwrap();
         record_listing(&s.conn, Err("HTTP 401: key revoked"), 3_500).unwrap();
         let h = vast_health(&s.conn).unwrap();
@@ -294,6 +308,7 @@ mod tests {
             "the newest"
         );
         assert_eq!(h.error_at, Some(3_000), "failing since the first failure");
+        assert!(!listing_changes(&h, Err("y")) && listing_changes(&h, Ok(())));
         record_listing(&s.conn, Ok(()), 4_000).unwrap();
         assert_eq!(vast_health(&s.conn).unwrap().error, None);
         record_listing(&s.conn, Err("timeout"), 5_000).unwrap();
