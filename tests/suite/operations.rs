@@ -499,8 +499,10 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         })
         .collect::<String>()
     };
+    // Rules evaluated every 5 minutes (the default timer period, and about what a scrape of a
+    // file rewritten every pass can tell): a day evaluated every minute costs seconds.
     let test = format!(
-        "rule_files:\n  - {rules}\nevaluation_interval: 1m\ntests:\n\
+        "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
          \x20 - interval: 1m\n    input_series:\n{a}{b}    promql_expr_test:\n{t12}{t20}{t30}\
          \x20 - interval: 5m\n    input_series:\n{day}    promql_expr_test:\n{d1}\
          \x20 - interval: 5m\n    input_series:\n{quiet}    promql_expr_test:\n{d2}",
