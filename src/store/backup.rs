@@ -99,7 +99,12 @@ fn copy_and_check(src: &Connection, tmp: &Path) -> Result<Copied> {
             other => bail!("the online backup stopped unfinished ({other:?}); try again"),
         }
     }
-    let bad = quick_check(&dst).context("cannot check the copy")?;
+    let bad = match quick_check(&dst) {
+        Ok(bad) => bad,
+        // A page too damaged for the check itself to read is a finding too.
+        Err(e) if crate::error::is_damaged_database(&e) => vec![format!("{e:#}")],
+        Err(e) => return Err(e.context("cannot check the copy")),
+    };
     if !bad.is_empty() {
         bail!(
             "the copy fails PRAGMA quick_check, so the database itself is damaged: {} ({}); no backup was written",
@@ -194,5 +199,47 @@ mod tests {
         // Never over an existing file.
         let err = to_file(&s.conn, &file).unwrap_err().to_string();
         assert!(err.contains("exists"), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_database_gives_no_backup_and_says_so() {
+        let (dir, s) = test_store(0);
+        for i in 0..500 {
+            crate::store::runs::create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, i)
+                .unwrap();
+        }
+        s.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let pages: i64 = s
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        drop(s);
+        {
+            // A page in the middle of the file: a reader of the edges never reaches it.
+            use std::io::{Seek, SeekFrom, Write};
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.path().join(crate::store::DB_FILE))
+                .unwrap();
+            f.seek(SeekFrom::Start(((pages - 3) * 4096) as u64))
+                .unwrap();
+            f.write_all(&[0xA5; 4096]).unwrap();
+        }
+        let src = Connection::open(dir.path().join(crate::store::DB_FILE)).unwrap();
+        let file = dir.path().join("copy.db");
+        let err = format!("{:#}", to_file(&src, &file).unwrap_err());
+        assert!(
+            err.contains("fails PRAGMA quick_check") && err.contains("Recovering the database"),
+            "{err}"
+        );
+        assert!(!file.exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().contains("copy"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }
