@@ -4,6 +4,7 @@
 //!
 //!   bench trigger   `trigger` whole-process time against /bin/true
 //!   bench inspect   `inspect --json` on 1M messages / 100k runs against an empty database
+//!   bench doctor    `doctor` on the same 1.1M rows against an empty database (goal <= 1.1x)
 //!   bench assemble  prompt assembly with 1M stored messages against 1k
 //!   bench tokens    tokens per routine tick against a naive agent that sends the whole history
 //!   bench tokenizer tokenizer initialisation cost, and that it happens once per process
@@ -267,6 +268,44 @@ fn bench_inspect() {
     );
 }
 
+/// `doctor` exits 1 on both databases (no pass has succeeded in either): timed all the same,
+/// and it must not be a config error (2).
+fn timed_doctor(dir: &Path) -> Duration {
+    let mut c = fleet(dir, &["doctor"]);
+    let t = Instant::now();
+    let out = c.output().expect("spawn");
+    let d = t.elapsed();
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+fn bench_doctor() {
+    let empty = new_state(CONFIG);
+    let big = new_state(CONFIG);
+    let t = Instant::now();
+    seed(&big.path().join("state"), 100_000, 10, 10);
+    println!(
+        "doctor: seeded 100k runs, 100k LLM calls and 1M messages in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        a.push(timed_doctor(empty.path()));
+        b.push(timed_doctor(big.path()));
+    }
+    let (a, b) = (median(a), median(b));
+    println!(
+        "doctor: median {:.2} ms on 1M messages / 100k runs vs {:.2} ms empty -> ratio {:.2}x (goal <= 1.1x)",
+        ms(b),
+        ms(a),
+        ms(b) / ms(a)
+    );
+}
+
 fn assemble_once(store: &Store, budget: u64) -> (Duration, usize) {
     let current_run: i64 = store
         .conn
@@ -465,6 +504,9 @@ fn main() {
     }
     if all || which == "inspect" {
         bench_inspect();
+    }
+    if all || which == "doctor" {
+        bench_doctor();
     }
     if all || which == "tokens" {
         bench_tokens();

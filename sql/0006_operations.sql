@@ -84,3 +84,7 @@ CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
 -- hands (install identity, pause, operator hold): a pass asks whether the operator resumed or
 -- wrote since their last stop (`events.kind` = 'resume' or 'message' after a time).
 CREATE INDEX events_kind_time ON events(kind, created_at);
+-- obs slice: what `doctor` reads through an index at any size of the database: the failed
+-- runs of the last hour, and the failed calls of one pass.
+CREATE INDEX runs_failed ON runs(finished_at) WHERE status = 'failed';
+CREATE INDEX actions_run ON actions(run_id);

@@ -14,6 +14,8 @@ use rusqlite::Connection;
 use crate::clock::Millis;
 use crate::store::{actions, events, instances, llm_calls, runs, session};
 
+const DAY_MS: Millis = 86_400_000;
+
 /// One metric family: name, type, help, and its samples (labels, value).
 struct Family {
     name: &'static str,
@@ -68,34 +70,153 @@ fn one(name: &'static str, kind: &'static str, help: &'static str, value: f64) -
     }
 }
 
+/// Every verdict of `runs`, zero until a pass has it (a rule on a label never seen has no
+/// series to watch).
+const VERDICTS: &[&str] = &[
+    "action",
+    "no-action",
+    "skipped",
+    "failed",
+    "action-failed",
+    "action-refused",
+];
+const DECIDERS: &[&str] = &["llm", "rules", "fallback-rules", "floor"];
+const LIVE_STATES: [crate::fleet::State; 8] = {
+    use crate::fleet::{BOOTED, DEAD, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED, STOPPED};
+    [
+        LAUNCHING, LOADING, BOOTED, REGISTERED, PROVING, DEAD, STOPPED, OUTBID,
+    ]
+};
+
+fn zeroed(keys: &[&str]) -> BTreeMap<String, f64> {
+    keys.iter().map(|k| (k.to_string(), 0.0)).collect()
+}
+
+fn labelled(
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    label: &'static str,
+    values: BTreeMap<String, f64>,
+) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples: values
+            .into_iter()
+            .map(|(k, v)| (vec![(label, k)], v))
+            .collect(),
+    }
+}
+
+/// A figure with no sample when it is unknown or unset (never a NaN or a made-up 0).
+fn maybe(name: &'static str, kind: &'static str, help: &'static str, v: Option<f64>) -> Family {
+    Family {
+        name,
+        kind,
+        help,
+        samples: v
+            .filter(|x| x.is_finite())
+            .map(|x| (Vec::new(), x))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// What operations watch (docs/monitoring/): the hand-brake, vast.ai's health, the demand
+/// reading's age, the day's spend and the caps. An unset cap has no sample: the alert rules
+/// compare against it by vector matching, which an absent cap leaves empty (never a cap of 0).
+fn operations(
+    conn: &Connection,
+    config: &crate::config::Config,
+    now: Millis,
+    f: &mut Vec<Family>,
+) -> Result<()> {
+    use crate::store::ops;
+    f.push(one(
+        "fleetagent_paused",
+        "gauge",
+        "1 while `fleetagent pause` is in force (nobody launches or stops but the operator).",
+        ops::paused(conn, now)?.is_some() as u8 as f64,
+    ));
+    f.push(one(
+        "fleetagent_vast_ok",
+        "gauge",
+        "1 when the last vast.ai listing succeeded, 0 when it failed (or none has been made: no key).",
+        ops::vast_health(conn)?.ok() as u8 as f64,
+    ));
+    let (_, reading_at) = crate::store::curio::last_reading(conn)?;
+    f.push(maybe(
+        "fleetagent_demand_age_seconds",
+        "gauge",
+        "Age of the last good demand reading when this file was written (seconds); no sample before the first.",
+        reading_at.map(|at| (now - at).max(0) as f64 / 1000.0),
+    ));
+    let day_start = now - now.rem_euclid(DAY_MS);
+    let alive = instances::alive_since(conn, day_start)?;
+    f.push(one(
+        "fleetagent_spend_today_dollars",
+        "gauge",
+        "What our instances have cost since 00:00 UTC (dollars), as the daily cap counts it.",
+        crate::fleet::spend_since(&alive, day_start, now),
+    ));
+    let p = &config.policy;
+    f.push(maybe(
+        "fleetagent_daily_spend_max_dollars",
+        "gauge",
+        "policy.daily_spend_max (dollars per UTC day); no sample when unset (no daily cap).",
+        p.daily_spend_max,
+    ));
+    f.push(maybe(
+        "fleetagent_max_instances",
+        "gauge",
+        "policy.max_instances; no sample when unset (then no launch is possible).",
+        p.max_instances.map(f64::from),
+    ));
+    f.push(maybe(
+        "fleetagent_max_dph_total_dollars",
+        "gauge",
+        "policy.max_dph_total (dollars per hour); no sample when unset (then no launch is possible).",
+        p.max_dph_total,
+    ));
+    Ok(())
+}
+
 /// The metrics text for the database behind `conn` (`config` prices a proof and rates the
 /// GPUs, as the passes do).
 pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<String> {
     let mut f = Vec::new();
 
-    let mut by_verdict: BTreeMap<String, f64> = [
-        "action",
-        "no-action",
-        "skipped",
-        "action-failed",
-        "action-refused",
-        "failed",
-    ]
-    .iter()
-    .map(|v| (v.to_string(), 0.0))
-    .collect();
+    let mut by_verdict = zeroed(VERDICTS);
     for (k, v) in runs::count_by_verdict(conn)? {
         by_verdict.insert(k.unwrap_or_else(|| "none".into()), v as f64);
     }
-    f.push(Family {
-        name: "fleetagent_runs_total",
-        kind: "counter",
-        help: "Agent passes by verdict (failed = the pass failed).",
-        samples: by_verdict
-            .into_iter()
-            .map(|(k, v)| (vec![("verdict", k)], v))
-            .collect(),
-    });
+    f.push(labelled(
+        "fleetagent_runs_total",
+        "counter",
+        "Agent passes by verdict (failed = the pass failed; action-failed = calls asked for, none changed the fleet, one failed at vast.ai; action-refused = every call refused by a guardrail).",
+        "verdict",
+        by_verdict,
+    ));
+    let mut by_decider = zeroed(DECIDERS);
+    for (k, v) in crate::store::health::count_by_decider(conn)? {
+        by_decider.insert(k, v as f64);
+    }
+    f.push(labelled(
+        "fleetagent_runs_decided_total",
+        "counter",
+        "Passes that finished ok by who decided them (floor = the floor overruled the model).",
+        "decided_by",
+        by_decider,
+    ));
+    f.push(one(
+        "fleetagent_timer_period_seconds",
+        "gauge",
+        "run.timer_period_secs: a pass at least this often (the alert rules count in periods).",
+        config.run.timer_period_secs as f64,
+    ));
+    operations(conn, config, now, &mut f)?;
 
     let state = session::state(conn)?;
     f.push(one(
@@ -131,19 +252,17 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         calls.calls as f64,
     ));
 
-    let by_state: BTreeMap<String, f64> = instances::count_by_state(conn)?
-        .into_iter()
-        .map(|(k, v)| (k, v as f64))
-        .collect();
-    f.push(Family {
-        name: "fleetagent_fleet_instances",
-        kind: "gauge",
-        help: "Our instances by lifecycle state (launching, loading, booted, registered, proving, dead, stopped).",
-        samples: by_state
-            .into_iter()
-            .map(|(k, v)| (vec![("state", k)], v))
-            .collect(),
-    });
+    let mut by_state = zeroed(&LIVE_STATES.map(crate::fleet::State::as_str));
+    for (k, v) in instances::count_by_state(conn)? {
+        by_state.insert(k, v as f64);
+    }
+    f.push(labelled(
+        "fleetagent_fleet_instances",
+        "gauge",
+        "Our instances by lifecycle state (launching, loading, booted, registered, proving, dead, stopped, outbid).",
+        "state",
+        by_state,
+    ));
     let dph = instances::billing_dph(conn)?;
     f.push(one(
         "fleetagent_fleet_dollars_per_hour",
@@ -322,17 +441,33 @@ pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
     result
 }
 
-/// After a `run`: write the textfile when `[metrics] textfile` is set. Failures are logged,
-/// never fatal: metrics must not stop the agent.
+/// After a `run`: write the textfile when `[metrics] textfile` is set. Failures are logged
+/// and recorded for `doctor` (`store::ops::set_metrics_error`; a success clears it), never
+/// fatal: metrics must not stop the agent.
 pub fn after_run(config: &crate::config::Config, state_dir: &Path, now: Millis) {
     let Some(path) = &config.metrics.textfile else {
         return;
     };
-    let result = crate::store::Store::open(state_dir, crate::store::OpenMode::Existing, now)
-        .and_then(|store| collect(&store.conn, config, now))
-        .and_then(|text| write_textfile(path, &text));
-    if let Err(e) = result {
-        log::warn!("metrics textfile {}: {e:#}", path.display());
+    let store = match crate::store::Store::open(state_dir, crate::store::OpenMode::Existing, now) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("metrics textfile {}: {e:#}", path.display());
+            return;
+        }
+    };
+    let result = collect(&store.conn, config, now).and_then(|text| write_textfile(path, &text));
+    let recorded = match &result {
+        Ok(()) => match crate::store::ops::metrics_error(&store.conn) {
+            Ok(None) => Ok(()),
+            _ => crate::store::ops::set_metrics_error(&store.conn, None, now),
+        },
+        Err(e) => {
+            log::warn!("metrics textfile {}: {e:#}", path.display());
+            crate::store::ops::set_metrics_error(&store.conn, Some(&format!("{e:#}")), now)
+        }
+    };
+    if let Err(e) = recorded {
+        log::warn!("cannot record the metrics textfile's state: {e:#}");
     }
 }
 
@@ -406,6 +541,86 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_operations_figures_and_an_unset_cap_has_no_sample() {
+        let s = Store::open_memory(0).unwrap();
+        let now = 10 * DAY_MS + 6 * 3_600_000;
+        let mut c = crate::config::Config::default();
+        let text = collect(&s.conn, &c, now).unwrap();
+        for want in [
+            "fleetagent_runs_total{verdict=\"action-failed\"} 0",
+            "fleetagent_runs_total{verdict=\"action-refused\"} 0",
+            "fleetagent_runs_decided_total{decided_by=\"floor\"} 0",
+            "fleetagent_fleet_instances{state=\"launching\"} 0",
+            "fleetagent_timer_period_seconds 300",
+            "fleetagent_paused 0",
+            "fleetagent_vast_ok 0",
+            "fleetagent_spend_today_dollars 0",
+            "# TYPE fleetagent_daily_spend_max_dollars gauge",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        for absent in [
+            "\nfleetagent_demand_age_seconds ",
+            "\nfleetagent_daily_spend_max_dollars ",
+            "\nfleetagent_max_instances ",
+            "\nfleetagent_max_dph_total_dollars ",
+        ] {
+            assert!(!text.contains(absent), "{absent:?} has a sample:\n{text}");
+        }
+
+        // A pause in force, a listing that worked, a reading 90 s old, an instance billing
+        // $2/h since 04:00 UTC (2 h before `now`), and every cap set.
+        crate::store::ops::set_pause(
+            &s.conn,
+            &crate::store::ops::Pause {
+                since: now - 1,
+                until: None,
+                reason: "x".into(),
+            },
+        )
+        .unwrap();
+        crate::store::ops::record_listing(&s.conn, Ok(()), now).unwrap();
+        crate::store::curio::set_last_reading(&s.conn, "{}", now - 90_000).unwrap();
+        let mut row =
+            crate::fleet::fixtures::row("fleetagent-a", Some(1), crate::fleet::PROVING, 2.0);
+        row.created_at = now - 2 * 3_600_000;
+        instances::upsert(&s.conn, &row).unwrap();
+        c.policy.daily_spend_max = Some(50.0);
+        c.policy.max_instances = Some(4);
+        c.policy.max_dph_total = Some(1.5);
+        let text = collect(&s.conn, &c, now).unwrap();
+        for want in [
+            "fleetagent_paused 1",
+            "fleetagent_vast_ok 1",
+            "fleetagent_demand_age_seconds 90",
+            "fleetagent_spend_today_dollars 4",
+            "fleetagent_daily_spend_max_dollars 50",
+            "fleetagent_max_instances 4",
+            "fleetagent_max_dph_total_dollars 1.5",
+            "fleetagent_fleet_instances{state=\"proving\"} 1",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_failed_write_is_recorded_for_doctor_and_a_success_clears_it() {
+        let dir = tempfile::tempdir().unwrap();
+        Store::open(dir.path(), crate::store::OpenMode::Create, 0).unwrap();
+        let mut c = crate::config::Config::default();
+        c.metrics.textfile = Some(dir.path().join("missing/fleetagent.prom"));
+        after_run(&c, dir.path(), 5_000);
+        let s = Store::open(dir.path(), crate::store::OpenMode::Existing, 0).unwrap();
+        let (error, at) = crate::store::ops::metrics_error(&s.conn).unwrap().unwrap();
+        assert!(error.contains("cannot create"), "{error}");
+        assert_eq!(at, 5_000);
+        std::fs::create_dir(dir.path().join("missing")).unwrap();
+        after_run(&c, dir.path(), 6_000);
+        assert_eq!(crate::store::ops::metrics_error(&s.conn).unwrap(), None);
+        assert!(dir.path().join("missing/fleetagent.prom").exists());
     }
 
     #[test]

@@ -143,7 +143,8 @@ pub enum Polled {
 
 /// One poll: list our instances, read the demand, compare with what the last poll saw, and
 /// on a change record a P1 `poll` event and ring the doorbell in `dir`. `problems` gets the
-/// probe's and the listing's failures (the caller shows them).
+/// probe's and the listing's failures (the caller shows them); a listing that starts or stops
+/// failing is recorded for `doctor` and the metrics (`store::ops::listing_changes`).
 pub fn poll(
     store: &Store,
     dir: &std::path::Path,
@@ -154,6 +155,13 @@ pub fn poll(
 ) -> Result<Polled> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
+    if services.vast.is_some() {
+        use crate::store::ops;
+        let result = listing_error.as_deref().map_or(Ok(()), Err);
+        if ops::listing_changes(&ops::vast_health(&store.conn)?, result) {
+            ops::record_listing(&store.conn, result, clock.now_ms())?;
+        }
+    }
     problems.extend([demand_error, listing_error].into_iter().flatten());
     let workers = demand
         .as_ref()

@@ -1,29 +1,38 @@
-//! `doctor`: exit 0 when healthy, 1 with one line per problem, 2 for a config error.
+//! `doctor [--json]`: exit 0 when healthy, 1 with one line per problem (or every check as
+//! JSON), 2 for a config error.
 
 use anyhow::Result;
 
 use crate::cmd::App;
 use crate::error::{Quiet, EXIT_RUNTIME};
 
-pub fn run(app: &App, _args: &crate::cli::DoctorArgs) -> Result<()> {
+pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();
-    let problems =
-        crate::doctor::problems(&loaded.config, &app.env, &dir, app.now(), units.as_ref());
-    let notes = crate::doctor::notes(&app.env);
-    if problems.is_empty() {
+    let checks = crate::doctor::checks(&crate::doctor::Inputs {
+        config: &loaded.config,
+        env: &app.env,
+        state_dir: &dir,
+        now: app.now(),
+        units: units.as_ref(),
+    });
+    let ok = checks.iter().all(crate::doctor::Check::ok);
+    if args.json {
+        crate::outln!("{}", crate::doctor::json(&checks));
+    } else if ok {
         crate::outln!("ok");
-        for n in &notes {
-            eprintln!("note: {n}");
+    } else {
+        for line in crate::doctor::lines(&checks) {
+            crate::outln!("{line}");
         }
-        return Ok(());
     }
-    for p in &problems {
-        crate::outln!("{p}");
-    }
-    for n in &notes {
+    for n in crate::doctor::notes(&app.env) {
         eprintln!("note: {n}");
     }
-    Err(Quiet(EXIT_RUNTIME).into())
+    if ok {
+        Ok(())
+    } else {
+        Err(Quiet(EXIT_RUNTIME).into())
+    }
 }

@@ -70,6 +70,7 @@ pub fn observe(
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
     record_curio(&tx, &rec, demand.as_ref(), now)?;
+    record_listing(&tx, services, listing_error.as_deref(), now)?;
     let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
     for (id, machine) in &rec.newly_outbid {
         if let Some(m) = machine {
@@ -396,6 +397,20 @@ fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) 
         Some(Ok(v)) => crate::store::price::set_fetched(conn, v, now),
         Some(Err(e)) => crate::store::price::set_error(conn, &clip(&format!("{e:#}"), 300)),
     }
+}
+
+/// vast.ai's health for `doctor` and the metrics (`store::ops::record_listing`). Without a
+/// key nothing was asked: the missing key is `doctor`'s secrets check, not a failed listing.
+fn record_listing(
+    conn: &Connection,
+    services: &Services,
+    listing_error: Option<&str>,
+    now: Millis,
+) -> Result<()> {
+    if services.vast.is_none() {
+        return Ok(());
+    }
+    crate::store::ops::record_listing(conn, listing_error.map_or(Ok(()), Err), now)
 }
 
 /// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this

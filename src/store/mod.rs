@@ -5,10 +5,12 @@
 //! Nothing here talks to the outside world or reads the clock: times are passed in.
 
 pub mod actions;
+pub mod backup;
 pub mod bad_hosts;
 pub mod calibration;
 pub mod curio;
 pub mod events;
+pub mod health;
 pub mod history;
 pub mod instances;
 pub mod llm_calls;
@@ -366,15 +368,6 @@ impl Store {
     /// The WAL's size in bytes (0 when absent).
     pub fn wal_bytes(&self) -> u64 {
         std::fs::metadata(self.side_file("-wal")).map_or(0, |m| m.len())
-    }
-
-    /// `PRAGMA quick_check`: "ok" or the first problems found.
-    pub fn quick_check(&self) -> Result<Vec<String>> {
-        let mut stmt = self.conn.prepare("PRAGMA quick_check(5)")?;
-        let rows = stmt
-            .query_map([], |r| r.get::<_, String>(0))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows.into_iter().filter(|r| r != "ok").collect())
     }
 
     /// The id the next run row will get.

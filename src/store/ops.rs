@@ -124,6 +124,7 @@ pub struct VastHealth {
     pub ok_at: Option<Millis>,
     /// The last listing's failure; None once a listing succeeded after it.
     pub error: Option<String>,
+    /// When the failures began: the first failed listing since the last success.
     pub error_at: Option<Millis>,
 }
 
@@ -148,8 +149,9 @@ pub fn vast_health(conn: &Connection) -> Result<VastHealth> {
     )?)
 }
 
-/// Record a listing's result: `Ok(())` clears the error, `Err(msg)` records it (and keeps
-/// when the last one succeeded).
+/// Record a listing's result: `Ok(())` clears the error, `Err(msg)` records the newest
+/// message beside when the failures began: `error_at` is the first failure since the last
+/// success (so "failing since" means something), and `ok_at` stays the last success.
 pub fn record_listing(conn: &Connection, result: Result<(), &str>, now: Millis) -> Result<()> {
     match result {
         Ok(()) => conn.execute(
@@ -157,11 +159,23 @@ pub fn record_listing(conn: &Connection, result: Result<(), &str>, now: Millis) 
             params![now],
         )?,
         Err(e) => conn.execute(
-            "UPDATE agent_state SET vast_error = ?1, vast_error_at = ?2 WHERE id = 1",
+            "UPDATE agent_state SET vast_error = ?1, vast_error_at = COALESCE(vast_error_at, ?2)
+              WHERE id = 1",
             params![crate::text::clip(e, 500), now],
         )?,
     };
     Ok(())
+}
+
+/// Whether recording `result` changes what `doctor` and the metrics say: a failure where
+/// none was recorded, or a success after a failure (or before any listing). `poll`, every
+/// minute, records only then, so a poll that sees nothing new writes nothing; a pass records
+/// every listing.
+pub fn listing_changes(h: &VastHealth, result: Result<(), &str>) -> bool {
+    match result {
+        Ok(()) => !h.ok(),
+        Err(_) => h.error.is_none(),
+    }
 }
 
 /// An instance under our label prefix that carries another install's id.
@@ -199,7 +213,8 @@ pub fn set_foreign_installs(
     Ok(())
 }
 
-/// The metrics textfile's last write failure and when (None after a success).
+/// The metrics textfile's last write failure and when the failures began (the first since
+/// the last success; None after a success).
 pub fn metrics_error(conn: &Connection) -> Result<Option<(String, Millis)>> {
     let row: (Option<String>, Option<Millis>) = conn.query_row(
         "SELECT metrics_error, metrics_error_at FROM agent_state WHERE id = 1",
@@ -212,10 +227,15 @@ pub fn metrics_error(conn: &Connection) -> Result<Option<(String, Millis)>> {
     })
 }
 
+/// Record a write's failure (`Some`: the newest message, the first failure's time kept) or
+/// its success (`None`: both cleared).
 pub fn set_metrics_error(conn: &Connection, error: Option<&str>, now: Millis) -> Result<()> {
     conn.execute(
-        "UPDATE agent_state SET metrics_error = ?1, metrics_error_at = ?2 WHERE id = 1",
-        params![error.map(|e| crate::text::clip(e, 500)), error.map(|_| now)],
+        "UPDATE agent_state SET metrics_error = ?1,
+                metrics_error_at = CASE WHEN ?1 IS NULL THEN NULL
+                                        ELSE COALESCE(metrics_error_at, ?2) END
+          WHERE id = 1",
+        params![error.map(|e| crate::text::clip(e, 500)), now],
     )?;
     Ok(())
 }
@@ -272,15 +292,31 @@ mod tests {
     fn the_listing_health_keeps_the_last_success_beside_the_failure() {
         let s = Store::open_memory(1_000).unwrap();
         assert!(!vast_health(&s.conn).unwrap().ok(), "no listing yet");
+        assert!(listing_changes(&vast_health(&s.conn).unwrap(), Ok(())));
         record_listing(&s.conn, Ok(()), 2_000).unwrap();
         assert!(vast_health(&s.conn).unwrap().ok());
+        assert!(!listing_changes(&vast_health(&s.conn).unwrap(), Ok(())));
+        assert!(listing_changes(&vast_health(&s.conn).unwrap(), Err("x")));
         record_listing(&s.conn, Err("HTTP 401: invalid key"), 3_000).unwrap();
+        record_listing(&s.conn, Err("HTTP 401: key revoked"), 3_500).unwrap();
         let h = vast_health(&s.conn).unwrap();
         assert!(!h.ok());
         assert_eq!(h.ok_at, Some(2_000));
-        assert_eq!(h.error.as_deref(), Some("HTTP 401: invalid key"));
+        assert_eq!(
+            h.error.as_deref(),
+            Some("HTTP 401: key revoked"),
+            "the newest"
+        );
+        assert_eq!(h.error_at, Some(3_000), "failing since the first failure");
+        assert!(!listing_changes(&h, Err("y")) && listing_changes(&h, Ok(())));
         record_listing(&s.conn, Ok(()), 4_000).unwrap();
         assert_eq!(vast_health(&s.conn).unwrap().error, None);
+        record_listing(&s.conn, Err("timeout"), 5_000).unwrap();
+        assert_eq!(
+            vast_health(&s.conn).unwrap().error_at,
+            Some(5_000),
+            "a success starts the count again"
+        );
     }
 
     #[test]
@@ -296,9 +332,10 @@ mod tests {
         assert_eq!(foreign_installs(&s.conn).unwrap(), (list, Some(2_000)));
         assert_eq!(metrics_error(&s.conn).unwrap(), None);
         set_metrics_error(&s.conn, Some("permission denied"), 3_000).unwrap();
+        set_metrics_error(&s.conn, Some("no such dir"), 3_500).unwrap();
         assert_eq!(
             metrics_error(&s.conn).unwrap(),
-            Some(("permission denied".into(), 3_000))
+            Some(("no such dir".into(), 3_000))
         );
         set_metrics_error(&s.conn, None, 4_000).unwrap();
         assert_eq!(metrics_error(&s.conn).unwrap(), None);

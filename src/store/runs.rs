@@ -262,7 +262,8 @@ pub fn mark_in_prompt(conn: &Connection, run_id: i64) -> Result<()> {
 
 /// Finished passes counted by verdict, a failed pass as "failed" (a key of `None`: a pass
 /// that finished ok without a verdict).
-/// Passes decided by the model, and by the floor overruling it, since `since`.
+/// Passes decided by the model, and by the floor overruling it, finished since `since`
+/// (index `runs_ok`: `doctor` reads it on a database of any size).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Decided {
     pub llm: i64,
@@ -272,7 +273,7 @@ pub struct Decided {
 pub fn decided_since(conn: &Connection, since: Millis) -> Result<Decided> {
     Ok(conn.query_row(
         "SELECT COALESCE(SUM(decided_by = 'llm'), 0), COALESCE(SUM(decided_by = 'floor'), 0)
-         FROM runs WHERE started_at >= ?1 AND status = 'ok'",
+         FROM runs WHERE finished_at >= ?1 AND status = 'ok'",
         params![since],
         |r| {
             Ok(Decided {

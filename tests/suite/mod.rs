@@ -16,6 +16,7 @@ mod llm_client_fixtures;
 mod messages;
 mod metrics;
 mod mind;
+mod operations;
 mod plot;
 mod sim;
 mod sim_llm;

@@ -61,7 +61,7 @@ fn instances_commands_with_the_real_binary() {
     assert!(
         r.stderr
             .contains("demand is unknown (no demand reading yet")
-            && r.stderr.contains("(`--force` lifts the protections)"),
+            && r.stderr.contains("--force"),
         "{}",
         r.stderr
     );

@@ -1,8 +1,8 @@
 //! Database safety: a damaged file (a broken page, a truncated copy, not a database at all)
-//! fails each command with one clear line and no spin; `doctor` names it; the recovery steps
-//! of docs/operations.md, run exactly as written, keep the whole ledger and let the agent go
-//! on with a fresh conversation. Migrations from every earlier schema version (generic over
-//! sql/) keep every row.
+//! fails each command with one clear line and no spin; `doctor` names it; scripts/recover-db
+//! (docs/operations.md) keeps the whole ledger and lets the agent go on with a fresh
+//! conversation, and on a file it cannot read stops without swapping anything in. Migrations
+//! from every earlier schema version (generic over sql/) keep every row.
 
 use std::path::{Path, PathBuf};
 
@@ -112,17 +112,39 @@ fn fails_clearly(f: &Fleet, args: &[&str]) {
     }
 }
 
-/// The recovery block of docs/operations.md, as written.
-fn recovery_script() -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-        .unwrap();
-    let at = doc
-        .find("<!-- recovery-steps")
-        .expect("the recovery block's marker");
-    let block = &doc[at..];
-    let start = block.find("```sh\n").expect("a sh block after the marker") + 6;
-    let end = block[start..].find("```").unwrap();
-    block[start..start + end].to_string()
+/// scripts/recover-db on this state dir, with `systemctl` replaced by a stub that logs its
+/// arguments (no units here): the script's output, whether it succeeded, and the stub's log.
+fn recover(f: &Fleet) -> (bool, String, String) {
+    let stub = f.path().join("systemctl-stub");
+    let log = f.path().join("systemctl.log");
+    std::fs::write(
+        &stub,
+        format!("#!/bin/sh\necho \"$*\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/recover-db"))
+            .env("STATE_DIR", &f.state)
+            .env("SYSTEMCTL", &stub)
+            .env(
+                "FLEETAGENT",
+                format!(
+                    "{BIN} --config {} --state-dir {}",
+                    f.config.display(),
+                    f.state.display()
+                ),
+            )
+            .output()
+            .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    (out.status.success(), said, log)
 }
 
 #[test]
@@ -142,32 +164,19 @@ fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_le
     fails_clearly(&f, &["history"]);
     fails_clearly(&f, &["doctor"]);
 
-    // The documented steps, with systemctl stubbed out (no units here).
-    let script = format!(
-        "set -euo pipefail\nsystemctl() {{ :; }}\n{}",
-        recovery_script()
+    let (ok, said, systemctl) = recover(&f);
+    assert!(ok, "the recovery failed:\n{said}");
+    assert!(
+        systemctl.starts_with("stop ") && systemctl.contains("\nstart "),
+        "units stopped, then started: {systemctl}"
     );
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(&script)
-        .env("STATE_DIR", &f.state)
-        .env(
-            "FLEETAGENT",
-            format!(
-                "{BIN} --config {} --state-dir {}",
-                f.config.display(),
-                f.state.display()
-            ),
-        )
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    // The rows before and after, table by table: the ledger whole; the conversation, which
+    // can be rebuilt, lost its unreadable table (its index still counts the rows).
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("messages: ") && l.ends_with(" -> 0")),
+        "{said}"
     );
-    assert!(out.status.success(), "the recovery steps failed:\n{said}");
-    // Step 4 printed the ledger before and after: equal, table by table.
     for (t, n) in &before {
         let line = said
             .lines()
@@ -240,8 +249,44 @@ fn a_file_that_is_not_a_database_or_is_truncated_is_refused_clearly() {
             ] {
                 fails_clearly(&f, args);
             }
+            // The recovery stops at the first step that fails (sqlite3 reads nothing of this
+            // file) and swaps nothing in: the file is byte for byte what it was, kept aside
+            // too, and the units stay stopped.
+            let damaged = std::fs::read(&db_path).unwrap();
+            let (ok, said, systemctl) = recover(&f);
+            assert!(!ok, "{said}");
+            assert!(
+                said.contains("sqlite3 cannot read") && said.contains("stopped;"),
+                "{said}"
+            );
+            assert_eq!(std::fs::read(&db_path).unwrap(), damaged, "{said}");
+            assert!(!systemctl.contains("start "), "{systemctl}");
+            let kept = files_under(&f.state)
+                .into_iter()
+                .find(|p| {
+                    p.to_string_lossy().ends_with("fleetagent.db")
+                        && p.to_string_lossy().contains("/broken-")
+                })
+                .expect("the damaged file kept aside");
+            assert_eq!(std::fs::read(kept).unwrap(), damaged);
         }
     }
+    // A damaged ledger table: the salvage would lose ledger rows, so the script stops there
+    // unless told otherwise (--accept-ledger-loss), swapping nothing in.
+    let f = Fleet::with_config(FAST_CONFIG);
+    std::fs::create_dir(&f.state).unwrap();
+    let db_path = f.state.join("fleetagent.db");
+    std::fs::copy(pristine.state.join("fleetagent.db"), &db_path).unwrap();
+    smash_page(&db_path, root_page(&pristine, "actions"));
+    let damaged = std::fs::read(&db_path).unwrap();
+    let (ok, said, systemctl) = recover(&f);
+    assert!(!ok, "{said}");
+    assert!(
+        said.contains("ledger rows may be lost") && said.contains(" actions ("),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&db_path).unwrap(), damaged, "{said}");
+    assert!(!systemctl.contains("start "), "{systemctl}");
 }
 
 // --- migrations -------------------------------------------------------------------------------

@@ -1,0 +1,288 @@
+//! The checks of the agent's own passes: whether they run and succeed, what their calls came
+//! to, the model's health, and the events and wakes that failed.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::{unreadable, Problem};
+use crate::clock::{human_duration, Millis};
+use crate::config::Config;
+use crate::store::runs::{Status, Verdict};
+use crate::store::session::AgentState;
+use crate::store::{calibration, events, health, wakes};
+
+/// No successful pass within this many timer periods is a problem (and so is a demand
+/// reading this old).
+pub(super) const STALE_PERIODS: i64 = 3;
+const HOUR_MS: Millis = 3_600_000;
+const DAY_MS: Millis = 86_400_000;
+/// Below this many model passes in a day, the floor's share says little.
+const OVERRULED_MIN_PASSES: i64 = 3;
+/// The calls that reported usage whose reported/estimate ratios the calibration is checked
+/// against.
+const CALIBRATION_CALLS: i64 = 50;
+
+pub(super) fn last_success(state: &AgentState, config: &Config, now: Millis) -> Vec<Problem> {
+    let period = config.run.timer_period_secs as i64 * 1000;
+    match state.last_success_at {
+        None => vec![Problem::new("no successful run yet")
+            .fix("check that fleetagent.timer is active and read `journalctl -u fleetagent`")],
+        Some(t) if now - t > STALE_PERIODS * period => vec![Problem::new(format!(
+            "no successful run for {} (more than {STALE_PERIODS} timer periods)",
+            human_duration(now - t)
+        ))
+        .fix("check the timer (`systemctl list-timers fleetagent.timer`), `journalctl -u fleetagent` and `fleetagent inspect`")
+        .since(Some(t))],
+        Some(_) => Vec::new(),
+    }
+}
+
+pub(super) fn llm(state: &AgentState, now: Millis) -> Vec<Problem> {
+    match (&state.last_llm_error, state.last_llm_error_at) {
+        (Some(err), Some(at)) => vec![Problem::new(format!(
+            "the LLM failed {} ago: {}",
+            human_duration(now - at),
+            crate::text::clip(err, 300)
+        ))
+        .fix("check llm.base_url, llm.model and the LLM API key (`fleetagent history` shows the failed calls); the rules decide meanwhile when llm.fallback = \"rules\"")
+        .since(Some(at))],
+        _ => Vec::new(),
+    }
+}
+
+/// Failed or interrupted runs: every failure of the last hour, the latest run when it failed
+/// (however long ago: said until a pass succeeds), and a pass left `running` that no process
+/// holds the lock for (the next run marks it interrupted).
+pub(super) fn runs(conn: &Connection, lock_held: bool, now: Millis) -> Vec<Problem> {
+    const FIX: &str = "read `journalctl -u fleetagent` and `fleetagent history`; a run killed at its deadline is marked \"interrupted\" by the next one";
+    let mut out = Vec::new();
+    let latest = match crate::store::runs::recent(conn, 1) {
+        Ok(r) => r.into_iter().next(),
+        Err(e) => return vec![unreadable("runs", &e)],
+    };
+    let hour = match health::failed_since(conn, now - HOUR_MS) {
+        Ok(f) => f,
+        Err(e) => return vec![unreadable("runs", &e)],
+    };
+    let failed_latest = latest.as_ref().filter(|r| r.status == Status::Failed);
+    let said = |id: i64, at: Millis, error: Option<&str>| {
+        format!(
+            "run {id} failed {} ago: {}",
+            human_duration(now - at),
+            crate::text::clip(error.unwrap_or("no error recorded"), 300)
+        )
+    };
+    match (failed_latest, &hour) {
+        (Some(last), _) => {
+            let at = last.finished_at.unwrap_or(last.started_at);
+            let in_hour = hour.as_ref().map_or(0, |h| h.count);
+            let more = if in_hour > 1 {
+                format!(" ({in_hour} runs failed in the last hour)")
+            } else {
+                String::new()
+            };
+            out.push(
+                Problem::new(format!(
+                    "the last {}{more}",
+                    said(last.id, at, last.error.as_deref())
+                ))
+                .fix(FIX)
+                .since(Some(hour.as_ref().map_or(at, |h| h.first_at.min(at)))),
+            );
+        }
+        (None, Some(h)) => out.push(
+            Problem::new(format!(
+                "{} run(s) failed in the last hour; the last, {}",
+                h.count,
+                said(
+                    h.last.id,
+                    h.last.finished_at.unwrap_or(h.last.started_at),
+                    h.last.error.as_deref()
+                )
+            ))
+            .fix(FIX)
+            .since(Some(h.first_at)),
+        ),
+        (None, None) => {}
+    }
+    if !lock_held {
+        match crate::store::runs::running(conn) {
+            Ok(running) => {
+                if let Some(first) = running.first() {
+                    let ids: Vec<String> = running.iter().map(|r| r.id.to_string()).collect();
+                    out.push(
+                        Problem::new(format!(
+                            "run(s) {} interrupted: marked running, and no process holds the run lock",
+                            ids.join(", ")
+                        ))
+                        .fix("the next run marks them failed and hands their events back (`fleetagent trigger -p 1 -r recover` starts one now); `journalctl -u fleetagent` says why the process ended")
+                        .since(Some(first.started_at)),
+                    );
+                }
+            }
+            Err(e) => out.push(unreadable("runs", &e)),
+        }
+    }
+    out
+}
+
+/// A run that holds the lock past the run deadline: stuck.
+pub(super) fn lock(
+    state_dir: &Path,
+    holder: Option<u32>,
+    config: &Config,
+    now: Millis,
+) -> Vec<Problem> {
+    let Some(pid) = holder else {
+        return Vec::new();
+    };
+    let deadline = config.run.deadline_secs as i64 * 1000;
+    match crate::lock::held_since(state_dir, pid) {
+        Some(since) if now - since > deadline => vec![Problem::new(format!(
+            "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck",
+            human_duration(now - since),
+            config.run.deadline_secs
+        ))
+        .fix(format!("kill {pid}"))
+        .since(Some(since))],
+        _ => Vec::new(),
+    }
+}
+
+/// The last pass asked for launches or stops and every one failed at vast.ai
+/// (`action-failed`): the agent has no hands.
+pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let last = match health::last_ok_pass(conn) {
+        Ok(l) => l,
+        Err(e) => return vec![unreadable("runs", &e)],
+    };
+    let Some(run) = last.filter(|r| r.verdict == Some(Verdict::ActionFailed)) else {
+        return Vec::new();
+    };
+    let at = run.finished_at.unwrap_or(run.started_at);
+    let a = run.actions;
+    let first = match health::first_failed_action(conn, run.id) {
+        Ok(Some((kind, detail))) => {
+            format!("; the first, a {kind}: {}", crate::text::clip(&detail, 300))
+        }
+        Ok(None) => String::new(),
+        Err(e) => return vec![unreadable("actions", &e)],
+    };
+    let refused = if a.refused > 0 {
+        format!(", {} refused by a guardrail", a.refused)
+    } else {
+        String::new()
+    };
+    vec![Problem::new(format!(
+        "the last pass (run {}, {} ago) changed nothing: its {} launch(es) or stop(s) failed at vast.ai{refused}{first}",
+        run.id,
+        human_duration(now - at),
+        a.failed
+    ))
+    .fix(format!(
+        "`fleetagent history --run {}` shows each call and its error; see the vast check and vast.ai's console",
+        run.id
+    ))
+    .since(Some(at))]
+}
+
+/// The floor overruled the model on most of its passes of the last day: the model leaves the
+/// fleet unprotected (a working but useless model), and the operator should know.
+pub(super) fn overruled(floor: i64, model_passes: i64) -> Option<Problem> {
+    (model_passes >= OVERRULED_MIN_PASSES && floor * 2 > model_passes).then(|| {
+        Problem::new(format!(
+            "the floor overruled the model on {floor} of its {model_passes} passes in the last day ({}%): it leaves what protects the fleet undone",
+            floor * 100 / model_passes
+        ))
+        .fix("check llm.model with `fleetagent sim --llm`, or set llm.provider = \"rules\"")
+    })
+}
+
+pub(super) fn floor(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match crate::store::runs::decided_since(conn, now - DAY_MS) {
+        Ok(d) => overruled(d.floor, d.llm + d.floor).into_iter().collect(),
+        Err(e) => vec![unreadable("runs", &e)],
+    }
+}
+
+/// The model's tokenizer counts more than our estimate (a reported/estimate ratio above 1.0)
+/// by more than the calibrated budget and its margin absorb: the largest recent prompt of
+/// that kind would have overflowed `llm.context_budget_tokens` by the server's count. A
+/// ratio the calibration covers is no problem (`inspect` shows it beside the calibrated one).
+pub(super) fn uncalibrated(
+    model: &str,
+    measured_max: f64,
+    calls: i64,
+    calibrated: Option<f64>,
+) -> Option<Problem> {
+    let ratio = calibrated.unwrap_or(1.0).max(1.0);
+    let margin = crate::prompt::BUDGET_MARGIN_PERCENT as f64 / 100.0;
+    let covered = ratio / (1.0 - margin);
+    (measured_max > 1.0 && measured_max > covered).then(|| {
+        let state = match calibrated {
+            Some(r) => format!("the budget is calibrated for {r:.3}x only"),
+            None => format!("the budget is not calibrated for llm.model {model:?}"),
+        };
+        Problem::new(format!(
+            "the model's tokenizer counts up to {measured_max:.3}x our estimate ({model}, over the last {calls} calls that reported usage) and {state}: a prompt near llm.context_budget_tokens can overflow the server's context"
+        ))
+        .fix("every call that reports usage recalibrates it (see `fleetagent inspect`), else lower llm.context_budget_tokens")
+    })
+}
+
+pub(super) fn calibration(conn: &Connection, config: &Config) -> Vec<Problem> {
+    if config.llm.provider != crate::config::Provider::Openai {
+        return Vec::new();
+    }
+    let model = &config.llm.model;
+    match (
+        calibration::measured(conn, CALIBRATION_CALLS),
+        calibration::ratio(conn, model),
+    ) {
+        (Ok(m), Ok(c)) => m
+            .max_ratio
+            .and_then(|max| uncalibrated(model, max, m.calls, c))
+            .into_iter()
+            .collect(),
+        (Err(e), _) | (_, Err(e)) => vec![unreadable("the token calibration", &e)],
+    }
+}
+
+pub(super) fn events(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match events::counts(conn, now) {
+        Ok(c) if c.failed > 0 => vec![Problem::new(format!(
+            "{} event(s) failed after {} attempts (kept)",
+            c.failed,
+            events::MAX_ATTEMPTS
+        ))
+        .fix("see `fleetagent inspect` for each event and its error")],
+        Ok(_) => Vec::new(),
+        Err(e) => vec![unreadable("events", &e)],
+    }
+}
+
+pub(super) fn wakes(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match wakes::counts(conn, now) {
+        Ok(c) if c.failed > 0 => vec![Problem::new(format!(
+            "{} wake(s) failed after {} attempts",
+            c.failed,
+            wakes::MAX_ATTEMPTS
+        ))
+        .fix("see `fleetagent wakes list --all`")],
+        Ok(_) => Vec::new(),
+        Err(e) => vec![unreadable("wakes", &e)],
+    }
+}
+
+pub(super) fn silent_destroys(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match crate::store::actions::silent_destroys_since(conn, now - crate::fleet::SILENT_WINDOW_MS)
+    {
+        Ok(n) if n >= crate::fleet::SILENT_DESTROYS_MAX => vec![Problem::new(format!(
+            "{n} silent workers (heartbeat, no proof while work waited) were destroyed in the last 6 h: no more are flagged silent until fewer remain in that window, since the cause is likely the worker image (its proof-parameter fetch) or Curio, not the hosts"
+        ))
+        .fix("read a worker's log (vast.ai's console) and docs/worker-image.md")],
+        Ok(_) => Vec::new(),
+        Err(e) => vec![unreadable("actions", &e)],
+    }
+}

@@ -1,0 +1,167 @@
+//! The checks of the machine: the state dir, its file system, the database file, the systemd
+//! units and the metrics textfile's dir.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+use serde_json::Value;
+
+use super::{unreadable, Problem};
+use crate::clock::{human_duration, Millis};
+use crate::config::Config;
+use crate::store::Store;
+
+/// Below this much space free to the service in the state dir's file system, `doctor`
+/// reports it: a day of passes writes a few MB, a `fleetagent backup` in the same file
+/// system needs the database's size, and SQLite fails every write once it is full.
+pub const MIN_FREE_BYTES: u64 = 100 << 20;
+/// Below this many free inodes (on file systems that count them), the same.
+pub const MIN_FREE_INODES: u64 = 1_000;
+
+/// The state dir exists, is a directory, is not world-writable, and may be written by this
+/// user. On a read-only file system the `disk` check names the cause, so "not writable" is
+/// not said twice.
+pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
+    match crate::paths::check_state_dir(dir) {
+        Ok(()) => Vec::new(),
+        Err(e) => {
+            let text = format!("{e:#}");
+            if read_only && text.contains("not writable") {
+                Vec::new()
+            } else {
+                vec![Problem::new(text)]
+            }
+        }
+    }
+}
+
+/// The file system of the state dir: read-only, or (nearly) full. Nothing when the dir
+/// cannot be examined (the `state_dir` check says why).
+// statvfs's counts are u64 here, u32 on 32-bit targets.
+#[allow(clippy::unnecessary_cast)]
+pub(super) fn disk(dir: &Path) -> Vec<Problem> {
+    use nix::sys::statvfs::{statvfs, FsFlags};
+    let Ok(st) = statvfs(dir) else {
+        return Vec::new();
+    };
+    space_problems(
+        dir,
+        st.flags().contains(FsFlags::ST_RDONLY),
+        st.blocks_available() as u64 * st.fragment_size() as u64,
+        (st.files() > 0).then_some(st.files_available() as u64),
+    )
+}
+
+/// What statvfs(3)'s figures mean for the agent. `free_inodes`: None on a file system that
+/// does not count them (btrfs reports 0 of 0).
+pub fn space_problems(
+    dir: &Path,
+    read_only: bool,
+    free_bytes: u64,
+    free_inodes: Option<u64>,
+) -> Vec<Problem> {
+    let shown = dir.display();
+    if read_only {
+        return vec![Problem::new(format!(
+            "the state dir {shown} is on a read-only file system (a disk error often remounts it so): no pass can record anything, so nothing is launched or stopped"
+        ))
+        .fix(format!(
+            "find the cause (`journalctl -k`, `dmesg`), repair the disk, then remount it read-write (`mount -o remount,rw` on the mount point of {shown}) and run `fleetagent doctor` again"
+        ))];
+    }
+    let mut out = Vec::new();
+    if free_bytes < MIN_FREE_BYTES {
+        out.push(
+            Problem::new(format!(
+                "the state dir {shown} has {} MiB free (below {} MiB): SQLite fails every write once the file system is full, and no pass can record anything then",
+                free_bytes >> 20,
+                MIN_FREE_BYTES >> 20
+            ))
+            .fix(format!("free space on that file system (`df -h {shown}`)")),
+        );
+    }
+    if let Some(n) = free_inodes.filter(|n| *n < MIN_FREE_INODES) {
+        out.push(
+            Problem::new(format!(
+                "the state dir {shown} has {n} free inodes (below {MIN_FREE_INODES}): SQLite cannot create its journal files once none is left"
+            ))
+            .fix(format!("delete files on that file system (`df -i {shown}`)")),
+        );
+    }
+    out
+}
+
+/// Open the database as the reports do (migrating an older one; read-only on a read-only
+/// file system, so a remount after a disk error still shows what was recorded), or the
+/// problem, a full or read-only disk named as such.
+pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
+    if !dir.join(crate::store::DB_FILE).exists() {
+        return Err(
+            Problem::new(format!("no database in state dir {}", dir.display()))
+                .fix("run `fleetagent init` (or pass the right --state-dir or config)"),
+        );
+    }
+    Store::open_for_report(dir, now).map_err(|e| {
+        let e = crate::paths::name_storage_fault(e, dir);
+        Problem::new(format!("database: {}", crate::error::report(&e)))
+    })
+}
+
+/// Each unit systemd reports failed, rate limited or inactive, with the command that clears it.
+pub(super) fn units(units: Option<&Value>) -> Vec<Problem> {
+    let Some(units) = units.and_then(|u| u.as_object()) else {
+        return Vec::new();
+    };
+    units
+        .iter()
+        .filter_map(|(name, u)| {
+            let problem = u.get("problem").and_then(|p| p.as_str())?;
+            let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
+            Some(Problem::new(format!("unit {name}: {problem}")).fix(fix))
+        })
+        .collect()
+}
+
+/// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
+/// run recorded it, and whether its dir exists and may be written (access(2)).
+pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+    let Some(path) = &config.metrics.textfile else {
+        return Vec::new();
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir_problem = if !dir.is_dir() {
+        Some(format!("its dir {} does not exist", dir.display()))
+    } else if !crate::paths::writable(dir) {
+        Some(format!(
+            "its dir {} is not writable by uid {}",
+            dir.display(),
+            nix::unistd::geteuid()
+        ))
+    } else {
+        None
+    };
+    const FIX: &str = "run `fleetagent units install` again (it creates the dir and lets the services write there), or set [metrics] textfile to a dir the service user may write";
+    let recorded = match crate::store::ops::metrics_error(conn) {
+        Ok(r) => r,
+        Err(e) => return vec![unreadable("the metrics textfile's last error", &e)],
+    };
+    let shown = path.display();
+    match (recorded, dir_problem) {
+        (Some((error, at)), dir) => vec![Problem::new(format!(
+            "the metrics textfile {shown} could not be written (failing since {} ago): {}{}: its figures are stale, so monitoring reads an old state",
+            human_duration(now - at),
+            crate::text::clip(&error, 300),
+            dir.map(|d| format!("; {d}")).unwrap_or_default()
+        ))
+        .fix(FIX)
+        .since(Some(at))],
+        (None, Some(dir)) => vec![Problem::new(format!(
+            "the metrics textfile {shown}: {dir}: the next run cannot write it"
+        ))
+        .fix(FIX)],
+        (None, None) => Vec::new(),
+    }
+}

@@ -1,0 +1,286 @@
+//! Health checks for monitoring: every check in [`CHECKS`] by its stable name, passing or with
+//! one line per problem naming what is wrong and what to do (docs/operations.md, "Health",
+//! lists them). Never takes the lock, never writes (writability is checked with access(2) and
+//! statvfs(3)); every query is indexed or bounded, so a database of a million rows answers as
+//! fast as an empty one (`scripts/bench doctor`).
+
+mod agent;
+mod host;
+mod outside;
+mod setup;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use rusqlite::Connection;
+use serde_json::{json, Value};
+
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::store::Store;
+
+pub use host::{MIN_FREE_BYTES, MIN_FREE_INODES};
+
+/// Every check, in the order `doctor` reports them. The names are stable: monitoring keys on
+/// them (`doctor --json`), and docs/operations.md documents each.
+pub const CHECKS: &[&str] = &[
+    "state_dir",
+    "disk",
+    "database",
+    "units",
+    "config",
+    "secrets",
+    "last_success",
+    "runs",
+    "lock",
+    "demand",
+    "vast",
+    "actions",
+    "pause",
+    "foreign_installs",
+    "metrics",
+    "llm",
+    "floor",
+    "calibration",
+    "curio",
+    "worker_identity",
+    "price",
+    "events",
+    "wakes",
+    "silent_destroys",
+    "search_quota",
+];
+
+/// One problem: what is wrong, what to do about it, and since when (when known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub detail: String,
+    pub fix: Option<String>,
+    pub since: Option<Millis>,
+}
+
+impl Problem {
+    pub fn new(detail: impl Into<String>) -> Problem {
+        Problem {
+            detail: detail.into(),
+            fix: None,
+            since: None,
+        }
+    }
+
+    pub fn fix(mut self, fix: impl Into<String>) -> Problem {
+        self.fix = Some(fix.into());
+        self
+    }
+
+    pub fn since(mut self, at: Option<Millis>) -> Problem {
+        self.since = at;
+        self
+    }
+
+    /// The line `doctor` prints: the detail, then the fix.
+    pub fn line(&self) -> String {
+        match &self.fix {
+            Some(fix) => format!("{}; fix: {fix}", self.detail),
+            None => self.detail.clone(),
+        }
+    }
+}
+
+/// A read of the database that failed inside a check: a problem of that check (a damaged
+/// database says so, with the recovery hint).
+fn unreadable(what: &str, e: &anyhow::Error) -> Problem {
+    Problem::new(format!(
+        "database: cannot read {what}: {}",
+        crate::error::report(e)
+    ))
+}
+
+/// One named check's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub problems: Vec<Problem>,
+    /// Why the check could not run (the database or the state dir it reads is unusable).
+    pub not_checked: Option<String>,
+}
+
+impl Check {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty() && self.not_checked.is_none()
+    }
+
+    /// `{"name", "ok", "since", "detail", "fix"}`: several problems of one check join their
+    /// details (and fixes) with "; ", `since` is the earliest (RFC 3339 UTC).
+    pub fn json(&self) -> Value {
+        let join = |parts: Vec<&str>| -> Value {
+            let mut seen: Vec<&str> = Vec::new();
+            for p in parts {
+                if !seen.contains(&p) {
+                    seen.push(p);
+                }
+            }
+            if seen.is_empty() {
+                Value::Null
+            } else {
+                Value::String(seen.join("; "))
+            }
+        };
+        let detail = match &self.not_checked {
+            Some(why) => Value::String(format!("not checked: {why}")),
+            None => join(self.problems.iter().map(|p| p.detail.as_str()).collect()),
+        };
+        json!({
+            "name": self.name,
+            "ok": self.ok(),
+            "since": self.problems.iter().filter_map(|p| p.since).min().map(crate::clock::rfc3339),
+            "detail": detail,
+            "fix": join(self.problems.iter().filter_map(|p| p.fix.as_deref()).collect()),
+        })
+    }
+}
+
+/// What the checks read besides the database.
+pub struct Inputs<'a> {
+    pub config: &'a Config,
+    pub env: &'a crate::env::Env,
+    pub state_dir: &'a Path,
+    pub now: Millis,
+    /// `units::unit_states_json()`: None when no service manager answers.
+    pub units: Option<&'a Value>,
+}
+
+/// Checks found so far, by name.
+#[derive(Default)]
+struct Found(Vec<(&'static str, Vec<Problem>)>);
+
+impl Found {
+    fn add(&mut self, name: &'static str, problems: Vec<Problem>) {
+        debug_assert!(CHECKS.contains(&name), "{name} is not in CHECKS");
+        self.0.push((name, problems));
+    }
+}
+
+/// Run every check. Those that need the database report `not_checked` when it cannot be
+/// read (the `database` check says why).
+pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
+    let mut found = Found::default();
+    let disk = host::disk(i.state_dir);
+    let read_only = disk.iter().any(|p| p.detail.contains("read-only"));
+    found.add("state_dir", host::state_dir(i.state_dir, read_only));
+    found.add("disk", disk);
+    found.add("units", host::units(i.units));
+    found.add("config", setup::launch(i.config));
+    let secrets = setup::secrets(i.config, i.env);
+    found.add("secrets", secrets.problems.clone());
+    let skipped = match host::open_database(i.state_dir, i.now) {
+        Err(p) => {
+            found.add("database", vec![p]);
+            "the database cannot be read (see the database check)"
+        }
+        Ok(store) => match crate::store::health::edge_check(&store.conn) {
+            Err(e) => {
+                found.add(
+                    "database",
+                    vec![Problem::new(format!(
+                        "database structure check failed: {}",
+                        crate::error::report(&e)
+                    ))],
+                );
+                "the database is damaged (see the database check)"
+            }
+            Ok(()) => {
+                found.add("database", Vec::new());
+                from_store(&store, i, &secrets, &mut found);
+                ""
+            }
+        },
+    };
+    CHECKS
+        .iter()
+        .map(|&name| match found.0.iter().position(|(n, _)| *n == name) {
+            Some(at) => Check {
+                name,
+                problems: found.0.swap_remove(at).1,
+                not_checked: None,
+            },
+            None => Check {
+                name,
+                problems: Vec::new(),
+                not_checked: Some(skipped.to_string()),
+            },
+        })
+        .collect()
+}
+
+/// The checks that read the database.
+fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &mut Found) {
+    let conn: &Connection = &store.conn;
+    let (config, now) = (i.config, i.now);
+    let state = crate::store::session::state(conn);
+    let lock_holder = crate::lock::holder_pid(&i.state_dir.join(crate::paths::LOCK_FILE));
+    match &state {
+        Ok(state) => {
+            found.add("last_success", agent::last_success(state, config, now));
+            found.add("llm", agent::llm(state, now));
+            found.add(
+                "demand",
+                outside::demand(conn, state, config, now, secrets.harmonydb_url_missing),
+            );
+        }
+        Err(e) => {
+            for name in ["last_success", "llm", "demand"] {
+                found.add(name, vec![unreadable("agent_state", e)]);
+            }
+        }
+    }
+    found.add("runs", agent::runs(conn, lock_holder.is_some(), now));
+    found.add("lock", agent::lock(i.state_dir, lock_holder, config, now));
+    found.add("vast", outside::vast(conn, now, secrets.vast_key_missing));
+    found.add("actions", agent::actions(conn, now));
+    found.add("pause", outside::pause(conn, now));
+    found.add(
+        "foreign_installs",
+        outside::foreign_installs(conn, config, now),
+    );
+    found.add("metrics", host::metrics(conn, config, now));
+    found.add("floor", agent::floor(conn, now));
+    found.add("calibration", agent::calibration(conn, config));
+    let (curio, identity) = outside::curio_and_identity(conn, config, now);
+    found.add("curio", curio);
+    found.add("worker_identity", identity);
+    found.add("price", outside::price(conn, config, now));
+    found.add("events", agent::events(conn, now));
+    found.add("wakes", agent::wakes(conn, now));
+    found.add("silent_destroys", agent::silent_destroys(conn, now));
+    found.add("search_quota", outside::search_quota(conn, now));
+}
+
+/// The problems as `doctor` prints them: one line each, in check order.
+pub fn lines(checks: &[Check]) -> Vec<String> {
+    checks
+        .iter()
+        .flat_map(|c| c.problems.iter().map(Problem::line))
+        .collect()
+}
+
+/// `doctor --json`: `{"ok": bool, "checks": [...]}` with every check, passing ones too.
+pub fn json(checks: &[Check]) -> Value {
+    json!({
+        "ok": checks.iter().all(Check::ok),
+        "checks": checks.iter().map(Check::json).collect::<Vec<_>>(),
+    })
+}
+
+/// Facts `doctor` states that are not problems, one line each: whether the private image's
+/// registry login (`vast_image_login`) is set (never its value).
+pub fn notes(env: &crate::env::Env) -> Vec<String> {
+    use crate::secrets::{lookup, Kind};
+    let login = match lookup(env, Kind::VastImageLogin) {
+        Ok(Some(_)) => "set: sent as image_login on every create".to_string(),
+        Ok(None) => "not set (the worker image must be public)".to_string(),
+        Err(e) => format!("unreadable: {}", crate::error::report(&e)),
+    };
+    vec![format!("vast_image_login: {login}")]
+}

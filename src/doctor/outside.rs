@@ -1,0 +1,302 @@
+//! The checks of the world as the last pass saw it: the demand probe, vast.ai's listing, Curio
+//! and the workers, the price, the search quota; and the hand-brake and other installs on the
+//! account, which leave the fleet without hands.
+
+use rusqlite::Connection;
+
+use super::agent::STALE_PERIODS;
+use super::{unreadable, Problem};
+use crate::clock::{human_duration, Millis};
+use crate::config::{Config, DemandSource};
+use crate::demand::{Demand, RequestLoop};
+use crate::store::instances::InstanceRow;
+use crate::store::session::AgentState;
+use crate::store::{curio, health, ops};
+
+const DAY_MS: Millis = 86_400_000;
+
+fn source_name(source: DemandSource) -> &'static str {
+    match source {
+        DemandSource::Harmonydb => "harmonydb",
+        DemandSource::Http => "http",
+        DemandSource::Command => "command",
+    }
+}
+
+fn demand_fix(source: DemandSource) -> &'static str {
+    match source {
+        DemandSource::Harmonydb => "check that HarmonyDB (Curio's PostgreSQL) answers at the URL of FLEETAGENT_HARMONYDB_URL, the harmonydb_url credential or demand.harmonydb_url, and the role's grants (docs/demand.md); `fleetagent poll` runs the probe once and prints its error",
+        DemandSource::Http => "check that demand.http_url answers with a demand reading (`curl -s` it; docs/demand.md); `fleetagent poll` runs the probe once and prints its error",
+        DemandSource::Command => "run demand.command by hand: it must print one demand reading as JSON (docs/demand.md); `fleetagent poll` runs the probe once and prints its error",
+    }
+}
+
+/// The demand probe: the last pass's reading failed (its error is in the demand record the
+/// pass keeps), or the last good reading is older than [`STALE_PERIODS`] timer periods. A
+/// harmonydb source without a URL is the `secrets` check's, not said twice.
+pub(super) fn demand(
+    conn: &Connection,
+    state: &AgentState,
+    config: &Config,
+    now: Millis,
+    url_missing: bool,
+) -> Vec<Problem> {
+    let source = config.demand.source;
+    let error = state
+        .last_demand
+        .as_deref()
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .and_then(|v| v["error"].as_str().map(String::from));
+    if url_missing
+        && error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("not_configured"))
+    {
+        return Vec::new();
+    }
+    let reading_at = match curio::last_reading(conn) {
+        Ok((_, at)) => at,
+        Err(e) => return vec![unreadable("the last demand reading", &e)],
+    };
+    let good = match reading_at {
+        Some(at) => format!("the last good reading is {} old", human_duration(now - at)),
+        None => "there has been no good reading yet".to_string(),
+    };
+    let name = source_name(source);
+    let period = config.run.timer_period_secs as i64 * 1000;
+    match (error, reading_at) {
+        (Some(err), _) => {
+            let since = match health::first_failed_probe_after(conn, reading_at.unwrap_or(0)) {
+                Ok(s) => s,
+                Err(e) => return vec![unreadable("samples", &e)],
+            };
+            vec![Problem::new(format!(
+                "the demand probe (demand.source = \"{name}\") failed in the last pass: {}; {good}: demand is unknown, so the fleet is held (nothing is launched or stopped for demand)",
+                crate::text::clip(&err, 300)
+            ))
+            .fix(demand_fix(source))
+            .since(since.or(reading_at))]
+        }
+        (None, Some(at)) if now - at > STALE_PERIODS * period => vec![Problem::new(format!(
+            "no demand reading (demand.source = \"{name}\") for {} (more than {STALE_PERIODS} timer periods): demand is unknown",
+            human_duration(now - at)
+        ))
+        .fix("passes are not running (see the last_success check)")
+        .since(Some(at))],
+        _ => Vec::new(),
+    }
+}
+
+/// vast.ai's listing as the last pass or poll left it: failing (since the first failure), or
+/// the key refused. No key at all is the `secrets` check's.
+pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Problem> {
+    if key_missing {
+        return Vec::new();
+    }
+    let h = match ops::vast_health(conn) {
+        Ok(h) => h,
+        Err(e) => return vec![unreadable("vast.ai's health", &e)],
+    };
+    let Some(error) = h.error else {
+        return Vec::new();
+    };
+    let since = h
+        .error_at
+        .map(|at| format!(" since {} ago", human_duration(now - at)));
+    let last_ok = match h.ok_at {
+        Some(at) => format!(
+            "the last listing that worked was {} ago",
+            human_duration(now - at)
+        ),
+        None => "no listing has worked yet".into(),
+    };
+    let error = crate::text::clip(&error, 300);
+    let p = if error.starts_with("vast.ai refused the API key") {
+        Problem::new(format!(
+            "vast.ai refuses the API key{}: {error}; {last_ok}: nothing can be listed, launched or stopped",
+            since.unwrap_or_default()
+        ))
+        .fix("set a valid key in VAST_API_KEY or the vast_api_key credential (vast.ai's console, Account > API keys), then `fleetagent instances list`")
+    } else {
+        Problem::new(format!(
+            "the vast.ai listing has failed{}: {error}; {last_ok}: the fleet is not seen, so nothing is launched or stopped",
+            since.unwrap_or_default()
+        ))
+        .fix("check vast.ai's status and the network from this host (`fleetagent instances list` asks once); vast.base_url and vast.timeout_secs")
+    };
+    vec![p.since(h.error_at)]
+}
+
+/// A pause in force: nobody launches or stops. Louder when the last reading said WORKERS
+/// DEAD: work is queued, no worker proves it, and nothing will be launched.
+pub(super) fn pause(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let p = match ops::paused(conn, now) {
+        Ok(Some(p)) => p,
+        Ok(None) => return Vec::new(),
+        Err(e) => return vec![unreadable("the pause", &e)],
+    };
+    let until = match p.until {
+        Some(u) => format!("for {} more", human_duration(u - now)),
+        None => "until `fleetagent resume`".to_string(),
+    };
+    let dead = matches!(
+        curio::last_reading(conn),
+        Ok((Some(json), Some(_))) if serde_json::from_str::<Demand>(&json).is_ok_and(|d| d.workers_dead())
+    );
+    let reason = crate::text::clip(&p.reason, 200);
+    let ago = human_duration(now - p.since);
+    let problem = if dead {
+        Problem::new(format!(
+            "PAUSED WHILE WORKERS DEAD: the fleet is unattended: work is queued and no worker is live, and nothing is launched while paused (since {ago} ago, {until}: {reason:?})"
+        ))
+        .fix("`fleetagent resume` now, or launch by hand")
+    } else {
+        Problem::new(format!(
+            "paused since {ago} ago, {until}: {reason:?}: nothing is launched or stopped but by hand"
+        ))
+        .fix("`fleetagent resume` when the work is done")
+    };
+    vec![problem.since(Some(p.since))]
+}
+
+/// Instances under our label prefix that carry another install's id (the last listing saw
+/// them): two installs share a vast.ai account and prefix.
+pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+    let (list, at) = match ops::foreign_installs(conn) {
+        Ok(f) => f,
+        Err(e) => return vec![unreadable("other installs' instances", &e)],
+    };
+    if list.is_empty() {
+        return Vec::new();
+    }
+    let mut ids: Vec<&str> = list.iter().map(|f| f.install_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let labels: Vec<String> = list
+        .iter()
+        .take(5)
+        .map(|f| {
+            format!(
+                "{} (instance {})",
+                crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
+                f.vast_id
+            )
+        })
+        .collect();
+    let more = if list.len() > labels.len() {
+        format!(" and {} more", list.len() - labels.len())
+    } else {
+        String::new()
+    };
+    let ours = ops::install_id(conn).unwrap_or_else(|_| "?".into());
+    let seen = at
+        .map(|t| format!(" (seen {} ago)", human_duration(now - t)))
+        .unwrap_or_default();
+    vec![Problem::new(format!(
+        "{} instance(s) under vast.label_prefix {:?} belong to another install ({}; this one is {ours}){seen}: {}{more}; they are never adopted, counted or stopped here, and each install spends under its own caps on one account",
+        list.len(),
+        config.vast.label_prefix,
+        ids.join(", "),
+        labels.join(", ")
+    ))
+    .fix("give each install its own vast.label_prefix (or its own vast.ai account), or stop the other install if it is a stray copy of this state dir")
+    .since(at)]
+}
+
+/// What the last Curio reading says is wrong outside fleetagent: ProofShare switched off
+/// while instances of ours bill, a stalled request loop, and the parts that could not be
+/// read (a missing grant). `age_ms`: how old the reading is.
+pub(super) fn curio_problems(d: &Demand, rows: &[InstanceRow], age_ms: Millis) -> Vec<Problem> {
+    let ago = human_duration(age_ms);
+    let mut out = Vec::new();
+    let billing = rows
+        .iter()
+        .filter(|r| crate::fleet::is_billing_state(r.state))
+        .count();
+    if d.proofshare_disabled() && billing > 0 {
+        out.push(Problem::new(format!(
+            "Curio: ProofShare is disabled (proofshare_meta.enabled is false, read {ago} ago) while {billing} instance(s) of ours bill: no work will come for them"
+        )).fix("enable it in Curio's web UI, or stop them"));
+    }
+    if d.request_loop == Some(RequestLoop::Stalled) {
+        out.push(Problem::new(format!(
+            "Curio: the ProofShare request loop is stalled (proofshare_meta.request_task_id points at a task nobody owns, read {ago} ago): Curio asks the market for no work"
+        )).fix("check the Curio nodes that run PSProve"));
+    }
+    for note in &d.notes {
+        out.push(Problem::new(format!(
+            "Curio reading (read {ago} ago): {}",
+            crate::text::clip(note, 300)
+        )));
+    }
+    out
+}
+
+/// The `curio` and `worker_identity` checks, which read the same table of our instances.
+pub(super) fn curio_and_identity(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+) -> (Vec<Problem>, Vec<Problem>) {
+    let rows = match crate::store::instances::live(conn) {
+        Ok(rows) => rows,
+        Err(e) => {
+            let p = unreadable("instances", &e);
+            return (vec![p.clone()], vec![p]);
+        }
+    };
+    let identity = crate::fleet::identity::problems(&rows, config, now)
+        .into_iter()
+        .map(Problem::new)
+        .collect();
+    let curio = match curio::last_reading(conn) {
+        Ok((Some(json), Some(at))) => match serde_json::from_str::<Demand>(&json) {
+            Ok(d) => curio_problems(&d, &rows, now - at),
+            Err(e) => vec![Problem::new(format!(
+                "database: agent_state.last_reading is not a demand reading: {e}"
+            ))],
+        },
+        Ok(_) => Vec::new(),
+        Err(e) => vec![unreadable("the last demand reading", &e)],
+    };
+    (curio, identity)
+}
+
+/// The price as the last pass left it: unknown (why, and the keys that make it known), or
+/// known while the FIL/USD fetch fails (the cached value ages towards unknown).
+pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+    let (price, cache) = match crate::run::observe::stored_price(conn, config, now) {
+        Ok(p) => p,
+        Err(e) => return vec![unreadable("the price", &e)],
+    };
+    match (price, &cache.error) {
+        (Err(why), _) => vec![Problem::new(format!(
+            "price unknown: {why}: the profit check is off, so launches are not judged by profit"
+        ))
+        .fix("set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url")],
+        (Ok(p), Some(e)) if config.price.fil_usd.is_none() => vec![Problem::new(format!(
+            "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
+            human_duration(now - p.fil_usd_at),
+            config.price.max_age_mins
+        ))
+        .fix("run the command or fetch the URL by hand (docs/operations.md, \"Troubleshooting: price unknown\")")],
+        (Ok(_), _) => Vec::new(),
+    }
+}
+
+/// vast.ai's daily search quota, spent within the last day.
+pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match crate::store::bad_hosts::search_quota(conn) {
+        Ok(Some((reset, at))) if now - at < DAY_MS => {
+            let until = crate::vast::quota_until(&reset);
+            vec![Problem::new(format!(
+                "vast.ai search quota exhausted until {until} (said {} ago): no launch can search offers before then",
+                human_duration(now - at)
+            ))
+            .fix("wait for the reset; fewer searches per day (a longer run.timer_period_secs) keep within it")
+            .since(Some(at))]
+        }
+        Ok(_) => Vec::new(),
+        Err(e) => vec![unreadable("the search quota", &e)],
+    }
+}

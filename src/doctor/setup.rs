@@ -1,0 +1,110 @@
+//! What the config and the secrets make impossible although both parse: each is a pass that
+//! will hold the fleet, fall back or refuse every launch, pass after pass.
+
+use super::Problem;
+use crate::config::Config;
+
+/// Launches made impossible by the config: keys unset, caps at 0.
+pub(super) fn launch(config: &Config) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let missing = config.policy.missing_launch_keys(&config.vast);
+    if !missing.is_empty() {
+        out.push(
+            Problem::new(format!(
+                "launches are impossible: {} unset",
+                missing.join(", ")
+            ))
+            .fix(format!("set {} in the config", missing.join(", "))),
+        );
+    }
+    let p = &config.policy;
+    let mut zero = Vec::new();
+    if p.max_instances == Some(0) {
+        zero.push("policy.max_instances = 0");
+    }
+    if p.max_dph_total.is_some_and(|v| v <= 0.0) {
+        zero.push("policy.max_dph_total = 0");
+    }
+    if p.launch_window_max == 0 && p.emergency_launch_max == 0 {
+        zero.push("policy.launch_window_max = 0 and policy.emergency_launch_max = 0");
+    }
+    if !zero.is_empty() {
+        out.push(
+            Problem::new(format!("launches are impossible: {}", zero.join(", ")))
+                .fix("raise them in the config (docs/guardrails.md)"),
+        );
+    }
+    out
+}
+
+/// The secrets' problems, and which ones other checks must not report again.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Secrets {
+    pub problems: Vec<Problem>,
+    /// No vast.ai key: the `vast` check leaves it to this one.
+    pub vast_key_missing: bool,
+    /// The harmonydb source has no URL: the `demand` check leaves it to this one.
+    pub harmonydb_url_missing: bool,
+}
+
+/// A secret that no source has (or that cannot be read), by what it stops.
+pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
+    use crate::config::{DemandSource, EnvValue, Provider};
+    use crate::secrets::{lookup, Kind};
+    let mut s = Secrets::default();
+    let secret = |kind: Kind, what: &str, problems: &mut Vec<Problem>| -> bool {
+        match lookup(env, kind) {
+            Ok(Some(_)) => false,
+            Ok(None) => {
+                problems.push(Problem::new(format!("no {what}")).fix(kind.hint()));
+                true
+            }
+            Err(e) => {
+                problems.push(Problem::new(format!(
+                    "{what}: {}",
+                    crate::error::report(&e)
+                )));
+                true
+            }
+        }
+    };
+    s.vast_key_missing = secret(
+        Kind::VastApiKey,
+        "vast.ai API key (nothing can be listed, launched or stopped)",
+        &mut s.problems,
+    );
+    if config.llm.provider == Provider::Openai {
+        secret(
+            Kind::LlmApiKey,
+            "LLM API key (every pass that needs the model falls back or fails)",
+            &mut s.problems,
+        );
+    }
+    if config.demand.source == DemandSource::Harmonydb && config.demand.harmonydb_url.is_none() {
+        s.harmonydb_url_missing = secret(
+            Kind::HarmonyDbUrl,
+            "HarmonyDB URL (demand is unknown and the fleet is held)",
+            &mut s.problems,
+        );
+    }
+    for (name, value) in &config.vast.env {
+        if let EnvValue::Credential(c) = value {
+            match crate::secrets::credential(env, &c.credential) {
+                Ok(Some(_)) => {}
+                Ok(None) => s.problems.push(
+                    Problem::new(format!(
+                        "worker credential {:?} (vast.env.{name}) not found: every launch is refused",
+                        c.credential
+                    ))
+                    .fix(format!("load it with LoadCredential={}:<path>", c.credential)),
+                ),
+                Err(e) => s.problems.push(Problem::new(format!(
+                    "worker credential {:?} (vast.env.{name}): {}",
+                    c.credential,
+                    crate::error::report(&e)
+                ))),
+            }
+        }
+    }
+    s
+}

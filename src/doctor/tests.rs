@@ -1,0 +1,422 @@
+use std::path::Path;
+
+use super::agent::{overruled, uncalibrated};
+use super::*;
+use crate::store::ops::{self, ForeignInstance, Pause};
+use crate::store::runs::{self, ActionCounts, Outcome, StartedBy, Verdict};
+use crate::store::test_store;
+
+const NOW: Millis = 1_800_000_000_000;
+const MIN: Millis = 60_000;
+
+fn env() -> crate::env::Env {
+    crate::env::Env::from_pairs(
+        [
+            ("VAST_API_KEY", "k"),
+            ("FLEETAGENT_LLM_API_KEY", "k"),
+            ("FLEETAGENT_HARMONYDB_URL", "postgres://curio@db/c"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+}
+
+fn run_checks(dir: &Path, config: &Config) -> Vec<Check> {
+    checks(&Inputs {
+        config,
+        env: &env(),
+        state_dir: dir,
+        now: NOW,
+        units: None,
+    })
+}
+
+fn check<'a>(all: &'a [Check], name: &str) -> &'a Check {
+    all.iter().find(|c| c.name == name).unwrap()
+}
+
+#[test]
+fn a_model_overruled_on_most_passes_is_reported_with_the_figure() {
+    assert_eq!(overruled(0, 100), None);
+    assert_eq!(overruled(5, 10), None, "half is not most");
+    assert_eq!(overruled(2, 2), None, "too few passes to judge");
+    let line = overruled(14, 20).unwrap().line();
+    assert!(
+        line.starts_with(
+            "the floor overruled the model on 14 of its 20 passes in the last day (70%)"
+        ),
+        "{line}"
+    );
+    assert!(line.contains("; fix: check llm.model"), "{line}");
+}
+
+#[test]
+fn a_tokenizer_ratio_is_a_problem_only_where_the_calibration_does_not_cover_it() {
+    let model = "qwen2.5-coder-0.5b";
+    // Our estimate over-counts, or the calibrated budget and its margin absorb the ratio.
+    assert_eq!(uncalibrated(model, 0.9, 10, None), None);
+    assert_eq!(uncalibrated(model, 1.04, 10, None), None, "the 5 % margin");
+    assert_eq!(uncalibrated(model, 1.166, 10, Some(1.19)), None);
+    assert_eq!(uncalibrated(model, 1.24, 10, Some(1.19)), None);
+    // Beyond it: one line with the figure and the model.
+    let line = uncalibrated(model, 1.166, 12, None).unwrap().line();
+    assert!(
+        line.starts_with(
+            "the model's tokenizer counts up to 1.166x our estimate (qwen2.5-coder-0.5b, over the last 12 calls that reported usage) and the budget is not calibrated for llm.model \"qwen2.5-coder-0.5b\""
+        ),
+        "{line}"
+    );
+    let line = uncalibrated(model, 1.5, 50, Some(1.19)).unwrap().line();
+    assert!(line.contains("calibrated for 1.190x only"), "{line}");
+    assert!(!line.contains('\n'));
+}
+
+#[test]
+fn a_read_only_or_full_file_system_is_named_with_its_fix() {
+    let dir = Path::new("/var/lib/fleetagent");
+    assert!(space_ok(dir));
+    let ro = host::space_problems(dir, true, 1 << 40, Some(1 << 20));
+    assert_eq!(ro.len(), 1);
+    assert!(
+        ro[0].detail.contains("read-only file system") && ro[0].line().contains("remount,rw"),
+        "{ro:?}"
+    );
+    let full = host::space_problems(dir, false, 10 << 20, Some(10));
+    assert_eq!(full.len(), 2, "{full:?}");
+    assert!(
+        full[0].detail.contains("10 MiB free (below 100 MiB)"),
+        "{full:?}"
+    );
+    assert!(full[1].detail.contains("10 free inodes"), "{full:?}");
+    // A file system that does not count inodes (btrfs: 0 of 0) is not "out of inodes".
+    assert!(host::space_problems(dir, false, MIN_FREE_BYTES, None).is_empty());
+}
+
+fn space_ok(dir: &Path) -> bool {
+    host::space_problems(dir, false, 1 << 40, Some(1 << 20)).is_empty()
+}
+
+/// Every check by name, once, in `CHECKS` order; a healthy, fresh database fails only the
+/// checks that must (no run yet), and the JSON carries each check's fields.
+#[test]
+fn every_check_is_reported_by_name_and_a_broken_database_skips_the_rest() {
+    let mut unique = CHECKS.to_vec();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), CHECKS.len(), "a check name is repeated");
+
+    let (dir, _s) = test_store(NOW);
+    let config = Config::default();
+    let all = run_checks(dir.path(), &config);
+    let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+    assert_eq!(names, CHECKS);
+    let failing: Vec<&str> = all.iter().filter(|c| !c.ok()).map(|c| c.name).collect();
+    // Config::default() has no caps and no image (config) and no price, no run has happened
+    // yet (last_success); every secret is set; the rest pass.
+    assert_eq!(failing, ["config", "last_success", "price"], "{all:#?}");
+    let v = json(&all);
+    assert_eq!(v["ok"], false);
+    let last = &v["checks"][6];
+    assert_eq!(last["name"], "last_success");
+    assert_eq!(
+        (last["ok"].as_bool(), last["since"].is_null()),
+        (Some(false), true)
+    );
+    assert_eq!(last["detail"], "no successful run yet");
+    assert!(last["fix"].as_str().unwrap().contains("fleetagent.timer"));
+    let vast = &v["checks"][10];
+    assert_eq!(
+        vast,
+        &serde_json::json!({"name": "vast", "ok": true, "since": null, "detail": null, "fix": null})
+    );
+
+    // No database: the database check says so, the checks that read it are "not checked".
+    let empty = tempfile::tempdir().unwrap();
+    let all = run_checks(empty.path(), &config);
+    let db = check(&all, "database");
+    assert!(db.problems[0].line().contains("fleetagent init"), "{db:?}");
+    let runs = check(&all, "runs");
+    assert!(!runs.ok());
+    assert_eq!(
+        runs.json()["detail"],
+        "not checked: the database cannot be read (see the database check)"
+    );
+    assert!(
+        check(&all, "units").ok(),
+        "no service manager: nothing to say"
+    );
+}
+
+fn finished(s: &crate::store::Store, verdict: Verdict, counts: ActionCounts, at: Millis) -> i64 {
+    let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at - MIN).unwrap();
+    let o = Outcome {
+        verdict,
+        actions: counts,
+        ..Outcome::new(false)
+    };
+    runs::finish_ok(&s.conn, id, &o, at).unwrap();
+    id
+}
+
+#[test]
+fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems() {
+    let (_dir, s) = test_store(NOW);
+    assert!(agent::actions(&s.conn, NOW).is_empty(), "no pass yet");
+    // A pass whose launches all failed at vast.ai, with its ledger rows.
+    let run = finished(
+        &s,
+        Verdict::ActionFailed,
+        ActionCounts {
+            ok: 0,
+            refused: 1,
+            failed: 2,
+        },
+        NOW - 5 * MIN,
+    );
+    for (outcome, detail) in [
+        ("refused", "budget"),
+        ("failed", "vast.ai HTTP 500 server_error: boom"),
+    ] {
+        crate::store::actions::insert(
+            &s.conn,
+            &crate::store::actions::NewAction {
+                run_id: Some(run),
+                kind: "launch",
+                outcome,
+                actor: "rules",
+                detail: Some(detail),
+                ..Default::default()
+            },
+            NOW - 5 * MIN,
+        )
+        .unwrap();
+    }
+    let p = agent::actions(&s.conn, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    let line = p[0].line();
+    assert!(
+        line.starts_with(&format!("the last pass (run {run}, 5m ago) changed nothing: its 2 launch(es) or stop(s) failed at vast.ai, 1 refused by a guardrail; the first, a launch: vast.ai HTTP 500 server_error: boom")),
+        "{line}"
+    );
+    assert!(line.contains(&format!("history --run {run}")), "{line}");
+    assert_eq!(p[0].since, Some(NOW - 5 * MIN));
+    // Refused by guardrails only is the guardrails working, not a problem; a later pass that
+    // did something clears it.
+    finished(
+        &s,
+        Verdict::ActionRefused,
+        ActionCounts::default(),
+        NOW - 4 * MIN,
+    );
+    assert!(agent::actions(&s.conn, NOW).is_empty());
+
+    // Runs: two failures in the last hour (the latest run ok), one long before.
+    assert!(agent::runs(&s.conn, false, NOW).is_empty());
+    for (at, err) in [
+        (NOW - 3 * 60 * MIN, "old"),
+        (NOW - 50 * MIN, "a"),
+        (NOW - 3 * MIN, "b"),
+    ] {
+        let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at - MIN).unwrap();
+        runs::finish_failed(&s.conn, id, err, at).unwrap();
+    }
+    finished(&s, Verdict::NoAction, ActionCounts::default(), NOW - MIN);
+    let p = agent::runs(&s.conn, false, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].detail
+            .starts_with("2 run(s) failed in the last hour; the last, run ")
+            && p[0].detail.ends_with("failed 3m ago: b"),
+        "{p:?}"
+    );
+    assert_eq!(p[0].since, Some(NOW - 50 * MIN));
+    // The latest run failed: said however old, with the hour's count.
+    let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - MIN).unwrap();
+    runs::finish_failed(&s.conn, id, "interrupted: the process ended", NOW).unwrap();
+    let p = agent::runs(&s.conn, false, NOW);
+    assert!(
+        p[0].detail.starts_with(&format!(
+            "the last run {id} failed 0s ago: interrupted: the process ended (3 runs failed in the last hour)"
+        )),
+        "{p:?}"
+    );
+    // A pass left running with nobody holding the lock: interrupted.
+    let stuck = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 2 * MIN).unwrap();
+    let p = agent::runs(&s.conn, false, NOW);
+    assert!(
+        p[1].detail
+            .starts_with(&format!("run(s) {stuck} interrupted")),
+        "{p:?}"
+    );
+    assert_eq!(
+        agent::runs(&s.conn, true, NOW).len(),
+        1,
+        "a live run holds the lock"
+    );
+}
+
+#[test]
+fn vast_failing_since_its_first_failure_and_a_refused_key_are_told_apart() {
+    let (_dir, s) = test_store(NOW);
+    assert!(outside::vast(&s.conn, NOW, false).is_empty());
+    ops::record_listing(&s.conn, Ok(()), NOW - 60 * MIN).unwrap();
+    ops::record_listing(&s.conn, Err("vast.ai unreachable: timeout"), NOW - 20 * MIN).unwrap();
+    ops::record_listing(&s.conn, Err("vast.ai unreachable: refused"), NOW - 5 * MIN).unwrap();
+    let p = outside::vast(&s.conn, NOW, false);
+    assert!(
+        p[0].detail.starts_with("the vast.ai listing has failed since 20m ago: vast.ai unreachable: refused; the last listing that worked was 1h00m ago"),
+        "{p:?}"
+    );
+    assert_eq!(p[0].since, Some(NOW - 20 * MIN));
+    ops::record_listing(
+        &s.conn,
+        Err("vast.ai refused the API key: HTTP 401 on GET /instances/: invalid key"),
+        NOW,
+    )
+    .unwrap();
+    let line = outside::vast(&s.conn, NOW, false)[0].line();
+    assert!(
+        line.starts_with("vast.ai refuses the API key since 20m ago"),
+        "{line}"
+    );
+    assert!(
+        line.contains("fix: set a valid key in VAST_API_KEY"),
+        "{line}"
+    );
+    assert!(
+        outside::vast(&s.conn, NOW, true).is_empty(),
+        "no key at all is the secrets check's"
+    );
+}
+
+#[test]
+fn the_demand_probe_failing_names_its_source_and_since_when() {
+    let (_dir, s) = test_store(NOW);
+    let mut config = Config::default();
+    let state = |last_demand: Option<&str>| crate::store::session::AgentState {
+        last_demand: last_demand.map(String::from),
+        ..crate::store::session::state(&s.conn).unwrap()
+    };
+    assert!(outside::demand(&s.conn, &state(None), &config, NOW, false).is_empty());
+    crate::store::curio::set_last_reading(&s.conn, "{}", NOW - 30 * MIN).unwrap();
+    for (at, ok) in [
+        (NOW - 30 * MIN, 1),
+        (NOW - 25 * MIN, 0),
+        (NOW - 20 * MIN, 0),
+    ] {
+        s.conn
+            .execute(
+                "INSERT INTO samples (at, demand_ok, ours_billing, ours_booting, ours_proving,
+                                      capacity_pph, target_pph, fleet_dph)
+                 VALUES (?1, ?2, 0, 0, 0, 0, 0, 0)",
+                rusqlite::params![at, ok],
+            )
+            .unwrap();
+    }
+    let failed = r#"{"demand": null, "error": "harmonydb: connection refused"}"#;
+    let p = outside::demand(&s.conn, &state(Some(failed)), &config, NOW, false);
+    assert!(
+        p[0].detail.starts_with("the demand probe (demand.source = \"harmonydb\") failed in the last pass: harmonydb: connection refused; the last good reading is 30m old"),
+        "{p:?}"
+    );
+    assert_eq!(p[0].since, Some(NOW - 25 * MIN), "the first failed pass");
+    assert!(p[0].line().contains("FLEETAGENT_HARMONYDB_URL"));
+    // A good last pass with a reading older than 3 timer periods (passes stopped).
+    let good = r#"{"demand": {}, "error": null}"#;
+    let p = outside::demand(&s.conn, &state(Some(good)), &config, NOW, false);
+    assert!(
+        p[0].detail
+            .starts_with("no demand reading (demand.source = \"harmonydb\") for 30m"),
+        "{p:?}"
+    );
+    config.run.timer_period_secs = 900;
+    assert!(outside::demand(&s.conn, &state(Some(good)), &config, NOW, false).is_empty());
+    // A harmonydb source without a URL is the secrets check's.
+    let unset = r#"{"demand": null, "error": "not_configured: no HarmonyDB URL"}"#;
+    assert!(outside::demand(&s.conn, &state(Some(unset)), &config, NOW, true).is_empty());
+    assert_eq!(
+        outside::demand(&s.conn, &state(Some(unset)), &config, NOW, false).len(),
+        1
+    );
+}
+
+#[test]
+fn a_pause_is_loud_when_workers_are_dead_and_other_installs_are_named() {
+    let (_dir, s) = test_store(NOW);
+    assert!(outside::pause(&s.conn, NOW).is_empty());
+    let p = Pause {
+        since: NOW - 10 * MIN,
+        until: Some(NOW + 50 * MIN),
+        reason: "disk swap".into(),
+    };
+    ops::set_pause(&s.conn, &p).unwrap();
+    let line = outside::pause(&s.conn, NOW)[0].line();
+    assert_eq!(
+        line,
+        "paused since 10m ago, for 50m more: \"disk swap\": nothing is launched or stopped but by hand; fix: `fleetagent resume` when the work is done"
+    );
+    let dead = serde_json::json!({"pending": 5, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
+    crate::store::curio::set_last_reading(&s.conn, &dead.to_string(), NOW).unwrap();
+    let loud = outside::pause(&s.conn, NOW);
+    assert!(
+        loud[0]
+            .detail
+            .starts_with("PAUSED WHILE WORKERS DEAD: the fleet is unattended"),
+        "{loud:?}"
+    );
+    assert_eq!(loud[0].since, Some(NOW - 10 * MIN));
+    assert!(
+        outside::pause(&s.conn, NOW + 50 * MIN).is_empty(),
+        "over at its end"
+    );
+
+    let config = Config::default();
+    assert!(outside::foreign_installs(&s.conn, &config, NOW).is_empty());
+    let other = |id: &str, vast_id| ForeignInstance {
+        install_id: id.into(),
+        label: format!("fleetagent-{id}-r3-0a0b0c0d"),
+        vast_id,
+    };
+    ops::set_foreign_installs(&s.conn, &[other("qwerty", 7), other("zzz", 8)], NOW - MIN).unwrap();
+    let p = outside::foreign_installs(&s.conn, &config, NOW);
+    let ours = ops::install_id(&s.conn).unwrap();
+    assert!(
+        p[0].detail.starts_with(&format!(
+            "2 instance(s) under vast.label_prefix \"fleetagent\" belong to another install (qwerty, zzz; this one is {ours}) (seen 1m ago): \"fleetagent-qwerty-r3-0a0b0c0d\" (instance 7)"
+        )),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
+    let (dir, s) = test_store(NOW);
+    let mut config = Config::default();
+    assert!(
+        host::metrics(&s.conn, &config, NOW).is_empty(),
+        "no textfile"
+    );
+    config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
+    assert!(host::metrics(&s.conn, &config, NOW).is_empty());
+    config.metrics.textfile = Some(dir.path().join("gone/fleetagent.prom"));
+    let p = host::metrics(&s.conn, &config, NOW);
+    assert!(
+        p[0].detail
+            .ends_with("gone does not exist: the next run cannot write it"),
+        "{p:?}"
+    );
+    ops::set_metrics_error(
+        &s.conn,
+        Some("cannot create .fleetagent.prom.1.tmp"),
+        NOW - 7 * MIN,
+    )
+    .unwrap();
+    let p = host::metrics(&s.conn, &config, NOW);
+    assert_eq!(p.len(), 1, "one problem: {p:?}");
+    assert!(
+        p[0].detail
+            .contains("could not be written (failing since 7m ago): cannot create")
+            && p[0].detail.contains("does not exist"),
+        "{p:?}"
+    );
+    assert!(p[0].line().contains("units install"));
+}

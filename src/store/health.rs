@@ -1,0 +1,243 @@
+//! What `doctor` reads of the database, each through an index or a bounded walk so that a
+//! database of a million rows answers as fast as an empty one (`scripts/bench doctor`): the
+//! failed runs of the last hour, the newest finished pass, a pass's first failed call, the
+//! first failed probe after a good reading, and a structure check that reads only the edges
+//! of each table. And the passes by who decided them, for the metrics file.
+
+use anyhow::Result;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::clock::Millis;
+use crate::store::runs::{self, Run};
+
+/// The failed runs finished since a time: how many, the oldest's finish, and the newest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failed {
+    pub count: i64,
+    pub first_at: Millis,
+    pub last: Run,
+}
+
+/// Runs that finished `failed` (interrupted ones included: recovery marks them failed) at or
+/// after `since` (index `runs_failed`).
+pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> {
+    let (count, first_at, last_id): (i64, Option<Millis>, Option<i64>) = conn.query_row(
+        "SELECT COUNT(*), MIN(finished_at), MAX(id) FROM runs
+          WHERE status = 'failed' AND finished_at >= ?1",
+        params![since],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let (Some(first_at), Some(id)) = (first_at, last_id) else {
+        return Ok(None);
+    };
+    Ok(runs::get(conn, id)?.map(|last| Failed {
+        count,
+        first_at,
+        last,
+    }))
+}
+
+/// The pass that finished ok last (index `runs_ok`), if any.
+pub fn last_ok_pass(conn: &Connection) -> Result<Option<Run>> {
+    let id: Option<i64> = conn
+        .query_row(
+            "SELECT id FROM runs WHERE status = 'ok' ORDER BY finished_at DESC, id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match id {
+        Some(id) => runs::get(conn, id),
+        None => Ok(None),
+    }
+}
+
+/// The detail of the first call of run `run_id` that failed at vast.ai (index `actions_run`).
+pub fn first_failed_action(conn: &Connection, run_id: i64) -> Result<Option<(String, String)>> {
+    Ok(conn
+        .query_row(
+            "SELECT kind, COALESCE(detail, '') FROM actions
+              WHERE run_id = ?1 AND outcome = 'failed' ORDER BY id LIMIT 1",
+            params![run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// When the first pass after `after` found the demand unknown (index `samples_at`; the
+/// walk stops at the first such sample).
+pub fn first_failed_probe_after(conn: &Connection, after: Millis) -> Result<Option<Millis>> {
+    Ok(conn
+        .query_row(
+            "SELECT at FROM samples WHERE at > ?1 AND demand_ok = 0 ORDER BY at LIMIT 1",
+            params![after],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Finished passes counted by who decided them (`runs.decided_by`; a failed pass or one
+/// without a decider is not counted).
+pub fn count_by_decider(conn: &Connection) -> Result<Vec<(String, i64)>> {
+    let mut stmt = conn.prepare(
+        "SELECT decided_by, COUNT(*) FROM runs
+          WHERE status = 'ok' AND decided_by IS NOT NULL GROUP BY 1",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// A structure check whose cost does not grow with the database: the schema, then the
+/// first and the last row of every table (the root page and both edges of its b-tree).
+/// A damaged page on that path fails here with SQLite's own error (`DatabaseCorrupt`); a
+/// page deep inside a large table is found only by a reader that reaches it, and by
+/// `PRAGMA quick_check`, which `fleetagent backup` runs on its copy.
+pub fn edge_check(conn: &Connection) -> Result<()> {
+    let tables: Vec<String> = {
+        let mut st = conn.prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?;
+        let rows = st
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows
+    };
+    for t in tables {
+        let quoted = format!("\"{}\"", t.replace('"', "\"\""));
+        for order in ["ASC", "DESC"] {
+            let sql = format!("SELECT * FROM {quoted} ORDER BY rowid {order} LIMIT 1");
+            let mut st = conn.prepare(&sql)?;
+            let mut rows = st.query([])?;
+            if let Some(row) = rows.next()? {
+                // Read every column: an overflow page is on the path too.
+                for i in 0..row.as_ref().column_count() {
+                    let _ = row.get_ref(i)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::runs::{ActionCounts, Outcome, StartedBy, Verdict};
+    use crate::store::test_store;
+
+    #[test]
+    fn failed_runs_of_the_last_hour_and_the_last_ok_pass() {
+        let (_dir, s) = test_store(0);
+        assert_eq!(failed_since(&s.conn, 0).unwrap(), None);
+        assert_eq!(last_ok_pass(&s.conn).unwrap(), None);
+        let mut ids = Vec::new();
+        for (at, ok) in [(100, false), (200, true), (300, false), (400, false)] {
+            let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
+            if ok {
+                let o = Outcome {
+                    verdict: Verdict::ActionFailed,
+                    actions: ActionCounts {
+                        failed: 2,
+                        ..ActionCounts::default()
+                    },
+                    ..Outcome::new(false)
+                };
+                runs::finish_ok(&s.conn, id, &o, at + 10).unwrap();
+            } else {
+                runs::finish_failed(&s.conn, id, &format!("boom {at}"), at + 10).unwrap();
+            }
+            ids.push(id);
+        }
+        let f = failed_since(&s.conn, 250).unwrap().unwrap();
+        assert_eq!((f.count, f.first_at, f.last.id), (2, 310, ids[3]));
+        assert_eq!(f.last.error.as_deref(), Some("boom 400"));
+        assert_eq!(failed_since(&s.conn, 500).unwrap(), None);
+        let last = last_ok_pass(&s.conn).unwrap().unwrap();
+        assert_eq!(
+            (last.id, last.verdict, last.actions.failed),
+            (ids[1], Some(Verdict::ActionFailed), 2)
+        );
+    }
+
+    #[test]
+    fn a_passs_first_failed_call_and_the_first_failed_probe() {
+        let (_dir, s) = test_store(0);
+        let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, 0).unwrap();
+        for (outcome, detail) in [
+            ("refused", "budget"),
+            ("failed", "HTTP 500"),
+            ("failed", "x"),
+        ] {
+            crate::store::actions::insert(
+                &s.conn,
+                &crate::store::actions::NewAction {
+                    run_id: Some(run),
+                    kind: "launch",
+                    outcome,
+                    actor: "rules",
+                    detail: Some(detail),
+                    ..Default::default()
+                },
+                5,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            first_failed_action(&s.conn, run).unwrap(),
+            Some(("launch".into(), "HTTP 500".into()))
+        );
+        assert_eq!(first_failed_action(&s.conn, run + 1).unwrap(), None);
+        for (at, ok) in [(10, 1), (20, 0), (30, 0), (40, 1)] {
+            s.conn
+                .execute(
+                    "INSERT INTO samples (at, demand_ok, ours_billing, ours_booting, ours_proving,
+                                          capacity_pph, target_pph, fleet_dph)
+                     VALUES (?1, ?2, 0, 0, 0, 0, 0, 0)",
+                    params![at, ok],
+                )
+                .unwrap();
+        }
+        assert_eq!(first_failed_probe_after(&s.conn, 10).unwrap(), Some(20));
+        assert_eq!(first_failed_probe_after(&s.conn, 30).unwrap(), None);
+    }
+
+    #[test]
+    fn the_edge_check_passes_a_sound_database_and_fails_a_smashed_root_page() {
+        let (dir, s) = test_store(0);
+        for i in 0..200 {
+            runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, i).unwrap();
+        }
+        edge_check(&s.conn).unwrap();
+        s.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let root: i64 = s
+            .conn
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'runs'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let page: i64 = s
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .unwrap();
+        drop(s);
+        {
+            use std::io::{Seek, SeekFrom, Write};
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.path().join(crate::store::DB_FILE))
+                .unwrap();
+            f.seek(SeekFrom::Start(((root - 1) * page) as u64)).unwrap();
+            f.write_all(&vec![0xA5; page as usize]).unwrap();
+        }
+        let conn = Connection::open(dir.path().join(crate::store::DB_FILE)).unwrap();
+        let err = edge_check(&conn).unwrap_err();
+        assert!(
+            crate::error::is_damaged_database(&err),
+            "{err:#}: not named a damaged database"
+        );
+    }
+}

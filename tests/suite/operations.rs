@@ -1,0 +1,598 @@
+//! Running it like production (issue 22, items 1, 9 and 10): `doctor` names what makes the agent
+//! blind or handless right after the run that saw it, by stable check names (documented in
+//! docs/operations.md); the Prometheus rules and the Grafana dashboard of docs/monitoring/ fit a
+//! real run's textfile (`promtool check rules`, `promtool test rules` with series written from
+//! it); `backup` copies a live database.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use crate::common::fake_vast::FakeVast;
+use crate::common::fleet::Fleet;
+use fleetagent::store::runs::{self, ActionCounts, Outcome, StartedBy, Verdict};
+use fleetagent::store::{ops, OpenMode, Store};
+
+const MIN: i64 = 60_000;
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A fleet of the rules alone wired to the fake vast.ai; `demand` and `policy` are the lines of
+/// those tables (`DIR` in `demand` is the fleet's temp dir), `extra` more tables.
+fn rig(vast: &FakeVast, key: &str, demand: &str, policy: &str, extra: &str) -> Fleet {
+    let f = Fleet::with_config("").env("VAST_API_KEY", key);
+    let demand = demand.replace("DIR", &f.path().display().to_string());
+    f.write_config(&format!(
+        r#"
+[run]
+deadline_secs = 60
+[debounce]
+p0_secs = 0
+p1_secs = 0
+p2_secs = 0
+max_wait_secs = 2
+[llm]
+provider = "rules"
+[vast]
+base_url = "{url}"
+image = "ghcr.io/example/curio-psprove:latest"
+[vast.offers]
+gpu_names = ["RTX 4090"]
+[demand]
+{demand}
+[policy]
+proofs_per_hour_per_instance = 50
+{policy}
+{extra}
+"#,
+        url = vast.url()
+    ));
+    f.cmd(&["init"]).ok();
+    f
+}
+
+fn doctor_json(f: &Fleet) -> (Value, i32) {
+    let out = f.cmd(&["doctor", "--json"]);
+    (out.json(), out.code)
+}
+
+fn check<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {v}"))
+}
+
+/// A check that fails: its detail contains `want`, its `since` is RFC 3339 UTC when given.
+#[track_caller]
+fn failing(v: &Value, name: &str, want: &str) -> String {
+    let c = check(v, name);
+    assert_eq!(c["ok"], false, "{name}: {c}");
+    let detail = c["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains(want), "{name}: {c}");
+    assert!(c["fix"].is_string(), "{name} has no fix: {c}");
+    if let Some(since) = c["since"].as_str() {
+        assert!(
+            since.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(since).is_ok(),
+            "{name}: {c}"
+        );
+    }
+    detail
+}
+
+/// HarmonyDB unreachable, the vast.ai key refused and the textfile's dir missing: one `run`,
+/// and `doctor` names each (exit 1), by name in `--json` with every other check. Then rows a
+/// later pass would leave (a pass whose launches all failed, a failed run, a pause while
+/// WORKERS DEAD, another install's instances) are named too; a healthy run clears what it
+/// fixed; and `backup` copies the database.
+#[test]
+fn doctor_names_what_makes_the_agent_blind_or_handless_right_after_the_run_that_saw_it() {
+    let vast = FakeVast::start_real_time();
+    let prom_dir = tempfile::tempdir().unwrap();
+    let prom = prom_dir.path().join("textfile/fleetagent.prom");
+    let f = rig(
+        &vast,
+        "a-revoked-key",
+        "source = \"harmonydb\"",
+        "max_instances = 4\nmax_dph_total = 2.0",
+        &format!("[metrics]\ntextfile = \"{}\"", prom.display()),
+    )
+    .env(
+        "FLEETAGENT_HARMONYDB_URL",
+        "postgres://curio:secret@127.0.0.1:9/curio",
+    );
+    f.cmd(&["run"]).code(1); // the listing failed: the run says so and exits 1
+
+    let out = f.cmd(&["doctor"]).code(1);
+    for want in [
+        "the demand probe (demand.source = \"harmonydb\") failed in the last pass",
+        "vast.ai refuses the API key since ",
+        "the metrics textfile ",
+    ] {
+        let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(want)).collect();
+        assert_eq!(lines.len(), 1, "{want}: {}", out.stdout);
+        assert!(lines[0].contains("; fix: "), "{}", lines[0]);
+    }
+    assert!(!out.stdout.contains("secret"), "{}", out.stdout);
+
+    let (v, code) = doctor_json(&f);
+    assert_eq!((code, &v["ok"]), (1, &json!(false)));
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        fleetagent::doctor::CHECKS,
+        "every check, by name, in order"
+    );
+    for c in v["checks"].as_array().unwrap() {
+        let keys: BTreeSet<&str> = c.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["name", "ok", "since", "detail", "fix"]),
+            "{c}"
+        );
+    }
+    failing(&v, "demand", "harmonydb");
+    failing(&v, "vast", "no listing has worked yet");
+    failing(&v, "metrics", "does not exist");
+    let vast_since = check(&v, "vast")["since"].as_str().unwrap().to_string();
+    for name in ["actions", "pause", "foreign_installs", "database", "disk"] {
+        assert_eq!(check(&v, name)["ok"], true, "{name}: {v}");
+    }
+
+    // What later passes leave, written through the store as they would write it.
+    let now = now_ms();
+    {
+        let s = Store::open(&f.state, OpenMode::Existing, now).unwrap();
+        let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Events, now - 2 * MIN).unwrap();
+        let o = Outcome {
+            verdict: Verdict::ActionFailed,
+            actions: ActionCounts {
+                ok: 0,
+                refused: 0,
+                failed: 2,
+            },
+            ..Outcome::new(true)
+        };
+        runs::finish_ok(&s.conn, id, &o, now).unwrap();
+        let failed = runs::create(&s.conn, 1, 1, 2, StartedBy::Tick, now - MIN).unwrap();
+        runs::finish_failed(&s.conn, failed, "the LLM is unusable", now).unwrap();
+        ops::set_pause(
+            &s.conn,
+            &ops::Pause {
+                since: now - 3 * MIN,
+                until: None,
+                reason: "swapping the image".into(),
+            },
+        )
+        .unwrap();
+        let dead = json!({"pending": 59, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
+        fleetagent::store::curio::set_last_reading(&s.conn, &dead.to_string(), now).unwrap();
+        ops::set_foreign_installs(
+            &s.conn,
+            &[ops::ForeignInstance {
+                install_id: "qwerty".into(),
+                label: "fleetagent-qwerty-r4-0badf00d".into(),
+                vast_id: 4242,
+            }],
+            now,
+        )
+        .unwrap();
+    }
+    let (v, _) = doctor_json(&f);
+    failing(
+        &v,
+        "actions",
+        "changed nothing: its 2 launch(es) or stop(s) failed at vast.ai",
+    );
+    failing(&v, "runs", "failed 0s ago: the LLM is unusable");
+    failing(
+        &v,
+        "pause",
+        "PAUSED WHILE WORKERS DEAD: the fleet is unattended",
+    );
+    failing(&v, "foreign_installs", "another install (qwerty");
+
+    // Fixed: a demand source that answers, the right key, the textfile's dir, no pause. The
+    // next run clears what it saw fixed; the problems of the past stay until they pass.
+    let cfg = std::fs::read_to_string(&f.config).unwrap().replace(
+        "source = \"harmonydb\"",
+        &format!(
+            "source = \"command\"\ncommand = \"cat {}\"",
+            f.path().join("demand.json").display()
+        ),
+    );
+    f.write_config(&cfg);
+    std::fs::write(
+        f.path().join("demand.json"),
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(prom.parent().unwrap()).unwrap();
+    {
+        let s = Store::open(&f.state, OpenMode::Existing, now).unwrap();
+        ops::clear_pause(&s.conn).unwrap();
+    }
+    let run = f
+        .command(&["run"])
+        .env("VAST_API_KEY", vast.api_key())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let (v, _) = doctor_json(&f);
+    for name in ["demand", "vast", "metrics", "pause", "actions"] {
+        assert_eq!(check(&v, name)["ok"], true, "{name}: {v}");
+    }
+    assert!(prom.exists());
+    failing(&v, "runs", "1 run(s) failed in the last hour");
+
+    // `poll` (every minute, without a pass) records a listing that starts failing, too.
+    f.cmd(&["poll"]).ok();
+    let (v, _) = doctor_json(&f);
+    let detail = failing(&v, "vast", "vast.ai refuses the API key since ");
+    assert!(
+        detail.contains("the last listing that worked was "),
+        "{detail}"
+    );
+    assert!(check(&v, "vast")["since"].as_str().unwrap() >= vast_since.as_str());
+
+    // A backup of the live database: what it wrote, 0660, never over a file.
+    let copy = f.path().join("fleetagent-backup.db");
+    let out = f.cmd(&["backup", copy.to_str().unwrap()]).ok();
+    let runs_now = f.count("SELECT COUNT(*) FROM runs");
+    assert!(
+        out.stdout
+            .starts_with(&format!("backup {}: ", copy.display()))
+            && out.stdout.contains("PRAGMA quick_check: ok")
+            && out.stdout.contains(&format!("rows: runs {runs_now}, ")),
+        "{}",
+        out.stdout
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    let again = f.cmd(&["backup", copy.to_str().unwrap()]).code(1);
+    assert!(again.stderr.contains("exists"), "{}", again.stderr);
+}
+
+/// docs/operations.md's table of checks names exactly the checks `doctor` has.
+#[test]
+fn every_doctor_check_is_documented() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .unwrap();
+    let (_, table) = doc
+        .split_once("<!-- doctor-checks -->")
+        .expect("docs/operations.md marks its table of doctor checks");
+    let documented: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .map(|c| c.trim().trim_matches('`'))
+        .filter(|c| !c.is_empty() && *c != "check" && !c.starts_with('-'))
+        .collect();
+    assert_eq!(documented, fleetagent::doctor::CHECKS);
+}
+
+// --- monitoring ----------------------------------------------------------------------------
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Fails the test, saying what to install, when promtool is missing.
+fn require_promtool() {
+    if let Err(e) = Command::new("promtool").arg("--version").output() {
+        panic!(
+            "promtool cannot be run ({e}): install the prometheus package (apt-get install prometheus; scripts/test does)"
+        );
+    }
+}
+
+fn promtool(args: &[&str]) {
+    let out = Command::new("promtool").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The samples of a textfile: (series as written, value).
+fn samples(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            (series.to_string(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+fn metric_name(series: &str) -> &str {
+    series.split('{').next().unwrap()
+}
+
+/// promtool's input series from a textfile as node_exporter would serve it unchanged for
+/// `minutes` (no run since): labels `instance` and `job` added, and the times it holds
+/// (`*_timestamp_seconds`) made relative to when it was written, which is promtool's time 0.
+fn input_series(text: &str, instance: &str, minutes: u32) -> String {
+    let all = samples(text);
+    let written = all
+        .iter()
+        .find(|(s, _)| s == "fleetagent_metrics_timestamp_seconds")
+        .map(|(_, v)| *v)
+        .expect("the textfile says when it was written");
+    let mut out = String::new();
+    for (series, value) in all {
+        let value = if metric_name(&series).ends_with("_timestamp_seconds") {
+            value - written
+        } else {
+            value
+        };
+        let extra = format!("instance=\"{instance}\",job=\"node\"");
+        let series = match series.strip_suffix('}') {
+            Some(s) => format!("{s},{extra}}}"),
+            None => format!("{series}{{{extra}}}"),
+        };
+        out.push_str(&format!(
+            "      - series: '{}'\n        values: '{value}+0x{minutes}'\n",
+            series.replace('\'', "''")
+        ));
+    }
+    out
+}
+
+/// A `promql_expr_test` that the firing alerts at `minutes` are exactly `want` (alert, instance).
+fn firing_at(minutes: u32, want: &[(&str, &str)]) -> String {
+    let mut out = format!(
+        "      - expr: 'count by (alertname, instance) (ALERTS{{alertstate=\"firing\"}})'\n        eval_time: {minutes}m\n        exp_samples:\n"
+    );
+    for (alert, instance) in want {
+        // absent() fires without an instance.
+        let instance = if instance.is_empty() {
+            String::new()
+        } else {
+            format!(", instance=\"{instance}\"")
+        };
+        out.push_str(&format!(
+            "          - labels: '{{alertname=\"{alert}\"{instance}}}'\n            value: 1\n"
+        ));
+    }
+    if want.is_empty() {
+        out = out.replace("        exp_samples:\n", "        exp_samples: []\n");
+    }
+    out
+}
+
+/// Two real runs against the fakes write two textfiles: A has WORKERS DEAD with nothing to
+/// launch (max_instances = 0), B is blind (the probe fails, the key is refused), paused and
+/// over its daily spend. The rules check; promtool runs them over series made from those
+/// files and finds exactly the alerts each state calls for, and the time-based ones as the
+/// files age; a synthetic day of counters fires the floor and failure alerts. Every metric the
+/// rules and the dashboard name is a sample in those textfiles.
+#[test]
+fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
+    require_promtool();
+    let rules = repo("docs/monitoring/fleetagent.rules.yml");
+    promtool(&["check", "rules", rules.to_str().unwrap()]);
+
+    let vast = FakeVast::start_real_time();
+    let textfile = |f: &Fleet| f.path().join("fleetagent.prom");
+    let common = "[price]\nproof_price_fil = 0.01\nfil_usd = 4.0";
+    let policy = "target_proofs_per_hour = 100\nmax_instances = 0\nmax_dph_total = 5.0\ndaily_spend_max = 0.001";
+    let with_metrics = |f: &Fleet| {
+        let cfg = std::fs::read_to_string(&f.config).unwrap();
+        f.write_config(&format!(
+            "{cfg}\n[metrics]\ntextfile = \"{}\"\n",
+            textfile(f).display()
+        ));
+    };
+    // A: WORKERS DEAD, nothing may launch.
+    let demand = "source = \"command\"\ncommand = \"cat DIR/demand.json\"";
+    let a = rig(&vast, &vast.api_key(), demand, policy, common);
+    with_metrics(&a);
+    std::fs::write(
+        a.path().join("demand.json"),
+        json!({"pending": 59, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+            .to_string(),
+    )
+    .unwrap();
+    a.cmd(&["run"]).ok();
+    // B: blind, paused, an instance of ours billing $100/h since midnight (UTC).
+    let b = rig(
+        &vast,
+        "a-revoked-key",
+        "source = \"command\"\ncommand = \"false\"",
+        policy,
+        common,
+    );
+    with_metrics(&b);
+    {
+        let now = now_ms();
+        let s = Store::open(&b.state, OpenMode::Existing, now).unwrap();
+        ops::set_pause(
+            &s.conn,
+            &ops::Pause {
+                since: now,
+                until: None,
+                reason: "maintenance".into(),
+            },
+        )
+        .unwrap();
+        let midnight = now - now.rem_euclid(86_400_000);
+        s.conn
+            .execute(
+                "INSERT INTO instances (label, vast_id, state, gpu_name, dph, created_at, state_since)
+                 VALUES ('fleetagent-b-1', 7001, 'proving', 'RTX 4090', 100.0, ?1, ?1)",
+                [midnight],
+            )
+            .unwrap();
+    }
+    b.cmd(&["run"]).code(1); // the listing failed: the run says so and exits 1
+    let (text_a, text_b) = (
+        std::fs::read_to_string(textfile(&a)).unwrap(),
+        std::fs::read_to_string(textfile(&b)).unwrap(),
+    );
+    // C: healthy, one instance of ours proving (a label of before install ids: ours to every
+    // install), with our completions in Curio's history, so the figures that exist only
+    // while we prove (our cost per proof) are written too.
+    let label = "fleetagent-r1-0badc0de";
+    vast.add_instance(label);
+    let c = rig(&vast, &vast.api_key(), demand, policy, common);
+    with_metrics(&c);
+    std::fs::write(
+        c.path().join("demand.json"),
+        json!({"pending": 0, "running": 1, "completed_1h": 10, "completed_15m": 3,
+               "workers": [{"machine_name": label, "host_and_port": "10.0.0.5:12300",
+                            "running": 1, "cordoned": false}],
+               "history": [{"host_and_port": "10.0.0.5:12300", "proofs": 30,
+                            "first_end_secs_ago": 10000, "last_end_secs_ago": 60,
+                            "busy_secs": 9000, "completed_1h": 10}]})
+        .to_string(),
+    )
+    .unwrap();
+    c.cmd(&["run"]).ok();
+    let text_c = std::fs::read_to_string(textfile(&c)).unwrap();
+    assert!(
+        text_c.contains("fleetagent_fleet_cost_per_proof_dollars"),
+        "{text_c}"
+    );
+
+    // Every metric the rules and the dashboard name is a sample of a real textfile.
+    let dashboard_text =
+        std::fs::read_to_string(repo("docs/monitoring/grafana-dashboard.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&dashboard_text).expect("the dashboard is JSON");
+    assert!(dashboard["panels"].as_array().unwrap().len() >= 10);
+    let have: BTreeSet<String> = samples(&text_a)
+        .into_iter()
+        .chain(samples(&text_b))
+        .chain(samples(&text_c))
+        .map(|(s, _)| metric_name(&s).to_string())
+        .collect();
+    let rules_text = std::fs::read_to_string(&rules).unwrap();
+    let mut named = BTreeSet::new();
+    for text in [&rules_text, &dashboard_text] {
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("fleetagent_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            named.insert(name);
+        }
+    }
+    assert!(named.len() >= 20, "{named:?}");
+    let missing: Vec<&String> = named.difference(&have).collect();
+    assert!(
+        missing.is_empty(),
+        "named but not in a real textfile: {missing:?}"
+    );
+
+    // The rules over those files, aging, and over a synthetic day of counters.
+    // 300 steps of 5 minutes; a counter that steps up at 285 (1425m) has risen within the
+    // last 30 minutes at 1440m (a day).
+    let day = |floor: &str, llm: &str, action_failed: &str, failed: &str| {
+        [
+            ("runs_decided_total", "decided_by=\"floor\"", floor),
+            ("runs_decided_total", "decided_by=\"llm\"", llm),
+            ("runs_total", "verdict=\"action-failed\"", action_failed),
+            ("runs_total", "verdict=\"failed\"", failed),
+        ]
+        .iter()
+        .map(|(name, label, values)| {
+            format!(
+                "      - series: 'fleetagent_{name}{{{label},instance=\"c\",job=\"node\"}}'\n        values: '{values}'\n"
+            )
+        })
+        .collect::<String>()
+    };
+    // Rules evaluated every 5 minutes (the default timer period, and about what a scrape of a
+    // file rewritten every pass can tell): a day evaluated every minute costs seconds.
+    let test = format!(
+        "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
+         \x20 - interval: 1m\n    input_series:\n{a}{b}    promql_expr_test:\n{t12}{t20}{t30}\
+         \x20 - interval: 5m\n    input_series:\n{day}    promql_expr_test:\n{d1}\
+         \x20 - interval: 5m\n    input_series:\n{quiet}    promql_expr_test:\n{d2}",
+        rules = rules.display(),
+        a = input_series(&text_a, "a", 40),
+        b = input_series(&text_b, "b", 40),
+        t12 = firing_at(
+            12,
+            &[
+                ("FleetagentDemandUnknown", "b"),
+                ("FleetagentPaused", "b"),
+                ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentVastFailing", "b"),
+                ("FleetagentWorkersDeadNothingBooting", "a"),
+            ]
+        ),
+        t20 = firing_at(
+            20,
+            &[
+                ("FleetagentDemandUnknown", "b"),
+                ("FleetagentNoSuccessfulRun", "a"),
+                ("FleetagentNoSuccessfulRun", "b"),
+                ("FleetagentPaused", "b"),
+                ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentVastFailing", "b"),
+                ("FleetagentWorkersDeadNothingBooting", "a"),
+            ]
+        ),
+        t30 = firing_at(
+            30,
+            &[
+                ("FleetagentDemandUnknown", "a"),
+                ("FleetagentDemandUnknown", "b"),
+                ("FleetagentNoSuccessfulRun", "a"),
+                ("FleetagentNoSuccessfulRun", "b"),
+                ("FleetagentPaused", "b"),
+                ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentVastFailing", "b"),
+                ("FleetagentWorkersDeadNothingBooting", "a"),
+            ]
+        ),
+        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20"),
+        d1 = firing_at(
+            1440,
+            &[
+                ("FleetagentActionsFailing", "c"),
+                ("FleetagentFloorOverrulesModel", "c"),
+                ("FleetagentMetricsMissing", ""),
+                ("FleetagentRunsFailing", "c"),
+            ]
+        ),
+        quiet = day("0x300", "0+1x300", "0x300", "0x300"),
+        d2 = firing_at(1440, &[("FleetagentMetricsMissing", "")]),
+    );
+    let file = a.path().join("fleetagent.rules.test.yml");
+    std::fs::write(&file, &test).unwrap();
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}\n--- the test file ---\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
