@@ -319,4 +319,33 @@ proofs_per_hour_per_instance = 50
     assert_eq!(v["runs"][0]["status"], "ok");
     assert_eq!(v["runs"][0]["verdict"], "action-failed");
     assert_eq!(v["unconsumed_events"], 0);
+    // `doctor`, right after: vast.ai does not answer, and the pass's launch failed.
+    let doc = f.cmd(&["doctor"]).code(1);
+    assert!(
+        doc.stdout.contains("vast.ai") && doc.stdout.contains("no answer within 1s"),
+        "{}",
+        doc.stdout
+    );
+
+    // An operator's forced stop of an instance of ours (as the last pass left the table):
+    // one listing, bounded, then the destroy fails at once; one line, within 3x the timeout.
+    {
+        let db = f.db();
+        db.execute(
+            "INSERT INTO instances (label, vast_id, state, gpu_name, dph, created_at, state_since)
+             VALUES ('fleetagent-r1-0badc0de', 4242, 'proving', 'RTX 4090', 0.4, 0, 0)",
+            [],
+        )
+        .unwrap();
+    }
+    let started = Instant::now();
+    let stop = f.cmd(&["instances", "stop", "4242", "--force"]).code(1);
+    let stop_took = started.elapsed();
+    println!("against a hung vast.ai: instances stop --force {stop_took:?}");
+    assert!(
+        stop_took < Duration::from_millis(3_000 + 1_500),
+        "{stop_took:?}"
+    );
+    assert_eq!(stop.stderr.trim().lines().count(), 1, "{}", stop.stderr);
+    assert!(stop.stderr.contains("vast.ai"), "{}", stop.stderr);
 }

@@ -596,3 +596,56 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Must-show 1, the third case end to end: vast.ai answers the listing but fails every
+/// create. The pass is `action-failed` (never a plain `no-action`), its line says so, and
+/// `doctor` right after exits 1 naming the failed launch; the next good pass clears it.
+#[test]
+fn a_pass_whose_launches_all_failed_is_named_by_its_line_inspect_and_doctor() {
+    use crate::common::fake_vast::{FakeReply, Route};
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(5, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        &vast.api_key(),
+        "source = \"command\"\ncommand = \"cat DIR/demand.json\"",
+        "max_instances = 4\nmax_dph_total = 2.0\nlaunch_window_max = 1\nemergency_launch_max = 1",
+        "",
+    );
+    let dead =
+        json!({"pending": 59, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
+    std::fs::write(f.path().join("demand.json"), dead.to_string()).unwrap();
+    vast.fail_next(
+        Route::Create,
+        10,
+        FakeReply::json(500, json!({"error": "internal error"})),
+    );
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stdout.contains("-> action-failed") && out.stdout.contains("failed 1 launch"),
+        "{}",
+        out.stdout
+    );
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["verdict"], "action-failed", "{run}");
+    assert_eq!(run["actions_failed"], 1, "{run}");
+    let doc = f.cmd(&["doctor"]).code(1);
+    assert!(
+        doc.stdout
+            .contains("changed nothing: its 1 launch(es) or stop(s) failed at vast.ai")
+            && doc.stdout.contains("fleetagent history --run"),
+        "{}",
+        doc.stdout
+    );
+    let (json, code) = doctor_json(&f);
+    assert_eq!(code, 1);
+    let check = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "actions")
+        .cloned()
+        .unwrap();
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(check["since"].is_string(), "{check}");
+}
