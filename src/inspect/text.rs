@@ -75,7 +75,7 @@ pub fn render_text(r: &Report) -> String {
         r.session_id, r.session_started_at, r.next_run_id
     ));
     line(format!(
-        "install     {} (labels {{label_prefix}}-{}-r<run>-<suffix>)",
+        "install     {} (new labels: <vast.label_prefix>-{}-r<run>-<suffix>)",
         r.install_id, r.install_id
     ));
     if let Some(p) = &r.paused {
