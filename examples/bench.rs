@@ -51,7 +51,13 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn fleet(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(bin());
+    fleet_of(&bin(), dir, args)
+}
+
+/// `fleet` with another build of the binary (`BASELINE_BIN`: the previous build, measured
+/// alternately in the same run).
+fn fleet_of(bin: &Path, dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin);
     c.arg("--config")
         .arg(dir.join("config.toml"))
         .arg("--state-dir")
@@ -96,6 +102,16 @@ const CONFIG: &str = "[llm]\nprovider = \"rules\"\n";
 fn bench_trigger() {
     let dir = new_state(CONFIG);
     let n = 200;
+    // The previous build side by side (scripts/bench passes BASELINE_BIN when set), in a state
+    // dir of its own that it made itself.
+    let baseline = std::env::var_os("BASELINE_BIN").map(PathBuf::from);
+    let base_dir = baseline.as_ref().map(|b| {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("config.toml"), CONFIG).unwrap();
+        run_ok(fleet_of(b, d.path(), &["init"]));
+        d
+    });
+    let mut t_base = Vec::new();
     // The calibration point: the smallest program doing the same work (scripts/bench passes it).
     let reference = std::env::var_os("REFERENCE_BIN");
     let (ref_db, ref_bell) = (
@@ -118,6 +134,13 @@ fn bench_trigger() {
             c.arg(&ref_db).arg(&ref_bell).arg(format!("bench {i}"));
             t_ref.push(timed(c));
         }
+        if let (Some(b), Some(d)) = (&baseline, &base_dir) {
+            t_base.push(timed(fleet_of(
+                b,
+                d.path(),
+                &["trigger", "-p", "1", "-r", &format!("bench {i}")],
+            )));
+        }
     }
     let (a, v, b) = (median(t_true), median(t_version), median(t_trig));
     println!(
@@ -132,6 +155,16 @@ fn bench_trigger() {
         ms(v) / ms(a),
         ms(b) - ms(v)
     );
+    if let Some(base) = &baseline {
+        let m = median(t_base);
+        println!(
+            "  the baseline build ({}): median {:.2} ms = {:.2}x /bin/true; this build / baseline = {:.3}x",
+            base.display(),
+            ms(m),
+            ms(m) / ms(a),
+            ms(b) / ms(m)
+        );
+    }
     println!("{}", symbol_order_line(&bin()));
     if !t_ref.is_empty() {
         let r = median(t_ref);
