@@ -203,6 +203,9 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     }
     // What fleetagent knows and one listing: no demand probe (a slow Curio must not hold an
     // operator's stop).
+    if services.vast.is_some() {
+        crate::output::waiting("vast.ai", services::vast_call_bound(config));
+    }
     let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
     let now = app.now();
     let result = {
@@ -255,6 +258,9 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let services = vast_only(app, config)?;
     if services.vast.is_none() && !config.policy.dry_run {
         bail!("no vast.ai API key: nothing was destroyed (the pause stays); set VAST_API_KEY or provide the vast_api_key credential, then run this again");
+    }
+    if services.vast.is_some() {
+        crate::output::waiting("vast.ai", services::vast_call_bound(config));
     }
     let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
     if let Some(e) = &snapshot.listing_error {
