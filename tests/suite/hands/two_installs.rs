@@ -121,6 +121,24 @@ fn two_installs_on_one_account_never_touch_each_others_instances() {
         (Some(0.4), Some(0.4))
     );
 
+    // `doctor` names the other install in both (its foreign_installs check).
+    for (f, other, label) in [(&a, &ib, &fb[0].1), (&b, &ia, &fa[0].1)] {
+        let doc = f.cmd(&["doctor", "--json"]).code(1).json();
+        let check = doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "foreign_installs")
+            .cloned()
+            .unwrap();
+        assert_eq!(check["ok"], false, "{check}");
+        let detail = check["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(other.as_str()) && detail.contains(label.as_str()),
+            "{detail}"
+        );
+    }
+
     // `instances list` shows the other's apart.
     let list = a.cmd(&["instances", "list", "--json"]).ok().json();
     let ids: Vec<i64> = list["instances"]
