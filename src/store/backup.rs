@@ -216,17 +216,8 @@ mod tests {
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .unwrap();
         drop(s);
-        {
-            // A page in the middle of the file: a reader of the edges never reaches it.
-            use std::io::{Seek, SeekFrom, Write};
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.path().join(crate::store::DB_FILE))
-                .unwrap();
-            f.seek(SeekFrom::Start(((pages - 3) * 4096) as u64))
-                .unwrap();
-            f.write_all(&[0xA5; 4096]).unwrap();
-        }
+        // A page in the middle of the file: a reader of the edges never reaches it.
+        crate::store::damage_page(dir.path(), pages - 2, 4096);
         let src = Connection::open(dir.path().join(crate::store::DB_FILE)).unwrap();
         let file = dir.path().join("copy.db");
         let err = format!("{:#}", to_file(&src, &file).unwrap_err());

@@ -224,15 +224,7 @@ mod tests {
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .unwrap();
         drop(s);
-        {
-            use std::io::{Seek, SeekFrom, Write};
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.path().join(crate::store::DB_FILE))
-                .unwrap();
-            f.seek(SeekFrom::Start(((root - 1) * page) as u64)).unwrap();
-            f.write_all(&vec![0xA5; page as usize]).unwrap();
-        }
+        crate::store::damage_page(dir.path(), root, page);
         let conn = Connection::open(dir.path().join(crate::store::DB_FILE)).unwrap();
         let err = edge_check(&conn).unwrap_err();
         assert!(

@@ -425,6 +425,20 @@ fn uri_path(path: &Path) -> Result<String> {
 /// A store on a real file (made by [`Store::open`], as every command does) in a fresh temp
 /// dir, for the tests of each table group. Bind it as `let (_dir, s) = ...`: the store, bound
 /// last, is dropped before its dir.
+/// Overwrite page `page` (1-based) of the database file in `dir` with garbage, as a disk
+/// error would: for the tests of what reads a damaged file.
+#[cfg(test)]
+pub(crate) fn damage_page(dir: &Path, page: i64, page_size: i64) {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(DB_FILE))
+        .unwrap();
+    f.seek(SeekFrom::Start(((page - 1) * page_size) as u64))
+        .unwrap();
+    f.write_all(&vec![0xA5; page_size as usize]).unwrap();
+}
+
 #[cfg(test)]
 pub(crate) fn test_store(now: Millis) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
