@@ -34,6 +34,9 @@ ALTER TABLE samples ADD COLUMN ours_completed_1h INTEGER;
 -- find the new table under it).
 --   action-failed:  calls changed nothing and at least one failed (vast.ai refused or erred)
 --   action-refused: calls changed nothing and every one was refused by a guardrail
+-- actions_ok: launches and stops that went through (dry runs included); actions_refused:
+-- refused by a guardrail; actions_failed: failed at vast.ai. The comments stay out of the
+-- CREATE statement: SQLite keeps its text and every process parses it at open.
 CREATE TABLE runs_v6 (
     id                     INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id             INTEGER NOT NULL REFERENCES sessions(id),
@@ -56,9 +59,9 @@ CREATE TABLE runs_v6 (
     error                  TEXT,
     emergency              INTEGER NOT NULL DEFAULT 0,
     in_prompt              INTEGER NOT NULL DEFAULT 0,
-    actions_ok             INTEGER NOT NULL DEFAULT 0,  -- launches and stops that went through (dry runs included)
-    actions_refused        INTEGER NOT NULL DEFAULT 0,  -- refused by a guardrail
-    actions_failed         INTEGER NOT NULL DEFAULT 0   -- failed at vast.ai
+    actions_ok             INTEGER NOT NULL DEFAULT 0,
+    actions_refused        INTEGER NOT NULL DEFAULT 0,
+    actions_failed         INTEGER NOT NULL DEFAULT 0
 );
 INSERT INTO runs_v6 (id, session_id, pid, pass, started_by, status, verdict, decided_by,
                      started_at, finished_at, events_claimed, wakes_claimed, llm_calls,
@@ -81,10 +84,8 @@ CREATE INDEX runs_running ON runs(status) WHERE status = 'running';
 CREATE INDEX runs_in_prompt ON runs(session_id, id) WHERE in_prompt = 1;
 CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
 
--- hands (install identity, pause, operator hold): a pass asks whether the operator resumed or
--- wrote since their last stop (`events.kind` = 'resume' or 'message' after a time).
-CREATE INDEX events_kind_time ON events(kind, created_at);
--- obs slice: what `doctor` reads through an index at any size of the database: the failed
--- runs of the last hour, and the failed calls of one pass.
-CREATE INDEX runs_failed ON runs(finished_at) WHERE status = 'failed';
+-- What `doctor` and every pass read through an index at any size of the database: the
+-- calls of one pass (the ledger only grows). The operator hold's check (an event since a
+-- time) and doctor's failed runs of the last hour walk back from the newest row instead: an
+-- index on `events` would cost every `trigger` its upkeep and its parse.
 CREATE INDEX actions_run ON actions(run_id);

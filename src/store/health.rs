@@ -19,14 +19,30 @@ pub struct Failed {
 }
 
 /// Runs that finished `failed` (interrupted ones included: recovery marks them failed) at or
-/// after `since` (index `runs_failed`).
+/// after `since`. A walk from the newest run back to the first one that finished before
+/// `since`: runs finish in the order they start, but for an interrupted one, which the next
+/// process marks failed when it starts, before any of its own passes finish. So it reads only
+/// the window's runs, without an index every process would parse.
 pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> {
-    let (count, first_at, last_id): (i64, Option<Millis>, Option<i64>) = conn.query_row(
-        "SELECT COUNT(*), MIN(finished_at), MAX(id) FROM runs
-          WHERE status = 'failed' AND finished_at >= ?1",
-        params![since],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
+    let mut stmt =
+        conn.prepare_cached("SELECT id, status, finished_at FROM runs ORDER BY id DESC")?;
+    let mut rows = stmt.query([])?;
+    let (mut count, mut first_at, mut last_id) = (0i64, None::<Millis>, None::<i64>);
+    while let Some(r) = rows.next()? {
+        let finished: Option<Millis> = r.get(2)?;
+        let Some(finished) = finished else {
+            continue; // running
+        };
+        if finished < since {
+            break;
+        }
+        let status: String = r.get(1)?;
+        if status == "failed" {
+            count += 1;
+            first_at = Some(first_at.map_or(finished, |f: Millis| f.min(finished)));
+            last_id = last_id.or(Some(r.get(0)?));
+        }
+    }
     let (Some(first_at), Some(id)) = (first_at, last_id) else {
         return Ok(None);
     };
@@ -157,6 +173,18 @@ mod tests {
             (last.id, last.verdict, last.actions.failed),
             (ids[1], Some(Verdict::ActionFailed), 2)
         );
+        // A pass interrupted long ago is marked failed by the next process when it starts:
+        // finished within the window although it started before the passes that follow it
+        // in the walk. Then one more, running.
+        let interrupted = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, 1_000).unwrap();
+        let next = runs::create(&s.conn, 1, 2, 1, StartedBy::Tick, 9_000).unwrap();
+        runs::finish_failed(&s.conn, interrupted, "interrupted", 9_000).unwrap();
+        runs::finish_ok(&s.conn, next, &Outcome::new(false), 9_050).unwrap();
+        runs::create(&s.conn, 1, 3, 1, StartedBy::Tick, 9_100).unwrap();
+        let f = failed_since(&s.conn, 8_000).unwrap().unwrap();
+        assert_eq!((f.count, f.first_at, f.last.id), (1, 9_000, interrupted));
+        let last = last_ok_pass(&s.conn).unwrap().unwrap();
+        assert_eq!(last.id, next);
     }
 
     #[test]
