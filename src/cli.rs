@@ -304,7 +304,7 @@ fn non_empty(s: &str) -> Result<String, String> {
 /// cost in `trigger`, the process started on every state change. Parsing and help are
 /// unchanged; completions list the same options (in another order). The subcommands of
 /// `wakes`, `instances` and `units` are deferred too (their enums themselves are not: `help`
-/// lists their names and abouts); that took a tenth of `trigger`'s instructions off in a debug
+/// lists their names and abouts); that took 3 % of `trigger`'s instructions off in a debug
 /// build once `instances stop` grew `--all`.
 #[derive(Debug)]
 pub struct Deferred<T>(pub T);
