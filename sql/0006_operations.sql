@@ -88,3 +88,8 @@ CREATE INDEX events_kind_time ON events(kind, created_at);
 -- runs of the last hour, and the failed calls of one pass.
 CREATE INDEX runs_failed ON runs(finished_at) WHERE status = 'failed';
 CREATE INDEX actions_run ON actions(run_id);
+
+-- counts slice: our estimate of the tools' tokens in each request beside the prompt's
+-- (`doctor`'s tools_in_prompt check compares what the server counted with both). NULL on rows
+-- stored before it.
+ALTER TABLE llm_calls ADD COLUMN tools_tokens_est INTEGER;

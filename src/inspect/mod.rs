@@ -378,7 +378,9 @@ mod tests {
         );
         let text = render_text(&r);
         assert!(
-            text.contains("\ninstall     qwerty (new labels: <vast.label_prefix>-qwerty-r<run>-<suffix>)\n"),
+            text.contains(
+                "\ninstall     qwerty (new labels: <vast.label_prefix>-qwerty-r<run>-<suffix>)\n"
+            ),
             "{text}"
         );
         assert!(
