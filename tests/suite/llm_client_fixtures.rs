@@ -729,4 +729,11 @@ fn a_malformed_answers_note_arrives_in_a_message_of_its_own() {
         f.count("SELECT COUNT(*) FROM messages WHERE kind = 'note' AND role = 'user'"),
         1
     );
+    // `inspect` counts the answer written as text by the sim report's rule.
+    let llm_view = &f.inspect()["llm"];
+    assert_eq!(llm_view["malformed_answers"], 1, "{llm_view}");
+    assert!(
+        llm_view["recent_answers"].as_i64().unwrap() >= 2,
+        "{llm_view}"
+    );
 }
