@@ -58,6 +58,19 @@ pub fn llm_response(data: &[u8]) {
             !read.cut || read.calls.is_empty(),
             "a cut answer's calls run"
         );
+        // The turn is stored as it came, cut at most; what is said about it is a note apart.
+        assert!(
+            answer
+                .content
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with(&read.content),
+            "the stored turn is not the answer's own text"
+        );
+        assert!(
+            !read.malformed || read.note.is_some(),
+            "a malformed answer without a note"
+        );
         for call in store::stored_calls(&read.calls) {
             let v: Value = serde_json::from_str(&call.arguments).expect("stored arguments parse");
             assert!(v.is_object(), "stored arguments are an object");

@@ -82,3 +82,8 @@ CREATE INDEX runs_ok ON runs(finished_at) WHERE status = 'ok';
 -- time) and doctor's failed runs of the last hour walk back from the newest row instead: an
 -- index on `events` would cost every `trigger` its upkeep and its parse.
 CREATE INDEX actions_run ON actions(run_id);
+
+-- counts slice: our estimate of the tools' tokens in each request beside the prompt's
+-- (`doctor`'s tools_in_prompt check compares what the server counted with both). NULL on rows
+-- stored before it.
+ALTER TABLE llm_calls ADD COLUMN tools_tokens_est INTEGER;

@@ -27,7 +27,8 @@ pub struct Place {
 }
 
 /// Insert one message with its token count (and, for tool results, the compacted
-/// placeholder and its count), computed once here.
+/// placeholder and its count), computed once here. An assistant turn's calls are stored in
+/// the form that can be sent again (`prompt::answer::stored_calls`).
 #[allow(clippy::too_many_arguments)]
 pub fn insert_message(
     conn: &rusqlite::Connection,
@@ -40,12 +41,19 @@ pub fn insert_message(
     event_id: Option<i64>,
     now: Millis,
 ) -> Result<i64> {
-    let tokens = tk.count_message(msg) as i64;
-    let calls_json = if msg.tool_calls.is_empty() {
-        None
+    // An assistant turn's calls are stored as they can be sent again (`answer::stored_calls`),
+    // counted as stored, with what the model sent kept beside them for `history`.
+    let stored;
+    let (msg, calls_json) = if msg.tool_calls.is_empty() {
+        (msg, None)
     } else {
-        Some(serde_json::to_string(&msg.tool_calls)?)
+        stored = ChatMessage {
+            tool_calls: stored_calls(&msg.tool_calls),
+            ..msg.clone()
+        };
+        (&stored, Some(answer::stored_calls_json(&msg.tool_calls)))
     };
+    let tokens = tk.count_message(msg) as i64;
     let placeholder = gist.map(|g| {
         format!(
             "[compacted] {}: {}",
@@ -98,8 +106,8 @@ pub struct LlmOutcome {
     pub max_prompt_est: i64,
     pub max_prompt_reported: Option<i64>,
     pub completion_tokens: i64,
-    /// Answers cut at `max_tokens` or with a tool call written as text (their stored text
-    /// carries a note saying which; `prompt::answer::read`).
+    /// Answers cut at `max_tokens` or with a tool call written as text (a note saying which
+    /// follows the stored answer; `prompt::answer::read`).
     pub malformed_answers: i64,
     /// The model's tool calls answered `invalid_args` or `unknown_tool` (arguments that are
     /// not a JSON object, of the wrong shape, or no such tool).
@@ -284,6 +292,7 @@ pub fn llm_loop(
                     round,
                     request.messages.len(),
                     estimate,
+                    tools_tokens,
                     None,
                     latency,
                     0,
@@ -319,6 +328,7 @@ pub fn llm_loop(
             round,
             request.messages.len(),
             estimate,
+            tools_tokens,
             response
                 .usage
                 .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
@@ -336,7 +346,9 @@ pub fn llm_loop(
             calls,
             dropped,
             cut,
+            as_text,
             malformed,
+            note,
         } = answer::read(
             &response,
             &request.messages,
@@ -349,13 +361,29 @@ pub fn llm_loop(
             log::warn!(
                 "run {} round {round}: malformed answer ({})",
                 le.run_id,
-                if cut {
-                    "cut at max_output_tokens"
-                } else {
-                    "a tool call written as text"
+                match (cut, as_text) {
+                    (true, true) => "cut at max_output_tokens, a tool call written as text",
+                    (true, false) => "cut at max_output_tokens",
+                    _ => "a tool call written as text",
                 }
             );
         }
+        // The model's turn is stored as it was; what must be said about it follows it in a
+        // message of its own, after the results of its calls (small models copy what their
+        // own turns say).
+        let note_message = |conn: &rusqlite::Connection, note: String, at: Millis| {
+            insert_message(
+                conn,
+                le.tk,
+                &place,
+                &user(note),
+                "note",
+                None,
+                None,
+                None,
+                at,
+            )
+        };
         if calls.is_empty() {
             if !content.trim().is_empty() {
                 insert_message(
@@ -375,6 +403,9 @@ pub fn llm_loop(
                     at,
                 )?;
             }
+            if let Some(note) = note {
+                note_message(&store.conn, note, at)?;
+            }
             break;
         }
         insert_message(
@@ -384,7 +415,7 @@ pub fn llm_loop(
             &ChatMessage {
                 role: Role::Assistant,
                 content,
-                tool_calls: stored_calls(&calls),
+                tool_calls: calls.clone(),
                 tool_call_id: None,
             },
             "tool_call",
@@ -408,6 +439,13 @@ pub fn llm_loop(
             out.mutated |= result.mutated;
             if answer::invalid_call(&result.content) {
                 out.invalid_calls += 1;
+            }
+            // The stored call shows `{}` for arguments it could not keep: its result says so.
+            if let (Some(n), Some(obj)) = (
+                answer::arguments_note(&call.arguments),
+                result.content.as_object_mut(),
+            ) {
+                obj.entry("note").or_insert(json!(n));
             }
             if dropped > 0 && i + 1 == calls.len() {
                 if let Some(obj) = result.content.as_object_mut() {
@@ -438,6 +476,9 @@ pub fn llm_loop(
                 le.clock.now_ms(),
             )?;
             crate::faults::point("tool-after-result")?;
+        }
+        if let Some(note) = note {
+            note_message(&store.conn, note, le.clock.now_ms())?;
         }
     }
     if out.malformed_answers > 0 || out.invalid_calls > 0 {

@@ -36,6 +36,12 @@ impl Encoding {
     /// (`openai/gpt-4o` on OpenRouter) are ignored. Unknown models, including local ones behind
     /// vLLM or Ollama whose own tokenizer we cannot load, get `o200k_base` as the cookbook does.
     pub fn for_model(model: &str) -> Encoding {
+        Encoding::of_openai_model(model).unwrap_or(Encoding::O200kBase)
+    }
+
+    /// The encoding of one of OpenAI's own models (whose tokenizer ours is); `None` for any
+    /// other model, which we count with `o200k_base` as a stand-in.
+    pub fn of_openai_model(model: &str) -> Option<Encoding> {
         let name = model.trim();
         let name = name.strip_prefix("ft:").unwrap_or(name);
         let name = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
@@ -51,18 +57,14 @@ impl Encoding {
             "codex-mini",
         ];
         if O200K.iter().any(|p| name.starts_with(p)) {
-            return Encoding::O200kBase;
+            return Some(Encoding::O200kBase);
         }
         let cl100k = name == "gpt-4"
             || name.starts_with("gpt-4-")
             || name.starts_with("gpt-4:")
             || name.starts_with("gpt-3.5")
             || name.starts_with("gpt-35");
-        if cl100k {
-            Encoding::Cl100kBase
-        } else {
-            Encoding::O200kBase
-        }
+        cl100k.then_some(Encoding::Cl100kBase)
     }
 
     /// Parse an explicit setting (`llm.encoding`).

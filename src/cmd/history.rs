@@ -99,12 +99,13 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
         if let Some(calls) = &m.tool_calls {
             if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(calls) {
                 for c in items {
-                    crate::outln!(
-                        "{:>12} | {}({})",
-                        "calls",
-                        c["name"].as_str().unwrap_or("?"),
-                        c["arguments"].as_str().unwrap_or("")
-                    );
+                    // `sent`: what the model sent where the conversation shows `{}`.
+                    let name = c["name"].as_str().unwrap_or("?");
+                    let call = match c["sent"].as_str() {
+                        Some(sent) => format!("{name}({sent}) [shown to the model as {{}}]"),
+                        None => format!("{name}({})", c["arguments"].as_str().unwrap_or("")),
+                    };
+                    crate::outln!("{:>12} | {call}", "calls");
                 }
             }
         }

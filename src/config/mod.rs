@@ -153,6 +153,28 @@ mod tests {
         );
     }
 
+    /// The retry budget used to cap a larger timeout silently.
+    #[test]
+    fn a_timeout_above_the_retry_budget_names_both_keys_and_values() {
+        let err = parse("[llm]\ntimeout_secs = 300\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "line 2 (llm.timeout_secs): llm.timeout_secs (300) must not exceed llm.retry_budget_secs (90)"
+            ),
+            "{err}"
+        );
+        // Only the budget in the file: its line is named.
+        let err = parse("[llm]\n\nretry_budget_secs = 30\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "line 3 (llm.retry_budget_secs): llm.timeout_secs (60) must not exceed llm.retry_budget_secs (30)"
+            ),
+            "{err}"
+        );
+        let c = parse("[llm]\ntimeout_secs = 300\nretry_budget_secs = 300\n").unwrap();
+        assert_eq!((c.llm.timeout_secs, c.llm.retry_budget_secs), (300, 300));
+    }
+
     #[test]
     fn duplicate_key_is_named() {
         let err = parse("[run]\nmax_passes = 3\nmax_passes = 4\n").unwrap_err();

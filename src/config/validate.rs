@@ -134,7 +134,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
             None,
         ));
     }
-    Ok(())
+    timeout_within_retry_budget(l)
 }
 
 /// `[vast]`, `[vast.env]` and `[vast.offers]`.
@@ -436,6 +436,22 @@ fn source_has_its_address(d: &DemandConfig) -> Result<(), Invalid> {
         )),
         _ => Ok(()),
     }
+}
+
+/// One request's timeout fits the budget of every attempt of a model turn together: above
+/// it, the budget would cut every request short and the timeout would mean nothing.
+fn timeout_within_retry_budget(l: &LlmConfig) -> Result<(), Invalid> {
+    if l.timeout_secs > l.retry_budget_secs {
+        return Err((
+            "llm.timeout_secs",
+            format!(
+                "llm.timeout_secs ({}) must not exceed llm.retry_budget_secs ({}): the budget bounds all attempts of a model turn together, so no request could wait its timeout; raise llm.retry_budget_secs or lower llm.timeout_secs",
+                l.timeout_secs, l.retry_budget_secs
+            ),
+            Some("llm.retry_budget_secs"),
+        ));
+    }
+    Ok(())
 }
 
 /// The emergency allowance is at least the ordinary launch window's.

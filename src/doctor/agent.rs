@@ -286,3 +286,69 @@ pub(super) fn silent_destroys(conn: &Connection, now: Millis) -> Vec<Problem> {
         Err(e) => vec![unreadable("actions", &e)],
     }
 }
+
+/// The newest calls the tools_in_prompt check reads (a bounded read at any table size).
+const COUNTED_CALLS: i64 = 20;
+/// The newest this many calls that reported a prompt count must all count short, none of
+/// their passes with a tool call, for the check to say so: a template drops the tools on
+/// every request; one odd count is not that.
+pub(super) const SHORT_CALLS: usize = 3;
+
+/// The server counted too few prompt tokens for the tools to have been in the prompt: its
+/// chat template drops them (SmolLM2's own has no tools branch, and llama-server drops
+/// `tools` without a word), so the model can call none. The lines, measured with
+/// Qwen2.5-Coder-0.5B's own template through llama-server on fleetagent's real requests
+/// (docs/operations.md, "tools_in_prompt"): with the tools it counted 1.15x our estimate of
+/// the request, without them 0.83x (a request of 2,819 tokens by our count, 736 of them the
+/// tools) to 0.99x (5,742): its tokenizer counts 1.12-1.13x ours, the tools are 928 of its
+/// tokens. So a count below our estimate of the tools alone is certain (every request also
+/// carries the system prompt, longer than the tools); for a model we count with a stand-in
+/// tokenizer, a count below our estimate of the whole request is the sign, until the
+/// history outgrows the tools about 8 to 1. OpenAI's own models count below our estimate by
+/// design (they render tools more compactly than the JSON we count) and always get the
+/// tools: for them only the certain line holds. A pass in which the model called a tool
+/// had its tools.
+pub(super) fn tools_dropped(
+    counted: &[crate::store::llm_calls::Counted],
+    stand_in_tokenizer: bool,
+) -> Option<Problem> {
+    let short = |c: &crate::store::llm_calls::Counted| {
+        !c.run_called_a_tool
+            && (c.reported < c.tools_estimated || (stand_in_tokenizer && c.reported < c.estimated))
+    };
+    let streak = counted.iter().take_while(|c| short(c)).count();
+    if streak < SHORT_CALLS {
+        return None;
+    }
+    let newest = counted[0];
+    let below = if newest.reported < newest.tools_estimated {
+        format!(
+            "fewer than our estimate of its tools alone ({})",
+            newest.tools_estimated
+        )
+    } else {
+        format!(
+            "fewer than our estimate of the request ({}, of which the tools {}), where a server that renders the tools counts more",
+            newest.estimated, newest.tools_estimated
+        )
+    };
+    Some(
+        Problem::new(format!(
+            "the LLM server counted {} prompt tokens for the last request (run {}), {below}; each of the {streak} latest calls that reported usage counted short, and the model called no tool in them: its chat template likely drops the tools (SmolLM2's own does, and llama-server drops them without a word), so the model cannot call any",
+            newest.reported, newest.run_id
+        ))
+        .fix("serve the model with a chat template that renders tools (llama-server --jinja with a tool-aware template, or --chat-template-file); `fleetagent sim --llm` shows whether it calls tools; else llm.provider = \"rules\"")
+        .since(counted.get(streak - 1).map(|c| c.at)),
+    )
+}
+
+pub(super) fn tools_in_prompt(conn: &Connection, config: &Config) -> Vec<Problem> {
+    if config.llm.provider != crate::config::Provider::Openai {
+        return Vec::new();
+    }
+    let stand_in = crate::tokens::Encoding::of_openai_model(&config.llm.model).is_none();
+    match crate::store::llm_calls::recent_counted(conn, COUNTED_CALLS) {
+        Ok(counted) => tools_dropped(&counted, stand_in).into_iter().collect(),
+        Err(e) => vec![unreadable("llm_calls", &e)],
+    }
+}

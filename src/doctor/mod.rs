@@ -43,6 +43,7 @@ pub const CHECKS: &[&str] = &[
     "llm",
     "floor",
     "calibration",
+    "tools_in_prompt",
     "curio",
     "worker_identity",
     "price",
@@ -247,6 +248,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     found.add("metrics", host::metrics(conn, config, now));
     found.add("floor", agent::floor(conn, now));
     found.add("calibration", agent::calibration(conn, config));
+    found.add("tools_in_prompt", agent::tools_in_prompt(conn, config));
     let (curio, identity) = outside::curio_and_identity(conn, config, now);
     found.add("curio", curio);
     found.add("worker_identity", identity);

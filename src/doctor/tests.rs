@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use super::agent::{overruled, uncalibrated};
+use super::agent::{overruled, uncalibrated, SHORT_CALLS};
 use super::*;
 use crate::store::ops::{self, ForeignInstance, Pause};
 use crate::store::runs::{self, ActionCounts, Outcome, StartedBy, Verdict};
@@ -419,4 +419,129 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
         "{p:?}"
     );
     assert!(p[0].line().contains("units install"));
+}
+
+/// One model call as the tool loop records it: our estimate of the request and of its
+/// tools, what the server counted, and (when the model called a tool) its tool call.
+fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, called: bool) {
+    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
+    crate::store::llm_calls::insert(
+        &s.conn,
+        run,
+        at,
+        1,
+        2,
+        est,
+        736,
+        Some((reported, 40)),
+        900,
+        1,
+        None,
+    )
+    .unwrap();
+    if called {
+        crate::store::messages::insert(
+            &s.conn,
+            &crate::store::messages::NewMessage {
+                session_id: 1,
+                run_id: Some(run),
+                role: "assistant",
+                kind: "tool_call",
+                content: "",
+                tokens: 20,
+                tool_calls: Some(r#"[{"id":"c1","name":"list_instances","arguments":"{}"}]"#),
+                tool_call_id: None,
+                tool_name: None,
+                gist: None,
+                gist_tokens: None,
+                event_id: None,
+            },
+            at,
+        )
+        .unwrap();
+    }
+}
+
+fn tools_check(dir: &Path, model: &str) -> Check {
+    let mut config = Config::default();
+    config.llm.model = model.into();
+    check(&run_checks(dir, &config), "tools_in_prompt").clone()
+}
+
+/// What Qwen2.5-Coder-0.5B's server counted for fleetagent's real requests (our estimate,
+/// its count without the tools, with them: docs/operations.md, "tools_in_prompt").
+const QWEN: [(u64, i64, i64); 3] = [
+    (2_819, 2_341, 3_269),
+    (5_742, 5_674, 6_602),
+    (5_618, 5_531, 6_459),
+];
+
+#[test]
+fn a_server_that_counts_too_few_prompt_tokens_for_the_tools_is_named() {
+    let qwen = "qwen2.5-coder-0.5b-instruct";
+    let (dir, s) = test_store(NOW);
+    assert!(tools_check(dir.path(), qwen).ok(), "no call yet");
+    // With the tools: more than our estimate, every time.
+    for (i, (est, _, with)) in QWEN.iter().enumerate() {
+        model_call(&s, NOW - (10 - i as i64) * MIN, *est, *with, false);
+    }
+    assert!(tools_check(dir.path(), qwen).ok());
+    // A template that drops them: fewer, three calls in a row, no tool called.
+    for (i, (est, without, _)) in QWEN.iter().enumerate() {
+        model_call(&s, NOW - (5 - i as i64) * MIN, *est, *without, false);
+    }
+    let c = tools_check(dir.path(), qwen);
+    assert_eq!(c.problems.len(), 1, "{c:?}");
+    let line = c.problems[0].line();
+    assert!(
+        line.starts_with("the LLM server counted 5531 prompt tokens for the last request (run 6), fewer than our estimate of the request (5618, of which the tools 736)"),
+        "{line}"
+    );
+    assert!(
+        line.contains("each of the 3 latest calls that reported usage counted short"),
+        "{line}"
+    );
+    assert!(
+        line.contains("; fix: serve the model with a chat template that renders tools"),
+        "{line}"
+    );
+    assert_eq!(
+        c.problems[0].since,
+        Some(NOW - 5 * MIN),
+        "the first of the streak"
+    );
+    // OpenAI's own models count below our estimate by design: only the tools alone count.
+    assert!(tools_check(dir.path(), "gpt-4o-mini").ok());
+    // A call whose server counted with the tools ends the streak.
+    model_call(&s, NOW - MIN, 2_819, 3_269, false);
+    assert!(tools_check(dir.path(), qwen).ok());
+    // Fewer than the tools alone: certain, for any model; a count of 0 is no count.
+    for i in 0..SHORT_CALLS as i64 {
+        model_call(&s, NOW - 30_000 + i, 2_819, 0, false);
+        model_call(&s, NOW - 20_000 + i, 2_819, 700, false);
+    }
+    let c = tools_check(dir.path(), "gpt-4o-mini");
+    let line = c.problems[0].line();
+    assert!(line.contains("700 prompt tokens for the last request (run 13), fewer than our estimate of its tools alone (736)"), "{line}");
+    assert_eq!(c.problems[0].since, Some(NOW - 20_000));
+    // A pass in which the model called a tool had its tools.
+    model_call(&s, NOW - 1_000, 2_819, 700, true);
+    assert!(tools_check(dir.path(), "gpt-4o-mini").ok());
+    // The rules decide: no model, nothing to say.
+    let mut rules = Config::default();
+    rules.llm.provider = crate::config::Provider::Rules;
+    assert!(check(&run_checks(dir.path(), &rules), "tools_in_prompt").ok());
+}
+
+/// The line "fewer than the tools alone" is certain because every request also carries the
+/// system prompt, which alone outweighs the tools by our count.
+#[test]
+fn the_system_prompt_alone_outweighs_the_tools() {
+    let tk = crate::tokens::Tokenizer::for_model("gpt-4o", None).unwrap();
+    let tools = tk.count_tools(&crate::tools::registry().specs());
+    let system = tk.count_text(crate::prompt::SYSTEM_PROMPT);
+    assert!(
+        system > tools,
+        "system prompt {system} tokens, tools {tools}"
+    );
 }

@@ -300,6 +300,11 @@ pub struct LlmView {
     pub calibrated_ratio: Option<f64>,
     pub calibration_samples: i64,
     pub calibrated_budget_tokens: u64,
+    /// The model's newest turns in this session (at most 100), and how many of them wrote a
+    /// tool call as text (nothing ran: `prompt::answer::tool_call_as_text`, the sim report's
+    /// rule).
+    pub recent_answers: i64,
+    pub malformed_answers: i64,
 }
 
 /// An operator message and the model's answer, if any came after it.

@@ -232,6 +232,12 @@ pub fn render_text(r: &Report) -> String {
                 .unwrap_or_default()
         ));
     }
+    if r.llm.malformed_answers > 0 {
+        line(format!(
+            "answers     {} of the model's last {} wrote a tool call as text: nothing ran (try the model with `fleetagent sim --llm`)",
+            r.llm.malformed_answers, r.llm.recent_answers
+        ));
+    }
     for o in &r.operator_messages {
         line(format!(
             "operator    {} {} -> {}",

@@ -129,6 +129,7 @@ mod tests {
                 1,
                 3,
                 est,
+                700,
                 reported.map(|r| (r, 10)),
                 5,
                 1,

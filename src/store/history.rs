@@ -25,7 +25,7 @@ pub struct Stored {
 }
 
 /// One earlier run's messages as the source gives them: all of an action run, or only the
-/// operator messages and the model's answers of any other run.
+/// operator messages, the model's answers and the notes about them of any other run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryRun {
     pub run_id: i64,
@@ -111,7 +111,7 @@ impl HistorySource for DbHistory<'_> {
         let whole = verdict.as_deref() == Some("action") || verdict.is_none();
         let messages = all
             .iter()
-            .filter(|m| whole || m.kind == "operator" || m.kind == "answer")
+            .filter(|m| whole || matches!(m.kind.as_str(), "operator" | "answer" | "note"))
             .map(to_stored)
             .collect();
         Ok(Some(HistoryRun { run_id, messages }))

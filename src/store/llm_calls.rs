@@ -61,7 +61,8 @@ pub fn totals(conn: &Connection) -> Result<Totals> {
     )?)
 }
 
-/// Record one model request (`error` set when it failed).
+/// Record one model request (`error` set when it failed): our estimate of its prompt and,
+/// within it, of its tools.
 #[allow(clippy::too_many_arguments)]
 pub fn insert(
     conn: &Connection,
@@ -70,21 +71,24 @@ pub fn insert(
     round: u32,
     messages: usize,
     estimate: u64,
+    tools_estimate: u64,
     usage: Option<(i64, i64)>,
     latency_ms: i64,
     attempts: u32,
     error: Option<&str>,
 ) -> Result<()> {
     conn.execute(
-        "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est, prompt_tokens_reported,
-                                completion_tokens, latency_ms, attempts, outcome, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est, tools_tokens_est,
+                                prompt_tokens_reported, completion_tokens, latency_ms, attempts,
+                                outcome, error)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             run_id,
             at,
             round,
             messages as i64,
             estimate as i64,
+            tools_estimate as i64,
             usage.map(|u| u.0),
             usage.map(|u| u.1),
             latency_ms,
@@ -94,6 +98,47 @@ pub fn insert(
         ],
     )?;
     Ok(())
+}
+
+/// One recent call that reported usage, as `doctor`'s tools_in_prompt check reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub run_id: i64,
+    pub at: Millis,
+    /// Our estimate of the whole prompt, and of its tools.
+    pub estimated: i64,
+    pub tools_estimated: i64,
+    /// What the server counted.
+    pub reported: i64,
+    /// The model's answers in that call's run made a tool call through the API.
+    pub run_called_a_tool: bool,
+}
+
+/// Of the newest `limit` calls (bounded, however many rows the table holds), those that went
+/// through and reported a prompt count (0 is "not reported": some servers fill only part of
+/// `usage`) and carry a tools estimate, newest first.
+pub fn recent_counted(conn: &Connection, limit: i64) -> Result<Vec<Counted>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.run_id, c.at, c.prompt_tokens_est, c.tools_tokens_est, c.prompt_tokens_reported,
+                EXISTS (SELECT 1 FROM messages m WHERE m.run_id = c.run_id
+                          AND m.role = 'assistant' AND m.kind = 'tool_call')
+         FROM (SELECT * FROM llm_calls ORDER BY id DESC LIMIT ?1) c
+         WHERE c.outcome = 'ok' AND c.prompt_tokens_reported > 0 AND c.tools_tokens_est > 0
+         ORDER BY c.id DESC",
+    )?;
+    let rows = stmt
+        .query_map(params![limit], |r| {
+            Ok(Counted {
+                run_id: r.get(0)?,
+                at: r.get(1)?,
+                estimated: r.get(2)?,
+                tools_estimated: r.get(3)?,
+                reported: r.get(4)?,
+                run_called_a_tool: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 #[cfg(test)]

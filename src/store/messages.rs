@@ -89,6 +89,19 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
     })
 }
 
+/// The text of the model's newest `limit` turns in a session (empty for a turn that only
+/// called tools), newest first: a bounded walk back along the session's index.
+pub fn model_texts(conn: &Connection, session_id: i64, limit: i64) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT content FROM messages WHERE session_id = ?1 AND role = 'assistant'
+         ORDER BY id DESC LIMIT ?2",
+    )?;
+    let rows = stmt
+        .query_map(params![session_id, limit], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// The last `limit` messages (of one session, or of all), oldest first.
 pub fn tail(conn: &Connection, session: Option<i64>, limit: i64) -> Result<Vec<Message>> {
     let mut rows = match session {

@@ -36,6 +36,16 @@ pub struct RunCounts {
     pub last_ok_start: Option<Millis>,
 }
 
+/// The first pass whose model turn failed (the run's `llm_error`): its run, when it started,
+/// and why.
+pub fn first_llm_failure(conn: &Connection) -> Result<Option<(i64, Millis, String)>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, started_at, llm_error FROM runs WHERE llm_error IS NOT NULL ORDER BY id LIMIT 1",
+    )?;
+    let mut rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(rows.next().transpose()?)
+}
+
 /// Totals over the LLM calls (0 when there were none).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LlmTotals {

@@ -3,7 +3,9 @@
 //! the strict fake, which here also plays llama-server and answers 500 to any history with
 //! tool-call arguments that are not JSON. Then: a stored invalid argument never reaches a
 //! later request (also one stored by an older version), a parse-error 500 is not retried,
-//! `max_tokens` is in every request, and an answer cut at the limit runs none of its calls.
+//! `max_tokens` is in every request, an answer cut at the limit runs none of its calls, and
+//! what is said about an answer (malformed, cut, invalid arguments) comes in a message of
+//! its own, never inside the model's turn.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,8 +23,8 @@ use crate::common::fleet::Fleet;
 
 const MAX_OUTPUT: u64 = 777;
 const CAPS: &str = "max_dph_total = 10.0\nmax_instances = 20";
-const MALFORMED: &str = "[malformed: tool call written as text, not run]";
-const CUT: &str = "[cut at max_output_tokens (777): the answer is incomplete";
+const MALFORMED: &str = "It wrote a tool call as text, so nothing ran.";
+const CUT: &str = "It was cut at max_output_tokens (777) and is incomplete";
 
 /// What one fixture must do.
 struct Case {
@@ -32,8 +34,8 @@ struct Case {
     content: Option<&'static str>,
     finish: Option<&'static str>,
     /// The pass: who decided, the verdict (None: whatever the fallback rules did), creates
-    /// that reached vast.ai, tool results `invalid_args`, a note the stored answer ends with,
-    /// requests the pass sent (the model's turns, retries included: at least this many).
+    /// that reached vast.ai, tool results `invalid_args`, what the note after the answer
+    /// says, requests the pass sent (the model's turns, retries included: at least this many).
     decided_by: &'static str,
     verdict: Option<&'static str>,
     creates: usize,
@@ -143,7 +145,7 @@ const CASES: &[Case] = &[
         calls: &["launch_instance", "launch_instance"],
         finish: Some("length"),
         note: Some(
-            "[cut at max_output_tokens (777): the answer is incomplete; its tool calls were not run: launch_instance, launch_instance]",
+            "It was cut at max_output_tokens (777) and is incomplete; none of its tool calls ran (launch_instance, launch_instance).",
         ),
         ..ok("llama-server.200.tool-calls-cut-at-length.json")
     },
@@ -419,37 +421,70 @@ fn every_fixture_through_a_whole_pass() {
             .count();
         assert_eq!(invalid, case.invalid, "{what}: {results:?}");
         let answers: Vec<&Value> = rows.iter().filter(|m| m["role"] == "assistant").collect();
+        let notes: Vec<&str> = rows
+            .iter()
+            .filter(|m| m["kind"] == "note")
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        for a in &answers {
+            let text = a["content"].as_str().unwrap_or("");
+            assert!(
+                !text.contains("Note on"),
+                "{what}: a note in the turn: {text}"
+            );
+        }
         if let Some(note) = case.note {
-            let first = answers.first().expect("the answer is stored");
-            let text = first["content"].as_str().unwrap();
-            assert!(text.ends_with(note), "{what}: {text}");
-            assert!(first["tool_calls"].is_null(), "{what}: nothing to run");
+            assert_eq!(notes.len(), 1, "{what}: {notes:?}");
+            assert!(notes[0].contains(note), "{what}: {}", notes[0]);
+            assert!(
+                answers.iter().all(|a| a["tool_calls"].is_null()),
+                "{what}: nothing to run"
+            );
+            // The answer's own text is stored as it came (a cut call has none).
+            if let Some(prefix) = case.content {
+                let text = answers[0]["content"].as_str().unwrap();
+                assert!(text.starts_with(prefix), "{what}: {text}");
+                let note_row = rows.iter().position(|m| m["kind"] == "note").unwrap();
+                let answer_row = rows.iter().position(|m| m["role"] == "assistant").unwrap();
+                assert_eq!(
+                    note_row,
+                    answer_row + 1,
+                    "{what}: the note follows the answer"
+                );
+            } else {
+                assert!(answers.is_empty(), "{what}: {answers:?}");
+            }
             assert!(log.contains("1 malformed answer(s)"), "{what}: {log}");
+        } else {
+            assert!(notes.is_empty(), "{what}: {notes:?}");
         }
         if case.finish == Some("length") {
-            assert!(
-                answers[0]["content"].as_str().unwrap().contains(CUT),
-                "{what}"
-            );
+            assert!(notes[0].contains(CUT), "{what}");
         }
         if case.invalid > 0 {
             let line = format!("{} invalid call(s)", case.invalid);
             assert!(log.contains(&line), "{what}: {log}");
         }
-        // The stored call keeps the original for `history`, quoted in a valid object.
+        // The stored call shows `{}`, keeps what the model sent under `sent` for `history`,
+        // and its result says so.
         let bad = invalid_arguments(case.file);
         if case.decided_by == "llm" && case.note.is_none() {
-            let stored: Vec<String> = answers
+            let stored: Vec<&Value> = answers
                 .iter()
                 .filter_map(|m| m["tool_calls"].as_array())
                 .flatten()
-                .map(|c| c["arguments"].as_str().unwrap().to_string())
                 .collect();
             for b in bad.iter().filter(|b| !b.trim().is_empty()) {
-                let kept = stored.iter().any(|s| {
-                    serde_json::from_str::<Value>(s).unwrap()["invalid_arguments"] == b.as_str()
-                });
+                let kept = stored
+                    .iter()
+                    .any(|c| c["sent"] == b.as_str() && c["arguments"] == "{}");
                 assert!(kept, "{what}: {b:?} not kept in {stored:?}");
+                assert!(
+                    results.iter().any(|r| r["note"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("the call above shows them as {}"))),
+                    "{what}: {results:?}"
+                );
             }
         }
 
@@ -482,27 +517,58 @@ fn a_stored_invalid_argument_never_reaches_a_later_request() {
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
     let bad = vec![truncated.to_string()];
     assert_replayable(&llm.requests(), &bad, "after two passes");
-    // The later pass did replay the action pass's calls, fixed.
-    let last = llm.requests().last().unwrap().to_string();
-    assert!(last.contains("invalid_arguments"), "{last}");
-    // `history` shows what the model sent, quoted.
+    // The later pass did replay the action pass's calls: the bad one as `{}`, its result
+    // saying so; nothing about it inside the model's turn.
+    let last = llm.requests().last().unwrap().clone();
+    let messages = last["messages"].as_array().unwrap();
+    let (at, call) = messages
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| {
+            m["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |c| (i, c))
+        })
+        .find(|(_, c)| c["function"]["arguments"] == "{}")
+        .expect("the bad call replayed as {}");
+    let result = messages[at + 1..]
+        .iter()
+        .find(|m| m["tool_call_id"] == call["id"])
+        .unwrap();
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("the call above shows them as {}"),
+        "{result}"
+    );
+    assert!(!last.to_string().contains("invalid_arguments"), "{last}");
+    // `history` shows what the model sent.
     let text = f.cmd(&["history"]).ok().stdout;
     assert!(
-        text.contains(r#"launch_instance({"invalid_arguments":"{\"reason\": \"a second worker for the backl"})"#),
+        text.contains(r#"launch_instance({"reason": "a second worker for the backl) [shown to the model as {}]"#),
         "{text}"
     );
 
-    // A row an older version stored verbatim.
+    // Rows older versions stored: verbatim, and in the placeholder they replayed (which small
+    // models copied); both go out as `{}`.
     let db = f.db();
     let (id, calls): (i64, String) = db
         .query_row(
-            "SELECT id, tool_calls FROM messages WHERE tool_calls LIKE '%invalid_arguments%'",
+            "SELECT id, tool_calls FROM messages WHERE tool_calls LIKE '%\"sent\"%'",
             [],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
     let mut calls: Value = serde_json::from_str(&calls).unwrap();
     calls[1]["arguments"] = json!(truncated);
+    calls[1].as_object_mut().unwrap().remove("sent");
+    let mut placeholder = calls[1].clone();
+    placeholder["id"] = json!("call_legacy_placeholder");
+    placeholder["arguments"] = json!(json!({ "invalid_arguments": truncated }).to_string());
+    calls.as_array_mut().unwrap().push(placeholder);
     db.execute(
         "UPDATE messages SET tool_calls = ?1 WHERE id = ?2",
         rusqlite::params![calls.to_string(), id],
@@ -513,6 +579,8 @@ fn a_stored_invalid_argument_never_reaches_a_later_request() {
     assert!(llm.request_count() > before);
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
     assert_replayable(&llm.requests(), &bad, "with a legacy row");
+    let last = llm.requests().last().unwrap().to_string();
+    assert!(!last.contains("invalid_arguments"), "{last}");
 }
 
 /// llama-server's 500 for unparseable arguments is final: one request, then the fallback.
@@ -564,16 +632,108 @@ fn a_length_answers_calls_are_not_run() {
         f.count("SELECT COUNT(*) FROM actions WHERE actor = 'llm'"),
         0
     );
-    let stored: String = db
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM messages WHERE role = 'assistant'"),
+        0,
+        "the cut answer had nothing but its calls"
+    );
+    let note: String = db
         .query_row(
-            "SELECT content FROM messages WHERE role = 'assistant'",
+            "SELECT content FROM messages WHERE kind = 'note'",
             [],
             |r| r.get(0),
         )
         .unwrap();
     assert_eq!(
-        stored,
-        "[cut at max_output_tokens (777): the answer is incomplete; its tool calls were not run: launch_instance]"
+        note,
+        "Note on your answer above: It was cut at max_output_tokens (777) and is incomplete; none of its tool calls ran (launch_instance). Keep answers short: call the tools, with no text around the calls."
     );
     assert_eq!(f.inspect()["runs"][0]["verdict"], "no-action");
+}
+
+/// What is said about the model's answers reaches it in messages of their own, never inside
+/// its turn: a call with truncated arguments is replayed as `{}` with its result saying so,
+/// and the real model's first answer of the incident (a call written as JSON text with a `//`
+/// comment, tests/fixtures/llm/) is replayed exactly as it came, followed by a user message
+/// with the note. It answers an operator message, so the exchange is in the next pass's prompt.
+#[test]
+fn a_malformed_answers_note_arrives_in_a_message_of_its_own() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = fixture_rig(&llm, &vast);
+    let fixture = std::fs::read_to_string(dir().join("qwen2.5-coder-0.5b-incident.txt")).unwrap();
+    let first = fixture.split("--- call ").nth(1).unwrap();
+    let as_text = first.split_once('\n').unwrap().1.trim_end();
+    assert!(as_text.contains("// No offer id provided"), "{as_text}");
+    let truncated = r#"{"reason": "59 proofs queued and every wor"#;
+    llm.push(Reply::tool_call("launch_instance", truncated));
+    llm.push(Reply::text(as_text));
+    f.cmd(&["message", "Why is nothing launching?"]).ok();
+    let out = f.command(&["run"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    pass(&f, "next");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "two turns, then the next pass's");
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+
+    // Pass 1, turn 2: the bad call as `{}`, its result saying so.
+    let turn2 = requests[1]["messages"].as_array().unwrap();
+    let n = turn2.len();
+    assert_eq!(turn2[n - 2]["role"], "assistant");
+    assert_eq!(turn2[n - 2]["tool_calls"][0]["function"]["arguments"], "{}");
+    assert_eq!(turn2[n - 1]["role"], "tool");
+    let result: Value = serde_json::from_str(turn2[n - 1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(result["error"], "invalid_args");
+    assert_eq!(
+        result["note"],
+        "your arguments were not a JSON object of this tool's parameters (42 characters); the call above shows them as {}"
+    );
+
+    // Pass 2: the answer as it came, then the note in a user message.
+    let next = requests[2]["messages"].as_array().unwrap();
+    let at = next
+        .iter()
+        .position(|m| m["role"] == "assistant" && m["content"] == as_text)
+        .expect("the answer replayed exactly as it came");
+    assert_eq!(next[at + 1]["role"], "user");
+    let note = next[at + 1]["content"].as_str().unwrap();
+    assert!(
+        note.starts_with(
+            "Note on your answer above: It wrote a tool call as text, so nothing ran."
+        ),
+        "{note}"
+    );
+    // Nothing said about an answer is ever inside one, in any request.
+    for (i, req) in requests.iter().enumerate() {
+        for m in req["messages"].as_array().unwrap() {
+            if m["role"] == "assistant" {
+                let text = m.to_string();
+                for said in [
+                    "Note on",
+                    "[malformed",
+                    "[cut at",
+                    "invalid_arguments",
+                    "not a JSON object",
+                ] {
+                    assert!(!text.contains(said), "request {i}: {said:?} in {text}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM messages WHERE kind = 'note' AND role = 'user'"),
+        1
+    );
+    // `inspect` counts the answer written as text by the sim report's rule.
+    let llm_view = &f.inspect()["llm"];
+    assert_eq!(llm_view["malformed_answers"], 1, "{llm_view}");
+    assert!(
+        llm_view["recent_answers"].as_i64().unwrap() >= 2,
+        "{llm_view}"
+    );
 }

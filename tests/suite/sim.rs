@@ -64,6 +64,26 @@ fn every_built_in_scenario_passes_its_expectations() {
         );
         assert!(r.proofs.completed > 0, "{name}");
         economics_hold(name, r);
+        // The report names the first failed model turn and why (null while none failed).
+        match &r.llm.first_failed_turn {
+            Some(t) => {
+                assert!(r.llm.failed_turns > 0, "{name}");
+                assert!(t.reason.contains("(simulated outage)"), "{name}: {t:?}");
+                assert!(
+                    t.at_mins >= 0.0 && t.at_mins <= hours * 60.0,
+                    "{name}: {t:?}"
+                );
+                let text = sim::report::render_text(r);
+                assert!(
+                    text.contains(&format!("first failed turn   run {} at ", t.run_id)),
+                    "{text}"
+                );
+            }
+            None => assert_eq!(r.llm.failed_turns, 0, "{name}"),
+        }
+        if *name == "llm-outage" {
+            assert!(r.llm.first_failed_turn.is_some());
+        }
     }
 }
 
@@ -350,7 +370,10 @@ fn with_llm_the_configured_model_decides_through_the_http_client() {
     let config = dir.path().join("config.toml");
     let text = sim::BASE_CONFIG.replace(
         "provider = \"rules\"",
-        &format!("base_url = \"{}\"\nretry_budget_secs = 5", llm.base_url()),
+        &format!(
+            "base_url = \"{}\"\ntimeout_secs = 5\nretry_budget_secs = 5",
+            llm.base_url()
+        ),
     );
     std::fs::write(&config, text).unwrap();
     let mut c = Command::new(BIN);

@@ -149,9 +149,22 @@ pub struct Llm {
     pub calls: u64,
     pub skips: u64,
     pub failed_turns: u64,
+    /// The first of them (null when none failed).
+    pub first_failed_turn: Option<FailedTurn>,
     pub prompt_tokens_max: u64,
     pub prompt_tokens_total: u64,
     pub prompt_tokens_per_tick: f64,
+}
+
+/// A pass whose model turn failed: the model was unusable, the fallback decided (or the
+/// pass failed with `llm.fallback = "none"`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailedTurn {
+    pub run_id: i64,
+    /// Minutes from the start of the simulation to the pass.
+    pub at_mins: f64,
+    /// The run's `llm_error`: why the model could not be used.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -420,6 +433,11 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         calls: totals.calls,
         skips: counts.skipped,
         failed_turns: counts.llm_failed,
+        first_failed_turn: db::first_llm_failure(conn)?.map(|(run_id, at, reason)| FailedTurn {
+            run_id,
+            at_mins: r4((at - i.start) as f64 / 60_000.0),
+            reason,
+        }),
         prompt_tokens_max: totals.prompt_tokens_max as u64,
         prompt_tokens_total: totals.prompt_tokens_total as u64,
         prompt_tokens_per_tick: r4(totals.prompt_tokens_total as f64 / i.driver.ticks.max(1) as f64),

@@ -18,8 +18,9 @@ pub struct Model {
     pub tool_calls: u64,
     /// Of those, the ones answered `invalid_args` or `unknown_tool`.
     pub invalid_calls: u64,
-    /// Answers that wrote a tool call as text (`functions.NAME:`, or a JSON object naming a
-    /// tool) instead of making it: nothing ran.
+    /// Answers that wrote a tool call as text (`functions.NAME:`, or the shape of a JSON
+    /// object naming a tool, valid JSON or not: `prompt::answer::tool_call_as_text`) instead
+    /// of making it: nothing ran.
     pub malformed_answers: u64,
     /// The floor's actions (any outcome) by the rule that asked for them.
     pub floor_actions: FloorActions,
@@ -167,6 +168,26 @@ pub fn rules_line(b: &Beside) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The report counts with the registry's own tool names: the real model's 23 answers
+    /// (tests/fixtures/llm/README.md) give 22, as `prompt::answer`'s test counts them.
+    #[test]
+    fn the_real_models_answers_count_22_with_the_registrys_tools() {
+        let text = include_str!("../../../tests/fixtures/llm/qwen2.5-coder-0.5b-incident.txt");
+        let names: Vec<String> = crate::tools::registry()
+            .specs()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        let tools: Vec<&str> = names.iter().map(String::as_str).collect();
+        let answers: Vec<&str> = text.split("\n--- call ").skip(1).collect();
+        assert_eq!(answers.len(), 23);
+        let counted = answers
+            .iter()
+            .filter(|a| crate::prompt::answer::tool_call_as_text(a, &tools))
+            .count();
+        assert_eq!(counted, 22);
+    }
+
     /// The rule the report counts malformed answers by is the one `prompt::answer` stores them
     /// with: these are the shapes the report must count.
     const TOOLS: &[&str] = &["launch_instance", "stop_instance", "list_instances"];

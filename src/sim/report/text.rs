@@ -188,6 +188,17 @@ pub fn render_text(r: &Report) -> String {
             ll.prompt_tokens_per_tick
         ),
     );
+    if let Some(t) = &ll.first_failed_turn {
+        row(
+            "first failed turn",
+            format!(
+                "run {} at {} min: {}",
+                t.run_id,
+                fmt(t.at_mins),
+                crate::text::clip(&t.reason, 300)
+            ),
+        );
+    }
     if r.model.name != "rules" {
         row("model", model::line(&r.model));
     }
