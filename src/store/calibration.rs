@@ -124,15 +124,16 @@ mod tests {
         let call = |est: u64, reported: Option<i64>| {
             llm_calls::insert(
                 &s.conn,
-                run,
-                0,
-                1,
-                3,
-                est,
-                reported.map(|r| (r, 10)),
-                5,
-                1,
-                None,
+                &llm_calls::Call {
+                    run_id: run,
+                    round: 1,
+                    messages: 3,
+                    estimate: est,
+                    usage: reported.map(|r| (r, 10)),
+                    latency_ms: 5,
+                    attempts: 1,
+                    ..Default::default()
+                },
             )
             .unwrap()
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tiny_http::{Header, Response, Server};
 
-use super::render::{render, Answer};
+use super::render::{render, Answer, Counted};
 use super::validate::validate;
 use super::{Recorded, Shared, State};
 
@@ -123,11 +123,21 @@ fn decide(
             );
         }
     }
+    // A server's prefix cache holds the last prompt it processed.
+    let cached_tokens = state
+        .last_prompt
+        .as_ref()
+        .map_or(0, |previous| state.tokenizer.cached(previous, body));
+    state.last_prompt = Some(body.clone());
     let reply = state
         .script
         .pop_front()
         .unwrap_or_else(|| state.default.clone());
-    render(reply, body, prompt_tokens)
+    let counted = Counted {
+        prompt_tokens,
+        cached_tokens,
+    };
+    render(reply, body, counted)
 }
 
 /// The first assistant tool-call `arguments` of the history that is not valid JSON.

@@ -19,6 +19,22 @@ pub fn provider_prompt_tokens(body: &Value) -> u64 {
     cookbook_message_tokens(messages) + cookbook_tool_tokens(tools)
 }
 
+/// What a server's prefix cache (llama.cpp's, OpenAI's) reuses of `body` when `previous` was
+/// the prompt before it: the tools and the leading messages both have alike, counted as
+/// [`provider_prompt_tokens`] counts them; nothing when the tools or the first message
+/// differ (chat templates put the tools in or right after the system message).
+pub fn cached_prefix_tokens(previous: &Value, body: &Value) -> u64 {
+    let messages = |b: &Value| b["messages"].as_array().cloned().unwrap_or_default();
+    let (before, now) = (messages(previous), messages(body));
+    let shared = before.iter().zip(&now).take_while(|(a, b)| a == b).count();
+    if shared == 0 || previous["tools"] != body["tools"] {
+        return 0;
+    }
+    let tools = body["tools"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    // Without the reply primer, which follows the last message.
+    cookbook_tool_tokens(tools) + cookbook_message_tokens(&now[..shared]) - 3
+}
+
 /// The cookbook's `num_tokens_from_messages` (o200k_base): messages plus the reply primer.
 pub fn cookbook_message_tokens(messages: &[Value]) -> u64 {
     let mut n = 0;
