@@ -37,7 +37,7 @@ pub use reply::Reply;
 // Used by the tests, not by examples/bench.rs (which includes this file too).
 #[allow(unused_imports)]
 pub use tokens::{
-    cached_prefix_tokens, cookbook_message_tokens, cookbook_tool_tokens, provider_prompt_tokens,
+    cookbook_message_tokens, cookbook_tool_tokens, prompt_and_cached_tokens, provider_prompt_tokens,
 };
 #[allow(unused_imports)]
 pub use validate::{validate, ApiError};
@@ -88,10 +88,11 @@ impl Tokenizer {
         self.scale(provider_prompt_tokens(body))
     }
 
-    /// What it reports as `usage.prompt_tokens_details.cached_tokens` for `body` after
-    /// `previous` ([`cached_prefix_tokens`]).
-    pub fn cached(&self, previous: &Value, body: &Value) -> u64 {
-        self.scale(cached_prefix_tokens(previous, body))
+    /// [`Tokenizer::count`] and what it reports as `usage.prompt_tokens_details.cached_tokens`
+    /// for `body` after `previous` ([`prompt_and_cached_tokens`]).
+    pub fn count_with_cache(&self, previous: Option<&Value>, body: &Value) -> (u64, u64) {
+        let (prompt, cached) = prompt_and_cached_tokens(previous, body);
+        (self.scale(prompt), self.scale(cached))
     }
 
     fn scale(&self, n: u64) -> u64 {

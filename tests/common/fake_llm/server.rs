@@ -99,7 +99,9 @@ fn decide(
             error_body(&e.message, e.param.as_deref(), e.code.as_deref()),
         );
     }
-    let prompt_tokens = state.tokenizer.count(body);
+    let (prompt_tokens, cached_tokens) = state
+        .tokenizer
+        .count_with_cache(state.last_prompt.as_ref(), body);
     if let Some(n_ctx) = state.tokenizer.context.filter(|c| prompt_tokens > *c) {
         // llama.cpp server's answer (tools/server/server.cpp, `exceed_context_size_error`).
         state.overflows += 1;
@@ -124,10 +126,6 @@ fn decide(
         }
     }
     // A server's prefix cache holds the last prompt it processed.
-    let cached_tokens = state
-        .last_prompt
-        .as_ref()
-        .map_or(0, |previous| state.tokenizer.cached(previous, body));
     state.last_prompt = Some(body.clone());
     let reply = state
         .script
