@@ -375,6 +375,7 @@ pub fn extend(
             .max(previous.current_upto),
     })
 }
+
 /// The note that ends an operator message cut by [`cut_to_fit`], and a bound on its tokens.
 const CUT_NOTE: &str =
     "\n[operator message cut to fit the context budget; the whole text is in `fleetagent history`]";
