@@ -352,10 +352,13 @@ fn assemble_once(store: &Store, budget: u64) -> (Duration, usize) {
         .collect();
     let fixed = Fixed {
         system: "system",
-        system_tokens: 1500,
+        system_tokens: 1100,
         tools_tokens: 700,
+        state: "state",
+        state_tokens: 400,
         current: &current,
         interrupted_tokens: 12,
+        history: Default::default(),
     };
     let mut source = DbHistory::new(&store.conn, 1, current_run);
     let a = context::assemble(&fixed, &mut source, budget).unwrap();

@@ -87,3 +87,11 @@ CREATE INDEX actions_run ON actions(run_id);
 -- (`doctor`'s tools_in_prompt check compares what the server counted with both). NULL on rows
 -- stored before it.
 ALTER TABLE llm_calls ADD COLUMN tools_tokens_est INTEGER;
+-- prefix slice (issue 23): how much of each prompt the server took from its prompt cache
+-- (OpenAI's usage.prompt_tokens_details.cached_tokens, llama.cpp's timings.cache_n; null when
+-- it said nothing), and the shape of the request's history (its earliest run, and the newest
+-- run shown with tool outputs as placeholders): the next request keeps that shape while it
+-- fits, so the system prompt, the tools and the history stay a prefix the server can reuse.
+ALTER TABLE llm_calls ADD COLUMN prompt_tokens_cached INTEGER;
+ALTER TABLE llm_calls ADD COLUMN history_from_run INTEGER;
+ALTER TABLE llm_calls ADD COLUMN history_compacted_through_run INTEGER;

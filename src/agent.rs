@@ -182,22 +182,25 @@ pub fn llm_loop(
         pending_wakes: &pending_wakes,
         recent_actions: &recent_actions,
     };
-    let system = format!(
-        "{}\n\n## Current state (rebuilt from the database this pass)\n{}",
-        SYSTEM_PROMPT.trim_end(),
-        state::pinned_state(&pinned, snapshot, config, now)
-    );
+    // The system prompt is the same every pass and the state block follows the history, so
+    // the system prompt, the tools and the history are a prefix the server's prompt cache
+    // can reuse from one request to the next (`prompt::context`).
+    let system = SYSTEM_PROMPT.trim_end();
     let system_tokens = le.tk.count_message(&ChatMessage {
         role: Role::System,
-        content: system.clone(),
+        content: system.to_string(),
         tool_calls: Vec::new(),
         tool_call_id: None,
     });
+    let state_block = context::state_text(&state::pinned_state(&pinned, snapshot, config, now));
+    let state_tokens = le.tk.count_message(&user(state_block.clone()));
     let place = Place {
         session_id: le.session_id,
         run_id: le.run_id,
     };
     let mut out = LlmOutcome::default();
+    // The previous round's prompt: a later round appends to it while it fits.
+    let mut previous: Option<context::Assembled> = None;
     for round in 1..=config.llm.max_tool_rounds {
         let Some(left_ms) = turns::turn_budget(config, le.deadline, le.clock.now_ms()) else {
             let message = format!(
@@ -219,26 +222,42 @@ pub fn llm_loop(
             .iter()
             .map(to_stored)
             .collect();
-        let fixed = Fixed {
-            system: &system,
-            system_tokens,
-            tools_tokens,
-            current: &current,
-            interrupted_tokens,
-        };
         let budget = crate::prompt::calibration::calibrated_budget(budget, ratio);
-        let assembled = {
-            let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
-            context::assemble(&fixed, &mut source, budget)
-        };
-        let mut assembled = match assembled {
-            Ok(a) => a,
-            Err(context::ContextError::Source(e)) => anyhow::bail!("reading history: {e}"),
-            Err(e) => {
-                return Ok(Err(LlmFailure {
-                    message: e.to_string(),
-                    outcome: out,
-                }))
+        let extended = previous
+            .as_ref()
+            .and_then(|p| context::extend(p, &current, interrupted_tokens, budget));
+        let mut assembled = match extended {
+            Some(a) => a,
+            None => {
+                let fixed = Fixed {
+                    system,
+                    system_tokens,
+                    tools_tokens,
+                    state: &state_block,
+                    state_tokens,
+                    current: &current,
+                    interrupted_tokens,
+                    history: {
+                        let (from_run, compacted_through) = llm_calls::last_history(&store.conn)?;
+                        context::Shape {
+                            from_run,
+                            compacted_through,
+                        }
+                    },
+                };
+                let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
+                match context::assemble(&fixed, &mut source, budget) {
+                    Ok(a) => a,
+                    Err(context::ContextError::Source(e)) => {
+                        anyhow::bail!("reading history: {e}")
+                    }
+                    Err(e) => {
+                        return Ok(Err(LlmFailure {
+                            message: e.to_string(),
+                            outcome: out,
+                        }))
+                    }
+                }
             }
         };
         // Answers stored before their arguments were made replayable are fixed on the way
@@ -252,7 +271,7 @@ pub fn llm_loop(
         }
         let request = ChatRequest {
             model: config.llm.model.clone(),
-            messages: assembled.messages,
+            messages: assembled.messages.clone(),
             tools: tools.clone(),
             max_tokens: Some(config.llm.max_output_tokens),
             budget: Some(Duration::from_millis(left_ms as u64)),
@@ -268,11 +287,14 @@ pub fn llm_loop(
             }));
         }
         log::debug!(
-            "run {} round {round}: {} messages, ~{estimate} tokens ({:?})",
+            "run {} round {round}: {} messages, ~{estimate} tokens, this pass's part from message {} ({:?})",
             le.run_id,
             request.messages.len(),
+            assembled.per_pass_from,
             assembled.stats
         );
+        let history = assembled.history;
+        previous = Some(assembled);
         let started = Instant::now();
         let answer = llm.chat(&request);
         let latency = started.elapsed().as_millis() as i64;
@@ -287,16 +309,19 @@ pub fn llm_loop(
             Err(e) => {
                 llm_calls::insert(
                     &store.conn,
-                    le.run_id,
-                    at,
-                    round,
-                    request.messages.len(),
-                    estimate,
-                    tools_tokens,
-                    None,
-                    latency,
-                    0,
-                    Some(&e.to_string()),
+                    &llm_calls::Call {
+                        run_id: le.run_id,
+                        at,
+                        round,
+                        messages: request.messages.len(),
+                        estimate,
+                        tools_estimate: tools_tokens,
+                        history_from_run: history.from_run,
+                        history_compacted_through_run: history.compacted_through,
+                        latency_ms: latency,
+                        error: Some(&e.to_string()),
+                        ..Default::default()
+                    },
                 )?;
                 let refused = crate::prompt::calibration::overflow_sample(
                     &e,
@@ -323,18 +348,26 @@ pub fn llm_loop(
             .unwrap_or(0);
         llm_calls::insert(
             &store.conn,
-            le.run_id,
-            at,
-            round,
-            request.messages.len(),
-            estimate,
-            tools_tokens,
-            response
-                .usage
-                .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
-            latency,
-            response.attempts,
-            None,
+            &llm_calls::Call {
+                run_id: le.run_id,
+                at,
+                round,
+                messages: request.messages.len(),
+                estimate,
+                tools_estimate: tools_tokens,
+                usage: response
+                    .usage
+                    .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
+                cached: response
+                    .usage
+                    .and_then(|u| u.cached_tokens)
+                    .map(|c| c as i64),
+                history_from_run: history.from_run,
+                history_compacted_through_run: history.compacted_through,
+                latency_ms: latency,
+                attempts: response.attempts,
+                error: None,
+            },
         )?;
         if let Some(s) =
             reported.and_then(|r| crate::prompt::calibration::sample(r as u64, estimate))

@@ -427,16 +427,18 @@ fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, call
     let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
     crate::store::llm_calls::insert(
         &s.conn,
-        run,
-        at,
-        1,
-        2,
-        est,
-        736,
-        Some((reported, 40)),
-        900,
-        1,
-        None,
+        &crate::store::llm_calls::Call {
+            run_id: run,
+            at,
+            round: 1,
+            messages: 2,
+            estimate: est,
+            tools_estimate: 736,
+            usage: Some((reported, 40)),
+            latency_ms: 900,
+            attempts: 1,
+            ..Default::default()
+        },
     )
     .unwrap();
     if called {

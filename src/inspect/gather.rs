@@ -200,6 +200,12 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
             .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
         max_prompt_tokens_estimated: usage.max_estimated,
         max_reported_to_estimate_ratio: measured.max_ratio.map(round3),
+        calls_with_cache: usage.with_cache,
+        prompt_tokens_cached: usage.cached.unwrap_or(0),
+        cache_share: match (usage.cached, usage.reported_with_cache) {
+            (Some(c), Some(r)) if r > 0 => Some(round3(c.min(r) as f64 / r as f64)),
+            _ => None,
+        },
         // Rounded up: the figure shown must not be below the one the budget uses.
         calibrated_ratio: calibrated.map(|c| (c.ratio * 1000.0).ceil() / 1000.0),
         calibration_samples: calibrated.map_or(0, |c| c.samples),

@@ -294,6 +294,11 @@ pub struct LlmView {
     pub max_prompt_tokens_estimated: Option<i64>,
     /// The largest reported / estimated of a single call among them.
     pub max_reported_to_estimate_ratio: Option<f64>,
+    /// Among them, the calls whose server said how much of the prompt came from its prompt
+    /// cache, and the share it did (cached / reported prompt tokens; null when none said).
+    pub calls_with_cache: i64,
+    pub prompt_tokens_cached: i64,
+    pub cache_share: Option<f64>,
     /// What the budget is divided by for this model (`token_calibration`; null before its
     /// first call that reported usage), over how many calls, and the budget that leaves for
     /// our raw estimate.
@@ -352,6 +357,54 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} missing from:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_prompt_cache_share_is_shown_when_the_server_reports_it() {
+        use crate::store::llm_calls::{insert, Call};
+        let (dir, s) = test_store(1_000);
+        let config = Config::default();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let run = runs::create(&s.conn, 1, 1, 1, runs::StartedBy::Tick, 0).unwrap();
+        let call = |reported: i64, cached: Option<i64>| {
+            insert(
+                &s.conn,
+                &Call {
+                    run_id: run,
+                    estimate: reported as u64,
+                    usage: Some((reported, 20)),
+                    cached,
+                    ..Call::default()
+                },
+            )
+            .unwrap()
+        };
+        call(2_000, None);
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!((r.llm.calls_with_cache, r.llm.cache_share), (0, None));
+        assert!(render_text(&r)
+            .contains("\ncache       the server reported nothing about a prompt cache\n"));
+        call(3_000, Some(0));
+        call(3_100, Some(2_900));
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        let v = serde_json::to_value(&r.llm).unwrap();
+        assert_eq!(
+            (
+                &v["calls_with_cache"],
+                &v["prompt_tokens_cached"],
+                &v["cache_share"]
+            ),
+            (
+                &serde_json::json!(2),
+                &serde_json::json!(2_900),
+                &serde_json::json!(0.475)
+            )
+        );
+        let text = render_text(&r);
+        assert!(
+            text.contains("\ncache       47.5% of the prompt tokens came from the server's prompt cache (2 of 3 calls said)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -231,6 +231,15 @@ pub fn render_text(r: &Report) -> String {
                 ))
                 .unwrap_or_default()
         ));
+        line(match r.llm.cache_share {
+            Some(share) => format!(
+                "cache       {:.1}% of the prompt tokens came from the server's prompt cache ({} of {} calls said)",
+                share * 100.0,
+                r.llm.calls_with_cache,
+                r.llm.calls_with_usage
+            ),
+            None => "cache       the server reported nothing about a prompt cache".into(),
+        });
     }
     if r.llm.malformed_answers > 0 {
         line(format!(

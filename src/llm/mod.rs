@@ -80,6 +80,10 @@ pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
+    /// Of `prompt_tokens`, those the server took from its prompt cache (the longest prefix
+    /// it had already processed): OpenAI's `usage.prompt_tokens_details.cached_tokens`, else
+    /// llama.cpp's `timings.cache_n`. `None` when the server says nothing about its cache.
+    pub cached_tokens: Option<u64>,
 }
 
 /// The model's answer. Decide "tool turn" by a non-empty `tool_calls`, not by `finish_reason`

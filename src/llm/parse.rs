@@ -58,7 +58,7 @@ pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, Attempt
         content: message_text(message),
         tool_calls: tool_calls(message, now_ms),
         finish_reason,
-        usage: v.get("usage").and_then(usage),
+        usage: usage(v.get("usage"), v.get("timings")),
         attempts: 0,
     })
 }
@@ -152,15 +152,36 @@ fn synthetic_id(now_ms: i64) -> String {
     format!("call_fa{now_ms:x}_{n}")
 }
 
-fn usage(v: &Value) -> Option<Usage> {
-    let obj = v.as_object()?;
+/// `usage`, with the prompt cache's share from `usage.prompt_tokens_details.cached_tokens`
+/// (OpenAI, vLLM, newer llama.cpp) or llama.cpp's `timings.cache_n`. llama.cpp counts the
+/// whole prompt in `usage.prompt_tokens` (`timings.prompt_n` is the part it had to process,
+/// `cache_n` the part it reused); without `usage`, its timings give the same figures.
+fn usage(usage: Option<&Value>, timings: Option<&Value>) -> Option<Usage> {
+    let timing = |name: &str| timings.and_then(|t| t.get(name)).and_then(Value::as_u64);
+    let cache_n = timing("cache_n");
+    let Some(obj) = usage.and_then(Value::as_object) else {
+        let (cached, processed) = (cache_n?, timing("prompt_n")?);
+        let completion_tokens = timing("predicted_n").unwrap_or(0);
+        return Some(Usage {
+            prompt_tokens: cached + processed,
+            completion_tokens,
+            total_tokens: cached + processed + completion_tokens,
+            cached_tokens: Some(cached),
+        });
+    };
     let field = |name: &str| obj.get(name).and_then(Value::as_u64);
     let prompt_tokens = field("prompt_tokens").unwrap_or(0);
     let completion_tokens = field("completion_tokens").unwrap_or(0);
+    let cached_tokens = obj
+        .get("prompt_tokens_details")
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64)
+        .or(cache_n);
     Some(Usage {
         prompt_tokens,
         completion_tokens,
         total_tokens: field("total_tokens").unwrap_or(prompt_tokens + completion_tokens),
+        cached_tokens,
     })
 }
 
@@ -219,7 +240,8 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 10,
                 completion_tokens: 2,
-                total_tokens: 12
+                total_tokens: 12,
+                cached_tokens: None,
             })
         );
         let r = ok(r#"{"choices":[{"finish_reason":"stop","message":{
@@ -259,5 +281,48 @@ mod tests {
             };
             assert_eq!(name, kind, "{body}");
         }
+    }
+
+    #[test]
+    fn the_prompt_cache_is_read_from_usage_or_llama_cpp_timings() {
+        let cached = |body: &str| ok(body).usage.map(|u| (u.prompt_tokens, u.cached_tokens));
+        let message = r#""choices":[{"finish_reason":"stop","message":{"content":"ok"}}]"#;
+        // OpenAI (and newer llama.cpp): the details of usage.
+        assert_eq!(
+            cached(&format!(
+                r#"{{{message},"usage":{{"prompt_tokens":912,"completion_tokens":31,
+                "prompt_tokens_details":{{"cached_tokens":768}}}}}}"#
+            )),
+            Some((912, Some(768)))
+        );
+        // llama.cpp without the details: its timings; usage counts the whole prompt.
+        assert_eq!(
+            cached(&format!(
+                r#"{{{message},"usage":{{"prompt_tokens":3131,"completion_tokens":27}},
+                "timings":{{"cache_n":2900,"prompt_n":231,"predicted_n":27}}}}"#
+            )),
+            Some((3131, Some(2900)))
+        );
+        // Timings alone: the prompt is what was reused plus what was processed.
+        let r = ok(&format!(
+            r#"{{{message},"timings":{{"cache_n":2900,"prompt_n":231,"predicted_n":27}}}}"#
+        ));
+        assert_eq!(
+            r.usage,
+            Some(Usage {
+                prompt_tokens: 3131,
+                completion_tokens: 27,
+                total_tokens: 3158,
+                cached_tokens: Some(2900),
+            })
+        );
+        // Nothing said about a cache: unknown, not 0.
+        assert_eq!(
+            cached(&format!(
+                r#"{{{message},"usage":{{"prompt_tokens":10,"completion_tokens":2}}}}"#
+            )),
+            Some((10, None))
+        );
+        assert_eq!(ok(&format!("{{{message}}}")).usage, None);
     }
 }

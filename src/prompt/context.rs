@@ -3,11 +3,24 @@
 //! and history comes from a [`HistorySource`] read newest first, only as far as the budget
 //! reaches.
 //!
-//! The prompt is: system (prompt file + pinned state) + tool schemas + history + this run's
-//! messages. The compaction ladder, oldest first: old tool outputs become a placeholder with
-//! the tool name and a one-line gist; whole old runs are dropped; unanswered operator
-//! messages are dropped last. No-action and skipped runs never enter (the source yields only
-//! action runs and operator exchanges).
+//! The prompt is: system (the prompt file, the same every pass) + tool schemas + history, the
+//! part a server's prompt cache can reuse from one request to the next; then what changes
+//! every pass: the pinned state block (a user message) and this run's messages (operator
+//! messages, the observation, the rounds so far). The compaction ladder, oldest first: old
+//! tool outputs become a placeholder with the tool name and a one-line gist; whole old runs
+//! are dropped, in steps from the oldest end; unanswered operator messages are dropped last.
+//! No-action and skipped runs never enter (the source yields only action runs and operator
+//! exchanges).
+//!
+//! The history changes only in steps. Its shape ([`Shape`]: the earliest run it holds and
+//! the newest one shown with tool outputs as placeholders) is kept from one request to the
+//! next (`llm_calls`), so the runs a pass adds come after an unchanged start, whole, and a
+//! pass that adds none sends the history byte for byte as before, however the size of the
+//! state block or the observation moves. Only when the history no longer fits is it reshaped:
+//! cut from the oldest end to the newest runs that fill at most [`RESHAPE_TO_PERCENT`] of the
+//! room as placeholders, and given their whole outputs back, newest first, while they stay
+//! within that share. Within a pass, a later round extends the earlier round's prompt
+//! ([`extend`]).
 
 use std::collections::BTreeSet;
 
@@ -20,15 +33,48 @@ pub const REPLY_PRIMER_TOKENS: u64 = crate::tokens::REPLY_PRIMER_TOKENS;
 /// The result synthesized for a tool call a crash left without one.
 pub const INTERRUPTED_RESULT: &str = "interrupted: no result recorded";
 
+/// The heading of the pinned state block (the system prompt refers to a "Current state" block).
+pub const STATE_HEADING: &str = "## Current state (rebuilt from the database this pass)";
+
+/// When the history no longer fits, it is reshaped to fill at most this share of the room,
+/// so the runs of the next passes fit after it unchanged (`tests::replay`, in
+/// docs/architecture.md: a reshape every few action passes instead of a change every pass).
+pub const RESHAPE_TO_PERCENT: u64 = 50;
+
+/// The shape of a request's history: the earliest run it holds, and the newest run shown
+/// with its tool outputs as placeholders (those up to it are; later runs are whole).
+/// `None`s: no run, none compacted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub from_run: Option<i64>,
+    pub compacted_through: Option<i64>,
+}
+
+/// The pinned state block as the model reads it, its heading first: the text of the user
+/// message the assembler puts right before this run's messages.
+pub fn state_text(block: &str) -> String {
+    format!("{STATE_HEADING}\n{}", block.trim_end())
+}
+
 /// The parts every request has.
 pub struct Fixed<'a> {
+    /// The system prompt: nothing in it may change from pass to pass (a chat template puts
+    /// the tools inside or right after it, ahead of the history).
     pub system: &'a str,
     pub system_tokens: u64,
     pub tools_tokens: u64,
+    /// The pinned state block ([`state_text`]), sent as a user message right before this
+    /// run's messages; never compacted.
+    pub state: &'a str,
+    pub state_tokens: u64,
     /// This run's messages so far (operator messages, observation, earlier rounds).
     pub current: &'a [Stored],
     /// Token count of one synthesized [`INTERRUPTED_RESULT`] tool message, without its id.
     pub interrupted_tokens: u64,
+    /// The previous request's history (`llm_calls`): older runs than its start are not read
+    /// again, and it is kept while it fits. `Shape::default()`: as far back as the budget
+    /// reaches, every run whole while all fit.
+    pub history: Shape,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,6 +86,8 @@ pub struct Stats {
     pub synthesized_results: usize,
     /// Tool outputs of this run shown as placeholders because the run alone overflowed.
     pub current_compacted: usize,
+    /// The history no longer fitted as it was and was reshaped ([`RESHAPE_TO_PERCENT`]).
+    pub reshaped: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -48,19 +96,28 @@ pub struct Assembled {
     /// Estimated prompt tokens: messages, primer and tools.
     pub tokens: u64,
     pub stats: Stats,
+    /// The index of the state block: the messages before it (the system prompt and the
+    /// history) are the part that stays the same from request to request while nothing in
+    /// them changed; it and everything after it are this pass's.
+    pub per_pass_from: usize,
+    /// The history's shape, for the next request.
+    pub history: Shape,
+    /// The newest of this run's stored messages in the prompt (0: none).
+    pub current_upto: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ContextError {
     #[error(
         "the minimal prompt needs {needed} tokens but llm.context_budget_tokens leaves {budget} for the prompt \
-         after its margin and llm.max_output_tokens (system+pinned {system}, tools {tools}, this run {current}); \
-         raise the budget, lower max_output_tokens, or shorten the largest part"
+         after its margin and llm.max_output_tokens (system {system}, pinned state {state}, tools {tools}, \
+         this run {current}); raise the budget, lower max_output_tokens, or shorten the largest part"
     )]
     TooSmall {
         needed: u64,
         budget: u64,
         system: u64,
+        state: u64,
         tools: u64,
         current: u64,
     },
@@ -71,6 +128,16 @@ pub enum ContextError {
 /// How many unanswered operator messages are reserved at most.
 const MAX_UNANSWERED: usize = 20;
 
+/// One earlier run as the ladder weighs it: its messages whole and with tool outputs as
+/// placeholders, and what each costs.
+struct Weighed {
+    run_id: i64,
+    full: Vec<Stored>,
+    compacted: Vec<Stored>,
+    full_cost: u64,
+    compacted_cost: u64,
+}
+
 /// Assemble the prompt within `budget` tokens (the margin is already taken off).
 pub fn assemble(
     fixed: &Fixed<'_>,
@@ -79,8 +146,7 @@ pub fn assemble(
 ) -> Result<Assembled, ContextError> {
     let mut stats = Stats::default();
     let mut current = repair(fixed.current, fixed.interrupted_tokens, &mut stats);
-    let system_cost = fixed.system_tokens;
-    let base = REPLY_PRIMER_TOKENS + system_cost + fixed.tools_tokens;
+    let base = REPLY_PRIMER_TOKENS + fixed.system_tokens + fixed.tools_tokens + fixed.state_tokens;
     let mut current_cost: u64 = current.iter().map(|m| m.tokens).sum();
     // This run's own tool outputs are the first rung of the ladder when they alone overflow:
     // oldest first, each becomes its placeholder until the run fits.
@@ -100,7 +166,8 @@ pub fn assemble(
         return Err(ContextError::TooSmall {
             needed,
             budget,
-            system: system_cost,
+            system: fixed.system_tokens,
+            state: fixed.state_tokens,
             tools: fixed.tools_tokens,
             current: current_cost,
         });
@@ -133,63 +200,40 @@ pub fn assemble(
         kept.push(m);
     }
 
-    // Then whole runs, the ladder from the oldest end: first every run that fits with its
-    // tool outputs compacted, newest first (the first that does not fit even so ends the
-    // history: older runs are dropped whole); then, with what is left, runs get their full
-    // outputs back, newest first. So a newer run's large output is compacted before an
-    // older run is dropped.
-    let mut runs: Vec<(Vec<Stored>, Vec<Stored>)> = Vec::new(); // (full, compacted)
-    while let Some(run) = source
-        .next_older()
-        .map_err(|e| ContextError::Source(format!("{e:#}")))?
-    {
-        stats.runs_read += 1;
-        let mut msgs: Vec<Stored> = run
-            .messages
-            .into_iter()
-            .filter(|m| !kept_ids.contains(&m.id))
-            .collect();
-        msgs = repair(&msgs, fixed.interrupted_tokens, &mut stats);
-        if msgs.is_empty() {
-            continue;
-        }
-        let compacted: Vec<Stored> = msgs.iter().map(compact).collect();
-        let cost: u64 = compacted.iter().map(|m| m.tokens).sum();
-        if cost > left {
-            break;
-        }
-        left -= cost;
-        runs.push((msgs, compacted));
-    }
-    for (full, compacted) in runs {
-        let full_cost: u64 = full.iter().map(|m| m.tokens).sum();
-        let cost: u64 = compacted.iter().map(|m| m.tokens).sum();
-        let msgs = if full_cost - cost <= left {
-            left -= full_cost - cost;
+    let (runs, history) = earlier_runs(fixed, source, &kept_ids, left, &mut stats)?;
+    for run in runs {
+        let whole = history.compacted_through.is_none_or(|c| run.run_id > c);
+        if whole || run.full_cost == run.compacted_cost {
             stats.runs_full += 1;
-            full
         } else {
             stats.runs_compacted += 1;
-            compacted
-        };
-        for m in &msgs {
-            kept_ids.insert(m.id);
         }
-        kept.extend(msgs);
+        kept.extend(if whole { run.full } else { run.compacted });
     }
 
     // Chronological order; a run's block stays contiguous because ids grow within it and
     // reserved operator messages stand alone.
     kept.sort_by_key(|m| m.id);
-    let mut messages = Vec::with_capacity(kept.len() + current.len() + 1);
+    let mut messages = Vec::with_capacity(kept.len() + current.len() + 2);
     messages.push(ChatMessage {
         role: Role::System,
         content: fixed.system.to_string(),
         tool_calls: Vec::new(),
         tool_call_id: None,
     });
-    let mut tokens = REPLY_PRIMER_TOKENS + system_cost + fixed.tools_tokens;
-    for m in kept.iter().chain(current.iter()) {
+    let mut tokens = base;
+    for m in &kept {
+        tokens += m.tokens;
+        messages.push(to_chat(m));
+    }
+    let per_pass_from = messages.len();
+    messages.push(ChatMessage {
+        role: Role::User,
+        content: fixed.state.to_string(),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+    });
+    for m in &current {
         tokens += m.tokens;
         messages.push(to_chat(m));
     }
@@ -197,6 +241,138 @@ pub fn assemble(
         messages,
         tokens,
         stats,
+        per_pass_from,
+        history,
+        current_upto: fixed.current.iter().map(|m| m.id).max().unwrap_or(0),
+    })
+}
+
+/// The earlier runs the history holds, newest first, and its shape. Runs are read back to
+/// the previous shape's start, or until even their placeholders overflow `left`. Kept as
+/// they were (runs up to `compacted_through` as placeholders, the rest whole) when that
+/// fits; else reshaped: the newest runs whose placeholders fill at most
+/// [`RESHAPE_TO_PERCENT`] of `left` (at least the newest, when it fits), whole outputs back
+/// newest first while they stay within that share.
+fn earlier_runs(
+    fixed: &Fixed<'_>,
+    source: &mut dyn HistorySource,
+    kept_ids: &BTreeSet<i64>,
+    left: u64,
+    stats: &mut Stats,
+) -> Result<(Vec<Weighed>, Shape), ContextError> {
+    let mut runs: Vec<Weighed> = Vec::new();
+    let mut placeholders = 0;
+    let mut overflow = false;
+    while let Some(run) = source
+        .next_older()
+        .map_err(|e| ContextError::Source(format!("{e:#}")))?
+    {
+        if fixed.history.from_run.is_some_and(|from| run.run_id < from) {
+            break;
+        }
+        stats.runs_read += 1;
+        let msgs: Vec<Stored> = run
+            .messages
+            .into_iter()
+            .filter(|m| !kept_ids.contains(&m.id))
+            .collect();
+        let full = repair(&msgs, fixed.interrupted_tokens, stats);
+        if full.is_empty() {
+            continue;
+        }
+        let compacted: Vec<Stored> = full.iter().map(compact).collect();
+        let weighed = Weighed {
+            run_id: run.run_id,
+            full_cost: full.iter().map(|m| m.tokens).sum(),
+            compacted_cost: compacted.iter().map(|m| m.tokens).sum(),
+            full,
+            compacted,
+        };
+        if placeholders + weighed.compacted_cost > left {
+            overflow = true;
+            break;
+        }
+        placeholders += weighed.compacted_cost;
+        runs.push(weighed);
+    }
+    let through = fixed.history.compacted_through;
+    let as_it_was: u64 = runs
+        .iter()
+        .map(|r| match through {
+            Some(c) if r.run_id <= c => r.compacted_cost,
+            _ => r.full_cost,
+        })
+        .sum();
+    if !overflow && as_it_was <= left {
+        let shape = Shape {
+            from_run: runs.last().map(|r| r.run_id),
+            compacted_through: through.filter(|_| !runs.is_empty()),
+        };
+        return Ok((runs, shape));
+    }
+    let share = left * RESHAPE_TO_PERCENT / 100;
+    let mut sum = 0;
+    let keep = runs
+        .iter()
+        .take_while(|r| {
+            sum += r.compacted_cost;
+            sum <= share
+        })
+        .count();
+    runs.truncate(keep.max(runs.len().min(1)));
+    let mut room = share.saturating_sub(runs.iter().map(|r| r.compacted_cost).sum());
+    let mut compacted_through = None;
+    for r in &runs {
+        let extra = r.full_cost - r.compacted_cost;
+        if extra > room {
+            compacted_through = Some(r.run_id);
+            break;
+        }
+        room -= extra;
+    }
+    let shape = Shape {
+        from_run: runs.last().map(|r| r.run_id),
+        compacted_through,
+    };
+    // The same shape again (nothing fitted, before or now) changes nothing.
+    stats.reshaped = shape != fixed.history;
+    Ok((runs, shape))
+}
+
+/// The previous round's prompt of this pass with this run's messages stored since appended,
+/// when it still fits `budget`: the server then reuses the whole earlier prompt. `None` when
+/// it does not fit (assemble again).
+pub fn extend(
+    previous: &Assembled,
+    current: &[Stored],
+    interrupted_tokens: u64,
+    budget: u64,
+) -> Option<Assembled> {
+    let newer: Vec<Stored> = current
+        .iter()
+        .filter(|m| m.id > previous.current_upto)
+        .cloned()
+        .collect();
+    let mut stats = previous.stats.clone();
+    let newer = repair(&newer, interrupted_tokens, &mut stats);
+    let tokens = previous.tokens + newer.iter().map(|m| m.tokens).sum::<u64>();
+    if tokens > budget {
+        return None;
+    }
+    let mut messages = previous.messages.clone();
+    messages.extend(newer.iter().map(to_chat));
+    Some(Assembled {
+        messages,
+        tokens,
+        stats,
+        per_pass_from: previous.per_pass_from,
+        history: previous.history,
+        current_upto: current
+            .iter()
+            .map(|m| m.id)
+            .max()
+            .unwrap_or(0)
+            .max(previous.current_upto),
     })
 }
 
@@ -367,438 +543,4 @@ pub fn validate(messages: &[ChatMessage], tokens: u64, budget: u64) -> Result<()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::llm::ToolCall;
-    use proptest::prelude::*;
-
-    /// An in-memory source over runs (newest first) for tests.
-    pub struct VecSource {
-        runs: Vec<HistoryRun>,
-        next: usize,
-        unanswered: Vec<Stored>,
-    }
-
-    impl HistorySource for VecSource {
-        fn next_older(&mut self) -> anyhow::Result<Option<HistoryRun>> {
-            let r = self.runs.get(self.next).cloned();
-            self.next += 1;
-            Ok(r)
-        }
-        fn unanswered_operator(&mut self, limit: usize) -> anyhow::Result<Vec<Stored>> {
-            Ok(self.unanswered.iter().take(limit).cloned().collect())
-        }
-    }
-
-    fn msg(id: i64, role: Role, tokens: u64) -> Stored {
-        Stored {
-            id,
-            role,
-            content: format!("m{id}"),
-            tokens,
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-            tool_name: None,
-            compacted: None,
-            operator: false,
-        }
-    }
-
-    fn call(id: &str) -> ToolCall {
-        ToolCall {
-            id: id.into(),
-            name: "launch_instance".into(),
-            arguments: "{}".into(),
-        }
-    }
-
-    /// Messages of one run: observation, then rounds of assistant calls with results (some
-    /// missing or truncated), and a final answer.
-    #[derive(Debug, Clone)]
-    struct RunShape {
-        obs_tokens: u64,
-        operator: Option<u64>,
-        rounds: Vec<(Vec<u64>, usize)>, // result sizes; how many results were recorded
-        answer: Option<u64>,
-        action: bool,
-    }
-
-    fn run_shape() -> impl Strategy<Value = RunShape> {
-        (
-            1u64..400,
-            proptest::option::weighted(0.2, 1u64..200),
-            proptest::collection::vec(
-                (proptest::collection::vec(1u64..3000, 1..4), 0usize..4),
-                0..3,
-            ),
-            proptest::option::of(1u64..300),
-            proptest::bool::weighted(0.4),
-        )
-            .prop_map(|(obs_tokens, operator, rounds, answer, action)| RunShape {
-                obs_tokens,
-                operator,
-                rounds,
-                answer,
-                action,
-            })
-    }
-
-    fn build(shapes: &[RunShape], next_id: &mut i64) -> Vec<(i64, Vec<Stored>, bool)> {
-        let mut runs = Vec::new();
-        for (r, s) in shapes.iter().enumerate() {
-            let mut ms = Vec::new();
-            let mut id = || {
-                *next_id += 1;
-                *next_id
-            };
-            if let Some(t) = s.operator {
-                let mut m = msg(id(), Role::User, t);
-                m.operator = true;
-                ms.push(m);
-            }
-            ms.push(msg(id(), Role::User, s.obs_tokens));
-            for (k, (results, recorded)) in s.rounds.iter().enumerate() {
-                let ids: Vec<String> = (0..results.len())
-                    .map(|j| format!("c{r}_{k}_{j}"))
-                    .collect();
-                let mut a = msg(id(), Role::Assistant, 20 + 10 * ids.len() as u64);
-                a.content = String::new();
-                a.tool_calls = ids.iter().map(|i| call(i)).collect();
-                ms.push(a);
-                for (j, size) in results.iter().enumerate().take(*recorded) {
-                    let mut t = msg(id(), Role::Tool, *size);
-                    t.tool_call_id = Some(ids[j].clone());
-                    t.tool_name = Some("launch_instance".into());
-                    t.compacted = Some(("[compacted] launch_instance: ok".into(), 12));
-                    ms.push(t);
-                }
-            }
-            if let Some(t) = s.answer {
-                ms.push(msg(id(), Role::Assistant, t));
-            }
-            runs.push((r as i64 + 1, ms, s.action));
-        }
-        runs
-    }
-
-    /// What the store would yield: action runs whole, other runs only operator messages and
-    /// answers; newest first.
-    fn source_of(runs: &[(i64, Vec<Stored>, bool)]) -> VecSource {
-        let mut out = Vec::new();
-        for (run_id, ms, action) in runs.iter().rev() {
-            let messages: Vec<Stored> = if *action {
-                ms.clone()
-            } else {
-                ms.iter()
-                    .filter(|m| {
-                        m.operator || (m.role == Role::Assistant && m.tool_calls.is_empty())
-                    })
-                    .cloned()
-                    .collect()
-            };
-            if !messages.is_empty() {
-                out.push(HistoryRun {
-                    run_id: *run_id,
-                    messages,
-                });
-            }
-        }
-        let unanswered = runs
-            .iter()
-            .rev()
-            .flat_map(|(_, ms, _)| ms.iter().filter(|m| m.operator).cloned())
-            .take(3)
-            .collect();
-        VecSource {
-            runs: out,
-            next: 0,
-            unanswered,
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
-
-        /// Random histories from empty to many times the budget: every prompt fits and is valid.
-        #[test]
-        fn every_prompt_fits_and_validates(
-            shapes in proptest::collection::vec(run_shape(), 0..40),
-            current in run_shape(),
-            budget in 3_000u64..30_000,
-        ) {
-            let mut next_id = 0;
-            let history = build(&shapes, &mut next_id);
-            let current_runs = build(std::slice::from_ref(&current), &mut next_id);
-            let current_msgs = &current_runs[0].1;
-            let fixed = Fixed {
-                system: "system",
-                system_tokens: 900,
-                tools_tokens: 600,
-                current: current_msgs,
-                interrupted_tokens: 12,
-            };
-            let mut source = source_of(&history);
-            match assemble(&fixed, &mut source, budget) {
-                Ok(a) => {
-                    prop_assert!(a.tokens <= budget, "{} > {budget}", a.tokens);
-                    let v = validate(&a.messages, a.tokens, budget);
-                    prop_assert!(v.is_ok(), "{v:?}");
-                    // Reads stop once the budget is full: never more runs than exist.
-                    prop_assert!(a.stats.runs_read <= source.runs.len());
-                }
-                Err(ContextError::TooSmall { needed, .. }) => prop_assert!(needed > budget),
-                Err(e) => prop_assert!(false, "{e}"),
-            }
-        }
-    }
-
-    #[test]
-    fn interrupted_call_gets_a_synthesized_result() {
-        let mut a = msg(2, Role::Assistant, 30);
-        a.content.clear();
-        a.tool_calls = vec![call("x"), call("y")];
-        let mut r = msg(3, Role::Tool, 40);
-        r.tool_call_id = Some("x".into());
-        let current = vec![msg(1, Role::User, 10), a, r];
-        let fixed = Fixed {
-            system: "s",
-            system_tokens: 5,
-            tools_tokens: 0,
-            current: &current,
-            interrupted_tokens: 12,
-        };
-        let mut src = VecSource {
-            runs: vec![],
-            next: 0,
-            unanswered: vec![],
-        };
-        let out = assemble(&fixed, &mut src, 1_000).unwrap();
-        assert_eq!(out.stats.synthesized_results, 1);
-        let last = out.messages.last().unwrap();
-        assert_eq!(last.content, INTERRUPTED_RESULT);
-        assert_eq!(last.tool_call_id.as_deref(), Some("y"));
-        validate(&out.messages, out.tokens, 1_000).unwrap();
-    }
-
-    #[test]
-    fn old_tool_outputs_compact_before_runs_drop() {
-        // Two old action runs with a 5000-token tool output each; room for one in full.
-        let mut next = 0;
-        let shape = RunShape {
-            obs_tokens: 50,
-            operator: None,
-            rounds: vec![(vec![5_000], 1)],
-            answer: Some(20),
-            action: true,
-        };
-        let runs = build(&[shape.clone(), shape], &mut next);
-        let current = vec![msg(1000, Role::User, 100)];
-        let fixed = Fixed {
-            tools_tokens: 100,
-            ..plain(&current)
-        };
-        let out = assemble(&fixed, &mut source_of(&runs), 6_000).unwrap();
-        assert_eq!(out.stats.runs_full, 1);
-        assert_eq!(out.stats.runs_compacted, 1);
-        assert!(out
-            .messages
-            .iter()
-            .any(|m| m.content.starts_with("[compacted]")));
-        let out = assemble(&fixed, &mut source_of(&runs), 1_000).unwrap();
-        assert_eq!(out.stats.runs_full + out.stats.runs_compacted, 2);
-        let out = assemble(&fixed, &mut source_of(&runs), 400).unwrap();
-        assert_eq!(out.stats.runs_full + out.stats.runs_compacted, 0);
-    }
-
-    #[test]
-    fn a_newer_runs_large_output_is_compacted_before_an_older_run_is_dropped() {
-        // An older run with an operator exchange (no large output), then a newer action run
-        // with a 1000-token tool output. The room left after this run: 1100 tokens.
-        let mut next = 0;
-        let older = RunShape {
-            obs_tokens: 100,
-            operator: Some(150),
-            rounds: vec![],
-            answer: Some(50),
-            action: true,
-        };
-        let newer = RunShape {
-            obs_tokens: 50,
-            operator: None,
-            rounds: vec![(vec![1_000], 1)],
-            answer: Some(20),
-            action: true,
-        };
-        let runs = build(&[older, newer], &mut next);
-        let current = vec![msg(1000, Role::User, 100)];
-        let fixed = Fixed {
-            tools_tokens: 100,
-            ..plain(&current)
-        };
-        let budget = REPLY_PRIMER_TOKENS + 300 + 1_100;
-        let out = assemble(&fixed, &mut source_of(&runs), budget).unwrap();
-        // Both runs are there: the newer one's output as its placeholder, not the older run
-        // dropped to keep that output whole.
-        assert_eq!((out.stats.runs_full, out.stats.runs_compacted), (1, 1));
-        assert!(out
-            .messages
-            .iter()
-            .any(|m| m.content.starts_with("[compacted]")));
-        assert!(out.tokens <= budget);
-        validate(&out.messages, out.tokens, budget).unwrap();
-        // With room for everything, everything is whole.
-        let out = assemble(&fixed, &mut source_of(&runs), budget + 2_000).unwrap();
-        assert_eq!((out.stats.runs_full, out.stats.runs_compacted), (2, 0));
-    }
-
-    #[test]
-    fn this_runs_own_large_tool_outputs_compact_before_failing() {
-        let mut a = msg(2, Role::Assistant, 30);
-        a.content.clear();
-        a.tool_calls = vec![call("x"), call("y")];
-        let mut rx = msg(3, Role::Tool, 3_000);
-        rx.tool_call_id = Some("x".into());
-        rx.compacted = Some(("[compacted] search_offers: 20 offers".into(), 15));
-        let mut ry = msg(4, Role::Tool, 3_000);
-        ry.tool_call_id = Some("y".into());
-        ry.compacted = Some(("[compacted] list_instances: 40".into(), 15));
-        let current = vec![msg(1, Role::User, 100), a, rx, ry];
-        let fixed = Fixed {
-            system: "s",
-            system_tokens: 500,
-            tools_tokens: 500,
-            current: &current,
-            interrupted_tokens: 12,
-        };
-        let mut src = VecSource {
-            runs: vec![],
-            next: 0,
-            unanswered: vec![],
-        };
-        let out = assemble(&fixed, &mut src, 5_000).unwrap();
-        assert_eq!(out.stats.current_compacted, 1, "only the oldest output");
-        assert!(out.tokens <= 5_000);
-        validate(&out.messages, out.tokens, 5_000).unwrap();
-        assert!(out.messages[3].content.starts_with("[compacted]"));
-        assert!(!out.messages[4].content.starts_with("[compacted]"));
-    }
-
-    /// A system of 100 tokens, no tools, and this run's messages.
-    fn plain(current: &[Stored]) -> Fixed<'_> {
-        Fixed {
-            system: "s",
-            system_tokens: 100,
-            tools_tokens: 0,
-            current,
-            interrupted_tokens: 12,
-        }
-    }
-
-    #[test]
-    fn unanswered_operator_messages_survive_longest() {
-        let mut op = msg(1, Role::User, 50);
-        op.operator = true;
-        let mut src = VecSource {
-            runs: vec![HistoryRun {
-                run_id: 1,
-                messages: vec![op.clone(), msg(2, Role::User, 5_000)],
-            }],
-            next: 0,
-            unanswered: vec![op],
-        };
-        let current = vec![msg(10, Role::User, 100)];
-        let fixed = plain(&current);
-        let out = assemble(&fixed, &mut src, 1_000).unwrap();
-        assert_eq!(out.stats.operator_kept, 1);
-        assert!(out.messages.iter().any(|m| m.content == "m1"));
-        assert!(!out.messages.iter().any(|m| m.content == "m2"));
-    }
-
-    #[test]
-    fn an_operator_message_too_long_for_the_room_left_is_cut_not_dropped() {
-        let mut big = msg(1, Role::User, 2_000);
-        big.operator = true;
-        big.content = "word ".repeat(1_600);
-        let mut src = VecSource {
-            runs: vec![],
-            next: 0,
-            unanswered: vec![big],
-        };
-        let current = vec![msg(10, Role::User, 100)];
-        let fixed = plain(&current);
-        let budget = 1_000;
-        let out = assemble(&fixed, &mut src, budget).unwrap();
-        assert_eq!(out.stats.operator_kept, 1);
-        let shown = out
-            .messages
-            .iter()
-            .find(|m| m.content.starts_with("word"))
-            .unwrap();
-        assert!(shown.content.ends_with(CUT_NOTE), "{}", shown.content);
-        assert!(shown.content.len() < 8_000);
-        assert!(out.tokens <= budget, "{}", out.tokens);
-    }
-
-    #[test]
-    fn minimal_prompt_too_big_names_sizes() {
-        let current = vec![msg(1, Role::User, 500)];
-        let fixed = Fixed {
-            system: "s",
-            system_tokens: 800,
-            tools_tokens: 700,
-            current: &current,
-            interrupted_tokens: 12,
-        };
-        let mut src = VecSource {
-            runs: vec![],
-            next: 0,
-            unanswered: vec![],
-        };
-        let err = assemble(&fixed, &mut src, 1_500).unwrap_err();
-        let text = err.to_string();
-        assert!(text.contains("2003") && text.contains("1500"), "{text}");
-    }
-
-    #[test]
-    fn validator_rejects_what_openai_rejects() {
-        let sys = ChatMessage {
-            role: Role::System,
-            content: "s".into(),
-            tool_calls: vec![],
-            tool_call_id: None,
-        };
-        let tool = ChatMessage {
-            role: Role::Tool,
-            content: "r".into(),
-            tool_calls: vec![],
-            tool_call_id: Some("x".into()),
-        };
-        let asst = ChatMessage {
-            role: Role::Assistant,
-            content: String::new(),
-            tool_calls: vec![call("x")],
-            tool_call_id: None,
-        };
-        let user = ChatMessage {
-            role: Role::User,
-            content: "u".into(),
-            tool_calls: vec![],
-            tool_call_id: None,
-        };
-        assert!(validate(&[sys.clone(), tool.clone()], 1, 10).is_err());
-        assert!(validate(&[sys.clone(), asst.clone(), user.clone()], 1, 10).is_err());
-        assert!(validate(
-            &[sys.clone(), asst.clone(), tool.clone(), tool.clone()],
-            1,
-            10
-        )
-        .is_err());
-        assert!(validate(&[sys.clone(), asst, tool, user.clone()], 1, 10).is_ok());
-        assert!(validate(&[sys.clone(), user.clone()], 11, 10).is_err());
-        let empty = ChatMessage {
-            content: " ".into(),
-            ..user
-        };
-        assert!(validate(&[sys, empty], 1, 10).is_err());
-    }
-}
+mod tests;

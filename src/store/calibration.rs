@@ -124,16 +124,17 @@ mod tests {
         let call = |est: u64, reported: Option<i64>| {
             llm_calls::insert(
                 &s.conn,
-                run,
-                0,
-                1,
-                3,
-                est,
-                700,
-                reported.map(|r| (r, 10)),
-                5,
-                1,
-                None,
+                &llm_calls::Call {
+                    run_id: run,
+                    round: 1,
+                    messages: 3,
+                    estimate: est,
+                    tools_estimate: 700,
+                    usage: reported.map(|r| (r, 10)),
+                    latency_ms: 5,
+                    attempts: 1,
+                    ..Default::default()
+                },
             )
             .unwrap()
         };

@@ -1,7 +1,8 @@
 //! A strict fake OpenAI-compatible chat-completions server on 127.0.0.1 for tests: it rejects
 //! broken requests with OpenAI's exact HTTP 400 bodies (and counts them), records every request,
 //! answers from a script the test pushes, and reports `usage.prompt_tokens` the way OpenAI
-//! documents counting. It never talks to anything beyond loopback.
+//! documents counting, with `prompt_tokens_details.cached_tokens` what a prefix cache would
+//! have reused of the request before. It never talks to anything beyond loopback.
 //!
 //! ```ignore
 //! let llm = FakeLlm::start();
@@ -35,7 +36,9 @@ use tiny_http::Server;
 pub use reply::Reply;
 // Used by the tests, not by examples/bench.rs (which includes this file too).
 #[allow(unused_imports)]
-pub use tokens::{cookbook_message_tokens, cookbook_tool_tokens, provider_prompt_tokens};
+pub use tokens::{
+    cookbook_message_tokens, cookbook_tool_tokens, prompt_and_cached_tokens, provider_prompt_tokens,
+};
 #[allow(unused_imports)]
 pub use validate::{validate, ApiError};
 
@@ -66,6 +69,8 @@ struct State {
     /// Answer HTTP 500 to a history whose tool-call arguments are not valid JSON, as
     /// llama-server does.
     llama_arguments: bool,
+    /// The last request answered: what a prefix cache holds.
+    last_prompt: Option<Value>,
 }
 
 /// How the fake's model counts a prompt: `factor` times the cookbook's o200k count (1.0: as
@@ -80,7 +85,17 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// The fake's count of a request body, what it reports as `usage.prompt_tokens`.
     pub fn count(&self, body: &Value) -> u64 {
-        let n = provider_prompt_tokens(body);
+        self.scale(provider_prompt_tokens(body))
+    }
+
+    /// [`Tokenizer::count`] and what it reports as `usage.prompt_tokens_details.cached_tokens`
+    /// for `body` after `previous` ([`prompt_and_cached_tokens`]).
+    pub fn count_with_cache(&self, previous: Option<&Value>, body: &Value) -> (u64, u64) {
+        let (prompt, cached) = prompt_and_cached_tokens(previous, body);
+        (self.scale(prompt), self.scale(cached))
+    }
+
+    fn scale(&self, n: u64) -> u64 {
         if self.factor == 1.0 {
             n
         } else {
@@ -135,6 +150,7 @@ impl FakeLlm {
                 },
                 overflows: 0,
                 llama_arguments: false,
+                last_prompt: None,
             }),
             stopping: Mutex::new(false),
             stop_signal: Condvar::new(),

@@ -105,8 +105,10 @@ fn calibration_keeps_every_request_within_the_budget_by_the_servers_count() {
             "request {k}: {n} tokens by the server's count + {OUTPUT} of answer > {BUDGET}"
         );
     }
-    // And the budget was used, not shrunk to nothing: the prompts stay near it.
-    assert!(*counted.last().unwrap() > BUDGET * 85 / 100, "{counted:?}");
+    // And the budget was used, not shrunk to nothing: the prompts reach near it (the
+    // history grows back to it after each reshape to half the room, prompt::context).
+    let largest = counted[1..].iter().max().unwrap();
+    assert!(*largest > BUDGET * 85 / 100, "{counted:?}");
     // The stored estimate is our raw count (what the ratio is measured against), the
     // reported figure the server's; the calibration sits above every ratio seen.
     let mut max_ratio: f64 = 0.0;

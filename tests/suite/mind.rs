@@ -278,12 +278,22 @@ fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
         .as_str()
         .unwrap()
         .contains("operator-answer-marker"));
-    // The pinned state and the system prompt lead every request.
-    assert_eq!(reqs[2]["messages"][0]["role"], "system");
-    assert!(reqs[2]["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .contains("Current state"));
+    // The system prompt leads every request; the pinned state follows the history, right
+    // before this pass's observation (the system prompt, the tools and the history stay a
+    // prefix a server's prompt cache can reuse).
+    let msgs = reqs[2]["messages"].as_array().unwrap();
+    let text = |i: usize| msgs[i]["content"].as_str().unwrap_or("");
+    assert_eq!(msgs[0]["role"], "system");
+    assert!(!text(0).contains("## Current state"));
+    let state = (0..msgs.len())
+        .find(|&i| text(i).starts_with("## Current state"))
+        .expect("a state block");
+    let answer = (0..msgs.len())
+        .find(|&i| text(i).contains("operator-answer-marker"))
+        .unwrap();
+    assert_eq!(msgs[state]["role"], "user");
+    assert!(answer < state && state + 1 == msgs.len() - 1, "{msgs:?}");
+    assert!(text(state + 1).contains("third-marker-event"));
 }
 
 #[test]

@@ -465,3 +465,129 @@ fn sim_llm_latency_needs_llm_and_a_sane_value() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// Where a request's per-pass part starts: the pinned state block, the one message opening
+/// with its heading. Before it, the system prompt and the history; from it, this pass's.
+fn per_pass_from(request: &Value) -> usize {
+    let messages = request["messages"].as_array().unwrap();
+    let at: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            m["content"]
+                .as_str()
+                .is_some_and(|c| c.starts_with(fleetagent::prompt::context::STATE_HEADING))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "one state block: {at:?}");
+    assert_eq!(messages[at[0]]["role"], "user");
+    at[0]
+}
+
+/// Issue 23, must-show 2: across the passes of a `sim --llm` run (the model acts as the
+/// rules would, so action passes add runs to the history), every request after the first
+/// shares with the one before, byte for byte: the system prompt, the tools, and every
+/// message of the earlier request's history (its messages before the state block) that the
+/// later request still has; a later round of the same pass extends the earlier round's
+/// request whole. The server's prompt cache then reuses all of it, and the report says how
+/// much it reused.
+#[test]
+fn sim_llm_every_request_keeps_the_system_prompt_tools_and_history_of_the_one_before() {
+    let llm = FakeLlm::start();
+    let text = config_text(&llm, "quiet_interval_mins = 0");
+    let mut config = fleetagent::config::parse(&text).unwrap();
+    config.llm.provider = fleetagent::config::Provider::Openai;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    llm.set_default(acts_like_the_rules(state.clone(), config, errors.clone()));
+    let run = sim_llm(
+        &text,
+        Some((dir, state)),
+        &["--scenario", "incident", "--hours", "3"],
+    );
+    assert!(errors.lock().unwrap().is_empty(), "{:?}", errors.lock());
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+    let requests = llm.requests();
+    // Each request is one row of llm_calls, in order: which session, pass and round sent it.
+    let db = Connection::open(run.state.join("fleetagent.db")).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT c.run_id, c.round, r.session_id FROM llm_calls c JOIN runs r ON r.id = c.run_id
+              ORDER BY c.id",
+        )
+        .unwrap();
+    let calls: Vec<(i64, i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(calls.len(), requests.len());
+    let (mut extended, mut grown, mut with_history, mut resets) = (0, 0, 0, 0);
+    for (k, pair) in requests.windows(2).enumerate() {
+        let (a, b) = (&pair[0], &pair[1]);
+        let (ma, mb) = (
+            a["messages"].as_array().unwrap(),
+            b["messages"].as_array().unwrap(),
+        );
+        assert_eq!(a["tools"], b["tools"], "request {}", k + 1);
+        assert_eq!(mb[0]["role"], "system");
+        let shared = ma.iter().zip(mb).take_while(|(x, y)| x == y).count();
+        assert!(shared >= 1, "request {}: the system prompt changed", k + 1);
+        let (pa, pb) = (per_pass_from(a), per_pass_from(b));
+        if calls[k].0 == calls[k + 1].0 {
+            // A later round of the same pass: the earlier request, then its answer and results.
+            assert_eq!(calls[k + 1].1, calls[k].1 + 1);
+            assert!(
+                shared == ma.len() && mb.len() > ma.len(),
+                "request {}",
+                k + 1
+            );
+            assert_eq!(pb, pa);
+            extended += 1;
+            continue;
+        }
+        if calls[k].2 != calls[k + 1].2 {
+            // `reset-session` (the incident resets twice): a new conversation, no history.
+            assert_eq!(pb, 1, "request {}", k + 1);
+            resets += 1;
+            continue;
+        }
+        let history_b = &mb[1..pb];
+        for (i, m) in ma[1..pa].iter().enumerate() {
+            if history_b.contains(m) {
+                assert!(
+                    1 + i < shared,
+                    "request {}: history message {} of the one before is kept but not where it was",
+                    k + 1,
+                    1 + i
+                );
+            }
+        }
+        // Nothing of the history left out in this short run: all of it is shared.
+        assert!(shared >= pa, "request {}: {shared} < {pa}", k + 1);
+        grown += usize::from(pb > pa);
+        with_history += usize::from(pb > 1);
+    }
+    // Not vacuous: passes of several rounds, a history that grew, and most requests with one.
+    assert!(extended >= 3 && grown >= 3, "{extended} {grown}");
+    assert!(resets >= 1);
+    assert!(
+        with_history * 2 >= requests.len(),
+        "{with_history} of {}",
+        requests.len()
+    );
+    // The fake reports what a prefix cache reuses (whole leading messages alike, in its
+    // own count); the report shows the share. Here about 70 %: per pass the state block
+    // (1,100-1,500 tokens on this fleet) and the observation are new, the system prompt
+    // (1,080), the tools and the history (up to 3,300) are reused. With the state block in
+    // the system message, as before, it was 0.
+    let model = &run.report["model"];
+    let after_first = model["cache_share_after_first"].as_f64().unwrap();
+    assert!(after_first >= 0.6, "{model}");
+    assert!(
+        model["cache_share"].as_f64().unwrap() <= after_first,
+        "{model}"
+    );
+}

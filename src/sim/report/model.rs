@@ -1,7 +1,8 @@
 //! The report's `model` object: who decided (the configured `llm.model`, or `rules`) and how
 //! it did: its calls, the tool calls it made, how many of those were invalid, answers that
-//! wrote a tool call as text, what the floor had to do under it, and with `--llm` the same
-//! scenario and seed decided by the rules beside it.
+//! wrote a tool call as text, what the floor had to do under it, how much of its prompts the
+//! server took from its prompt cache, and with `--llm` the same scenario and seed decided by
+//! the rules beside it.
 
 use serde::Serialize;
 
@@ -26,6 +27,11 @@ pub struct Model {
     pub floor_actions: FloorActions,
     /// Passes decided by the floor (it changed the fleet under the model's answer).
     pub floor_passes: u64,
+    /// Of the prompt tokens the server reported, the share it took from its prompt cache,
+    /// over the calls whose server said (null: none did); and the same without the first of
+    /// them, which finds the cache empty.
+    pub cache_share: Option<f64>,
+    pub cache_share_after_first: Option<f64>,
     /// With `--llm`: the same scenario, seed and config decided by the rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rules: Option<Beside>,
@@ -111,6 +117,7 @@ pub fn build(
             _ => floor.other += n,
         }
     }
+    let cache = crate::store::llm_calls::cache_figures(conn)?;
     Ok(Model {
         name,
         calls,
@@ -119,6 +126,8 @@ pub fn build(
         malformed_answers: malformed,
         floor_actions: floor,
         floor_passes,
+        cache_share: cache.share(),
+        cache_share_after_first: cache.share_after_first(),
         rules: rules.map(Beside::of),
     })
 }
@@ -146,6 +155,16 @@ pub fn line(m: &Model) -> String {
     if f.other > 0 {
         out.push_str(&format!(" ({} other)", f.other));
     }
+    let pct = |x: f64| format!("{:.1}%", r4(x) * 100.0);
+    out.push_str(&match (m.cache_share, m.cache_share_after_first) {
+        (Some(all), Some(later)) => format!(
+            "; prompt cache {} of the prompt tokens ({} after the first call)",
+            pct(all),
+            pct(later)
+        ),
+        (Some(all), None) => format!("; prompt cache {} of the prompt tokens", pct(all)),
+        _ => "; prompt cache not reported".into(),
+    });
     out
 }
 
@@ -168,6 +187,35 @@ pub fn rules_line(b: &Beside) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_shows_the_prompt_cache_share_or_that_none_was_reported() {
+        let mut m = Model {
+            name: "qwen".into(),
+            calls: 40,
+            tool_calls: 3,
+            invalid_calls: 0,
+            malformed_answers: 1,
+            floor_actions: FloorActions::default(),
+            floor_passes: 2,
+            cache_share: Some(0.7512),
+            cache_share_after_first: Some(0.8123),
+            rules: None,
+        };
+        assert!(
+            line(&m).ends_with(
+                "2 passes; prompt cache 75.1% of the prompt tokens (81.2% after the first call)"
+            ),
+            "{}",
+            line(&m)
+        );
+        m.cache_share_after_first = None;
+        assert!(line(&m).ends_with("; prompt cache 75.1% of the prompt tokens"));
+        m.cache_share = None;
+        assert!(line(&m).ends_with("; prompt cache not reported"));
+    }
+
     /// The report counts with the registry's own tool names: the real model's 23 answers
     /// (tests/fixtures/llm/README.md) give 22, as `prompt::answer`'s test counts them.
     #[test]

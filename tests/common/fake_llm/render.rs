@@ -32,23 +32,30 @@ impl Answer {
 
 static IDS: AtomicU64 = AtomicU64::new(1);
 
-/// `prompt_tokens`: what the fake's tokenizer counted of `request`, reported as usage.
-pub(super) fn render(reply: Reply, request: &Value, prompt_tokens: u64) -> Answer {
+/// What the fake's tokenizer counted of a request, reported as usage: the whole prompt and
+/// the part a prefix cache would have reused from the request before it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counted {
+    pub(super) prompt_tokens: u64,
+    pub(super) cached_tokens: u64,
+}
+
+pub(super) fn render(reply: Reply, request: &Value, counted: Counted) -> Answer {
     let model = request["model"].as_str().unwrap_or("gpt-4.1-mini");
     match reply {
         Reply::Delay(d, then) => {
-            let mut answer = render(*then, request, prompt_tokens);
+            let mut answer = render(*then, request, counted);
             answer.delay += d;
             answer
         }
-        Reply::Dynamic(f) => render(f(request), request, prompt_tokens),
+        Reply::Dynamic(f) => render(f(request), request, counted),
         Reply::Text(content) => {
             let completion = count(&content);
             completion_answer(
                 model,
                 json!({"role": "assistant", "content": content, "refusal": null}),
                 "stop",
-                prompt_tokens,
+                counted,
                 completion,
             )
         }
@@ -67,7 +74,7 @@ pub(super) fn render(reply: Reply, request: &Value, prompt_tokens: u64) -> Answe
                 model,
                 json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": calls}),
                 "tool_calls",
-                prompt_tokens,
+                counted,
                 completion,
             )
         }
@@ -105,7 +112,7 @@ pub(super) fn render(reply: Reply, request: &Value, prompt_tokens: u64) -> Answe
             200,
             json!({"id": "chatcmpl-empty", "object": "chat.completion", "created": 1767225600,
                    "model": model, "choices": [],
-                   "usage": usage(prompt_tokens, 0)}),
+                   "usage": usage(counted, 0)}),
         ),
     }
 }
@@ -114,7 +121,7 @@ fn completion_answer(
     model: &str,
     message: Value,
     finish_reason: &str,
-    prompt_tokens: u64,
+    counted: Counted,
     completion_tokens: u64,
 ) -> Answer {
     let n = IDS.fetch_add(1, Ordering::Relaxed);
@@ -126,14 +133,15 @@ fn completion_answer(
             "created": 1767225600, "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason,
                          "logprobs": null}],
-            "usage": usage(prompt_tokens, completion_tokens),
+            "usage": usage(counted, completion_tokens),
         }),
     )
 }
 
-fn usage(prompt_tokens: u64, completion_tokens: u64) -> Value {
+fn usage(counted: Counted, completion_tokens: u64) -> Value {
+    let prompt_tokens = counted.prompt_tokens;
     json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
            "total_tokens": prompt_tokens + completion_tokens,
-           "prompt_tokens_details": {"cached_tokens": 0},
+           "prompt_tokens_details": {"cached_tokens": counted.cached_tokens},
            "completion_tokens_details": {"reasoning_tokens": 0}})
 }

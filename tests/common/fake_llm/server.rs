@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tiny_http::{Header, Response, Server};
 
-use super::render::{render, Answer};
+use super::render::{render, Answer, Counted};
 use super::validate::validate;
 use super::{Recorded, Shared, State};
 
@@ -99,7 +99,9 @@ fn decide(
             error_body(&e.message, e.param.as_deref(), e.code.as_deref()),
         );
     }
-    let prompt_tokens = state.tokenizer.count(body);
+    let (prompt_tokens, cached_tokens) = state
+        .tokenizer
+        .count_with_cache(state.last_prompt.as_ref(), body);
     if let Some(n_ctx) = state.tokenizer.context.filter(|c| prompt_tokens > *c) {
         // llama.cpp server's answer (tools/server/server.cpp, `exceed_context_size_error`).
         state.overflows += 1;
@@ -123,11 +125,17 @@ fn decide(
             );
         }
     }
+    // A server's prefix cache holds the last prompt it processed.
+    state.last_prompt = Some(body.clone());
     let reply = state
         .script
         .pop_front()
         .unwrap_or_else(|| state.default.clone());
-    render(reply, body, prompt_tokens)
+    let counted = Counted {
+        prompt_tokens,
+        cached_tokens,
+    };
+    render(reply, body, counted)
 }
 
 /// The first assistant tool-call `arguments` of the history that is not valid JSON.

@@ -19,14 +19,49 @@ pub fn provider_prompt_tokens(body: &Value) -> u64 {
     cookbook_message_tokens(messages) + cookbook_tool_tokens(tools)
 }
 
+/// [`provider_prompt_tokens`] of `body`, and what a server's prefix cache (llama.cpp's,
+/// OpenAI's) reuses of it when `previous` was the prompt before: the tools and the leading
+/// messages both have alike, counted the same way; nothing when the tools or the first
+/// message differ (chat templates put the tools in or right after the system message). Each
+/// message is counted once.
+pub fn prompt_and_cached_tokens(previous: Option<&Value>, body: &Value) -> (u64, u64) {
+    let messages = body["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let tools = body["tools"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let each: Vec<u64> = messages.iter().map(message_tokens).collect();
+    let tools_tokens = cookbook_tool_tokens(tools);
+    let prompt = each.iter().sum::<u64>() + 3 + tools_tokens;
+    let Some(previous) = previous.filter(|p| p["tools"] == body["tools"]) else {
+        return (prompt, 0);
+    };
+    let before = previous["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let shared = before
+        .iter()
+        .zip(messages)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if shared == 0 {
+        return (prompt, 0);
+    }
+    // Without the reply primer, which follows the last message.
+    (prompt, tools_tokens + each[..shared].iter().sum::<u64>())
+}
+
 /// The cookbook's `num_tokens_from_messages` (o200k_base): messages plus the reply primer.
 pub fn cookbook_message_tokens(messages: &[Value]) -> u64 {
-    let mut n = 0;
-    for m in messages {
-        n += 3;
-        let Some(fields) = m.as_object() else {
-            continue;
-        };
+    messages.iter().map(message_tokens).sum::<u64>() + 3
+}
+
+/// One message: 3, plus the tokens of every string field (1 more for a `name`), of text
+/// parts, and of every string in its tool calls (plus 1 per call).
+fn message_tokens(m: &Value) -> u64 {
+    let mut n = 3;
+    if let Some(fields) = m.as_object() {
         for (key, value) in fields {
             match value {
                 Value::String(s) => {
@@ -51,7 +86,7 @@ pub fn cookbook_message_tokens(messages: &[Value]) -> u64 {
             }
         }
     }
-    n + 3
+    n
 }
 
 fn strings_in(v: &Value) -> u64 {

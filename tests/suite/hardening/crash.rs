@@ -68,17 +68,22 @@ fn sensible_model(old_id: u64) -> Reply {
         if msgs.last().is_some_and(|m| m["role"] == "tool") {
             return Reply::text("Done for this pass.");
         }
-        let system = msgs[0]["content"].as_str().unwrap_or_default();
+        // The pinned state block (our instances), right before this pass's messages.
+        let state = msgs
+            .iter()
+            .filter_map(|m| m["content"].as_str())
+            .find(|c| c.starts_with(fleetagent::prompt::context::STATE_HEADING))
+            .unwrap_or_default();
         let stop_args =
             json!({"instance_id": old_id, "reason": "exited, earns nothing"}).to_string();
         let mut calls: Vec<(String, String)> = Vec::new();
-        if !system.contains("fleetagent-r") {
+        if !state.contains("fleetagent-r") {
             calls.push((
                 "launch_instance".into(),
                 r#"{"reason": "59 queued, every worker dead"}"#.into(),
             ));
         }
-        if system.contains(&format!("id={old_id} ")) {
+        if state.contains(&format!("id={old_id} ")) {
             calls.push(("stop_instance".into(), stop_args));
         }
         calls.push((
