@@ -47,6 +47,14 @@ pub fn call_line(
 /// A tool result in a note is cut to this many characters.
 pub const RESULT_CHARS: usize = 160;
 
+/// The note the floor leaves when it carried out what the model left undone.
+pub fn floor_note(lines: &[String]) -> String {
+    format!(
+        "Floor (the rules under your decision did what you left undone; you may change it next pass):\n{}",
+        lines.join("\n")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,12 +77,4 @@ mod tests {
         assert!(line.starts_with("- launch_instance(): r -> {"), "{line}");
         assert!(line.chars().count() < 200, "{line}");
     }
-}
-
-/// The note the floor leaves when it carried out what the model left undone.
-pub fn floor_note(lines: &[String]) -> String {
-    format!(
-        "Floor (the rules under your decision did what you left undone; you may change it next pass):\n{}",
-        lines.join("\n")
-    )
 }
