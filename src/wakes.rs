@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::clock::{human_duration, rfc3339, short, Millis};
+use crate::clock::{human_duration, rfc3339, Millis};
 use crate::store::wakes::Wake;
 use crate::text::{clip, quote, MAX_GROUPS, MAX_REASON_CHARS};
 
@@ -75,14 +75,14 @@ pub fn too_far_ahead(ahead_ms: i128) -> bool {
     ahead_ms > MAX_OPERATOR_AHEAD_MS as i128
 }
 
-/// Every wake this pass claimed, as ONE line however many there are.
+/// Every wake this pass claimed, as ONE line however many there are; times relative to the
+/// pass (the model reads them).
 pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
     let first = wakes.first()?;
     if wakes.len() == 1 {
         return Some(format!(
-            "Wake #{} due {} UTC ({} ago): {}.",
+            "Wake #{} due {} ago: {}.",
             first.id,
-            short(first.due_at),
             human_duration(now - first.due_at),
             quote(&first.reason, MAX_REASON_CHARS)
         ));
@@ -115,9 +115,8 @@ pub fn wakes_line(wakes: &[Wake], now: Millis) -> Option<String> {
         parts.push(format!("+{} more distinct", order.len() - MAX_GROUPS));
     }
     Some(format!(
-        "Wakes due ({}, overdue since {} UTC ({} ago), newest {} ago): {}.",
+        "Wakes due ({}, the oldest {} ago, the newest {} ago): {}.",
         wakes.len(),
-        short(oldest),
         human_duration(now - oldest),
         human_duration(now - newest),
         parts.join("; ")
@@ -164,7 +163,10 @@ mod tests {
             .collect();
         let line = wakes_line(&wakes, now).unwrap();
         assert!(!line.contains('\n'));
-        assert!(line.starts_with("Wakes due (20, overdue since"), "{line}");
+        assert!(
+            line.starts_with("Wakes due (20, the oldest 1h00m ago, the newest 41m ago): "),
+            "{line}"
+        );
         assert!(line.contains("\"check fleet\" x20"), "{line}");
     }
 
@@ -172,10 +174,7 @@ mod tests {
     fn one_wake_and_none() {
         assert_eq!(wakes_line(&[], 0), None);
         let line = wakes_line(&[wake(7, 0, "look \"again\"")], 120_000).unwrap();
-        assert_eq!(
-            line,
-            "Wake #7 due 1970-01-01 00:00 UTC (2m ago): \"look \\\"again\\\"\"."
-        );
+        assert_eq!(line, "Wake #7 due 2m ago: \"look \\\"again\\\"\".");
     }
 
     #[test]

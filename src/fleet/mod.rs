@@ -415,7 +415,9 @@ mod tests {
         assert_eq!(classify(Some("unknown"), None), DEAD);
         let line = snap.lifecycle_lines(&c).join("\n");
         assert!(
-            line.contains("instance 3 \"fleetagent-3\" unknown"),
+            line.contains(
+                "Flagged (bill, earn nothing; destroy with stop_instance): 1 exited; 2 offline; 3 unknown."
+            ),
             "{line}"
         );
     }

@@ -401,6 +401,17 @@ pub fn decide(
     calls
 }
 
+/// How many launches the rules would make for WORKERS DEAD on this snapshot: the emergency
+/// launches of their own plan ([`decide`] in `Full` mode, as the floor plans it), so the
+/// observation's `Action needed:` line and the floor never disagree. 0 when work is not
+/// waiting for a dead fleet, while paused or held, or when what is coming covers the need.
+pub fn emergency_launches(snapshot: &Snapshot, config: &Config) -> u32 {
+    decide(snapshot, config, 0, Mode::Full)
+        .iter()
+        .filter(|c| c.kind == CallKind::Emergency && c.tool == "launch_instance")
+        .count() as u32
+}
+
 fn decide_fleet(
     snapshot: &Snapshot,
     config: &Config,

@@ -1,6 +1,6 @@
 //! The economics line of the observation (issue 17): what a proof earns and where each part
 //! comes from, what the fleet costs per proof, the most a new launch may cost per proof and
-//! the profit per hour; or "price unknown" and why (the profit check is off then). The
+//! the profit per hour; or "price unknown" (the profit check is off then; `doctor` says why). The
 //! fleet's figures count only the completions of our own instances' workers (issue 22); the
 //! cluster's other completions are named apart. Pure.
 
@@ -8,7 +8,6 @@ use crate::config::Config;
 use crate::fleet::rates::{completions_1h, Completions};
 use crate::fleet::Snapshot;
 use crate::price::{fleet_economics, max_cost_per_proof, FleetEconomics, Price};
-use crate::text::quote;
 
 impl Snapshot {
     /// The last hour's completions with ours apart (None: no reading).
@@ -30,6 +29,9 @@ impl Snapshot {
         )
     }
 }
+
+/// The economics line while no price is known.
+pub const UNKNOWN_PRICE_LINE: &str = "Economics: price unknown, so profit is not checked.";
 
 /// `$0.0400 (0.01 FIL from config x FIL/USD 4.000 from url)`.
 pub fn revenue_text(p: &Price) -> String {
@@ -91,14 +93,12 @@ pub fn fleet_cost_text(e: &FleetEconomics) -> String {
     }
 }
 
-/// The observation's economics line.
+/// The observation's economics line. Without a price it is short: why the price is
+/// unknown and the keys that would set it are the operator's business, and `doctor` names
+/// them (small models copied the long reason into every `reason` they wrote).
 pub fn economics_line(s: &Snapshot, config: &Config) -> String {
     let Some(p) = s.price.as_ref() else {
-        let why = s.price_unknown.as_deref().unwrap_or("no price");
-        return format!(
-            "Economics: price unknown: {}; profit is not checked.",
-            quote(why, 240)
-        );
+        return UNKNOWN_PRICE_LINE.into();
     };
     let e = s.economics();
     let profit = match (e.profit_per_hour, e.revenue_per_hour) {
@@ -185,7 +185,7 @@ mod tests {
         s.price_unknown = Some("FIL/USD not fetched yet".into());
         assert_eq!(
             economics_line(&s, &c),
-            "Economics: price unknown: \"FIL/USD not fetched yet\"; profit is not checked."
+            "Economics: price unknown, so profit is not checked."
         );
         assert_eq!(short_float(0.005), "0.005");
         assert_eq!(short_float(5e15 / 1e18), "0.005");

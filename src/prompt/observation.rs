@@ -1,31 +1,40 @@
 //! The observation the model reads: the one line built from the [`Snapshot`] (DESIGN.md's
-//! example) and the lines that follow it (what Curio says beyond the queue: `prompt::curio`;
-//! lifecycle changes, flagged instances, open launches). Pure; outside text is quoted.
+//! example), the `Action needed:` line while WORKERS DEAD (the launches the rules would
+//! make: `policy::rules::emergency_launches`), and the lines that follow (what Curio says
+//! beyond the queue: `prompt::curio`; lifecycle changes, flagged instances, open launches,
+//! what the floor did). Pure; outside text is quoted; times are relative to the pass but the
+//! run line's.
 
-use crate::clock::{short, Millis};
+use crate::clock::{human_duration, short, Millis};
 use crate::config::Config;
 use crate::fleet::state::*;
 use crate::fleet::{num, Snapshot, LABEL_CHARS};
+use crate::policy::rules::emergency_launches;
 use crate::store::actions::Action;
 use crate::store::events::Event;
 use crate::store::instances::InstanceRow;
 use crate::store::wakes::Wake;
 use crate::text::quote;
 
+use super::actions::{ago, fold};
 use super::events::events_line;
 use crate::wakes::wakes_line;
 
 /// At most this many change lines in the observation; the rest are counted.
 const MAX_CHANGE_LINES: usize = 12;
-/// The whole observation a pass stores for the model: the observation line, the lifecycle
-/// lines, this pass's folded events and wakes, and which run and pass this is.
+/// At most this many lines of what the floor did; the rest are counted.
+const MAX_FLOOR_LINES: usize = 6;
+/// The whole observation a pass stores for the model: the observation line, the action the
+/// rules say is needed, the lifecycle lines, this pass's folded events and wakes, and which
+/// run and pass this is.
 pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Millis) -> String {
     let mut lines = vec![snapshot.observation_line(config)];
+    lines.extend(action_needed_line(snapshot, config));
     lines.extend(snapshot.operator_lines());
     lines.push(super::economics::economics_line(snapshot, config));
     lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
-    lines.extend(floor_line(woke.floor_before));
+    lines.extend(floor_lines(woke.floor_before));
     lines.extend(events_line(woke.events));
     lines.extend(wakes_line(woke.wakes, now));
     lines.push(format!(
@@ -46,36 +55,63 @@ pub struct Woke<'a> {
     pub floor_before: &'a [Action],
 }
 
-/// What the floor did in the previous pass, so the model knows it was overruled and why.
-pub fn floor_line(actions: &[Action]) -> Option<String> {
-    if actions.is_empty() {
+/// While WORKERS DEAD, what to do in words a small model acts on: how many launches the
+/// rules would make on this snapshot (`Action needed: call launch_instance 3 times now`), or
+/// that what is coming covers the work. None otherwise, and while the operator's pause or
+/// hold (said on their own lines) keeps launches off.
+pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
+    let d = s.demand.as_ref().filter(|d| d.workers_dead())?;
+    if s.paused.is_some() || s.hold.is_some() {
         return None;
     }
-    let items: Vec<String> = actions
-        .iter()
-        .take(6)
-        .map(|a| {
-            let what = match (a.instance_id, a.label.as_deref()) {
-                (Some(id), _) => format!("instance {id}"),
-                (None, Some(l)) => quote(l, LABEL_CHARS),
-                (None, None) => "-".into(),
-            };
-            let why = a
-                .reason
-                .as_deref()
-                .map(|r| quote(r, 160))
-                .unwrap_or_default();
-            format!("{} {what} {}: {why}", a.kind, a.outcome)
-        })
-        .collect();
-    let more = match actions.len().saturating_sub(6) {
-        0 => String::new(),
-        n => format!("; +{n} more"),
+    let why = format!(
+        "WORKERS DEAD: {} proofs queued, no live worker takes them",
+        d.queued_work()
+    );
+    let times = match emergency_launches(s, config) {
+        0 => {
+            return Some(format!(
+                "No launch needed now ({why}; the instances coming cover them): destroy flagged ones, if any."
+            ))
+        }
+        1 => "once".to_string(),
+        n => format!("{n} times"),
     };
-    Some(format!(
-        "Floor in the last pass (what you left undone, done by the rules): {}{more}.",
-        items.join("; ")
-    ))
+    // The rules ask even when the window is full (so a refusal is on record); the model is
+    // told when its call can go through.
+    let w = s.window(config);
+    Some(if w.used >= w.limit {
+        let when = w
+            .retry_after_secs
+            .map(|secs| format!(" in {}", human_duration(secs as i64 * 1000)))
+            .unwrap_or_default();
+        format!(
+            "Action needed: call launch_instance {times} when the launch window frees{when} ({why}; the emergency allowance is used up until then)."
+        )
+    } else {
+        format!("Action needed: call launch_instance {times} now ({why}).")
+    })
+}
+
+/// What the floor did in the previous pass, so the model knows it was overruled and why: a
+/// heading and one line per action (alike calls folded: `launch ok x3`).
+pub fn floor_lines(actions: &[Action]) -> Vec<String> {
+    let folded = fold(actions);
+    if folded.is_empty() {
+        return Vec::new();
+    }
+    let mut lines =
+        vec!["Floor in the last pass (what you left undone, done by the rules):".to_string()];
+    lines.extend(
+        folded
+            .iter()
+            .take(MAX_FLOOR_LINES)
+            .map(|f| format!("- {}", f.text())),
+    );
+    if folded.len() > MAX_FLOOR_LINES {
+        lines.push(format!("- +{} more", folded.len() - MAX_FLOOR_LINES));
+    }
+    lines
 }
 
 /// `run 12, pass 1, started by events, 2026-12-01 20:05 UTC`.
@@ -90,10 +126,11 @@ impl Snapshot {
     /// DESIGN.md's observation line, e.g. `Demand: active=false, WORKERS DEAD. Queue:
     /// PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). Fleet: 0 running (0 p/h), 3 loading.
     /// Projected: 150 p/h. $1.33/h. Target: 500 p/h. Budget headroom: $8.67/h, 17 slots.
-    /// Launch window: 3/3 used, emergency bypass ON.`
+    /// Launch window: 3/3 used, emergency bypass ON.` (here without `active=false`: work waits)
     ///
     /// `active` = PSProve work is being proven (tasks running now or completions in the last
-    /// 15 minutes). A failed probe says so and that the fleet is held.
+    /// 15 minutes); `active=false` is left out while work waits (beside WORKERS DEAD small
+    /// models read it as "no demand"). A failed probe says so and that the fleet is held.
     pub fn observation_line(&self, config: &Config) -> String {
         let mut parts: Vec<String> = Vec::new();
         let task = &config.demand.task;
@@ -115,7 +152,11 @@ impl Snapshot {
                         format!(" ({n} more listed by Curio are instances we stopped: not counted)")
                     }
                 };
-                parts.push(format!("Demand: active={active}, {who}{ghosts}."));
+                if active || d.queued_work() == 0 {
+                    parts.push(format!("Demand: active={active}, {who}{ghosts}."));
+                } else {
+                    parts.push(format!("Demand: {who}{ghosts}."));
+                }
                 let mut q = format!("Queue: {task} {}p/{}r", d.pending, d.running);
                 if d.running_stale > 0 {
                     q.push_str(&format!(", {} held by dead owners", d.running_stale));
@@ -221,18 +262,17 @@ impl Snapshot {
     }
 
     /// What the operator's hand holds, one line each (empty when nothing): the pause, an
-    /// operator hold, and other installs' instances under our prefix. The pinned state block
-    /// repeats them.
+    /// operator hold, and other installs' instances under our prefix.
     pub fn operator_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if let Some(p) = &self.paused {
             let until = match p.until {
-                Some(u) => format!("until {} UTC", short(u)),
+                Some(u) => format!("ending {}", ago(self.now, u)),
                 None => "until the operator resumes".into(),
             };
             lines.push(format!(
-                "PAUSED by the operator since {} UTC, {until}: {}. Nothing is launched or stopped but by the operator: launch_instance and stop_instance answer `paused`; observe and report, do not retry.",
-                short(p.since),
+                "PAUSED by the operator {}, {until}: {}. Nothing is launched or stopped but by the operator: launch_instance and stop_instance answer `paused`; observe and report, do not retry.",
+                ago(self.now, p.since),
                 quote(&p.reason, 200)
             ));
         }
@@ -244,9 +284,9 @@ impl Snapshot {
                 (None, None) => "an instance".into(),
             };
             lines.push(format!(
-                "Operator hold: the operator stopped {what} at {} UTC; the rules and the floor launch nothing until {} UTC unless the operator resumes or writes to you. Do not put it back unless the operator asks.",
-                short(h.stopped_at),
-                short(h.until)
+                "Operator hold: the operator stopped {what} {}; the rules and the floor launch nothing for {} more unless the operator resumes or writes to you. Do not put it back unless the operator asks.",
+                ago(self.now, h.stopped_at),
+                crate::clock::human_duration(h.until - self.now)
             ));
         }
         if !self.other_installs.is_empty() {
@@ -289,17 +329,10 @@ impl Snapshot {
             let items: Vec<String> = flagged
                 .iter()
                 .take(MAX_CHANGE_LINES)
-                .map(|f| {
-                    format!(
-                        "instance {} {} {}",
-                        f.vast_id,
-                        quote(&f.label, LABEL_CHARS),
-                        f.why
-                    )
-                })
+                .map(|f| format!("{} {}", f.vast_id, f.why))
                 .collect();
             lines.push(format!(
-                "Flagged (bill, earn nothing; may be destroyed): {}.",
+                "Flagged (bill, earn nothing; destroy with stop_instance): {}.",
                 items.join("; ")
             ));
         }
@@ -315,22 +348,9 @@ impl Snapshot {
                 self.bad_hosts.len()
             ));
         }
-        let open: Vec<&InstanceRow> = self
-            .instances
-            .iter()
-            .filter(|r| r.state == LAUNCHING)
-            .collect();
-        if !open.is_empty() {
-            let labels: Vec<String> = open
-                .iter()
-                .take(6)
-                .map(|r| quote(&r.label, LABEL_CHARS))
-                .collect();
-            lines.push(format!(
-                "Open launches not yet in the listing: {} ({}).",
-                open.len(),
-                labels.join(", ")
-            ));
+        let open = self.count_in(&[LAUNCHING]);
+        if open > 0 {
+            lines.push(format!("Open launches not yet in the listing: {open}."));
         }
         lines
     }
@@ -361,7 +381,7 @@ mod tests {
         };
         assert_eq!(
             s.observation_line(&config()),
-            "Demand: active=false, WORKERS DEAD. Queue: PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). \
+            "Demand: WORKERS DEAD. Queue: PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). \
              Fleet: 0 running (0 p/h), 3 loading. Projected: 150 p/h. $1.33/h. Target: 500 p/h. \
              Budget headroom: $8.67/h, 17 slots. Launch window: 3/3 used, emergency bypass ON."
         );
@@ -401,18 +421,24 @@ mod tests {
         let lines = s.operator_lines();
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert!(
-            lines[0].starts_with("PAUSED by the operator since ")
-                && lines[0].contains("until the operator resumes: \"swapping \\\"disks\\\"\"")
-                && lines[0].contains("answer `paused`"),
+            lines[0].starts_with(
+                "PAUSED by the operator 10m ago, until the operator resumes: \"swapping \\\"disks\\\"\""
+            ) && lines[0].contains("answer `paused`"),
             "{}",
             lines[0]
         );
         assert!(
             lines[1].starts_with(
-                "Operator hold: the operator stopped instance 7 \"fleetagent-qwerty-r3-0a0b0c0d\" at "
-            ) && lines[1].contains("the rules and the floor launch nothing until "),
+                "Operator hold: the operator stopped instance 7 \"fleetagent-qwerty-r3-0a0b0c0d\" 5m ago; the rules and the floor launch nothing for 25m more "
+            ),
             "{}",
             lines[1]
+        );
+        s.paused.as_mut().unwrap().until = Some(NOW + 50 * MIN);
+        assert!(
+            s.operator_lines()[0].starts_with("PAUSED by the operator 10m ago, ending in 50m: "),
+            "{:?}",
+            s.operator_lines()
         );
         assert!(
             lines[2].contains("2 instance(s) (2 of install zxcvbn); ours carry install id qwerty"),
@@ -446,5 +472,126 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains('\n'));
+    }
+
+    fn dead_fleet(loading: usize) -> Snapshot {
+        Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 59,
+                ..Default::default()
+            }),
+            instances: (0..loading)
+                .map(|i| {
+                    row(
+                        &format!("fleetagent-l{i}"),
+                        Some(i as i64 + 1),
+                        LOADING,
+                        0.4,
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn workers_dead_says_the_launches_the_rules_would_make() {
+        let c = config();
+        let planned = |s: &Snapshot| {
+            crate::policy::rules::decide(s, &c, 0, crate::policy::rules::Mode::Full)
+                .iter()
+                .filter(|p| p.tool == "launch_instance")
+                .count()
+        };
+        // Target 500 p/h at 50 each, capped by the emergency allowance (6).
+        let mut s = dead_fleet(0);
+        assert_eq!(planned(&s), 6);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them)."
+        );
+        // Three already spent in the window: three left.
+        s.window_launches = vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN];
+        assert_eq!(planned(&s), 3);
+        assert!(action_needed_line(&s, &c)
+            .unwrap()
+            .starts_with("Action needed: call launch_instance 3 times now (WORKERS DEAD"));
+        // All six spent: the rules still ask once (for the record); the model is told when.
+        s.window_launches = vec![NOW - 12 * MIN; 6];
+        assert_eq!(planned(&s), 1);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "Action needed: call launch_instance once when the launch window frees in 3m (WORKERS DEAD: 59 proofs queued, no live worker takes them; the emergency allowance is used up until then)."
+        );
+        // Ten loading cover the target: nothing to launch, and the line says so.
+        let s = dead_fleet(10);
+        assert_eq!(planned(&s), 0);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "No launch needed now (WORKERS DEAD: 59 proofs queued, no live worker takes them; the instances coming cover them): destroy flagged ones, if any."
+        );
+        // Nine cover all but one.
+        let s = dead_fleet(9);
+        assert!(action_needed_line(&s, &c)
+            .unwrap()
+            .starts_with("Action needed: call launch_instance once now"));
+        // Paused: the pause line speaks; live workers: no emergency.
+        let mut s = dead_fleet(0);
+        s.paused = Some(crate::store::ops::Pause {
+            since: NOW,
+            until: None,
+            reason: "r".into(),
+        });
+        assert_eq!(action_needed_line(&s, &c), None);
+        let mut s = dead_fleet(0);
+        s.demand.as_mut().unwrap().workers = vec![worker("m", "10.0.0.1:1", 1)];
+        assert_eq!(action_needed_line(&s, &c), None);
+        // Work waits: `active=false` is left out; with none waiting it is said.
+        assert!(s
+            .observation_line(&c)
+            .starts_with("Demand: 1 live workers (0 idle). "));
+        s.demand.as_mut().unwrap().pending = 0;
+        assert!(s
+            .observation_line(&c)
+            .starts_with("Demand: active=false, 1 live workers (0 idle). "));
+    }
+
+    #[test]
+    fn the_floors_actions_are_one_line_each() {
+        let act = |kind: &str, id: i64, reason: &str| Action {
+            id,
+            run_id: Some(9),
+            kind: kind.into(),
+            outcome: "ok".into(),
+            actor: "floor".into(),
+            instance_id: Some(id),
+            label: Some("fleetagent-qwerty-r9-0a0b0c0d".into()),
+            offer_id: None,
+            dph: Some(0.4),
+            emergency: true,
+            reason: Some(reason.into()),
+            detail: None,
+            created_at: NOW - 5 * MIN,
+        };
+        let why = "floor: rules: WORKERS DEAD: 59 proofs queued and no live worker; 0 p/h coming";
+        let actions = [
+            act("launch", 11, &format!("{why} (launch 1 of 2)")),
+            act("launch", 12, &format!("{why} (launch 2 of 2)")),
+            act(
+                "destroy",
+                7,
+                "floor: rules: instance 7 is exited: it bills and earns nothing",
+            ),
+        ];
+        assert_eq!(
+            floor_lines(&actions),
+            [
+                "Floor in the last pass (what you left undone, done by the rules):",
+                "- launch ok x2 (11, 12): \"WORKERS DEAD: 59 proofs queued and no live worker; 0 p/h coming\"",
+                "- destroy ok (7): \"instance 7 is exited: it bills and earns nothing\"",
+            ]
+        );
+        assert!(floor_lines(&[]).is_empty());
     }
 }

@@ -11,7 +11,7 @@ use crate::fleet::Snapshot;
 use crate::policy::floor;
 use crate::policy::pass::{demand_record, verdict};
 use crate::policy::rules;
-use crate::prompt::notes::{compact_json, floor_note, rules_note};
+use crate::prompt::notes::{call_line, floor_note, rules_note};
 use crate::prompt::observation::{pass_text, Woke};
 use crate::store::{runs, session, Store};
 use crate::tokens::Tokenizer;
@@ -205,12 +205,11 @@ fn execute(
             store, le, registry, snapshot, actor, &call_id, call.tool, &args,
         )?;
         mutated |= result.mutated;
-        notes.push(format!(
-            "- {}({}) because {} -> {}",
+        notes.push(call_line(
             call.tool,
-            compact_json(&call.arguments),
-            call.why,
-            compact_json(&result.content)
+            &call.arguments,
+            &call.why,
+            &result.content,
         ));
     }
     Ok((mutated, notes))

@@ -35,10 +35,10 @@ impl Tool for LaunchInstance {
     }
 
     fn description(&self) -> &'static str {
-        "Rent ONE vast.ai instance as a PSProve worker. Without offer_id the best profitable \
-         offer matching the configured filters (lowest $/h per proof/h) is taken. Several \
-         launches are several calls. Money caps, the instance cap, the launch window and the \
-         profit margin are enforced; a refusal says which limit and when to retry."
+        "Rent ONE vast.ai instance as a PSProve worker; several launches are several calls. \
+         Without offer_id: the best profitable offer ($/h per proof/h). Money caps, the \
+         launch window and the profit margin are enforced; a refusal says which and when to \
+         retry."
     }
 
     fn parameters(&self) -> Value {
@@ -46,8 +46,8 @@ impl Tool for LaunchInstance {
             "type": "object",
             "properties": {
                 "offer_id": {"type": "integer", "minimum": 1,
-                             "description": "An offer id from search_offers; omit for the best offer"},
-                "reason": {"type": "string", "description": "Why this launch (recorded)"}
+                             "description": "omit unless search_offers returned it"},
+                "reason": {"type": "string", "description": "why, in your words (recorded)"}
             },
             "required": ["reason"],
             "additionalProperties": false

@@ -25,9 +25,8 @@ impl Tool for ListInstances {
     }
 
     fn description(&self) -> &'static str {
-        "Our instances as of this pass: id, state (launching, loading, booted, registered, \
-         proving, dead, stopped), vast.ai status, GPU, $/h, age, matched Curio machine, and a \
-         flag for those that bill and earn nothing."
+        "Our instances one by one: id, state, vast.ai status, GPU, $/h, proofs/h, age, Curio \
+         machine, and a flag for those that bill and earn nothing."
     }
 
     fn parameters(&self) -> Value {

@@ -38,7 +38,7 @@ impl Tool for InstanceLogs {
         json!({
             "type": "object",
             "properties": {
-                "instance_id": {"type": "integer", "description": "vast.ai instance id of ours"},
+                "instance_id": {"type": "integer", "description": "an id from the state block"},
                 "tail_lines": {"type": "integer", "minimum": 1, "maximum": MAX_TAIL}
             },
             "required": ["instance_id"],

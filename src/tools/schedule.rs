@@ -25,8 +25,7 @@ impl Tool for ScheduleNextCheck {
     }
 
     fn description(&self) -> &'static str {
-        "Ask to be woken for another look in `minutes` (1..1440). Wakes are served by the next \
-         timer tick after they are due (5-minute resolution)."
+        "Be woken for another look in `minutes` (1..1440), at the first 5-minute tick after."
     }
 
     fn parameters(&self) -> Value {
@@ -34,8 +33,8 @@ impl Tool for ScheduleNextCheck {
             "type": "object",
             "properties": {
                 "minutes": {"type": "integer", "minimum": MIN_AGENT_MINUTES, "maximum": MAX_AGENT_MINUTES,
-                            "description": "How long from now"},
-                "reason": {"type": "string", "description": "What to check then"}
+                            "description": "from now"},
+                "reason": {"type": "string", "description": "what to check then"}
             },
             "required": ["minutes", "reason"],
             "additionalProperties": false

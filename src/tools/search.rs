@@ -36,9 +36,8 @@ impl Tool for SearchOffers {
     }
 
     fn description(&self) -> &'static str {
-        "Rentable vast.ai offers matching the configured filters, cheapest per proof first \
-         (with a known price: whether each is profitable). Narrow by gpu_name (one of the \
-         configured GPUs) or max_dph ($/h)."
+        "Rentable offers matching the configured filters, cheapest per proof first (with a \
+         known price: whether each is profitable). Narrow by gpu_name or max_dph."
     }
 
     fn parameters(&self) -> Value {
@@ -46,8 +45,8 @@ impl Tool for SearchOffers {
             "type": "object",
             "properties": {
                 "gpu_name": {"type": "string", "description": "e.g. \"RTX 4090\""},
-                "max_dph": {"type": "number", "exclusiveMinimum": 0, "description": "Highest $/h per instance"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "At most this many offers (default 10)"}
+                "max_dph": {"type": "number", "exclusiveMinimum": 0, "description": "highest $/h"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "default 10"}
             },
             "additionalProperties": false
         })

@@ -27,18 +27,17 @@ impl Tool for StopInstance {
     }
 
     fn description(&self) -> &'static str {
-        "Destroy (or stop, per the configured stop_mode) one of OUR instances by its vast.ai id. \
-         Refused for an instance that is proving, for the last live worker while proofs are \
-         queued, and while demand is unknown; flagged instances (exited, offline, stuck \
-         loading) may always go."
+        "Destroy (or stop, per stop_mode) one of OUR instances by its id. Refused for one \
+         that is proving, for the last live worker while proofs are queued, and while demand \
+         is unknown; flagged ones (exited, offline, stuck loading) may always go."
     }
 
     fn parameters(&self) -> Value {
         json!({
             "type": "object",
             "properties": {
-                "instance_id": {"type": "integer", "description": "vast.ai instance id (list_instances)"},
-                "reason": {"type": "string", "description": "Why (recorded)"}
+                "instance_id": {"type": "integer", "description": "an id from the state block"},
+                "reason": {"type": "string", "description": "why, in your words (recorded)"}
             },
             "required": ["instance_id", "reason"],
             "additionalProperties": false

@@ -76,9 +76,9 @@ fn calibration_keeps_every_request_within_the_budget_by_the_servers_count() {
     };
     llm.set_tokenizer(tokenizer);
     let f = fleet(&llm, "");
-    // Enough unanswered messages to fill the first prompt to its budget (8: the system
-    // prompt and the observation grew by their economics lines).
-    for i in 0..8 {
+    // Enough unanswered messages to fill the first prompt to its budget (10 since the
+    // system prompt, the tools and the state block were made compact for small models).
+    for i in 0..10 {
         f.cmd(&["message", &message(100 + i)]).ok();
     }
     for i in 0..12 {
@@ -164,7 +164,7 @@ fn calibration_learns_from_a_servers_context_refusals() {
     };
     llm.set_tokenizer(tokenizer);
     let f = fleet(&llm, "");
-    for i in 0..8 {
+    for i in 0..10 {
         f.cmd(&["message", &message(100 + i)]).ok();
     }
     let mut deciders = Vec::new();

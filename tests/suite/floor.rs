@@ -82,8 +82,9 @@ fn a_model_that_answers_no_action_while_every_worker_is_dead_is_overruled_in_the
         .unwrap()
         .to_string();
     assert!(
-        observation
-            .contains("Floor in the last pass (what you left undone, done by the rules): launch"),
+        observation.contains(
+            "Floor in the last pass (what you left undone, done by the rules):\n- launch ok"
+        ),
         "{observation}"
     );
     // And the floor does nothing more once the fleet is covered.

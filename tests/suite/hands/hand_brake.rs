@@ -101,13 +101,11 @@ fn pause_stop_all_resume_and_the_operator_hold() {
     let p = &v["paused"];
     assert_eq!(p["reason"], "swapping the Curio box's disk", "{p}");
     assert!(p["since"].as_str().unwrap().ends_with('Z') && p["until"].is_string());
+    let observation = v["last_observation"].as_str().unwrap();
     assert!(
-        v["last_observation"]
-            .as_str()
-            .unwrap()
-            .contains("PAUSED by the operator since "),
-        "{}",
-        v["last_observation"]
+        observation.contains("\nPAUSED by the operator ")
+            && observation.contains(" ago, ending in "),
+        "{observation}"
     );
     let install = v["install_id"].as_str().unwrap().to_string();
     assert_eq!(install.len(), 6, "{install}");

@@ -2,6 +2,7 @@
 //! The emergency lets three more through, spaced as vast.ai requires; without it all four
 //! are refused with a retry time.
 
+use fleetagent::prompt::observation::action_needed_line;
 use fleetagent::tools::ToolResult;
 use serde_json::json;
 
@@ -23,12 +24,18 @@ fn incident_replay_three_of_four_launches_reach_vast_spaced() {
     assert!(snap.workers_dead(), "{:?}", snap.demand);
     let line = snap.observation_line(&rig.config);
     assert!(
-        line.starts_with("Demand: active=false, WORKERS DEAD. Queue: PSProve 59p/0r."),
+        line.starts_with("Demand: WORKERS DEAD. Queue: PSProve 59p/0r."),
         "{line}"
     );
     assert!(
         line.ends_with("Launch window: 3/3 used, emergency bypass ON."),
         "{line}"
+    );
+    // The model is told the number the rules would launch: what the emergency lets through.
+    let needed = action_needed_line(&snap, &rig.config);
+    assert_eq!(
+        needed.as_deref(),
+        Some("Action needed: call launch_instance 3 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them)."),
     );
 
     let results: Vec<ToolResult> = (0..4)

@@ -59,31 +59,39 @@ impl Case {
     }
 }
 
-/// A model that acts like a sensible one: it launches only while nothing of ours is launching
-/// or in flight (launch labels are `fleetagent-r<run>-...`), destroys the exited instance
-/// while it is listed, and asks for a look in 30 minutes; after tool results it answers.
+/// A model that acts like a sensible one: it launches only while the state block shows no
+/// instance of ours but the exited one and nothing in flight, destroys the exited instance
+/// while it is listed (flagged instances have a line of their own, `- <id> dead ...`), and
+/// asks for a look in 30 minutes; after tool results it answers.
 fn sensible_model(old_id: u64) -> Reply {
     Reply::dynamic(move |body: &Value| {
         let msgs = body["messages"].as_array().unwrap();
         if msgs.last().is_some_and(|m| m["role"] == "tool") {
             return Reply::text("Done for this pass.");
         }
-        // The pinned state block (our instances), right before this pass's messages.
+        // The state block, wherever the prompt puts it (rebuilt for every request).
         let state = msgs
             .iter()
+            .rev()
             .filter_map(|m| m["content"].as_str())
-            .find(|c| c.starts_with(fleetagent::prompt::context::STATE_HEADING))
+            .find(|c| c.contains("Our instances"))
             .unwrap_or_default();
+        let old_listed = state.contains(&format!("\n- {old_id} "));
+        let listed: usize = state
+            .split_once("Our instances (")
+            .and_then(|(_, rest)| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
         let stop_args =
             json!({"instance_id": old_id, "reason": "exited, earns nothing"}).to_string();
         let mut calls: Vec<(String, String)> = Vec::new();
-        if !state.contains("fleetagent-r") {
+        if listed <= usize::from(old_listed) && !state.contains("Launches in flight") {
             calls.push((
                 "launch_instance".into(),
                 r#"{"reason": "59 queued, every worker dead"}"#.into(),
             ));
         }
-        if state.contains(&format!("id={old_id} ")) {
+        if old_listed {
             calls.push(("stop_instance".into(), stop_args));
         }
         calls.push((
