@@ -129,14 +129,11 @@ fn request(state: &str, observation: &str, tools: Vec<fleetagent::llm::ToolSpec>
     };
     ChatRequest {
         model: "qwen2.5-coder-0.5b".into(),
+        // As the agent sends it: the system prompt alone (a stable prefix), then the state
+        // block and the observation, the parts that change every pass.
         messages: vec![
-            msg(
-                Role::System,
-                format!(
-                    "{}\n\n## Current state (rebuilt from the database this pass)\n{state}",
-                    SYSTEM_PROMPT.trim_end()
-                ),
-            ),
+            msg(Role::System, SYSTEM_PROMPT.trim_end().to_string()),
+            msg(Role::User, fleetagent::prompt::context::state_text(state)),
             msg(Role::User, observation.to_string()),
         ],
         tools,
