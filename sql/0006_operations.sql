@@ -88,3 +88,8 @@ CREATE INDEX events_kind_time ON events(kind, created_at);
 -- runs of the last hour, and the failed calls of one pass.
 CREATE INDEX runs_failed ON runs(finished_at) WHERE status = 'failed';
 CREATE INDEX actions_run ON actions(run_id);
+
+-- floor (issue 23): the floor's clocks as each pass left them, when one runs
+-- (policy::floor::Clocks as JSON: deficit_since, surplus_since, flagged_passes, and why the
+-- pass ended with the deficit unanswered); NULL when none runs or the floor did not plan.
+ALTER TABLE runs ADD COLUMN floor_clocks TEXT;
