@@ -20,9 +20,11 @@
 //!
 //! The deficit's clock ([`Memory::deficit_since`]) opens when the rules confirm the deficit
 //! and survives one pass below the backlog threshold (Curio keeps 4-8 proofs pending by
-//! design once the workers are busy): the floor's backlog streak carries the rules' own across
-//! that pass, so the rules need not confirm the deficit afresh. A second pass below it, or
-//! the rules no longer confirming it, closes the clock.
+//! design once the workers are busy), and the passes after it while the backlog is back and
+//! the rules' streak confirms it again: the deficit is the same, and so is a model's grace on
+//! it. The floor's launches are the rules' own, on their own streak, so a model that answers
+//! as the rules would is never overruled. A second pass below the threshold in a row, or the
+//! rules no longer wanting capacity (the target reached, no profitable offer), closes it.
 //!
 //! With the model unusable (`llm.fallback = "rules"`) the pass runs the same plan as a model
 //! that did nothing (`run::act::fallback`): the whole floor, stops and destroys included.
@@ -34,7 +36,6 @@
 //! pass where the model stopped an instance, no stop of surplus in a pass where it launched
 //! one. Pure: the pass keeps the [`Memory`] between passes.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -51,13 +52,6 @@ pub struct Memory {
     /// Since when the rules have confirmed a deficit that is still open (answered or not).
     #[serde(default)]
     pub deficit_since: Option<Millis>,
-    /// The floor's backlog streak in the last pass: the rules' own plus what a pass below the
-    /// threshold carried ([`Memory::carried_passes`]).
-    #[serde(default)]
-    pub backlog_passes: u32,
-    /// Backlog passes carried across a pass below the threshold while the deficit is open.
-    #[serde(default)]
-    pub carried_passes: u32,
     /// The last pass was below the backlog threshold with the deficit open (one such pass
     /// keeps it open; a second closes it).
     #[serde(default)]
@@ -169,35 +163,19 @@ pub fn plan(
         };
     };
     let p = &config.policy;
-
-    // The floor's backlog streak: the rules' own, plus what a pass below the threshold
-    // carried while the deficit was open.
+    let wanted = rules::decide(snapshot, config, low_demand_passes, Mode::Full);
+    let facts = rules::deficit(snapshot, config);
+    let seed = wanted.iter().any(|c| c.kind == CallKind::Seed);
+    // The deficit's clock: opened by the rules' confirmation (or a seed they want), kept
+    // across one pass below the backlog threshold and while the backlog holds after it.
+    // (With ProofShare switched off there is no deficit to keep open.)
     let open_before = before.deficit_since.is_some();
     let backlog = super::streaks::backlog(d);
-    // (With ProofShare switched off there is no deficit to keep open.)
     let dip = open_before && !backlog && !before.dipped && !d.proofshare_disabled();
-    let carried = match (open_before, backlog, dip) {
-        (true, _, true) => before.backlog_passes,
-        (true, true, false) => before.carried_passes,
-        _ => 0,
-    };
-    let streak = carried + snapshot.streaks.backlog_passes;
-    let view: Cow<'_, Snapshot> = if streak == snapshot.streaks.backlog_passes {
-        Cow::Borrowed(snapshot)
-    } else {
-        let mut v = snapshot.clone();
-        v.streaks.backlog_passes = streak;
-        Cow::Owned(v)
-    };
-    let wanted = rules::decide(&view, config, low_demand_passes, Mode::Full);
-    let facts = rules::deficit(&view, config, streak);
-    let seed = wanted.iter().any(|c| c.kind == CallKind::Seed);
-    let open = facts.confirmed || seed || dip;
+    let open = facts.confirmed || seed || dip || (open_before && facts.persists);
 
     let mut memory = Memory {
         deficit_since: open.then(|| before.deficit_since.unwrap_or(now)),
-        backlog_passes: streak,
-        carried_passes: if open { carried } else { 0 },
         dipped: dip,
         model_launched_at: match (open, model.launches > 0) {
             (false, _) => None,
@@ -279,7 +257,7 @@ pub fn plan(
             }
         }
     } else if open && emergency.is_empty() && model.launches == 0 && facts.coming == 0 {
-        memory.unanswered = no_launch_why(snapshot, config, d, dip);
+        memory.unanswered = no_launch_why(snapshot, config, d, dip, facts.confirmed);
     }
 
     for c in of_kind(&wanted, &[CallKind::Flagged]) {
@@ -312,19 +290,27 @@ pub fn plan(
 }
 
 /// Why an open deficit gets no launch from the rules in this pass, when that leaves it
-/// unanswered: a pass below the backlog threshold, the operator's hold, the launch window
-/// spent, `max_instances` reached. None when the rules judge what works and comes enough.
+/// unanswered: a pass below the backlog threshold, the rules' streak confirming it again
+/// after one, the operator's hold, the launch window spent, `max_instances` reached. None
+/// when the rules judge what works and comes enough.
 fn no_launch_why(
     snapshot: &Snapshot,
     config: &Config,
     d: &crate::demand::Demand,
     dip: bool,
+    confirmed: bool,
 ) -> Option<String> {
     if dip {
         return Some(format!(
             "a pass below the backlog threshold ({} waiting, {} idle workers); one keeps the deficit open",
             d.backlog_signal(),
             d.idle_workers()
+        ));
+    }
+    if !confirmed {
+        return Some(format!(
+            "the backlog is back; the rules' streak confirms it again ({} pass(es) so far)",
+            snapshot.streaks.backlog_passes
         ));
     }
     if snapshot.hold.is_some() {

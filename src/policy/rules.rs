@@ -463,35 +463,36 @@ fn confirmed(
         && (target <= 0.0 || load.hour < target)
 }
 
-/// The rules' facts about a deficit in this snapshot, as [`decide`] judges it with the
-/// backlog streak `backlog_passes`: what the floor's deficit clock reads (`policy::floor`).
+/// The rules' facts about a deficit in this snapshot, as [`decide`] judges it: what the
+/// floor's deficit clock reads (`policy::floor`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Deficit {
-    /// Work queued with every live worker busy: a pass of the backlog streak
-    /// (`policy::streaks::backlog`).
-    pub backlog: bool,
-    /// The rules confirm it: they launch for it unless something of ours is coming.
+    /// The rules confirm it (their backlog streak included): they launch for it unless
+    /// something of ours is coming.
     pub confirmed: bool,
+    /// All they require but the streak holds: a backlog with every live worker busy, the
+    /// hour under the target, the next instance profitable.
+    pub persists: bool,
     /// Our instances booting within a normal boot: the rules wait for them.
     pub coming: usize,
 }
 
 /// See [`Deficit`]. Unknown demand: no deficit.
-pub fn deficit(snapshot: &Snapshot, config: &Config, backlog_passes: u32) -> Deficit {
+pub fn deficit(snapshot: &Snapshot, config: &Config) -> Deficit {
     let Some(d) = &snapshot.demand else {
         return Deficit::default();
     };
     let flagged = snapshot.flagged(config);
     let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
+    let (l, target) = (
+        load(snapshot, config, d),
+        config.policy.target_proofs_per_hour,
+    );
+    let profitable = next_profitable(snapshot, config);
+    let streak = snapshot.streaks.backlog_passes;
     Deficit {
-        backlog: super::streaks::backlog(d),
-        confirmed: confirmed(
-            d,
-            &load(snapshot, config, d),
-            backlog_passes,
-            config.policy.target_proofs_per_hour,
-            next_profitable(snapshot, config),
-        ),
+        confirmed: confirmed(d, &l, streak, target, profitable),
+        persists: confirmed(d, &l, BACKLOG_WEAK_PASSES, target, profitable),
         coming: booting(snapshot, config, &flagged_ids).0.len(),
     }
 }
