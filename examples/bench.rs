@@ -13,11 +13,15 @@
 //!                   bound and the oracle (issue 17's aims)
 //!   bench probe     the harmonydb probe on Curio's real schema with 2M history rows against
 //!                   none, and the history statement's plan (index-only)
+//!   bench floor     what the floor keeps of the rules' service under a model that never acts
+//!                   (text answers, or unusable), incident/spike/steady over seeds 1-10
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
 #[path = "../tests/common/fake_llm.rs"]
 #[allow(dead_code)]
 mod fake_llm;
+#[path = "support/floor_bench.rs"]
+mod floor_bench;
 #[path = "../tests/common/pg.rs"]
 #[allow(dead_code)]
 mod pg;
@@ -553,6 +557,9 @@ fn main() {
     }
     if all || which == "probe" {
         probe_bench::bench_probe();
+    }
+    if all || which == "floor" {
+        floor_bench::bench_floor();
     }
 }
 

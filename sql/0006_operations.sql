@@ -53,9 +53,13 @@ ALTER TABLE samples ADD COLUMN ours_completed_1h INTEGER;
 --   actions_ok:      launches and stops that went through (dry runs included)
 --   actions_refused: refused by a guardrail
 --   actions_failed:  failed at vast.ai
+--   floor_clocks:    (issue 23) the floor's clocks as the pass left them, when one runs
+--                    (policy::floor::Clocks as JSON: deficit_since, surplus_since,
+--                    flagged_passes, and why the pass ended with the deficit unanswered);
+--                    NULL when none runs or the floor did not plan
 -- and those of 0001 (in_prompt: later prompts include the run: an action run, an operator
 -- exchange, an interrupted tool loop).
-CREATE TABLE runs_v6(id INTEGER PRIMARY KEY AUTOINCREMENT,session_id INTEGER NOT NULL REFERENCES sessions(id),pid INTEGER NOT NULL,pass INTEGER NOT NULL,started_by TEXT NOT NULL CHECK(started_by IN('events','tick')),status TEXT NOT NULL CHECK(status IN('running','ok','failed')),verdict TEXT CHECK(verdict IN('action','no-action','skipped','action-failed','action-refused')),decided_by TEXT,started_at INTEGER NOT NULL,finished_at INTEGER,events_claimed INTEGER NOT NULL DEFAULT 0,wakes_claimed INTEGER NOT NULL DEFAULT 0,llm_calls INTEGER NOT NULL DEFAULT 0,prompt_tokens_est INTEGER,prompt_tokens_reported INTEGER,completion_tokens INTEGER,llm_error TEXT,error TEXT,emergency INTEGER NOT NULL DEFAULT 0,in_prompt INTEGER NOT NULL DEFAULT 0,actions_ok INTEGER NOT NULL DEFAULT 0,actions_refused INTEGER NOT NULL DEFAULT 0,actions_failed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE runs_v6(id INTEGER PRIMARY KEY AUTOINCREMENT,session_id INTEGER NOT NULL REFERENCES sessions(id),pid INTEGER NOT NULL,pass INTEGER NOT NULL,started_by TEXT NOT NULL CHECK(started_by IN('events','tick')),status TEXT NOT NULL CHECK(status IN('running','ok','failed')),verdict TEXT CHECK(verdict IN('action','no-action','skipped','action-failed','action-refused')),decided_by TEXT,started_at INTEGER NOT NULL,finished_at INTEGER,events_claimed INTEGER NOT NULL DEFAULT 0,wakes_claimed INTEGER NOT NULL DEFAULT 0,llm_calls INTEGER NOT NULL DEFAULT 0,prompt_tokens_est INTEGER,prompt_tokens_reported INTEGER,completion_tokens INTEGER,llm_error TEXT,error TEXT,emergency INTEGER NOT NULL DEFAULT 0,in_prompt INTEGER NOT NULL DEFAULT 0,actions_ok INTEGER NOT NULL DEFAULT 0,actions_refused INTEGER NOT NULL DEFAULT 0,actions_failed INTEGER NOT NULL DEFAULT 0,floor_clocks TEXT);
 INSERT INTO runs_v6 (id, session_id, pid, pass, started_by, status, verdict, decided_by,
                      started_at, finished_at, events_claimed, wakes_claimed, llm_calls,
                      prompt_tokens_est, prompt_tokens_reported, completion_tokens, llm_error,

@@ -189,7 +189,9 @@ pub struct PolicyConfig {
     pub emergency_launch_max: u32,
     pub stuck_loading_mins: u64,
     pub dry_run: bool,
-    /// The floor answers a deficit the model left unanswered this long.
+    /// The grace of a model acting on a deficit: the floor adds what the rules still want
+    /// this long after the model's last launch while the deficit is open (a deficit the model
+    /// did nothing about is answered in the pass the rules confirm it).
     pub floor_after_mins: u64,
     /// The floor destroys a flagged instance the model left for this many passes.
     pub floor_flagged_passes: u32,

@@ -150,7 +150,25 @@ pub fn build(
         }),
         other_installs,
         other_installs_at: other_installs_at.map(rfc3339),
+        floor: floor_view(store)?,
     })
+}
+
+/// The floor's clocks from its stored memory. An unreadable one is said on stderr and reads
+/// as none, as the next pass starts it afresh.
+fn floor_view(store: &Store) -> Result<Option<super::FloorView>> {
+    let Some(json) = session::floor_memory(&store.conn)? else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<crate::policy::floor::Memory>(&json) {
+        Ok(m) => Ok(super::FloorView::of(&m)),
+        Err(e) => {
+            log::warn!(
+                "the floor's stored memory is unreadable ({e}); the next pass starts it afresh"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// The price as the last pass left it (the last reading's ask price, the FIL/USD cache) and

@@ -175,6 +175,44 @@ pub struct Report {
     /// them (never ours).
     pub other_installs: Vec<crate::store::ops::ForeignInstance>,
     pub other_installs_at: Option<String>,
+    /// The floor's clocks as the last pass left them, or null when none runs.
+    pub floor: Option<FloorView>,
+}
+
+/// `floor`: since when a deficit is open (and why the last pass left it unanswered), since
+/// when idle surplus waits, and the passes each flagged instance has been left
+/// (docs/guardrails.md, "The floor").
+#[derive(Debug, Serialize, PartialEq)]
+pub struct FloorView {
+    pub deficit_since: Option<String>,
+    pub unanswered: Option<String>,
+    pub surplus_since: Option<String>,
+    pub flagged: Vec<FlaggedView>,
+}
+
+#[derive(Debug, Serialize, PartialEq)]
+pub struct FlaggedView {
+    pub instance_id: i64,
+    pub passes: u32,
+}
+
+impl FloorView {
+    /// None when no clock runs.
+    pub fn of(m: &crate::policy::floor::Memory) -> Option<FloorView> {
+        m.running().then(|| FloorView {
+            deficit_since: m.deficit_since.map(rfc3339),
+            unanswered: m.unanswered.clone(),
+            surplus_since: m.surplus_since.map(rfc3339),
+            flagged: m
+                .flagged_passes
+                .iter()
+                .map(|(id, n)| FlaggedView {
+                    instance_id: *id,
+                    passes: *n,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// `paused`: since when, until when (null: until `fleetagent resume`) and why.
@@ -445,6 +483,41 @@ mod tests {
             text.contains(
                 "\nPAUSED      since 1970-01-01T00:01:00Z until `fleetagent resume`: \"disk swap\""
             ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_floors_clocks_are_named_when_a_pass_left_a_deficit_unanswered() {
+        let (dir, s) = test_store(1_000);
+        let config = Config::default();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!(serde_json::to_value(&r).unwrap()["floor"], Value::Null);
+        assert!(!render_text(&r).contains("\nfloor "));
+        let memory = crate::policy::floor::Memory {
+            deficit_since: Some(60_000),
+            unanswered: Some(
+                "the launch window is spent (3 of 3 in policy.launch_window_minutes)".into(),
+            ),
+            flagged_passes: [(7, 1)].into_iter().collect(),
+            ..Default::default()
+        };
+        crate::store::session::set_floor_memory(&s.conn, &serde_json::to_string(&memory).unwrap())
+            .unwrap();
+        let r = build(&s, dir.path(), &config, path, 100_000, None).unwrap();
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["floor"],
+            serde_json::json!({
+                "deficit_since": "1970-01-01T00:01:00Z",
+                "unanswered": "the launch window is spent (3 of 3 in policy.launch_window_minutes)",
+                "surplus_since": null,
+                "flagged": [{"instance_id": 7, "passes": 1}]
+            })
+        );
+        let text = render_text(&r);
+        assert!(
+            text.contains("\nfloor       deficit since 1970-01-01T00:01:00Z, UNANSWERED in the last pass: the launch window is spent (3 of 3 in policy.launch_window_minutes); flagged: instance 7 left 1 pass\n"),
             "{text}"
         );
     }

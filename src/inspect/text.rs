@@ -49,6 +49,37 @@ fn profit_line(r: &Report) -> String {
     format!("profit      {head}, {ours}{others}")
 }
 
+/// `floor       deficit since T, UNANSWERED: why; surplus since T; flagged: instance 7 left 1
+/// pass`: the floor's clocks (docs/guardrails.md, "The floor").
+fn floor_line(f: &super::FloorView) -> String {
+    let mut parts = Vec::new();
+    if let Some(since) = &f.deficit_since {
+        parts.push(match &f.unanswered {
+            Some(why) => format!("deficit since {since}, UNANSWERED in the last pass: {why}"),
+            None => format!("deficit since {since}, answered"),
+        });
+    }
+    if let Some(since) = &f.surplus_since {
+        parts.push(format!("idle surplus since {since}"));
+    }
+    if !f.flagged.is_empty() {
+        let each: Vec<String> = f
+            .flagged
+            .iter()
+            .map(|x| {
+                format!(
+                    "instance {} left {} pass{}",
+                    x.instance_id,
+                    x.passes,
+                    if x.passes == 1 { "" } else { "es" }
+                )
+            })
+            .collect();
+        parts.push(format!("flagged: {}", each.join(", ")));
+    }
+    format!("floor       {}", parts.join("; "))
+}
+
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let mut line = |s: String| {
@@ -97,6 +128,9 @@ pub fn render_text(r: &Report) -> String {
             h.stopped_at,
             h.until
         ));
+    }
+    if let Some(f) = &r.floor {
+        line(floor_line(f));
     }
     if !r.other_installs.is_empty() {
         line(format!(

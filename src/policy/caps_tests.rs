@@ -91,7 +91,7 @@ fn carry_out(s: &mut Snapshot, c: &Config, calls: &[PlannedCall], next_id: &mut 
     for (n, call) in calls.iter().enumerate() {
         if call.tool == "stop_instance" {
             let id = call.arguments["instance_id"].as_i64().unwrap();
-            let ask = splan::Ask::new(c, id, false, false, false);
+            let ask = splan::Ask::new(c, id, false, false);
             if let Gate::Go(t) = splan::gate(&ask, s, c) {
                 if let Done::Stopped(st) = splan::after_call(&t, Ok(()), s.now) {
                     s.record_stop(id, st.gone);

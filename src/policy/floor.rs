@@ -2,11 +2,14 @@
 //! answers "no action" while every worker is dead is as dangerous as a rate limiter that
 //! refuses the launch. After the model's turns the rules plan the same snapshot (as the
 //! model's own calls left it), and what protects the fleet that the model left undone is
-//! carried out through the same tools and guardrails, with actor `floor`:
+//! carried out through the same tools and guardrails, with actor `floor`. Whatever the model
+//! answers, the fleet serves what the rules would serve:
 //!
 //! - WORKERS DEAD launches, in the same pass;
-//! - a deficit the rules would answer (a backlog, or a seed instance), once it has gone
-//!   unanswered for `policy.floor_after_mins`;
+//! - a deficit the rules confirm (a backlog, by their own streak and confirmation; or a seed
+//!   instance), in the same pass, unless the model is acting on it: a model that launched
+//!   while the deficit was open gets `policy.floor_after_mins` from its last launch before the
+//!   floor adds to its answer. An answer that ran nothing (text, malformed, cut) is no action;
 //! - a flagged instance (stuck, exited, offline, unknown), once it has been left for
 //!   `policy.floor_flagged_passes` passes;
 //! - idle surplus (and, with a price, an idle instance that no longer makes its margin),
@@ -15,12 +18,23 @@
 //! - an outbid bid (destroyed, and replaced while demand needs it) and a fleet over a cap
 //!   (the newest surplus stopped), in the same pass.
 //!
+//! The deficit's clock ([`Memory::deficit_since`]) opens when the rules confirm the deficit
+//! and survives one pass below the backlog threshold (Curio keeps 4-8 proofs pending by
+//! design once the workers are busy), and the passes after it while the backlog is back and
+//! the rules' streak confirms it again: the deficit is the same, and so is a model's grace on
+//! it. The floor's launches are the rules' own, on their own streak, so a model that answers
+//! as the rules would is never overruled. A second pass below the threshold in a row, or the
+//! rules no longer wanting capacity (the target reached, no profitable offer), closes it.
+//!
+//! With the model unusable (`llm.fallback = "rules"`) the pass runs the same plan as a model
+//! that did nothing (`run::act::fallback`): the whole floor, stops and destroys included.
+//!
 //! The floor never acts on unknown demand nor while the operator has paused the agent, never
 //! puts back what an operator stopped within `policy.operator_hold_mins` (the rules plan no
-//! launch then: `rules::decide`), never doubles the model's launches (the rules
-//! count them as coming), and never undoes what the model did in the pass: no launch for a
-//! deficit in a pass where the model stopped an instance, no stop of surplus in a pass where
-//! it launched one. Pure: the pass keeps the [`Memory`] between passes.
+//! launch then: `rules::decide`), never doubles the model's launches (the rules count them
+//! as coming), and never undoes what the model did in the pass: no launch for a deficit in a
+//! pass where the model stopped an instance, no stop of surplus in a pass where it launched
+//! one. Pure: the pass keeps the [`Memory`] between passes.
 
 use std::collections::BTreeMap;
 
@@ -32,18 +46,63 @@ use crate::fleet::Snapshot;
 
 use super::rules::{self, CallKind, Mode, PlannedCall};
 
-/// What the floor remembers between passes (stored as JSON beside the streaks).
+/// What the floor remembers between passes (stored as JSON beside the streaks); its clocks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Memory {
-    /// Since when the rules have wanted a launch for a deficit the model left unanswered.
+    /// Since when the rules have confirmed a deficit that is still open (answered or not).
     #[serde(default)]
     pub deficit_since: Option<Millis>,
+    /// The last pass was below the backlog threshold with the deficit open (one such pass
+    /// keeps it open; a second closes it).
+    #[serde(default)]
+    pub dipped: bool,
+    /// The model's last launch while the deficit was open: it is acting on it, and gets
+    /// `policy.floor_after_mins` from then before the floor adds to its answer.
+    #[serde(default)]
+    pub model_launched_at: Option<Millis>,
+    /// Why the last pass ended with the open deficit unanswered: nobody launched for it,
+    /// nothing of ours is coming (None: answered, coming, or no deficit open).
+    #[serde(default)]
+    pub unanswered: Option<String>,
     /// Since when the rules have wanted to stop idle surplus the model left.
     #[serde(default)]
     pub surplus_since: Option<Millis>,
     /// Flagged instances of ours (vast.ai id) and the passes each has been flagged so far.
     #[serde(default)]
     pub flagged_passes: BTreeMap<i64, u32>,
+}
+
+impl Memory {
+    /// Some clock runs: a deficit open, surplus waiting, or a flagged instance counted.
+    pub fn running(&self) -> bool {
+        self.deficit_since.is_some()
+            || self.surplus_since.is_some()
+            || !self.flagged_passes.is_empty()
+    }
+
+    /// The clocks as a pass leaves them (what the run row keeps, `inspect` and the sim's
+    /// report name).
+    pub fn clocks(&self) -> Clocks {
+        Clocks {
+            deficit_since: self.deficit_since,
+            surplus_since: self.surplus_since,
+            flagged_passes: self.flagged_passes.clone(),
+            unanswered: self.unanswered.clone(),
+        }
+    }
+}
+
+/// The floor's clocks at the end of a pass (`runs.floor_clocks`, as JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Clocks {
+    /// Since when the rules have confirmed a deficit that is still open.
+    pub deficit_since: Option<Millis>,
+    /// Since when the rules have wanted to stop idle surplus that is still there.
+    pub surplus_since: Option<Millis>,
+    /// Flagged instances of ours (vast.ai id) and the passes each has been left so far.
+    pub flagged_passes: BTreeMap<i64, u32>,
+    /// Why the pass ended with the open deficit unanswered (None: it did not).
+    pub unanswered: Option<String>,
 }
 
 /// What the model did in this pass (mutating calls that went through, and launches that met
@@ -66,6 +125,16 @@ pub struct Plan {
     pub memory: Memory,
 }
 
+impl Plan {
+    /// The calls that answer the deficit (a backlog's launches, a seed).
+    pub fn deficit_calls(&self) -> usize {
+        self.calls
+            .iter()
+            .filter(|c| matches!(c.kind, CallKind::Deficit | CallKind::Seed))
+            .count()
+    }
+}
+
 /// Plan the floor over `snapshot` (after the model's calls), the rules' low-demand streak
 /// and what the floor remembered from the passes before.
 pub fn plan(
@@ -76,7 +145,11 @@ pub fn plan(
     model: &ModelDid,
     now: Millis,
 ) -> Plan {
-    if snapshot.demand.is_none() || snapshot.paused.is_some() {
+    let Some(d) = snapshot
+        .demand
+        .as_ref()
+        .filter(|_| snapshot.paused.is_none())
+    else {
         // Never on unknown demand, nor while the operator's pause holds everyone: nothing is
         // done, and no clock runs on it (after a resume, what the model leaves undone is
         // timed afresh).
@@ -88,10 +161,29 @@ pub fn plan(
             calls: Vec::new(),
             memory,
         };
-    }
-    let wanted = rules::decide(snapshot, config, low_demand_passes, Mode::Full);
+    };
     let p = &config.policy;
-    let mut memory = Memory::default();
+    let wanted = rules::decide(snapshot, config, low_demand_passes, Mode::Full);
+    let facts = rules::deficit(snapshot, config);
+    let seed = wanted.iter().any(|c| c.kind == CallKind::Seed);
+    // The deficit's clock: opened by the rules' confirmation (or a seed they want), kept
+    // across one pass below the backlog threshold and while the backlog holds after it.
+    // (With ProofShare switched off there is no deficit to keep open.)
+    let open_before = before.deficit_since.is_some();
+    let backlog = super::streaks::backlog(d);
+    let dip = open_before && !backlog && !before.dipped && !d.proofshare_disabled();
+    let open = facts.confirmed || seed || dip || (open_before && facts.persists);
+
+    let mut memory = Memory {
+        deficit_since: open.then(|| before.deficit_since.unwrap_or(now)),
+        dipped: dip,
+        model_launched_at: match (open, model.launches > 0) {
+            (false, _) => None,
+            (true, true) => Some(now),
+            (true, false) => before.model_launched_at.filter(|_| open_before),
+        },
+        ..Memory::default()
+    };
     for f in snapshot.flagged(config) {
         let n = before.flagged_passes.get(&f.vast_id).copied().unwrap_or(0) + 1;
         memory.flagged_passes.insert(f.vast_id, n);
@@ -99,15 +191,16 @@ pub fn plan(
     // A paused bid may resume at any moment, and a fleet over a cap pays for it every
     // minute: both are answered in the same pass, before any launch (a destroy frees the
     // slot the replacement takes).
+    let same_pass = "in the same pass";
     let mut calls: Vec<PlannedCall> = of_kind(&wanted, &[CallKind::Outbid, CallKind::OverCap])
         .into_iter()
-        .map(|c| c.with_reason(floor_reason(&c.why, "in the same pass")))
+        .map(|c| c.with_reason(floor_reason(&c.why, same_pass)))
         .collect();
     if model.launches_blocked == 0 {
         calls.extend(
             of_kind(&wanted, &[CallKind::Replace])
                 .into_iter()
-                .map(|c| c.with_reason(floor_reason(&c.why, "in the same pass"))),
+                .map(|c| c.with_reason(floor_reason(&c.why, same_pass))),
         );
     }
 
@@ -122,28 +215,49 @@ pub fn plan(
         emergency.truncate(w.limit.saturating_sub(w.used) as usize);
     }
     for c in &emergency {
-        calls.push(c.with_reason(floor_reason(&c.why, "in the same pass")));
+        calls.push(c.with_reason(floor_reason(&c.why, same_pass)));
     }
 
     let deficit = of_kind(&wanted, &[CallKind::Deficit, CallKind::Seed]);
     if !deficit.is_empty() && emergency.is_empty() {
-        let since = before.deficit_since.unwrap_or(now);
-        let waited = now - since;
-        // Not in a pass where the model stopped an instance (never undo it), nor where its
-        // launch met a limit the floor's would meet too (its clock runs on).
-        if waited >= p.floor_after_mins as i64 * 60_000
-            && model.stops == 0
-            && model.launches_blocked == 0
-        {
-            let left = format!("left unanswered for {}", human_duration(waited));
-            calls.extend(
-                deficit
-                    .iter()
-                    .map(|c| c.with_reason(floor_reason(&c.why, &left))),
-            );
+        let grace_until = memory
+            .model_launched_at
+            .map(|t| t + p.floor_after_mins as Millis * 60_000)
+            .filter(|until| now < *until);
+        // Not while the model is acting on it, nor in a pass where the model stopped an
+        // instance (never undo it), nor where its launch met a limit the floor's would meet too.
+        let held = if let Some(until) = grace_until {
+            Some(format!(
+                "the model is acting on it: it launched {} ago, and policy.floor_after_mins ({}m) from its last launch leaves it {} more",
+                human_duration(now - memory.model_launched_at.unwrap_or(now)),
+                p.floor_after_mins,
+                human_duration(until - now)
+            ))
+        } else if model.stops > 0 {
+            Some("the model stopped an instance in this pass (the floor never undoes it)".into())
+        } else if model.launches_blocked > 0 {
+            Some("the model's launch met a rate limit (the floor's would too)".into())
         } else {
-            memory.deficit_since = Some(since);
+            None
+        };
+        match held {
+            Some(why) => memory.unanswered = Some(why),
+            None => {
+                let waited = now - memory.deficit_since.unwrap_or(now);
+                let how_long = if waited > 0 {
+                    format!("deficit open {}", human_duration(waited))
+                } else {
+                    same_pass.to_string()
+                };
+                calls.extend(
+                    deficit
+                        .iter()
+                        .map(|c| c.with_reason(floor_reason(&c.why, &how_long))),
+                );
+            }
         }
+    } else if open && emergency.is_empty() && model.launches == 0 && facts.coming == 0 {
+        memory.unanswered = no_launch_why(snapshot, config, d, dip, facts.confirmed);
     }
 
     for c in of_kind(&wanted, &[CallKind::Flagged]) {
@@ -175,6 +289,44 @@ pub fn plan(
     Plan { calls, memory }
 }
 
+/// Why an open deficit gets no launch from the rules in this pass, when that leaves it
+/// unanswered: a pass below the backlog threshold, the rules' streak confirming it again
+/// after one, the operator's hold, the launch window spent, `max_instances` reached. None
+/// when the rules judge what works and comes enough.
+fn no_launch_why(
+    snapshot: &Snapshot,
+    config: &Config,
+    d: &crate::demand::Demand,
+    dip: bool,
+    confirmed: bool,
+) -> Option<String> {
+    if dip {
+        return Some(format!(
+            "a pass below the backlog threshold ({} waiting, {} idle workers); one keeps the deficit open",
+            d.backlog_signal(),
+            d.idle_workers()
+        ));
+    }
+    if !confirmed {
+        return Some(format!(
+            "the backlog is back; the rules' streak confirms it again ({} pass(es) so far)",
+            snapshot.streaks.backlog_passes
+        ));
+    }
+    if snapshot.hold.is_some() {
+        return Some("an operator hold: nothing is launched (policy.operator_hold_mins)".into());
+    }
+    let w = snapshot.window(config);
+    if w.used >= w.limit {
+        return Some(format!(
+            "the launch window is spent ({} of {} in policy.launch_window_minutes)",
+            w.used, w.limit
+        ));
+    }
+    let max = config.policy.max_instances?;
+    (snapshot.billing_count() >= max).then(|| format!("policy.max_instances ({max}) reached"))
+}
+
 fn of_kind<'a>(calls: &'a [PlannedCall], kinds: &[CallKind]) -> Vec<&'a PlannedCall> {
     calls.iter().filter(|c| kinds.contains(&c.kind)).collect()
 }
@@ -186,384 +338,4 @@ fn floor_reason(rules_why: &str, how_long: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::demand::{Demand, Worker};
-    use crate::fleet::State;
-    use crate::fleet::{LOADING, PROVING, REGISTERED};
-    use crate::store::instances::InstanceRow;
-    use crate::store::session::Streaks;
-
-    const NOW: Millis = 1_800_000_000_000;
-    const MIN: Millis = 60_000;
-
-    fn config() -> Config {
-        let mut c = Config::default();
-        c.vast.image = Some("img".into());
-        c.policy.max_dph_total = Some(10.0);
-        c.policy.max_instances = Some(10);
-        c.policy.target_proofs_per_hour = 100.0;
-        c.policy.proofs_per_hour_per_instance = 50.0;
-        c
-    }
-
-    fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
-        InstanceRow {
-            label: format!("fleetagent-{id}"),
-            vast_id: Some(id),
-            state,
-            actual_status: Some("running".into()),
-            status_msg: None,
-            gpu_name: None,
-            dph: Some(0.5),
-            offer_id: None,
-            public_ip: None,
-            machine_name: machine.map(String::from),
-            worker_address: None,
-            launched_run: None,
-            adopted: false,
-            created_at: NOW - 120 * MIN,
-            state_since: NOW - 120 * MIN,
-            last_seen_at: None,
-            gone_at: None,
-            machine_id: None,
-            is_bid: false,
-            storage_dph: None,
-        }
-    }
-
-    fn worker(name: &str, running: u32) -> Worker {
-        Worker {
-            machine_name: name.into(),
-            host_and_port: "10.0.0.1:1".into(),
-            running,
-            cordoned: false,
-        }
-    }
-
-    fn snapshot(demand: Option<Demand>, instances: Vec<InstanceRow>) -> Snapshot {
-        Snapshot {
-            now: NOW,
-            run_id: 9,
-            demand,
-            instances,
-            ..Default::default()
-        }
-    }
-
-    fn dead() -> Snapshot {
-        let d = Demand {
-            pending: 59,
-            ..Default::default()
-        };
-        snapshot(Some(d), vec![])
-    }
-
-    fn backlog() -> Snapshot {
-        let d = Demand {
-            pending: 7,
-            running: 1,
-            completed_1h: 48,
-            workers: vec![worker("fleetagent-1", 1)],
-            ..Default::default()
-        };
-        let mut s = snapshot(Some(d), vec![row(1, PROVING, Some("fleetagent-1"))]);
-        s.streaks = Streaks {
-            low_demand_passes: 0,
-            backlog_passes: 3,
-        };
-        s
-    }
-
-    fn idle() -> Snapshot {
-        let d = Demand {
-            pending: 0,
-            completed_1h: 10,
-            workers: vec![
-                worker("fleetagent-1", 1),
-                worker("fleetagent-2", 0),
-                worker("fleetagent-3", 0),
-            ],
-            ..Default::default()
-        };
-        snapshot(
-            Some(d),
-            vec![
-                row(1, PROVING, Some("fleetagent-1")),
-                row(2, REGISTERED, Some("fleetagent-2")),
-                row(3, REGISTERED, Some("fleetagent-3")),
-            ],
-        )
-    }
-
-    fn none() -> ModelDid {
-        ModelDid::default()
-    }
-
-    #[test]
-    fn workers_dead_launches_in_the_same_pass() {
-        let p = plan(&dead(), &config(), 0, &Memory::default(), &none(), NOW);
-        assert!(!p.calls.is_empty());
-        assert!(p.calls.iter().all(|c| c.tool == "launch_instance"));
-        assert!(
-            p.calls[0]
-                .why
-                .starts_with("floor (the model left it undone, in the same pass): WORKERS DEAD"),
-            "{}",
-            p.calls[0].why
-        );
-        assert_eq!(p.calls[0].arguments["reason"], p.calls[0].why.as_str());
-    }
-
-    #[test]
-    fn what_the_model_launched_is_not_doubled() {
-        // The model launched enough: the snapshot counts them as coming, the rules ask for none.
-        let mut s = dead();
-        for id in 1..=2 {
-            let mut r = row(id, LOADING, None);
-            r.created_at = NOW;
-            r.state_since = NOW;
-            s.instances.push(r);
-        }
-        let did = ModelDid {
-            launches: 2,
-            ..ModelDid::default()
-        };
-        let p = plan(&s, &config(), 0, &Memory::default(), &did, NOW);
-        assert!(p.calls.is_empty(), "{:?}", p.calls);
-    }
-
-    #[test]
-    fn a_model_that_filled_the_emergency_window_gets_no_refused_extra() {
-        // The model launched 6 (the emergency allowance) and they are still short of the
-        // need: the rules would ask once more to record the refusal; the floor does not.
-        let mut s = dead();
-        for id in 1..=6 {
-            let mut r = row(id, LOADING, None);
-            r.created_at = NOW;
-            r.state_since = NOW;
-            s.instances.push(r);
-            s.window_launches.push(NOW);
-        }
-        let mut c = config();
-        c.policy.target_proofs_per_hour = 1000.0;
-        let did = ModelDid {
-            launches: 6,
-            ..ModelDid::default()
-        };
-        assert!(!rules::decide(&s, &c, 0, Mode::Full).is_empty());
-        assert!(plan(&s, &c, 0, &Memory::default(), &did, NOW)
-            .calls
-            .is_empty());
-        // Nor after a model whose ask the window refused (the model asked as the rules would).
-        let refused = ModelDid {
-            launches_blocked: 1,
-            ..ModelDid::default()
-        };
-        assert!(plan(&s, &c, 0, &Memory::default(), &refused, NOW)
-            .calls
-            .is_empty());
-        // Without the model's launches on record, the floor's one ask stands (and is refused
-        // by the window, on record).
-        assert_eq!(
-            plan(&s, &c, 0, &Memory::default(), &none(), NOW)
-                .calls
-                .len(),
-            1
-        );
-    }
-
-    #[test]
-    fn a_deficit_waits_floor_after_mins_then_is_answered() {
-        let c = config();
-        let first = plan(&backlog(), &c, 0, &Memory::default(), &none(), NOW);
-        assert!(first.calls.is_empty());
-        assert_eq!(first.memory.deficit_since, Some(NOW));
-        let later = NOW + 19 * MIN;
-        let still = plan(&backlog(), &c, 0, &first.memory, &none(), later);
-        assert!(still.calls.is_empty());
-        assert_eq!(still.memory.deficit_since, Some(NOW));
-        let due = NOW + 20 * MIN;
-        let acted = plan(&backlog(), &c, 0, &first.memory, &none(), due);
-        assert_eq!(acted.calls.len(), 1, "{:?}", acted.calls);
-        assert!(
-            acted.calls[0].why.contains("left unanswered for 20m"),
-            "{}",
-            acted.calls[0].why
-        );
-        // Answered: the clock starts again.
-        assert_eq!(acted.memory.deficit_since, None);
-        // A pass where the model stopped something never relaunches it.
-        let did = ModelDid {
-            stops: 1,
-            ..ModelDid::default()
-        };
-        let held = plan(&backlog(), &c, 0, &first.memory, &did, due);
-        assert!(held.calls.is_empty());
-        assert_eq!(held.memory.deficit_since, Some(NOW));
-        // Nor where the model's own launch met vast.ai's rate limit: the floor's would too,
-        // and its clock runs on.
-        let blocked = ModelDid {
-            launches_blocked: 1,
-            ..ModelDid::default()
-        };
-        let held = plan(&backlog(), &c, 0, &first.memory, &blocked, due);
-        assert!(held.calls.is_empty());
-        assert_eq!(held.memory.deficit_since, Some(NOW));
-        // The deficit gone: nothing remembered.
-        let mut gone = backlog();
-        gone.streaks.backlog_passes = 0;
-        assert_eq!(
-            plan(&gone, &c, 0, &first.memory, &none(), due)
-                .memory
-                .deficit_since,
-            None
-        );
-    }
-
-    #[test]
-    fn a_flagged_instance_is_destroyed_after_floor_flagged_passes() {
-        let c = config();
-        let mut s = idle();
-        s.instances[2].actual_status = Some("exited".into());
-        let one = plan(&s, &c, 0, &Memory::default(), &none(), NOW);
-        assert!(one.calls.iter().all(|c| c.kind != CallKind::Flagged));
-        assert_eq!(one.memory.flagged_passes.get(&3), Some(&1));
-        let two = plan(&s, &c, 0, &one.memory, &none(), NOW + 5 * MIN);
-        let stops: Vec<_> = two
-            .calls
-            .iter()
-            .filter(|c| c.kind == CallKind::Flagged)
-            .collect();
-        assert_eq!(stops.len(), 1);
-        assert_eq!(stops[0].arguments["instance_id"], 3);
-        assert!(
-            stops[0].why.contains("left for 2 passes"),
-            "{}",
-            stops[0].why
-        );
-        // Once it is gone it is forgotten.
-        let mut fixed = s.clone();
-        fixed.instances.remove(2);
-        assert!(plan(&fixed, &c, 0, &two.memory, &none(), NOW)
-            .memory
-            .flagged_passes
-            .is_empty());
-    }
-
-    #[test]
-    fn idle_surplus_goes_after_floor_idle_mins_unless_the_model_launched() {
-        let c = config();
-        let first = plan(&idle(), &c, 1, &Memory::default(), &none(), NOW);
-        assert!(first.calls.is_empty(), "{:?}", first.calls);
-        assert_eq!(first.memory.surplus_since, Some(NOW));
-        let due = NOW + 120 * MIN;
-        let acted = plan(&idle(), &c, 1, &first.memory, &none(), due);
-        assert_eq!(acted.calls.len(), 1);
-        assert_eq!(acted.calls[0].tool, "stop_instance");
-        assert!(
-            acted.calls[0].why.contains("left idle for 2h"),
-            "{}",
-            acted.calls[0].why
-        );
-        let did = ModelDid {
-            launches: 1,
-            ..ModelDid::default()
-        };
-        assert!(plan(&idle(), &c, 1, &first.memory, &did, due)
-            .calls
-            .is_empty());
-    }
-
-    #[test]
-    fn the_floor_never_stops_a_young_instance_the_rules_keep() {
-        let c = config();
-        let mut s = idle();
-        for r in s.instances.iter_mut() {
-            r.created_at = NOW - 10 * MIN;
-        }
-        let before = Memory {
-            surplus_since: Some(NOW - 600 * MIN),
-            ..Memory::default()
-        };
-        let p = plan(&s, &c, 1, &before, &none(), NOW);
-        assert!(p.calls.is_empty(), "{:?}", p.calls);
-        // Past min_rental_mins, the idle surplus left that long goes.
-        let p = plan(&idle(), &c, 1, &before, &none(), NOW);
-        assert_eq!(p.calls.len(), 1);
-    }
-
-    #[test]
-    fn unknown_demand_does_nothing_and_runs_no_clock() {
-        let c = config();
-        let mut s = backlog();
-        s.demand = None;
-        s.demand_error = Some("timeout".into());
-        let before = Memory {
-            deficit_since: Some(NOW - 60 * MIN),
-            surplus_since: None,
-            flagged_passes: [(3, 4)].into_iter().collect(),
-        };
-        let p = plan(&s, &c, 0, &before, &none(), NOW);
-        assert!(p.calls.is_empty());
-        assert_eq!(p.memory.deficit_since, None);
-        assert_eq!(p.memory.flagged_passes, before.flagged_passes);
-    }
-
-    #[test]
-    fn a_pause_plans_nothing_and_a_hold_launches_nothing() {
-        let c = config();
-        let before = Memory {
-            deficit_since: Some(NOW - 60 * MIN),
-            surplus_since: None,
-            flagged_passes: [(3, 4)].into_iter().collect(),
-        };
-        let mut s = dead();
-        s.instances = vec![row(3, crate::fleet::DEAD, None)];
-        s.instances[0].actual_status = Some("exited".into());
-        s.paused = Some(crate::store::ops::Pause {
-            since: NOW - MIN,
-            until: None,
-            reason: "hands off".into(),
-        });
-        let p = plan(&s, &c, 0, &before, &none(), NOW);
-        assert!(p.calls.is_empty(), "{:?}", p.calls);
-        assert_eq!(p.memory.deficit_since, None, "no clock runs while paused");
-        assert_eq!(p.memory.flagged_passes, before.flagged_passes);
-        // A hold: the WORKERS DEAD launches are not made; the exited one still goes.
-        s.paused = None;
-        s.hold = Some(crate::fleet::OperatorHold {
-            stopped_at: NOW - 5 * MIN,
-            instance_id: Some(7),
-            label: Some("fleetagent-7".into()),
-            until: NOW + 25 * MIN,
-        });
-        let p = plan(&s, &c, 0, &before, &none(), NOW);
-        let tools: Vec<&str> = p.calls.iter().map(|c| c.tool).collect();
-        assert_eq!(tools, vec!["stop_instance"], "{:?}", p.calls);
-        s.hold = None;
-        let p = plan(&s, &c, 0, &before, &none(), NOW);
-        assert!(p.calls.iter().any(|c| c.tool == "launch_instance"));
-    }
-
-    #[test]
-    fn proofshare_disabled_gives_the_floor_nothing_to_launch() {
-        let c = config();
-        // Queued rows and pending tasks, no worker: WORKERS DEAD were ProofShare on.
-        let mut s = dead();
-        s.demand.as_mut().unwrap().proofshare_enabled = Some(false);
-        s.demand.as_mut().unwrap().ps_waiting = Some(4);
-        let before = Memory {
-            deficit_since: Some(NOW - 600 * MIN),
-            ..Memory::default()
-        };
-        let p = plan(&s, &c, 0, &before, &ModelDid::default(), NOW);
-        assert!(p.calls.is_empty(), "{:?}", p.calls);
-        assert_eq!(p.memory.deficit_since, None);
-        // A backlog, disabled: no deficit launch either.
-        let mut b = backlog();
-        b.demand.as_mut().unwrap().proofshare_enabled = Some(false);
-        let p = plan(&b, &c, 0, &before, &ModelDid::default(), NOW);
-        assert!(p.calls.is_empty(), "{:?}", p.calls);
-    }
-}
+mod tests;

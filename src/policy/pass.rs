@@ -55,14 +55,18 @@ pub fn decider(config: &Config, facts: &Facts<'_>, snapshot: &Snapshot) -> Decid
 pub enum OnModelFailure {
     /// The pass fails; its events and wakes are handed back.
     FailPass,
-    /// The rules decide, launches only.
-    RulesLaunchOnly,
+    /// The whole floor decides, as under a model that did nothing (`policy::floor`): WORKERS
+    /// DEAD and deficit launches in the same pass, flagged instances destroyed after
+    /// `policy.floor_flagged_passes`, idle surplus stopped after `policy.floor_idle_mins`.
+    /// (DESIGN.md had the fallback launch only; issue 23 overrode it: a stuck loader and
+    /// dead instances billed for the rest of the hour while the model was down.)
+    Floor,
 }
 
 pub fn on_model_failure(config: &Config) -> OnModelFailure {
     match config.llm.fallback {
         Fallback::None => OnModelFailure::FailPass,
-        Fallback::Rules => OnModelFailure::RulesLaunchOnly,
+        Fallback::Rules => OnModelFailure::Floor,
     }
 }
 
@@ -196,7 +200,7 @@ mod tests {
             decider(&c, &facts(None, None), &snapshot(None)),
             Decider::Rules
         );
-        assert_eq!(on_model_failure(&c), OnModelFailure::RulesLaunchOnly);
+        assert_eq!(on_model_failure(&c), OnModelFailure::Floor);
         c.llm.fallback = Fallback::None;
         assert_eq!(on_model_failure(&c), OnModelFailure::FailPass);
         assert_eq!(verdict(true), Verdict::Action);

@@ -1,6 +1,6 @@
 //! The rules policy: a plain autoscaler that decides a pass without the LLM
-//! (`llm.provider = "rules"`), or only launches when the LLM is unusable
-//! (`llm.fallback = "rules"`). [`decide`] is pure: from the snapshot (with this pass's
+//! (`llm.provider = "rules"`), and plans under the model as the floor (`policy::floor`, which
+//! is also the fallback when the LLM is unusable). [`decide`] is pure: from the snapshot (with this pass's
 //! streaks), the config and the low-demand streak it returns tool calls, which the pass
 //! executes through the same registry and guardrails. The streaks are advanced once per run
 //! by the observe step (`run::observe::advance_streaks`, from `policy::streaks`).
@@ -97,7 +97,8 @@ const LONG_WINDOW_MIN_HOURS: f64 = 2.0;
 pub enum Mode {
     /// `provider = "rules"`: launches and stops.
     Full,
-    /// The LLM fallback: launches only, never stops or destroys.
+    /// Launches only, never stops or destroys. No pass plans so since the fallback became the
+    /// floor (issue 23); the rules' tests use it to look at their launches alone.
     LaunchOnly,
 }
 
@@ -380,6 +381,122 @@ pub fn new_instance_rate(snapshot: &Snapshot, config: &Config) -> f64 {
         .unwrap_or(config.policy.proofs_per_hour_per_instance)
 }
 
+/// Our instances still booting (a running one whose worker has not registered yet included),
+/// flagged ones aside: those that hold further scale-up back, and those booting longer than
+/// a normal boot (half of `policy.stuck_loading_mins`), which may never come (they are
+/// destroyed once flagged as stuck) and so hold nothing back.
+fn booting<'a>(
+    snapshot: &'a Snapshot,
+    config: &Config,
+    flagged_ids: &[i64],
+) -> (Vec<&'a InstanceRow>, Vec<&'a InstanceRow>) {
+    let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
+    snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
+        .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
+        .partition(|r| snapshot.now - r.state_since < slow_boot_ms)
+}
+
+/// How busy our working fleet is. A backlog means a large deficit only when the workers have
+/// been busy for the hour (not a burst of arrivals, which a 15-minute count times 4 mistakes
+/// for demand: it is +/-2 sqrt(rate) noisy).
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    /// Proofs completed in the last hour.
+    hour: f64,
+    /// The larger of the hour's completions and the last 15 minutes' times 4.
+    observed: f64,
+    /// Proofs/h of our registered and proving instances.
+    working: f64,
+    /// The hour's completions over that capacity (1 with none working).
+    utilisation: f64,
+    /// Demand has risen, not wobbled ([`RISING_FACTOR`]).
+    rising: bool,
+}
+
+fn load(snapshot: &Snapshot, config: &Config, d: &Demand) -> Load {
+    let observed = (d.completed_1h as f64).max(d.completed_15m as f64 * 4.0);
+    let hour = d.completed_1h as f64;
+    let working: f64 = snapshot
+        .instances
+        .iter()
+        .filter(|r| matches!(r.state, REGISTERED | PROVING))
+        .map(|r| snapshot.rate_of(r, config))
+        .sum();
+    let utilisation = if working > 0.0 { hour / working } else { 1.0 };
+    let quarter_rate = d.completed_15m as f64 * 4.0;
+    let rising = working > 0.0
+        && quarter_rate >= working * FULLY_SATURATED
+        && quarter_rate >= hour * RISING_FACTOR;
+    Load {
+        hour,
+        observed,
+        working,
+        utilisation,
+        rising,
+    }
+}
+
+/// A backlog the rules answer with launches (whatever is coming): a backlog seen on
+/// [`BACKLOG_PASSES`] passes in a row when the fleet's hour shows it saturated or demand is
+/// rising (one on a fleet with room over the hour may be the arrivals' noise, and must last
+/// [`BACKLOG_WEAK_PASSES`]), the next instance profitable, every live worker busy, and the
+/// hour under the target.
+fn confirmed(
+    d: &Demand,
+    load: &Load,
+    backlog_passes: u32,
+    target: f64,
+    profitable_next: bool,
+) -> bool {
+    let streak_confirms = backlog_passes >= BACKLOG_PASSES
+        && (load.utilisation >= FULLY_SATURATED
+            || load.rising
+            || backlog_passes >= BACKLOG_WEAK_PASSES);
+    streak_confirms
+        && profitable_next
+        && d.backlog_signal() >= BACKLOG_MIN
+        && d.live_workers() > 0
+        && d.idle_workers() == 0
+        && (target <= 0.0 || load.hour < target)
+}
+
+/// The rules' facts about a deficit in this snapshot, as [`decide`] judges it: what the
+/// floor's deficit clock reads (`policy::floor`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Deficit {
+    /// The rules confirm it (their backlog streak included): they launch for it unless
+    /// something of ours is coming.
+    pub confirmed: bool,
+    /// All they require but the streak holds: a backlog with every live worker busy, the
+    /// hour under the target, the next instance profitable.
+    pub persists: bool,
+    /// Our instances booting within a normal boot: the rules wait for them.
+    pub coming: usize,
+}
+
+/// See [`Deficit`]. Unknown demand: no deficit.
+pub fn deficit(snapshot: &Snapshot, config: &Config) -> Deficit {
+    let Some(d) = &snapshot.demand else {
+        return Deficit::default();
+    };
+    let flagged = snapshot.flagged(config);
+    let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
+    let (l, target) = (
+        load(snapshot, config, d),
+        config.policy.target_proofs_per_hour,
+    );
+    let profitable = next_profitable(snapshot, config);
+    let streak = snapshot.streaks.backlog_passes;
+    Deficit {
+        confirmed: confirmed(d, &l, streak, target, profitable),
+        persists: confirmed(d, &l, BACKLOG_WEAK_PASSES, target, profitable),
+        coming: booting(snapshot, config, &flagged_ids).0.len(),
+    }
+}
+
 /// The calls the rules make this pass. `low_demand_passes` is the low-demand streak
 /// including this pass (`run::act::low_demand_streak`); the backlog streak comes from
 /// `snapshot.streaks`. The operator's hand comes first: while paused nothing is planned
@@ -461,33 +578,20 @@ fn decide_fleet(
     let rate = new_instance_rate(snapshot, config).max(1e-6);
     let projected = snapshot.projected_pph(config);
     let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
-    // Instances still booting hold further scale-up back (a running one whose worker has not
-    // registered yet included), but not one that has been loading longer than a normal boot:
-    // it may never come (it is destroyed once flagged as stuck).
-    let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
-    let (booting, slow): (Vec<&InstanceRow>, Vec<_>) = snapshot
-        .instances
-        .iter()
-        .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
-        .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
-        .partition(|r| snapshot.now - r.state_since < slow_boot_ms);
+    let (booting, slow) = booting(snapshot, config, &flagged_ids);
     let coming = booting.len();
     // In an emergency, an instance booting longer than a normal boot does not count as
     // coming either: it may never come, and every minute without a worker costs.
     let slow_pph: f64 = slow.iter().map(|r| snapshot.rate_of(r, config)).sum();
     let queued = d.queued_work();
-    // Throughput against the capacity of our working instances: a backlog means a large
-    // deficit only when the workers have been busy for the hour (not a burst of arrivals, which
-    // a 15-minute count times 4 mistakes for demand: it is +/-2 sqrt(rate) noisy).
-    let observed = (d.completed_1h as f64).max(d.completed_15m as f64 * 4.0);
-    let hour = d.completed_1h as f64;
-    let working: f64 = snapshot
-        .instances
-        .iter()
-        .filter(|r| matches!(r.state, REGISTERED | PROVING))
-        .map(|r| snapshot.rate_of(r, config))
-        .sum();
-    let utilisation = if working > 0.0 { hour / working } else { 1.0 };
+    let fleet_load = load(snapshot, config, d);
+    let Load {
+        hour,
+        observed,
+        working,
+        utilisation,
+        ..
+    } = fleet_load;
     // With a price known the target is a cap (0: none), not a goal: the need is the work
     // the market gives (queued as one hour of work, the hour's completions), under the cap.
     let priced = snapshot.price.is_some();
@@ -502,16 +606,6 @@ fn decide_fleet(
         target.max(queued as f64)
     };
     let profitable_next = next_profitable(snapshot, config);
-    // A backlog right after the fleet's hour shows it saturated is a deficit; one on a fleet
-    // with room over the hour may be the arrivals' noise, and must last longer.
-    let quarter_rate = d.completed_15m as f64 * 4.0;
-    let rising = working > 0.0
-        && quarter_rate >= working * FULLY_SATURATED
-        && quarter_rate >= hour * RISING_FACTOR;
-    let backlog_confirmed = streaks.backlog_passes >= BACKLOG_PASSES
-        && (utilisation >= FULLY_SATURATED
-            || rising
-            || streaks.backlog_passes >= BACKLOG_WEAK_PASSES);
 
     let (wanted, why, kind) = if d.workers_dead() && need.max(1.0) > projected - slow_pph {
         // Enough to reach the need counting what is coming; nothing when that covers it (a
@@ -525,13 +619,14 @@ fn decide_fleet(
             ),
             CallKind::Emergency,
         )
-    } else if backlog_confirmed
-        && profitable_next
-        && d.backlog_signal() >= BACKLOG_MIN
-        && d.live_workers() > 0
-        && d.idle_workers() == 0
-        && (target <= 0.0 || hour < target)
-        && coming == 0
+    } else if coming == 0
+        && confirmed(
+            d,
+            &fleet_load,
+            streaks.backlog_passes,
+            target,
+            profitable_next,
+        )
     {
         // One more at a time, a second after a long backlog: the market's rate is unknown
         // (Curio buffers at most 8), and every surplus instance is paid to sit idle.

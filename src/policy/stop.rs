@@ -2,7 +2,7 @@
 //! stop`), as pure steps between the calls the tool makes (src/tools/stop.rs executes them).
 //!
 //! 1. [`Ask::new`]: the instance, the call (`vast.stop_mode`) and who asks.
-//! 2. [`gate`]: the fallback rules never stop; nobody but the operator stops while paused;
+//! 2. [`gate`]: nobody but the operator stops while paused;
 //!    nobody stops another install's instance; an id neither ours in the snapshot nor on
 //!    the account's listing is looked up in our table, and [`unknown`] answers with what it
 //!    found; already stopped; the stop protections; dry run.
@@ -32,18 +32,10 @@ pub struct Ask {
     /// The operator asks (`fleetagent instances stop`): the answers name commands, not the
     /// model's tools, and a pause does not hold them.
     pub operator: bool,
-    /// The fallback rules: they only launch.
-    pub fallback: bool,
 }
 
 impl Ask {
-    pub fn new(
-        config: &Config,
-        instance_id: i64,
-        force: bool,
-        by_operator: bool,
-        by_fallback: bool,
-    ) -> Ask {
+    pub fn new(config: &Config, instance_id: i64, force: bool, by_operator: bool) -> Ask {
         Ask {
             instance_id,
             kind: match config.vast.stop_mode {
@@ -52,7 +44,6 @@ impl Ask {
             },
             forced: force && by_operator,
             operator: by_operator,
-            fallback: by_fallback,
         }
     }
 
@@ -143,13 +134,6 @@ impl Target {
 
 pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     let id = ask.instance_id;
-    if ask.fallback {
-        let r = Refusal::Protected {
-            message: "the fallback rules only launch; stops wait for the model or the operator"
-                .into(),
-        };
-        return Gate::Answer(refused(None, &r));
-    }
     let row = snapshot.find(id).cloned();
     if !ask.operator {
         if let Err(r) = guardrails::check_paused(snapshot.paused.as_ref(), false) {

@@ -5,7 +5,7 @@
 /// prompts show what was done and why.
 pub fn rules_note(fallback: bool, lines: &[String]) -> String {
     let who = if fallback {
-        "Rules (the LLM was unusable; launches only)"
+        "Rules (the LLM was unusable; the floor: what protects the fleet)"
     } else {
         "Rules"
     };

@@ -11,7 +11,7 @@ use crate::fleet::Snapshot;
 use crate::policy::floor;
 use crate::policy::pass::{demand_record, verdict};
 use crate::policy::rules;
-use crate::prompt::notes::{call_line, floor_note, rules_note};
+use crate::prompt::notes::{call_line, compact_json, floor_note, rules_note};
 use crate::prompt::observation::{pass_text, Woke};
 use crate::store::{runs, session, Store};
 use crate::tokens::Tokenizer;
@@ -71,46 +71,42 @@ pub fn record_observation(
     Ok(())
 }
 
-/// The rules decide; their calls go through the same registry and guardrails, and one note
-/// records what they did.
+/// The rules decide (`llm.provider = "rules"`); their calls go through the same registry and
+/// guardrails, and one note records what they did.
 pub fn rules(
     store: &mut Store,
     le: &LoopEnv<'_>,
     registry: &Registry,
     snapshot: &mut Snapshot,
-    actor: Actor,
 ) -> Result<bool> {
-    let mode = if actor == Actor::Fallback {
-        rules::Mode::LaunchOnly
-    } else {
-        rules::Mode::Full
-    };
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
-    let plan = rules::decide(snapshot, le.config, low, mode);
-    let (mutated, notes) = execute(
+    let plan = rules::decide(snapshot, le.config, low, rules::Mode::Full);
+    let done = execute(
         store,
         le,
         registry,
         snapshot,
-        actor,
+        Actor::Rules,
         |_| "rules".into(),
         &plan,
     )?;
     crate::faults::point("rules-before-note")?;
-    let note = rules_note(actor == Actor::Fallback, &notes);
-    note_message(store, le, &note, "rules")?;
-    Ok(mutated)
+    note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+    Ok(done.mutated())
 }
 
-/// The floor under the model's decision (`policy::floor`): after the model's turns (or a
-/// skipped pass) the rules plan the snapshot as the model left it, and what protects the
-/// fleet that the model left undone is carried out with actor `floor`, with a note the next
-/// prompts carry. Returns whether it changed the fleet.
+/// The floor (`policy::floor`): after the model's turns (or a skipped pass) the rules plan the
+/// snapshot as the model left it, and what protects the fleet that the model left undone is
+/// carried out with actor `floor`, with a note the next prompts carry. With `actor`
+/// [`Actor::Fallback`] the model was unusable: the same plan, as under a model that did
+/// nothing, is the pass's decision (ledger actor `fallback-rules`, and a note every pass).
+/// The floor's clocks go on the run row when one runs. Returns whether it changed the fleet.
 pub fn floor(
     store: &mut Store,
     le: &LoopEnv<'_>,
     registry: &Registry,
     snapshot: &mut Snapshot,
+    actor: Actor,
 ) -> Result<bool> {
     let before = match session::floor_memory(&store.conn)? {
         None => floor::Memory::default(),
@@ -121,23 +117,62 @@ pub fn floor(
     };
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
     let model = model_did(&store.conn, le.run_id)?;
-    let plan = floor::plan(snapshot, le.config, low, &before, &model, le.clock.now_ms());
+    let mut plan = floor::plan(snapshot, le.config, low, &before, &model, le.clock.now_ms());
     if plan.memory != before {
         session::set_floor_memory(&store.conn, &serde_json::to_string(&plan.memory)?)?;
     }
-    if plan.calls.is_empty() {
-        return Ok(false);
+    let fallback = actor == Actor::Fallback;
+    let mut mutated = false;
+    if !plan.calls.is_empty() || fallback {
+        if !plan.calls.is_empty() {
+            log::info!(
+                "run {}: the {} carries out {} call(s)",
+                le.run_id,
+                if fallback {
+                    "fallback (the floor, the model unusable)"
+                } else {
+                    "floor"
+                },
+                plan.calls.len()
+            );
+        }
+        // The call id names the rule (`floor-emergency_12_1`, `fallback-flagged_12_2`): the
+        // ledger keeps it, so a report can count the floor's actions by kind.
+        let who = if fallback { "fallback" } else { "floor" };
+        let id = |c: &rules::PlannedCall| format!("{who}-{}", c.kind.as_str());
+        let done = execute(store, le, registry, snapshot, actor, id, &plan.calls)?;
+        mutated = done.mutated();
+        if fallback {
+            crate::faults::point("rules-before-note")?;
+            note_message(store, le, &rules_note(true, &done.notes), "rules")?;
+        } else {
+            note_message(store, le, &floor_note(&done.notes), "floor")?;
+        }
+        // Its launches for the deficit refused or failed: the deficit stays unanswered.
+        let deficit: Vec<&Done> = plan
+            .calls
+            .iter()
+            .zip(&done.calls)
+            .filter(|(c, _)| matches!(c.kind, rules::CallKind::Deficit | rules::CallKind::Seed))
+            .map(|(_, d)| d)
+            .collect();
+        if !deficit.is_empty() && deficit.iter().all(|d| !d.mutated) {
+            plan.memory.unanswered = Some(format!(
+                "the floor's launch did not go through: {}",
+                deficit[0].answer
+            ));
+            session::set_floor_memory(&store.conn, &serde_json::to_string(&plan.memory)?)?;
+        }
     }
-    log::info!(
-        "run {}: the floor carries out {} call(s) the model left undone",
+    let clocks = plan.memory.running().then(|| plan.memory.clocks());
+    runs::set_floor_clocks(
+        &store.conn,
         le.run_id,
-        plan.calls.len()
-    );
-    // The call id names the rule (`floor-emergency_12_1`): the ledger keeps it, so a report
-    // can count the floor's actions by kind.
-    let id = |c: &rules::PlannedCall| format!("floor-{}", c.kind.as_str());
-    let (mutated, notes) = execute(store, le, registry, snapshot, Actor::Floor, id, &plan.calls)?;
-    note_message(store, le, &floor_note(&notes), "floor")?;
+        clocks
+            .map(|c| serde_json::to_string(&c))
+            .transpose()?
+            .as_deref(),
+    )?;
     Ok(mutated)
 }
 
@@ -150,7 +185,7 @@ pub fn overrule(
     snapshot: &mut Snapshot,
     outcome: &mut runs::Outcome,
 ) -> Result<()> {
-    if floor(store, le, registry, snapshot)? {
+    if floor(store, le, registry, snapshot, Actor::Floor)? {
         outcome.decided_by = Some(runs::DecidedBy::Floor);
         outcome.verdict = verdict(true);
     }
@@ -185,8 +220,25 @@ fn rate_limited(detail: Option<&str>) -> bool {
         || serde_json::from_str::<serde_json::Value>(d).is_ok_and(|v| v["error"] == "rate_limited")
 }
 
-/// Run planned calls through the registry (and so the guardrails), ids `<prefix>_<run>_<n>`;
-/// returns whether any changed the fleet and one note line per call.
+/// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).
+struct Done {
+    mutated: bool,
+    answer: String,
+}
+
+/// The planned calls as they went, in order, and one note line per call.
+struct Executed {
+    calls: Vec<Done>,
+    notes: Vec<String>,
+}
+
+impl Executed {
+    fn mutated(&self) -> bool {
+        self.calls.iter().any(|c| c.mutated)
+    }
+}
+
+/// Run planned calls through the registry (and so the guardrails), ids `<prefix>_<run>_<n>`.
 fn execute(
     store: &mut Store,
     le: &LoopEnv<'_>,
@@ -195,24 +247,30 @@ fn execute(
     actor: Actor,
     prefix: impl Fn(&rules::PlannedCall) -> String,
     plan: &[rules::PlannedCall],
-) -> Result<(bool, Vec<String>)> {
-    let mut mutated = false;
-    let mut notes = Vec::new();
+) -> Result<Executed> {
+    let mut out = Executed {
+        calls: Vec::new(),
+        notes: Vec::new(),
+    };
     for (i, call) in plan.iter().enumerate() {
         let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
         let args = call.arguments.to_string();
         let result = agent::run_tool(
             store, le, registry, snapshot, actor, &call_id, call.tool, &args,
         )?;
-        mutated |= result.mutated;
-        notes.push(call_line(
+        let answer = compact_json(&result.content);
+        out.notes.push(call_line(
             call.tool,
             &call.arguments,
             &call.why,
             &result.content,
         ));
+        out.calls.push(Done {
+            mutated: result.mutated,
+            answer,
+        });
     }
-    Ok((mutated, notes))
+    Ok(out)
 }
 
 fn note_message(store: &Store, le: &LoopEnv<'_>, text: &str, kind: &str) -> Result<()> {

@@ -68,7 +68,7 @@ pub fn execute(
     match decider(config, &facts, &snapshot) {
         Decider::Rules => {
             outcome.decided_by = Some(DecidedBy::Rules);
-            let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Rules)?;
+            let mutated = act::rules(store, &le, &registry, &mut snapshot)?;
             outcome.verdict = verdict(mutated);
         }
         Decider::Skip => {
@@ -91,12 +91,12 @@ pub fn execute(
                 }
                 crate::faults::point("fallback-before-rules")?;
                 log::info!(
-                    "run {}: the LLM is unusable ({}); the rules decide (launch only)",
+                    "run {}: the LLM is unusable ({}); the fallback decides (the floor)",
                     claim.run_id,
                     failure.message
                 );
                 outcome.decided_by = Some(DecidedBy::FallbackRules);
-                let mutated = act::rules(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
+                let mutated = act::floor(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
                 // Any earlier LLM round's mutations count too.
                 outcome.verdict = verdict(mutated || failure.outcome.mutated);
             }

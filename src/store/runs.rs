@@ -212,6 +212,29 @@ pub fn record_llm(conn: &Connection, run_id: i64, o: &Outcome) -> Result<()> {
     Ok(())
 }
 
+/// The floor's clocks as the pass left them (`policy::floor::Clocks` as JSON; None when no
+/// clock runs).
+pub fn set_floor_clocks(conn: &Connection, run_id: i64, clocks: Option<&str>) -> Result<()> {
+    conn.execute(
+        "UPDATE runs SET floor_clocks = ?2 WHERE id = ?1",
+        params![run_id, clocks],
+    )?;
+    Ok(())
+}
+
+/// The floor's clocks of the passes that finished and kept some (run id, start, JSON), oldest
+/// first.
+pub fn floor_clocks(conn: &Connection) -> Result<Vec<(i64, Millis, String)>> {
+    let mut stmt = conn.prepare(
+        "SELECT id, started_at, floor_clocks FROM runs
+          WHERE status = 'ok' AND floor_clocks IS NOT NULL ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 pub fn finish_failed(conn: &Connection, run_id: i64, error: &str, now: Millis) -> Result<()> {
     conn.execute(
         "UPDATE runs SET status = 'failed', verdict = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",

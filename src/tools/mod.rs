@@ -24,7 +24,7 @@ pub enum Actor {
     Llm,
     /// `provider = "rules"`.
     Rules,
-    /// The rules deciding because the LLM was unusable: they only launch.
+    /// The LLM unusable: the floor decides the pass, as under a model that did nothing.
     Fallback,
     /// The rules under the model's decision (`policy::floor`): what the model left undone.
     Floor,

@@ -58,7 +58,7 @@ impl Tool for StopInstance {
 }
 
 /// Stop one instance. `force` counts only for [`Actor::Operator`]: it lifts the protections
-/// (not ours, proving, last live worker, unknown demand). The fallback rules never stop.
+/// (not ours, proving, last live worker, unknown demand).
 /// Executes the stop plan (src/policy/stop.rs).
 pub fn stop(
     ctx: &mut ToolCtx<'_>,
@@ -83,13 +83,7 @@ pub fn stop_as(
         Err(r) => return Ok(r),
     };
     let operator = ctx.actor == Actor::Operator;
-    let mut ask = Ask::new(
-        ctx.config,
-        instance_id,
-        force,
-        operator,
-        ctx.actor == Actor::Fallback,
-    );
+    let mut ask = Ask::new(ctx.config, instance_id, force, operator);
     if destroy {
         ask = ask.destroying();
     }

@@ -2,11 +2,16 @@
 //! the fake vast.ai. A model that answers "No action needed" while every worker is dead is
 //! overruled in the same pass; a model that launches what the rules would is not doubled;
 //! the next observation tells the model what the floor did; a flagged instance the model
-//! leaves is destroyed after `floor_flagged_passes` passes.
+//! leaves is destroyed after `floor_flagged_passes` passes. Through `sim --llm` (issue 23,
+//! must-show 1): a model that writes every answer as text serves at least 95 % of what the
+//! rules serve on the same worlds, and with the model unusable the fallback (the whole floor)
+//! leaves no flagged instance billing past `floor_flagged_passes` passes.
 
+use rusqlite::Connection;
 use serde_json::{json, Value};
 
 use super::agent_e2e::{dead_fleet, rig, write_demand, CAPS, ONE_LAUNCH};
+use super::sim_llm::{config_text, failed_checks, sim_llm};
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
 
@@ -142,4 +147,135 @@ fn a_flagged_instance_the_model_leaves_is_destroyed_after_floor_flagged_passes()
     let acts = floor_actions(&f);
     assert_eq!(acts.len(), 1, "{acts:?}");
     assert!(acts[0].2.contains("left for 2 passes"), "{acts:?}");
+}
+
+/// What Qwen2.5-Coder-0.5B sent on llama-server for 22 of 23 turns: a tool call written as
+/// JSON text, so nothing ran.
+const TEXT_ANSWER: &str =
+    r#"{"name": "launch_instance", "arguments": {"reason": "WORKERS DEAD, 59 proofs queued"}}"#;
+
+#[test]
+fn a_model_that_answers_text_every_pass_serves_what_the_rules_serve() {
+    // Horizons that hold each story: the incident's dead fleet and its recovery, the spike's
+    // rise (at hour 6), a steady morning. Each pass is one HTTP call to the fake.
+    for (scenario, hours) in [("incident", "2"), ("spike", "7"), ("steady", "2")] {
+        let llm = FakeLlm::start();
+        llm.set_default(Reply::text(TEXT_ANSWER));
+        let run = sim_llm(
+            &config_text(&llm, ""),
+            None,
+            &["--scenario", scenario, "--hours", hours],
+        );
+        let r = &run.report;
+        let model = &r["model"];
+        // Every answer was text: nothing the model asked for ran.
+        assert_eq!(model["tool_calls"], 0, "{scenario}: {model}");
+        assert!(
+            model["calls"].as_u64().unwrap() >= 1 && model["malformed_answers"] == model["calls"],
+            "{scenario}: {model}"
+        );
+        let served = r["proofs"]["served_share"].as_f64().unwrap();
+        let rules = model["rules"]["served_share"].as_f64().unwrap();
+        assert!(
+            served >= 0.95 * rules,
+            "{scenario}: served {served} against the rules' {rules}: {model}"
+        );
+        // The invariants hold whoever decided (the scenario's cost bounds are the rules'
+        // aims: the floor leaves surplus for policy.floor_idle_mins).
+        let broken: Vec<Value> = failed_checks(r)
+            .into_iter()
+            .filter(|c| c["expected"] == "<= 0")
+            .collect();
+        assert!(broken.is_empty(), "{scenario}: {broken:#?}");
+        if scenario == "spike" {
+            // The rise is a deficit the rules confirm: the floor answered it itself.
+            assert!(
+                model["floor_actions"]["deficit"].as_u64().unwrap() >= 1,
+                "{scenario}: {model}"
+            );
+        }
+    }
+}
+
+/// For each instance the fallback destroyed: the passes from the first whose clocks counted
+/// it flagged to the destroy's, both included (finished passes only).
+fn passes_each_flagged_instance_billed(state: &std::path::Path) -> Vec<(i64, i64)> {
+    let db = Connection::open(state.join("fleetagent.db")).unwrap();
+    let mut stmt = db
+        .prepare(
+            "SELECT a.instance_id, a.run_id,
+                    (SELECT MIN(r.id) FROM runs r, json_each(r.floor_clocks, '$.flagged_passes') f
+                      WHERE f.key = CAST(a.instance_id AS TEXT))
+               FROM actions a
+              WHERE a.actor = 'fallback-rules' AND a.kind IN ('stop', 'destroy') AND a.outcome = 'ok'
+                AND a.tool_call_id LIKE 'fallback-flagged%'",
+        )
+        .unwrap();
+    let rows: Vec<(i64, i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    rows.into_iter()
+        .map(|(id, destroyed, first)| {
+            let passes: i64 = db
+                .query_row(
+                    "SELECT COUNT(*) FROM runs WHERE status = 'ok' AND id BETWEEN ?1 AND ?2",
+                    [first, destroyed],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            (id, passes)
+        })
+        .collect()
+}
+
+#[test]
+fn with_the_model_unusable_no_flagged_instance_bills_past_floor_flagged_passes() {
+    // llama-server's final 500 on every turn (one request each, no retry), on the incident:
+    // a stuck loader and two dead instances; then a budget too small for the minimal prompt
+    // (nothing is sent) on the outage scenario's three dead instances and stuck loader.
+    let parse_error = Reply::status(
+        500,
+        r#"{"error":{"code":500,"message":"Failed to parse tool call arguments as JSON: [json.exception.parse_error.101]","type":"server_error"}}"#,
+    );
+    for (scenario, extra, flagged) in [
+        ("incident", "", 3),
+        ("llm-outage", "context_budget_tokens = 2000", 4),
+    ] {
+        let llm = FakeLlm::start();
+        llm.set_default(parse_error.clone());
+        let run = sim_llm(
+            &config_text(&llm, extra),
+            None,
+            &["--scenario", scenario, "--hours", "2"],
+        );
+        let r = &run.report;
+        assert_eq!(
+            r["runs"]["by_decider"]["fallback-rules"], r["runs"]["passes"],
+            "{scenario}: every pass decided by the fallback: {}",
+            r["runs"]
+        );
+        let clocks = &r["model"]["floor_clocks"];
+        assert!(
+            clocks["flagged_passes_max"].as_u64().unwrap() <= 2,
+            "{scenario}: {clocks}"
+        );
+        assert_eq!(r["stuck_instances"]["unhandled"], 0, "{scenario}");
+        // Each flagged instance was destroyed by the fallback within floor_flagged_passes
+        // passes of the first that saw it flagged.
+        let billed = passes_each_flagged_instance_billed(&run.state);
+        assert!(billed.len() >= flagged, "{scenario}: {billed:?}");
+        assert!(
+            billed.iter().all(|(_, passes)| *passes <= 2),
+            "{scenario}: {billed:?}"
+        );
+        assert!(
+            r["incident"]["fallback_stops"].as_u64().unwrap() >= flagged as u64,
+            "{scenario}: {}",
+            r["incident"]
+        );
+        // The fallback launched for the demand, as the rules would.
+        assert!(r["launches"]["made"].as_u64().unwrap() >= 1, "{scenario}");
+    }
 }

@@ -26,7 +26,7 @@ use crate::common::fleet::{clean_env, BIN};
 const LATENCY: &str = "3";
 
 /// The simulator's base config with `[llm]` pointing at the fake (`extra`: more `[llm]` keys).
-fn config_text(llm: &FakeLlm, extra: &str) -> String {
+pub(super) fn config_text(llm: &FakeLlm, extra: &str) -> String {
     sim::BASE_CONFIG.replace(
         "provider = \"rules\"",
         &format!(
@@ -36,14 +36,18 @@ fn config_text(llm: &FakeLlm, extra: &str) -> String {
     )
 }
 
-struct SimRun {
-    report: Value,
-    state: PathBuf,
+pub(super) struct SimRun {
+    pub(super) report: Value,
+    pub(super) state: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 /// `fleetagent --config C --state-dir S sim --llm --llm-latency 3 --json ARGS`.
-fn sim_llm(config: &str, state: Option<(tempfile::TempDir, PathBuf)>, args: &[&str]) -> SimRun {
+pub(super) fn sim_llm(
+    config: &str,
+    state: Option<(tempfile::TempDir, PathBuf)>,
+    args: &[&str],
+) -> SimRun {
     let (dir, state) = state.unwrap_or_else(|| {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
@@ -78,7 +82,7 @@ fn sim_llm(config: &str, state: Option<(tempfile::TempDir, PathBuf)>, args: &[&s
     }
 }
 
-fn failed_checks(r: &Value) -> Vec<Value> {
+pub(super) fn failed_checks(r: &Value) -> Vec<Value> {
     r["checks"]
         .as_array()
         .unwrap()

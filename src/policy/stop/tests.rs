@@ -62,7 +62,7 @@ fn snap() -> Snapshot {
 }
 
 fn ask(c: &Config, id: i64) -> Ask {
-    Ask::new(c, id, false, false, false)
+    Ask::new(c, id, false, false)
 }
 
 fn answer(g: Gate) -> Answer {
@@ -91,18 +91,11 @@ fn protected(a: &Answer, label: Option<&str>, says: &str) {
 #[test]
 fn the_ask_takes_the_stop_mode_and_force_only_from_the_operator() {
     let mut c = config();
-    assert_eq!(Ask::new(&c, 7, true, false, false).kind, "destroy");
-    assert!(!Ask::new(&c, 7, true, false, false).forced);
-    assert!(Ask::new(&c, 7, true, true, false).forced);
+    assert_eq!(Ask::new(&c, 7, true, false).kind, "destroy");
+    assert!(!Ask::new(&c, 7, true, false).forced);
+    assert!(Ask::new(&c, 7, true, true).forced);
     c.vast.stop_mode = StopMode::Stop;
     assert_eq!(ask(&c, 7).kind, "stop");
-}
-
-#[test]
-fn the_fallback_rules_never_stop() {
-    let c = config();
-    let a = answer(gate(&Ask::new(&c, 8, false, false, true), &snap(), &c));
-    protected(&a, None, "the fallback rules only launch");
 }
 
 #[test]
@@ -125,7 +118,7 @@ fn an_id_nobody_knows_is_looked_up_then_refused_even_forced() {
         json!({"error": "invalid_args", "message": "instance 5 is not one of ours (list_instances shows them)"})
     );
     s.listing_error = Some("HTTP 500".into());
-    let forced = Ask::new(&c, 5, true, true, false);
+    let forced = Ask::new(&c, 5, true, true);
     assert_eq!(gate(&forced, &s, &c), Gate::LookUp);
     let r = unknown(&forced, None, &s);
     assert!(
@@ -143,7 +136,7 @@ fn the_operator_reads_commands_and_the_model_its_tools() {
     let c = config();
     let s = snap();
     let message = |a: &Answer| a.result.content["message"].as_str().unwrap().to_string();
-    let operator = |id| Ask::new(&c, id, false, true, false);
+    let operator = |id| Ask::new(&c, id, false, true);
     let tools = [
         "list_instances",
         "stop_instance",
@@ -190,7 +183,7 @@ fn a_foreign_instance_goes_only_by_force() {
     let c = config();
     let a = answer(gate(&ask(&c, 99), &snap(), &c));
     protected(&a, None, "is not ours");
-    let t = go(gate(&Ask::new(&c, 99, true, true, false), &snap(), &c));
+    let t = go(gate(&Ask::new(&c, 99, true, true), &snap(), &c));
     assert_eq!((t.vast_id(), t.forced, t.row), (99, true, None));
 }
 
@@ -203,10 +196,7 @@ fn another_installs_instance_is_refused_even_to_a_forced_operator() {
         label: "fleetagent-zxcvbn-r3-0a0b0c0d".into(),
         vast_id: 42,
     }];
-    for a in [
-        ask(&c, 42),
-        Ask::new(&c, 42, true, true, false).destroying(),
-    ] {
+    for a in [ask(&c, 42), Ask::new(&c, 42, true, true).destroying()] {
         let ans = answer(gate(&a, &s, &c));
         protected(&ans, None, "belongs to another fleetagent install");
         let m = ans.result.content["message"].as_str().unwrap();
@@ -238,7 +228,7 @@ fn a_pause_holds_every_stop_but_the_operators() {
         ("refused", Some("fleetagent-8"))
     );
     // The operator's own stop goes through; `--all` destroys whatever stop_mode says.
-    let op = Ask::new(&c, 8, false, true, false);
+    let op = Ask::new(&c, 8, false, true);
     assert_eq!(go(gate(&op, &s, &c)).kind, "stop");
     assert_eq!(go(gate(&op.destroying(), &s, &c)).kind, "destroy");
 }
@@ -290,7 +280,7 @@ fn the_protections_hold_proving_the_last_live_worker_and_unknown_demand() {
         "demand is unknown",
     );
     // Forced, the operator may.
-    assert!(go(gate(&Ask::new(&c, 7, true, true, false), &snap(), &c)).forced);
+    assert!(go(gate(&Ask::new(&c, 7, true, true), &snap(), &c)).forced);
 }
 
 #[test]
@@ -417,13 +407,13 @@ fn the_detail_says_flagged_or_forced() {
         stopped_of(after_call(&t, Ok(()), NOW)).entry.detail,
         "flagged (offline): earned nothing"
     );
-    let t = go(gate(&Ask::new(&c, 7, true, true, false), &snap(), &c));
+    let t = go(gate(&Ask::new(&c, 7, true, true), &snap(), &c));
     assert_eq!(
         stopped_of(after_call(&t, Ok(()), NOW)).entry.detail,
         "forced by the operator"
     );
     // A foreign instance forced: no row to write, no dph.
-    let t = go(gate(&Ask::new(&c, 99, true, true, false), &snap(), &c));
+    let t = go(gate(&Ask::new(&c, 99, true, true), &snap(), &c));
     let st = stopped_of(after_call(&t, Ok(()), NOW));
     assert_eq!((st.row, st.entry.label, st.entry.dph), (None, None, None));
 }
@@ -478,7 +468,7 @@ fn min_rental_holds_a_young_instance_unless_flagged_forced_or_over_a_cap() {
     assert_eq!(go(gate(&ask(&c, 8), &s, &c)).instance_id, 8);
     s.instances[1].created_at = NOW - 12 * MIN;
     // The operator's --force lifts it.
-    let forced = Ask::new(&c, 8, true, true, false);
+    let forced = Ask::new(&c, 8, true, true);
     assert!(go(gate(&forced, &s, &c)).forced);
     // A flagged one (exited) goes at once.
     let mut flagged = s.clone();

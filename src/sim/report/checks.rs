@@ -171,12 +171,18 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
             v,
         ));
     }
-    if e.fallback_never_stops == Some(true) {
-        c.push(at_most(
-            "stops by the fallback rules",
-            r.incident.fallback_stops as f64,
-            0.0,
-        ));
+    if let Some(v) = e.max_flagged_passes {
+        let name = "most passes a flagged instance was left";
+        c.push(match &r.model.floor_clocks {
+            Some(f) => at_most(name, f.flagged_passes_max as f64, v as f64),
+            None => Check {
+                name: name.into(),
+                expected: format!("<= {v}"),
+                actual: "no floor (the rules decide every pass)".into(),
+                ok: false,
+                not_applicable: true,
+            },
+        });
     }
     if let Some(v) = e.max_passes_per_hour {
         c.push(at_most(

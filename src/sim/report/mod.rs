@@ -596,7 +596,19 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         ("rules".to_string(), "rules".to_string())
     };
     let floor_passes = runs.by_decider.get("floor").copied().unwrap_or(0);
-    let model = model::build(conn, model_name, llm.calls, floor_passes, i.rules)?;
+    // The floor plans under a model and as the fallback; never for the rules alone.
+    let floor_clocks = match i.config.llm.provider {
+        crate::config::Provider::Openai => Some(model::clocks(conn, i.start)?),
+        crate::config::Provider::Rules => None,
+    };
+    let model = model::build(
+        conn,
+        model_name,
+        llm.calls,
+        floor_passes,
+        floor_clocks,
+        i.rules,
+    )?;
     let mut report = Report {
         scenario: i.scenario.name.clone(),
         description: i.scenario.description.clone(),

@@ -1,12 +1,16 @@
 //! The report's `model` object: who decided (the configured `llm.model`, or `rules`) and how
 //! it did: its calls, the tool calls it made, how many of those were invalid, answers that
-//! wrote a tool call as text, what the floor had to do under it, how much of its prompts the
-//! server took from its prompt cache, and with `--llm` the same scenario and seed decided by
-//! the rules beside it.
+//! wrote a tool call as text, what the floor had to do under it and its clocks, how much of
+//! its prompts the server took from its prompt cache, and with `--llm` the same scenario and
+//! seed decided by the rules beside it.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::{r4, Report};
+use crate::clock::Millis;
+use crate::policy::floor::Clocks;
 use crate::store::report as db;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -32,6 +36,9 @@ pub struct Model {
     /// them, which finds the cache empty.
     pub cache_share: Option<f64>,
     pub cache_share_after_first: Option<f64>,
+    /// The floor's clocks over the run, where the floor planned (a model, or the fallback).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_clocks: Option<FloorClocks>,
     /// With `--llm`: the same scenario, seed and config decided by the rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rules: Option<Beside>,
@@ -50,6 +57,65 @@ pub struct FloorActions {
     pub unprofitable: u64,
     /// A call id of another shape (outbid, replace, over_cap among them).
     pub other: u64,
+}
+
+/// The floor's clocks as the passes left them (`runs.floor_clocks`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct FloorClocks {
+    /// Passes that ended with a deficit open and unanswered: nobody launched for it and
+    /// nothing of ours was coming.
+    pub unanswered_passes: u64,
+    /// The longest a deficit stayed open (confirmed by the rules, answered or not), minutes
+    /// at the start of the last pass that saw it.
+    pub deficit_open_mins_max: f64,
+    /// The most passes a flagged instance of ours was left (the floor destroys it once left
+    /// `policy.floor_flagged_passes`).
+    pub flagged_passes_max: u32,
+    /// The last pass that ended with the deficit unanswered, and its clocks (null: none).
+    pub last_unanswered: Option<Unanswered>,
+}
+
+/// One pass's clocks, times in minutes from the simulation's start.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Unanswered {
+    pub run: i64,
+    pub at_mins: f64,
+    pub deficit_since_mins: Option<f64>,
+    pub surplus_since_mins: Option<f64>,
+    /// vast.ai id -> passes left.
+    pub flagged_passes: BTreeMap<i64, u32>,
+    /// Why nothing answered the deficit.
+    pub why: String,
+}
+
+/// The floor's clocks of every finished pass that kept some, from `start`.
+pub fn clocks(conn: &rusqlite::Connection, start: Millis) -> anyhow::Result<FloorClocks> {
+    let mins = |t: Millis| r4((t - start) as f64 / 60_000.0);
+    let mut out = FloorClocks::default();
+    for (run, at, json) in crate::store::runs::floor_clocks(conn)? {
+        // Written by this binary's own floor: a row it cannot read is a bug, said as one.
+        let c: Clocks = serde_json::from_str(&json)
+            .map_err(|e| anyhow::anyhow!("run {run}: floor_clocks unreadable ({e}): {json}"))?;
+        if let Some(since) = c.deficit_since {
+            out.deficit_open_mins_max = out
+                .deficit_open_mins_max
+                .max(r4((at - since) as f64 / 60_000.0));
+        }
+        let most = c.flagged_passes.values().copied().max().unwrap_or(0);
+        out.flagged_passes_max = out.flagged_passes_max.max(most);
+        if let Some(why) = c.unanswered {
+            out.unanswered_passes += 1;
+            out.last_unanswered = Some(Unanswered {
+                run,
+                at_mins: mins(at),
+                deficit_since_mins: c.deficit_since.map(mins),
+                surplus_since_mins: c.surplus_since.map(mins),
+                flagged_passes: c.flagged_passes,
+                why,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The decision-quality figures of another run of the same world (the rules'), beside the
@@ -85,11 +151,13 @@ impl Beside {
     }
 }
 
+/// `floor_clocks`: where the floor planned (a model, or the fallback), from `runs.floor_clocks`.
 pub fn build(
     conn: &rusqlite::Connection,
     name: String,
     calls: u64,
     floor_passes: u64,
+    floor_clocks: Option<FloorClocks>,
     rules: Option<&Report>,
 ) -> anyhow::Result<Model> {
     let msgs = db::model_messages(conn)?;
@@ -128,6 +196,7 @@ pub fn build(
         floor_passes,
         cache_share: cache.share(),
         cache_share_after_first: cache.share_after_first(),
+        floor_clocks,
         rules: rules.map(Beside::of),
     })
 }
@@ -168,6 +237,41 @@ pub fn line(m: &Model) -> String {
     out
 }
 
+/// The floor's clocks line: `3 passes ended with a deficit unanswered (the last, run 42 at
+/// 135m: deficit since 115m, surplus since -, flagged 7 for 1 pass: why); deficits open up to
+/// 40m; a flagged instance left at most 2 passes`.
+pub fn clocks_line(c: &FloorClocks) -> String {
+    let last = match &c.last_unanswered {
+        None => String::new(),
+        Some(u) => {
+            let since = |m: Option<f64>| m.map_or("-".into(), |m| format!("{}m", super::fmt(m)));
+            let flagged = if u.flagged_passes.is_empty() {
+                "none".to_string()
+            } else {
+                u.flagged_passes
+                    .iter()
+                    .map(|(id, n)| format!("{id} for {n} pass{}", if *n == 1 { "" } else { "es" }))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            format!(
+                " (the last, run {} at {}m: deficit since {}, surplus since {}, flagged {flagged}: {})",
+                u.run,
+                super::fmt(u.at_mins),
+                since(u.deficit_since_mins),
+                since(u.surplus_since_mins),
+                u.why
+            )
+        }
+    };
+    format!(
+        "{} passes ended with a deficit unanswered{last}; deficits open up to {}m; a flagged instance left at most {} passes",
+        c.unanswered_passes,
+        super::fmt(c.deficit_open_mins_max),
+        c.flagged_passes_max
+    )
+}
+
 /// The rules' line beside the model's.
 pub fn rules_line(b: &Beside) -> String {
     format!(
@@ -188,6 +292,8 @@ pub fn rules_line(b: &Beside) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::floor::Clocks;
+    use crate::store::runs::{self, Outcome, StartedBy};
 
     #[test]
     fn the_line_shows_the_prompt_cache_share_or_that_none_was_reported() {
@@ -201,6 +307,7 @@ mod tests {
             floor_passes: 2,
             cache_share: Some(0.7512),
             cache_share_after_first: Some(0.8123),
+            floor_clocks: None,
             rules: None,
         };
         assert!(
@@ -234,6 +341,47 @@ mod tests {
             .filter(|a| crate::prompt::answer::tool_call_as_text(a, &tools))
             .count();
         assert_eq!(counted, 22);
+    }
+
+    #[test]
+    fn the_clocks_count_unanswered_passes_and_name_the_last() {
+        let (_dir, s) = crate::store::test_store(0);
+        let min = 60_000;
+        let pass = |at: i64, c: Option<Clocks>| {
+            let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
+            let json = c.map(|c| serde_json::to_string(&c).unwrap());
+            runs::set_floor_clocks(&s.conn, id, json.as_deref()).unwrap();
+            runs::finish_ok(&s.conn, id, &Outcome::new(false), at + 1).unwrap();
+            id
+        };
+        let open = |why: Option<&str>, flagged: u32| Clocks {
+            deficit_since: Some(10 * min),
+            unanswered: why.map(String::from),
+            flagged_passes: [(7, flagged)].into_iter().collect(),
+            ..Clocks::default()
+        };
+        pass(5 * min, None);
+        pass(
+            10 * min,
+            Some(open(Some("a pass below the backlog threshold"), 1)),
+        );
+        let last = pass(15 * min, Some(open(Some("the launch window is spent"), 2)));
+        pass(20 * min, Some(open(None, 2)));
+        let c = super::clocks(&s.conn, 0).unwrap();
+        assert_eq!(c.unanswered_passes, 2);
+        assert_eq!(c.deficit_open_mins_max, 10.0);
+        assert_eq!(c.flagged_passes_max, 2);
+        let u = c.last_unanswered.as_ref().unwrap();
+        assert_eq!(
+            (u.run, u.at_mins, u.deficit_since_mins),
+            (last, 15.0, Some(10.0))
+        );
+        assert_eq!(
+            super::clocks_line(&c),
+            "2 passes ended with a deficit unanswered (the last, run 3 at 15m: deficit since 10m, \
+             surplus since -, flagged 7 for 2 passes: the launch window is spent); deficits open \
+             up to 10m; a flagged instance left at most 2 passes"
+        );
     }
 
     /// The rule the report counts malformed answers by is the one `prompt::answer` stores them

@@ -202,6 +202,9 @@ pub fn render_text(r: &Report) -> String {
     if r.model.name != "rules" {
         row("model", model::line(&r.model));
     }
+    if let Some(c) = &r.model.floor_clocks {
+        row("floor clocks", model::clocks_line(c));
+    }
     if let Some(b) = &r.model.rules {
         row("rules (same seed)", model::rules_line(b));
     }

@@ -321,8 +321,9 @@ pub struct Expect {
     pub min_fallback_passes: Option<u64>,
     /// Share of finished passes decided by the fallback rules.
     pub min_fallback_share: Option<f64>,
-    /// Fallback passes never stopped or destroyed anything.
-    pub fallback_never_stops: Option<bool>,
+    /// Where the floor plans (a model, or the fallback): the most passes a flagged instance
+    /// of ours was left billing (the floor destroys it once left `policy.floor_flagged_passes`).
+    pub max_flagged_passes: Option<u32>,
     pub max_passes_per_hour: Option<f64>,
     pub min_rate_limited_calls: Option<u64>,
     pub max_stuck_unhandled: Option<u64>,

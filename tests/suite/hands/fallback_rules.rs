@@ -1,7 +1,8 @@
-//! The fallback rules through the same tool registry: the incident with the LLM down, and
-//! streaks that persist across passes.
+//! The fallback through the same tool registry: the incident with the LLM down (the floor's
+//! plan, as under a model that did nothing), and streaks that persist across passes.
 
 use fleetagent::demand::{Demand, Worker};
+use fleetagent::policy::floor;
 use fleetagent::policy::rules::{self, Mode};
 use fleetagent::run::observe;
 use fleetagent::store::session;
@@ -19,7 +20,16 @@ fn fallback_rules_handle_the_incident_with_the_llm_down() {
     }
     let mut snap = rig.pass();
     let low = observe::low_demand_streak(&rig.store.conn, &snap).unwrap();
-    let calls = rules::decide(&snap, &rig.config, low, Mode::LaunchOnly);
+    let now = snap.now;
+    let plan = floor::plan(
+        &snap,
+        &rig.config,
+        low,
+        &floor::Memory::default(),
+        &floor::ModelDid::default(),
+        now,
+    );
+    let calls = plan.calls;
     assert_eq!(calls.len(), 3);
     for (i, c) in calls.iter().enumerate() {
         let mut ctx = ToolCtx {

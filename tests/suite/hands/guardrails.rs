@@ -209,7 +209,8 @@ fn stopping_every_instance_keeps_workers_that_matter() {
     assert!(left.contains(&(a as u64)) && left.contains(&(other as u64)));
     assert_eq!(left.len(), 2);
 
-    // The fallback rules never stop anything.
+    // The fallback (the floor, the model unusable) meets the same protections: a proving
+    // instance is kept.
     let r = rig.call_as(
         &mut snap,
         Actor::Fallback,
