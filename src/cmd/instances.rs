@@ -28,7 +28,7 @@ pub fn run(app: &App, command: &InstancesCommand) -> Result<()> {
 }
 
 fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
-    let (loaded, _dir, store) = super::open_existing(app)?;
+    let (loaded, _dir, store) = super::open_for_report(app)?;
     let config = &loaded.config;
     let rows = instances::live(&store.conn)?;
     let (listing, listing_error): (Option<Vec<Instance>>, Option<String>) = if args.offline {

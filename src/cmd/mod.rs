@@ -82,7 +82,7 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
 }
 
 /// Config, state dir and an existing database for a command that only reads (`inspect`,
-/// `history`): opened read-only when the state dir is on a read-only file system.
+/// `history`, `instances list`, `wakes list`): opened read-only when the state dir is on a read-only file system.
 pub(crate) fn open_for_report(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;

@@ -13,7 +13,7 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
     match cmd {
         WakesCommand::Add(a) => add(app, a),
         WakesCommand::List(a) => {
-            let (_c, _d, store) = super::open_existing(app)?;
+            let (_c, _d, store) = super::open_for_report(app)?;
             let rows = wakes::list(&store.conn, a.all, 200)?;
             if a.json {
                 let v: Vec<serde_json::Value> = rows.iter().map(wake_json).collect();

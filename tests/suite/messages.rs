@@ -199,6 +199,8 @@ fn a_read_only_state_dir_is_named_and_still_read() {
         ("history", "history"),
         ("missing", "history --run 999"),
         ("doctor", "doctor"),
+        ("instances", "instances list --offline --json"),
+        ("wakes", "wakes list --all --json"),
         ("trigger", "trigger -p 0 -r x"),
         ("run", "run"),
     ] {
@@ -215,6 +217,11 @@ fn a_read_only_state_dir_is_named_and_still_read() {
     );
     let history = result(&f, "history").ok();
     assert!(history.stdout.contains("--- run 1 "), "{}", history.stdout);
+    let listed = result(&f, "instances").ok().json();
+    assert!(listed["install_id"].is_string(), "{listed}");
+    assert!(listed["instances"].is_array(), "{listed}");
+    let wakes = result(&f, "wakes").ok().json();
+    assert!(wakes.is_array(), "{wakes}");
     let missing = result(&f, "missing").code(1);
     assert!(
         missing.stderr.contains("the highest run id is 1"),
