@@ -184,16 +184,7 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
     let calibrated = calibration::get(&store.conn, &config.llm.model)?;
     let round3 = |r: f64| (r * 1000.0).round() / 1000.0;
     let texts = messages::model_texts(&store.conn, state.session_id, USAGE_CALLS)?;
-    let names: Vec<String> = crate::tools::registry()
-        .specs()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    let tools: Vec<&str> = names.iter().map(String::as_str).collect();
-    let malformed = texts
-        .iter()
-        .filter(|t| crate::prompt::answer::tool_call_as_text(t, &tools))
-        .count();
+    let malformed = crate::tools::calls_written_as_text(&texts);
     let (est, rep) = (usage.estimated.unwrap_or(0), usage.reported.unwrap_or(0));
     let encoding =
         crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())

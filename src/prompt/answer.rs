@@ -313,7 +313,7 @@ pub fn invalid_call(result: &Value) -> bool {
 /// (`"launch_instance": {...}`), with double or single quotes, HTML-escaped (`&#34;`) or
 /// backslash-escaped ones too, also inside `<tool_call>` tags or a code fence, also cut short,
 /// however many in one answer. One answer counts once. The sim report's `malformed_answers`
-/// and `inspect` count with this function.
+/// and `inspect` count with this function (`tools::calls_written_as_text`).
 pub fn tool_call_as_text(text: &str, tools: &[&str]) -> bool {
     functions_prefix(text) || json_shape_naming_a_tool(&plain_quotes(text), tools)
 }

@@ -205,3 +205,15 @@ pub fn registry() -> Registry {
         Box::new(logs::InstanceLogs),
     ])
 }
+
+/// How many of the model's answers wrote a call to one of [`registry`]'s tools as text
+/// ([`crate::prompt::answer::tool_call_as_text`]): `inspect`'s and the sim report's malformed
+/// count, by one rule.
+pub fn calls_written_as_text<S: AsRef<str>>(answers: &[S]) -> usize {
+    let names: Vec<String> = registry().specs().into_iter().map(|s| s.name).collect();
+    let tools: Vec<&str> = names.iter().map(String::as_str).collect();
+    answers
+        .iter()
+        .filter(|t| crate::prompt::answer::tool_call_as_text(t.as_ref(), &tools))
+        .count()
+}

@@ -161,17 +161,7 @@ pub fn build(
     rules: Option<&Report>,
 ) -> anyhow::Result<Model> {
     let msgs = db::model_messages(conn)?;
-    let tools: Vec<String> = crate::tools::registry()
-        .specs()
-        .into_iter()
-        .map(|s| s.name)
-        .collect();
-    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
-    let malformed = msgs
-        .answer_texts
-        .iter()
-        .filter(|t| crate::prompt::answer::tool_call_as_text(t, &tools))
-        .count() as u64;
+    let malformed = crate::tools::calls_written_as_text(&msgs.answer_texts) as u64;
     let mut floor = FloorActions::default();
     for (kind, n) in db::floor_actions_by_kind(conn)? {
         floor.total += n;
