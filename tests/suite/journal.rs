@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::agent_e2e::{busy_fleet, dead_fleet, rig, write_demand, CAPS, LLM_KEY};
+use crate::common::config::rules_config;
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeReply, FakeVast, Route};
 use crate::common::fleet::{Fleet, Run, BIN};
@@ -230,31 +231,10 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
     let (url, accepted) = hung_server();
     let f = Fleet::with_config("").env("VAST_API_KEY", "k-0123456789");
     write_demand(f.path(), dead_fleet());
-    f.write_config(&format!(
-        r#"
-[run]
-deadline_secs = 20
-[debounce]
-p0_secs = 0
-p1_secs = 0
-p2_secs = 0
-max_wait_secs = 2
-[llm]
-provider = "rules"
-[vast]
-base_url = "{url}"
-timeout_secs = 1
-image = "ghcr.io/example/curio-psprove:latest"
-[demand]
-source = "command"
-command = "cat {demand}"
-[policy]
-target_proofs_per_hour = 50
-proofs_per_hour_per_instance = 50
-{CAPS}
-"#,
-        demand = f.path().join("demand.json").display()
-    ));
+    let own = format!(
+        "[run]\ndeadline_secs = 20\n[vast]\ntimeout_secs = 1\n[policy]\ntarget_proofs_per_hour = 50\nproofs_per_hour_per_instance = 50\n{CAPS}"
+    );
+    f.write_config(&rules_config(&url, &f.path().join("demand.json"), &[&own]));
     f.cmd(&["init"]).ok();
 
     // Both at once (each makes exactly two connections, so four in all): `run` and

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
+use crate::common::config::rules_config;
 use crate::common::fake_vast::FakeVast;
 use crate::common::fleet::Fleet;
 use fleetagent::store::runs::{self, ActionCounts, Outcome, StartedBy, Verdict};
@@ -26,31 +27,11 @@ fn now_ms() -> i64 {
 fn rig(vast: &FakeVast, key: &str, demand: &str, policy: &str, extra: &str) -> Fleet {
     let f = Fleet::with_config("").env("VAST_API_KEY", key);
     let demand = demand.replace("DIR", &f.path().display().to_string());
-    f.write_config(&format!(
-        r#"
-[run]
-deadline_secs = 60
-[debounce]
-p0_secs = 0
-p1_secs = 0
-p2_secs = 0
-max_wait_secs = 2
-[llm]
-provider = "rules"
-[vast]
-base_url = "{url}"
-image = "ghcr.io/example/curio-psprove:latest"
-[vast.offers]
-gpu_names = ["RTX 4090"]
-[demand]
-{demand}
-[policy]
-proofs_per_hour_per_instance = 50
-{policy}
-{extra}
-"#,
-        url = vast.url()
-    ));
+    let own = format!(
+        "[run]\ndeadline_secs = 60\n[demand]\n{demand}\n[policy]\nproofs_per_hour_per_instance = 50\n{policy}"
+    );
+    let unused = f.path().join("unused.json");
+    f.write_config(&rules_config(&vast.url(), &unused, &[&own, extra]));
     f.cmd(&["init"]).ok();
     f
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::agent_e2e::write_demand;
+use crate::common::config::rules_config;
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Fleet;
 
@@ -19,34 +20,10 @@ const HOUR_MS: i64 = 3_600_000;
 /// `[vast]`, `offers` in `[vast.offers]`.
 fn rig(vast: &FakeVast, policy: &str, vast_extra: &str, offers: &str) -> Fleet {
     let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    let text = format!(
-        r#"
-[run]
-deadline_secs = 120
-[debounce]
-p0_secs = 0
-p1_secs = 0
-p2_secs = 0
-max_wait_secs = 2
-[llm]
-provider = "rules"
-[vast]
-base_url = "{url}"
-image = "ghcr.io/example/curio-psprove:latest"
-{vast_extra}
-[vast.offers]
-gpu_names = ["RTX 4090"]
-{offers}
-[demand]
-source = "command"
-command = "cat {demand}"
-[policy]
-proofs_per_hour_per_instance = 50
-{policy}
-"#,
-        url = vast.url(),
-        demand = f.path().join("demand.json").display(),
+    let own = format!(
+        "[run]\ndeadline_secs = 120\n[vast]\n{vast_extra}\n[vast.offers]\n{offers}\n[policy]\nproofs_per_hour_per_instance = 50\n{policy}"
     );
+    let text = rules_config(&vast.url(), &f.path().join("demand.json"), &[&own]);
     f.write_config(&text);
     f.cmd(&["init"]).ok();
     f

@@ -6,6 +6,7 @@
 
 use serde_json::{json, Value};
 
+use crate::common::config::rules_config;
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Fleet;
 
@@ -13,31 +14,11 @@ use crate::common::fleet::Fleet;
 /// if the other install's instance were counted), WORKERS DEAD from the demand file.
 fn install(vast: &FakeVast) -> Fleet {
     let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    f.write_config(&format!(
-        r#"
-[debounce]
-p0_secs = 0
-p1_secs = 0
-p2_secs = 0
-max_wait_secs = 2
-[llm]
-provider = "rules"
-[vast]
-base_url = "{url}"
-image = "ghcr.io/example/curio-psprove:latest"
-[vast.offers]
-gpu_names = ["RTX 4090"]
-[demand]
-source = "command"
-command = "cat {demand}"
-[policy]
-target_proofs_per_hour = 50
-proofs_per_hour_per_instance = 100
-max_dph_total = 1.0
-max_instances = 1
-"#,
-        url = vast.url(),
-        demand = f.path().join("demand.json").display(),
+    let own = "[policy]\ntarget_proofs_per_hour = 50\nproofs_per_hour_per_instance = 100\nmax_dph_total = 1.0\nmax_instances = 1";
+    f.write_config(&rules_config(
+        &vast.url(),
+        &f.path().join("demand.json"),
+        &[own],
     ));
     std::fs::write(
         f.path().join("demand.json"),
