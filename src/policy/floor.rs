@@ -261,7 +261,7 @@ pub fn plan(
     }
 
     for c in of_kind(&wanted, &[CallKind::Flagged]) {
-        let id = c.arguments["instance_id"].as_i64().unwrap_or(0);
+        let id = c.instance_id().unwrap_or(0);
         let passes = memory.flagged_passes.get(&id).copied().unwrap_or(0);
         if passes >= p.floor_flagged_passes {
             let left = format!("left for {passes} passes");

@@ -254,17 +254,21 @@ fn execute(
     };
     for (i, call) in plan.iter().enumerate() {
         let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
-        let args = call.arguments.to_string();
+        // The edge: the typed call becomes the tool's name and JSON arguments here.
+        let args = call.arguments.to_json();
         let result = agent::run_tool(
-            store, le, registry, snapshot, actor, &call_id, call.tool, &args,
+            store,
+            le,
+            registry,
+            snapshot,
+            actor,
+            &call_id,
+            call.tool,
+            &args.to_string(),
         )?;
         let answer = compact_json(&result.content);
-        out.notes.push(call_line(
-            call.tool,
-            &call.arguments,
-            &call.why,
-            &result.content,
-        ));
+        out.notes
+            .push(call_line(call.tool, &args, &call.why, &result.content));
         out.calls.push(Done {
             mutated: result.mutated,
             answer,

@@ -7,6 +7,26 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 
+crate::text_enum! {
+    /// Why an instance of ours was flagged (`fleet::Flag`), as decisions read it: the
+    /// `actions.flag` column of a stop or destroy of a flagged instance. `Flag::why` adds the
+    /// figure (`loading 45m`, `silent 25m`, `stopped 25h`).
+    pub enum FlagKind, "actions.flag" {
+        /// A bid vast.ai paused.
+        Outbid = "outbid",
+        /// Stopped longer than `vast.stopped_max_hours`.
+        Stopped = "stopped",
+        Exited = "exited",
+        Offline = "offline",
+        /// No recent heartbeat from the host, and no live worker matched to it.
+        Unknown = "unknown",
+        /// Loading past `policy.stuck_loading_mins`.
+        Loading = "loading",
+        /// A worker that heartbeats and proves nothing while work waits.
+        Silent = "silent",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Action {
     pub id: i64,
