@@ -196,14 +196,11 @@ pub fn overrule(
 /// and its launches that met the launch window or vast.ai's rate limit.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
-    for a in crate::store::actions::of_run(conn, run_id)? {
-        if a.actor != Actor::Llm.as_str() {
-            continue;
-        }
+    for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
         match (a.kind.as_str(), a.outcome.as_str()) {
             ("launch", "ok" | "intent") => did.launches += 1,
             (_, "ok" | "intent") => did.stops += 1,
-            ("launch", "refused" | "failed") if rate_limited(a.detail.as_deref()) => {
+            ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }
             _ => {}
@@ -212,12 +209,10 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
     Ok(did)
 }
 
-/// A launch that met a rate limit, by its ledger detail: the window's refusal (the tool's
-/// JSON answer, `rate_limited`) or vast.ai's, retries spent (`VastError::RateLimited`).
-fn rate_limited(detail: Option<&str>) -> bool {
-    let Some(d) = detail else { return false };
-    d.starts_with("vast.ai rate limit: ")
-        || serde_json::from_str::<serde_json::Value>(d).is_ok_and(|v| v["error"] == "rate_limited")
+/// A launch that met a rate limit, by its ledger code: the window's refusal (`rate_limited`)
+/// or vast.ai's, retries spent (`vast_rate_limited`).
+fn rate_limited(code: Option<&str>) -> bool {
+    matches!(code, Some("rate_limited" | "vast_rate_limited"))
 }
 
 /// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).

@@ -106,11 +106,11 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     let d = k.d;
     let low_demand =
         f.streaks.low_demand_passes >= LOW_DEMAND_PASSES && d.backlog_signal() <= LOW_PENDING_MAX;
-    if f.mode != Mode::Full
-        || !(low_demand || !k.losing.is_empty())
-        || d.workers_dead()
-        || d.live_workers() <= 1
-    {
+    let asked = f.mode == Mode::Full
+        && (low_demand || !k.losing.is_empty())
+        && !d.workers_dead()
+        && d.live_workers() > 1;
+    if !asked {
         return None;
     }
     let band = DemandBand::of(d);
