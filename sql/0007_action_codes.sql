@@ -1,6 +1,8 @@
--- The action ledger's typed columns (issue 25): what decisions read of an action is kept in
--- columns of its own, never read back out of the detail's text (which stays as written: a
--- refusal's JSON answer, a failure's message, `flagged (<why>): earned nothing`).
+-- Typed columns (issue 25): what is read of an action, or of a tool's answer, is kept in a
+-- column of its own, never read back out of JSON or text.
+--
+-- The action ledger: its detail stays as written (a refusal's JSON answer, a failure's
+-- message, `flagged (<why>): earned nothing`).
 --   code  why the action did not go through, where a decision tells it apart:
 --           the code of a guardrail's refusal (`rate_limited`, `unprofitable`,
 --           `instance_cap`, `protected`, ...: the `error` of its JSON answer), or
@@ -32,3 +34,10 @@ UPDATE actions SET flag = (
 UPDATE actions SET flag = NULL
  WHERE flag NOT IN ('outbid', 'stopped', 'exited', 'offline', 'unknown', 'loading', 'silent');
 DROP TABLE temp.flag_why;
+
+-- messages: the error code of a tool result (`error` of its JSON content, `invalid_args`,
+-- `rate_limited`, ...; ToolResult::error_code), NULL for a success and any other message. The
+-- sim's report counts the model's invalid calls by it.
+ALTER TABLE messages ADD COLUMN error_code TEXT;
+UPDATE messages SET error_code = json_extract(content, '$.error')
+ WHERE role = 'tool' AND json_valid(content) AND json_type(content, '$.error') = 'text';

@@ -48,20 +48,10 @@ pub fn record_observation(
     for e in claim.events.iter().filter(|e| e.kind == "message") {
         let body = e.body.as_deref().unwrap_or(&e.reason);
         let msg = agent::user(format!("Operator message: {body}"));
-        agent::insert_message(
-            &tx,
-            tk,
-            &place,
-            &msg,
-            "operator",
-            None,
-            None,
-            Some(e.id),
-            now,
-        )?;
+        agent::insert_message(&tx, tk, &place, &msg, "operator", None, Some(e.id), now)?;
     }
     let msg = agent::user(text);
-    agent::insert_message(&tx, tk, &place, &msg, "observation", None, None, None, now)?;
+    agent::insert_message(&tx, tk, &place, &msg, "observation", None, None, now)?;
     session::set_last_observed(
         &tx,
         Some(&demand_record(snapshot)),
@@ -279,17 +269,7 @@ fn note_message(store: &Store, le: &LoopEnv<'_>, text: &str, kind: &str) -> Resu
     };
     let note = agent::user(text.to_string());
     let now = le.clock.now_ms();
-    agent::insert_message(
-        &store.conn,
-        le.tk,
-        &place,
-        &note,
-        kind,
-        None,
-        None,
-        None,
-        now,
-    )?;
+    agent::insert_message(&store.conn, le.tk, &place, &note, kind, None, None, now)?;
     Ok(())
 }
 

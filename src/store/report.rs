@@ -350,8 +350,7 @@ pub fn model_messages(conn: &Connection) -> Result<ModelMessages> {
     let invalid_calls = count(
         conn,
         "SELECT COUNT(*) FROM messages WHERE role = 'tool' AND kind = 'tool_result'
-           AND json_valid(content)
-           AND json_extract(content, '$.error') IN ('invalid_args', 'unknown_tool')",
+           AND error_code IN ('invalid_args', 'unknown_tool')",
     )?;
     let mut stmt = conn.prepare(
         "SELECT content FROM messages WHERE role = 'assistant' AND kind IN ('answer', 'tool_call')
@@ -721,11 +720,17 @@ mod tests {
     }
 
     fn message(s: &Store, role: &str, kind: &str, content: &str) {
+        // A tool result's error code beside its JSON, as the tool loop writes them.
+        let code = serde_json::from_str::<serde_json::Value>(content)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(String::from))
+            .filter(|_| role == "tool");
         s.conn
             .execute(
-                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at)
-                 VALUES (1, 1, ?1, ?2, ?3, 1, 0)",
-                params![role, kind, content],
+                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at,
+                                       error_code)
+                 VALUES (1, 1, ?1, ?2, ?3, 1, 0, ?4)",
+                params![role, kind, content, code],
             )
             .unwrap();
     }
