@@ -251,4 +251,6 @@ pub use facts::{new_instance_rate, next_profitable, unprofitable, Facts, Known, 
 pub use plan::{Arg, Arguments, Launch, PlannedCall, Stop, LAUNCH_TOOL, STOP_TOOL};
 
 #[cfg(test)]
+mod rule_tests;
+#[cfg(test)]
 mod tests;
