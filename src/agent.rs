@@ -26,6 +26,15 @@ pub struct Place {
     pub run_id: i64,
 }
 
+/// What a tool result's row keeps beside its content: the tool's name, the gist its
+/// placeholder shows once compacted, and the result's error code (`messages.error_code`).
+#[derive(Debug, Clone, Copy)]
+pub struct ToolOutput<'a> {
+    pub name: &'a str,
+    pub gist: &'a str,
+    pub error_code: Option<&'a str>,
+}
+
 /// Insert one message with its token count (and, for tool results, the compacted
 /// placeholder and its count), computed once here. An assistant turn's calls are stored in
 /// the form that can be sent again (`prompt::answer::stored_calls`).
@@ -36,8 +45,7 @@ pub fn insert_message(
     place: &Place,
     msg: &ChatMessage,
     kind: &str,
-    tool_name: Option<&str>,
-    gist: Option<&str>,
+    tool: Option<&ToolOutput<'_>>,
     event_id: Option<i64>,
     now: Millis,
 ) -> Result<i64> {
@@ -54,13 +62,8 @@ pub fn insert_message(
         (&stored, Some(answer::stored_calls_json(&msg.tool_calls)))
     };
     let tokens = tk.count_message(msg) as i64;
-    let placeholder = gist.map(|g| {
-        format!(
-            "[compacted] {}: {}",
-            tool_name.unwrap_or("tool"),
-            crate::text::clip(g, 160)
-        )
-    });
+    let placeholder =
+        tool.map(|t| format!("[compacted] {}: {}", t.name, crate::text::clip(t.gist, 160)));
     let gist_tokens = placeholder.as_ref().map(|p| {
         tk.count_message(&ChatMessage {
             role: msg.role,
@@ -80,10 +83,11 @@ pub fn insert_message(
             tokens,
             tool_calls: calls_json.as_deref(),
             tool_call_id: msg.tool_call_id.as_deref(),
-            tool_name,
+            tool_name: tool.map(|t| t.name),
             gist: placeholder.as_deref(),
             gist_tokens,
             event_id,
+            error_code: tool.and_then(|t| t.error_code),
         },
         now,
     )
@@ -405,17 +409,7 @@ pub fn llm_loop(
         // message of its own, after the results of its calls (small models copy what their
         // own turns say).
         let note_message = |conn: &rusqlite::Connection, note: String, at: Millis| {
-            insert_message(
-                conn,
-                le.tk,
-                &place,
-                &user(note),
-                "note",
-                None,
-                None,
-                None,
-                at,
-            )
+            insert_message(conn, le.tk, &place, &user(note), "note", None, None, at)
         };
         if calls.is_empty() {
             if !content.trim().is_empty() {
@@ -430,7 +424,6 @@ pub fn llm_loop(
                         tool_call_id: None,
                     },
                     "answer",
-                    None,
                     None,
                     None,
                     at,
@@ -454,7 +447,6 @@ pub fn llm_loop(
             "tool_call",
             None,
             None,
-            None,
             at,
         )?;
         for (i, call) in calls.iter().enumerate() {
@@ -470,7 +462,7 @@ pub fn llm_loop(
                 &call.arguments,
             )?;
             out.mutated |= result.mutated;
-            if answer::invalid_call(&result.content) {
+            if answer::invalid_call(result.error_code()) {
                 out.invalid_calls += 1;
             }
             // The stored call shows `{}` for arguments it could not keep: its result says so.
@@ -503,8 +495,11 @@ pub fn llm_loop(
                     tool_call_id: Some(call.id.clone()),
                 },
                 "tool_result",
-                Some(&crate::text::clip(&call.name, 64)),
-                Some(&result.gist),
+                Some(&ToolOutput {
+                    name: &crate::text::clip(&call.name, 64),
+                    gist: &result.gist,
+                    error_code: result.error_code(),
+                }),
                 None,
                 le.clock.now_ms(),
             )?;

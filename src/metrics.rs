@@ -310,12 +310,8 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
     ));
 
     let mut refusals: BTreeMap<String, f64> = BTreeMap::new();
-    for (kind, detail) in actions::refusals(conn)? {
-        let code = detail
-            .as_deref()
-            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .and_then(|v| v["error"].as_str().map(String::from))
-            .unwrap_or_else(|| "other".into());
+    for (kind, code) in actions::refusals(conn)? {
+        let code = code.unwrap_or_else(|| "other".into());
         *refusals.entry(format!("{kind}\u{0}{code}")).or_insert(0.0) += 1.0;
     }
     f.push(Family {

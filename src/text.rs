@@ -45,7 +45,7 @@ pub fn num(x: f64) -> String {
 }
 
 /// The start of a flagged stop's action detail, before the flag: `flagged (silent 25m): ...`
-/// (written by `policy::stop`, counted by `store::actions::silent_destroys_since`).
+/// (written by `policy::stop`; sql/0007 reads the flag of older rows from it).
 pub const FLAGGED_DETAIL: &str = "flagged (";
 
 #[cfg(test)]

@@ -457,6 +457,7 @@ fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, call
                 gist: None,
                 gist_tokens: None,
                 event_id: None,
+                error_code: None,
             },
             at,
         )

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::clock::{human_duration, Millis};
 use crate::config::Config;
 use crate::demand::Demand;
+pub use crate::store::actions::FlagKind;
 use crate::store::instances::InstanceRow;
 pub use crate::text::num;
 
@@ -49,6 +50,8 @@ pub const NO_VAST_KEY: &str = "not_configured: no vast.ai API key";
 pub struct Flag {
     pub vast_id: i64,
     pub label: String,
+    /// What the flag says, as decisions read it.
+    pub kind: FlagKind,
     /// `exited`, `offline`, `unknown`, `loading 45m`, `outbid`, `stopped 25h`, or `silent 25m`
     /// (a worker that heartbeats and proves nothing while work waits: [`Snapshot::silent_for`]).
     pub why: String,
@@ -234,31 +237,35 @@ impl Snapshot {
                     .actual_status
                     .as_deref()
                     .map(|s| s.trim().to_ascii_lowercase());
-                let why = match status.as_deref() {
-                    _ if r.state == OUTBID => "outbid".to_string(),
-                    _ if r.state == STOPPED && self.now - r.state_since > stopped_ms => {
-                        format!("stopped {}h", (self.now - r.state_since) / 3_600_000)
-                    }
+                let (kind, why) = match status.as_deref() {
+                    _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
+                    _ if r.state == STOPPED && self.now - r.state_since > stopped_ms => (
+                        FlagKind::Stopped,
+                        format!(" {}h", (self.now - r.state_since) / 3_600_000),
+                    ),
                     _ if r.state == STOPPED => return None,
-                    Some(s @ ("exited" | "offline")) => s.to_string(),
+                    Some("exited") => (FlagKind::Exited, String::new()),
+                    Some("offline") => (FlagKind::Offline, String::new()),
                     // No recent heartbeat from the host: vast.ai says it will not run again.
                     // A live Curio worker matched to it (`classify` keeps those alive) proves
                     // the container runs, so only one without is flagged.
                     Some("unknown") if !matches!(r.state, REGISTERED | PROVING) => {
-                        "unknown".to_string()
+                        (FlagKind::Unknown, String::new())
                     }
-                    _ if r.state == LOADING && self.now - r.created_at > stuck_ms => {
-                        format!("loading {}", human_duration(self.now - r.created_at))
-                    }
+                    _ if r.state == LOADING && self.now - r.created_at > stuck_ms => (
+                        FlagKind::Loading,
+                        format!(" {}", human_duration(self.now - r.created_at)),
+                    ),
                     _ => match self.silent_for(r, config) {
-                        Some(ms) => format!("silent {}", human_duration(ms)),
+                        Some(ms) => (FlagKind::Silent, format!(" {}", human_duration(ms))),
                         None => return None,
                     },
                 };
                 Some(Flag {
                     vast_id: id,
                     label: r.label.clone(),
-                    why,
+                    kind,
+                    why: format!("{kind}{why}"),
                 })
             })
             .collect()

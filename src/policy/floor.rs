@@ -162,131 +162,207 @@ pub fn plan(
             memory,
         };
     };
-    let p = &config.policy;
+    let pass = Pass {
+        snapshot,
+        config,
+        before,
+        model,
+        now,
+    };
     let wanted = rules::decide(snapshot, config, low_demand_passes, Mode::Full);
     let facts = rules::deficit(snapshot, config);
+    let (mut memory, dip) = clocks(&pass, d, &wanted, &facts);
+    let mut calls = at_once(&pass, &wanted);
+    let emergency = emergency(&pass, &wanted);
+    calls.extend(
+        emergency
+            .iter()
+            .map(|c| c.with_reason(floor_reason(&c.why, SAME_PASS))),
+    );
+    if emergency.is_empty() {
+        calls.extend(deficit(&pass, d, &wanted, &facts, dip, &mut memory));
+    }
+    calls.extend(flagged(&pass, &wanted, &memory));
+    calls.extend(surplus(&pass, &wanted, &mut memory));
+    Plan { calls, memory }
+}
+
+/// The pass the floor plans: the snapshot, the config, what the floor remembered and what
+/// the model did.
+struct Pass<'a> {
+    snapshot: &'a Snapshot,
+    config: &'a Config,
+    before: &'a Memory,
+    model: &'a ModelDid,
+    now: Millis,
+}
+
+/// How long the floor waited, for what it does at once.
+const SAME_PASS: &str = "in the same pass";
+
+/// The clocks as this pass leaves them, and whether it is the one pass below the backlog
+/// threshold that keeps the deficit open. The deficit's clock is opened by the rules'
+/// confirmation (or a seed they want), kept across one pass below the backlog threshold and
+/// while the backlog holds after it (with ProofShare switched off there is no deficit to keep
+/// open). Each flagged instance's passes are counted.
+fn clocks(
+    pass: &Pass<'_>,
+    d: &crate::demand::Demand,
+    wanted: &[PlannedCall],
+    facts: &rules::Deficit,
+) -> (Memory, bool) {
+    let (before, now) = (pass.before, pass.now);
     let seed = wanted.iter().any(|c| c.kind == CallKind::Seed);
-    // The deficit's clock: opened by the rules' confirmation (or a seed they want), kept
-    // across one pass below the backlog threshold and while the backlog holds after it.
-    // (With ProofShare switched off there is no deficit to keep open.)
     let open_before = before.deficit_since.is_some();
     let backlog = super::streaks::backlog(d);
     let dip = open_before && !backlog && !before.dipped && !d.proofshare_disabled();
     let open = facts.confirmed || seed || dip || (open_before && facts.persists);
-
     let mut memory = Memory {
         deficit_since: open.then(|| before.deficit_since.unwrap_or(now)),
         dipped: dip,
-        model_launched_at: match (open, model.launches > 0) {
+        model_launched_at: match (open, pass.model.launches > 0) {
             (false, _) => None,
             (true, true) => Some(now),
             (true, false) => before.model_launched_at.filter(|_| open_before),
         },
         ..Memory::default()
     };
-    for f in snapshot.flagged(config) {
+    for f in pass.snapshot.flagged(pass.config) {
         let n = before.flagged_passes.get(&f.vast_id).copied().unwrap_or(0) + 1;
         memory.flagged_passes.insert(f.vast_id, n);
     }
-    // A paused bid may resume at any moment, and a fleet over a cap pays for it every
-    // minute: both are answered in the same pass, before any launch (a destroy frees the
-    // slot the replacement takes).
-    let same_pass = "in the same pass";
-    let mut calls: Vec<PlannedCall> = of_kind(&wanted, &[CallKind::Outbid, CallKind::OverCap])
-        .into_iter()
-        .map(|c| c.with_reason(floor_reason(&c.why, same_pass)))
-        .collect();
-    if model.launches_blocked == 0 {
-        calls.extend(
-            of_kind(&wanted, &[CallKind::Replace])
-                .into_iter()
-                .map(|c| c.with_reason(floor_reason(&c.why, same_pass))),
-        );
-    }
+    (memory, dip)
+}
 
-    let mut emergency: Vec<&PlannedCall> = of_kind(&wanted, &[CallKind::Emergency]);
-    if model.launches_blocked > 0 {
-        // The model's launch met the window or vast.ai's rate limit: so would the floor's.
+/// A paused bid may resume at any moment, and a fleet over a cap pays for it every minute:
+/// both are answered in the same pass, before any launch (a destroy frees the slot the
+/// replacement takes). The replacement waits when the model's own launch met a rate limit.
+fn at_once(pass: &Pass<'_>, wanted: &[PlannedCall]) -> Vec<PlannedCall> {
+    let mut kinds = vec![CallKind::Outbid, CallKind::OverCap];
+    if pass.model.launches_blocked == 0 {
+        kinds.push(CallKind::Replace);
+    }
+    // Outbid and over-cap stops first, as the rules plan them; their replacements after.
+    let (stops, replace): (Vec<&PlannedCall>, Vec<&PlannedCall>) = of_kind(wanted, &kinds)
+        .into_iter()
+        .partition(|c| c.kind != CallKind::Replace);
+    stops
+        .into_iter()
+        .chain(replace)
+        .map(|c| c.with_reason(floor_reason(&c.why, SAME_PASS)))
+        .collect()
+}
+
+/// WORKERS DEAD's launches, in the same pass: none after a model whose launch met the window
+/// or vast.ai's rate limit (so would the floor's); after a model that launched, only what the
+/// window has room for (the rules ask at least once in an emergency, so that a refusal is on
+/// record; the model's own launches are that record).
+fn emergency<'a>(pass: &Pass<'_>, wanted: &'a [PlannedCall]) -> Vec<&'a PlannedCall> {
+    let mut emergency = of_kind(wanted, &[CallKind::Emergency]);
+    if pass.model.launches_blocked > 0 {
         emergency.clear();
-    } else if model.launches > 0 {
-        // The rules ask at least once in an emergency, so that a refusal is on record; the
-        // model's own launches are that record: the floor adds only what the window has room for.
-        let w = snapshot.window(config);
+    } else if pass.model.launches > 0 {
+        let w = pass.snapshot.window(pass.config);
         emergency.truncate(w.limit.saturating_sub(w.used) as usize);
     }
-    for c in &emergency {
-        calls.push(c.with_reason(floor_reason(&c.why, same_pass)));
-    }
+    emergency
+}
 
-    let deficit = of_kind(&wanted, &[CallKind::Deficit, CallKind::Seed]);
-    if !deficit.is_empty() && emergency.is_empty() {
-        let grace_until = memory
-            .model_launched_at
-            .map(|t| t + p.floor_after_mins as Millis * 60_000)
-            .filter(|until| now < *until);
-        // Not while the model is acting on it, nor in a pass where the model stopped an
-        // instance (never undo it), nor where its launch met a limit the floor's would meet too.
-        let held = if let Some(until) = grace_until {
-            Some(format!(
-                "the model is acting on it: it launched {} ago, and policy.floor_after_mins ({}m) from its last launch leaves it {} more",
-                human_duration(now - memory.model_launched_at.unwrap_or(now)),
-                p.floor_after_mins,
-                human_duration(until - now)
-            ))
-        } else if model.stops > 0 {
-            Some("the model stopped an instance in this pass (the floor never undoes it)".into())
-        } else if model.launches_blocked > 0 {
-            Some("the model's launch met a rate limit (the floor's would too)".into())
-        } else {
-            None
-        };
-        match held {
-            Some(why) => memory.unanswered = Some(why),
-            None => {
-                let waited = now - memory.deficit_since.unwrap_or(now);
-                let how_long = if waited > 0 {
-                    format!("deficit open {}", human_duration(waited))
-                } else {
-                    same_pass.to_string()
-                };
-                calls.extend(
-                    deficit
-                        .iter()
-                        .map(|c| c.with_reason(floor_reason(&c.why, &how_long))),
-                );
-            }
+/// The deficit's launches (a backlog's, a seed), unless the model is acting on it, stopped an
+/// instance in this pass (the floor never undoes it), or met a limit the floor's launch would
+/// meet too: then, or when the rules launch nothing for an open deficit, why it stays
+/// unanswered goes in the memory.
+fn deficit(
+    pass: &Pass<'_>,
+    d: &crate::demand::Demand,
+    wanted: &[PlannedCall],
+    facts: &rules::Deficit,
+    dip: bool,
+    memory: &mut Memory,
+) -> Vec<PlannedCall> {
+    let (model, now) = (pass.model, pass.now);
+    let launches = of_kind(wanted, &[CallKind::Deficit, CallKind::Seed]);
+    if launches.is_empty() {
+        let open = memory.deficit_since.is_some();
+        if open && model.launches == 0 && facts.coming == 0 {
+            memory.unanswered = no_launch_why(pass.snapshot, pass.config, d, dip, facts.confirmed);
         }
-    } else if open && emergency.is_empty() && model.launches == 0 && facts.coming == 0 {
-        memory.unanswered = no_launch_why(snapshot, config, d, dip, facts.confirmed);
+        return Vec::new();
     }
+    if let Some(why) = held(pass, memory) {
+        memory.unanswered = Some(why);
+        return Vec::new();
+    }
+    let waited = now - memory.deficit_since.unwrap_or(now);
+    let how_long = if waited > 0 {
+        format!("deficit open {}", human_duration(waited))
+    } else {
+        SAME_PASS.to_string()
+    };
+    launches
+        .iter()
+        .map(|c| c.with_reason(floor_reason(&c.why, &how_long)))
+        .collect()
+}
 
-    for c in of_kind(&wanted, &[CallKind::Flagged]) {
-        let id = c.arguments["instance_id"].as_i64().unwrap_or(0);
-        let passes = memory.flagged_passes.get(&id).copied().unwrap_or(0);
-        if passes >= p.floor_flagged_passes {
+/// Why the floor holds its deficit launches this pass, if it does.
+fn held(pass: &Pass<'_>, memory: &Memory) -> Option<String> {
+    let (p, model, now) = (&pass.config.policy, pass.model, pass.now);
+    let grace_until = memory
+        .model_launched_at
+        .map(|t| t + p.floor_after_mins as Millis * 60_000)
+        .filter(|until| now < *until);
+    if let Some(until) = grace_until {
+        Some(format!(
+            "the model is acting on it: it launched {} ago, and policy.floor_after_mins ({}m) from its last launch leaves it {} more",
+            human_duration(now - memory.model_launched_at.unwrap_or(now)),
+            p.floor_after_mins,
+            human_duration(until - now)
+        ))
+    } else if model.stops > 0 {
+        Some("the model stopped an instance in this pass (the floor never undoes it)".into())
+    } else if model.launches_blocked > 0 {
+        Some("the model's launch met a rate limit (the floor's would too)".into())
+    } else {
+        None
+    }
+}
+
+/// The rules' destroys of flagged instances left for `policy.floor_flagged_passes`.
+fn flagged(pass: &Pass<'_>, wanted: &[PlannedCall], memory: &Memory) -> Vec<PlannedCall> {
+    let min = pass.config.policy.floor_flagged_passes;
+    of_kind(wanted, &[CallKind::Flagged])
+        .into_iter()
+        .filter_map(|c| {
+            let id = c.instance_id().unwrap_or(0);
+            let passes = memory.flagged_passes.get(&id).copied().unwrap_or(0);
             let left = format!("left for {passes} passes");
-            calls.push(c.with_reason(floor_reason(&c.why, &left)));
-        }
-    }
+            (passes >= min).then(|| c.with_reason(floor_reason(&c.why, &left)))
+        })
+        .collect()
+}
 
-    // Surplus and unprofitable stops are the rules' own: never within `min_rental_mins` of a
-    // start, never what the surplus band keeps.
-    let surplus = of_kind(&wanted, &[CallKind::Surplus, CallKind::Unprofitable]);
-    if !surplus.is_empty() {
-        let since = before.surplus_since.unwrap_or(now);
-        let waited = now - since;
-        if waited >= p.floor_idle_mins as i64 * 60_000 && model.launches == 0 {
-            let left = format!("left idle for {}", human_duration(waited));
-            calls.extend(
-                surplus
-                    .iter()
-                    .map(|c| c.with_reason(floor_reason(&c.why, &left))),
-            );
-        } else {
-            memory.surplus_since = Some(since);
-        }
+/// The rules' surplus and unprofitable stops (never within `min_rental_mins` of a start,
+/// never what the surplus band keeps), once left for `policy.floor_idle_mins` and not in a
+/// pass where the model launched; until then the surplus clock runs.
+fn surplus(pass: &Pass<'_>, wanted: &[PlannedCall], memory: &mut Memory) -> Vec<PlannedCall> {
+    let stops = of_kind(wanted, &[CallKind::Surplus, CallKind::Unprofitable]);
+    if stops.is_empty() {
+        return Vec::new();
     }
-    Plan { calls, memory }
+    let now = pass.now;
+    let since = pass.before.surplus_since.unwrap_or(now);
+    let waited = now - since;
+    let idle_ms = pass.config.policy.floor_idle_mins as i64 * 60_000;
+    if waited < idle_ms || pass.model.launches > 0 {
+        memory.surplus_since = Some(since);
+        return Vec::new();
+    }
+    let left = format!("left idle for {}", human_duration(waited));
+    stops
+        .iter()
+        .map(|c| c.with_reason(floor_reason(&c.why, &left)))
+        .collect()
 }
 
 /// Why an open deficit gets no launch from the rules in this pass, when that leaves it

@@ -158,11 +158,14 @@ pub struct Entry {
     pub detail: String,
 }
 
-/// A launch that ends before any create: the ledger row to write, if any, and the result.
+/// A launch that ends before any create: the ledger row to write, if any, the result, and
+/// the code a decision reads of it (the ledger's `code` column: [`Refusal::code`] for a
+/// guardrail's refusal, [`failure_code`] for a failure vast.ai's rate limit caused).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub record: Option<Entry>,
     pub result: ToolResult,
+    pub code: Option<&'static str>,
 }
 
 impl Answer {
@@ -172,16 +175,25 @@ impl Answer {
         Answer {
             record: Some(ask.entry("refused", offer_id, result.content.to_string())),
             result,
+            code: Some(r.code()),
         }
     }
 
     /// vast.ai could not help (a failed search, no offer): recorded `failed`.
-    fn failed(ask: &Ask, offer_id: Option<u64>, msg: String) -> Answer {
+    fn failed(ask: &Ask, offer_id: Option<u64>, msg: String, code: Option<&'static str>) -> Answer {
         Answer {
             result: ToolResult::error("vast_error", json!({ "message": msg })),
             record: Some(ask.entry("failed", offer_id, msg)),
+            code,
         }
     }
+}
+
+/// The code a failed call's ledger row keeps where a decision tells the failure apart:
+/// `vast_rate_limited` for vast.ai's rate limit with the retries spent (the floor does not
+/// launch after a model whose launch met it: its own would meet it too).
+pub fn failure_code(e: &VastError) -> Option<&'static str> {
+    matches!(e, VastError::RateLimited(_)).then_some("vast_rate_limited")
 }
 
 impl Ask {
@@ -244,6 +256,7 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
                             the launch window and the daily cap allow this launch",
             }),
         ),
+        code: None,
     })
 }
 
@@ -263,6 +276,7 @@ fn already(ask: &Ask, prev: &Action) -> Answer {
             false,
             format!("launch {label} already {}", prev.outcome),
         ),
+        code: None,
     }
 }
 
@@ -329,11 +343,13 @@ pub fn searched(
                     json!({"message": msg, "search_quota_exhausted": true, "until": until}),
                 ),
                 record: Some(ask.entry("failed", ask.offer_id, msg.clone())),
+                code: None,
             }))
         }
         Err(e) => {
             let msg = clip(&e.to_string(), 300);
-            Err(Box::new(Answer::failed(ask, ask.offer_id, msg)))
+            let code = failure_code(&e);
+            Err(Box::new(Answer::failed(ask, ask.offer_id, msg, code)))
         }
     }
 }
@@ -382,12 +398,13 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
             Box::new(Answer {
                 result: ToolResult::error("invalid_args", json!({ "message": msg })),
                 record: Some(ask.entry("refused", Some(id), msg)),
+                code: None,
             })
         });
     }
     if offers.is_empty() {
         let msg = "vast.ai has no rentable offer matching [vast.offers] right now";
-        return Err(Box::new(Answer::failed(ask, None, msg.into())));
+        return Err(Box::new(Answer::failed(ask, None, msg.into(), None)));
     }
     let price = ask.price.as_ref();
     let profitable: Vec<Offer> = offers
@@ -402,7 +419,7 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
             return Err(Box::new(Answer::refused(ask, &r, Some(cheapest.id))));
         }
         let msg = "no offer passed the profit check";
-        return Err(Box::new(Answer::failed(ask, None, msg.into())));
+        return Err(Box::new(Answer::failed(ask, None, msg.into(), None)));
     }
     let offers = &profitable[..];
     let headroom = guardrails::offer_headroom(&ask.facts(), &config.policy);

@@ -4,12 +4,14 @@
 use serde_json::{json, Value};
 
 /// The result of one call: the JSON fed back to the model, whether it changed the fleet,
-/// and a one-line gist kept when old tool outputs are compacted.
+/// a one-line gist kept when old tool outputs are compacted, and the error's code (typed:
+/// what a reader decides on, never read back out of the JSON).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolResult {
     pub content: Value,
     pub mutated: bool,
     pub gist: String,
+    code: Option<String>,
 }
 
 impl ToolResult {
@@ -18,6 +20,7 @@ impl ToolResult {
             content,
             mutated,
             gist: gist.into(),
+            code: None,
         }
     }
 
@@ -37,10 +40,12 @@ impl ToolResult {
             content,
             mutated: false,
             gist,
+            code: Some(code.to_string()),
         }
     }
 
+    /// The code of a refusal or failure ([`ToolResult::error`]); None for a success.
     pub fn error_code(&self) -> Option<&str> {
-        self.content.get("error").and_then(|e| e.as_str())
+        self.code.as_deref()
     }
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 use super::result::ToolResult;
 use crate::clock::Millis;
 use crate::config::{Config, StopMode};
-use crate::fleet::{Snapshot, GONE, OUTBID, STOPPED};
+use crate::fleet::{Flag, FlagKind, Snapshot, GONE, OUTBID, STOPPED};
 use crate::policy::guardrails::{self, Refusal, StopFacts};
 use crate::store::instances::InstanceRow;
 use crate::text::clip;
@@ -82,14 +82,18 @@ fn refused(label: Option<String>, r: &Refusal) -> Answer {
     Answer {
         record: Some(entry("refused", label, result.content.to_string())),
         result,
+        code: Some(r.code()),
     }
 }
 
-/// A stop that ends without a change: the ledger row to write, if any, and the result.
+/// A stop that ends without a change: the ledger row to write, if any, the result, and the
+/// code a decision reads of it (the ledger's `code` column: the protection that refused it,
+/// or `launch::failure_code` of a failed call).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub record: Option<Entry>,
     pub result: ToolResult,
+    pub code: Option<&'static str>,
 }
 
 /// What [`gate`] decided.
@@ -111,8 +115,9 @@ pub struct Target {
     /// Our row (None for an instance that is not ours, stopped by the operator's --force).
     pub row: Option<InstanceRow>,
     pub flagged: bool,
-    /// Why it is flagged (`silent 25m`, `exited`, ...), recorded in the action's detail.
-    pub flag: Option<String>,
+    /// Why it is flagged (`silent 25m`, `exited`, ...): its kind goes in the action's `flag`
+    /// column, the whole in its detail.
+    pub flag: Option<Flag>,
     pub forced: bool,
 }
 
@@ -164,6 +169,7 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
                 false,
                 format!("{id} already stopped"),
             ),
+            code: None,
         });
     }
     let facts = facts(ask, snapshot, config, row.as_ref());
@@ -188,6 +194,7 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
                     "message": "policy.dry_run is on: nothing was sent to vast.ai; the stop protections allow this",
                 }),
             ),
+            code: None,
         });
     }
     Gate::Go(Box::new(Target {
@@ -198,8 +205,7 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
         flag: snapshot
             .flagged(config)
             .into_iter()
-            .find(|f| f.vast_id == id)
-            .map(|f| f.why),
+            .find(|f| f.vast_id == id),
         forced: ask.forced,
     }))
 }
@@ -208,7 +214,7 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
 /// `fleetagent instances stop` says how to stop the instance anyway (the ledger's detail is
 /// the answer as given).
 fn for_asker(ask: &Ask, mut a: Answer) -> Answer {
-    if !ask.operator || a.result.error_code() != Some("protected") {
+    if !ask.operator || a.code != Some("protected") {
         return a;
     }
     let Some(message) = a.result.content["message"].as_str() else {
@@ -285,6 +291,7 @@ pub fn min_rental(row: &InstanceRow, now: Millis, config: &Config) -> Option<Ans
             result.content.to_string(),
         )),
         result,
+        code: Some("protected"),
     })
 }
 
@@ -341,15 +348,17 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
     ToolResult::error("invalid_args", json!({ "message": message }))
 }
 
-/// Whether a flag (`fleet::Flag::why`) says the host failed us: a boot that never finished,
-/// `exited`, `offline`, `unknown`. Outbid (counted apart: twice makes a bad host) and
-/// stopped too long are not the host's fault.
-pub fn host_failure(why: &str) -> bool {
-    matches!(why, "exited" | "offline" | "unknown")
-        || why.starts_with("loading ")
+/// Whether a flag says the host failed us: a boot that never finished, `exited`, `offline`,
+/// `unknown`. Outbid (counted apart: twice makes a bad host) and stopped too long are not
+/// the host's fault.
+pub fn host_failure(kind: FlagKind) -> bool {
+    match kind {
+        FlagKind::Exited | FlagKind::Offline | FlagKind::Unknown | FlagKind::Loading => true,
         // A worker that heartbeats and cannot prove: a broken GPU, or parameters it could not
         // fetch on that host.
-        || why.starts_with("silent ")
+        FlagKind::Silent => true,
+        FlagKind::Outbid | FlagKind::Stopped => false,
+    }
 }
 
 /// No vast.ai client (no API key).
@@ -380,6 +389,8 @@ pub struct Stopped {
     pub gone: bool,
     /// vast.ai said there was no such instance.
     pub already_gone: bool,
+    /// Why the instance was flagged, as the detail says it (the action's `flag` column).
+    pub flag: Option<FlagKind>,
 }
 
 /// vast.ai's answer to the call, received at `after`.
@@ -393,6 +404,7 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
             return Done::Failed(Answer {
                 result: ToolResult::error("vast_error", json!({"message": msg, "instance_id": id})),
                 record: Some(entry("failed", target.label(), msg)),
+                code: crate::policy::launch::failure_code(e),
             });
         }
     };
@@ -400,7 +412,7 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
         "already gone on vast.ai".to_string()
     } else if target.flagged {
         match &target.flag {
-            Some(why) => format!("{}{why}): earned nothing", crate::text::FLAGGED_DETAIL),
+            Some(f) => format!("{}{}): earned nothing", crate::text::FLAGGED_DETAIL, f.why),
             None => "flagged: earned nothing".to_string(),
         }
     } else if target.forced {
@@ -430,6 +442,12 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
         row,
         gone,
         already_gone,
+        // As the detail says it.
+        flag: target
+            .flag
+            .as_ref()
+            .filter(|_| target.flagged && !already_gone)
+            .map(|f| f.kind),
     }))
 }
 

@@ -295,12 +295,10 @@ pub fn read(
     }
 }
 
-/// Does a tool result say the call itself was invalid (arguments or tool name)?
-pub fn invalid_call(result: &Value) -> bool {
-    matches!(
-        result.get("error").and_then(Value::as_str),
-        Some("invalid_args" | "unknown_tool")
-    )
+/// Does a tool result's error code (`ToolResult::error_code`) say the call itself was
+/// invalid (arguments or tool name)?
+pub fn invalid_call(code: Option<&str>) -> bool {
+    matches!(code, Some("invalid_args" | "unknown_tool"))
 }
 
 /// A tool call written as text instead of through the API. Recognised by its shape, not by
@@ -680,11 +678,9 @@ mod tests {
         assert_eq!(r.content, r#"{"name": "launch_instance", "argu"#);
         let note = r.note.unwrap();
         assert!(note.contains("It was cut") && note.contains("It wrote a tool call as text"));
-        assert!(invalid_call(
-            &json!({"error": "invalid_args", "message": "x"})
-        ));
-        assert!(invalid_call(&json!({"error": "unknown_tool"})));
-        assert!(!invalid_call(&json!({"error": "rate_limited"})));
-        assert!(!invalid_call(&json!({"ok": true})));
+        assert!(invalid_call(Some("invalid_args")));
+        assert!(invalid_call(Some("unknown_tool")));
+        assert!(!invalid_call(Some("rate_limited")));
+        assert!(!invalid_call(None));
     }
 }

@@ -48,20 +48,10 @@ pub fn record_observation(
     for e in claim.events.iter().filter(|e| e.kind == "message") {
         let body = e.body.as_deref().unwrap_or(&e.reason);
         let msg = agent::user(format!("Operator message: {body}"));
-        agent::insert_message(
-            &tx,
-            tk,
-            &place,
-            &msg,
-            "operator",
-            None,
-            None,
-            Some(e.id),
-            now,
-        )?;
+        agent::insert_message(&tx, tk, &place, &msg, "operator", None, Some(e.id), now)?;
     }
     let msg = agent::user(text);
-    agent::insert_message(&tx, tk, &place, &msg, "observation", None, None, None, now)?;
+    agent::insert_message(&tx, tk, &place, &msg, "observation", None, None, now)?;
     session::set_last_observed(
         &tx,
         Some(&demand_record(snapshot)),
@@ -196,14 +186,11 @@ pub fn overrule(
 /// and its launches that met the launch window or vast.ai's rate limit.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
-    for a in crate::store::actions::of_run(conn, run_id)? {
-        if a.actor != Actor::Llm.as_str() {
-            continue;
-        }
+    for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
         match (a.kind.as_str(), a.outcome.as_str()) {
             ("launch", "ok" | "intent") => did.launches += 1,
             (_, "ok" | "intent") => did.stops += 1,
-            ("launch", "refused" | "failed") if rate_limited(a.detail.as_deref()) => {
+            ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }
             _ => {}
@@ -212,12 +199,10 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
     Ok(did)
 }
 
-/// A launch that met a rate limit, by its ledger detail: the window's refusal (the tool's
-/// JSON answer, `rate_limited`) or vast.ai's, retries spent (`VastError::RateLimited`).
-fn rate_limited(detail: Option<&str>) -> bool {
-    let Some(d) = detail else { return false };
-    d.starts_with("vast.ai rate limit: ")
-        || serde_json::from_str::<serde_json::Value>(d).is_ok_and(|v| v["error"] == "rate_limited")
+/// A launch that met a rate limit, by its ledger code: the window's refusal (`rate_limited`)
+/// or vast.ai's, retries spent (`vast_rate_limited`).
+fn rate_limited(code: Option<&str>) -> bool {
+    matches!(code, Some("rate_limited" | "vast_rate_limited"))
 }
 
 /// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).
@@ -254,17 +239,21 @@ fn execute(
     };
     for (i, call) in plan.iter().enumerate() {
         let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
-        let args = call.arguments.to_string();
+        // The edge: the typed call becomes the tool's name and JSON arguments here.
+        let args = call.arguments.to_json();
         let result = agent::run_tool(
-            store, le, registry, snapshot, actor, &call_id, call.tool, &args,
+            store,
+            le,
+            registry,
+            snapshot,
+            actor,
+            &call_id,
+            call.tool,
+            &args.to_string(),
         )?;
         let answer = compact_json(&result.content);
-        out.notes.push(call_line(
-            call.tool,
-            &call.arguments,
-            &call.why,
-            &result.content,
-        ));
+        out.notes
+            .push(call_line(call.tool, &args, &call.why, &result.content));
         out.calls.push(Done {
             mutated: result.mutated,
             answer,
@@ -280,17 +269,7 @@ fn note_message(store: &Store, le: &LoopEnv<'_>, text: &str, kind: &str) -> Resu
     };
     let note = agent::user(text.to_string());
     let now = le.clock.now_ms();
-    agent::insert_message(
-        &store.conn,
-        le.tk,
-        &place,
-        &note,
-        kind,
-        None,
-        None,
-        None,
-        now,
-    )?;
+    agent::insert_message(&store.conn, le.tk, &place, &note, kind, None, None, now)?;
     Ok(())
 }
 

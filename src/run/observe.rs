@@ -63,7 +63,7 @@ pub fn observe(
         instances::delete(&tx, label)?;
     }
     for (id, outcome, instance, detail) in &rec.settle {
-        actions::settle(&tx, *id, outcome, *instance, Some(detail), now)?;
+        actions::settle(&tx, *id, outcome, *instance, Some(detail), None, now)?;
     }
     let settled: Vec<i64> = rec.settle.iter().map(|s| s.0).collect();
     for line in &rec.changes {

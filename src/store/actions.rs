@@ -7,6 +7,26 @@ use serde::Serialize;
 
 use crate::clock::Millis;
 
+crate::text_enum! {
+    /// Why an instance of ours was flagged (`fleet::Flag`), as decisions read it: the
+    /// `actions.flag` column of a stop or destroy of a flagged instance. `Flag::why` adds the
+    /// figure (`loading 45m`, `silent 25m`, `stopped 25h`).
+    pub enum FlagKind, "actions.flag" {
+        /// A bid vast.ai paused.
+        Outbid = "outbid",
+        /// Stopped longer than `vast.stopped_max_hours`.
+        Stopped = "stopped",
+        Exited = "exited",
+        Offline = "offline",
+        /// No recent heartbeat from the host, and no live worker matched to it.
+        Unknown = "unknown",
+        /// Loading past `policy.stuck_loading_mins`.
+        Loading = "loading",
+        /// A worker that heartbeats and proves nothing while work waits.
+        Silent = "silent",
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Action {
     pub id: i64,
@@ -38,13 +58,19 @@ pub struct NewAction<'a> {
     pub tool_call_id: Option<&'a str>,
     pub reason: Option<&'a str>,
     pub detail: Option<&'a str>,
+    /// Why it did not go through, where a decision tells it apart: the guardrail's code of a
+    /// refusal (`rate_limited`, `unprofitable`, ...), or `vast_rate_limited`
+    /// (`policy::launch::failure_code`).
+    pub code: Option<&'a str>,
+    /// A stop or destroy of a flagged instance: why it was flagged.
+    pub flag: Option<FlagKind>,
 }
 
 pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> {
     conn.execute(
         "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, offer_id, dph,
-                              emergency, tool_call_id, reason, detail, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                              emergency, tool_call_id, reason, detail, created_at, code, flag)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         params![
             a.run_id,
             a.kind,
@@ -58,25 +84,29 @@ pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> 
             a.tool_call_id,
             a.reason,
             a.detail,
-            now
+            now,
+            a.code,
+            a.flag
         ],
     )?;
     Ok(conn.last_insert_rowid())
 }
 
-/// Settle an intent: its outcome, the instance it made, a detail.
+/// Settle an intent: its outcome, the instance it made, a detail, a code ([`NewAction::code`]).
 pub fn settle(
     conn: &Connection,
     id: i64,
     outcome: &str,
     instance_id: Option<i64>,
     detail: Option<&str>,
+    code: Option<&str>,
     now: Millis,
 ) -> Result<()> {
     conn.execute(
         "UPDATE actions SET outcome = ?2, instance_id = COALESCE(?3, instance_id),
-                detail = COALESCE(?4, detail), finished_at = ?5 WHERE id = ?1",
-        params![id, outcome, instance_id, detail, now],
+                detail = COALESCE(?4, detail), code = COALESCE(?5, code), finished_at = ?6
+          WHERE id = ?1",
+        params![id, outcome, instance_id, detail, code, now],
     )?;
     Ok(())
 }
@@ -143,14 +173,14 @@ pub fn stopped_by_us(conn: &Connection) -> Result<std::collections::HashSet<i64>
     Ok(rows)
 }
 
-/// Flagged silent workers stopped or destroyed since `since` (their detail is
-/// `flagged (silent ...`): the breaker of `fleet::SILENT_DESTROYS_MAX`.
+/// Flagged silent workers stopped or destroyed since `since`: the breaker of
+/// `fleet::SILENT_DESTROYS_MAX`.
 pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
     let n: i64 = conn.query_row(
         "SELECT count(*) FROM actions
           WHERE kind IN ('stop', 'destroy') AND outcome = 'ok' AND created_at >= ?1
-            AND detail LIKE ?2",
-        params![since, format!("{}silent %", crate::text::FLAGGED_DETAIL)],
+            AND flag = ?2",
+        params![since, FlagKind::Silent],
         |r| r.get(0),
     )?;
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
@@ -162,10 +192,36 @@ pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Op
     Ok(conn.query_row(
         "SELECT max(created_at) FROM actions
           WHERE kind = 'launch' AND outcome = 'refused' AND created_at >= ?1
-            AND detail LIKE '{\"error\":\"unprofitable\"%'",
+            AND code = 'unprofitable'",
         params![since],
         |r| r.get(0),
     )?)
+}
+
+/// What one action of a run came to, as the floor reads the model's (`run::act`): its kind,
+/// outcome and code ([`NewAction::code`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub kind: String,
+    pub outcome: String,
+    pub code: Option<String>,
+}
+
+/// The actions of run `run_id` by `actor`, in order.
+pub fn outcomes_of_run(conn: &Connection, run_id: i64, actor: &str) -> Result<Vec<Outcome>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT kind, outcome, code FROM actions WHERE run_id = ?1 AND actor = ?2 ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map(params![run_id, actor], |r| {
+            Ok(Outcome {
+                kind: r.get(0)?,
+                outcome: r.get(1)?,
+                code: r.get(2)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// An operator's stop or destroy that went through.
@@ -275,9 +331,9 @@ pub fn note(conn: &Connection, id: i64, detail: &str) -> Result<()> {
     Ok(())
 }
 
-/// Kind and detail of every refused action (the detail names the guardrail).
+/// Kind and code (the guardrail, [`NewAction::code`]) of every refused action.
 pub fn refusals(conn: &Connection) -> Result<Vec<(String, Option<String>)>> {
-    let mut stmt = conn.prepare("SELECT kind, detail FROM actions WHERE outcome = 'refused'")?;
+    let mut stmt = conn.prepare("SELECT kind, code FROM actions WHERE outcome = 'refused'")?;
     let rows = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -293,8 +349,8 @@ mod tests {
     fn refusals_are_the_refused_rows_only() {
         let (_dir, s) = test_store(0);
         assert!(refusals(&s.conn).unwrap().is_empty());
-        for (kind, outcome, detail) in [
-            ("launch", "refused", Some(r#"{"error":"max_instances"}"#)),
+        for (kind, outcome, code) in [
+            ("launch", "refused", Some("instance_cap")),
             ("launch", "ok", None),
             ("stop", "refused", None),
         ] {
@@ -302,7 +358,7 @@ mod tests {
                 kind,
                 outcome,
                 actor: "llm",
-                detail,
+                code,
                 ..Default::default()
             };
             insert(&s.conn, &a, 5).unwrap();
@@ -310,9 +366,151 @@ mod tests {
         assert_eq!(
             refusals(&s.conn).unwrap(),
             vec![
-                ("launch".into(), Some(r#"{"error":"max_instances"}"#.into())),
+                ("launch".into(), Some("instance_cap".into())),
                 ("stop".into(), None),
             ]
+        );
+    }
+
+    /// sql/0007 fills the typed columns of rows written before it from their detail, and the
+    /// decisions' queries read them.
+    #[test]
+    fn migration_7_gives_older_rows_their_code_and_flag() {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &crate::store::MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        let rows = [
+            (
+                "launch",
+                "refused",
+                r#"{"error":"unprofitable","message":"m"}"#,
+            ),
+            (
+                "launch",
+                "refused",
+                r#"{"error":"rate_limited","limit":"3 per 15 min"}"#,
+            ),
+            (
+                "launch",
+                "failed",
+                "vast.ai rate limit: HTTP 429 after 3 tries",
+            ),
+            ("launch", "failed", "vast.ai unreachable: timed out"),
+            (
+                "launch",
+                "refused",
+                "offer 5 is not among the current offers",
+            ),
+            ("launch", "refused", r#"{"error":7}"#),
+            (
+                "destroy",
+                "refused",
+                r#"{"error":"protected","message":"proving"}"#,
+            ),
+            ("destroy", "ok", "flagged (silent 25m): earned nothing"),
+            ("destroy", "ok", "flagged (exited): earned nothing"),
+            ("stop", "ok", "flagged (loading 1h05m): earned nothing"),
+            ("destroy", "ok", "flagged (stopped 25h): earned nothing"),
+            ("destroy", "ok", "flagged: earned nothing"),
+            ("destroy", "ok", "flagged (odd): earned nothing"),
+            ("destroy", "ok", "ok"),
+        ];
+        for (i, (kind, outcome, detail)) in rows.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO actions (kind, outcome, actor, detail, created_at)
+                 VALUES (?1, ?2, 'rules', ?3, ?4)",
+                params![kind, outcome, detail, 100 + i as i64],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(crate::store::MIGRATIONS[6]).unwrap();
+        let mut st = conn
+            .prepare("SELECT code, flag FROM actions ORDER BY id")
+            .unwrap();
+        let got: Vec<(Option<String>, Option<String>)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let code = |c: &str| (Some(c.to_string()), None);
+        let flag = |f: &str| (None, Some(f.to_string()));
+        let none = (None, None);
+        assert_eq!(
+            got,
+            vec![
+                code("unprofitable"),
+                code("rate_limited"),
+                code("vast_rate_limited"),
+                none.clone(),
+                none.clone(),
+                none.clone(),
+                code("protected"),
+                flag("silent"),
+                flag("exited"),
+                flag("loading"),
+                flag("stopped"),
+                none.clone(),
+                none.clone(),
+                none,
+            ]
+        );
+        // What the rules and the breaker read of them.
+        assert_eq!(unprofitable_refused_since(&conn, 0).unwrap(), Some(100));
+        assert_eq!(unprofitable_refused_since(&conn, 101).unwrap(), None);
+        assert_eq!(silent_destroys_since(&conn, 0).unwrap(), 1);
+        assert_eq!(silent_destroys_since(&conn, 108).unwrap(), 0);
+    }
+
+    /// New rows carry their code and flag as written; the floor reads them per run and actor.
+    #[test]
+    fn codes_and_flags_are_written_and_read_back() {
+        let (_dir, s) = test_store(0);
+        let run =
+            crate::store::runs::create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 1)
+                .unwrap();
+        let add = |kind, outcome, actor, code, flag| {
+            let a = NewAction {
+                run_id: Some(run),
+                kind,
+                outcome,
+                actor,
+                code,
+                flag,
+                ..Default::default()
+            };
+            insert(&s.conn, &a, 5).unwrap()
+        };
+        add("launch", "refused", "llm", Some("rate_limited"), None);
+        let intent = add("launch", "intent", "llm", None, None);
+        add("destroy", "ok", "floor", None, Some(FlagKind::Silent));
+        settle(
+            &s.conn,
+            intent,
+            "failed",
+            None,
+            Some("vast.ai rate limit: x"),
+            Some("vast_rate_limited"),
+            6,
+        )
+        .unwrap();
+        let got: Vec<(String, Option<String>)> = outcomes_of_run(&s.conn, run, "llm")
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.outcome, o.code))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("refused".into(), Some("rate_limited".into())),
+                ("failed".into(), Some("vast_rate_limited".into())),
+            ]
+        );
+        assert_eq!(outcomes_of_run(&s.conn, run, "floor").unwrap().len(), 1);
+        assert_eq!(silent_destroys_since(&s.conn, 0).unwrap(), 1);
+        assert_eq!(
+            refusals(&s.conn).unwrap(),
+            vec![("launch".into(), Some("rate_limited".into()))]
         );
     }
 

@@ -41,13 +41,16 @@ pub struct NewMessage<'a> {
     pub gist: Option<&'a str>,
     pub gist_tokens: Option<i64>,
     pub event_id: Option<i64>,
+    /// A tool result's error code (`ToolResult::error_code`).
+    pub error_code: Option<&'a str>,
 }
 
 pub fn insert(conn: &Connection, m: &NewMessage<'_>, now: Millis) -> Result<i64> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, tool_calls,
-                               tool_call_id, tool_name, gist, gist_tokens, event_id, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                               tool_call_id, tool_name, gist, gist_tokens, event_id, created_at,
+                               error_code)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?;
     stmt.execute(params![
         m.session_id,
@@ -62,7 +65,8 @@ pub fn insert(conn: &Connection, m: &NewMessage<'_>, now: Millis) -> Result<i64>
         m.gist,
         m.gist_tokens,
         m.event_id,
-        now
+        now,
+        m.error_code
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -198,6 +202,58 @@ pub fn operator_answers(
 mod tests {
     use super::*;
     use crate::store::{session, test_store};
+
+    /// sql/0007 gives the tool results written before it their error code, which the report
+    /// counts the model's invalid calls by.
+    #[test]
+    fn migration_7_gives_older_tool_results_their_error_code() {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &crate::store::MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch("INSERT INTO sessions (id, started_at, reason) VALUES (1, 0, 'x')")
+            .unwrap();
+        let rows = [
+            ("tool", r#"{"error":"invalid_args","message":"x"}"#),
+            ("tool", r#"{"error":"rate_limited"}"#),
+            ("tool", r#"{"ok":true}"#),
+            ("tool", "not json"),
+            ("user", r#"{"error":"invalid_args"}"#),
+        ];
+        for (role, content) in rows {
+            conn.execute(
+                "INSERT INTO messages (session_id, role, kind, content, tokens, created_at)
+                 VALUES (1, ?1, 'tool_result', ?2, 1, 0)",
+                params![role, content],
+            )
+            .unwrap();
+        }
+        conn.execute_batch(crate::store::MIGRATIONS[6]).unwrap();
+        let mut st = conn
+            .prepare("SELECT error_code FROM messages ORDER BY id")
+            .unwrap();
+        let codes: Vec<Option<String>> = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            codes,
+            vec![
+                Some("invalid_args".into()),
+                Some("rate_limited".into()),
+                None,
+                None,
+                None
+            ]
+        );
+        assert_eq!(
+            crate::store::report::model_messages(&conn)
+                .unwrap()
+                .invalid_calls,
+            1
+        );
+    }
 
     fn say(conn: &Connection, session_id: i64, kind: &str, content: &str, now: Millis) -> i64 {
         let role = if kind == "operator" {

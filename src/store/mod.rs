@@ -41,6 +41,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0004_vast_ground_truth.sql"),
     include_str!("../../sql/0005_economics.sql"),
     include_str!("../../sql/0006_operations.sql"),
+    include_str!("../../sql/0007_action_codes.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

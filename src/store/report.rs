@@ -116,25 +116,16 @@ fn grouped(conn: &Connection, sql: &str) -> Result<BTreeMap<String, u64>> {
     Ok(m)
 }
 
-/// Refusals of these kinds (an SQL list: `'stop', 'destroy'`) by their `error` code (the
-/// ledger keeps the tool's JSON answer as detail; `other` when it has none).
+/// Refusals of these kinds (an SQL list: `'stop', 'destroy'`) by their guardrail's code
+/// (`actions.code`; `other` when it has none).
 fn refusals(conn: &Connection, kinds: &str) -> Result<BTreeMap<String, u64>> {
-    let mut stmt = conn.prepare(&format!(
-        "SELECT detail FROM actions WHERE kind IN ({kinds}) AND outcome = 'refused'"
-    ))?;
-    let details = stmt
-        .query_map([], |r| r.get::<_, Option<String>>(0))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut m = BTreeMap::new();
-    for d in details {
-        let code = d
-            .as_deref()
-            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(String::from))
-            .unwrap_or_else(|| "other".into());
-        *m.entry(code).or_insert(0) += 1;
-    }
-    Ok(m)
+    grouped(
+        conn,
+        &format!(
+            "SELECT COALESCE(code, 'other'), COUNT(*) FROM actions
+              WHERE kind IN ({kinds}) AND outcome = 'refused' GROUP BY 1"
+        ),
+    )
 }
 
 /// Every run, by start time.
@@ -359,8 +350,7 @@ pub fn model_messages(conn: &Connection) -> Result<ModelMessages> {
     let invalid_calls = count(
         conn,
         "SELECT COUNT(*) FROM messages WHERE role = 'tool' AND kind = 'tool_result'
-           AND json_valid(content)
-           AND json_extract(content, '$.error') IN ('invalid_args', 'unknown_tool')",
+           AND error_code IN ('invalid_args', 'unknown_tool')",
     )?;
     let mut stmt = conn.prepare(
         "SELECT content FROM messages WHERE role = 'assistant' AND kind IN ('answer', 'tool_call')
@@ -497,11 +487,16 @@ mod tests {
         detail: Option<&str>,
     ) {
         let w: Vec<&str> = what.split(' ').collect();
+        // A refusal's code beside its JSON answer, as the tools write them.
+        let code = detail
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .and_then(|v| v["error"].as_str().map(String::from));
         s.conn
             .execute(
-                "INSERT INTO actions (run_id, kind, outcome, actor, emergency, detail, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![run, w[0], w[1], w[2], emergency, detail, at],
+                "INSERT INTO actions (run_id, kind, outcome, actor, emergency, detail, created_at,
+                                      code)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![run, w[0], w[1], w[2], emergency, detail, at, code],
             )
             .unwrap();
     }
@@ -725,11 +720,17 @@ mod tests {
     }
 
     fn message(s: &Store, role: &str, kind: &str, content: &str) {
+        // A tool result's error code beside its JSON, as the tool loop writes them.
+        let code = serde_json::from_str::<serde_json::Value>(content)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(String::from))
+            .filter(|_| role == "tool");
         s.conn
             .execute(
-                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at)
-                 VALUES (1, 1, ?1, ?2, ?3, 1, 0)",
-                params![role, kind, content],
+                "INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at,
+                                       error_code)
+                 VALUES (1, 1, ?1, ?2, ?3, 1, 0, ?4)",
+                params![role, kind, content, code],
             )
             .unwrap();
     }

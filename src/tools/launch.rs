@@ -231,6 +231,8 @@ fn rent(
                 tool_call_id: Some(&ctx.call_id),
                 reason: Some(reason),
                 detail: Some(&create.intent_detail),
+                code: None,
+                flag: None,
             },
             ask.now,
         )?;
@@ -240,6 +242,7 @@ fn rent(
     };
     crate::faults::point("launch-after-intent")?;
     let created = vast.create_instance(&create.request);
+    let code = created.as_ref().err().and_then(plan::failure_code);
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
         // Rented now, or taken by someone else: either way not to be tried again this pass.
         cache.retain(|o| o.id != create.offer.id);
@@ -255,7 +258,7 @@ fn rent(
             plan::after_orphan(create, &error, destroyed.as_ref().copied())
         }
     };
-    settle_intent(ctx, ask, create, intent_id, settle, after)
+    settle_intent(ctx, ask, create, intent_id, (settle, code), after)
 }
 
 fn settle_intent(
@@ -263,7 +266,7 @@ fn settle_intent(
     ask: &plan::Ask,
     create: &Create,
     intent_id: i64,
-    settle: Settle,
+    settle: (Settle, Option<&str>),
     after: Millis,
 ) -> Result<ToolResult> {
     let result = settled(ctx, ask, create, intent_id, settle, after);
@@ -278,14 +281,15 @@ fn settled(
     ask: &plan::Ask,
     create: &Create,
     intent_id: i64,
-    settle: Settle,
+    (settle, code): (Settle, Option<&str>),
     after: Millis,
 ) -> Result<ToolResult> {
     match settle {
         Settle::Launched { instance_id, row } => {
             crate::faults::point("launch-after-create")?;
             let tx = ctx.store.immediate()?;
-            actions::settle(&tx, intent_id, "ok", Some(instance_id as i64), None, after)?;
+            let id = Some(instance_id as i64);
+            actions::settle(&tx, intent_id, "ok", id, None, None, after)?;
             instances::upsert(&tx, &row)?;
             tx.commit()?;
             ctx.snapshot.record_launch(*row, ask.now);
@@ -305,7 +309,7 @@ fn settled(
         }
         Settle::Failed { detail, result } => {
             let tx = ctx.store.immediate()?;
-            actions::settle(&tx, intent_id, "failed", None, Some(&detail), after)?;
+            actions::settle(&tx, intent_id, "failed", None, Some(&detail), code, after)?;
             instances::delete(&tx, &create.row.label)?;
             tx.commit()?;
             Ok(result)
@@ -316,9 +320,9 @@ fn settled(
 /// A launch that ends before any create: its row, if any, recorded at `now`.
 fn answer(ctx: &mut ToolCtx<'_>, reason: &str, a: Answer, now: Millis) -> Result<ToolResult> {
     if let Some(e) = &a.record {
-        record(ctx, e, reason, now)?;
+        record(ctx, e, a.code, reason, now)?;
     }
-    if a.result.content.get("error").and_then(|v| v.as_str()) == Some("unprofitable") {
+    if a.code == Some("unprofitable") {
         // The rest of this pass (the floor's plan included) knows the market has no
         // profitable offer now, as the next pass will from the ledger.
         ctx.snapshot.unprofitable_refused_at = Some(now);
@@ -326,7 +330,13 @@ fn answer(ctx: &mut ToolCtx<'_>, reason: &str, a: Answer, now: Millis) -> Result
     Ok(a.result)
 }
 
-fn record(ctx: &mut ToolCtx<'_>, e: &Entry, reason: &str, now: Millis) -> Result<()> {
+fn record(
+    ctx: &mut ToolCtx<'_>,
+    e: &Entry,
+    code: Option<&str>,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
     let id = actions::insert(
         &ctx.store.conn,
         &NewAction {
@@ -342,6 +352,8 @@ fn record(ctx: &mut ToolCtx<'_>, e: &Entry, reason: &str, now: Millis) -> Result
             tool_call_id: Some(&ctx.call_id),
             reason: Some(reason),
             detail: Some(&e.detail),
+            code,
+            flag: None,
         },
         now,
     )?;

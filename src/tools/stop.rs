@@ -121,7 +121,7 @@ pub fn stop_as(
         .flagged(ctx.config)
         .into_iter()
         .find(|f| f.vast_id == instance_id)
-        .filter(|f| plan::host_failure(&f.why))
+        .filter(|f| plan::host_failure(f.kind))
         .and_then(|f| Some((target.row.as_ref()?.machine_id?, f.why)));
     let hours = ctx.config.vast.offers.bad_host_hours;
     let tx = ctx.store.immediate()?;
@@ -143,6 +143,7 @@ pub fn stop_as(
             tool_call_id: Some(&ctx.call_id),
             reason: Some(&reason),
             detail: Some(&s.entry.detail),
+            flag: s.flag,
             ..Default::default()
         },
         after,
@@ -186,6 +187,7 @@ fn answer(
                 tool_call_id: Some(&ctx.call_id),
                 reason: Some(reason),
                 detail: Some(&e.detail),
+                code: a.code,
                 ..Default::default()
             },
             at,

@@ -176,17 +176,19 @@ fn a_silent_worker_is_flagged_and_destroyed() {
     drop(db);
     r.pass();
     assert!(r.fake.instance_ids().is_empty(), "{}", r.last_observation());
-    let (reason, detail): (String, String) = r
+    let (reason, detail, flag): (String, String, Option<String>) = r
         .f
         .db()
         .query_row(
-            "SELECT reason, detail FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
+            "SELECT reason, detail, flag FROM actions WHERE kind IN ('stop', 'destroy') AND instance_id = ?1",
             [id as i64],
-            |row| Ok((row.get(0)?, row.get(1)?)),
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
         .unwrap();
     assert!(reason.contains("is silent 30m"), "{reason}");
     assert!(detail.starts_with("flagged (silent 30m)"), "{detail}");
+    // The breaker counts it by its typed column.
+    assert_eq!(flag.as_deref(), Some("silent"));
 }
 
 /// Three silent workers destroyed within 6 hours: the next one is not destroyed (a cause that
@@ -214,8 +216,9 @@ fn after_three_silent_destroys_in_six_hours_the_next_silent_worker_is_kept_and_d
         .unwrap();
     for (i, ago_mins) in [(1, 30_i64), (2, 90), (3, 200)] {
         db.execute(
-            "INSERT INTO actions (kind, outcome, actor, instance_id, label, reason, detail, created_at)
-             VALUES ('destroy', 'ok', 'rules', ?1, ?2, 'rules: flagged', ?3, ?4)",
+            "INSERT INTO actions (kind, outcome, actor, instance_id, label, reason, detail, created_at,
+                                  flag)
+             VALUES ('destroy', 'ok', 'rules', ?1, ?2, 'rules: flagged', ?3, ?4, 'silent')",
             rusqlite::params![
                 9_000 + i,
                 format!("fleetagent-old{i}"),

@@ -1,0 +1,185 @@
+//! The stop rules, one function each: from the snapshot and its [`Facts`], which instances
+//! of ours to stop or destroy (`vast.stop_mode` decides which) and why. Full mode only.
+
+use super::{stop_pays, LOW_DEMAND_PASSES, LOW_PENDING_MAX, SURPLUS_MARGIN};
+use super::{within_min_rental, CallKind, DemandBand, Facts, Mode, Stop};
+use crate::fleet::{dph_of, is_billing_state, num, FlagKind, Snapshot, PROVING, REGISTERED};
+use crate::store::instances::InstanceRow;
+
+/// Flagged: each instance of ours that bills and earns nothing is destroyed; an outbid bid
+/// in the same pass, since it may resume. Not when the listing failed (what vast.ai says of
+/// them is not known this pass).
+pub(super) fn flagged(_s: &Snapshot, f: &Facts) -> Vec<Stop> {
+    if !f.destroys {
+        return Vec::new();
+    }
+    f.flagged
+        .iter()
+        .map(|flag| Stop {
+            instance_id: flag.vast_id,
+            why: format!(
+                "rules: instance {} is {}: it bills and earns nothing",
+                flag.vast_id, flag.why
+            ),
+            kind: if flag.kind == FlagKind::Outbid {
+                CallKind::Outbid
+            } else {
+                CallKind::Flagged
+            },
+        })
+        .collect()
+}
+
+/// Over a cap: stops that bring the fleet back within `max_instances` and `max_dph_total`
+/// (counting the flagged instances this pass destroys as gone): the newest first (a bid that
+/// just resumed), the dearest among equals; never one that is proving while another can go,
+/// nor one started within `policy.min_rental_mins` while another can (the caps hold before
+/// the rental's minimum: the stop guardrail lets an over-cap stop through).
+pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
+    if f.mode != Mode::Full {
+        return Vec::new();
+    }
+    let p = &f.config.policy;
+    let is_freed = |r: &InstanceRow| f.freed.iter().any(|x| x.label == r.label);
+    let mut left: Vec<&InstanceRow> = s.instances.iter().filter(|r| !is_freed(r)).collect();
+    // Only what a stop can take away counts here: stopped disks are left out, or a fleet
+    // of many stopped disks would stop every running instance.
+    let over = |left: &[&InstanceRow]| {
+        let rows: Vec<_> = left
+            .iter()
+            .filter(|r| is_billing_state(r.state))
+            .map(|r| (*r).clone())
+            .collect();
+        p.max_instances.is_some_and(|m| rows.len() as u32 > m)
+            || p.max_dph_total.is_some_and(|m| dph_of(&rows) > m + 1e-9)
+    };
+    let mut candidates: Vec<&InstanceRow> = left
+        .iter()
+        .copied()
+        .filter(|r| is_billing_state(r.state) && r.vast_id.is_some())
+        .collect();
+    let young = |r: &InstanceRow| within_min_rental(r, s.now, f.config);
+    candidates.sort_by(|a, b| {
+        young(a)
+            .cmp(&young(b))
+            .then((a.state == PROVING).cmp(&(b.state == PROVING)))
+            .then(b.state_since.cmp(&a.state_since))
+            .then(b.dph.unwrap_or(0.0).total_cmp(&a.dph.unwrap_or(0.0)))
+            .then(b.vast_id.cmp(&a.vast_id))
+    });
+    let mut stops = Vec::new();
+    for c in candidates {
+        if !over(&left) {
+            break;
+        }
+        let id = c.vast_id.unwrap_or(0);
+        left.retain(|r| r.label != c.label);
+        stops.push(Stop {
+            instance_id: id,
+            why: format!(
+                "rules: the fleet is over max_instances or max_dph_total (a paused bid resumed?): stopping instance {id}, the newest"
+            ),
+            kind: CallKind::OverCap,
+        });
+    }
+    stops
+}
+
+/// An idle instance of ours that may go: its vast.ai id, $/h per proof/h, proofs/h, and
+/// whether it no longer makes its margin.
+struct Idle {
+    id: i64,
+    per_proof: f64,
+    pph: f64,
+    losing: bool,
+}
+
+/// Surplus: one idle instance of ours past `policy.min_rental_mins`, never the last live
+/// worker nor while workers are dead. One that no longer makes its margin goes first, on the
+/// hour alone (the capacity left covers the hour's completions with [`SURPLUS_MARGIN`] to
+/// spare), whatever the queue. Other surplus only on a pass of low demand, the dearest per
+/// proof first, when the stop pays for itself ([`stop_pays`]) and the capacity left covers
+/// demand's upper band ([`DemandBand`]): otherwise the next backlog relaunches it, and each
+/// round trip pays a boot.
+pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
+    let k = f.known.as_ref()?;
+    let d = k.d;
+    let low_demand =
+        f.streaks.low_demand_passes >= LOW_DEMAND_PASSES && d.backlog_signal() <= LOW_PENDING_MAX;
+    let asked = f.mode == Mode::Full
+        && (low_demand || !k.losing.is_empty())
+        && !d.workers_dead()
+        && d.live_workers() > 1;
+    if !asked {
+        return None;
+    }
+    let band = DemandBand::of(d);
+    let (working, hour) = (k.load.working, k.load.hour);
+    let stop = idle(s, f).into_iter().find(|i| {
+        let left = working - i.pph;
+        if i.losing {
+            left >= hour * SURPLUS_MARGIN
+        } else {
+            low_demand && band.covered_by(left) && stop_pays(&band, left, f.config)
+        }
+    })?;
+    let (kind, what) = if stop.losing {
+        (
+            CallKind::Unprofitable,
+            "the idle instance that no longer makes its margin",
+        )
+    } else {
+        (CallKind::Surplus, "idle surplus")
+    };
+    Some(Stop {
+        instance_id: stop.id,
+        why: format!(
+            "rules: demand low for {} passes (backlog {}, {} idle workers, {}/h done, up to {}/h likely): stopping {what}",
+            f.streaks.low_demand_passes,
+            d.backlog_signal(),
+            d.idle_workers(),
+            d.completed_1h,
+            num(band.high()),
+        ),
+        kind,
+    })
+}
+
+/// Ours whose worker is idle (registered, matched to a live worker running nothing) and
+/// past `policy.min_rental_mins`: the unprofitable first, then the dearest per proof.
+fn idle(s: &Snapshot, f: &Facts) -> Vec<Idle> {
+    let Some(k) = f.known.as_ref() else {
+        return Vec::new();
+    };
+    let losing_ids: Vec<i64> = k.losing.iter().filter_map(|(r, _)| r.vast_id).collect();
+    let mut idle: Vec<Idle> = s
+        .instances
+        .iter()
+        .filter(|r| r.state == REGISTERED)
+        .filter(|r| !within_min_rental(r, s.now, f.config))
+        .filter(|r| {
+            r.machine_name.as_ref().is_some_and(|m| {
+                k.d.workers
+                    .iter()
+                    .any(|w| &w.machine_name == m && w.running == 0 && !w.cordoned)
+            })
+        })
+        .filter_map(|r| {
+            let pph = s.rate_of(r, f.config);
+            let id = r.vast_id?;
+            Some(Idle {
+                id,
+                per_proof: r.dph.unwrap_or(0.0) / pph,
+                pph,
+                losing: losing_ids.contains(&id),
+            })
+        })
+        .collect();
+    idle.sort_by(|a, b| {
+        b.losing
+            .cmp(&a.losing)
+            .then(b.per_proof.total_cmp(&a.per_proof))
+            .then(a.id.cmp(&b.id))
+    });
+    idle
+}
