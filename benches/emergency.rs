@@ -3,7 +3,9 @@
 //! 3 of which rent) against a no-op pass (observe a steady fleet, no calls). vast.ai and the
 //! demand probe are in-process fakes, so neither network latency nor vast.ai's create
 //! spacing is measured: what remains is reconciliation, guardrails and the ledger writes.
-//! Prints both medians and their ratio.
+//! Prints both medians and their ratio. Then the floor's plan of the emergency snapshot, and
+//! the rules' whole plan (`policy::rules::decide`) of a 100-instance fleet with a backlog and
+//! one idle worker (issue 25's goal: under 50 us).
 #![allow(clippy::disallowed_macros)]
 
 use std::sync::{Arc, Mutex};
@@ -167,6 +169,49 @@ fn floor_plan(config: &Config, demand: Demand) -> Duration {
     started.elapsed() / CALLS
 }
 
+/// The rules' whole plan of a 100-instance fleet (every worker registered, 99 busy, a
+/// backlog), timed over many calls: the observation is built once, as a pass does.
+fn rules_plan_100() -> Duration {
+    let config = config::parse(
+        "[vast]\nimage = \"img\"\n[policy]\ntarget_proofs_per_hour = 6000\n\
+         proofs_per_hour_per_instance = 50\nmax_dph_total = 100.0\nmax_instances = 150\n",
+    )
+    .unwrap();
+    let demand = Demand {
+        pending: 40,
+        running: 99,
+        completed_1h: 4900,
+        completed_15m: 1200,
+        workers: (0..100)
+            .map(|i| Worker {
+                machine_name: format!("fleetagent-r0-e{i}"),
+                host_and_port: format!("10.0.{}.{}:12300", i / 200, i % 200),
+                running: u32::from(i != 0),
+                cordoned: false,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let (mut store, services, _vast) = setup(demand, 100);
+    let clock = ManualClock::new(T0);
+    let run = new_run(&store, &clock);
+    let snap = observe::observe(&mut store, &config, &services, &clock, run).unwrap();
+    assert_eq!(snap.instances.len(), 100, "the fleet the plan is timed on");
+    assert!(snap.listing_error.is_none() && snap.demand.is_some());
+    const CALLS: u32 = 100;
+    let started = Instant::now();
+    for _ in 0..CALLS {
+        let plan = fleetagent::policy::rules::decide(
+            &snap,
+            &config,
+            0,
+            fleetagent::policy::rules::Mode::Full,
+        );
+        std::hint::black_box(plan);
+    }
+    started.elapsed() / CALLS
+}
+
 fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     let (mut store, services, vast) = setup(demand, 3);
     let clock = ManualClock::new(T0);
@@ -252,5 +297,11 @@ fn main() {
     println!(
         "ratio floor plan / emergency pass: {:.4}",
         floor.as_secs_f64() / emergency.as_secs_f64()
+    );
+    let rules = median((0..20).map(|_| rules_plan_100()).collect());
+    println!("the rules' plan of a 100-instance fleet:      {rules:?} median of 20 x 100 calls (goal < 50us)");
+    println!(
+        "ratio rules' plan (100 instances) / emergency pass: {:.4}",
+        rules.as_secs_f64() / emergency.as_secs_f64()
     );
 }
