@@ -5,6 +5,7 @@
 //! merged), and a run starts whenever the doorbell exists and none is running (`PathExists=`).
 //! Deterministic for a seed; the report is built from the database the agent wrote.
 
+pub mod measure;
 pub mod oracle;
 pub mod outside;
 pub mod plot;
@@ -29,7 +30,9 @@ use crate::run::{self, RunEnv, RunFailure};
 use crate::services::Services;
 use crate::store::instances::InstanceRow;
 use crate::store::{actions, instances, wakes, OpenMode, Store};
+use outside::SIM_INSTALL_ID;
 use outside::{Fire, Outside, SimClock};
+use report::DriverTally;
 use scenario::{ActionKind, LlmMode, Scenario};
 use services::{OutageLlm, SimCurio, SimVast, TimedLlm};
 use world::{Sample, World};
@@ -128,10 +131,6 @@ fn merge(base: &mut toml::Table, over: &toml::Table) {
         }
     }
 }
-
-/// The install id of every simulated database: fixed, so that labels (and so every report)
-/// never depend on chance.
-pub const SIM_INSTALL_ID: &str = "sim";
 
 /// Where the sim's database lives: a fresh dir in /dev/shm when it is writable (no disk
 /// flushes), else the system temp dir.
@@ -263,18 +262,6 @@ fn seed_database(
     }
     tx.commit()?;
     Ok(())
-}
-
-/// Counters of the driver (what systemd would have seen).
-#[derive(Debug, Clone, Default)]
-pub struct DriverTally {
-    pub processes: u64,
-    pub ticks: u64,
-    pub path_starts: u64,
-    pub ticks_merged: u64,
-    pub early_failures: u64,
-    pub pass_failures: u64,
-    pub errors: Vec<String>,
 }
 
 /// The reactive bound ([`oracle::Foresight::Reactive`]) for these options: the same world and

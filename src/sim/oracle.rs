@@ -10,6 +10,7 @@
 //! benchmark prints beside the rules, to tell what the window and reacting cost from what the
 //! rules cost.
 
+use super::measure;
 use super::scenario::Scenario;
 use super::world::{Phase, World};
 use crate::clock::Millis;
@@ -100,12 +101,7 @@ pub fn run(
         dollars: w.vast.spend_ours(end),
         revenue: scenario.price.as_ref().map(|_| w.curio.tally.revenue),
         completed: w.curio.tally.completed,
-        hours_below_target: super::report::hours_below_target(
-            &w,
-            config.policy.target_proofs_per_hour,
-            start,
-            end,
-        ),
+        hours_below_target: w.hours_below_target(config.policy.target_proofs_per_hour, start, end),
         launches,
         launch_times: launched_at.split_off(first_ours),
     }
@@ -131,13 +127,7 @@ fn decide(
     allowed: u32,
 ) -> u64 {
     let p = &config.policy;
-    let cap = |r: f64| {
-        if p.target_proofs_per_hour > 0.0 {
-            r.min(p.target_proofs_per_hour)
-        } else {
-            r
-        }
-    };
+    let cap = |r: f64| measure::wanted(r, p.target_proofs_per_hour);
     // Proofs already queued beyond Curio's buffer are worked off within the hour.
     let backlog = w.curio.queued().saturating_sub(8) as f64;
     let ahead = |to: Millis| match foresight {

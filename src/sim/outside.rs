@@ -12,6 +12,10 @@ use crate::clock::{rfc3339, Clock, ManualClock, Millis};
 use crate::doorbell::{Doorbell, MemoryDoorbell};
 use crate::store::{events, Store};
 
+/// The install id of every simulated database: fixed, so that labels (and so every report)
+/// never depend on chance.
+pub const SIM_INSTALL_ID: &str = "sim";
+
 /// `fleetagent-poll.timer`'s period.
 pub const POLL_MS: Millis = 60_000;
 
@@ -215,9 +219,9 @@ impl Outside {
             let listing = w.vast.list();
             let demand = (!w.curio.probe_down(now)).then(|| w.curio.demand(now, self.alive_ms));
             PollState {
-                instances: demand.as_ref().map(|d| {
-                    instance_states(&listing, &d.workers, &self.prefix, super::SIM_INSTALL_ID)
-                }),
+                instances: demand
+                    .as_ref()
+                    .map(|d| instance_states(&listing, &d.workers, &self.prefix, SIM_INSTALL_ID)),
                 workers_dead: demand.as_ref().map(|d| d.workers_dead()),
                 queued: demand.as_ref().map(|d| d.queued_work()),
             }

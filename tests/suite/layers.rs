@@ -99,11 +99,17 @@ fn code_only(src: &str) -> String {
 
 /// Every room this code names: `crate::ROOM` paths, and the rooms inside `use crate::{...}`.
 fn rooms_named(code: &str) -> BTreeSet<String> {
+    heads_after(code, "crate::")
+}
+
+/// The first segment of every path that starts with `prefix` (`crate::`, `crate::sim::`),
+/// and of each item inside a group `use PREFIX{...}`.
+fn heads_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut named = BTreeSet::new();
     let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
+    while let Some(at) = rest.find(prefix) {
         let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
+        rest = &rest[at + prefix.len()..];
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
             continue; // `fleetagent_crate::`, not ours
         }
@@ -290,6 +296,144 @@ fn the_scanner_reads_grouped_uses_and_ignores_comments() {
     );
     let named: Vec<String> = rooms_named(&code).into_iter().collect();
     assert_eq!(named, ["clock", "config", "store", "text"]);
+}
+
+/// The modules of the simulator (src/sim/: `mod` for its mod.rs) each names, from code
+/// outside unit tests: `crate::sim::X` and `super::` paths alike. module -> (module it
+/// names -> the first file that names it).
+fn sim_dependencies() -> BTreeMap<String, BTreeMap<String, String>> {
+    let sim = root().join("src/sim");
+    let mut files = Vec::new();
+    rust_files(&sim, &mut files);
+    let children: BTreeSet<String> = std::fs::read_dir(&sim)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_string_lossy().to_string();
+            let name = name.strip_suffix(".rs").map(str::to_string).unwrap_or(name);
+            (name != "mod").then_some(name)
+        })
+        .collect();
+    let mut deps: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(&sim).unwrap().to_string_lossy().to_string();
+        // The module path of the file inside sim: [] for mod.rs, [a] for a.rs or a/mod.rs.
+        let mut path: Vec<String> = rel
+            .trim_end_matches(".rs")
+            .split('/')
+            .map(str::to_string)
+            .collect();
+        if path.last().is_some_and(|l| l == "mod") {
+            path.pop();
+        }
+        let module = path.first().cloned().unwrap_or_else(|| "mod".into());
+        let code = code_only(&std::fs::read_to_string(&f).unwrap());
+        let mut code = code.split("#[cfg(test)]").next().unwrap_or("").to_string();
+        // `super::` from a module inside sim, as a `crate::sim::` path (longest first).
+        for up in (1..=path.len()).rev() {
+            let mut to = String::from("crate::sim::");
+            for seg in &path[..path.len() - up] {
+                to.push_str(seg);
+                to.push_str("::");
+            }
+            code = code.replace(&"super::".repeat(up), &to);
+        }
+        let mut heads = heads_after(&code, "crate::sim::");
+        if path.is_empty() {
+            // mod.rs names its children without a prefix: `report::build`, `use world::World`.
+            let ident = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+            for child in &children {
+                let at = format!("{child}::");
+                if code
+                    .match_indices(&at)
+                    .any(|(i, _)| !code[..i].chars().next_back().is_some_and(ident))
+                {
+                    heads.insert(child.clone());
+                }
+            }
+        }
+        for head in heads {
+            let other = if children.contains(&head) {
+                head
+            } else {
+                "mod".to_string()
+            };
+            if other != module {
+                deps.entry(module.clone())
+                    .or_default()
+                    .entry(other)
+                    .or_insert_with(|| format!("src/sim/{rel}"));
+            }
+        }
+    }
+    deps
+}
+
+/// Every cycle in a dependency graph, once each (from its smallest node).
+fn cycles(deps: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for start in deps.keys() {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((at, path)) = stack.pop() {
+            for next in deps
+                .get(&at)
+                .map(|d| d.keys().cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
+                if &next == start {
+                    let mut cycle = path.clone();
+                    cycle.push(next);
+                    if cycle.iter().min() == Some(start) {
+                        let files: Vec<&str> = cycle
+                            .windows(2)
+                            .map(|w| deps[&w[0]][&w[1]].as_str())
+                            .collect();
+                        found.push(format!("{} ({})", cycle.join(" -> "), files.join(", ")));
+                    }
+                } else if seen.insert(next.clone()) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next, p));
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn the_simulators_modules_name_each_other_in_one_direction() {
+    let deps = sim_dependencies();
+    // The scanner sees the simulator: the driver names the report, the report the world.
+    assert!(
+        deps.get("mod").is_some_and(|d| d.contains_key("report")),
+        "{deps:#?}"
+    );
+    assert!(
+        deps.get("report").is_some_and(|d| d.contains_key("world")),
+        "{deps:#?}"
+    );
+    let found = cycles(&deps);
+    // And it finds a cycle where there is one, naming the files.
+    let edge = |a: &str, b: &str| {
+        (
+            a.to_string(),
+            BTreeMap::from([(b.to_string(), format!("{a}.rs"))]),
+        )
+    };
+    let circle = BTreeMap::from([edge("oracle", "report"), edge("report", "oracle")]);
+    assert_eq!(
+        cycles(&circle),
+        ["oracle -> report -> oracle (oracle.rs, report.rs)"]
+    );
+    assert!(
+        found.is_empty(),
+        "modules of src/sim/ in a cycle (docs/architecture.md, the simulator):\n  {}",
+        found.join("\n  ")
+    );
 }
 
 /// What the pure core must never name: our database, the network, files, processes, threads,

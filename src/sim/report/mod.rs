@@ -14,10 +14,11 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::measure;
 use super::oracle::OracleResult;
+use super::outside::OutsideTally;
 use super::scenario::Scenario;
-use super::world::{World, CAP_BIN_MS};
-use super::{outside::OutsideTally, DriverTally};
+use super::world::World;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::store::report as db;
@@ -26,8 +27,6 @@ pub use checks::checks;
 pub use text::render_text;
 
 const HOUR_MS: Millis = 3_600_000;
-/// Live capacity under this share of min(target, the market's rate) is below target.
-pub const BELOW_TARGET_SHARE: f64 = 0.9;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Report {
@@ -281,6 +280,18 @@ pub struct Check {
     pub not_applicable: bool,
 }
 
+/// Counters of the driver (what systemd would have seen).
+#[derive(Debug, Clone, Default)]
+pub struct DriverTally {
+    pub processes: u64,
+    pub ticks: u64,
+    pub path_starts: u64,
+    pub ticks_merged: u64,
+    pub early_failures: u64,
+    pub pass_failures: u64,
+    pub errors: Vec<String>,
+}
+
 pub struct Inputs<'a> {
     pub store: &'a Store,
     pub world: &'a World,
@@ -317,42 +328,6 @@ fn percentile(sorted: &[f32], p: f64) -> f64 {
     sorted[i] as f64
 }
 
-/// How long (in hours) live capacity stayed under [`BELOW_TARGET_SHARE`] of min(target,
-/// market), counted in [`CAP_BIN_MS`] bins: the aim compares it with boot times, which a
-/// count of whole hours cannot resolve. A partial last bin counts pro rata.
-pub fn hours_below_target(w: &World, target: f64, start: Millis, end: Millis) -> f64 {
-    let mut total = 0.0;
-    let mut b = 0usize;
-    loop {
-        let from = start + b as Millis * CAP_BIN_MS;
-        if from >= end {
-            break;
-        }
-        let to = (from + CAP_BIN_MS).min(end);
-        let span = (to - from) as f64;
-        let cap = w.curio.tally.cap_ms.get(b).copied().unwrap_or(0.0) / span;
-        // The market's rate at each minute of the bin.
-        let points = (CAP_BIN_MS / 60_000) as usize;
-        let mut market = 0.0;
-        for k in 0..points {
-            market += w
-                .market
-                .rate_at(from + (span as Millis) * k as Millis / points as Millis);
-        }
-        market /= points as f64;
-        let wanted = if target > 0.0 {
-            market.min(target)
-        } else {
-            market
-        };
-        if wanted > 0.0 && cap < BELOW_TARGET_SHARE * wanted {
-            total += span / HOUR_MS as f64;
-        }
-        b += 1;
-    }
-    total
-}
-
 pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let conn = &i.store.conn;
     let w = i.world;
@@ -364,13 +339,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         .tally
         .offered_per_hour
         .iter()
-        .map(|n| {
-            if target > 0.0 {
-                (*n).min(target as u64)
-            } else {
-                *n
-            }
-        })
+        .map(|n| measure::wanted_count(*n, target))
         .sum();
     let mut waits = w.curio.tally.waits.clone();
     waits.sort_by(f32::total_cmp);
@@ -396,7 +365,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     } else {
         dollars / completed as f64
     };
-    let below = hours_below_target(w, target, i.start, i.end);
+    let below = w.hours_below_target(target, i.start, i.end);
 
     // Runs: one row per pass.
     let rows = db::runs(conn)?;

@@ -7,9 +7,10 @@
 use std::collections::VecDeque;
 
 use super::market::ProofMarket;
-use super::{CAP_BIN_MS, HOUR_MS, MIN_MS, STEP_MS};
+use super::{HOUR_MS, MIN_MS, STEP_MS};
 use crate::clock::Millis;
 use crate::demand::{Demand, RequestLoop, Worker, WorkerHistory, HISTORY_WINDOW_SECS};
+use crate::sim::measure::CAP_BIN_MS;
 use crate::sim::rng::{Purpose, Rng};
 use crate::sim::scenario::{PricePath, Scenario, Window};
 

@@ -11,6 +11,7 @@ pub mod market;
 pub mod vast;
 
 use crate::clock::Millis;
+use crate::sim::measure;
 use crate::sim::scenario::Scenario;
 use crate::vast::VastError;
 use curio::CurioCluster;
@@ -20,9 +21,6 @@ pub use vast::{Host, Inst, Phase};
 
 pub const STEP_MS: Millis = 10_000;
 pub const SAMPLE_MS: Millis = 300_000;
-/// Live capacity is tallied in bins of this length (the timer's period) for the hours below
-/// target: fine enough to tell a boot's worth of delay (minutes) from none.
-pub const CAP_BIN_MS: Millis = 300_000;
 const MIN_MS: Millis = 60_000;
 /// The market counts as dead from this long after it went quiet (time for a fleet to see the
 /// work gone and shed what it holds, one stop a pass).
@@ -159,6 +157,18 @@ impl World {
     pub fn revenue_per_proof(&self, t: Millis) -> Option<f64> {
         let h = (t - self.start) as f64 / HOUR_MS as f64;
         self.scenario.price.as_ref().map(|p| p.revenue_per_proof(h))
+    }
+
+    /// Hours from `start` to `end` that live capacity stayed below `target`, by
+    /// [`measure::hours_below_target`] over Curio's capacity bins and the market's rate.
+    pub fn hours_below_target(&self, target: f64, start: Millis, end: Millis) -> f64 {
+        measure::hours_below_target(
+            &self.curio.tally.cap_ms,
+            |t| self.market.rate_at(t),
+            target,
+            start,
+            end,
+        )
     }
 
     /// FIL/USD at `t` (None: no price modelled).
@@ -354,13 +364,7 @@ impl World {
             let coming = self.vast.capacity_coming();
             self.last_coming = coming;
             if !self.outbid_open.is_empty() {
-                let rate = self.market.rate_at(t);
-                let wanted = if self.target > 0.0 {
-                    rate.min(self.target)
-                } else {
-                    rate
-                };
-                let enough = crate::sim::report::BELOW_TARGET_SHARE * wanted;
+                let enough = measure::enough(self.market.rate_at(t), self.target);
                 if coming + 1e-9 >= enough.min(self.outbid_need) {
                     for at in self.outbid_open.drain(..) {
                         self.outbid_replace_ms.push(t - at);
@@ -519,12 +523,11 @@ mod tests {
 
     #[test]
     fn hours_below_target_are_counted_in_five_minute_bins() {
-        use crate::sim::report::hours_below_target;
         let end = T0 + 2 * HOUR_MS;
         // No worker at all: every bin of the two hours is below.
         let mut empty = world(BASE);
         empty.advance(end);
-        let all = hours_below_target(&empty, 300.0, T0, end);
+        let all = empty.hours_below_target(300.0, T0, end);
         assert!((all - 2.0).abs() < 1e-9, "{all}");
         // One instance from the start, and a target it covers once it proves: below only
         // while it boots, a whole number of 5-minute bins, not a whole hour.
@@ -532,7 +535,7 @@ mod tests {
         let offer = w.vast.search(&OfferQuery::default())[0].id;
         w.vast.create(offer, "fleetagent-r1-aa", T0).unwrap();
         w.advance(end);
-        let below = hours_below_target(&w, 1.0, T0, end);
+        let below = w.hours_below_target(1.0, T0, end);
         assert!(below > 0.0 && below < 1.0, "{below}");
         assert!(
             (below * 12.0 - (below * 12.0).round()).abs() < 1e-9,
