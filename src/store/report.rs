@@ -7,6 +7,7 @@ use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::clock::Millis;
+use crate::store::{health, llm_calls};
 
 /// A pass, as the report reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,32 +55,28 @@ pub struct LlmTotals {
     pub prompt_tokens_total: i64,
 }
 
-/// Counts over the events.
+/// The events' history, by the pass that claimed each: what the report adds to
+/// [`events::counts`](crate::store::events::counts) (waiting, deferred, failed: the counts
+/// `inspect`, `doctor` and the metrics read).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EventCounts {
+pub struct EventHistory {
     pub inserted: u64,
     pub by_kind: BTreeMap<String, u64>,
     /// Claimed by a pass that finished.
     pub claimed_by_ok: u64,
     /// Claimed by a pass that failed or is still running.
     pub claimed_by_not_ok: u64,
-    pub failed: u64,
-    /// Neither claimed nor failed.
-    pub waiting: u64,
-    /// Of those, the ones a pass at `now` would claim (not deferred past it).
-    pub waiting_ready: u64,
 }
 
-/// Counts over the wakes.
+/// The wakes' history: what the report adds to [`wakes::counts`](crate::store::wakes::counts)
+/// (pending, overdue, failed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WakeCounts {
+pub struct WakeHistory {
     pub created: u64,
     pub processed: u64,
     pub cancelled: u64,
     /// Processed by no run, or by one that did not finish.
     pub processed_by_not_ok: u64,
-    /// Still pending though due before the given time.
-    pub overdue: u64,
 }
 
 /// Counts over the action ledger. Stops count `stop` and `destroy` alike.
@@ -147,16 +144,29 @@ pub fn runs(conn: &Connection) -> Result<Vec<RunSpan>> {
     Ok(rows)
 }
 
+/// The metrics' [`health::count_by_decider`], and `none` for the passes nobody decided.
+fn ok_by_decider(conn: &Connection) -> Result<BTreeMap<String, u64>> {
+    let mut m: BTreeMap<String, u64> = health::count_by_decider(conn)?
+        .into_iter()
+        .map(|(k, n)| (k, n as u64))
+        .collect();
+    let none = count(
+        conn,
+        "SELECT COUNT(*) FROM runs WHERE status = 'ok' AND decided_by IS NULL",
+    )?;
+    if none > 0 {
+        m.insert("none".into(), none);
+    }
+    Ok(m)
+}
+
 pub fn run_counts(conn: &Connection) -> Result<RunCounts> {
     Ok(RunCounts {
         by_verdict: grouped(
             conn,
             "SELECT COALESCE(verdict, status), COUNT(*) FROM runs GROUP BY 1",
         )?,
-        ok_by_decider: grouped(
-            conn,
-            "SELECT decided_by, COUNT(*) FROM runs WHERE status = 'ok' GROUP BY 1",
-        )?,
+        ok_by_decider: ok_by_decider(conn)?,
         skipped: count(conn, "SELECT COUNT(*) FROM runs WHERE verdict = 'skipped'")?,
         llm_failed: count(
             conn,
@@ -178,21 +188,22 @@ pub fn run_counts(conn: &Connection) -> Result<RunCounts> {
     })
 }
 
+/// The calls and their tokens are the metrics' [`llm_calls::totals`]; the largest prompt is
+/// the report's own.
 pub fn llm_totals(conn: &Connection) -> Result<LlmTotals> {
-    let (calls, max, total): (i64, Option<i64>, Option<i64>) = conn.query_row(
-        "SELECT COUNT(*), MAX(prompt_tokens_est), SUM(prompt_tokens_est) FROM llm_calls",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )?;
+    let totals = llm_calls::totals(conn)?;
+    let max: Option<i64> =
+        conn.query_row("SELECT MAX(prompt_tokens_est) FROM llm_calls", [], |r| {
+            r.get(0)
+        })?;
     Ok(LlmTotals {
-        calls: calls as u64,
+        calls: totals.calls as u64,
         prompt_tokens_max: max.unwrap_or(0),
-        prompt_tokens_total: total.unwrap_or(0),
+        prompt_tokens_total: totals.estimated.unwrap_or(0),
     })
 }
 
-/// `now`: the time against which a waiting event's `not_before` is ready.
-pub fn event_counts(conn: &Connection, now: Millis) -> Result<EventCounts> {
+pub fn event_history(conn: &Connection) -> Result<EventHistory> {
     let claimed_by_ok = count(
         conn,
         "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status = 'ok'",
@@ -201,28 +212,11 @@ pub fn event_counts(conn: &Connection, now: Millis) -> Result<EventCounts> {
         conn,
         "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by WHERE r.status <> 'ok'",
     )?;
-    let failed = count(
-        conn,
-        "SELECT COUNT(*) FROM events WHERE failed_at IS NOT NULL",
-    )?;
-    let waiting = count(
-        conn,
-        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL",
-    )?;
-    let waiting_ready = conn.query_row(
-        "SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL
-           AND (not_before IS NULL OR not_before <= ?1)",
-        params![now],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
-    Ok(EventCounts {
+    Ok(EventHistory {
         inserted: count(conn, "SELECT COUNT(*) FROM events")?,
         by_kind: grouped(conn, "SELECT kind, COUNT(*) FROM events GROUP BY kind")?,
         claimed_by_ok,
         claimed_by_not_ok,
-        failed,
-        waiting,
-        waiting_ready,
     })
 }
 
@@ -239,8 +233,7 @@ pub fn claimed_by_ok_run_at(conn: &Connection, event_id: i64) -> Result<Option<M
         .optional()?)
 }
 
-/// `overdue_before`: pending wakes due before this time count as overdue.
-pub fn wake_counts(conn: &Connection, overdue_before: Millis) -> Result<WakeCounts> {
+pub fn wake_history(conn: &Connection) -> Result<WakeHistory> {
     let processed = count(
         conn,
         "SELECT COUNT(*) FROM wakes WHERE status = 'processed'",
@@ -250,12 +243,7 @@ pub fn wake_counts(conn: &Connection, overdue_before: Millis) -> Result<WakeCoun
         "SELECT COUNT(*) FROM wakes w LEFT JOIN runs r ON r.id = w.processed_by
           WHERE w.status = 'processed' AND (r.id IS NULL OR r.status <> 'ok')",
     )?;
-    let overdue = conn.query_row(
-        "SELECT COUNT(*) FROM wakes WHERE status = 'pending' AND due_at < ?1",
-        params![overdue_before],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
-    Ok(WakeCounts {
+    Ok(WakeHistory {
         created: count(conn, "SELECT COUNT(*) FROM wakes")?,
         processed,
         cancelled: count(
@@ -263,7 +251,6 @@ pub fn wake_counts(conn: &Connection, overdue_before: Millis) -> Result<WakeCoun
             "SELECT COUNT(*) FROM wakes WHERE status = 'cancelled'",
         )?,
         processed_by_not_ok,
-        overdue,
     })
 }
 
@@ -390,7 +377,7 @@ pub fn floor_actions_by_kind(conn: &Connection) -> Result<BTreeMap<String, u64>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{OpenMode, Store};
+    use crate::store::{events, wakes, OpenMode, Store};
 
     /// A real database in a temporary state dir, with the runs below.
     fn store() -> (tempfile::TempDir, Store) {
@@ -574,7 +561,7 @@ mod tests {
     }
 
     #[test]
-    fn event_counts_tell_claimed_failed_and_waiting_apart() {
+    fn event_history_tells_claimed_by_a_finished_pass_from_the_rest() {
         let (_dir, s) = store();
         event(&s, "trigger", Some(1), None, None);
         event(&s, "trigger", Some(3), None, None);
@@ -582,18 +569,18 @@ mod tests {
         event(&s, "message", None, None, None);
         event(&s, "poll", None, Some(9_000), None);
         assert_eq!(
-            event_counts(&s.conn, 8_000).unwrap(),
-            EventCounts {
+            event_history(&s.conn).unwrap(),
+            EventHistory {
                 inserted: 5,
                 by_kind: map(&[("trigger", 2), ("reset", 1), ("message", 1), ("poll", 1)]),
                 claimed_by_ok: 1,
                 claimed_by_not_ok: 1,
-                failed: 1,
-                waiting: 2,
-                waiting_ready: 1,
             }
         );
-        assert_eq!(event_counts(&s.conn, 9_000).unwrap().waiting_ready, 2);
+        // The waiting and failed ones are the store's counts, as inspect reads them.
+        let now = events::counts(&s.conn, 8_000).unwrap();
+        assert_eq!((now.unconsumed, now.deferred, now.failed), (2, 1, 1));
+        assert_eq!(events::counts(&s.conn, 9_000).unwrap().deferred, 0);
     }
 
     #[test]
@@ -609,7 +596,7 @@ mod tests {
     }
 
     #[test]
-    fn wake_counts_find_the_ones_processed_badly_or_overdue() {
+    fn wake_history_finds_the_ones_processed_badly() {
         let (_dir, s) = store();
         wake(&s, "processed", 500, Some(1));
         wake(&s, "processed", 600, Some(3));
@@ -618,16 +605,16 @@ mod tests {
         wake(&s, "pending", 900, None);
         wake(&s, "pending", 7_000, None);
         assert_eq!(
-            wake_counts(&s.conn, 6_000).unwrap(),
-            WakeCounts {
+            wake_history(&s.conn).unwrap(),
+            WakeHistory {
                 created: 6,
                 processed: 3,
                 cancelled: 1,
                 processed_by_not_ok: 2,
-                overdue: 1,
             }
         );
-        assert_eq!(wake_counts(&s.conn, 900).unwrap().overdue, 0);
+        assert_eq!(wakes::counts(&s.conn, 6_000).unwrap().overdue, 1);
+        assert_eq!(wakes::counts(&s.conn, 899).unwrap().overdue, 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::world::World;
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::store::report as db;
-use crate::store::Store;
+use crate::store::{events, wakes, Store};
 pub use checks::checks;
 pub use text::render_text;
 
@@ -414,23 +414,28 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
 
     // Events: every one inserted is claimed by a pass that finished, failed after its
     // attempts (kept and shown), or still waiting with a doorbell (or deferred to the timer).
-    let ev = db::event_counts(conn, i.end)?;
+    // Waiting, deferred and failed are the counts inspect, doctor and the metrics read.
+    let ev = db::event_history(conn)?;
+    let now = events::counts(conn, i.end)?;
     let lost = ev.claimed_by_not_ok
         + if i.doorbell_waiting {
             0
         } else {
-            ev.waiting_ready
+            (now.unconsumed - now.deferred) as u64
         };
     let events = Events {
         inserted: ev.inserted,
         by_kind: ev.by_kind,
         claimed: ev.claimed_by_ok,
-        failed: ev.failed,
-        waiting_at_end: ev.waiting,
+        failed: now.failed as u64,
+        waiting_at_end: now.unconsumed as u64,
     };
 
     // Wakes: processed exactly once, by a pass that finished.
-    let wk = db::wake_counts(conn, counts.last_ok_start.unwrap_or(i.start))?;
+    let wk = db::wake_history(conn)?;
+    // Overdue: still pending though due before the last finished pass started (wakes::counts
+    // counts those due at or before its time).
+    let overdue = wakes::counts(conn, counts.last_ok_start.unwrap_or(i.start) - 1)?.overdue as u64;
     let wakes = Wakes {
         created: wk.created,
         processed: wk.processed,
@@ -523,7 +528,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         events_lost: lost,
         wakes_processed_twice: counts.wakes_claimed_by_ok.saturating_sub(wk.processed)
             + wk.processed_by_not_ok,
-        wakes_overdue: wk.overdue,
+        wakes_overdue: overdue,
         runs_left_running: rows.iter().filter(|r| r.status == "running").count() as u64,
         foreign_instances_touched: w.vast.tally.foreign_touched,
     };
