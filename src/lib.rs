@@ -35,6 +35,7 @@ pub mod wakes;
 pub mod demand;
 pub mod doorbell;
 pub mod fil_usd;
+pub mod ha;
 pub mod llm;
 pub mod lock;
 pub mod ratelimit;
