@@ -39,10 +39,6 @@ pub enum Fenced<T> {
     Lost,
 }
 
-/// How many times joining looks again when the lease changed between the failed take and
-/// the read of its holder (it expired or was released in between).
-const JOIN_LOOKS: u32 = 3;
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -53,63 +49,68 @@ fn left(secs: f64) -> Duration {
 
 /// Takes the lease when there is none, or it expired (the epoch rises by one), renews it
 /// when it is ours and live (same epoch), else reports the live holder.
+///
+/// One short transaction. When the upsert's condition fails, PostgreSQL still locks the row
+/// (`ON CONFLICT DO UPDATE ... WHERE` locks every conflicting row), so the read of the holder
+/// that follows sees the very version the condition was checked on, at the same `now()`:
+/// a live lease held by another host.
 pub fn acquire_or_join(db: &mut SharedDb, host: &str, ttl: Duration) -> Result<Role> {
-    for _ in 0..JOIN_LOOKS {
-        let taken = db.retrying("acquiring the lease", |client| {
-            client
-                .query_opt(
-                    "INSERT INTO fleetagent.lease AS l
-                        (name, holder, epoch, acquired_at, renewed_at, expires_at)
-                     VALUES ('fleet', $1, 1, now(), now(),
-                             now() + $2::float8 * interval '1 second')
-                     ON CONFLICT (name) DO UPDATE SET
-                        epoch = CASE WHEN l.holder = $1 AND l.expires_at > now()
-                                     THEN l.epoch ELSE l.epoch + 1 END,
-                        acquired_at = CASE WHEN l.holder = $1 AND l.expires_at > now()
-                                           THEN l.acquired_at ELSE now() END,
-                        holder = $1,
-                        renewed_at = now(),
-                        expires_at = now() + $2::float8 * interval '1 second'
-                     WHERE l.holder = $1 OR l.expires_at <= now()
-                     RETURNING l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8",
-                    &[&host, &secs(ttl)],
-                )?
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                .transpose()
-        })?;
-        if let Some((epoch, lease_left)) = taken {
-            return Ok(Role::Leader {
-                epoch,
-                lease_left: left(lease_left),
-            });
-        }
-        let holder = db.retrying("reading the lease's holder", |client| {
-            client
+    let found = db.retrying("acquiring the lease", |client| {
+        let mut tx = client.transaction()?;
+        let taken = tx
+            .query_opt(
+                "INSERT INTO fleetagent.lease AS l
+                    (name, holder, epoch, acquired_at, renewed_at, expires_at)
+                 VALUES ('fleet', $1, 1, now(), now(),
+                         now() + $2::float8 * interval '1 second')
+                 ON CONFLICT (name) DO UPDATE SET
+                    epoch = CASE WHEN l.holder = $1 AND l.expires_at > now()
+                                 THEN l.epoch ELSE l.epoch + 1 END,
+                    acquired_at = CASE WHEN l.holder = $1 AND l.expires_at > now()
+                                       THEN l.acquired_at ELSE now() END,
+                    holder = $1,
+                    renewed_at = now(),
+                    expires_at = now() + $2::float8 * interval '1 second'
+                 WHERE l.holder = $1 OR l.expires_at <= now()
+                 RETURNING l.holder, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8",
+                &[&host, &secs(ttl)],
+            )?
+            .map(|row| Ok((true, row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .transpose()?;
+        let found = match taken {
+            Some(found) => Some(found),
+            None => tx
                 .query_opt(
                     "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8
                      FROM fleetagent.lease WHERE name = 'fleet'",
                     &[],
                 )?
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
-                .transpose()
-        })?;
-        match holder {
-            Some((holder, epoch, lease_left)) if lease_left > 0.0 && holder != host => {
-                return Ok(Role::Follower {
-                    holder,
-                    epoch,
-                    lease_left: left(lease_left),
-                })
-            }
-            // Expired or released since, or gone: try to take it again.
-            _ => continue,
+                .map(|row| Ok((false, row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .transpose()?,
+        };
+        tx.commit()?;
+        Ok(found)
+    })?;
+    match found {
+        Some((true, _, epoch, lease_left)) => Ok(Role::Leader {
+            epoch,
+            lease_left: left(lease_left),
+        }),
+        Some((false, holder, epoch, lease_left)) if holder != host && lease_left > 0.0 => {
+            Ok(Role::Follower {
+                holder,
+                epoch,
+                lease_left: left(lease_left),
+            })
         }
+        // Not what the locked row can show; a database that does not lock as PostgreSQL
+        // does would end here rather than report a wrong holder.
+        _ => bail!(
+            "ha database {}: acquiring the lease: the lease row changed while this host \
+             looked at it",
+            db.shown()
+        ),
     }
-    bail!(
-        "ha database {}: acquiring the lease: it changed hands {JOIN_LOOKS} times while \
-         this host looked",
-        db.shown()
-    )
 }
 
 /// Extends our lease by `ttl` from now, only while `host` holds it at `epoch` and it has not
