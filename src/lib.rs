@@ -38,6 +38,7 @@ pub mod fil_usd;
 pub mod ha;
 pub mod llm;
 pub mod lock;
+pub mod pg;
 pub mod ratelimit;
 pub mod services;
 pub mod store;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use postgres::config::SslMode;
 use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
+use postgres::Client;
 
 use crate::clock::Clock;
+use crate::pg::ConnectError;
 use crate::secrets::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 
 /// How often and how patiently a statement is tried again after 40001 or 40P01.
@@ -71,38 +71,19 @@ impl SharedDb {
         let shown = redact_url(url);
         let secrets = secrets_of(url);
         let clean = |msg: String| anyhow!(mask(&one_line(&format!("ha database {msg}")), &secrets));
-        let mut config: Config = url.parse().map_err(|e| {
-            clean(format!(
-                "{shown} is not a valid PostgreSQL URL: {}",
-                error_chain(&e)
-            ))
-        })?;
-        if config.get_ssl_mode() == SslMode::Require {
-            return Err(clean(format!(
+        let client = crate::pg::connect(url, timeout, "fleetagent-ha").map_err(|e| match e {
+            ConnectError::Tls(_) => clean(format!(
                 "{shown} asks for TLS, but fleetagent connects without TLS; use \
                  sslmode=disable over a private network or an SSH tunnel"
-            )));
-        }
-        config
-            .ssl_mode(SslMode::Disable)
-            .connect_timeout(timeout)
-            .tcp_user_timeout(timeout)
-            .keepalives(true);
-        if config.get_application_name().is_none() {
-            config.application_name("fleetagent-ha");
-        }
-        let mut client = config
-            .connect(NoTls)
-            .map_err(|e| clean(format!("{shown}: cannot connect: {}", error_chain(&e))))?;
-        let statement_ms = timeout.as_millis().max(1);
-        client
-            .batch_execute(&format!("SET statement_timeout = {statement_ms}"))
-            .map_err(|e| {
-                clean(format!(
-                    "{shown}: setting statement_timeout: {}",
-                    error_chain(&e)
-                ))
-            })?;
+            )),
+            ConnectError::BadUrl(why) => {
+                clean(format!("{shown} is not a valid PostgreSQL URL: {why}"))
+            }
+            ConnectError::Connect(why) => clean(format!("{shown}: cannot connect: {why}")),
+            ConnectError::StatementTimeout(why) => {
+                clean(format!("{shown}: setting statement_timeout: {why}"))
+            }
+        })?;
         Ok(SharedDb {
             client,
             shown,
