@@ -81,7 +81,28 @@ it works in a temp dir, removed at the end."
     Resume(Deferred<ResumeArgs>),
     /// An online copy of the database (safe while a run holds it)
     Backup(Deferred<BackupArgs>),
+    /// Several management hosts ([ha]): who leads, and a planned handover
+    #[command(subcommand)]
+    Ha(HaCommand),
 }
+
+#[derive(Debug, Subcommand)]
+pub enum HaCommand {
+    /// The lease (holder, epoch, time left) and every host's last contact, version and config hash
+    Status(Deferred<HaStatusArgs>),
+    /// A planned handover: this host's lease ends now and the next host to poll takes it
+    Release(Deferred<HaReleaseArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct HaStatusArgs {
+    /// {host_id, role, holder, epoch, lease_left_secs, hosts: [{host_id, last_seen, version, config_hash}], error}
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HaReleaseArgs {}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {}

@@ -37,6 +37,10 @@ pub const POINTS: &[&str] = &[
     "run-after-last-look",
 ];
 
+/// The points only a host with `[ha] enabled` reaches: a fenced push read its rows and sent
+/// nothing yet; sent and committed, the local mark not yet written.
+pub const HA_POINTS: &[&str] = &["ha-before-push", "ha-after-push"];
+
 struct Switches {
     crash: Option<String>,
     panic: Option<String>,
@@ -61,7 +65,10 @@ fn switches() -> &'static Switches {
 
 /// A persistence point: abort, fail or pause here if a test switch names it.
 pub fn point(name: &str) -> Result<()> {
-    debug_assert!(POINTS.contains(&name), "unlisted fault point {name}");
+    debug_assert!(
+        POINTS.contains(&name) || HA_POINTS.contains(&name),
+        "unlisted fault point {name}"
+    );
     let s = switches();
     if let Some((p, ms)) = &s.pause {
         if p == name {

@@ -29,6 +29,9 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     let mut report =
         crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), units)?;
     report.config_found = loaded.file_found;
+    if let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? {
+        report.ha = Some(crate::ha::status::read(&settings));
+    }
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -195,7 +195,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         return stop_all(app, args);
     };
     let reason = args.reason.as_deref().unwrap_or("operator request");
-    let (loaded, dir, mut store) = super::open_existing(app)?;
+    let (loaded, dir, mut store) = super::open_shared(app, "instances stop")?;
     let config = &loaded.config;
     let services = vast_only(app, config)?;
     if services.vast.is_none() && !config.policy.dry_run {
@@ -234,6 +234,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     );
     // The agent hears of it on its next pass, like any other change.
     let event = events::insert(&store.conn, 1, "operator", &reason, None, now)?;
+    store.fence("instances stop")?;
     crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
     Ok(())
@@ -250,7 +251,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| crate::error::usage("instances stop --all needs --reason TEXT"))?;
-    let (loaded, dir, mut store) = super::open_existing(app)?;
+    let (loaded, dir, mut store) = super::open_shared(app, "instances stop")?;
     let config = &loaded.config;
     let now = app.now();
     super::pause::hold(&store, None, reason, "instances stop --all", now)?;
@@ -328,6 +329,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     );
     let now = app.now();
     let event = events::insert(&store.conn, 1, "operator", &line, None, now)?;
+    store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
     if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());

@@ -6,10 +6,19 @@ use crate::cli::MessageArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
-    let (_config, dir, store) = super::open_existing(app)?;
+    let (config, dir, store) = super::open_existing(app)?;
     let text = args.text.trim();
     let reason = crate::trigger::message_reason(text).map_err(crate::error::usage)?;
-    let id = crate::trigger::record(&store, &dir, 0, "message", &reason, Some(text), app.now())?;
+    let id = crate::trigger::record(
+        &store,
+        &dir,
+        config.config.ha.enabled,
+        0,
+        "message",
+        &reason,
+        Some(text),
+        app.now(),
+    )?;
     crate::outln!("message recorded as event {id} (P0); the agent will read it in its next run");
     Ok(())
 }

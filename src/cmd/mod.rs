@@ -3,6 +3,7 @@
 mod app;
 mod backup;
 mod doctor;
+mod ha;
 mod history;
 mod init;
 mod inspect;
@@ -46,6 +47,7 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Pause(a) => pause::pause(app, a),
         Command::Resume(_) => pause::resume(app),
         Command::Backup(a) => backup::run(app, a),
+        Command::Ha(c) => ha::run(app, c),
     };
     match command {
         // Their files are elsewhere (the simulator's own dir, the unit files).
@@ -79,6 +81,31 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
     crate::paths::check_state_dir(&dir)?;
     let store = Store::open(&dir, OpenMode::Existing, app.now())?;
     Ok((loaded, dir, store))
+}
+
+/// [`open_existing`] for a command that writes the state several hosts share (`pause`,
+/// `resume`, `wakes add|cancel`, `instances stop`, `reset-session`): with `[ha] enabled` this
+/// host must hold the lease (or take it, when nobody holds it), and the command ends with
+/// `store.fence(what)`; on a follower it fails naming the leader.
+pub(crate) fn open_shared(app: &App, what: &str) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let (loaded, dir, mut store) = open_existing(app)?;
+    lead(app, &loaded, &mut store, what)?;
+    Ok((loaded, dir, store))
+}
+
+/// With `[ha] enabled`: this host leads (the store linked to the shared database), or the
+/// command fails naming the leader.
+pub(crate) fn lead(app: &App, loaded: &LoadedConfig, store: &mut Store, what: &str) -> Result<()> {
+    let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? else {
+        return Ok(());
+    };
+    match crate::ha::node::start(&settings, store, app.now(), false)? {
+        crate::ha::node::Start::Leader { .. } => Ok(()),
+        crate::ha::node::Start::Follower { holder, epoch, .. } => anyhow::bail!(
+            "{what} changes the state the hosts share, and this host ({}) is a follower: {holder} leads (epoch {epoch}); run it there, or `fleetagent ha release` there first",
+            settings.host
+        ),
+    }
 }
 
 /// Config, state dir and an existing database for a command that only reads (`inspect`,

@@ -36,9 +36,10 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
         }
     };
     let reason = args.reason.trim();
-    let (_config, _dir, store) = super::open_existing(app)?;
+    let (_config, _dir, mut store) = super::open_shared(app, "pause")?;
     let before = ops::paused(&store.conn, now)?;
     hold(&store, until, reason, "pause", now)?;
+    store.fence("pause")?;
     let how_long = match until {
         Some(u) => format!("until {} (in {})", rfc3339(u), human_duration(u - now)),
         None => "until `fleetagent resume`".into(),
@@ -59,7 +60,7 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
 
 pub fn resume(app: &App) -> Result<()> {
     let now = app.now();
-    let (loaded, dir, store) = super::open_existing(app)?;
+    let (loaded, dir, mut store) = super::open_shared(app, "resume")?;
     let hold = crate::run::observe::operator_hold(&store.conn, &loaded.config, now)?;
     let was = ops::clear_pause(&store.conn)?.filter(|p| p.in_force(now));
     let mut what = Vec::new();
@@ -81,7 +82,9 @@ pub fn resume(app: &App) -> Result<()> {
         None => "operator resumed".to_string(),
     };
     // P0 and rung: the next pass decides at once. The event also ends an operator hold.
-    let id = crate::trigger::record(&store, &dir, 0, "resume", &reason, None, now)?;
+    // The leader records it as its own event: no outbox.
+    let id = crate::trigger::record(&store, &dir, false, 0, "resume", &reason, None, now)?;
+    store.fence("resume")?;
     if what.is_empty() {
         crate::outln!(
             "not paused and nothing held; recorded as event {id}: the next pass decides at once"

@@ -6,8 +6,13 @@ use crate::cmd::App;
 use crate::poll::Polled;
 
 pub fn run(app: &App) -> Result<()> {
-    let (loaded, dir, store) = super::open_existing(app)?;
+    let (loaded, dir, mut store) = super::open_existing(app)?;
     let config = &loaded.config;
+    if let Some(settings) = crate::ha::node::Settings::of(config, &app.env)? {
+        if !ha_poll(&settings, &mut store, &dir, app.now())? {
+            return Ok(());
+        }
+    }
     let services = crate::services::build_services(config, &app.env, app.clock.clone(), false)?;
     let mut problems = Vec::new();
     let polled = crate::poll::poll(
@@ -22,8 +27,10 @@ pub fn run(app: &App) -> Result<()> {
         let text = format!("fleetagent: poll: {e}");
         eprintln!("{}", crate::journal::line(crate::journal::WARNING, &text));
     }
+    let polled = polled?;
+    store.fence("poll")?;
     // A minute's poll that finds nothing is not worth a journal line (-vv shows it).
-    match polled? {
+    match polled {
         Polled::NoChange => log::debug!("poll: no change"),
         Polled::Recorded => log::debug!("poll: state recorded; nothing for the agent"),
         Polled::Rang { id, reason } => {
@@ -31,4 +38,37 @@ pub fn run(app: &App) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// With `[ha] enabled`, every minute on every host: this host recorded, its outbox forwarded,
+/// the lease renewed or taken (a leader's keeper lives only while its `run` does, so `poll`
+/// renews between runs). On the leader, events in the shared inbox ring its doorbell, and the
+/// poll goes on (`true`); a follower does nothing else (`false`).
+fn ha_poll(
+    settings: &crate::ha::node::Settings,
+    store: &mut crate::store::Store,
+    dir: &std::path::Path,
+    now: crate::clock::Millis,
+) -> Result<bool> {
+    match crate::ha::node::start(settings, store, now, false)? {
+        crate::ha::node::Start::Follower { holder, epoch, .. } => {
+            log::debug!("poll: follower; {holder} leads (epoch {epoch})");
+            Ok(false)
+        }
+        crate::ha::node::Start::Leader { epoch, .. } => {
+            let waiting = crate::ha::node::inbox_waiting(settings, store)?;
+            if waiting > 0 {
+                let reason = format!("{waiting} event(s) in the shared inbox");
+                crate::trigger::ring_on(
+                    &crate::doorbell::FileDoorbell::new(dir),
+                    0,
+                    1,
+                    &reason,
+                    now,
+                )?;
+                log::info!("poll: leader (epoch {epoch}): {reason}; doorbell rung");
+            }
+            Ok(true)
+        }
+    }
 }

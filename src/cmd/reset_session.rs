@@ -8,13 +8,15 @@ use crate::cmd::App;
 use crate::doorbell::FileDoorbell;
 
 pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
-    let (_config, dir, mut store) = super::open_or_create(app)?;
+    let (config, dir, mut store) = super::open_or_create(app)?;
+    super::lead(app, &config, &mut store, "reset-session")?;
     let done = crate::trigger::reset_session(
         &mut store,
         &FileDoorbell::new(&dir),
         args.keep_wakes,
         app.now(),
     )?;
+    store.fence("reset-session")?;
     let next_run = store.next_run_id()?;
     crate::outln!(
         "new session {} (was {})",

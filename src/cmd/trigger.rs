@@ -6,11 +6,12 @@ use crate::cli::TriggerArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
-    let (_config, dir, store) = super::open_existing(app)?;
+    let (config, dir, store) = super::open_existing(app)?;
     let reason = args.reason.trim();
     let id = crate::trigger::record(
         &store,
         &dir,
+        config.config.ha.enabled,
         args.priority,
         "trigger",
         reason,

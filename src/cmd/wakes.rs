@@ -43,8 +43,9 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
             Ok(())
         }
         WakesCommand::Cancel(a) => {
-            let (_c, _d, store) = super::open_existing(app)?;
+            let (_c, _d, mut store) = super::open_shared(app, "wakes cancel")?;
             wakes::cancel(&store.conn, a.id, app.now())?;
+            store.fence("wakes cancel")?;
             crate::outln!("wake {} cancelled", a.id);
             Ok(())
         }
@@ -83,9 +84,10 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
         }
         _ => return Err(usage("give exactly one of --in or --at")),
     };
-    let (_c, _d, store) = super::open_existing(app)?;
+    let (_c, _d, mut store) = super::open_shared(app, "wakes add")?;
     let id = wakes::add(&store.conn, due, a.reason.trim(), BY_OPERATOR, None, now)
         .context("cannot record the wake")?;
+    store.fence("wakes add")?;
     crate::outln!(
         "wake {id} due {} ({}): {}",
         rfc3339(due),

@@ -13,8 +13,8 @@ mod validate;
 pub use load::{load, parse, resolve_path, ConfigOrigin, LoadedConfig};
 pub use schema::{
     Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, Fallback,
-    LlmConfig, MetricsConfig, OfferType, OffersConfig, PolicyConfig, PriceConfig, Provider,
-    RunConfig, StopMode, VastConfig, LABEL_ENV, NODE_NAME_ENV,
+    HaConfig, LlmConfig, MetricsConfig, OfferType, OffersConfig, PolicyConfig, PriceConfig,
+    Provider, RunConfig, StopMode, VastConfig, LABEL_ENV, NODE_NAME_ENV,
 };
 
 /// Where the config comes from when neither `--config` nor `$FLEETAGENT_CONFIG` names one.

@@ -27,6 +27,7 @@ pub struct Config {
     pub price: PriceConfig,
     pub debounce: DebounceConfig,
     pub metrics: MetricsConfig,
+    pub ha: HaConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -249,6 +250,34 @@ pub struct MetricsConfig {
     pub textfile: Option<PathBuf>,
 }
 
+/// `[ha]`: several management hosts, one acting (docs/ha.md). Off by default: nothing needs
+/// PostgreSQL and nothing changes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HaConfig {
+    /// true: the state that decides safety lives in the shared database (credential
+    /// `ha_db_url`), and only the lease's holder acts.
+    pub enabled: bool,
+    /// This host's name in the lease; default the first 12 characters of /etc/machine-id,
+    /// else the hostname.
+    pub host_id: Option<String>,
+    /// How long a lease lasts without renewal, in the database's time.
+    pub lease_ttl_secs: u64,
+    /// A fenced step (a shared write, a mutating vast.ai request) needs this much lease left.
+    pub fence_margin_secs: u64,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        HaConfig {
+            enabled: false,
+            host_id: None,
+            lease_ttl_secs: 150,
+            fence_margin_secs: 75,
+        }
+    }
+}
+
 impl Default for RunConfig {
     fn default() -> Self {
         RunConfig {
@@ -387,6 +416,7 @@ impl Default for Config {
             price: PriceConfig::default(),
             debounce: DebounceConfig::default(),
             metrics: MetricsConfig::default(),
+            ha: HaConfig::default(),
         }
     }
 }

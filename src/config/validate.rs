@@ -4,8 +4,8 @@
 //! keys is checked where it always was: within its section, or after the keys it compares).
 
 use super::{
-    Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, LlmConfig,
-    MetricsConfig, PolicyConfig, PriceConfig, RunConfig, VastConfig, LABEL_ENV,
+    Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, HaConfig,
+    LlmConfig, MetricsConfig, PolicyConfig, PriceConfig, RunConfig, VastConfig, LABEL_ENV,
 };
 use crate::secrets::redact::secrets_of;
 
@@ -25,7 +25,8 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
     policy(&c.policy)?;
     price(&c.price)?;
     debounce(&c.debounce, &c.run)?;
-    metrics(&c.metrics)
+    metrics(&c.metrics)?;
+    ha(&c.ha, &c.vast)
 }
 
 // Every integer has an upper bound too: the code turns them into milliseconds and
@@ -414,6 +415,48 @@ fn metrics(m: &MetricsConfig) -> Result<(), Invalid> {
                 None,
             ));
         }
+    }
+    Ok(())
+}
+
+/// `[ha]`: the lease's bounds, and a margin that covers a vast.ai call and leaves the lease
+/// room to be renewed.
+fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
+    within("ha.lease_ttl_secs", h.lease_ttl_secs, 5, 3_600)?;
+    within("ha.fence_margin_secs", h.fence_margin_secs, 1, 3_600)?;
+    if let Some(id) = &h.host_id {
+        if id.is_empty()
+            || id.len() > 64
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return Err((
+                "ha.host_id",
+                format!("must be 1-64 letters, digits, '-', '_' or '.', got {id:?}"),
+                None,
+            ));
+        }
+    }
+    if h.fence_margin_secs >= h.lease_ttl_secs {
+        return Err((
+            "ha.fence_margin_secs",
+            format!(
+                "ha.fence_margin_secs ({}) must be below ha.lease_ttl_secs ({}): a fenced step needs that much lease left, so no step could ever run",
+                h.fence_margin_secs, h.lease_ttl_secs
+            ),
+            Some("ha.lease_ttl_secs"),
+        ));
+    }
+    if h.enabled && h.fence_margin_secs <= v.timeout_secs {
+        return Err((
+            "ha.fence_margin_secs",
+            format!(
+                "ha.fence_margin_secs ({}) must be above vast.timeout_secs ({}): a vast.ai request sent with the fence passed must end before the lease can move",
+                h.fence_margin_secs, v.timeout_secs
+            ),
+            Some("vast.timeout_secs"),
+        ));
     }
     Ok(())
 }

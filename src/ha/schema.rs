@@ -34,7 +34,7 @@ pub const STATEMENTS: &[&str] = &[
 
 /// Creates what is missing of the schema; a no-op when it is all there.
 pub fn migrate(db: &mut SharedDb) -> Result<()> {
-    for statement in STATEMENTS {
+    for statement in STATEMENTS.iter().chain(super::mirror::STATEMENTS) {
         let first_line = statement.lines().next().unwrap_or(statement);
         db.retrying_on(
             &format!("creating the schema ({first_line})"),

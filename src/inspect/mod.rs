@@ -179,29 +179,7 @@ pub struct Report {
     pub floor: Option<FloorView>,
     /// Several hosts (DESIGN.md, "Several hosts"): null while HA is disabled, which every
     /// install is until the shared state lands (docs/ha.md: only the lease exists yet).
-    pub ha: Option<HaView>,
-}
-
-/// `inspect --json`'s `ha` object on a host of an HA install (DESIGN.md's fields).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct HaView {
-    pub host_id: String,
-    /// `leader`, `follower`, or `unknown` (the shared database unreachable).
-    pub role: String,
-    pub holder: Option<String>,
-    pub epoch: Option<i64>,
-    pub lease_left_secs: Option<f64>,
-    pub hosts: Vec<HaHostView>,
-    pub error: Option<String>,
-}
-
-/// One host of an HA install as the shared database last heard from it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct HaHostView {
-    pub host_id: String,
-    pub last_seen: String,
-    pub version: String,
-    pub config_hash: String,
+    pub ha: Option<crate::ha::status::Status>,
 }
 
 /// `floor`: since when a deficit is open (and why the last pass left it unanswered), since

@@ -105,6 +105,9 @@ pub fn render_text(r: &Report) -> String {
         "session     {} (since {}); next run id {}",
         r.session_id, r.session_started_at, r.next_run_id
     ));
+    if let Some(ha) = &r.ha {
+        line(ha_line(ha));
+    }
     line(format!(
         "install     {} (new labels: <vast.label_prefix>-{}-r<run>-<suffix>)",
         r.install_id, r.install_id
@@ -386,4 +389,31 @@ pub fn render_text(r: &Report) -> String {
         ));
     }
     out
+}
+
+/// `ha          leader (host a1, epoch 3, lease 142s left; 3 hosts)`.
+fn ha_line(ha: &crate::ha::status::Status) -> String {
+    let lease = match (&ha.holder, ha.epoch, ha.lease_left_secs) {
+        (Some(h), Some(e), Some(left)) if left > 0.0 => {
+            format!("{h} leads at epoch {e}, lease {left:.0}s left")
+        }
+        (Some(h), Some(e), Some(left)) => {
+            format!(
+                "no leader: {h}'s lease (epoch {e}) expired {:.0}s ago",
+                -left
+            )
+        }
+        _ => "no leader yet".to_string(),
+    };
+    let error = ha
+        .error
+        .as_deref()
+        .map(|e| format!("; {e}"))
+        .unwrap_or_default();
+    format!(
+        "ha          this host {} is {}: {lease}; {} host(s) seen{error}",
+        ha.host_id,
+        ha.role,
+        ha.hosts.len()
+    )
 }

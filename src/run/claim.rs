@@ -72,6 +72,7 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
         }
         return Err(e).context("cannot commit the claim");
     }
+    store.fence("claim")?;
     log::info!(
         "run {run_id} (pass {pass_no}, {started_by}): claimed {} event(s), {} wake(s)",
         claimed_events.len(),
@@ -98,7 +99,7 @@ pub fn finish_ok(
     runs::mark_in_prompt(&tx, run_id)?;
     session::record_run_finished(&tx, true, now)?;
     tx.commit()?;
-    Ok(())
+    store.fence("finishing the run")
 }
 
 /// A failed pass: its events and wakes go back, waiting one timer period, so a failing agent
@@ -116,6 +117,7 @@ pub fn fail(store: &mut Store, env: &RunEnv<'_>, run_id: i64, err: &anyhow::Erro
         let wk = wakes::hand_back(&tx, run_id, Some(not_before), now)?;
         session::record_run_finished(&tx, false, now)?;
         tx.commit()?;
+        store.fence("recording the failed run")?;
         let mut note = format!(
             " ({} event(s) and {} wake(s) handed back to wait one timer period",
             ev.returned, wk.returned

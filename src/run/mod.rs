@@ -72,9 +72,19 @@ crate::deref_ctx!(RunEnv);
 
 pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let deadline = env.clock.now_ms() + env.config.run.deadline_secs as i64 * 1000;
-    let (_lock, mut store) = start(env, deadline).map_err(|e| early(env, e))?;
+    let (_lock, mut store, follower) = start(env, deadline).map_err(|e| early(env, e))?;
+    if let Some(line) = follower {
+        // Not ours to act: what this host's doorbell announced is in the shared inbox now.
+        let _ = env.doorbell.remove();
+        log::info!(target: "fleetagent::notice", "{line}");
+        crate::outln!("{line}");
+        return Ok(Vec::new());
+    }
     let mut reports = Vec::new();
     for pass_no in 1..=env.config.run.max_passes {
+        store
+            .take_inbox(env.clock.now_ms())
+            .map_err(|e| early(env, e))?;
         debounce_wait(&store, env, deadline).map_err(|e| early(env, e))?;
         let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
         reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);
@@ -86,20 +96,46 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     Ok(reports)
 }
 
-/// Lock, database, recovery of interrupted passes, and vast.ai's create spacing carried over
-/// from the previous process (vast.ai spaces creates per key: one sent by it counts too).
-fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store)> {
+/// Lock, database, with `[ha]` the lease (a follower's line instead, and nothing else), recovery
+/// of interrupted passes, and vast.ai's create spacing carried over from the previous process
+/// (vast.ai spaces creates per key: one sent by it counts too).
+fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store, Option<String>)> {
     let clock = env.clock;
     let lock = RunLock::acquire(env.state_dir, clock, deadline)?;
     faults::point("run-after-lock")?;
     let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
-    claim::recover_interrupted(&mut store, clock.now_ms())?;
+    if let Some(settings) = crate::ha::node::Settings::of(env.config, env.env)? {
+        match crate::ha::node::start(&settings, &mut store, clock.now_ms(), true)? {
+            crate::ha::node::Start::Follower {
+                holder,
+                epoch,
+                lease_left,
+                forwarded,
+            } => {
+                let line = format!(
+                    "follower: {holder} leads (epoch {epoch}, lease {}s left); this host ({}) forwarded {forwarded} event(s) and does nothing else",
+                    lease_left.as_secs(),
+                    settings.host
+                );
+                return Ok((lock, store, Some(line)));
+            }
+            crate::ha::node::Start::Leader { epoch, synced, .. } => {
+                log::info!(
+                    "ha: this host ({}) leads at epoch {epoch} ({synced:?})",
+                    settings.host
+                );
+            }
+        }
+    }
+    if claim::recover_interrupted(&mut store, clock.now_ms())? > 0 {
+        store.fence("recovering interrupted passes")?;
+    }
     if let Some(vast) = &env.services.vast {
         if let Some(at) = crate::ratelimit::previous_create_at(&store.conn)? {
             vast.previous_create(at);
         }
     }
-    Ok((lock, store))
+    Ok((lock, store, None))
 }
 
 /// One claimed pass: run it and finish its row, or hand its claim back.
@@ -143,7 +179,8 @@ fn another_pass(
     deadline: Millis,
 ) -> Result<bool> {
     let ready = faults::point("run-end-check")
-        .and_then(|()| claim::ready_events(store, env.clock.now_ms()))
+        .and_then(|()| store.take_inbox(env.clock.now_ms()))
+        .and_then(|_| claim::ready_events(store, env.clock.now_ms()))
         .map_err(|e| e.context("end-of-run check"))?;
     if ready == 0 {
         faults::point("run-after-last-look")?;

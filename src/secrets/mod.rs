@@ -49,6 +49,8 @@ pub enum Kind {
     VastApiKey,
     LlmApiKey,
     HarmonyDbUrl,
+    /// The shared database of several management hosts (`[ha]`).
+    HaDbUrl,
     /// The registry login of a private worker image (`-u USER -p TOKEN registry`).
     VastImageLogin,
 }
@@ -59,6 +61,7 @@ impl Kind {
             Kind::VastApiKey => &["VAST_API_KEY"],
             Kind::LlmApiKey => &["FLEETAGENT_LLM_API_KEY", "OPENAI_API_KEY"],
             Kind::HarmonyDbUrl => &["FLEETAGENT_HARMONYDB_URL"],
+            Kind::HaDbUrl => &["FLEETAGENT_HA_DB_URL"],
             Kind::VastImageLogin => &["VAST_IMAGE_LOGIN"],
         }
     }
@@ -68,6 +71,7 @@ impl Kind {
             Kind::VastApiKey => "vast_api_key",
             Kind::LlmApiKey => "llm_api_key",
             Kind::HarmonyDbUrl => "harmonydb_url",
+            Kind::HaDbUrl => "ha_db_url",
             Kind::VastImageLogin => "vast_image_login",
         }
     }

@@ -41,6 +41,23 @@ pub fn insert(
     Ok(conn.last_insert_rowid())
 }
 
+/// With `[ha] enabled`: an event for the leader, kept in this host's outbox until a `run` or
+/// `poll` here forwards it to the shared inbox. The outbox's id.
+pub fn insert_outbox(
+    conn: &Connection,
+    priority: u8,
+    kind: &str,
+    reason: &str,
+    body: Option<&str>,
+    now: Millis,
+) -> Result<i64> {
+    conn.execute(
+        "INSERT INTO outbox (priority, kind, reason, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![priority, kind, reason, body, now],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
+
 /// Whether an event of one of these kinds was recorded at or after `since`: a walk from the
 /// newest event back to the first one older than `since` (events are recorded in time
 /// order), so it reads only the window's events, and no index on `events` slows `trigger`'s

@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0005_economics.sql"),
     include_str!("../../sql/0006_operations.sql"),
     include_str!("../../sql/0007_action_codes.sql"),
+    include_str!("../../sql/0008_ha.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -66,6 +67,20 @@ pub struct Store {
     /// Opened read-only ([`Store::open_for_report`] on a read-only file system): nothing is
     /// written, not even a checkpoint.
     pub read_only: bool,
+    /// With `[ha] enabled`, on the lease's holder: where this copy's changes go at each
+    /// fenced step ([`Store::fence`]). None on a single host (and in `sim`): nothing changes.
+    pub shared: Option<Box<dyn Shared>>,
+}
+
+/// The shared database of several hosts as the store sees it (implemented in `crate::ha`).
+pub trait Shared: Send {
+    /// A fenced step named `step`: commit what changed in this copy's shared tables to the
+    /// shared database while the lease is ours with the margin left, else an error (the
+    /// caller stops acting). Runs the fence even when nothing changed, so it is also the
+    /// check before a mutating vast.ai request.
+    fn push(&mut self, conn: &Connection, step: &str) -> Result<()>;
+    /// Events other hosts (and this host's `trigger`) sent, made local events: how many.
+    fn take_inbox(&mut self, conn: &Connection, now: Millis) -> Result<usize>;
 }
 
 impl Drop for Store {
@@ -110,6 +125,7 @@ impl Store {
             conn,
             path,
             read_only: false,
+            shared: None,
         };
         store
             .setup(now, mode)
@@ -166,6 +182,7 @@ impl Store {
             conn,
             path,
             read_only: true,
+            shared: None,
         };
         store
             .check_read_only_schema()
@@ -208,6 +225,7 @@ impl Store {
             conn,
             path: PathBuf::from(":memory:"),
             read_only: false,
+            shared: None,
         };
         store.setup(now, OpenMode::Create)?;
         Ok(store)
@@ -329,6 +347,24 @@ impl Store {
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// A fenced step (docs/ha.md): with a shared database, push this copy's changes while
+    /// the lease is ours, or fail; without one, nothing.
+    pub fn fence(&mut self, step: &str) -> Result<()> {
+        match &mut self.shared {
+            Some(shared) => shared.push(&self.conn, step),
+            None => Ok(()),
+        }
+    }
+
+    /// With a shared database: the inbox's events made local (before a claim and at the
+    /// last look); without one, 0.
+    pub fn take_inbox(&mut self, now: Millis) -> Result<usize> {
+        match &mut self.shared {
+            Some(shared) => shared.take_inbox(&self.conn, now),
+            None => Ok(0),
+        }
     }
 
     /// A write transaction that takes the write lock at BEGIN (no upgrade deadlocks).
@@ -513,6 +549,7 @@ mod tests {
             conn,
             path: PathBuf::from(":memory:"),
             read_only: false,
+            shared: None,
         };
         s.setup(2_000, OpenMode::Existing).unwrap();
         assert_eq!(s.next_run_id().unwrap(), 51);

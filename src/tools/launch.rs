@@ -141,6 +141,7 @@ fn restart(
     reason: &str,
 ) -> Result<Option<ToolResult>> {
     let id = row.vast_id.unwrap_or(0);
+    ctx.store.fence("before starting an instance again")?;
     let answer = vast.start_instance(id.max(0) as u64);
     let after = ctx.clock.now_ms();
     let done = plan::after_start(row, answer.as_ref().copied(), after);
@@ -183,6 +184,7 @@ fn restart(
     };
     tx.commit()?;
     super::journal_action(&ctx.store.conn, action, row.gpu_name.as_deref());
+    ctx.store.fence("recording a start")?;
     Ok(result)
 }
 
@@ -241,6 +243,8 @@ fn rent(
         id
     };
     crate::faults::point("launch-after-intent")?;
+    // The intent reaches the shared database, and the lease is checked, before the create.
+    ctx.store.fence("launch intent")?;
     let created = vast.create_instance(&create.request);
     let code = created.as_ref().err().and_then(plan::failure_code);
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
@@ -254,6 +258,7 @@ fn rent(
             new_contract,
             error,
         } => {
+            ctx.store.fence("before destroying an orphan")?;
             let destroyed = vast.destroy_instance(new_contract);
             plan::after_orphan(create, &error, destroyed.as_ref().copied())
         }
@@ -272,6 +277,7 @@ fn settle_intent(
     let result = settled(ctx, ask, create, intent_id, settle, after);
     if result.is_ok() {
         super::journal_action(&ctx.store.conn, intent_id, Some(&create.offer.gpu_name));
+        ctx.store.fence("launch settle")?;
     }
     result
 }

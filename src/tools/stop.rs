@@ -103,6 +103,7 @@ pub fn stop_as(
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, &ask, &reason, plan::no_key(&target), now);
     };
+    ctx.store.fence("before a stop")?;
     let result = if target.destroys() {
         vast.destroy_instance(target.vast_id())
     } else {
@@ -154,6 +155,7 @@ pub fn stop_as(
     tx.commit()?;
     let gpu = target.row.as_ref().and_then(|r| r.gpu_name.as_deref());
     super::journal_action(&ctx.store.conn, action, gpu);
+    ctx.store.fence("recording a stop")?;
     if let Some((machine, _)) = host_failure {
         // The rest of this pass searches without it too.
         ctx.snapshot.bad_hosts.push(machine);

@@ -19,9 +19,13 @@ use crate::store::{events, session, wakes, Store};
 pub const MAX_MESSAGE_CHARS: usize = 8_000;
 
 /// Commit an event (`kind` `trigger`, `message`, `poll`, ...), then ring the doorbell in `dir`.
+/// With `[ha] enabled` (`outbox`) the event goes to this host's outbox instead (still no
+/// network): the `run` the doorbell starts forwards it to the leader.
+#[allow(clippy::too_many_arguments)]
 pub fn record(
     store: &Store,
     dir: &Path,
+    outbox: bool,
     priority: u8,
     kind: &str,
     reason: &str,
@@ -33,8 +37,12 @@ pub fn record(
     } else {
         "the event"
     };
-    let id = events::insert(&store.conn, priority, kind, reason, body, now)
-        .with_context(|| format!("cannot record {what}"))?;
+    let id = if outbox {
+        events::insert_outbox(&store.conn, priority, kind, reason, body, now)
+    } else {
+        events::insert(&store.conn, priority, kind, reason, body, now)
+    }
+    .with_context(|| format!("cannot record {what}"))?;
     ring(dir, id, priority, reason, now)?;
     Ok(id)
 }

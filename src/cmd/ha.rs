@@ -1,0 +1,69 @@
+//! `ha status [--json]` and `ha release` (`crate::ha`, docs/ha.md).
+
+use anyhow::{Context, Result};
+
+use crate::cli::HaCommand;
+use crate::cmd::App;
+use crate::ha::node::Settings;
+
+pub fn run(app: &App, command: &HaCommand) -> Result<()> {
+    let loaded = app.load_config()?;
+    let settings = Settings::of(&loaded.config, &app.env)?.with_context(|| {
+        format!(
+            "several hosts are not enabled in {}: set [ha] enabled = true (docs/ha.md)",
+            loaded.path.display()
+        )
+    })?;
+    match command {
+        HaCommand::Status(a) => status(&settings, a.json),
+        HaCommand::Release(_) => release(&settings),
+    }
+}
+
+fn status(settings: &Settings, json: bool) -> Result<()> {
+    let s = crate::ha::status::read(settings);
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        crate::outln!("this host: {} ({})", s.host_id, s.role);
+        match (&s.holder, s.epoch, s.lease_left_secs) {
+            (Some(h), Some(e), Some(left)) if left > 0.0 => {
+                crate::outln!("leader: {h} (epoch {e}, lease {left:.0}s left)")
+            }
+            (Some(h), Some(e), Some(left)) => crate::outln!(
+                "leader: none: {h}'s lease (epoch {e}) expired {:.0}s ago; the next host to poll takes it",
+                -left
+            ),
+            _ => crate::outln!("leader: none yet (no host has run)"),
+        }
+        for h in &s.hosts {
+            crate::outln!(
+                "host {}: last seen {}, version {}, config {}",
+                h.host_id,
+                h.last_seen,
+                h.version,
+                h.config_hash
+            );
+        }
+    }
+    match s.error {
+        Some(e) => anyhow::bail!(e),
+        None => Ok(()),
+    }
+}
+
+fn release(settings: &Settings) -> Result<()> {
+    match crate::ha::status::release(settings)? {
+        Some(epoch) => {
+            log::info!(target: "fleetagent::notice", "ha: {} released the lease (epoch {epoch})", settings.host);
+            crate::outln!(
+                "released the lease (epoch {epoch}); the next host to poll leads (this one too, if it polls first)"
+            );
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "this host ({}) does not hold the lease: nothing to release (see `fleetagent ha status`)",
+            settings.host
+        ),
+    }
+}

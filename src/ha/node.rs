@@ -1,0 +1,240 @@
+//! This host in the shared database: its settings (`[ha]` and the `ha_db_url` credential),
+//! the start of a `run` or `poll` (record this host, forward its outbox, acquire or join the
+//! lease), the leader's link the store pushes through ([`Link`], `store::Shared`), and the
+//! keeper that renews the lease while the process lasts and ends the process when the lease
+//! is lost.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::db::SharedDb;
+use super::mirror::{self, Held, Synced};
+use super::{hosts, lease, schema, Role};
+use crate::clock::{rfc3339, Clock, Millis, SystemClock};
+use crate::config::Config;
+use crate::env::Env;
+use crate::secrets::{self, Kind, Secret};
+use crate::store::{session, Store};
+
+/// How long one connect or statement may take.
+const DB_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `[ha]` resolved: who this host is, and where the shared database is.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub host: String,
+    pub ttl: Duration,
+    pub margin: Duration,
+    pub url: Secret,
+    pub config_hash: String,
+}
+
+impl Settings {
+    /// None while `[ha] enabled = false`; an error when it is on and the URL is missing.
+    pub fn of(config: &Config, env: &Env) -> Result<Option<Settings>> {
+        if !config.ha.enabled {
+            return Ok(None);
+        }
+        let url = secrets::lookup(env, Kind::HaDbUrl)?.with_context(|| {
+            format!(
+                "[ha] enabled = true needs the shared database's URL: {}",
+                Kind::HaDbUrl.hint()
+            )
+        })?;
+        Ok(Some(Settings {
+            host: config.ha.host_id.clone().unwrap_or_else(default_host_id),
+            ttl: Duration::from_secs(config.ha.lease_ttl_secs),
+            margin: Duration::from_secs(config.ha.fence_margin_secs),
+            url,
+            config_hash: config_hash(config),
+        }))
+    }
+
+    pub fn connect(&self) -> Result<SharedDb> {
+        SharedDb::connect(self.url.expose(), DB_TIMEOUT, Arc::new(SystemClock))
+    }
+
+    /// How often the keeper renews: 20 s at the default 150 s lease (one missed renewal
+    /// still leaves most of the lease).
+    pub fn renew_every(&self) -> Duration {
+        self.ttl.mul_f64(2.0 / 15.0).max(Duration::from_millis(200))
+    }
+}
+
+/// The first 12 characters of /etc/machine-id, else the hostname, else `localhost`.
+pub fn default_host_id() -> String {
+    if let Ok(id) = std::fs::read_to_string("/etc/machine-id") {
+        let id = id.trim();
+        if id.len() >= 12 {
+            return id[..12].to_string();
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A hash of what decides: the whole config but this host's own id and state dir. Two hosts
+/// whose hashes differ would change the caps at a failover (`doctor` says so).
+pub fn config_hash(config: &Config) -> String {
+    let mut c = config.clone();
+    c.ha.host_id = None;
+    c.state_dir = None;
+    // FNV-1a over the Debug rendering, which is deterministic for these types.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("{c:?}").bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// What the start found.
+#[derive(Debug)]
+pub enum Start {
+    /// We hold the lease: the store pushes through the link from now on.
+    Leader {
+        epoch: i64,
+        synced: Synced,
+        forwarded: usize,
+    },
+    /// Another host holds a live lease.
+    Follower {
+        holder: String,
+        epoch: i64,
+        lease_left: Duration,
+        forwarded: usize,
+    },
+}
+
+/// The start of a `run` (or a leader's `poll`): this host recorded, its outbox forwarded, the
+/// lease acquired or joined. As the leader, the copy is made current, the capture installed,
+/// a fresh session started when the lease came from another host, the keeper started and the
+/// store linked. As a follower, nothing else.
+pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) -> Result<Start> {
+    let mut db = settings.connect()?;
+    schema::migrate(&mut db)?;
+    hosts::record(
+        &mut db,
+        &settings.host,
+        env!("CARGO_PKG_VERSION"),
+        &settings.config_hash,
+    )?;
+    let forwarded = mirror::forward_outbox(&store.conn, &mut db, &settings.host, now)?;
+    let epoch = match lease::acquire_or_join(&mut db, &settings.host, settings.ttl)? {
+        Role::Follower {
+            holder,
+            epoch,
+            lease_left,
+        } => {
+            return Ok(Start::Follower {
+                holder,
+                epoch,
+                lease_left,
+                forwarded,
+            })
+        }
+        Role::Leader { epoch, .. } => epoch,
+    };
+    let held = Held {
+        host: settings.host.clone(),
+        epoch,
+        margin: settings.margin,
+    };
+    let synced = mirror::sync_in(&mut store.conn, &mut db, &held)?;
+    mirror::capture(&store.conn)?;
+    if let Synced::Pulled {
+        holder, epoch: was, ..
+    } = &synced
+    {
+        if *holder != settings.host {
+            let reason = format!(
+                "leadership moved from {holder} (epoch {was}) to {} (epoch {epoch}) at {}",
+                settings.host,
+                rfc3339(now)
+            );
+            session::start_new(&store.conn, &reason, now)?;
+            log::info!(target: "fleetagent::notice", "ha: {reason}; a fresh session starts here");
+        }
+    }
+    if keeper {
+        spawn_keeper(settings.clone(), epoch)?;
+    }
+    store.shared = Some(Box::new(Link { db, held }));
+    Ok(Start::Leader {
+        epoch,
+        synced,
+        forwarded,
+    })
+}
+
+/// The leader's link to the shared database, through which the store pushes.
+pub struct Link {
+    db: SharedDb,
+    held: Held,
+}
+
+impl crate::store::Shared for Link {
+    fn push(&mut self, conn: &rusqlite::Connection, step: &str) -> Result<()> {
+        mirror::push(conn, &mut self.db, &self.held, step)
+    }
+
+    fn take_inbox(&mut self, conn: &rusqlite::Connection, now: Millis) -> Result<usize> {
+        mirror::forward_outbox(conn, &mut self.db, &self.held.host, now)?;
+        mirror::take_inbox(conn, &mut self.db)
+    }
+}
+
+/// Renews the lease every [`Settings::renew_every`] on its own connection. When the lease
+/// is gone (another host holds it) or cannot be renewed before it would expire, the process
+/// ends (exit 1): a holder that cannot renew stops acting. Its pass is recovered as any
+/// interrupted pass is.
+fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
+    let mut db = settings.connect()?;
+    std::thread::Builder::new()
+        .name("ha-keeper".into())
+        .spawn(move || {
+            let clock = SystemClock;
+            let mut renewed = Instant::now();
+            loop {
+                clock.sleep(settings.renew_every());
+                match lease::renew(&mut db, &settings.host, epoch, settings.ttl) {
+                    Ok(Some(_)) => renewed = Instant::now(),
+                    Ok(None) => keeper_exit(&format!(
+                        "ha: the lease (epoch {epoch}) is no longer this host's; exiting"
+                    )),
+                    Err(e) => {
+                        let left = settings.ttl.saturating_sub(renewed.elapsed());
+                        if left <= settings.margin {
+                            keeper_exit(&format!(
+                                "ha: cannot renew the lease (epoch {epoch}) and it has {}s left, below ha.fence_margin_secs: exiting: {e}",
+                                left.as_secs()
+                            ));
+                        }
+                        log::warn!("ha: renewing the lease failed, trying again: {e}");
+                        if let Ok(again) = settings.connect() {
+                            db = again;
+                        }
+                    }
+                }
+            }
+        })
+        .context("cannot start the lease keeper")?;
+    Ok(())
+}
+
+fn keeper_exit(text: &str) -> ! {
+    let line = format!("fleetagent: {text}");
+    eprintln!("{}", crate::journal::line(crate::journal::ERR, &line));
+    std::process::exit(crate::error::EXIT_RUNTIME);
+}
+
+/// On the leader: how many events wait in the shared inbox (for `poll`, which rings).
+pub fn inbox_waiting(settings: &Settings, store: &Store) -> Result<usize> {
+    let mut db = settings.connect()?;
+    mirror::inbox_waiting(&store.conn, &mut db)
+}

@@ -1,0 +1,115 @@
+//! `ha status` and `inspect`'s `ha` object: the lease and the hosts as the shared database
+//! shows them. Reading never fails: an unreachable database is role `unknown` with its error.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::db::SharedDb;
+use super::node::Settings;
+use crate::clock::rfc3339;
+
+/// DESIGN.md's fields, in `inspect --json`'s `ha` and `ha status --json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    pub host_id: String,
+    /// `leader`, `follower`, or `unknown` (the shared database unreachable).
+    pub role: String,
+    pub holder: Option<String>,
+    pub epoch: Option<i64>,
+    /// Seconds the lease has left, in database time; negative: it expired that long ago.
+    pub lease_left_secs: Option<f64>,
+    pub hosts: Vec<HostStatus>,
+    pub error: Option<String>,
+}
+
+/// One host as the shared database last heard from it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostStatus {
+    pub host_id: String,
+    /// RFC 3339, database time.
+    pub last_seen: String,
+    pub version: String,
+    pub config_hash: String,
+}
+
+/// The lease row: holder, epoch, seconds left (negative: expired).
+pub fn lease_row(db: &mut SharedDb) -> Result<Option<(String, i64, f64)>> {
+    db.retrying("reading the lease", |c| {
+        c.query_opt(
+            "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8
+             FROM fleetagent.lease WHERE name = 'fleet'",
+            &[],
+        )?
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .transpose()
+    })
+}
+
+fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
+    db.retrying("reading the hosts", |c| {
+        c.query(
+            "SELECT host_id, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, version, config_hash
+             FROM fleetagent.hosts ORDER BY host_id",
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(HostStatus {
+                host_id: r.try_get(0)?,
+                last_seen: rfc3339(r.try_get(1)?),
+                version: r.try_get(2)?,
+                config_hash: r.try_get(3)?,
+            })
+        })
+        .collect()
+    })
+}
+
+/// What the shared database says now, from this host's point of view.
+pub fn read(settings: &Settings) -> Status {
+    let mut status = Status {
+        host_id: settings.host.clone(),
+        role: "unknown".into(),
+        holder: None,
+        epoch: None,
+        lease_left_secs: None,
+        hosts: Vec::new(),
+        error: None,
+    };
+    let result = (|| -> Result<()> {
+        let mut db = settings.connect()?;
+        super::schema::migrate(&mut db)?;
+        if let Some((holder, epoch, left)) = lease_row(&mut db)? {
+            status.role = if holder == settings.host && left > 0.0 {
+                "leader".into()
+            } else {
+                "follower".into()
+            };
+            status.holder = Some(holder);
+            status.epoch = Some(epoch);
+            status.lease_left_secs = Some((left * 10.0).round() / 10.0);
+        } else {
+            status.role = "follower".into();
+        }
+        status.hosts = hosts(&mut db)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        status.role = "unknown".into();
+        status.error = Some(crate::error::one_line(&e));
+    }
+    status
+}
+
+/// `ha release`: ends this host's lease now, so the next host to `poll` takes it (epoch + 1).
+/// `Ok(None)`: this host did not hold a live lease; else the epoch released.
+pub fn release(settings: &Settings) -> Result<Option<i64>> {
+    let mut db = settings.connect()?;
+    super::schema::migrate(&mut db)?;
+    match lease_row(&mut db)? {
+        Some((holder, epoch, left)) if holder == settings.host && left > 0.0 => {
+            Ok(super::lease::release(&mut db, &settings.host, epoch)?.then_some(epoch))
+        }
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,251 @@
+//! Several hosts over one shared database (issue 24, docs/ha.md), with the real binary: two
+//! or three state dirs (hosts), one real PostgreSQL (tests/common/pg.rs), one fake vast.ai
+//! they all rent from, Curio's demand from a file, the rules deciding. Time is scaled: a
+//! lease of 5 s, a fence margin of 2 s, vast.ai calls bounded at 1 s.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::agent_e2e::{dead_fleet, write_demand};
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fleet::{Fleet, Run};
+use crate::common::pg::{self, TestDb};
+
+const TTL_SECS: u64 = 5;
+
+/// One host: its own config (naming it) and state dir; the demand file of `demand_dir`.
+fn host(name: &str, db: &TestDb, vast: &FakeVast, demand_dir: &Path) -> Fleet {
+    let config = format!(
+        r#"
+[run]
+deadline_secs = 60
+[debounce]
+p0_secs = 0
+p1_secs = 0
+p2_secs = 0
+max_wait_secs = 1
+[llm]
+provider = "rules"
+[vast]
+base_url = "{vast_url}"
+image = "ghcr.io/example/curio-psprove:latest"
+timeout_secs = 1
+[vast.offers]
+gpu_names = ["RTX 4090"]
+[demand]
+source = "command"
+command = "cat {demand}"
+[policy]
+target_proofs_per_hour = 150
+proofs_per_hour_per_instance = 50
+max_dph_total = 10.0
+max_instances = 20
+[ha]
+enabled = true
+host_id = "{name}"
+lease_ttl_secs = {TTL_SECS}
+fence_margin_secs = 2
+"#,
+        vast_url = vast.url(),
+        demand = demand_dir.join("demand.json").display(),
+    );
+    let f = Fleet::with_config(&config)
+        .env("VAST_API_KEY", &vast.api_key())
+        .env("FLEETAGENT_HA_DB_URL", &db.url());
+    f.cmd(&["init"]).ok();
+    f
+}
+
+fn labels_created(vast: &FakeVast) -> Vec<String> {
+    vast.requests_to(Route::Create)
+        .iter()
+        .filter(|r| r.status == 200)
+        .filter_map(|r| r.json()["label"].as_str().map(String::from))
+        .collect()
+}
+
+fn ha(f: &Fleet) -> Value {
+    f.inspect()["ha"].clone()
+}
+
+fn wait_for_expiry(db: &mut TestDb) {
+    let deadline = Instant::now() + Duration::from_secs(TTL_SECS + 10);
+    while db.query_i64("SELECT COUNT(*) FROM fleetagent.lease WHERE expires_at > now()") > 0 {
+        assert!(Instant::now() < deadline, "the lease never expired");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn last_run_id(f: &Fleet) -> i64 {
+    f.count("SELECT COALESCE(MAX(id), 0) FROM runs")
+}
+
+#[test]
+fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on() {
+    let mut db = pg::fresh_db();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let a = host("host-a", &db, &vast, demand.path());
+    let b = host("host-b", &db, &vast, demand.path());
+
+    // A leads (epoch 1) and the rules launch for dead workers.
+    let out = a.cmd(&["run"]).ok();
+    assert!(out.stdout.contains("run 1"), "{}", out.stdout);
+    let first = labels_created(&vast);
+    assert!(!first.is_empty(), "A launched nothing: {}", out.stderr);
+    assert_eq!(ha(&a)["role"], "leader");
+    assert_eq!(ha(&a)["epoch"], 1);
+    // Its ledger is in the shared database.
+    let shared_launches = db.query_i64(
+        "SELECT COUNT(*) FROM fleetagent.rows WHERE tbl = 'actions' AND data LIKE '%\"kind\":\"launch\"%'",
+    );
+    assert_eq!(shared_launches as usize, first.len());
+
+    // B is a follower: exit 0, a line naming A, no vast.ai call, no pass.
+    let before = vast.requests().len();
+    let out = b.cmd(&["run"]).ok();
+    assert!(
+        out.stdout.contains("follower: host-a leads (epoch 1"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(vast.requests().len(), before, "a follower called vast.ai");
+    assert_eq!(last_run_id(&b), 0, "a follower ran a pass");
+    assert_eq!(ha(&b)["role"], "follower");
+    assert_eq!(ha(&b)["holder"], "host-a");
+
+    // A trigger on B: B's outbox, forwarded by B's next run, rung by A's poll, claimed by A.
+    b.cmd(&["trigger", "-p", "1", "-r", "raised on host b"])
+        .ok();
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM outbox WHERE forwarded_at IS NULL"),
+        1
+    );
+    b.cmd(&["run"]).ok();
+    assert_eq!(db.query_i64("SELECT COUNT(*) FROM fleetagent.inbox"), 1);
+    a.cmd(&["poll"]).ok();
+    assert!(a.doorbell().exists(), "A's poll did not ring for the inbox");
+    a.cmd(&["run"]).ok();
+    let claimed = a.count(
+        "SELECT COUNT(*) FROM events WHERE reason = 'raised on host b' AND claimed_by IS NOT NULL",
+    );
+    assert_eq!(claimed, 1, "A did not claim B's event exactly once");
+    assert_eq!(db.query_i64("SELECT COUNT(*) FROM fleetagent.inbox"), 0);
+    let a_last = last_run_id(&a);
+
+    // A dies (runs no more). When its lease lapses, B leads at epoch 2 with A's state: run
+    // ids go on, A's instances are B's to keep (no second create for their labels).
+    wait_for_expiry(&mut db);
+    let out = b.cmd(&["run"]).ok();
+    assert_eq!(ha(&b)["role"], "leader", "{}", out.stderr);
+    assert_eq!(ha(&b)["epoch"], 2);
+    let b_first = b.count("SELECT MIN(id) FROM runs WHERE id > 0 AND session_id = (SELECT session_id FROM agent_state)");
+    assert!(
+        b_first > a_last,
+        "B's run {b_first} does not follow A's {a_last}"
+    );
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM events WHERE reason = 'raised on host b'"),
+        1,
+        "B's copy lacks the event A claimed"
+    );
+    let labels = labels_created(&vast);
+    let unique: BTreeSet<&String> = labels.iter().collect();
+    assert_eq!(
+        unique.len(),
+        labels.len(),
+        "a label was created twice: {labels:?}"
+    );
+    let session_reason: String = b
+        .db()
+        .query_row(
+            "SELECT reason FROM sessions WHERE id = (SELECT session_id FROM agent_state)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        session_reason.contains("leadership moved from host-a (epoch 1) to host-b (epoch 2)"),
+        "{session_reason}"
+    );
+
+    // A comes back: a follower now.
+    let out = a.cmd(&["run"]).ok();
+    assert!(
+        out.stdout.contains("follower: host-b leads (epoch 2"),
+        "{}",
+        out.stdout
+    );
+    // `ha status --json` on both: the same holder, both hosts seen.
+    let status = a.cmd(&["ha", "status", "--json"]).ok().json();
+    assert_eq!(status["holder"], "host-b");
+    assert_eq!(status["hosts"].as_array().unwrap().len(), 2);
+}
+
+/// A leader stopped (SIGSTOP) after it recorded a launch intent, past its lease: another
+/// host takes over; resumed, it sends nothing and writes nothing shared, and exits at its
+/// first fenced step.
+#[test]
+fn a_stalled_leader_is_fenced_out_when_it_resumes() {
+    let mut db = pg::fresh_db();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let a = host("host-a", &db, &vast, demand.path());
+    let b = host("host-b", &db, &vast, demand.path());
+
+    let mut cmd: Command = a.command(&["run"]);
+    cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1500");
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // Stop it in its pause, once its intent is recorded.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.state.join("fleetagent.db").exists()
+        && a.count("SELECT COUNT(*) FROM actions WHERE outcome = 'intent'") == 0
+    {
+        assert!(Instant::now() < deadline, "A never recorded an intent");
+        thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let seq_before: i64 = db.query_i64("SELECT seq FROM fleetagent.sync");
+    wait_for_expiry(&mut db);
+    let out = b.cmd(&["run"]).ok();
+    assert_eq!(ha(&b)["epoch"], 2, "{}", out.stderr);
+    let creates_after_takeover = vast.count(Route::Create);
+    let seq_takeover: i64 = db.query_i64("SELECT seq FROM fleetagent.sync");
+    assert!(seq_takeover > seq_before);
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        // The keeper (renewing) or the first fenced step, whichever runs first.
+        out.stderr.contains("is no longer this host's"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        vast.count(Route::Create),
+        creates_after_takeover,
+        "the fenced-out leader sent a create"
+    );
+    assert_eq!(
+        db.query_i64(&format!(
+            "SELECT COUNT(*) FROM fleetagent.rows WHERE epoch = 1 AND seq > {seq_before}"
+        )),
+        0,
+        "a row of the old epoch committed after the takeover"
+    );
+}
