@@ -437,10 +437,39 @@ pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
     result
 }
 
+/// With `[ha] enabled`: this host's role and the lease as the shared database showed them.
+pub fn ha_families(s: &crate::ha::status::Status) -> String {
+    render(&[
+        one(
+            "fleetagent_ha_leader",
+            "gauge",
+            "1 when this host holds the lease (several hosts, [ha]).",
+            f64::from(u8::from(s.role == "leader")),
+        ),
+        maybe(
+            "fleetagent_ha_epoch",
+            "gauge",
+            "The lease's epoch (it rises on every change of holder).",
+            s.epoch.map(|e| e as f64),
+        ),
+        maybe(
+            "fleetagent_ha_lease_seconds_left",
+            "gauge",
+            "Seconds the lease has left in database time; negative: expired that long ago.",
+            s.lease_left_secs,
+        ),
+    ])
+}
+
 /// After a `run`: write the textfile when `[metrics] textfile` is set. Failures are logged
 /// and recorded for `doctor` (`store::ops::set_metrics_error`; a success clears it), never
 /// fatal: metrics must not stop the agent.
-pub fn after_run(config: &crate::config::Config, state_dir: &Path, now: Millis) {
+pub fn after_run(
+    config: &crate::config::Config,
+    state_dir: &Path,
+    now: Millis,
+    ha: Option<&crate::ha::status::Status>,
+) {
     let Some(path) = &config.metrics.textfile else {
         return;
     };
@@ -451,7 +480,9 @@ pub fn after_run(config: &crate::config::Config, state_dir: &Path, now: Millis) 
             return;
         }
     };
-    let result = collect(&store.conn, config, now).and_then(|text| write_textfile(path, &text));
+    let result = collect(&store.conn, config, now)
+        .map(|text| text + &ha.map(ha_families).unwrap_or_default())
+        .and_then(|text| write_textfile(path, &text));
     let recorded = match &result {
         Ok(()) => match crate::store::ops::metrics_error(&store.conn) {
             Ok(None) => Ok(()),
@@ -608,13 +639,13 @@ mod tests {
         Store::open(dir.path(), crate::store::OpenMode::Create, 0).unwrap();
         let mut c = crate::config::Config::default();
         c.metrics.textfile = Some(dir.path().join("missing/fleetagent.prom"));
-        after_run(&c, dir.path(), 5_000);
+        after_run(&c, dir.path(), 5_000, None);
         let s = Store::open(dir.path(), crate::store::OpenMode::Existing, 0).unwrap();
         let (error, at) = crate::store::ops::metrics_error(&s.conn).unwrap().unwrap();
         assert!(error.contains("cannot create"), "{error}");
         assert_eq!(at, 5_000);
         std::fs::create_dir(dir.path().join("missing")).unwrap();
-        after_run(&c, dir.path(), 6_000);
+        after_run(&c, dir.path(), 6_000, None);
         assert_eq!(crate::store::ops::metrics_error(&s.conn).unwrap(), None);
         assert!(dir.path().join("missing/fleetagent.prom").exists());
     }

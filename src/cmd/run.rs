@@ -40,7 +40,11 @@ pub fn run(app: &App) -> Result<()> {
         pid: std::process::id(),
     };
     let result = run::run_process(&env);
-    crate::metrics::after_run(config, &dir, app.now());
+    let ha = match crate::ha::node::Settings::of(config, &app.env) {
+        Ok(Some(s)) if config.metrics.textfile.is_some() => Some(crate::ha::status::read(&s)),
+        _ => None,
+    };
+    crate::metrics::after_run(config, &dir, app.now(), ha.as_ref());
     // An early failure has already deleted the doorbell (crate::run).
     let reports = result.map_err(|(RunFailure::Early(e) | RunFailure::Pass(e))| e)?;
     for r in &reports {

@@ -51,6 +51,7 @@ pub const CHECKS: &[&str] = &[
     "wakes",
     "silent_destroys",
     "search_quota",
+    "ha",
 ];
 
 /// One problem: what is wrong, what to do about it, and since when (when known).
@@ -175,6 +176,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("config", setup::launch(i.config));
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
+    found.add("ha", outside::ha(i.config, i.env));
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {
             found.add("database", vec![p]);

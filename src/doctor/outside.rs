@@ -300,3 +300,59 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
         Err(e) => vec![unreadable("the search quota", &e)],
     }
 }
+
+/// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
+/// no leader for longer than the lease, hosts whose config hashes differ (a failover would
+/// change the caps). Nothing while `[ha] enabled = false`.
+pub(super) fn ha(config: &crate::config::Config, env: &crate::env::Env) -> Vec<Problem> {
+    let settings = match crate::ha::node::Settings::of(config, env) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            return vec![Problem::new(format!("ha: {}", crate::error::one_line(&e)))
+                .fix("give the shared database's URL (docs/ha.md, \"Setting it up\")")]
+        }
+    };
+    let status = crate::ha::status::read(&settings);
+    if let Some(e) = &status.error {
+        return vec![Problem::new(format!(
+            "ha: the shared database is unreachable, so no host can act: {e}"
+        ))
+        .fix("check the database and ha_db_url from this host (`fleetagent ha status`)")];
+    }
+    let mut problems = Vec::new();
+    let ttl = config.ha.lease_ttl_secs as f64;
+    if let (Some(holder), Some(left)) = (&status.holder, status.lease_left_secs) {
+        if left < -ttl {
+            problems.push(
+                Problem::new(format!(
+                    "ha: no leader for {:.0}s, longer than the lease ({}s): {holder}'s lease (epoch {}) expired and no host took it",
+                    -left,
+                    config.ha.lease_ttl_secs,
+                    status.epoch.unwrap_or(0)
+                ))
+                .fix("check that fleetagent-poll.timer and fleetagent.timer run on the hosts (journalctl -u fleetagent)"),
+            );
+        }
+    }
+    let hashes: std::collections::BTreeSet<&str> = status
+        .hosts
+        .iter()
+        .map(|h| h.config_hash.as_str())
+        .collect();
+    if hashes.len() > 1 {
+        let each: Vec<String> = status
+            .hosts
+            .iter()
+            .map(|h| format!("{} {}", h.host_id, h.config_hash))
+            .collect();
+        problems.push(
+            Problem::new(format!(
+                "ha: the hosts' configs differ ({}): a failover would change the caps",
+                each.join(", ")
+            ))
+            .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
+        );
+    }
+    problems
+}

@@ -78,12 +78,13 @@ pub fn default_host_id() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// A hash of what decides: the whole config but this host's own id and state dir. Two hosts
-/// whose hashes differ would change the caps at a failover (`doctor` says so).
+/// A hash of what decides: the whole config but this host's own id, state dir and metrics
+/// file. Two hosts whose hashes differ would change the caps at a failover (`doctor` says so).
 pub fn config_hash(config: &Config) -> String {
     let mut c = config.clone();
     c.ha.host_id = None;
     c.state_dir = None;
+    c.metrics = Default::default();
     // FNV-1a over the Debug rendering, which is deterministic for these types.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in format!("{c:?}").bytes() {

@@ -54,11 +54,36 @@ fence_margin_secs = 2
         vast_url = vast.url(),
         demand = demand_dir.join("demand.json").display(),
     );
-    let f = Fleet::with_config(&config)
+    let f = Fleet::with_config("")
         .env("VAST_API_KEY", &vast.api_key())
         .env("FLEETAGENT_HA_DB_URL", &db.url());
+    let prom = f.path().join("fleetagent.prom");
+    f.write_config(&format!(
+        "{config}[metrics]\ntextfile = \"{}\"\n",
+        prom.display()
+    ));
     f.cmd(&["init"]).ok();
     f
+}
+
+/// The value of an unlabelled sample in the host's metrics textfile.
+fn metric(f: &Fleet, name: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(f.path().join("fleetagent.prom")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn doctor_ha(f: &Fleet) -> Value {
+    let out = f.cmd(&["doctor", "--json"]);
+    let all: Value = serde_json::from_str(&out.stdout).unwrap();
+    all["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ha")
+        .cloned()
+        .expect("doctor has no ha check")
 }
 
 fn labels_created(vast: &FakeVast) -> Vec<String> {
@@ -102,6 +127,9 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     assert!(!first.is_empty(), "A launched nothing: {}", out.stderr);
     assert_eq!(ha(&a)["role"], "leader");
     assert_eq!(ha(&a)["epoch"], 1);
+    assert_eq!(metric(&a, "fleetagent_ha_leader"), Some(1.0));
+    assert_eq!(metric(&a, "fleetagent_ha_epoch"), Some(1.0));
+    assert!(metric(&a, "fleetagent_ha_lease_seconds_left").unwrap() > 0.0);
     // Its ledger is in the shared database.
     let shared_launches = db.query_i64(
         "SELECT COUNT(*) FROM fleetagent.rows WHERE tbl = 'actions' AND data LIKE '%\"kind\":\"launch\"%'",
@@ -120,6 +148,8 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     assert_eq!(last_run_id(&b), 0, "a follower ran a pass");
     assert_eq!(ha(&b)["role"], "follower");
     assert_eq!(ha(&b)["holder"], "host-a");
+    assert_eq!(metric(&b, "fleetagent_ha_leader"), Some(0.0));
+    assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
 
     // A trigger on B: B's outbox, forwarded by B's next run, rung by A's poll, claimed by A.
     b.cmd(&["trigger", "-p", "1", "-r", "raised on host b"])
@@ -187,6 +217,23 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     let status = a.cmd(&["ha", "status", "--json"]).ok().json();
     assert_eq!(status["holder"], "host-b");
     assert_eq!(status["hosts"].as_array().unwrap().len(), 2);
+    // A follower may not change shared state; the leader may.
+    let out = a.cmd(&["pause", "--reason", "maintenance"]).code(1);
+    assert!(
+        out.stderr.contains("host-b leads (epoch 2)"),
+        "{}",
+        out.stderr
+    );
+    // A host whose caps differ: doctor says so on every host.
+    let cfg = std::fs::read_to_string(&a.config).unwrap();
+    a.write_config(&cfg.replace("max_instances = 20", "max_instances = 19"));
+    a.cmd(&["run"]).ok();
+    let check = doctor_ha(&b);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("configs differ"),
+        "{check}"
+    );
 }
 
 /// A leader stopped (SIGSTOP) after it recorded a launch intent, past its lease: another
