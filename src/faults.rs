@@ -72,6 +72,8 @@ pub fn point(name: &str) -> Result<()> {
     let s = switches();
     if let Some((p, ms)) = &s.pause {
         if p == name {
+            // Tests wait for this line to act on the paused process (SIGSTOP, a partition).
+            eprintln!("fleetagent: test pause at {name}");
             #[allow(clippy::disallowed_methods)]
             std::thread::sleep(Duration::from_millis(*ms));
         }

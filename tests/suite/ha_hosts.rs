@@ -16,10 +16,10 @@ use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::{Fleet, Run};
 use crate::common::pg::{self, TestDb};
 
-const TTL_SECS: u64 = 5;
+pub(crate) const TTL_SECS: u64 = 5;
 
 /// One host: its own config (naming it) and state dir; the demand file of `demand_dir`.
-fn host(name: &str, db: &TestDb, vast: &FakeVast, demand_dir: &Path) -> Fleet {
+pub(crate) fn host(name: &str, db: &TestDb, vast: &FakeVast, demand_dir: &Path) -> Fleet {
     let config = format!(
         r#"
 [run]
@@ -86,7 +86,7 @@ fn doctor_ha(f: &Fleet) -> Value {
         .expect("doctor has no ha check")
 }
 
-fn labels_created(vast: &FakeVast) -> Vec<String> {
+pub(crate) fn labels_created(vast: &FakeVast) -> Vec<String> {
     vast.requests_to(Route::Create)
         .iter()
         .filter(|r| r.status == 200)
@@ -94,11 +94,11 @@ fn labels_created(vast: &FakeVast) -> Vec<String> {
         .collect()
 }
 
-fn ha(f: &Fleet) -> Value {
+pub(crate) fn ha(f: &Fleet) -> Value {
     f.inspect()["ha"].clone()
 }
 
-fn wait_for_expiry(db: &mut TestDb) {
+pub(crate) fn wait_for_expiry(db: &mut TestDb) {
     let deadline = Instant::now() + Duration::from_secs(TTL_SECS + 10);
     while db.query_i64("SELECT COUNT(*) FROM fleetagent.lease WHERE expires_at > now()") > 0 {
         assert!(Instant::now() < deadline, "the lease never expired");
@@ -106,7 +106,7 @@ fn wait_for_expiry(db: &mut TestDb) {
     }
 }
 
-fn last_run_id(f: &Fleet) -> i64 {
+pub(crate) fn last_run_id(f: &Fleet) -> i64 {
     f.count("SELECT COALESCE(MAX(id), 0) FROM runs")
 }
 

@@ -8,6 +8,7 @@ mod docs;
 mod economics;
 mod floor;
 mod ha;
+mod ha_faults;
 mod ha_hosts;
 mod hands;
 mod hardening;

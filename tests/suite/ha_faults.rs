@@ -1,0 +1,277 @@
+//! The leader killed (kill -9: an abort) or stopped (SIGSTOP past its lease) at every fault
+//! point a rules pass reaches (`faults::POINTS` and `faults::HA_POINTS`), with the host staying
+//! down: the other host leads, no label is created twice, the event waiting for the leader is
+//! claimed by exactly one finished pass, every intent whose instance vast.ai lists is settled,
+//! and a stopped leader, resumed, writes no shared row and sends at most one create.
+//!
+//! Time is scaled as in ha_hosts.rs (lease 5 s); where a dead host's lease must lapse, the
+//! test moves its expiry to the database's `now()` (time passing, without the wait): the
+//! takeover's own timing is shown by ha_hosts.rs with a real lapse.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use fleetagent::faults::{HA_POINTS, POINTS};
+
+use super::agent_e2e::{dead_fleet, write_demand};
+use super::ha_hosts::{host, labels_created};
+use crate::common::fake_vast::FakeVast;
+use crate::common::fleet::{Fleet, Run};
+use crate::common::pg::{self, TestDb};
+
+/// The points a leader's rules pass on dead workers reaches; the rest need another path
+/// (`trigger-after-insert`: the trigger command; `fallback-before-rules`: an unusable model;
+/// `stop-after-call`, `tool-before-result`, `tool-after-result`: a stop or a model's tools).
+const REACHED: &[&str] = &[
+    "run-after-lock",
+    "run-after-claim",
+    "run-after-observe",
+    "launch-after-intent",
+    "launch-after-create",
+    "rules-before-note",
+    "run-before-finish",
+    "run-end-check",
+    "run-after-last-look",
+    "ha-before-push",
+    "ha-after-push",
+];
+
+struct World {
+    db: TestDb,
+    vast: FakeVast,
+    _demand: tempfile::TempDir,
+    a: Fleet,
+    b: Fleet,
+}
+
+/// A leads (its poll took the lease), B's event waits in the shared inbox.
+fn world() -> World {
+    let db = pg::fresh_db();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let a = host("host-a", &db, &vast, demand.path());
+    let b = host("host-b", &db, &vast, demand.path());
+    a.cmd(&["poll"]).ok();
+    b.cmd(&["trigger", "-p", "1", "-r", "from b"]).ok();
+    let out = b.cmd(&["run"]).ok();
+    assert!(out.stdout.contains("follower: host-a"), "{}", out.stdout);
+    World {
+        db,
+        vast,
+        _demand: demand,
+        a,
+        b,
+    }
+}
+
+/// A's host stays down: its lease lapses (moved to now), B's poll takes it, B runs twice.
+fn b_takes_over(w: &mut World) {
+    w.db.exec("UPDATE fleetagent.lease SET expires_at = now() WHERE holder = 'host-a'");
+    w.b.cmd(&["poll"]).ok();
+    assert_eq!(
+        w.db.query_i64(
+            "SELECT epoch FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()"
+        ),
+        2,
+        "B does not lead at epoch 2"
+    );
+    w.b.cmd(&["run"]).ok();
+    w.b.cmd(&["run"]).ok();
+}
+
+/// Nothing doubled, nothing lost, nothing left open, in the shared state as B holds it.
+fn check(w: &mut World, what: &str) {
+    let labels = labels_created(&w.vast);
+    let unique: BTreeSet<&String> = labels.iter().collect();
+    assert_eq!(
+        unique.len(),
+        labels.len(),
+        "{what}: a label created twice: {labels:?}"
+    );
+    let claimed_ok = w.b.count(
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by
+         WHERE e.reason = 'from b' AND r.status = 'ok'",
+    );
+    let failed =
+        w.b.count("SELECT COUNT(*) FROM events WHERE reason = 'from b' AND failed_at IS NOT NULL");
+    let copies =
+        w.b.count("SELECT COUNT(*) FROM events WHERE reason = 'from b'");
+    assert_eq!(
+        (copies, claimed_ok + failed),
+        (1, 1),
+        "{what}: B's event is not claimed by exactly one finished pass"
+    );
+    assert_eq!(
+        w.db.query_i64("SELECT COUNT(*) FROM fleetagent.inbox"),
+        0,
+        "{what}: the inbox still holds events"
+    );
+    let open: Vec<String> = {
+        let conn = w.b.db();
+        let mut st = conn
+            .prepare("SELECT label FROM actions WHERE kind = 'launch' AND outcome = 'intent'")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    for label in &open {
+        assert!(
+            !labels.contains(label),
+            "{what}: the intent for {label} is still open though vast.ai lists it"
+        );
+    }
+}
+
+fn run_points(points: Vec<&'static str>, one: fn(&'static str) -> Option<String>) -> Vec<String> {
+    let todo = Arc::new(Mutex::new(points));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let todo = Arc::clone(&todo);
+            thread::spawn(move || {
+                let mut reached = Vec::new();
+                loop {
+                    let next = todo.lock().unwrap().pop();
+                    let Some(p) = next else { break };
+                    if let Some(r) = one(p) {
+                        reached.push(r);
+                    }
+                }
+                reached
+            })
+        })
+        .collect();
+    workers
+        .into_iter()
+        .flat_map(|w| w.join().expect("a fault case failed (see its panic above)"))
+        .collect()
+}
+
+/// The points of `REACHED`, each checked to be a real fault point.
+fn all_points() -> Vec<&'static str> {
+    for p in REACHED {
+        assert!(
+            POINTS.contains(p) || HA_POINTS.contains(p),
+            "{p} is no fault point"
+        );
+    }
+    REACHED.to_vec()
+}
+
+/// One kill: None when the pass never reached the point.
+fn kill_at(point: &'static str) -> Option<String> {
+    let mut w = world();
+    let mut cmd = w.a.command(&["run"]);
+    cmd.env("FLEETAGENT_TEST_CRASH_AT", point);
+    let out = Run::from(cmd.output().unwrap());
+    if out.code == 0 {
+        return None;
+    }
+    assert!(
+        out.stderr.contains("test crash injected"),
+        "{point}: {}",
+        out.stderr
+    );
+    b_takes_over(&mut w);
+    check(&mut w, &format!("kill -9 at {point}"));
+    Some(point.to_string())
+}
+
+#[test]
+fn a_leader_killed_at_every_fault_point_is_replaced_with_nothing_doubled_or_lost() {
+    let reached = run_points(all_points(), kill_at);
+    for p in REACHED {
+        assert!(
+            reached.iter().any(|r| r == p),
+            "{p} was never reached: {reached:?}"
+        );
+    }
+    println!(
+        "kill -9: {} points reached and recovered: {reached:?}",
+        reached.len()
+    );
+}
+
+/// One stop: None when the pass never reached the point.
+fn stop_at(point: &'static str) -> Option<String> {
+    let mut w = world();
+    let mut cmd = w.a.command(&["run"]);
+    cmd.env("FLEETAGENT_TEST_PAUSE_AT", format!("{point}:2500"));
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("test pause at") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        let _ = child.wait();
+        return None;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    b_takes_over(&mut w);
+    let seq = w.db.query_i64("SELECT seq FROM fleetagent.sync");
+    let creates = labels_created(&w.vast).len();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let status = child.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    let what = format!("SIGSTOP at {point}");
+    if status.code() == Some(0) {
+        // Stopped before it asked for the lease: resumed, it finds B leading.
+        assert!(
+            stderr.contains("follower: host-b leads"),
+            "{what}: {stderr}"
+        );
+    } else {
+        assert!(
+            stderr.contains("is no longer this host's"),
+            "{what}: {stderr}"
+        );
+    }
+    assert_eq!(
+        w.db.query_i64(&format!(
+            "SELECT COUNT(*) FROM fleetagent.rows WHERE epoch = 1 AND seq > {seq}"
+        )),
+        0,
+        "{what}: a row of the old epoch committed after the takeover"
+    );
+    let escaped = labels_created(&w.vast).len() - creates;
+    assert!(escaped <= 1, "{what}: {escaped} creates escaped");
+    // What escaped is adopted by the next pass.
+    w.b.cmd(&["run"]).ok();
+    check(&mut w, &what);
+    Some(point.to_string())
+}
+
+#[test]
+fn a_leader_stopped_past_its_lease_at_every_fault_point_writes_nothing_when_it_resumes() {
+    let reached = run_points(all_points(), stop_at);
+    for p in REACHED {
+        assert!(
+            reached.iter().any(|r| r == p),
+            "{p} was never reached: {reached:?}"
+        );
+    }
+    println!(
+        "SIGSTOP: {} points reached, fenced out: {reached:?}",
+        reached.len()
+    );
+}
