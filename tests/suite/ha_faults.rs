@@ -49,7 +49,13 @@ struct World {
 
 /// A leads (its poll took the lease), B's event waits in the shared inbox.
 fn world() -> World {
-    let db = pg::fresh_db();
+    world_with(|_| {})
+}
+
+/// [`world`] on a database `setup` prepared first.
+fn world_with(setup: impl FnOnce(&mut TestDb)) -> World {
+    let mut db = pg::fresh_db();
+    setup(&mut db);
     let vast = FakeVast::start_real_time();
     vast.add_offers(10, "RTX 4090", 0.40, 0.99);
     let demand = tempfile::tempdir().unwrap();
@@ -274,4 +280,79 @@ fn a_leader_stopped_past_its_lease_at_every_fault_point_writes_nothing_when_it_r
         "SIGSTOP: {} points reached, fenced out: {reached:?}",
         reached.len()
     );
+}
+
+/// Every 20th shared write, on average, fails with SQLSTATE 40001 (as YugabyteDB reports a
+/// conflict): a trigger on each table of the schema, created after the schema.
+fn inject_40001(db: &mut TestDb) {
+    let mut shared = fleetagent::ha::SharedDb::connect(
+        &db.url(),
+        Duration::from_secs(20),
+        Arc::new(fleetagent::clock::SystemClock),
+    )
+    .unwrap();
+    fleetagent::ha::schema::migrate(&mut shared).unwrap();
+    // A sequence counts the injections: nextval survives the rollback it causes.
+    db.exec("CREATE SEQUENCE fleetagent.conflicts");
+    db.exec(
+        "CREATE FUNCTION fleetagent.conflict() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           IF random() < 0.05 THEN
+             PERFORM nextval('fleetagent.conflicts');
+             RAISE EXCEPTION 'injected conflict' USING ERRCODE = '40001';
+           END IF;
+           RETURN COALESCE(NEW, OLD);
+         END $$;",
+    );
+    for t in ["lease", "hosts", "sync", "rows", "inbox"] {
+        db.exec(&format!(
+            "CREATE TRIGGER conflict BEFORE INSERT OR UPDATE OR DELETE ON fleetagent.{t}
+             FOR EACH ROW EXECUTE FUNCTION fleetagent.conflict()"
+        ));
+    }
+}
+
+fn repeatable_read(db: &mut TestDb) {
+    let name = db.name.clone();
+    db.exec(&format!(
+        "ALTER DATABASE {name} SET default_transaction_isolation TO 'repeatable read'"
+    ));
+}
+
+/// The whole path (follower forward, leader claim and launches, takeover, the new leader's
+/// passes) under REPEATABLE READ, and with injected 40001s under both levels.
+#[test]
+fn every_shared_statement_holds_under_both_isolation_levels_and_injected_conflicts() {
+    type Setup = fn(&mut TestDb);
+    let cases: [(&str, Setup); 3] = [
+        ("repeatable read", repeatable_read),
+        ("read committed, 1 in 20 writes 40001", inject_40001),
+        ("repeatable read, 1 in 20 writes 40001", |db| {
+            repeatable_read(db);
+            inject_40001(db);
+        }),
+    ];
+    let threads: Vec<_> = cases
+        .into_iter()
+        .map(|(what, setup)| {
+            thread::spawn(move || {
+                let mut w = world_with(setup);
+                let out = w.a.cmd(&["run"]).ok();
+                assert!(out.stdout.contains("-> action"), "{what}: {}", out.stdout);
+                b_takes_over(&mut w);
+                check(&mut w, what);
+                if what.contains("40001") {
+                    let injected = w.db.query_i64(
+                        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fleetagent.conflicts",
+                    );
+                    assert!(injected > 0, "{what}: no conflict was injected");
+                    return format!("{what}: ok, {injected} conflicts injected and retried");
+                }
+                format!("{what}: ok")
+            })
+        })
+        .collect();
+    for t in threads {
+        println!("{}", t.join().expect("an isolation case failed"));
+    }
 }
