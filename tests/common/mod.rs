@@ -6,5 +6,6 @@ pub mod fake_llm;
 pub mod fake_vast;
 pub mod fleet;
 pub mod pg;
+pub mod proxy;
 pub mod rng;
 pub mod systemd;

@@ -356,3 +356,95 @@ fn every_shared_statement_holds_under_both_isolation_levels_and_injected_conflic
         println!("{}", t.join().expect("an isolation case failed"));
     }
 }
+
+/// The leader cut from the database (a proxy that blackholes) while it holds a launch intent:
+/// it sends no create (its own vast.ai sees none), B leads once the lease lapses, and after
+/// the link heals the old leader's held statements find the new epoch: it writes nothing
+/// shared and exits 1.
+#[test]
+fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing() {
+    use crate::common::proxy::{Mode, Proxy};
+    use std::time::Instant;
+
+    let mut db = pg::fresh_db();
+    let proxy = Proxy::start(db.port);
+    let a_vast = FakeVast::start_real_time();
+    a_vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let b_vast = FakeVast::start_real_time();
+    b_vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let through_proxy = db.url().replace(
+        &format!("127.0.0.1:{}/", db.port),
+        &format!("127.0.0.1:{}/", proxy.port),
+    );
+    let a = host("host-a", &db, &a_vast, demand.path()).env("FLEETAGENT_HA_DB_URL", &through_proxy);
+    let b = host("host-b", &db, &b_vast, demand.path());
+    a.cmd(&["poll"]).ok();
+
+    let mut cmd = a.command(&["run"]);
+    cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1000");
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let reader = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("test pause at") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("A never reached its launch");
+    proxy.set(Mode::Blackhole);
+    let cut = Instant::now();
+
+    // B polls every 200 ms until it leads: the lease lapses within its TTL of A's last renewal.
+    loop {
+        b.cmd(&["poll"]).ok();
+        let leads = db.query_i64(
+            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()",
+        );
+        if leads == 1 {
+            break;
+        }
+        assert!(cut.elapsed() < Duration::from_secs(20), "B never took over");
+        thread::sleep(Duration::from_millis(200));
+    }
+    let took_over = cut.elapsed();
+    b.cmd(&["run"]).ok();
+    let seq = db.query_i64("SELECT seq FROM fleetagent.sync");
+    proxy.set(Mode::Pass);
+    let status = child.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        a_vast.count(crate::common::fake_vast::Route::Create),
+        0,
+        "the cut-off leader sent a create: {stderr}"
+    );
+    assert!(
+        !labels_created(&b_vast).is_empty(),
+        "B did not launch for the dead workers"
+    );
+    assert_eq!(
+        db.query_i64(&format!(
+            "SELECT COUNT(*) FROM fleetagent.rows WHERE epoch = 1 AND seq > {seq}"
+        )),
+        0,
+        "a row of the old epoch committed after healing"
+    );
+    assert!(
+        took_over <= Duration::from_secs(super::ha_hosts::TTL_SECS + 3),
+        "B took {took_over:?} to lead"
+    );
+    println!("cut at the launch: B led {took_over:?} after the cut; A exited 1 with no create");
+}
