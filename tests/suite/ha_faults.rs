@@ -448,3 +448,118 @@ fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing
     );
     println!("cut at the launch: B led {took_over:?} after the cut; A exited 1 with no create");
 }
+
+/// 1,000 triggers and messages from three hosts while leadership moves 10 times (a planned
+/// release, then a random host's poll): every one becomes exactly one event, claimed by one
+/// finished pass of whichever host led.
+#[test]
+fn a_thousand_triggers_over_three_hosts_and_ten_failovers_are_each_claimed_once() {
+    use crate::common::rng::Rng;
+
+    let mut db = pg::fresh_db();
+    let vast = FakeVast::start_real_time();
+    let demand = tempfile::tempdir().unwrap();
+    // Nothing to do: passes stay cheap.
+    write_demand(
+        demand.path(),
+        serde_json::json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []}),
+    );
+    let hosts: Arc<Vec<Fleet>> = Arc::new(
+        ["host-a", "host-b", "host-c"]
+            .iter()
+            .map(|h| host(h, &db, &vast, demand.path()))
+            .collect(),
+    );
+    hosts[0].cmd(&["poll"]).ok();
+    const PER_HOST: usize = 334;
+    let senders: Vec<_> = (0..3)
+        .map(|h| {
+            let hosts = Arc::clone(&hosts);
+            thread::spawn(move || {
+                for i in 0..PER_HOST {
+                    let reason = format!("t-{h}-{i}");
+                    let out = if i % 10 == 0 {
+                        hosts[h].cmd(&["message", &reason])
+                    } else {
+                        hosts[h].cmd(&["trigger", "-p", "2", "-r", &reason])
+                    };
+                    assert_eq!(out.code, 0, "{reason}: {}", out.stderr);
+                }
+            })
+        })
+        .collect();
+    let mut rng = Rng(24);
+    let mut failovers = 0;
+    let leader = |db: &mut TestDb| -> Option<usize> {
+        let row = db.query_i64(
+            "SELECT COALESCE((SELECT CASE holder WHEN 'host-a' THEN 0 WHEN 'host-b' THEN 1 ELSE 2 END
+             FROM fleetagent.lease WHERE expires_at > now()), -1)::bigint",
+        );
+        usize::try_from(row).ok()
+    };
+    while senders.iter().any(|s| !s.is_finished()) || failovers < 10 {
+        let h = rng.index(3);
+        let out = hosts[h].cmd(&["run"]);
+        assert_eq!(out.code, 0, "run on host {h}: {}", out.stderr);
+        if rng.below(3) == 0 && failovers < 10 {
+            if let Some(l) = leader(&mut db) {
+                hosts[l].cmd(&["ha", "release"]).ok();
+                let next = rng.index(3);
+                hosts[next].cmd(&["poll"]).ok();
+                failovers += 1;
+            }
+        }
+        if let Some(l) = leader(&mut db) {
+            hosts[l].cmd(&["poll"]).ok();
+        }
+    }
+    for s in senders {
+        s.join().expect("a sender failed");
+    }
+    // Drain: every host forwards, the leader takes the inbox until nothing waits.
+    for _ in 0..10 {
+        for h in hosts.iter() {
+            h.cmd(&["run"]).ok();
+        }
+        let l = leader(&mut db).unwrap_or(0);
+        hosts[l].cmd(&["poll"]).ok();
+        hosts[l].cmd(&["run"]).ok();
+        let waiting = db.query_i64("SELECT COUNT(*) FROM fleetagent.inbox");
+        let ready = hosts[l]
+            .count("SELECT COUNT(*) FROM events WHERE claimed_by IS NULL AND failed_at IS NULL");
+        let unforwarded: i64 = hosts
+            .iter()
+            .map(|h| h.count("SELECT COUNT(*) FROM outbox WHERE forwarded_at IS NULL"))
+            .sum();
+        if waiting + ready + unforwarded == 0 {
+            break;
+        }
+    }
+    let l = leader(&mut db).expect("no leader at the end");
+    let f = &hosts[l];
+    // A trigger's reason is its text; a message's text is its body.
+    let text = "COALESCE(body, reason)";
+    let total = f.count(&format!(
+        "SELECT COUNT(*) FROM events WHERE {text} LIKE 't-%'"
+    ));
+    let distinct = f.count(&format!(
+        "SELECT COUNT(DISTINCT {text}) FROM events WHERE {text} LIKE 't-%'"
+    ));
+    let finished = f.count(&format!(
+        "SELECT COUNT(*) FROM events e JOIN runs r ON r.id = e.claimed_by
+         WHERE {text} LIKE 't-%' AND r.status = 'ok'"
+    ));
+    let messages =
+        f.count("SELECT COUNT(*) FROM events WHERE kind = 'message' AND body LIKE 't-%'");
+    let epochs = db.query_i64("SELECT epoch FROM fleetagent.lease");
+    assert_eq!(failovers, 10);
+    assert!(epochs >= 11, "only {epochs} epochs for 10 releases");
+    assert_eq!(
+        (total, distinct),
+        (3 * PER_HOST as i64, 3 * PER_HOST as i64),
+        "events lost or doubled"
+    );
+    assert_eq!(finished, total, "events not claimed by a finished pass");
+    assert_eq!(messages, 3 * 34);
+    println!("{total} triggers and messages over {failovers} failovers (epoch {epochs}): each claimed once by a finished pass");
+}
