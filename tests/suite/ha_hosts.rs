@@ -41,7 +41,7 @@ gpu_names = ["RTX 4090"]
 source = "command"
 command = "cat {demand}"
 [policy]
-target_proofs_per_hour = 150
+target_proofs_per_hour = 50
 proofs_per_hour_per_instance = 50
 max_dph_total = 10.0
 max_instances = 20

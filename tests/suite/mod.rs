@@ -10,6 +10,7 @@ mod floor;
 mod ha;
 mod ha_faults;
 mod ha_hosts;
+mod ha_race;
 mod hands;
 mod hardening;
 mod journal;
