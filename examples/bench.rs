@@ -105,6 +105,12 @@ const CONFIG: &str = "[llm]\nprovider = \"rules\"\n";
 
 fn bench_trigger() {
     let dir = new_state(CONFIG);
+    // Several hosts (`[ha] enabled`): `trigger` writes the outbox instead; no database is
+    // reached (the URL names nothing: a trigger that tried would fail the bench).
+    let ha_dir = new_state(&format!(
+        "{CONFIG}[ha]\nenabled = true\nhost_id = \"bench\"\n"
+    ));
+    let mut t_ha = Vec::new();
     let n = 200;
     // The previous build side by side (scripts/bench passes BASELINE_BIN when set), in a state
     // dir of its own that it made itself.
@@ -133,6 +139,10 @@ fn bench_trigger() {
             dir.path(),
             &["trigger", "-p", "1", "-r", &format!("bench {i}")],
         )));
+        t_ha.push(timed(fleet(
+            ha_dir.path(),
+            &["trigger", "-p", "1", "-r", &format!("bench {i}")],
+        )));
         if let Some(bin) = &reference {
             let mut c = Command::new(bin);
             c.arg(&ref_db).arg(&ref_bell).arg(format!("bench {i}"));
@@ -158,6 +168,13 @@ fn bench_trigger() {
         ms(v),
         ms(v) / ms(a),
         ms(b) - ms(v)
+    );
+    let h = median(t_ha);
+    println!(
+        "  with [ha] enabled (the event to the outbox): median {:.2} ms = {:.2}x /bin/true; HA on / off = {:.3}x",
+        ms(h),
+        ms(h) / ms(a),
+        ms(h) / ms(b)
     );
     if let Some(base) = &baseline {
         let m = median(t_base);

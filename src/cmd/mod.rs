@@ -105,6 +105,11 @@ pub(crate) fn lead(app: &App, loaded: &LoadedConfig, store: &mut Store, what: &s
             "{what} changes the state the hosts share, and this host ({}) is a follower: {holder} leads (epoch {epoch}); run it there, or `fleetagent ha release` there first",
             settings.host
         ),
+        crate::ha::node::Start::Released { epoch, hold_left, .. } => anyhow::bail!(
+            "{what} changes the state the hosts share, and this host ({}) released the lease (epoch {epoch}) for another host to take; run it on the host that leads next (`fleetagent ha status`), or here in {}s",
+            settings.host,
+            hold_left.as_secs()
+        ),
     }
 }
 

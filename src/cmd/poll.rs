@@ -50,9 +50,13 @@ fn ha_poll(
     dir: &std::path::Path,
     now: crate::clock::Millis,
 ) -> Result<bool> {
-    match crate::ha::node::start(settings, store, now, false)? {
-        crate::ha::node::Start::Follower { holder, epoch, .. } => {
-            log::debug!("poll: follower; {holder} leads (epoch {epoch})");
+    let started = crate::ha::node::start(settings, store, now, false)?;
+    if let Some(line) = started.not_leading(&settings.host) {
+        log::debug!("poll: {line}");
+        return Ok(false);
+    }
+    match started {
+        crate::ha::node::Start::Follower { .. } | crate::ha::node::Start::Released { .. } => {
             Ok(false)
         }
         crate::ha::node::Start::Leader { epoch, .. } => {

@@ -28,6 +28,9 @@ pub enum Role {
         epoch: i64,
         lease_left: Duration,
     },
+    /// We released the lease at `epoch` (`ha release`): for one lease period after, we leave
+    /// it to another host (`hold_left` more), so a planned handover hands over.
+    Released { epoch: i64, hold_left: Duration },
 }
 
 /// The outcome of a [`fenced`] write.
@@ -70,33 +73,61 @@ pub fn acquire_or_join(db: &mut SharedDb, host: &str, ttl: Duration) -> Result<R
                                        THEN l.acquired_at ELSE now() END,
                     holder = $1,
                     renewed_at = now(),
-                    expires_at = now() + $2::float8 * interval '1 second'
-                 WHERE l.holder = $1 OR l.expires_at <= now()
-                 RETURNING l.holder, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8",
+                    expires_at = now() + $2::float8 * interval '1 second',
+                    released = false
+                 WHERE (l.holder = $1 AND l.expires_at > now())
+                    OR (l.expires_at <= now()
+                        AND NOT (l.holder = $1 AND l.released
+                                 AND now() < l.expires_at + $2::float8 * interval '1 second'))
+                 RETURNING l.holder, l.epoch, EXTRACT(EPOCH FROM l.expires_at - now())::float8,
+                           false",
                 &[&host, &secs(ttl)],
             )?
-            .map(|row| Ok((true, row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .map(|row| {
+                Ok((
+                    true,
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                ))
+            })
             .transpose()?;
         let found = match taken {
             Some(found) => Some(found),
             None => tx
                 .query_opt(
-                    "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8
+                    "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8, released
                      FROM fleetagent.lease WHERE name = 'fleet'",
                     &[],
                 )?
-                .map(|row| Ok((false, row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .map(|row| {
+                    Ok((
+                        false,
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                    ))
+                })
                 .transpose()?,
         };
         tx.commit()?;
         Ok(found)
     })?;
+    let found: Option<(bool, String, i64, f64, bool)> = found;
     match found {
-        Some((true, _, epoch, lease_left)) => Ok(Role::Leader {
+        Some((true, _, epoch, lease_left, _)) => Ok(Role::Leader {
             epoch,
             lease_left: left(lease_left),
         }),
-        Some((false, holder, epoch, lease_left)) if holder != host && lease_left > 0.0 => {
+        Some((false, holder, epoch, lease_left, true)) if holder == host && lease_left <= 0.0 => {
+            Ok(Role::Released {
+                epoch,
+                hold_left: left(secs(ttl) + lease_left),
+            })
+        }
+        Some((false, holder, epoch, lease_left, _)) if holder != host && lease_left > 0.0 => {
             Ok(Role::Follower {
                 holder,
                 epoch,
@@ -131,12 +162,12 @@ pub fn renew(db: &mut SharedDb, host: &str, epoch: i64, ttl: Duration) -> Result
     Ok(lease_left.map(left))
 }
 
-/// A planned handover: expires our lease now, so the next acquirer (any host, us included)
-/// takes it with the epoch + 1. `false`: it was not ours at `epoch`, or had already expired.
+/// A planned handover: expires our lease now, so the next other host to acquire takes it with
+/// the epoch + 1 (we hold off for one lease period: [`Role::Released`]). `false`: it was not ours at `epoch`, or had already expired.
 pub fn release(db: &mut SharedDb, host: &str, epoch: i64) -> Result<bool> {
     let changed = db.retrying("releasing the lease", |client| {
         client.execute(
-            "UPDATE fleetagent.lease SET expires_at = now(), renewed_at = now()
+            "UPDATE fleetagent.lease SET expires_at = now(), renewed_at = now(), released = true
              WHERE name = 'fleet' AND holder = $1 AND epoch = $2 AND expires_at > now()",
             &[&host, &epoch],
         )

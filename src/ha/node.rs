@@ -94,6 +94,32 @@ pub fn config_hash(config: &Config) -> String {
     format!("{h:016x}")
 }
 
+impl Start {
+    /// The line of a host that does not lead, None on the leader.
+    pub fn not_leading(&self, host: &str) -> Option<String> {
+        match self {
+            Start::Leader { .. } => None,
+            Start::Follower {
+                holder,
+                epoch,
+                lease_left,
+                forwarded,
+            } => Some(format!(
+                "follower: {holder} leads (epoch {epoch}, lease {}s left); this host ({host}) forwarded {forwarded} event(s) and does nothing else",
+                lease_left.as_secs()
+            )),
+            Start::Released {
+                epoch,
+                hold_left,
+                forwarded,
+            } => Some(format!(
+                "follower: this host ({host}) released the lease (epoch {epoch}) and leaves it to another host for {}s more; it forwarded {forwarded} event(s) and does nothing else",
+                hold_left.as_secs()
+            )),
+        }
+    }
+}
+
 /// What the start found.
 #[derive(Debug)]
 pub enum Start {
@@ -101,6 +127,12 @@ pub enum Start {
     Leader {
         epoch: i64,
         synced: Synced,
+        forwarded: usize,
+    },
+    /// This host released the lease (`ha release`) and leaves it to another host a while.
+    Released {
+        epoch: i64,
+        hold_left: Duration,
         forwarded: usize,
     },
     /// Another host holds a live lease.
@@ -136,6 +168,13 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
                 holder,
                 epoch,
                 lease_left,
+                forwarded,
+            })
+        }
+        Role::Released { epoch, hold_left } => {
+            return Ok(Start::Released {
+                epoch,
+                hold_left,
                 forwarded,
             })
         }

@@ -21,8 +21,11 @@ pub const STATEMENTS: &[&str] = &[
         epoch       bigint NOT NULL CHECK (epoch > 0),
         acquired_at timestamptz NOT NULL,
         renewed_at  timestamptz NOT NULL,
-        expires_at  timestamptz NOT NULL
+        expires_at  timestamptz NOT NULL,
+        released    boolean NOT NULL DEFAULT false
     )",
+    // A lease row made before `ha release` held its host off.
+    "ALTER TABLE fleetagent.lease ADD COLUMN IF NOT EXISTS released boolean NOT NULL DEFAULT false",
     // Every host that ran, for `ha status` and doctor's config-hash check.
     "CREATE TABLE IF NOT EXISTS fleetagent.hosts (
         host_id     text PRIMARY KEY,
@@ -42,13 +45,16 @@ pub fn migrate(db: &mut SharedDb) -> Result<()> {
     let present: i64 = db.retrying("checking the schema", |client| {
         client
             .query_one(
-                "SELECT COUNT(*) FROM unnest($1::text[]) AS t(name)
-                 WHERE to_regclass(t.name) IS NOT NULL",
+                "SELECT (SELECT COUNT(*) FROM unnest($1::text[]) AS t(name)
+                         WHERE to_regclass(t.name) IS NOT NULL)
+                      + (SELECT COUNT(*) FROM information_schema.columns
+                         WHERE table_schema = 'fleetagent' AND table_name = 'lease'
+                           AND column_name = 'released')",
                 &[&names],
             )?
             .try_get(0)
     })?;
-    if present == TABLES.len() as i64 {
+    if present == TABLES.len() as i64 + 1 {
         return Ok(());
     }
     for statement in STATEMENTS.iter().chain(super::mirror::STATEMENTS) {

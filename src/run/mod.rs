@@ -105,26 +105,15 @@ fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store, Option<S
     faults::point("run-after-lock")?;
     let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
     if let Some(settings) = crate::ha::node::Settings::of(env.config, env.env)? {
-        match crate::ha::node::start(&settings, &mut store, clock.now_ms(), true)? {
-            crate::ha::node::Start::Follower {
-                holder,
-                epoch,
-                lease_left,
-                forwarded,
-            } => {
-                let line = format!(
-                    "follower: {holder} leads (epoch {epoch}, lease {}s left); this host ({}) forwarded {forwarded} event(s) and does nothing else",
-                    lease_left.as_secs(),
-                    settings.host
-                );
-                return Ok((lock, store, Some(line)));
-            }
-            crate::ha::node::Start::Leader { epoch, synced, .. } => {
-                log::info!(
-                    "ha: this host ({}) leads at epoch {epoch} ({synced:?})",
-                    settings.host
-                );
-            }
+        let started = crate::ha::node::start(&settings, &mut store, clock.now_ms(), true)?;
+        if let Some(line) = started.not_leading(&settings.host) {
+            return Ok((lock, store, Some(line)));
+        }
+        if let crate::ha::node::Start::Leader { epoch, synced, .. } = &started {
+            log::info!(
+                "ha: this host ({}) leads at epoch {epoch} ({synced:?})",
+                settings.host
+            );
         }
     }
     if claim::recover_interrupted(&mut store, clock.now_ms())? > 0 {

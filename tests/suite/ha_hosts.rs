@@ -296,3 +296,96 @@ fn a_stalled_leader_is_fenced_out_when_it_resumes() {
         "a row of the old epoch committed after the takeover"
     );
 }
+
+fn set_ha(f: &Fleet, enabled: bool) {
+    let cfg = std::fs::read_to_string(&f.config).unwrap();
+    let (from, to) = if enabled {
+        ("enabled = false", "enabled = true")
+    } else {
+        ("enabled = true", "enabled = false")
+    };
+    f.write_config(&cfg.replace(from, to));
+}
+
+/// A single-host install with a fleet, a waiting event and a pending wake switches to HA: its
+/// first lead moves all of it to the shared database. `ha release` hands over (the releasing
+/// host holds off), the next leader carries the same state on, and switching it back to one
+/// host goes on from its copy.
+#[test]
+fn a_single_host_install_moves_to_the_shared_database_and_a_release_hands_over() {
+    let mut db = pg::fresh_db();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let a = host("host-a", &db, &vast, demand.path());
+    let b = host("host-b", &db, &vast, demand.path());
+    set_ha(&a, false);
+    a.cmd(&["run"]).ok();
+    let launched = labels_created(&vast);
+    assert!(!launched.is_empty(), "the single host launched nothing");
+    a.cmd(&["trigger", "-p", "2", "-r", "waiting on one host"])
+        .ok();
+    a.cmd(&["wakes", "add", "--in", "1h", "--reason", "look again"])
+        .ok();
+    assert_eq!(
+        db.query_i64(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = 'fleetagent'"
+        ),
+        0,
+        "a single host touched the shared database"
+    );
+
+    set_ha(&a, true);
+    a.cmd(&["poll"]).ok();
+    for (table, what) in [
+        ("events", "waiting on one host"),
+        ("wakes", "look again"),
+        ("actions", &launched[0]),
+        ("instances", &launched[0]),
+    ] {
+        let n = db.query_i64(&format!(
+            "SELECT COUNT(*) FROM fleetagent.rows WHERE tbl = '{table}' AND data LIKE '%{what}%'"
+        ));
+        assert_eq!(n, 1, "{table} '{what}' did not move to the shared database");
+    }
+
+    // A planned handover: A releases, A's own poll leaves it, B's takes it.
+    a.cmd(&["ha", "release"]).ok();
+    let out = a.cmd(&["run"]).ok();
+    assert!(
+        out.stdout.contains("released the lease (epoch 1)"),
+        "{}",
+        out.stdout
+    );
+    b.cmd(&["poll"]).ok();
+    assert_eq!(ha(&b)["role"], "leader");
+    assert_eq!(ha(&b)["epoch"], 2);
+    b.cmd(&["run"]).ok();
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM events WHERE reason = 'waiting on one host' AND claimed_by IS NOT NULL"),
+        1
+    );
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM wakes WHERE status = 'pending'"),
+        1
+    );
+    assert_eq!(
+        labels_created(&vast),
+        launched,
+        "the new leader launched again"
+    );
+
+    // And back to one host: B goes on from its copy.
+    let before = last_run_id(&b);
+    set_ha(&b, false);
+    b.cmd(&["trigger", "-p", "1", "-r", "one host again"]).ok();
+    b.cmd(&["run"]).ok();
+    assert!(last_run_id(&b) > before);
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM outbox"),
+        0,
+        "HA off still used the outbox"
+    );
+    assert_eq!(b.inspect()["ha"], Value::Null);
+}
