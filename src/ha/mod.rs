@@ -10,6 +10,7 @@
 //! [`mirror`] keeps the leader's SQLite a write-through copy of the shared state; [`node`]
 //! is this host in it (settings, the start of `run` and `poll`, the keeper).
 
+pub mod check;
 mod db;
 pub mod hosts;
 pub mod lease;

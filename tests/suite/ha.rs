@@ -575,3 +575,27 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
     );
     assert!(seen.iter().all(|h| h.seen_secs_ago >= 0.0));
 }
+
+/// `scripts/ha-check`'s checks, against the suite's PostgreSQL: they pass, refuse a database in
+/// use, and leave no schema behind.
+#[test]
+fn ha_check_passes_on_a_scratch_database_and_refuses_one_in_use() {
+    let mut db = pg::fresh_db();
+    let mut lines = Vec::new();
+    fleetagent::ha::check::run(&db.url(), &mut |l| lines.push(l)).unwrap();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("REPEATABLE READ: three hosts raced")));
+    assert_eq!(
+        db.query_i64("SELECT count(*) FROM pg_namespace WHERE nspname = 'fleetagent'"),
+        0
+    );
+    let mut s = shared(&db);
+    leader_epoch(lease::acquire_or_join(&mut s, "prod", LONG).unwrap());
+    let err = fleetagent::ha::check::run(&db.url(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("in use"), "{err}");
+    assert!(!err.contains(pg::PASSWORD), "{err}");
+}
