@@ -234,15 +234,27 @@ impl crate::store::Shared for Link {
 /// ends (exit 1): a holder that cannot renew stops acting. Its pass is recovered as any
 /// interrupted pass is.
 fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
-    let mut db = settings.connect()?;
     std::thread::Builder::new()
         .name("ha-keeper".into())
         .spawn(move || {
             let clock = SystemClock;
             let mut renewed = Instant::now();
+            // Its own connection, made here: off the pass's path.
+            let mut db = None;
             loop {
+                if db.is_none() {
+                    db = settings.connect().ok();
+                }
                 clock.sleep(settings.renew_every());
-                match lease::renew(&mut db, &settings.host, epoch, settings.ttl) {
+                let renewal = match db.as_mut() {
+                    Some(db) => lease::renew(db, &settings.host, epoch, settings.ttl),
+                    None => settings.connect().and_then(|mut fresh| {
+                        let r = lease::renew(&mut fresh, &settings.host, epoch, settings.ttl);
+                        db = Some(fresh);
+                        r
+                    }),
+                };
+                match renewal {
                     Ok(Some(_)) => renewed = Instant::now(),
                     Ok(None) => keeper_exit(&format!(
                         "ha: the lease (epoch {epoch}) is no longer this host's; exiting"
@@ -256,9 +268,7 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
                             ));
                         }
                         log::warn!("ha: renewing the lease failed, trying again: {e}");
-                        if let Ok(again) = settings.connect() {
-                            db = again;
-                        }
+                        db = settings.connect().ok();
                     }
                 }
             }
