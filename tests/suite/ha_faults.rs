@@ -63,6 +63,8 @@ fn world_with(setup: impl FnOnce(&mut TestDb)) -> World {
     let a = host("host-a", &db, &vast, demand.path());
     let b = host("host-b", &db, &vast, demand.path());
     a.cmd(&["poll"]).ok();
+    a.cmd(&["wakes", "add", "--in", "1s", "--reason", "wake from a"])
+        .ok();
     b.cmd(&["trigger", "-p", "1", "-r", "from b"]).ok();
     let out = b.cmd(&["run"]).ok();
     assert!(out.stdout.contains("follower: host-a"), "{}", out.stdout);
@@ -75,9 +77,12 @@ fn world_with(setup: impl FnOnce(&mut TestDb)) -> World {
     }
 }
 
-/// A's host stays down: its lease lapses (moved to now), B's poll takes it, B runs twice.
+/// A's host stays down: its lease lapses (moved to now, when it has not yet), B's poll takes
+/// it, B runs twice.
 fn b_takes_over(w: &mut World) {
-    w.db.exec("UPDATE fleetagent.lease SET expires_at = now() WHERE holder = 'host-a'");
+    w.db.exec(
+        "UPDATE fleetagent.lease SET expires_at = now() WHERE holder = 'host-a' AND expires_at > now()",
+    );
     w.b.cmd(&["poll"]).ok();
     assert_eq!(
         w.db.query_i64(
@@ -116,6 +121,14 @@ fn check(w: &mut World, what: &str) {
         w.db.query_i64("SELECT COUNT(*) FROM fleetagent.inbox"),
         0,
         "{what}: the inbox still holds events"
+    );
+    let wake = w.b.count(
+        "SELECT COUNT(*) FROM wakes w LEFT JOIN runs r ON r.id = w.processed_by
+         WHERE w.reason = 'wake from a' AND (r.status = 'ok' OR w.status = 'failed')",
+    );
+    assert_eq!(
+        wake, 1,
+        "{what}: A's wake was not served by one finished pass"
     );
     let open: Vec<String> = {
         let conn = w.b.db();
@@ -184,9 +197,32 @@ fn kill_at(point: &'static str) -> Option<String> {
         "{point}: {}",
         out.stderr
     );
+    // The host stays down; B polls every second (the scaled `poll` timer) until it leads.
+    let died = std::time::Instant::now();
+    loop {
+        let started = std::time::Instant::now();
+        w.b.cmd(&["poll"]).ok();
+        let leads = w.db.query_i64(
+            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()",
+        );
+        if leads == 1 {
+            break;
+        }
+        assert!(
+            died.elapsed() < Duration::from_secs(30),
+            "{point}: B never led"
+        );
+        thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+    }
+    let took = died.elapsed();
+    let bound = Duration::from_secs(super::ha_hosts::TTL_SECS + 1 + 1);
+    assert!(
+        took <= bound,
+        "kill -9 at {point}: B led {took:?} after, past the lease + one poll + 1 s"
+    );
     b_takes_over(&mut w);
     check(&mut w, &format!("kill -9 at {point}"));
-    Some(point.to_string())
+    Some(format!("{point} ({:.1} s)", took.as_secs_f64()))
 }
 
 #[test]
@@ -194,7 +230,7 @@ fn a_leader_killed_at_every_fault_point_is_replaced_with_nothing_doubled_or_lost
     let reached = run_points(all_points(), kill_at);
     for p in REACHED {
         assert!(
-            reached.iter().any(|r| r == p),
+            reached.iter().any(|r| r.starts_with(&format!("{p} "))),
             "{p} was never reached: {reached:?}"
         );
     }
