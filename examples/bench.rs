@@ -573,6 +573,9 @@ fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: true,
     }
 }
 

@@ -35,6 +35,9 @@ fn options(name: &str, seed: u64) -> Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: true,
     }
 }
 

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::fleet::Snapshot;
 use crate::policy::floor;
 use crate::policy::pass::{demand_record, verdict};
+use crate::policy::peer::Peer;
 use crate::policy::rules;
 use crate::prompt::notes::{call_line, compact_json, floor_note, rules_note};
 use crate::prompt::observation::{pass_text, Woke};
@@ -61,16 +62,20 @@ pub fn record_observation(
     Ok(())
 }
 
-/// The rules decide (`llm.provider = "rules"`); their calls go through the same registry and
-/// guardrails, and one note records what they did.
+/// The rules decide (`llm.provider = "rules"`), or a peer in their place (the simulator's);
+/// the calls go through the same registry and guardrails, and one note records what they did.
 pub fn rules(
     store: &mut Store,
     le: &LoopEnv<'_>,
     registry: &Registry,
     snapshot: &mut Snapshot,
+    peer: Option<&dyn Peer>,
 ) -> Result<bool> {
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
-    let plan = rules::decide(snapshot, le.config, low, rules::Mode::Full);
+    let plan = match peer {
+        Some(p) => p.plan(snapshot, le.config),
+        None => rules::decide(snapshot, le.config, low, rules::Mode::Full),
+    };
     let done = execute(
         store,
         le,

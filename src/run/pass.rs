@@ -68,7 +68,7 @@ pub fn execute(
     match decider(config, &facts, &snapshot) {
         Decider::Rules => {
             outcome.decided_by = Some(DecidedBy::Rules);
-            let mutated = act::rules(store, &le, &registry, &mut snapshot)?;
+            let mutated = act::rules(store, &le, &registry, &mut snapshot, env.peer)?;
             outcome.verdict = verdict(mutated);
         }
         Decider::Skip => {
