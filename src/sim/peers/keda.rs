@@ -18,8 +18,8 @@ use crate::policy::rules::PlannedCall;
 
 use super::{work_in_curio, Fleet};
 
-/// Proofs (queued plus running) per instance the HPA aims at: chosen by the grid of
-/// docs/sim.md (scripts/bench peers-grid) on seeds 1-10 of the built-in scenarios.
+/// Proofs (queued plus running) per instance the HPA aims at: one per instance, a worker's
+/// one proof at a time. Not chosen by a grid yet (docs/sim.md, "Peers").
 pub const TARGET_QUERY_VALUE: f64 = 1.0;
 /// The HPA's default tolerance (`--horizontal-pod-autoscaler-tolerance`).
 pub const TOLERANCE: f64 = 0.1;
