@@ -182,14 +182,7 @@ fn rules_plan_100() -> Duration {
         running: 99,
         completed_1h: 4900,
         completed_15m: 1200,
-        workers: (0..100)
-            .map(|i| Worker {
-                machine_name: format!("fleetagent-r0-e{i}"),
-                host_and_port: format!("10.0.{}.{}:12300", i / 200, i % 200),
-                running: u32::from(i != 0),
-                cordoned: false,
-            })
-            .collect(),
+        workers: workers(100, 1),
         ..Default::default()
     };
     let (mut store, services, _vast) = setup(demand, 100);
@@ -250,6 +243,19 @@ fn one_pass(config: &Config, demand: Demand, launches: usize) -> Duration {
     took
 }
 
+/// The Curio workers of the first `n` earlier instances ([`setup`]'s labels), each proving
+/// one proof but the first `idle`.
+fn workers(n: usize, idle: usize) -> Vec<Worker> {
+    (0..n)
+        .map(|i| Worker {
+            machine_name: format!("fleetagent-r0-e{i}"),
+            host_and_port: format!("10.0.{}.{}:12300", i / 200, i % 200),
+            running: u32::from(i >= idle),
+            cordoned: false,
+        })
+        .collect()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -266,14 +272,7 @@ fn main() {
         running: 3,
         completed_1h: 150,
         completed_15m: 40,
-        workers: (0..3)
-            .map(|i| Worker {
-                machine_name: format!("fleetagent-r0-e{i}"),
-                host_and_port: format!("10.0.0.{i}:12300"),
-                running: 1,
-                cordoned: false,
-            })
-            .collect(),
+        workers: workers(3, 0),
         ..Default::default()
     };
     let emergency = median(

@@ -308,23 +308,28 @@ pub fn llm_loop(
         }
         out.max_prompt_est = out.max_prompt_est.max(estimate as i64);
         let at = le.clock.now_ms();
+        // The request as sent; the answer (or the error) completes the row.
+        let sent = llm_calls::Call {
+            run_id: le.run_id,
+            at,
+            round,
+            messages: request.messages.len(),
+            estimate,
+            tools_estimate: tools_tokens,
+            history_from_run: history.from_run,
+            history_compacted_through_run: history.compacted_through,
+            latency_ms: latency,
+            ..Default::default()
+        };
         let response = match answer {
             Ok(r) => r,
             Err(e) => {
+                let error = e.to_string();
                 llm_calls::insert(
                     &store.conn,
                     &llm_calls::Call {
-                        run_id: le.run_id,
-                        at,
-                        round,
-                        messages: request.messages.len(),
-                        estimate,
-                        tools_estimate: tools_tokens,
-                        history_from_run: history.from_run,
-                        history_compacted_through_run: history.compacted_through,
-                        latency_ms: latency,
-                        error: Some(&e.to_string()),
-                        ..Default::default()
+                        error: Some(&error),
+                        ..sent
                     },
                 )?;
                 let refused = crate::prompt::calibration::overflow_sample(
@@ -337,7 +342,7 @@ pub fn llm_loop(
                     calibrate(&store.conn, config, s, at)?;
                 }
                 return Ok(Err(LlmFailure {
-                    message: e.to_string(),
+                    message: error,
                     outcome: out,
                 }));
             }
@@ -353,12 +358,6 @@ pub fn llm_loop(
         llm_calls::insert(
             &store.conn,
             &llm_calls::Call {
-                run_id: le.run_id,
-                at,
-                round,
-                messages: request.messages.len(),
-                estimate,
-                tools_estimate: tools_tokens,
                 usage: response
                     .usage
                     .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
@@ -366,11 +365,8 @@ pub fn llm_loop(
                     .usage
                     .and_then(|u| u.cached_tokens)
                     .map(|c| c as i64),
-                history_from_run: history.from_run,
-                history_compacted_through_run: history.compacted_through,
-                latency_ms: latency,
                 attempts: response.attempts,
-                error: None,
+                ..sent
             },
         )?;
         if let Some(s) =

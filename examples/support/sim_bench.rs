@@ -18,6 +18,7 @@ const SCENARIOS: &[&str] = &[
     "price-drop",
     "outbid",
     "dead-market",
+    "day-cycle",
 ];
 const SEEDS: u64 = 10;
 /// Hours below target the aim allows past the bound's, per demand change.

@@ -151,6 +151,8 @@ pub fn build(
         other_installs,
         other_installs_at: other_installs_at.map(rfc3339),
         floor: floor_view(store)?,
+        // No install can enable HA yet (docs/ha.md).
+        ha: None,
     })
 }
 

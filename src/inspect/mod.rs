@@ -177,6 +177,31 @@ pub struct Report {
     pub other_installs_at: Option<String>,
     /// The floor's clocks as the last pass left them, or null when none runs.
     pub floor: Option<FloorView>,
+    /// Several hosts (DESIGN.md, "Several hosts"): null while HA is disabled, which every
+    /// install is until the shared state lands (docs/ha.md: only the lease exists yet).
+    pub ha: Option<HaView>,
+}
+
+/// `inspect --json`'s `ha` object on a host of an HA install (DESIGN.md's fields).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HaView {
+    pub host_id: String,
+    /// `leader`, `follower`, or `unknown` (the shared database unreachable).
+    pub role: String,
+    pub holder: Option<String>,
+    pub epoch: Option<i64>,
+    pub lease_left_secs: Option<f64>,
+    pub hosts: Vec<HaHostView>,
+    pub error: Option<String>,
+}
+
+/// One host of an HA install as the shared database last heard from it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HaHostView {
+    pub host_id: String,
+    pub last_seen: String,
+    pub version: String,
+    pub config_hash: String,
 }
 
 /// `floor`: since when a deficit is open (and why the last pass left it unanswered), since
@@ -458,6 +483,8 @@ mod tests {
             (&serde_json::json!("qwerty"), &Value::Null)
         );
         assert!(!render_text(&r).contains("PAUSED"));
+        // The contract's `ha` key, null on a single-host install (DESIGN.md, "Several hosts").
+        assert!(v.as_object().unwrap().contains_key("ha") && v["ha"].is_null());
         crate::store::ops::set_pause(
             &s.conn,
             &crate::store::ops::Pause {

@@ -223,30 +223,7 @@ fn layering_problems(lib: &str) -> Vec<String> {
         }
     }
     // Cycles: a room that can reach itself through the rooms it names.
-    for start in rooms.keys() {
-        let mut stack = vec![(start.clone(), vec![start.clone()])];
-        let mut seen = BTreeSet::new();
-        while let Some((at, path)) = stack.pop() {
-            for next in deps
-                .get(&at)
-                .map(|d| d.keys().cloned().collect::<Vec<_>>())
-                .unwrap_or_default()
-            {
-                if &next == start {
-                    let mut cycle = path.clone();
-                    cycle.push(next);
-                    // Report each cycle once, from its smallest room.
-                    if cycle.iter().min() == Some(start) {
-                        problems.push(format!("cycle: {}", cycle.join(" -> ")));
-                    }
-                } else if seen.insert(next.clone()) {
-                    let mut p = path.clone();
-                    p.push(next.clone());
-                    stack.push((next, p));
-                }
-            }
-        }
-    }
+    problems.extend(cycles(&deps).into_iter().map(|c| format!("cycle: {c}")));
     problems.sort();
     problems.dedup();
     problems

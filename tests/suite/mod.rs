@@ -7,6 +7,7 @@ mod demand;
 mod docs;
 mod economics;
 mod floor;
+mod ha;
 mod hands;
 mod hardening;
 mod journal;

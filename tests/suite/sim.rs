@@ -29,7 +29,8 @@ fn options(name: &str, hours: f64, seed: u64) -> Options {
 
 /// Horizons that still hold each scenario's story: the spike rises at 6 h and falls at 12 h,
 /// the 429 storm covers 0.5-3.5 h, the incident is whole, FIL/USD halves at 6 h, two outbid
-/// waves (2 h, 5 h), the market dead from 1.5 h to 5 h and served again (the whole 8 h).
+/// waves (2 h, 5 h), the market dead from 1.5 h to 5 h and served again (the whole 8 h), a
+/// day of the day cycle and the next morning's rise.
 const SHORT: &[(&str, f64)] = &[
     ("steady", 8.0),
     ("spike", 14.0),
@@ -40,6 +41,7 @@ const SHORT: &[(&str, f64)] = &[
     ("price-drop", 7.0),
     ("outbid", 6.0),
     ("dead-market", 8.0),
+    ("day-cycle", 26.0),
 ];
 
 #[test]
@@ -95,16 +97,22 @@ fn every_built_in_scenario_passes_its_expectations() {
 /// scenario's story happened.
 fn economics_hold(name: &str, r: &sim::report::Report) {
     let m = &r.money;
-    let priced = name == "price-drop";
+    let priced = matches!(name, "price-drop" | "day-cycle");
     assert_eq!(m.price_modelled, priced, "{name}");
     assert_eq!(m.revenue.is_some(), priced, "{name}");
     assert_eq!(r.oracle.profit.is_some(), priced, "{name}");
     assert_eq!(r.reactive_bound.profit.is_some(), priced, "{name}");
     if let (Some(rev), Some(p)) = (m.revenue, m.profit) {
         assert!((rev - m.dollars - p).abs() < 1e-3, "{m:?}");
-        // 0.028 $/proof before the drop, 0.014 after: the proofs earned between the two.
+        // price-drop: 0.028 $/proof before the drop, 0.014 after, the proofs earned between
+        // the two; day-cycle: 0.02 $/proof throughout (4 USD/FIL x 0.005 FIL).
         let per = rev / r.proofs.completed as f64;
-        assert!(per > 0.014 && per < 0.028, "{per}");
+        let (low, high) = if name == "day-cycle" {
+            (0.0199, 0.0201)
+        } else {
+            (0.014, 0.028)
+        };
+        assert!(per > low && per < high, "{name}: {per}");
         assert!(r.oracle.profit.unwrap() > 0.0 && r.reactive_bound.profit.unwrap() > 0.0);
     }
     assert!(
@@ -123,6 +131,16 @@ fn economics_hold(name: &str, r: &sim::report::Report) {
             r.proofs.completed_of_offered + 59 <= r.proofs.completed,
             "{:?}",
             r.proofs
+        ),
+        // The day's rises and falls: launches and stops both, and the day's rentals profitable.
+        "day-cycle" => assert!(
+            r.launches.made >= 5
+                && r.stops.made >= 5
+                && ec.outbids == 0
+                && ec.unprofitable_launches == 0,
+            "{:?} {:?} {ec:?}",
+            r.launches,
+            r.stops
         ),
         _ => assert_eq!(ec.outbids, 0, "{name}"),
     }

@@ -307,6 +307,7 @@ const SHORT: &[(&str, f64)] = &[
     ("price-drop", 0.5),
     ("outbid", 2.2),
     ("dead-market", 1.0),
+    ("day-cycle", 2.0),
 ];
 
 #[test]
@@ -351,7 +352,7 @@ fn sim_llm_a_model_that_acts_like_the_rules_leaves_the_floor_nothing_to_do() {
         every_floor_action_is_reported(&run);
         // The profit beside the rules', where a price is modelled (null, not 0, elsewhere).
         let beside = &r["model"]["rules"];
-        if *name == "price-drop" {
+        if matches!(*name, "price-drop" | "day-cycle") {
             assert!(r["money"]["profit"].is_f64(), "{}", r["money"]);
             assert!(beside["profit"].is_f64(), "{beside}");
         } else {

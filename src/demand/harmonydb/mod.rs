@@ -16,10 +16,10 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use postgres::config::SslMode;
-use postgres::{Client, Config, IsolationLevel, NoTls};
+use postgres::{Client, IsolationLevel};
 
 use super::{Demand, DemandProbe};
+use crate::pg::ConnectError;
 use crate::secrets::redact::{error_chain, mask, one_line, redact_url, secrets_of};
 
 /// Extra time past `timeout` for a server-side timeout to come back as the error before
@@ -60,38 +60,18 @@ impl HarmonyDbProbe {
     }
 
     fn connect(&self, shown: &str) -> Result<Client, String> {
-        if let Some(mode) = tls_mode_demanded(&self.url) {
-            return Err(format!(
+        crate::pg::connect(&self.url, self.timeout, "fleetagent").map_err(|e| match e {
+            ConnectError::Tls(mode) => format!(
                 "{shown} asks for TLS (sslmode={mode}), but fleetagent connects to HarmonyDB \
                  without TLS; reach it over a private network or an SSH tunnel and use \
                  sslmode=disable"
-            ));
-        }
-        let mut config: Config = self
-            .url
-            .parse()
-            .map_err(|e| format!("{shown} is not a valid PostgreSQL URL: {}", error_chain(&e)))?;
-        if config.get_ssl_mode() == SslMode::Require {
-            return Err(format!(
-                "{shown} asks for TLS, but fleetagent connects to HarmonyDB without TLS"
-            ));
-        }
-        config
-            .ssl_mode(SslMode::Disable)
-            .connect_timeout(self.timeout)
-            .tcp_user_timeout(self.timeout)
-            .keepalives(true);
-        if config.get_application_name().is_none() {
-            config.application_name("fleetagent");
-        }
-        let mut client = config
-            .connect(NoTls)
-            .map_err(|e| format!("cannot connect to {shown}: {}", error_chain(&e)))?;
-        let statement_ms = self.timeout.as_millis().max(1);
-        client
-            .batch_execute(&format!("SET statement_timeout = {statement_ms}"))
-            .map_err(|e| format!("setting statement_timeout on {shown}: {}", error_chain(&e)))?;
-        Ok(client)
+            ),
+            ConnectError::BadUrl(why) => format!("{shown} is not a valid PostgreSQL URL: {why}"),
+            ConnectError::Connect(why) => format!("cannot connect to {shown}: {why}"),
+            ConnectError::StatementTimeout(why) => {
+                format!("setting statement_timeout on {shown}: {why}")
+            }
+        })
     }
 
     fn read(&self) -> Result<Demand, String> {
@@ -158,48 +138,9 @@ impl DemandProbe for HarmonyDbProbe {
     }
 }
 
-/// The `sslmode` of `url` when it insists on TLS (`require`, `verify-ca`, `verify-full`).
-fn tls_mode_demanded(url: &str) -> Option<String> {
-    let mut rest = url;
-    while let Some(at) = rest.find("sslmode") {
-        rest = &rest[at + "sslmode".len()..];
-        let Some(value) = rest.trim_start().strip_prefix('=') else {
-            continue;
-        };
-        let value = value.trim_start().trim_start_matches('\'');
-        let end = value
-            .find(|c: char| c == '&' || c == '#' || c == '\'' || c.is_whitespace())
-            .unwrap_or(value.len());
-        let mode = &value[..end];
-        if matches!(mode, "require" | "verify-ca" | "verify-full") {
-            return Some(mode.to_string());
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tls_demanding_urls_are_recognised() {
-        assert_eq!(
-            tls_mode_demanded("postgres://u@h/db?sslmode=require").as_deref(),
-            Some("require")
-        );
-        assert_eq!(
-            tls_mode_demanded("postgres://u@h/db?x=1&sslmode=verify-full&y=2").as_deref(),
-            Some("verify-full")
-        );
-        assert_eq!(
-            tls_mode_demanded("host=h sslmode = 'verify-ca' user=u").as_deref(),
-            Some("verify-ca")
-        );
-        assert_eq!(tls_mode_demanded("postgres://u@h/db?sslmode=disable"), None);
-        assert_eq!(tls_mode_demanded("postgres://u@h/db?sslmode=prefer"), None);
-        assert_eq!(tls_mode_demanded("postgres://u@h/db"), None);
-    }
 
     #[test]
     fn debug_never_shows_the_password() {

@@ -197,20 +197,10 @@ fn interrupted_call_gets_a_synthesized_result() {
     r.tool_call_id = Some("x".into());
     let current = vec![msg(1, Role::User, 10), a, r];
     let fixed = Fixed {
-        system: "s",
         system_tokens: 5,
-        tools_tokens: 0,
-        current: &current,
-        interrupted_tokens: 12,
-        state: "state",
-        state_tokens: 0,
-        history: Shape::default(),
+        ..plain(&current)
     };
-    let mut src = VecSource {
-        runs: vec![],
-        next: 0,
-        unanswered: vec![],
-    };
+    let mut src = source_of(&[]);
     let out = assemble(&fixed, &mut src, 1_000).unwrap();
     assert_eq!(out.stats.synthesized_results, 1);
     let last = out.messages.last().unwrap();
@@ -325,20 +315,11 @@ fn this_runs_own_large_tool_outputs_compact_before_failing() {
     ry.compacted = Some(("[compacted] list_instances: 40".into(), 15));
     let current = vec![msg(1, Role::User, 100), a, rx, ry];
     let fixed = Fixed {
-        system: "s",
         system_tokens: 500,
         tools_tokens: 500,
-        current: &current,
-        interrupted_tokens: 12,
-        state: "state",
-        state_tokens: 0,
-        history: Shape::default(),
+        ..plain(&current)
     };
-    let mut src = VecSource {
-        runs: vec![],
-        next: 0,
-        unanswered: vec![],
-    };
+    let mut src = source_of(&[]);
     let out = assemble(&fixed, &mut src, 5_000).unwrap();
     assert_eq!(out.stats.current_compacted, 1, "only the oldest output");
     assert!(out.tokens <= 5_000);
@@ -412,20 +393,11 @@ fn an_operator_message_too_long_for_the_room_left_is_cut_not_dropped() {
 fn minimal_prompt_too_big_names_sizes() {
     let current = vec![msg(1, Role::User, 500)];
     let fixed = Fixed {
-        system: "s",
         system_tokens: 800,
         tools_tokens: 700,
-        current: &current,
-        interrupted_tokens: 12,
-        state: "state",
-        state_tokens: 0,
-        history: Shape::default(),
+        ..plain(&current)
     };
-    let mut src = VecSource {
-        runs: vec![],
-        next: 0,
-        unanswered: vec![],
-    };
+    let mut src = source_of(&[]);
     let err = assemble(&fixed, &mut src, 1_500).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("2003") && text.contains("1500"), "{text}");

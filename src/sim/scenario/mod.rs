@@ -33,6 +33,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("price-drop", include_str!("builtin/price-drop.toml")),
     ("outbid", include_str!("builtin/outbid.toml")),
     ("dead-market", include_str!("builtin/dead-market.toml")),
+    ("day-cycle", include_str!("builtin/day-cycle.toml")),
 ];
 
 /// A built-in name or a TOML file.

@@ -1,0 +1,105 @@
+//! Connecting to PostgreSQL as fleetagent does, for the HarmonyDB probe and the shared
+//! database of several hosts: without TLS (a URL that asks for it is refused by name), the
+//! connect and every statement bounded by one timeout, keepalives on. Each caller names its
+//! database around a [`ConnectError`]; none of its texts holds the URL.
+
+use std::time::Duration;
+
+use postgres::config::SslMode;
+use postgres::{Client, Config, NoTls};
+
+use crate::secrets::redact::error_chain;
+
+/// Why no connection was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectError {
+    /// The URL asks for TLS: the `sslmode` it names (`require`, `verify-ca`, `verify-full`).
+    Tls(String),
+    /// The URL does not parse: the driver's reason.
+    BadUrl(String),
+    /// The server could not be reached or refused us: the driver's reason.
+    Connect(String),
+    /// Connected, but `SET statement_timeout` failed: the driver's reason.
+    StatementTimeout(String),
+}
+
+/// One connection to `url` (a `postgres://` URL or a libpq `key=value` string) without TLS:
+/// `timeout` bounds the TCP connect and each statement (`statement_timeout`), and
+/// `application_name` is set unless the URL names one.
+pub fn connect(
+    url: &str,
+    timeout: Duration,
+    application_name: &str,
+) -> Result<Client, ConnectError> {
+    if let Some(mode) = tls_mode_demanded(url) {
+        return Err(ConnectError::Tls(mode));
+    }
+    let mut config: Config = url
+        .parse()
+        .map_err(|e| ConnectError::BadUrl(error_chain(&e)))?;
+    if config.get_ssl_mode() == SslMode::Require {
+        return Err(ConnectError::Tls("require".into()));
+    }
+    config
+        .ssl_mode(SslMode::Disable)
+        .connect_timeout(timeout)
+        .tcp_user_timeout(timeout)
+        .keepalives(true);
+    if config.get_application_name().is_none() {
+        config.application_name(application_name);
+    }
+    let mut client = config
+        .connect(NoTls)
+        .map_err(|e| ConnectError::Connect(error_chain(&e)))?;
+    let statement_ms = timeout.as_millis().max(1);
+    client
+        .batch_execute(&format!("SET statement_timeout = {statement_ms}"))
+        .map_err(|e| ConnectError::StatementTimeout(error_chain(&e)))?;
+    Ok(client)
+}
+
+/// The `sslmode` a URL or libpq string asks for when it demands TLS (`require`,
+/// `verify-ca`, `verify-full`), read from the text itself: the driver knows only `require`
+/// and fails to parse the others with a message that does not say TLS.
+pub fn tls_mode_demanded(url: &str) -> Option<String> {
+    let mut rest = url;
+    while let Some(at) = rest.find("sslmode") {
+        rest = &rest[at + "sslmode".len()..];
+        let Some(value) = rest.trim_start().strip_prefix('=') else {
+            continue;
+        };
+        let value = value.trim_start().trim_start_matches('\'');
+        let end = value
+            .find(|c: char| c == '&' || c == '#' || c == '\'' || c.is_whitespace())
+            .unwrap_or(value.len());
+        let mode = &value[..end];
+        if matches!(mode, "require" | "verify-ca" | "verify-full") {
+            return Some(mode.to_string());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_demanding_urls_are_recognised() {
+        assert_eq!(
+            tls_mode_demanded("postgres://u@h/db?sslmode=require").as_deref(),
+            Some("require")
+        );
+        assert_eq!(
+            tls_mode_demanded("postgres://u@h/db?x=1&sslmode=verify-full&y=2").as_deref(),
+            Some("verify-full")
+        );
+        assert_eq!(
+            tls_mode_demanded("host=h sslmode = 'verify-ca' user=u").as_deref(),
+            Some("verify-ca")
+        );
+        assert_eq!(tls_mode_demanded("postgres://u@h/db?sslmode=disable"), None);
+        assert_eq!(tls_mode_demanded("postgres://u@h/db?sslmode=prefer"), None);
+        assert_eq!(tls_mode_demanded("postgres://u@h/db"), None);
+    }
+}
