@@ -21,7 +21,8 @@ use crate::tools::{Actor, Registry};
 use super::Claim;
 
 /// Store this pass's operator messages and its observation (the text the model reads), and
-/// the demand reading for the next pass's "steady" check, in one transaction.
+/// the demand reading for the next pass's "steady" check, in one transaction. With `peer`
+/// (the simulator's: no model ever reads its session) only the demand reading.
 pub fn record_observation(
     store: &mut Store,
     tk: &Tokenizer,
@@ -29,7 +30,15 @@ pub fn record_observation(
     snapshot: &Snapshot,
     config: &Config,
     now: Millis,
+    peer: bool,
 ) -> Result<()> {
+    if peer {
+        return session::set_last_observed(
+            &store.conn,
+            Some(&demand_record(snapshot)),
+            &serde_json::to_string(&snapshot.instances.len())?,
+        );
+    }
     let floor_before =
         crate::store::actions::floor_in_previous_pass(&store.conn, claim.run_id, 20)?;
     let woke = Woke {
@@ -86,7 +95,10 @@ pub fn rules(
         &plan,
     )?;
     crate::faults::point("rules-before-note")?;
-    note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+    // A peer's session is read by no model (the simulator's), so it keeps no note.
+    if peer.is_none() {
+        note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+    }
     Ok(done.mutated())
 }
 

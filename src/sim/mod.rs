@@ -120,7 +120,9 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     {
         config.price.fil_usd_command = Some(FIL_USD_PLACEHOLDER.to_string());
     }
-    config.llm.provider = if opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage {
+    // A peer decides in the rules' place, whatever model the scenario names.
+    let model = opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage;
+    config.llm.provider = if model && opts.peer.is_none() {
         Provider::Openai
     } else {
         Provider::Rules
@@ -375,7 +377,12 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         store,
         doorbell.clone(),
         world.clone(),
-        schedule(&opts.scenario, start, end),
+        // The scenario's triggers, operator messages and resets are addressed to fleetagent;
+        // a peer reads none of them (KEDA and an Auto Scaling group have no doorbell).
+        match opts.peer {
+            Some(_) => Vec::new(),
+            None => schedule(&opts.scenario, start, end),
+        },
         start,
         alive_ms,
         &config.vast.label_prefix,
@@ -420,10 +427,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         b
     });
 
-    let peer = opts.peer.map(|k| {
-        let warm_up_ms = (opts.scenario.hosts.boot_mins.1 * 60_000.0) as Millis;
-        k.build(opts.peer_param, warm_up_ms)
-    });
+    let peer = opts.peer.map(|k| k.build(opts.peer_param));
     let env = crate::env::Env::default();
     let run_env = RunEnv {
         ctx: crate::services::Ctx {
@@ -658,6 +662,33 @@ mod tests {
             assert_eq!(fires(&s, 2.0), 1, "{repeat}");
             assert!(s.check().unwrap_err().starts_with("event #1 repeat_mins: "));
         }
+    }
+
+    #[test]
+    fn a_peer_decides_in_the_rules_place_whatever_model_the_scenario_names() {
+        let mut opts = Options {
+            scenario: scenario::load("llm-outage").unwrap(),
+            hours: None,
+            seed: 1,
+            config: None,
+            llm: None,
+            llm_latency: None,
+            state_dir: None,
+            progress: false,
+            peer: None,
+            peer_param: None,
+            with_peers: false,
+        };
+        // The scenario's model (an outage) decides the rules' run, never a peer's.
+        assert_eq!(
+            effective_config(&opts).unwrap().llm.provider,
+            Provider::Openai
+        );
+        opts.peer = Some(peers::PeerKind::Keda);
+        assert_eq!(
+            effective_config(&opts).unwrap().llm.provider,
+            Provider::Rules
+        );
     }
 
     #[test]

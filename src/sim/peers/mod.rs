@@ -42,21 +42,24 @@ impl PeerKind {
         ALL.into_iter().find(|k| k.as_str() == name)
     }
 
-    /// The peer, fresh (no memory), with its free parameter (`param`, for the bench's grid)
-    /// or the chosen one. `warm_up_ms`: the scenario's longest boot (target tracking's
-    /// instance warm-up).
-    pub fn build(self, param: Option<f64>, warm_up_ms: Millis) -> Box<dyn Peer> {
+    /// The peer, fresh (no memory), with its free parameter (`param`, for the bench's grid:
+    /// keda's targetQueryValue, target tracking's instance warm-up in minutes) or the chosen
+    /// one.
+    pub fn build(self, param: Option<f64>) -> Box<dyn Peer> {
         match self {
             PeerKind::Keda => Box::new(keda::Keda::new(param.unwrap_or(keda::TARGET_QUERY_VALUE))),
-            PeerKind::TargetTracking => Box::new(target_tracking::TargetTracking::new(
-                param.unwrap_or(target_tracking::TARGET_BUSY_SHARE),
-                warm_up_ms,
-            )),
+            PeerKind::TargetTracking => {
+                let mins = param.unwrap_or(target_tracking::WARM_UP_MINS);
+                Box::new(target_tracking::TargetTracking::new(
+                    target_tracking::TARGET_BUSY_SHARE,
+                    (mins * 60_000.0) as Millis,
+                ))
+            }
         }
     }
 
-    /// `NAME` or `NAME:PARAM` (the free parameter: keda's targetQueryValue, target
-    /// tracking's target share), as `sim --peer` takes it.
+    /// `NAME` or `NAME:PARAM` (the free parameter: keda's targetQueryValue, above 0; target
+    /// tracking's warm-up in minutes, 0 or more), as `sim --peer` takes it.
     pub fn parse_with_param(text: &str) -> Result<(PeerKind, Option<f64>), String> {
         let (name, param) = match text.split_once(':') {
             Some((n, p)) => (n, Some(p)),
@@ -64,12 +67,17 @@ impl PeerKind {
         };
         let kind = PeerKind::parse(name)
             .ok_or_else(|| format!("--peer {name:?}: no such peer (keda, target-tracking)"))?;
+        let (least, what) = match kind {
+            PeerKind::Keda => (
+                f64::MIN_POSITIVE,
+                "targetQueryValue must be a number above 0",
+            ),
+            PeerKind::TargetTracking => (0.0, "warm-up must be 0 to 1440 minutes"),
+        };
         let param = param
             .map(|p| match p.parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-                _ => Err(format!(
-                    "--peer {text:?}: the parameter must be a number above 0"
-                )),
+                Ok(v) if v.is_finite() && v >= least && v <= 1440.0 => Ok(v),
+                _ => Err(format!("--peer {text:?}: the {what}")),
             })
             .transpose()?;
         Ok((kind, param))
@@ -196,4 +204,35 @@ pub fn busy_and_live(d: &Demand, rows: &[&InstanceRow]) -> (u32, u32) {
         }
     }
     (busy, live)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_and_its_parameter_parse_or_say_why_not() {
+        assert_eq!(
+            PeerKind::parse_with_param("keda"),
+            Ok((PeerKind::Keda, None))
+        );
+        assert_eq!(
+            PeerKind::parse_with_param("keda:2.5"),
+            Ok((PeerKind::Keda, Some(2.5)))
+        );
+        assert_eq!(
+            PeerKind::parse_with_param("target-tracking:0"),
+            Ok((PeerKind::TargetTracking, Some(0.0)))
+        );
+        for (bad, why) in [
+            ("hpa", "no such peer"),
+            ("keda:0", "above 0"),
+            ("keda:x", "above 0"),
+            ("target-tracking:-1", "0 to 1440 minutes"),
+            ("target-tracking:inf", "0 to 1440 minutes"),
+        ] {
+            let err = PeerKind::parse_with_param(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
 }
