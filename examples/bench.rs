@@ -13,6 +13,8 @@
 //!                   bound and the oracle (issue 17's aims)
 //!   bench probe     the harmonydb probe on Curio's real schema with 2M history rows against
 //!                   none, and the history statement's plan (index-only)
+//!   bench peers-grid the peers' free parameters by a grid on seeds 1-10 of every built-in
+//!                   scenario (examples/support/peer_grid.rs; not in `all`: it is long)
 //!   bench floor     what the floor keeps of the rules' service under a model that never acts
 //!                   (text answers, or unusable), incident/spike/steady over seeds 1-10
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
@@ -22,6 +24,8 @@
 mod fake_llm;
 #[path = "support/floor_bench.rs"]
 mod floor_bench;
+#[path = "support/peer_grid.rs"]
+mod peer_grid;
 #[path = "../tests/common/pg.rs"]
 #[allow(dead_code)]
 mod pg;
@@ -578,6 +582,9 @@ fn main() {
     if all || which == "floor" {
         floor_bench::bench_floor();
     }
+    if which == "peers-grid" {
+        peer_grid::bench_peers_grid();
+    }
 }
 
 fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
@@ -590,6 +597,9 @@ fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: true,
     }
 }
 

@@ -271,6 +271,10 @@ pub struct SimArgs {
     /// it took for real]
     #[arg(long, value_name = "SECS")]
     pub llm_latency: Option<f64>,
+    /// A peer decides in the rules' place (keda, target-tracking), no peers beside: for the
+    /// bench's grid and for looking at a peer's run
+    #[arg(long, value_name = "NAME", hide = true)]
+    pub peer: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

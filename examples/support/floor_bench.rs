@@ -60,6 +60,9 @@ fn options(name: &str, seed: u64, llm: Arc<dyn LlmClient>) -> Options {
         llm_latency: Some(Duration::from_secs(3)),
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: false,
     }
 }
 

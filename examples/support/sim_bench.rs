@@ -8,8 +8,14 @@
 //!
 //! Every report carries the oracle and the reactive bound of its own world (same scenario,
 //! seed and config), so one run per seed gives all three. Seeds run on every core.
+//!
+//! Then issue 25's aim on every built-in scenario: the rules against each peer (the report's
+//! `peers`), per seed, and on how many seeds the rules beat every peer
+//! (`peer_grid::print_peers_table`).
 
 use fleetagent::sim::{self, report::Report, scenario, Options};
+
+use crate::peer_grid;
 
 const SCENARIOS: &[&str] = &[
     "steady",
@@ -36,6 +42,9 @@ fn options(name: &str, seed: u64) -> Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: true,
     }
 }
 
@@ -232,6 +241,7 @@ pub fn bench_over_seeds(steady1: Report) {
     );
     let mut steady1 = Some(steady1);
     let mut summary = Vec::new();
+    let mut reports: Vec<(&str, Vec<Row>)> = Vec::new();
     for name in SCENARIOS {
         let done = if *name == "steady" {
             steady1.take()
@@ -240,10 +250,27 @@ pub fn bench_over_seeds(steady1: Report) {
         };
         let rows = run_seeds(name, done);
         summary.push(print_scenario(name, &rows));
+        reports.push((*name, rows));
     }
     println!();
     println!("aims held, seeds 1-{SEEDS}:");
     for line in summary {
         println!("  {line}");
     }
+    // Issue 25's aim, on every built-in scenario: the rules against each peer.
+    println!();
+    println!(
+        "the rules against the peers (keda, target-tracking; docs/sim.md, \"Peers\"), every built-in scenario over seeds 1-{SEEDS}: profit where priced, else $/proof and hours below target"
+    );
+    let mut seeds = Vec::new();
+    for (name, _) in scenario::BUILT_IN {
+        let rows = match reports.iter().position(|(n, _)| n == name) {
+            Some(i) => reports.swap_remove(i).1,
+            None => run_seeds(name, None),
+        };
+        for (k, row) in rows.iter().enumerate() {
+            seeds.push(peer_grid::Seed::of(name, k as u64 + 1, &row.r));
+        }
+    }
+    peer_grid::print_peers_table(&seeds);
 }

@@ -38,6 +38,7 @@ pub fn run(app: &App) -> Result<()> {
         state_dir: &dir,
         doorbell: &doorbell,
         pid: std::process::id(),
+        peer: None,
     };
     let result = run::run_process(&env);
     let ha = match crate::ha::node::Settings::of(config, &app.env) {

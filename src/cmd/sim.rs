@@ -63,6 +63,11 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     } else {
         None
     };
+    let peer = args
+        .peer
+        .as_deref()
+        .map(|text| sim::peers::PeerKind::parse_with_param(text).map_err(usage))
+        .transpose()?;
     // The plot's file is opened before the simulation, not found unwritable after it.
     let plot = args.plot.as_deref().map(PlotFile::open).transpose()?;
     let opts = Options {
@@ -74,6 +79,9 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         llm_latency,
         state_dir: app.state_dir_flag.clone(),
         progress: std::io::stderr().is_terminal(),
+        peer: peer.map(|p| p.0),
+        peer_param: peer.and_then(|p| p.1),
+        with_peers: true,
     };
     let wall = Instant::now();
     let result = match sim::run(&opts) {

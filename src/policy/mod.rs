@@ -10,6 +10,7 @@ pub mod guardrails;
 pub mod launch;
 pub mod offers;
 pub mod pass;
+pub mod peer;
 pub mod result;
 pub mod rules;
 pub mod stop;

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::fleet::Snapshot;
 use crate::policy::floor;
 use crate::policy::pass::{demand_record, verdict};
+use crate::policy::peer::Peer;
 use crate::policy::rules;
 use crate::prompt::notes::{call_line, compact_json, floor_note, rules_note};
 use crate::prompt::observation::{pass_text, Woke};
@@ -20,7 +21,8 @@ use crate::tools::{Actor, Registry};
 use super::Claim;
 
 /// Store this pass's operator messages and its observation (the text the model reads), and
-/// the demand reading for the next pass's "steady" check, in one transaction.
+/// the demand reading for the next pass's "steady" check, in one transaction. With `peer`
+/// (the simulator's: no model ever reads its session) only the demand reading.
 pub fn record_observation(
     store: &mut Store,
     tk: &Tokenizer,
@@ -28,7 +30,15 @@ pub fn record_observation(
     snapshot: &Snapshot,
     config: &Config,
     now: Millis,
+    peer: bool,
 ) -> Result<()> {
+    if peer {
+        return session::set_last_observed(
+            &store.conn,
+            Some(&demand_record(snapshot)),
+            &serde_json::to_string(&snapshot.instances.len())?,
+        );
+    }
     let floor_before =
         crate::store::actions::floor_in_previous_pass(&store.conn, claim.run_id, 20)?;
     let woke = Woke {
@@ -61,16 +71,20 @@ pub fn record_observation(
     Ok(())
 }
 
-/// The rules decide (`llm.provider = "rules"`); their calls go through the same registry and
-/// guardrails, and one note records what they did.
+/// The rules decide (`llm.provider = "rules"`), or a peer in their place (the simulator's);
+/// the calls go through the same registry and guardrails, and one note records what they did.
 pub fn rules(
     store: &mut Store,
     le: &LoopEnv<'_>,
     registry: &Registry,
     snapshot: &mut Snapshot,
+    peer: Option<&dyn Peer>,
 ) -> Result<bool> {
     let low = super::observe::low_demand_streak(&store.conn, snapshot)?;
-    let plan = rules::decide(snapshot, le.config, low, rules::Mode::Full);
+    let plan = match peer {
+        Some(p) => p.plan(snapshot, le.config),
+        None => rules::decide(snapshot, le.config, low, rules::Mode::Full),
+    };
     let done = execute(
         store,
         le,
@@ -81,7 +95,10 @@ pub fn rules(
         &plan,
     )?;
     crate::faults::point("rules-before-note")?;
-    note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+    // A peer's session is read by no model (the simulator's), so it keeps no note.
+    if peer.is_none() {
+        note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+    }
     Ok(done.mutated())
 }
 

@@ -66,6 +66,8 @@ pub struct RunEnv<'a> {
     pub state_dir: &'a Path,
     pub doorbell: &'a dyn Doorbell,
     pub pid: u32,
+    /// A peer decides in the rules' place (`policy::peer`; only the simulator sets one).
+    pub peer: Option<&'a dyn crate::policy::peer::Peer>,
 }
 
 crate::deref_ctx!(RunEnv);

@@ -45,7 +45,15 @@ pub fn execute(
     // Observe, and record what the model reads.
     let mut snapshot = observe::observe(store, config, env.services, env.clock, claim.run_id)?;
     let now = env.clock.now_ms();
-    act::record_observation(store, &tk, claim, &snapshot, config, now)?;
+    act::record_observation(
+        store,
+        &tk,
+        claim,
+        &snapshot,
+        config,
+        now,
+        env.peer.is_some(),
+    )?;
     crate::faults::point("run-after-observe")?;
 
     // Decide and act.
@@ -68,7 +76,7 @@ pub fn execute(
     match decider(config, &facts, &snapshot) {
         Decider::Rules => {
             outcome.decided_by = Some(DecidedBy::Rules);
-            let mutated = act::rules(store, &le, &registry, &mut snapshot)?;
+            let mutated = act::rules(store, &le, &registry, &mut snapshot, env.peer)?;
             outcome.verdict = verdict(mutated);
         }
         Decider::Skip => {

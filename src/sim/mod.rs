@@ -8,6 +8,7 @@
 pub mod measure;
 pub mod oracle;
 pub mod outside;
+pub mod peers;
 pub mod plot;
 pub mod report;
 pub mod rng;
@@ -80,6 +81,12 @@ pub struct Options {
     pub state_dir: Option<PathBuf>,
     /// A progress bar on stderr.
     pub progress: bool,
+    /// A peer decides in the rules' place (`sim::peers`); None: the rules (or the model).
+    pub peer: Option<peers::PeerKind>,
+    /// The peer's free parameter (the bench's grid); None: its chosen value.
+    pub peer_param: Option<f64>,
+    /// Run every peer beside on the same world (`Report::peers`), in threads of their own.
+    pub with_peers: bool,
 }
 
 pub struct SimRun {
@@ -113,7 +120,9 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     {
         config.price.fil_usd_command = Some(FIL_USD_PLACEHOLDER.to_string());
     }
-    config.llm.provider = if opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage {
+    // A peer decides in the rules' place, whatever model the scenario names.
+    let model = opts.llm.is_some() || opts.scenario.llm.mode == LlmMode::Outage;
+    config.llm.provider = if model && opts.peer.is_none() {
         Provider::Openai
     } else {
         Provider::Rules
@@ -299,7 +308,35 @@ fn horizon(opts: &Options) -> Result<(f64, Millis)> {
     Ok((hours, START + (hours * HOUR_MS as f64) as Millis))
 }
 
+/// The simulation of `opts`, with the peers beside it when asked (each in a thread of its
+/// own, while this one runs).
 pub fn run(opts: &Options) -> Result<SimRun> {
+    if !opts.with_peers || opts.peer.is_some() {
+        return run_one(opts);
+    }
+    // Refused here, once, rather than in every thread.
+    horizon(opts)?;
+    std::thread::scope(|scope| {
+        let beside: Vec<_> = peers::ALL
+            .iter()
+            .map(|&k| (k, scope.spawn(move || run_one(&peer_beside(opts, k)))))
+            .collect();
+        let mut sim = run_one(opts)?;
+        for (kind, handle) in beside {
+            let peer = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("the {} peer's simulation panicked", kind.as_str()))?
+                .with_context(|| format!("the {} peer's simulation", kind.as_str()))?;
+            sim.report.peers.insert(
+                kind.as_str().to_string(),
+                report::PeerResult::of(&peer.report),
+            );
+        }
+        Ok(sim)
+    })
+}
+
+fn run_one(opts: &Options) -> Result<SimRun> {
     let config = effective_config(opts)?;
     let (hours, end) = horizon(opts)?;
     let start = START;
@@ -340,7 +377,12 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         store,
         doorbell.clone(),
         world.clone(),
-        schedule(&opts.scenario, start, end),
+        // The scenario's triggers, operator messages and resets are addressed to fleetagent;
+        // a peer reads none of them (KEDA and an Auto Scaling group have no doorbell).
+        match opts.peer {
+            Some(_) => Vec::new(),
+            None => schedule(&opts.scenario, start, end),
+        },
         start,
         alive_ms,
         &config.vast.label_prefix,
@@ -385,6 +427,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         b
     });
 
+    let peer = opts.peer.map(|k| k.build(opts.peer_param));
     let env = crate::env::Env::default();
     let run_env = RunEnv {
         ctx: crate::services::Ctx {
@@ -396,6 +439,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
         state_dir: &state_dir,
         doorbell: doorbell.as_ref(),
         pid: 0,
+        peer: peer.as_deref(),
     };
     let mut tally = DriverTally::default();
     let mut next_tick = start;
@@ -471,7 +515,7 @@ pub fn run(opts: &Options) -> Result<SimRun> {
     // A model is judged beside the rules on the same world: the same scenario, seed and
     // config, decided by the rules (in a temporary dir of its own).
     let rules = match &opts.llm {
-        Some(_) => Some(run(&rules_beside(opts))?.report),
+        Some(_) => Some(run_one(&rules_beside(opts))?.report),
         None => None,
     };
     let w = services::lock(&world);
@@ -517,6 +561,18 @@ fn rules_beside(opts: &Options) -> Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: false,
+    }
+}
+
+/// These options decided by the peer `kind` (the rules' scenario, no model), in a temporary
+/// dir, no peers beside.
+fn peer_beside(opts: &Options, kind: peers::PeerKind) -> Options {
+    Options {
+        peer: Some(kind),
+        ..rules_beside(opts)
     }
 }
 
@@ -527,6 +583,7 @@ fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
         state_dir: env.state_dir,
         doorbell: env.doorbell,
         pid: 10_000 + tally.processes as u32,
+        peer: env.peer,
     };
     match run::run_process(&env) {
         Ok(_) => {}
@@ -608,6 +665,33 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_decides_in_the_rules_place_whatever_model_the_scenario_names() {
+        let mut opts = Options {
+            scenario: scenario::load("llm-outage").unwrap(),
+            hours: None,
+            seed: 1,
+            config: None,
+            llm: None,
+            llm_latency: None,
+            state_dir: None,
+            progress: false,
+            peer: None,
+            peer_param: None,
+            with_peers: false,
+        };
+        // The scenario's model (an outage) decides the rules' run, never a peer's.
+        assert_eq!(
+            effective_config(&opts).unwrap().llm.provider,
+            Provider::Openai
+        );
+        opts.peer = Some(peers::PeerKind::Keda);
+        assert_eq!(
+            effective_config(&opts).unwrap().llm.provider,
+            Provider::Rules
+        );
+    }
+
+    #[test]
     fn the_horizon_is_a_usage_error() {
         let opts = |hours: f64| Options {
             scenario: scenario::load("incident").unwrap(),
@@ -618,6 +702,9 @@ mod tests {
             llm_latency: None,
             state_dir: None,
             progress: false,
+            peer: None,
+            peer_param: None,
+            with_peers: false,
         };
         for hours in [1e-300, 0.08, f64::NAN, 9000.0] {
             let err = run(&opts(hours)).err().expect("refused");

@@ -252,6 +252,9 @@ mod tests {
             llm_latency: None,
             state_dir: None,
             progress: false,
+            peer: None,
+            peer_param: None,
+            with_peers: false,
         };
         let config = effective_config(&opts).unwrap();
         let end = START + 3 * 3_600_000;

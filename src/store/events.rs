@@ -34,10 +34,10 @@ pub fn insert(
     body: Option<&str>,
     now: Millis,
 ) -> Result<i64> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO events (priority, kind, reason, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![priority, kind, reason, body, now],
-    )?;
+    )?
+    .execute(params![priority, kind, reason, body, now])?;
     Ok(conn.last_insert_rowid())
 }
 

@@ -105,8 +105,9 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
 }
 
 pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
-    conn.execute(
-        &format!(
+    // Cached, as `by_label`: reconciliation writes and looks up every instance each pass
+    // (parsing the two again took about a sixth of a churning fleet's pass in the simulator).
+    conn.prepare_cached(&format!(
             "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
              ON CONFLICT(label) DO UPDATE SET vast_id = excluded.vast_id, state = excluded.state,
                 actual_status = excluded.actual_status, status_msg = excluded.status_msg,
@@ -116,8 +117,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
                 gone_at = excluded.gone_at, worker_address = excluded.worker_address,
                 machine_id = excluded.machine_id,
                 is_bid = excluded.is_bid, storage_dph = excluded.storage_dph"
-        ),
-        params![
+    ))?
+    .execute(params![
             i.label,
             i.vast_id,
             i.state,
@@ -137,9 +138,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
             i.worker_address,
             i.machine_id,
             i.is_bid,
-            i.storage_dph
-        ],
-    )?;
+        i.storage_dph
+    ])?;
     Ok(())
 }
 
@@ -147,11 +147,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
 pub fn by_vast_id(conn: &Connection, vast_id: i64) -> Result<Option<InstanceRow>> {
     use rusqlite::OptionalExtension;
     Ok(conn
-        .query_row(
-            &format!("SELECT {COLS} FROM instances WHERE vast_id = ?1"),
-            params![vast_id],
-            row,
-        )
+        .prepare_cached(&format!("SELECT {COLS} FROM instances WHERE vast_id = ?1"))?
+        .query_row(params![vast_id], row)
         .optional()?)
 }
 
@@ -159,11 +156,8 @@ pub fn by_vast_id(conn: &Connection, vast_id: i64) -> Result<Option<InstanceRow>
 pub fn by_label(conn: &Connection, label: &str) -> Result<Option<InstanceRow>> {
     use rusqlite::OptionalExtension;
     Ok(conn
-        .query_row(
-            &format!("SELECT {COLS} FROM instances WHERE label = ?1"),
-            params![label],
-            row,
-        )
+        .prepare_cached(&format!("SELECT {COLS} FROM instances WHERE label = ?1"))?
+        .query_row(params![label], row)
         .optional()?)
 }
 

@@ -21,6 +21,9 @@ fn options(name: &str, hours: f64, seed: u64) -> Options {
         llm_latency: None,
         state_dir: None,
         progress: false,
+        peer: None,
+        peer_param: None,
+        with_peers: false,
     }
 }
 
@@ -642,4 +645,42 @@ fn the_first_dead_pass_check_counts_launches_that_reached_vast_ai_not_requests()
         r.incident
     );
     assert!(r.passed, "{}", sim::report::render_text(&r));
+}
+
+#[test]
+fn sim_json_has_the_peers_beside() {
+    let out = sim_cmd(&["--scenario", "steady", "--hours", "0.5", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stderr}"));
+    let peers = v["peers"].as_object().expect("peers is an object");
+    let names: Vec<&str> = peers.keys().map(String::as_str).collect();
+    assert_eq!(names, ["keda", "target-tracking"]);
+    for (name, p) in peers {
+        assert!(p["dollars_per_proof"].as_f64().is_some(), "{name}: {p}");
+        assert!(p["hours_below_target"].as_f64().is_some(), "{name}: {p}");
+        assert!(p["launches"].as_u64().is_some(), "{name}: {p}");
+        // steady models no price: profit is null, as the bound's is.
+        assert!(p.get("profit").is_some_and(|x| x.is_null()), "{name}: {p}");
+    }
+    let text = sim_cmd(&["--scenario", "steady", "--hours", "0.5"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in ["peer keda ", "peer target-tracking "] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn an_unknown_peer_is_one_clear_line() {
+    let out = sim_cmd(&["--scenario", "steady", "--hours", "0.5", "--peer", "hpa"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no such peer"), "{stderr}");
 }

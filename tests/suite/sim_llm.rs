@@ -389,6 +389,9 @@ fn sim_llm_a_model_that_acts_like_the_rules_leaves_the_floor_nothing_to_do() {
                 llm_latency: None,
                 state_dir: None,
                 progress: false,
+                peer: None,
+                peer_param: None,
+                with_peers: false,
             })
             .unwrap()
             .report;

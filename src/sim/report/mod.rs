@@ -55,6 +55,8 @@ pub struct Report {
     pub oracle: Oracle,
     /// The oracle's controller without look-ahead, inside the launch window: the yardstick.
     pub reactive_bound: ReactiveBound,
+    /// The peers (`sim::peers`) on the same world, by name; empty when none ran beside.
+    pub peers: BTreeMap<String, PeerResult>,
     /// The economics the checks look at.
     pub economics: Economics,
     pub checks: Vec<Check>,
@@ -232,6 +234,27 @@ pub struct ReactiveBound {
     pub launches: u64,
     /// null: no price modelled.
     pub profit: Option<f64>,
+}
+
+/// A peer's run on the same world: its figures as the report's own.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PeerResult {
+    pub dollars_per_proof: f64,
+    pub hours_below_target: f64,
+    pub launches: u64,
+    /// null: no price modelled.
+    pub profit: Option<f64>,
+}
+
+impl PeerResult {
+    pub fn of(r: &Report) -> PeerResult {
+        PeerResult {
+            dollars_per_proof: r.money.dollars_per_proof,
+            hours_below_target: r.hours_below_target,
+            launches: r.launches.made,
+            profit: r.money.profit,
+        }
+    }
 }
 
 /// What the economic checks count, from the world's own record.
@@ -618,6 +641,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
         incident,
         oracle,
         reactive_bound,
+        peers: BTreeMap::new(),
         economics,
         checks: Vec::new(),
         passed: false,

@@ -110,6 +110,18 @@ pub fn render_text(r: &Report) -> String {
             money(b.profit)
         ),
     );
+    for (name, p) in &r.peers {
+        row(
+            &format!("peer {name}"),
+            format!(
+                "${:.4}/proof, {} h below target, {} launches, profit {}",
+                p.dollars_per_proof,
+                fmt(p.hours_below_target),
+                p.launches,
+                money(p.profit)
+            ),
+        );
+    }
     let l = &r.launches;
     row(
         "launches",
