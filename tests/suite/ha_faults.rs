@@ -9,15 +9,14 @@
 //! takeover's own timing is shown by ha_hosts.rs with a real lapse.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 use fleetagent::faults::{HA_POINTS, POINTS};
 
 use super::agent_e2e::{dead_fleet, write_demand};
-use super::ha_hosts::{host, labels_created};
+use super::ha_hosts::{host, labels_created, spawn_watching};
 use crate::common::fake_vast::FakeVast;
 use crate::common::fleet::{Fleet, Run};
 use crate::common::pg::{self, TestDb};
@@ -245,24 +244,7 @@ fn stop_at(point: &'static str) -> Option<String> {
     let mut w = world();
     let mut cmd = w.a.command(&["run"]);
     cmd.env("FLEETAGENT_TEST_PAUSE_AT", format!("{point}:2500"));
-    let mut child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("test pause at") {
-                let _ = tx.send(());
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
+    let (mut child, rx, reader) = spawn_watching(cmd);
     if rx.recv_timeout(Duration::from_secs(30)).is_err() {
         let _ = child.wait();
         return None;
@@ -423,24 +405,7 @@ fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing
 
     let mut cmd = a.command(&["run"]);
     cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1000");
-    let mut child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("test pause at") {
-                let _ = tx.send(());
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
+    let (mut child, rx, reader) = spawn_watching(cmd);
     rx.recv_timeout(Duration::from_secs(30))
         .expect("A never reached its launch");
     proxy.set(Mode::Blackhole);

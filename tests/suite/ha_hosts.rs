@@ -106,19 +106,77 @@ pub(crate) fn wait_for_expiry(db: &mut TestDb) {
     }
 }
 
-pub(crate) fn last_run_id(f: &Fleet) -> i64 {
-    f.count("SELECT COALESCE(MAX(id), 0) FROM runs")
+/// Two hosts on a fresh shared database, renting from one fake vast.ai with offers, Curio's
+/// workers dead.
+pub(crate) struct Pair {
+    pub db: TestDb,
+    pub vast: FakeVast,
+    pub _demand: tempfile::TempDir,
+    pub a: Fleet,
+    pub b: Fleet,
 }
 
-#[test]
-fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on() {
-    let mut db = pg::fresh_db();
+pub(crate) fn pair() -> Pair {
+    let db = pg::fresh_db();
     let vast = FakeVast::start_real_time();
     vast.add_offers(10, "RTX 4090", 0.40, 0.99);
     let demand = tempfile::tempdir().unwrap();
     write_demand(demand.path(), dead_fleet());
     let a = host("host-a", &db, &vast, demand.path());
     let b = host("host-b", &db, &vast, demand.path());
+    Pair {
+        db,
+        vast,
+        _demand: demand,
+        a,
+        b,
+    }
+}
+
+/// `cmd` started with its stderr read on a thread: the child, a channel that hears of the
+/// first `test pause at` line (src/faults.rs), and the thread, which returns the whole stderr.
+pub(crate) fn spawn_watching(
+    mut cmd: Command,
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<()>,
+    thread::JoinHandle<String>,
+) {
+    use std::io::{BufRead, BufReader};
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("test pause at") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    (child, rx, reader)
+}
+
+pub(crate) fn last_run_id(f: &Fleet) -> i64 {
+    f.count("SELECT COALESCE(MAX(id), 0) FROM runs")
+}
+
+#[test]
+fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on() {
+    let Pair {
+        mut db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
 
     // A leads (epoch 1) and the rules launch for dead workers.
     let out = a.cmd(&["run"]).ok();
@@ -241,13 +299,13 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
 /// first fenced step.
 #[test]
 fn a_stalled_leader_is_fenced_out_when_it_resumes() {
-    let mut db = pg::fresh_db();
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let demand = tempfile::tempdir().unwrap();
-    write_demand(demand.path(), dead_fleet());
-    let a = host("host-a", &db, &vast, demand.path());
-    let b = host("host-b", &db, &vast, demand.path());
+    let Pair {
+        mut db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
 
     let mut cmd: Command = a.command(&["run"]);
     cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1500");
@@ -313,13 +371,13 @@ fn set_ha(f: &Fleet, enabled: bool) {
 /// host goes on from its copy.
 #[test]
 fn a_single_host_install_moves_to_the_shared_database_and_a_release_hands_over() {
-    let mut db = pg::fresh_db();
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let demand = tempfile::tempdir().unwrap();
-    write_demand(demand.path(), dead_fleet());
-    let a = host("host-a", &db, &vast, demand.path());
-    let b = host("host-b", &db, &vast, demand.path());
+    let Pair {
+        mut db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
     set_ha(&a, false);
     a.cmd(&["run"]).ok();
     let launched = labels_created(&vast);

@@ -7,13 +7,10 @@
 //! ids increase with their start, no label is created twice, and at the end every trigger is
 //! one event claimed by a finished pass.
 
-use std::io::{BufRead, BufReader};
-use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
 
 use super::agent_e2e::{dead_fleet, write_demand};
-use super::ha_hosts::{host, labels_created};
+use super::ha_hosts::{host, labels_created, spawn_watching};
 use crate::common::fake_vast::FakeVast;
 use crate::common::fleet::Fleet;
 use crate::common::pg::{self, TestDb};
@@ -94,20 +91,7 @@ fn leader(db: &mut TestDb) -> Option<usize> {
 fn interrupt(c: &mut Cluster, l: usize, next: usize, point: &str, how: u64) -> String {
     let mut cmd = c.hosts[l].command(&["run"]);
     cmd.env("FLEETAGENT_TEST_PAUSE_AT", format!("{point}:1500"));
-    let mut child = cmd
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("test pause at") {
-                let _ = tx.send(());
-            }
-        }
-    });
+    let (mut child, rx, reader) = spawn_watching(cmd);
     if rx.recv_timeout(Duration::from_secs(30)).is_err() {
         let _ = child.wait();
         let _ = reader.join();
