@@ -197,6 +197,21 @@ pub fn fence(
     Ok(row.is_some())
 }
 
+/// The fence alone, when nothing rides on it (the check before a vast.ai request with nothing
+/// to push): one statement, whether `host` holds the lease at `epoch` with `margin` left now.
+pub fn still_held(db: &mut SharedDb, host: &str, epoch: i64, margin: Duration) -> Result<bool> {
+    db.retrying("checking the lease", |client| {
+        Ok(client
+            .query_opt(
+                "SELECT 1 FROM fleetagent.lease
+                 WHERE name = 'fleet' AND holder = $1 AND epoch = $2
+                   AND expires_at > clock_timestamp() + $3::float8 * interval '1 second'",
+                &[&host, &epoch, &secs(margin)],
+            )?
+            .is_some())
+    })
+}
+
 /// One transaction: the [`fence`] first, then `write`, then COMMIT; run again whole on
 /// 40001/40P01. `write` must be safe to run again (it runs in a fresh transaction each time).
 pub fn fenced<T>(

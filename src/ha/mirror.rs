@@ -280,11 +280,15 @@ pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Re
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     crate::faults::point("ha-before-push")?;
+    if rows.is_empty() && taken.is_empty() {
+        // Nothing rides on the fence: one statement (a pre-send check, mostly).
+        return match lease::still_held(db, &held.host, held.epoch, held.margin)? {
+            true => Ok(()),
+            false => Err(lost(step, held)),
+        };
+    }
     let what = format!("{step}: pushing {} changed row(s)", rows.len());
     let done = lease::fenced(db, &held.host, held.epoch, held.margin, &what, |ptx| {
-        if rows.is_empty() && taken.is_empty() {
-            return Ok(None);
-        }
         let seq: i64 = ptx
             .query_one(
                 "UPDATE fleetagent.sync SET seq = seq + 1, epoch = $1, holder = $2
@@ -293,12 +297,11 @@ pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Re
             )?
             .try_get(0)?;
         write_rows(ptx, &rows, &taken, seq, held.epoch)?;
-        Ok(Some(seq))
+        Ok(seq)
     })?;
     match done {
         Fenced::Lost => Err(lost(step, held)),
-        Fenced::Committed(None) => Ok(()),
-        Fenced::Committed(Some(seq)) => {
+        Fenced::Committed(seq) => {
             crate::faults::point("ha-after-push")?;
             tx.execute("DELETE FROM ha_changes WHERE id <= ?1", [max_id])?;
             tx.execute("DELETE FROM ha_inbox_taken", [])?;
