@@ -60,7 +60,10 @@ fn ha_poll(
             Ok(false)
         }
         crate::ha::node::Start::Leader { epoch, .. } => {
-            let waiting = crate::ha::node::inbox_waiting(settings, store)?;
+            let waiting = match store.shared.as_mut() {
+                Some(link) => link.inbox_waiting(&store.conn)?,
+                None => 0,
+            };
             if waiting > 0 {
                 let reason = format!("{waiting} event(s) in the shared inbox");
                 crate::trigger::ring_on(

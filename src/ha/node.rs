@@ -227,6 +227,10 @@ impl crate::store::Shared for Link {
         mirror::forward_outbox(conn, &mut self.db, &self.held.host, now)?;
         mirror::take_inbox(conn, &mut self.db)
     }
+
+    fn inbox_waiting(&mut self, conn: &rusqlite::Connection) -> Result<usize> {
+        mirror::inbox_waiting(conn, &mut self.db)
+    }
 }
 
 /// Renews the lease every [`Settings::renew_every`] on its own connection. When the lease
@@ -281,10 +285,4 @@ fn keeper_exit(text: &str) -> ! {
     let line = format!("fleetagent: {text}");
     eprintln!("{}", crate::journal::line(crate::journal::ERR, &line));
     std::process::exit(crate::error::EXIT_RUNTIME);
-}
-
-/// On the leader: how many events wait in the shared inbox (for `poll`, which rings).
-pub fn inbox_waiting(settings: &Settings, store: &Store) -> Result<usize> {
-    let mut db = settings.connect()?;
-    mirror::inbox_waiting(&store.conn, &mut db)
 }

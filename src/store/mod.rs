@@ -81,6 +81,8 @@ pub trait Shared: Send {
     fn push(&mut self, conn: &Connection, step: &str) -> Result<()>;
     /// Events other hosts (and this host's `trigger`) sent, made local events: how many.
     fn take_inbox(&mut self, conn: &Connection, now: Millis) -> Result<usize>;
+    /// How many events wait in the shared inbox, not yet made local events.
+    fn inbox_waiting(&mut self, conn: &Connection) -> Result<usize>;
 }
 
 impl Drop for Store {
