@@ -589,17 +589,9 @@ fn main() {
 
 fn sim_options(name: &str, hours: Option<f64>) -> fleetagent::sim::Options {
     fleetagent::sim::Options {
-        scenario: fleetagent::sim::scenario::load(name).unwrap(),
         hours,
-        seed: 1,
-        config: None,
-        llm: None,
-        llm_latency: None,
-        state_dir: None,
-        progress: false,
-        peer: None,
-        peer_param: None,
         with_peers: true,
+        ..fleetagent::sim::Options::new(fleetagent::sim::scenario::load(name).unwrap(), 1)
     }
 }
 

@@ -52,17 +52,9 @@ impl LlmClient for Down {
 
 fn options(name: &str, seed: u64, llm: Arc<dyn LlmClient>) -> Options {
     Options {
-        scenario: scenario::load(name).unwrap(),
-        hours: None,
-        seed,
-        config: None,
         llm: Some(llm),
         llm_latency: Some(Duration::from_secs(3)),
-        state_dir: None,
-        progress: false,
-        peer: None,
-        peer_param: None,
-        with_peers: false,
+        ..Options::new(scenario::load(name).unwrap(), seed)
     }
 }
 

@@ -57,17 +57,10 @@ fn better(a: &Figures, b: &Figures, rules_hbt: f64) -> bool {
 
 pub fn options(name: &str, seed: u64, peer: Option<(PeerKind, f64)>, with_peers: bool) -> Options {
     Options {
-        scenario: scenario::load(name).unwrap(),
-        hours: None,
-        seed,
-        config: None,
-        llm: None,
-        llm_latency: None,
-        state_dir: None,
-        progress: false,
         peer: peer.map(|p| p.0),
         peer_param: peer.map(|p| p.1),
         with_peers,
+        ..Options::new(scenario::load(name).unwrap(), seed)
     }
 }
 

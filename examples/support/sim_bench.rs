@@ -34,17 +34,8 @@ const PROFIT_SHARE: f64 = 0.9;
 
 fn options(name: &str, seed: u64) -> Options {
     Options {
-        scenario: scenario::load(name).unwrap(),
-        hours: None,
-        seed,
-        config: None,
-        llm: None,
-        llm_latency: None,
-        state_dir: None,
-        progress: false,
-        peer: None,
-        peer_param: None,
         with_peers: true,
+        ..Options::new(scenario::load(name).unwrap(), seed)
     }
 }
 

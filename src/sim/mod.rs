@@ -89,6 +89,26 @@ pub struct Options {
     pub with_peers: bool,
 }
 
+impl Options {
+    /// `scenario` on `seed` for its own hours, the rules (or the scenario's model) deciding,
+    /// in a temporary dir, without peers beside: set the rest with `..Options::new(..)`.
+    pub fn new(scenario: Scenario, seed: u64) -> Options {
+        Options {
+            scenario,
+            hours: None,
+            seed,
+            config: None,
+            llm: None,
+            llm_latency: None,
+            state_dir: None,
+            progress: false,
+            peer: None,
+            peer_param: None,
+            with_peers: false,
+        }
+    }
+}
+
 pub struct SimRun {
     pub report: report::Report,
     pub samples: Vec<Sample>,
@@ -553,17 +573,9 @@ fn rules_beside(opts: &Options) -> Options {
     let mut scenario = opts.scenario.clone();
     scenario.llm.mode = LlmMode::Rules;
     Options {
-        scenario,
         hours: opts.hours,
-        seed: opts.seed,
         config: opts.config.clone(),
-        llm: None,
-        llm_latency: None,
-        state_dir: None,
-        progress: false,
-        peer: None,
-        peer_param: None,
-        with_peers: false,
+        ..Options::new(scenario, opts.seed)
     }
 }
 
@@ -666,19 +678,7 @@ mod tests {
 
     #[test]
     fn a_peer_decides_in_the_rules_place_whatever_model_the_scenario_names() {
-        let mut opts = Options {
-            scenario: scenario::load("llm-outage").unwrap(),
-            hours: None,
-            seed: 1,
-            config: None,
-            llm: None,
-            llm_latency: None,
-            state_dir: None,
-            progress: false,
-            peer: None,
-            peer_param: None,
-            with_peers: false,
-        };
+        let mut opts = Options::new(scenario::load("llm-outage").unwrap(), 1);
         // The scenario's model (an outage) decides the rules' run, never a peer's.
         assert_eq!(
             effective_config(&opts).unwrap().llm.provider,
@@ -694,17 +694,8 @@ mod tests {
     #[test]
     fn the_horizon_is_a_usage_error() {
         let opts = |hours: f64| Options {
-            scenario: scenario::load("incident").unwrap(),
             hours: Some(hours),
-            seed: 1,
-            config: None,
-            llm: None,
-            llm_latency: None,
-            state_dir: None,
-            progress: false,
-            peer: None,
-            peer_param: None,
-            with_peers: false,
+            ..Options::new(scenario::load("incident").unwrap(), 1)
         };
         for hours in [1e-300, 0.08, f64::NAN, 9000.0] {
             let err = run(&opts(hours)).err().expect("refused");

@@ -243,19 +243,7 @@ mod tests {
     const STEP: &str = "name = \"t\"\ndescription = \"t\"\nhours = 3\n[market]\nrate = [[0, 60], [2, 400]]\n[hosts]\nboot_fail = 0\nstuck = 0\noffline_per_day = 0\ncrash_per_day = 0\n[start]\nlive = 2\n";
 
     fn both() -> (OracleResult, OracleResult, Config) {
-        let opts = Options {
-            scenario: scenario::parse(STEP).unwrap(),
-            hours: None,
-            seed: 1,
-            config: None,
-            llm: None,
-            llm_latency: None,
-            state_dir: None,
-            progress: false,
-            peer: None,
-            peer_param: None,
-            with_peers: false,
-        };
+        let opts = Options::new(scenario::parse(STEP).unwrap(), 1);
         let config = effective_config(&opts).unwrap();
         let end = START + 3 * 3_600_000;
         let full = run(&opts.scenario, 1, &config, START, end, Foresight::Full);

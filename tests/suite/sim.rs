@@ -13,17 +13,8 @@ use crate::common::fleet::{clean_env, BIN};
 
 fn options(name: &str, hours: f64, seed: u64) -> Options {
     Options {
-        scenario: scenario::load(name).unwrap(),
         hours: Some(hours),
-        seed,
-        config: None,
-        llm: None,
-        llm_latency: None,
-        state_dir: None,
-        progress: false,
-        peer: None,
-        peer_param: None,
-        with_peers: false,
+        ..Options::new(scenario::load(name).unwrap(), seed)
     }
 }
 

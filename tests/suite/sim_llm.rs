@@ -381,17 +381,8 @@ fn sim_llm_a_model_that_acts_like_the_rules_leaves_the_floor_nothing_to_do() {
                 .unwrap();
             assert!(made >= 1 && made as i64 <= by_model, "{}", r["incident"]);
             let rules_only = sim::run(&sim::Options {
-                scenario: scenario::load("incident").unwrap(),
                 hours: Some(3.0),
-                seed: 1,
-                config: None,
-                llm: None,
-                llm_latency: None,
-                state_dir: None,
-                progress: false,
-                peer: None,
-                peer_param: None,
-                with_peers: false,
+                ..sim::Options::new(scenario::load("incident").unwrap(), 1)
             })
             .unwrap()
             .report;
