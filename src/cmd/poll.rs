@@ -51,31 +51,20 @@ fn ha_poll(
     now: crate::clock::Millis,
 ) -> Result<bool> {
     let started = crate::ha::node::start(settings, store, now, false)?;
-    if let Some(line) = started.not_leading(&settings.host) {
-        log::debug!("poll: {line}");
+    let crate::ha::node::Start::Leader { epoch, .. } = &started else {
+        if let Some(line) = started.not_leading(&settings.host) {
+            log::debug!("poll: {line}");
+        }
         return Ok(false);
+    };
+    let waiting = match store.shared.as_mut() {
+        Some(link) => link.inbox_waiting(&store.conn)?,
+        None => 0,
+    };
+    if waiting > 0 {
+        let reason = format!("{waiting} event(s) in the shared inbox");
+        crate::trigger::ring_on(&crate::doorbell::FileDoorbell::new(dir), 0, 1, &reason, now)?;
+        log::info!("poll: leader (epoch {epoch}): {reason}; doorbell rung");
     }
-    match started {
-        crate::ha::node::Start::Follower { .. } | crate::ha::node::Start::Released { .. } => {
-            Ok(false)
-        }
-        crate::ha::node::Start::Leader { epoch, .. } => {
-            let waiting = match store.shared.as_mut() {
-                Some(link) => link.inbox_waiting(&store.conn)?,
-                None => 0,
-            };
-            if waiting > 0 {
-                let reason = format!("{waiting} event(s) in the shared inbox");
-                crate::trigger::ring_on(
-                    &crate::doorbell::FileDoorbell::new(dir),
-                    0,
-                    1,
-                    &reason,
-                    now,
-                )?;
-                log::info!("poll: leader (epoch {epoch}): {reason}; doorbell rung");
-            }
-            Ok(true)
-        }
-    }
+    Ok(true)
 }

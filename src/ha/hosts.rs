@@ -11,6 +11,8 @@ pub struct HostSeen {
     pub host_id: String,
     /// Seconds since its last contact, in database time.
     pub seen_secs_ago: f64,
+    /// Its last contact (milliseconds since the epoch, database time).
+    pub last_seen_ms: i64,
     pub version: String,
     pub config_hash: String,
 }
@@ -36,7 +38,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
         client
             .query(
                 "SELECT host_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, version,
-                        config_hash
+                        config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -47,6 +49,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                     seen_secs_ago: r.try_get(1)?,
                     version: r.try_get(2)?,
                     config_hash: r.try_get(3)?,
+                    last_seen_ms: r.try_get(4)?,
                 })
             })
             .collect()

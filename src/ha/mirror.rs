@@ -143,11 +143,10 @@ fn row_json(conn: &Connection, table: &str, pk: &str) -> Result<Option<String>> 
     Ok(Some(Value::Object(obj).to_string()))
 }
 
-/// Inserts a row given as a JSON object into `table` (its columns by name).
-fn insert_json(conn: &Connection, table: &str, data: &str) -> Result<()> {
+/// Inserts a row given as a JSON object into `table`, whose columns are `known`.
+fn insert_json(conn: &Connection, table: &str, known: &[String], data: &str) -> Result<()> {
     let obj: Map<String, Value> = serde_json::from_str(data)
         .with_context(|| format!("a shared {table} row is not a JSON object"))?;
-    let known = columns(conn, table)?;
     if let Some(extra) = obj.keys().find(|c| !known.contains(*c)) {
         bail!(
             "a shared {table} row has column {extra}, which this version's database lacks: \
@@ -202,7 +201,21 @@ pub fn local_mark(conn: &Connection) -> Result<Option<(String, i64, i64)>> {
         .optional()?)
 }
 
-fn set_mark(conn: &Connection, holder: &str, epoch: i64, seq: i64) -> Result<()> {
+/// This copy now matches the shared state as `holder` left it at `epoch` and push `seq`: the
+/// changes up to `changes_through` (all of them when None) and the inbox rows taken are in
+/// it, and the mark says so.
+fn mark_synced(
+    conn: &Connection,
+    changes_through: Option<i64>,
+    holder: &str,
+    epoch: i64,
+    seq: i64,
+) -> Result<()> {
+    conn.execute(
+        "DELETE FROM ha_changes WHERE id <= ?1",
+        [changes_through.unwrap_or(i64::MAX)],
+    )?;
+    conn.execute("DELETE FROM ha_inbox_taken", [])?;
     conn.execute(
         "INSERT INTO ha_sync (id, holder, epoch, seq) VALUES (1, ?1, ?2, ?3)
          ON CONFLICT (id) DO UPDATE SET holder = ?1, epoch = ?2, seq = ?3",
@@ -275,10 +288,7 @@ pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Re
         let data = row_json(&tx, &table, &pk)?;
         rows.push((table, pk, data));
     }
-    let taken: Vec<i64> = tx
-        .prepare_cached("SELECT inbox_id FROM ha_inbox_taken")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let taken = taken(&tx)?;
     crate::faults::point("ha-before-push")?;
     if rows.is_empty() && taken.is_empty() {
         // Nothing rides on the fence: one statement (a pre-send check, mostly).
@@ -303,13 +313,19 @@ pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Re
         Fenced::Lost => Err(lost(step, held)),
         Fenced::Committed(seq) => {
             crate::faults::point("ha-after-push")?;
-            tx.execute("DELETE FROM ha_changes WHERE id <= ?1", [max_id])?;
-            tx.execute("DELETE FROM ha_inbox_taken", [])?;
-            set_mark(&tx, &held.host, held.epoch, seq)?;
+            mark_synced(&tx, Some(max_id), &held.host, held.epoch, seq)?;
             tx.commit()?;
             Ok(())
         }
     }
+}
+
+/// The inbox rows this copy made events since its last push.
+fn taken(conn: &Connection) -> Result<Vec<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT inbox_id FROM ha_inbox_taken")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
 }
 
 /// The distinct (table, key) pairs changed since the last push, and the last change's id.
@@ -351,10 +367,10 @@ pub fn sync_in(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<
             if shared.1 == held.epoch || pending_changes == 0 {
                 Ok(Synced::Current)
             } else {
-                pull_all(conn, db, held)
+                pull_all(conn, db)
             }
         }
-        Some(_) => pull_all(conn, db, held),
+        Some(_) => pull_all(conn, db),
     }
 }
 
@@ -396,9 +412,7 @@ fn initialize(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<S
             db.shown()
         ),
         Fenced::Committed(true) => {
-            tx.execute("DELETE FROM ha_changes", [])?;
-            tx.execute("DELETE FROM ha_inbox_taken", [])?;
-            set_mark(&tx, &held.host, held.epoch, 1)?;
+            mark_synced(&tx, None, &held.host, held.epoch, 1)?;
             tx.commit()?;
             Ok(Synced::Initialized { rows: rows.len() })
         }
@@ -408,7 +422,7 @@ fn initialize(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<S
 /// Replaces this copy's shared tables by the shared rows, read in one snapshot. Foreign keys
 /// are off meanwhile: this host's conversation may name runs the shared state lacks (a pass
 /// whose push never committed).
-fn pull_all(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<Synced> {
+fn pull_all(conn: &mut Connection, db: &mut SharedDb) -> Result<Synced> {
     let ((holder, epoch, seq), rows) = db.retrying("reading the shared state", |c| {
         let mut tx = c
             .build_transaction()
@@ -431,25 +445,22 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<Syn
         tx.commit()?;
         Ok((mark, rows))
     })?;
-    let _ = held;
     conn.pragma_update(None, "foreign_keys", false)?;
     let result = (|| -> Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Each shared table's columns, read once.
+        let mut columns_of: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (table, _) in TABLES {
             tx.execute(&format!("DELETE FROM {table}"), [])?;
+            columns_of.insert(table, columns(&tx, table)?);
         }
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for (table, data) in &rows {
-            let (t, _) = TABLES
-                .iter()
-                .find(|(t, _)| t == table)
-                .ok_or_else(|| anyhow!("the shared state has rows of an unknown table {table}: another host runs a newer fleetagent; upgrade this one"))?;
-            insert_json(&tx, t, data)?;
-            *counts.entry(t).or_default() += 1;
+            let (t, known) = columns_of.get_key_value(table.as_str()).ok_or_else(|| {
+                anyhow!("the shared state has rows of an unknown table {table}: another host runs a newer fleetagent; upgrade this one")
+            })?;
+            insert_json(&tx, t, known, data)?;
         }
-        tx.execute("DELETE FROM ha_changes", [])?;
-        tx.execute("DELETE FROM ha_inbox_taken", [])?;
-        set_mark(&tx, &holder, epoch, seq)?;
+        mark_synced(&tx, None, &holder, epoch, seq)?;
         tx.commit()?;
         Ok(())
     })();
@@ -516,10 +527,7 @@ pub fn forward_outbox(
 
 /// How many inbox rows wait for the leader (those this copy already made events aside).
 pub fn inbox_waiting(conn: &Connection, db: &mut SharedDb) -> Result<usize> {
-    let taken: Vec<i64> = conn
-        .prepare_cached("SELECT inbox_id FROM ha_inbox_taken")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let taken = taken(conn)?;
     let n: i64 = db.retrying("reading the shared inbox", |c| {
         c.query_one(
             "SELECT COUNT(*) FROM fleetagent.inbox WHERE NOT (id = ANY($1))",

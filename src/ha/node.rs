@@ -243,21 +243,15 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
         .spawn(move || {
             let clock = SystemClock;
             let mut renewed = Instant::now();
-            // Its own connection, made here: off the pass's path.
-            let mut db = None;
+            // Its own connection, made here (off the pass's path), again after a failure.
+            let mut db: Option<SharedDb> = None;
             loop {
-                if db.is_none() {
-                    db = settings.connect().ok();
-                }
                 clock.sleep(settings.renew_every());
-                let renewal = match db.as_mut() {
-                    Some(db) => lease::renew(db, &settings.host, epoch, settings.ttl),
-                    None => settings.connect().and_then(|mut fresh| {
-                        let r = lease::renew(&mut fresh, &settings.host, epoch, settings.ttl);
-                        db = Some(fresh);
-                        r
-                    }),
-                };
+                let renewal = db.take().map_or_else(|| settings.connect(), Ok).and_then(|mut c| {
+                    let r = lease::renew(&mut c, &settings.host, epoch, settings.ttl);
+                    db = Some(c);
+                    r
+                });
                 match renewal {
                     Ok(Some(_)) => renewed = Instant::now(),
                     Ok(None) => keeper_exit(&format!(
@@ -272,7 +266,7 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
                             ));
                         }
                         log::warn!("ha: renewing the lease failed, trying again: {e}");
-                        db = settings.connect().ok();
+                        db = None;
                     }
                 }
             }

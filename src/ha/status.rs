@@ -46,23 +46,15 @@ pub fn lease_row(db: &mut SharedDb) -> Result<Option<(String, i64, f64)>> {
 }
 
 fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
-    db.retrying("reading the hosts", |c| {
-        c.query(
-            "SELECT host_id, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, version, config_hash
-             FROM fleetagent.hosts ORDER BY host_id",
-            &[],
-        )?
-        .iter()
-        .map(|r| {
-            Ok(HostStatus {
-                host_id: r.try_get(0)?,
-                last_seen: rfc3339(r.try_get(1)?),
-                version: r.try_get(2)?,
-                config_hash: r.try_get(3)?,
-            })
+    Ok(super::hosts::list(db)?
+        .into_iter()
+        .map(|h| HostStatus {
+            host_id: h.host_id,
+            last_seen: rfc3339(h.last_seen_ms),
+            version: h.version,
+            config_hash: h.config_hash,
         })
-        .collect()
-    })
+        .collect())
 }
 
 /// What the shared database says now, from this host's point of view.

@@ -34,11 +34,11 @@ pub fn insert(
     body: Option<&str>,
     now: Millis,
 ) -> Result<i64> {
-    conn.prepare_cached(
+    insert_with(
+        conn,
         "INSERT INTO events (priority, kind, reason, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![priority, kind, reason, body, now])?;
-    Ok(conn.last_insert_rowid())
+        (priority, kind, reason, body, now),
+    )
 }
 
 /// With `[ha] enabled`: an event for the leader, kept in this host's outbox until a `run` or
@@ -51,10 +51,21 @@ pub fn insert_outbox(
     body: Option<&str>,
     now: Millis,
 ) -> Result<i64> {
-    conn.execute(
+    insert_with(
+        conn,
         "INSERT INTO outbox (priority, kind, reason, body, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![priority, kind, reason, body, now],
-    )?;
+        (priority, kind, reason, body, now),
+    )
+}
+
+/// One event row by `sql` (the events table or the outbox, the same columns): its id.
+fn insert_with(
+    conn: &Connection,
+    sql: &str,
+    (priority, kind, reason, body, now): (u8, &str, &str, Option<&str>, Millis),
+) -> Result<i64> {
+    conn.prepare_cached(sql)?
+        .execute(params![priority, kind, reason, body, now])?;
     Ok(conn.last_insert_rowid())
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use fleetagent::faults::{HA_POINTS, POINTS};
 
 use super::agent_e2e::{dead_fleet, write_demand};
-use super::ha_hosts::{host, labels_created, spawn_watching};
+use super::ha_hosts::{host, labels_created, pair, spawn_watching, Pair};
 use crate::common::fake_vast::FakeVast;
 use crate::common::fleet::{Fleet, Run};
 use crate::common::pg::{self, TestDb};
@@ -38,42 +38,25 @@ const REACHED: &[&str] = &[
     "ha-after-push",
 ];
 
-struct World {
-    db: TestDb,
-    vast: FakeVast,
-    _demand: tempfile::TempDir,
-    a: Fleet,
-    b: Fleet,
-}
+/// Two hosts (ha_hosts.rs), A leading, B's event waiting in the shared inbox.
+type World = Pair;
 
 /// A leads (its poll took the lease), B's event waits in the shared inbox.
 fn world() -> World {
     world_with(|_| {})
 }
 
-/// [`world`] on a database `setup` prepared first.
+/// [`world`] on a database `setup` prepared before any host reaches it (`init` does not).
 fn world_with(setup: impl FnOnce(&mut TestDb)) -> World {
-    let mut db = pg::fresh_db();
-    setup(&mut db);
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let demand = tempfile::tempdir().unwrap();
-    write_demand(demand.path(), dead_fleet());
-    let a = host("host-a", &db, &vast, demand.path());
-    let b = host("host-b", &db, &vast, demand.path());
-    a.cmd(&["poll"]).ok();
-    a.cmd(&["wakes", "add", "--in", "1s", "--reason", "wake from a"])
+    let mut w = pair();
+    setup(&mut w.db);
+    w.a.cmd(&["poll"]).ok();
+    w.a.cmd(&["wakes", "add", "--in", "1s", "--reason", "wake from a"])
         .ok();
-    b.cmd(&["trigger", "-p", "1", "-r", "from b"]).ok();
-    let out = b.cmd(&["run"]).ok();
+    w.b.cmd(&["trigger", "-p", "1", "-r", "from b"]).ok();
+    let out = w.b.cmd(&["run"]).ok();
     assert!(out.stdout.contains("follower: host-a"), "{}", out.stdout);
-    World {
-        db,
-        vast,
-        _demand: demand,
-        a,
-        b,
-    }
+    w
 }
 
 /// A's host stays down: its lease lapses (moved to now, when it has not yet), B's poll takes

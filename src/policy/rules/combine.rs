@@ -17,6 +17,12 @@ pub struct Asks {
 }
 
 impl Asks {
+    /// The stops for the fleet's health, which come first whatever else is asked: the
+    /// flagged instances, then those over a cap.
+    pub fn health_stops(&self) -> impl Iterator<Item = &Stop> {
+        self.flagged.iter().chain(&self.over_cap)
+    }
+
     /// Ask every rule (each is pure; which of them counts is [`combine`]'s to say).
     pub fn of(s: &Snapshot, f: &Facts) -> Asks {
         Asks {
@@ -61,9 +67,7 @@ impl Asks {
 /// The operator's pause and hold come before all of it ([`super::decide`]).
 pub fn combine(f: &Facts, asks: &Asks) -> Vec<PlannedCall> {
     let mut calls: Vec<PlannedCall> = asks
-        .flagged
-        .iter()
-        .chain(&asks.over_cap)
+        .health_stops()
         .cloned()
         .map(PlannedCall::stop)
         .collect();

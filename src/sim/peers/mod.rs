@@ -101,16 +101,9 @@ impl<'a> Fleet<'a> {
     pub fn of(s: &'a Snapshot, config: &'a Config) -> Fleet<'a> {
         let f = Facts::of(s, config, 0, Mode::Full);
         let asks = Asks::of(s, &f);
-        let gone: Vec<i64> = asks
-            .flagged
-            .iter()
-            .chain(&asks.over_cap)
-            .map(|st| st.instance_id)
-            .collect();
+        let gone: Vec<i64> = asks.health_stops().map(|st| st.instance_id).collect();
         let health: Vec<PlannedCall> = asks
-            .flagged
-            .iter()
-            .chain(&asks.over_cap)
+            .health_stops()
             .cloned()
             .map(PlannedCall::stop)
             .collect();
