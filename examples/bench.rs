@@ -15,10 +15,14 @@
 //!                   none, and the history statement's plan (index-only)
 //!   bench peers-grid the peers' free parameters by a grid on seeds 1-10 of every built-in
 //!                   scenario (examples/support/peer_grid.rs; not in `all`: it is long)
+//!   bench day       the day-cycle scenario with the day learned against without, seeds 1-10:
+//!                   profit, launches, hours below target around the daily rise
 //!   bench floor     what the floor keeps of the rules' service under a model that never acts
 //!                   (text answers, or unusable), incident/spike/steady over seeds 1-10
 #![allow(clippy::disallowed_methods, clippy::disallowed_macros)]
 
+#[path = "support/day_bench.rs"]
+mod day_bench;
 #[path = "../tests/common/fake_llm.rs"]
 #[allow(dead_code)]
 mod fake_llm;
@@ -581,6 +585,9 @@ fn main() {
     }
     if all || which == "floor" {
         floor_bench::bench_floor();
+    }
+    if all || which == "day" {
+        day_bench::bench_day();
     }
     if which == "peers-grid" {
         peer_grid::bench_peers_grid();

@@ -55,8 +55,10 @@ fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
         )));
     }
     let out = PlotFile::open(file)?;
-    let drawn = super::open_for_report(app)
-        .and_then(|(_, _, store)| crate::inspect::plot::draw(&store, app.now(), hours));
+    let drawn = super::open_for_report(app).and_then(|(loaded, _, store)| {
+        let day = crate::run::observe::day_profile(&store.conn, &loaded.config, app.now())?;
+        crate::inspect::plot::draw(&store, app.now(), hours, day.as_ref())
+    });
     let drawn = match drawn {
         Ok(d) => d,
         Err(e) => {

@@ -207,6 +207,10 @@ pub struct PolicyConfig {
     /// Nothing is stopped or destroyed within this long of its start, flagged instances
     /// aside: a rental pays its boot whatever it does after.
     pub min_rental_mins: u64,
+    /// Learn how demand moves with the hour of the day from the samples, and let the rules
+    /// rent ahead of a rise it shows and hold capacity it says is needed again soon
+    /// (`policy::day`); false: the rules react alone.
+    pub learn_day: bool,
     /// A bid is rented only where its $/proof beats the best on-demand offer's by this share.
     pub bid_discount_min: f64,
     /// On-demand instances kept as a base under a bid fleet (never outbid).
@@ -372,6 +376,7 @@ impl Default for PolicyConfig {
             silent_worker_mins: 20,
             min_margin: 0.2,
             min_rental_mins: 30,
+            learn_day: true,
             bid_discount_min: 0.25,
             on_demand_min: 0,
             operator_hold_mins: 30,

@@ -136,6 +136,10 @@ pub struct Snapshot {
     /// An operator stop within `policy.operator_hold_mins`: the rules and the floor launch
     /// nothing ([`OperatorHold`]).
     pub hold: Option<OperatorHold>,
+    /// How demand moves with the hour of the day, learned from the samples
+    /// (`policy::day`); None while `policy.learn_day` is off. The rules use it only when
+    /// it is believed (`DayProfile::trusted`).
+    pub day: Option<crate::policy::day::DayProfile>,
 }
 
 /// What an operator stopped by hand is not put back by the rules or the floor for

@@ -151,6 +151,9 @@ pub fn build(
         other_installs,
         other_installs_at: other_installs_at.map(rfc3339),
         floor: floor_view(store)?,
+        day: crate::run::observe::day_profile(&store.conn, config, now)?
+            .as_ref()
+            .map(super::DayView::of),
         // No install can enable HA yet (docs/ha.md).
         ha: None,
     })

@@ -177,6 +177,9 @@ pub struct Report {
     pub other_installs_at: Option<String>,
     /// The floor's clocks as the last pass left them, or null when none runs.
     pub floor: Option<FloorView>,
+    /// How demand moves with the hour of the day as the next pass would learn it
+    /// (`policy::day`), or null while `policy.learn_day` is off.
+    pub day: Option<DayView>,
     /// Several hosts (DESIGN.md, "Several hosts"): null while HA is disabled, which every
     /// install is until the shared state lands (docs/ha.md: only the lease exists yet).
     pub ha: Option<crate::ha::status::Status>,
@@ -215,6 +218,41 @@ impl FloorView {
                 })
                 .collect(),
         })
+    }
+}
+
+/// `day`: the day profile learned from the samples (docs/inspect.md): whether the rules
+/// believe it and why, its error over the last hours, the hours of history it spans, what it
+/// expects for the coming hour, and each hour of the day it knows.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct DayView {
+    pub trusted: bool,
+    pub why: String,
+    pub error: Option<f64>,
+    pub history_hours: f64,
+    /// Proofs/h it shows for the hour after now (null: that hour not known).
+    pub next_hour_pph: Option<f64>,
+    pub hours: Vec<crate::policy::day::Hour>,
+}
+
+impl DayView {
+    pub fn of(p: &crate::policy::day::DayProfile) -> DayView {
+        let r2 = |v: f64| (v * 100.0).round() / 100.0;
+        DayView {
+            trusted: p.trusted,
+            why: p.why.clone(),
+            error: p.error.map(r2),
+            history_hours: r2(p.history_hours),
+            next_hour_pph: p.at(p.now + crate::policy::day::HOUR_MS).map(r2),
+            hours: p
+                .hours
+                .iter()
+                .map(|h| crate::policy::day::Hour {
+                    pph: r2(h.pph),
+                    ..*h
+                })
+                .collect(),
+        }
     }
 }
 

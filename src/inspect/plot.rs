@@ -11,6 +11,7 @@ use anyhow::Result;
 
 use crate::clock::{rfc3339, Millis};
 use crate::plot::{self, Chart, Panel, Series};
+use crate::policy::day::DayProfile;
 use crate::store::samples::{self, Sample};
 use crate::store::Store;
 
@@ -40,13 +41,15 @@ pub const TITLES: [&str; 5] = [
     "Spend and profit (dollars, cumulative)",
 ];
 
-/// Read the samples of the last `hours` before `now` and draw them.
-pub fn draw(store: &Store, now: Millis, hours: f64) -> Result<Drawn> {
+/// Read the samples of the last `hours` before `now` and draw them, with the day profile
+/// learned at `now` (`policy::day`; None while `policy.learn_day` is off) on the throughput
+/// panel.
+pub fn draw(store: &Store, now: Millis, hours: f64, day: Option<&DayProfile>) -> Result<Drawn> {
     let since = now - (hours * HOUR_MS) as Millis;
     let mut rows = samples::since(&store.conn, since)?;
     // A sample stamped after now (a clock set back) is outside the window drawn.
     rows.retain(|s| s.at <= now);
-    Ok(chart(&rows, now, hours))
+    Ok(chart(&rows, now, hours, day))
 }
 
 /// One x position of the chart (ms since the epoch): a sample, or a break between two (every
@@ -119,7 +122,7 @@ fn cumulative(points: &[Point<'_>]) -> (Vec<Option<f64>>, Vec<Option<f64>>) {
     (spend_cum, profit_cum)
 }
 
-fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
+fn chart(rows: &[Sample], now: Millis, hours: f64, day: Option<&DayProfile>) -> Drawn {
     let points = points(rows);
     let (spend_cum, profit_cum) = cumulative(&points);
     let col = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<Option<f64>> {
@@ -194,11 +197,25 @@ fn chart(rows: &[Sample], now: Millis, hours: f64) -> Drawn {
                     true,
                     col(&|s| (s.target_pph > 0.0).then_some(s.target_pph)),
                 ),
-            ],
-            note: Some(
-                "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now"
+            ]
+            .into_iter()
+            .chain(day.map(|p| {
+                let name = if p.trusted {
+                    "day profile (believed)"
+                } else {
+                    "day profile (not believed)"
+                };
+                series(name, "#e377c2", true, col(&|s| p.at(s.at)))
+            }))
+            .collect(),
+            note: Some(match day {
+                Some(p) => format!(
+                    "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now; day profile: what the history of the days before expects at that hour of the day ({})",
+                    p.why
+                ),
+                None => "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now"
                     .into(),
-            ),
+            }),
             integer: false,
         },
         Panel {
@@ -309,7 +326,7 @@ mod tests {
     #[test]
     fn every_panel_is_drawn_with_its_title() {
         let rows: Vec<Sample> = (0..12).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
-        let d = chart(&rows, NOW, 1.0);
+        let d = chart(&rows, NOW, 1.0, None);
         for t in TITLES {
             assert!(d.svg.contains(t), "{t}");
         }
@@ -329,8 +346,8 @@ mod tests {
     fn the_asked_window_is_drawn_whatever_the_samples_span() {
         // Three samples a minute apart: one hour and one day are different axes.
         let rows: Vec<Sample> = (0..3).rev().map(|m| at(m, true, Some(0.05))).collect();
-        let hour = chart(&rows, NOW, 1.0);
-        let day = chart(&rows, NOW, 24.0);
+        let hour = chart(&rows, NOW, 1.0, None);
+        let day = chart(&rows, NOW, 24.0, None);
         assert_eq!(hour.x_range, (NOW - 3_600_000, NOW));
         assert_eq!(day.x_range, (NOW - 86_400_000, NOW));
         assert_eq!(
@@ -348,7 +365,7 @@ mod tests {
         );
         assert_ne!(hour.svg, day.svg);
         // Half an hour: every 5 minutes, seconds never.
-        assert_eq!(chart(&rows, NOW, 0.5).ticks.len(), 7);
+        assert_eq!(chart(&rows, NOW, 0.5, None).ticks.len(), 7);
     }
 
     #[test]
@@ -360,7 +377,7 @@ mod tests {
         // A reading that could not tell ours apart: revenue unknown, not the cluster's.
         rows[3].ours_completed_1h = None;
         assert_eq!(revenue(&rows[3]), None);
-        let d = chart(&rows, NOW, 1.0);
+        let d = chart(&rows, NOW, 1.0, None);
         assert!(d.svg.contains(">others (1h)<"), "{}", d.svg);
         let (_, profit) = cumulative(&points(&rows));
         assert_eq!(profit[3], None);
@@ -370,7 +387,7 @@ mod tests {
     fn a_failed_probe_is_a_gap_not_a_zero_and_so_is_an_unknown_price() {
         let mut rows: Vec<Sample> = (0..6).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
         rows[2] = at(15, false, None);
-        let d = chart(&rows, NOW, 24.0);
+        let d = chart(&rows, NOW, 24.0, None);
         assert_eq!((d.without_demand, d.without_price), (1, 1));
         // 40 proofs/h at $0.05 = $2/h against $1/h: $1/h of profit, over 5-minute intervals,
         // the one starting at the unknown sample not counted.
@@ -394,7 +411,7 @@ mod tests {
     fn a_stretch_without_passes_breaks_every_line_and_counts_no_spend() {
         let mut rows: Vec<Sample> = (0..4).rev().map(|m| at(120 + m * 5, true, None)).collect();
         rows.extend((0..4).rev().map(|m| at(m * 5, true, None)));
-        let d = chart(&rows, NOW, 24.0);
+        let d = chart(&rows, NOW, 24.0, None);
         // Price unknown: no revenue or profit at all; the rest 3 + 3 + 5 + 1 + 1, in two.
         assert_eq!(d.svg.matches("<polyline").count(), 2 * 13, "{}", d.svg);
         // 2 x 15 minutes at $1/h = $0.50, not the two hours between.
@@ -410,10 +427,42 @@ mod tests {
 
     #[test]
     fn no_samples_says_so_over_the_asked_window() {
-        let d = chart(&[], NOW, 6.0);
+        let d = chart(&[], NOW, 6.0, None);
         assert_eq!(d.samples, 0);
         assert!(d.svg.contains("no samples in the last 6 h"), "{}", d.svg);
         assert_eq!(d.x_range, (NOW - 6 * 3_600_000, NOW));
         assert_eq!(d.ticks.first().map(String::as_str), Some("02:00"));
+    }
+
+    #[test]
+    fn the_day_profile_is_drawn_on_the_throughput_panel_saying_whether_it_is_believed() {
+        let rows: Vec<Sample> = (0..6).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
+        let without = chart(&rows, NOW, 1.0, None);
+        assert!(!without.svg.contains("day profile"), "{}", without.svg);
+        let cells: Vec<crate::policy::day::Cell> = (1..=48)
+            .map(|h| crate::policy::day::Cell {
+                start: NOW - NOW.rem_euclid(3_600_000) - h * 3_600_000,
+                pph: 70.0,
+                samples: 12,
+                saturated: false,
+            })
+            .collect();
+        let p = DayProfile::learn(&cells, NOW);
+        assert!(p.trusted, "{}", p.why);
+        let with = chart(&rows, NOW, 1.0, Some(&p));
+        assert!(
+            with.svg.contains(">day profile (believed)<"),
+            "{}",
+            with.svg
+        );
+        assert!(
+            with.svg.contains("came within 0% of the forecast"),
+            "{}",
+            with.svg
+        );
+        assert_eq!(
+            with.svg.matches("<polyline").count(),
+            without.svg.matches("<polyline").count() + 1
+        );
     }
 }

@@ -49,6 +49,38 @@ fn profit_line(r: &Report) -> String {
     format!("profit      {head}, {ours}{others}")
 }
 
+/// `day         believed: why; next hour 300/h; 00 120 | 01 118 | ...`: the day profile
+/// (`policy::day`), each hour of the day it knows with its proofs/h (`*`: saturated on a day,
+/// demand was at least that).
+fn day_line(d: &super::DayView) -> String {
+    let hours: Vec<String> = d
+        .hours
+        .iter()
+        .map(|h| {
+            format!(
+                "{:02} {}{}",
+                h.hour,
+                crate::fleet::num(h.pph),
+                if h.saturated_days > 0 { "*" } else { "" }
+            )
+        })
+        .collect();
+    format!(
+        "day         {}: {}; next hour {}; {} h of history{}{}",
+        if d.trusted {
+            "believed"
+        } else {
+            "not believed"
+        },
+        d.why,
+        d.next_hour_pph
+            .map_or("unknown".into(), |v| format!("{}/h", crate::fleet::num(v))),
+        crate::fleet::num(d.history_hours),
+        if hours.is_empty() { "" } else { "; " },
+        hours.join(" | ")
+    )
+}
+
 /// `floor       deficit since T, UNANSWERED: why; surplus since T; flagged: instance 7 left 1
 /// pass`: the floor's clocks (docs/guardrails.md, "The floor").
 fn floor_line(f: &super::FloorView) -> String {
@@ -134,6 +166,9 @@ pub fn render_text(r: &Report) -> String {
     }
     if let Some(f) = &r.floor {
         line(floor_line(f));
+    }
+    if let Some(d) = &r.day {
+        line(day_line(d));
     }
     if !r.other_installs.is_empty() {
         line(format!(

@@ -127,6 +127,8 @@ pub enum CallKind {
     Emergency,
     /// A backlog with every live worker busy, under target: launches.
     Deficit,
+    /// A rise the day's history shows (`policy::day`), a normal boot ahead: launches.
+    Ahead,
     /// A target with no worker and nothing queued: one seed instance.
     Seed,
     /// An instance that bills and earns nothing: destroyed.
@@ -151,6 +153,7 @@ impl CallKind {
         match self {
             CallKind::Emergency => "emergency",
             CallKind::Deficit => "deficit",
+            CallKind::Ahead => "ahead",
             CallKind::Seed => "seed",
             CallKind::Flagged => "flagged",
             CallKind::Surplus => "surplus",
@@ -247,7 +250,7 @@ mod stops;
 use band::normal_tail;
 pub use band::{relaunch_hours, stop_pays, DemandBand};
 pub use combine::{combine, Asks};
-pub use facts::{new_instance_rate, next_profitable, unprofitable, Facts, Known, Load};
+pub use facts::{new_instance_rate, next_profitable, unprofitable, Facts, Forecast, Known, Load};
 pub use plan::{Arg, Arguments, Launch, PlannedCall, Stop, LAUNCH_TOOL, STOP_TOOL};
 
 #[cfg(test)]

@@ -329,7 +329,28 @@ fn assemble(
         install_id: ops::install_id(conn)?,
         paused: ops::paused(conn, now)?,
         hold,
+        day: day_profile(conn, config, now)?,
     })
+}
+
+/// The day profile at `now` (`policy::day`), learned from the samples of the last
+/// `day::PROFILE_DAYS` days; None while `policy.learn_day` is off.
+pub fn day_profile(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+) -> Result<Option<crate::policy::day::DayProfile>> {
+    use crate::policy::day;
+    if !config.policy.learn_day {
+        return Ok(None);
+    }
+    let cells = crate::store::samples::hourly(
+        conn,
+        now - day::PROFILE_DAYS * day::DAY_MS - day::HOUR_MS,
+        day::CELL_MIN_SAMPLES,
+        crate::policy::rules::BACKLOG_MIN,
+    )?;
+    Ok(Some(day::DayProfile::learn(&cells, now)))
 }
 
 /// The operator hold in force at `now` (`fleet::OperatorHold`): the operator's latest stop

@@ -113,6 +113,9 @@ pub struct SimRun {
     pub report: report::Report,
     pub samples: Vec<Sample>,
     pub target: f64,
+    /// Hours below target in each simulated hour (the report's `hours_below_target`, hour by
+    /// hour): what the bench reads around a daily rise.
+    pub below_by_hour: Vec<f64>,
 }
 
 /// The config the agent runs with in this simulation.
@@ -557,6 +560,11 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         rules: rules.as_ref(),
     })?;
     let samples = w.samples.clone();
+    let below_by_hour = (0..)
+        .map(|h| start + h * HOUR_MS)
+        .take_while(|from| *from < end_now)
+        .map(|from| w.hours_below_target(target, from, (from + HOUR_MS).min(end_now)))
+        .collect();
     drop(w);
     // Close our connections before the temporary dir goes.
     drop(store);
@@ -565,6 +573,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         report,
         samples,
         target,
+        below_by_hour,
     })
 }
 

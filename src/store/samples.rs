@@ -106,6 +106,36 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     Ok(rows)
 }
 
+/// The hours of history since `since` as the day profile reads them (`policy::day::Cell`),
+/// oldest first: per whole UTC hour, the mean of the last-15-minutes rate (completions times
+/// 4) of the samples whose window's middle falls in it, from passes that read demand, with
+/// at least `min_samples` of them; saturated when most saw a backlog of `backlog_min` or more.
+pub fn hourly(
+    conn: &Connection,
+    since: Millis,
+    min_samples: u32,
+    backlog_min: u32,
+) -> Result<Vec<crate::policy::day::Cell>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT (at - 450000) / 3600000 AS hr, count(*), avg(completed_15m) * 4.0,
+                avg(CASE WHEN coalesce(backlog, pending) >= ?2 THEN 1.0 ELSE 0.0 END)
+         FROM samples
+         WHERE at >= ?1 AND demand_ok AND completed_15m IS NOT NULL
+         GROUP BY hr HAVING count(*) >= ?3 ORDER BY hr",
+    )?;
+    let rows = stmt
+        .query_map(params![since, backlog_min, min_samples], |r| {
+            Ok(crate::policy::day::Cell {
+                start: r.get::<_, i64>(0)? * 3_600_000,
+                samples: r.get(1)?,
+                pph: r.get(2)?,
+                saturated: r.get::<_, f64>(3)? > 0.5,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +182,39 @@ mod tests {
             vec![kept.clone(), fresh.clone()]
         );
         assert_eq!(since(&store.conn, now).unwrap(), vec![fresh]);
+    }
+
+    #[test]
+    fn hourly_cells_average_the_quarter_rate_by_the_hour_of_its_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let h0 = 100 * 86_400_000;
+        let store = Store::open(dir.path(), OpenMode::Create, h0).unwrap();
+        let at = |mins: i64| h0 + mins * 60_000;
+        // 00:10 to 01:05 every 5 minutes, windows' middles in hour 0: 10 and 20 a quarter,
+        // the ones at 00:05 and earlier fall in the hour before; 01:10 on falls in hour 1.
+        for (k, m) in (10..=65).step_by(5).enumerate() {
+            let mut s = sample(at(m), true);
+            s.completed_15m = Some(if k % 2 == 0 { 10 } else { 20 });
+            s.pending = Some(if k < 7 { 6 } else { 0 });
+            record(&store.conn, &s).unwrap();
+        }
+        // Hour 1: two readings, one of them a failed probe; hour 2: one.
+        record(&store.conn, &sample(at(70), true)).unwrap();
+        record(&store.conn, &sample(at(75), false)).unwrap();
+        record(&store.conn, &sample(at(140), true)).unwrap();
+        let cells = hourly(&store.conn, 0, 1, 5).unwrap();
+        assert_eq!(cells.len(), 3, "{cells:?}");
+        assert_eq!(cells[0].start, h0);
+        assert_eq!(cells[0].samples, 12);
+        assert_eq!(cells[0].pph, 60.0);
+        assert!(cells[0].saturated, "7 of 12 saw a backlog of 5 or more");
+        assert_eq!(
+            (cells[1].start, cells[1].samples, cells[1].pph),
+            (h0 + 3_600_000, 1, 40.0)
+        );
+        assert!(!cells[1].saturated);
+        // At least 3 readings: only the first hour; and `since` leaves out earlier samples.
+        assert_eq!(hourly(&store.conn, 0, 3, 5).unwrap().len(), 1);
+        assert_eq!(hourly(&store.conn, at(70), 1, 5).unwrap().len(), 2);
     }
 }

@@ -3,6 +3,7 @@ mod agent_e2e;
 mod backbone;
 mod calibration;
 mod curio_real;
+mod day;
 mod demand;
 mod docs;
 mod economics;

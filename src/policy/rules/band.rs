@@ -58,6 +58,20 @@ impl DemandBand {
         }
     }
 
+    /// Demand as the day's history foretells it where the profile shows a fall
+    /// (`Forecast::fall`): its level the larger of that forecast and the last 15 minutes'
+    /// rate (the present must not be doing more), known to the hour's Poisson deviation.
+    pub fn foretold(d: &Demand, forecast: f64) -> DemandBand {
+        let level = forecast.max(d.completed_15m as f64 * 4.0);
+        DemandBand {
+            hour: d.completed_1h as f64,
+            long: None,
+            level,
+            sigma: level.max(1.0).sqrt(),
+            steady: false,
+        }
+    }
+
     /// The level demand may reach again soon: [`SURPLUS_DEVIATIONS`] above its level.
     pub fn high(&self) -> f64 {
         self.level + SURPLUS_DEVIATIONS * self.sigma

@@ -10,6 +10,7 @@ pub struct Asks {
     pub over_cap: Vec<Stop>,
     pub workers_dead: Option<Launch>,
     pub deficit: Option<Launch>,
+    pub ahead: Option<Launch>,
     pub seed: Option<Launch>,
     pub outbid_replacement: Option<Launch>,
     pub unprofitable_replacement: Option<Launch>,
@@ -30,6 +31,7 @@ impl Asks {
             over_cap: stops::over_cap(s, f),
             workers_dead: launches::workers_dead(s, f),
             deficit: launches::deficit(s, f),
+            ahead: launches::ahead(s, f),
             seed: launches::seed(s, f),
             outbid_replacement: launches::outbid_replacement(s, f),
             unprofitable_replacement: launches::unprofitable_replacement(s, f),
@@ -37,11 +39,17 @@ impl Asks {
         }
     }
 
-    /// The launch rules in their precedence.
+    /// The launch rules in their precedence (the deficit and the rent ahead of a rise share
+    /// a place: the one that asks for more).
     fn launches(&self) -> [&Option<Launch>; 5] {
+        let n = |l: &Option<Launch>| l.as_ref().map_or(0, |l| l.n);
         [
             &self.workers_dead,
-            &self.deficit,
+            if n(&self.ahead) > n(&self.deficit) {
+                &self.ahead
+            } else {
+                &self.deficit
+            },
             &self.seed,
             &self.outbid_replacement,
             &self.unprofitable_replacement,
@@ -54,7 +62,8 @@ impl Asks {
 /// 1. Every destroy of a flagged instance (an outbid bid among them), then every stop that
 ///    brings the fleet back under a cap: answered in the same pass and before any launch,
 ///    since a destroy frees the slot a launch takes (`Facts::freed`).
-/// 2. The launches of one launch rule: the first of WORKERS DEAD, the deficit, the seed, the
+/// 2. The launches of one launch rule: the first of WORKERS DEAD, the deficit or the rent
+///    ahead of a rise the day's history shows (whichever asks for more), the seed, the
 ///    outbid replacement and the unprofitable replacement that asks for any (a rule that asks
 ///    for none leaves it to the next). The first three never ask together: WORKERS DEAD has no
 ///    live worker, the deficit a busy one, the seed none and nothing queued. The deficit

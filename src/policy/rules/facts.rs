@@ -7,6 +7,7 @@ use super::{BACKLOG_MIN, BACKLOG_PASSES, BACKLOG_WEAK_PASSES};
 use crate::config::Config;
 use crate::demand::Demand;
 use crate::fleet::{Flag, Snapshot, BOOTED, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED};
+use crate::policy::day::HOUR_MS;
 use crate::store::instances::InstanceRow;
 use crate::store::session::Streaks;
 
@@ -59,6 +60,55 @@ pub struct Known<'a> {
     pub losing: Vec<(&'a InstanceRow, f64)>,
     /// Outbid bids among this pass's destroys.
     pub outbid: u32,
+    /// What the day profile says, where it is believed (`policy::day`).
+    pub forecast: Option<Forecast>,
+}
+
+/// What a believed day profile (`policy::day`) says for this pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Forecast {
+    /// The most demand it shows from a normal boot (half of `policy.stuck_loading_mins`)
+    /// from now to a timer period after, proofs/h (no more than the target, if any).
+    pub ahead: f64,
+    /// When that starts.
+    pub ahead_at: crate::clock::Millis,
+    /// The most it shows from now to the stop's payback time ([`super::relaunch_hours`]).
+    pub soon: f64,
+    /// The profile shows demand falling now: the most it shows for the coming hour, where
+    /// that is two Poisson deviations under what it showed for the last (None: no fall).
+    pub fall: Option<f64>,
+    /// The share of its time the next instance must be busy to pay: its cost per proof over
+    /// the revenue per proof (between 0.3 and 1); 0.5 without a price.
+    pub break_even: f64,
+}
+
+impl Forecast {
+    fn of(snapshot: &Snapshot, config: &Config, target: f64) -> Option<Forecast> {
+        let profile = snapshot.day.as_ref().filter(|p| p.trusted)?;
+        let now = snapshot.now;
+        let boot = config.policy.stuck_loading_mins as i64 * 60_000 / 2;
+        let pass = config.run.timer_period_secs.max(60) as i64 * 1000;
+        let payback = (super::relaunch_hours(config) * 3_600_000.0) as i64;
+        let cap = |v: f64| if target > 0.0 { v.min(target) } else { v };
+        let break_even = match (snapshot.price.as_ref(), next_offer(snapshot, config)) {
+            (Some(price), Some((dph, pph))) if price.revenue_per_proof > 0.0 => {
+                (crate::price::cost_per_proof(dph, pph) / price.revenue_per_proof).clamp(0.3, 1.0)
+            }
+            _ => 0.5,
+        };
+        let next = profile.max_over(now, now + HOUR_MS - 1)?;
+        let fall = profile
+            .at(now - HOUR_MS)
+            .filter(|prev| next < prev - 2.0 * prev.max(1.0).sqrt())
+            .map(|_| next);
+        Some(Forecast {
+            fall,
+            ahead: cap(profile.max_over(now + boot, now + boot + pass)?),
+            ahead_at: now + boot,
+            soon: cap(profile.max_over(now, now + payback.max(pass))?),
+            break_even,
+        })
+    }
 }
 
 impl<'a> Facts<'a> {
@@ -149,6 +199,7 @@ impl<'a> Known<'a> {
             profitable_next: next_profitable(snapshot, config),
             losing: unprofitable(snapshot, config),
             outbid: freed.iter().filter(|r| r.state == OUTBID).count() as u32,
+            forecast: Forecast::of(snapshot, config, target),
         }
     }
 
@@ -267,7 +318,15 @@ pub fn next_profitable(snapshot: &Snapshot, config: &Config) -> bool {
         // The market had no profitable offer a moment ago: asking again would only search.
         return false;
     }
-    let best = match &snapshot.offers {
+    next_offer(snapshot, config)
+        .is_none_or(|(dph, pph)| crate::price::profitable(Some(price), dph, pph, config))
+}
+
+/// The next instance's $/h and proofs/h as [`next_profitable`] judges them: the best offer
+/// this pass has seen where it searched, else the cheapest per proof of our own working
+/// instances; None without either.
+fn next_offer(snapshot: &Snapshot, config: &Config) -> Option<(f64, f64)> {
+    match &snapshot.offers {
         Some(offers) => crate::policy::offers::best_offer(offers, config, &snapshot.measured_rates)
             .map(|o| (o.dph_total, snapshot.gpu_rate(config, &o.gpu_name))),
         None => snapshot
@@ -279,8 +338,7 @@ pub fn next_profitable(snapshot: &Snapshot, config: &Config) -> bool {
                 crate::price::cost_per_proof(a.0, a.1)
                     .total_cmp(&crate::price::cost_per_proof(b.0, b.1))
             }),
-    };
-    best.is_none_or(|(dph, pph)| crate::price::profitable(Some(price), dph, pph, config))
+    }
 }
 
 /// Proofs/h assumed for an instance not launched yet: the best rate among the configured

@@ -85,6 +85,37 @@ pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     })
 }
 
+/// Ahead of a rise the day's history shows (`Known::forecast`, only where the profile is
+/// believed: enough history, and the last hours came out as it foretold): from a normal boot
+/// before it, rent what the forecast needs beyond what works and comes, each instance only
+/// while the forecast would keep it busy enough to pay (`Forecast::break_even`), the next
+/// instance profitable; at most `policy.launch_window_max`. Nothing for dead workers (WORKERS
+/// DEAD answers them) nor with ProofShare off.
+pub(super) fn ahead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
+    let k = f.known.as_ref()?;
+    let fc = k.forecast?;
+    if k.d.workers_dead() || k.d.proofshare_disabled() || !k.profitable_next {
+        return None;
+    }
+    let n = ((fc.ahead - k.projected) / k.rate + 1.0 - fc.break_even).floor();
+    if n < 1.0 {
+        return None;
+    }
+    let at = chrono::DateTime::from_timestamp_millis(fc.ahead_at)
+        .map(|t| t.format("%H:%M UTC").to_string())
+        .unwrap_or_default();
+    Some(Launch {
+        n: (n as u32).min(f.config.policy.launch_window_max.max(1)),
+        why: format!(
+            "rules: the day's history expects {} p/h from {at} (a normal boot from now); {} p/h of ours working and coming",
+            num(fc.ahead),
+            num(k.projected)
+        ),
+        kind: CallKind::Ahead,
+        emergency: false,
+    })
+}
+
 /// The seed: no live worker, nothing of ours coming, nothing queued, with a target or a price
 /// and the next instance profitable: one instance, since Curio asks the market for work only
 /// while a ProofShare node lives.

@@ -271,3 +271,28 @@ fn a_planned_calls_arguments_are_the_tools_json() {
     assert_eq!(call.arguments["instance_id"].as_i64(), None);
     assert!(call.is_launch() && call.tool == super::LAUNCH_TOOL);
 }
+
+#[test]
+fn the_deficit_and_the_rent_ahead_share_a_place_the_larger_ask_wins() {
+    let (s, c) = (fleet(), config());
+    let f = room(&s, &c, 5, 5);
+    let ask = |deficit: u32, ahead: u32| Asks {
+        deficit: launch(deficit, CallKind::Deficit, false),
+        ahead: launch(ahead, CallKind::Ahead, false),
+        seed: launch(1, CallKind::Seed, false),
+        ..Asks::default()
+    };
+    assert_eq!(
+        kinds(&combine(&f, &ask(1, 3))),
+        vec![(CallKind::Ahead, None); 3]
+    );
+    assert_eq!(
+        kinds(&combine(&f, &ask(2, 2))),
+        vec![(CallKind::Deficit, None); 2]
+    );
+    // Neither asks: the next rule's turn.
+    assert_eq!(
+        kinds(&combine(&f, &ask(0, 0))),
+        vec![(CallKind::Seed, None)]
+    );
+}

@@ -99,8 +99,9 @@ struct Idle {
 /// hour alone (the capacity left covers the hour's completions with [`SURPLUS_MARGIN`] to
 /// spare), whatever the queue. Other surplus only on a pass of low demand, the dearest per
 /// proof first, when the stop pays for itself ([`stop_pays`]) and the capacity left covers
-/// demand's upper band ([`DemandBand`]): otherwise the next backlog relaunches it, and each
-/// round trip pays a boot.
+/// demand's upper band ([`DemandBand`]) and, where the day's history is believed
+/// (`Known::forecast`), what it shows within the stop's payback time: otherwise the next
+/// backlog relaunches it, and each round trip pays a boot.
 pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     let k = f.known.as_ref()?;
     let d = k.d;
@@ -113,14 +114,21 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     if !asked {
         return None;
     }
-    let band = DemandBand::of(d);
+    let fall = k.forecast.and_then(|fc| fc.fall);
+    let band = match fall {
+        Some(level) => DemandBand::foretold(d, level),
+        None => DemandBand::of(d),
+    };
     let (working, hour) = (k.load.working, k.load.hour);
     let stop = idle(s, f).into_iter().find(|i| {
         let left = working - i.pph;
         if i.losing {
             left >= hour * SURPLUS_MARGIN
         } else {
-            low_demand && band.covered_by(left) && stop_pays(&band, left, f.config)
+            low_demand
+                && band.covered_by(left)
+                && stop_pays(&band, left, f.config)
+                && !k.forecast.is_some_and(|fc| fc.soon > left)
         }
     })?;
     let (kind, what) = if stop.losing {
@@ -142,6 +150,12 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
             num(band.high()),
         ),
         kind,
+    })
+    .map(|mut stop| {
+        if let Some(level) = fall {
+            stop.why += &format!(" (the day's history shows demand falling to {}/h)", num(level));
+        }
+        stop
     })
 }
 

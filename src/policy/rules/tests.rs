@@ -585,3 +585,110 @@ fn a_silent_worker_is_destroyed_and_learned_rates_size_the_fleet() {
     c.policy.gpu_rates.insert("RTX 4090".into(), 60.0);
     assert_eq!(m.projected_pph(&c), 120.0);
 }
+
+/// A day profile the rules believe, learned at `now` from two days of hours: each hour at
+/// `rate(offset)`, its offset from the hour of `now` (0 its own, 1 the next, -1 the last).
+fn believed(now: i64, rate: impl Fn(i64) -> f64) -> crate::policy::day::DayProfile {
+    use crate::policy::day::{Cell, DayProfile, HOUR_MS};
+    let this = now - now.rem_euclid(HOUR_MS);
+    let cells: Vec<Cell> = (1..=48i64)
+        .rev()
+        .map(|k| {
+            let off = (-k).rem_euclid(24);
+            Cell {
+                start: this - k * HOUR_MS,
+                pph: rate(if off > 12 { off - 24 } else { off }),
+                samples: 12,
+                saturated: false,
+            }
+        })
+        .collect();
+    let p = DayProfile::learn(&cells, now);
+    assert!(p.trusted, "{}", p.why);
+    p
+}
+
+#[test]
+fn a_rise_the_believed_day_shows_within_a_boot_is_rented_ahead() {
+    // Two proving instances (100 p/h), nothing queued; NOW is 46 minutes past the hour, so
+    // a normal boot (15 minutes) from now falls in the next hour, which history puts at 300:
+    // 4 more would each be at least half busy; the launch window allows 3.
+    let busy: Vec<InstanceRow> = (1..=2)
+        .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
+        .collect();
+    let d = Demand {
+        running: 2,
+        completed_1h: 100,
+        completed_15m: 25,
+        workers: (1..=2)
+            .map(|i| worker(&format!("fleetagent-{i}"), 1))
+            .collect(),
+        ..Default::default()
+    };
+    let mut s = snap(Some(d), busy);
+    let st = Streaks::default();
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+    s.day = Some(believed(NOW, |off| if off == 1 { 300.0 } else { 100.0 }));
+    let calls = decide_with(&s, &config(), st, Mode::Full);
+    assert_eq!(launches(&calls), 3, "{calls:?}");
+    assert!(calls.iter().all(|c| c.kind == CallKind::Ahead));
+    assert!(
+        calls[0]
+            .why
+            .starts_with("rules: the day's history expects 300 p/h from "),
+        "{}",
+        calls[0].why
+    );
+    // 140 p/h ahead: the one more would be 80 % busy: one.
+    s.day = Some(believed(NOW, |off| if off == 1 { 140.0 } else { 100.0 }));
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 1);
+    // 120: it would be 40 % busy: none. Nor from a profile the rules do not believe.
+    s.day = Some(believed(NOW, |off| if off == 1 { 120.0 } else { 100.0 }));
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+    let mut doubted = believed(NOW, |off| if off == 1 { 300.0 } else { 100.0 });
+    doubted.trusted = false;
+    s.day = Some(doubted);
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+}
+
+#[test]
+fn idle_capacity_the_believed_day_needs_within_the_payback_is_held() {
+    // 100 done an hour: the dearest per proof (instance 4) goes, reacting alone.
+    assert_eq!(surplus_stops(100, None), vec![4]);
+    let (mut s, c) = surplus_case(100, None);
+    // History puts the next hour at 250: more than either stop leaves (172, 200) within
+    // the payback (about 20 minutes, reaching into the next hour): nothing goes.
+    s.day = Some(believed(NOW, |off| if off == 1 { 250.0 } else { 100.0 }));
+    assert!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)).is_empty());
+    // A flat day at 100: the same stop as reacting alone.
+    s.day = Some(believed(NOW, |_| 100.0));
+    assert_eq!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)), vec![4]);
+}
+
+#[test]
+fn a_fall_the_believed_day_shows_lets_the_surplus_go_before_the_hour_shows_it() {
+    // 180 done in the hour, 100/h in the last quarter: on the hour alone the band is 207 and
+    // nothing goes.
+    let (mut s, c) = surplus_case(180, None);
+    if let Some(d) = s.demand.as_mut() {
+        d.completed_15m = 25;
+    }
+    assert!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)).is_empty());
+    // History: 300 the last hour, 120 this one and the next (a fall past two deviations):
+    // the level is 120 (the quarter does 100), the band 142, and the dearest goes.
+    s.day = Some(believed(NOW, |off| if off == -1 { 300.0 } else { 120.0 }));
+    let calls = decide_with(&s, &c, s.streaks, Mode::Full);
+    assert_eq!(stops(&calls), vec![4]);
+    assert!(
+        calls[0]
+            .why
+            .ends_with("(the day's history shows demand falling to 120/h)"),
+        "{}",
+        calls[0].why
+    );
+    // The quarter doing 180 keeps it: the present must not be doing more.
+    if let Some(d) = s.demand.as_mut() {
+        d.completed_15m = 45;
+    }
+    assert!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)).is_empty());
+}

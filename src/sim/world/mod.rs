@@ -159,16 +159,13 @@ impl World {
         self.scenario.price.as_ref().map(|p| p.revenue_per_proof(h))
     }
 
-    /// Hours from `start` to `end` that live capacity stayed below `target`, by
-    /// [`measure::hours_below_target`] over Curio's capacity bins and the market's rate.
+    /// Hours from `start` (the run's start, or a bin's after it) to `end` that live
+    /// capacity stayed below `target`, by [`measure::hours_below_target`] over Curio's
+    /// capacity bins from `start` on and the market's rate.
     pub fn hours_below_target(&self, target: f64, start: Millis, end: Millis) -> f64 {
-        measure::hours_below_target(
-            &self.curio.tally.cap_ms,
-            |t| self.market.rate_at(t),
-            target,
-            start,
-            end,
-        )
+        let first = ((start - self.start).max(0) / measure::CAP_BIN_MS) as usize;
+        let bins = self.curio.tally.cap_ms.get(first..).unwrap_or(&[]);
+        measure::hours_below_target(bins, |t| self.market.rate_at(t), target, start, end)
     }
 
     /// FIL/USD at `t` (None: no price modelled).
