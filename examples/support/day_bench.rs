@@ -2,7 +2,9 @@
 //! the day learned (`policy.learn_day`, the default) and without it (the rules reacting
 //! alone), in the same run: profit and its share of the oracle's, launches, hours below target
 //! in all and around the daily rise (06:00-12:00 UTC on the days after the first, when a day
-//! of history can be believed), and on how many seeds learning earns more.
+//! of history can be believed), and on how many seeds learning earns more. Then the steady
+//! scenario (a week at one rate, no price) the same way: what learning costs where the day
+//! is flat ($/proof, launches, hours below target).
 
 use fleetagent::sim::{self, scenario, Options};
 
@@ -14,6 +16,7 @@ const SCENARIO: &str = "day-cycle";
 const RISE: (usize, usize) = (6, 12);
 
 struct Figures {
+    dollars_per_proof: f64,
     profit: f64,
     oracle: f64,
     launches: u64,
@@ -21,8 +24,8 @@ struct Figures {
     below_rise: f64,
 }
 
-fn run(seed: u64, learn: bool) -> Figures {
-    let base = Options::new(scenario::load(SCENARIO).unwrap(), seed);
+fn run(name: &str, seed: u64, learn: bool) -> Figures {
+    let base = Options::new(scenario::load(name).unwrap(), seed);
     let mut config = sim::effective_config(&base).unwrap();
     config.policy.learn_day = learn;
     let r = sim::run(&Options {
@@ -38,6 +41,7 @@ fn run(seed: u64, learn: bool) -> Figures {
         .map(|(_, b)| b)
         .sum();
     Figures {
+        dollars_per_proof: r.report.money.dollars_per_proof,
         profit: r.report.money.profit.unwrap_or(0.0),
         oracle: r.report.oracle.profit.unwrap_or(0.0),
         launches: r.report.launches.made,
@@ -47,8 +51,12 @@ fn run(seed: u64, learn: bool) -> Figures {
 }
 
 pub fn bench_day() {
-    let jobs: Vec<(u64, bool)> = (1..=SEEDS).flat_map(|s| [(s, true), (s, false)]).collect();
-    let out = on_every_core(&jobs, |(seed, learn)| run(*seed, *learn));
+    let jobs: Vec<(&str, u64, bool)> = ["steady", SCENARIO]
+        .into_iter()
+        .flat_map(|n| (1..=SEEDS).flat_map(move |s| [(n, s, true), (n, s, false)]))
+        .collect();
+    let all = on_every_core(&jobs, |(name, seed, learn)| run(name, *seed, *learn));
+    let (steady, out) = all.split_at(2 * SEEDS as usize);
     println!(
         "day: {SCENARIO}, seeds 1-{SEEDS}, the day learned (on) against the rules reacting alone (off); rise = {:02}:00-{:02}:00 UTC after the first day",
         RISE.0, RISE.1
@@ -104,5 +112,30 @@ pub fn bench_day() {
         sum_on / sum_off.max(1e-9),
         rise_on,
         rise_off
+    );
+    println!("day: steady (a flat week, no price), the same seeds, on against off");
+    println!(
+        "{:>4} | {:>8} {:>8} | {:>6} {:>5} | {:>6} {:>6}",
+        "seed", "$/proof", "off", "launch", "off", "below", "off"
+    );
+    let (mut cheaper, mut fewer, mut below_more) = (0, 0, 0);
+    for (i, pair) in steady.chunks(2).enumerate() {
+        let (on, off) = (&pair[0], &pair[1]);
+        println!(
+            "{:>4} | {:>8.4} {:>8.4} | {:>6} {:>5} | {:>6.2} {:>6.2}",
+            i + 1,
+            on.dollars_per_proof,
+            off.dollars_per_proof,
+            on.launches,
+            off.launches,
+            on.below,
+            off.below
+        );
+        cheaper += usize::from(on.dollars_per_proof <= off.dollars_per_proof);
+        fewer += usize::from(on.launches <= off.launches);
+        below_more += usize::from(on.below > off.below + 1e-9);
+    }
+    println!(
+        "day: on steady, learning is as cheap or cheaper per proof on {cheaper} of {SEEDS} seeds, launches as few or fewer on {fewer}, more hours below target on {below_more}"
     );
 }

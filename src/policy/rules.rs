@@ -37,6 +37,11 @@
 //!   toward the target, one at a time (one more every 4 passes the backlog lasts), or, when
 //!   saturated, half as much again as the fleet does; never past it. An instance that no
 //!   longer makes its margin adds one launch (its replacement).
+//! - ahead (only where the day's history is believed, `policy::day`): the profile shows more
+//!   demand from a normal boot from now than ours working and coming take: rent what it
+//!   needs, each instance only while it would be busy enough to pay (its cost per proof over
+//!   the revenue per proof; half its time without a price), the next instance profitable. It
+//!   shares the deficit's place in [`combine`]: the larger ask wins.
 //! - seed: no live worker, nothing of ours coming and nothing queued, with a target or a
 //!   price: one instance, since Curio asks the market for work only while a ProofShare node
 //!   lives.
@@ -53,7 +58,10 @@
 //!   proof whose stop pays for itself ([`stop_pays`]) and leaves capacity for demand's upper
 //!   band ([`DemandBand`]: Curio's six hours where demand is steady, then at 90 % busy, else
 //!   the hour; plus two deviations). Else the next backlog relaunches it and each round trip
-//!   pays a boot.
+//!   pays a boot. Where the day's history is believed, no stop leaves less than it shows
+//!   within the stop's payback time ([`relaunch_hours`]: the hold), and where it shows a
+//!   fall now the band's level is that forecast (or the last quarter's rate, if higher)
+//!   rather than the hour's count, which lags a fall by up to an hour.
 //!
 //! Which of them wins when several ask is [`combine`]'s precedence.
 //!

@@ -32,6 +32,7 @@ pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Mil
     lines.extend(action_needed_line(snapshot, config));
     lines.extend(snapshot.operator_lines());
     lines.push(super::economics::economics_line(snapshot, config));
+    lines.extend(day_line(snapshot));
     lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(floor_lines(woke.floor_before));
@@ -42,6 +43,27 @@ pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Mil
         run_line(woke.run_id, woke.pass_no, woke.started_by, now)
     ));
     lines.join("\n")
+}
+
+/// Where the day's history is believed (`policy::day`): what it expects this hour and the
+/// next, so that a model can rent ahead of a rise as the rules do. None otherwise (the
+/// profile is in `inspect`).
+fn day_line(s: &Snapshot) -> Option<String> {
+    use crate::policy::day::{hour_of_day, HOUR_MS};
+    let p = s.day.as_ref().filter(|p| p.trusted)?;
+    let this = s.now - s.now.rem_euclid(HOUR_MS);
+    let at = |t: Millis| {
+        let v = p.at(t).map_or("unknown".to_string(), |v| {
+            format!("{} p/h", crate::text::num(v))
+        });
+        format!("{v} at {:02}:00 UTC", hour_of_day(t))
+    };
+    Some(format!(
+        "Day: the history of the days before expects {} and {} ({}).",
+        at(this),
+        at(this + HOUR_MS),
+        p.why
+    ))
 }
 
 /// What woke this pass: its claimed events and wakes, and which run and pass it is.
@@ -593,5 +615,42 @@ mod tests {
             ]
         );
         assert!(floor_lines(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_believed_day_is_one_line_for_the_model_and_a_doubted_one_none() {
+        use crate::policy::day::{Cell, DayProfile, HOUR_MS};
+        // NOW is on the hour; two days of 100 p/h but 300 at the hour after NOW's.
+        let cells: Vec<Cell> = (1..=48i64)
+            .rev()
+            .map(|k| Cell {
+                start: NOW - k * HOUR_MS,
+                pph: if (24 - k).rem_euclid(24) == 1 {
+                    300.0
+                } else {
+                    100.0
+                },
+                samples: 12,
+                saturated: false,
+            })
+            .collect();
+        let mut s = Snapshot {
+            now: NOW,
+            day: Some(DayProfile::learn(&cells, NOW)),
+            ..Default::default()
+        };
+        let line = day_line(&s).unwrap();
+        assert!(
+            line.starts_with(&format!(
+                "Day: the history of the days before expects 100 p/h at {:02}:00 UTC and 300 p/h at {:02}:00 UTC (the last 3 hours came within 0% ",
+                crate::policy::day::hour_of_day(NOW),
+                crate::policy::day::hour_of_day(NOW + HOUR_MS)
+            )),
+            "{line}"
+        );
+        s.day.as_mut().unwrap().trusted = false;
+        assert_eq!(day_line(&s), None);
+        s.day = None;
+        assert_eq!(day_line(&s), None);
     }
 }

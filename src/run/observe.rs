@@ -333,24 +333,32 @@ fn assemble(
     })
 }
 
-/// The day profile at `now` (`policy::day`), learned from the samples of the last
-/// `day::PROFILE_DAYS` days; None while `policy.learn_day` is off.
+/// The day profile at `now` (`policy::day`), learned from the hours of history of the last
+/// `day::PROFILE_DAYS` days (`samples::day_cells`); None while `policy.learn_day` is off.
 pub fn day_profile(
     conn: &Connection,
     config: &Config,
     now: Millis,
 ) -> Result<Option<crate::policy::day::DayProfile>> {
-    use crate::policy::day;
     if !config.policy.learn_day {
         return Ok(None);
     }
-    let cells = crate::store::samples::hourly(
+    Ok(Some(crate::policy::day::DayProfile::learn(
+        &day_cells(conn, now)?,
+        now,
+    )))
+}
+
+/// The hours of history a day profile at `now` reads.
+pub fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::policy::day::Cell>> {
+    use crate::policy::day;
+    let since = now - day::PROFILE_DAYS * day::DAY_MS - day::HOUR_MS;
+    crate::store::samples::day_cells(
         conn,
-        now - day::PROFILE_DAYS * day::DAY_MS - day::HOUR_MS,
+        since - since.rem_euclid(day::HOUR_MS),
         day::CELL_MIN_SAMPLES,
         crate::policy::rules::BACKLOG_MIN,
-    )?;
-    Ok(Some(day::DayProfile::learn(&cells, now)))
+    )
 }
 
 /// The operator hold in force at `now` (`fleet::OperatorHold`): the operator's latest stop

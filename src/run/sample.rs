@@ -14,10 +14,19 @@ use crate::fleet::state::{BOOTED, LAUNCHING, LOADING, PROVING, REGISTERED};
 use crate::fleet::Snapshot;
 use crate::store::samples::{self, Sample};
 
-/// Store this pass's sample (and drop those past 30 days); a failure is logged and rolled
-/// back alone. An `Err` is the savepoint itself failing (the transaction is unusable).
+/// Store this pass's sample (and drop those past 30 days) and, while `policy.learn_day` is
+/// on, cache the hours of history that are now complete for the day profile
+/// (`samples::cache_day_hours`); a failure is logged and rolled back alone. An `Err` is the
+/// savepoint itself failing (the transaction is unusable).
 pub fn record(conn: &Connection, snapshot: &Snapshot, config: &Config) -> Result<()> {
-    alone(conn, |c| samples::record(c, &of(snapshot, config)))
+    alone(conn, |c| {
+        samples::record(c, &of(snapshot, config))?;
+        if config.policy.learn_day {
+            let cells = super::observe::day_cells(c, snapshot.now)?;
+            samples::cache_day_hours(c, &cells, snapshot.now)?;
+        }
+        Ok(())
+    })
 }
 
 /// Run `write` under a savepoint: kept when it succeeds, rolled back (and logged) when not.
@@ -26,7 +35,9 @@ fn alone(conn: &Connection, write: impl FnOnce(&Connection) -> Result<()>) -> Re
     match write(conn) {
         Ok(()) => conn.execute_batch("RELEASE sample")?,
         Err(e) => {
-            log::warn!("this pass's sample for inspect --plot was not stored: {e:#}");
+            log::warn!(
+                "this pass's sample for inspect --plot (and the day profile's hours) was not stored: {e:#}"
+            );
             conn.execute_batch("ROLLBACK TO sample; RELEASE sample")?;
         }
     }

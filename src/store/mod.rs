@@ -43,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0006_operations.sql"),
     include_str!("../../sql/0007_action_codes.sql"),
     include_str!("../../sql/0008_ha.sql"),
+    include_str!("../../sql/0009_day_hours.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

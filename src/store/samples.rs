@@ -106,6 +106,68 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     Ok(rows)
 }
 
+/// How long the day profile's cached hours (`day_hours`, sql/0009_day_hours.sql) are kept:
+/// 8 days (the profile reads 7).
+pub const DAY_HOURS_KEEP_MS: Millis = 8 * 86_400_000;
+
+const HOUR_MS: Millis = 3_600_000;
+/// A sample counts in the hour of its 15-minute window's middle.
+const HALF_WINDOW_MS: Millis = 450_000;
+
+/// The hours of history from `since` (a whole hour) on, as the day profile reads them: the
+/// cached ones (`day_hours`), then those summed from the samples after the last cached hour
+/// ([`hourly`]), oldest first.
+pub fn day_cells(
+    conn: &Connection,
+    since: Millis,
+    min_samples: u32,
+    backlog_min: u32,
+) -> Result<Vec<crate::policy::day::Cell>> {
+    let mut cells = conn
+        .prepare_cached(
+            "SELECT start, pph, samples, saturated FROM day_hours WHERE start >= ?1 ORDER BY start",
+        )?
+        .query_map([since], |r| {
+            Ok(crate::policy::day::Cell {
+                start: r.get(0)?,
+                pph: r.get(1)?,
+                samples: r.get(2)?,
+                saturated: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let fresh_from = cells.last().map_or(since, |c| c.start + HOUR_MS);
+    cells.extend(hourly(
+        conn,
+        fresh_from + HALF_WINDOW_MS,
+        min_samples,
+        backlog_min,
+    )?);
+    Ok(cells)
+}
+
+/// Cache the hours among `cells` whose samples are all in at `now` (the last one counting in
+/// an hour is taken up to half a window after it ends) and not cached yet, and drop cached
+/// hours older than [`DAY_HOURS_KEEP_MS`]. In the pass's transaction (`run::sample`).
+pub fn cache_day_hours(
+    conn: &Connection,
+    cells: &[crate::policy::day::Cell],
+    now: Millis,
+) -> Result<()> {
+    let mut insert = conn.prepare_cached(
+        "INSERT OR IGNORE INTO day_hours (start, pph, samples, saturated) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for c in cells
+        .iter()
+        .filter(|c| c.start + HOUR_MS + HALF_WINDOW_MS <= now)
+    {
+        insert.execute(params![c.start, c.pph, c.samples, c.saturated])?;
+    }
+    conn.prepare_cached("DELETE FROM day_hours WHERE start < ?1")?
+        .execute([now - DAY_HOURS_KEEP_MS])?;
+    Ok(())
+}
+
 /// The hours of history since `since` as the day profile reads them (`policy::day::Cell`),
 /// oldest first: per whole UTC hour, the mean of the last-15-minutes rate (completions times
 /// 4) of the samples whose window's middle falls in it, from passes that read demand, with
@@ -116,24 +178,53 @@ pub fn hourly(
     min_samples: u32,
     backlog_min: u32,
 ) -> Result<Vec<crate::policy::day::Cell>> {
+    // Read in the index's order and summed here: a GROUP BY on the hour would sort every
+    // row on every pass (a week of samples is 2,016 rows; the simulator runs a pass per
+    // simulated 5 minutes).
     let mut stmt = conn.prepare_cached(
-        "SELECT (at - 450000) / 3600000 AS hr, count(*), avg(completed_15m) * 4.0,
-                avg(CASE WHEN coalesce(backlog, pending) >= ?2 THEN 1.0 ELSE 0.0 END)
+        "SELECT at, completed_15m, coalesce(backlog, pending) >= ?2
          FROM samples
          WHERE at >= ?1 AND demand_ok AND completed_15m IS NOT NULL
-         GROUP BY hr HAVING count(*) >= ?3 ORDER BY hr",
+         ORDER BY at",
     )?;
-    let rows = stmt
-        .query_map(params![since, backlog_min, min_samples], |r| {
-            Ok(crate::policy::day::Cell {
-                start: r.get::<_, i64>(0)? * 3_600_000,
-                samples: r.get(1)?,
-                pph: r.get(2)?,
-                saturated: r.get::<_, f64>(3)? > 0.5,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
+    let mut rows = stmt.query(params![since, backlog_min])?;
+    let mut cells: Vec<crate::policy::day::Cell> = Vec::new();
+    // The hour being summed: its start, readings, completions and readings with a backlog.
+    let mut open: Option<(Millis, u32, u64, u32)> = None;
+    let close = |c: (Millis, u32, u64, u32), cells: &mut Vec<crate::policy::day::Cell>| {
+        if c.1 >= min_samples {
+            cells.push(crate::policy::day::Cell {
+                start: c.0,
+                samples: c.1,
+                pph: c.2 as f64 * 4.0 / f64::from(c.1),
+                saturated: f64::from(c.3) / f64::from(c.1) > 0.5,
+            });
+        }
+    };
+    while let Some(r) = rows.next()? {
+        let at: Millis = r.get(0)?;
+        let done: u32 = r.get(1)?;
+        let backlog: bool = r.get::<_, Option<bool>>(2)?.unwrap_or(false);
+        let mid = at - 450_000;
+        let start = mid - mid.rem_euclid(3_600_000);
+        match open.as_mut() {
+            Some(c) if c.0 == start => {
+                c.1 += 1;
+                c.2 += u64::from(done);
+                c.3 += u32::from(backlog);
+            }
+            _ => {
+                if let Some(c) = open.take() {
+                    close(c, &mut cells);
+                }
+                open = Some((start, 1, u64::from(done), u32::from(backlog)));
+            }
+        }
+    }
+    if let Some(c) = open {
+        close(c, &mut cells);
+    }
+    Ok(cells)
 }
 
 #[cfg(test)]
@@ -216,5 +307,49 @@ mod tests {
         // At least 3 readings: only the first hour; and `since` leaves out earlier samples.
         assert_eq!(hourly(&store.conn, 0, 3, 5).unwrap().len(), 1);
         assert_eq!(hourly(&store.conn, at(70), 1, 5).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn complete_hours_are_cached_and_read_back_with_the_fresh_ones_after_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let h0 = 100 * 86_400_000;
+        let store = Store::open(dir.path(), OpenMode::Create, h0).unwrap();
+        // Three hours of samples every 5 minutes (windows' middles from 00:00 on).
+        for m in (0..180).step_by(5) {
+            let mut s = sample(h0 + HALF_WINDOW_MS + m * 60_000, true);
+            s.completed_15m = Some(10 + (m / 60) as u32);
+            record(&store.conn, &s).unwrap();
+        }
+        let cells = day_cells(&store.conn, h0, 3, 5).unwrap();
+        let rates: Vec<f64> = cells.iter().map(|c| c.pph).collect();
+        assert_eq!(rates, vec![40.0, 44.0, 48.0]);
+        // At 02:05 the first hour is complete (its last sample, 01:07:30, is in); the second
+        // is not (01:07:30 past its end is 02:07:30): one hour cached.
+        let now = h0 + 2 * HOUR_MS + 5 * 60_000;
+        cache_day_hours(&store.conn, &cells, now).unwrap();
+        let cached: i64 = store
+            .conn
+            .query_row("SELECT COUNT(*) FROM day_hours", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(cached, 1);
+        // Read back: the cached hour, then the two summed from the samples: the same cells.
+        assert_eq!(day_cells(&store.conn, h0, 3, 5).unwrap(), cells);
+        // A cached hour is what is read, even if its samples went (pruned, or changed).
+        store
+            .conn
+            .execute("DELETE FROM samples WHERE at < ?1", [h0 + HOUR_MS])
+            .unwrap();
+        assert_eq!(day_cells(&store.conn, h0, 3, 5).unwrap(), cells);
+        // Hours older than 8 days go.
+        cache_day_hours(&store.conn, &cells, h0 + DAY_HOURS_KEEP_MS + HOUR_MS).unwrap();
+        let left: Vec<i64> = store
+            .conn
+            .prepare("SELECT start FROM day_hours ORDER BY start")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(left, vec![h0 + HOUR_MS, h0 + 2 * HOUR_MS]);
     }
 }

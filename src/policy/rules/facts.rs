@@ -67,15 +67,21 @@ pub struct Known<'a> {
 /// What a believed day profile (`policy::day`) says for this pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Forecast {
-    /// The most demand it shows from a normal boot (half of `policy.stuck_loading_mins`)
-    /// from now to a timer period after, proofs/h (no more than the target, if any).
-    pub ahead: f64,
+    /// A rise it shows: the most demand it shows from a normal boot (half of
+    /// `policy.stuck_loading_mins`) from now to a timer period after, proofs/h (no more than
+    /// the target, if any), where that lies more than two deviations of the difference of two
+    /// Poisson hours above what it shows for this hour (None: no rise; a flat day's noise
+    /// seldom passes).
+    pub ahead: Option<f64>,
     /// When that starts.
     pub ahead_at: crate::clock::Millis,
     /// The most it shows from now to the stop's payback time ([`super::relaunch_hours`]).
     pub soon: f64,
-    /// The profile shows demand falling now: the most it shows for the coming hour, where
-    /// that is two Poisson deviations under what it showed for the last (None: no fall).
+    /// The profile shows demand falling now, and the present agrees: the most it shows for
+    /// the coming hour, where that lies more than two deviations of the difference of two
+    /// Poisson hours under what it showed for the last, and the last 15 minutes' rate is
+    /// nearer the fallen level than the last hour's (None: no fall; a flat day's noise
+    /// almost never passes both).
     pub fall: Option<f64>,
     /// The share of its time the next instance must be busy to pay: its cost per proof over
     /// the revenue per proof (between 0.3 and 1); 0.5 without a price.
@@ -97,13 +103,21 @@ impl Forecast {
             _ => 0.5,
         };
         let next = profile.max_over(now, now + HOUR_MS - 1)?;
+        let quarter = snapshot
+            .demand
+            .as_ref()
+            .map_or(f64::INFINITY, |d| d.completed_15m as f64 * 4.0);
         let fall = profile
             .at(now - HOUR_MS)
-            .filter(|prev| next < prev - 2.0 * prev.max(1.0).sqrt())
+            .filter(|prev| {
+                prev - next > 2.0 * (prev + next).max(1.0).sqrt() && quarter <= (prev + next) / 2.0
+            })
             .map(|_| next);
+        let coming = profile.max_over(now + boot, now + boot + pass)?;
+        let ahead = Some(cap(coming));
         Some(Forecast {
             fall,
-            ahead: cap(profile.max_over(now + boot, now + boot + pass)?),
+            ahead,
             ahead_at: now + boot,
             soon: cap(profile.max_over(now, now + payback.max(pass))?),
             break_even,

@@ -85,19 +85,21 @@ pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     })
 }
 
-/// Ahead of a rise the day's history shows (`Known::forecast`, only where the profile is
-/// believed: enough history, and the last hours came out as it foretold): from a normal boot
-/// before it, rent what the forecast needs beyond what works and comes, each instance only
+/// Ahead of a rise the day's history shows (`Forecast::ahead`, only where the profile is
+/// believed: enough history, and the last hours came out as it foretold; a rise past the
+/// noise of a flat day): from a normal boot before it, rent what the forecast needs beyond what works and comes, each instance only
 /// while the forecast would keep it busy enough to pay (`Forecast::break_even`), the next
 /// instance profitable; at most `policy.launch_window_max`. Nothing for dead workers (WORKERS
 /// DEAD answers them) nor with ProofShare off.
 pub(super) fn ahead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     let k = f.known.as_ref()?;
     let fc = k.forecast?;
+    let ahead = fc.ahead?;
     if k.d.workers_dead() || k.d.proofshare_disabled() || !k.profitable_next {
         return None;
     }
-    let n = ((fc.ahead - k.projected) / k.rate + 1.0 - fc.break_even).floor();
+    let sure = ahead - 2.0 * ahead.max(1.0).sqrt();
+    let n = ((sure - k.projected) / k.rate + 1.0 - fc.break_even).floor();
     if n < 1.0 {
         return None;
     }
@@ -108,7 +110,7 @@ pub(super) fn ahead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
         n: (n as u32).min(f.config.policy.launch_window_max.max(1)),
         why: format!(
             "rules: the day's history expects {} p/h from {at} (a normal boot from now); {} p/h of ours working and coming",
-            num(fc.ahead),
+            num(ahead),
             num(k.projected)
         ),
         kind: CallKind::Ahead,

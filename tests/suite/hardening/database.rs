@@ -347,17 +347,30 @@ fn schema(db: &rusqlite::Connection) -> Vec<String> {
 }
 
 /// Samples a pass now keeps (younger than 30 days); 0 before the table exists.
-fn recent_samples(db: &rusqlite::Connection) -> i64 {
+/// The rows of the tables a pass prunes by age that are young enough to stay: samples (30
+/// days) and the day profile's cached hours (8 days); a table the seed's version lacks has 0.
+fn recent_samples(db: &rusqlite::Connection) -> Vec<(&'static str, i64)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    db.query_row(
-        "SELECT COUNT(*) FROM samples WHERE at >= ?1",
-        [now - fleetagent::store::samples::KEEP_MS],
-        |r| r.get(0),
-    )
-    .unwrap_or(0)
+    let count = |sql: &str, keep: i64| db.query_row(sql, [now - keep], |r| r.get(0)).unwrap_or(0);
+    vec![
+        (
+            "samples",
+            count(
+                "SELECT COUNT(*) FROM samples WHERE at >= ?1",
+                fleetagent::store::samples::KEEP_MS,
+            ),
+        ),
+        (
+            "day_hours",
+            count(
+                "SELECT COUNT(*) FROM day_hours WHERE start >= ?1",
+                fleetagent::store::samples::DAY_HOURS_KEEP_MS,
+            ),
+        ),
+    ]
 }
 
 fn row_counts(db: &rusqlite::Connection) -> Vec<(String, i64)> {
@@ -437,13 +450,13 @@ fn migrations_from_every_earlier_version_keep_every_row() {
         );
         let after = row_counts(&db);
         for (table, n) in &seeded {
-            // A pass drops samples older than 30 days (store::samples::KEEP_MS): the seed's
-            // younger ones must stay, and the pass adds its own.
-            let n = if table == "samples" {
-                &recent_samples
-            } else {
-                n
-            };
+            // A pass drops samples older than 30 days (store::samples::KEEP_MS) and the day
+            // profile's hours older than 8: the seed's younger ones must stay, and the pass
+            // adds its own.
+            let n = recent_samples
+                .iter()
+                .find(|(t, _)| t == table)
+                .map_or(n, |(_, recent)| recent);
             let m = after
                 .iter()
                 .find(|(t, _)| t == table)
