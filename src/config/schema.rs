@@ -209,7 +209,7 @@ pub struct PolicyConfig {
     pub min_rental_mins: u64,
     /// Learn how demand moves with the hour of the day from the samples, and let the rules
     /// rent ahead of a rise it shows and hold capacity it says is needed again soon
-    /// (`policy::day`); false: the rules react alone.
+    /// (`fleet::day`); false: the rules react alone.
     pub learn_day: bool,
     /// A bid is rented only where its $/proof beats the best on-demand offer's by this share.
     pub bid_discount_min: f64,

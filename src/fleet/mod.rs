@@ -5,6 +5,7 @@
 //! stop through the guardrails and update it; the observation text the model reads is
 //! `prompt::observation` (the `observation_line` and `lifecycle_lines` methods).
 
+pub mod day;
 pub mod identity;
 pub mod money;
 pub mod rates;
@@ -137,9 +138,9 @@ pub struct Snapshot {
     /// nothing ([`OperatorHold`]).
     pub hold: Option<OperatorHold>,
     /// How demand moves with the hour of the day, learned from the samples
-    /// (`policy::day`); None while `policy.learn_day` is off. The rules use it only when
+    /// (`fleet::day`); None while `policy.learn_day` is off. The rules use it only when
     /// it is believed (`DayProfile::trusted`).
-    pub day: Option<crate::policy::day::DayProfile>,
+    pub day: Option<crate::fleet::day::DayProfile>,
 }
 
 /// What an operator stopped by hand is not put back by the rules or the floor for

@@ -178,7 +178,7 @@ pub struct Report {
     /// The floor's clocks as the last pass left them, or null when none runs.
     pub floor: Option<FloorView>,
     /// How demand moves with the hour of the day as the next pass would learn it
-    /// (`policy::day`), or null while `policy.learn_day` is off.
+    /// (`fleet::day`), or null while `policy.learn_day` is off.
     pub day: Option<DayView>,
     /// Several hosts (DESIGN.md, "Several hosts"): null while HA is disabled, which every
     /// install is until the shared state lands (docs/ha.md: only the lease exists yet).
@@ -232,22 +232,22 @@ pub struct DayView {
     pub history_hours: f64,
     /// Proofs/h it shows for the hour after now (null: that hour not known).
     pub next_hour_pph: Option<f64>,
-    pub hours: Vec<crate::policy::day::Hour>,
+    pub hours: Vec<crate::fleet::day::Hour>,
 }
 
 impl DayView {
-    pub fn of(p: &crate::policy::day::DayProfile) -> DayView {
+    pub fn of(p: &crate::fleet::day::DayProfile) -> DayView {
         let r2 = |v: f64| (v * 100.0).round() / 100.0;
         DayView {
             trusted: p.trusted,
             why: p.why.clone(),
             error: p.error.map(r2),
             history_hours: r2(p.history_hours),
-            next_hour_pph: p.at(p.now + crate::policy::day::HOUR_MS).map(r2),
+            next_hour_pph: p.at(p.now + crate::fleet::day::HOUR_MS).map(r2),
             hours: p
                 .hours
                 .iter()
-                .map(|h| crate::policy::day::Hour {
+                .map(|h| crate::fleet::day::Hour {
                     pph: r2(h.pph),
                     ..*h
                 })

@@ -10,8 +10,8 @@
 use anyhow::Result;
 
 use crate::clock::{rfc3339, Millis};
+use crate::fleet::day::DayProfile;
 use crate::plot::{self, Chart, Panel, Series};
-use crate::policy::day::DayProfile;
 use crate::store::samples::{self, Sample};
 use crate::store::Store;
 
@@ -42,7 +42,7 @@ pub const TITLES: [&str; 5] = [
 ];
 
 /// Read the samples of the last `hours` before `now` and draw them, with the day profile
-/// learned at `now` (`policy::day`; None while `policy.learn_day` is off) on the throughput
+/// learned at `now` (`fleet::day`; None while `policy.learn_day` is off) on the throughput
 /// panel.
 pub fn draw(store: &Store, now: Millis, hours: f64, day: Option<&DayProfile>) -> Result<Drawn> {
     let since = now - (hours * HOUR_MS) as Millis;
@@ -439,8 +439,8 @@ mod tests {
         let rows: Vec<Sample> = (0..6).rev().map(|m| at(m * 5, true, Some(0.05))).collect();
         let without = chart(&rows, NOW, 1.0, None);
         assert!(!without.svg.contains("day profile"), "{}", without.svg);
-        let cells: Vec<crate::policy::day::Cell> = (1..=48)
-            .map(|h| crate::policy::day::Cell {
+        let cells: Vec<crate::fleet::day::Cell> = (1..=48)
+            .map(|h| crate::fleet::day::Cell {
                 start: NOW - NOW.rem_euclid(3_600_000) - h * 3_600_000,
                 pph: 70.0,
                 samples: 12,

@@ -50,7 +50,7 @@ fn profit_line(r: &Report) -> String {
 }
 
 /// `day         believed: why; next hour 300/h; 00 120 | 01 118 | ...`: the day profile
-/// (`policy::day`), each hour of the day it knows with its proofs/h (`*`: saturated on a day,
+/// (`fleet::day`), each hour of the day it knows with its proofs/h (`*`: saturated on a day,
 /// demand was at least that).
 fn day_line(d: &super::DayView) -> String {
     let hours: Vec<String> = d

@@ -5,7 +5,6 @@
 //! drivers (`run`, `agent`, `tools`) read the world, call these, and carry out the result.
 
 pub mod action_lines;
-pub mod day;
 pub mod floor;
 pub mod guardrails;
 pub mod launch;

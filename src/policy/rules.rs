@@ -37,7 +37,7 @@
 //!   toward the target, one at a time (one more every 4 passes the backlog lasts), or, when
 //!   saturated, half as much again as the fleet does; never past it. An instance that no
 //!   longer makes its margin adds one launch (its replacement).
-//! - ahead (only where the day's history is believed, `policy::day`): the profile shows more
+//! - ahead (only where the day's history is believed, `fleet::day`): the profile shows more
 //!   demand from a normal boot from now than ours working and coming take: rent what it
 //!   needs, each instance only while it would be busy enough to pay (its cost per proof over
 //!   the revenue per proof; half its time without a price), the next instance profitable. It
@@ -135,7 +135,7 @@ pub enum CallKind {
     Emergency,
     /// A backlog with every live worker busy, under target: launches.
     Deficit,
-    /// A rise the day's history shows (`policy::day`), a normal boot ahead: launches.
+    /// A rise the day's history shows (`fleet::day`), a normal boot ahead: launches.
     Ahead,
     /// A target with no worker and nothing queued: one seed instance.
     Seed,

@@ -45,11 +45,11 @@ pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Mil
     lines.join("\n")
 }
 
-/// Where the day's history is believed (`policy::day`): what it expects this hour and the
+/// Where the day's history is believed (`fleet::day`): what it expects this hour and the
 /// next, so that a model can rent ahead of a rise as the rules do. None otherwise (the
 /// profile is in `inspect`).
 fn day_line(s: &Snapshot) -> Option<String> {
-    use crate::policy::day::{hour_of_day, HOUR_MS};
+    use crate::fleet::day::{hour_of_day, HOUR_MS};
     let p = s.day.as_ref().filter(|p| p.trusted)?;
     let this = s.now - s.now.rem_euclid(HOUR_MS);
     let at = |t: Millis| {
@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn a_believed_day_is_one_line_for_the_model_and_a_doubted_one_none() {
-        use crate::policy::day::{Cell, DayProfile, HOUR_MS};
+        use crate::fleet::day::{Cell, DayProfile, HOUR_MS};
         // NOW is on the hour; two days of 100 p/h but 300 at the hour after NOW's.
         let cells: Vec<Cell> = (1..=48i64)
             .rev()
@@ -643,8 +643,8 @@ mod tests {
         assert!(
             line.starts_with(&format!(
                 "Day: the history of the days before expects 100 p/h at {:02}:00 UTC and 300 p/h at {:02}:00 UTC (the last 3 hours came within 0% ",
-                crate::policy::day::hour_of_day(NOW),
-                crate::policy::day::hour_of_day(NOW + HOUR_MS)
+                crate::fleet::day::hour_of_day(NOW),
+                crate::fleet::day::hour_of_day(NOW + HOUR_MS)
             )),
             "{line}"
         );

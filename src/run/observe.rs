@@ -333,25 +333,25 @@ fn assemble(
     })
 }
 
-/// The day profile at `now` (`policy::day`), learned from the hours of history of the last
+/// The day profile at `now` (`fleet::day`), learned from the hours of history of the last
 /// `day::PROFILE_DAYS` days (`samples::day_cells`); None while `policy.learn_day` is off.
 pub fn day_profile(
     conn: &Connection,
     config: &Config,
     now: Millis,
-) -> Result<Option<crate::policy::day::DayProfile>> {
+) -> Result<Option<crate::fleet::day::DayProfile>> {
     if !config.policy.learn_day {
         return Ok(None);
     }
-    Ok(Some(crate::policy::day::DayProfile::learn(
+    Ok(Some(crate::fleet::day::DayProfile::learn(
         &day_cells(conn, now)?,
         now,
     )))
 }
 
 /// The hours of history a day profile at `now` reads.
-pub fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::policy::day::Cell>> {
-    use crate::policy::day;
+pub fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::fleet::day::Cell>> {
+    use crate::fleet::day;
     let since = now - day::PROFILE_DAYS * day::DAY_MS - day::HOUR_MS;
     crate::store::samples::day_cells(
         conn,

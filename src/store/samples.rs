@@ -106,6 +106,18 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     Ok(rows)
 }
 
+/// One hour of history as the day profile (`fleet::day`) reads it: its start (a whole UTC
+/// hour), the mean rate its samples read (completions of the last 15 minutes times 4), how
+/// many, and whether most of them saw a backlog with every worker busy (the market then gave
+/// more than the fleet took: the hour is a floor under demand, not its measure).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Cell {
+    pub start: Millis,
+    pub pph: f64,
+    pub samples: u32,
+    pub saturated: bool,
+}
+
 /// How long the day profile's cached hours (`day_hours`, sql/0009_day_hours.sql) are kept:
 /// 8 days (the profile reads 7).
 pub const DAY_HOURS_KEEP_MS: Millis = 8 * 86_400_000;
@@ -122,13 +134,13 @@ pub fn day_cells(
     since: Millis,
     min_samples: u32,
     backlog_min: u32,
-) -> Result<Vec<crate::policy::day::Cell>> {
+) -> Result<Vec<Cell>> {
     let mut cells = conn
         .prepare_cached(
             "SELECT start, pph, samples, saturated FROM day_hours WHERE start >= ?1 ORDER BY start",
         )?
         .query_map([since], |r| {
-            Ok(crate::policy::day::Cell {
+            Ok(Cell {
                 start: r.get(0)?,
                 pph: r.get(1)?,
                 samples: r.get(2)?,
@@ -149,11 +161,7 @@ pub fn day_cells(
 /// Cache the hours among `cells` whose samples are all in at `now` (the last one counting in
 /// an hour is taken up to half a window after it ends) and not cached yet, and drop cached
 /// hours older than [`DAY_HOURS_KEEP_MS`]. In the pass's transaction (`run::sample`).
-pub fn cache_day_hours(
-    conn: &Connection,
-    cells: &[crate::policy::day::Cell],
-    now: Millis,
-) -> Result<()> {
+pub fn cache_day_hours(conn: &Connection, cells: &[Cell], now: Millis) -> Result<()> {
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO day_hours (start, pph, samples, saturated) VALUES (?1, ?2, ?3, ?4)",
     )?;
@@ -168,7 +176,7 @@ pub fn cache_day_hours(
     Ok(())
 }
 
-/// The hours of history since `since` as the day profile reads them (`policy::day::Cell`),
+/// The hours of history since `since` as the day profile reads them ([`Cell`]),
 /// oldest first: per whole UTC hour, the mean of the last-15-minutes rate (completions times
 /// 4) of the samples whose window's middle falls in it, from passes that read demand, with
 /// at least `min_samples` of them; saturated when most saw a backlog of `backlog_min` or more.
@@ -177,7 +185,7 @@ pub fn hourly(
     since: Millis,
     min_samples: u32,
     backlog_min: u32,
-) -> Result<Vec<crate::policy::day::Cell>> {
+) -> Result<Vec<Cell>> {
     // Read in the index's order and summed here: a GROUP BY on the hour would sort every
     // row on every pass (a week of samples is 2,016 rows; the simulator runs a pass per
     // simulated 5 minutes).
@@ -188,12 +196,12 @@ pub fn hourly(
          ORDER BY at",
     )?;
     let mut rows = stmt.query(params![since, backlog_min])?;
-    let mut cells: Vec<crate::policy::day::Cell> = Vec::new();
+    let mut cells: Vec<Cell> = Vec::new();
     // The hour being summed: its start, readings, completions and readings with a backlog.
     let mut open: Option<(Millis, u32, u64, u32)> = None;
-    let close = |c: (Millis, u32, u64, u32), cells: &mut Vec<crate::policy::day::Cell>| {
+    let close = |c: (Millis, u32, u64, u32), cells: &mut Vec<Cell>| {
         if c.1 >= min_samples {
-            cells.push(crate::policy::day::Cell {
+            cells.push(Cell {
                 start: c.0,
                 samples: c.1,
                 pph: c.2 as f64 * 4.0 / f64::from(c.1),

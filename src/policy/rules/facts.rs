@@ -6,8 +6,8 @@ use super::{Mode, FULLY_SATURATED, RISING_FACTOR};
 use super::{BACKLOG_MIN, BACKLOG_PASSES, BACKLOG_WEAK_PASSES};
 use crate::config::Config;
 use crate::demand::Demand;
+use crate::fleet::day::HOUR_MS;
 use crate::fleet::{Flag, Snapshot, BOOTED, LAUNCHING, LOADING, OUTBID, PROVING, REGISTERED};
-use crate::policy::day::HOUR_MS;
 use crate::store::instances::InstanceRow;
 use crate::store::session::Streaks;
 
@@ -60,11 +60,11 @@ pub struct Known<'a> {
     pub losing: Vec<(&'a InstanceRow, f64)>,
     /// Outbid bids among this pass's destroys.
     pub outbid: u32,
-    /// What the day profile says, where it is believed (`policy::day`).
+    /// What the day profile says, where it is believed (`fleet::day`).
     pub forecast: Option<Forecast>,
 }
 
-/// What a believed day profile (`policy::day`) says for this pass.
+/// What a believed day profile (`fleet::day`) says for this pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Forecast {
     /// A rise it shows: the most demand it shows from a normal boot (half of

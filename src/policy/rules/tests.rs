@@ -588,8 +588,8 @@ fn a_silent_worker_is_destroyed_and_learned_rates_size_the_fleet() {
 
 /// A day profile the rules believe, learned at `now` from two days of hours: each hour at
 /// `rate(offset)`, its offset from the hour of `now` (0 its own, 1 the next, -1 the last).
-fn believed(now: i64, rate: impl Fn(i64) -> f64) -> crate::policy::day::DayProfile {
-    use crate::policy::day::{Cell, DayProfile, HOUR_MS};
+fn believed(now: i64, rate: impl Fn(i64) -> f64) -> crate::fleet::day::DayProfile {
+    use crate::fleet::day::{Cell, DayProfile, HOUR_MS};
     let this = now - now.rem_euclid(HOUR_MS);
     let cells: Vec<Cell> = (1..=48i64)
         .rev()
@@ -612,7 +612,7 @@ fn believed(now: i64, rate: impl Fn(i64) -> f64) -> crate::policy::day::DayProfi
 fn a_rise_the_believed_day_shows_within_a_boot_is_rented_ahead() {
     // Two proving instances (100 p/h), nothing queued; NOW is 46 minutes past the hour, so
     // a normal boot (15 minutes) from now falls in the next hour, which history puts at 300:
-    // 4 more would each be at least half busy; the launch window allows 3.
+    // less two deviations (265), 3 more would each be at least half busy; the window allows 3.
     let busy: Vec<InstanceRow> = (1..=2)
         .map(|i| row(i, PROVING, Some(&format!("fleetagent-{i}")), 0.4))
         .collect();
@@ -639,11 +639,13 @@ fn a_rise_the_believed_day_shows_within_a_boot_is_rented_ahead() {
         "{}",
         calls[0].why
     );
-    // 140 p/h ahead: the one more would be 80 % busy: one.
-    s.day = Some(believed(NOW, |off| if off == 1 { 140.0 } else { 100.0 }));
+    // 180 p/h ahead, less two deviations 153: the one more would be busy all the time, a
+    // second 6 %: one.
+    s.day = Some(believed(NOW, |off| if off == 1 { 180.0 } else { 100.0 }));
     assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 1);
-    // 120: it would be 40 % busy: none. Nor from a profile the rules do not believe.
-    s.day = Some(believed(NOW, |off| if off == 1 { 120.0 } else { 100.0 }));
+    // 140, less two deviations 116: it would be a third busy: none. Nor from a profile the
+    // rules do not believe.
+    s.day = Some(believed(NOW, |off| if off == 1 { 140.0 } else { 100.0 }));
     assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
     let mut doubted = believed(NOW, |off| if off == 1 { 300.0 } else { 100.0 });
     doubted.trusted = false;

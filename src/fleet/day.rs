@@ -43,15 +43,8 @@ pub const CHECK_MIN: usize = 2;
 /// deviations) over the checked hours above which the profile counts for nothing.
 pub const MAX_ERROR: f64 = 0.2;
 
-/// One hour of history: its start (a whole UTC hour), the mean rate its samples read, how
-/// many, and whether most of them saw a backlog with every worker busy.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Cell {
-    pub start: Millis,
-    pub pph: f64,
-    pub samples: u32,
-    pub saturated: bool,
-}
+/// One hour of history (`store::samples::Cell`: the store reads and caches them).
+pub use crate::store::samples::Cell;
 
 /// One hour of the day as learned.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
