@@ -6,14 +6,29 @@ use std::path::Path;
 use anyhow::Result;
 
 use crate::cli::InspectArgs;
+use crate::clock::Millis;
 use crate::cmd::plot_file::PlotFile;
 use crate::cmd::App;
 use crate::error::usage;
+use crate::store::{ops, session, Store};
 
 /// `--hours` when not given.
 const DEFAULT_HOURS: f64 = 24.0;
 /// The longest `--hours`: a leap year (samples are kept 30 days anyway).
 const MAX_HOURS: f64 = 8784.0;
+
+/// The time a report reads the database at: the wall clock, but for a database `sim` wrote
+/// (`sim --state-dir`) the end of its simulated time, its last pass. Read at the wall clock,
+/// a simulation's samples, wakes and hours of history are all months old: the plot would be
+/// empty and the day not learned.
+fn as_of(app: &App, store: &Store) -> Result<Millis> {
+    if ops::is_sim(&ops::install_id(&store.conn)?) {
+        if let Some(end) = session::state(&store.conn)?.last_run_finished_at {
+            return Ok(end);
+        }
+    }
+    Ok(app.now())
+}
 
 pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     if let Some(file) = &args.plot {
@@ -26,8 +41,8 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     }
     let (loaded, dir, store) = super::open_for_report(app)?;
     let units = crate::units::unit_states_json();
-    let mut report =
-        crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, app.now(), units)?;
+    let now = as_of(app, &store)?;
+    let mut report = crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, now, units)?;
     report.config_found = loaded.file_found;
     if let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? {
         report.ha = Some(crate::ha::status::read(&settings));
@@ -56,8 +71,9 @@ fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
     }
     let out = PlotFile::open(file)?;
     let drawn = super::open_for_report(app).and_then(|(loaded, _, store)| {
-        let day = crate::run::observe::day_profile(&store.conn, &loaded.config, app.now())?;
-        crate::inspect::plot::draw(&store, app.now(), hours, day.as_ref())
+        let now = as_of(app, &store)?;
+        let day = crate::run::observe::day_profile(&store.conn, &loaded.config, now)?;
+        crate::inspect::plot::draw(&store, now, hours, day.as_ref())
     });
     let drawn = match drawn {
         Ok(d) => d,

@@ -118,7 +118,16 @@ pub fn render_text(r: &Report) -> String {
         out.push_str(&s);
         out.push('\n');
     };
-    line(format!("fleetagent {} at {}", r.version, r.now));
+    line(format!(
+        "fleetagent {} at {}{}",
+        r.version,
+        r.now,
+        if crate::store::ops::is_sim(&r.install_id) {
+            " (a simulation's database: read as of its last pass)"
+        } else {
+            ""
+        }
+    ));
     line(format!("state dir   {}", r.state_dir));
     line(format!(
         "config      {}{}",

@@ -12,9 +12,7 @@ use crate::clock::{rfc3339, Clock, ManualClock, Millis};
 use crate::doorbell::{Doorbell, MemoryDoorbell};
 use crate::store::{events, Store};
 
-/// The install id of every simulated database: fixed, so that labels (and so every report)
-/// never depend on chance.
-pub const SIM_INSTALL_ID: &str = "sim";
+pub use crate::store::ops::SIM_INSTALL_ID;
 
 /// `fleetagent-poll.timer`'s period.
 pub const POLL_MS: Millis = 60_000;

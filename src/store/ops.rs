@@ -8,6 +8,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Millis;
 
+/// The install id of every database `sim` writes: fixed, so that labels (and so every report)
+/// never depend on chance, and shorter than a real install's [`INSTALL_ID_LEN`] letters, so
+/// that a report can tell a simulation's database from an install's.
+pub const SIM_INSTALL_ID: &str = "sim";
+
+/// Whether `id` is the simulator's ([`SIM_INSTALL_ID`]).
+pub fn is_sim(id: &str) -> bool {
+    id == SIM_INSTALL_ID
+}
+
 /// Letters of a new install id. Lowercase letters only: a label's run part is `r<digits>`,
 /// which an id can never look like.
 const INSTALL_ID_LEN: i64 = 6;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::agent_e2e::write_demand;
 use crate::common::config::rules_config;
 use crate::common::fake_vast::{FakeVast, Route};
-use crate::common::fleet::Fleet;
+use crate::common::fleet::{clean_env, Fleet, BIN};
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;
@@ -178,4 +178,88 @@ fn without_learning_or_with_a_present_that_disagrees_the_rules_react_alone() {
             .starts_with("history short: 0 of 24"),
         "{day}"
     );
+}
+
+/// A simulation's database (`sim --state-dir`) is read as of its last pass, not the wall
+/// clock, months later: its day profile is learned, its plot has its samples, and the text
+/// says so. Two days of a flat 100 proofs/h are written before the simulated hour's end.
+#[test]
+fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
+    let f = Fleet::with_config("");
+    // The simulator's own base config (no --config): its checks pass.
+    let mut sim = std::process::Command::new(BIN);
+    clean_env(&mut sim);
+    let out = sim
+        .arg("--state-dir")
+        .arg(f.path().join("state"))
+        .args(["sim", "--scenario", "incident", "--hours", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let end: i64 = f.count("SELECT last_run_finished_at FROM agent_state WHERE id = 1");
+    let db = f.db();
+    let mut at = end - 2 * DAY_MS;
+    while at < end - HOUR_MS {
+        db.execute(
+            "INSERT INTO samples (at, demand_ok, pending, completed_15m, completed_1h,
+                 ours_billing, ours_booting, ours_proving, capacity_pph, target_pph, fleet_dph)
+             VALUES (?1, 1, 0, 25, 100, 0, 0, 0, 0, 400, 0)",
+            rusqlite::params![at],
+        )
+        .unwrap();
+        at += 300_000;
+    }
+    // The hours the passes cached are learned again from the samples.
+    db.execute("DELETE FROM day_hours", []).unwrap();
+    drop(db);
+
+    let v = f.inspect();
+    let at_end = chrono::DateTime::from_timestamp_millis(end).unwrap();
+    assert_eq!(
+        v["now"],
+        at_end.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        "{}",
+        v["now"]
+    );
+    assert!(
+        end < now_ms() - DAY_MS,
+        "the simulated clock is not months back"
+    );
+    let day = &v["day"];
+    assert!(day["history_hours"].as_f64().unwrap() > 40.0, "{day}");
+    assert_eq!(day["hours"].as_array().unwrap().len(), 24, "{day}");
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with("(a simulation's database: read as of its last pass)"),
+        "{text}"
+    );
+    let svg = f.path().join("sim.svg");
+    let plotted = f
+        .cmd(&["inspect", "--plot", svg.to_str().unwrap(), "--hours", "48"])
+        .ok();
+    assert!(!plotted.stderr.contains("no samples"), "{}", plotted.stderr);
+
+    // An install's database is read at the wall clock: the same samples are history long
+    // gone, and the profile has none of them.
+    f.db()
+        .execute(
+            "UPDATE agent_state SET install_id = 'abcdef' WHERE id = 1",
+            [],
+        )
+        .unwrap();
+    let v = f.inspect();
+    assert_ne!(v["now"], at_end.format("%Y-%m-%dT%H:%M:%SZ").to_string());
+    assert_eq!(v["day"]["history_hours"], 0.0, "{}", v["day"]);
+    assert!(!f
+        .cmd(&["inspect"])
+        .ok()
+        .stdout
+        .contains("simulation's database"));
 }
