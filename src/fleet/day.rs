@@ -8,7 +8,10 @@
 //!   worker busy): the market then gave more than the fleet took, and the cell is a floor
 //!   under demand, not its measure.
 //! - The profile of an hour of the day (UTC) is the mean of its cells over the last
-//!   [`PROFILE_DAYS`] days, each cell counted only once its hour has ended.
+//!   [`PROFILE_DAYS`] days, each cell counted only once its hour has ended, a saturated cell
+//!   as no less than the mean of the unsaturated ones ([`estimate`]): a floor under demand
+//!   averaged in as its measure would pull the hour down, and a rise the fleet was late for
+//!   once would be foretold smaller than it is.
 //! - It is believed ([`DayProfile::trusted`]) only when the history covers at least
 //!   [`MIN_HOURS_KNOWN`] hours of the day on an earlier day, and the last [`CHECK_HOURS`]
 //!   whole hours came out as the profile foretold them (from the days before each): a mean
@@ -51,7 +54,7 @@ pub use crate::store::samples::Cell;
 pub struct Hour {
     /// The UTC hour, 0-23.
     pub hour: u32,
-    /// Proofs/h the history shows then (the mean of its days).
+    /// Proofs/h the history shows then (the mean of its days, see [`estimate`]).
     pub pph: f64,
     /// Days that showed it.
     pub days: u32,
@@ -97,7 +100,7 @@ impl DayProfile {
             }
             hours.push(Hour {
                 hour: h,
-                pph: of_h.iter().map(|c| c.pph).sum::<f64>() / of_h.len() as f64,
+                pph: estimate(of_h.iter().map(|c| **c)).unwrap_or(0.0),
                 days: of_h.len() as u32,
                 saturated_days: of_h.iter().filter(|c| c.saturated).count() as u32,
             });
@@ -165,19 +168,14 @@ fn check(ended: &[&Cell], now: Millis) -> (bool, String, Option<f64>) {
         let Some(cell) = ended.iter().find(|c| c.start == start) else {
             continue;
         };
-        let before: Vec<f64> = ended
-            .iter()
-            .filter(|c| {
-                c.start < start
-                    && c.start >= start - PROFILE_DAYS * DAY_MS
-                    && hour_of_day(c.start) == hour_of_day(start)
-            })
-            .map(|c| c.pph)
-            .collect();
-        if before.is_empty() {
+        let before = ended.iter().copied().filter(|c| {
+            c.start < start
+                && c.start >= start - PROFILE_DAYS * DAY_MS
+                && hour_of_day(c.start) == hour_of_day(start)
+        });
+        let Some(foretold) = estimate(before) else {
             continue;
-        }
-        let foretold = before.iter().sum::<f64>() / before.len() as f64;
+        };
         errors.push(error(foretold, cell));
     }
     if errors.len() < CHECK_MIN {
@@ -212,6 +210,31 @@ fn check(ended: &[&Cell], now: Millis) -> (bool, String, Option<f64>) {
             Some(mean),
         )
     }
+}
+
+/// What the cells of one hour of the day (on several days) show of its demand: their mean,
+/// each saturated cell counted as no less than the mean of the unsaturated ones (a saturated
+/// hour read what the fleet took, and the market gave at least that). None without a cell.
+fn estimate<'a>(cells: impl Iterator<Item = &'a Cell>) -> Option<f64> {
+    let cells: Vec<&Cell> = cells.collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let free: Vec<f64> = cells
+        .iter()
+        .filter(|c| !c.saturated)
+        .map(|c| c.pph)
+        .collect();
+    let floor = if free.is_empty() {
+        0.0
+    } else {
+        free.iter().sum::<f64>() / free.len() as f64
+    };
+    let sum: f64 = cells
+        .iter()
+        .map(|c| if c.saturated { c.pph.max(floor) } else { c.pph })
+        .sum();
+    Some(sum / cells.len() as f64)
 }
 
 /// How far a reading fell from its forecast: beyond two Poisson deviations, as a share of
@@ -351,5 +374,37 @@ mod tests {
         // An hour that has not ended does not count.
         let p = DayProfile::learn(&c, now - 30 * 60_000);
         assert_eq!(p.hours[23].days, 6);
+    }
+
+    #[test]
+    fn a_saturated_hour_counts_as_no_less_than_the_free_days_showed() {
+        // 08:00 on three days: free at 300 and 280, saturated at 190 (the fleet was late
+        // for the rise): 190 is a floor, counted as the free days' mean, 290.
+        let mut c = cells(3, |_| 100.0);
+        c[8].pph = 190.0;
+        c[8].saturated = true;
+        c[24 + 8].pph = 300.0;
+        c[2 * 24 + 8].pph = 280.0;
+        let p = DayProfile::learn(&c, DAY0 + 3 * DAY_MS);
+        assert_eq!(p.hours[8].pph, 290.0);
+        assert_eq!(p.hours[8].saturated_days, 1);
+        // A saturated hour above them stays as read: (400 + 300 + 280) / 3.
+        c[8].pph = 400.0;
+        let p = DayProfile::learn(&c, DAY0 + 3 * DAY_MS);
+        assert!(
+            (p.hours[8].pph - 326.666).abs() < 0.01,
+            "{}",
+            p.hours[8].pph
+        );
+        // Every day saturated: the mean of what they read.
+        for d in 0..3 {
+            c[d * 24 + 8].saturated = true;
+        }
+        let p = DayProfile::learn(&c, DAY0 + 3 * DAY_MS);
+        assert!(
+            (p.hours[8].pph - 326.666).abs() < 0.01,
+            "{}",
+            p.hours[8].pph
+        );
     }
 }

@@ -60,15 +60,20 @@ fn history(f: &Fleet, today: u32) {
         } else {
             100
         };
-        db.execute(
-            "INSERT INTO samples (at, demand_ok, pending, completed_15m, completed_1h,
-                 ours_billing, ours_booting, ours_proving, capacity_pph, target_pph, fleet_dph)
-             VALUES (?1, 1, 0, ?2, ?3, 0, 0, 0, 0, 400, 0)",
-            rusqlite::params![at, rate / 4, rate],
-        )
-        .unwrap();
+        sample(&db, at, rate);
         at += 300_000;
     }
+}
+
+/// A pass's sample at `at`: `rate` proofs/h done, nothing queued, nothing of ours.
+fn sample(db: &rusqlite::Connection, at: i64, rate: u32) {
+    db.execute(
+        "INSERT INTO samples (at, demand_ok, pending, completed_15m, completed_1h,
+             ours_billing, ours_booting, ours_proving, capacity_pph, target_pph, fleet_dph)
+         VALUES (?1, 1, 0, ?2, ?3, 0, 0, 0, 0, 400, 0)",
+        rusqlite::params![at, rate / 4, rate],
+    )
+    .unwrap();
 }
 
 fn launch_reasons(f: &Fleet) -> Vec<String> {
@@ -204,13 +209,7 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
     let db = f.db();
     let mut at = end - 2 * DAY_MS;
     while at < end - HOUR_MS {
-        db.execute(
-            "INSERT INTO samples (at, demand_ok, pending, completed_15m, completed_1h,
-                 ours_billing, ours_booting, ours_proving, capacity_pph, target_pph, fleet_dph)
-             VALUES (?1, 1, 0, 25, 100, 0, 0, 0, 0, 400, 0)",
-            rusqlite::params![at],
-        )
-        .unwrap();
+        sample(&db, at, 100);
         at += 300_000;
     }
     // The hours the passes cached are learned again from the samples.
