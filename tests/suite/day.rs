@@ -34,6 +34,17 @@ fn rig(vast: &FakeVast, policy: &str) -> Fleet {
     f
 }
 
+/// Ten RTX 4090 offers, the `policy` lines over the rig's, [`quiet`] demand and two days of
+/// [`history`] with today's last hours at `today`.
+fn quiet_fleet(policy: &str, today: u32) -> (FakeVast, Fleet) {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = rig(&vast, policy);
+    write_demand(f.path(), quiet());
+    history(&f, today);
+    (vast, f)
+}
+
 /// Someone else's busy worker, nothing queued, 100 proofs/h done: no rule of the present
 /// asks for anything (no backlog, a live worker, nothing of ours).
 fn quiet() -> Value {
@@ -89,11 +100,7 @@ fn launch_reasons(f: &Fleet) -> Vec<String> {
 
 #[test]
 fn the_rules_rent_ahead_of_a_rise_the_days_history_shows_and_inspect_explains_it() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let f = rig(&vast, "");
-    write_demand(f.path(), quiet());
-    history(&f, 100);
+    let (vast, f) = quiet_fleet("", 100);
 
     // Before the pass: inspect shows the profile, believed, and what it expects next.
     let day = &f.inspect()["day"];
@@ -143,11 +150,7 @@ fn the_rules_rent_ahead_of_a_rise_the_days_history_shows_and_inspect_explains_it
 #[test]
 fn without_learning_or_with_a_present_that_disagrees_the_rules_react_alone() {
     // learn_day off: the same history, no launch, and inspect's day is null.
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let f = rig(&vast, "learn_day = false");
-    write_demand(f.path(), quiet());
-    history(&f, 100);
+    let (vast, f) = quiet_fleet("learn_day = false", 100);
     assert_eq!(f.inspect()["day"], Value::Null);
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     f.cmd(&["run"]).ok();
@@ -155,11 +158,7 @@ fn without_learning_or_with_a_present_that_disagrees_the_rules_react_alone() {
 
     // Learning on, but the last three hours read 200 where the history foretold 100: the
     // forecast counts for nothing.
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let f = rig(&vast, "");
-    write_demand(f.path(), quiet());
-    history(&f, 200);
+    let (vast, f) = quiet_fleet("", 200);
     let day = &f.inspect()["day"];
     assert_eq!(day["trusted"], false, "{day}");
     assert!(
