@@ -35,7 +35,8 @@
 //!   of ours still booting (loading, or running with its worker not registered yet; an
 //!   instance loading past half of `stuck_loading_mins` no longer holds this back): launch
 //!   toward the target, one at a time (one more every 4 passes the backlog lasts), or, when
-//!   saturated, half as much again as the fleet does; never past it. An instance that no
+//!   saturated and demand has risen or the backlog has lasted 8 passes, half as much again
+//!   as the fleet does; never past it. An instance that no
 //!   longer makes its margin adds one launch (its replacement).
 //! - ahead (only where the day's history is believed, `fleet::day`): the profile shows more
 //!   demand from a normal boot from now than ours working and coming take: rent what it
@@ -46,12 +47,14 @@
 //!   price: one instance, since Curio asks the market for work only while a ProofShare node
 //!   lives.
 //! - outbid replacement: no other launch, and outbid bids destroyed this pass: as many come
-//!   back as the demand still needs.
+//!   back as the demand still needs; where the deficit or the rent ahead asks for fewer, it
+//!   takes their place.
 //! - unprofitable replacement (Full mode, a price known): no other launch, nothing of ours
 //!   booting, instances that no longer make `policy.min_margin`: rent profitable
 //!   replacements for what the fleet would lack without them (the hour's completions with
 //!   5 % to spare), so that they can go.
-//! - surplus (Full mode): on a pass of low demand (pending <= 1 with idle live workers), stop
+//! - surplus (Full mode): after [`LOW_DEMAND_PASSES`] passes of low demand (pending <= 1 with
+//!   idle live workers; one where the day's history foretells the fall), stop
 //!   one idle instance of ours started at least `policy.min_rental_mins` ago, never the last
 //!   live worker: one that no longer makes its margin first (whatever the queue, while the
 //!   capacity left covers the hour's completions with 5 % to spare), else the dearest per
@@ -85,13 +88,20 @@ pub const BACKLOG_MIN: u32 = 5;
 pub const BACKLOG_PASSES: u32 = 2;
 /// Pending at or below this with idle live workers is low demand.
 pub const LOW_PENDING_MAX: u32 = 1;
-/// Passes in a row of low demand before idle surplus is stopped: one, since the surplus
-/// guard ([`SURPLUS_MARGIN`] over the last hour's completions) keeps what the demand needs.
-pub const LOW_DEMAND_PASSES: u32 = 1;
+/// Passes in a row of low demand before idle surplus is stopped (half an hour at the timer's
+/// period): a stop on the first idle pass was relaunched by the next backlog within 4 hours
+/// in 45 % of cases on steady demand (docs/sim.md, "What the figures say"), and each round
+/// trip pays a boot. Where a believed day profile shows a fall, [`FALL_LOW_DEMAND_PASSES`].
+pub const LOW_DEMAND_PASSES: u32 = 6;
+/// Passes of low demand before a stop where the day's history foretells the fall
+/// (`Forecast::fall`): the fall is expected, so one pass confirms it.
+pub const FALL_LOW_DEMAND_PASSES: u32 = 1;
 /// After this many backlog passes in a row, launch one more per pass.
 pub const BACKLOG_STEP_PASSES: u32 = 4;
-/// The last hour's completions over working capacity at which the deficit is taken to be
-/// large: launch half as much again as the fleet does, not one at a time.
+/// The last hour's completions over working capacity at which the deficit may be large:
+/// launch half as much again as the fleet does, not one at a time, once the last quarter
+/// shows demand risen or the backlog has lasted 2 x [`BACKLOG_STEP_PASSES`] (a fleet just
+/// under a steady demand is saturated too, and needs one more, not half again).
 pub const FULLY_SATURATED: f64 = 0.95;
 /// The capacity left after a stop must cover the last hour's completions times this.
 pub const SURPLUS_MARGIN: f64 = 1.05;

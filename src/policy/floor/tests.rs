@@ -4,6 +4,7 @@ use super::*;
 use crate::demand::{Demand, Worker};
 use crate::fleet::State;
 use crate::fleet::{LOADING, PROVING, REGISTERED};
+use crate::policy::rules::LOW_DEMAND_PASSES;
 use crate::store::instances::InstanceRow;
 use crate::store::session::Streaks;
 
@@ -467,11 +468,18 @@ fn a_flagged_instance_is_destroyed_after_floor_flagged_passes() {
 #[test]
 fn idle_surplus_goes_after_floor_idle_mins_unless_the_model_launched() {
     let c = config();
-    let first = plan(&idle(), &c, 1, &Memory::default(), &none(), NOW);
+    let first = plan(
+        &idle(),
+        &c,
+        LOW_DEMAND_PASSES,
+        &Memory::default(),
+        &none(),
+        NOW,
+    );
     assert!(first.calls.is_empty(), "{:?}", first.calls);
     assert_eq!(first.memory.surplus_since, Some(NOW));
     let due = NOW + 120 * MIN;
-    let acted = plan(&idle(), &c, 1, &first.memory, &none(), due);
+    let acted = plan(&idle(), &c, LOW_DEMAND_PASSES, &first.memory, &none(), due);
     assert_eq!(acted.calls.len(), 1);
     assert_eq!(acted.calls[0].tool, "stop_instance");
     assert!(
@@ -483,9 +491,11 @@ fn idle_surplus_goes_after_floor_idle_mins_unless_the_model_launched() {
         launches: 1,
         ..ModelDid::default()
     };
-    assert!(plan(&idle(), &c, 1, &first.memory, &did, due)
-        .calls
-        .is_empty());
+    assert!(
+        plan(&idle(), &c, LOW_DEMAND_PASSES, &first.memory, &did, due)
+            .calls
+            .is_empty()
+    );
 }
 
 #[test]
@@ -499,10 +509,10 @@ fn the_floor_never_stops_a_young_instance_the_rules_keep() {
         surplus_since: Some(NOW - 600 * MIN),
         ..Memory::default()
     };
-    let p = plan(&s, &c, 1, &before, &none(), NOW);
+    let p = plan(&s, &c, LOW_DEMAND_PASSES, &before, &none(), NOW);
     assert!(p.calls.is_empty(), "{:?}", p.calls);
     // Past min_rental_mins, the idle surplus left that long goes.
-    let p = plan(&idle(), &c, 1, &before, &none(), NOW);
+    let p = plan(&idle(), &c, LOW_DEMAND_PASSES, &before, &none(), NOW);
     assert_eq!(p.calls.len(), 1);
 }
 

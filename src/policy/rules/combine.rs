@@ -40,16 +40,21 @@ impl Asks {
     }
 
     /// The launch rules in their precedence (the deficit and the rent ahead of a rise share
-    /// a place: the one that asks for more).
+    /// a place: the one that asks for more; an outbid replacement that asks for more than
+    /// that takes it).
     fn launches(&self) -> [&Option<Launch>; 5] {
         let n = |l: &Option<Launch>| l.as_ref().map_or(0, |l| l.n);
+        let mut lead = if n(&self.ahead) > n(&self.deficit) {
+            &self.ahead
+        } else {
+            &self.deficit
+        };
+        if n(lead) > 0 && n(&self.outbid_replacement) > n(lead) {
+            lead = &self.outbid_replacement;
+        }
         [
             &self.workers_dead,
-            if n(&self.ahead) > n(&self.deficit) {
-                &self.ahead
-            } else {
-                &self.deficit
-            },
+            lead,
             &self.seed,
             &self.outbid_replacement,
             &self.unprofitable_replacement,
@@ -63,9 +68,10 @@ impl Asks {
 ///    brings the fleet back under a cap: answered in the same pass and before any launch,
 ///    since a destroy frees the slot a launch takes (`Facts::freed`).
 /// 2. The launches of one launch rule: the first of WORKERS DEAD, the deficit or the rent
-///    ahead of a rise the day's history shows (whichever asks for more), the seed, the
-///    outbid replacement and the unprofitable replacement that asks for any (a rule that asks
-///    for none leaves it to the next). The first three never ask together: WORKERS DEAD has no
+///    ahead of a rise the day's history shows (whichever asks for more; the outbid
+///    replacement instead where it asks for more still: a deficit of one must not leave two
+///    destroyed bids unreplaced), the seed, the outbid replacement and the unprofitable
+///    replacement that asks for any (a rule that asks for none leaves it to the next). The first three never ask together: WORKERS DEAD has no
 ///    live worker, the deficit a busy one, the seed none and nothing queued. The deficit
 ///    already counts the replacement of an unprofitable instance. No more than the launch
 ///    window (`Facts::window_left`) and `max_instances` (`Facts::slots_left`) allow; a launch

@@ -33,7 +33,8 @@ pub(super) fn workers_dead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
 /// risen demand, or long enough) with nothing of ours coming. One more at a time, one more
 /// every [`BACKLOG_STEP_PASSES`] the backlog lasts: the market's rate is unknown (Curio
 /// buffers at most 8), and every surplus instance is paid to sit idle. On a saturated fleet
-/// the deficit is sized from what it does now, half as much again. Toward the target, never
+/// whose last quarter shows demand risen, or whose backlog has lasted 2 x
+/// [`BACKLOG_STEP_PASSES`], the deficit is sized from what it does now, half as much again. Toward the target, never
 /// past it, at most `policy.launch_window_max`; an instance that no longer makes its margin
 /// adds one launch, its replacement.
 pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
@@ -43,7 +44,9 @@ pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
         return None;
     }
     let (load, rate, projected) = (&k.load, k.rate, k.projected);
-    let step = if load.utilisation >= FULLY_SATURATED {
+    let step = if load.utilisation >= FULLY_SATURATED
+        && (load.rising || backlog_passes >= 2 * BACKLOG_STEP_PASSES)
+    {
         (((load.observed * 1.5).max(load.working + rate) - projected) / rate)
             .ceil()
             .max(1.0) as u32

@@ -103,6 +103,10 @@ fn the_first_launch_rule_that_asks_for_any_is_the_passs() {
     assert_eq!(launched(&asks), vec![(CallKind::Emergency, None)]);
     asks.workers_dead = None;
     assert_eq!(launched(&asks), vec![(CallKind::Deficit, None); 2]);
+    // Bids destroyed this pass that ask for more than the deficit: all come back.
+    asks.outbid_replacement = launch(3, CallKind::Replace, false);
+    assert_eq!(launched(&asks), vec![(CallKind::Replace, None); 3]);
+    asks.outbid_replacement = launch(1, CallKind::Replace, false);
     // A rule that asks for none leaves it to the next.
     asks.deficit = launch(0, CallKind::Deficit, false);
     assert_eq!(launched(&asks), vec![(CallKind::Seed, None)]);

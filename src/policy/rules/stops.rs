@@ -1,7 +1,9 @@
 //! The stop rules, one function each: from the snapshot and its [`Facts`], which instances
 //! of ours to stop or destroy (`vast.stop_mode` decides which) and why. Full mode only.
 
-use super::{stop_pays, LOW_DEMAND_PASSES, LOW_PENDING_MAX, SURPLUS_MARGIN};
+use super::{
+    stop_pays, FALL_LOW_DEMAND_PASSES, LOW_DEMAND_PASSES, LOW_PENDING_MAX, SURPLUS_MARGIN,
+};
 use super::{within_min_rental, CallKind, DemandBand, Facts, Mode, Stop};
 use crate::fleet::{dph_of, is_billing_state, num, FlagKind, Snapshot, PROVING, REGISTERED};
 use crate::store::instances::InstanceRow;
@@ -97,7 +99,8 @@ struct Idle {
 /// Surplus: one idle instance of ours past `policy.min_rental_mins`, never the last live
 /// worker nor while workers are dead. One that no longer makes its margin goes first, on the
 /// hour alone (the capacity left covers the hour's completions with [`SURPLUS_MARGIN`] to
-/// spare), whatever the queue. Other surplus only on a pass of low demand, the dearest per
+/// spare), whatever the queue. Other surplus only after [`LOW_DEMAND_PASSES`] of low demand
+/// (one where the day's history foretells the fall), the dearest per
 /// proof first, when the stop pays for itself ([`stop_pays`]) and the capacity left covers
 /// demand's upper band ([`DemandBand`]) and, where the day's history is believed
 /// (`Known::forecast`), what it shows within the stop's payback time: otherwise the next
@@ -105,8 +108,12 @@ struct Idle {
 pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     let k = f.known.as_ref()?;
     let d = k.d;
-    let low_demand =
-        f.streaks.low_demand_passes >= LOW_DEMAND_PASSES && d.backlog_signal() <= LOW_PENDING_MAX;
+    let fall = k.forecast.and_then(|fc| fc.fall);
+    let passes = match fall {
+        Some(_) => FALL_LOW_DEMAND_PASSES,
+        None => LOW_DEMAND_PASSES,
+    };
+    let low_demand = f.streaks.low_demand_passes >= passes && d.backlog_signal() <= LOW_PENDING_MAX;
     let asked = f.mode == Mode::Full
         && (low_demand || !k.losing.is_empty())
         && !d.workers_dead()
@@ -114,7 +121,6 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     if !asked {
         return None;
     }
-    let fall = k.forecast.and_then(|fc| fc.fall);
     let band = match fall {
         Some(level) => DemandBand::foretold(d, level),
         None => DemandBand::of(d),

@@ -202,9 +202,19 @@ fn spike_scales_up_after_two_passes_toward_target() {
     assert_eq!(first.backlog_passes, 1);
     assert_eq!(launches(&decide_with(&s, &config(), first, Mode::Full)), 0);
     let second = next_streaks(first, s.demand.as_ref());
-    // target 500, projected 4 x 50 = 200, saturated (190 of 200 p/h): half as much again
-    // as the fleet does (285 p/h) is 2 more, not all 6 toward the target at once.
-    assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 2);
+    // target 500, projected 4 x 50 = 200, saturated (190 of 200 p/h): one more (a fleet
+    // just under a steady demand is saturated too) ...
+    assert_eq!(launches(&decide_with(&s, &config(), second, Mode::Full)), 1);
+    // ... and once the backlog has lasted 2 x BACKLOG_STEP_PASSES, half as much again as
+    // the fleet does (285 p/h): 2 more, not all 6 toward the target at once.
+    let lasting = Streaks {
+        backlog_passes: 2 * BACKLOG_STEP_PASSES,
+        ..second
+    };
+    assert_eq!(
+        launches(&decide_with(&s, &config(), lasting, Mode::Full)),
+        2
+    );
     // Something of ours still loading: wait for it.
     let mut loading = s.clone();
     loading.instances.push(row(9, LOADING, None, 0.4));
@@ -244,7 +254,13 @@ fn idle_surplus_stopped_on_a_low_pass_and_never_in_fallback() {
     );
     // Not a low pass (nothing idle was seen): nothing stops.
     assert!(stops(&decide_with(&s, &config(), Streaks::default(), Mode::Full)).is_empty());
-    let st = next_streaks(Streaks::default(), s.demand.as_ref());
+    // One pass short of LOW_DEMAND_PASSES: nothing yet (a round trip pays a boot).
+    let mut st = Streaks::default();
+    for _ in 1..LOW_DEMAND_PASSES {
+        st = next_streaks(st, s.demand.as_ref());
+    }
+    assert!(stops(&decide_with(&s, &config(), st, Mode::Full)).is_empty());
+    let st = next_streaks(st, s.demand.as_ref());
     assert_eq!(st.low_demand_passes, LOW_DEMAND_PASSES);
     // The dearest idle one goes, one per pass.
     assert_eq!(stops(&decide_with(&s, &config(), st, Mode::Full)), vec![3]);
@@ -308,8 +324,19 @@ fn a_fifteen_minute_burst_is_not_a_large_deficit() {
     // hour's pace. The hour is low for want of work, not room: a deficit after 2 passes.
     let waking = busy_fleet(60, 50);
     assert!(launches(&decide_with(&waking, &config(), waking.streaks, Mode::Full)) > 0);
-    // Saturated for the hour (195 of 200 p/h): the deficit is large, 300 p/h wanted.
-    let saturated = busy_fleet(195, 50);
+    // Saturated for the hour (195 of 200 p/h): one more at once; once the backlog has
+    // lasted 2 x BACKLOG_STEP_PASSES the deficit is large, 300 p/h wanted.
+    let mut saturated = busy_fleet(195, 50);
+    assert_eq!(
+        launches(&decide_with(
+            &saturated,
+            &config(),
+            saturated.streaks,
+            Mode::Full
+        )),
+        1
+    );
+    saturated.streaks.backlog_passes = 2 * BACKLOG_STEP_PASSES;
     assert_eq!(
         launches(&decide_with(
             &saturated,
