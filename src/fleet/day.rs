@@ -77,6 +77,10 @@ pub struct DayProfile {
     pub why: String,
     /// The mean error over the checked hours (None: not checked).
     pub error: Option<f64>,
+    /// The hours of history it was learned from, as read (the pass caches the complete ones,
+    /// `run::sample`, rather than read them twice).
+    #[serde(skip)]
+    pub cells: Vec<Cell>,
 }
 
 pub fn hour_of_day(at: Millis) -> u32 {
@@ -135,6 +139,7 @@ impl DayProfile {
             trusted,
             why,
             error,
+            cells: cells.to_vec(),
         }
     }
 

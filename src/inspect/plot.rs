@@ -208,14 +208,13 @@ fn chart(rows: &[Sample], now: Millis, hours: f64, day: Option<&DayProfile>) -> 
                 series(name, "#e377c2", true, col(&|s| p.at(s.at)))
             }))
             .collect(),
-            note: Some(match day {
-                Some(p) => format!(
-                    "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now; day profile: what the history of the days before expects at that hour of the day ({})",
+            note: Some(format!(
+                "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now{}",
+                day.map_or(String::new(), |p| format!(
+                    "; day profile: what the history of the days before expects at that hour of the day ({})",
                     p.why
-                ),
-                None => "completed in the last hour: ours by our instances' workers, others by the rest of the cluster; work seen = both + waiting now"
-                    .into(),
-            }),
+                ))
+            )),
             integer: false,
         },
         Panel {

@@ -350,7 +350,7 @@ pub fn day_profile(
 }
 
 /// The hours of history a day profile at `now` reads.
-pub fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::fleet::day::Cell>> {
+fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::fleet::day::Cell>> {
     use crate::fleet::day;
     let since = now - day::PROFILE_DAYS * day::DAY_MS - day::HOUR_MS;
     crate::store::samples::day_cells(

@@ -21,9 +21,11 @@ use crate::store::samples::{self, Sample};
 pub fn record(conn: &Connection, snapshot: &Snapshot, config: &Config) -> Result<()> {
     alone(conn, |c| {
         samples::record(c, &of(snapshot, config))?;
-        if config.policy.learn_day {
-            let cells = super::observe::day_cells(c, snapshot.now)?;
-            samples::cache_day_hours(c, &cells, snapshot.now)?;
+        // The profile's cells were read at this pass's `now`, before this sample: it counts
+        // in the hour of `now` less half a window, which is not complete yet, so nothing
+        // cacheable is missing from them.
+        if let Some(day) = &snapshot.day {
+            samples::cache_day_hours(c, &day.cells, snapshot.now)?;
         }
         Ok(())
     })

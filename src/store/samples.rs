@@ -213,8 +213,8 @@ pub fn hourly(
         let at: Millis = r.get(0)?;
         let done: u32 = r.get(1)?;
         let backlog: bool = r.get::<_, Option<bool>>(2)?.unwrap_or(false);
-        let mid = at - 450_000;
-        let start = mid - mid.rem_euclid(3_600_000);
+        let mid = at - HALF_WINDOW_MS;
+        let start = mid - mid.rem_euclid(HOUR_MS);
         match open.as_mut() {
             Some(c) if c.0 == start => {
                 c.1 += 1;

@@ -67,12 +67,10 @@ pub struct Known<'a> {
 /// What a believed day profile (`fleet::day`) says for this pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Forecast {
-    /// A rise it shows: the most demand it shows from a normal boot (half of
-    /// `policy.stuck_loading_mins`) from now to a timer period after, proofs/h (no more than
-    /// the target, if any), where that lies more than two deviations of the difference of two
-    /// Poisson hours above what it shows for this hour (None: no rise; a flat day's noise
-    /// seldom passes).
-    pub ahead: Option<f64>,
+    /// The most demand it shows from a normal boot (half of `policy.stuck_loading_mins`)
+    /// from now to a timer period after, proofs/h (no more than the target, if any): what
+    /// the rule `ahead` rents for, less two of its Poisson deviations.
+    pub ahead: f64,
     /// When that starts.
     pub ahead_at: crate::clock::Millis,
     /// The most it shows from now to the stop's payback time ([`super::relaunch_hours`]).
@@ -113,8 +111,7 @@ impl Forecast {
                 prev - next > 2.0 * (prev + next).max(1.0).sqrt() && quarter <= (prev + next) / 2.0
             })
             .map(|_| next);
-        let coming = profile.max_over(now + boot, now + boot + pass)?;
-        let ahead = Some(cap(coming));
+        let ahead = cap(profile.max_over(now + boot, now + boot + pass)?);
         Some(Forecast {
             fall,
             ahead,

@@ -89,15 +89,16 @@ pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
 }
 
 /// Ahead of a rise the day's history shows (`Forecast::ahead`, only where the profile is
-/// believed: enough history, and the last hours came out as it foretold; a rise past the
-/// noise of a flat day): from a normal boot before it, rent what the forecast needs beyond what works and comes, each instance only
-/// while the forecast would keep it busy enough to pay (`Forecast::break_even`), the next
-/// instance profitable; at most `policy.launch_window_max`. Nothing for dead workers (WORKERS
+/// believed: enough history, and the last hours came out as it foretold): from a normal boot
+/// before it, rent what the forecast less two Poisson deviations needs beyond what works and
+/// comes (so a flat day's noise rents nothing), each instance only while the forecast would
+/// keep it busy enough to pay (`Forecast::break_even`), the next instance profitable; at
+/// most `policy.launch_window_max`. Nothing for dead workers (WORKERS
 /// DEAD answers them) nor with ProofShare off.
 pub(super) fn ahead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     let k = f.known.as_ref()?;
     let fc = k.forecast?;
-    let ahead = fc.ahead?;
+    let ahead = fc.ahead;
     if k.d.workers_dead() || k.d.proofshare_disabled() || !k.profitable_next {
         return None;
     }

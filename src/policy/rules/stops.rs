@@ -145,10 +145,16 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
     } else {
         (CallKind::Surplus, "idle surplus")
     };
+    let foretold = fall.map_or(String::new(), |level| {
+        format!(
+            " (the day's history shows demand falling to {}/h)",
+            num(level)
+        )
+    });
     Some(Stop {
         instance_id: stop.id,
         why: format!(
-            "rules: demand low for {} passes (backlog {}, {} idle workers, {}/h done, up to {}/h likely): stopping {what}",
+            "rules: demand low for {} passes (backlog {}, {} idle workers, {}/h done, up to {}/h likely): stopping {what}{foretold}",
             f.streaks.low_demand_passes,
             d.backlog_signal(),
             d.idle_workers(),
@@ -156,12 +162,6 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
             num(band.high()),
         ),
         kind,
-    })
-    .map(|mut stop| {
-        if let Some(level) = fall {
-            stop.why += &format!(" (the day's history shows demand falling to {}/h)", num(level));
-        }
-        stop
     })
 }
 
