@@ -107,23 +107,25 @@ pub fn insert_claimed(
 }
 
 /// The most urgent priority among ready events (0 is the most urgent), if any.
+///
+/// `debounce_wait` asks this every 250 ms while a burst lands, with up to a burst's events
+/// waiting: cached, and a walk of `events_waiting` in priority order that stops at the first
+/// ready row (the planner, left alone, looks every waiting event up through `events_claimed`;
+/// that and the parse were half of a trigger storm's simulated week).
 pub fn ready_top_priority(conn: &Connection, now: Millis) -> Result<Option<u8>> {
     Ok(conn
-        .query_row(
-            &format!("SELECT MIN(priority) FROM events WHERE {READY}"),
-            params![now],
-            |r| r.get::<_, Option<u8>>(0),
-        )
-        .optional()?
-        .flatten())
+        .prepare_cached(&format!(
+            "SELECT priority FROM events INDEXED BY events_waiting WHERE {READY}
+             ORDER BY priority LIMIT 1"
+        ))?
+        .query_row(params![now], |r| r.get::<_, u8>(0))
+        .optional()?)
 }
 
 pub fn count_ready(conn: &Connection, now: Millis) -> Result<i64> {
-    Ok(conn.query_row(
-        &format!("SELECT COUNT(*) FROM events WHERE {READY}"),
-        params![now],
-        |r| r.get(0),
-    )?)
+    Ok(conn
+        .prepare_cached(&format!("SELECT COUNT(*) FROM events WHERE {READY}"))?
+        .query_row(params![now], |r| r.get(0))?)
 }
 
 /// Claim every ready event for `run_id`; returns them, oldest first.
@@ -253,4 +255,41 @@ pub fn list_waiting(conn: &Connection, failed: bool, limit: i64) -> Result<Vec<W
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    #[test]
+    fn the_top_priority_and_the_count_see_only_ready_events() {
+        let (_dir, store) = test_store(1_000);
+        let c = &store.conn;
+        assert_eq!(ready_top_priority(c, 1_000).unwrap(), None);
+        assert_eq!(count_ready(c, 1_000).unwrap(), 0);
+        // A P0 handed back until 5 000, a failed P0, a claimed P1 and two ready P2s.
+        let later = insert(c, 0, "trigger", "retry", None, 1_000).unwrap();
+        let failed = insert(c, 0, "trigger", "failed", None, 1_000).unwrap();
+        let run =
+            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, 1_000)
+                .unwrap();
+        insert_claimed(c, run, 1, "lifecycle", "claimed", 1_000).unwrap();
+        insert(c, 2, "trigger", "a", None, 1_000).unwrap();
+        insert(c, 2, "trigger", "b", None, 1_000).unwrap();
+        c.execute(
+            "UPDATE events SET not_before = 5000 WHERE id = ?1",
+            params![later],
+        )
+        .unwrap();
+        c.execute(
+            "UPDATE events SET failed_at = 1000 WHERE id = ?1",
+            params![failed],
+        )
+        .unwrap();
+        assert_eq!(ready_top_priority(c, 4_999).unwrap(), Some(2));
+        assert_eq!(count_ready(c, 4_999).unwrap(), 2);
+        assert_eq!(ready_top_priority(c, 5_000).unwrap(), Some(0));
+        assert_eq!(count_ready(c, 5_000).unwrap(), 3);
+    }
 }
