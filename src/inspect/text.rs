@@ -130,12 +130,20 @@ pub fn render_text(r: &Report) -> String {
     ));
     line(format!("state dir   {}", r.state_dir));
     line(format!(
-        "config      {}{}",
+        "config      {}{}{}",
         r.config_path,
         if r.config_found {
             ""
         } else {
             " (not found: every key has its default)"
+        },
+        // sim keeps no copy of the config it ran with (the scenario's [config] over its
+        // base): the lines below that judge a config (launches, llm, gpu rates, price)
+        // judge this one.
+        if crate::store::ops::is_sim(&r.install_id) {
+            "; this host's, not the one the simulation ran with (its base config under the scenario's [config]: docs/sim.md)"
+        } else {
+            ""
         }
     ));
     line(format!(

@@ -238,6 +238,13 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
             .ends_with("(a simulation's database: read as of its last pass)"),
         "{text}"
     );
+    // Its config lines judge this host's config, and say so.
+    assert!(
+        text.lines()
+            .find(|l| l.starts_with("config "))
+            .is_some_and(|l| l.contains("not the one the simulation ran with")),
+        "{text}"
+    );
     let svg = f.path().join("sim.svg");
     let plotted = f
         .cmd(&["inspect", "--plot", svg.to_str().unwrap(), "--hours", "48"])
