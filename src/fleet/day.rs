@@ -112,13 +112,15 @@ impl DayProfile {
         let history_hours = ended
             .first()
             .map_or(0.0, |c| (now - c.start) as f64 / HOUR_MS as f64);
-        // Hours of the day known from a day before the current one: what a forecast of the
-        // hours ahead reads.
+        // Hours of the day known from a day before the current one (UTC): what a forecast
+        // of the hours ahead reads. Yesterday's evening counts this afternoon: it is what
+        // the coming hours will be foretold from.
+        let today = now - now.rem_euclid(DAY_MS);
         let known = (0..24u32)
             .filter(|h| {
                 ended
                     .iter()
-                    .any(|c| hour_of_day(c.start) == *h && c.start + DAY_MS <= now)
+                    .any(|c| hour_of_day(c.start) == *h && c.start < today)
             })
             .count();
         let (trusted, why, error) = if known < MIN_HOURS_KNOWN {
@@ -306,11 +308,18 @@ mod tests {
         assert!(!p.trusted);
         assert!(p.why.starts_with("history short: 0 of 24"), "{}", p.why);
         assert_eq!(p.hours.len(), 20);
-        // A day and 19 hours: 19 hours of the day seen a day before.
-        let c = cells(2, day);
-        let p = DayProfile::learn(&c[..42], DAY0 + 42 * HOUR_MS);
+        // Installed at 05:00: on the next day, 19 hours of the day seen on an earlier day,
+        // whatever the hour; the day after, all 24.
+        let c = cells(3, day);
+        let p = DayProfile::learn(&c[5..42], DAY0 + 42 * HOUR_MS);
         assert!(!p.trusted);
         assert!(p.why.starts_with("history short: 19 of 24"), "{}", p.why);
+        let p = DayProfile::learn(&c[5..51], DAY0 + 51 * HOUR_MS);
+        assert!(p.trusted, "{}", p.why);
+        // Installed at midnight: at 18:00 on the next day yesterday's evening counts (it is
+        // what the coming hours are foretold from), and the last 3 hours agree.
+        let p = DayProfile::learn(&c[..42], DAY0 + 42 * HOUR_MS);
+        assert!(p.trusted, "{}", p.why);
     }
 
     #[test]
