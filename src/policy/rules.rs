@@ -36,8 +36,8 @@
 //!   instance loading past half of `stuck_loading_mins` no longer holds this back): launch
 //!   toward the target, one at a time (one more every 4 passes the backlog lasts), or, when
 //!   saturated and demand has risen or the backlog has lasted 8 passes, half as much again
-//!   as the fleet does; never past it. An instance that no
-//!   longer makes its margin adds one launch (its replacement).
+//!   as the fleet does; never past it. An instance that no longer makes its margin adds one
+//!   launch (its replacement).
 //! - ahead (only where the day's history is believed, `fleet::day`): the profile shows more
 //!   demand from a normal boot from now than ours working and coming take: rent what it
 //!   needs, each instance only while it would be busy enough to pay (its cost per proof over

@@ -71,11 +71,12 @@ impl Asks {
 ///    ahead of a rise the day's history shows (whichever asks for more; the outbid
 ///    replacement instead where it asks for more still: a deficit of one must not leave two
 ///    destroyed bids unreplaced), the seed, the outbid replacement and the unprofitable
-///    replacement that asks for any (a rule that asks for none leaves it to the next). The first three never ask together: WORKERS DEAD has no
-///    live worker, the deficit a busy one, the seed none and nothing queued. The deficit
-///    already counts the replacement of an unprofitable instance. No more than the launch
-///    window (`Facts::window_left`) and `max_instances` (`Facts::slots_left`) allow; a launch
-///    asked while the workers are dead asks at least once, so that a refusal is on record.
+///    replacement that asks for any (a rule that asks for none leaves it to the next). The
+///    first three never ask together: WORKERS DEAD has no live worker, the deficit a busy
+///    one, the seed none and nothing queued. The deficit already counts the replacement of
+///    an unprofitable instance. No more than the launch window (`Facts::window_left`) and
+///    `max_instances` (`Facts::slots_left`) allow; a launch asked while the workers are dead
+///    asks at least once, so that a refusal is on record.
 ///    One call per launch, its reason numbered `(launch i of n)`.
 /// 3. The surplus stop, one at most, last: it never waits for a launch, nor a launch for it.
 ///

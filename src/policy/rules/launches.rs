@@ -34,9 +34,9 @@ pub(super) fn workers_dead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
 /// every [`BACKLOG_STEP_PASSES`] the backlog lasts: the market's rate is unknown (Curio
 /// buffers at most 8), and every surplus instance is paid to sit idle. On a saturated fleet
 /// whose last quarter shows demand risen, or whose backlog has lasted 2 x
-/// [`BACKLOG_STEP_PASSES`], the deficit is sized from what it does now, half as much again. Toward the target, never
-/// past it, at most `policy.launch_window_max`; an instance that no longer makes its margin
-/// adds one launch, its replacement.
+/// [`BACKLOG_STEP_PASSES`], the deficit is sized from what it does now, half as much again.
+/// Toward the target, never past it, at most `policy.launch_window_max`; an instance that no
+/// longer makes its margin adds one launch, its replacement.
 pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     let k = f.known.as_ref()?;
     let backlog_passes = f.streaks.backlog_passes;

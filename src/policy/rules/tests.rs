@@ -310,42 +310,24 @@ fn a_fifteen_minute_burst_is_not_a_large_deficit() {
     // 55 in 15 min (220/h) on 200 p/h of capacity, but 160 in the hour: a burst on a
     // fleet with room over the hour. Not after two passes (it may be the arrivals'
     // noise); after BACKLOG_WEAK_PASSES, one launch, not half as much again (3).
+    let asked = |s: &Snapshot| launches(&decide_with(s, &config(), s.streaks, Mode::Full));
     let mut burst = busy_fleet(160, 55);
-    assert_eq!(
-        launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
-        0
-    );
+    assert_eq!(asked(&burst), 0);
     burst.streaks.backlog_passes = BACKLOG_WEAK_PASSES;
     assert_eq!(
-        launches(&decide_with(&burst, &config(), burst.streaks, Mode::Full)),
+        asked(&burst),
         1 + BACKLOG_WEAK_PASSES as usize / BACKLOG_STEP_PASSES as usize
     );
     // Demand rose (a dead market waking): the quarter fills the fleet at three times the
     // hour's pace. The hour is low for want of work, not room: a deficit after 2 passes.
     let waking = busy_fleet(60, 50);
-    assert!(launches(&decide_with(&waking, &config(), waking.streaks, Mode::Full)) > 0);
+    assert!(asked(&waking) > 0);
     // Saturated for the hour (195 of 200 p/h): one more at once; once the backlog has
     // lasted 2 x BACKLOG_STEP_PASSES the deficit is large, 300 p/h wanted.
     let mut saturated = busy_fleet(195, 50);
-    assert_eq!(
-        launches(&decide_with(
-            &saturated,
-            &config(),
-            saturated.streaks,
-            Mode::Full
-        )),
-        1
-    );
+    assert_eq!(asked(&saturated), 1);
     saturated.streaks.backlog_passes = 2 * BACKLOG_STEP_PASSES;
-    assert_eq!(
-        launches(&decide_with(
-            &saturated,
-            &config(),
-            saturated.streaks,
-            Mode::Full
-        )),
-        2
-    );
+    assert_eq!(asked(&saturated), 2);
 }
 
 #[test]
