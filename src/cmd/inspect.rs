@@ -9,7 +9,9 @@ use crate::cli::InspectArgs;
 use crate::clock::Millis;
 use crate::cmd::plot_file::PlotFile;
 use crate::cmd::App;
+use crate::config::LoadedConfig;
 use crate::error::usage;
+use crate::inspect::SimView;
 use crate::store::{ops, session, Store};
 
 /// `--hours` when not given.
@@ -30,6 +32,56 @@ fn as_of(app: &App, store: &Store) -> Result<Millis> {
     Ok(app.now())
 }
 
+/// The config a report judges: for a database `sim` wrote, the one the simulation ran with
+/// when the database keeps it (`store::sim_config`), else the host's (`loaded`), and what the
+/// report's `sim` says of it (None for an install's database).
+fn judged_config(
+    loaded: LoadedConfig,
+    dir: &Path,
+    store: &Store,
+) -> Result<(LoadedConfig, Option<SimView>)> {
+    if !ops::is_sim(&ops::install_id(&store.conn)?) {
+        return Ok((loaded, None));
+    }
+    let Some(kept) = crate::store::sim_config::read(&store.conn)? else {
+        let view = SimView {
+            scenario: None,
+            seed: None,
+            peer: None,
+            config: "host",
+            config_error: Some(
+                "this database was written by a sim that kept no config (before schema 10)".into(),
+            ),
+        };
+        return Ok((loaded, Some(view)));
+    };
+    let mut view = SimView {
+        scenario: Some(kept.scenario),
+        seed: Some(kept.seed),
+        peer: kept.peer,
+        config: "simulation",
+        config_error: None,
+    };
+    match crate::config::parse(&kept.config) {
+        Ok(config) => {
+            let path = dir.join(crate::store::DB_FILE);
+            let sim = LoadedConfig {
+                config,
+                path,
+                file_found: true,
+            };
+            Ok((sim, Some(view)))
+        }
+        Err(e) => {
+            view.config = "host";
+            view.config_error = Some(format!(
+                "the config kept in the database does not parse: {e}"
+            ));
+            Ok((loaded, Some(view)))
+        }
+    }
+}
+
 pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     if let Some(file) = &args.plot {
         return plot(app, args, file);
@@ -40,10 +92,12 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
         ));
     }
     let (loaded, dir, store) = super::open_for_report(app)?;
+    let (loaded, sim) = judged_config(loaded, &dir, &store)?;
     let units = crate::units::unit_states_json();
     let now = as_of(app, &store)?;
     let mut report = crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, now, units)?;
     report.config_found = loaded.file_found;
+    report.sim = sim;
     if let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? {
         report.ha = Some(crate::ha::status::read(&settings));
     }
@@ -70,7 +124,8 @@ fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
         )));
     }
     let out = PlotFile::open(file)?;
-    let drawn = super::open_for_report(app).and_then(|(loaded, _, store)| {
+    let drawn = super::open_for_report(app).and_then(|(loaded, dir, store)| {
+        let (loaded, _) = judged_config(loaded, &dir, &store)?;
         let now = as_of(app, &store)?;
         let day = crate::run::observe::day_profile(&store.conn, &loaded.config, now)?;
         crate::inspect::plot::draw(&store, now, hours, day.as_ref())

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The worker environment variable that carries the instance's label (the Curio machine
 /// name fleetagent matches workers by); set by the launch, never by the config.
@@ -15,7 +15,7 @@ pub const LABEL_ENV: &str = "FLEETAGENT_LABEL";
 /// unless `[vast.env]` sets it.
 pub const NODE_NAME_ENV: &str = "CURIO_NODE_NAME";
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub state_dir: Option<PathBuf>,
@@ -30,7 +30,7 @@ pub struct Config {
     pub ha: HaConfig,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
     /// The whole process, all passes included.
@@ -40,21 +40,21 @@ pub struct RunConfig {
     pub timer_period_secs: u64,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
     Openai,
     Rules,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Fallback {
     Rules,
     None,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmConfig {
     pub provider: Provider,
@@ -75,7 +75,7 @@ pub struct LlmConfig {
     pub max_output_tokens: u64,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum StopMode {
     Destroy,
@@ -83,7 +83,7 @@ pub enum StopMode {
 }
 
 /// A worker environment value: a literal, or the name of a credential to read at launch.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(
     untagged,
     expecting = "must be a string, or { credential = \"NAME\" } and nothing else"
@@ -94,13 +94,13 @@ pub enum EnvValue {
 }
 
 /// `{ credential = "NAME" }`: a file under `$CREDENTIALS_DIRECTORY`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct CredentialRef {
     pub credential: String,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct VastConfig {
     pub base_url: String,
@@ -120,7 +120,7 @@ pub struct VastConfig {
     pub offers: OffersConfig,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 pub enum OfferType {
     #[serde(rename = "on-demand")]
     OnDemand,
@@ -128,7 +128,7 @@ pub enum OfferType {
     Interruptible,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct OffersConfig {
     #[serde(rename = "type")]
@@ -146,7 +146,7 @@ pub struct OffersConfig {
     pub bad_host_hours: f64,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DemandSource {
     Harmonydb,
@@ -154,7 +154,7 @@ pub enum DemandSource {
     Command,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DemandConfig {
     pub source: DemandSource,
@@ -171,7 +171,7 @@ pub struct DemandConfig {
     pub waiting_max_age_mins: u64,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicyConfig {
     /// Throughput to sell; 0 = no fixed target (scale on the backlog signals only).
@@ -223,7 +223,7 @@ pub struct PolicyConfig {
 /// `[price]`: what a proof earns. Revenue per proof = the ask price (Curio's
 /// `proofshare_meta.pprice`, else `proof_price_fil`) x FIL/USD (at most one of `fil_usd`,
 /// `fil_usd_command`, `fil_usd_url`). Missing or older than `max_age_mins`: unknown, never 0.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PriceConfig {
     /// FIL per proof when Curio's ask price is unreadable or unset (`'0'`).
@@ -238,7 +238,7 @@ pub struct PriceConfig {
     pub max_age_mins: u64,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct DebounceConfig {
     pub p0_secs: u64,
@@ -247,7 +247,7 @@ pub struct DebounceConfig {
     pub max_wait_secs: u64,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// node_exporter textfile written after each run (atomic rename).
@@ -256,7 +256,7 @@ pub struct MetricsConfig {
 
 /// `[ha]`: several management hosts, one acting (docs/ha.md). Off by default: nothing needs
 /// PostgreSQL and nothing changes.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HaConfig {
     /// true: the state that decides safety lives in the shared database (credential

@@ -49,6 +49,7 @@ pub fn build(
         state_dir: state_dir.display().to_string(),
         config_path: config_path.display().to_string(),
         config_found: true,
+        sim: None,
         session_id: state.session_id,
         session_started_at: rfc3339(session::started_at(&store.conn, state.session_id)?),
         next_run_id: store.next_run_id()?,

@@ -183,6 +183,24 @@ pub struct Report {
     /// Several hosts (DESIGN.md, "Several hosts"): null while HA is disabled, which every
     /// install is until the shared state lands (docs/ha.md: only the lease exists yet).
     pub ha: Option<crate::ha::status::Status>,
+    /// A database `sim` wrote (`sim --state-dir`): the run that wrote it and which config
+    /// this report judges. Null for an install's database.
+    pub sim: Option<SimView>,
+}
+
+/// `sim`: the simulation behind the database, and whether the config the report judges is
+/// the one it ran with (kept in the database since schema 10) or this host's.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimView {
+    /// Null for a database `sim` wrote before it kept its config.
+    pub scenario: Option<String>,
+    pub seed: Option<u64>,
+    /// The peer that decided in the rules' place (`sim --peer`); null: the rules or the model.
+    pub peer: Option<String>,
+    /// `simulation` (its own config, `[vast.env]` left out) or `host` (none kept, or the kept
+    /// one unreadable by this version: `config_error` says why).
+    pub config: &'static str,
+    pub config_error: Option<String>,
 }
 
 /// `floor`: since when a deficit is open (and why the last pass left it unanswered), since

@@ -112,6 +112,41 @@ fn floor_line(f: &super::FloorView) -> String {
     format!("floor       {}", parts.join("; "))
 }
 
+/// `config`: the file this report judges, and on a simulation's database whose config that
+/// is: the simulation's own (kept in the database), or this host's (none kept, or unreadable).
+fn config_line(r: &Report) -> String {
+    let Some(sim) = &r.sim else {
+        let missing = if r.config_found {
+            ""
+        } else {
+            " (not found: every key has its default)"
+        };
+        return format!("config      {}{missing}", r.config_path);
+    };
+    if sim.config == "simulation" {
+        let peer = sim
+            .peer
+            .as_ref()
+            .map_or(String::new(), |p| format!(", peer {p}"));
+        return format!(
+            "config      the simulation's own: scenario {}, seed {}{peer} (kept in {}; [vast.env] not kept)",
+            sim.scenario.as_deref().unwrap_or("?"),
+            sim.seed.map_or("?".into(), |s| s.to_string()),
+            r.config_path,
+        );
+    }
+    format!(
+        "config      {}{}; this host's, not the one the simulation ran with ({})",
+        r.config_path,
+        if r.config_found {
+            ""
+        } else {
+            " (not found: every key has its default)"
+        },
+        sim.config_error.as_deref().unwrap_or("none kept"),
+    )
+}
+
 pub fn render_text(r: &Report) -> String {
     let mut out = String::new();
     let mut line = |s: String| {
@@ -129,23 +164,7 @@ pub fn render_text(r: &Report) -> String {
         }
     ));
     line(format!("state dir   {}", r.state_dir));
-    line(format!(
-        "config      {}{}{}",
-        r.config_path,
-        if r.config_found {
-            ""
-        } else {
-            " (not found: every key has its default)"
-        },
-        // sim keeps no copy of the config it ran with (the scenario's [config] over its
-        // base): the lines below that judge a config (launches, llm, gpu rates, price)
-        // judge this one.
-        if crate::store::ops::is_sim(&r.install_id) {
-            "; this host's, not the one the simulation ran with (its base config under the scenario's [config]: docs/sim.md)"
-        } else {
-            ""
-        }
-    ));
+    line(config_line(r));
     line(format!(
         "database    {} ({} bytes, wal {} bytes, schema {})",
         r.database.path, r.database.size_bytes, r.database.wal_bytes, r.database.schema_version

@@ -153,6 +153,14 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     Ok(config)
 }
 
+/// The config as the simulation's database keeps it (`store::sim_config`): TOML, with
+/// `[vast.env]` left out, since a literal worker value may be a secret.
+pub fn kept_config(config: &Config) -> Result<String> {
+    let mut kept = config.clone();
+    kept.vast.env.clear();
+    toml::to_string(&kept).context("the simulation's config as TOML")
+}
+
 fn merge(base: &mut toml::Table, over: &toml::Table) {
     for (k, v) in over {
         match (base.get_mut(k), v) {
@@ -394,6 +402,16 @@ fn run_one(opts: &Options) -> Result<SimRun> {
 
     let mut store = Store::open(&state_dir, OpenMode::Create, start)?;
     crate::store::ops::set_install_id(&store.conn, SIM_INSTALL_ID)?;
+    crate::store::sim_config::write(
+        &store.conn,
+        &crate::store::sim_config::SimConfig {
+            scenario: opts.scenario.name.clone(),
+            seed: opts.seed,
+            peer: opts.peer.map(|k| k.as_str().to_string()),
+            config: kept_config(&config)?,
+        },
+        start,
+    )?;
     seed_database(&mut store, &seeds, &opts.scenario, start)?;
     let alive_ms = config.demand.worker_alive_secs as Millis * 1000;
     clock.install(Outside::new(
@@ -664,6 +682,34 @@ mod tests {
                 assert_eq!(fires(&s, hours) as u64, counted, "{name} {hours}h");
             }
         }
+    }
+
+    /// What the database keeps is the config the simulation ran with: it reads back as the
+    /// same config on every built-in scenario, and a --config file's worker values stay out.
+    #[test]
+    fn the_kept_config_reads_back_as_the_one_the_simulation_ran_with() {
+        for (name, _) in scenario::BUILT_IN {
+            let opts = Options::new(scenario::load(name).unwrap(), 1);
+            let config = effective_config(&opts).unwrap();
+            let kept = config::parse(&kept_config(&config).unwrap()).unwrap();
+            assert_eq!(kept, config, "{name}");
+        }
+        let mut opts = Options::new(scenario::load("steady").unwrap(), 1);
+        opts.config = Some(
+            config::parse(
+                "[vast]\nimage = \"x\"\n[vast.env]\nCURIO_DB_PASSWORD = \"hunter2\"\nDB = { credential = \"db\" }\n",
+            )
+            .unwrap(),
+        );
+        let config = effective_config(&opts).unwrap();
+        let text = kept_config(&config).unwrap();
+        assert!(
+            !text.contains("hunter2") && !text.contains("CURIO_DB_PASSWORD"),
+            "{text}"
+        );
+        let kept = config::parse(&text).unwrap();
+        assert!(kept.vast.env.is_empty());
+        assert_eq!(kept.vast.image.as_deref(), Some("x"));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod report;
 pub mod runs;
 pub mod samples;
 pub mod session;
+pub mod sim_config;
 #[macro_use]
 pub mod text_enum;
 pub mod wakes;
@@ -44,6 +45,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0007_action_codes.sql"),
     include_str!("../../sql/0008_ha.sql"),
     include_str!("../../sql/0009_day_hours.sql"),
+    include_str!("../../sql/0010_sim_config.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

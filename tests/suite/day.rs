@@ -238,13 +238,48 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
             .ends_with("(a simulation's database: read as of its last pass)"),
         "{text}"
     );
-    // Its config lines judge this host's config, and say so.
-    assert!(
+    // It judges the config the simulation ran with, kept in its database: the simulator's
+    // base sets every launch key, which this host's (empty) config leaves unset.
+    let config_line = |text: &str| {
         text.lines()
             .find(|l| l.starts_with("config "))
-            .is_some_and(|l| l.contains("not the one the simulation ran with")),
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        config_line(&text).contains("the simulation's own: scenario incident, seed 1 (kept in "),
         "{text}"
     );
+    assert_eq!(v["sim"]["config"], "simulation", "{}", v["sim"]);
+    assert_eq!(v["sim"]["scenario"], "incident", "{}", v["sim"]);
+    assert_eq!(v["launch_keys_missing"], serde_json::json!([]), "{v}");
+    // A kept config this version cannot read: this host's is judged, and the line says why.
+    f.db()
+        .execute(
+            "UPDATE sim_config SET config = '[policy]\nno_such_key = 1\n'",
+            [],
+        )
+        .unwrap();
+    let v = f.inspect();
+    assert_eq!(v["sim"]["config"], "host", "{}", v["sim"]);
+    let why = v["sim"]["config_error"].as_str().unwrap_or_default();
+    assert!(why.contains("no_such_key"), "{why}");
+    assert!(
+        v["launch_keys_missing"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "vast.image")),
+        "{v}"
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        config_line(&text).contains("this host's, not the one the simulation ran with")
+            && config_line(&text).contains("no_such_key"),
+        "{text}"
+    );
+    // A simulation's database from before the config was kept: this host's, said so.
+    f.db().execute("DELETE FROM sim_config", []).unwrap();
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(config_line(&text).contains("kept no config"), "{text}");
     let svg = f.path().join("sim.svg");
     let plotted = f
         .cmd(&["inspect", "--plot", svg.to_str().unwrap(), "--hours", "48"])
