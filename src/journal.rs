@@ -12,7 +12,8 @@
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The target of the action journal's records: notices, and warnings for failed actions.
+/// The target of the action journal's records: notices, and warnings for failed actions and
+/// for a pass that decides blind (demand unknown) or without its model (the fallback).
 pub const NOTICE: &str = "fleetagent::notice";
 
 /// syslog priorities (sd-daemon(3)).

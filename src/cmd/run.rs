@@ -73,5 +73,14 @@ fn summary(r: &run::PassReport) -> String {
         line.push_str(": ");
         line.push_str(&r.actions);
     }
+    if r.fell_back {
+        line.push_str("; the LLM was unusable, the fallback decided");
+    }
+    if let Some(e) = &r.demand_error {
+        line.push_str(&format!(
+            "; demand unknown (the probe failed: {}), the fleet held",
+            crate::text::clip(e, 200)
+        ));
+    }
     line
 }

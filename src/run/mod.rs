@@ -59,6 +59,10 @@ pub struct PassReport {
     pub actions: String,
     /// vast.ai's listing failed in this pass (not "no key"): the process exits 1.
     pub vast_error: Option<String>,
+    /// The demand probe failed in this pass: demand unknown, the fleet held.
+    pub demand_error: Option<String>,
+    /// The LLM was unusable and the fallback decided.
+    pub fell_back: bool,
 }
 
 pub struct RunEnv<'a> {
@@ -152,6 +156,8 @@ fn one_pass(
                 verdict: done.outcome.verdict,
                 actions: done.words,
                 vast_error: done.vast_error,
+                demand_error: done.demand_error,
+                fell_back: done.fell_back,
             })
         }
         Err(e) => {

@@ -29,6 +29,11 @@ pub struct Done {
     pub words: String,
     /// The listing's failure (`policy::pass::vast_failure`): the process exits 1.
     pub vast_error: Option<String>,
+    /// Why demand is unknown this pass (the probe failed): the fleet is held, and the
+    /// summary line says so.
+    pub demand_error: Option<String>,
+    /// The LLM was unusable and the fallback (the floor) decided.
+    pub fell_back: bool,
 }
 
 /// `deadline`: the process's (Unix ms); the model is not asked past what it leaves.
@@ -55,6 +60,14 @@ pub fn execute(
         env.peer.is_some(),
     )?;
     crate::faults::point("run-after-observe")?;
+    if let Some(e) = &snapshot.demand_error {
+        // A blind pass must not read as a calm one in the journal.
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {}: demand unknown, the probe failed: {e}; nothing is launched or stopped for demand (the fleet is held)",
+            claim.run_id
+        );
+    }
 
     // Decide and act.
     let le = LoopEnv {
@@ -98,7 +111,8 @@ pub fn execute(
                     )
                 }
                 crate::faults::point("fallback-before-rules")?;
-                log::info!(
+                log::warn!(
+                    target: crate::journal::NOTICE,
                     "run {}: the LLM is unusable ({}); the fallback decides (the floor)",
                     claim.run_id,
                     failure.message
@@ -114,9 +128,12 @@ pub fn execute(
     let tally = action_lines::tally(&crate::store::actions::of_run(&store.conn, claim.run_id)?);
     outcome.actions = tally.counts;
     outcome.verdict = counted_verdict(outcome.verdict, tally.counts);
+    let fell_back = outcome.decided_by == Some(DecidedBy::FallbackRules);
     Ok(Done {
         outcome,
         words: tally.words,
         vast_error: vast_failure(&snapshot).map(String::from),
+        demand_error: snapshot.demand_error.clone(),
+        fell_back,
     })
 }

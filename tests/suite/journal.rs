@@ -206,6 +206,61 @@ fn a_blind_run_exits_1_in_either_format() {
     );
 }
 
+/// A pass blind to demand (the probe fails) holds the fleet, and must not read as a calm
+/// one: a warning in the journal names the probe's failure, and the summary line says the
+/// fleet is held. A pass the fallback decided says so too.
+#[test]
+fn a_pass_blind_to_demand_or_without_its_model_says_so_at_warning() {
+    let vast = FakeVast::start_real_time();
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let probe = format!(
+        "[policy]\n{CAPS}\n[demand]\nsource = \"command\"\ncommand = \"echo 'connection refused' >&2; exit 3\"\n"
+    );
+    f.write_config(&rules_config(
+        &vast.url(),
+        &f.path().join("demand.json"),
+        &[&probe],
+    ));
+    f.cmd(&["init"]).ok();
+    let out = in_journal(&f, &["run"]).ok();
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("<4>run "))
+        .unwrap_or_else(|| panic!("no warning:\n{}", out.stderr));
+    assert!(
+        warning.contains("demand unknown, the probe failed: demand command exited with status 3: connection refused")
+            && warning.contains("the fleet is held"),
+        "{warning}"
+    );
+    assert!(
+        out.stdout.contains("-> no-action; demand unknown (the probe failed: demand command exited with status 3: connection refused), the fleet held"),
+        "{}",
+        out.stdout
+    );
+
+    // The model unusable (its server answers 503), the fallback decides: said at warning.
+    let llm = FakeLlm::start();
+    let f = rig(&llm, &vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
+    llm.set_default(Reply::server_error(503));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    let out = in_journal(&f, &["run"]);
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("<4>run ") && l.contains("the LLM is unusable")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("; the LLM was unusable, the fallback decided"),
+        "{}",
+        out.stdout
+    );
+}
+
 /// A server that accepts every connection and reads what it is sent, and never answers.
 /// Returns its URL and how many connections it accepted.
 fn hung_server() -> (String, Arc<AtomicUsize>) {
