@@ -166,7 +166,7 @@ pub enum WakesCommand {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("when").required(true).args(["in_", "at"]))]
 pub struct WakeAddArgs {
-    /// Due after this long: 90s, 15m, 2h, 1d, 1h30m
+    /// Due after this long: 90s, 15m, 2h, 1d, 1h30m (units s, m, h, d)
     #[arg(long = "in", value_name = "DURATION")]
     pub in_: Option<String>,
     /// Due at this time (RFC 3339, e.g. 2026-11-29T18:30:00Z)

@@ -107,8 +107,16 @@ pub fn human_duration(ms: Millis) -> String {
     }
 }
 
-/// Parse a duration as `humantime` reads it (`90s`, `15m`, `1h30m`, `2d`, `1h 30min`), or a
-/// bare number of seconds.
+/// The units a duration may use: seconds, minutes, hours and days, lower case. humantime
+/// reads more (`M` is months, `ms` milliseconds), which an operator typing `10M` for ten
+/// minutes must not get.
+const DURATION_UNITS: &[&str] = &[
+    "s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes", "h", "hr",
+    "hrs", "hour", "hours", "d", "day", "days",
+];
+
+/// Parse a duration as `humantime` reads it (`90s`, `15m`, `1h30m`, `2d`, `1h 30min`) in
+/// seconds, minutes, hours and days only ([`DURATION_UNITS`]), or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if t.is_empty() {
@@ -116,6 +124,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
+    }
+    let units = t
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|u| !u.is_empty());
+    for unit in units {
+        if !DURATION_UNITS.contains(&unit) {
+            return Err(format!(
+                "bad duration {t:?}: unit {unit:?} is not one of s, m, h, d (e.g. 90s, 15m, 1h30m, 2d){}",
+                if unit == "M" { "; M would be months" } else { "" }
+            ));
+        }
     }
     humantime::parse_duration(t).map_err(|e| format!("bad duration {t:?}: {e}"))
 }
@@ -141,6 +160,19 @@ mod tests {
         assert!(parse_duration("h").is_err());
         assert!(parse_duration("1h5").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(
+            parse_duration("1h 30min").unwrap(),
+            Duration::from_secs(5400)
+        );
+        // Months, milliseconds, weeks and upper case are refused, never read as something else.
+        let err = parse_duration("10M").unwrap_err();
+        assert!(
+            err.contains("unit \"M\"") && err.contains("months"),
+            "{err}"
+        );
+        for bad in ["500ms", "1ns", "2w", "1y", "1H", "2D", "5 months"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
