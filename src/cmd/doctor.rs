@@ -12,6 +12,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let units = crate::units::unit_states_json();
     let checks = crate::doctor::checks(&crate::doctor::Inputs {
         config: &loaded.config,
+        config_missing: (!loaded.file_found).then_some(loaded.path.as_path()),
         env: &app.env,
         state_dir: &dir,
         now: app.now(),

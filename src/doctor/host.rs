@@ -95,7 +95,9 @@ pub fn space_problems(
 /// file system, so a remount after a disk error still shows what was recorded), or the
 /// problem, a full or read-only disk named as such.
 pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
-    if !dir.join(crate::store::DB_FILE).exists() {
+    let exists =
+        crate::store::database_exists(dir).map_err(|e| Problem::new(crate::error::report(&e)))?;
+    if !exists {
         return Err(
             Problem::new(format!("no database in state dir {}", dir.display()))
                 .fix("run `fleetagent init` (or pass the right --state-dir or config)"),

@@ -146,6 +146,9 @@ impl Check {
 /// What the checks read besides the database.
 pub struct Inputs<'a> {
     pub config: &'a Config,
+    /// The config file that was not found (only the default path may be missing): every key
+    /// has its default, and the `config` check says so. None when a file was read.
+    pub config_missing: Option<&'a Path>,
     pub env: &'a crate::env::Env,
     pub state_dir: &'a Path,
     pub now: Millis,
@@ -173,7 +176,18 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("state_dir", host::state_dir(i.state_dir, read_only));
     found.add("disk", disk);
     found.add("units", host::units(i.units));
-    found.add("config", setup::launch(i.config));
+    let mut config = Vec::new();
+    if let Some(path) = i.config_missing {
+        config.push(
+            Problem::new(format!(
+                "no config file at {}: every key has its default",
+                path.display()
+            ))
+            .fix("write it there (`fleetagent init` writes a commented one), or name yours with --config or $FLEETAGENT_CONFIG"),
+        );
+    }
+    config.extend(setup::launch(i.config));
+    found.add("config", config);
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
     found.add("ha", outside::ha(i.config, i.env));

@@ -119,7 +119,7 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
         .fix("set a valid key in VAST_API_KEY or the vast_api_key credential (vast.ai's console, Account > API keys), then `fleetagent instances list`")
     } else {
         Problem::new(format!(
-            "the vast.ai listing has failed{}: {error}; {last_ok}: the fleet is not seen, so nothing is launched or stopped",
+            "the vast.ai listing has failed{}: {error}; {last_ok}: the fleet is not seen, so nothing is stopped or destroyed, and launches (WORKERS DEAD's among them) go by fleetagent's own table",
             since.unwrap_or_default()
         ))
         .fix("check vast.ai's status and the network from this host (`fleetagent instances list` asks once); vast.base_url and vast.timeout_secs")

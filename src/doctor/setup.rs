@@ -25,6 +25,9 @@ pub(super) fn launch(config: &Config) -> Vec<Problem> {
     if p.max_dph_total.is_some_and(|v| v <= 0.0) {
         zero.push("policy.max_dph_total = 0");
     }
+    if p.daily_spend_max.is_some_and(|v| v <= 0.0) {
+        zero.push("policy.daily_spend_max = 0 (unset it for no daily cap)");
+    }
     if p.launch_window_max == 0 && p.emergency_launch_max == 0 {
         zero.push("policy.launch_window_max = 0 and policy.emergency_launch_max = 0");
     }
@@ -32,6 +35,13 @@ pub(super) fn launch(config: &Config) -> Vec<Problem> {
         out.push(
             Problem::new(format!("launches are impossible: {}", zero.join(", ")))
                 .fix("raise them in the config (docs/guardrails.md)"),
+        );
+    } else if p.launch_window_max == 0 {
+        out.push(
+            Problem::new(
+                "launches are impossible but for WORKERS DEAD: policy.launch_window_max = 0 (no launch for demand ever goes out)",
+            )
+            .fix("raise policy.launch_window_max in the config (docs/guardrails.md)"),
         );
     }
     out
@@ -107,4 +117,43 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(policy: &str) -> Vec<String> {
+        let config = crate::config::parse(&format!(
+            "[vast]\nimage = \"img\"\n[policy]\nmax_dph_total = 5.0\nmax_instances = 4\n{policy}"
+        ))
+        .unwrap();
+        launch(&config).into_iter().map(|p| p.detail).collect()
+    }
+
+    /// Every cap at 0 that refuses every launch is named; 0 reads as "none" nowhere among
+    /// the caps (an unset cap is how to have none).
+    #[test]
+    fn a_cap_at_zero_that_refuses_every_launch_is_named() {
+        assert!(problems("").is_empty());
+        let daily = problems("daily_spend_max = 0");
+        assert!(
+            daily.len() == 1 && daily[0].contains("policy.daily_spend_max = 0"),
+            "{daily:?}"
+        );
+        let window = problems("launch_window_max = 0");
+        assert!(
+            window.len() == 1
+                && window[0].contains("but for WORKERS DEAD")
+                && window[0].contains("policy.launch_window_max = 0"),
+            "{window:?}"
+        );
+        let both = problems("launch_window_max = 0\nemergency_launch_max = 0");
+        assert!(
+            both.len() == 1
+                && both[0].starts_with("launches are impossible: policy.launch_window_max = 0 and"),
+            "{both:?}"
+        );
+        assert!(problems("daily_spend_max = 0.5").is_empty());
+    }
 }

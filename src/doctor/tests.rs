@@ -22,6 +22,7 @@ fn env() -> crate::env::Env {
 
 fn run_checks(dir: &Path, config: &Config) -> Vec<Check> {
     checks(&Inputs {
+        config_missing: None,
         config,
         env: &env(),
         state_dir: dir,
@@ -547,4 +548,36 @@ fn the_system_prompt_alone_outweighs_the_tools() {
         system > tools,
         "system prompt {system} tokens, tools {tools}"
     );
+}
+
+/// A config file that was not found (the default path) is named in the `config` check:
+/// an operator who put it elsewhere must not be told only to set keys they did set.
+#[test]
+fn a_missing_config_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::default();
+    let path = Path::new("/etc/fleetagent/config.toml");
+    let all = checks(&Inputs {
+        config_missing: Some(path),
+        config: &config,
+        env: &env(),
+        state_dir: dir.path(),
+        now: NOW,
+        units: None,
+    });
+    let lines: Vec<String> = check(&all, "config")
+        .problems
+        .iter()
+        .map(Problem::line)
+        .collect();
+    assert!(
+        lines[0].starts_with(
+            "no config file at /etc/fleetagent/config.toml: every key has its default"
+        ),
+        "{lines:?}"
+    );
+    assert!(run_checks(dir.path(), &config).iter().all(|c| c
+        .problems
+        .iter()
+        .all(|p| !p.detail.contains("no config file"))));
 }

@@ -113,7 +113,7 @@ impl Store {
     /// Open (and migrate) `<state_dir>/fleetagent.db`.
     pub fn open(state_dir: &Path, mode: OpenMode, now: Millis) -> Result<Store> {
         let path = state_dir.join(DB_FILE);
-        let exists = path.exists();
+        let exists = database_exists(state_dir)?;
         if !exists && mode == OpenMode::Existing {
             return Err(no_database(state_dir));
         }
@@ -161,7 +161,7 @@ impl Store {
     /// says what is not seen.
     pub fn open_read_only(state_dir: &Path) -> Result<Store> {
         let path = state_dir.join(DB_FILE);
-        if !path.exists() {
+        if !database_exists(state_dir)? {
             return Err(no_database(state_dir));
         }
         let wal_bytes = std::fs::metadata(side_file(&path, "-wal")).map_or(0, |m| m.len());
@@ -433,6 +433,19 @@ fn side_file(db: &Path, suffix: &str) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+/// Whether `<state_dir>/fleetagent.db` exists; an error, not "no", when the dir cannot be
+/// looked into (a caller with the wrong user or group must not be told to `init` over a
+/// database that is there).
+pub fn database_exists(state_dir: &Path) -> Result<bool> {
+    state_dir.join(DB_FILE).try_exists().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot look for the database in state dir {}: {e} (run as the service's user, or \
+             as a member of the state dir's group: docs/operations.md)",
+            state_dir.display()
+        )
+    })
 }
 
 fn no_database(state_dir: &Path) -> anyhow::Error {

@@ -596,6 +596,21 @@ fn unwritable_state_dir_is_refused() {
         "{err}"
     );
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 0);
+    // doctor, run as the wrong user, names the permission, never "no database ... init"
+    // over the database that is there.
+    f.cmd(&["init"]).ok();
+    let out = f
+        .command(&["doctor"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("cannot look for the database in state dir") && !said.contains("no database"),
+        "{said}"
+    );
 }
 
 #[test]
