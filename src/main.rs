@@ -76,6 +76,7 @@ fn run() -> i32 {
         Err(e) if error::quiet_code(&e).is_some() => error::quiet_code(&e).unwrap_or(1),
         Err(e) => {
             let text = format!("fleetagent: {}", error::report(&e));
+            let text = fleetagent::output::terminal_safe(&text);
             eprintln!("{}", journal::line(journal::ERR, &text));
             error::exit_code(&e)
         }

@@ -18,8 +18,10 @@ pub fn print(args: fmt::Arguments<'_>) {
     if CLOSED.load(Ordering::Relaxed) || FAILED.load(Ordering::Relaxed) {
         return;
     }
+    let text = fmt::format(args);
+    let text = terminal_safe(&text);
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         if e.kind() == ErrorKind::BrokenPipe {
             CLOSED.store(true, Ordering::Relaxed);
         } else {
@@ -27,6 +29,26 @@ pub fn print(args: fmt::Arguments<'_>) {
             eprintln!("fleetagent: cannot write to standard output: {e}");
         }
     }
+}
+
+/// `text` with every control character but newline and tab written as its escape
+/// (`\u{1b}`): outside text (a trigger's reason, an operator message, a model's answer, an
+/// HTTP body) must not drive the terminal of whoever reads the output (an escape sequence
+/// can retitle, clear or rewrite it). Unchanged, and not copied, when it has none.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// At a terminal, one line on stderr saying what the command waits for and for how long at
@@ -61,4 +83,21 @@ macro_rules! out {
     ($($arg:tt)*) => {
         $crate::output::print(format_args!($($arg)*))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_but_newlines_and_tabs_kept() {
+        assert!(matches!(
+            terminal_safe("plain\tline\n"),
+            std::borrow::Cow::Borrowed("plain\tline\n")
+        ));
+        assert_eq!(
+            terminal_safe("hi\u{1b}]0;pwned\u{7}\r\u{9b}2J\n"),
+            "hi\\u{1b}]0;pwned\\u{7}\\u{d}\\u{9b}2J\n"
+        );
+    }
 }

@@ -844,3 +844,36 @@ fn doctor_names_what_makes_every_pass_futile() {
         out.stdout
     );
 }
+
+/// Outside text (a trigger's reason, an operator message, a wake's reason) never reaches the
+/// terminal as control characters: an escape sequence in it is printed escaped by every
+/// command that shows it.
+#[test]
+fn outside_text_cannot_drive_the_terminal() {
+    let f = Fleet::new();
+    let evil = "hi\u{1b}]0;pwned\u{7} \u{1b}[2J";
+    f.cmd(&["message", evil]).ok();
+    let added = f
+        .cmd(&["wakes", "add", "--in", "5m", "--reason", evil])
+        .ok();
+    let listed = f.cmd(&["wakes", "list"]).ok();
+    f.cmd(&["run"]).ok();
+    let history = f.cmd(&["history", "--all"]).ok();
+    let inspect = f.cmd(&["inspect"]).ok();
+    for (what, out) in [
+        ("wakes add", &added.stdout),
+        ("wakes list", &listed.stdout),
+        ("history", &history.stdout),
+        ("inspect", &inspect.stdout),
+    ] {
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}'),
+            "{what}: {out:?}"
+        );
+    }
+    assert!(
+        added.stdout.contains("hi\\u{1b}]0;pwned"),
+        "{}",
+        added.stdout
+    );
+}
