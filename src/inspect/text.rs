@@ -447,7 +447,7 @@ pub fn render_text(r: &Report) -> String {
             run.wakes_claimed,
             if acted > 0 {
                 format!(
-                    "  calls {} ok {} refused {} failed",
+                    "  actions: ok {}, refused {}, failed {}",
                     run.actions_ok, run.actions_refused, run.actions_failed
                 )
             } else {
