@@ -335,9 +335,10 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
     }
     // Neither in our table nor on the account's listing: refused even when forced, so a
     // typo cannot destroy an instance nobody can see.
+    // With the listing failed, "not ours" is not known: say what failed, not a verdict.
     let message = match &snapshot.listing_error {
-        Some(e) if ask.forced => format!(
-            "instance {id} is not one of ours, and the vast.ai listing failed ({}), so it cannot be checked",
+        Some(e) => format!(
+            "instance {id} is not in fleetagent's table, and the vast.ai listing failed ({}), so whether it is ours cannot be checked",
             clip(e, 200)
         ),
         _ if ask.operator => format!(

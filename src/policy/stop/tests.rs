@@ -129,6 +129,15 @@ fn an_id_nobody_knows_is_looked_up_then_refused_even_forced() {
         "{}",
         r.content
     );
+    // Unforced too (an operator's or the model's stop): never "not one of ours" unchecked.
+    for unforced in [Ask::new(&c, 5, false, true), ask(&c, 5)] {
+        let message = unknown(&unforced, None, &s).content["message"].to_string();
+        assert!(
+            message.contains("the vast.ai listing failed (HTTP 500)")
+                && !message.contains("not one of ours"),
+            "{message}"
+        );
+    }
 }
 
 #[test]
