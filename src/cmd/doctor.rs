@@ -31,6 +31,12 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     for n in crate::doctor::notes(&app.env) {
         eprintln!("note: {n}");
     }
+    if units.is_none() {
+        // Not a problem (a container, a test), but not a pass either: say it was not looked at.
+        eprintln!(
+            "note: the systemd units were not checked: no systemd manager answered (run doctor as the units' user; `--user` units need that user's session)"
+        );
+    }
     if ok {
         Ok(())
     } else {
