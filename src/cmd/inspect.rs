@@ -98,9 +98,12 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     let mut report = crate::inspect::build(&store, &dir, &loaded.config, &loaded.path, now, units)?;
     report.config_found = loaded.file_found;
     report.sim = sim;
-    if let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? {
-        report.ha = Some(crate::ha::status::read(&settings));
-    }
+    // HA set up wrong is when inspect is needed most: the role is unknown and says why.
+    report.ha = match crate::ha::node::Settings::of(&loaded.config, &app.env) {
+        Ok(Some(settings)) => Some(crate::ha::status::read(&settings)),
+        Ok(None) => None,
+        Err(e) => Some(crate::ha::status::unconfigured(&loaded.config, &e)),
+    };
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -57,6 +57,24 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
         .collect())
 }
 
+/// `[ha]` enabled but unusable before any database is reached (no URL, an unreadable
+/// credential): the role is unknown and `error` says why, so `inspect` still reports.
+pub fn unconfigured(config: &crate::config::Config, error: &anyhow::Error) -> Status {
+    Status {
+        host_id: config
+            .ha
+            .host_id
+            .clone()
+            .unwrap_or_else(super::node::default_host_id),
+        role: "unknown".into(),
+        holder: None,
+        epoch: None,
+        lease_left_secs: None,
+        hosts: Vec::new(),
+        error: Some(crate::error::one_line(error)),
+    }
+}
+
 /// What the shared database says now, from this host's point of view.
 pub fn read(settings: &Settings) -> Status {
     let mut status = Status {

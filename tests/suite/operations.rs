@@ -630,3 +630,23 @@ fn a_pass_whose_launches_all_failed_is_named_by_its_line_inspect_and_doctor() {
     assert_eq!(check["ok"], false, "{check}");
     assert!(check["since"].is_string(), "{check}");
 }
+
+/// `[ha] enabled = true` with no shared database's URL: `inspect` still reports (the role
+/// unknown, the error naming what to set) instead of refusing, since that is when an
+/// operator needs it.
+#[test]
+fn inspect_reports_an_ha_setup_without_its_database_url() {
+    let f = Fleet::with_config("");
+    f.cmd(&["init"]).ok();
+    f.write_config("[ha]\nenabled = true\nhost_id = \"mgmt-a\"\n");
+    let ha = f.inspect()["ha"].clone();
+    assert_eq!(ha["role"], "unknown", "{ha}");
+    assert_eq!(ha["host_id"], "mgmt-a", "{ha}");
+    let error = ha["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("[ha] enabled = true needs the shared database's URL"),
+        "{ha}"
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(text.contains("unknown"), "{text}");
+}
