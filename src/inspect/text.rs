@@ -363,7 +363,11 @@ pub fn render_text(r: &Report) -> String {
             o.answer
                 .as_deref()
                 .map(|a| crate::text::quote(a, 200))
-                .unwrap_or_else(|| "(no answer yet)".into())
+                .unwrap_or_else(|| if r.llm.provider == "rules" {
+                    "(no answer: llm.provider = \"rules\", and the rules do not answer messages; the message reached the next pass as a P0 event)".into()
+                } else {
+                    "(no answer yet)".into()
+                })
         ));
     }
     if !r.launch_keys_missing.is_empty() {

@@ -877,3 +877,23 @@ fn outside_text_cannot_drive_the_terminal() {
         added.stdout
     );
 }
+
+/// With the rules deciding, an operator message gets no answer, and inspect says why rather
+/// than "(no answer yet)" for ever.
+#[test]
+fn a_message_to_the_rules_is_shown_as_never_answered() {
+    let f = Fleet::new(); // FAST_CONFIG: llm.provider = "rules"
+    f.cmd(&["message", "keep two running"]).ok();
+    f.cmd(&["run"]).ok();
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("operator "))
+        .unwrap_or_else(|| panic!("no operator line:\n{text}"));
+    assert!(
+        line.contains("keep two running\"")
+            && line.contains("the rules do not answer messages")
+            && !line.contains("no answer yet"),
+        "{line}"
+    );
+}
