@@ -15,7 +15,8 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
     about,
     after_help = "Environment: FLEETAGENT_CONFIG (config path), STATE_DIRECTORY (state dir, set by systemd), \
 VAST_API_KEY, FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY), FLEETAGENT_HARMONYDB_URL, \
-CREDENTIALS_DIRECTORY (systemd credentials: vast_api_key, llm_api_key, harmonydb_url), RUST_LOG.\n\
+FLEETAGENT_HA_DB_URL, VAST_IMAGE_LOGIN, CREDENTIALS_DIRECTORY (systemd credentials: vast_api_key, \
+llm_api_key, harmonydb_url, ha_db_url, vast_image_login), RUST_LOG.\n\
 Exit codes: 0 success, 1 runtime error, 2 usage or configuration error."
 )]
 pub struct Cli {
@@ -50,7 +51,8 @@ pub enum Command {
     ResetSession(Deferred<ResetSessionArgs>),
     /// Everything needed to diagnose the agent
     Inspect(Deferred<InspectArgs>),
-    /// Health check for monitoring: exit 0 healthy, 1 with one line per problem
+    /// Health check for monitoring: exit 0 healthy, 1 with one line per problem, 2 for a
+    /// config error
     Doctor(Deferred<DoctorArgs>),
     /// Scheduled wake-ups: add, list, cancel
     #[command(subcommand)]
@@ -182,12 +184,14 @@ pub struct WakeListArgs {
     /// Every status (processed, cancelled, failed), newest first
     #[arg(long)]
     pub all: bool,
+    /// The wakes as a JSON array (the fields of inspect --json's `wakes`)
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct WakeCancelArgs {
+    /// The wake's id (`wakes list` shows it)
     #[arg(value_parser = clap::value_parser!(i64).range(1..))]
     pub id: i64,
 }
@@ -203,6 +207,7 @@ pub struct HistoryArgs {
     /// Only the messages of this run
     #[arg(long)]
     pub run: Option<i64>,
+    /// The messages as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -221,6 +226,7 @@ pub struct InstancesListArgs {
     /// Only the local table; do not ask vast.ai
     #[arg(long)]
     pub offline: bool,
+    /// The instances (and the listing's error, if any) as JSON
     #[arg(long)]
     pub json: bool,
 }

@@ -18,9 +18,18 @@ const MAX_LLM_LATENCY_SECS: f64 = 3600.0;
 
 pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     if args.list {
+        let mut all = Vec::new();
         for (name, text) in scenario::BUILT_IN {
             let s = scenario::parse(text).map_err(|e| usage(format!("{name}: {e}")))?;
-            crate::outln!("{name:<16} {:>5}h  {}", s.hours, s.description);
+            if !args.json {
+                crate::outln!("{name:<16} {:>5}h  {}", s.hours, s.description);
+            }
+            all.push(
+                serde_json::json!({"name": name, "hours": s.hours, "description": s.description}),
+            );
+        }
+        if args.json {
+            crate::outln!("{}", serde_json::to_string_pretty(&all)?);
         }
         return Ok(());
     }

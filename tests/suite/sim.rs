@@ -292,6 +292,16 @@ fn the_binary_lists_plots_and_prints_json() {
     for (name, _) in scenario::BUILT_IN {
         assert!(text.contains(name), "{name} missing from --list: {text}");
     }
+    let out = sim_cmd(&["--list", "--json"]).output().unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let built_in: Vec<&str> = scenario::BUILT_IN.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, built_in);
 
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("incident.svg");
