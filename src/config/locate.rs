@@ -28,11 +28,49 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
                     }
                     _ => format!("line {line}: {msg}"),
                 },
-                None => format!("line {line}: {msg}"),
+                None => match key_on_line(text, line) {
+                    // toml_edit refused the text (an integer past i64): the key from the line.
+                    Some(key) => at_line(Some(line), &key, &msg),
+                    None => format!("line {line}: {msg}"),
+                },
             }
         }
         None => msg,
     }
+}
+
+/// The dotted key a `key = value` line sets, under the last `[table]` header above it, read
+/// from the text alone (for text toml_edit cannot parse); None for any other line.
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let mut table = String::new();
+    for (i, l) in text.lines().enumerate() {
+        let t = l.trim();
+        if i + 1 == line {
+            let (key, _) = t.split_once('=')?;
+            let key = key.trim().trim_matches('"');
+            let plain = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !plain {
+                return None;
+            }
+            return Some(if table.is_empty() {
+                key.to_string()
+            } else {
+                format!("{table}.{key}")
+            });
+        }
+        if let Some(header) = t.strip_prefix('[') {
+            table = header
+                .split(']')
+                .next()
+                .unwrap_or_default()
+                .trim_matches(|c| c == '[' || c == ' ')
+                .to_string();
+        }
+    }
+    None
 }
 
 fn one_line(s: &str) -> String {

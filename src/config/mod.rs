@@ -52,6 +52,12 @@ mod tests {
     }
 
     #[test]
+    fn an_integer_past_i64_names_its_key_and_line() {
+        let err = parse("# caps\n[run]\ndeadline_secs = 99999999999999999999999\n").unwrap_err();
+        assert!(err.starts_with("line 3 (run.deadline_secs): "), "{err}");
+    }
+
+    #[test]
     fn range_error_names_key_and_line() {
         let err = parse("[debounce]\np0_secs = 100\n").unwrap_err();
         assert!(err.contains("line 2 (debounce.p0_secs)"), "{err}");
