@@ -60,14 +60,6 @@ pub fn execute(
         env.peer.is_some(),
     )?;
     crate::faults::point("run-after-observe")?;
-    if let Some(e) = &snapshot.demand_error {
-        // A blind pass must not read as a calm one in the journal.
-        log::warn!(
-            target: crate::journal::NOTICE,
-            "run {}: demand unknown, the probe failed: {e}; nothing is launched or stopped for demand (the fleet is held)",
-            claim.run_id
-        );
-    }
 
     // Decide and act.
     let le = LoopEnv {
@@ -128,6 +120,15 @@ pub fn execute(
     let tally = action_lines::tally(&crate::store::actions::of_run(&store.conn, claim.run_id)?);
     outcome.actions = tally.counts;
     outcome.verdict = counted_verdict(outcome.verdict, tally.counts);
+    if let Some(e) = &snapshot.demand_error {
+        // A blind pass must not read as a calm one in the journal. Said once the pass is
+        // done: a pass that fails has its one error line, and that names what failed.
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {}: demand unknown, the probe failed: {e}; nothing is launched or stopped for demand (the fleet is held)",
+            claim.run_id
+        );
+    }
     let fell_back = outcome.decided_by == Some(DecidedBy::FallbackRules);
     Ok(Done {
         outcome,
