@@ -583,12 +583,8 @@ fn unwritable_state_dir_is_refused() {
     let f = Fleet::new();
     std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = f
-        .command(&["trigger", "-p", "1", "-r", "x"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let as_nobody = |args: &[&str]| f.command(args).uid(65534).gid(65534).output().unwrap();
+    let out = as_nobody(&["trigger", "-p", "1", "-r", "x"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -599,12 +595,7 @@ fn unwritable_state_dir_is_refused() {
     // doctor, run as the wrong user, names the permission, never "no database ... init"
     // over the database that is there.
     f.cmd(&["init"]).ok();
-    let out = f
-        .command(&["doctor"])
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+    let out = as_nobody(&["doctor"]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
