@@ -115,12 +115,12 @@ fn floor_line(f: &super::FloorView) -> String {
 /// `config`: the file this report judges, and on a simulation's database whose config that
 /// is: the simulation's own (kept in the database), or this host's (none kept, or unreadable).
 fn config_line(r: &Report) -> String {
+    let missing = if r.config_found {
+        ""
+    } else {
+        " (not found: every key has its default)"
+    };
     let Some(sim) = &r.sim else {
-        let missing = if r.config_found {
-            ""
-        } else {
-            " (not found: every key has its default)"
-        };
         return format!("config      {}{missing}", r.config_path);
     };
     if sim.config == "simulation" {
@@ -136,13 +136,8 @@ fn config_line(r: &Report) -> String {
         );
     }
     format!(
-        "config      {}{}; this host's, not the one the simulation ran with ({})",
+        "config      {}{missing}; this host's, not the one the simulation ran with ({})",
         r.config_path,
-        if r.config_found {
-            ""
-        } else {
-            " (not found: every key has its default)"
-        },
         sim.config_error.as_deref().unwrap_or("none kept"),
     )
 }
