@@ -52,6 +52,22 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_of_a_table_of_names_is_blamed_on_its_own_line() {
+        let err = parse("[vast.env]\nA = \"x\"\nFOO = { credential = \"\" }\n").unwrap_err();
+        assert!(err.starts_with("line 3 (vast.env.FOO): "), "{err}");
+        let err = parse("[vast.env]\n\"1BAD\" = \"x\"\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2 (vast.env.1BAD): bad variable name"),
+            "{err}"
+        );
+        let err = parse("[policy.gpu_rates]\n\"RTX 4090\" = 40\n\"RTX 3090\" = -1\n").unwrap_err();
+        assert!(
+            err.starts_with("line 3 (policy.gpu_rates.RTX 3090): "),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn an_integer_past_i64_names_its_key_and_line() {
         let err = parse("# caps\n[run]\ndeadline_secs = 99999999999999999999999\n").unwrap_err();
         assert!(err.starts_with("line 3 (run.deadline_secs): "), "{err}");
