@@ -79,11 +79,8 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
 pub fn parse(text: &str) -> Result<Config, String> {
     let config: Config = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     validate(&config).map_err(|(key, msg, other)| {
-        // An entry of a table of names (a worker variable, a GPU's rate): its own line.
-        if let Some((line, entry)) = entry_line(text, &config, key, &msg) {
-            return at_line(Some(line), &entry, &msg);
-        }
         // The blamed key's line, else the other key's when only that one is in the file.
+        let key = key.as_ref();
         let (line, named) = match key_line(text, key) {
             Some(line) => (Some(line), key),
             None => other
@@ -93,26 +90,4 @@ pub fn parse(text: &str) -> Result<Config, String> {
         at_line(line, named, &msg)
     })?;
     Ok(config)
-}
-
-/// For an error blamed on a table whose keys are names (`vast.env`, `policy.gpu_rates`):
-/// the line and dotted key of the entry the message is about (it starts with the name, or
-/// quotes it), when the text sets it.
-fn entry_line(text: &str, config: &Config, table: &str, msg: &str) -> Option<(usize, String)> {
-    let names: Vec<&String> = match table {
-        "vast.env" => config.vast.env.keys().collect(),
-        "policy.gpu_rates" => config.policy.gpu_rates.keys().collect(),
-        _ => return None,
-    };
-    names
-        .into_iter()
-        .filter(|n| {
-            msg.starts_with(&format!("{n}:"))
-                || msg.starts_with(&format!("{n} "))
-                || msg.contains(&format!("{n:?}"))
-        })
-        .find_map(|n| {
-            let dotted = format!("{table}.{n}");
-            key_line(text, &dotted).map(|line| (line, dotted))
-        })
 }

@@ -3,6 +3,8 @@
 //! error found is the one reported, so the order is part of the behaviour (a rule between
 //! keys is checked where it always was: within its section, or after the keys it compares).
 
+use std::borrow::Cow;
+
 use super::{
     Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, HaConfig,
     LlmConfig, MetricsConfig, PolicyConfig, PriceConfig, RunConfig, VastConfig, LABEL_ENV,
@@ -10,8 +12,10 @@ use super::{
 use crate::secrets::redact::secrets_of;
 
 /// (the key blamed, what is wrong, another key the rule relates it to): the error names the
-/// blamed key's line, else the other key's when only that one is in the file.
-pub(super) type Invalid = (&'static str, String, Option<&'static str>);
+/// blamed key's line, else the other key's when only that one is in the file. The key blamed
+/// is a dotted key, down to an entry of a table of names (`vast.env.FOO`,
+/// `policy.gpu_rates.RTX 4090`), so that the error names the entry's own line.
+pub(super) type Invalid = (Cow<'static, str>, String, Option<&'static str>);
 
 const DAY_SECS: u64 = 86_400;
 const WEEK_MINS: u64 = 7 * 24 * 60;
@@ -34,7 +38,7 @@ pub(super) fn validate(c: &Config) -> Result<(), Invalid> {
 fn within(key: &'static str, v: u64, min: u64, max: u64) -> Result<(), Invalid> {
     if v < min || v > max {
         return Err((
-            key,
+            key.into(),
             format!("must be between {min} and {max}, got {v}"),
             None,
         ));
@@ -44,14 +48,14 @@ fn within(key: &'static str, v: u64, min: u64, max: u64) -> Result<(), Invalid> 
 
 fn non_negative(key: &'static str, v: f64) -> Result<(), Invalid> {
     if !v.is_finite() || v < 0.0 {
-        return Err((key, format!("must be a number >= 0, got {v}"), None));
+        return Err((key.into(), format!("must be a number >= 0, got {v}"), None));
     }
     Ok(())
 }
 
 fn positive(key: &'static str, v: f64) -> Result<(), Invalid> {
     if !v.is_finite() || v <= 0.0 {
-        return Err((key, format!("must be a number > 0, got {v}"), None));
+        return Err((key.into(), format!("must be a number > 0, got {v}"), None));
     }
     Ok(())
 }
@@ -59,7 +63,7 @@ fn positive(key: &'static str, v: f64) -> Result<(), Invalid> {
 fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
     if !(v.starts_with("http://") || v.starts_with("https://")) {
         return Err((
-            key,
+            key.into(),
             format!("must be an http:// or https:// URL, got {v:?}"),
             None,
         ));
@@ -72,7 +76,7 @@ fn state_dir(c: &Config) -> Result<(), Invalid> {
     if let Some(dir) = &c.state_dir {
         if !dir.is_absolute() {
             return Err((
-                "state_dir",
+                "state_dir".into(),
                 format!("must be an absolute path, got {dir:?}"),
                 None,
             ));
@@ -93,7 +97,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
     url("llm.base_url", &l.base_url)?;
     if !l.base_url.trim_end_matches('/').ends_with("/v1") {
         return Err((
-            "llm.base_url",
+            "llm.base_url".into(),
             format!(
                 "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {:?}",
                 l.base_url
@@ -102,7 +106,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
         ));
     }
     if l.model.trim().is_empty() {
-        return Err(("llm.model", "must not be empty".into(), None));
+        return Err(("llm.model".into(), "must not be empty".into(), None));
     }
     within("llm.timeout_secs", l.timeout_secs, 1, 3_600)?;
     within("llm.retry_budget_secs", l.retry_budget_secs, 1, 3_600)?;
@@ -122,7 +126,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
     if let Some(enc) = &l.encoding {
         if enc != "o200k_base" && enc != "cl100k_base" {
             return Err((
-                "llm.encoding",
+                "llm.encoding".into(),
                 format!("must be \"o200k_base\" or \"cl100k_base\", got {enc:?}"),
                 None,
             ));
@@ -130,7 +134,7 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
     }
     if !(1..=20).contains(&l.max_tool_rounds) {
         return Err((
-            "llm.max_tool_rounds",
+            "llm.max_tool_rounds".into(),
             format!("must be between 1 and 20, got {}", l.max_tool_rounds),
             None,
         ));
@@ -144,7 +148,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     if let Some(image) = &v.image {
         if image.trim().is_empty() {
             return Err((
-                "vast.image",
+                "vast.image".into(),
                 "must not be empty (leave it out instead)".into(),
                 None,
             ));
@@ -160,7 +164,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
     {
         return Err((
-            "vast.label_prefix",
+            "vast.label_prefix".into(),
             format!("must be 1-40 characters of a-z, 0-9, - or _, got {prefix:?}"),
             None,
         ));
@@ -169,7 +173,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     let offers = &v.offers;
     if !(0.0..=1.0).contains(&offers.min_reliability) {
         return Err((
-            "vast.offers.min_reliability",
+            "vast.offers.min_reliability".into(),
             format!("must be between 0 and 1, got {}", offers.min_reliability),
             None,
         ));
@@ -182,7 +186,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     }
     if !(1.0..=10.0).contains(&offers.bid_factor) {
         return Err((
-            "vast.offers.bid_factor",
+            "vast.offers.bid_factor".into(),
             format!(
                 "must be between 1 and 10 (x the offer's min_bid), got {}",
                 offers.bid_factor
@@ -207,7 +211,7 @@ fn worker_env(v: &VastConfig) -> Result<(), Invalid> {
                 .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
         if !valid_name {
             return Err((
-                "vast.env",
+                format!("vast.env.{name}").into(),
                 format!(
                     "bad variable name {name:?} (letters, digits and _, not starting with a digit)"
                 ),
@@ -216,7 +220,7 @@ fn worker_env(v: &VastConfig) -> Result<(), Invalid> {
         }
         if name == LABEL_ENV {
             return Err((
-                "vast.env",
+                format!("vast.env.{name}").into(),
                 format!("{name} is set by fleetagent to each instance's label; leave it out"),
                 None,
             ));
@@ -224,7 +228,7 @@ fn worker_env(v: &VastConfig) -> Result<(), Invalid> {
         if let EnvValue::Credential(CredentialRef { credential }) = value {
             if credential.is_empty() || credential.contains('/') {
                 return Err((
-                    "vast.env",
+                    format!("vast.env.{name}").into(),
                     format!("{name}: bad credential name {credential:?}"),
                     None,
                 ));
@@ -239,7 +243,7 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
     if let Some(u) = &d.harmonydb_url {
         if pg_has_password(u) {
             return Err((
-                "demand.harmonydb_url",
+                "demand.harmonydb_url".into(),
                 "holds a password; secrets never go in the config: put the URL in \
                  FLEETAGENT_HARMONYDB_URL or the harmonydb_url credential"
                     .into(),
@@ -251,7 +255,7 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
         url("demand.http_url", u)?;
         if url_has_password(u) {
             return Err((
-                "demand.http_url",
+                "demand.http_url".into(),
                 "holds a password; secrets never go in the config".into(),
                 None,
             ));
@@ -259,7 +263,7 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
     }
     source_has_its_address(d)?;
     if d.task.trim().is_empty() {
-        return Err(("demand.task", "must not be empty".into(), None));
+        return Err(("demand.task".into(), "must not be empty".into(), None));
     }
     within(
         "demand.worker_alive_secs",
@@ -286,7 +290,7 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
     for (gpu, rate) in &p.gpu_rates {
         if !rate.is_finite() || *rate <= 0.0 {
             return Err((
-                "policy.gpu_rates",
+                format!("policy.gpu_rates.{gpu}").into(),
                 format!("{gpu}: must be a number > 0, got {rate}"),
                 None,
             ));
@@ -355,7 +359,11 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
 /// A share in [0, 1).
 fn share_below_one(key: &'static str, v: f64) -> Result<(), Invalid> {
     if !(v.is_finite() && (0.0..1.0).contains(&v)) {
-        return Err((key, format!("must be a number >= 0 and < 1, got {v}"), None));
+        return Err((
+            key.into(),
+            format!("must be a number >= 0 and < 1, got {v}"),
+            None,
+        ));
     }
     Ok(())
 }
@@ -370,7 +378,11 @@ fn price(p: &PriceConfig) -> Result<(), Invalid> {
     }
     if let Some(c) = &p.fil_usd_command {
         if c.trim().is_empty() {
-            return Err(("price.fil_usd_command", "must not be empty".into(), None));
+            return Err((
+                "price.fil_usd_command".into(),
+                "must not be empty".into(),
+                None,
+            ));
         }
     }
     if let Some(u) = &p.fil_usd_url {
@@ -388,7 +400,7 @@ fn price(p: &PriceConfig) -> Result<(), Invalid> {
     .collect();
     if set.len() > 1 {
         return Err((
-            set[1],
+            set[1].into(),
             format!(
                 "{} and {} are both set: give one FIL/USD source",
                 set[0], set[1]
@@ -410,7 +422,7 @@ fn metrics(m: &MetricsConfig) -> Result<(), Invalid> {
     if let Some(path) = &m.textfile {
         if !path.is_absolute() {
             return Err((
-                "metrics.textfile",
+                "metrics.textfile".into(),
                 format!("must be an absolute path, got {path:?}"),
                 None,
             ));
@@ -432,7 +444,7 @@ fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         {
             return Err((
-                "ha.host_id",
+                "ha.host_id".into(),
                 format!("must be 1-64 letters, digits, '-', '_' or '.', got {id:?}"),
                 None,
             ));
@@ -440,7 +452,7 @@ fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
     }
     if h.fence_margin_secs >= h.lease_ttl_secs {
         return Err((
-            "ha.fence_margin_secs",
+            "ha.fence_margin_secs".into(),
             format!(
                 "ha.fence_margin_secs ({}) must be below ha.lease_ttl_secs ({}): a fenced step needs that much lease left, so no step could ever run",
                 h.fence_margin_secs, h.lease_ttl_secs
@@ -450,7 +462,7 @@ fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
     }
     if h.enabled && h.fence_margin_secs <= v.timeout_secs {
         return Err((
-            "ha.fence_margin_secs",
+            "ha.fence_margin_secs".into(),
             format!(
                 "ha.fence_margin_secs ({}) must be above vast.timeout_secs ({}): a vast.ai request sent with the fence passed must end before the lease can move",
                 h.fence_margin_secs, v.timeout_secs
@@ -468,12 +480,12 @@ fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
 fn source_has_its_address(d: &DemandConfig) -> Result<(), Invalid> {
     match d.source {
         DemandSource::Http if d.http_url.is_none() => Err((
-            "demand.http_url",
+            "demand.http_url".into(),
             "demand.http_url must be set when demand.source = \"http\"".into(),
             Some("demand.source"),
         )),
         DemandSource::Command if d.command.as_deref().is_none_or(|s| s.trim().is_empty()) => Err((
-            "demand.command",
+            "demand.command".into(),
             "demand.command must be set when demand.source = \"command\"".into(),
             Some("demand.source"),
         )),
@@ -486,7 +498,7 @@ fn source_has_its_address(d: &DemandConfig) -> Result<(), Invalid> {
 fn timeout_within_retry_budget(l: &LlmConfig) -> Result<(), Invalid> {
     if l.timeout_secs > l.retry_budget_secs {
         return Err((
-            "llm.timeout_secs",
+            "llm.timeout_secs".into(),
             format!(
                 "llm.timeout_secs ({}) must not exceed llm.retry_budget_secs ({}): the budget bounds all attempts of a model turn together, so no request could wait its timeout; raise llm.retry_budget_secs or lower llm.timeout_secs",
                 l.timeout_secs, l.retry_budget_secs
@@ -501,7 +513,7 @@ fn timeout_within_retry_budget(l: &LlmConfig) -> Result<(), Invalid> {
 fn emergency_covers_the_window(p: &PolicyConfig) -> Result<(), Invalid> {
     if p.emergency_launch_max < p.launch_window_max {
         return Err((
-            "policy.emergency_launch_max",
+            "policy.emergency_launch_max".into(),
             format!(
                 "policy.emergency_launch_max ({}) must be at least policy.launch_window_max ({})",
                 p.emergency_launch_max, p.launch_window_max
@@ -521,7 +533,7 @@ fn windows_within_max_wait(d: &DebounceConfig) -> Result<(), Invalid> {
     ] {
         if v > d.max_wait_secs {
             return Err((
-                key,
+                key.into(),
                 format!(
                     "{key} ({v}) must not exceed debounce.max_wait_secs ({})",
                     d.max_wait_secs
@@ -537,7 +549,7 @@ fn windows_within_max_wait(d: &DebounceConfig) -> Result<(), Invalid> {
 fn max_wait_below_deadline(d: &DebounceConfig, r: &RunConfig) -> Result<(), Invalid> {
     if d.max_wait_secs >= r.deadline_secs {
         return Err((
-            "debounce.max_wait_secs",
+            "debounce.max_wait_secs".into(),
             format!(
                 "debounce.max_wait_secs ({}) must be below run.deadline_secs ({})",
                 d.max_wait_secs, r.deadline_secs
