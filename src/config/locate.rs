@@ -39,28 +39,20 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
     }
 }
 
-/// The dotted key a `key = value` line sets, under the last `[table]` header above it, read
-/// from the text alone (for text toml_edit cannot parse); None for any other line.
+/// The dotted key a `key = value` line sets ([`assignments`]); None for any other line.
 fn key_on_line(text: &str, line: usize) -> Option<String> {
+    assignments(text)
+        .find(|(l, _)| *l == line)
+        .map(|(_, key)| key)
+}
+
+/// Every plain `key = value` line of the text, read line by line (for text toml_edit cannot
+/// parse: an integer past i64), as its line number and its dotted key under the last
+/// `[table]` header above it. A quoted or unusual key is left out.
+fn assignments(text: &str) -> impl Iterator<Item = (usize, String)> + '_ {
     let mut table = String::new();
-    for (i, l) in text.lines().enumerate() {
+    text.lines().enumerate().filter_map(move |(i, l)| {
         let t = l.trim();
-        if i + 1 == line {
-            let (key, _) = t.split_once('=')?;
-            let key = key.trim().trim_matches('"');
-            let plain = !key.is_empty()
-                && key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-            if !plain {
-                return None;
-            }
-            return Some(if table.is_empty() {
-                key.to_string()
-            } else {
-                format!("{table}.{key}")
-            });
-        }
         if let Some(header) = t.strip_prefix('[') {
             table = header
                 .split(']')
@@ -68,9 +60,23 @@ fn key_on_line(text: &str, line: usize) -> Option<String> {
                 .unwrap_or_default()
                 .trim_matches(|c| c == '[' || c == ' ')
                 .to_string();
+            return None;
         }
-    }
-    None
+        let (key, _) = t.split_once('=')?;
+        let key = key.trim().trim_matches('"');
+        let plain = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        plain.then(|| {
+            let dotted = if table.is_empty() {
+                key.to_string()
+            } else {
+                format!("{table}.{key}")
+            };
+            (i + 1, dotted)
+        })
+    })
 }
 
 fn one_line(s: &str) -> String {
@@ -103,24 +109,10 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 /// The line of a dotted key, if the text sets it.
 pub(crate) fn key_line(text: &str, dotted: &str) -> Option<usize> {
     let Ok(doc) = toml_edit::Document::parse(text.to_owned()) else {
-        // toml_edit refuses some text that serde's parser took (an integer past i64);
-        // find `key =` under its `[table]` line by line.
-        let (table, key) = dotted.rsplit_once('.').unwrap_or(("", dotted));
-        let mut current = String::new();
-        for (i, line) in text.lines().enumerate() {
-            let t = line.trim();
-            if let Some(header) = t.strip_prefix('[') {
-                current = header
-                    .trim_matches(|c| c == '[' || c == ']' || c == ' ')
-                    .to_string();
-            } else if current == table
-                && t.strip_prefix(key)
-                    .is_some_and(|rest| rest.trim_start().starts_with('='))
-            {
-                return Some(i + 1);
-            }
-        }
-        return None;
+        // toml_edit refuses some text that serde's parser took (an integer past i64).
+        return assignments(text)
+            .find(|(_, key)| key == dotted)
+            .map(|(line, _)| line);
     };
     let mut found = None;
     walk(doc.as_table(), "", &mut |path, key_span, _| {
