@@ -60,32 +60,29 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
 /// `[ha]` enabled but unusable before any database is reached (no URL, an unreadable
 /// credential): the role is unknown and `error` says why, so `inspect` still reports.
 pub fn unconfigured(config: &crate::config::Config, error: &anyhow::Error) -> Status {
+    let host = config.ha.host_id.clone();
     Status {
-        host_id: config
-            .ha
-            .host_id
-            .clone()
-            .unwrap_or_else(super::node::default_host_id),
-        role: "unknown".into(),
-        holder: None,
-        epoch: None,
-        lease_left_secs: None,
-        hosts: Vec::new(),
         error: Some(crate::error::one_line(error)),
+        ..unknown(host.unwrap_or_else(super::node::default_host_id))
     }
 }
 
-/// What the shared database says now, from this host's point of view.
-pub fn read(settings: &Settings) -> Status {
-    let mut status = Status {
-        host_id: settings.host.clone(),
+/// This host's status before the shared database has said anything: role unknown.
+fn unknown(host_id: String) -> Status {
+    Status {
+        host_id,
         role: "unknown".into(),
         holder: None,
         epoch: None,
         lease_left_secs: None,
         hosts: Vec::new(),
         error: None,
-    };
+    }
+}
+
+/// What the shared database says now, from this host's point of view.
+pub fn read(settings: &Settings) -> Status {
+    let mut status = unknown(settings.host.clone());
     let result = (|| -> Result<()> {
         let mut db = settings.connect()?;
         super::schema::migrate(&mut db)?;
