@@ -176,18 +176,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("state_dir", host::state_dir(i.state_dir, read_only));
     found.add("disk", disk);
     found.add("units", host::units(i.units));
-    let mut config = Vec::new();
-    if let Some(path) = i.config_missing {
-        config.push(
-            Problem::new(format!(
-                "no config file at {}: every key has its default",
-                path.display()
-            ))
-            .fix("write it there (`fleetagent init` writes a commented one), or name yours with --config or $FLEETAGENT_CONFIG"),
-        );
-    }
-    config.extend(setup::launch(i.config));
-    found.add("config", config);
+    found.add("config", setup::config(i.config, i.config_missing));
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
     found.add("ha", outside::ha(i.config, i.env));

@@ -1,11 +1,30 @@
 //! What the config and the secrets make impossible although both parse: each is a pass that
 //! will hold the fleet, fall back or refuse every launch, pass after pass.
 
+use std::path::Path;
+
 use super::Problem;
 use crate::config::Config;
 
+/// The `config` check: the file not found at the default path (`missing`: every key has its
+/// default), and launches made impossible by the config: keys unset, caps at 0.
+pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if let Some(path) = missing {
+        out.push(
+            Problem::new(format!(
+                "no config file at {}: every key has its default",
+                path.display()
+            ))
+            .fix("write it there (`fleetagent init` writes a commented one), or name yours with --config or $FLEETAGENT_CONFIG"),
+        );
+    }
+    out.extend(launch(config));
+    out
+}
+
 /// Launches made impossible by the config: keys unset, caps at 0.
-pub(super) fn launch(config: &Config) -> Vec<Problem> {
+fn launch(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
     let missing = config.policy.missing_launch_keys(&config.vast);
     if !missing.is_empty() {
