@@ -21,15 +21,20 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         let mut all = Vec::new();
         for (name, text) in scenario::BUILT_IN {
             let s = scenario::parse(text).map_err(|e| usage(format!("{name}: {e}")))?;
-            if !args.json {
-                crate::outln!("{name:<16} {:>5}h  {}", s.hours, s.description);
-            }
-            all.push(
-                serde_json::json!({"name": name, "hours": s.hours, "description": s.description}),
-            );
+            all.push((name, s));
         }
         if args.json {
-            crate::outln!("{}", serde_json::to_string_pretty(&all)?);
+            let list: Vec<_> = all
+                .iter()
+                .map(|(name, s)| {
+                    serde_json::json!({"name": name, "hours": s.hours, "description": s.description})
+                })
+                .collect();
+            crate::outln!("{}", serde_json::to_string_pretty(&list)?);
+        } else {
+            for (name, s) in &all {
+                crate::outln!("{name:<16} {:>5}h  {}", s.hours, s.description);
+            }
         }
         return Ok(());
     }
