@@ -37,7 +37,7 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
                     w.status,
                     when,
                     w.created_by,
-                    w.reason
+                    crate::text::clip(&w.reason, 200)
                 );
             }
             Ok(())

@@ -2,6 +2,10 @@
 
 use super::Report;
 
+/// Outside text (an event's or a wake's reason, up to a trigger's whole argument) is shown cut
+/// to this many characters, on one line; `inspect --json` has it whole.
+const SHOWN_REASON_CHARS: usize = 200;
+
 /// The human-readable form of the report.
 /// `price       $0.0400 a proof (0.01 FIL from curio x FIL/USD 4.000 from url, fetched
 /// <time>)`, or `price       unknown: <why> (the profit check is off)`.
@@ -247,11 +251,11 @@ pub fn render_text(r: &Report) -> String {
     ));
     for e in &r.waiting_events {
         line(format!(
-            "  #{} P{} {} {:?} at {} attempts {}{}",
+            "  #{} P{} {} {} at {} attempts {}{}",
             e.id,
             e.priority,
             e.kind,
-            e.reason,
+            crate::text::quote(&e.reason, SHOWN_REASON_CHARS),
             e.created_at,
             e.attempts,
             e.not_before
@@ -262,11 +266,11 @@ pub fn render_text(r: &Report) -> String {
     }
     for e in &r.failed_event_list {
         line(format!(
-            "  FAILED #{} P{} {} {:?}: {}",
+            "  FAILED #{} P{} {} {}: {}",
             e.id,
             e.priority,
             e.kind,
-            e.reason,
+            crate::text::quote(&e.reason, SHOWN_REASON_CHARS),
             e.last_error.as_deref().unwrap_or("")
         ));
     }
@@ -279,7 +283,7 @@ pub fn render_text(r: &Report) -> String {
             "  #{} due {} {}",
             w["id"],
             w["due_at"].as_str().unwrap_or("?"),
-            w["reason"].as_str().unwrap_or("")
+            crate::text::quote(w["reason"].as_str().unwrap_or(""), SHOWN_REASON_CHARS)
         ));
     }
     match r.units.as_ref().and_then(|u| u.as_object()) {

@@ -869,6 +869,32 @@ fn outside_text_cannot_drive_the_terminal() {
     );
 }
 
+/// A trigger's reason is whatever the calling program passed (100 KB here): `inspect` and
+/// `wakes list` show it cut to one short line, `inspect --json` whole.
+#[test]
+fn a_huge_reason_is_shown_cut_and_kept_whole() {
+    let f = Fleet::new();
+    let huge = format!("disk full\n{}", "x".repeat(100_000));
+    f.cmd(&["trigger", "-p", "2", "-r", &huge]).ok();
+    f.cmd(&["wakes", "add", "--in", "5m", "--reason", &huge])
+        .ok();
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    let longest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 400, "a line of {longest} characters");
+    assert!(text.contains("\"disk full xxx"), "{text}");
+    let wakes = f.cmd(&["wakes", "list"]).ok().stdout;
+    let longest = wakes.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 400, "wakes list: a line of {longest} characters");
+    let json: serde_json::Value =
+        serde_json::from_str(&f.cmd(&["inspect", "--json"]).ok().stdout).unwrap();
+    let kept = json["waiting_events"][0]["reason"].as_str().unwrap_or("");
+    assert_eq!(kept.len(), huge.len());
+    assert_eq!(
+        json["wakes"][0]["reason"].as_str().map(str::len),
+        Some(huge.len())
+    );
+}
+
 /// With the rules deciding, an operator message gets no answer, and inspect says why rather
 /// than "(no answer yet)" for ever.
 #[test]
