@@ -109,6 +109,26 @@ pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
     })
 }
 
+/// A database `sim --state-dir` left (its `sim_config` row): not an install's, so every other
+/// check would judge a finished simulation by this host's clock and config (a "last run"
+/// months ago). Said as a problem: an install pointed at it is misconfigured.
+pub(super) fn simulation(conn: &rusqlite::Connection, dir: &Path) -> Vec<Problem> {
+    match crate::store::sim_config::read(conn) {
+        Ok(Some(sim)) => vec![Problem::new(format!(
+            "{} is a simulation's database (scenario {}, seed {}, written by `fleetagent sim --state-dir`), not an install's: the other checks judge it by this host's clock and config",
+            dir.join(crate::store::DB_FILE).display(),
+            sim.scenario,
+            sim.seed
+        ))
+        .fix("point --state-dir (or the config's state_dir) at the install's state dir; `fleetagent inspect --state-dir` reads a simulation's database as of its last pass")],
+        Ok(None) => Vec::new(),
+        Err(e) => vec![Problem::new(format!(
+            "cannot read the simulation marker (sim_config): {}",
+            crate::error::report(&e)
+        ))],
+    }
+}
+
 /// Each unit systemd reports failed, rate limited or inactive, with the command that clears it.
 pub(super) fn units(units: Option<&Value>) -> Vec<Problem> {
     let Some(units) = units.and_then(|u| u.as_object()) else {

@@ -197,7 +197,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 "the database is damaged (see the database check)"
             }
             Ok(()) => {
-                found.add("database", Vec::new());
+                found.add("database", host::simulation(&store.conn, i.state_dir));
                 from_store(&store, i, &secrets, &mut found);
                 ""
             }

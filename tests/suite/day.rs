@@ -253,6 +253,20 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
     assert_eq!(v["sim"]["config"], "simulation", "{}", v["sim"]);
     assert_eq!(v["sim"]["scenario"], "incident", "{}", v["sim"]);
     assert_eq!(v["launch_keys_missing"], serde_json::json!([]), "{v}");
+    // doctor judges installs: on a simulation's database it says what the database is, red.
+    let out = f.cmd(&["doctor", "--json"]);
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let doctor = out.json();
+    let database = doctor["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "database"))
+        .unwrap_or_else(|| panic!("no database check: {doctor}"));
+    assert_eq!(database["ok"], false, "{database}");
+    let detail = database["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("a simulation's database (scenario incident, seed 1"),
+        "{database}"
+    );
     // A kept config this version cannot read: this host's is judged, and the line says why.
     f.db()
         .execute(
