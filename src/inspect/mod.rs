@@ -446,7 +446,7 @@ mod tests {
         for want in [
             "\nconfig      /etc/fleetagent/config.toml\n",
             "\nlast ok run never\n",
-            "\nwakes       1 pending, 1 overdue, 0 failed\n  #1 due 1970-01-01T00:01:20Z check fleet\n",
+            "\nwakes       1 pending, 1 overdue, 0 failed\n  #1 due 1970-01-01T00:01:20Z \"check fleet\"\n",
             "\nunits       no systemd manager answered\n",
             "\nfleet       0 instance(s), $0.00/h\n",
             "\nruns        last 0:\n",

@@ -311,3 +311,82 @@ fn a_full_disk_is_named_with_the_free_space() {
         assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
     }
 }
+
+/// Outside text (a trigger's reason, an operator message, a wake's reason) never reaches the
+/// terminal as control characters: an escape sequence in it is printed escaped by every
+/// command that shows it.
+#[test]
+fn outside_text_cannot_drive_the_terminal() {
+    let f = Fleet::new();
+    let evil = "hi\u{1b}]0;pwned\u{7} \u{1b}[2J";
+    f.cmd(&["message", evil]).ok();
+    let added = f
+        .cmd(&["wakes", "add", "--in", "5m", "--reason", evil])
+        .ok();
+    let listed = f.cmd(&["wakes", "list"]).ok();
+    f.cmd(&["run"]).ok();
+    let history = f.cmd(&["history", "--all"]).ok();
+    let inspect = f.cmd(&["inspect"]).ok();
+    for (what, out) in [
+        ("wakes add", &added.stdout),
+        ("wakes list", &listed.stdout),
+        ("history", &history.stdout),
+        ("inspect", &inspect.stdout),
+    ] {
+        assert!(
+            !out.contains('\u{1b}') && !out.contains('\u{7}'),
+            "{what}: {out:?}"
+        );
+    }
+    assert!(
+        added.stdout.contains("hi\\u{1b}]0;pwned"),
+        "{}",
+        added.stdout
+    );
+}
+
+/// A trigger's reason is whatever the calling program passed (100 KB here): `inspect` and
+/// `wakes list` show it cut to one short line, `inspect --json` whole.
+#[test]
+fn a_huge_reason_is_shown_cut_and_kept_whole() {
+    let f = Fleet::new();
+    let huge = format!("disk full\n{}", "x".repeat(100_000));
+    f.cmd(&["trigger", "-p", "2", "-r", &huge]).ok();
+    f.cmd(&["wakes", "add", "--in", "5m", "--reason", &huge])
+        .ok();
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    let longest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 400, "a line of {longest} characters");
+    assert!(text.contains("\"disk full xxx"), "{text}");
+    let wakes = f.cmd(&["wakes", "list"]).ok().stdout;
+    let longest = wakes.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(longest < 400, "wakes list: a line of {longest} characters");
+    let json: serde_json::Value =
+        serde_json::from_str(&f.cmd(&["inspect", "--json"]).ok().stdout).unwrap();
+    let kept = json["waiting_events"][0]["reason"].as_str().unwrap_or("");
+    assert_eq!(kept.len(), huge.len());
+    assert_eq!(
+        json["wakes"][0]["reason"].as_str().map(str::len),
+        Some(huge.len())
+    );
+}
+
+/// With the rules deciding, an operator message gets no answer, and inspect says why rather
+/// than "(no answer yet)" for ever.
+#[test]
+fn a_message_to_the_rules_is_shown_as_never_answered() {
+    let f = Fleet::new(); // FAST_CONFIG: llm.provider = "rules"
+    f.cmd(&["message", "keep two running"]).ok();
+    f.cmd(&["run"]).ok();
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("operator "))
+        .unwrap_or_else(|| panic!("no operator line:\n{text}"));
+    assert!(
+        line.contains("keep two running\"")
+            && line.contains("the rules do not answer messages")
+            && !line.contains("no answer yet"),
+        "{line}"
+    );
+}
