@@ -110,13 +110,19 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
     fn whose<'a>(i: &'a Instance, input: &ReconcileInput<'_>) -> Owner<'a> {
         owner(i.label.as_deref(), input.prefix, input.install_id)
     }
+    // An instance of our table listed without a label (a listing that leaves the field out,
+    // or a label vast.ai lost) is still ours by its id: it bills, and the caps count it.
+    let recorded: HashSet<i64> = mine.iter().filter_map(|r| r.vast_id).collect();
+    let unlabelled_recorded = |i: &Instance| {
+        i.label.as_deref().is_none_or(|l| l.trim().is_empty()) && recorded.contains(&(i.id as i64))
+    };
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::Ours)
+        .filter(|i| whose(i, input) == Owner::Ours || unlabelled_recorded(i))
         .collect();
     out.foreign = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::NotOurs)
+        .filter(|i| whose(i, input) == Owner::NotOurs && !unlabelled_recorded(i))
         .map(|i| i.id as i64)
         .collect();
     out.other_installs = other_installs(listing, input.prefix, input.install_id);
@@ -615,6 +621,38 @@ mod tests {
         // vast.ai's own word still counts.
         assert_eq!(rec.rows[1].state, DEAD);
         assert_eq!(rec.changes.len(), 1, "{:?}", rec.changes);
+    }
+
+    /// A listing that leaves out an instance's label (or vast.ai lost it) does not make an
+    /// instance of our table gone: it is ours by its id, still counted, never foreign; an
+    /// unlabelled instance we never recorded stays not ours.
+    #[test]
+    fn an_unlabelled_listed_instance_of_ours_is_kept_by_its_id() {
+        let mut unlabelled = inst(3, "", Some("running"));
+        unlabelled.label = None;
+        let mut blank = inst(4, "", Some("loading"));
+        blank.label = Some("  ".into());
+        let mut stranger = inst(5, "", Some("running"));
+        stranger.label = None;
+        let listing = vec![unlabelled, blank, stranger];
+        let local = vec![
+            row("fleetagent-old", Some(3), PROVING, 0.4),
+            row("fleetagent-r7-dddd", Some(4), LOADING, 0.4),
+        ];
+        let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
+        let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
+        let old = find("fleetagent-old").unwrap();
+        assert_ne!(old.state, GONE, "{old:?}");
+        assert_eq!(old.gone_at, None);
+        let young = find("fleetagent-r7-dddd").unwrap();
+        assert_eq!((young.state, young.gone_at), (LOADING, None));
+        assert_eq!(rec.rows.len(), 2, "{:?}", rec.rows);
+        assert_eq!(rec.foreign, vec![5]);
+        assert!(
+            rec.changes.iter().all(|c| !c.contains("gone")),
+            "{:?}",
+            rec.changes
+        );
     }
 
     #[test]

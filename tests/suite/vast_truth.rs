@@ -446,3 +446,37 @@ fn image_login_goes_in_the_create_body_and_nowhere_else() {
         .stderr
         .contains("vast_image_login: not set"));
 }
+
+/// A listing that leaves out our instances' labels (the helper's walkthrough saw the rules
+/// launch past max_instances when it did) does not make them gone: they are ours by their
+/// ids, the caps count them, nothing more is rented.
+#[test]
+fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 200\nmax_instances = 2\nmax_dph_total = 1.6",
+        "",
+        "",
+    );
+    write_demand(f.path(), dead());
+    pass(&f);
+    let ids = vast.instance_ids();
+    assert_eq!(ids.len(), 2, "WORKERS DEAD rents up to max_instances");
+    for &id in &ids {
+        vast.set_instance_field(id, "label", Value::Null);
+    }
+    pass(&f);
+    pass(&f);
+    assert_eq!(vast.count(Route::Create), 2, "{:?}", actions(&f));
+    let gone: i64 = f.count("SELECT count(*) FROM instances WHERE state = 'gone'");
+    assert_eq!(gone, 0, "{:?}", actions(&f));
+    let v: Value = serde_json::from_str(&f.cmd(&["inspect", "--json"]).ok().stdout).unwrap();
+    assert_eq!(
+        v["fleet"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        v["fleet"]
+    );
+}
