@@ -207,6 +207,8 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         crate::output::waiting("vast.ai", services::vast_call_bound(config));
     }
     let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
+    // The operator's destroy is sent even when the listing went unanswered.
+    ask_again(&services);
     let now = app.now();
     let result = {
         let call_id = format!("operator-{now}");
@@ -283,6 +285,9 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .collect();
     let (mut destroyed, mut failed) = (0, 0);
     for (id, label) in &targets {
+        // Each destroy is sent, whatever the listing or the one before it met: the panic
+        // button tries every instance (one line each, as they go).
+        ask_again(&services);
         let result = {
             let call_id = format!("operator-all-{}-{id}", app.now());
             let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
@@ -335,6 +340,13 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }
     Ok(())
+}
+
+/// Let the next vast.ai call go out even after one of this process went unanswered.
+fn ask_again(services: &services::Services) {
+    if let Some(vast) = &services.vast {
+        vast.ask_again();
+    }
 }
 
 /// Only the vast.ai client: an operator's stop never probes demand.

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -51,7 +51,7 @@ pub struct HttpVastClient {
     timeout: Duration,
     /// Set by the first API request left unanswered (a timeout): every later call fails at
     /// once with [`VastError::Unanswered`] instead of waiting again.
-    unanswered: OnceLock<String>,
+    unanswered: Mutex<Option<String>>,
     /// When this client last sent a create (vast.ai's create spacing); held for a whole
     /// create so creates from several threads of one process queue up behind it.
     create_gate: CreateGate,
@@ -126,7 +126,7 @@ impl HttpVastClient {
             clock,
             agent: config.build().into(),
             timeout,
-            unanswered: OnceLock::new(),
+            unanswered: Mutex::new(None),
             create_gate: CreateGate::new(),
             destroy_gap: Spacer::new(DESTROY_SPACING),
         }
@@ -174,9 +174,9 @@ impl HttpVastClient {
 
     /// Fails at once when vast.ai already left a request of this process unanswered.
     fn answering(&self) -> Result<(), VastError> {
-        match self.unanswered.get() {
-            Some(what) => Err(VastError::Unanswered(what.clone())),
-            None => Ok(()),
+        match self.unanswered.lock().map(|u| u.clone()) {
+            Ok(Some(what)) => Err(VastError::Unanswered(what)),
+            _ => Ok(()),
         }
     }
 
@@ -332,7 +332,9 @@ impl HttpVastClient {
                         continue;
                     }
                     if f.timed_out {
-                        let _ = self.unanswered.set(format!("{route}: {}", f.text));
+                        if let Ok(mut u) = self.unanswered.lock() {
+                            u.get_or_insert_with(|| format!("{route}: {}", f.text));
+                        }
                     }
                     return Err(VastError::Transport(if is_create && !f.never_sent {
                         format!(
@@ -448,6 +450,12 @@ fn headers<B>(rb: ureq::RequestBuilder<B>, auth: Option<&str>) -> ureq::RequestB
 }
 
 impl VastClient for HttpVastClient {
+    fn ask_again(&self) {
+        if let Ok(mut u) = self.unanswered.lock() {
+            *u = None;
+        }
+    }
+
     fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError> {
         let body = offer_query_body(query);
         let answer = self.send(Method::Post, "/api/v0/bundles/", Some(&body), None)?;

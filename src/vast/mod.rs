@@ -150,7 +150,7 @@ pub enum VastError {
     /// and how long it was waited for). One hung vast.ai costs a process one wait, not one
     /// per call.
     #[error(
-        "vast.ai did not answer earlier in this process ({0}); not asked again until the next run"
+        "vast.ai did not answer earlier in this process ({0}); not asked again by this process"
     )]
     Unanswered(String),
     /// A body that is not what the API documents.
@@ -194,4 +194,8 @@ pub trait VastClient: Send + Sync {
     /// A create this account sent at `at` from another process (the action ledger knows):
     /// the next create is spaced after it, as vast.ai spaces creates per key, not per process.
     fn previous_create(&self, _at: crate::clock::Millis) {}
+    /// Forget that an earlier request of this process went unanswered, so the next call is
+    /// sent (and waited for) again: for an operator's own destroy, which must be tried even
+    /// after the listing hung. A pass never calls it: one hung vast.ai costs a pass one wait.
+    fn ask_again(&self) {}
 }

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::agent_e2e::write_demand;
 use crate::common::config::rules_config;
-use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fake_vast::{FakeReply, FakeVast, Route};
 use crate::common::fleet::Fleet;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -478,5 +478,38 @@ fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
         Some(2),
         "{}",
         v["fleet"]
+    );
+}
+
+/// The panic button while vast.ai's listing hangs: the listing costs its wait, then every
+/// instance the table knows is still sent its DELETE (the walkthrough saw none sent: one
+/// unanswered request stopped every later call of the process).
+#[test]
+fn the_panic_button_destroys_while_the_listing_hangs() {
+    let vast = FakeVast::start_real_time();
+    let f = rig(&vast, CAPS, "timeout_secs = 1", "");
+    let labels = vec![
+        "fleetagent-r0-0a0b0c0d".to_string(),
+        "fleetagent-r0-0a0b0c0e".to_string(),
+    ];
+    for l in &labels {
+        vast.add_instance(l);
+    }
+    write_demand(f.path(), busy(&labels, 0));
+    pass(&f);
+    vast.fail_next(Route::ListV1, 10, FakeReply::hang());
+    let out = f.cmd(&["instances", "stop", "--all", "--reason", "runaway bill"]);
+    assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("the vast.ai listing failed"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy), 2, "{}", out.stdout);
+    assert!(vast.instance_ids().is_empty(), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("destroyed 2 of 2 instance(s) of ours"),
+        "{}",
+        out.stdout
     );
 }
