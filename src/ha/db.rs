@@ -65,8 +65,9 @@ impl std::fmt::Debug for SharedDb {
 
 impl SharedDb {
     /// Connects to `url` (a `postgres://` URL or libpq `key=value` string, which may hold the
-    /// password) without TLS. `timeout` bounds the connect and each statement (a fence
-    /// waiting on a takeover's row lock included). Backoffs sleep on `clock`.
+    /// password) without TLS. `timeout` bounds the connect, each statement (a fence waiting
+    /// on a takeover's row lock included) and each wait inside a transaction (the server ends
+    /// the session). Backoffs sleep on `clock`.
     pub fn connect(url: &str, timeout: Duration, clock: Arc<dyn Clock>) -> Result<SharedDb> {
         let shown = redact_url(url);
         let secrets = secrets_of(url);
@@ -84,6 +85,23 @@ impl SharedDb {
                 clean(format!("{shown}: setting statement_timeout: {why}"))
             }
         })?;
+        let mut client = client;
+        // A host stalled inside a transaction (stopped, swapped out, cut off mid-write) holds
+        // the fence's share lock on the lease row: the server ends such a session after the
+        // same bound, so another host can take over once the lease lapses. A server that does
+        // not know the setting (42704) is used without it.
+        let idle_ms = timeout.as_millis().max(1);
+        if let Err(e) = client.batch_execute(&format!(
+            "SET idle_in_transaction_session_timeout = {idle_ms}"
+        )) {
+            if e.code() != Some(&SqlState::UNDEFINED_OBJECT) {
+                return Err(clean(format!(
+                    "{shown}: setting idle_in_transaction_session_timeout: {}",
+                    error_chain(&e)
+                )));
+            }
+            log::debug!("ha database {shown}: no idle_in_transaction_session_timeout: {e}");
+        }
         Ok(SharedDb {
             client,
             shown,

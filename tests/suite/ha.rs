@@ -307,6 +307,72 @@ fn ha_takeover_waits_for_a_fenced_write_in_flight() {
     assert_eq!(insert_probe(&mut a, "host-a", 1).unwrap(), Fenced::Lost);
 }
 
+/// A leader stalled inside its fenced transaction (stopped, or cut off mid-write, while it
+/// holds the fence's share lock) does not block the takeover for ever: the server ends its
+/// session after the connection's bound (2 s here), nothing of that transaction commits, and
+/// another host takes the lapsed lease. (The walkthrough saw every takeover time out until
+/// the stalled leader was resumed.)
+#[test]
+fn ha_a_leader_stalled_inside_a_fenced_write_is_cut_off_and_replaced() {
+    let mut db = pg::fresh_db();
+    probe_table(&mut db);
+    let mut b = shared(&db);
+    let a = SharedDb::connect(&db.url(), Duration::from_secs(2), Arc::new(SystemClock))
+        .unwrap()
+        .with_retry(FAST);
+    let mut a = a;
+    assert_eq!(
+        leader_epoch(lease::acquire_or_join(&mut a, "host-a", LONG).unwrap()),
+        1
+    );
+    assert!(lease::renew(&mut a, "host-a", 1, SHORT).unwrap().is_some());
+    let (pid_tx, pid_rx) = mpsc::channel::<i32>();
+    let stalled = thread::spawn(move || {
+        lease::fenced(&mut a, "host-a", 1, Duration::ZERO, "writing", |tx| {
+            tx.execute(
+                "INSERT INTO public.ha_probe (host, epoch) VALUES ('host-a', 1)",
+                &[],
+            )?;
+            let pid: i32 = tx.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+            pid_tx.send(pid).unwrap();
+            // The stall: idle inside the transaction, the fence's lock held.
+            thread::sleep(Duration::from_secs(6));
+            tx.execute("SELECT 1", &[])
+        })
+    });
+    let pid = pid_rx.recv().unwrap();
+    let mut watcher = db.connect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .unwrap()
+            .get(0);
+        if alive == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stalled leader's session still holds its transaction"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        leader_epoch(lease::acquire_or_join(&mut b, "host-b", LONG).unwrap()),
+        2
+    );
+    let written = stalled.join().unwrap();
+    assert!(written.is_err(), "{written:?}");
+    assert_eq!(
+        db.query_i64("SELECT count(*) FROM public.ha_probe"),
+        0,
+        "nothing of the stalled transaction committed"
+    );
+}
+
 /// What one racing host saw.
 #[derive(Default)]
 struct Seen {
