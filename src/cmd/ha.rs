@@ -38,11 +38,15 @@ fn status(settings: &Settings, json: bool) -> Result<()> {
         }
         for h in &s.hosts {
             crate::outln!(
-                "host {}: last seen {}, version {}, config {}",
+                "host {}: last seen {}, version {}, config {}{}",
                 h.host_id,
                 h.last_seen,
                 h.version,
-                h.config_hash
+                h.config_hash,
+                h.place
+                    .as_deref()
+                    .map(|p| format!(", at {p}"))
+                    .unwrap_or_default()
             );
         }
     }

@@ -304,7 +304,11 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
 /// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
 /// no leader for longer than the lease, hosts whose config hashes differ (a failover would
 /// change the caps). Nothing while `[ha] enabled = false`.
-pub(super) fn ha(config: &crate::config::Config, env: &crate::env::Env) -> Vec<Problem> {
+pub(super) fn ha(
+    config: &crate::config::Config,
+    env: &crate::env::Env,
+    state_dir: &std::path::Path,
+) -> Vec<Problem> {
     let settings = match crate::ha::node::Settings::of(config, env) {
         Ok(Some(s)) => s,
         Ok(None) => return Vec::new(),
@@ -334,6 +338,23 @@ pub(super) fn ha(config: &crate::config::Config, env: &crate::env::Env) -> Vec<P
                 .fix("check that fleetagent-poll.timer and fleetagent.timer run on the hosts (journalctl -u fleetagent)"),
             );
         }
+    }
+    let place = crate::ha::hosts::place_of(state_dir);
+    let twin = status.hosts.iter().find(|h| {
+        h.host_id == settings.host
+            && h.place.as_deref().is_some_and(|p| p != place)
+            && h.seen_secs_ago < crate::ha::hosts::TWIN_WINDOW_SECS
+    });
+    if let Some(t) = twin {
+        problems.push(
+            Problem::new(format!(
+                "ha: host id {} is also used by another host ({}, {:.0}s ago; this one is {place}): two hosts under one id would both lead, so neither acts",
+                settings.host,
+                t.place.as_deref().unwrap_or("?"),
+                t.seen_secs_ago
+            ))
+            .fix("give each host its own ha.host_id (the default, /etc/machine-id, is the same on cloned machines)"),
+        );
     }
     let hashes: std::collections::BTreeSet<&str> = status
         .hosts

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::db::SharedDb;
 use super::mirror::{self, Held, Synced};
@@ -151,12 +151,24 @@ pub enum Start {
 pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) -> Result<Start> {
     let mut db = settings.connect()?;
     schema::migrate(&mut db)?;
-    hosts::record(
+    let dir = store.path.parent().unwrap_or(std::path::Path::new("."));
+    let place = hosts::place_of(dir);
+    let twin = hosts::record(
         &mut db,
         &settings.host,
         env!("CARGO_PKG_VERSION"),
         &settings.config_hash,
+        &place,
     )?;
+    if let Some(t) = twin {
+        bail!(
+            "ha: host id {} is also used by another host ({}, {:.0}s ago; this one is {place}): two hosts under one id would both lead and launch, so neither acts; give each host its own ha.host_id (docs/ha.md). If this host took that one's place (a moved state dir, a renamed host), it acts {:.0}s after the other's last contact",
+            settings.host,
+            t.place,
+            t.secs_ago,
+            (hosts::TWIN_WINDOW_SECS - t.secs_ago).max(0.0)
+        );
+    }
     let forwarded = mirror::forward_outbox(&store.conn, &mut db, &settings.host, now)?;
     let epoch = match lease::acquire_or_join(&mut db, &settings.host, settings.ttl)? {
         Role::Follower {

@@ -33,6 +33,8 @@ pub const STATEMENTS: &[&str] = &[
         version     text NOT NULL,
         config_hash text NOT NULL
     )",
+    // Where each host id last ran from (hostname and state dir): two hosts under one id.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS place text",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.

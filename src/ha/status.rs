@@ -30,6 +30,13 @@ pub struct HostStatus {
     pub last_seen: String,
     pub version: String,
     pub config_hash: String,
+    /// Where it last ran from (`hostname:state dir`): shown by `ha status`, judged by doctor;
+    /// not among DESIGN.md's JSON fields.
+    #[serde(skip)]
+    pub place: Option<String>,
+    /// Seconds since its last contact, database time.
+    #[serde(skip)]
+    pub seen_secs_ago: f64,
 }
 
 /// The lease row: holder, epoch, seconds left (negative: expired).
@@ -53,6 +60,8 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             last_seen: rfc3339(h.last_seen_ms),
             version: h.version,
             config_hash: h.config_hash,
+            place: h.place,
+            seen_secs_ago: h.seen_secs_ago,
         })
         .collect())
 }

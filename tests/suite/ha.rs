@@ -621,10 +621,40 @@ fn ha_injected_serialization_failures_are_retried_up_to_the_bound() {
 fn ha_hosts_are_recorded_with_version_and_config_hash() {
     let db = pg::fresh_db();
     let mut a = shared(&db);
-    hosts::record(&mut a, "host-b", "0.1.0", "cafe").unwrap();
-    hosts::record(&mut a, "host-a", "0.1.0", "beef").unwrap();
-    hosts::record(&mut a, "host-a", "0.2.0", "f00d").unwrap();
+    let here = "box-a:/var/lib/fleetagent";
+    assert_eq!(
+        hosts::record(
+            &mut a,
+            "host-b",
+            "0.1.0",
+            "cafe",
+            "box-b:/var/lib/fleetagent"
+        )
+        .unwrap(),
+        None
+    );
+    assert_eq!(
+        hosts::record(&mut a, "host-a", "0.1.0", "beef", here).unwrap(),
+        None
+    );
+    assert_eq!(
+        hosts::record(&mut a, "host-a", "0.2.0", "f00d", here).unwrap(),
+        None,
+        "the same place again is the same host"
+    );
+    // A second place under host-a's id (a copied config, a cloned machine-id): named, and
+    // the row now names it, so host-a's next record finds its twin too.
+    let twin = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa").unwrap();
+    assert_eq!(
+        twin.as_ref().map(|t| t.place.as_str()),
+        Some(here),
+        "{twin:?}"
+    );
+    assert!(twin.is_some_and(|t| t.secs_ago < 60.0));
+    let back = hosts::record(&mut a, "host-a", "0.2.0", "f00d", here).unwrap();
+    assert_eq!(back.map(|t| t.place), Some("box-d:/srv/fa".to_string()));
     let seen = hosts::list(&mut a).unwrap();
+    assert_eq!(seen[0].place.as_deref(), Some(here));
     let short: Vec<(&str, &str, &str)> = seen
         .iter()
         .map(|h| {

@@ -447,3 +447,46 @@ fn a_single_host_install_moves_to_the_shared_database_and_a_release_hands_over()
     );
     assert_eq!(b.inspect()["ha"], Value::Null);
 }
+
+/// Two hosts under one `ha.host_id` (a copied config, or the default from a machine-id that
+/// cloned machines share) would both take the lease as theirs and both launch: the
+/// walkthrough saw two creates for one shortfall. The second place is named and neither acts;
+/// doctor says so; a twin's own first pass launches nothing.
+#[test]
+fn two_hosts_under_one_host_id_are_named_and_neither_acts() {
+    let p = pair();
+    p.a.cmd(&["run"]).ok();
+    let made = labels_created(&p.vast).len();
+    assert!(made > 0, "the leader answers WORKERS DEAD");
+    let twin = host("host-a", &p.db, &p.vast, p._demand.path());
+    let out = twin.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr
+            .contains("host id host-a is also used by another host")
+            && out.stderr.contains(&p.a.path().display().to_string()),
+        "{}",
+        out.stderr
+    );
+    let out = p.a.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr
+            .contains("host id host-a is also used by another host"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        labels_created(&p.vast).len(),
+        made,
+        "no create after the twin came"
+    );
+    let check = doctor_ha(&twin);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("is also used by another host")),
+        "{check}"
+    );
+    let shown = p.a.cmd(&["ha", "status"]).ok().stdout;
+    assert!(shown.contains(", at "), "{shown}");
+}
