@@ -277,22 +277,34 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
         .map(|v| v["demand"].clone())
         .filter(|d| d.is_object());
+    // A pass whose probe failed read no queue: the figures are the last good reading's (no
+    // sample before the first), never a made-up 0 that would clear a WORKERS DEAD alert.
+    let last_good: Option<crate::demand::Demand> = crate::store::curio::last_reading(conn)?
+        .0
+        .and_then(|j| serde_json::from_str(&j).ok());
+    let queue = demand.clone().or_else(|| {
+        last_good
+            .as_ref()
+            .and_then(|d| serde_json::to_value(d).ok())
+    });
     let field = |k: &str| {
-        demand
+        queue
             .as_ref()
             .and_then(|d| d.get(k))
             .and_then(|v| v.as_f64())
-            .unwrap_or(0.0)
     };
     f.push(Family {
         name: "fleetagent_queue_proofs",
         kind: "gauge",
-        help: "PSProve proofs at the last pass's reading, by state.",
-        samples: vec![
-            (vec![("state", "pending".into())], field("pending")),
-            (vec![("state", "running".into())], field("running")),
-            (vec![("state", "stale".into())], field("running_stale")),
-        ],
+        help: "PSProve proofs at the last good reading, by state (none before the first).",
+        samples: [
+            ("pending", "pending"),
+            ("running", "running"),
+            ("stale", "running_stale"),
+        ]
+        .into_iter()
+        .filter_map(|(state, k)| Some((vec![("state", state.into())], field(k)?)))
+        .collect(),
     });
     f.push(one(
         "fleetagent_demand_known",
@@ -301,11 +313,15 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         demand.is_some() as u8 as f64,
     ));
     economics(conn, config, now, &mut f)?;
-    let emergency = runs::last_ok_emergency(conn).ok().flatten();
+    // Blind passes do not clear it: WORKERS DEAD as the last good reading showed it.
+    let emergency = match (&demand, &last_good) {
+        (None, Some(d)) => Some(d.workers_dead()),
+        _ => runs::last_ok_emergency(conn).ok().flatten(),
+    };
     f.push(one(
         "fleetagent_emergency",
         "gauge",
-        "1 while the last pass saw WORKERS DEAD (work queued, no live worker).",
+        "1 while the last good demand reading showed WORKERS DEAD (work queued, no live worker).",
         emergency.unwrap_or(false) as u8 as f64,
     ));
 
@@ -565,6 +581,35 @@ mod tests {
             "fleetagent_fleet_cost_per_proof_dollars 0.025",
             "fleetagent_revenue_dollars_per_hour 0.8",
             "fleetagent_profit_dollars_per_hour 0.3",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+    }
+
+    /// WORKERS DEAD, then a pass blind to demand (the probe failed): the queue and the
+    /// emergency are the last good reading's, not zeros that clear the alert; before any
+    /// reading the queue has no sample.
+    #[test]
+    fn a_blind_pass_keeps_the_last_good_queue_and_workers_dead() {
+        let s = Store::open_memory(0).unwrap();
+        let c = crate::config::Config::default();
+        let text = collect(&s.conn, &c, 1_000).unwrap();
+        assert!(!text.contains("\nfleetagent_queue_proofs{"), "{text}");
+        let dead = serde_json::json!({"pending": 59, "running": 0, "completed_1h": 0,
+                                      "completed_15m": 0, "workers": []});
+        crate::store::curio::set_last_reading(&s.conn, &dead.to_string(), 500).unwrap();
+        s.conn
+            .execute(
+                "UPDATE agent_state SET last_demand = ?1",
+                [serde_json::json!({"demand": null}).to_string()],
+            )
+            .unwrap();
+        let text = collect(&s.conn, &c, 1_000).unwrap();
+        for want in [
+            "fleetagent_queue_proofs{state=\"pending\"} 59",
+            "fleetagent_queue_proofs{state=\"running\"} 0",
+            "fleetagent_emergency 1",
+            "fleetagent_demand_known 0",
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }

@@ -429,17 +429,20 @@ fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) 
 }
 
 /// vast.ai's health for `doctor` and the metrics (`store::ops::record_listing`). Without a
-/// key nothing was asked: the missing key is `doctor`'s secrets check, not a failed listing.
+/// key nothing could be listed: recorded as a failed listing, so `fleetagent_vast_ok` reads
+/// 0 (an earlier success must not keep it at 1 after the key was lost).
 fn record_listing(
     conn: &Connection,
     services: &Services,
     listing_error: Option<&str>,
     now: Millis,
 ) -> Result<()> {
-    if services.vast.is_none() {
-        return Ok(());
-    }
-    crate::store::ops::record_listing(conn, listing_error.map_or(Ok(()), Err), now)
+    let result = match (&services.vast, listing_error) {
+        (None, _) => Err(NO_VAST_KEY),
+        (Some(_), Some(e)) => Err(e),
+        (Some(_), None) => Ok(()),
+    };
+    crate::store::ops::record_listing(conn, result, now)
 }
 
 /// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this

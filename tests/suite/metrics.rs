@@ -111,6 +111,13 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
         value(&scrape, "fleetagent_last_success_timestamp_seconds", None),
         Some(last_ok as f64 / 1000.0)
     );
+    // The simulated passes listed vast.ai; this run has no key: the listing is failing, not
+    // the simulation's last success.
+    assert_eq!(
+        value(&scrape, "fleetagent_vast_ok", None),
+        Some(0.0),
+        "{text}"
+    );
     for name in [
         "fleetagent_prompt_tokens_last",
         "fleetagent_emergency",
