@@ -462,6 +462,12 @@ pub fn ha_families(s: &crate::ha::status::Status) -> String {
             "1 when this host holds the lease (several hosts, [ha]).",
             f64::from(u8::from(s.role == "leader")),
         ),
+        one(
+            "fleetagent_ha_database_ok",
+            "gauge",
+            "1 when the shared database answered this host's last run; 0: unreachable (role unknown).",
+            f64::from(u8::from(s.error.is_none())),
+        ),
         maybe(
             "fleetagent_ha_epoch",
             "gauge",
@@ -473,6 +479,24 @@ pub fn ha_families(s: &crate::ha::status::Status) -> String {
             "gauge",
             "Seconds the lease has left in database time; negative: expired that long ago.",
             s.lease_left_secs,
+        ),
+    ])
+}
+
+/// A follower's textfile before its HA families: when it was written and the timer period.
+fn follower_text(config: &crate::config::Config, now: Millis) -> String {
+    render(&[
+        one(
+            "fleetagent_timer_period_seconds",
+            "gauge",
+            "run.timer_period_secs: a pass at least this often (the alert rules count in periods).",
+            config.run.timer_period_secs as f64,
+        ),
+        one(
+            "fleetagent_metrics_timestamp_seconds",
+            "gauge",
+            "When this file was written (Unix seconds).",
+            now as f64 / 1000.0,
         ),
     ])
 }
@@ -496,9 +520,15 @@ pub fn after_run(
             return;
         }
     };
-    let result = collect(&store.conn, config, now)
-        .map(|text| text + &ha.map(ha_families).unwrap_or_default())
-        .and_then(|text| write_textfile(path, &text));
+    let result = match ha.filter(|s| s.role != "leader") {
+        // A follower (or a host that cannot tell) writes no figure of the fleet, its runs or
+        // the demand: its copy of them is stale, and the leader's file has them. Its own
+        // would double the fleet on a dashboard and fire the leader's alerts on every host.
+        Some(s) => Ok(follower_text(config, now) + &ha_families(s)),
+        None => collect(&store.conn, config, now)
+            .map(|text| text + &ha.map(ha_families).unwrap_or_default()),
+    }
+    .and_then(|text| write_textfile(path, &text));
     let recorded = match &result {
         Ok(()) => match crate::store::ops::metrics_error(&store.conn) {
             Ok(None) => Ok(()),

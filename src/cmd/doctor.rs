@@ -31,6 +31,11 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     for n in crate::doctor::notes(&app.env) {
         eprintln!("note: {n}");
     }
+    if let Some(leader) = checks.iter().find_map(|c| c.leader.as_deref()) {
+        eprintln!(
+            "note: this host follows ({leader}): the checks of the passes (last_success, runs, demand, vast, ...) are the leader's; run doctor there"
+        );
+    }
     if units.is_none() {
         // Not a problem (a container, a test), but not a pass either: say it was not looked at.
         eprintln!(

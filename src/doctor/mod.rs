@@ -106,7 +106,33 @@ pub struct Check {
     pub problems: Vec<Problem>,
     /// Why the check could not run (the database or the state dir it reads is unusable).
     pub not_checked: Option<String>,
+    /// Several hosts: this host follows, and the check is the leader's (`HOST leads (epoch
+    /// N)`): it passes here, and says so.
+    pub leader: Option<String>,
 }
+
+/// The checks of what the passes do and see: on a follower its copy of them is stale (or it
+/// never led), so they are judged by `doctor` on the leader.
+pub const LEADER_CHECKS: &[&str] = &[
+    "last_success",
+    "runs",
+    "demand",
+    "vast",
+    "actions",
+    "pause",
+    "foreign_installs",
+    "llm",
+    "floor",
+    "calibration",
+    "tools_in_prompt",
+    "curio",
+    "worker_identity",
+    "price",
+    "events",
+    "wakes",
+    "silent_destroys",
+    "search_quota",
+];
 
 impl Check {
     pub fn ok(&self) -> bool {
@@ -129,9 +155,12 @@ impl Check {
                 Value::String(seen.join("; "))
             }
         };
-        let detail = match &self.not_checked {
-            Some(why) => Value::String(format!("not checked: {why}")),
-            None => join(self.problems.iter().map(|p| p.detail.as_str()).collect()),
+        let detail = match (&self.not_checked, &self.leader) {
+            (Some(why), _) => Value::String(format!("not checked: {why}")),
+            (None, Some(leader)) => Value::String(format!(
+                "the leader's to judge: this host follows ({leader}); run doctor there"
+            )),
+            (None, None) => join(self.problems.iter().map(|p| p.detail.as_str()).collect()),
         };
         json!({
             "name": self.name,
@@ -179,7 +208,8 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("config", setup::config(i.config, i.config_missing));
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
-    found.add("ha", outside::ha(i.config, i.env, i.state_dir));
+    let (ha, follows) = outside::ha(i.config, i.env, i.state_dir);
+    found.add("ha", ha);
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {
             found.add("database", vec![p]);
@@ -205,17 +235,31 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     };
     CHECKS
         .iter()
-        .map(|&name| match found.0.iter().position(|(n, _)| *n == name) {
-            Some(at) => Check {
-                name,
-                problems: found.0.swap_remove(at).1,
-                not_checked: None,
-            },
-            None => Check {
-                name,
-                problems: Vec::new(),
-                not_checked: Some(skipped.to_string()),
-            },
+        .map(|&name| {
+            // A follower's copy of what the passes write is stale: those checks are the
+            // leader's to pass or fail.
+            if let Some(leader) = follows.as_ref().filter(|_| LEADER_CHECKS.contains(&name)) {
+                return Check {
+                    name,
+                    problems: Vec::new(),
+                    not_checked: None,
+                    leader: Some(leader.clone()),
+                };
+            }
+            match found.0.iter().position(|(n, _)| *n == name) {
+                Some(at) => Check {
+                    name,
+                    problems: found.0.swap_remove(at).1,
+                    not_checked: None,
+                    leader: None,
+                },
+                None => Check {
+                    name,
+                    problems: Vec::new(),
+                    not_checked: Some(skipped.to_string()),
+                    leader: None,
+                },
+            }
         })
         .collect()
 }

@@ -303,27 +303,41 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
 
 /// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
 /// no leader for longer than the lease, hosts whose config hashes differ (a failover would
-/// change the caps). Nothing while `[ha] enabled = false`.
+/// change the caps), a host id used from two places. Nothing while `[ha] enabled = false`.
+/// Also, when this host follows a live leader, who leads: the passes' checks are the
+/// leader's then ([`super::LEADER_CHECKS`]).
 pub(super) fn ha(
     config: &crate::config::Config,
     env: &crate::env::Env,
     state_dir: &std::path::Path,
-) -> Vec<Problem> {
+) -> (Vec<Problem>, Option<String>) {
     let settings = match crate::ha::node::Settings::of(config, env) {
         Ok(Some(s)) => s,
-        Ok(None) => return Vec::new(),
+        Ok(None) => return (Vec::new(), None),
         Err(e) => {
-            return vec![Problem::new(format!("ha: {}", crate::error::one_line(&e)))
-                .fix("give the shared database's URL (docs/ha.md, \"Setting it up\")")]
+            return (
+                vec![Problem::new(format!("ha: {}", crate::error::one_line(&e)))
+                    .fix("give the shared database's URL (docs/ha.md, \"Setting it up\")")],
+                None,
+            )
         }
     };
     let status = crate::ha::status::read(&settings);
     if let Some(e) = &status.error {
-        return vec![Problem::new(format!(
-            "ha: the shared database is unreachable, so no host can act: {e}"
-        ))
-        .fix("check the database and ha_db_url from this host (`fleetagent ha status`)")];
+        return (
+            vec![Problem::new(format!(
+                "ha: the shared database is unreachable, so no host can act: {e}"
+            ))
+            .fix("check the database and ha_db_url from this host (`fleetagent ha status`)")],
+            None,
+        );
     }
+    let follows = match (&status.holder, status.epoch, status.lease_left_secs) {
+        (Some(h), Some(e), Some(left)) if left > 0.0 && *h != settings.host => {
+            Some(format!("{h} leads (epoch {e})"))
+        }
+        _ => None,
+    };
     let mut problems = Vec::new();
     let ttl = config.ha.lease_ttl_secs as f64;
     if let (Some(holder), Some(left)) = (&status.holder, status.lease_left_secs) {
@@ -375,5 +389,5 @@ pub(super) fn ha(
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
         );
     }
-    problems
+    (problems, follows)
 }

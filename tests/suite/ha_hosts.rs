@@ -490,3 +490,93 @@ fn two_hosts_under_one_host_id_are_named_and_neither_acts() {
     let shown = p.a.cmd(&["ha", "status"]).ok().stdout;
     assert!(shown.contains(", at "), "{shown}");
 }
+
+/// A follower's textfile holds its role and the file's time, no figure of the fleet, the
+/// runs or the demand (its copy is stale: the walkthrough saw every follower fire the
+/// leader's alerts and a dashboard count the fleet twice). The HA alerts over a leader's and
+/// a follower's real files: none while the leader's file is fresh, FleetagentHaNoLeader once
+/// it has not been rewritten for 3 timer periods, and nothing ever for the follower.
+#[test]
+fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
+    use super::operations::{
+        firing_of, input_series, metric_name, promtool, repo, require_promtool, samples,
+    };
+    require_promtool();
+    let p = pair();
+    p.a.cmd(&["run"]).ok();
+    p.b.cmd(&["run"]).ok();
+    let read = |f: &Fleet| std::fs::read_to_string(f.path().join("fleetagent.prom")).unwrap();
+    let (text_a, text_b) = (read(&p.a), read(&p.b));
+    assert_eq!(metric(&p.a, "fleetagent_ha_leader"), Some(1.0));
+    assert!(text_a.contains("\nfleetagent_last_success_timestamp_seconds "));
+    assert_eq!(metric(&p.b, "fleetagent_ha_leader"), Some(0.0));
+    assert_eq!(metric(&p.b, "fleetagent_ha_database_ok"), Some(1.0));
+    let names_b: BTreeSet<String> = samples(&text_b)
+        .iter()
+        .map(|(s, _)| metric_name(s).to_string())
+        .collect();
+    let expected: BTreeSet<String> = [
+        "fleetagent_timer_period_seconds",
+        "fleetagent_metrics_timestamp_seconds",
+        "fleetagent_ha_leader",
+        "fleetagent_ha_database_ok",
+        "fleetagent_ha_epoch",
+        "fleetagent_ha_lease_seconds_left",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(names_b, expected, "{text_b}");
+    // doctor on the follower: the passes' checks are the leader's, and it is green (the
+    // walkthrough saw "no successful run yet" on every follower).
+    let out = p.b.cmd(&["doctor", "--json"]);
+    let doctor: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(out.code, 0, "{doctor}");
+    let last = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "last_success")
+        .unwrap();
+    assert_eq!(last["ok"], true, "{last}");
+    assert!(
+        last["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("host-a leads (epoch 1)")),
+        "{last}"
+    );
+
+    // Every HA family the rules and the dashboard name is in these files.
+    let rules = repo("docs/monitoring/fleetagent.rules.yml");
+    let named: String = std::fs::read_to_string(&rules).unwrap()
+        + &std::fs::read_to_string(repo("docs/monitoring/grafana-dashboard.json")).unwrap();
+    let have: BTreeSet<String> = samples(&text_a)
+        .iter()
+        .chain(samples(&text_b).iter())
+        .map(|(s, _)| metric_name(s).to_string())
+        .collect();
+    for word in named.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if word.starts_with("fleetagent_ha_") {
+            assert!(have.contains(word), "{word} is in no real textfile");
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let test = format!(
+        "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
+         \x20 - interval: 1m\n    input_series:\n{a}{b}    promql_expr_test:\n{b12}{b40}{h12}{h40}",
+        rules = rules.display(),
+        a = input_series(&text_a, "a", 40),
+        b = input_series(&text_b, "b", 40),
+        b12 = firing_of(12, ",instance=\"b\"", &[]),
+        b40 = firing_of(40, ",instance=\"b\"", &[]),
+        h12 = firing_of(12, ",alertname=~\"FleetagentHa.*\"", &[]),
+        h40 = firing_of(
+            40,
+            ",alertname=~\"FleetagentHa.*\"",
+            &[("FleetagentHaNoLeader", "")]
+        ),
+    );
+    let file = dir.path().join("ha_test.yml");
+    std::fs::write(&file, test).unwrap();
+    promtool(&["test", "rules", file.to_str().unwrap()]);
+}
