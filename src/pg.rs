@@ -24,9 +24,37 @@ pub enum ConnectError {
 }
 
 /// One connection to `url` (a `postgres://` URL or a libpq `key=value` string) without TLS:
-/// `timeout` bounds the TCP connect and each statement (`statement_timeout`), and
-/// `application_name` is set unless the URL names one.
+/// `timeout` bounds the whole connect (the driver's own bound is the TCP connect alone: a
+/// server that accepts the connection and never replies, stopped or behind a network that
+/// drops packets, held the caller for ever) and each statement (`statement_timeout`), and
+/// `application_name` is set unless the URL names one. The connect runs on a thread of its
+/// own, left behind when it does not answer in time.
 pub fn connect(
+    url: &str,
+    timeout: Duration,
+    application_name: &str,
+) -> Result<Client, ConnectError> {
+    let (sent, answer) = std::sync::mpsc::channel();
+    let (url, name) = (url.to_string(), application_name.to_string());
+    let spawned = std::thread::Builder::new()
+        .name("pg-connect".into())
+        .spawn(move || {
+            let _ = sent.send(connect_here(&url, timeout, &name));
+        });
+    if let Err(e) = spawned {
+        return Err(ConnectError::Connect(format!("cannot start a thread: {e}")));
+    }
+    answer
+        .recv_timeout(timeout + Duration::from_millis(500))
+        .unwrap_or_else(|_| {
+            Err(ConnectError::Connect(format!(
+                "no answer within {}s: the server accepted the connection but never replied (stopped, overloaded, or a network that drops packets)",
+                timeout.as_secs_f64()
+            )))
+        })
+}
+
+fn connect_here(
     url: &str,
     timeout: Duration,
     application_name: &str,
@@ -83,6 +111,29 @@ pub fn tls_mode_demanded(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server that accepts the connection and never replies (a stopped postmaster, a
+    /// network that drops packets after the handshake) ends the connect at its bound, named.
+    #[test]
+    fn a_server_that_never_replies_is_given_up_on_at_the_bound() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = std::thread::spawn(move || {
+            // Accept and hold the connection open, silent, until the test ends.
+            let (conn, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(5));
+            drop(conn);
+        });
+        let url = format!("postgresql://u:pw@127.0.0.1:{port}/db?sslmode=disable");
+        match connect(&url, Duration::from_secs(1), "test") {
+            Err(ConnectError::Connect(why)) => {
+                assert!(why.contains("never replied"), "{why}")
+            }
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("connected to a silent server"),
+        }
+        drop(held);
+    }
 
     #[test]
     fn tls_demanding_urls_are_recognised() {
