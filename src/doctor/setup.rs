@@ -20,7 +20,27 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
         );
     }
     out.extend(launch(config));
+    out.extend(fence_margin(config));
     out
+}
+
+/// `[ha]`: a fence margin the lease cannot keep between two renewals (the keeper renews every
+/// 2/15 of the lease): every fenced step would find "less than the margin left" and the
+/// leader would stop itself.
+fn fence_margin(config: &Config) -> Vec<Problem> {
+    let ha = &config.ha;
+    let kept = ha.lease_ttl_secs as f64 * 13.0 / 15.0;
+    if !ha.enabled || ha.fence_margin_secs as f64 <= kept {
+        return Vec::new();
+    }
+    vec![Problem::new(format!(
+        "ha.fence_margin_secs = {} is more than the lease keeps between renewals ({:.0}s of lease_ttl_secs = {}): the leader's fenced steps fail as if the lease were lost",
+        ha.fence_margin_secs, kept, ha.lease_ttl_secs
+    ))
+    .fix(format!(
+        "lower ha.fence_margin_secs to {:.0} or less (the default is half the lease)",
+        kept.floor()
+    ))]
 }
 
 /// Launches made impossible by the config: keys unset, caps at 0.
@@ -148,6 +168,31 @@ mod tests {
         ))
         .unwrap();
         launch(&config).into_iter().map(|p| p.detail).collect()
+    }
+
+    /// A fence margin above what the lease keeps between renewals (13/15 of it) is named;
+    /// the default, and one just within, are not.
+    #[test]
+    fn a_fence_margin_the_lease_cannot_keep_is_named() {
+        let margin = |ha: &str| {
+            let config = crate::config::parse(&format!(
+                "[vast]\ntimeout_secs = 5\n[ha]\nenabled = true\n{ha}"
+            ))
+            .unwrap();
+            fence_margin(&config)
+                .into_iter()
+                .map(|p| p.detail)
+                .collect::<Vec<_>>()
+        };
+        assert!(margin("").is_empty());
+        assert!(margin("lease_ttl_secs = 150\nfence_margin_secs = 130").is_empty());
+        let high = margin("lease_ttl_secs = 100\nfence_margin_secs = 90");
+        assert!(
+            high.len() == 1
+                && high[0].contains("fence_margin_secs = 90")
+                && high[0].contains("87s"),
+            "{high:?}"
+        );
     }
 
     /// Every cap at 0 that refuses every launch is named; 0 reads as "none" nowhere among

@@ -267,8 +267,9 @@ fn write_rows(
 
 fn lost(step: &str, held: &Held) -> anyhow::Error {
     anyhow!(
-        "{step}: the lease is no longer this host's ({} at epoch {}) with {}s left; \
-         stopping before anything else is written or sent (the next leader takes over)",
+        "{step}: the lease is no longer this host's ({}) at epoch {} with at least \
+         fence_margin_secs ({}s) of it left (another host took it, or it ran that low between \
+         renewals); stopping before anything else is written or sent (the next leader takes over)",
         held.host,
         held.epoch,
         held.margin.as_secs()
