@@ -50,6 +50,12 @@ fn status(settings: &Settings, json: bool) -> Result<()> {
             );
         }
     }
+    if !s.cannot_write.is_empty() {
+        anyhow::bail!(
+            "this host's database role cannot write the shared tables ({}): every run here fails; use a role that owns the schema fleetagent (docs/ha.md)",
+            s.cannot_write.join(", ")
+        );
+    }
     match s.error {
         Some(e) => anyhow::bail!(e),
         None => Ok(()),

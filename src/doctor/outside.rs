@@ -339,6 +339,15 @@ pub(super) fn ha(
         _ => None,
     };
     let mut problems = Vec::new();
+    if !status.cannot_write.is_empty() {
+        problems.push(
+            Problem::new(format!(
+                "ha: this host's database role cannot write the shared tables ({}): every run here fails",
+                status.cannot_write.join(", ")
+            ))
+            .fix("use a role that owns the schema fleetagent (docs/ha.md, \"Setting it up\"), never the demand probe's read-only one"),
+        );
+    }
     let ttl = config.ha.lease_ttl_secs as f64;
     if let (Some(holder), Some(left)) = (&status.holder, status.lease_left_secs) {
         if left < -ttl {

@@ -20,6 +20,11 @@ pub struct Status {
     pub lease_left_secs: Option<f64>,
     pub hosts: Vec<HostStatus>,
     pub error: Option<String>,
+    /// The writes this host's database role lacks on the shared tables (`fleetagent.hosts
+    /// INSERT`, ...): every `run` here would fail. Judged by doctor; not among DESIGN.md's
+    /// JSON fields.
+    #[serde(skip)]
+    pub cannot_write: Vec<String>,
 }
 
 /// One host as the shared database last heard from it.
@@ -86,7 +91,27 @@ fn unknown(host_id: String) -> Status {
         lease_left_secs: None,
         hosts: Vec::new(),
         error: None,
+        cannot_write: Vec::new(),
     }
+}
+
+/// The writes a host's role needs on the shared tables that it lacks, as `table PRIVILEGE`.
+fn cannot_write(db: &mut SharedDb) -> Result<Vec<String>> {
+    db.retrying("reading the role's privileges", |c| {
+        Ok(c.query(
+            "SELECT t || ' ' || p FROM (VALUES
+                 ('lease', 'INSERT'), ('lease', 'UPDATE'),
+                 ('hosts', 'INSERT'), ('hosts', 'UPDATE'),
+                 ('sync', 'INSERT'), ('sync', 'UPDATE'),
+                 ('rows', 'INSERT'), ('rows', 'UPDATE'),
+                 ('inbox', 'INSERT'), ('inbox', 'DELETE')) AS need(t, p)
+             WHERE NOT has_table_privilege('fleetagent.' || t, p)",
+            &[],
+        )?
+        .iter()
+        .map(|r| format!("fleetagent.{}", r.get::<_, String>(0)))
+        .collect())
+    })
 }
 
 /// What the shared database says now, from this host's point of view.
@@ -108,6 +133,7 @@ pub fn read(settings: &Settings) -> Status {
             status.role = "follower".into();
         }
         status.hosts = hosts(&mut db)?;
+        status.cannot_write = cannot_write(&mut db)?;
         Ok(())
     })();
     if let Err(e) = result {

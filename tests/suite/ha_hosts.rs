@@ -580,3 +580,40 @@ fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
     std::fs::write(&file, test).unwrap();
     promtool(&["test", "rules", file.to_str().unwrap()]);
 }
+
+/// A database role that can read the shared tables but not write them (the walkthrough's
+/// `GRANT SELECT`): `ha status` and doctor name the writes it lacks, where before they passed
+/// while every run failed.
+#[test]
+fn a_role_that_cannot_write_the_shared_tables_is_named() {
+    let mut p = pair();
+    p.a.cmd(&["run"]).ok(); // the schema, created by the owner
+    let role = format!("ro_{}", p.db.name);
+    p.db.exec(&format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'pw';
+         GRANT USAGE ON SCHEMA fleetagent TO {role};
+         GRANT SELECT ON ALL TABLES IN SCHEMA fleetagent TO {role};"
+    ));
+    let url = format!(
+        "postgresql://{role}:pw@127.0.0.1:{}/{}?sslmode=disable",
+        p.db.port, p.db.name
+    );
+    let reader = host("host-r", &p.db, &p.vast, p._demand.path()).env("FLEETAGENT_HA_DB_URL", &url);
+    let out = reader.cmd(&["ha", "status"]).code(1);
+    assert!(
+        out.stderr.contains("cannot write the shared tables")
+            && out.stderr.contains("fleetagent.hosts INSERT"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("pw@"), "{}", out.stderr);
+    let check = doctor_ha(&reader);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("cannot write the shared tables")),
+        "{check}"
+    );
+    p.db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role};"));
+}
