@@ -34,6 +34,9 @@ fn status(settings: &Settings, json: bool) -> Result<()> {
                 "leader: none: {h}'s lease (epoch {e}) expired {:.0}s ago; the next host to poll takes it",
                 -left
             ),
+            _ if s.error.is_some() => {
+                crate::outln!("leader: unknown (the shared database cannot be read)")
+            }
             _ => crate::outln!("leader: none yet (no host has run)"),
         }
         for h in &s.hosts {
@@ -67,7 +70,8 @@ fn release(settings: &Settings) -> Result<()> {
         Some(epoch) => {
             log::info!(target: "fleetagent::notice", "ha: {} released the lease (epoch {epoch})", settings.host);
             crate::outln!(
-                "released the lease (epoch {epoch}); the next host to poll leads (this one too, if it polls first)"
+                "released the lease (epoch {epoch}); another host takes it at its next poll, and this one leaves it to them for {}s (lease_ttl_secs)",
+                settings.ttl.as_secs()
             );
             Ok(())
         }

@@ -301,6 +301,9 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
     }
 }
 
+/// A host of the shared `hosts` table silent this long is left out of the config comparison.
+const RETIRED_AFTER_SECS: f64 = 86_400.0;
+
 /// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
 /// no leader for longer than the lease, hosts whose config hashes differ (a failover would
 /// change the caps), a host id used from two places. Nothing while `[ha] enabled = false`.
@@ -379,14 +382,17 @@ pub(super) fn ha(
             .fix("give each host its own ha.host_id (the default, /etc/machine-id, is the same on cloned machines)"),
         );
     }
-    let hashes: std::collections::BTreeSet<&str> = status
+    // A host not heard from for a day is retired (renamed, rebuilt, taken out): its config
+    // is not one a failover could bring back, and it must not keep doctor red for ever.
+    let current: Vec<&crate::ha::status::HostStatus> = status
         .hosts
         .iter()
-        .map(|h| h.config_hash.as_str())
+        .filter(|h| h.seen_secs_ago < RETIRED_AFTER_SECS)
         .collect();
+    let hashes: std::collections::BTreeSet<&str> =
+        current.iter().map(|h| h.config_hash.as_str()).collect();
     if hashes.len() > 1 {
-        let each: Vec<String> = status
-            .hosts
+        let each: Vec<String> = current
             .iter()
             .map(|h| format!("{} {}", h.host_id, h.config_hash))
             .collect();

@@ -477,6 +477,9 @@ fn ha_line(ha: &crate::ha::status::Status) -> String {
                 -left
             )
         }
+        _ if ha.error.is_some() => {
+            "the leader is unknown (the shared database cannot be read)".to_string()
+        }
         _ => "no leader yet".to_string(),
     };
     let error = ha

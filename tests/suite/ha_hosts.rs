@@ -292,6 +292,16 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
         check["detail"].as_str().unwrap().contains("configs differ"),
         "{check}"
     );
+    // A host not heard from for a day is retired: its config no longer counts.
+    db.exec("UPDATE fleetagent.hosts SET last_seen = now() - interval '2 days' WHERE host_id = 'host-a'");
+    let check = doctor_ha(&b);
+    assert!(
+        !check["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("configs differ"),
+        "{check}"
+    );
 }
 
 /// A leader stopped (SIGSTOP) after it recorded a launch intent, past its lease: another
