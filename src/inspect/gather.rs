@@ -141,6 +141,15 @@ pub fn build(
             until: p.until.map(rfc3339),
             reason: p.reason,
         }),
+        vast: {
+            let h = crate::store::ops::vast_health(&store.conn)?;
+            super::VastView {
+                ok: h.ok(),
+                ok_at: h.ok_at.map(rfc3339),
+                error: h.error.clone(),
+                error_since: h.error_at.map(rfc3339),
+            }
+        },
         operator_hold: crate::run::observe::operator_hold(&store.conn, config, now)?.map(|h| {
             super::HoldView {
                 stopped_at: rfc3339(h.stopped_at),

@@ -169,6 +169,8 @@ pub struct Report {
     pub install_id: String,
     /// The operator's pause in force (`fleetagent pause`), or null.
     pub paused: Option<PauseView>,
+    /// vast.ai's listing as the passes (and polls) last met it.
+    pub vast: VastView,
     /// An operator stop the rules and the floor do not undo yet, or null.
     pub operator_hold: Option<HoldView>,
     /// Instances under our label prefix with another install's id, as the last listing saw
@@ -186,6 +188,16 @@ pub struct Report {
     /// A database `sim` wrote (`sim --state-dir`): the run that wrote it and which config
     /// this report judges. Null for an install's database.
     pub sim: Option<SimView>,
+}
+
+/// `vast`: whether the last listing worked, when one last did, and since when and why the
+/// listings fail (null while they work).
+#[derive(Debug, Clone, Serialize)]
+pub struct VastView {
+    pub ok: bool,
+    pub ok_at: Option<String>,
+    pub error: Option<String>,
+    pub error_since: Option<String>,
 }
 
 /// `sim`: the simulation behind the database, and whether the config the report judges is

@@ -375,6 +375,16 @@ pub fn render_text(r: &Report) -> String {
             r.launch_keys_missing.join(", ")
         ));
     }
+    line(match (&r.vast.error, &r.vast.ok_at) {
+        (Some(e), ok_at) => format!(
+            "vast.ai     the listing FAILS since {}: {}; last worked {} (the fleet below is fleetagent's table)",
+            r.vast.error_since.as_deref().unwrap_or("?"),
+            crate::text::clip(e, 200),
+            ok_at.as_deref().unwrap_or("never")
+        ),
+        (None, Some(at)) => format!("vast.ai     the last listing worked, at {at}"),
+        (None, None) => "vast.ai     never listed yet".to_string(),
+    });
     line(format!(
         "fleet       {} instance(s), ${:.2}/h",
         r.fleet.len(),
@@ -439,7 +449,7 @@ pub fn render_text(r: &Report) -> String {
     for run in &r.runs {
         let acted = run.actions_ok + run.actions_refused + run.actions_failed;
         line(format!(
-            "  {:>6} s{} {:<6} {:<7} {:<14} {} ev {} wk {}{}{}",
+            "  {:>6} s{} {:<6} {:<7} {:<14} {} ev {} wk {}{}{}{}{}",
             run.id,
             run.session_id,
             run.started_by,
@@ -448,6 +458,13 @@ pub fn render_text(r: &Report) -> String {
             run.started_at,
             run.events_claimed,
             run.wakes_claimed,
+            run.decided_by
+                .map(|d| format!("  decided by {}", d.as_str()))
+                .unwrap_or_default(),
+            run.llm_error
+                .as_ref()
+                .map(|e| format!("  llm: {}", crate::text::clip(e, 160)))
+                .unwrap_or_default(),
             if acted > 0 {
                 format!(
                     "  actions: ok {}, refused {}, failed {}",

@@ -177,6 +177,22 @@ fn a_blind_run_exits_1_in_either_format() {
     let v = f.inspect();
     assert_eq!(v["runs"][0]["status"], "ok");
     assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    // inspect says the listing fails, and why (the run itself finished its pass).
+    assert_eq!(v["vast"]["ok"], false, "{}", v["vast"]);
+    assert!(
+        v["vast"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no answer within 1s")),
+        "{}",
+        v["vast"]
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("vast.ai     the listing FAILS since ")),
+        "{text}"
+    );
+    assert!(text.contains("decided by rules"), "{text}");
     assert_eq!(v["runs"][0]["actions_failed"], 1);
     assert_eq!(v["unconsumed_events"], 0);
 
@@ -353,6 +369,22 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
     let v = f.inspect();
     assert_eq!(v["runs"][0]["status"], "ok");
     assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    // inspect says the listing fails, and why (the run itself finished its pass).
+    assert_eq!(v["vast"]["ok"], false, "{}", v["vast"]);
+    assert!(
+        v["vast"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no answer within 1s")),
+        "{}",
+        v["vast"]
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("vast.ai     the listing FAILS since ")),
+        "{text}"
+    );
+    assert!(text.contains("decided by rules"), "{text}");
     assert_eq!(v["unconsumed_events"], 0);
     // `doctor`, right after: vast.ai does not answer, and the pass's launch failed.
     let doc = f.cmd(&["doctor"]).code(1);
