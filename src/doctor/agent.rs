@@ -45,7 +45,7 @@ pub(super) fn llm(state: &AgentState, now: Millis) -> Vec<Problem> {
             human_duration(now - at),
             crate::text::clip(err, 300)
         ))
-        .fix("check llm.base_url, llm.model and the LLM API key (`fleetagent history` shows the failed calls); the rules decide meanwhile when llm.fallback = \"rules\"")
+        .fix("check llm.base_url, llm.model and the LLM API key (`fleetagent history` shows the failed calls); the rules decide meanwhile when llm.fallback = \"rules\". This clears at the model's next good answer: a quiet tick does not ask it (llm.quiet_interval_mins), `fleetagent trigger -p 1 -r \"llm check\"` does now")
         .since(Some(at))],
         _ => Vec::new(),
     }
