@@ -7,7 +7,20 @@ use crate::cmd::App;
 use crate::error::{Quiet, EXIT_RUNTIME};
 
 pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
-    let loaded = app.load_config()?;
+    let loaded = match app.load_config() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            // A monitor reading --json gets JSON here too: the config check fails, the rest
+            // are not checked; the error line and exit 2 as for every config error.
+            if args.json {
+                crate::outln!(
+                    "{}",
+                    crate::doctor::json(&crate::doctor::config_unreadable(&e))
+                );
+            }
+            return Err(e);
+        }
+    };
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();
     let checks = crate::doctor::checks(&crate::doctor::Inputs {

@@ -308,6 +308,25 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     found.add("search_quota", outside::search_quota(conn, now));
 }
 
+/// Every check when the config cannot be read: `config` fails with the error, the rest are
+/// not checked.
+pub fn config_unreadable(e: &anyhow::Error) -> Vec<Check> {
+    CHECKS
+        .iter()
+        .map(|&name| Check {
+            name,
+            problems: if name == "config" {
+                vec![Problem::new(crate::error::one_line(e))
+                    .fix("correct the config file (the line and key are named)")]
+            } else {
+                Vec::new()
+            },
+            not_checked: (name != "config").then(|| "the config cannot be read".to_string()),
+            leader: None,
+        })
+        .collect()
+}
+
 /// The problems as `doctor` prints them: one line each, in check order.
 pub fn lines(checks: &[Check]) -> Vec<String> {
     checks

@@ -662,3 +662,32 @@ fn inspect_reports_an_ha_setup_without_its_database_url() {
     let text = f.cmd(&["inspect"]).ok().stdout;
     assert!(text.contains("unknown"), "{text}");
 }
+
+/// A config error under `doctor --json`: exit 2 and the error line as for every config error,
+/// and JSON on stdout for the monitor that reads it (the config check failing, the rest not
+/// checked), not an empty stdout.
+#[test]
+fn doctor_json_on_a_config_error_still_prints_json() {
+    let f = Fleet::with_config("");
+    f.cmd(&["init"]).ok();
+    f.write_config("[policy]\nmax_instances = \"four\"\n");
+    let out = f.cmd(&["doctor", "--json"]);
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("max_instances"), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("JSON on stdout");
+    assert_eq!(v["ok"], false);
+    let config = check(&v, "config");
+    assert_eq!(config["ok"], false, "{config}");
+    assert!(
+        config["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("max_instances")),
+        "{config}"
+    );
+    assert!(
+        check(&v, "last_success")["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("not checked")),
+        "{v}"
+    );
+}
