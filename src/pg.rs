@@ -118,10 +118,11 @@ mod tests {
     fn a_server_that_never_replies_is_given_up_on_at_the_bound() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
         let held = std::thread::spawn(move || {
-            // Accept and hold the connection open, silent, until the test ends.
+            // Accept and hold the connection open, silent, until the test is done with it.
             let (conn, _) = listener.accept().unwrap();
-            std::thread::sleep(Duration::from_secs(5));
+            let _ = wait.recv_timeout(Duration::from_secs(30));
             drop(conn);
         });
         let url = format!("postgresql://u:pw@127.0.0.1:{port}/db?sslmode=disable");
@@ -132,7 +133,8 @@ mod tests {
             Err(other) => panic!("{other:?}"),
             Ok(_) => panic!("connected to a silent server"),
         }
-        drop(held);
+        done.send(()).unwrap();
+        held.join().unwrap();
     }
 
     #[test]
