@@ -42,22 +42,29 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
         }
     }
     for n in crate::doctor::notes(&app.env) {
-        eprintln!("note: {n}");
+        note(&n);
     }
     if let Some(leader) = checks.iter().find_map(|c| c.leader.as_deref()) {
-        eprintln!(
-            "note: this host follows ({leader}): the checks of the passes (last_success, runs, demand, vast, ...) are the leader's; run doctor there"
-        );
+        note(&format!(
+            "this host follows ({leader}): the checks of the passes (last_success, runs, demand, vast, ...) are the leader's; run doctor there"
+        ));
     }
     if units.is_none() {
         // Not a problem (a container, a test), but not a pass either: say it was not looked at.
-        eprintln!(
-            "note: the systemd units were not checked: no systemd manager answered (run doctor as the units' user; `--user` units need that user's session)"
-        );
+        note("the systemd units were not checked: no systemd manager answered (run doctor as the units' user; `--user` units need that user's session)");
     }
     if ok {
         Ok(())
     } else {
         Err(Quiet(EXIT_RUNTIME).into())
     }
+}
+
+/// A fact doctor states on stderr that is not a problem: `note: ...`, at notice priority when
+/// stderr is the journal.
+fn note(text: &str) {
+    eprintln!(
+        "{}",
+        crate::journal::line(crate::journal::NOTICE_PRIORITY, &format!("note: {text}"))
+    );
 }

@@ -421,4 +421,18 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
     );
     assert_eq!(stop.stderr.trim().lines().count(), 1, "{}", stop.stderr);
     assert!(stop.stderr.contains("vast.ai"), "{}", stop.stderr);
+    // The operator's listing under systemd: its warning carries a priority like every line.
+    let listed = in_journal(&f, &["instances", "list"]);
+    assert!(
+        listed
+            .stderr
+            .contains("<4>fleetagent: vast.ai listing unavailable"),
+        "{}",
+        listed.stderr
+    );
+    assert!(
+        listed.stderr.lines().all(|l| l.starts_with('<')),
+        "{}",
+        listed.stderr
+    );
 }
