@@ -203,6 +203,8 @@ pub fn llm_loop(
         run_id: le.run_id,
     };
     let mut out = LlmOutcome::default();
+    // The first few invalid calls, named for the journal.
+    let mut invalid: Vec<String> = Vec::new();
     // The previous round's prompt: a later round appends to it while it fits.
     let mut previous: Option<context::Assembled> = None;
     for round in 1..=config.llm.max_tool_rounds {
@@ -460,6 +462,13 @@ pub fn llm_loop(
             out.mutated |= result.mutated;
             if answer::invalid_call(result.error_code()) {
                 out.invalid_calls += 1;
+                if invalid.len() < 5 {
+                    invalid.push(format!(
+                        "{} ({})",
+                        crate::text::clip(&call.name, 60),
+                        result.error_code().unwrap_or("?")
+                    ));
+                }
             }
             // The stored call shows `{}` for arguments it could not keep: its result says so.
             if let (Some(n), Some(obj)) = (
@@ -506,11 +515,18 @@ pub fn llm_loop(
         }
     }
     if out.malformed_answers > 0 || out.invalid_calls > 0 {
-        log::info!(
-            "run {}: {} malformed answer(s), {} invalid call(s)",
+        // The journal's warning: the model asked for something that was not done.
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {}: the model's answers were unusable in part: {} malformed answer(s), {} invalid tool call(s){}; nothing was done for them",
             le.run_id,
             out.malformed_answers,
-            out.invalid_calls
+            out.invalid_calls,
+            if invalid.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", crate::output::terminal_safe(&invalid.join(", ")))
+            }
         );
     }
     Ok(Ok(out))

@@ -192,7 +192,15 @@ fn bad_tool_calls_are_fed_back_as_errors() {
     ]));
     llm.push(Reply::text("Scheduled a check."));
     f.cmd(&["trigger", "-p", "0", "-r", "x"]).ok();
-    f.cmd(&["run"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    // The operator hears of it: what the model asked for and was not done, named.
+    assert!(
+        out.stderr.contains("the model's answers were unusable in part")
+            && out.stderr.contains("5 invalid tool call(s)")
+            && out.stderr.contains("teleport_instance (unknown_tool)"),
+        "{}",
+        out.stderr
+    );
     let reqs = llm.requests();
     assert_eq!(reqs.len(), 2);
     let tool_msgs: Vec<&Value> = reqs[1]["messages"]
