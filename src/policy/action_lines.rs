@@ -120,7 +120,7 @@ fn asked_by(a: &Action) -> String {
         "ok" | "dry_run" => "by",
         _ => "asked by",
     };
-    match a.reason.as_deref().map(|r| clip(r, 160)) {
+    match a.reason.as_deref().map(|r| clip(r, 400)) {
         Some(r) if !r.is_empty() => format!("{verb} {}: {r}", a.actor),
         _ => format!("{verb} {}", a.actor),
     }
