@@ -195,7 +195,8 @@ fn bad_tool_calls_are_fed_back_as_errors() {
     let out = f.cmd(&["run"]).ok();
     // The operator hears of it: what the model asked for and was not done, named.
     assert!(
-        out.stderr.contains("the model's answers were unusable in part")
+        out.stderr
+            .contains("the model's answers were unusable in part")
             && out.stderr.contains("5 invalid tool call(s)")
             && out.stderr.contains("teleport_instance (unknown_tool)"),
         "{}",
