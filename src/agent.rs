@@ -518,7 +518,7 @@ pub fn llm_loop(
         // The journal's warning: the model asked for something that was not done.
         log::warn!(
             target: crate::journal::NOTICE,
-            "run {}: the model's answers were unusable in part: {} malformed answer(s), {} invalid tool call(s){}; nothing was done for them",
+            "run {}: the model's answers were unusable in part: {} malformed answer(s), {} invalid call(s){}; nothing was done for them",
             le.run_id,
             out.malformed_answers,
             out.invalid_calls,

@@ -23,38 +23,45 @@ pub enum ConnectError {
     StatementTimeout(String),
 }
 
-/// One connection to `url` (a `postgres://` URL or a libpq `key=value` string) without TLS:
-/// `timeout` bounds the whole connect (the driver's own bound is the TCP connect alone: a
-/// server that accepts the connection and never replies, stopped or behind a network that
-/// drops packets, held the caller for ever) and each statement (`statement_timeout`), and
-/// `application_name` is set unless the URL names one. The connect runs on a thread of its
-/// own, left behind when it does not answer in time.
-pub fn connect(
-    url: &str,
-    timeout: Duration,
-    application_name: &str,
-) -> Result<Client, ConnectError> {
-    let (sent, answer) = std::sync::mpsc::channel();
-    let (url, name) = (url.to_string(), application_name.to_string());
-    let spawned = std::thread::Builder::new()
-        .name("pg-connect".into())
-        .spawn(move || {
-            let _ = sent.send(connect_here(&url, timeout, &name));
-        });
-    if let Err(e) = spawned {
-        return Err(ConnectError::Connect(format!("cannot start a thread: {e}")));
-    }
-    answer
-        .recv_timeout(timeout + Duration::from_millis(500))
-        .unwrap_or_else(|_| {
-            Err(ConnectError::Connect(format!(
-                "no answer within {}s: the server accepted the connection but never replied (stopped, overloaded, or a network that drops packets)",
-                timeout.as_secs_f64()
-            )))
-        })
+/// Why [`on_thread`] has no answer.
+#[derive(Debug)]
+pub enum Abandoned {
+    /// The job did not finish within the limit; its thread is left behind.
+    Elapsed,
+    /// The thread could not start, or the job panicked: the reason.
+    Failed(String),
 }
 
-fn connect_here(
+/// Runs `job` on a thread of its own named `name` and waits at most `limit` for it. The
+/// driver bounds the TCP connect alone: a server that accepts the connection and never
+/// replies (stopped, or behind a network that drops packets) would hold the caller for ever;
+/// past the limit the thread is abandoned (a short-lived process exits soon after).
+pub fn on_thread<T: Send + 'static>(
+    name: &str,
+    limit: Duration,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Abandoned> {
+    let (sent, answer) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let _ = sent.send(job());
+        })
+        .map_err(|e| Abandoned::Failed(format!("cannot start a thread: {e}")))?;
+    answer.recv_timeout(limit).map_err(|e| match e {
+        std::sync::mpsc::RecvTimeoutError::Timeout => Abandoned::Elapsed,
+        std::sync::mpsc::RecvTimeoutError::Disconnected => {
+            Abandoned::Failed("the thread panicked".into())
+        }
+    })
+}
+
+/// One connection to `url` (a `postgres://` URL or a libpq `key=value` string) without TLS:
+/// `timeout` bounds the TCP connect and each statement (`statement_timeout`), and
+/// `application_name` is set unless the URL names one. A server that accepts and never
+/// replies is not bounded here: run it [`on_thread`] (the HarmonyDB probe bounds its whole
+/// reading so, the shared database its connect).
+pub fn connect(
     url: &str,
     timeout: Duration,
     application_name: &str,
@@ -112,29 +119,18 @@ pub fn tls_mode_demanded(url: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// A server that accepts the connection and never replies (a stopped postmaster, a
-    /// network that drops packets after the handshake) ends the connect at its bound, named.
+    /// A job that does not finish within the limit is abandoned; one that does is answered.
     #[test]
-    fn a_server_that_never_replies_is_given_up_on_at_the_bound() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
+    fn a_job_on_its_thread_is_waited_for_up_to_its_limit() {
         let (done, wait) = std::sync::mpsc::channel::<()>();
-        let held = std::thread::spawn(move || {
-            // Accept and hold the connection open, silent, until the test is done with it.
-            let (conn, _) = listener.accept().unwrap();
+        let slow = on_thread("test-slow", Duration::from_millis(200), move || {
             let _ = wait.recv_timeout(Duration::from_secs(30));
-            drop(conn);
+            1
         });
-        let url = format!("postgresql://u:pw@127.0.0.1:{port}/db?sslmode=disable");
-        match connect(&url, Duration::from_secs(1), "test") {
-            Err(ConnectError::Connect(why)) => {
-                assert!(why.contains("never replied"), "{why}")
-            }
-            Err(other) => panic!("{other:?}"),
-            Ok(_) => panic!("connected to a silent server"),
-        }
+        assert!(matches!(slow, Err(Abandoned::Elapsed)), "{slow:?}");
         done.send(()).unwrap();
-        held.join().unwrap();
+        let quick = on_thread("test-quick", Duration::from_secs(30), || 2);
+        assert!(matches!(quick, Ok(2)), "{quick:?}");
     }
 
     #[test]

@@ -72,7 +72,21 @@ impl SharedDb {
         let shown = redact_url(url);
         let secrets = secrets_of(url);
         let clean = |msg: String| anyhow!(mask(&one_line(&format!("ha database {msg}")), &secrets));
-        let client = crate::pg::connect(url, timeout, "fleetagent-ha").map_err(|e| match e {
+        // A server that accepts and never replies is given up on at the bound, named.
+        let owned = url.to_string();
+        let connected = crate::pg::on_thread("ha-connect", timeout + Duration::from_millis(500), move || {
+            crate::pg::connect(&owned, timeout, "fleetagent-ha")
+        })
+        .unwrap_or_else(|gone| {
+            Err(ConnectError::Connect(match gone {
+                crate::pg::Abandoned::Elapsed => format!(
+                    "no answer within {}s: the server accepted the connection but never replied (stopped, overloaded, or a network that drops packets)",
+                    timeout.as_secs_f64()
+                ),
+                crate::pg::Abandoned::Failed(why) => why,
+            }))
+        });
+        let client = connected.map_err(|e| match e {
             ConnectError::Tls(_) => clean(format!(
                 "{shown} asks for TLS, but fleetagent connects without TLS; use \
                  sslmode=disable over a private network or an SSH tunnel"
@@ -194,6 +208,32 @@ mod tests {
         };
         let waits: Vec<u128> = (1..6).map(|n| retry.backoff(n).as_millis()).collect();
         assert_eq!(waits, [200, 400, 800, 1000, 1000]);
+    }
+
+    /// A server that accepts the connection and never replies (a stopped postmaster, a
+    /// network that drops packets after the handshake) ends the connect at its bound, named
+    /// (`ha status`, doctor and inspect waited for ever).
+    #[test]
+    fn a_server_that_never_replies_is_given_up_on_at_the_bound() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let held = std::thread::spawn(move || {
+            // Accept and hold the connection open, silent, until the test is done with it.
+            let (conn, _) = listener.accept().unwrap();
+            let _ = wait.recv_timeout(Duration::from_secs(30));
+            drop(conn);
+        });
+        let url = format!("postgresql://u:secret-pw@127.0.0.1:{port}/db?sslmode=disable");
+        let err = SharedDb::connect(&url, Duration::from_secs(1), Arc::new(SystemClock))
+            .expect_err("connected to a silent server")
+            .to_string();
+        assert!(
+            err.contains("never replied") && !err.contains("secret-pw"),
+            "{err}"
+        );
+        done.send(()).unwrap();
+        held.join().unwrap();
     }
 
     #[test]

@@ -197,7 +197,7 @@ fn bad_tool_calls_are_fed_back_as_errors() {
     assert!(
         out.stderr
             .contains("the model's answers were unusable in part")
-            && out.stderr.contains("5 invalid tool call(s)")
+            && out.stderr.contains("5 invalid call(s)")
             && out.stderr.contains("teleport_instance (unknown_tool)"),
         "{}",
         out.stderr

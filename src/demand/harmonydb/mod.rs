@@ -11,12 +11,12 @@ mod read;
 pub use read::HISTORY as HISTORY_STATEMENT;
 
 use std::fmt;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::thread;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use postgres::{Client, IsolationLevel};
+
+use crate::pg::Abandoned;
 
 use super::{Demand, DemandProbe};
 use crate::pg::ConnectError;
@@ -118,22 +118,15 @@ impl DemandProbe for HarmonyDbProbe {
         let clean = |msg: &str| anyhow!(mask(&one_line(&format!("harmonydb: {msg}")), &secrets));
         // The driver bounds the TCP connect, not a server that accepts and then never
         // answers; so the whole probe runs on a thread that is abandoned past the limit.
-        let (tx, rx) = mpsc::channel();
         let job = self.clone();
-        thread::Builder::new()
-            .name("harmonydb-probe".into())
-            .spawn(move || {
-                let _ = tx.send(job.read());
-            })
-            .map_err(|e| clean(&format!("cannot start the probe thread: {e}")))?;
-        match rx.recv_timeout(self.timeout + GRACE) {
+        match crate::pg::on_thread("harmonydb-probe", self.timeout + GRACE, move || job.read()) {
             Ok(result) => result.map_err(|msg| clean(&msg)),
-            Err(RecvTimeoutError::Timeout) => Err(clean(&format!(
+            Err(Abandoned::Elapsed) => Err(clean(&format!(
                 "no answer from {} within {}s",
                 redact_url(&self.url),
                 (self.timeout + GRACE).as_secs_f64()
             ))),
-            Err(RecvTimeoutError::Disconnected) => Err(clean("the probe thread panicked")),
+            Err(Abandoned::Failed(why)) => Err(clean(&format!("the probe: {why}"))),
         }
     }
 }
