@@ -82,7 +82,10 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     if let Some(line) = follower {
         // Not ours to act: what this host's doorbell announced is in the shared inbox now.
         let _ = env.doorbell.remove();
-        log::info!(target: "fleetagent::notice", "{line}");
+        // Under systemd stdout is the journal too: the line once, not twice.
+        if !crate::journal::active() {
+            log::info!(target: "fleetagent::notice", "{line}");
+        }
         crate::outln!("{line}");
         return Ok(Vec::new());
     }

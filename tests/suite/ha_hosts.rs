@@ -514,7 +514,15 @@ fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
     require_promtool();
     let p = pair();
     p.a.cmd(&["run"]).ok();
-    p.b.cmd(&["run"]).ok();
+    // Under systemd (stdout and stderr both the journal) the follower's line comes once.
+    let b_run = super::journal::in_journal(&p.b, &["run"]);
+    assert_eq!(b_run.code, 0, "{}", b_run.stderr);
+    assert!(
+        b_run.stdout.contains("follower: host-a leads"),
+        "{}",
+        b_run.stdout
+    );
+    assert!(!b_run.stderr.contains("follower:"), "{}", b_run.stderr);
     let read = |f: &Fleet| std::fs::read_to_string(f.path().join("fleetagent.prom")).unwrap();
     let (text_a, text_b) = (read(&p.a), read(&p.b));
     assert_eq!(metric(&p.a, "fleetagent_ha_leader"), Some(1.0));

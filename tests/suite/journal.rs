@@ -22,7 +22,7 @@ use crate::common::systemd::UserManager;
 
 /// `args` with stderr written to a file named by `JOURNAL_STREAM`, as systemd connects a
 /// service to the journal; returns the outcome with that file's text as stderr.
-fn in_journal(f: &Fleet, args: &[&str]) -> Run {
+pub(crate) fn in_journal(f: &Fleet, args: &[&str]) -> Run {
     let path = f.path().join("journal-stream");
     let file = File::create(&path).unwrap();
     let meta = file.metadata().unwrap();
