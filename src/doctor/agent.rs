@@ -162,6 +162,15 @@ pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
     };
     let at = run.finished_at.unwrap_or(run.started_at);
     let a = run.actions;
+    // A create that may have gone through counts as failed in its pass; a later pass that
+    // finds its label settles it `ok`: then the pass did change the fleet.
+    let (went_through, open) = match health::run_outcomes_now(conn, run.id) {
+        Ok(o) => o,
+        Err(e) => return vec![unreadable("actions", &e)],
+    };
+    if went_through > 0 {
+        return Vec::new();
+    }
     let first = match health::first_failed_action(conn, run.id) {
         Ok(Some((kind, detail))) => {
             format!("; the first, a {kind}: {}", crate::text::clip(&detail, 300))
@@ -174,8 +183,15 @@ pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
     } else {
         String::new()
     };
+    let unanswered = if open > 0 {
+        format!(
+            " ({open} of them may have gone through unanswered: the next pass looks for its label)"
+        )
+    } else {
+        String::new()
+    };
     vec![Problem::new(format!(
-        "the last pass (run {}, {} ago) changed nothing: its {} launch(es) or stop(s) failed at vast.ai{refused}{first}",
+        "the last pass (run {}, {} ago) changed nothing: its {} launch(es) or stop(s) failed at vast.ai{unanswered}{refused}{first}",
         run.id,
         human_duration(now - at),
         a.failed

@@ -200,6 +200,37 @@ fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems()
     );
     assert!(line.contains(&format!("history --run {run}")), "{line}");
     assert_eq!(p[0].since, Some(NOW - 5 * MIN));
+    // A create of that pass that may have gone through (its intent still open) is said; once
+    // a later pass finds its label and settles it ok, the pass did change the fleet.
+    let intent = crate::store::actions::insert(
+        &s.conn,
+        &crate::store::actions::NewAction {
+            run_id: Some(run),
+            kind: "launch",
+            outcome: "intent",
+            actor: "rules",
+            label: Some("fleetagent-r1-0a0b0c0d"),
+            ..Default::default()
+        },
+        NOW - 5 * MIN,
+    )
+    .unwrap();
+    let p = agent::actions(&s.conn, NOW);
+    assert!(
+        p[0].line()
+            .contains("1 of them may have gone through unanswered"),
+        "{p:?}"
+    );
+    s.conn
+        .execute("UPDATE actions SET outcome = 'ok' WHERE id = ?1", [intent])
+        .unwrap();
+    assert!(agent::actions(&s.conn, NOW).is_empty(), "settled ok later");
+    s.conn
+        .execute(
+            "UPDATE actions SET outcome = 'intent' WHERE id = ?1",
+            [intent],
+        )
+        .unwrap();
     // Refused by guardrails only is the guardrails working, not a problem; a later pass that
     // did something clears it.
     finished(

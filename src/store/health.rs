@@ -80,6 +80,17 @@ pub fn first_failed_action(conn: &Connection, run_id: i64) -> Result<Option<(Str
         .optional()?)
 }
 
+/// A pass's ledger rows now: how many went through (a create that may have gone through is
+/// settled `ok` by a later pass that finds its label) and how many are still open intents.
+pub fn run_outcomes_now(conn: &Connection, run_id: i64) -> Result<(i64, i64)> {
+    Ok(conn.query_row(
+        "SELECT COALESCE(SUM(outcome = 'ok'), 0), COALESCE(SUM(outcome = 'intent'), 0)
+           FROM actions WHERE run_id = ?1",
+        params![run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?)
+}
+
 /// When the first pass after `after` found the demand unknown (index `samples_at`; the
 /// walk stops at the first such sample).
 pub fn first_failed_probe_after(conn: &Connection, after: Millis) -> Result<Option<Millis>> {
