@@ -111,27 +111,18 @@ pub struct Check {
     pub leader: Option<String>,
 }
 
-/// The checks of what the passes do and see: on a follower its copy of them is stale (or it
-/// never led), so they are judged by `doctor` on the leader.
-pub const LEADER_CHECKS: &[&str] = &[
-    "last_success",
-    "runs",
-    "demand",
-    "vast",
-    "actions",
-    "pause",
-    "foreign_installs",
-    "llm",
-    "floor",
-    "calibration",
-    "tools_in_prompt",
-    "curio",
-    "worker_identity",
-    "price",
-    "events",
-    "wakes",
-    "silent_destroys",
-    "search_quota",
+/// The checks of this host itself: on a follower only these are judged; the rest, of what the
+/// passes do and see, are the leader's (its copy of them is stale, or it never led).
+pub const HOST_CHECKS: &[&str] = &[
+    "state_dir",
+    "disk",
+    "database",
+    "units",
+    "config",
+    "secrets",
+    "lock",
+    "metrics",
+    "ha",
 ];
 
 impl Check {
@@ -238,7 +229,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
         .map(|&name| {
             // A follower's copy of what the passes write is stale: those checks are the
             // leader's to pass or fail.
-            if let Some(leader) = follows.as_ref().filter(|_| LEADER_CHECKS.contains(&name)) {
+            if let Some(leader) = follows.as_ref().filter(|_| !HOST_CHECKS.contains(&name)) {
                 return Check {
                     name,
                     problems: Vec::new(),

@@ -308,7 +308,7 @@ const RETIRED_AFTER_SECS: f64 = 86_400.0;
 /// no leader for longer than the lease, hosts whose config hashes differ (a failover would
 /// change the caps), a host id used from two places. Nothing while `[ha] enabled = false`.
 /// Also, when this host follows a live leader, who leads: the passes' checks are the
-/// leader's then ([`super::LEADER_CHECKS`]).
+/// leader's then (all but [`super::HOST_CHECKS`]).
 pub(super) fn ha(
     config: &crate::config::Config,
     env: &crate::env::Env,

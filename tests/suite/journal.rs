@@ -37,6 +37,31 @@ pub(crate) fn in_journal(f: &Fleet, args: &[&str]) -> Run {
     run
 }
 
+/// `inspect` after a pass that finished while its listing failed: the run ok and
+/// `action-failed`, the listing's failure named (`vast` in --json, the `vast.ai` line with
+/// `error`) and who decided the pass (`decided by WHO`). The JSON report.
+fn inspect_after_a_failed_listing(f: &Fleet, error: &str, who: &str) -> serde_json::Value {
+    let v = f.inspect();
+    assert_eq!(v["runs"][0]["status"], "ok");
+    assert_eq!(v["runs"][0]["verdict"], "action-failed");
+    assert_eq!(v["vast"]["ok"], false, "{}", v["vast"]);
+    assert!(
+        v["vast"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(error)),
+        "{}",
+        v["vast"]
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("vast.ai     the listing FAILS since ")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("decided by {who}")), "{text}");
+    v
+}
+
 /// The fakes and a pass whose model asks for two launches: the first meets a refused key at
 /// the offer search (a create would do the same, but two creates in a pass are spaced 4.5 s
 /// apart), the second goes through.
@@ -174,25 +199,7 @@ fn a_blind_run_exits_1_in_either_format() {
         "{}",
         out.stdout
     );
-    let v = f.inspect();
-    assert_eq!(v["runs"][0]["status"], "ok");
-    assert_eq!(v["runs"][0]["verdict"], "action-failed");
-    // inspect says the listing fails, and why (the run itself finished its pass).
-    assert_eq!(v["vast"]["ok"], false, "{}", v["vast"]);
-    assert!(
-        v["vast"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("HTTP 401")),
-        "{}",
-        v["vast"]
-    );
-    let text = f.cmd(&["inspect"]).ok().stdout;
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("vast.ai     the listing FAILS since ")),
-        "{text}"
-    );
-    assert!(text.contains("decided by llm"), "{text}");
+    let v = inspect_after_a_failed_listing(&f, "HTTP 401", "llm");
     assert_eq!(v["runs"][0]["actions_failed"], 1);
     assert_eq!(v["unconsumed_events"], 0);
 
@@ -366,25 +373,7 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
         "the launch says why it was not sent: {}",
         out.stderr
     );
-    let v = f.inspect();
-    assert_eq!(v["runs"][0]["status"], "ok");
-    assert_eq!(v["runs"][0]["verdict"], "action-failed");
-    // inspect says the listing fails, and why (the run itself finished its pass).
-    assert_eq!(v["vast"]["ok"], false, "{}", v["vast"]);
-    assert!(
-        v["vast"]["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("no answer within 1s")),
-        "{}",
-        v["vast"]
-    );
-    let text = f.cmd(&["inspect"]).ok().stdout;
-    assert!(
-        text.lines()
-            .any(|l| l.starts_with("vast.ai     the listing FAILS since ")),
-        "{text}"
-    );
-    assert!(text.contains("decided by rules"), "{text}");
+    let v = inspect_after_a_failed_listing(&f, "no answer within 1s", "rules");
     assert_eq!(v["unconsumed_events"], 0);
     // `doctor`, right after: vast.ai does not answer, and the pass's launch failed.
     let doc = f.cmd(&["doctor"]).code(1);
