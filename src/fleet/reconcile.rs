@@ -313,12 +313,23 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             continue;
         }
         match row.vast_id {
-            Some(_) => {
+            Some(id) => {
                 let name = describe(&row);
-                out.changes.push(format!(
-                    "{name} is gone from the vast.ai listing (was {})",
-                    row.state
-                ));
+                // Still listed, under a label that is not ours (renamed in the console):
+                // the operator took it out of the fleet; it is left alone and not counted.
+                let relabelled = listing
+                    .iter()
+                    .find(|i| i.id as i64 == id)
+                    .map(|i| quote(i.label.as_deref().unwrap_or(""), LABEL_CHARS));
+                out.changes.push(match relabelled {
+                    Some(label) => format!(
+                        "{name} is listed under another label, {label}: no longer ours (left alone, not counted against the caps; it still bills on the account)"
+                    ),
+                    None => format!(
+                        "{name} is gone from the vast.ai listing (was {})",
+                        row.state
+                    ),
+                });
                 row.state = GONE;
                 row.state_since = now;
                 row.gone_at = Some(now);
@@ -328,19 +339,40 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 let intent = intents_by_label.get(row.label.as_str()).copied();
                 match intent {
                     Some(a) if now - a.created_at >= grace_ms => {
+                        // Instances listed without a label, unknown to our table, started
+                        // since this launch: one may be it (a listing that dropped labels).
+                        // Never ours to touch, but named so that nothing bills unseen.
+                        let since_secs = (a.created_at / 1000 - 60) as f64;
+                        let maybe: Vec<String> = listing
+                            .iter()
+                            .filter(|i| {
+                                i.label.as_deref().is_none_or(|l| l.trim().is_empty())
+                                    && !recorded.contains(&(i.id as i64))
+                                    && i.start_date.is_some_and(|t| t >= since_secs)
+                            })
+                            .map(|i| i.id.to_string())
+                            .collect();
+                        let note = if maybe.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                "; instance(s) {} listed without a label, started since, may be this launch: check vast.ai's console (fleetagent never touches an instance without its label)",
+                                maybe.join(", ")
+                            )
+                        };
                         if settled.insert(a.id) {
                             out.settle.push((
                                 a.id,
                                 "failed",
                                 None,
                                 format!(
-                                    "never appeared in the vast.ai listing within {}",
+                                    "never appeared in the vast.ai listing within {}{note}",
                                     human_duration(grace_ms)
                                 ),
                             ));
                         }
                         out.changes.push(format!(
-                            "launch {} never appeared in the vast.ai listing within {}: recorded as failed",
+                            "launch {} never appeared in the vast.ai listing within {}: recorded as failed{note}",
                             quote(&row.label, LABEL_CHARS),
                             human_duration(grace_ms)
                         ));
@@ -652,6 +684,46 @@ mod tests {
             rec.changes.iter().all(|c| !c.contains("gone")),
             "{:?}",
             rec.changes
+        );
+    }
+
+    /// Still listed under a label that is not ours (renamed in the console): no longer ours,
+    /// and said so, not "gone". A launch that never appeared while an unlabelled instance
+    /// unknown to the table started since: recorded as failed, naming that instance.
+    #[test]
+    fn a_relabelled_instance_and_an_unlabelled_stranger_are_named() {
+        let mut renamed = inst(3, "my-renamed-box", Some("running"));
+        renamed.start_date = Some(0.0);
+        let mut stranger = inst(8, "", Some("running"));
+        stranger.label = None;
+        stranger.start_date = Some(((NOW - INTENT_GRACE_MS) / 1000) as f64);
+        let listing = vec![renamed, stranger];
+        let local = vec![
+            row("fleetagent-old", Some(3), PROVING, 0.4),
+            row("fleetagent-r5-cccc", None, LAUNCHING, 0.4),
+        ];
+        let intents = vec![intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS)];
+        let rec = reconcile(
+            &input(local, intents, Some(&listing), None),
+            INTENT_GRACE_MS,
+        );
+        assert!(
+            rec.changes.iter().any(
+                |c| c.contains("is listed under another label") && c.contains("my-renamed-box")
+            ),
+            "{:?}",
+            rec.changes
+        );
+        assert!(
+            rec.changes.iter().all(|c| !c.contains("is gone from")),
+            "{:?}",
+            rec.changes
+        );
+        let failed = rec.settle.iter().find(|s| s.0 == 3).expect("settled");
+        assert_eq!(failed.1, "failed");
+        assert!(
+            failed.3.contains("instance(s) 8 listed without a label"),
+            "{failed:?}"
         );
     }
 
