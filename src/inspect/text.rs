@@ -428,7 +428,7 @@ pub fn render_text(r: &Report) -> String {
                 if a.emergency { " (emergency)" } else { "" },
                 a.reason
                     .as_deref()
-                    .map(|x| format!(": {}", crate::text::clip(x, 100)))
+                    .map(|x| format!(": {}", crate::text::clip(x, 240)))
                     .unwrap_or_default()
             ));
         }
