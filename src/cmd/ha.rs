@@ -51,6 +51,15 @@ fn status(settings: &Settings, json: bool) -> Result<()> {
                     .map(|p| format!(", at {p}"))
                     .unwrap_or_default()
             );
+            if let Some((twin, ago)) = h
+                .twin
+                .as_ref()
+                .filter(|(_, ago)| *ago < crate::ha::hosts::TWIN_WINDOW_SECS)
+            {
+                crate::outln!(
+                    "  also at {twin} ({ago:.0}s ago): two hosts under one id, so neither acts; give each its own ha.host_id"
+                );
+            }
         }
     }
     if !s.cannot_write.is_empty() {

@@ -366,18 +366,17 @@ pub(super) fn ha(
         }
     }
     let place = crate::ha::hosts::place_of(state_dir);
-    let twin = status.hosts.iter().find(|h| {
-        h.host_id == settings.host
-            && h.place.as_deref().is_some_and(|p| p != place)
-            && h.seen_secs_ago < crate::ha::hosts::TWIN_WINDOW_SECS
-    });
-    if let Some(t) = twin {
+    let twin = status
+        .hosts
+        .iter()
+        .filter(|h| h.host_id == settings.host)
+        .flat_map(|h| h.other_places(&place))
+        .next();
+    if let Some((other, ago)) = twin {
         problems.push(
             Problem::new(format!(
-                "ha: host id {} is also used by another host ({}, {:.0}s ago; this one is {place}): two hosts under one id would both lead, so neither acts",
+                "ha: host id {} is also used by another host ({other}, {ago:.0}s ago; this one is {place}): two hosts under one id would both lead, so neither acts",
                 settings.host,
-                t.place.as_deref().unwrap_or("?"),
-                t.seen_secs_ago
             ))
             .fix("give each host its own ha.host_id (the default, /etc/machine-id, is the same on cloned machines)"),
         );

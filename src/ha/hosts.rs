@@ -17,6 +17,21 @@ pub struct HostSeen {
     pub config_hash: String,
     /// Where it last ran from (`hostname:state dir`; None: a version before places).
     pub place: Option<String>,
+    /// A second place under the same id and seconds since it ran (database time).
+    pub twin: Option<(String, f64)>,
+}
+
+impl HostSeen {
+    /// The places other than `here` that ran under this id within [`TWIN_WINDOW_SECS`],
+    /// with seconds since each did.
+    pub fn other_places(&self, here: &str) -> Vec<(String, f64)> {
+        let primary = self.place.clone().map(|p| (p, self.seen_secs_ago));
+        primary
+            .into_iter()
+            .chain(self.twin.clone())
+            .filter(|(p, ago)| p != here && *ago < TWIN_WINDOW_SECS)
+            .collect()
+    }
 }
 
 /// Another place that ran under the same host id: its `hostname:state dir` and how long ago
@@ -32,9 +47,13 @@ pub struct Twin {
 pub const TWIN_WINDOW_SECS: f64 = 900.0;
 
 /// Records that `host_id` is alive now at `place` (`hostname:state dir`), with its version
-/// and config hash. Returns the other place that ran under the same id within
-/// [`TWIN_WINDOW_SECS`], if one did: two hosts under one id both take the lease as theirs.
-/// The row is written either way, so the other host finds this one too.
+/// and config hash, and returns the other place that runs under the same id, if one has
+/// within [`TWIN_WINDOW_SECS`]: two hosts under one id both take the lease as theirs.
+///
+/// The row keeps two places: the one that holds the id (`place`, `last_seen`) and a second
+/// (`twin_place`, `twin_seen`). A second place never takes the first's slot while the first
+/// runs, so both keep finding each other for as long as both run (neither acts); when one
+/// stops, the other acts again once the stopped one's time is older than the window.
 pub fn record(
     db: &mut SharedDb,
     host_id: &str,
@@ -42,34 +61,55 @@ pub fn record(
     config_hash: &str,
     place: &str,
 ) -> Result<Option<Twin>> {
-    let before: Option<(Option<String>, f64)> = db.retrying("recording this host", |client| {
-        client
-            .query_opt(
-                "WITH before AS (
-                     SELECT place, EXTRACT(EPOCH FROM now() - last_seen)::float8 AS ago
-                     FROM fleetagent.hosts WHERE host_id = $1)
-                 INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash, place)
-                 VALUES ($1, now(), $2, $3, $4)
-                 ON CONFLICT (host_id) DO UPDATE
-                 SET last_seen = now(), version = EXCLUDED.version,
-                     config_hash = EXCLUDED.config_hash, place = EXCLUDED.place
-                 RETURNING (SELECT place FROM before), (SELECT ago FROM before)",
-                &[&host_id, &version, &config_hash, &place],
-            )?
-            .map(|r| {
-                Ok((
-                    r.try_get(0)?,
-                    r.try_get::<_, Option<f64>>(1)?.unwrap_or(f64::MAX),
-                ))
+    db.retrying("recording this host", |client| {
+        let mut tx = client.transaction()?;
+        tx.execute(
+            "INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash, place)
+             VALUES ($1, now(), $2, $3, $4) ON CONFLICT (host_id) DO NOTHING",
+            &[&host_id, &version, &config_hash, &place],
+        )?;
+        let row = tx.query_one(
+            "SELECT place, EXTRACT(EPOCH FROM now() - last_seen)::float8,
+                    twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8
+             FROM fleetagent.hosts WHERE host_id = $1 FOR UPDATE",
+            &[&host_id],
+        )?;
+        let (held_by, held_ago): (Option<String>, f64) = (row.try_get(0)?, row.try_get(1)?);
+        let (second, second_ago): (Option<String>, Option<f64>) =
+            (row.try_get(2)?, row.try_get(3)?);
+        let live = |ago: f64| ago < TWIN_WINDOW_SECS;
+        let twin = if held_by.as_deref().is_none_or(|p| p == place) || !live(held_ago) {
+            // This place holds the id (or takes it from a place silent past the window).
+            let twin = match (second, second_ago) {
+                (Some(p), Some(ago)) if p != place && live(ago) => Some(Twin {
+                    place: p,
+                    secs_ago: ago.max(0.0),
+                }),
+                _ => None,
+            };
+            tx.execute(
+                "UPDATE fleetagent.hosts
+                 SET last_seen = now(), version = $2, config_hash = $3, place = $4,
+                     twin_place = CASE WHEN $5 THEN twin_place END,
+                     twin_seen = CASE WHEN $5 THEN twin_seen END
+                 WHERE host_id = $1",
+                &[&host_id, &version, &config_hash, &place, &twin.is_some()],
+            )?;
+            twin
+        } else {
+            // Another place holds the id and runs: this one is its twin.
+            tx.execute(
+                "UPDATE fleetagent.hosts SET twin_place = $2, twin_seen = now()
+                 WHERE host_id = $1",
+                &[&host_id, &place],
+            )?;
+            Some(Twin {
+                place: held_by.unwrap_or_default(),
+                secs_ago: held_ago.max(0.0),
             })
-            .transpose()
-    })?;
-    Ok(match before {
-        Some((Some(other), ago)) if other != place && ago < TWIN_WINDOW_SECS => Some(Twin {
-            place: other,
-            secs_ago: ago.max(0.0),
-        }),
-        _ => None,
+        };
+        tx.commit()?;
+        Ok(twin)
     })
 }
 
@@ -91,7 +131,8 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
         client
             .query(
                 "SELECT host_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, version,
-                        config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, place
+                        config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, place,
+                        twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -104,6 +145,9 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                     config_hash: r.try_get(3)?,
                     last_seen_ms: r.try_get(4)?,
                     place: r.try_get(5)?,
+                    twin: r
+                        .try_get::<_, Option<String>>(6)?
+                        .zip(r.try_get::<_, Option<f64>>(7)?),
                 })
             })
             .collect()

@@ -35,28 +35,43 @@ pub const STATEMENTS: &[&str] = &[
     )",
     // Where each host id last ran from (hostname and state dir): two hosts under one id.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS place text",
+    // A second place seen under the same host id, and when it last ran: both refuse to act
+    // while both run.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS twin_place text",
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS twin_seen timestamptz",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
 const TABLES: &[&str] = &["lease", "hosts", "sync", "rows", "inbox"];
 
+/// Columns added to a table after it first shipped (`ADD COLUMN IF NOT EXISTS` above): a
+/// schema an older build made lacks them, and the one-query check must see that.
+const ADDED_COLUMNS: &[(&str, &str)] = &[
+    ("lease", "released"),
+    ("hosts", "place"),
+    ("hosts", "twin_place"),
+    ("hosts", "twin_seen"),
+];
+
 /// Creates what is missing of the schema; when it is all there, one query and nothing else
 /// (every `run` and `poll` of every host calls this).
 pub fn migrate(db: &mut SharedDb) -> Result<()> {
     let names: Vec<String> = TABLES.iter().map(|t| format!("fleetagent.{t}")).collect();
+    let (tables, columns): (Vec<&str>, Vec<&str>) = ADDED_COLUMNS.iter().copied().unzip();
     let present: i64 = db.retrying("checking the schema", |client| {
         client
             .query_one(
                 "SELECT (SELECT COUNT(*) FROM unnest($1::text[]) AS t(name)
                          WHERE to_regclass(t.name) IS NOT NULL)
-                      + (SELECT COUNT(*) FROM information_schema.columns
-                         WHERE table_schema = 'fleetagent' AND table_name = 'lease'
-                           AND column_name = 'released')",
-                &[&names],
+                      + (SELECT COUNT(*) FROM information_schema.columns c
+                         JOIN unnest($2::text[], $3::text[]) AS a(tbl, col)
+                           ON c.table_name = a.tbl AND c.column_name = a.col
+                         WHERE c.table_schema = 'fleetagent')",
+                &[&names, &tables, &columns],
             )?
             .try_get(0)
     })?;
-    if present == TABLES.len() as i64 + 1 {
+    if present == (TABLES.len() + ADDED_COLUMNS.len()) as i64 {
         return Ok(());
     }
     for statement in STATEMENTS.iter().chain(super::mirror::STATEMENTS) {

@@ -42,6 +42,25 @@ pub struct HostStatus {
     /// Seconds since its last contact, database time.
     #[serde(skip)]
     pub seen_secs_ago: f64,
+    /// A second place under the same id, and seconds since it ran (`hosts::record`).
+    #[serde(skip)]
+    pub twin: Option<(String, f64)>,
+}
+
+impl HostStatus {
+    /// The places other than `here` that ran under this id within the twin window.
+    pub fn other_places(&self, here: &str) -> Vec<(String, f64)> {
+        let seen = super::hosts::HostSeen {
+            host_id: self.host_id.clone(),
+            seen_secs_ago: self.seen_secs_ago,
+            last_seen_ms: 0,
+            version: String::new(),
+            config_hash: String::new(),
+            place: self.place.clone(),
+            twin: self.twin.clone(),
+        };
+        seen.other_places(here)
+    }
 }
 
 /// The lease row: holder, epoch, seconds left (negative: expired).
@@ -67,6 +86,7 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             config_hash: h.config_hash,
             place: h.place,
             seen_secs_ago: h.seen_secs_ago,
+            twin: h.twin,
         })
         .collect())
 }

@@ -653,8 +653,33 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
     assert!(twin.is_some_and(|t| t.secs_ago < 60.0));
     let back = hosts::record(&mut a, "host-a", "0.2.0", "f00d", here).unwrap();
     assert_eq!(back.map(|t| t.place), Some("box-d:/srv/fa".to_string()));
+    // The twin's next record finds the first place still: neither is let through by running
+    // twice in a row (the walkthrough's double launch).
+    let again = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa").unwrap();
+    assert_eq!(again.map(|t| t.place), Some(here.to_string()));
     let seen = hosts::list(&mut a).unwrap();
     assert_eq!(seen[0].place.as_deref(), Some(here));
+    assert!(seen[0]
+        .other_places(here)
+        .iter()
+        .any(|(p, _)| p == "box-d:/srv/fa"));
+    // The twin stops: once its last run is older than the window, the first acts again.
+    let mut db = db;
+    db.exec("UPDATE fleetagent.hosts SET twin_seen = now() - interval '20 minutes'");
+    assert_eq!(
+        hosts::record(&mut a, "host-a", "0.2.0", "f00d", here).unwrap(),
+        None
+    );
+    // The first stops instead (a moved state dir): the second takes the id past the window.
+    let late = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa").unwrap();
+    assert!(late.is_some(), "the first place ran just now");
+    db.exec("UPDATE fleetagent.hosts SET last_seen = now() - interval '20 minutes'");
+    assert_eq!(
+        hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa").unwrap(),
+        None
+    );
+    let seen = hosts::list(&mut a).unwrap();
+    assert_eq!(seen[0].place.as_deref(), Some("box-d:/srv/fa"));
     let short: Vec<(&str, &str, &str)> = seen
         .iter()
         .map(|h| {
@@ -694,4 +719,37 @@ fn ha_check_passes_on_a_scratch_database_and_refuses_one_in_use() {
         .to_string();
     assert!(err.contains("in use"), "{err}");
     assert!(!err.contains(pg::PASSWORD), "{err}");
+}
+
+/// A shared schema an older build made (without the hosts' place columns) is brought up to
+/// date by the next host's first command: the one-query check sees the missing columns
+/// (the walkthrough saw every command fail "column place does not exist" after an upgrade).
+#[test]
+fn ha_a_schema_from_an_older_build_gains_the_new_columns() {
+    let mut db = pg::fresh_db();
+    let mut a = shared(&db);
+    db.exec(
+        "ALTER TABLE fleetagent.hosts DROP COLUMN place, DROP COLUMN twin_place,
+                                      DROP COLUMN twin_seen",
+    );
+    schema::migrate(&mut a).unwrap();
+    assert_eq!(
+        hosts::record(
+            &mut a,
+            "host-a",
+            "0.2.0",
+            "f00d",
+            "box-a:/var/lib/fleetagent"
+        )
+        .unwrap(),
+        None
+    );
+    assert_eq!(
+        db.query_i64(
+            "SELECT count(*) FROM information_schema.columns
+             WHERE table_schema = 'fleetagent' AND table_name = 'hosts'
+               AND column_name IN ('place', 'twin_place', 'twin_seen')"
+        ),
+        3
+    );
 }

@@ -484,13 +484,20 @@ fn two_hosts_under_one_host_id_are_named_and_neither_acts() {
         "{}",
         out.stderr
     );
+    // Running again, either one, does not get through (the walkthrough's double launch).
+    twin.cmd(&["run"]).code(1);
+    p.a.cmd(&["run"]).code(1);
+    twin.cmd(&["run"]).code(1);
     assert_eq!(
         labels_created(&p.vast).len(),
         made,
         "no create after the twin came"
     );
+    for host in [&twin, &p.a] {
+        let check = doctor_ha(host);
+        assert_eq!(check["ok"], false, "doctor on both twins: {check}");
+    }
     let check = doctor_ha(&twin);
-    assert_eq!(check["ok"], false, "{check}");
     assert!(
         check["detail"]
             .as_str()
@@ -499,6 +506,7 @@ fn two_hosts_under_one_host_id_are_named_and_neither_acts() {
     );
     let shown = p.a.cmd(&["ha", "status"]).ok().stdout;
     assert!(shown.contains(", at "), "{shown}");
+    assert!(shown.contains("  also at "), "{shown}");
 }
 
 /// A follower's textfile holds its role and the file's time, no figure of the fleet, the
