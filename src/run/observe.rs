@@ -70,7 +70,10 @@ pub fn observe(
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
     record_curio(&tx, &rec, demand.as_ref(), now)?;
-    record_listing(&tx, services, listing_error.as_deref(), now)?;
+    // vast.ai's health for `doctor` and the metrics. Without a key the listing's error is
+    // `NO_VAST_KEY` (`list_ours`): recorded as a failed listing, so `fleetagent_vast_ok` reads
+    // 0 (an earlier success must not keep it at 1 after the key was lost).
+    crate::store::ops::record_listing(&tx, listing_error.as_deref().map_or(Ok(()), Err), now)?;
     let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
     for (id, machine) in &rec.newly_outbid {
         if let Some(m) = machine {
@@ -426,23 +429,6 @@ fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) 
         Some(Ok(v)) => crate::store::price::set_fetched(conn, v, now),
         Some(Err(e)) => crate::store::price::set_error(conn, &clip(&format!("{e:#}"), 300)),
     }
-}
-
-/// vast.ai's health for `doctor` and the metrics (`store::ops::record_listing`). Without a
-/// key nothing could be listed: recorded as a failed listing, so `fleetagent_vast_ok` reads
-/// 0 (an earlier success must not keep it at 1 after the key was lost).
-fn record_listing(
-    conn: &Connection,
-    services: &Services,
-    listing_error: Option<&str>,
-    now: Millis,
-) -> Result<()> {
-    let result = match (&services.vast, listing_error) {
-        (None, _) => Err(NO_VAST_KEY),
-        (Some(_), Some(e)) => Err(e),
-        (Some(_), None) => Ok(()),
-    };
-    crate::store::ops::record_listing(conn, result, now)
 }
 
 /// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this
