@@ -88,6 +88,12 @@ pub fn default_filter(verbose: u8, notices: bool) -> &'static str {
     }
 }
 
+/// Writes `text` to stderr as [`line`] shapes it: a line outside the logger (the final
+/// error, an operator command's warning, doctor's notes) with its priority in the journal.
+pub fn eprint(priority: u8, text: &str) {
+    eprintln!("{}", line(priority, text));
+}
+
 /// `text` as it goes to stderr: each line prefixed `<priority>` in the journal (journald
 /// reads a prefix per line), unchanged otherwise.
 pub fn line(priority: u8, text: &str) -> String {

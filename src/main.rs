@@ -77,7 +77,7 @@ fn run() -> i32 {
         Err(e) => {
             let text = format!("fleetagent: {}", error::report(&e));
             let text = fleetagent::output::terminal_safe(&text);
-            eprintln!("{}", journal::line(journal::ERR, &text));
+            journal::eprint(journal::ERR, &text);
             error::exit_code(&e)
         }
     };

@@ -63,8 +63,5 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
 /// A fact doctor states on stderr that is not a problem: `note: ...`, at notice priority when
 /// stderr is the journal.
 fn note(text: &str) {
-    eprintln!(
-        "{}",
-        crate::journal::line(crate::journal::NOTICE_PRIORITY, &format!("note: {text}"))
-    );
+    crate::journal::eprint(crate::journal::NOTICE_PRIORITY, &format!("note: {text}"));
 }

@@ -125,12 +125,11 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(e) = &listing_error {
-        eprintln!(
-            "{}",
-            crate::journal::line(
-                crate::journal::WARNING,
-                &format!("fleetagent: vast.ai listing unavailable ({e}); showing fleetagent's table only")
-            )
+        crate::journal::eprint(
+            crate::journal::WARNING,
+            &format!(
+                "fleetagent: vast.ai listing unavailable ({e}); showing fleetagent's table only"
+            ),
         );
     }
     if out.is_empty() {
@@ -273,16 +272,13 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     }
     let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
     if let Some(e) = &snapshot.listing_error {
-        eprintln!(
-            "{}",
-            crate::journal::line(
+        crate::journal::eprint(
                 crate::journal::WARNING,
                 &format!(
                     "fleetagent: the vast.ai listing failed ({}): destroying what fleetagent's table knows; run this again once vast.ai answers",
                     clip(e, 200)
                 )
-            )
-        );
+            );
     }
     let targets: Vec<(i64, String)> = snapshot
         .instances

@@ -25,7 +25,7 @@ pub fn run(app: &App) -> Result<()> {
     );
     for e in &problems {
         let text = format!("fleetagent: poll: {e}");
-        eprintln!("{}", crate::journal::line(crate::journal::WARNING, &text));
+        crate::journal::eprint(crate::journal::WARNING, &text);
     }
     let polled = polled?;
     store.fence("poll")?;

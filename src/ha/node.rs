@@ -289,6 +289,6 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
 
 fn keeper_exit(text: &str) -> ! {
     let line = format!("fleetagent: {text}");
-    eprintln!("{}", crate::journal::line(crate::journal::ERR, &line));
+    crate::journal::eprint(crate::journal::ERR, &line);
     std::process::exit(crate::error::EXIT_RUNTIME);
 }

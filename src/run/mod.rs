@@ -234,7 +234,7 @@ pub fn exit_before_start(
         None if at_terminal => err,
         None => {
             let text = format!("fleetagent: {}", crate::error::report(&err));
-            eprintln!("{}", crate::journal::line(crate::journal::ERR, &text));
+            crate::journal::eprint(crate::journal::ERR, &text);
             log::warn!(
                 "waiting {}s before exiting: the state dir is unknown (neither --state-dir nor \
                  $STATE_DIRECTORY names it, and the error above keeps the config from naming \
@@ -260,7 +260,7 @@ pub fn spawn_watchdog(clock: Arc<dyn Clock>, deadline_secs: u64) {
             let text = format!(
                 "fleetagent: run exceeded its deadline of {deadline_secs}s (+30s grace); exiting"
             );
-            eprintln!("{}", crate::journal::line(crate::journal::ERR, &text));
+            crate::journal::eprint(crate::journal::ERR, &text);
             std::process::exit(crate::error::EXIT_RUNTIME);
         });
 }
