@@ -86,7 +86,7 @@ impl SharedDb {
                 crate::pg::Abandoned::Failed(why) => why,
             }))
         });
-        let client = connected.map_err(|e| match e {
+        let mut client = connected.map_err(|e| match e {
             ConnectError::Tls(_) => clean(format!(
                 "{shown} asks for TLS, but fleetagent connects without TLS; use \
                  sslmode=disable over a private network or an SSH tunnel"
@@ -99,7 +99,6 @@ impl SharedDb {
                 clean(format!("{shown}: setting statement_timeout: {why}"))
             }
         })?;
-        let mut client = client;
         // A host stalled inside a transaction (stopped, swapped out, cut off mid-write) holds
         // the fence's share lock on the lease row: the server ends such a session after the
         // same bound, so another host can take over once the lease lapses. A server that does

@@ -21,17 +21,18 @@ pub struct HostSeen {
     pub twin: Option<(String, f64)>,
 }
 
-impl HostSeen {
-    /// The places other than `here` that ran under this id within [`TWIN_WINDOW_SECS`],
-    /// with seconds since each did.
-    pub fn other_places(&self, here: &str) -> Vec<(String, f64)> {
-        let primary = self.place.clone().map(|p| (p, self.seen_secs_ago));
-        primary
-            .into_iter()
-            .chain(self.twin.clone())
-            .filter(|(p, ago)| p != here && *ago < TWIN_WINDOW_SECS)
-            .collect()
-    }
+/// Of a host id's two places (the one that holds it, `held`, and the second, `twin`, each
+/// with seconds since it ran), those other than `here` that ran within [`TWIN_WINDOW_SECS`].
+pub fn other_places(
+    held: Option<(&str, f64)>,
+    twin: Option<&(String, f64)>,
+    here: &str,
+) -> Vec<(String, f64)> {
+    held.map(|(p, ago)| (p.to_string(), ago))
+        .into_iter()
+        .chain(twin.cloned())
+        .filter(|(p, ago)| p != here && *ago < TWIN_WINDOW_SECS)
+        .collect()
 }
 
 /// Another place that ran under the same host id: its `hostname:state dir` and how long ago
@@ -116,13 +117,8 @@ pub fn record(
 /// This host's place: `hostname:state dir` (the state dir as given when it cannot be
 /// resolved).
 pub fn place_of(state_dir: &std::path::Path) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into());
     let dir = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
-    format!("{host}:{}", dir.display())
+    format!("{}:{}", super::node::hostname(), dir.display())
 }
 
 /// Every host seen, by id.

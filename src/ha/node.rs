@@ -71,6 +71,11 @@ pub fn default_host_id() -> String {
             return id[..12].to_string();
         }
     }
+    hostname()
+}
+
+/// This machine's hostname, else `localhost`.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_string())

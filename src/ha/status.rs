@@ -50,16 +50,8 @@ pub struct HostStatus {
 impl HostStatus {
     /// The places other than `here` that ran under this id within the twin window.
     pub fn other_places(&self, here: &str) -> Vec<(String, f64)> {
-        let seen = super::hosts::HostSeen {
-            host_id: self.host_id.clone(),
-            seen_secs_ago: self.seen_secs_ago,
-            last_seen_ms: 0,
-            version: String::new(),
-            config_hash: String::new(),
-            place: self.place.clone(),
-            twin: self.twin.clone(),
-        };
-        seen.other_places(here)
+        let held = self.place.as_deref().map(|p| (p, self.seen_secs_ago));
+        super::hosts::other_places(held, self.twin.as_ref(), here)
     }
 }
 
