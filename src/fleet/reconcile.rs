@@ -113,9 +113,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
     // An instance of our table listed without a label (a listing that leaves the field out,
     // or a label vast.ai lost) is still ours by its id: it bills, and the caps count it.
     let recorded: HashSet<i64> = mine.iter().filter_map(|r| r.vast_id).collect();
-    let unlabelled_recorded = |i: &Instance| {
-        i.label.as_deref().is_none_or(|l| l.trim().is_empty()) && recorded.contains(&(i.id as i64))
-    };
+    let unlabelled_recorded = |i: &Instance| unlabelled(i) && recorded.contains(&(i.id as i64));
     let ours: Vec<&Instance> = listing
         .iter()
         .filter(|i| whose(i, input) == Owner::Ours || unlabelled_recorded(i))
@@ -346,7 +344,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                         let maybe: Vec<String> = listing
                             .iter()
                             .filter(|i| {
-                                i.label.as_deref().is_none_or(|l| l.trim().is_empty())
+                                unlabelled(i)
                                     && !recorded.contains(&(i.id as i64))
                                     && i.start_date.is_some_and(|t| t >= since_secs)
                             })
@@ -449,6 +447,11 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
 
 /// Transitions worth an event. registered <-> proving flips with every proof: the table
 /// follows it, the event stream does not.
+/// Listed without a label (the field left out, or blank).
+fn unlabelled(i: &Instance) -> bool {
+    i.label.as_deref().is_none_or(|l| l.trim().is_empty())
+}
+
 fn significant(before: State, after: State) -> bool {
     before != after
         && !matches!(
