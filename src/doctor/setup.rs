@@ -105,7 +105,19 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
         match lookup(env, kind) {
             Ok(Some(_)) => false,
             Ok(None) => {
-                problems.push(Problem::new(format!("no {what}")).fix(kind.hint()));
+                let problem = match crate::secrets::empty_credential_file(env, kind.credential()) {
+                    Some(path) => Problem::new(format!(
+                        "no {what}: the credential file {} is empty",
+                        path.display()
+                    ))
+                    .fix(format!(
+                        "write the value into the credential's source (/etc/credstore/{}), or {}",
+                        crate::units::credstore_name(kind.credential()),
+                        kind.hint()
+                    )),
+                    None => Problem::new(format!("no {what}")).fix(kind.hint()),
+                };
+                problems.push(problem);
                 true
             }
             Err(e) => {
@@ -142,8 +154,12 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
                 Ok(Some(_)) => {}
                 Ok(None) => s.problems.push(
                     Problem::new(format!(
-                        "worker credential {:?} (vast.env.{name}) not found: every launch is refused",
-                        c.credential
+                        "worker credential {:?} (vast.env.{name}) {}: every launch is refused",
+                        c.credential,
+                        match crate::secrets::empty_credential_file(env, &c.credential) {
+                            Some(path) => format!("is empty ({})", path.display()),
+                            None => "not found".to_string(),
+                        }
                     ))
                     .fix(format!("load it with LoadCredential={}:<path>", c.credential)),
                 ),
@@ -219,5 +235,47 @@ mod tests {
             "{both:?}"
         );
         assert!(problems("daily_spend_max = 0.5").is_empty());
+    }
+
+    /// An empty credential file reads as unset, as an empty variable does, and the check
+    /// names the file (the operator looks for it and finds it there); a missing one does not.
+    #[test]
+    fn an_empty_credential_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("vast_api_key"), " \n").unwrap();
+        std::fs::write(dir.path().join("curio_pw"), "").unwrap();
+        let config = crate::config::parse(
+            "[llm]\nprovider = \"rules\"\n[demand]\nsource = \"http\"\nhttp_url = \"http://127.0.0.1:1/d\"\n\
+             [vast.env]\nPW = { credential = \"curio_pw\" }\nOTHER = { credential = \"absent\" }",
+        )
+        .unwrap();
+        let env = crate::env::Env::from_pairs([(
+            "CREDENTIALS_DIRECTORY".to_string(),
+            dir.path().display().to_string(),
+        )]);
+        let s = secrets(&config, &env);
+        assert!(s.vast_key_missing);
+        let lines: Vec<String> = s
+            .problems
+            .iter()
+            .map(|p| format!("{} | {}", p.detail, p.fix.clone().unwrap_or_default()))
+            .collect();
+        let file = dir.path().join("vast_api_key").display().to_string();
+        assert!(
+            lines.iter().any(|l| l.starts_with("no vast.ai API key")
+                && l.contains(&format!("the credential file {file} is empty"))
+                && l.contains("/etc/credstore/fleetagent.vast_api_key")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("\"curio_pw\" (vast.env.PW) is empty (")),
+            "{lines:?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("\"absent\" (vast.env.OTHER) not found")),
+            "{lines:?}"
+        );
+        let err = crate::secrets::require_credential(&env, "curio_pw").unwrap_err();
+        assert!(format!("{err}").contains("is empty"), "{err}");
     }
 }

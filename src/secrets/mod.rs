@@ -161,6 +161,12 @@ pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
         Ok(text) => {
             let v = text.trim();
             if v.is_empty() {
+                // Read as unset, as an empty variable is, but said: a file that exists and
+                // holds nothing is an operator's slip, not a choice.
+                log::warn!(
+                    "credential {name:?} ({}) is empty: read as unset",
+                    path.display()
+                );
                 Ok(None)
             } else {
                 Ok(Some(Secret(v.to_string())))
@@ -171,13 +177,28 @@ pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
     }
 }
 
+/// The file of a credential when it exists and holds nothing but white space (which reads as
+/// unset), for the messages that would otherwise say "not found" or "no key".
+pub fn empty_credential_file(env: &Env, name: &str) -> Option<PathBuf> {
+    let dir = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty())?;
+    let path = PathBuf::from(dir).join(name);
+    let text = std::fs::read_to_string(&path).ok()?;
+    text.trim().is_empty().then_some(path)
+}
+
 /// A credential that must exist (a worker env value naming one).
 pub fn require_credential(env: &Env, name: &str) -> Result<Secret> {
     match credential(env, name)? {
         Some(s) => Ok(s),
-        None => bail!(
-            "credential {name:?} not found: load it with LoadCredential={name}:<path> (or put it under $CREDENTIALS_DIRECTORY)"
-        ),
+        None => match empty_credential_file(env, name) {
+            Some(path) => bail!(
+                "credential {name:?} is empty ({}): write the value into its source (LoadCredential={name}:<path>)",
+                path.display()
+            ),
+            None => bail!(
+                "credential {name:?} not found: load it with LoadCredential={name}:<path> (or put it under $CREDENTIALS_DIRECTORY)"
+            ),
+        },
     }
 }
 
