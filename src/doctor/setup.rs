@@ -161,7 +161,10 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
                             None => "not found".to_string(),
                         }
                     ))
-                    .fix(format!("load it with LoadCredential={}:<path>", c.credential)),
+                    .fix(format!(
+                        "load it with LoadCredential={}:<path>",
+                        c.credential
+                    )),
                 ),
                 Err(e) => s.problems.push(Problem::new(format!(
                     "worker credential {:?} (vast.env.{name}): {}",
@@ -268,11 +271,15 @@ mod tests {
             "{lines:?}"
         );
         assert!(
-            lines.iter().any(|l| l.contains("\"curio_pw\" (vast.env.PW) is empty (")),
+            lines
+                .iter()
+                .any(|l| l.contains("\"curio_pw\" (vast.env.PW) is empty (")),
             "{lines:?}"
         );
         assert!(
-            lines.iter().any(|l| l.contains("\"absent\" (vast.env.OTHER) not found")),
+            lines
+                .iter()
+                .any(|l| l.contains("\"absent\" (vast.env.OTHER) not found")),
             "{lines:?}"
         );
         let err = crate::secrets::require_credential(&env, "curio_pw").unwrap_err();

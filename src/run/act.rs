@@ -114,7 +114,7 @@ pub fn floor(
     registry: &Registry,
     snapshot: &mut Snapshot,
     actor: Actor,
-) -> Result<bool> {
+) -> Result<Floored> {
     let before = match session::floor_memory(&store.conn)? {
         None => floor::Memory::default(),
         Some(json) => serde_json::from_str(&json).unwrap_or_else(|e| {
@@ -130,6 +130,7 @@ pub fn floor(
     }
     let fallback = actor == Actor::Fallback;
     let mut mutated = false;
+    let called = !plan.calls.is_empty();
     if !plan.calls.is_empty() || fallback {
         if !plan.calls.is_empty() {
             log::info!(
@@ -180,11 +181,21 @@ pub fn floor(
             .transpose()?
             .as_deref(),
     )?;
-    Ok(mutated)
+    Ok(Floored { called, mutated })
 }
 
-/// The floor under the model (or under a skipped pass): when it acts, the pass was decided
-/// by `floor` and its verdict is `action`.
+/// What the floor did in a pass.
+#[derive(Debug, Clone, Copy)]
+pub struct Floored {
+    /// It asked for launches or stops (whether or not they went through).
+    pub called: bool,
+    /// One of them changed the fleet.
+    pub mutated: bool,
+}
+
+/// The floor under the model (or under a skipped pass): when it asks for anything, the pass
+/// was decided by `floor` (its refused or failed calls are its own, not the model's), and
+/// when that changed the fleet the verdict is `action`.
 pub fn overrule(
     store: &mut Store,
     le: &LoopEnv<'_>,
@@ -192,8 +203,11 @@ pub fn overrule(
     snapshot: &mut Snapshot,
     outcome: &mut runs::Outcome,
 ) -> Result<()> {
-    if floor(store, le, registry, snapshot, Actor::Floor)? {
+    let floored = floor(store, le, registry, snapshot, Actor::Floor)?;
+    if floored.called {
         outcome.decided_by = Some(runs::DecidedBy::Floor);
+    }
+    if floored.mutated {
         outcome.verdict = verdict(true);
     }
     Ok(())

@@ -110,7 +110,8 @@ pub fn execute(
                     failure.message
                 );
                 outcome.decided_by = Some(DecidedBy::FallbackRules);
-                let mutated = act::floor(store, &le, &registry, &mut snapshot, Actor::Fallback)?;
+                let mutated =
+                    act::floor(store, &le, &registry, &mut snapshot, Actor::Fallback)?.mutated;
                 // Any earlier LLM round's mutations count too.
                 outcome.verdict = verdict(mutated || failure.outcome.mutated);
             }

@@ -96,6 +96,35 @@ fn a_model_that_answers_no_action_while_every_worker_is_dead_is_overruled_in_the
     assert_eq!(floor_actions(&f).len(), launched);
 }
 
+/// The floor's launch that does not go through (no offer to rent) is still the floor's
+/// decision: the run reads "decided by floor", not the model's, with the verdict the ledger
+/// gives it.
+#[test]
+fn a_floor_whose_launch_does_not_go_through_still_decided_the_pass() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 0);
+    let acts = floor_actions(&f);
+    assert!(
+        !acts.is_empty() && acts.iter().all(|(k, o, _)| k == "launch" && o != "ok"),
+        "{acts:?}"
+    );
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["decided_by"], "floor", "{run}");
+    assert!(
+        matches!(
+            run["verdict"].as_str(),
+            Some("action-refused" | "action-failed")
+        ),
+        "{run}"
+    );
+}
+
 #[test]
 fn a_model_that_launches_what_the_rules_would_is_not_doubled() {
     let llm = FakeLlm::start();
