@@ -21,6 +21,9 @@ pub struct DoorbellStatus {
     pub mtime: Option<Millis>,
     /// Lines appended since it was last deleted.
     pub lines: usize,
+    /// It is a link or not a regular file: what is wrong (never read through).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 pub trait Doorbell: Send + Sync {
@@ -49,13 +52,26 @@ impl FileDoorbell {
 
 impl Doorbell for FileDoorbell {
     fn ring(&self, line: &str) -> Result<()> {
+        crate::paths::refuse_special(&self.path)?;
+        // O_NOFOLLOW as well: a link planted between that look and this open is refused too.
         let mut f = OpenOptions::new()
             .append(true)
             .create(true)
+            .custom_flags(crate::paths::no_follow())
             .mode(0o660)
             .open(&self.path)
-            .with_context(|| format!("cannot open doorbell {}", self.path.display()))?;
+            .map_err(|e| match crate::paths::not_a_plain_file(&self.path) {
+                Some(line) => anyhow::anyhow!("{line}"),
+                None => anyhow::Error::new(e)
+                    .context(format!("cannot open doorbell {}", self.path.display())),
+            })?;
         let meta = f.metadata()?;
+        if !meta.is_file() {
+            anyhow::bail!(
+                "doorbell {} is not a regular file; remove it",
+                self.path.display()
+            );
+        }
         if meta.permissions().mode() & 0o777 != 0o660 {
             // Created just now under a stricter umask: make it group-writable explicitly.
             let _ = f.set_permissions(fs::Permissions::from_mode(0o660));
@@ -69,7 +85,7 @@ impl Doorbell for FileDoorbell {
     }
 
     fn mtime(&self) -> Result<Option<Millis>> {
-        match fs::metadata(&self.path) {
+        match fs::symlink_metadata(&self.path) {
             Ok(m) => Ok(Some(system_time_ms(m.modified()?))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("doorbell {}", self.path.display())),
@@ -88,18 +104,30 @@ impl Doorbell for FileDoorbell {
 
     fn status(&self) -> Result<DoorbellStatus> {
         let path = self.path.display().to_string();
+        if let Some(problem) = crate::paths::not_a_plain_file(&self.path) {
+            // Shown, never read through: `doctor`'s state_dir check names it.
+            return Ok(DoorbellStatus {
+                path,
+                exists: true,
+                mtime: self.mtime()?,
+                lines: 0,
+                problem: Some(problem),
+            });
+        }
         match fs::read(&self.path) {
             Ok(bytes) => Ok(DoorbellStatus {
                 path,
                 exists: true,
                 mtime: self.mtime()?,
                 lines: bytes.iter().filter(|b| **b == b'\n').count(),
+                problem: None,
             }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(DoorbellStatus {
                 path,
                 exists: false,
                 mtime: None,
                 lines: 0,
+                problem: None,
             }),
             Err(e) => Err(e).with_context(|| format!("doorbell {}", self.path.display())),
         }
@@ -153,6 +181,7 @@ impl Doorbell for MemoryDoorbell {
             exists: s.is_some(),
             mtime: s.map(|(t, _)| t),
             lines: s.map(|(_, n)| n).unwrap_or(0),
+            problem: None,
         })
     }
 

@@ -26,11 +26,13 @@ impl RunLock {
     /// Take the lock, waiting for a holder until `deadline` (Unix ms).
     pub fn acquire(state_dir: &Path, clock: &dyn Clock, deadline: Millis) -> Result<RunLock> {
         let path = state_dir.join(crate::paths::LOCK_FILE);
+        crate::paths::refuse_special(&path)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(crate::paths::no_follow())
             .mode(0o660)
             .open(&path)
             .with_context(|| format!("cannot open lock {}", path.display()))?;

@@ -277,11 +277,65 @@ pub fn ensure_state_dir(dir: &Path) -> Result<()> {
     check_state_dir(dir)
 }
 
+/// The files fleetagent opens in the state dir: each must be a regular file where it exists,
+/// never a symbolic link. The dir is group-writable (the operators' group), so a member could
+/// plant a link there, and a root `trigger` or `run` would then append to, create or chmod any
+/// file on the host through it.
+pub const STATE_FILES: [&str; 6] = [
+    DOORBELL_FILE,
+    LOCK_FILE,
+    "fleetagent.db",
+    "fleetagent.db-wal",
+    "fleetagent.db-shm",
+    "fleetagent.db-journal",
+];
+
+/// A state file's path that is a symbolic link, or not a regular file: the line that names it
+/// (None when it is absent or a regular file).
+pub fn not_a_plain_file(path: &Path) -> Option<String> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    let what = if meta.file_type().is_symlink() {
+        "a symbolic link"
+    } else if meta.is_file() {
+        return None;
+    } else if meta.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Some(format!(
+        "{} is {what}: fleetagent never follows or replaces it (a member of the state dir's group may have planted it); remove it",
+        path.display()
+    ))
+}
+
+/// [`not_a_plain_file`] as an error, for the commands about to open the file.
+pub fn refuse_special(path: &Path) -> Result<()> {
+    match not_a_plain_file(path) {
+        Some(line) => bail!("{line}"),
+        None => Ok(()),
+    }
+}
+
+/// Every state file of `dir` that is a link or not a regular file ([`STATE_FILES`]).
+pub fn special_state_files(dir: &Path) -> Vec<String> {
+    STATE_FILES
+        .iter()
+        .filter_map(|f| not_a_plain_file(&dir.join(f)))
+        .collect()
+}
+
+/// Open flags that refuse a symbolic link as the last component of the path (ELOOP).
+pub fn no_follow() -> i32 {
+    libc::O_NOFOLLOW
+}
+
 /// Create a file 0660 (explicitly, whatever the umask) if missing.
 pub fn create_file_0660(path: &Path) -> io::Result<()> {
     match OpenOptions::new()
         .write(true)
         .create_new(true)
+        .custom_flags(no_follow())
         .mode(0o660)
         .open(path)
     {
@@ -293,8 +347,9 @@ pub fn create_file_0660(path: &Path) -> io::Result<()> {
 
 /// Give an existing file we own mode 0660 (best effort; used for the SQLite side files).
 pub fn ensure_mode_0660(path: &Path) {
-    if let Ok(meta) = fs::metadata(path) {
-        if meta.permissions().mode() & 0o777 != 0o660 {
+    // Never through a link: chmod(2) follows one.
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        if meta.is_file() && meta.permissions().mode() & 0o777 != 0o660 {
             let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o660));
         }
     }

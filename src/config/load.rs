@@ -65,6 +65,16 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
             path.display()
         )));
     }
+    if let Some((dir, mode)) = replaceable_by_anyone(path) {
+        return Err(UsageError(format!(
+            "config {} is in {}, which every user may write (mode {mode:o}, no sticky bit): anyone \
+             could put another config in its place; refusing it: run chmod o-w {} (or keep the \
+             config elsewhere)",
+            path.display(),
+            dir.display(),
+            dir.display()
+        )));
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| UsageError(format!("cannot read config {}: {e}", path.display())))?;
     let config = parse(&text).map_err(|e| UsageError(format!("config {}: {e}", path.display())))?;
@@ -73,6 +83,29 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
         path: path.to_path_buf(),
         file_found: true,
     })
+}
+
+/// The first directory above the config (as named, and as its links resolve) that every user
+/// may write and that has no sticky bit, with its mode: there anyone can rename another file
+/// over the config (or over a link to it), as sshd's StrictModes reasons. `/tmp` (sticky)
+/// passes.
+fn replaceable_by_anyone(path: &Path) -> Option<(PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let named = std::path::absolute(path).ok()?;
+    let real = std::fs::canonicalize(path).ok();
+    [Some(named), real]
+        .into_iter()
+        .flatten()
+        .flat_map(|p| {
+            p.ancestors()
+                .skip(1)
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
+        .find_map(|dir| {
+            let mode = std::fs::metadata(&dir).ok()?.permissions().mode() & 0o7777;
+            (mode & 0o002 != 0 && mode & 0o1000 == 0).then_some((dir, mode))
+        })
 }
 
 /// Parse and validate config text. The error is one line: `line N (key): what is wrong`.

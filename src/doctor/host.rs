@@ -23,7 +23,14 @@ pub const MIN_FREE_INODES: u64 = 1_000;
 /// not said twice.
 pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
     match crate::paths::check_state_dir(dir) {
-        Ok(()) => Vec::new(),
+        Ok(()) => {
+            let mut problems: Vec<Problem> = crate::paths::special_state_files(dir)
+                .into_iter()
+                .map(Problem::new)
+                .collect();
+            problems.extend(world_access(dir));
+            problems
+        }
         Err(e) => {
             let text = format!("{e:#}");
             if read_only && text.contains("not writable") {
@@ -33,6 +40,25 @@ pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
             }
         }
     }
+}
+
+/// A state dir that every user may read or enter (world-writable is refused outright): the
+/// database holds the conversation, the fleet and the ledger (DESIGN.md: nothing is
+/// world-accessible).
+fn world_access(dir: &Path) -> Option<Problem> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).ok()?.permissions().mode();
+    (mode & 0o007 != 0).then(|| {
+        Problem::new(format!(
+            "state dir {} is mode {:o}: every user may read it (the database holds the conversation, the fleet and the ledger)",
+            dir.display(),
+            mode & 0o7777
+        ))
+        .fix(format!(
+            "chmod 2770 {} (and give it the operators' group: docs/operations.md)",
+            dir.display()
+        ))
+    })
 }
 
 /// The file system of the state dir: read-only, or (nearly) full. Nothing when the dir

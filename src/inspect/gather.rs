@@ -79,6 +79,7 @@ pub fn build(
             exists: bell.exists,
             mtime: bell.mtime.map(rfc3339),
             lines: bell.lines,
+            problem: bell.problem,
         },
         lock_held: holder.is_some(),
         lock_holder_pid: holder,

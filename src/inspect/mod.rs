@@ -105,6 +105,9 @@ pub struct DoorbellView {
     pub exists: bool,
     pub mtime: Option<String>,
     pub lines: usize,
+    /// A link or not a regular file: what is wrong (absent when it is a plain file or gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -235,7 +235,9 @@ pub fn render_text(r: &Report) -> String {
     line(format!(
         "doorbell    {} {}",
         r.doorbell.path,
-        if r.doorbell.exists {
+        if let Some(problem) = &r.doorbell.problem {
+            format!("PROBLEM: {problem}")
+        } else if r.doorbell.exists {
             format!(
                 "EXISTS ({} line(s), modified {})",
                 r.doorbell.lines,

@@ -117,13 +117,16 @@ impl Store {
         if !exists && mode == OpenMode::Existing {
             return Err(no_database(state_dir));
         }
+        refuse_links(&path)?;
         if !exists {
             // Create the file ourselves so its mode is 0660 whatever the umask; SQLite gives
             // the -wal and -shm files the mode of the database file.
             crate::paths::create_file_0660(&path)
                 .with_context(|| format!("cannot create database {}", path.display()))?;
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let conn = Connection::open_with_flags(&path, flags)
             .with_context(|| format!("cannot open database {}", path.display()))?;
         let mut store = Store {
@@ -164,6 +167,7 @@ impl Store {
         if !database_exists(state_dir)? {
             return Err(no_database(state_dir));
         }
+        refuse_links(&path)?;
         let wal_bytes = std::fs::metadata(side_file(&path, "-wal")).map_or(0, |m| m.len());
         let mode = if wal_bytes == 0 {
             "immutable=1"
@@ -446,6 +450,16 @@ pub fn database_exists(state_dir: &Path) -> Result<bool> {
             state_dir.display()
         )
     })
+}
+
+/// The database and its side files must not be links (nor anything but regular files): SQLite
+/// would write through them (`paths::STATE_FILES`).
+fn refuse_links(path: &Path) -> Result<()> {
+    crate::paths::refuse_special(path)?;
+    for suffix in ["-wal", "-shm", "-journal"] {
+        crate::paths::refuse_special(&side_file(path, suffix))?;
+    }
+    Ok(())
 }
 
 fn no_database(state_dir: &Path) -> anyhow::Error {

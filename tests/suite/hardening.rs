@@ -8,6 +8,7 @@ mod adversarial;
 mod crash;
 mod database;
 mod fuzz;
+mod links;
 mod race;
 mod sandbox;
 mod secrets;

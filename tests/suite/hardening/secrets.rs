@@ -433,8 +433,8 @@ fn c_sh(c: &mut std::process::Command, line: &str) -> std::process::Output {
         .unwrap()
 }
 
-/// A world-writable state dir (exit 1) or config (exit 2) is refused by every command, with
-/// one line that says what to do, and nothing is written.
+/// A world-writable state dir (exit 1), config, or config dir without a sticky bit (exit 2) is
+/// refused by every command, with one line that says what to do, and nothing is written.
 #[test]
 fn world_writable_state_is_refused_by_every_command() {
     let f = Fleet::new();
@@ -480,6 +480,23 @@ fn world_writable_state_is_refused_by_every_command() {
         );
     }
     std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // A config in a dir that anyone may write (and no sticky bit): anyone could rename
+    // another file over it. Sticky, as /tmp is, passes.
+    let dir = f.config.parent().unwrap().to_path_buf();
+    let dir_mode = mode(&dir);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    for args in commands {
+        let out = f.cmd(args);
+        assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr.contains("which every user may write (mode 777, no sticky bit)"),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    f.cmd(&["inspect"]).ok();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
     assert_eq!(
         std::fs::read(f.state.join("fleetagent.db")).unwrap(),
         before,

@@ -1,0 +1,76 @@
+//! The state dir is group-writable (the operators' group), so a member could plant a symbolic
+//! link where fleetagent opens a file. A root `trigger` would then append to any file through
+//! the doorbell, and a `run` would create one through the lock or have SQLite write through the
+//! database or its WAL. Every such link is refused, and nothing is written through it.
+//! `doctor` names each one, and a state dir every user may read.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+
+use crate::common::fleet::Fleet;
+
+#[test]
+fn links_planted_in_the_state_dir_are_never_followed_and_doctor_names_them() {
+    let f = Fleet::new();
+    f.cmd(&["run"]).ok();
+    let victim = f.path().join("victim");
+    let state = f.path().join("state");
+    let refused = |args: &[&str], file: &str| {
+        let out = f.cmd(args).code(1);
+        assert!(
+            out.stderr.contains(&format!(
+                "{file} is a symbolic link: fleetagent never follows"
+            )),
+            "{args:?}: {}",
+            out.stderr
+        );
+        assert!(
+            !victim.exists(),
+            "{args:?} wrote through the link to {file}"
+        );
+    };
+
+    // The doorbell: the event is recorded, nothing is appended through the link.
+    symlink(&victim, state.join("trigger")).unwrap();
+    refused(&["trigger", "-p", "1", "-r", "planted"], "trigger");
+    let doctor = f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doctor.contains("trigger is a symbolic link"),
+        "doctor: {doctor}"
+    );
+    let bell = &f.inspect()["doorbell"];
+    assert!(
+        bell["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("symbolic link")),
+        "{bell}"
+    );
+    std::fs::remove_file(state.join("trigger")).unwrap();
+
+    // The lock, the database and its WAL: refused before anything is opened.
+    for file in ["run.lock", "fleetagent.db-wal"] {
+        let path = state.join(file);
+        let _ = std::fs::remove_file(&path);
+        symlink(&victim, &path).unwrap();
+        refused(&["run"], file);
+        std::fs::remove_file(&path).unwrap();
+    }
+    let db = state.join("fleetagent.db");
+    let real = f.path().join("real.db");
+    std::fs::rename(&db, &real).unwrap();
+    symlink(&real, &db).unwrap();
+    refused(&["wakes", "list"], "fleetagent.db");
+    std::fs::remove_file(&db).unwrap();
+    std::fs::rename(&real, &db).unwrap();
+    f.cmd(&["run"]).ok();
+
+    // A state dir every user may read is named, with the chmod that fixes it.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2755)).unwrap();
+    let doctor = f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doctor.contains("is mode 2755: every user may read it") && doctor.contains("chmod 2770"),
+        "{doctor}"
+    );
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let doctor = f.cmd(&["doctor"]).stdout;
+    assert!(!doctor.contains("every user may read"), "{doctor}");
+}
