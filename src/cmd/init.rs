@@ -35,6 +35,7 @@ pub fn run(app: &App) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
+    crate::store::sim_config::refuse_in(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
     crate::outln!(
         "database {} ready (schema {})",

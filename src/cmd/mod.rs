@@ -80,6 +80,7 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::check_state_dir(&dir)?;
     let store = Store::open(&dir, OpenMode::Existing, app.now())?;
+    crate::store::sim_config::refuse(&store.conn, &store.path)?;
     Ok((loaded, dir, store))
 }
 
@@ -127,6 +128,7 @@ pub(crate) fn open_or_create(app: &App) -> Result<(LoadedConfig, PathBuf, Store)
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
+    crate::store::sim_config::refuse_in(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
     Ok((loaded, dir, store))
 }

@@ -55,6 +55,57 @@ pub fn read(conn: &Connection) -> Result<Option<SimConfig>> {
         .optional()?)
 }
 
+/// A simulation's database is refused by what acts or records (`run`, `poll`, `trigger`,
+/// `message`, `reset-session`, `pause`, `resume`, `wakes add|cancel`, `instances stop`,
+/// `init`): its instances are the simulator's, its install id (`sim`) is every simulation's,
+/// and a real pass there would count them as the fleet and label real rentals as another
+/// simulation's. `inspect`, `history` and the lists read it as it is.
+/// A simulation from before its config was kept is known by its install id, which no install
+/// can have (theirs are 6 letters).
+pub fn refuse(conn: &Connection, db: &std::path::Path) -> Result<()> {
+    let which = match read(conn)? {
+        Some(sim) => format!(" (scenario {}, seed {})", sim.scenario, sim.seed),
+        None if simulated_install(conn) => String::new(),
+        None => return Ok(()),
+    };
+    anyhow::bail!(
+        "{} is a simulation's database{which}, written by `fleetagent sim --state-dir`, not an install's: refusing to act on it; point --state-dir (or the config's state_dir) at the install's state dir",
+        db.display(),
+    )
+}
+
+/// The database's install id is the simulator's (false when it cannot be read: an older
+/// schema, which the opening migrates).
+fn simulated_install(conn: &Connection) -> bool {
+    conn.query_row("SELECT install_id FROM agent_state WHERE id = 1", [], |r| {
+        r.get::<_, Option<String>>(0)
+    })
+    .ok()
+    .flatten()
+    .is_some_and(|id| id == super::ops::SIM_INSTALL_ID)
+}
+
+/// [`refuse`] before a database is opened for writing: nothing when there is none yet.
+pub fn refuse_in(dir: &std::path::Path) -> Result<()> {
+    let path = dir.join(super::DB_FILE);
+    if !super::database_exists(dir)? || crate::paths::not_a_plain_file(&path).is_some() {
+        // No database (or a planted link, which the opening refuses by name).
+        return Ok(());
+    }
+    let conn = Connection::open_with_flags(
+        &path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | rusqlite::OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // A damaged file or another program's is the opening's to name, not this look's.
+    match read(&conn) {
+        Ok(_) => refuse(&conn, &path),
+        Err(_) => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

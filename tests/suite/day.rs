@@ -290,10 +290,34 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
             && config_line(&text).contains("no_such_key"),
         "{text}"
     );
-    // A simulation's database from before the config was kept: this host's, said so.
+    // What acts or records refuses it: its instances are the simulator's, its install id
+    // every simulation's (a real pass would count them as the fleet).
+    let refused = |f: &Fleet, args: &[&str], which: &str| {
+        let out = f.cmd(args).code(1);
+        assert!(
+            out.stderr.contains(&format!(
+                "is a simulation's database{which}, written by `fleetagent sim --state-dir`, not an install's: refusing to act on it"
+            )),
+            "{args:?}: {}",
+            out.stderr
+        );
+    };
+    let runs = f.count("SELECT COUNT(*) FROM runs");
+    for args in [
+        &["run"][..],
+        &["trigger", "-p", "1", "-r", "x"],
+        &["init"],
+        &["pause", "--reason", "x"],
+    ] {
+        refused(&f, args, " (scenario incident, seed 1)");
+    }
+    assert_eq!(f.count("SELECT COUNT(*) FROM runs"), runs, "a run went on");
+    // A simulation's database from before the config was kept: this host's, said so, and
+    // still refused by its install id.
     f.db().execute("DELETE FROM sim_config", []).unwrap();
     let text = f.cmd(&["inspect"]).ok().stdout;
     assert!(config_line(&text).contains("kept no config"), "{text}");
+    refused(&f, &["run"], "");
     let svg = f.path().join("sim.svg");
     let plotted = f
         .cmd(&["inspect", "--plot", svg.to_str().unwrap(), "--hours", "48"])

@@ -489,7 +489,8 @@ fn world_writable_state_is_refused_by_every_command() {
         let out = f.cmd(args);
         assert_eq!(out.code, 2, "{args:?}: {}{}", out.stdout, out.stderr);
         assert!(
-            out.stderr.contains("which every user may write (mode 777, no sticky bit)"),
+            out.stderr
+                .contains("which every user may write (mode 777, no sticky bit)"),
             "{args:?}: {}",
             out.stderr
         );
