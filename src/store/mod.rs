@@ -203,6 +203,9 @@ impl Store {
     fn check_read_only_schema(&self) -> Result<()> {
         self.conn.busy_timeout(BUSY_TIMEOUT)?;
         let version = self.user_version()?;
+        if version < 0 {
+            bail!("{}", negative_version(version));
+        }
         if version == 0 {
             bail!(
                 "{} holds no fleetagent database (empty, or another program's file)",
@@ -245,6 +248,9 @@ impl Store {
         // One read of the schema version serves the check below and the migration (`trigger`
         // opens the store on every state change).
         let mut version = self.user_version()?;
+        if version < 0 {
+            bail!("{}", negative_version(version));
+        }
         if mode == OpenMode::Existing && version == 0 {
             version = self.require_schema()?;
         }
@@ -462,6 +468,15 @@ fn refuse_links(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A schema version below 0 is none fleetagent ever wrote: another program's file, or a
+/// damaged header. Refused before anything is written (it once read as "every migration
+/// done" and was stamped current).
+fn negative_version(version: i64) -> String {
+    format!(
+        "schema version {version} is not one fleetagent writes (another program's file, or a damaged header); the database was left untouched"
+    )
+}
+
 fn no_database(state_dir: &Path) -> anyhow::Error {
     anyhow::anyhow!(
         "no database in state dir {} (run `fleetagent init` or `fleetagent run` there first, \
@@ -621,6 +636,30 @@ mod tests {
             .err()
             .unwrap();
         assert!(format!("{err:#}").contains("newer"), "{err:#}");
+        // A negative version is none of ours: refused by every opening, and left as it was
+        // (it read as "every migration done" and was stamped current).
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.pragma_update(None, "user_version", -2_147_483_648_i64)
+            .unwrap();
+        drop(conn);
+        for mode in [OpenMode::Existing, OpenMode::Create] {
+            let err = Store::open(dir.path(), mode, 0).err().unwrap();
+            assert!(
+                format!("{err:#}")
+                    .contains("schema version -2147483648 is not one fleetagent writes"),
+                "{err:#}"
+            );
+        }
+        let err = Store::open_read_only(dir.path()).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("not one fleetagent writes"),
+            "{err:#}"
+        );
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, -2_147_483_648);
     }
 
     #[test]
