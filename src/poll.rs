@@ -130,6 +130,30 @@ pub fn compare(prev: &PollState, cur: &PollState) -> (Vec<String>, PollState) {
     (lines, merged)
 }
 
+/// What one poll could not read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems {
+    /// The demand probe's failure.
+    pub demand: Option<String>,
+    /// The vast.ai listing's failure ([`crate::fleet::NO_VAST_KEY`] without a key).
+    pub listing: Option<String>,
+}
+
+impl Problems {
+    /// Every failure, for the warnings.
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.demand.iter().chain(&self.listing)
+    }
+
+    /// The listing failed (a key is set): the process exits 1, as `run` does, so that a poll
+    /// that cannot see the fleet never looks green.
+    pub fn listing_failed(&self) -> Option<&str> {
+        self.listing
+            .as_deref()
+            .filter(|e| *e != crate::fleet::NO_VAST_KEY)
+    }
+}
+
 /// What one poll found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Polled {
@@ -143,7 +167,7 @@ pub enum Polled {
 
 /// One poll: list our instances, read the demand, compare with what the last poll saw, and
 /// on a change record a P1 `poll` event and ring the doorbell in `dir`. `problems` gets the
-/// probe's and the listing's failures (the caller shows them); a listing that starts or stops
+/// probe's and the listing's failures (the caller shows them, and fails on the listing's); a listing that starts or stops
 /// failing is recorded for `doctor` and the metrics (`store::ops::listing_changes`).
 pub fn poll(
     store: &Store,
@@ -151,7 +175,7 @@ pub fn poll(
     config: &Config,
     services: &Services,
     clock: &dyn crate::clock::Clock,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Result<Polled> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
@@ -162,7 +186,8 @@ pub fn poll(
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
     }
-    problems.extend([demand_error, listing_error].into_iter().flatten());
+    problems.demand = demand_error;
+    problems.listing = listing_error;
     let workers = demand
         .as_ref()
         .map(|d| d.workers.clone())

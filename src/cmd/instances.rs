@@ -122,17 +122,12 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "offline": args.offline,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
+        return blind(listing_error.as_deref());
     }
-    if let Some(e) = &listing_error {
-        crate::journal::eprint(
-            crate::journal::WARNING,
-            &format!(
-                "fleetagent: vast.ai listing unavailable ({e}); showing fleetagent's table only"
-            ),
-        );
-    }
-    if out.is_empty() {
+    // Without the listing, the last line (the error, on stderr) says so.
+    if out.is_empty() && listing_error.is_some() {
+        crate::outln!("no instances in fleetagent's table (what vast.ai bills is unknown)");
+    } else if out.is_empty() {
         crate::outln!("no instances");
     } else {
         crate::outln!(
@@ -192,7 +187,18 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "{not_ours} other instance(s) on the account are not ours (label prefix {prefix:?})"
         );
     }
-    Ok(())
+    blind(listing_error.as_deref())
+}
+
+/// The list was shown without vast.ai's listing (asked for, not `--offline`): exit 1, so that
+/// a script (or an operator reading `$?`) never takes fleetagent's table for the account.
+fn blind(listing_error: Option<&str>) -> Result<()> {
+    match listing_error {
+        Some(e) => anyhow::bail!(
+            "vast.ai's listing failed ({e}): what is shown is fleetagent's own table, not what the account bills"
+        ),
+        None => Ok(()),
+    }
 }
 
 fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {

@@ -14,7 +14,7 @@ pub fn run(app: &App) -> Result<()> {
         }
     }
     let services = crate::services::build_services(config, &app.env, app.clock.clone(), false)?;
-    let mut problems = Vec::new();
+    let mut problems = crate::poll::Problems::default();
     let polled = crate::poll::poll(
         &store,
         &dir,
@@ -23,11 +23,20 @@ pub fn run(app: &App) -> Result<()> {
         app.clock.as_ref(),
         &mut problems,
     );
-    for e in &problems {
+    // The listing's failure is the process's error (its last line), the rest warnings.
+    let failed = problems.listing_failed().map(str::to_string);
+    for e in problems
+        .all()
+        .filter(|e| Some(e.as_str()) != failed.as_deref())
+    {
         let text = format!("fleetagent: poll: {e}");
         crate::journal::eprint(crate::journal::WARNING, &text);
     }
-    let polled = polled?;
+    let polled = polled.inspect_err(|_| {
+        if let Some(e) = &failed {
+            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: poll: {e}"));
+        }
+    })?;
     store.fence("poll")?;
     // A minute's poll that finds nothing is not worth a journal line (-vv shows it).
     match polled {
@@ -37,7 +46,10 @@ pub fn run(app: &App) -> Result<()> {
             crate::outln!("event {id} (P1) recorded; doorbell rung: {reason}")
         }
     }
-    Ok(())
+    match failed {
+        Some(e) => anyhow::bail!("poll: the vast.ai listing failed: {e}"),
+        None => Ok(()),
+    }
 }
 
 /// With `[ha] enabled`, every minute on every host: this host recorded, its outbox forwarded,

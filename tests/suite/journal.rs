@@ -329,7 +329,8 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
     at_terminal.args(["-qefc", &line.join(" "), "/dev/null"]);
     crate::common::fleet::clean_env(&mut at_terminal);
     at_terminal.env("VAST_API_KEY", "k-0123456789");
-    let listed = Run::from(at_terminal.output().unwrap()).ok();
+    // script(1) -e passes the exit status on: 1, the listing failed.
+    let listed = Run::from(at_terminal.output().unwrap()).code(1);
     let list_took = started.elapsed();
     let out = Run::from(run.wait_with_output().unwrap()).code(1);
     let run_took = started.elapsed();
@@ -347,7 +348,7 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
         shown.contains("waiting for vast.ai (up to 3s)..."),
         "{shown}"
     );
-    assert!(shown.contains("vast.ai listing unavailable"), "{shown}");
+    assert!(shown.contains("vast.ai's listing failed"), "{shown}");
     assert!(shown.contains("no answer within 1s"), "{shown}");
 
     // `run`: the listing waits once; the rules' emergency launch then fails at once, without
@@ -415,7 +416,7 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
     assert!(
         listed
             .stderr
-            .contains("<4>fleetagent: vast.ai listing unavailable"),
+            .contains("<3>fleetagent: vast.ai's listing failed"),
         "{}",
         listed.stderr
     );

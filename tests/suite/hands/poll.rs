@@ -70,4 +70,15 @@ fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
     let before = state(&f);
     f.cmd(&["poll"]).ok();
     assert_eq!(state(&f), before);
+
+    // vast.ai refuses the listing: the poll fails (exit 1) with one line naming it, as `run`
+    // does, so that poll.service is not green while nothing can see the fleet.
+    fake.set_api_key(Some("another-key"));
+    let out = f.cmd(&["poll"]).code(1);
+    let lines: Vec<&str> = out.stderr.trim().lines().collect();
+    assert!(
+        lines.len() == 1 && lines[0].starts_with("fleetagent: poll: the vast.ai listing failed: "),
+        "{}",
+        out.stderr
+    );
 }
