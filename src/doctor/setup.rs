@@ -21,7 +21,61 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
     }
     out.extend(launch(config));
     out.extend(fence_margin(config));
+    out.extend(llm_budget(config));
     out
+}
+
+/// Room a prompt needs beyond the system prompt and the tools: the pinned state block and an
+/// observation of a quiet fleet (a few hundred tokens each), so that a budget this close to
+/// the fixed part is named before passes find it out.
+pub const PROMPT_ROOM_TOKENS: u64 = 600;
+
+/// `[llm]` with `provider = "openai"`: a budget that, after its margin and
+/// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
+/// pass: every pass that asks the model is refused before the request and decided by the
+/// fallback (validation knows no token counts, so the config loads).
+fn llm_budget(config: &Config) -> Vec<Problem> {
+    use crate::llm::{ChatMessage, Role};
+    if config.llm.provider != crate::config::Provider::Openai {
+        return Vec::new();
+    }
+    let Ok(tk) = crate::tokens::Tokenizer::for_config(config) else {
+        return Vec::new(); // a bad llm.encoding is refused by the config's validation
+    };
+    let fixed = tk.count_message(&ChatMessage {
+        role: Role::System,
+        content: crate::prompt::SYSTEM_PROMPT.trim_end().to_string(),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+    }) + tk.count_tools(&crate::tools::registry().specs());
+    let budget = crate::prompt::effective_budget(config);
+    let needed = fixed + PROMPT_ROOM_TOKENS;
+    if budget >= needed {
+        return Vec::new();
+    }
+    let l = &config.llm;
+    // The smallest budget whose share for the prompt holds `needed` (from the estimate, to
+    // the token: the margin is rounded down).
+    let margin = crate::prompt::BUDGET_MARGIN_PERCENT;
+    let share = |b: u64| {
+        let mut c = config.clone();
+        c.llm.context_budget_tokens = b;
+        crate::prompt::effective_budget(&c)
+    };
+    let mut least = ((needed + l.max_output_tokens) * 100).div_ceil(100 - margin);
+    while share(least) < needed {
+        least += 1;
+    }
+    while least > 0 && share(least - 1) >= needed {
+        least -= 1;
+    }
+    vec![Problem::new(format!(
+        "llm.context_budget_tokens = {} leaves {budget} tokens for the prompt (after its {margin} % margin and llm.max_output_tokens = {}), and the system prompt and the tools alone take {fixed}, with about {PROMPT_ROOM_TOKENS} more for the state and the observation: the model is never asked, and every pass is decided by the fallback",
+        l.context_budget_tokens, l.max_output_tokens
+    ))
+    .fix(format!(
+        "raise llm.context_budget_tokens to {least} or more (the server's context must hold it), or lower llm.max_output_tokens"
+    ))]
 }
 
 /// `[ha]`: a fence margin the lease cannot keep between two renewals (the keeper renews every
@@ -284,5 +338,40 @@ mod tests {
         );
         let err = crate::secrets::require_credential(&env, "curio_pw").unwrap_err();
         assert!(format!("{err}").contains("is empty"), "{err}");
+    }
+
+    /// A model budget that cannot hold the fixed part of a prompt is named with the budget
+    /// that would; the default and a budget just large enough are not; the rules need none.
+    #[test]
+    fn a_model_budget_that_holds_no_prompt_is_named() {
+        let detail = |llm: &str| -> Vec<String> {
+            let config = crate::config::parse(&format!("[llm]\n{llm}")).unwrap();
+            llm_budget(&config)
+                .into_iter()
+                .map(|p| format!("{} | {}", p.detail, p.fix.unwrap_or_default()))
+                .collect()
+        };
+        assert!(detail("").is_empty());
+        let small = detail("context_budget_tokens = 2000");
+        assert!(
+            small.len() == 1
+                && small[0].starts_with(
+                    "llm.context_budget_tokens = 2000 leaves 876 tokens for the prompt"
+                ),
+            "{small:?}"
+        );
+        // The budget it names is enough, and one token less is not.
+        let least: u64 = small[0]
+            .split("raise llm.context_budget_tokens to ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(detail(&format!("context_budget_tokens = {least}")).is_empty());
+        assert_eq!(
+            detail(&format!("context_budget_tokens = {}", least - 1)).len(),
+            1
+        );
+        assert!(detail("provider = \"rules\"\ncontext_budget_tokens = 2000").is_empty());
     }
 }
