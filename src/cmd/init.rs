@@ -42,6 +42,18 @@ pub fn run(app: &App) -> Result<()> {
         store.path.display(),
         crate::store::SCHEMA_VERSION
     );
+    {
+        // An existing dir keeps its mode (init never chmods what it did not create): said.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir)?.permissions().mode() & 0o7777;
+        if mode & 0o007 != 0 {
+            crate::outln!(
+                "state dir {} is mode {mode:o}, open to every user, not the designed 2770: run chmod 2770 {}",
+                dir.display(),
+                dir.display()
+            );
+        }
+    }
     let missing = loaded
         .config
         .policy

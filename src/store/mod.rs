@@ -525,7 +525,10 @@ pub(crate) fn damage_page(dir: &Path, page: i64, page_size: i64) {
 
 #[cfg(test)]
 pub(crate) fn test_store(now: Millis) -> (tempfile::TempDir, Store) {
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
+    // An install's state dir is 2770; tempfile's follows the umask (0755 under 022).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o2770)).unwrap();
     let store = Store::open(dir.path(), OpenMode::Create, now).unwrap();
     (dir, store)
 }
