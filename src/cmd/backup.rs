@@ -10,6 +10,8 @@ use crate::store::{OpenMode, Store};
 pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
+    // A world-writable dir is refused here as by every command (a planted database).
+    crate::paths::state_dir_access(&dir)?;
     let store = Store::open(&dir, OpenMode::Existing, app.now())?;
     let copied = crate::store::backup::to_file(&store.conn, &args.file)?;
     let rows: Vec<String> = copied
