@@ -76,7 +76,16 @@ impl Doorbell for FileDoorbell {
             // Created just now under a stricter umask: make it group-writable explicitly.
             let _ = f.set_permissions(fs::Permissions::from_mode(0o660));
         }
-        let mut text = line.replace('\n', " ");
+        // One line, and nothing a terminal would act on (`cat trigger`): control characters
+        // are shown as escapes. The event row keeps the reason as it was given.
+        let mut text: String = line
+            .chars()
+            .map(|c| match c {
+                '\n' | '\r' | '\t' => " ".to_string(),
+                c if c.is_control() => c.escape_unicode().to_string(),
+                c => c.to_string(),
+            })
+            .collect();
         text.push('\n');
         // One write(2) with O_APPEND: concurrent rings never interleave.
         f.write_all(text.as_bytes())
@@ -201,10 +210,15 @@ mod tests {
         let d = FileDoorbell::new(dir.path());
         assert!(!d.status().unwrap().exists);
         d.ring("a").unwrap();
-        d.ring("b\nc").unwrap();
+        d.ring("b\nc\u{1b}[2J\u{1}").unwrap();
         let s = d.status().unwrap();
         assert!(s.exists);
         assert_eq!(s.lines, 2);
+        // One line a ring, and nothing a terminal would act on.
+        assert_eq!(
+            fs::read_to_string(d.path()).unwrap(),
+            "a\nb c\\u{1b}[2J\\u{1}\n"
+        );
         assert!(s.mtime.is_some());
         let mode = fs::metadata(d.path()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
