@@ -307,8 +307,7 @@ pub fn config_unreadable(e: &anyhow::Error) -> Vec<Check> {
         .map(|&name| Check {
             name,
             problems: if name == "config" {
-                vec![Problem::new(crate::error::one_line(e))
-                    .fix("correct the config file (the line and key are named)")]
+                vec![Problem::new(crate::error::one_line(e)).fix(config_fix(e))]
             } else {
                 Vec::new()
             },
@@ -316,6 +315,18 @@ pub fn config_unreadable(e: &anyhow::Error) -> Vec<Check> {
             leader: None,
         })
         .collect()
+}
+
+/// What fixes a config that cannot be read, by what the error says.
+pub(super) fn config_fix(e: &anyhow::Error) -> &'static str {
+    let text = crate::error::one_line(e);
+    if text.contains("world-writable") || text.contains("which every user may write") {
+        "run the chmod the line names (anyone could replace the config meanwhile)"
+    } else if text.contains("cannot read config") {
+        "name a readable config file with --config or $FLEETAGENT_CONFIG (`fleetagent init` writes a commented one)"
+    } else {
+        "correct the config file (the line and key are named)"
+    }
 }
 
 /// The problems as `doctor` prints them: one line each, in check order.

@@ -262,6 +262,19 @@ pub(super) fn curio_and_identity(
     (curio, identity)
 }
 
+/// What makes the price known, by what the config already has: the proof's price in FIL
+/// (or Curio's ask) and a FIL/USD source.
+pub(super) fn price_fix(config: &Config) -> String {
+    let p = &config.price;
+    let fil_usd = p.fil_usd.is_some() || p.fil_usd_command.is_some() || p.fil_usd_url.is_some();
+    match (p.proof_price_fil.is_some(), fil_usd) {
+        (true, false) => "set one of price.fil_usd, price.fil_usd_command, price.fil_usd_url (price.proof_price_fil is set)".into(),
+        (false, true) => "set price.proof_price_fil, or let Curio's ask price (proofshare_meta.pprice) be read (a FIL/USD source is set)".into(),
+        (true, true) => "check the FIL/USD source's answer (`fleetagent inspect` shows the price line)".into(),
+        (false, false) => "set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url".into(),
+    }
+}
+
 /// The price as the last pass left it: unknown (why, and the keys that make it known), or
 /// known while the FIL/USD fetch fails (the cached value ages towards unknown).
 pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
@@ -273,7 +286,7 @@ pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Prob
         (Err(why), _) => vec![Problem::new(format!(
             "price unknown: {why}: the profit check is off, so launches are not judged by profit"
         ))
-        .fix("set price.proof_price_fil (or Curio's ask price, proofshare_meta.pprice) and one of price.fil_usd, price.fil_usd_command, price.fil_usd_url")],
+        .fix(price_fix(config))],
         (Ok(p), Some(e)) if config.price.fil_usd.is_none() => vec![Problem::new(format!(
             "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
             human_duration(now - p.fil_usd_at),

@@ -612,3 +612,20 @@ fn a_missing_config_file_is_named() {
         .iter()
         .all(|p| !p.detail.contains("no config file"))));
 }
+
+/// The fixes name what is missing, not a list of everything: a price with its FIL part set
+/// asks for the FIL/USD source only; a config refused for its mode asks for the chmod.
+#[test]
+fn the_price_and_config_fixes_name_what_is_missing() {
+    let fix = |toml: &str| super::outside::price_fix(&crate::config::parse(toml).unwrap());
+    assert!(fix("").starts_with("set price.proof_price_fil (or Curio's ask price"));
+    assert!(fix("[price]\nproof_price_fil = 0.005").starts_with("set one of price.fil_usd,"));
+    assert!(fix("[price]\nfil_usd = 4.0").starts_with("set price.proof_price_fil, or let Curio"));
+    assert!(fix("[price]\nproof_price_fil = 0.005\nfil_usd = 4.0").starts_with("check the FIL/USD"));
+    let config = |line: &str| super::config_fix(&anyhow::anyhow!("{line}"));
+    assert!(
+        config("config /x is world-writable (mode 666); refusing it").starts_with("run the chmod")
+    );
+    assert!(config("cannot read config /x: Is a directory").starts_with("name a readable config"));
+    assert!(config("config /x: line 3 (llm.model): bad").starts_with("correct the config file"));
+}
