@@ -40,7 +40,12 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(!prom.exists(), "sim never writes the operator's textfile");
-
+    // Made an install's database (a run refuses a simulation's): its rows stay.
+    f.db()
+        .execute_batch(
+            "DELETE FROM sim_config; UPDATE agent_state SET install_id = 'metric' WHERE id = 1;",
+        )
+        .unwrap();
     f.cmd(&["run"]).ok();
     let text = std::fs::read_to_string(&prom).unwrap();
     let leftovers: Vec<_> = std::fs::read_dir(prom.parent().unwrap())

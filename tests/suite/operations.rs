@@ -222,8 +222,9 @@ fn doctor_names_what_makes_the_agent_blind_or_handless_right_after_the_run_that_
     assert!(prom.exists());
     failing(&v, "runs", "1 run(s) failed in the last hour");
 
-    // `poll` (every minute, without a pass) records a listing that starts failing, too.
-    f.cmd(&["poll"]).ok();
+    // `poll` (every minute, without a pass) records a listing that starts failing, too, and
+    // fails (exit 1) as the run does.
+    f.cmd(&["poll"]).code(1);
     let (v, _) = doctor_json(&f);
     let detail = failing(&v, "vast", "vast.ai refuses the API key since ");
     assert!(
