@@ -200,53 +200,64 @@ fn another_pass(
 /// A failure before any claim: the doorbell goes so systemd does not restart a failing run
 /// (the events stay; the timer retries).
 fn early(env: &RunEnv<'_>, err: anyhow::Error) -> RunFailure {
-    remove_doorbell(env.doorbell);
+    if let Err(e) = remove_doorbell(env.doorbell) {
+        log::warn!("the doorbell stays ({e}): systemd may start the run again at once");
+    }
     RunFailure::Early(err)
 }
 
-fn remove_doorbell(bell: &dyn Doorbell) {
-    if let Ok(true) = bell.remove() {
-        // info, not warn: the error itself is the one line a failed run prints.
-        log::info!(
-            "deleted the doorbell {} so systemd does not restart a failing run; events stay for the timer",
-            bell.path().display()
-        );
+/// Deletes the doorbell of a run that fails before it starts; the error when it cannot (a
+/// state dir this user cannot write, a read-only file system): it is still there.
+fn remove_doorbell(bell: &dyn Doorbell) -> std::result::Result<(), String> {
+    match bell.remove() {
+        Ok(true) => {
+            // info, not warn: the error itself is the one line a failed run prints.
+            log::info!(
+                "deleted the doorbell {} so systemd does not restart a failing run; events stay for the timer",
+                bell.path().display()
+            );
+            Ok(())
+        }
+        Ok(false) => Ok(()),
+        Err(e) => Err(crate::error::report(&e)),
     }
 }
 
 /// An exit before the run could start (config, state dir, credentials). With the state dir
-/// known, the doorbell goes and the error is returned. Unknown, at a terminal (`at_terminal`:
-/// stdin or stderr is one, so someone typed the command), the error is returned at once.
-/// Unknown otherwise (systemd): the doorbell cannot be deleted and systemd restarts the service
-/// while it exists, so the error is printed first, then why the process waits, then it waits
-/// [`UNKNOWN_DIR_EXIT_DELAY`] and exits with the error's code (a quiet error: already printed).
+/// known, the doorbell goes and the error is returned. When it cannot go (the dir unknown, or
+/// not writable by this user), at a terminal (`at_terminal`: stdin or stderr is one, so
+/// someone typed the command) the error is returned at once; otherwise (systemd restarts the
+/// service while the doorbell exists) the error is printed first, then why the process waits,
+/// then it waits [`UNKNOWN_DIR_EXIT_DELAY`] and exits with the error's code (a quiet error:
+/// already printed).
 pub fn exit_before_start(
     clock: &dyn Clock,
     dir: Option<&Path>,
     at_terminal: bool,
     err: anyhow::Error,
 ) -> anyhow::Error {
-    match dir {
-        Some(d) => {
-            remove_doorbell(&FileDoorbell::new(d));
-            err
-        }
-        None if at_terminal => err,
-        None => {
-            let text = format!("fleetagent: {}", crate::error::report(&err));
-            crate::journal::eprint(crate::journal::ERR, &text);
-            log::warn!(
-                "waiting {}s before exiting: the state dir is unknown (neither --state-dir nor \
-                 $STATE_DIRECTORY names it, and the error above keeps the config from naming \
-                 it), so its doorbell cannot be deleted, and systemd restarts the service at once \
-                 while the doorbell exists; this way it runs at most twice a minute until the \
-                 error is fixed",
-                UNKNOWN_DIR_EXIT_DELAY.as_secs()
-            );
-            clock.sleep(UNKNOWN_DIR_EXIT_DELAY);
-            crate::error::Quiet(crate::error::exit_code(&err)).into()
-        }
+    let why = match dir {
+        Some(d) => match remove_doorbell(&FileDoorbell::new(d)) {
+            Ok(()) => return err,
+            Err(e) => format!("its doorbell could not be deleted ({e})"),
+        },
+        None => "the state dir is unknown (neither --state-dir nor $STATE_DIRECTORY names it, \
+                 and the error above keeps the config from naming it), so its doorbell cannot \
+                 be deleted"
+            .to_string(),
+    };
+    if at_terminal {
+        return err;
     }
+    let text = format!("fleetagent: {}", crate::error::report(&err));
+    crate::journal::eprint(crate::journal::ERR, &text);
+    log::warn!(
+        "waiting {}s before exiting: {why}, and systemd restarts the service at once while the \
+         doorbell exists; this way it runs at most twice a minute until the error is fixed",
+        UNKNOWN_DIR_EXIT_DELAY.as_secs()
+    );
+    clock.sleep(UNKNOWN_DIR_EXIT_DELAY);
+    crate::error::Quiet(crate::error::exit_code(&err)).into()
 }
 
 /// Hard stop past the deadline (plus a grace period): the kernel frees the lock, and the

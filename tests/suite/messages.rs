@@ -47,6 +47,34 @@ fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
     child.kill().unwrap();
     child.wait().unwrap();
 
+    // The state dir known but its doorbell impossible to delete (here a directory in its
+    // place; under systemd also a dir the service's user cannot write, or a read-only file
+    // system): it waits as well, or systemd would restart it at once until the path unit's
+    // trigger limit failed it.
+    let state = f.path().join("state");
+    std::fs::create_dir_all(state.join("trigger")).unwrap();
+    let mut c = Command::new(BIN);
+    command(&mut c);
+    c.arg("--state-dir").arg(&state);
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    assert!(first.contains("unknown field `nope`"), "{first}");
+    assert!(
+        second.contains("waiting 30s before exiting: its doorbell could not be deleted"),
+        "{second}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "it waits");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
     // At a terminal (script(1) gives the command a pty): the error alone, at once, exit 2.
     if Command::new("script").arg("--version").output().is_err() {
         eprintln!("SKIP the terminal half: script(1) (util-linux) is not installed");
