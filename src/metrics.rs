@@ -439,9 +439,14 @@ pub fn write_textfile(path: &Path, text: &str) -> Result<()> {
             .write(true)
             .create(true)
             .truncate(true)
+            .custom_flags(crate::paths::no_follow())
             .mode(0o644)
             .open(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
+        // Explicitly: the units' UMask=0007 would leave it 0640, which node_exporter (another
+        // user) cannot read.
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)

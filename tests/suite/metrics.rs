@@ -134,4 +134,18 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
             "{name} missing:\n{text}"
         );
     }
+    // Readable by node_exporter (another user) whatever the umask: the units' UMask=0007
+    // made it 0640.
+    let mut under_umask = Command::new("sh");
+    under_umask
+        .arg("-c")
+        .arg(r#"umask 0007; exec "$0" --config "$1" --state-dir "$2" run"#)
+        .arg(BIN)
+        .arg(&f.config)
+        .arg(&f.state);
+    clean_env(&mut under_umask);
+    assert!(under_umask.status().unwrap().success());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&prom).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "the textfile's mode");
 }
