@@ -300,7 +300,23 @@ pub struct UnitsInstallArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct InitArgs {}
+pub struct InitArgs {
+    /// A new database takes this install id instead of a random one: starting afresh after the
+    /// database was lost, the id in the instances' labels (<label_prefix>-<id>-r<run>-...), so
+    /// that the first pass adopts them
+    #[arg(long, value_name = "ID", value_parser = install_id)]
+    pub install_id: Option<String>,
+}
+
+fn install_id(s: &str) -> Result<String, String> {
+    if s == crate::store::ops::SIM_INSTALL_ID {
+        Err(format!("{s:?} is the simulator's install id"))
+    } else if crate::store::ops::is_install_id(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("{s:?} is not a lowercase word of 1-16 letters"))
+    }
+}
 
 #[derive(Debug, Args)]
 pub struct PauseArgs {

@@ -10,7 +10,7 @@ use crate::cmd::App;
 use crate::config::{self, TEMPLATE};
 use crate::store::{OpenMode, Store};
 
-pub fn run(app: &App) -> Result<()> {
+pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
     let env_value = app.env.get("FLEETAGENT_CONFIG");
     let (path, _origin) = config::resolve_path(app.config_flag.as_deref(), env_value.as_deref());
     if !path.exists() {
@@ -36,11 +36,16 @@ pub fn run(app: &App) -> Result<()> {
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
     crate::store::sim_config::refuse_in(&dir)?;
+    let existed = crate::store::database_exists(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
+    if let Some(id) = &args.install_id {
+        install_id(&store, id, existed)?;
+    }
     crate::outln!(
-        "database {} ready (schema {})",
+        "database {} ready (schema {}, install id {})",
         store.path.display(),
-        crate::store::SCHEMA_VERSION
+        crate::store::SCHEMA_VERSION,
+        crate::store::ops::install_id(&store.conn)?
     );
     {
         // An existing dir keeps its mode (init never chmods what it did not create): said.
@@ -65,4 +70,20 @@ pub fn run(app: &App) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--install-id`: a new database takes it; an existing one must already have it (an install's
+/// id never changes under its instances).
+fn install_id(store: &Store, id: &str, existed: bool) -> Result<()> {
+    let current = crate::store::ops::install_id(&store.conn)?;
+    if current == id {
+        return Ok(());
+    }
+    if existed {
+        return Err(crate::error::usage(format!(
+            "--install-id {id}: the database {} already has install id {current}, and an install's id never changes (its instances' labels carry it); the option is for a new database",
+            store.path.display()
+        )));
+    }
+    crate::store::ops::set_install_id(&store.conn, id)
 }

@@ -39,7 +39,7 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Doctor(a) => doctor::run(app, a),
         Command::Wakes(c) => wakes::run(app, c),
         Command::History(a) => history::run(app, a),
-        Command::Init(_) => init::run(app),
+        Command::Init(a) => init::run(app, a),
         Command::Units(c) => units::run(app, c),
         Command::Instances(c) => instances::run(app, c),
         Command::Poll(_) => poll::run(app),
@@ -129,6 +129,7 @@ pub(crate) fn open_or_create(app: &App) -> Result<(LoadedConfig, PathBuf, Store)
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
     crate::store::sim_config::refuse_in(&dir)?;
+    crate::store::refuse_lost_database(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
     Ok((loaded, dir, store))
 }

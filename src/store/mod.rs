@@ -458,6 +458,23 @@ pub fn database_exists(state_dir: &Path) -> Result<bool> {
     })
 }
 
+/// `run` where runs were made before (the state dir keeps their `run.lock`) but the database
+/// is gone: deleted or moved. A new one would restart the run ids at 1 and take a new install
+/// id, and the old instances, labelled with the old one, would be another install's: never
+/// counted against the caps (the rules would rent past them), never stopped. Refused with how
+/// to go on: restore it, or start afresh on purpose with `init`.
+pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
+    let lock = state_dir.join(crate::paths::LOCK_FILE);
+    if database_exists(state_dir)? || std::fs::symlink_metadata(&lock).is_err() {
+        return Ok(());
+    }
+    bail!(
+        "no database in state dir {}, but its {} shows that runs were made here: the database was deleted or moved, and a new one would not know the fleet (its instances would be another install's, past the caps); restore it (the newest `fleetagent backup`, docs/operations.md \"Backups\"), or start afresh on purpose with `fleetagent init --install-id ID`, ID from the instances' labels (<label_prefix>-ID-r<run>-...)",
+        state_dir.display(),
+        crate::paths::LOCK_FILE
+    )
+}
+
 /// The database and its side files must not be links (nor anything but regular files): SQLite
 /// would write through them (`paths::STATE_FILES`).
 fn refuse_links(path: &Path) -> Result<()> {

@@ -9,6 +9,7 @@ mod crash;
 mod database;
 mod fuzz;
 mod links;
+mod lost;
 mod race;
 mod sandbox;
 mod secrets;
