@@ -16,7 +16,9 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
     after_help = "Environment: FLEETAGENT_CONFIG (config path), STATE_DIRECTORY (state dir, set by systemd), \
 VAST_API_KEY, FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY), FLEETAGENT_HARMONYDB_URL, \
 FLEETAGENT_HA_DB_URL, VAST_IMAGE_LOGIN, CREDENTIALS_DIRECTORY (systemd credentials: vast_api_key, \
-llm_api_key, harmonydb_url, ha_db_url, vast_image_login), RUST_LOG.\n\
+llm_api_key, harmonydb_url, ha_db_url, vast_image_login; without it, outside a service, the credential \
+store's fleetagent.NAME in /etc/credstore, /run/credstore, /usr/lib/credstore, or FLEETAGENT_CREDSTORE's \
+colon-separated dirs), RUST_LOG.\n\
 Exit codes: 0 success, 1 runtime error, 2 usage or configuration error."
 )]
 pub struct Cli {

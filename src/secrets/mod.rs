@@ -1,7 +1,8 @@
 //! Secrets from the environment or systemd credentials, never from the config file.
 //!
 //! Lookup order for each: the environment variable(s), then the file of that name under
-//! `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`). Values are trimmed; an empty value
+//! `$CREDENTIALS_DIRECTORY` (systemd `LoadCredential=`), or, in an operator's command, the
+//! credential store's file the units load ([`credential_file`]). Values are trimmed; an empty value
 //! counts as absent. Nothing here prints or logs a value. The module `redact` keeps the
 //! passwords of URLs out of what is shown (the demand probes' errors) and tells the config
 //! when a URL carries one.
@@ -151,12 +152,45 @@ pub fn redact(text: &str, secret: &str) -> String {
     out
 }
 
-/// A named credential file under `$CREDENTIALS_DIRECTORY` (also used for worker env values).
+/// systemd's credential store, searched in this order for `LoadCredential=ID:fleetagent.ID`.
+pub const CREDSTORE_DIRS: [&str; 3] = ["/etc/credstore", "/run/credstore", "/usr/lib/credstore"];
+
+/// Where a credential is read: under `$CREDENTIALS_DIRECTORY` in a service (systemd's
+/// `LoadCredential=`); in an operator's command (no `$CREDENTIALS_DIRECTORY`, and not a
+/// service: no `$INVOCATION_ID`), the credential store's `fleetagent.NAME` the units load, so
+/// that `instances stop --all` and `doctor` at a root shell use the service's keys.
+/// `$FLEETAGENT_CREDSTORE` (colon-separated; empty: none) replaces [`CREDSTORE_DIRS`].
+/// None: nowhere to look, or no store holds it.
+pub fn credential_file(env: &Env, name: &str) -> Option<PathBuf> {
+    if let Some(dir) = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join(name));
+    }
+    if env.get("INVOCATION_ID").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let dirs: Vec<PathBuf> = match env.get("FLEETAGENT_CREDSTORE") {
+        Some(list) => list
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        None => CREDSTORE_DIRS.iter().map(PathBuf::from).collect(),
+    };
+    let file = crate::units::credstore_name(name);
+    dirs.into_iter()
+        .map(|d| d.join(&file))
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+}
+
+/// A named credential: its file under `$CREDENTIALS_DIRECTORY`, or in the credential store for
+/// an operator's command ([`credential_file`]). Also used for worker env values.
 pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
-    let Some(dir) = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) else {
+    let Some(path) = credential_file(env, name) else {
         return Ok(None);
     };
-    let path = PathBuf::from(dir).join(name);
+    let in_store = env
+        .get("CREDENTIALS_DIRECTORY")
+        .is_none_or(|d| d.is_empty());
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let v = text.trim();
@@ -173,6 +207,14 @@ pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if in_store && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // The store is root's: an operator's command without root reads as unset, said.
+            log::warn!(
+                "credential {name:?}: cannot read {} ({e}); run the command as root to use the service's credential",
+                path.display()
+            );
+            Ok(None)
+        }
         Err(e) => Err(e).with_context(|| format!("cannot read credential {}", path.display())),
     }
 }
@@ -180,8 +222,7 @@ pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
 /// The file of a credential when it exists and holds nothing but white space (which reads as
 /// unset), for the messages that would otherwise say "not found" or "no key".
 pub fn empty_credential_file(env: &Env, name: &str) -> Option<PathBuf> {
-    let dir = env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty())?;
-    let path = PathBuf::from(dir).join(name);
+    let path = credential_file(env, name)?;
     let text = std::fs::read_to_string(&path).ok()?;
     text.trim().is_empty().then_some(path)
 }

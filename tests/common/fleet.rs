@@ -165,7 +165,10 @@ pub fn clean_env(c: &mut Command) {
         "FLEETAGENT_HARMONYDB_URL",
         "FLEETAGENT_TEST_CRASH_AT",
         "RUST_LOG",
+        "INVOCATION_ID",
     ] {
         c.env_remove(k);
     }
+    // Never this machine's credential store (an operator's command reads it).
+    c.env("FLEETAGENT_CREDSTORE", "");
 }

@@ -219,3 +219,60 @@ fn pause_stop_all_resume_and_the_operator_hold() {
         launches(&f)
     );
 }
+
+/// The panic button at a root shell on an install whose keys live only in the credential
+/// store (as the README installs them): the command reads the store's file the units load,
+/// and destroys. `doctor` there sees the key the service has.
+#[test]
+fn the_panic_button_at_a_shell_uses_the_credential_store_the_units_load() {
+    let vast = FakeVast::start_real_time();
+    let ours = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    let f = Fleet::new();
+    f.write_config(&format!(
+        "{}\n[vast]\nbase_url = \"{}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        vast.url()
+    ));
+    let store = f.path().join("credstore");
+    std::fs::create_dir(&store).unwrap();
+    let in_store = |f: &Fleet, args: &[&str]| {
+        let mut c = f.command(args);
+        c.env(
+            "FLEETAGENT_CREDSTORE",
+            format!("/nonexistent:{}", store.display()),
+        );
+        crate::common::fleet::Run::from(c.output().unwrap())
+    };
+    // Without the store's file: nothing destroyed, said.
+    let out = in_store(
+        &f,
+        &["instances", "stop", "--all", "--reason", "runaway bill"],
+    )
+    .code(1);
+    assert!(out.stderr.contains("no vast.ai API key"), "{}", out.stderr);
+    assert_eq!(vast.count(Route::Destroy), 0);
+    std::fs::write(
+        store.join("fleetagent.vast_api_key"),
+        crate::common::fake_vast::FAKE_API_KEY,
+    )
+    .unwrap();
+    let doctor = in_store(&f, &["doctor"]).stdout;
+    assert!(!doctor.contains("no vast.ai API key"), "{doctor}");
+    let out = in_store(
+        &f,
+        &["instances", "stop", "--all", "--reason", "runaway bill"],
+    )
+    .ok();
+    assert!(
+        out.stdout.contains("destroyed 1 of 1 instance(s) of ours"),
+        "{}",
+        out.stdout
+    );
+    assert!(!vast.instance_ids().contains(&ours));
+    // A service (systemd gives it $INVOCATION_ID) reads only what LoadCredential= handed it.
+    let mut c = f.command(&["doctor"]);
+    c.env("FLEETAGENT_CREDSTORE", store.display().to_string())
+        .env("INVOCATION_ID", "0123456789abcdef");
+    let doctor = crate::common::fleet::Run::from(c.output().unwrap()).stdout;
+    assert!(doctor.contains("no vast.ai API key"), "{doctor}");
+}
