@@ -89,6 +89,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
         crate::outln!("{line}");
         return Ok(Vec::new());
     }
+    let opened = file_identity(&store.path);
     let mut reports = Vec::new();
     for pass_no in 1..=env.config.run.max_passes {
         store
@@ -102,7 +103,21 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
         }
     }
     store.checkpoint();
+    if opened.is_some() && file_identity(&store.path) != opened {
+        // SQLite wrote to the file it had open, which no longer has this name: nothing this
+        // process recorded is in the state dir's database.
+        return Err(RunFailure::Pass(anyhow::anyhow!(
+            "the database {} was deleted or replaced while this run was writing it: what the run recorded is not in it (restore the database, docs/operations.md \"Recovering the database\")",
+            store.path.display()
+        )));
+    }
     Ok(reports)
+}
+
+/// The file a path names (device, inode), or None when none does.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Lock, database, with `[ha]` the lease (a follower's line instead, and nothing else), recovery

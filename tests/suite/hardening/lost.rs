@@ -47,3 +47,39 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
     }
     f.cmd(&["init", "--install-id", &id]).ok();
 }
+
+/// The database deleted while a pass writes it: SQLite goes on writing the unlinked file, so
+/// the run's records are nowhere. The process says so and exits 1 (it exited 0 "no-action").
+#[test]
+fn a_database_deleted_under_a_running_pass_fails_the_run() {
+    use crate::common::fake_llm::{FakeLlm, Reply};
+    use crate::common::fake_vast::FakeVast;
+    use crate::suite::agent_e2e::{dead_fleet, rig, write_demand, ONE_LAUNCH};
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["run"]).ok();
+    let state = f.state.clone();
+    llm.push(Reply::dynamic(move |_| {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(state.join(format!("fleetagent.db{suffix}")));
+        }
+        Reply::text("No action needed.")
+    }));
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr
+            .contains("was deleted or replaced while this run was writing it"),
+        "{}",
+        out.stderr
+    );
+    // And the next run does not start over in its place.
+    let out = f.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr.contains("the database was deleted or moved"),
+        "{}",
+        out.stderr
+    );
+}
