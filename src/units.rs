@@ -61,9 +61,7 @@ pub const CREDENTIALS: [&str; 4] = [
 ];
 
 /// The name a credential is looked up under in the credential store (`/etc/credstore/`, ...).
-pub fn credstore_name(id: &str) -> String {
-    format!("fleetagent.{id}")
-}
+pub use crate::secrets::credstore_name;
 
 /// Which systemd manager: PID 1 or a per-user one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -152,6 +152,12 @@ pub fn redact(text: &str, secret: &str) -> String {
     out
 }
 
+/// The name a credential is looked up under in the credential store (`/etc/credstore/`, ...):
+/// what the units' `LoadCredential=ID:NAME` load.
+pub fn credstore_name(id: &str) -> String {
+    format!("fleetagent.{id}")
+}
+
 /// systemd's credential store, searched in this order for `LoadCredential=ID:fleetagent.ID`.
 pub const CREDSTORE_DIRS: [&str; 3] = ["/etc/credstore", "/run/credstore", "/usr/lib/credstore"];
 
@@ -176,7 +182,7 @@ pub fn credential_file(env: &Env, name: &str) -> Option<PathBuf> {
             .collect(),
         None => CREDSTORE_DIRS.iter().map(PathBuf::from).collect(),
     };
-    let file = crate::units::credstore_name(name);
+    let file = credstore_name(name);
     dirs.into_iter()
         .map(|d| d.join(&file))
         .find(|p| std::fs::symlink_metadata(p).is_ok())
