@@ -37,6 +37,26 @@ mod tests {
         parse(TEMPLATE).unwrap();
     }
 
+    /// Values that parse but could never work: an image with a space, an empty GPU name
+    /// (in the offers' filter or the rates) that matches no offer.
+    #[test]
+    fn names_that_match_nothing_are_refused_on_their_line() {
+        let err = parse("[vast]\nimage = \"has space:tag\"\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2 (vast.image): an image reference has no spaces"),
+            "{err}"
+        );
+        let err = parse("[vast.offers]\ngpu_names = [\"RTX 4090\", \" \"]\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2 (vast.offers.gpu_names): an empty name"),
+            "{err}"
+        );
+        let err = parse("[policy.gpu_rates]\n\"\" = 40\n").unwrap_err();
+        assert!(err.contains("a GPU name must not be empty"), "{err}");
+        parse("[vast]\nimage = \"ghcr.io/x/y:1\"\n[vast.offers]\ngpu_names = [\"RTX 4090\"]\n")
+            .unwrap();
+    }
+
     #[test]
     fn unknown_key_names_key_and_line() {
         let err = parse("[run]\nmax_passes = 3\nbogus = 1\n").unwrap_err();

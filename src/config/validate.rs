@@ -153,6 +153,13 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
                 None,
             ));
         }
+        if image.chars().any(char::is_whitespace) {
+            return Err((
+                "vast.image".into(),
+                format!("an image reference has no spaces, got {image:?} (every create would be refused)"),
+                None,
+            ));
+        }
     }
     positive("vast.disk_gb", v.disk_gb)?;
     within("vast.timeout_secs", v.timeout_secs, 1, 120)?;
@@ -180,6 +187,13 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     }
     if let Some(v) = offers.max_dph_per_instance {
         positive("vast.offers.max_dph_per_instance", v)?;
+    }
+    if offers.gpu_names.iter().any(|g| g.trim().is_empty()) {
+        return Err((
+            "vast.offers.gpu_names".into(),
+            "an empty name matches no offer (leave it out)".into(),
+            None,
+        ));
     }
     if let Some(v) = offers.min_gpu_ram_gb {
         non_negative("vast.offers.min_gpu_ram_gb", v)?;
@@ -288,6 +302,13 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
         p.proofs_per_hour_per_instance,
     )?;
     for (gpu, rate) in &p.gpu_rates {
+        if gpu.trim().is_empty() {
+            return Err((
+                "policy.gpu_rates".into(),
+                "a GPU name must not be empty (it would match no offer)".into(),
+                None,
+            ));
+        }
         if !rate.is_finite() || *rate <= 0.0 {
             return Err((
                 format!("policy.gpu_rates.{gpu}").into(),
