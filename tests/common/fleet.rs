@@ -130,6 +130,18 @@ impl Fleet {
             .expect("spawn fleetagent")
     }
 
+    /// The command fails with exit 1 and a stderr that says `needle`.
+    #[track_caller]
+    pub fn refused(&self, args: &[&str], needle: &str) -> Run {
+        let out = self.cmd(args).code(1);
+        assert!(
+            out.stderr.contains(needle),
+            "{args:?}: no {needle:?} in: {}",
+            out.stderr
+        );
+        out
+    }
+
     pub fn inspect(&self) -> Value {
         self.cmd(&["inspect", "--json"]).ok().json()
     }

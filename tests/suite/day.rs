@@ -293,14 +293,9 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
     // What acts or records refuses it: its instances are the simulator's, its install id
     // every simulation's (a real pass would count them as the fleet).
     let refused = |f: &Fleet, args: &[&str], which: &str| {
-        let out = f.cmd(args).code(1);
-        assert!(
-            out.stderr.contains(&format!(
-                "is a simulation's database{which}, written by `fleetagent sim --state-dir`, not an install's: refusing to act on it"
-            )),
-            "{args:?}: {}",
-            out.stderr
-        );
+        f.refused(args, &format!(
+            "is a simulation's database{which}, written by `fleetagent sim --state-dir`, not an install's: refusing to act on it"
+        ));
     };
     let runs = f.count("SELECT COUNT(*) FROM runs");
     for args in [

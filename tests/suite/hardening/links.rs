@@ -15,13 +15,9 @@ fn links_planted_in_the_state_dir_are_never_followed_and_doctor_names_them() {
     let victim = f.path().join("victim");
     let state = f.path().join("state");
     let refused = |args: &[&str], file: &str| {
-        let out = f.cmd(args).code(1);
-        assert!(
-            out.stderr.contains(&format!(
-                "{file} is a symbolic link: fleetagent never follows"
-            )),
-            "{args:?}: {}",
-            out.stderr
+        f.refused(
+            args,
+            &format!("{file} is a symbolic link: fleetagent never follows"),
         );
         assert!(
             !victim.exists(),

@@ -14,10 +14,9 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
         let _ = std::fs::remove_file(f.state.join(format!("fleetagent.db{suffix}")));
     }
     for args in [&["run"][..], &["reset-session"]] {
-        let out = f.cmd(args).code(1);
+        let out = f.refused(args, "the database was deleted or moved");
         assert!(
-            out.stderr.contains("the database was deleted or moved")
-                && out.stderr.contains("fleetagent init --install-id ID"),
+            out.stderr.contains("fleetagent init --install-id ID"),
             "{args:?}: {}",
             out.stderr
         );
@@ -68,18 +67,10 @@ fn a_database_deleted_under_a_running_pass_fails_the_run() {
         Reply::text("No action needed.")
     }));
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
-    let out = f.cmd(&["run"]).code(1);
-    assert!(
-        out.stderr
-            .contains("was deleted or replaced while this run was writing it"),
-        "{}",
-        out.stderr
+    f.refused(
+        &["run"],
+        "was deleted or replaced while this run was writing it",
     );
     // And the next run does not start over in its place.
-    let out = f.cmd(&["run"]).code(1);
-    assert!(
-        out.stderr.contains("the database was deleted or moved"),
-        "{}",
-        out.stderr
-    );
+    f.refused(&["run"], "the database was deleted or moved");
 }
