@@ -49,7 +49,12 @@ pub fn run(app: &App) -> Result<()> {
     };
     crate::metrics::after_run(config, &dir, app.now(), ha.as_ref());
     // An early failure has already deleted the doorbell (crate::run).
-    let reports = result.map_err(|(RunFailure::Early(e) | RunFailure::Pass(e))| e)?;
+    // An early failure whose doorbell could not be deleted (a directory planted in its place)
+    // waits as one before the run would: systemd restarts the service while it exists.
+    let reports = result.map_err(|f| match f {
+        RunFailure::Early(e) => exit(Some(&dir), e),
+        RunFailure::Pass(e) => e,
+    })?;
     for r in &reports {
         crate::outln!("{}", summary(r));
     }

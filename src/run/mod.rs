@@ -215,9 +215,8 @@ fn another_pass(
 /// A failure before any claim: the doorbell goes so systemd does not restart a failing run
 /// (the events stay; the timer retries).
 fn early(env: &RunEnv<'_>, err: anyhow::Error) -> RunFailure {
-    if let Err(e) = remove_doorbell(env.doorbell) {
-        log::warn!("the doorbell stays ({e}): systemd may start the run again at once");
-    }
+    // The caller (`cmd::run`) deletes it again, and waits before exiting when it cannot.
+    let _ = remove_doorbell(env.doorbell);
     RunFailure::Early(err)
 }
 

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use crate::common::fake_vast::{FakeVast, FAKE_API_KEY};
 use crate::common::fleet::{clean_env, Fleet, Run, BIN, FAST_CONFIG};
 
-/// Without a terminal, as under systemd: the config error first, then why it waits (`why`),
-/// and it waits, so that systemd cannot restart it in a loop.
-fn waits_after_the_error(f: &Fleet, state_dir: Option<&std::path::Path>, why: &str) {
+/// Without a terminal, as under systemd: the error (one `fleetagent:` line saying `first`),
+/// then why it waits (`why`), and it waits, so that systemd cannot restart it in a loop.
+fn waits_after_the_error(f: &Fleet, state_dir: Option<&std::path::Path>, first: &str, why: &str) {
     let mut c = Command::new(BIN);
     c.arg("--config").arg(&f.config).arg("run");
     if let Some(dir) = state_dir {
@@ -26,16 +26,24 @@ fn waits_after_the_error(f: &Fleet, state_dir: Option<&std::path::Path>, why: &s
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let second = lines.next().unwrap().unwrap();
+    let mut seen = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let waiting = line.contains("waiting 30s before exiting");
+        seen.push(line);
+        if waiting {
+            break;
+        }
+    }
+    let errors: Vec<&String> = seen
+        .iter()
+        .filter(|l| l.starts_with("fleetagent: "))
+        .collect();
+    assert!(errors.len() == 1 && errors[0].contains(first), "{seen:#?}");
+    let last = seen.last().unwrap();
     assert!(
-        first.starts_with("fleetagent: config ") && first.contains("unknown field `nope`"),
-        "{first}"
-    );
-    assert!(
-        second.contains(&format!("waiting 30s before exiting: {why}")),
-        "{second}"
+        last.contains(&format!("waiting 30s before exiting: {why}")),
+        "{seen:#?}"
     );
     std::thread::sleep(Duration::from_millis(300));
     assert!(
@@ -50,14 +58,31 @@ fn waits_after_the_error(f: &Fleet, state_dir: Option<&std::path::Path>, why: &s
 fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
     let f = Fleet::with_config("[run]\nnope = 1\n");
     // Neither --state-dir nor $STATE_DIRECTORY (clean_env): the state dir is unknown.
-    waits_after_the_error(&f, None, "the state dir is unknown");
+    waits_after_the_error(&f, None, "unknown field `nope`", "the state dir is unknown");
     // The state dir known but its doorbell impossible to delete (here a directory in its
     // place; under systemd also a dir the service's user cannot write, or a read-only file
     // system): it waits as well, or systemd would restart it at once until the path unit's
     // trigger limit failed it.
     let state = f.path().join("state");
     std::fs::create_dir_all(state.join("trigger")).unwrap();
-    waits_after_the_error(&f, Some(&state), "its doorbell could not be deleted");
+    waits_after_the_error(
+        &f,
+        Some(&state),
+        "unknown field `nope`",
+        "its doorbell could not be deleted",
+    );
+    // With a good config, the run fails to claim (it deletes the doorbell in the claim's
+    // transaction): the same wait.
+    let good = Fleet::new();
+    good.cmd(&["trigger", "-p", "1", "-r", "x"]).ok();
+    std::fs::remove_file(good.doorbell()).unwrap();
+    std::fs::create_dir(good.doorbell()).unwrap();
+    waits_after_the_error(
+        &good,
+        Some(&good.state),
+        "doorbell",
+        "its doorbell could not be deleted",
+    );
 
     // At a terminal (script(1) gives the command a pty): the error alone, at once, exit 2.
     if Command::new("script").arg("--version").output().is_err() {
