@@ -51,6 +51,10 @@ mod tests {
             err.starts_with("line 2 (vast.offers.gpu_names): an empty name"),
             "{err}"
         );
+        let err = parse("[vast.offers]\ngpu_names = [\"RTX 4090 \"]\n").unwrap_err();
+        assert!(err.contains("\"RTX 4090 \" has spaces around it"), "{err}");
+        let err = parse("[policy.gpu_rates]\n\"RTX 3090 \" = 40\n").unwrap_err();
+        assert!(err.contains("has spaces around it"), "{err}");
         let err = parse("[policy.gpu_rates]\n\"\" = 40\n").unwrap_err();
         assert!(err.contains("a GPU name must not be empty"), "{err}");
         parse("[vast]\nimage = \"ghcr.io/x/y:1\"\n[vast.offers]\ngpu_names = [\"RTX 4090\"]\n")

@@ -195,6 +195,13 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             None,
         ));
     }
+    if let Some(g) = offers.gpu_names.iter().find(|g| g.trim() != g.as_str()) {
+        return Err((
+            "vast.offers.gpu_names".into(),
+            format!("{g:?} has spaces around it, which no offer's name has (every offer would be left out)"),
+            None,
+        ));
+    }
     if let Some(v) = offers.min_gpu_ram_gb {
         non_negative("vast.offers.min_gpu_ram_gb", v)?;
     }
@@ -306,6 +313,13 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
             return Err((
                 "policy.gpu_rates".into(),
                 "a GPU name must not be empty (it would match no offer)".into(),
+                None,
+            ));
+        }
+        if gpu.trim() != gpu.as_str() {
+            return Err((
+                format!("policy.gpu_rates.{gpu}").into(),
+                format!("{gpu:?} has spaces around it, which no offer's name has (the rate would never be used)"),
                 None,
             ));
         }
