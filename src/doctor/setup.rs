@@ -25,10 +25,11 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
     out
 }
 
-/// Room a prompt needs beyond the system prompt and the tools: the pinned state block and an
-/// observation of a quiet fleet (a few hundred tokens each), so that a budget this close to
-/// the fixed part is named before passes find it out.
-pub const PROMPT_ROOM_TOKENS: u64 = 600;
+/// Room a prompt needs beyond the system prompt and the tools: the pinned state block and the
+/// observation with this pass's events (measured: 650 on the incident's first hour with a
+/// handful of instances; more with a larger fleet), so that a budget this close to the fixed
+/// part is named before passes find it out.
+pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 
 /// `[llm]` with `provider = "openai"`: a budget that, after its margin and
 /// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
@@ -70,7 +71,7 @@ fn llm_budget(config: &Config) -> Vec<Problem> {
         least -= 1;
     }
     vec![Problem::new(format!(
-        "llm.context_budget_tokens = {} leaves {budget} tokens for the prompt (after its {margin} % margin and llm.max_output_tokens = {}), and the system prompt and the tools alone take {fixed}, with about {PROMPT_ROOM_TOKENS} more for the state and the observation: the model is never asked, and every pass is decided by the fallback",
+        "llm.context_budget_tokens = {} leaves {budget} tokens for the prompt (after its {margin} % margin and llm.max_output_tokens = {}), and the system prompt and the tools alone take {fixed}, with about {PROMPT_ROOM_TOKENS} more for the state and the observation: the model is asked seldom or never, and the fallback decides the rest",
         l.context_budget_tokens, l.max_output_tokens
     ))
     .fix(format!(
