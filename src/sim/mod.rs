@@ -133,6 +133,16 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     };
     config.state_dir = None;
     config.metrics.textfile = None;
+    // A worker credential is never read by the simulator (nothing leaves it): a stand-in, so
+    // that an operator's own config runs as it would on the host that holds the credential.
+    for value in config.vast.env.values_mut() {
+        if let crate::config::EnvValue::Credential(c) = value {
+            *value = crate::config::EnvValue::Literal(format!(
+                "(credential {}, not read by the simulator)",
+                c.credential
+            ));
+        }
+    }
     // The scenario's FIL/USD reaches the agent through a source, as a command's would; a
     // config that names its own FIL/USD keeps it.
     let p = &config.price;
@@ -710,6 +720,27 @@ mod tests {
         let kept = config::parse(&text).unwrap();
         assert!(kept.vast.env.is_empty());
         assert_eq!(kept.vast.image.as_deref(), Some("x"));
+        // The worker credential is a stand-in the simulator never reads: an operator's own
+        // config launches there (every launch was refused not_configured).
+        assert_eq!(
+            config.vast.env.get("DB"),
+            Some(&config::EnvValue::Literal(
+                "(credential db, not read by the simulator)".into()
+            ))
+        );
+        opts.config = Some(
+            config::parse(&format!(
+                "{BASE_CONFIG}\n[vast.env]\nDB = {{ credential = \"db\" }}\n"
+            ))
+            .unwrap(),
+        );
+        opts.hours = Some(2.0);
+        let r = run(&opts).unwrap().report;
+        assert!(
+            r.launches.made >= 1 && r.launches.refused.is_empty(),
+            "{:?}",
+            r.launches
+        );
     }
 
     #[test]
