@@ -37,6 +37,15 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
     crate::paths::ensure_state_dir(&dir)?;
     crate::store::sim_config::refuse_in(&dir)?;
     let existed = crate::store::database_exists(&dir)?;
+    if !existed && args.install_id.is_none() {
+        // A plain init would mint a new id, and the old instances would be another install's.
+        if let Some(lost) = crate::store::lost_database(&dir) {
+            anyhow::bail!(
+                "{lost}; or, for a new install whose old instances are all gone, delete {} first",
+                dir.join(crate::paths::LOCK_FILE).display()
+            );
+        }
+    }
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
     if let Some(id) = &args.install_id {
         install_id(&store, id, existed)?;

@@ -124,10 +124,12 @@ pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
     let exists =
         crate::store::database_exists(dir).map_err(|e| Problem::new(crate::error::report(&e)))?;
     if !exists {
-        return Err(
-            Problem::new(format!("no database in state dir {}", dir.display()))
+        return Err(match crate::store::lost_database(dir) {
+            Some(lost) => Problem::new(lost)
+                .fix("restore the database, or `fleetagent init --install-id ID` (docs/operations.md, \"Recovering the database\")"),
+            None => Problem::new(format!("no database in state dir {}", dir.display()))
                 .fix("run `fleetagent init` (or pass the right --state-dir or config)"),
-        );
+        });
     }
     Store::open_for_report(dir, now).map_err(|e| {
         let e = crate::paths::name_storage_fault(e, dir);

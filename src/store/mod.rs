@@ -464,15 +464,25 @@ pub fn database_exists(state_dir: &Path) -> Result<bool> {
 /// counted against the caps (the rules would rent past them), never stopped. Refused with how
 /// to go on: restore it, or start afresh on purpose with `init`.
 pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
-    let lock = state_dir.join(crate::paths::LOCK_FILE);
-    if database_exists(state_dir)? || std::fs::symlink_metadata(&lock).is_err() {
+    if database_exists(state_dir)? {
         return Ok(());
     }
-    bail!(
+    match lost_database(state_dir) {
+        Some(lost) => bail!("{lost}"),
+        None => Ok(()),
+    }
+}
+
+/// The line for a state dir whose `run.lock` shows that runs were made there and whose
+/// database is gone (None when there is no lock: a state dir never run in).
+pub fn lost_database(state_dir: &Path) -> Option<String> {
+    let lock = state_dir.join(crate::paths::LOCK_FILE);
+    std::fs::symlink_metadata(&lock).ok()?;
+    Some(format!(
         "no database in state dir {}, but its {} shows that runs were made here: the database was deleted or moved, and a new one would not know the fleet (its instances would be another install's, past the caps); restore it (the newest `fleetagent backup`, docs/operations.md \"Backups\"), or start afresh on purpose with `fleetagent init --install-id ID`, ID from the instances' labels (<label_prefix>-ID-r<run>-...)",
         state_dir.display(),
         crate::paths::LOCK_FILE
-    )
+    ))
 }
 
 /// The database and its side files must not be links (nor anything but regular files): SQLite
@@ -495,6 +505,9 @@ fn negative_version(version: i64) -> String {
 }
 
 fn no_database(state_dir: &Path) -> anyhow::Error {
+    if let Some(lost) = lost_database(state_dir) {
+        return anyhow::anyhow!("{lost}");
+    }
     anyhow::anyhow!(
         "no database in state dir {} (run `fleetagent init` or `fleetagent run` there first, \
          or pass the right --state-dir / config)",

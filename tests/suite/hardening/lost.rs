@@ -25,6 +25,18 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
             "{args:?} made a new database"
         );
     }
+    // What reads or records says the same, and doctor; a plain init (a new random id) too.
+    f.refused(
+        &["trigger", "-p", "1", "-r", "x"],
+        "the database was deleted or moved",
+    );
+    let doctor = f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doctor.contains("the database was deleted or moved") && doctor.contains("--install-id"),
+        "{doctor}"
+    );
+    f.refused(&["init"], "delete");
+    assert!(!f.state.join("fleetagent.db").exists());
     // Starting afresh on purpose, under the old id.
     let out = f.cmd(&["init", "--install-id", &id]).ok();
     assert!(
