@@ -82,7 +82,13 @@ impl Doorbell for FileDoorbell {
             .chars()
             .map(|c| match c {
                 '\n' | '\r' | '\t' => " ".to_string(),
-                c if c.is_control() => c.escape_unicode().to_string(),
+                // Controls, and the bidirectional overrides that reorder what follows.
+                c if c.is_control()
+                    || ('\u{202a}'..='\u{202e}').contains(&c)
+                    || ('\u{2066}'..='\u{2069}').contains(&c) =>
+                {
+                    c.escape_unicode().to_string()
+                }
                 c => c.to_string(),
             })
             .collect();
@@ -210,14 +216,14 @@ mod tests {
         let d = FileDoorbell::new(dir.path());
         assert!(!d.status().unwrap().exists);
         d.ring("a").unwrap();
-        d.ring("b\nc\u{1b}[2J\u{1}").unwrap();
+        d.ring("b\nc\u{1b}[2J\u{1}\u{202e}").unwrap();
         let s = d.status().unwrap();
         assert!(s.exists);
         assert_eq!(s.lines, 2);
         // One line a ring, and nothing a terminal would act on.
         assert_eq!(
             fs::read_to_string(d.path()).unwrap(),
-            "a\nb c\\u{1b}[2J\\u{1}\n"
+            "a\nb c\\u{1b}[2J\\u{1}\\u{202e}\n"
         );
         assert!(s.mtime.is_some());
         let mode = fs::metadata(d.path()).unwrap().permissions().mode() & 0o777;
