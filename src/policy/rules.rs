@@ -60,8 +60,8 @@
 //!   capacity left covers the hour's completions with 5 % to spare), else the dearest per
 //!   proof whose stop pays for itself ([`stop_pays`]) and leaves capacity for demand's upper
 //!   band ([`DemandBand`]: Curio's six hours where demand is steady, then at 90 % busy, else
-//!   the hour; plus two deviations). Else the next backlog relaunches it and each round trip
-//!   pays a boot. Where the day's history is believed, no stop leaves less than it shows
+//!   the hour; plus two deviations; without a price at 85 % busy either way). Else the next
+//!   backlog relaunches it and each round trip pays a boot. Where the day's history is believed, no stop leaves less than it shows
 //!   within the stop's payback time ([`relaunch_hours`]: the hold), and where it shows a
 //!   fall now the band's level is that forecast (or the last quarter's rate, if higher)
 //!   rather than the hour's count, which lags a fall by up to an hour.
@@ -124,6 +124,10 @@ pub const HOST_FAILURE_RISK: f64 = 0.1;
 /// The busiest a fleet may be left by a surplus stop: the capacity left times this must
 /// cover demand's upper band ([`DemandBand::high`]).
 pub const STOP_UTILISATION_MAX: f64 = 0.9;
+/// The same without a price, steady or not: the target is then the goal and a stop is
+/// judged by the hours it may cost, not by profit. A fleet left near its edge sees backlogs
+/// from the arrivals' noise and rents again (steady's churn; docs/sim.md, try 10).
+pub const UNPRICED_STOP_UTILISATION_MAX: f64 = 0.85;
 /// The longest window of Curio's history the demand's variability is judged on.
 const LONG_WINDOW_HOURS: f64 = 6.0;
 /// The shortest span of history that makes a long window (below it the hour alone counts).

@@ -3,7 +3,7 @@
 
 use super::{
     Config, Demand, HOST_FAILURE_RISK, LONG_WINDOW_HOURS, LONG_WINDOW_MIN_HOURS,
-    STOP_UTILISATION_MAX, SURPLUS_DEVIATIONS,
+    STOP_UTILISATION_MAX, SURPLUS_DEVIATIONS, UNPRICED_STOP_UTILISATION_MAX,
 };
 
 /// Demand as the surplus rule judges it: its level and how far it may stray. Where Curio's
@@ -81,9 +81,12 @@ impl DemandBand {
     /// where demand is steady at no more than [`STOP_UTILISATION_MAX`]: a fleet left busier
     /// than that sees backlogs from the arrivals' noise alone, and relaunches. Where demand
     /// moved (or the history is short), the band itself is wide, and a fleet left after a
-    /// fall sheds its surplus sooner.
-    pub fn covered_by(&self, capacity: f64) -> bool {
-        let busy = if self.steady {
+    /// fall sheds its surplus sooner. Without a price (`priced` false) the target is the goal,
+    /// and the fleet is left at no more than [`UNPRICED_STOP_UTILISATION_MAX`] either way.
+    pub fn covered_by(&self, capacity: f64, priced: bool) -> bool {
+        let busy = if !priced {
+            UNPRICED_STOP_UTILISATION_MAX
+        } else if self.steady {
             STOP_UTILISATION_MAX
         } else {
             1.0

@@ -132,7 +132,7 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
             left >= hour * SURPLUS_MARGIN
         } else {
             low_demand
-                && band.covered_by(left)
+                && band.covered_by(left, k.priced)
                 && stop_pays(&band, left, f.config)
                 && !k.forecast.is_some_and(|fc| fc.soon > left)
         }

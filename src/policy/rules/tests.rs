@@ -384,28 +384,47 @@ fn surplus_case(c1h: u32, history: Option<u32>) -> (Snapshot, Config) {
     (s, c)
 }
 
+/// The surplus stops of [`surplus_case`] without a price (the target the goal).
 fn surplus_stops(c1h: u32, history: Option<u32>) -> Vec<i64> {
     let (s, c) = surplus_case(c1h, history);
     stops(&decide_with(&s, &c, s.streaks, Mode::Full))
 }
 
+/// The same with a price at which every instance makes its margin (profit judges).
+fn surplus_stops_priced(c1h: u32, history: Option<u32>) -> Vec<i64> {
+    let (mut s, c) = surplus_case(c1h, history);
+    priced(&mut s, 1.0);
+    stops(&decide_with(&s, &c, s.streaks, Mode::Full))
+}
+
 #[test]
 fn surplus_leaves_capacity_for_demands_upper_band() {
-    // No history: the hour's count, +/- its square root. 150 done: the band is 174.5:
-    // the 4090 (172 left) cannot go, the 3090 (200 left) can.
-    assert_eq!(surplus_stops(150, None), vec![5]);
+    // With a price. No history: the hour's count, +/- its square root. 150 done: the band
+    // is 174.5: the 4090 (172 left) cannot go, the 3090 (200 left) can.
+    assert_eq!(surplus_stops_priced(150, None), vec![5]);
     // 100 done: 120: the dearest per proof goes first.
-    assert_eq!(surplus_stops(100, None), vec![4]);
+    assert_eq!(surplus_stops_priced(100, None), vec![4]);
     // 180 done: 207 is more than either leaves: nothing goes.
-    assert!(surplus_stops(180, None).is_empty());
+    assert!(surplus_stops_priced(180, None).is_empty());
     // 175 done: 201.5: nothing, on the hour alone...
-    assert!(surplus_stops(175, None).is_empty());
+    assert!(surplus_stops_priced(175, None).is_empty());
     // ...but six hours at 165/h say demand is steady and known to +/- 5: 175.5, at 90 %
     // busy 195, and the 3090 goes.
-    assert_eq!(surplus_stops(175, Some(990)), vec![5]);
+    assert_eq!(surplus_stops_priced(175, Some(990)), vec![5]);
     // Steady at 150/h: 160 at 90 % is 177.8: the 4090 (172 left) still cannot go.
-    assert_eq!(surplus_stops(150, Some(900)), vec![5]);
+    assert_eq!(surplus_stops_priced(150, Some(900)), vec![5]);
     // Demand fell (six hours at 200/h, this hour 100): the hour decides, as it moved.
+    assert_eq!(surplus_stops_priced(100, Some(1200)), vec![4]);
+
+    // Without a price the fleet is left at most 85 % busy at the band's top, steady or not
+    // (UNPRICED_STOP_UTILISATION_MAX). 150 done: 174.5 needs 205.3 left: neither goes.
+    assert!(surplus_stops(150, None).is_empty());
+    // 100 done: 120 needs 141.2: the dearest per proof goes, as with a price.
+    assert_eq!(surplus_stops(100, None), vec![4]);
+    // Steady at 165/h: 175.5 needs 206.5: the 3090 (200 left) stays.
+    assert!(surplus_stops(175, Some(990)).is_empty());
+    // Steady at 150/h: 160 needs 188.2: the 3090 goes, the 4090 (172 left) stays.
+    assert_eq!(surplus_stops(150, Some(900)), vec![5]);
     assert_eq!(surplus_stops(100, Some(1200)), vec![4]);
 }
 
@@ -477,8 +496,8 @@ fn an_unprofitable_instance_goes_first_on_surplus_and_is_replaced_on_a_deficit()
     let calls = decide_with(&s, &c, s.streaks, Mode::Full);
     assert_eq!(stops(&calls), vec![4]);
     assert_eq!(calls[0].kind, CallKind::Unprofitable);
-    // Without a price, the plain surplus rule: the 3090.
-    assert_eq!(surplus_stops(150, None), vec![5]);
+    // At a price every instance makes its margin at, the plain surplus rule: the 3090.
+    assert_eq!(surplus_stops_priced(150, None), vec![5]);
     // A deficit (saturated, backlog) with an unprofitable instance: one launch more.
     let mut b = busy_fleet(195, 50);
     let plain = launches(&decide_with(&b, &config(), b.streaks, Mode::Full));
