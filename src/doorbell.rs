@@ -108,6 +108,16 @@ impl Doorbell for FileDoorbell {
     }
 
     fn remove(&self) -> Result<bool> {
+        if fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_symlink()) {
+            // Removing the link is safe (nothing is written through it), but it is evidence.
+            let target = fs::read_link(&self.path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            log::warn!(
+                "the doorbell {} was a symbolic link (to {target}), planted in the state dir: removed, nothing was written through it",
+                self.path.display()
+            );
+        }
         match fs::remove_file(&self.path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),

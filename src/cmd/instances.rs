@@ -31,20 +31,29 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
     let (loaded, _dir, store) = super::open_for_report(app)?;
     let config = &loaded.config;
     let rows = instances::live(&store.conn)?;
-    let (listing, listing_error): (Option<Vec<Instance>>, Option<String>) = if args.offline {
-        (None, None)
-    } else {
-        match services::build_vast(config, &app.env, app.clock.clone())? {
-            None => (None, Some(fleet::NO_VAST_KEY.to_string())),
-            Some(vast) => {
-                crate::output::waiting("vast.ai", services::vast_call_bound(config));
-                match vast.list_instances() {
-                    Ok(l) => (Some(l), None),
-                    Err(e) => (None, Some(clip(&e.to_string(), 300))),
+    // A simulation's instances are the simulator's: vast.ai is not asked about them.
+    let simulated = crate::store::sim_config::read(&store.conn)?.is_some();
+    if simulated && !args.offline {
+        crate::journal::eprint(
+            crate::journal::NOTICE_PRIORITY,
+            "fleetagent: a simulation's database (sim --state-dir): its table only, vast.ai not asked",
+        );
+    }
+    let (listing, listing_error): (Option<Vec<Instance>>, Option<String>) =
+        if args.offline || simulated {
+            (None, None)
+        } else {
+            match services::build_vast(config, &app.env, app.clock.clone())? {
+                None => (None, Some(fleet::NO_VAST_KEY.to_string())),
+                Some(vast) => {
+                    crate::output::waiting("vast.ai", services::vast_call_bound(config));
+                    match vast.list_instances() {
+                        Ok(l) => (Some(l), None),
+                        Err(e) => (None, Some(clip(&e.to_string(), 300))),
+                    }
                 }
             }
-        }
-    };
+        };
     let now = app.now();
     let prefix = &config.vast.label_prefix;
     let install_id = crate::store::ops::install_id(&store.conn)?;
@@ -119,7 +128,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "other_installs": others,
             "not_ours": listing.as_ref().map(|_| not_ours),
             "listing_error": listing_error,
-            "offline": args.offline,
+            "offline": args.offline || simulated,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return blind(listing_error.as_deref());

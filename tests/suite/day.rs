@@ -307,6 +307,14 @@ fn inspect_reads_a_simulations_database_as_of_its_last_pass() {
         refused(&f, args, " (scenario incident, seed 1)");
     }
     assert_eq!(f.count("SELECT COUNT(*) FROM runs"), runs, "a run went on");
+    // Its instances are the simulator's: listed from its table, vast.ai not asked.
+    let listed = f.cmd(&["instances", "list", "--json"]).ok();
+    assert_eq!(listed.json()["offline"], true, "{}", listed.stdout);
+    assert!(
+        listed.stderr.contains("a simulation's database"),
+        "{}",
+        listed.stderr
+    );
     // A simulation's database from before the config was kept: this host's, said so, and
     // still refused by its install id.
     f.db().execute("DELETE FROM sim_config", []).unwrap();

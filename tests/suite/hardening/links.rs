@@ -40,7 +40,14 @@ fn links_planted_in_the_state_dir_are_never_followed_and_doctor_names_them() {
             .is_some_and(|p| p.contains("symbolic link")),
         "{bell}"
     );
-    std::fs::remove_file(state.join("trigger")).unwrap();
+    // A run deletes the link (its claim deletes the doorbell), saying what it was.
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("was a symbolic link (to "),
+        "{}",
+        out.stderr
+    );
+    assert!(!victim.exists() && !state.join("trigger").exists());
 
     // The lock, the database and its WAL: refused before anything is opened.
     for file in ["run.lock", "fleetagent.db-wal"] {
