@@ -60,11 +60,7 @@ impl Doorbell for FileDoorbell {
             .custom_flags(crate::paths::no_follow())
             .mode(0o660)
             .open(&self.path)
-            .map_err(|e| match crate::paths::not_a_plain_file(&self.path) {
-                Some(line) => anyhow::anyhow!("{line}"),
-                None => anyhow::Error::new(e)
-                    .context(format!("cannot open doorbell {}", self.path.display())),
-            })?;
+            .with_context(|| format!("cannot open doorbell {}", self.path.display()))?;
         let meta = f.metadata()?;
         if !meta.is_file() {
             anyhow::bail!(

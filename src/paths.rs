@@ -277,6 +277,14 @@ pub fn ensure_state_dir(dir: &Path) -> Result<()> {
     check_state_dir(dir)
 }
 
+/// The mode of a state dir that every user may read or enter (world-writable is refused
+/// outright by [`state_dir_access`]); None when it is closed to them, or cannot be read.
+/// DESIGN.md: nothing in the state dir is world-accessible.
+pub fn open_to_everyone(dir: &Path) -> Option<u32> {
+    let mode = fs::metadata(dir).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o007 != 0).then_some(mode)
+}
+
 /// The files fleetagent opens in the state dir: each must be a regular file where it exists,
 /// never a symbolic link. The dir is group-writable (the operators' group), so a member could
 /// plant a link there, and a root `trigger` or `run` would then append to, create or chmod any

@@ -148,9 +148,7 @@ impl Problems {
     /// The listing failed (a key is set): the process exits 1, as `run` does, so that a poll
     /// that cannot see the fleet never looks green.
     pub fn listing_failed(&self) -> Option<&str> {
-        self.listing
-            .as_deref()
-            .filter(|e| *e != crate::fleet::NO_VAST_KEY)
+        crate::fleet::listing_failure(self.listing.as_deref())
     }
 }
 

@@ -35,7 +35,6 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
-    crate::store::sim_config::refuse_in(&dir)?;
     let existed = crate::store::database_exists(&dir)?;
     if !existed && args.install_id.is_none() {
         // A plain init would mint a new id, and the old instances would be another install's.
@@ -47,6 +46,7 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
         }
     }
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
+    crate::store::sim_config::refuse(&store.conn, &store.path)?;
     if let Some(id) = &args.install_id {
         install_id(&store, id, existed)?;
     }
@@ -56,17 +56,13 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
         crate::store::SCHEMA_VERSION,
         crate::store::ops::install_id(&store.conn)?
     );
-    {
-        // An existing dir keeps its mode (init never chmods what it did not create): said.
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&dir)?.permissions().mode() & 0o7777;
-        if mode & 0o007 != 0 {
-            crate::outln!(
-                "state dir {} is mode {mode:o}, open to every user, not the designed 2770: run chmod 2770 {}",
-                dir.display(),
-                dir.display()
-            );
-        }
+    // An existing dir keeps its mode (init never chmods what it did not create): said.
+    if let Some(mode) = crate::paths::open_to_everyone(&dir) {
+        crate::outln!(
+            "state dir {} is mode {mode:o}, open to every user, not the designed 2770: run chmod 2770 {}",
+            dir.display(),
+            dir.display()
+        );
     }
     let missing = loaded
         .config

@@ -128,8 +128,8 @@ pub(crate) fn open_or_create(app: &App) -> Result<(LoadedConfig, PathBuf, Store)
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::ensure_state_dir(&dir)?;
-    crate::store::sim_config::refuse_in(&dir)?;
     crate::store::refuse_lost_database(&dir)?;
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
+    crate::store::sim_config::refuse(&store.conn, &store.path)?;
     Ok((loaded, dir, store))
 }

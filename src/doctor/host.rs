@@ -46,13 +46,10 @@ pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
 /// database holds the conversation, the fleet and the ledger (DESIGN.md: nothing is
 /// world-accessible).
 fn world_access(dir: &Path) -> Option<Problem> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir).ok()?.permissions().mode();
-    (mode & 0o007 != 0).then(|| {
+    crate::paths::open_to_everyone(dir).map(|mode| {
         Problem::new(format!(
-            "state dir {} is mode {:o}: every user may read it (the database holds the conversation, the fleet and the ledger)",
+            "state dir {} is mode {mode:o}: every user may read it (the database holds the conversation, the fleet and the ledger)",
             dir.display(),
-            mode & 0o7777
         ))
         .fix(format!(
             "chmod 2770 {} (and give it the operators' group: docs/operations.md)",

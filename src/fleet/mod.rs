@@ -43,6 +43,12 @@ pub const STATUS_CHARS: usize = 120;
 /// The text shown when no vast.ai key is configured.
 pub const NO_VAST_KEY: &str = "not_configured: no vast.ai API key";
 
+/// A listing's error that is a failure: any but [`NO_VAST_KEY`] (no key configured is
+/// `doctor`'s to report, not a failed call).
+pub fn listing_failure(error: Option<&str>) -> Option<&str> {
+    error.filter(|e| *e != NO_VAST_KEY)
+}
+
 /// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, loading
 /// past `policy.stuck_loading_mins`, a silent worker, a bid vast.ai paused (`outbid`), or
 /// stopped longer than `vast.stopped_max_hours`): it may be destroyed without the stop

@@ -99,9 +99,7 @@ pub fn counted_verdict(decided: Verdict, asked: ActionCounts) -> Verdict {
 /// (which `doctor` reports): the pass holds the fleet and goes on, and the process then
 /// exits 1 naming it, so a blind agent never looks green.
 pub fn vast_failure(s: &Snapshot) -> Option<&str> {
-    s.listing_error
-        .as_deref()
-        .filter(|e| *e != crate::fleet::NO_VAST_KEY)
+    crate::fleet::listing_failure(s.listing_error.as_deref())
 }
 
 /// The demand reading as recorded for the next pass's "steady" check.

@@ -85,7 +85,8 @@ fn simulated_install(conn: &Connection) -> bool {
     .is_some_and(|id| id == super::ops::SIM_INSTALL_ID)
 }
 
-/// [`refuse`] before a database is opened for writing: nothing when there is none yet.
+/// [`refuse`] before the database is opened, for `run`: its opening (after the lock, in the
+/// pass's own machinery) is the simulator's too. Nothing when there is none yet.
 pub fn refuse_in(dir: &std::path::Path) -> Result<()> {
     let path = dir.join(super::DB_FILE);
     if !super::database_exists(dir)? || crate::paths::not_a_plain_file(&path).is_some() {
