@@ -59,6 +59,24 @@ mod tests {
         assert!(err.contains("a GPU name must not be empty"), "{err}");
         parse("[vast]\nimage = \"ghcr.io/x/y:1\"\n[vast.offers]\ngpu_names = [\"RTX 4090\"]\n")
             .unwrap();
+        let err = parse("[vast]\nimage = \"MyOrg/curio:Latest\"\n").unwrap_err();
+        assert!(
+            err.starts_with(
+                "line 2 (vast.image): an image's repository is lowercase, got \"MyOrg/curio\""
+            ),
+            "{err}"
+        );
+        // The registry's host and the tag may have capitals; a port is not a tag.
+        for fine in [
+            "Registry.Example.com/org/curio:V1",
+            "localhost:5000/org/curio",
+            "ghcr.io/org/curio@sha256:abc",
+            "curio:Latest-GPU",
+        ] {
+            parse(&format!("[vast]\nimage = \"{fine}\"\n")).unwrap();
+        }
+        let err = parse("[vast]\nimage = \"registry:5000/Org/c\"\n").unwrap_err();
+        assert!(err.contains("got \"Org/c\""), "{err}");
     }
 
     #[test]

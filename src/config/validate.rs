@@ -142,6 +142,22 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
     timeout_within_retry_budget(l)
 }
 
+/// The repository path of an image reference when it has an uppercase letter (docker's
+/// grammar allows only lowercase there; the registry's host name and the tag may have
+/// capitals): `MyOrg/curio:Latest` gives `MyOrg/curio`.
+fn uppercase_repository(image: &str) -> Option<&str> {
+    let name = image.split('@').next().unwrap_or(image);
+    let name = match name.rfind(':') {
+        Some(colon) if !name[colon..].contains('/') => &name[..colon],
+        _ => name,
+    };
+    let path = match name.split_once('/') {
+        Some((host, rest)) if host.contains(['.', ':']) || host == "localhost" => rest,
+        _ => name,
+    };
+    path.chars().any(|c| c.is_ascii_uppercase()).then_some(path)
+}
+
 /// `[vast]`, `[vast.env]` and `[vast.offers]`.
 fn vast(v: &VastConfig) -> Result<(), Invalid> {
     url("vast.base_url", &v.base_url)?;
@@ -157,6 +173,17 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             return Err((
                 "vast.image".into(),
                 format!("an image reference has no spaces, got {image:?} (every create would be refused)"),
+                None,
+            ));
+        }
+        if let Some(path) = uppercase_repository(image) {
+            return Err((
+                "vast.image".into(),
+                format!(
+                    "an image's repository is lowercase, got {path:?} in {image:?} (docker refuses \
+                     to pull it: every rented instance would stay loading, paid for, until \
+                     policy.stuck_loading_mins)"
+                ),
                 None,
             ));
         }
