@@ -224,6 +224,13 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
             }
         },
     };
+    if installed_for_a_user(i.units) {
+        for (_, problems) in &mut found.0 {
+            for p in problems.iter_mut() {
+                p.fix = p.fix.take().map(|f| for_the_user_manager(&f));
+            }
+        }
+    }
     CHECKS
         .iter()
         .map(|&name| {
@@ -253,6 +260,21 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
             }
         })
         .collect()
+}
+
+/// Whether the units answer from a user manager (`units install --user`), as
+/// `units::unit_states_json()` says.
+fn installed_for_a_user(units: Option<&Value>) -> bool {
+    units
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.values().any(|u| u["manager"] == "user"))
+}
+
+/// A fix's `journalctl` and `systemctl` commands as a user manager's units need them: the
+/// system's journal and manager know nothing of a `--user` install.
+fn for_the_user_manager(fix: &str) -> String {
+    fix.replace("`journalctl -u ", "`journalctl --user -u ")
+        .replace("`systemctl list-timers ", "`systemctl --user list-timers ")
 }
 
 /// The checks that read the database.

@@ -374,7 +374,7 @@ pub(super) fn ha(
                     config.ha.lease_ttl_secs,
                     status.epoch.unwrap_or(0)
                 ))
-                .fix("check that fleetagent-poll.timer and fleetagent.timer run on the hosts (journalctl -u fleetagent)"),
+                .fix("check that fleetagent-poll.timer and fleetagent.timer run on the hosts (`journalctl -u fleetagent`)"),
             );
         }
     }

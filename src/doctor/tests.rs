@@ -96,6 +96,36 @@ fn space_ok(dir: &Path) -> bool {
     host::space_problems(dir, false, 1 << 40, Some(1 << 20)).is_empty()
 }
 
+/// A `--user` install's units answer from the user manager, whose journal and timers the
+/// system's `journalctl -u` and `systemctl list-timers` do not show: the fixes say `--user`.
+#[test]
+fn fixes_name_the_user_manager_for_a_user_install() {
+    let (dir, _s) = test_store(NOW);
+    let config = Config::default();
+    let fix_of_last_success = |manager: &str| {
+        let units =
+            serde_json::json!({"fleetagent.timer": {"manager": manager, "load_state": "loaded"}});
+        let all = checks(&Inputs {
+            config_missing: None,
+            config: &config,
+            env: &env(),
+            state_dir: dir.path(),
+            now: NOW,
+            units: Some(&units),
+        });
+        check(&all, "last_success").problems[0].fix.clone().unwrap()
+    };
+    let user = fix_of_last_success("user");
+    assert!(user.contains("`journalctl --user -u fleetagent`"), "{user}");
+    let system = fix_of_last_success("system");
+    assert!(system.contains("`journalctl -u fleetagent`"), "{system}");
+    assert_eq!(for_the_user_manager(&system), user);
+    assert_eq!(
+        for_the_user_manager("check the timer (`systemctl list-timers fleetagent.timer`)"),
+        "check the timer (`systemctl --user list-timers fleetagent.timer`)"
+    );
+}
+
 /// Every check by name, once, in `CHECKS` order; a healthy, fresh database fails only the
 /// checks that must (no run yet), and the JSON carries each check's fields.
 #[test]
