@@ -46,16 +46,16 @@ pub fn coarse(state: State) -> &'static str {
 }
 
 /// Our instances' coarse states from a listing and the live Curio workers (ours: our
-/// prefix, and our install id or none).
+/// prefix, and our install id or none; or what our table recorded, `fleet::Recorded`).
 pub fn instance_states(
     listing: &[Instance],
     workers: &[crate::demand::Worker],
-    prefix: &str,
-    install_id: &str,
+    (prefix, install_id): (&str, &str),
+    recorded: &fleet::Recorded<'_>,
 ) -> BTreeMap<u64, (String, String)> {
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| fleet::is_ours(i.label.as_deref(), prefix, install_id))
+        .filter(|i| fleet::is_ours(i.label.as_deref(), prefix, install_id) || recorded.holds(i))
         .collect();
     let matched = fleet::match_workers(&ours, workers);
     ours.iter()
@@ -200,6 +200,9 @@ pub fn poll(
             ops::set_foreign_installs(&store.conn, &others, clock.now_ms())?;
         }
     }
+    let table = crate::store::instances::live(&store.conn)?;
+    let recorded = fleet::Recorded::new(&table);
+    let ours = (prefix.as_str(), install_id.as_str());
     let stored = session::state(&store.conn)?.poll_snapshot;
     let prev: PollState = stored
         .as_deref()
@@ -211,9 +214,9 @@ pub fn poll(
         // needs Curio and keeps its last value. With no demand source at all, nothing is
         // ever "live".
         instances: match (&listing, demand.is_some() || services.demand.is_none()) {
-            (Some(l), true) => Some(instance_states(l, &workers, prefix, &install_id)),
+            (Some(l), true) => Some(instance_states(l, &workers, ours, &recorded)),
             (Some(l), false) => Some(without_curio(
-                instance_states(l, &[], prefix, &install_id),
+                instance_states(l, &[], ours, &recorded),
                 prev.instances.as_ref(),
             )),
             _ => None,

@@ -26,6 +26,7 @@ use crate::store::instances::InstanceRow;
 pub use crate::text::num;
 
 pub use money::{dph_of, rate_of, spend_since};
+pub use reconcile::Recorded;
 pub use reconcile::{
     describe, other_installs, reconcile, ReconcileInput, Reconciled, INTENT_GRACE_MS,
 };

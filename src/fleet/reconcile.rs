@@ -75,6 +75,31 @@ pub fn other_installs(
         .collect()
 }
 
+/// The instances our table recorded, by vast.ai id, with the label each was recorded under.
+pub struct Recorded<'a>(HashMap<i64, &'a str>);
+
+impl<'a> Recorded<'a> {
+    pub fn new(rows: impl IntoIterator<Item = &'a InstanceRow>) -> Recorded<'a> {
+        Recorded(
+            rows.into_iter()
+                .filter_map(|r| Some((r.vast_id?, r.label.split('~').next().unwrap_or(&r.label))))
+                .collect(),
+        )
+    }
+
+    /// Whether a listed instance is ours by our table rather than by its label's prefix:
+    /// - listed without a label (a listing that leaves the field out, or a label vast.ai
+    ///   lost): still ours by its id; it bills, and the caps count it;
+    /// - listed under the very label our table recorded for its id, whatever the prefix
+    ///   says now: a changed `vast.label_prefix` names the next launches; it does not give
+    ///   away the fleet already rented (which would bill on, uncounted and unstopped).
+    pub fn holds(&self, i: &Instance) -> bool {
+        self.0
+            .get(&(i.id as i64))
+            .is_some_and(|label| unlabelled(i) || i.label.as_deref().map(str::trim) == Some(*label))
+    }
+}
+
 /// Reconcile the local table with the listing, open intents and Curio's live workers.
 /// Pure: the caller writes the result.
 pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
@@ -110,17 +135,15 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
     fn whose<'a>(i: &'a Instance, input: &ReconcileInput<'_>) -> Owner<'a> {
         owner(i.label.as_deref(), input.prefix, input.install_id)
     }
-    // An instance of our table listed without a label (a listing that leaves the field out,
-    // or a label vast.ai lost) is still ours by its id: it bills, and the caps count it.
-    let recorded: HashSet<i64> = mine.iter().filter_map(|r| r.vast_id).collect();
-    let unlabelled_recorded = |i: &Instance| unlabelled(i) && recorded.contains(&(i.id as i64));
+    let recorded = Recorded::new(mine.iter().copied());
+    let recorded_here = |i: &Instance| recorded.holds(i);
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::Ours || unlabelled_recorded(i))
+        .filter(|i| whose(i, input) == Owner::Ours || recorded_here(i))
         .collect();
     out.foreign = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::NotOurs && !unlabelled_recorded(i))
+        .filter(|i| whose(i, input) == Owner::NotOurs && !recorded_here(i))
         .map(|i| i.id as i64)
         .collect();
     out.other_installs = other_installs(listing, input.prefix, input.install_id);
@@ -345,7 +368,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                             .iter()
                             .filter(|i| {
                                 unlabelled(i)
-                                    && !recorded.contains(&(i.id as i64))
+                                    && !recorded.0.contains_key(&(i.id as i64))
                                     && i.start_date.is_some_and(|t| t >= since_secs)
                             })
                             .map(|i| i.id.to_string())
@@ -727,6 +750,36 @@ mod tests {
         assert!(
             failed.3.contains("instance(s) 8 listed without a label"),
             "{failed:?}"
+        );
+    }
+
+    /// `vast.label_prefix` changed with a fleet running: what our table recorded under the
+    /// old prefix, listed under that same label, is still ours (counted, stoppable, never
+    /// foreign); a stranger under the old prefix is not, and a console rename still lets go.
+    #[test]
+    fn a_changed_prefix_keeps_the_fleet_already_rented() {
+        let old = format!("fleetagent-{INSTALL}-r1-5a3528e1");
+        let listing = vec![
+            inst(3, &old, Some("running")),
+            inst(4, "fleetagent-r2-abcdef01", Some("running")),
+            inst(5, "my-renamed-box", Some("running")),
+        ];
+        let local = vec![
+            row(&old, Some(3), PROVING, 0.4),
+            row("fleetagent-r0-00000000", Some(5), PROVING, 0.4),
+        ];
+        let mut inp = input(local, vec![], Some(&listing), None);
+        inp.prefix = "fa2";
+        let rec = reconcile(&inp, INTENT_GRACE_MS);
+        let kept = rec.rows.iter().find(|r| r.vast_id == Some(3)).unwrap();
+        assert_eq!((kept.state, kept.gone_at), (PROVING, None), "{kept:?}");
+        assert_eq!(rec.foreign, vec![4, 5]);
+        let renamed = rec.rows.iter().find(|r| r.vast_id == Some(5)).unwrap();
+        assert_eq!(renamed.state, GONE);
+        assert!(
+            rec.changes.iter().all(|c| !c.contains(&old)),
+            "{:?}",
+            rec.changes
         );
     }
 

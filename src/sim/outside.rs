@@ -217,9 +217,10 @@ impl Outside {
             let listing = w.vast.list();
             let demand = (!w.curio.probe_down(now)).then(|| w.curio.demand(now, self.alive_ms));
             PollState {
-                instances: demand
-                    .as_ref()
-                    .map(|d| instance_states(&listing, &d.workers, &self.prefix, SIM_INSTALL_ID)),
+                instances: demand.as_ref().map(|d| {
+                    let none = crate::fleet::Recorded::new([]);
+                    instance_states(&listing, &d.workers, (&self.prefix, SIM_INSTALL_ID), &none)
+                }),
                 workers_dead: demand.as_ref().map(|d| d.workers_dead()),
                 queued: demand.as_ref().map(|d| d.queued_work()),
             }
