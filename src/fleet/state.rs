@@ -57,6 +57,21 @@ pub fn is_ours(label: Option<&str>, prefix: &str, install_id: &str) -> bool {
     owner(label, prefix, install_id) == Owner::Ours
 }
 
+/// The run number a label of ours carries (`<prefix>-<our id>-r<run>-<8 hex>`, or the older
+/// `<prefix>-r<run>-<8 hex>`); None for another install's label, or one of another shape.
+pub fn label_run(label: &str, prefix: &str, install_id: &str) -> Option<i64> {
+    if owner(Some(label), prefix, install_id) != Owner::Ours {
+        return None;
+    }
+    let rest = label.trim().strip_prefix(prefix)?.strip_prefix('-')?;
+    let tail = tail_len(rest);
+    if tail == 0 {
+        return None;
+    }
+    let run = rest[rest.len() - tail..].split('-').next()?;
+    run.strip_prefix('r')?.parse().ok()
+}
+
 /// The install id a label (after `<prefix>-`) carries: the letters before a trailing
 /// `-r<digits>-<8 hex>`, when they are preceded by `-` or start `rest`.
 fn label_install_id(rest: &str) -> Option<&str> {
@@ -125,6 +140,18 @@ pub fn is_billing_state(state: State) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_run_a_label_of_ours_carries() {
+        assert_eq!(
+            label_run("fa-qwerty-r17-5a3528e1", "fa", "qwerty"),
+            Some(17)
+        );
+        assert_eq!(label_run("fa-r3-5a3528e1", "fa", "qwerty"), Some(3));
+        assert_eq!(label_run("fa-asdfgh-r17-5a3528e1", "fa", "qwerty"), None);
+        assert_eq!(label_run("fa-by-hand", "fa", "qwerty"), None);
+        assert_eq!(label_run("other-qwerty-r17-5a3528e1", "fa", "qwerty"), None);
+    }
 
     #[test]
     fn ours_by_prefix_and_dash() {

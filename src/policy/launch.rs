@@ -51,6 +51,36 @@ pub fn launch_label(prefix: &str, install_id: &str, run_id: i64, call_id: &str) 
     )
 }
 
+/// [`launch_label`], unless an instance of the snapshot that this run did not launch already
+/// carries it: a run id used again (a database restored from a backup, older than the fleet)
+/// would give a second instance the label, and the worker name, of one already rented. Then
+/// the call id is salted (`call~1`, `call~2`, ...) until the label is free; the same snapshot
+/// and call give the same label, so a repeated call still finds its own intent.
+fn unused_label(snapshot: &Snapshot, config: &Config, run_id: i64, call_id: &str) -> String {
+    let label = |salt: u32| {
+        let call = match salt {
+            0 => call_id.to_string(),
+            n => format!("{call_id}~{n}"),
+        };
+        launch_label(
+            &config.vast.label_prefix,
+            &snapshot.install_id,
+            run_id,
+            &call,
+        )
+    };
+    let taken = |l: &str| {
+        snapshot
+            .instances
+            .iter()
+            .any(|r| r.label.split('~').next() == Some(l) && r.launched_run != Some(run_id))
+    };
+    (0..=snapshot.instances.len() as u32)
+        .map(label)
+        .find(|l| !taken(l))
+        .unwrap_or_else(|| label(0))
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
@@ -107,12 +137,7 @@ impl Ask {
         now: Millis,
     ) -> Ask {
         Ask {
-            label: launch_label(
-                &config.vast.label_prefix,
-                &snapshot.install_id,
-                run_id,
-                call_id,
-            ),
+            label: unused_label(snapshot, config, run_id, call_id),
             offer_id,
             now,
             run_id,

@@ -52,9 +52,13 @@ pub fn observe(
         .context("cannot begin the fleet reconciliation")?;
     record_fil_usd(&tx, fil_usd, now)?;
     let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
-    if listing.is_some() {
+    if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
         ops::set_foreign_installs(&tx, &rec.other_installs, now)?;
+        if let Some(line) = continue_run_ids(&tx, config, list, run_id)? {
+            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+            events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+        }
     }
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
@@ -192,6 +196,45 @@ fn last_reading(
             Some("no demand reading yet (no pass has read Curio)".into()),
         ),
     })
+}
+
+/// Run ids never go back below a run that labels on vast.ai carry: a database restored from
+/// a backup is older than the fleet, and the runs after the backup are not in it. The next
+/// run id moves past the highest run of our listed labels (this pass's id was given before
+/// the listing was read: its launches take labels no instance carries, `policy::launch`).
+/// The line that says so, when a label showed it.
+fn continue_run_ids(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    listing: &[Instance],
+    run_id: i64,
+) -> Result<Option<String>> {
+    let install_id = ops::install_id(conn)?;
+    let prefix = &config.vast.label_prefix;
+    let Some((last, label)) = listing
+        .iter()
+        .filter_map(|i| {
+            let label = i.label.as_deref()?;
+            Some((
+                crate::fleet::state::label_run(label, prefix, &install_id)?,
+                label,
+            ))
+        })
+        .max_by_key(|(run, _)| *run)
+    else {
+        return Ok(None);
+    };
+    // This pass has launched nothing yet (one observation per pass): a label of its own run
+    // or later is from runs this database never saw.
+    if last < run_id {
+        return Ok(None);
+    }
+    crate::store::runs::continue_past(conn, last)?;
+    Ok(Some(format!(
+        "vast.ai lists {} of run {last}, and this pass is run {run_id}: the database is older than the fleet (restored from a backup?); run ids go on from {}",
+        crate::text::quote(label, crate::fleet::LABEL_CHARS),
+        last + 1
+    )))
 }
 
 /// Read what reconciliation needs from the table and reconcile (pure from here on).

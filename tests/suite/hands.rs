@@ -15,6 +15,7 @@ mod poll;
 mod price;
 mod read_only_tools;
 mod reconciliation;
+mod restore;
 mod two_installs;
 
 use std::sync::{Arc, Mutex};
