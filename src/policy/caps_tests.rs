@@ -194,6 +194,12 @@ fn a_resume_over_the_caps_is_answered_by_a_stop_of_the_newest_in_the_same_pass()
     let calls = decide(&s, &c, 0, Mode::Full);
     assert_eq!(calls[0].kind, CallKind::OverCap, "{calls:?}");
     assert_eq!(calls[0].arguments["instance_id"], 4);
+    // The reason names the cap and its figures, and the order the stop was chosen in.
+    let why = calls[0].arguments["reason"].as_str().unwrap();
+    assert!(
+        why.starts_with("rules: the fleet is over max_instances (4, cap 3) (a cap lowered, or a paused bid resumed): stopping instance 4, first in the order"),
+        "{why}"
+    );
     let mut next = 100;
     carry_out(&mut s, &c, &calls, &mut next);
     assert!(within_caps(&s, &c), "{} instances", s.billing_count());

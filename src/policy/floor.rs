@@ -16,7 +16,7 @@
 //!   once it has been left for `policy.floor_idle_mins`; as the rules decide it: nothing
 //!   started within `policy.min_rental_mins`, nothing the surplus band keeps;
 //! - an outbid bid (destroyed, and replaced while demand needs it) and a fleet over a cap
-//!   (the newest surplus stopped), in the same pass.
+//!   (the surplus that changed state last stopped first), in the same pass.
 //!
 //! The deficit's clock ([`Memory::deficit_since`]) opens when the rules confirm the deficit
 //! and survives one pass below the backlog threshold (Curio keeps 4-8 proofs pending by

@@ -21,7 +21,7 @@
 //!   earns nothing (exited, offline, unknown, stuck loading, silent, stopped too long);
 //!   outbid: a bid vast.ai paused is destroyed in the same pass, since it may resume.
 //! - over a cap (Full mode): the fleet is over `max_instances` or `max_dph_total` (an outbid
-//!   bid resumed): stop the surplus in the same pass, the newest and dearest first, counting
+//!   bid resumed): stop the surplus in the same pass, the latest to change state and the dearest first, counting
 //!   this pass's destroys as gone.
 //! - WORKERS DEAD: asks for launches, enough to reach max(target, the queued proofs as one
 //!   hour of work) counting the instances already coming (not those booting longer than a
@@ -162,7 +162,7 @@ pub enum CallKind {
     /// A launch replacing an outbid bid destroyed in the same pass, while demand needs it.
     Replace,
     /// The fleet is over `max_instances` or `max_dph_total` (an outbid bid resumed): the
-    /// surplus is stopped in the same pass, the newest and dearest first.
+    /// surplus is stopped in the same pass, the latest to change state and the dearest first.
     OverCap,
     /// With a price known: an instance whose cost per proof leaves less than
     /// `policy.min_margin` (the price fell, or its measured rate is low), stopped first when

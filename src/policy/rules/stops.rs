@@ -33,10 +33,10 @@ pub(super) fn flagged(_s: &Snapshot, f: &Facts) -> Vec<Stop> {
 }
 
 /// Over a cap: stops that bring the fleet back within `max_instances` and `max_dph_total`
-/// (counting the flagged instances this pass destroys as gone): the newest first (a bid that
-/// just resumed), the dearest among equals; never one that is proving while another can go,
-/// nor one started within `policy.min_rental_mins` while another can (the caps hold before
-/// the rental's minimum: the stop guardrail lets an over-cap stop through).
+/// (counting the flagged instances this pass destroys as gone): the latest to change state
+/// first (a bid that just resumed), the dearest among equals; never one that is proving while
+/// another can go, nor one started within `policy.min_rental_mins` while another can (the
+/// caps hold before the rental's minimum: the stop guardrail lets an over-cap stop through).
 pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     if f.mode != Mode::Full {
         return Vec::new();
@@ -75,16 +75,36 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
             break;
         }
         let id = c.vast_id.unwrap_or(0);
+        let figures = over_figures(&left, p);
         left.retain(|r| r.label != c.label);
         stops.push(Stop {
             instance_id: id,
             why: format!(
-                "rules: the fleet is over max_instances or max_dph_total (a paused bid resumed?): stopping instance {id}, the newest"
+                "rules: the fleet is over {figures} (a cap lowered, or a paused bid resumed): stopping instance {id}, first in the order (past policy.min_rental_mins, not proving, the latest to change state, the dearest)"
             ),
             kind: CallKind::OverCap,
         });
     }
     stops
+}
+
+/// Which cap the billing part of `left` is over, with its figures: `max_instances (4, cap
+/// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both.
+fn over_figures(left: &[&InstanceRow], p: &crate::config::PolicyConfig) -> String {
+    let rows: Vec<InstanceRow> = left
+        .iter()
+        .filter(|r| is_billing_state(r.state))
+        .map(|r| (*r).clone())
+        .collect();
+    let mut over = Vec::new();
+    if let Some(m) = p.max_instances.filter(|m| rows.len() as u32 > *m) {
+        over.push(format!("max_instances ({}, cap {m})", rows.len()));
+    }
+    let dph = dph_of(&rows);
+    if let Some(m) = p.max_dph_total.filter(|m| dph > m + 1e-9) {
+        over.push(format!("max_dph_total (${dph:.2}/h, cap ${m:.2}/h)"));
+    }
+    over.join(" and ")
 }
 
 /// An idle instance of ours that may go: its vast.ai id, $/h per proof/h, proofs/h, and
