@@ -180,7 +180,7 @@ impl<'a> Known<'a> {
     ) -> Known<'a> {
         let target = config.policy.target_proofs_per_hour;
         let flagged_ids: Vec<i64> = flagged.iter().map(|f| f.vast_id).collect();
-        let (booting, slow) = booting(snapshot, config, &flagged_ids);
+        let (booting, slow) = booting(snapshot, config, &flagged_ids, d.workers_dead());
         let queued = d.queued_work();
         let load = Load::of(snapshot, config, d);
         // With a price known the target is a cap (0: none), not a goal: the need is the work
@@ -280,19 +280,37 @@ impl Load {
 /// flagged ones aside: those that hold further scale-up back, and those booting longer than
 /// a normal boot (half of `policy.stuck_loading_mins`), which may never come (they are
 /// destroyed once flagged as stuck) and so hold nothing back.
+///
+/// While workers are dead, so is a launch whose create may not have happened (a 5xx or a
+/// timeout left its intent open, `policy::launch`) once a listing at least
+/// [`UNSEEN_LAUNCH_MS`] after it did not show it: it may never come either, and the intent
+/// waits up to `fleet::INTENT_GRACE_MS` (10 minutes) to be settled. It still counts against
+/// the caps, so a create that did happen can only leave a surplus within them.
 fn booting<'a>(
     snapshot: &'a Snapshot,
     config: &Config,
     flagged_ids: &[i64],
+    workers_dead: bool,
 ) -> (Vec<&'a InstanceRow>, Vec<&'a InstanceRow>) {
     let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
+    let unseen = |r: &InstanceRow| {
+        workers_dead
+            && snapshot.listing_error.is_none()
+            && r.state == LAUNCHING
+            && r.vast_id.is_none()
+            && snapshot.now - r.created_at >= UNSEEN_LAUNCH_MS
+    };
     snapshot
         .instances
         .iter()
         .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
-        .partition(|r| snapshot.now - r.state_since < slow_boot_ms)
+        .partition(|r| snapshot.now - r.state_since < slow_boot_ms && !unseen(r))
 }
+
+/// How long after its create a launch whose outcome is unknown may be missing from a good
+/// listing before WORKERS DEAD stops waiting for it: vast.ai lists a create at once.
+const UNSEEN_LAUNCH_MS: crate::clock::Millis = 60_000;
 
 /// With a price known: the instances of ours (working, not flagged) whose cost per proof
 /// (their $/h over their GPU's rate) leaves less than `policy.min_margin`, the worst first,

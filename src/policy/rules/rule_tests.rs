@@ -5,7 +5,7 @@ use super::{combine, launches, stops, Asks, CallKind, Facts, Launch, Mode, Plann
 use super::{decide, Config, Snapshot};
 use crate::demand::Demand;
 use crate::fleet::fixtures::{config, row, worker, MIN, NOW};
-use crate::fleet::{OperatorHold, LOADING, OUTBID, PROVING};
+use crate::fleet::{OperatorHold, LAUNCHING, LOADING, OUTBID, PROVING};
 
 /// Two proving instances of ours (50 p/h each), their workers busy, nothing queued.
 fn fleet() -> Snapshot {
@@ -298,5 +298,40 @@ fn the_deficit_and_the_rent_ahead_share_a_place_the_larger_ask_wins() {
     assert_eq!(
         kinds(&combine(&f, &ask(0, 0))),
         vec![(CallKind::Seed, None)]
+    );
+}
+
+/// WORKERS DEAD and a launch whose create may not have happened (its intent open: a 5xx):
+/// counted as coming while it is young or while the listing failed, not once a good listing
+/// a minute after the create did not show it (it waited 10 minutes for the intent's grace).
+#[test]
+fn a_launch_a_good_listing_does_not_show_holds_no_dead_fleet_back() {
+    let mut c = config();
+    c.policy.target_proofs_per_hour = 50.0;
+    let at = |created: i64, listing_error: Option<&str>| {
+        let mut phantom = row("fleetagent-qwerty-r1-0badf00d", None, LAUNCHING, 0.33);
+        phantom.created_at = NOW - created;
+        phantom.state_since = NOW - created;
+        Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 9,
+                ..Default::default()
+            }),
+            instances: vec![phantom],
+            listing_error: listing_error.map(String::from),
+            ..Default::default()
+        }
+    };
+    let asked = |s: &Snapshot| launches::workers_dead(s, &Facts::of(s, &c, 0, Mode::Full));
+    assert!(at(2 * MIN, None).demand.as_ref().unwrap().workers_dead());
+    assert_eq!(
+        asked(&at(2 * MIN, None)).map(|l| (l.n, l.emergency)),
+        Some((1, true))
+    );
+    assert!(asked(&at(MIN / 2, None)).is_none(), "just created");
+    assert!(
+        asked(&at(2 * MIN, Some("HTTP 500"))).is_none(),
+        "not looked for"
     );
 }
