@@ -65,7 +65,16 @@ fn two_installs_on_one_account_never_touch_each_others_instances() {
         b.count("SELECT json_array_length(foreign_installs) FROM agent_state"),
         1
     );
-    b.cmd(&["run"]).ok();
+    // B's first pass says loud that its new database sits beside another install's fleet
+    // (a second install, or this one's under a lost state dir), and goes on.
+    let first = b.cmd(&["run"]).ok();
+    assert!(
+        first.stderr.contains(&format!(
+            "this database is new (run 1), and vast.ai lists 1 instance(s) under vast.label_prefix \"fleetagent\" of install {ia}"
+        )),
+        "{}",
+        first.stderr
+    );
     a.cmd(&["run"]).ok();
     assert_eq!(vast.count(Route::Create), 2, "one launch each");
     let creates = vast.requests_to(Route::Create);
