@@ -549,6 +549,16 @@ pub fn after_run(
     }
 }
 
+/// After an operator's command that changes what the file says (`pause`, `resume`, `instances
+/// stop`): rewrite it now rather than at the next pass, up to a timer period later (a
+/// paused flag or the fleet's $/h would lie meanwhile). With `[ha]` enabled the leader's
+/// passes write it (a follower's own file holds no figure of the fleet).
+pub fn after_operator(config: &crate::config::Config, state_dir: &Path, now: Millis) {
+    if !config.ha.enabled {
+        after_run(config, state_dir, now, None);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

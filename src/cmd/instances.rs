@@ -259,6 +259,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop")?;
     crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
+    crate::metrics::after_operator(config, &dir, now);
     Ok(())
 }
 
@@ -359,6 +360,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let event = events::insert(&store.conn, 1, "operator", &line, None, now)?;
     store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
+    crate::metrics::after_operator(config, &dir, now);
     if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }

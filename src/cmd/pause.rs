@@ -36,7 +36,7 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
         }
     };
     let reason = args.reason.trim();
-    let (_config, _dir, mut store) = super::open_shared(app, "pause")?;
+    let (loaded, dir, mut store) = super::open_shared(app, "pause")?;
     let before = ops::paused(&store.conn, now)?;
     hold(&store, until, reason, "pause", now)?;
     store.fence("pause")?;
@@ -55,6 +55,7 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
     crate::outln!(
         "nothing is launched or stopped but by you (`fleetagent instances stop`); passes still observe and record"
     );
+    crate::metrics::after_operator(&loaded.config, &dir, now);
     Ok(())
 }
 
@@ -95,6 +96,7 @@ pub fn resume(app: &App) -> Result<()> {
             what.join("; ")
         );
     }
+    crate::metrics::after_operator(&loaded.config, &dir, now);
     Ok(())
 }
 

@@ -148,4 +148,16 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&prom).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o644, "the textfile's mode");
+
+    // An operator's pause and resume rewrite it at once, not at the next pass.
+    let paused = || {
+        let text = std::fs::read_to_string(&prom).unwrap();
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        value(&scrape, "fleetagent_paused", None)
+    };
+    assert_eq!(paused(), Some(0.0));
+    f.cmd(&["pause", "--reason", "maintenance"]).ok();
+    assert_eq!(paused(), Some(1.0));
+    f.cmd(&["resume"]).ok();
+    assert_eq!(paused(), Some(0.0));
 }
