@@ -55,7 +55,7 @@ pub(super) fn llm(state: &AgentState, now: Millis) -> Vec<Problem> {
 /// (however long ago: said until a pass succeeds), and a pass left `running` that no process
 /// holds the lock for (the next run marks it interrupted).
 pub(super) fn runs(conn: &Connection, lock_held: bool, now: Millis) -> Vec<Problem> {
-    const FIX: &str = "read `journalctl -u fleetagent` and `fleetagent history`; a run killed at its deadline is marked \"interrupted\" by the next one";
+    const FIX: &str = "read `journalctl -u fleetagent` and `fleetagent history`; a run that ended unfinished (killed at its deadline or by hand, a crash, a failure it could not record as on a full disk) is marked \"interrupted\" by the next one, and its own last journal lines say why";
     let mut out = Vec::new();
     let latest = match crate::store::runs::recent(conn, 1) {
         Ok(r) => r.into_iter().next(),

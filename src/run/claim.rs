@@ -28,7 +28,7 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
         runs::finish_failed(
             &tx,
             run.id,
-            "interrupted: the process ended before the pass finished",
+            "interrupted: the process ended before the pass finished (killed, at its deadline or by hand; a crash; or a failure it could not record, as on a full disk: its last journal lines say which)",
             now,
         )?;
         runs::mark_in_prompt(&tx, run.id)?;
