@@ -163,7 +163,7 @@ pub enum WakesCommand {
     Add(Deferred<WakeAddArgs>),
     /// Pending wakes (with --all: the latest of every status)
     List(Deferred<WakeListArgs>),
-    /// Cancel one pending wake
+    /// Cancel pending wakes (one or several ids)
     Cancel(Deferred<WakeCancelArgs>),
 }
 
@@ -193,9 +193,9 @@ pub struct WakeListArgs {
 
 #[derive(Debug, Args)]
 pub struct WakeCancelArgs {
-    /// The wake's id (`wakes list` shows it)
-    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
-    pub id: i64,
+    /// The wakes' ids (`wakes list` shows them): every one is cancelled, or none
+    #[arg(value_name = "ID", required = true, num_args = 1.., value_parser = clap::value_parser!(i64).range(1..))]
+    pub ids: Vec<i64>,
 }
 
 #[derive(Debug, Args)]

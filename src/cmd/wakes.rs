@@ -44,9 +44,16 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
         }
         WakesCommand::Cancel(a) => {
             let (_c, _d, mut store) = super::open_shared(app, "wakes cancel")?;
-            wakes::cancel(&store.conn, a.id, app.now())?;
+            // All or none: a wrong id among several cancels nothing (the error names it).
+            let tx = store.immediate()?;
+            for id in &a.ids {
+                wakes::cancel(&tx, *id, app.now())?;
+            }
+            tx.commit()?;
             store.fence("wakes cancel")?;
-            crate::outln!("wake {} cancelled", a.id);
+            for id in &a.ids {
+                crate::outln!("wake {id} cancelled");
+            }
             Ok(())
         }
     }

@@ -312,10 +312,16 @@ fn reset_session_cancels_wakes_rings_and_cannot_silence_the_agent() {
         f.cmd(&["wakes", "add", "--in", "2h", "--reason", "later"])
             .ok();
     }
+    // Several at once, all or none: an id that is not pending cancels nothing.
+    f.refused(&["wakes", "cancel", "1", "2", "99"], "no wake with id 99");
+    assert_eq!(f.inspect()["pending_wakes"], 4);
+    let out = f.cmd(&["wakes", "cancel", "1", "2"]).ok();
+    assert_eq!(out.stdout, "wake 1 cancelled\nwake 2 cancelled\n");
     let before = f.inspect();
+    assert_eq!(before["pending_wakes"], 2);
     let out = f.cmd(&["reset-session"]).ok();
     assert!(
-        out.stdout.contains("cancelled 4 pending wake(s)"),
+        out.stdout.contains("cancelled 2 pending wake(s)"),
         "{}",
         out.stdout
     );
