@@ -185,6 +185,14 @@ impl Found {
         debug_assert!(CHECKS.contains(&name), "{name} is not in CHECKS");
         self.0.push((name, problems));
     }
+
+    /// More problems for a check already added (one that reads the database besides).
+    fn extend(&mut self, name: &'static str, problems: Vec<Problem>) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, found)) => found.extend(problems),
+            None => self.add(name, problems),
+        }
+    }
 }
 
 /// Run every check. Those that need the database report `not_checked` when it cannot be
@@ -298,6 +306,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
             }
         }
     }
+    found.extend("config", setup::fleet_over_caps(conn, config));
     found.add("runs", agent::runs(conn, lock_holder.is_some(), now));
     found.add("lock", agent::lock(i.state_dir, lock_holder, config, now));
     found.add("vast", outside::vast(conn, now, secrets.vast_key_missing));

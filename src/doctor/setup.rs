@@ -35,6 +35,23 @@ pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 /// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
 /// pass: every pass that asks the model is refused before the request and decided by the
 /// fallback (validation knows no token counts, so the config loads).
+/// The fleet as the last pass left it, over a cap the config now sets (lowered since): the
+/// next pass stops the surplus, young rentals too if no other can go. Said before it does.
+pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> Vec<Problem> {
+    let rows = match crate::store::instances::live(conn) {
+        Ok(r) => r,
+        Err(e) => return vec![super::unreadable("instances", &e)],
+    };
+    let rows: Vec<&crate::store::instances::InstanceRow> = rows.iter().collect();
+    match crate::fleet::over_caps(&rows, &config.policy) {
+        None => Vec::new(),
+        Some(figures) => vec![Problem::new(format!(
+            "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go"
+        ))
+        .fix("if the cap was lowered on purpose, nothing: the next pass does it; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")],
+    }
+}
+
 fn llm_budget(config: &Config) -> Vec<Problem> {
     use crate::llm::{ChatMessage, Role};
     if config.llm.provider != crate::config::Provider::Openai {

@@ -96,6 +96,41 @@ fn space_ok(dir: &Path) -> bool {
     host::space_problems(dir, false, 1 << 40, Some(1 << 20)).is_empty()
 }
 
+/// A cap lowered below the fleet the last pass left: the `config` check says the next pass
+/// stops the surplus, with the figures, before it does; within the caps, nothing.
+#[test]
+fn a_fleet_over_a_lowered_cap_is_named_before_the_next_pass_stops_it() {
+    use crate::fleet::fixtures::row;
+    use crate::fleet::{PROVING, STOPPED};
+    let (dir, s) = test_store(NOW);
+    for i in 1..=3 {
+        crate::store::instances::upsert(&s.conn, &row(&format!("fa-{i}"), Some(i), PROVING, 0.4))
+            .unwrap();
+    }
+    // A stopped disk is not a stop's to take away.
+    crate::store::instances::upsert(&s.conn, &row("fa-9", Some(9), STOPPED, 0.4)).unwrap();
+    let mut config = Config::default();
+    config.policy.max_instances = Some(3);
+    let config_problems = |config: &Config| {
+        check(&run_checks(dir.path(), config), "config")
+            .problems
+            .iter()
+            .map(|p| p.detail.clone())
+            .filter(|d| d.contains("over_cap"))
+            .collect::<Vec<_>>()
+    };
+    assert!(config_problems(&config).is_empty());
+    config.policy.max_instances = Some(2);
+    config.policy.max_dph_total = Some(1.0);
+    let said = config_problems(&config);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("the fleet of ours is over max_instances (3, cap 2) and max_dph_total ($1.20/h, cap $1.00/h): the next pass stops the surplus"),
+        "{}",
+        said[0]
+    );
+}
+
 /// A `--user` install's units answer from the user manager, whose journal and timers the
 /// system's `journalctl -u` and `systemctl list-timers` do not show: the fixes say `--user`.
 #[test]

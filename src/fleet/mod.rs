@@ -25,7 +25,7 @@ pub use crate::store::actions::FlagKind;
 use crate::store::instances::InstanceRow;
 pub use crate::text::num;
 
-pub use money::{dph_of, rate_of, spend_since};
+pub use money::{dph_of, over_caps, rate_of, spend_since};
 pub use reconcile::Recorded;
 pub use reconcile::{
     describe, other_installs, reconcile, ReconcileInput, Reconciled, INTENT_GRACE_MS,

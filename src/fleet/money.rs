@@ -27,6 +27,26 @@ pub fn dph_of(rows: &[InstanceRow]) -> f64 {
         + 0.0
 }
 
+/// Which caps the billing part of `rows` is over, with its figures: `max_instances (4, cap
+/// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both; None within them. Only what a stop
+/// can take away counts: a stopped instance's disk does not.
+pub fn over_caps(rows: &[&InstanceRow], p: &crate::config::PolicyConfig) -> Option<String> {
+    let rows: Vec<InstanceRow> = rows
+        .iter()
+        .filter(|r| is_billing_state(r.state))
+        .map(|r| (*r).clone())
+        .collect();
+    let mut over = Vec::new();
+    if let Some(m) = p.max_instances.filter(|m| rows.len() as u32 > *m) {
+        over.push(format!("max_instances ({}, cap {m})", rows.len()));
+    }
+    let dph = dph_of(&rows);
+    if let Some(m) = p.max_dph_total.filter(|m| dph > m + 1e-9) {
+        over.push(format!("max_dph_total (${dph:.2}/h, cap ${m:.2}/h)"));
+    }
+    (!over.is_empty()).then(|| over.join(" and "))
+}
+
 /// Estimated dollars spent by these instances between `since` and `now`: each row's `dph`
 /// times the hours it was alive in that span (from `created_at` to `gone_at`, or to
 /// `state_since` when stopped, or to `now`), plus a stopped row's disk (`storage_dph`) for

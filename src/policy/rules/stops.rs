@@ -5,7 +5,7 @@ use super::{
     stop_pays, FALL_LOW_DEMAND_PASSES, LOW_DEMAND_PASSES, LOW_PENDING_MAX, SURPLUS_MARGIN,
 };
 use super::{within_min_rental, CallKind, DemandBand, Facts, Mode, Stop};
-use crate::fleet::{dph_of, is_billing_state, num, FlagKind, Snapshot, PROVING, REGISTERED};
+use crate::fleet::{is_billing_state, num, over_caps, FlagKind, Snapshot, PROVING, REGISTERED};
 use crate::store::instances::InstanceRow;
 
 /// Flagged: each instance of ours that bills and earns nothing is destroyed; an outbid bid
@@ -44,17 +44,6 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     let p = &f.config.policy;
     let is_freed = |r: &InstanceRow| f.freed.iter().any(|x| x.label == r.label);
     let mut left: Vec<&InstanceRow> = s.instances.iter().filter(|r| !is_freed(r)).collect();
-    // Only what a stop can take away counts here: stopped disks are left out, or a fleet
-    // of many stopped disks would stop every running instance.
-    let over = |left: &[&InstanceRow]| {
-        let rows: Vec<_> = left
-            .iter()
-            .filter(|r| is_billing_state(r.state))
-            .map(|r| (*r).clone())
-            .collect();
-        p.max_instances.is_some_and(|m| rows.len() as u32 > m)
-            || p.max_dph_total.is_some_and(|m| dph_of(&rows) > m + 1e-9)
-    };
     let mut candidates: Vec<&InstanceRow> = left
         .iter()
         .copied()
@@ -71,11 +60,12 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     });
     let mut stops = Vec::new();
     for c in candidates {
-        if !over(&left) {
+        // Only what a stop can take away counts (`over_caps`: stopped disks are left out,
+        // or a fleet of many stopped disks would stop every running instance).
+        let Some(figures) = over_caps(&left, p) else {
             break;
-        }
+        };
         let id = c.vast_id.unwrap_or(0);
-        let figures = over_figures(&left, p);
         left.retain(|r| r.label != c.label);
         stops.push(Stop {
             instance_id: id,
@@ -86,25 +76,6 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
         });
     }
     stops
-}
-
-/// Which cap the billing part of `left` is over, with its figures: `max_instances (4, cap
-/// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both.
-fn over_figures(left: &[&InstanceRow], p: &crate::config::PolicyConfig) -> String {
-    let rows: Vec<InstanceRow> = left
-        .iter()
-        .filter(|r| is_billing_state(r.state))
-        .map(|r| (*r).clone())
-        .collect();
-    let mut over = Vec::new();
-    if let Some(m) = p.max_instances.filter(|m| rows.len() as u32 > *m) {
-        over.push(format!("max_instances ({}, cap {m})", rows.len()));
-    }
-    let dph = dph_of(&rows);
-    if let Some(m) = p.max_dph_total.filter(|m| dph > m + 1e-9) {
-        over.push(format!("max_dph_total (${dph:.2}/h, cap ${m:.2}/h)"));
-    }
-    over.join(" and ")
 }
 
 /// An idle instance of ours that may go: its vast.ai id, $/h per proof/h, proofs/h, and
