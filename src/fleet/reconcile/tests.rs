@@ -1,0 +1,425 @@
+//! Reconciliation of the table with the listing, intents and workers.
+
+use super::*;
+use crate::fleet::fixtures::*;
+use crate::fleet::workers::host_of;
+use crate::fleet::Snapshot;
+
+#[test]
+fn lifecycle_over_statuses() {
+    let listing = vec![
+        inst(1, "fleetagent-null", None),
+        inst(2, "fleetagent-loading", Some("loading")),
+        inst(3, "fleetagent-running", Some("running")),
+        inst(4, "fleetagent-exited", Some("exited")),
+        inst(5, "fleetagent-offline", Some("offline")),
+        inst(6, "fleetagent-unknown", Some("unknown")),
+        inst(7, "fleetagent-proving", Some("running")),
+        inst(8, "fleetagent-byip", Some("running")),
+        inst(9, "someone-else", Some("running")),
+        inst(10, "fleetagent-weird", Some("scheduling")),
+    ];
+    let mut listing = listing;
+    listing[7].public_ip = Some(" 203.0.113.8 ".into());
+    let demand = Demand {
+        workers: vec![
+            worker("fleetagent-proving", "10.0.0.7:12300", 2),
+            worker("curio-host-8", "203.0.113.8:12300", 0),
+        ],
+        ..Default::default()
+    };
+    let local: Vec<InstanceRow> = listing
+        .iter()
+        .filter(|i| i.id != 9)
+        .map(|i| row(i.label.as_deref().unwrap(), Some(i.id as i64), LOADING, 0.4))
+        .collect();
+    let rec = reconcile(
+        &input(local, vec![], Some(&listing), Some(&demand)),
+        INTENT_GRACE_MS,
+    );
+    let state = |id: i64| {
+        rec.rows
+            .iter()
+            .find(|r| r.vast_id == Some(id))
+            .map(|r| r.state)
+            .unwrap()
+    };
+    assert_eq!(state(1), LOADING);
+    assert_eq!(state(2), LOADING);
+    assert_eq!(state(3), BOOTED);
+    assert_eq!(state(4), DEAD);
+    assert_eq!(state(5), DEAD);
+    assert_eq!(state(6), DEAD);
+    assert_eq!(state(7), PROVING);
+    assert_eq!(state(8), REGISTERED, "matched by public IP");
+    assert_eq!(state(10), LOADING, "unknown status strings stay opaque");
+    assert_eq!(rec.foreign, vec![9]);
+    assert!(rec.rows.iter().all(|r| r.vast_id != Some(9)));
+    let by_ip = rec.rows.iter().find(|r| r.vast_id == Some(8)).unwrap();
+    assert_eq!(by_ip.machine_name.as_deref(), Some("curio-host-8"));
+    assert!(rec
+        .changes
+        .contains(&"instance 4 \"fleetagent-exited\": loading -> dead".to_string()));
+
+    let snap = Snapshot {
+        now: NOW,
+        instances: rec.rows.clone(),
+        ..Default::default()
+    };
+    let mut c = config();
+    c.policy.stuck_loading_mins = 4;
+    let flags: Vec<(i64, String)> = snap
+        .flagged(&c)
+        .into_iter()
+        .map(|f| (f.vast_id, f.why))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (1, "loading 5m".to_string()),
+            (2, "loading 5m".to_string()),
+            (4, "exited".to_string()),
+            (5, "offline".to_string()),
+            (6, "unknown".to_string()),
+            (10, "loading 5m".to_string()),
+        ]
+    );
+    c.policy.stuck_loading_mins = 30;
+    assert_eq!(snap.flagged(&c).len(), 3);
+}
+
+#[test]
+fn ip_fallback_only_when_unambiguous() {
+    let mut a = inst(1, "fleetagent-a", Some("running"));
+    let mut b = inst(2, "fleetagent-b", Some("running"));
+    a.public_ip = Some("203.0.113.5".into());
+    b.public_ip = Some("203.0.113.5".into());
+    let workers = vec![worker("gpu-box", "203.0.113.5:12300", 0)];
+    assert!(match_workers(&[&a, &b], &workers).is_empty());
+    b.public_ip = Some("203.0.113.6".into());
+    assert_eq!(match_workers(&[&a, &b], &workers).get(&1), Some(&0));
+    // A name match wins over an IP match, and a worker matches once.
+    let workers = vec![worker("fleetagent-b", "203.0.113.5:12300", 1)];
+    let m = match_workers(&[&a, &b], &workers);
+    assert_eq!(m.get(&2), Some(&0));
+    assert!(!m.contains_key(&1));
+    assert_eq!(host_of("[::1]:12300"), "::1");
+}
+
+#[test]
+fn adoption_intents_and_gone() {
+    let listing = vec![
+        inst(11, "fleetagent-r5-aaaa", Some("loading")),
+        inst(12, "fleetagent-stray", None),
+    ];
+    let local = vec![
+        row("fleetagent-r5-aaaa", None, LAUNCHING, 0.4),
+        row("fleetagent-old", Some(3), PROVING, 0.4),
+        row("fleetagent-r5-bbbb", None, LAUNCHING, 0.4),
+        row("fleetagent-r5-cccc", None, LAUNCHING, 0.4),
+    ];
+    let intents = vec![
+        intent(1, "fleetagent-r5-aaaa", NOW - MIN),
+        intent(2, "fleetagent-r5-bbbb", NOW - MIN),
+        intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS),
+    ];
+    let rec = reconcile(
+        &input(local, intents, Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
+    // The crash case: an open intent whose instance exists is recorded, not re-created.
+    let a = find("fleetagent-r5-aaaa").unwrap();
+    assert_eq!((a.vast_id, a.state, a.adopted), (Some(11), LOADING, false));
+    assert!(rec.settle.contains(&(
+        1,
+        "ok",
+        Some(11),
+        "seen in the listing as instance 11".into()
+    )));
+    // Ours by label, never recorded: adopted.
+    let stray = find("fleetagent-stray").unwrap();
+    assert!(stray.adopted);
+    assert_eq!(stray.vast_id, Some(12));
+    // Listed no more: gone.
+    let old = find("fleetagent-old").unwrap();
+    assert_eq!(old.state, GONE);
+    assert_eq!(old.gone_at, Some(NOW));
+    // Young intent kept, old one failed and its row dropped.
+    assert_eq!(find("fleetagent-r5-bbbb").unwrap().state, LAUNCHING);
+    assert!(find("fleetagent-r5-cccc").is_none());
+    assert_eq!(rec.deleted, vec!["fleetagent-r5-cccc".to_string()]);
+    assert!(rec.settle.iter().any(|s| s.0 == 3 && s.1 == "failed"));
+    assert_eq!(rec.changes.len(), 4, "{:?}", rec.changes);
+    assert!(rec.changes.iter().any(|c| c.contains("adopted")));
+}
+
+#[test]
+fn failed_probe_keeps_curio_states() {
+    let listing = vec![
+        inst(1, "fleetagent-p", Some("running")),
+        inst(2, "fleetagent-e", Some("exited")),
+    ];
+    let mut p = row("fleetagent-p", Some(1), PROVING, 0.4);
+    p.machine_name = Some("fleetagent-p".into());
+    let e = row("fleetagent-e", Some(2), REGISTERED, 0.4);
+    let rec = reconcile(
+        &input(vec![p, e], vec![], Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    assert_eq!(rec.rows[0].state, PROVING);
+    assert_eq!(rec.rows[0].machine_name.as_deref(), Some("fleetagent-p"));
+    // vast.ai's own word still counts.
+    assert_eq!(rec.rows[1].state, DEAD);
+    assert_eq!(rec.changes.len(), 1, "{:?}", rec.changes);
+}
+
+/// A listing that leaves out an instance's label (or vast.ai lost it) does not make an
+/// instance of our table gone: it is ours by its id, still counted, never foreign; an
+/// unlabelled instance we never recorded stays not ours.
+#[test]
+fn an_unlabelled_listed_instance_of_ours_is_kept_by_its_id() {
+    let mut unlabelled = inst(3, "", Some("running"));
+    unlabelled.label = None;
+    let mut blank = inst(4, "", Some("loading"));
+    blank.label = Some("  ".into());
+    let mut stranger = inst(5, "", Some("running"));
+    stranger.label = None;
+    let listing = vec![unlabelled, blank, stranger];
+    let local = vec![
+        row("fleetagent-old", Some(3), PROVING, 0.4),
+        row("fleetagent-r7-dddd", Some(4), LOADING, 0.4),
+    ];
+    let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
+    let find = |l: &str| rec.rows.iter().find(|r| r.label == l).cloned();
+    let old = find("fleetagent-old").unwrap();
+    assert_ne!(old.state, GONE, "{old:?}");
+    assert_eq!(old.gone_at, None);
+    let young = find("fleetagent-r7-dddd").unwrap();
+    assert_eq!((young.state, young.gone_at), (LOADING, None));
+    assert_eq!(rec.rows.len(), 2, "{:?}", rec.rows);
+    assert_eq!(rec.foreign, vec![5]);
+    assert!(
+        rec.changes.iter().all(|c| !c.contains("gone")),
+        "{:?}",
+        rec.changes
+    );
+}
+
+/// Still listed under a label that is not ours (renamed in the console): no longer ours,
+/// and said so, not "gone". A launch that never appeared while an unlabelled instance
+/// unknown to the table started since: recorded as failed, naming that instance.
+#[test]
+fn a_relabelled_instance_and_an_unlabelled_stranger_are_named() {
+    let mut renamed = inst(3, "my-renamed-box", Some("running"));
+    renamed.start_date = Some(0.0);
+    let mut stranger = inst(8, "", Some("running"));
+    stranger.label = None;
+    stranger.start_date = Some(((NOW - INTENT_GRACE_MS) / 1000) as f64);
+    let listing = vec![renamed, stranger];
+    let local = vec![
+        row("fleetagent-old", Some(3), PROVING, 0.4),
+        row("fleetagent-r5-cccc", None, LAUNCHING, 0.4),
+    ];
+    let intents = vec![intent(3, "fleetagent-r5-cccc", NOW - INTENT_GRACE_MS)];
+    let rec = reconcile(
+        &input(local, intents, Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    assert!(
+        rec.changes
+            .iter()
+            .any(|c| c.contains("is listed under another label") && c.contains("my-renamed-box")),
+        "{:?}",
+        rec.changes
+    );
+    assert!(
+        rec.changes.iter().all(|c| !c.contains("is gone from")),
+        "{:?}",
+        rec.changes
+    );
+    let failed = rec.settle.iter().find(|s| s.0 == 3).expect("settled");
+    assert_eq!(failed.1, "failed");
+    assert!(
+        failed.3.contains("instance(s) 8 listed without a label"),
+        "{failed:?}"
+    );
+}
+
+/// `vast.label_prefix` changed with a fleet running: what our table recorded under the
+/// old prefix, listed under that same label, is still ours (counted, stoppable, never
+/// foreign); a stranger under the old prefix is not, and a console rename still lets go.
+#[test]
+fn a_changed_prefix_keeps_the_fleet_already_rented() {
+    let old = format!("fleetagent-{INSTALL}-r1-5a3528e1");
+    let listing = vec![
+        inst(3, &old, Some("running")),
+        inst(4, "fleetagent-r2-abcdef01", Some("running")),
+        inst(5, "my-renamed-box", Some("running")),
+    ];
+    let local = vec![
+        row(&old, Some(3), PROVING, 0.4),
+        row("fleetagent-r0-00000000", Some(5), PROVING, 0.4),
+    ];
+    let mut inp = input(local, vec![], Some(&listing), None);
+    inp.prefix = "fa2";
+    let rec = reconcile(&inp, INTENT_GRACE_MS);
+    let kept = rec.rows.iter().find(|r| r.vast_id == Some(3)).unwrap();
+    assert_eq!((kept.state, kept.gone_at), (PROVING, None), "{kept:?}");
+    assert_eq!(rec.foreign, vec![4, 5]);
+    let renamed = rec.rows.iter().find(|r| r.vast_id == Some(5)).unwrap();
+    assert_eq!(renamed.state, GONE);
+    assert!(
+        rec.changes.iter().all(|c| !c.contains(&old)),
+        "{:?}",
+        rec.changes
+    );
+}
+
+#[test]
+fn failed_listing_keeps_the_table() {
+    let local = vec![row("fleetagent-x", Some(3), PROVING, 0.4)];
+    let intents = vec![intent(1, "fleetagent-y", NOW - 3 * INTENT_GRACE_MS)];
+    let rec = reconcile(&input(local.clone(), intents, None, None), INTENT_GRACE_MS);
+    assert_eq!(rec.rows, local);
+    assert!(rec.settle.is_empty() && rec.changes.is_empty() && rec.deleted.is_empty());
+}
+
+#[test]
+fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
+    let stopped = |id: u64, intended: &str, next: Option<&str>| {
+        let mut i = inst(id, &format!("fleetagent-{id}"), Some("stopped"));
+        i.is_bid = Some(true);
+        i.machine_id = Some(500 + id);
+        i.intended_status = Some(intended.into());
+        i.cur_state = Some("stopped".into());
+        i.next_state = next.map(String::from);
+        i
+    };
+    let mut listing = vec![
+        // intended_status left running (the docs' "resumes automatically").
+        stopped(1, "running", Some("running")),
+        // cur_state, intended_status and next_state all stopped (dstack's observation).
+        stopped(2, "stopped", Some("stopped")),
+        // Stopped by us: a stop of ours is on the ledger.
+        stopped(3, "stopped", Some("stopped")),
+        // Not a bid: plain stopped.
+        stopped(4, "stopped", Some("stopped")),
+        // actual_status not (yet) stopped, the three states all stopped: paused too.
+        stopped(5, "stopped", Some("stopped")),
+    ];
+    listing[3].is_bid = Some(false);
+    listing[4].actual_status = None;
+    let local: Vec<InstanceRow> = (1..=5)
+        .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
+        .collect();
+    let mut inp = input(local, vec![], Some(&listing), None);
+    inp.our_stops.insert(3);
+    let rec = reconcile(&inp, INTENT_GRACE_MS);
+    let state = |id: i64| {
+        rec.rows
+            .iter()
+            .find(|r| r.vast_id == Some(id))
+            .unwrap()
+            .state
+    };
+    assert_eq!(
+        (state(1), state(2), state(3), state(4), state(5)),
+        (OUTBID, OUTBID, STOPPED, STOPPED, OUTBID)
+    );
+    let mut outbid: Vec<(i64, Option<i64>)> = rec.newly_outbid.clone();
+    outbid.sort();
+    assert_eq!(outbid, vec![(1, Some(501)), (2, Some(502)), (5, Some(505))]);
+    assert!(rec
+        .changes
+        .iter()
+        .any(|c| c.contains("proving -> outbid") && c.contains("counts against the caps")));
+    // Counted in full, flagged, and shown.
+    let snap = Snapshot {
+        now: NOW,
+        instances: rec.rows.clone(),
+        ..Default::default()
+    };
+    assert_eq!(snap.billing_count(), 3);
+    let c = config();
+    let flags: Vec<(i64, String)> = snap
+        .flagged(&c)
+        .into_iter()
+        .map(|f| (f.vast_id, f.why))
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (1, "outbid".into()),
+            (2, "outbid".into()),
+            (5, "outbid".into())
+        ]
+    );
+    // A stopped one of ours past vast.stopped_max_hours is flagged for destroy.
+    let mut old = snap.clone();
+    old.now = NOW + 25 * 60 * MIN;
+    assert!(old
+        .flagged(&c)
+        .iter()
+        .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
+}
+
+#[test]
+fn another_installs_instances_are_never_adopted_and_leave_our_table() {
+    let listing = vec![
+        inst(1, "fleetagent-qwerty-r3-0a0b0c0d", Some("running")),
+        inst(2, "fleetagent-zxcvbn-r3-0a0b0c0d", Some("running")),
+        inst(3, "fleetagent-r2-11223344", Some("running")),
+        inst(4, "someone-else", Some("running")),
+        // In our table from before (an older build adopted it): not ours any more.
+        inst(5, "fleetagent-zxcvbn-r1-55667788", Some("running")),
+    ];
+    let local = vec![row(
+        "fleetagent-zxcvbn-r1-55667788",
+        Some(5),
+        REGISTERED,
+        0.4,
+    )];
+    let rec = reconcile(
+        &input(local.clone(), vec![], Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    let ids: Vec<Option<i64>> = rec.rows.iter().map(|r| r.vast_id).collect();
+    assert_eq!(ids, vec![Some(1), Some(3)], "ours: our id, and no id");
+    assert_eq!(rec.foreign, vec![4]);
+    let other: Vec<(i64, &str)> = rec
+        .other_installs
+        .iter()
+        .map(|f| (f.vast_id, f.install_id.as_str()))
+        .collect();
+    assert_eq!(other, vec![(2, "zxcvbn"), (5, "zxcvbn")]);
+    assert_eq!(
+        rec.deleted,
+        vec!["fleetagent-zxcvbn-r1-55667788".to_string()]
+    );
+    assert!(
+        rec.changes.iter().any(|c| c.starts_with(
+            "instance 5 \"fleetagent-zxcvbn-r1-55667788\" carries install zxcvbn's id"
+        )),
+        "{:?}",
+        rec.changes
+    );
+    // A failed listing keeps our table, never the other install's row.
+    let rec = reconcile(&input(local, vec![], None, None), INTENT_GRACE_MS);
+    assert!(rec.rows.is_empty());
+    assert_eq!(rec.deleted.len(), 1);
+}
+
+#[test]
+fn duplicate_labels_both_kept() {
+    let listing = vec![
+        inst(1, "fleetagent-dup", Some("running")),
+        inst(2, "fleetagent-dup", Some("running")),
+    ];
+    let rec = reconcile(
+        &input(vec![], vec![], Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    let labels: Vec<&str> = rec.rows.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(labels, vec!["fleetagent-dup", "fleetagent-dup~2"]);
+}
