@@ -165,7 +165,7 @@ pub fn llm_loop(
     snapshot: &mut Snapshot,
 ) -> Result<std::result::Result<LlmOutcome, LlmFailure>> {
     let config = le.config;
-    let budget = effective_budget(config);
+    let full_budget = effective_budget(config);
     // The model's tokenizer may count more than ours: the budget is divided by its ratio.
     let mut ratio = crate::store::calibration::ratio(&store.conn, &config.llm.model)?;
     let tools = registry.specs();
@@ -228,7 +228,7 @@ pub fn llm_loop(
             .iter()
             .map(to_stored)
             .collect();
-        let budget = crate::prompt::calibration::calibrated_budget(budget, ratio);
+        let mut budget = crate::prompt::calibration::calibrated_budget(full_budget, ratio);
         let extended = previous
             .as_ref()
             .and_then(|p| context::extend(p, &current, interrupted_tokens, budget));
@@ -252,7 +252,16 @@ pub fn llm_loop(
                     },
                 };
                 let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
-                match context::assemble(&fixed, &mut source, budget) {
+                let mut attempt = context::assemble(&fixed, &mut source, budget);
+                if matches!(attempt, Err(context::ContextError::TooSmall { .. })) {
+                    if let Some(r) = lower_inferred_ratio(&store.conn, config, ratio, le)? {
+                        ratio = Some(r);
+                        budget = crate::prompt::calibration::calibrated_budget(full_budget, ratio);
+                        let mut source = DbHistory::new(&store.conn, le.session_id, le.run_id);
+                        attempt = context::assemble(&fixed, &mut source, budget);
+                    }
+                }
+                match attempt {
                     Ok(a) => a,
                     Err(context::ContextError::Source(e)) => {
                         anyhow::bail!("reading history: {e}")
@@ -531,6 +540,43 @@ pub fn llm_loop(
     }
     Ok(Ok(out))
 }
+
+/// The stored ratio leaves no room for the minimal prompt, and it is above what the
+/// provider's own counts say (the newest calls that reported usage): refusals of over-long
+/// prompts raised it while the budget was above the server's context, and with no call sent
+/// no report could ever bring it down, even after the operator lowered the budget. It goes
+/// back to what the reports say (1.0 with none), said in the journal; the new ratio, or None
+/// when it was no higher than that.
+fn lower_inferred_ratio(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    ratio: Option<f64>,
+    le: &LoopEnv<'_>,
+) -> Result<Option<f64>> {
+    let Some(stored) = ratio else {
+        return Ok(None);
+    };
+    let measured = crate::store::calibration::measured(conn, REPORTED_CALLS)?;
+    let reported = crate::prompt::calibration::fold(None, measured.max_ratio.unwrap_or(1.0));
+    if reported >= stored - 1e-9 {
+        return Ok(None);
+    }
+    crate::store::calibration::record(conn, &config.llm.model, reported, le.clock.now_ms())?;
+    let from = match measured.calls {
+        0 => "no call has reported usage yet: the margin alone".to_string(),
+        n => format!("what the provider's counts over {n} call(s) say"),
+    };
+    log::warn!(
+        "run {}: the token calibration of {} ({stored:.2}, raised by the server's refusals of over-long prompts) left no room for the minimal prompt under llm.context_budget_tokens = {}: set back to {reported:.2} ({from})",
+        le.run_id,
+        crate::output::terminal_safe(&config.llm.model),
+        config.llm.context_budget_tokens,
+    );
+    Ok(Some(reported))
+}
+
+/// How many of the newest calls that reported usage [`lower_inferred_ratio`] reads.
+const REPORTED_CALLS: i64 = 50;
 
 /// Fold one sample (reported over estimated prompt tokens, or the bound a refusal for an
 /// over-long prompt gives) into the model's stored ratio; the new ratio.

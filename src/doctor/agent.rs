@@ -45,9 +45,22 @@ pub(super) fn llm(state: &AgentState, now: Millis) -> Vec<Problem> {
             human_duration(now - at),
             crate::text::clip(err, 300)
         ))
-        .fix("check llm.base_url, llm.model and the LLM API key (`fleetagent history` shows the failed calls); the rules decide meanwhile when llm.fallback = \"rules\". This clears at the model's next good answer: a quiet tick does not ask it (llm.quiet_interval_mins), `fleetagent trigger -p 1 -r \"llm check\"` does now")
+        .fix(format!("{}; the rules decide meanwhile when llm.fallback = \"rules\". This clears at the model's next good answer: a quiet tick does not ask it (llm.quiet_interval_mins), `fleetagent trigger -p 1 -r \"llm check\"` does now", llm_fix(err)))
         .since(Some(at))],
         _ => Vec::new(),
+    }
+}
+
+/// What to change for the model's last failure, by its kind.
+pub(super) fn llm_fix(err: &str) -> &'static str {
+    if crate::prompt::calibration::is_context_overflow(err) {
+        "the server's context is smaller than the prompts sent: set llm.context_budget_tokens to the server's context or below (llama.cpp: its -c; else the model's context length)"
+    } else if err.contains("minimal prompt needs") {
+        "raise llm.context_budget_tokens (up to the server's context) or lower llm.max_output_tokens"
+    } else if err.contains("no answer within") {
+        "the model answers too slowly: raise llm.timeout_secs (and llm.retry_budget_secs with it), or serve a faster model"
+    } else {
+        "check llm.base_url, llm.model and the LLM API key (`fleetagent inspect` shows each failed run's error)"
     }
 }
 

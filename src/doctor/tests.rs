@@ -96,6 +96,23 @@ fn space_ok(dir: &Path) -> bool {
     host::space_problems(dir, false, 1 << 40, Some(1 << 20)).is_empty()
 }
 
+/// The model's failure names the setting to change: the server's context, the budget, the
+/// timeout; anything else the URL, model and key.
+#[test]
+fn the_llm_fix_follows_the_failure() {
+    use super::agent::llm_fix;
+    let overflow = "LLM server refused the request (HTTP 400): the request exceeds the available context size, try increasing it";
+    assert!(
+        llm_fix(overflow).contains("llm.context_budget_tokens to the server's context or below")
+    );
+    assert!(llm_fix(
+        "the minimal prompt needs 1920 tokens but llm.context_budget_tokens leaves 1814"
+    )
+    .starts_with("raise llm.context_budget_tokens"));
+    assert!(llm_fix("no answer within 8.8s").contains("llm.timeout_secs"));
+    assert!(llm_fix("HTTP 401: invalid key").starts_with("check llm.base_url"));
+}
+
 /// A cap lowered below the fleet the last pass left: the `config` check says the next pass
 /// stops the surplus, with the figures, before it does; within the caps, nothing.
 #[test]

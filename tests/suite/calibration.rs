@@ -233,3 +233,54 @@ fn doctor_reports_a_tokenizer_ratio_the_calibration_does_not_cover() {
     .unwrap();
     assert_eq!(line(&f), None);
 }
+
+/// A budget far above the server's context: its refusals raise the ratio to the inferred
+/// cap, and no prompt fits the server while the budget stays. The operator then lowers the
+/// budget under the server's context, as the error and doctor say: the raised ratio would
+/// leave no room for the minimal prompt, and no call is sent to bring it down, so it goes
+/// back to what the provider's counts say and the model decides again.
+#[test]
+fn a_ratio_raised_by_refusals_does_not_lock_the_model_out_of_a_lowered_budget() {
+    let llm = FakeLlm::start();
+    let server_context = 2_800;
+    llm.set_tokenizer(Tokenizer {
+        factor: 0.9,
+        context: Some(server_context),
+    });
+    let f = fleet(&llm, "");
+    let config = std::fs::read_to_string(&f.config).unwrap();
+    let budget = |tokens: u64| {
+        f.write_config(&config.replace(
+            &format!("context_budget_tokens = {BUDGET}"),
+            &format!("context_budget_tokens = {tokens}"),
+        ))
+    };
+    budget(30_000);
+    for i in 0..10 {
+        f.cmd(&["message", &message(100 + i)]).ok();
+    }
+    let mut deciders = Vec::new();
+    for i in 0..3 {
+        deciders.push(pass(&f, i)["decided_by"].as_str().unwrap().to_string());
+    }
+    assert!(llm.overflow_count() >= 1, "{deciders:?}");
+    assert_eq!(deciders.last().unwrap(), "fallback-rules", "{deciders:?}");
+    let raised = stored_ratio(&f).unwrap();
+    assert!(raised > 1.5, "{raised}");
+
+    budget(server_context);
+    let out = f.cmd(&["run"]).ok();
+    assert_eq!(
+        f.inspect()["runs"][0]["decided_by"],
+        "llm",
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("left no room for the minimal prompt under llm.context_budget_tokens = 2800: set back to 1.02 (no call has reported usage yet: the margin alone)"),
+        "{}",
+        out.stderr
+    );
+    // Then the answered call's usage (0.9 of our count) folds in: it only decays.
+    assert!(stored_ratio(&f).unwrap() <= 1.02, "{:?}", stored_ratio(&f));
+}
