@@ -116,6 +116,8 @@ pub struct LlmOutcome {
     /// The model's tool calls answered `invalid_args` or `unknown_tool` (arguments that are
     /// not a JSON object, of the wrong shape, or no such tool).
     pub invalid_calls: i64,
+    /// The model's tool calls not run: the pass's deadline left only its reserve.
+    pub late_calls: i64,
 }
 
 /// The model could not be used this pass.
@@ -458,16 +460,21 @@ pub fn llm_loop(
         )?;
         for (i, call) in calls.iter().enumerate() {
             crate::faults::point("tool-before-result")?;
-            let mut result = run_tool(
-                store,
-                le,
-                registry,
-                snapshot,
-                Actor::Llm,
-                &call.id,
-                &call.name,
-                &call.arguments,
-            )?;
+            let mut result = if turns::call_allowed(config, le.deadline, le.clock.now_ms()) {
+                run_tool(
+                    store,
+                    le,
+                    registry,
+                    snapshot,
+                    Actor::Llm,
+                    &call.id,
+                    &call.name,
+                    &call.arguments,
+                )?
+            } else {
+                out.late_calls += 1;
+                late_call(config, le)
+            };
             out.mutated |= result.mutated;
             if answer::invalid_call(result.error_code()) {
                 out.invalid_calls += 1;
@@ -523,6 +530,15 @@ pub fn llm_loop(
             note_message(&store.conn, note, le.clock.now_ms())?;
         }
     }
+    if out.late_calls > 0 {
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {}: {} tool call(s) of the model not run: the pass's deadline (run.deadline_secs = {}) left only its reserve for the floor and the end of the run; the model hears so and may ask again next pass",
+            le.run_id,
+            out.late_calls,
+            config.run.deadline_secs
+        );
+    }
     if out.malformed_answers > 0 || out.invalid_calls > 0 {
         // The journal's warning: the model asked for something that was not done.
         log::warn!(
@@ -539,6 +555,20 @@ pub fn llm_loop(
         );
     }
     Ok(Ok(out))
+}
+
+/// A model's call the deadline leaves no time for: not run, and said to the model as a rate
+/// limit of time (ask again next pass).
+fn late_call(config: &Config, le: &LoopEnv<'_>) -> ToolResult {
+    let left = (le.deadline - le.clock.now_ms()).max(0) / 1000;
+    ToolResult::error(
+        "rate_limited",
+        json!({
+            "limit": format!("run.deadline_secs = {}", config.run.deadline_secs),
+            "message": format!("not run: the pass's deadline is {left}s away, kept for the floor and the end of the run; ask again next pass"),
+            "retry_after_secs": config.run.timer_period_secs,
+        }),
+    )
 }
 
 /// The stored ratio leaves no room for the minimal prompt, and it is above what the

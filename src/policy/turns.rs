@@ -24,6 +24,13 @@ pub fn turn_budget(config: &Config, deadline: Millis, now: Millis) -> Option<i64
     (left_ms >= MIN_TURN.as_millis() as i64).then_some(left_ms)
 }
 
+/// Whether a model's tool call may still run: the time the deadline leaves is above the
+/// reserve, which is the floor's and the end of the run's (each create is spaced 4.5 s, so
+/// an answer of many launches could run past the deadline and be killed mid-pass).
+pub fn call_allowed(config: &Config, deadline: Millis, now: Millis) -> bool {
+    deadline - deadline_reserve(config).as_millis() as i64 - now > 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,6 +43,8 @@ mod tests {
         assert_eq!(turn_budget(&c, deadline, deadline - 30_000), Some(10_000));
         assert_eq!(turn_budget(&c, deadline, deadline - 23_000), Some(3_000));
         assert_eq!(turn_budget(&c, deadline, deadline - 22_999), None);
+        assert!(call_allowed(&c, deadline, deadline - 20_001));
+        assert!(!call_allowed(&c, deadline, deadline - 20_000));
         c.run.deadline_secs = 1_000; // reserve capped at 60 s
         assert_eq!(deadline_reserve(&c), Duration::from_secs(60));
         c.run.deadline_secs = 10; // at least 5 s

@@ -594,3 +594,44 @@ fn a_slow_model_cannot_push_the_pass_past_its_deadline() {
     let asked = llm.request_count();
     assert!((1..20).contains(&asked), "{asked} model turns");
 }
+
+/// An answer of more launches than the deadline leaves time for (creates are spaced 4.5 s
+/// apart): the calls past the deadline's reserve are not run, the model hears why, and the
+/// pass ends in time (it ran past the deadline and was killed mid-pass, a launch left open).
+#[test]
+fn calls_the_deadline_leaves_no_time_for_are_not_run_and_the_pass_ends() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &llm,
+        &vast,
+        &format!("{CAPS}\nlaunch_window_max = 10\nemergency_launch_max = 10"),
+        "",
+    );
+    let cfg = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("deadline_secs = 120", "deadline_secs = 10");
+    f.write_config(&cfg);
+    write_demand(f.path(), busy_fleet());
+    let launch = ("launch_instance", r#"{"reason": "backlog"}"#);
+    llm.push(Reply::tool_calls(&[launch, launch, launch, launch]));
+    llm.push(Reply::text("Launched."));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains(
+            "tool call(s) of the model not run: the pass's deadline (run.deadline_secs = 10)"
+        ),
+        "{}",
+        out.stderr
+    );
+    let creates = vast.count(Route::Create);
+    assert!((1..4).contains(&creates), "{creates} creates");
+    let late = f.count(
+        "SELECT COUNT(*) FROM messages WHERE kind = 'tool_result' AND content LIKE '%not run: the pass''s deadline is%'",
+    );
+    assert_eq!(late as usize + creates, 4);
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["status"], "ok", "{run}");
+}
