@@ -193,6 +193,9 @@ pub fn stored_calls_json(calls: &[ToolCall]) -> String {
 /// How the note about an answer begins: a user message right after the answer (after the
 /// results of its calls, when it made some).
 pub const NOTE_PREFIX: &str = "Note on your answer above:";
+/// The same, when nothing of the answer is kept to be above (a cut answer that was only its
+/// unfinished calls): the note must not point at a message the model cannot see.
+pub const NOTE_PREFIX_NOT_KEPT: &str = "Note on your last answer (nothing of it is kept here):";
 
 /// The note's sentence for a tool call written as text.
 pub const AS_TEXT_NOTE: &str = "it wrote a tool call as text, so nothing ran. A tool runs only when you call it through the function-calling interface (tool_calls); a call written in the text of an answer does nothing.";
@@ -282,7 +285,12 @@ pub fn read(
                 })
             })
             .collect();
-        format!("{NOTE_PREFIX} {}", sentences.join(" "))
+        let prefix = if content.trim().is_empty() && calls.is_empty() {
+            NOTE_PREFIX_NOT_KEPT
+        } else {
+            NOTE_PREFIX
+        };
+        format!("{prefix} {}", sentences.join(" "))
     });
     Read {
         content,
@@ -642,7 +650,7 @@ mod tests {
         assert_eq!(r.content, "", "nothing of the model's to store");
         assert_eq!(
             r.note.as_deref(),
-            Some("Note on your answer above: It was cut at max_output_tokens (1024) and is incomplete; none of its tool calls ran (launch_instance). Keep answers short: call the tools, with no text around the calls.")
+            Some("Note on your last answer (nothing of it is kept here): It was cut at max_output_tokens (1024) and is incomplete; none of its tool calls ran (launch_instance). Keep answers short: call the tools, with no text around the calls.")
         );
         assert!(!r.note.unwrap().contains("59 que"));
         let text = answer(Some("I think we should la"), vec![], "length");

@@ -646,7 +646,7 @@ fn a_length_answers_calls_are_not_run() {
         .unwrap();
     assert_eq!(
         note,
-        "Note on your answer above: It was cut at max_output_tokens (777) and is incomplete; none of its tool calls ran (launch_instance). Keep answers short: call the tools, with no text around the calls."
+        "Note on your last answer (nothing of it is kept here): It was cut at max_output_tokens (777) and is incomplete; none of its tool calls ran (launch_instance). Keep answers short: call the tools, with no text around the calls."
     );
     assert_eq!(f.inspect()["runs"][0]["verdict"], "no-action");
 }
