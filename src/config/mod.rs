@@ -70,11 +70,16 @@ mod tests {
         for fine in [
             "Registry.Example.com/org/curio:V1",
             "localhost:5000/org/curio",
-            "ghcr.io/org/curio@sha256:abc",
+            "ghcr.io/org/curio@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             "curio:Latest-GPU",
         ] {
             parse(&format!("[vast]\nimage = \"{fine}\"\n")).unwrap();
         }
+        let err = parse("[vast]\nimage = \"org/curio@sha256:abc\"\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2 (vast.image): a digest is sha256: and 64"),
+            "{err}"
+        );
         let err = parse("[vast]\nimage = \"registry:5000/Org/c\"\n").unwrap_err();
         assert!(err.contains("got \"Org/c\""), "{err}");
     }

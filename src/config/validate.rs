@@ -158,6 +158,21 @@ fn uppercase_repository(image: &str) -> Option<&str> {
     path.chars().any(|c| c.is_ascii_uppercase()).then_some(path)
 }
 
+/// An image digest as registries give them: `sha256:` and 64 lowercase hex digits, or
+/// `sha512:` and 128.
+fn is_digest(digest: &str) -> bool {
+    let hex = |h: &str, n: usize| {
+        h.len() == n
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    match digest.split_once(':') {
+        Some(("sha256", h)) => hex(h, 64),
+        Some(("sha512", h)) => hex(h, 128),
+        _ => false,
+    }
+}
+
 /// `[vast]`, `[vast.env]` and `[vast.offers]`.
 fn vast(v: &VastConfig) -> Result<(), Invalid> {
     url("vast.base_url", &v.base_url)?;
@@ -175,6 +190,17 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
                 format!("an image reference has no spaces, got {image:?} (every create would be refused)"),
                 None,
             ));
+        }
+        if let Some((_, digest)) = image.split_once('@') {
+            if !is_digest(digest) {
+                return Err((
+                    "vast.image".into(),
+                    format!(
+                        "a digest is sha256: and 64 lowercase hex digits (or sha512: and 128), got {digest:?} in {image:?} (docker refuses to pull it)"
+                    ),
+                    None,
+                ));
+            }
         }
         if let Some(path) = uppercase_repository(image) {
             return Err((
