@@ -55,6 +55,9 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
         }
     };
     match x {
+        Some(x) if x.is_finite() && x > MAX_FIL_USD => Err(format!(
+            "\"fil_usd\" {x} is past {MAX_FIL_USD} (FIL never traded above $240): taken as a bad reading, not a rate"
+        )),
         Some(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!(
             "\"fil_usd\" must be a number > 0, got {}",
@@ -62,6 +65,10 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
         )),
     }
 }
+
+/// A fetched FIL/USD above this is a glitch of the feed, not a rate: taken as a failed fetch
+/// (the last good value stays until it is stale), or every offer would look profitable.
+pub const MAX_FIL_USD: f64 = 10_000.0;
 
 /// `price.fil_usd_command`.
 #[derive(Debug, Clone)]
@@ -126,6 +133,7 @@ mod tests {
             ("{\"fil_usd\": \"3.5\"}", "must be a number, got \"3.5\""),
             ("{\"fil_usd\": 0}", "must be a number > 0, got 0"),
             ("{\"fil_usd\": -2}", "> 0"),
+            ("{\"fil_usd\": 1e308}", "is past 10000"),
             ("{\"fil_usd\": null}", "must be a number, got null"),
             ("<html>oops</html>", "not JSON"),
         ] {

@@ -57,6 +57,11 @@ pub fn fil_of_attofil(attofil: &str) -> Option<f64> {
     (v.is_finite() && v > 0.0).then_some(v / ATTO_PER_FIL)
 }
 
+/// Past this a proof's price is a bad reading (Curio's ask price or FIL/USD), not a price: a
+/// SNARK proof has been worth cents. The price is then unknown (the profit check off, said
+/// by the observation and `doctor`) rather than one every offer passes.
+pub const MAX_REVENUE_PER_PROOF: f64 = 10.0;
+
 /// The price this pass uses, or why it is unknown (one line, for the observation and
 /// `doctor`). `ask_attofil` is the last reading's `ask_price_attofil`; `fetched` the cached
 /// FIL/USD of a command or URL source.
@@ -102,8 +107,15 @@ pub fn resolve(
             (f.fil_usd, f.source, f.at)
         }
     };
+    let revenue_per_proof = proof_fil * fil_usd;
+    if revenue_per_proof > MAX_REVENUE_PER_PROOF {
+        return Err(format!(
+            "a proof would earn ${} ({proof_fil} FIL from {proof_fil_source} at FIL/USD {fil_usd} from {fil_usd_source}), past the ${MAX_REVENUE_PER_PROOF} taken as the most a proof can be worth: a bad reading, so the profit check would pass every offer",
+            crate::text::num(revenue_per_proof)
+        ));
+    }
     Ok(Price {
-        revenue_per_proof: proof_fil * fil_usd,
+        revenue_per_proof,
         proof_fil,
         proof_fil_source,
         fil_usd,
@@ -244,6 +256,13 @@ mod tests {
         let p = resolve(&c, Some("5000000000000000"), None, 0).unwrap();
         assert_eq!(p.proof_fil_source, "curio");
         assert!((p.revenue_per_proof - 0.02).abs() < 1e-12);
+        // A glitch in Curio's ask price (here 5 FIL a proof, at $4): unknown, not a price
+        // that passes every offer.
+        let e = resolve(&c, Some("5000000000000000000"), None, 0).unwrap_err();
+        assert!(
+            e.starts_with("a proof would earn $20 (5 FIL from curio"),
+            "{e}"
+        );
     }
 
     #[test]
