@@ -35,7 +35,14 @@ pub struct Reconciled {
     pub other_installs: Vec<ForeignInstance>,
     /// Instances found outbid this pass that were not before: (vast id, host).
     pub newly_outbid: Vec<(i64, Option<i64>)>,
+    /// Launches listed for the first time at a price well above the one they were rented
+    /// at: (vast id, host, the line that says so).
+    pub overbilled: Vec<(i64, Option<i64>, String)>,
 }
+
+/// A first listing above the rented price by more than this share (and a cent) is not the
+/// offer's price: the host is left out of searches, or every relaunch would meet it again.
+const OVERBILLED_SHARE: f64 = 0.25;
 
 pub struct ReconcileInput<'a> {
     /// Live rows of the local table (plus gone rows the listing still shows).
@@ -275,6 +282,23 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
         row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
         if state != OUTBID {
+            if let (Some(a), Some(listed)) = (intent, inst.dph_total) {
+                let rented = a.dph.unwrap_or(listed);
+                if listed > rented * (1.0 + OVERBILLED_SHARE) + 0.01 {
+                    out.overbilled.push((
+                        inst.id as i64,
+                        row.machine_id,
+                        format!(
+                            "instance {} is billed ${}/h, {:.1}x the ${}/h offer it was rented at: the caps count what it bills, and its host{} is left out of offer searches",
+                            inst.id,
+                            crate::fleet::num(listed),
+                            listed / rented.max(1e-9),
+                            crate::fleet::num(rented),
+                            row.machine_id.map(|m| format!(" {m}")).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
             row.dph = inst.dph_total.or(row.dph);
         }
         row.public_ip = inst.public_ip.clone();

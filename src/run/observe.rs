@@ -83,6 +83,13 @@ pub fn observe(
     // 0 (an earlier success must not keep it at 1 after the key was lost).
     crate::store::ops::record_listing(&tx, listing_error.as_deref().map_or(Ok(()), Err), now)?;
     let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
+    for (_, machine, line) in &rec.overbilled {
+        crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+        events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
+        if let Some(m) = machine {
+            bad_hosts::mark(&tx, *m, "billed above its offer", bad_until, now)?;
+        }
+    }
     for (id, machine) in &rec.newly_outbid {
         if let Some(m) = machine {
             let n = bad_hosts::outbid(&tx, *m, bad_until, now)?;

@@ -423,3 +423,36 @@ fn duplicate_labels_both_kept() {
     let labels: Vec<&str> = rec.rows.iter().map(|r| r.label.as_str()).collect();
     assert_eq!(labels, vec!["fleetagent-dup", "fleetagent-dup~2"]);
 }
+
+/// A launch first listed well above the offer's price it was rented at is named, with its
+/// host, for the pass to leave that host out; one listed near its price is not.
+#[test]
+fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
+    let mut dear = inst(5, "fleetagent-r1-aaaa", Some("loading"));
+    dear.dph_total = Some(2.0);
+    dear.machine_id = Some(31_337);
+    let mut near = inst(6, "fleetagent-r1-bbbb", Some("loading"));
+    near.dph_total = Some(0.45);
+    let listing = vec![dear, near];
+    let local = vec![
+        row("fleetagent-r1-aaaa", None, LAUNCHING, 0.4),
+        row("fleetagent-r1-bbbb", None, LAUNCHING, 0.4),
+    ];
+    let intents = vec![
+        intent(1, "fleetagent-r1-aaaa", NOW - 60_000),
+        intent(2, "fleetagent-r1-bbbb", NOW - 60_000),
+    ];
+    let rec = reconcile(
+        &input(local, intents, Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    assert_eq!(rec.overbilled.len(), 1, "{:?}", rec.overbilled);
+    let (id, host, line) = &rec.overbilled[0];
+    assert_eq!((*id, *host), (5, Some(31_337)));
+    assert!(
+        line.starts_with("instance 5 is billed $2/h, 5.0x the $0.4/h offer it was rented at"),
+        "{line}"
+    );
+    let counted = rec.rows.iter().find(|r| r.vast_id == Some(5)).unwrap();
+    assert_eq!(counted.dph, Some(2.0), "the caps count what it bills");
+}
