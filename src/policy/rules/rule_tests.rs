@@ -335,3 +335,44 @@ fn a_launch_a_good_listing_does_not_show_holds_no_dead_fleet_back() {
         "not looked for"
     );
 }
+
+/// The last live worker, idle, past its minimum rental, nothing queued: kept while it
+/// earns more than it costs (with none, Curio asks for no work), stopped once each proof
+/// costs more than it earns.
+#[test]
+fn the_last_worker_goes_only_when_it_loses_money_on_every_proof() {
+    let c = config();
+    let mut r = row("fleetagent-1", Some(1), crate::fleet::REGISTERED, 0.4);
+    r.machine_name = Some(r.label.clone());
+    r.created_at = NOW - 120 * MIN;
+    let priced = |revenue: f64| Snapshot {
+        now: NOW,
+        demand: Some(Demand {
+            workers: vec![worker("fleetagent-1", "10.0.0.1:1", 0)],
+            ..Default::default()
+        }),
+        instances: vec![r.clone()],
+        price: Some(crate::price::Price {
+            revenue_per_proof: revenue,
+            proof_fil: revenue / 4.0,
+            proof_fil_source: "config",
+            fil_usd: 4.0,
+            fil_usd_source: "config",
+            fil_usd_at: NOW,
+        }),
+        ..Default::default()
+    };
+    // 50 p/h at $0.40/h: $0.008 a proof.
+    let stop = |s: &Snapshot| stops::surplus(s, &Facts::of(s, &c, 0, Mode::Full));
+    assert!(
+        stop(&priced(0.009)).is_none(),
+        "under the margin, still earning"
+    );
+    let gone = stop(&priced(0.006)).expect("losing on every proof");
+    assert_eq!((gone.instance_id, gone.kind), (1, CallKind::Unprofitable));
+    assert!(
+        gone.why.contains("loses money on every proof"),
+        "{}",
+        gone.why
+    );
+}

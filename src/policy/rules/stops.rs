@@ -85,6 +85,8 @@ struct Idle {
     per_proof: f64,
     pph: f64,
     losing: bool,
+    /// Its cost per proof is above the revenue itself (not only under the margin).
+    loses_money: bool,
 }
 
 /// Surplus: one idle instance of ours past `policy.min_rental_mins`, never the last live
@@ -105,11 +107,17 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
         None => LOW_DEMAND_PASSES,
     };
     let low_demand = f.streaks.low_demand_passes >= passes && d.backlog_signal() <= LOW_PENDING_MAX;
-    let asked = f.mode == Mode::Full
-        && (low_demand || !k.losing.is_empty())
-        && !d.workers_dead()
-        && d.live_workers() > 1;
+    let asked = f.mode == Mode::Full && (low_demand || !k.losing.is_empty()) && !d.workers_dead();
     if !asked {
+        return None;
+    }
+    let idle = idle(s, f);
+    // The last live worker stays (with none, Curio asks the market for no work, and the
+    // fleet would never see demand again), unless it loses money on every proof and no work
+    // waits: then nothing it could do pays, and a launch for the next work is judged afresh.
+    let last_loses =
+        d.queued_work() == 0 && d.backlog_signal() == 0 && idle.iter().any(|i| i.loses_money);
+    if d.live_workers() <= 1 && !last_loses {
         return None;
     }
     let band = match fall {
@@ -117,9 +125,12 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
         None => DemandBand::of(d),
     };
     let (working, hour) = (k.load.working, k.load.hour);
-    let stop = idle(s, f).into_iter().find(|i| {
+    let stop = idle.into_iter().find(|i| {
         let left = working - i.pph;
-        if i.losing {
+        if i.loses_money {
+            // Each proof it does costs more than it earns: serving less earns more.
+            true
+        } else if i.losing {
             left >= hour * SURPLUS_MARGIN
         } else {
             low_demand
@@ -128,7 +139,12 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
                 && !k.forecast.is_some_and(|fc| fc.soon > left)
         }
     })?;
-    let (kind, what) = if stop.losing {
+    let (kind, what) = if stop.loses_money {
+        (
+            CallKind::Unprofitable,
+            "the idle instance that loses money on every proof",
+        )
+    } else if stop.losing {
         (
             CallKind::Unprofitable,
             "the idle instance that no longer makes its margin",
@@ -178,11 +194,17 @@ fn idle(s: &Snapshot, f: &Facts) -> Vec<Idle> {
         .filter_map(|r| {
             let pph = s.rate_of(r, f.config);
             let id = r.vast_id?;
+            let per_proof = r.dph.unwrap_or(0.0) / pph;
+            let losing = losing_ids.contains(&id);
             Some(Idle {
                 id,
-                per_proof: r.dph.unwrap_or(0.0) / pph,
+                per_proof,
                 pph,
-                losing: losing_ids.contains(&id),
+                losing,
+                loses_money: losing
+                    && s.price
+                        .as_ref()
+                        .is_some_and(|p| per_proof > p.revenue_per_proof + 1e-12),
             })
         })
         .collect();
