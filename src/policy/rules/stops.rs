@@ -112,9 +112,9 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
         return None;
     }
     let idle = idle(s, f);
-    // The last live worker stays (with none, Curio asks the market for no work, and the
-    // fleet would never see demand again), unless it loses money on every proof and no work
-    // waits: then nothing it could do pays, and a launch for the next work is judged afresh.
+    // The last live worker stays (it proves the next work at once, where a relaunch waits a
+    // boot), unless it loses money on every proof and no work waits: then nothing it could
+    // do pays, and a launch for the next work is judged afresh (WORKERS DEAD included).
     let last_loses =
         d.queued_work() == 0 && d.backlog_signal() == 0 && idle.iter().any(|i| i.loses_money);
     if d.live_workers() <= 1 && !last_loses {
