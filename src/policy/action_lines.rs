@@ -98,6 +98,16 @@ fn terms(a: &Action, gpu: Option<&str>) -> String {
     if let Some(d) = a.dph {
         parts.push(format!("${d:.3}/h"));
     }
+    let bid = a
+        .detail
+        .as_deref()
+        .filter(|_| a.kind == "launch")
+        .and_then(|d| d.split_once(crate::policy::launch::BID_AT))
+        .and_then(|(_, b)| b.strip_suffix("/h"))
+        .and_then(|b| b.parse::<f64>().ok());
+    if let Some(b) = bid {
+        parts.push(format!("bid ${b:.3}/h"));
+    }
     if a.emergency && a.kind == "launch" {
         parts.push("emergency".into());
     }
@@ -299,6 +309,15 @@ mod tests {
             l.text,
             "launched fleetagent-r7-1a2b3c4d as instance 9000001 (offer 20000001, RTX 4090, \
              $0.400/h, emergency) by llm: 59 queued, every worker dead"
+        );
+        // A bid says what it bid; the offer's full price stays (the caps count it).
+        a.detail = Some("offer 20000001 RTX 4090 $0.4000/h, a bid at $0.1440/h".into());
+        let l = action_line(&a, Some("RTX 4090"));
+        assert!(
+            l.text
+                .contains("(offer 20000001, RTX 4090, $0.400/h, bid $0.144/h, emergency)"),
+            "{}",
+            l.text
         );
     }
 

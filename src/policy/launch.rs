@@ -463,6 +463,11 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
     })
 }
 
+/// How a launch's ledger detail names the bid it placed (`offer 7 RTX 3090 $0.2550/h, a bid
+/// at $0.1440/h`): the action's `dph` stays the offer's full price, which the caps count while
+/// a bid can resume, and the journal's line shows the bid from here.
+pub const BID_AT: &str = ", a bid at $";
+
 fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, String>) -> Create {
     env.insert(LABEL_ENV.into(), ask.label.clone());
     env.entry(NODE_NAME_ENV.into())
@@ -508,8 +513,14 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
     };
     Create {
         intent_detail: format!(
-            "offer {} {} ${:.4}/h",
-            offer.id, offer.gpu_name, offer.dph_total
+            "offer {} {} ${:.4}/h{}",
+            offer.id,
+            offer.gpu_name,
+            offer.dph_total,
+            request
+                .bid_price
+                .map(|b| format!("{BID_AT}{b:.4}/h"))
+                .unwrap_or_default()
         ),
         offer,
         row,
