@@ -148,7 +148,8 @@ pub fn figure(a: &Action) -> String {
     };
     let mut parts = Vec::new();
     if let Some(m) = v["message"].as_str() {
-        parts.push(clip(m, 200));
+        // Long enough for the profit check's whole sentence: its deciding figure is last.
+        parts.push(clip(m, 400));
     } else if let Some(l) = v["limit"].as_str() {
         parts.push(clip(l, 80));
     }
