@@ -81,6 +81,8 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "vast_status": vast_status,
             "gpu": r.gpu_name,
             "dph": r.dph,
+            // What it bills now: a stopped instance its disk alone.
+            "bills_dph": crate::fleet::dph_of(std::slice::from_ref(r)),
             "age_secs": (now - r.created_at).max(0) / 1000,
             "curio_machine": r.machine_name,
             "adopted": r.adopted,
@@ -165,8 +167,9 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
                 s("state"),
                 clip(&s("vast_status"), 12),
                 clip(&s("gpu"), 12),
-                v["dph"]
+                v["bills_dph"]
                     .as_f64()
+                    .or_else(|| v["dph"].as_f64())
                     .map(|d| format!("{d:.3}"))
                     .unwrap_or_else(|| "-".into()),
                 v["age_secs"]
