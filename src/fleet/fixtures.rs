@@ -108,3 +108,11 @@ pub fn input<'a>(
         our_stops: HashSet::new(),
     }
 }
+
+/// The snapshot's flagged instances as (vast id, why), for comparing with a list.
+pub fn flags(snap: &crate::fleet::Snapshot, c: &Config) -> Vec<(i64, String)> {
+    snap.flagged(c)
+        .into_iter()
+        .map(|f| (f.vast_id, f.why))
+        .collect()
+}

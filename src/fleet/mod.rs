@@ -417,11 +417,7 @@ mod tests {
             ..Default::default()
         };
         let c = config();
-        let flags: Vec<(i64, String)> = snap
-            .flagged(&c)
-            .into_iter()
-            .map(|f| (f.vast_id, f.why))
-            .collect();
+        let flags = flags(&snap, &c);
         assert_eq!(
             flags,
             vec![

@@ -68,11 +68,7 @@ fn lifecycle_over_statuses() {
     };
     let mut c = config();
     c.policy.stuck_loading_mins = 4;
-    let flags: Vec<(i64, String)> = snap
-        .flagged(&c)
-        .into_iter()
-        .map(|f| (f.vast_id, f.why))
-        .collect();
+    let flags = flags(&snap, &c);
     assert_eq!(
         flags,
         vec![
@@ -342,11 +338,7 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
     };
     assert_eq!(snap.billing_count(), 3);
     let c = config();
-    let flags: Vec<(i64, String)> = snap
-        .flagged(&c)
-        .into_iter()
-        .map(|f| (f.vast_id, f.why))
-        .collect();
+    let flags = flags(&snap, &c);
     assert_eq!(
         flags,
         vec![
