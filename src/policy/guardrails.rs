@@ -37,6 +37,9 @@ pub enum Refusal {
         max: f64,
         spent: f64,
         projected: f64,
+        /// The fleet's $/h and the instance's (0 for the check before any offer is known).
+        fleet: f64,
+        offer: f64,
     },
     RateLimited {
         limit: String,
@@ -110,12 +113,20 @@ impl Refusal {
                 max,
                 spent,
                 projected,
+                fleet,
+                offer,
             } => json!({
                 "limit": format!("${max:.2}/day"),
                 "spent_today": round4(*spent),
-                "message": format!(
-                    "${spent:.2} spent today + {DAILY_LOOKAHEAD_HOURS:.0} h of the fleet with this instance = ${projected:.2}, over ${max:.2}"
-                ),
+                "message": if *offer > 0.0 {
+                    format!(
+                        "${spent:.2} spent today + {DAILY_LOOKAHEAD_HOURS:.0} h of the fleet with this instance (${fleet:.2}/h + ${offer:.2}/h) = ${projected:.2}, over ${max:.2}"
+                    )
+                } else {
+                    format!(
+                        "${spent:.2} spent today + {DAILY_LOOKAHEAD_HOURS:.0} h of the fleet as it is (${fleet:.2}/h) = ${projected:.2}, over ${max:.2}: no instance fits"
+                    )
+                },
             }),
             Refusal::RateLimited {
                 limit,
@@ -339,6 +350,8 @@ pub fn check_launch_money(
                 max: daily,
                 spent: facts.spent_today,
                 projected,
+                fleet: facts.fleet_dph,
+                offer: offer_dph,
             });
         }
     }
@@ -522,7 +535,18 @@ mod tests {
         assert!(check_launch_money(&f, 0.4, &p).is_ok());
         let r = check_launch_money(&f, 0.6, &p).unwrap_err();
         assert_eq!(r.code(), "daily_spend");
+        assert_eq!(
+            r.details()["message"],
+            "$28.50 spent today + 1 h of the fleet with this instance ($1.00/h + $0.60/h) = $30.10, over $30.00"
+        );
         assert!((offer_headroom(&f, &p) - 0.5).abs() < 1e-9);
+        // The check before any offer is known counts the fleet as it is, and says so.
+        f.spent_today = 29.5;
+        let r = check_launch_money(&f, 0.0, &p).unwrap_err();
+        assert_eq!(
+            r.details()["message"],
+            "$29.50 spent today + 1 h of the fleet as it is ($1.00/h) = $30.50, over $30.00: no instance fits"
+        );
     }
 
     #[test]
