@@ -65,6 +65,9 @@ pub struct Entry {
     pub label: Option<String>,
     pub dph: Option<f64>,
     pub detail: String,
+    /// The kind the gate settled on, where it is not the ask's: an outbid bid or a stopped
+    /// instance flagged too long is destroyed whatever `stop_mode` says.
+    pub kind: Option<&'static str>,
 }
 
 fn entry(outcome: &'static str, label: Option<String>, detail: String) -> Entry {
@@ -72,6 +75,7 @@ fn entry(outcome: &'static str, label: Option<String>, detail: String) -> Entry 
         outcome,
         label,
         dph: None,
+        kind: None,
         detail,
     }
 }
@@ -186,7 +190,10 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     }
     if config.policy.dry_run {
         return Gate::Answer(Answer {
-            record: Some(entry("dry_run", label, "dry_run".into())),
+            record: Some(Entry {
+                kind: Some(ask.kind),
+                ..entry("dry_run", label, "dry_run".into())
+            }),
             result: ToolResult::error(
                 "dry_run",
                 json!({
@@ -439,6 +446,7 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
             label: target.label(),
             dph: target.row.as_ref().and_then(|r| r.dph),
             detail,
+            kind: Some(target.kind),
         },
         row,
         gone,

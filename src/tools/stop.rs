@@ -180,7 +180,7 @@ fn answer(
             &ctx.store.conn,
             &NewAction {
                 run_id: (ctx.run_id > 0).then_some(ctx.run_id),
-                kind: ask.kind,
+                kind: e.kind.unwrap_or(ask.kind),
                 outcome: e.outcome,
                 actor: ctx.actor.as_str(),
                 instance_id: Some(ask.instance_id),

@@ -319,9 +319,23 @@ fn dry_run_records_and_sends_nothing() {
             label: Some("fleetagent-8".into()),
             dph: None,
             detail: "dry_run".into(),
+            kind: Some("destroy"),
         })
     );
     assert_eq!(a.result.error_code(), Some("dry_run"));
+    assert_eq!(a.result.content["would"], "destroy instance 8");
+    // With stop_mode = "stop", an outbid bid is destroyed all the same: the dry run's
+    // ledger row says what the real pass would do, not the ask's "stop".
+    c.vast.stop_mode = crate::config::StopMode::Stop;
+    let mut s = snap();
+    let r = s
+        .instances
+        .iter_mut()
+        .find(|r| r.vast_id == Some(8))
+        .unwrap();
+    r.state = crate::fleet::OUTBID;
+    let a = answer(gate(&ask(&c, 8), &s, &c));
+    assert_eq!(a.record.unwrap().kind, Some("destroy"));
     assert_eq!(a.result.content["would"], "destroy instance 8");
 }
 
@@ -357,6 +371,7 @@ fn a_destroy_makes_the_row_gone() {
             label: Some("fleetagent-8".into()),
             dph: Some(0.5),
             detail: "ok".into(),
+            kind: Some("destroy"),
         }
     );
     let r = s.row.as_ref().unwrap();
@@ -446,6 +461,7 @@ fn a_failed_call_is_recorded_failed() {
             label: Some("fleetagent-8".into()),
             dph: None,
             detail: "vast.ai rate limit: slow down".into(),
+            kind: None,
         })
     );
 }
