@@ -169,9 +169,7 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
     if list.is_empty() {
         return Vec::new();
     }
-    let mut ids: Vec<&str> = list.iter().map(|f| f.install_id.as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
+    let ids = ops::install_ids_of(&list);
     let labels: Vec<String> = list
         .iter()
         .take(5)

@@ -31,10 +31,6 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
 /// part is named before passes find it out.
 pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 
-/// `[llm]` with `provider = "openai"`: a budget that, after its margin and
-/// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
-/// pass: every pass that asks the model is refused before the request and decided by the
-/// fallback (validation knows no token counts, so the config loads).
 /// The fleet as the last pass left it, over a cap the config now sets (lowered since): the
 /// next pass stops the surplus, young rentals too if no other can go. Said before it does.
 pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> Vec<Problem> {
@@ -52,6 +48,10 @@ pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> V
     }
 }
 
+/// `[llm]` with `provider = "openai"`: a budget that, after its margin and
+/// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
+/// pass: every pass that asks the model is refused before the request and decided by the
+/// fallback (validation knows no token counts, so the config loads).
 fn llm_budget(config: &Config) -> Vec<Problem> {
     use crate::llm::{ChatMessage, Role};
     if config.llm.provider != crate::config::Provider::Openai {

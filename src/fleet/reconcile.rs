@@ -94,6 +94,11 @@ impl<'a> Recorded<'a> {
         )
     }
 
+    /// Whether the table recorded this vast.ai id at all.
+    pub fn knows(&self, id: i64) -> bool {
+        self.0.contains_key(&id)
+    }
+
     /// Whether a listed instance is ours by our table rather than by its label's prefix:
     /// - listed without a label (a listing that leaves the field out, or a label vast.ai
     ///   lost): still ours by its id; it bills, and the caps count it;
@@ -143,14 +148,13 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         owner(i.label.as_deref(), input.prefix, input.install_id)
     }
     let recorded = Recorded::new(mine.iter().copied());
-    let recorded_here = |i: &Instance| recorded.holds(i);
     let ours: Vec<&Instance> = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::Ours || recorded_here(i))
+        .filter(|i| whose(i, input) == Owner::Ours || recorded.holds(i))
         .collect();
     out.foreign = listing
         .iter()
-        .filter(|i| whose(i, input) == Owner::NotOurs && !recorded_here(i))
+        .filter(|i| whose(i, input) == Owner::NotOurs && !recorded.holds(i))
         .map(|i| i.id as i64)
         .collect();
     out.other_installs = other_installs(listing, input.prefix, input.install_id);
@@ -392,7 +396,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                             .iter()
                             .filter(|i| {
                                 unlabelled(i)
-                                    && !recorded.0.contains_key(&(i.id as i64))
+                                    && !recorded.knows(i.id as i64)
                                     && i.start_date.is_some_and(|t| t >= since_secs)
                             })
                             .map(|i| i.id.to_string())

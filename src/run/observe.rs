@@ -261,9 +261,7 @@ fn new_beside_another(
     if run_id != 1 || others.is_empty() {
         return None;
     }
-    let mut ids: Vec<&str> = others.iter().map(|o| o.install_id.as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
+    let ids = ops::install_ids_of(others);
     Some(format!(
         "this database is new (run 1), and vast.ai lists {} instance(s) under vast.label_prefix {:?} of install {}: if they are this install's (a state dir lost, moved, or on a disk that did not mount), stop fleetagent now (this install rents a fleet of its own, under its own caps) and restore the state dir, or start afresh under the old id with `fleetagent init --install-id ID` on an empty one; if this is a second install on purpose, give it its own vast.label_prefix",
         others.len(),

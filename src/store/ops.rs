@@ -196,6 +196,14 @@ pub struct ForeignInstance {
     pub vast_id: i64,
 }
 
+/// The other installs' ids among these instances, each once, sorted.
+pub fn install_ids_of(list: &[ForeignInstance]) -> Vec<&str> {
+    let mut ids: Vec<&str> = list.iter().map(|f| f.install_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 /// What the last listing saw of other installs (empty when none), and when.
 pub fn foreign_installs(conn: &Connection) -> Result<(Vec<ForeignInstance>, Option<Millis>)> {
     let (json, at): (Option<String>, Option<Millis>) = conn.query_row(

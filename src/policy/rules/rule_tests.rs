@@ -337,7 +337,7 @@ fn a_launch_a_good_listing_does_not_show_holds_no_dead_fleet_back() {
 }
 
 /// The last live worker, idle, past its minimum rental, nothing queued: kept while it
-/// earns more than it costs (with none, Curio asks for no work), stopped once each proof
+/// earns more than it costs (it proves the next work at once), stopped once each proof
 /// costs more than it earns.
 #[test]
 fn the_last_worker_goes_only_when_it_loses_money_on_every_proof() {

@@ -202,9 +202,9 @@ fn idle(s: &Snapshot, f: &Facts) -> Vec<Idle> {
                 pph,
                 losing,
                 loses_money: losing
-                    && s.price
-                        .as_ref()
-                        .is_some_and(|p| per_proof > p.revenue_per_proof + 1e-12),
+                    && s.price.as_ref().is_some_and(|p| {
+                        crate::price::profit_per_hour(p, r.dph.unwrap_or(0.0), pph) < 0.0
+                    }),
             })
         })
         .collect();
