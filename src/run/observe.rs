@@ -50,7 +50,7 @@ pub fn observe(
     let tx = store
         .immediate()
         .context("cannot begin the fleet reconciliation")?;
-    record_fil_usd(&tx, fil_usd, now)?;
+    record_fil_usd(&tx, config, fil_usd, now)?;
     let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
     if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
@@ -499,12 +499,51 @@ pub fn stored_price(
 
 /// This pass's FIL/USD fetch (None: no command or URL source): a value replaces the cache,
 /// a failure is recorded beside the old value, which ages.
-fn record_fil_usd(conn: &Connection, fetched: Option<Result<f64>>, now: Millis) -> Result<()> {
+fn record_fil_usd(
+    conn: &Connection,
+    config: &Config,
+    fetched: Option<Result<f64>>,
+    now: Millis,
+) -> Result<()> {
     match fetched {
         None => Ok(()),
         Some(Ok(v)) => crate::store::price::set_fetched(conn, v, now),
-        Some(Err(e)) => crate::store::price::set_error(conn, &clip(&format!("{e:#}"), 300)),
+        Some(Err(e)) => {
+            let error = clip(&format!("{e:#}"), 300);
+            let cache = crate::store::price::cache(conn)?;
+            let line = fil_usd_failed_line(config, &error, &cache, now);
+            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+            crate::store::price::set_error(conn, &error)
+        }
     }
+}
+
+/// The journal's line for a failed FIL/USD fetch: the error, and what the price is now (the
+/// last good value while it is younger than `price.max_age_mins`, else unknown, with the
+/// profit check off). A price is a money decision: its loss must be seen where the actions
+/// are, not only in `doctor`.
+fn fil_usd_failed_line(
+    config: &Config,
+    error: &str,
+    cache: &crate::store::price::FilUsdCache,
+    now: Millis,
+) -> String {
+    let source = match crate::price::fetched_source(&config.price) {
+        "command" => crate::fil_usd::COMMAND_KEY,
+        "url" => crate::fil_usd::URL_KEY,
+        _ => "the FIL/USD source",
+    };
+    let max_age = config.price.max_age_mins as Millis * 60_000;
+    let now_what = match (cache.fil_usd, cache.at) {
+        (Some(v), Some(at)) if now - at <= max_age => format!(
+            "the last good value ({} from {} ago) counts until it is price.max_age_mins = {} old",
+            crate::text::num(v),
+            crate::clock::human_duration(now - at),
+            config.price.max_age_mins
+        ),
+        _ => "no good value younger than price.max_age_mins: the price is unknown and launches are not checked for profit".to_string(),
+    };
+    format!("the FIL/USD fetch failed ({source}): {error}; {now_what}")
 }
 
 /// What a pass keeps of its Curio reading: the rates it measured (a GPU not measured this

@@ -328,16 +328,38 @@ fn fil_usd_from_a_command_fresh_failing_stale_and_bad() {
     );
     assert_eq!(p["revenue_per_proof"], 0.03);
     std::fs::remove_file(&answer).unwrap();
-    let p = pass(&f);
+    // A failed fetch is a warning in the journal naming the source, the error and what the
+    // price is now (JOURNAL_STREAM names stderr: priority prefixes).
+    let journal_line = |f: &Fleet| {
+        let run = super::journal::in_journal(f, &["run"]).ok();
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("FIL/USD fetch failed"))
+            .unwrap_or_else(|| panic!("no FIL/USD line in: {}", run.stderr))
+            .to_string();
+        (line, f.inspect()["price"].clone())
+    };
+    let (line, p) = journal_line(&f);
     assert_eq!(p["fil_usd"], 3.0, "used while fresh");
     let err = p["fil_usd_error"].as_str().unwrap();
     assert!(
         err.starts_with("price.fil_usd_command exited with status 1: cat: "),
         "{err}"
     );
+    assert!(
+        line.starts_with("<4>fleetagent: the FIL/USD fetch failed (price.fil_usd_command): price.fil_usd_command exited with status 1")
+            && line.contains("; the last good value (3 from ")
+            && line.ends_with(" ago) counts until it is price.max_age_mins = 60 old"),
+        "{line}"
+    );
     age_cache(&f, 61);
-    let p = pass(&f);
+    let (line, p) = journal_line(&f);
     assert!(p["unknown"].as_str().unwrap().contains("stale"), "{p}");
+    assert!(
+        line.ends_with("the price is unknown and launches are not checked for profit"),
+        "{line}"
+    );
     std::fs::write(&answer, "{\"fil_usd\": \"3\"}").unwrap();
     let p = pass(&f);
     assert_eq!(
