@@ -125,6 +125,9 @@ pub struct Ask {
     pub on_demand: u32,
     /// The operator's pause in force, if any: nothing is launched.
     pub paused: Option<crate::store::ops::Pause>,
+    /// With `policy.dry_run`, the stopped instance the real call would start instead of
+    /// renting ([`restart_candidate`]), so that the dry run says what the real pass does.
+    pub would_restart: Option<i64>,
 }
 
 impl Ask {
@@ -136,7 +139,7 @@ impl Ask {
         offer_id: Option<u64>,
         now: Millis,
     ) -> Ask {
-        Ask {
+        let mut ask = Ask {
             label: unused_label(snapshot, config, run_id, call_id),
             offer_id,
             now,
@@ -158,7 +161,13 @@ impl Ask {
                 .filter(|r| crate::fleet::is_billing_state(r.state) && !r.is_bid)
                 .count() as u32,
             paused: snapshot.paused.clone(),
+            would_restart: None,
+        };
+        if config.policy.dry_run {
+            ask.would_restart =
+                restart_candidate(&ask, snapshot, config).and_then(|row| row.vast_id);
         }
+        ask
     }
 
     fn facts(&self) -> LaunchFacts<'_> {
@@ -265,20 +274,26 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
     if !policy.dry_run {
         return None;
     }
+    let (detail, message) = match ask.would_restart {
+        Some(id) => (
+            format!("dry_run: would start stopped instance {id} (stop_mode = \"stop\") instead of renting"),
+            format!("policy.dry_run is on: nothing was sent to vast.ai; the real call would start stopped instance {id} (vast.stop_mode = \"stop\") instead of renting a new one; the caps allow it"),
+        ),
+        None => (
+            "dry_run: would search offers and launch one".to_string(),
+            "policy.dry_run is on: nothing was sent to vast.ai; the instance cap, the launch window and the daily cap allow this launch".to_string(),
+        ),
+    };
     Some(Answer {
-        record: Some(ask.entry(
-            "dry_run",
-            ask.offer_id,
-            "dry_run: would search offers and launch one".into(),
-        )),
+        record: Some(ask.entry("dry_run", ask.offer_id, detail)),
         result: ToolResult::error(
             "dry_run",
             json!({
                 "would": "launch_instance",
                 "offer_id": ask.offer_id,
+                "restart": ask.would_restart,
                 "window": format!("{}/{} used", slots.used, slots.limit),
-                "message": "policy.dry_run is on: nothing was sent to vast.ai; the instance cap, \
-                            the launch window and the daily cap allow this launch",
+                "message": message,
             }),
         ),
         code: None,

@@ -259,6 +259,30 @@ fn dry_run_records_and_sends_nothing() {
 }
 
 #[test]
+fn a_dry_run_with_stop_mode_stop_names_the_instance_the_real_call_would_start() {
+    let mut c = config();
+    c.policy.dry_run = true;
+    c.vast.stop_mode = crate::config::StopMode::Stop;
+    let mut s = snap(1, false);
+    let mut stopped = row(2, 0.8);
+    stopped.state = crate::fleet::STOPPED;
+    stopped.storage_dph = Some(0.05);
+    s.instances.push(stopped);
+    let ans = gate_of(&s, &c, None).unwrap();
+    assert_eq!(
+        ans.record.as_ref().map(|e| e.detail.as_str()),
+        Some("dry_run: would start stopped instance 2 (stop_mode = \"stop\") instead of renting")
+    );
+    assert_eq!(ans.result.content["restart"], 2);
+    // An offer named by the model is rented, as the real call does.
+    let ans = gate_of(&s, &c, Some(5)).unwrap();
+    assert_eq!(
+        ans.record.map(|e| e.detail),
+        Some("dry_run: would search offers and launch one".into())
+    );
+}
+
+#[test]
 fn no_key_and_a_missing_credential_are_not_configured() {
     let c = config();
     let s = snap(0, false);
