@@ -81,6 +81,17 @@ fn unused_label(snapshot: &Snapshot, config: &Config, run_id: i64, call_id: &str
         .unwrap_or_else(|| label(0))
 }
 
+/// How many more offers a launch without `offer_id` tries when vast.ai answers that the one
+/// chosen was taken meanwhile (`no_such_ask`): offers go fast on a busy market, and a launch
+/// the fleet needs (WORKERS DEAD among them) would otherwise wait for the next pass.
+pub const TAKEN_RETRIES: u32 = 2;
+
+/// The call id of the `attempt`th retry of call `call_id` after a taken offer: a label of its
+/// own (the failed attempt keeps the first), the same for the same call and attempt.
+pub fn taken_retry_call_id(call_id: &str, attempt: u32) -> String {
+    format!("{call_id}+{attempt}")
+}
+
 fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
@@ -733,7 +744,9 @@ fn failure(create: &Create, e: &VastError) -> Settle {
     }
     let mut details = json!({ "message": msg, "offer_id": create.offer.id });
     if matches!(e, VastError::NoSuchAsk(_)) {
-        details["note"] = json!("the offer was taken meanwhile; launch again for another");
+        details["note"] = json!(
+            "the offer was taken meanwhile (a launch without offer_id tries the next best offers itself); launch again for another"
+        );
     }
     Settle::Failed {
         detail: msg,

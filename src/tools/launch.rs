@@ -122,13 +122,30 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
             Err(a) => return answer(ctx, reason, *a, now),
         }
     }
-    let offers = ctx.snapshot.offers.as_deref().unwrap_or_default();
-    match plan::choose(&ask, config, offers, env) {
-        Ok(mut create) => {
-            create.request.image_login = image_login;
-            rent(ctx, vast.as_ref(), &ask, &create, reason)
+    let mut ask = ask;
+    let mut now = now;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let offers = ctx.snapshot.offers.as_deref().unwrap_or_default();
+        let mut create = match plan::choose(&ask, config, offers, env.clone()) {
+            Ok(create) => create,
+            Err(a) => return answer(ctx, reason, *a, now),
+        };
+        create.request.image_login = image_login.clone();
+        let (result, taken) = rent(ctx, vast.as_ref(), &ask, &create, reason)?;
+        if !taken || offer_id.is_some() || attempt > plan::TAKEN_RETRIES {
+            return Ok(result);
         }
-        Err(a) => answer(ctx, reason, *a, now),
+        // The best offer was taken between the search and the create: the caller asked for
+        // the best there is, so the next one is tried, under a label of its own and through
+        // every guardrail again (the failed attempt is in the ledger and the journal).
+        now = ctx.clock.now_ms();
+        let call = plan::taken_retry_call_id(&ctx.call_id, attempt);
+        ask = plan::Ask::new(ctx.snapshot, config, ctx.run_id, &call, None, now);
+        if let Some(a) = plan::gate(&ask, config, None) {
+            return answer(ctx, reason, a, now);
+        }
     }
 }
 
@@ -208,14 +225,15 @@ fn worker_env(ctx: &ToolCtx<'_>) -> Result<BTreeMap<String, String>, (String, St
 }
 
 /// The intent and its launching row are committed before the create is sent; the create's
-/// answer settles them (or leaves them open for the next pass's reconciliation).
+/// answer settles them (or leaves them open for the next pass's reconciliation). With the
+/// result: whether vast.ai answered that the offer is gone (`no_such_ask`).
 fn rent(
     ctx: &mut ToolCtx<'_>,
     vast: &dyn VastClient,
     ask: &plan::Ask,
     create: &Create,
     reason: &str,
-) -> Result<ToolResult> {
+) -> Result<(ToolResult, bool)> {
     let intent_id = {
         let tx = ctx.store.immediate()?;
         let id = actions::insert(
@@ -247,6 +265,7 @@ fn rent(
     ctx.store.fence("launch intent")?;
     let created = vast.create_instance(&create.request);
     let code = created.as_ref().err().and_then(plan::failure_code);
+    let taken = matches!(created, Err(crate::vast::VastError::NoSuchAsk(_)));
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
         // Rented now, or taken by someone else: either way not to be tried again this pass.
         cache.retain(|o| o.id != create.offer.id);
@@ -263,7 +282,7 @@ fn rent(
             plan::after_orphan(create, &error, destroyed.as_ref().copied())
         }
     };
-    settle_intent(ctx, ask, create, intent_id, (settle, code), after)
+    settle_intent(ctx, ask, create, intent_id, (settle, code), after).map(|r| (r, taken))
 }
 
 fn settle_intent(

@@ -262,3 +262,77 @@ fn stopping_every_instance_keeps_workers_that_matter() {
         2
     );
 }
+
+/// Offers go fast on a busy market: a launch without offer_id whose offer was taken between
+/// the search and the create tries the next best, up to `TAKEN_RETRIES` more, each under a
+/// label of its own and recorded; a launch of a named offer is not moved to another.
+#[test]
+fn a_taken_best_offer_is_followed_by_the_next_within_the_call() {
+    use fleetagent::policy::launch::TAKEN_RETRIES;
+    let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(12)));
+    let ids: Vec<u64> = [0.30, 0.31, 0.32, 0.33, 0.34, 0.35, 0.36, 0.37]
+        .iter()
+        .map(|&p| rig.fake.add_offers(1, "RTX 4090", p, 0.99)[0])
+        .collect();
+    let mut snap = rig.pass();
+    // The first launch searches (every offer cached) and rents the best.
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+    assert_eq!(code(&r), None, "{}", r.content);
+    // Someone else rents the next two meanwhile: the second launch gets the fourth.
+    rig.fake.take_offer(ids[1]);
+    rig.fake.take_offer(ids[2]);
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+    assert_eq!(code(&r), None, "{}", r.content);
+    assert_eq!(r.content["offer"]["id"], ids[3], "{}", r.content);
+    assert_eq!(rig.creates_ok(), 2);
+    let rows: Vec<(String, Option<i64>, String)> = {
+        let conn = &rig.store.conn;
+        let mut st = conn
+            .prepare(
+                "SELECT outcome, offer_id, label FROM actions WHERE kind = 'launch' AND tool_call_id = 'call_2' ORDER BY id",
+            )
+            .unwrap();
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect()
+    };
+    let outcomes: Vec<(&str, Option<i64>)> =
+        rows.iter().map(|r| (r.0.as_str(), r.1)).collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("failed", Some(ids[1] as i64)),
+            ("failed", Some(ids[2] as i64)),
+            ("ok", Some(ids[3] as i64)),
+        ]
+    );
+    let labels: std::collections::HashSet<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    assert_eq!(labels.len(), 3, "one label per attempt: {rows:?}");
+
+    // A named offer that was taken is not replaced by another.
+    rig.fake.take_offer(ids[4]);
+    let r = rig.call(
+        &mut snap,
+        "launch_instance",
+        json!({"offer_id": ids[4], "reason": "that one"}),
+    );
+    assert_eq!(code(&r), Some("vast_error"), "{}", r.content);
+    assert_eq!(rig.creates_ok(), 2);
+
+    // Three taken in a row: the call gives up after 1 + TAKEN_RETRIES creates, saying so.
+    let before = rig.fake.requests_to(Route::Create).len();
+    for id in &ids[5..8] {
+        rig.fake.take_offer(*id);
+    }
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+    assert_eq!(code(&r), Some("vast_error"), "{}", r.content);
+    assert_eq!(
+        rig.fake.requests_to(Route::Create).len() - before,
+        1 + TAKEN_RETRIES as usize
+    );
+    assert!(r.content["note"]
+        .as_str()
+        .unwrap()
+        .starts_with("the offer was taken meanwhile"));
+}
