@@ -5,6 +5,7 @@ use super::{
     stop_pays, FALL_LOW_DEMAND_PASSES, LOW_DEMAND_PASSES, LOW_PENDING_MAX, SURPLUS_MARGIN,
 };
 use super::{within_min_rental, CallKind, DemandBand, Facts, Mode, Stop};
+use crate::demand::Demand;
 use crate::fleet::{is_billing_state, num, over_caps, FlagKind, Snapshot, PROVING, REGISTERED};
 use crate::store::instances::InstanceRow;
 
@@ -139,12 +140,18 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
                 && !k.forecast.is_some_and(|fc| fc.soon > left)
         }
     })?;
-    let (kind, what) = if stop.loses_money {
+    Some(surplus_stop(&stop, f, d, &band, fall))
+}
+
+/// The surplus rule's stop of `idle`, its kind and its reason: why it goes, with the figures
+/// of demand the rule read (and the fall the day's history shows, if that decided it).
+fn surplus_stop(idle: &Idle, f: &Facts, d: &Demand, band: &DemandBand, fall: Option<f64>) -> Stop {
+    let (kind, what) = if idle.loses_money {
         (
             CallKind::Unprofitable,
             "the idle instance that loses money on every proof",
         )
-    } else if stop.losing {
+    } else if idle.losing {
         (
             CallKind::Unprofitable,
             "the idle instance that no longer makes its margin",
@@ -158,8 +165,8 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
             num(level)
         )
     });
-    Some(Stop {
-        instance_id: stop.id,
+    Stop {
+        instance_id: idle.id,
         why: format!(
             "rules: demand low for {} passes (backlog {}, {} idle workers, {}/h done, up to {}/h likely): stopping {what}{foretold}",
             f.streaks.low_demand_passes,
@@ -169,7 +176,7 @@ pub(super) fn surplus(s: &Snapshot, f: &Facts) -> Option<Stop> {
             num(band.high()),
         ),
         kind,
-    })
+    }
 }
 
 /// Ours whose worker is idle (registered, matched to a live worker running nothing) and

@@ -297,8 +297,7 @@ fn a_taken_best_offer_is_followed_by_the_next_within_the_call() {
             .map(|r| r.unwrap())
             .collect()
     };
-    let outcomes: Vec<(&str, Option<i64>)> =
-        rows.iter().map(|r| (r.0.as_str(), r.1)).collect();
+    let outcomes: Vec<(&str, Option<i64>)> = rows.iter().map(|r| (r.0.as_str(), r.1)).collect();
     assert_eq!(
         outcomes,
         [
