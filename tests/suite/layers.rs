@@ -484,3 +484,44 @@ fn no_source_file_is_over_900_lines() {
         .collect();
     assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
 }
+
+/// Issue 25's shape for the rules: `policy::rules` (src/policy/rules.rs and its submodules,
+/// tests aside) reads top to bottom, rules.rs in under 400 lines and no function over 60.
+/// A function's length runs from its `fn` line to the `}` at its own indentation.
+#[test]
+fn the_rules_keep_their_shape() {
+    const MAX_FN_LINES: usize = 60;
+    let rules = root().join("src/policy/rules.rs");
+    let n = std::fs::read_to_string(&rules).unwrap().lines().count();
+    assert!(n < 400, "src/policy/rules.rs has {n} lines");
+    let mut files = vec![rules];
+    rust_files(&root().join("src/policy/rules"), &mut files);
+    let mut long = Vec::new();
+    for f in files.iter().filter(|f| !f.to_string_lossy().contains("test")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            let indent = &line[..line.len() - code.len()];
+            let is_fn = ["fn ", "pub fn ", "pub(super) fn ", "pub(crate) fn "]
+                .iter()
+                .any(|p| code.starts_with(p));
+            if !is_fn || code.ends_with(';') || code.ends_with('}') {
+                continue;
+            }
+            let close = format!("{indent}}}");
+            let end = lines[i..].iter().position(|l| *l == close);
+            let len = end.map_or(usize::MAX, |e| e + 1);
+            if len > MAX_FN_LINES {
+                let after_fn = code.split_once("fn ").map_or(code, |(_, rest)| rest);
+                let name = after_fn.split(['(', '<']).next().unwrap_or(after_fn);
+                long.push(format!(
+                    "{}:{} fn {name} ({len} lines)",
+                    f.strip_prefix(root()).unwrap().display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(long.is_empty(), "over {MAX_FN_LINES} lines: {long:?}");
+}
