@@ -12,7 +12,9 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
     let dir = app.state_dir(Some(&loaded.config))?;
     // A world-writable dir is refused here as by every command (a planted database).
     crate::paths::state_dir_access(&dir)?;
-    let store = Store::open(&dir, OpenMode::Existing, app.now())?;
+    // Copied as it is: a backup taken before an upgrade must not be of a migrated database.
+    let store = Store::open(&dir, OpenMode::AsIs, app.now())?;
+    let version = store.schema_version()?;
     let copied = crate::store::backup::to_file(&store.conn, &args.file)?;
     let rows: Vec<String> = copied
         .rows
@@ -28,5 +30,11 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
         store.path.display(),
         rows.join(", ")
     );
+    if version < crate::store::SCHEMA_VERSION {
+        crate::outln!(
+            "schema version {version}, older than this fleetagent's ({}): copied as it is, not migrated (the next `fleetagent run` of this build migrates the database)",
+            crate::store::SCHEMA_VERSION
+        );
+    }
     Ok(())
 }

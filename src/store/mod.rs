@@ -107,6 +107,15 @@ pub enum OpenMode {
     Create,
     /// Fail with an error naming the state dir when missing (every other command).
     Existing,
+    /// [`OpenMode::Existing`], never migrated, for the commands that only read (`inspect`,
+    /// `history`, `doctor`, the lists): a schema older than this build's is refused, saying
+    /// that a `run` of this build migrates it. A new build tried beside the one the units
+    /// run must not move the database past what that one reads (it would fail every pass
+    /// with "newer schema").
+    Report,
+    /// [`OpenMode::Report`] that opens an older schema as it is (`backup`: a copy of the
+    /// database before an upgrade is what an operator takes it for).
+    AsIs,
 }
 
 impl Store {
@@ -114,7 +123,7 @@ impl Store {
     pub fn open(state_dir: &Path, mode: OpenMode, now: Millis) -> Result<Store> {
         let path = state_dir.join(DB_FILE);
         let exists = database_exists(state_dir)?;
-        if !exists && mode == OpenMode::Existing {
+        if !exists && mode != OpenMode::Create {
             return Err(no_database(state_dir));
         }
         refuse_links(&path)?;
@@ -150,7 +159,7 @@ impl Store {
     /// opened read-only, as the last commit left it.
     pub fn open_for_report(state_dir: &Path, now: Millis) -> Result<Store> {
         match crate::paths::state_dir_access(state_dir)? {
-            crate::paths::DirAccess::Writable => Store::open(state_dir, OpenMode::Existing, now),
+            crate::paths::DirAccess::Writable => Store::open(state_dir, OpenMode::Report, now),
             crate::paths::DirAccess::ReadOnlyFs => Store::open_read_only(state_dir),
         }
     }
@@ -251,15 +260,15 @@ impl Store {
         if version < 0 {
             bail!("{}", negative_version(version));
         }
-        if mode == OpenMode::Existing && version == 0 {
+        if mode != OpenMode::Create && version == 0 {
             version = self.require_schema()?;
         }
         // journal_mode answers with a row; WAL persists in the file once set.
-        let mode: String = self
+        let journal: String = self
             .conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if mode != "wal" && self.path != Path::new(":memory:") {
-            log::warn!("journal_mode is {mode}, not wal");
+        if journal != "wal" && self.path != Path::new(":memory:") {
+            log::warn!("journal_mode is {journal}, not wal");
         }
         self.conn.execute_batch(
             "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA temp_store = MEMORY;",
@@ -273,7 +282,18 @@ impl Store {
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
             true,
         )?;
-        self.migrate(now, version)
+        match mode {
+            OpenMode::Report if (1..SCHEMA_VERSION).contains(&version) => {
+                bail!("{}", older_schema(version))
+            }
+            OpenMode::AsIs if (1..SCHEMA_VERSION).contains(&version) => Ok(()),
+            _ => self.migrate(now, version),
+        }
+    }
+
+    /// The schema version of the open database (`backup` names an older one it copied).
+    pub fn schema_version(&self) -> Result<i64> {
+        self.user_version()
     }
 
     fn user_version(&self) -> Result<i64> {
@@ -498,6 +518,17 @@ fn refuse_links(path: &Path) -> Result<()> {
 /// A schema version below 0 is none fleetagent ever wrote: another program's file, or a
 /// damaged header. Refused before anything is written (it once read as "every migration
 /// done" and was stamped current).
+/// A reader's refusal of a database whose schema is older than this build's: nothing was
+/// changed, and what migrates it.
+fn older_schema(version: i64) -> String {
+    format!(
+        "schema version {version} is older than this fleetagent's ({SCHEMA_VERSION}); this command \
+         only reads and left it untouched (the fleetagent that wrote it may still be running \
+         on it): the next `fleetagent run` of this build migrates it (take a `fleetagent \
+         backup FILE` first), or read it with the fleetagent that wrote it"
+    )
+}
+
 fn negative_version(version: i64) -> String {
     format!(
         "schema version {version} is not one fleetagent writes (another program's file, or a damaged header); the database was left untouched"

@@ -497,7 +497,10 @@ fn the_rules_keep_their_shape() {
     let mut files = vec![rules];
     rust_files(&root().join("src/policy/rules"), &mut files);
     let mut long = Vec::new();
-    for f in files.iter().filter(|f| !f.to_string_lossy().contains("test")) {
+    for f in files
+        .iter()
+        .filter(|f| !f.to_string_lossy().contains("test"))
+    {
         let text = std::fs::read_to_string(f).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (i, line) in lines.iter().enumerate() {

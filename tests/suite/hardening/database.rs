@@ -438,15 +438,41 @@ fn migrations_from_every_earlier_version_keep_every_row() {
             (row_counts(&db), recent_samples(&db))
         };
         let (seeded, recent_samples) = seeded;
+        if (1..latest).contains(&from) {
+            // A reader never migrates: a new build tried beside the old one must not move
+            // the database past what the old one reads. `backup` copies it as it is.
+            let out = f.cmd(&["inspect", "--json"]).code(1);
+            assert!(
+                out.stderr.contains(&format!(
+                    "schema version {from} is older than this fleetagent's ({latest}); this command only reads and left it untouched"
+                )) && out.stderr.contains("the next `fleetagent run` of this build migrates it"),
+                "from version {from}: {}",
+                out.stderr
+            );
+            let copy = f.path().join(format!("before-upgrade-v{from}.db"));
+            let out = f.cmd(&["backup", copy.to_str().unwrap()]).ok();
+            assert!(
+                out.stdout
+                    .contains(&format!("schema version {from}, older than")),
+                "{}",
+                out.stdout
+            );
+            for db in [f.db(), rusqlite::Connection::open(&copy).unwrap()] {
+                let v: i64 = db
+                    .query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(v, from, "read or copied, never migrated");
+            }
+        }
         // From version 10 the seed holds a simulation's config (sim_config), which `run`
-        // refuses to act on: reading it migrates it.
+        // refuses to act on once it has migrated the database.
         let simulated = from >= 10;
-        let out = f.cmd(if simulated {
-            &["inspect", "--json"]
+        let out = f.cmd(&["run"]);
+        if simulated {
+            assert_eq!(out.code, 1, "from version {from}: {}", out.stderr);
         } else {
-            &["run"]
-        });
-        assert_eq!(out.code, 0, "from version {from}: {}", out.stderr);
+            assert_eq!(out.code, 0, "from version {from}: {}", out.stderr);
+        }
         let db = f.db();
         let version: i64 = db
             .query_row("PRAGMA user_version", [], |r| r.get(0))
