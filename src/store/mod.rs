@@ -371,7 +371,7 @@ impl Store {
             session::bootstrap(&tx, now)?;
         }
         // A new install, or the first open of a database older than install ids.
-        ops::ensure_install_id(&tx)?;
+        ops::ensure_install_id(&tx, version == 0)?;
         let broken: i64 =
             tx.query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
                 r.get(0)
@@ -636,6 +636,41 @@ mod tests {
         assert_eq!(v, SCHEMA_VERSION);
         assert_eq!(session::current(&s.conn).unwrap(), 1);
         assert_eq!(s.next_run_id().unwrap(), 1);
+    }
+
+    /// A database made before install ids (schema 5), created at `created_ms`, opened by
+    /// this build from a file: its install id.
+    fn id_of_an_older_database(created_ms: i64) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        session::bootstrap(&conn, created_ms).unwrap();
+        conn.execute_batch("PRAGMA user_version = 5;").unwrap();
+        drop(conn);
+        let s = Store::open(dir.path(), OpenMode::Existing, created_ms + 86_400_000).unwrap();
+        ops::install_id(&s.conn).unwrap()
+    }
+
+    #[test]
+    fn an_older_database_derives_its_install_id_so_a_restored_copy_keeps_it() {
+        // A backup from before the upgrade, restored, must get the id the upgraded database
+        // got: the instances launched since carry it, and under another id they would bill
+        // outside the caps as another install's.
+        let id = id_of_an_older_database(1_760_000_000_123);
+        assert_eq!(id, id_of_an_older_database(1_760_000_000_123));
+        assert!(ops::is_install_id(&id) && id.len() == 6, "{id}");
+        assert_ne!(id, id_of_an_older_database(1_760_000_000_124));
+        // The derivation never changes between builds.
+        assert_eq!(id, "phuhqo");
+        // A new database draws its id.
+        let a = Store::open_memory(1_760_000_000_123).unwrap();
+        let b = Store::open_memory(1_760_000_000_123).unwrap();
+        assert_ne!(
+            ops::install_id(&a.conn).unwrap(),
+            ops::install_id(&b.conn).unwrap()
+        );
     }
 
     #[test]

@@ -22,18 +22,62 @@ pub fn is_sim(id: &str) -> bool {
 /// which an id can never look like.
 const INSTALL_ID_LEN: i64 = 6;
 
-/// Give the install its id if it has none: a new database, or the first open of one made
-/// before install ids. SQLite's `random()` is seeded from the OS.
-pub fn ensure_install_id(conn: &Connection) -> Result<()> {
-    conn.execute(
-        "UPDATE agent_state SET install_id = (
-             WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < ?1)
-             SELECT group_concat(substr('abcdefghijklmnopqrstuvwxyz', 1 + abs(random() % 26), 1), '')
-               FROM c)
-          WHERE id = 1 AND install_id IS NULL",
-        params![INSTALL_ID_LEN],
-    )?;
-    Ok(())
+/// Give the install its id if it has none. A new database (`new_database`) draws it at
+/// random (SQLite's `random()`, seeded from the OS). A database made before install ids
+/// derives it from its own creation time (the first session's start, in ms): a copy of that
+/// database (a backup from before the upgrade, restored) gets the same id again, and so keeps
+/// the instances launched under it since. Never change the derivation: an id must come out
+/// the same from every build.
+pub fn ensure_install_id(conn: &Connection, new_database: bool) -> Result<()> {
+    let set: Option<String> =
+        conn.query_row("SELECT install_id FROM agent_state WHERE id = 1", [], |r| {
+            r.get(0)
+        })?;
+    if set.is_some() {
+        return Ok(());
+    }
+    let created: Option<i64> = if new_database {
+        None
+    } else {
+        use rusqlite::OptionalExtension;
+        conn.query_row(
+            "SELECT started_at FROM sessions ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+    };
+    match created {
+        Some(at) => set_install_id(conn, &derived_install_id(at)),
+        None => {
+            conn.execute(
+                "UPDATE agent_state SET install_id = (
+                     WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < ?1)
+                     SELECT group_concat(substr('abcdefghijklmnopqrstuvwxyz', 1 + abs(random() % 26), 1), '')
+                       FROM c)
+                  WHERE id = 1 AND install_id IS NULL",
+                params![INSTALL_ID_LEN],
+            )?;
+            Ok(())
+        }
+    }
+}
+
+/// The install id of a database made before install ids, created at `created_ms`:
+/// [`INSTALL_ID_LEN`] letters from the FNV-1a hash of its creation time.
+fn derived_install_id(created_ms: i64) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("fleetagent install created {created_ms}").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (0..INSTALL_ID_LEN)
+        .map(|_| {
+            let letter = (b'a' + (h % 26) as u8) as char;
+            h /= 26;
+            letter
+        })
+        .collect()
 }
 
 /// This install's id (a short lowercase word).
@@ -269,7 +313,7 @@ mod tests {
         let id = install_id(&s.conn).unwrap();
         assert_eq!(id.len(), 6, "{id}");
         assert!(is_install_id(&id), "{id}");
-        ensure_install_id(&s.conn).unwrap();
+        ensure_install_id(&s.conn, true).unwrap();
         assert_eq!(install_id(&s.conn).unwrap(), id, "never replaced");
         let other = Store::open_memory(1_000).unwrap();
         // 26^6 ids: two databases sharing one would be a 1 in 300 million chance.
