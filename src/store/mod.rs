@@ -364,8 +364,9 @@ impl Store {
             }
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.execute_batch(sql)
-                .with_context(|| format!("migration {:04} failed", i + 1))?;
+            if let Err(e) = tx.execute_batch(sql) {
+                bail!("{}", failed_migration(i + 1, version, &e));
+            }
         }
         if version == 0 {
             session::bootstrap(&tx, now)?;
@@ -518,6 +519,26 @@ fn refuse_links(path: &Path) -> Result<()> {
 /// A schema version below 0 is none fleetagent ever wrote: another program's file, or a
 /// damaged header. Refused before anything is written (it once read as "every migration
 /// done" and was stamped current).
+/// One line for a migration that failed: SQLite's error without the statement it quotes
+/// (a whole migration file), and what to do. The transaction is rolled back, so the database
+/// is as it was.
+fn failed_migration(number: usize, from: i64, e: &rusqlite::Error) -> String {
+    let error = e.to_string();
+    // rusqlite appends the statement after " in " for an input error; the message is enough.
+    let error = match e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        _ => error,
+    };
+    let error = crate::text::clip(error.lines().next().unwrap_or_default(), 200);
+    format!(
+        "migration {number:04} failed: {error}; the database (schema version {from}) was left \
+         untouched. Its tables are not the ones fleetagent's schema {from} has (written by a \
+         development build, or changed by hand): restore a backup, or move fleetagent.db* \
+         aside and run `fleetagent init --install-id ID` with its install id if it had one \
+         (`inspect` of the build that wrote it), so that its instances stay ours"
+    )
+}
+
 /// A reader's refusal of a database whose schema is older than this build's: nothing was
 /// changed, and what migrates it.
 fn older_schema(version: i64) -> String {
@@ -671,6 +692,39 @@ mod tests {
             ops::install_id(&a.conn).unwrap(),
             ops::install_id(&b.conn).unwrap()
         );
+    }
+
+    #[test]
+    fn a_failed_migration_is_one_line_and_leaves_the_database_as_it_was() {
+        // A schema 1 that is not ours (a development build's, changed by hand): a column the
+        // later migrations copy is missing.
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE agent_state DROP COLUMN streaks_run; PRAGMA user_version = 1;",
+        )
+        .unwrap();
+        session::bootstrap(&conn, 1_000).unwrap();
+        drop(conn);
+        let err = format!(
+            "{:#}",
+            Store::open(dir.path(), OpenMode::Existing, 2_000)
+                .err()
+                .unwrap()
+        );
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.len() < 800, "{} bytes: {err}", err.len());
+        assert!(
+            err.contains("failed: no such column: streaks_run; the database (schema version 1) was left untouched"),
+            "{err}"
+        );
+        assert!(!err.contains("CREATE TABLE"), "{err}");
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 1);
     }
 
     #[test]
