@@ -522,12 +522,24 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
     // file rewritten every pass can tell): a day evaluated every minute costs seconds.
     let test = format!(
         "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
-         \x20 - interval: 1m\n    input_series:\n{a}{b}    promql_expr_test:\n{t12}{t20}{t30}\
+         \x20 - interval: 1m\n    input_series:\n{a}{b}{o}    promql_expr_test:\n{t12}{t20}{t30}\
          \x20 - interval: 5m\n    input_series:\n{day}    promql_expr_test:\n{d1}\
          \x20 - interval: 5m\n    input_series:\n{quiet}    promql_expr_test:\n{d2}",
         rules = rules.display(),
         a = input_series(&text_a, "a", 40),
         b = input_series(&text_b, "b", 40),
+        // A healthy textfile of a build before fleetagent_timer_period_seconds, left as it
+        // was by an upgrade whose first pass failed on the config: no pass for 15 minutes
+        // (3 default periods) is still an alert.
+        o = input_series(
+            &text_c
+                .lines()
+                .filter(|l| !l.contains("fleetagent_timer_period_seconds"))
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
+            "o",
+            40
+        ),
         t12 = firing_at(
             12,
             &[
@@ -544,6 +556,7 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentDemandUnknown", "b"),
                 ("FleetagentNoSuccessfulRun", "a"),
                 ("FleetagentNoSuccessfulRun", "b"),
+                ("FleetagentNoSuccessfulRun", "o"),
                 ("FleetagentPaused", "b"),
                 ("FleetagentSpendNearDailyMax", "b"),
                 ("FleetagentVastFailing", "b"),
@@ -557,6 +570,7 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentDemandUnknown", "b"),
                 ("FleetagentNoSuccessfulRun", "a"),
                 ("FleetagentNoSuccessfulRun", "b"),
+                ("FleetagentNoSuccessfulRun", "o"),
                 ("FleetagentPaused", "b"),
                 ("FleetagentSpendNearDailyMax", "b"),
                 ("FleetagentVastFailing", "b"),
