@@ -37,6 +37,7 @@ const LIST: &str = "scripts/trigger.order";
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={LIST}");
+    commit_id();
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     if !links_with_rust_lld() {
         return;
@@ -51,6 +52,38 @@ fn main() {
         list.display()
     );
     println!("cargo:rustc-link-arg-bin=fleetagent=-Wl,--no-warn-symbol-ordering");
+}
+
+/// `FLEETAGENT_COMMIT`: the commit this build was made from (12 hex digits), so that
+/// `--version`, `inspect` and `ha status` tell two builds of one version apart (an upgrade,
+/// hosts on different builds); `unknown` outside a git checkout (a source tarball). Rebuilt
+/// when HEAD moves: the files git updates then are watched.
+fn commit_id() {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
+    // HEAD (a detached checkout), and the branches: a commit rewrites its branch's file (a
+    // directory is watched whole, so a branch file git creates is seen too).
+    for name in ["HEAD", "packed-refs", "refs/heads"] {
+        // --git-path resolves a ref of a worktree to the common dir, where git writes it.
+        // A path that does not exist would rerun this script on every build.
+        if let Some(path) = git(&["rev-parse", "--git-path", name]) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    let commit = commit
+        .filter(|c| c.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=FLEETAGENT_COMMIT={commit}");
 }
 
 /// True when this build links with the LLD that rustc ships (the conditions are listed in the

@@ -11,7 +11,7 @@ use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "fleetagent",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("FLEETAGENT_COMMIT"), ")"),
     about,
     after_help = "Environment: FLEETAGENT_CONFIG (config path), STATE_DIRECTORY (state dir, set by systemd), \
 VAST_API_KEY, FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY), FLEETAGENT_HARMONYDB_URL, \

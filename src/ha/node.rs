@@ -161,7 +161,8 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
     let twin = hosts::record(
         &mut db,
         &settings.host,
-        env!("CARGO_PKG_VERSION"),
+        // With the commit: hosts on two builds of one version are told apart.
+        concat!(env!("CARGO_PKG_VERSION"), "+", env!("FLEETAGENT_COMMIT")),
         &settings.config_hash,
         &place,
     )?;

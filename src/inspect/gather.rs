@@ -46,6 +46,7 @@ pub fn build(
     Ok(Report {
         now: rfc3339(now),
         version: env!("CARGO_PKG_VERSION"),
+        commit: env!("FLEETAGENT_COMMIT"),
         state_dir: state_dir.display().to_string(),
         config_path: config_path.display().to_string(),
         config_found: true,

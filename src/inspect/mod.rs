@@ -123,6 +123,8 @@ pub struct DatabaseView {
 pub struct Report {
     pub now: String,
     pub version: &'static str,
+    /// The commit this build was made from (`unknown` outside a git checkout).
+    pub commit: &'static str,
     pub state_dir: String,
     pub config_path: String,
     /// False when the config file does not exist (only possible for the default path):
@@ -454,8 +456,9 @@ mod tests {
         assert_eq!(r.last_decision, None);
         let text = render_text(&r);
         let first = format!(
-            "fleetagent {} at 1970-01-01T00:01:40Z\n",
-            env!("CARGO_PKG_VERSION")
+            "fleetagent {} (commit {}) at 1970-01-01T00:01:40Z\n",
+            env!("CARGO_PKG_VERSION"),
+            env!("FLEETAGENT_COMMIT")
         );
         assert!(text.starts_with(&first), "{text}");
         for want in [

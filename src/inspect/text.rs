@@ -153,8 +153,9 @@ pub fn render_text(r: &Report) -> String {
         out.push('\n');
     };
     line(format!(
-        "fleetagent {} at {}{}",
+        "fleetagent {} (commit {}) at {}{}",
         r.version,
+        r.commit,
         r.now,
         if crate::store::ops::is_sim(&r.install_id) {
             " (a simulation's database: read as of its last pass)"

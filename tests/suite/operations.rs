@@ -706,3 +706,36 @@ fn doctor_json_on_a_config_error_still_prints_json() {
         "{v}"
     );
 }
+
+/// Two builds of one version are told apart: `--version`, `inspect` and `inspect --json` name
+/// the commit the binary was built from (here, the checkout's HEAD when the suite was built).
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string());
+    let f = Fleet::new();
+    let out = f.cmd(&["--version"]).ok();
+    assert_eq!(
+        out.stdout.trim(),
+        format!("fleetagent {} (commit {head})", env!("CARGO_PKG_VERSION"))
+    );
+    let v = f.inspect();
+    assert_eq!(
+        (v["version"].as_str(), v["commit"].as_str()),
+        (Some(env!("CARGO_PKG_VERSION")), Some(head.as_str()))
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.starts_with(&format!(
+            "fleetagent {} (commit {head}) at ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+}
