@@ -123,6 +123,9 @@ pub struct Snapshot {
     pub silent_destroys_recent: u32,
     /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
     pub bad_hosts: Vec<i64>,
+    /// Ours that the operator stopped (`store::actions::operator_stopped`): never flagged
+    /// as stopped too long.
+    pub operator_stopped: Vec<i64>,
     /// vast.ai said the daily search quota is spent: until when (`X-RateLimit-Reset` as
     /// sent, "" when it sent none).
     pub search_quota: Option<String>,
@@ -251,6 +254,8 @@ impl Snapshot {
                     .map(|s| s.trim().to_ascii_lowercase());
                 let (kind, why) = match status.as_deref() {
                     _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
+                    // Kept stopped by the operator: its disk is theirs to end.
+                    _ if r.state == STOPPED && self.operator_stopped.contains(&id) => return None,
                     _ if r.state == STOPPED && self.now - r.state_since > stopped_ms => (
                         FlagKind::Stopped,
                         format!(" {}h", (self.now - r.state_since) / 3_600_000),

@@ -158,8 +158,11 @@ pub fn gate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Gate {
     }
     // An outbid bid (already paused by vast.ai) and a stopped instance flagged as stopped
     // too long are destroyed whatever `stop_mode` says: stopping them again frees nothing.
+    // So is a stopped instance the operator stops: the one way to end a disk kept stopped
+    // (an instance the operator stopped is never flagged as stopped too long).
     let paused = row.as_ref().is_some_and(|r| {
-        r.state == OUTBID || (r.state == STOPPED && snapshot.is_flagged(config, id))
+        r.state == OUTBID
+            || (r.state == STOPPED && (ask.operator || snapshot.is_flagged(config, id)))
     });
     let ask = &Ask {
         kind: if paused { "destroy" } else { ask.kind },

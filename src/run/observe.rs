@@ -395,6 +395,7 @@ fn assemble(
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
         bad_hosts: bad_hosts::current(conn, now)?,
+        operator_stopped: actions::operator_stopped(conn)?,
         // Said within the last day: the quota is daily.
         search_quota: bad_hosts::search_quota(conn)?
             .filter(|(_, at)| now - at < DAY_MS)

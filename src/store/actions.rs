@@ -186,6 +186,24 @@ pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
+/// Our instances whose last start, stop or destroy that went through is the operator's stop
+/// (`instances stop ID` with `vast.stop_mode = "stop"`): kept stopped on purpose, never
+/// destroyed as stopped too long (a warm spare's disk is the operator's to end).
+pub fn operator_stopped(conn: &Connection) -> Result<Vec<i64>> {
+    let mut st = conn.prepare_cached(
+        "SELECT DISTINCT a.instance_id FROM actions a
+          WHERE a.kind = 'stop' AND a.outcome = 'ok' AND a.actor = 'operator'
+            AND a.instance_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM actions b
+                             WHERE b.instance_id = a.instance_id AND b.id > a.id
+                               AND b.kind IN ('start', 'stop', 'destroy') AND b.outcome = 'ok')",
+    )?;
+    let ids = st
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    Ok(ids)
+}
+
 /// When the last launch since `since` was refused as `unprofitable` (no offer left the
 /// margin), if one was.
 pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Option<Millis>> {

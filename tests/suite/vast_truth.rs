@@ -297,6 +297,49 @@ fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
     assert!(vast.instance(id).is_none());
 }
 
+/// What the operator stopped with `stop_mode = "stop"` (a warm spare, say) is theirs: never
+/// destroyed as stopped too long, and the operator's stop of it, stopped, destroys it.
+#[test]
+fn what_the_operator_stopped_is_kept_until_the_operator_ends_it() {
+    let vast = FakeVast::start_real_time();
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 0\nmax_instances = 4\nmax_dph_total = 5.0",
+        "stop_mode = \"stop\"\nstopped_max_hours = 24",
+        "",
+    );
+    let id = vast.add_instance("fleetagent-spare");
+    vast.set_actual_status(id, Some("running"));
+    write_demand(f.path(), busy(&[], 0));
+    pass(&f);
+    let ids = id.to_string();
+    let out = f
+        .cmd(&["instances", "stop", &ids, "--force", "--reason", "keep as warm spare"])
+        .ok();
+    assert!(out.stdout.contains("stopped"), "{}", out.stdout);
+    assert_eq!(vast.count(Route::Destroy), 0);
+    pass(&f);
+    // 30 hours later (in our table): kept, where one the agent stopped goes.
+    let since = chrono::Utc::now().timestamp_millis() - 30 * HOUR_MS;
+    f.db()
+        .execute(
+            "UPDATE instances SET state_since = ?1 WHERE vast_id = ?2",
+            rusqlite::params![since, id as i64],
+        )
+        .unwrap();
+    pass(&f);
+    pass(&f);
+    assert_eq!(vast.count(Route::Destroy), 0, "the operator's spare is kept");
+    assert!(vast.instance(id).is_some());
+    // The operator ends it: a stop of a stopped instance destroys it.
+    let out = f
+        .cmd(&["instances", "stop", &ids, "--reason", "spare no longer needed"])
+        .ok();
+    assert!(out.stdout.contains("destroyed"), "{}", out.stdout);
+    assert_eq!(vast.count(Route::Destroy), 1);
+    assert!(vast.instance(id).is_none());
+}
+
 #[test]
 fn a_host_that_failed_us_is_left_out_of_the_next_search() {
     let vast = FakeVast::start_real_time();

@@ -254,9 +254,26 @@ fn stopped_already_under_stop_mode_stop() {
         a.result.content,
         json!({"ok": true, "instance_id": 8, "already": "stopped"})
     );
+    // The operator's stop of a stopped instance destroys it: the one way to end a disk
+    // kept stopped.
+    assert!(go(gate(&Ask::new(&c, 8, false, true), &s, &c)).destroys());
     // A destroy of a stopped instance goes out.
     let c = config();
     assert!(go(gate(&ask(&c, 8), &s, &c)).destroys());
+}
+
+#[test]
+fn what_the_operator_stopped_is_never_flagged_as_stopped_too_long() {
+    let mut c = config();
+    c.vast.stop_mode = StopMode::Stop;
+    let mut s = snap();
+    s.instances[1].state = STOPPED;
+    s.instances[1].state_since = s.now - 30 * 3_600_000;
+    assert!(s.is_flagged(&c, 8), "stopped 30h by the agent");
+    s.operator_stopped = vec![8];
+    assert!(!s.is_flagged(&c, 8), "kept stopped by the operator");
+    let a = answer(gate(&ask(&c, 8), &s, &c));
+    assert_eq!(a.result.content["already"], "stopped", "the model cannot end it");
 }
 
 #[test]
