@@ -197,7 +197,11 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         ids.join(", "),
         labels.join(", ")
     ))
-    .fix("give each install its own vast.label_prefix (or its own vast.ai account), or stop the other install if it is a stray copy of this state dir")
+    .fix(format!(
+        "give each install its own vast.label_prefix (or its own vast.ai account), none of them this one's followed by a word: labels of an install whose prefix is {:?} read here as install {:?}; or stop the other install if it is a stray copy of this state dir",
+        format!("{}-{}", config.vast.label_prefix, ids.first().unwrap_or(&"")),
+        ids.first().unwrap_or(&""),
+    ))
     .since(at)]
 }
 

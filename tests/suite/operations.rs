@@ -183,6 +183,16 @@ fn doctor_names_what_makes_the_agent_blind_or_handless_right_after_the_run_that_
         "PAUSED WHILE WORKERS DEAD: the fleet is unattended",
     );
     failing(&v, "foreign_installs", "another install (qwerty");
+    // The fix names the other way a label reads as another install's: a prefix that is
+    // ours followed by a word.
+    let fix = check(&v, "foreign_installs")["fix"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        fix.contains(r#"labels of an install whose prefix is "fleetagent-qwerty" read here as install "qwerty""#),
+        "{fix}"
+    );
 
     // Fixed: a demand source that answers, the right key, the textfile's dir, no pause. The
     // next run clears what it saw fixed; the problems of the past stay until they pass.

@@ -314,7 +314,14 @@ fn what_the_operator_stopped_is_kept_until_the_operator_ends_it() {
     pass(&f);
     let ids = id.to_string();
     let out = f
-        .cmd(&["instances", "stop", &ids, "--force", "--reason", "keep as warm spare"])
+        .cmd(&[
+            "instances",
+            "stop",
+            &ids,
+            "--force",
+            "--reason",
+            "keep as warm spare",
+        ])
         .ok();
     assert!(out.stdout.contains("stopped"), "{}", out.stdout);
     assert_eq!(vast.count(Route::Destroy), 0);
@@ -329,11 +336,21 @@ fn what_the_operator_stopped_is_kept_until_the_operator_ends_it() {
         .unwrap();
     pass(&f);
     pass(&f);
-    assert_eq!(vast.count(Route::Destroy), 0, "the operator's spare is kept");
+    assert_eq!(
+        vast.count(Route::Destroy),
+        0,
+        "the operator's spare is kept"
+    );
     assert!(vast.instance(id).is_some());
     // The operator ends it: a stop of a stopped instance destroys it.
     let out = f
-        .cmd(&["instances", "stop", &ids, "--reason", "spare no longer needed"])
+        .cmd(&[
+            "instances",
+            "stop",
+            &ids,
+            "--reason",
+            "spare no longer needed",
+        ])
         .ok();
     assert!(out.stdout.contains("destroyed"), "{}", out.stdout);
     assert_eq!(vast.count(Route::Destroy), 1);

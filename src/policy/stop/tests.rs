@@ -273,7 +273,10 @@ fn what_the_operator_stopped_is_never_flagged_as_stopped_too_long() {
     s.operator_stopped = vec![8];
     assert!(!s.is_flagged(&c, 8), "kept stopped by the operator");
     let a = answer(gate(&ask(&c, 8), &s, &c));
-    assert_eq!(a.result.content["already"], "stopped", "the model cannot end it");
+    assert_eq!(
+        a.result.content["already"], "stopped",
+        "the model cannot end it"
+    );
 }
 
 #[test]
