@@ -745,7 +745,7 @@ fn failure(create: &Create, e: &VastError) -> Settle {
     let mut details = json!({ "message": msg, "offer_id": create.offer.id });
     if matches!(e, VastError::NoSuchAsk(_)) {
         details["note"] = json!(
-            "the offer was taken meanwhile (a launch without offer_id tries the next best offers itself); launch again for another"
+            "the offer was taken meanwhile; launch again for another (without offer_id, the next best offers are tried in turn)"
         );
     }
     Settle::Failed {

@@ -496,7 +496,7 @@ fn a_clear_refusal_fails_the_launch() {
     assert_eq!(
         content,
         json!({"error": "vast_error", "message": detail, "offer_id": 4,
-               "note": "the offer was taken meanwhile; launch again for another"})
+               "note": "the offer was taken meanwhile; launch again for another (without offer_id, the next best offers are tried in turn)"})
     );
     let e = VastError::Api {
         status: 400,
