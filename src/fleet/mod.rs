@@ -137,6 +137,11 @@ pub struct Snapshot {
     /// The rules do not ask for growth or replacements again until it is older (each ask is
     /// an offer search, and vast.ai's searches are counted).
     pub unprofitable_refused_at: Option<Millis>,
+    /// Launches the code (rules, floor, fallback) asked for in its latest launching pass,
+    /// within the launch window, that vast.ai refused with 429, retries spent: still owed.
+    /// The deficit rule rents them though that pass's others are booting (a plan cut short
+    /// by vast.ai's rate limit is finished, not re-decided once they boot).
+    pub rate_limited_owed: u32,
     /// This install's id (`agent_state.install_id`): new labels carry it.
     pub install_id: String,
     /// Instances under our label prefix that carry another install's id (never ours: not

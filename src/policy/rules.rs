@@ -33,7 +33,9 @@
 //!   sees short backlogs from the arrivals' noise), with throughput under the target (with a
 //!   price: the cap, if any) and the next instance profitable ([`next_profitable`]), nothing
 //!   of ours still booting (loading, or running with its worker not registered yet; an
-//!   instance loading past half of `stuck_loading_mins` no longer holds this back): launch
+//!   instance loading past half of `stuck_loading_mins` no longer holds this back; nor do
+//!   the launches of a pass whose others vast.ai refused with 429: those are still owed,
+//!   `Snapshot::rate_limited_owed`): launch
 //!   toward the target, one at a time (one more every 4 passes the backlog lasts), or, when
 //!   saturated and demand has risen or the backlog has lasted 8 passes, half as much again
 //!   as the fleet does; never past it. An instance that no longer makes its margin adds one

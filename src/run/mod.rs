@@ -40,6 +40,14 @@ const DEBOUNCE_TICK: Duration = Duration::from_millis(250);
 /// this long so systemd (which restarts the service while the doorbell exists) runs it at
 /// most twice a minute.
 const UNKNOWN_DIR_EXIT_DELAY: Duration = Duration::from_secs(30);
+/// A pass whose launch vast.ai refused with HTTP 429 (the client's retries spent) is followed
+/// by another pass in the same process this long after, not at the next timer tick: what it
+/// launched for is still wanted, and a storm of 429s costs a whole timer period per try
+/// otherwise. A minute is far above vast.ai's create interval (4.5 s, 12 s penalty).
+pub const RATE_LIMITED_RETRY: Duration = Duration::from_secs(60);
+/// ...while this much of the deadline is left after the wait: one pass in a storm spends up
+/// to a minute per create it tries.
+const RATE_LIMITED_RETRY_SLACK: Duration = Duration::from_secs(180);
 
 /// Why a run process failed: before it claimed anything (an early exit) or in a pass.
 #[derive(Debug)]
@@ -98,7 +106,12 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
         debounce_wait(&store, env, deadline).map_err(|e| early(env, e))?;
         let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
         reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);
-        if !another_pass(&mut store, env, pass_no, deadline).map_err(RunFailure::Pass)? {
+        if another_pass(&mut store, env, pass_no, deadline).map_err(RunFailure::Pass)? {
+            continue;
+        }
+        if !retry_rate_limited(&store, env, claim.run_id, pass_no, deadline)
+            .map_err(RunFailure::Pass)?
+        {
             break;
         }
     }
@@ -209,6 +222,34 @@ fn another_pass(
         claim::ensure_doorbell(env.doorbell, ready);
         return Ok(false);
     }
+    Ok(true)
+}
+
+/// After a pass whose own launch (not the model's: it reads the refusal and decides) vast.ai
+/// refused with 429, retries spent: wait [`RATE_LIMITED_RETRY`] and run another pass, up to
+/// `max_passes` and while the deadline leaves room. `false`: the process ends as before.
+fn retry_rate_limited(
+    store: &Store,
+    env: &RunEnv<'_>,
+    run_id: i64,
+    pass_no: u32,
+    deadline: Millis,
+) -> Result<bool> {
+    if pass_no >= env.config.run.max_passes {
+        return Ok(false);
+    }
+    let room = (RATE_LIMITED_RETRY + RATE_LIMITED_RETRY_SLACK).as_millis() as Millis;
+    if env.clock.now_ms() + room > deadline {
+        return Ok(false);
+    }
+    if crate::store::actions::own_launches_rate_limited(&store.conn, run_id)? == 0 {
+        return Ok(false);
+    }
+    log::info!(
+        "vast.ai rate-limited a launch of run {run_id}: another pass in {}s",
+        RATE_LIMITED_RETRY.as_secs()
+    );
+    env.clock.sleep(RATE_LIMITED_RETRY);
     Ok(true)
 }
 

@@ -406,6 +406,10 @@ fn assemble(
             conn,
             now - crate::fleet::UNPROFITABLE_RETRY_MS,
         )?,
+        rate_limited_owed: actions::rate_limited_owed(
+            conn,
+            now - config.policy.launch_window_minutes as Millis * 60_000,
+        )?,
         install_id: ops::install_id(conn)?,
         paused: ops::paused(conn, now)?,
         hold,

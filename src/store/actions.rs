@@ -216,6 +216,37 @@ pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Op
     )?)
 }
 
+/// Launches of run `run_id` decided in code (the rules, the floor, the fallback; not the
+/// model) that failed on vast.ai's rate limit, retries spent (`vast_rate_limited`).
+pub fn own_launches_rate_limited(conn: &Connection, run_id: i64) -> Result<u32> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM actions
+          WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'failed'
+            AND code = 'vast_rate_limited'
+            AND actor IN ('rules', 'floor', 'fallback-rules')",
+        params![run_id],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(0))
+}
+
+/// Of the latest pass since `since` whose launches were decided in code (the rules, the
+/// floor, the fallback), the launches that failed on vast.ai's rate limit, retries spent
+/// (`Snapshot::rate_limited_owed`).
+pub fn rate_limited_owed(conn: &Connection, since: Millis) -> Result<u32> {
+    let n: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM actions
+          WHERE kind = 'launch' AND outcome = 'failed' AND code = 'vast_rate_limited'
+            AND actor IN ('rules', 'floor', 'fallback-rules')
+            AND run_id = (SELECT max(run_id) FROM actions
+                           WHERE kind = 'launch' AND actor IN ('rules', 'floor', 'fallback-rules')
+                             AND created_at >= ?1)",
+        params![since],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(0))
+}
+
 /// What one action of a run came to, as the floor reads the model's (`run::act`): its kind,
 /// outcome and code ([`NewAction::code`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,6 +393,77 @@ pub fn refusals(conn: &Connection) -> Result<Vec<(String, Option<String>)>> {
 mod tests {
     use super::*;
     use crate::store::test_store;
+
+    /// A row of run `run` (None: an operator's) at `at`.
+    fn act(
+        conn: &Connection,
+        run: Option<i64>,
+        (kind, outcome, actor): (&'static str, &'static str, &'static str),
+        code: Option<&'static str>,
+        instance_id: Option<i64>,
+        at: Millis,
+    ) {
+        let a = NewAction {
+            run_id: run,
+            kind,
+            outcome,
+            actor,
+            code,
+            instance_id,
+            ..Default::default()
+        };
+        insert(conn, &a, at).unwrap();
+    }
+
+    #[test]
+    fn launches_the_429_refused_are_owed_from_the_latest_launching_pass_of_code() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let run = |at| {
+            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap()
+        };
+        let limited = Some("vast_rate_limited");
+        let (r1, r2) = (run(10), run(20));
+        act(
+            c,
+            Some(r1),
+            ("launch", "failed", "rules"),
+            limited,
+            None,
+            10,
+        );
+        act(
+            c,
+            Some(r1),
+            ("launch", "failed", "rules"),
+            limited,
+            None,
+            11,
+        );
+        act(c, Some(r1), ("launch", "ok", "rules"), None, Some(7), 12);
+        // The model's own refusal is the model's to read, and its pass is not the rules'.
+        act(c, Some(r2), ("launch", "failed", "llm"), limited, None, 20);
+        assert_eq!(own_launches_rate_limited(c, r1).unwrap(), 2);
+        assert_eq!(own_launches_rate_limited(c, r2).unwrap(), 0);
+        assert_eq!(rate_limited_owed(c, 0).unwrap(), 2);
+        assert_eq!(rate_limited_owed(c, 13).unwrap(), 0, "past the window");
+        // The next launching pass of the floor got its launch through: nothing owed.
+        let r3 = run(30);
+        act(c, Some(r3), ("launch", "ok", "floor"), None, Some(8), 30);
+        assert_eq!(rate_limited_owed(c, 0).unwrap(), 0);
+    }
+
+    #[test]
+    fn an_instance_is_operator_stopped_while_the_operators_stop_is_its_last() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        act(c, None, ("stop", "ok", "operator"), None, Some(5), 1);
+        act(c, None, ("stop", "ok", "operator"), None, Some(6), 2);
+        act(c, None, ("stop", "failed", "operator"), None, Some(7), 3);
+        act(c, None, ("start", "ok", "rules"), None, Some(6), 4);
+        act(c, None, ("stop", "ok", "rules"), None, Some(6), 5);
+        assert_eq!(operator_stopped(c).unwrap(), vec![5]);
+    }
 
     #[test]
     fn refusals_are_the_refused_rows_only() {

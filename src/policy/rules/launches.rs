@@ -37,10 +37,13 @@ pub(super) fn workers_dead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
 /// [`BACKLOG_STEP_PASSES`], the deficit is sized from what it does now, half as much again.
 /// Toward the target, never past it, at most `policy.launch_window_max`; an instance that no
 /// longer makes its margin adds one launch, its replacement.
-pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
+pub(super) fn deficit(s: &Snapshot, f: &Facts) -> Option<Launch> {
     let k = f.known.as_ref()?;
     let backlog_passes = f.streaks.backlog_passes;
-    if k.coming != 0 || !k.confirmed(backlog_passes) {
+    // What is booting is waited for, unless vast.ai's 429 cut the last plan short: its
+    // refused launches are still owed (counting what boots, toward the target as below).
+    let owed = s.rate_limited_owed;
+    if (k.coming != 0 && owed == 0) || !k.confirmed(backlog_passes) {
         return None;
     }
     let (load, rate, projected) = (&k.load, k.rate, k.projected);
@@ -63,6 +66,7 @@ pub(super) fn deficit(_s: &Snapshot, f: &Facts) -> Option<Launch> {
         step
     };
     let n = n.min(f.config.policy.launch_window_max.max(1));
+    let n = if k.coming != 0 { n.min(owed) } else { n };
     let why = format!(
         "rules: backlog of {} for {} passes with every live worker busy; {}/h done",
         k.d.backlog_signal(),

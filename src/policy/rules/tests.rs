@@ -722,3 +722,20 @@ fn a_fall_the_believed_day_shows_lets_the_surplus_go_before_the_hour_shows_it() 
     }
     assert!(stops(&decide_with(&s, &c, s.streaks, Mode::Full)).is_empty());
 }
+
+#[test]
+fn launches_vast_ai_refused_with_429_are_still_owed_while_the_others_boot() {
+    // A deficit of 2 (300 p/h wanted of a fleet doing 200, the backlog long enough), one of
+    // ours booting from the last pass, whose other launch vast.ai refused with 429.
+    let mut s = busy_fleet(195, 50);
+    s.streaks.backlog_passes = 2 * BACKLOG_STEP_PASSES;
+    s.instances.push(row(9, LOADING, None, 0.4));
+    let st = s.streaks;
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+    // The refused one is owed: rented now, no more than that though the step asks for 2.
+    s.rate_limited_owed = 1;
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 1);
+    // Owed, but the deficit is gone (the hour at the target): nothing.
+    s.demand.as_mut().unwrap().completed_1h = 520;
+    assert_eq!(launches(&decide_with(&s, &config(), st, Mode::Full)), 0);
+}
