@@ -452,7 +452,11 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         (None, LlmMode::Rules) => None,
     };
     let services = Services {
-        vast: Some(Arc::new(SimVast::new(world.clone(), dyn_clock.clone()))),
+        vast: Some(Arc::new(SimVast::new(
+            world.clone(),
+            dyn_clock.clone(),
+            Duration::from_secs(config.vast.timeout_secs),
+        ))),
         demand: Some(Arc::new(SimCurio {
             world: world.clone(),
             clock: dyn_clock.clone(),

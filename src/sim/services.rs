@@ -13,9 +13,9 @@ use crate::demand::{Demand, DemandProbe};
 use crate::llm::{AttemptFailure, ChatRequest, ChatResponse, LlmClient, LlmError};
 use crate::vast::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
 
-/// Attempts per call and the first backoff, as the HTTP client uses them (src/vast/http.rs).
-const ATTEMPTS: u32 = 4;
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Attempts per call, the first backoff and the call's budget in exchange timeouts: the HTTP
+/// client's own (src/vast/http.rs).
+use crate::vast::http::{CALL_BUDGET_TIMEOUTS, FIRST_BACKOFF, MAX_ATTEMPTS as ATTEMPTS};
 const CREATE_SPACING: Duration = Duration::from_millis(4_500);
 
 pub type SharedWorld = Arc<Mutex<World>>;
@@ -30,14 +30,18 @@ pub struct SimVast {
     /// When this client last sent a create: creates are spaced by vast.ai's interval, as
     /// the HTTP client's create gate does.
     pub last_create: Mutex<Option<i64>>,
+    /// `vast.timeout_secs`: a call and its retries fit in [`CALL_BUDGET_TIMEOUTS`] of it, as
+    /// the HTTP client's do (a retry only when its wait and a whole exchange still fit).
+    pub timeout: Duration,
 }
 
 impl SimVast {
-    pub fn new(world: SharedWorld, clock: Arc<dyn Clock>) -> SimVast {
+    pub fn new(world: SharedWorld, clock: Arc<dyn Clock>, timeout: Duration) -> SimVast {
         SimVast {
             world,
             clock,
             last_create: Mutex::new(None),
+            timeout,
         }
     }
 }
@@ -51,6 +55,7 @@ impl SimVast {
         f: impl Fn(&mut World) -> Result<T, VastError>,
     ) -> Result<T, VastError> {
         let mut backoff = FIRST_BACKOFF;
+        let mut deadline: Option<i64> = None;
         for attempt in 1..=ATTEMPTS {
             if create {
                 let last = *self.last_create.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,6 +69,8 @@ impl SimVast {
                 *self.last_create.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(self.clock.now_ms());
             }
+            let budget = (self.timeout * CALL_BUDGET_TIMEOUTS).as_millis() as i64;
+            let deadline = *deadline.get_or_insert_with(|| self.clock.now_ms() + budget);
             let limited = {
                 let mut w = lock(&self.world);
                 let now = self.clock.now_ms();
@@ -73,13 +80,14 @@ impl SimVast {
                     Some(text) => text,
                 }
             };
-            if attempt == ATTEMPTS {
+            // The lock is released: the clock's sleep lets the outside world move on.
+            let wait = crate::vast::http::wait_after_429(None, &limited, create, backoff);
+            let fits = self.clock.now_ms() + (wait + self.timeout).as_millis() as i64 <= deadline;
+            if attempt == ATTEMPTS || !fits {
                 return Err(VastError::RateLimited(format!(
                     "{limited} (after {attempt} attempt(s))"
                 )));
             }
-            // The lock is released: the clock's sleep lets the outside world move on.
-            let wait = crate::vast::http::wait_after_429(None, &limited, create, backoff);
             self.clock.sleep(wait);
             backoff *= 2;
         }
@@ -247,5 +255,36 @@ mod tests {
             crate::clock::SystemClock.sleep(Duration::from_millis(5))
         });
         assert_eq!(clock.now_ms() - before, 90_000);
+    }
+
+    /// In a storm that refuses every call, a create is tried as often as the HTTP client
+    /// tries one: while the wait and a whole exchange fit the call's budget (3 x
+    /// `vast.timeout_secs`), at most 4 times. At 20 s: at 0, 16.5 and 33 s (4.5 s and the
+    /// 12 s penalty apart); a fourth, at 49.5 s, would end past 60.
+    #[test]
+    fn a_create_in_a_storm_is_tried_as_the_http_client_tries_it() {
+        let text = "name = \"t\"\ndescription = \"t\"\nhours = 2\n[market]\nrate = [[0, 120]]\n[[vast_429]]\nat_hours = 0\nhours = 2\nshare = 1\n";
+        let scenario = crate::sim::scenario::parse(text).unwrap();
+        let attempts = |timeout_secs: u64| {
+            let world = Arc::new(Mutex::new(World::new(&scenario, 1, 0, "fleetagent")));
+            let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+            let vast = SimVast::new(world, clock, Duration::from_secs(timeout_secs));
+            let req = CreateRequest {
+                offer_id: 1,
+                image: "i".into(),
+                disk_gb: 10.0,
+                label: "fleetagent-r1-aa".into(),
+                env: Default::default(),
+                onstart: None,
+                bid_price: None,
+                image_login: None,
+            };
+            match vast.create_instance(&req) {
+                Err(VastError::RateLimited(m)) => m,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(attempts(20).ends_with("(after 3 attempt(s))"), "{}", attempts(20));
+        assert!(attempts(120).ends_with("(after 4 attempt(s))"), "{}", attempts(120));
     }
 }

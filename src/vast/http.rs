@@ -23,9 +23,9 @@ use crate::ratelimit::spacing::{
 pub use super::wire::{last_lines, parse_instance, parse_offer};
 pub use crate::ratelimit::spacing::{threshold_secs, wait_after_429};
 
-/// Attempts per call, the first included.
-const MAX_ATTEMPTS: u32 = 4;
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Attempts per call, the first included (the simulator's vast.ai retries as this client).
+pub const MAX_ATTEMPTS: u32 = 4;
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// One call (a request with its retries and their waits) is bounded by this many exchange
 /// timeouts (`vast.timeout_secs`): a retry is made only when its wait and a whole exchange
 /// still fit, so a request left unanswered is tried twice at most. A rate limit that asks
