@@ -284,7 +284,15 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        assert!(attempts(20).ends_with("(after 3 attempt(s))"), "{}", attempts(20));
-        assert!(attempts(120).ends_with("(after 4 attempt(s))"), "{}", attempts(120));
+        assert!(
+            attempts(20).ends_with("(after 3 attempt(s))"),
+            "{}",
+            attempts(20)
+        );
+        assert!(
+            attempts(120).ends_with("(after 4 attempt(s))"),
+            "{}",
+            attempts(120)
+        );
     }
 }
