@@ -115,6 +115,9 @@ pub struct ModelDid {
     /// refused by the launch window (`rate_limited`), or failed on vast.ai's rate limit. The
     /// model asked as the rules would, and its ask is on record.
     pub launches_blocked: u32,
+    /// Instances the model's stop of failed on vast.ai's rate limit, retries spent: the
+    /// floor's stop of them would meet it too, so they wait for the next pass.
+    pub stops_blocked: Vec<i64>,
 }
 
 /// The floor's decision for one pass: the calls to make (reasons say `floor:` and why) and
@@ -184,6 +187,10 @@ pub fn plan(
     }
     calls.extend(flagged(&pass, &wanted, &memory));
     calls.extend(surplus(&pass, &wanted, &mut memory));
+    calls.retain(|c| {
+        c.instance_id()
+            .is_none_or(|id| !model.stops_blocked.contains(&id))
+    });
     Plan { calls, memory }
 }
 

@@ -224,6 +224,9 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
             ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }
+            (_, "failed") if a.code.as_deref() == Some("vast_rate_limited") => {
+                did.stops_blocked.extend(a.instance_id)
+            }
             _ => {}
         }
     }

@@ -254,12 +254,14 @@ pub struct Outcome {
     pub kind: String,
     pub outcome: String,
     pub code: Option<String>,
+    /// The instance a stop named (None for a launch).
+    pub instance_id: Option<i64>,
 }
 
 /// The actions of run `run_id` by `actor`, in order.
 pub fn outcomes_of_run(conn: &Connection, run_id: i64, actor: &str) -> Result<Vec<Outcome>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT kind, outcome, code FROM actions WHERE run_id = ?1 AND actor = ?2 ORDER BY id",
+        "SELECT kind, outcome, code, instance_id FROM actions WHERE run_id = ?1 AND actor = ?2 ORDER BY id",
     )?;
     let rows = stmt
         .query_map(params![run_id, actor], |r| {
@@ -267,6 +269,7 @@ pub fn outcomes_of_run(conn: &Connection, run_id: i64, actor: &str) -> Result<Ve
                 kind: r.get(0)?,
                 outcome: r.get(1)?,
                 code: r.get(2)?,
+                instance_id: r.get(3)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;

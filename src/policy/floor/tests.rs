@@ -456,6 +456,15 @@ fn a_flagged_instance_is_destroyed_after_floor_flagged_passes() {
         "{}",
         stops[0].why
     );
+    // The model tried it this pass and vast.ai's rate limit refused it: the floor's destroy
+    // would meet it too, and overruling a model that did what it should is noise; the next
+    // pass tries again.
+    let blocked = ModelDid {
+        stops_blocked: vec![3],
+        ..ModelDid::default()
+    };
+    let three = plan(&s, &c, 0, &one.memory, &blocked, NOW + 5 * MIN);
+    assert!(three.calls.iter().all(|c| c.kind != CallKind::Flagged));
     // Once it is gone it is forgotten.
     let mut fixed = s.clone();
     fixed.instances.remove(2);
