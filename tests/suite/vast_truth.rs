@@ -262,15 +262,31 @@ fn stop_mode_stop_starts_a_stopped_instance_before_renting() {
     assert!(note.contains("instead of renting"), "{note}");
 }
 
-#[test]
-fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
-    let vast = FakeVast::start_real_time();
-    let f = rig(
-        &vast,
+/// A rig with `stop_mode = "stop"` and `stopped_max_hours = 24`, no demand to launch for.
+fn stop_mode_rig(vast: &FakeVast) -> Fleet {
+    rig(
+        vast,
         "target_proofs_per_hour = 0\nmax_instances = 4\nmax_dph_total = 5.0",
         "stop_mode = \"stop\"\nstopped_max_hours = 24",
         "",
-    );
+    )
+}
+
+/// Our table's row of instance `id` in its state since `hours` ago.
+fn age_state(f: &Fleet, id: u64, hours: i64) {
+    let since = chrono::Utc::now().timestamp_millis() - hours * HOUR_MS;
+    f.db()
+        .execute(
+            "UPDATE instances SET state_since = ?1 WHERE vast_id = ?2",
+            rusqlite::params![since, id as i64],
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
+    let vast = FakeVast::start_real_time();
+    let f = stop_mode_rig(&vast);
     let id = vast.add_instance("fleetagent-old");
     vast.set_actual_status(id, Some("stopped"));
     vast.set_instance_field(id, "storage_total_cost", json!(0.03));
@@ -285,13 +301,7 @@ fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
     );
     assert_eq!(inspect["fleet"][0]["storage_dph"], json!(0.03));
     // 25 hours later (in our table).
-    let since = chrono::Utc::now().timestamp_millis() - 25 * HOUR_MS;
-    f.db()
-        .execute(
-            "UPDATE instances SET state_since = ?1 WHERE vast_id = ?2",
-            rusqlite::params![since, id as i64],
-        )
-        .unwrap();
+    age_state(&f, id, 25);
     pass(&f);
     assert_eq!(vast.count(Route::Destroy), 1);
     assert!(vast.instance(id).is_none());
@@ -302,12 +312,7 @@ fn a_stopped_instance_past_stopped_max_hours_is_destroyed() {
 #[test]
 fn what_the_operator_stopped_is_kept_until_the_operator_ends_it() {
     let vast = FakeVast::start_real_time();
-    let f = rig(
-        &vast,
-        "target_proofs_per_hour = 0\nmax_instances = 4\nmax_dph_total = 5.0",
-        "stop_mode = \"stop\"\nstopped_max_hours = 24",
-        "",
-    );
+    let f = stop_mode_rig(&vast);
     let id = vast.add_instance("fleetagent-spare");
     vast.set_actual_status(id, Some("running"));
     write_demand(f.path(), busy(&[], 0));
@@ -327,13 +332,7 @@ fn what_the_operator_stopped_is_kept_until_the_operator_ends_it() {
     assert_eq!(vast.count(Route::Destroy), 0);
     pass(&f);
     // 30 hours later (in our table): kept, where one the agent stopped goes.
-    let since = chrono::Utc::now().timestamp_millis() - 30 * HOUR_MS;
-    f.db()
-        .execute(
-            "UPDATE instances SET state_since = ?1 WHERE vast_id = ?2",
-            rusqlite::params![since, id as i64],
-        )
-        .unwrap();
+    age_state(&f, id, 30);
     pass(&f);
     pass(&f);
     assert_eq!(
