@@ -532,7 +532,7 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
     // file rewritten every pass can tell): a day evaluated every minute costs seconds.
     let test = format!(
         "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
-         \x20 - interval: 1m\n    input_series:\n{a}{b}{o}    promql_expr_test:\n{t12}{t20}{t30}\
+         \x20 - interval: 1m\n    input_series:\n{a}{b}{o}{p}    promql_expr_test:\n{t12}{t20}{t30}\
          \x20 - interval: 5m\n    input_series:\n{day}    promql_expr_test:\n{d1}\
          \x20 - interval: 5m\n    input_series:\n{quiet}    promql_expr_test:\n{d2}",
         rules = rules.display(),
@@ -550,11 +550,18 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             "o",
             40
         ),
+        // A healthy file of a pass that no longer knows the price (its FIL/USD gone stale).
+        p = input_series(
+            &text_c.replace("fleetagent_price_known 1", "fleetagent_price_known 0"),
+            "p",
+            40
+        ),
         t12 = firing_at(
             12,
             &[
                 ("FleetagentDemandUnknown", "b"),
                 ("FleetagentPaused", "b"),
+                ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
@@ -567,7 +574,9 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentNoSuccessfulRun", "a"),
                 ("FleetagentNoSuccessfulRun", "b"),
                 ("FleetagentNoSuccessfulRun", "o"),
+                ("FleetagentNoSuccessfulRun", "p"),
                 ("FleetagentPaused", "b"),
+                ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
@@ -578,10 +587,13 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             &[
                 ("FleetagentDemandUnknown", "a"),
                 ("FleetagentDemandUnknown", "b"),
+                ("FleetagentDemandUnknown", "p"),
                 ("FleetagentNoSuccessfulRun", "a"),
                 ("FleetagentNoSuccessfulRun", "b"),
                 ("FleetagentNoSuccessfulRun", "o"),
+                ("FleetagentNoSuccessfulRun", "p"),
                 ("FleetagentPaused", "b"),
+                ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
