@@ -195,7 +195,7 @@ pub fn name_storage_fault(err: anyhow::Error, dir: &Path) -> anyhow::Error {
 }
 
 /// The line naming a storage fault, given what the file system says; None when it does not
-/// explain the fault (a read-only file on a writable file system, an I/O error with room left).
+/// explain the fault (an I/O error with room left).
 pub fn storage_fault_line(
     fault: crate::error::StorageFault,
     fs: &FsState,
@@ -207,6 +207,14 @@ pub fn storage_fault_line(
         StorageFault::NoSpace => Some(no_space(dir, fs)),
         _ if fs.read_only => Some(read_only_fs(dir)),
         StorageFault::Io if full => Some(no_space(dir, fs)),
+        StorageFault::ReadOnly => Some(format!(
+            "the database in {} is read-only to this process, on a writable file system (a \
+             file's mode or owner: fleetagent makes them 0660, owned by the service user; \
+             `fleetagent doctor` names the file): chmod 0660 {}/fleetagent.db* and chown \
+             them to the service user",
+            dir.display(),
+            dir.display()
+        )),
         _ => None,
     }
 }
@@ -509,12 +517,18 @@ mod tests {
         let l = line(Io, &fs(false, 5 << 30, 0)).unwrap();
         assert!(l.contains("bytes free, no inode free"), "{l}");
         assert_eq!(line(Io, &roomy), None);
-        // Read-only: the file system's, never a file's mode.
+        // Read-only: the file system's when it is one; else a file's mode or owner, named
+        // with the fix.
         for fault in [ReadOnly, Io] {
             let l = line(fault, &fs(true, 5 << 30, 1000)).unwrap();
             assert!(l.contains("is on a read-only file system"), "{l}");
         }
-        assert_eq!(line(ReadOnly, &roomy), None);
+        let l = line(ReadOnly, &roomy).unwrap();
+        assert!(
+            l.starts_with("the database in /var/lib/fleetagent is read-only to this process, on a writable file system")
+                && l.ends_with("chmod 0660 /var/lib/fleetagent/fleetagent.db* and chown them to the service user"),
+            "{l}"
+        );
         // The chain keeps its cause after the name; other errors pass untouched.
         let err = name_storage_fault(anyhow::anyhow!("not a storage error"), dir);
         assert_eq!(format!("{err:#}"), "not a storage error");

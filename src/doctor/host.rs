@@ -134,6 +134,37 @@ pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
     })
 }
 
+/// Database files that their owner or group may not write (fleetagent makes them 0660): every
+/// run fails "attempt to write a readonly database", and no check of the passes says why
+/// (judged by the mode, not by access(2): doctor often runs as root, who may write anyway).
+pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
+    use std::os::unix::fs::PermissionsExt;
+    let db = dir.join(crate::store::DB_FILE);
+    let files = ["", "-wal", "-shm"].map(|suffix| {
+        let mut path = db.clone().into_os_string();
+        path.push(suffix);
+        std::path::PathBuf::from(path)
+    });
+    let unwritable: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let mode = std::fs::metadata(&f).ok()?.permissions().mode() & 0o7777;
+            (mode & 0o220 != 0o220).then(|| format!("{} (mode {mode:04o})", f.display()))
+        })
+        .collect();
+    if unwritable.is_empty() {
+        return Vec::new();
+    }
+    vec![Problem::new(format!(
+        "the database cannot be written by its owner and group: {}; every run fails \"attempt to write a readonly database\"",
+        unwritable.join(", ")
+    ))
+    .fix(format!(
+        "chmod 0660 {}/fleetagent.db* (and chown them to the service user, e.g. fleetagent:fleetagent)",
+        dir.display()
+    ))]
+}
+
 /// A database `sim --state-dir` left (its `sim_config` row): not an install's, so every other
 /// check would judge a finished simulation by this host's clock and config (a "last run"
 /// months ago). Said as a problem: an install pointed at it is misconfigured.

@@ -227,6 +227,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
             }
             Ok(()) => {
                 found.add("database", host::simulation(&store.conn, i.state_dir));
+                found.extend("database", host::unwritable_database(i.state_dir));
                 from_store(&store, i, &secrets, &mut found);
                 ""
             }

@@ -761,3 +761,24 @@ fn the_version_names_the_commit_it_was_built_from() {
         "{text}"
     );
 }
+
+/// A database file its owner and group may not write (a restore with the wrong mode, a
+/// chmod by hand): every run fails "attempt to write a readonly database", so `doctor`'s
+/// `database` check names the file and the chmod, judged by the mode (doctor often runs as
+/// root, who could write it anyway).
+#[test]
+fn doctor_names_a_database_file_the_service_cannot_write() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fleet::new();
+    f.cmd(&["run"]).ok();
+    let (v, _) = doctor_json(&f);
+    assert_eq!(check(&v, "database")["ok"], true, "{v}");
+    let db = f.state.join("fleetagent.db");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o440)).unwrap();
+    let (v, code) = doctor_json(&f);
+    assert_eq!(code, 1);
+    let detail = failing(&v, "database", "cannot be written by its owner and group");
+    assert!(detail.contains("fleetagent.db (mode 0440)"), "{detail}");
+    let fix = check(&v, "database")["fix"].as_str().unwrap().to_string();
+    assert!(fix.starts_with("chmod 0660 "), "{fix}");
+}
