@@ -130,6 +130,7 @@ pub fn execute(
             claim.run_id
         );
     }
+    warn_hands_held(claim.run_id, &snapshot, tally.counts);
     let fell_back = outcome.decided_by == Some(DecidedBy::FallbackRules);
     Ok(Done {
         outcome,
@@ -138,4 +139,37 @@ pub fn execute(
         demand_error: snapshot.demand_error.clone(),
         fell_back,
     })
+}
+
+/// The passes whose hands are held say so at warning, each pass, as a blind one does: a
+/// pause in force (nothing is launched or stopped but by the operator), and WORKERS DEAD
+/// with what this pass's calls came to (refused by a cap, they leave the fleet dead).
+fn warn_hands_held(
+    run_id: i64,
+    snapshot: &crate::fleet::Snapshot,
+    counts: crate::store::runs::ActionCounts,
+) {
+    if let Some(p) = &snapshot.paused {
+        let until = p
+            .until
+            .map_or("until `fleetagent resume`".to_string(), |u| {
+                format!("until {}", crate::clock::rfc3339(u))
+            });
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {run_id}: paused since {} ({until}; {}): nothing is launched or stopped but by the operator",
+            crate::clock::rfc3339(p.since),
+            crate::text::quote(&p.reason, 200)
+        );
+    }
+    if let Some(d) = snapshot.demand.as_ref().filter(|_| snapshot.workers_dead()) {
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {run_id}: WORKERS DEAD: {} proofs queued and no live worker; this pass's calls: ok {}, refused {}, failed {}",
+            d.queued_work(),
+            counts.ok,
+            counts.refused,
+            counts.failed
+        );
+    }
 }

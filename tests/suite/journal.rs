@@ -426,3 +426,42 @@ fn a_vast_ai_that_never_answers_costs_one_bounded_wait() {
         listed.stderr
     );
 }
+
+/// A pass whose hands are held says so at warning each pass, as a blind one does: paused
+/// (nothing launched or stopped but by the operator), and WORKERS DEAD with what its calls
+/// came to (here every launch refused by max_instances = 0: the fleet stays dead).
+#[test]
+fn a_paused_pass_and_workers_dead_say_so_at_warning() {
+    let vast = FakeVast::start_real_time();
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let caps = "[policy]\nmax_dph_total = 10.0\nmax_instances = 0\n";
+    f.write_config(&rules_config(
+        &vast.url(),
+        &f.path().join("demand.json"),
+        &[caps],
+    ));
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["init"]).ok();
+    let out = in_journal(&f, &["run"]).ok();
+    let dead = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("<4>run ") && l.contains("WORKERS DEAD"))
+        .unwrap_or_else(|| panic!("no WORKERS DEAD warning:\n{}", out.stderr));
+    assert!(
+        dead.contains(": WORKERS DEAD: 59 proofs queued and no live worker; this pass's calls: ok 0, refused "),
+        "{dead}"
+    );
+    f.cmd(&["pause", "--reason", "swapping the Curio disk"])
+        .ok();
+    let out = in_journal(&f, &["run"]).ok();
+    let paused = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("<4>run ") && l.contains("paused since"))
+        .unwrap_or_else(|| panic!("no pause warning:\n{}", out.stderr));
+    assert!(
+        paused.contains("(until `fleetagent resume`; \"swapping the Curio disk\"): nothing is launched or stopped but by the operator"),
+        "{paused}"
+    );
+}
