@@ -308,6 +308,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
         }
     }
     found.extend("config", setup::fleet_over_caps(conn, config));
+    found.extend("config", setup::daily_spend_reached(conn, config, now));
     found.add("runs", agent::runs(conn, lock_holder.is_some(), now));
     found.add("lock", agent::lock(i.state_dir, lock_holder, config, now));
     found.add("vast", outside::vast(conn, now, secrets.vast_key_missing));

@@ -48,6 +48,39 @@ pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> V
     }
 }
 
+/// `policy.daily_spend_max` reached: today's spend and an hour of the fleet as it is pass the
+/// cap, so no launch can fit until 00:00 UTC, WORKERS DEAD's included (the guardrail's own
+/// test, without an offer). The refusals are notices; this says it while it lasts.
+pub(super) fn daily_spend_reached(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    now: crate::clock::Millis,
+) -> Vec<Problem> {
+    const DAY_MS: crate::clock::Millis = 86_400_000;
+    let Some(max) = config.policy.daily_spend_max else {
+        return Vec::new();
+    };
+    let day_start = now - now.rem_euclid(DAY_MS);
+    let (alive, live) = match (
+        crate::store::instances::alive_since(conn, day_start),
+        crate::store::instances::live(conn),
+    ) {
+        (Ok(a), Ok(l)) => (a, l),
+        (Err(e), _) | (_, Err(e)) => return vec![super::unreadable("instances", &e)],
+    };
+    let spent = crate::fleet::spend_since(&alive, day_start, now);
+    let fleet = crate::fleet::money::dph_of(&live);
+    let hours = crate::policy::guardrails::DAILY_LOOKAHEAD_HOURS;
+    if spent + fleet * hours <= max {
+        return Vec::new();
+    }
+    vec![Problem::new(format!(
+        "policy.daily_spend_max is reached: ${spent:.2} spent today (UTC) + {hours:.0} h of the fleet (${fleet:.2}/h) passes ${max:.2}, so every launch is refused until 00:00 UTC (in {}), WORKERS DEAD's included",
+        crate::clock::human_duration(day_start + DAY_MS - now)
+    ))
+    .fix("if the spend is meant, raise policy.daily_spend_max; else nothing: the day's end frees it (`fleetagent inspect` shows what bills)")]
+}
+
 /// `[llm]` with `provider = "openai"`: a budget that, after its margin and
 /// `max_output_tokens`, cannot hold the system prompt, the tools and the room of a minimal
 /// pass: every pass that asks the model is refused before the request and decided by the

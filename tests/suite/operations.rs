@@ -782,3 +782,38 @@ fn doctor_names_a_database_file_the_service_cannot_write() {
     let fix = check(&v, "database")["fix"].as_str().unwrap().to_string();
     assert!(fix.starts_with("chmod 0660 "), "{fix}");
 }
+
+/// `policy.daily_spend_max` reached (today's spend and an hour of the fleet pass it): every
+/// launch is refused until 00:00 UTC, so `doctor`'s `config` check says it while it lasts.
+#[test]
+fn doctor_says_when_the_daily_spend_cap_refuses_every_launch() {
+    let f = Fleet::with_config(&format!(
+        "{}\n[policy]\ndaily_spend_max = 50.0\n",
+        crate::common::fleet::FAST_CONFIG
+    ));
+    f.cmd(&["init"]).ok();
+    let (v, _) = doctor_json(&f);
+    assert!(
+        !check(&v, "config")["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("daily_spend_max is reached"),
+        "{v}"
+    );
+    let now = chrono::Utc::now().timestamp_millis();
+    let midnight = now - now.rem_euclid(86_400_000);
+    f.db()
+        .execute(
+            "INSERT INTO instances (label, vast_id, state, gpu_name, dph, created_at, state_since)
+             VALUES ('fleetagent-r1-0badc0de', 7001, 'proving', 'RTX 4090', 100.0, ?1, ?1)",
+            [midnight],
+        )
+        .unwrap();
+    let (v, code) = doctor_json(&f);
+    assert_eq!(code, 1);
+    let detail = failing(&v, "config", "policy.daily_spend_max is reached: $");
+    assert!(
+        detail.contains("passes $50.00, so every launch is refused until 00:00 UTC"),
+        "{detail}"
+    );
+}
