@@ -148,7 +148,7 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
     let unwritable: Vec<String> = files
         .iter()
         .filter_map(|f| {
-            let mode = std::fs::metadata(&f).ok()?.permissions().mode() & 0o7777;
+            let mode = std::fs::metadata(f).ok()?.permissions().mode() & 0o7777;
             (mode & 0o220 != 0o220).then(|| format!("{} (mode {mode:04o})", f.display()))
         })
         .collect();
