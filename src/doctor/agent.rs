@@ -38,15 +38,31 @@ pub(super) fn last_success(state: &AgentState, config: &Config, now: Millis) -> 
     }
 }
 
-pub(super) fn llm(state: &AgentState, now: Millis) -> Vec<Problem> {
+pub(super) fn llm(conn: &Connection, state: &AgentState, now: Millis) -> Vec<Problem> {
     match (&state.last_llm_error, state.last_llm_error_at) {
-        (Some(err), Some(at)) => vec![Problem::new(format!(
-            "the LLM failed {} ago: {}",
-            human_duration(now - at),
+        (Some(err), Some(at)) => {
+            // How long it has failed, not only its latest failure: a dead server reads "0s
+            // ago" at every pass.
+            let streak = crate::store::llm_calls::failing_since(conn)
+                .ok()
+                .flatten()
+                .filter(|(first, n)| *first < at && *n > 1);
+            let since = streak.map_or(at, |(first, _)| first);
+            let how_long = match streak {
+                Some((first, n)) => format!(
+                    "has failed since {} ago ({n} requests, none answered; the last {} ago)",
+                    human_duration(now - first),
+                    human_duration(now - at)
+                ),
+                None => format!("failed {} ago", human_duration(now - at)),
+            };
+            vec![Problem::new(format!(
+            "the LLM {how_long}: {}",
             crate::text::clip(err, 300)
         ))
         .fix(format!("{}; the rules decide meanwhile when llm.fallback = \"rules\". This clears at the model's next good answer: a quiet tick does not ask it (llm.quiet_interval_mins), `fleetagent trigger -p 1 -r \"llm check\"` does now", llm_fix(err)))
-        .since(Some(at))],
+        .since(Some(since))]
+        }
         _ => Vec::new(),
     }
 }

@@ -113,6 +113,48 @@ fn the_llm_fix_follows_the_failure() {
     assert!(llm_fix("HTTP 401: invalid key").starts_with("check llm.base_url"));
 }
 
+/// A model down for a while reads as such: since its first failed request after the last
+/// good one, with how many failed, not "failed 0s ago" at every pass.
+#[test]
+fn the_llm_check_says_since_when_the_model_has_failed() {
+    let (_dir, s) = test_store(NOW);
+    let call = |at: Millis, error: Option<&str>| {
+        let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
+        crate::store::llm_calls::insert(
+            &s.conn,
+            &crate::store::llm_calls::Call {
+                run_id: run,
+                at,
+                round: 1,
+                messages: 2,
+                latency_ms: 900,
+                attempts: 5,
+                error,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    };
+    let down = "LLM unusable after 5 attempts in 15s: transport error: connection refused";
+    call(NOW - 60 * MIN, None);
+    for ago in [35, 30, 5] {
+        call(NOW - ago * MIN, Some(down));
+    }
+    let mut state = crate::store::session::state(&s.conn).unwrap();
+    state.last_llm_error = Some(down.into());
+    state.last_llm_error_at = Some(NOW - 5 * MIN);
+    let p = agent::llm(&s.conn, &state, NOW);
+    assert_eq!(p.len(), 1);
+    assert!(
+        p[0].detail.starts_with(
+            "the LLM has failed since 35m ago (3 requests, none answered; the last 5m ago): LLM unusable"
+        ),
+        "{}",
+        p[0].detail
+    );
+    assert_eq!(p[0].since, Some(NOW - 35 * MIN));
+}
+
 /// A cap lowered below the fleet the last pass left: the `config` check says the next pass
 /// stops the surplus, with the figures, before it does; within the caps, nothing.
 #[test]

@@ -99,6 +99,20 @@ pub struct Call<'a> {
     pub error: Option<&'a str>,
 }
 
+/// Since when the model's requests have failed without a good answer between (the first
+/// failed request after the last good one), and how many failed since; None while the last
+/// request answered.
+pub fn failing_since(conn: &Connection) -> Result<Option<(Millis, i64)>> {
+    let (first, n): (Option<Millis>, i64) = conn.query_row(
+        "SELECT min(at), count(*) FROM llm_calls
+          WHERE outcome = 'error'
+            AND at > coalesce((SELECT max(at) FROM llm_calls WHERE outcome = 'ok'), -1)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok(first.map(|f| (f, n)))
+}
+
 /// Record one model request.
 pub fn insert(conn: &Connection, c: &Call<'_>) -> Result<()> {
     conn.execute(
