@@ -365,7 +365,7 @@ impl Store {
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             if let Err(e) = tx.execute_batch(sql) {
-                bail!("{}", failed_migration(i + 1, version, &e));
+                return Err(failed_migration(i + 1, version, e));
             }
         }
         if version == 0 {
@@ -516,21 +516,19 @@ fn refuse_links(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A schema version below 0 is none fleetagent ever wrote: another program's file, or a
-/// damaged header. Refused before anything is written (it once read as "every migration
-/// done" and was stamped current).
-/// One line for a migration that failed: SQLite's error without the statement it quotes
-/// (a whole migration file), and what to do. The transaction is rolled back, so the database
-/// is as it was.
-fn failed_migration(number: usize, from: i64, e: &rusqlite::Error) -> String {
-    let error = e.to_string();
-    // rusqlite appends the statement after " in " for an input error; the message is enough.
-    let error = match e {
-        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
-        _ => error,
+/// A migration that failed, in one line. Its SQL did not fit the tables (written by a
+/// development build, or changed by hand): SQLite's message without the statement it quotes
+/// (a whole migration file) and what to do. Anything else (a full disk, an I/O error) keeps
+/// its cause in the chain, which names storage faults. The transaction is rolled back, so the
+/// database is as it was.
+fn failed_migration(number: usize, from: i64, e: rusqlite::Error) -> anyhow::Error {
+    let rusqlite::Error::SqlInputError { msg, .. } = &e else {
+        return anyhow::Error::new(e).context(format!(
+            "migration {number:04} failed; the database (schema version {from}) was left untouched"
+        ));
     };
-    let error = crate::text::clip(error.lines().next().unwrap_or_default(), 200);
-    format!(
+    let error = crate::text::clip(msg.lines().next().unwrap_or_default(), 200);
+    anyhow::anyhow!(
         "migration {number:04} failed: {error}; the database (schema version {from}) was left \
          untouched. Its tables are not the ones fleetagent's schema {from} has (written by a \
          development build, or changed by hand): restore a backup, or move fleetagent.db* \
@@ -550,6 +548,9 @@ fn older_schema(version: i64) -> String {
     )
 }
 
+/// A schema version below 0 is none fleetagent ever wrote: another program's file, or a
+/// damaged header. Refused before anything is written (it once read as "every migration
+/// done" and was stamped current).
 fn negative_version(version: i64) -> String {
     format!(
         "schema version {version} is not one fleetagent writes (another program's file, or a damaged header); the database was left untouched"
