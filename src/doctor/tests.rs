@@ -119,21 +119,15 @@ fn the_llm_fix_follows_the_failure() {
 fn the_llm_check_says_since_when_the_model_has_failed() {
     let (_dir, s) = test_store(NOW);
     let call = |at: Millis, error: Option<&str>| {
-        let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
-        crate::store::llm_calls::insert(
-            &s.conn,
-            &crate::store::llm_calls::Call {
-                run_id: run,
-                at,
-                round: 1,
-                messages: 2,
-                latency_ms: 900,
+        call_at(
+            &s,
+            at,
+            crate::store::llm_calls::Call {
                 attempts: 5,
                 error,
                 ..Default::default()
             },
-        )
-        .unwrap();
+        );
     };
     let down = "LLM unusable after 5 attempts in 15s: transport error: connection refused";
     call(NOW - 60 * MIN, None);
@@ -577,9 +571,8 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
     assert!(p[0].line().contains("units install"));
 }
 
-/// One model call as the tool loop records it: our estimate of the request and of its
-/// tools, what the server counted, and (when the model called a tool) its tool call.
-fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, called: bool) {
+/// `call` recorded at `at` in a run of its own (round 1 of 2 messages, 900 ms): the run's id.
+fn call_at(s: &crate::store::Store, at: Millis, call: crate::store::llm_calls::Call<'_>) -> i64 {
     let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, at).unwrap();
     crate::store::llm_calls::insert(
         &s.conn,
@@ -588,15 +581,28 @@ fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, call
             at,
             round: 1,
             messages: 2,
-            estimate: est,
-            tools_estimate: 736,
-            usage: Some((reported, 40)),
             latency_ms: 900,
-            attempts: 1,
-            ..Default::default()
+            ..call
         },
     )
     .unwrap();
+    run
+}
+
+/// One model call as the tool loop records it: our estimate of the request and of its
+/// tools, what the server counted, and (when the model called a tool) its tool call.
+fn model_call(s: &crate::store::Store, at: Millis, est: u64, reported: i64, called: bool) {
+    let run = call_at(
+        s,
+        at,
+        crate::store::llm_calls::Call {
+            estimate: est,
+            tools_estimate: 736,
+            usage: Some((reported, 40)),
+            attempts: 1,
+            ..Default::default()
+        },
+    );
     if called {
         crate::store::messages::insert(
             &s.conn,
