@@ -1,11 +1,22 @@
 //! Text helpers every layer uses: outside text made safe for one line or a prompt, and
-//! numbers shown without noise. Pure functions.
+//! numbers shown without noise, and a stable hash of text. Pure functions.
 
 /// How many distinct reasons one folded line shows before "+N more" (events in `prompt::events`, wakes in
 /// `wakes::wakes_line`).
 pub const MAX_GROUPS: usize = 8;
 /// Outside text (reasons) is quoted and cut to this many characters.
 pub const MAX_REASON_CHARS: usize = 160;
+
+/// The 64-bit FNV-1a hash of `bytes`: stable across builds and platforms, for what must come
+/// out the same every time (launch labels, a derived install id).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
 
 /// Quote outside text for the prompt: one line, cut to `max` characters, in double quotes
 /// with inner quotes escaped, so it reads as data and not as instructions.

@@ -92,12 +92,9 @@ pub fn taken_retry_call_id(call_id: &str, attempt: u32) -> String {
     format!("{call_id}+{attempt}")
 }
 
+/// FNV-1a of `bytes`, its high half folded into the low one (the label keeps 32 bits).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = crate::text::fnv1a(bytes);
     h ^ (h >> 32)
 }
 

@@ -66,11 +66,7 @@ pub fn ensure_install_id(conn: &Connection, new_database: bool) -> Result<()> {
 /// The install id of a database made before install ids, created at `created_ms`:
 /// [`INSTALL_ID_LEN`] letters from the FNV-1a hash of its creation time.
 fn derived_install_id(created_ms: i64) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("fleetagent install created {created_ms}").bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let mut h = crate::text::fnv1a(format!("fleetagent install created {created_ms}").as_bytes());
     (0..INSTALL_ID_LEN)
         .map(|_| {
             let letter = (b'a' + (h % 26) as u8) as char;
