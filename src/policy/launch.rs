@@ -235,7 +235,7 @@ impl Answer {
 /// `vast_rate_limited` for vast.ai's rate limit with the retries spent (the floor does not
 /// launch after a model whose launch met it: its own would meet it too).
 pub fn failure_code(e: &VastError) -> Option<&'static str> {
-    matches!(e, VastError::RateLimited(_)).then_some("vast_rate_limited")
+    matches!(e, VastError::RateLimited(_)).then_some(crate::store::actions::VAST_RATE_LIMITED)
 }
 
 impl Ask {

@@ -224,7 +224,9 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
             ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }
-            (_, "failed") if a.code.as_deref() == Some("vast_rate_limited") => {
+            (_, "failed")
+                if a.code.as_deref() == Some(crate::store::actions::VAST_RATE_LIMITED) =>
+            {
                 did.stops_blocked.extend(a.instance_id)
             }
             _ => {}
@@ -236,7 +238,10 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
 /// A launch that met a rate limit, by its ledger code: the window's refusal (`rate_limited`)
 /// or vast.ai's, retries spent (`vast_rate_limited`).
 fn rate_limited(code: Option<&str>) -> bool {
-    matches!(code, Some("rate_limited" | "vast_rate_limited"))
+    matches!(
+        code,
+        Some("rate_limited" | crate::store::actions::VAST_RATE_LIMITED)
+    )
 }
 
 /// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).

@@ -66,6 +66,9 @@ pub struct NewAction<'a> {
     pub flag: Option<FlagKind>,
 }
 
+/// The ledger's code of a call that failed on vast.ai's rate limit, its retries spent.
+pub const VAST_RATE_LIMITED: &str = "vast_rate_limited";
+
 pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> {
     conn.execute(
         "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, offer_id, dph,
@@ -221,10 +224,9 @@ pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Op
 pub fn own_launches_rate_limited(conn: &Connection, run_id: i64) -> Result<u32> {
     let n: i64 = conn.query_row(
         "SELECT COUNT(*) FROM actions
-          WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'failed'
-            AND code = 'vast_rate_limited'
+          WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'failed' AND code = ?2
             AND actor IN ('rules', 'floor', 'fallback-rules')",
-        params![run_id],
+        params![run_id, VAST_RATE_LIMITED],
         |r| r.get(0),
     )?;
     Ok(u32::try_from(n).unwrap_or(0))
@@ -234,17 +236,14 @@ pub fn own_launches_rate_limited(conn: &Connection, run_id: i64) -> Result<u32> 
 /// floor, the fallback), the launches that failed on vast.ai's rate limit, retries spent
 /// (`Snapshot::rate_limited_owed`).
 pub fn rate_limited_owed(conn: &Connection, since: Millis) -> Result<u32> {
-    let n: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM actions
-          WHERE kind = 'launch' AND outcome = 'failed' AND code = 'vast_rate_limited'
-            AND actor IN ('rules', 'floor', 'fallback-rules')
-            AND run_id = (SELECT max(run_id) FROM actions
-                           WHERE kind = 'launch' AND actor IN ('rules', 'floor', 'fallback-rules')
-                             AND created_at >= ?1)",
+    let latest: Option<i64> = conn.query_row(
+        "SELECT max(run_id) FROM actions
+          WHERE kind = 'launch' AND actor IN ('rules', 'floor', 'fallback-rules')
+            AND created_at >= ?1",
         params![since],
         |r| r.get(0),
     )?;
-    Ok(u32::try_from(n).unwrap_or(0))
+    latest.map_or(Ok(0), |run| own_launches_rate_limited(conn, run))
 }
 
 /// What one action of a run came to, as the floor reads the model's (`run::act`): its kind,
