@@ -153,13 +153,11 @@ fn operations(
         "Age of the last good demand reading when this file was written (seconds); no sample before the first.",
         reading_at.map(|at| (now - at).max(0) as f64 / 1000.0),
     ));
-    let day_start = now - now.rem_euclid(DAY_MS);
-    let alive = instances::alive_since(conn, day_start)?;
     f.push(one(
         "fleetagent_spend_today_dollars",
         "gauge",
         "What our instances have cost since 00:00 UTC (dollars), as the daily cap counts it.",
-        crate::fleet::spend_since(&alive, day_start, now),
+        spend_today(conn, now)?,
     ));
     let p = &config.policy;
     f.push(maybe(
@@ -557,6 +555,15 @@ pub fn after_operator(config: &crate::config::Config, state_dir: &Path, now: Mil
     if !config.ha.enabled {
         after_run(config, state_dir, now, None);
     }
+}
+
+/// What our instances have cost since 00:00 UTC as the table holds them, as the daily cap
+/// counts it: the metric, and `doctor`'s daily cap check (a pass counts its own
+/// reconciliation's rows too, `run::observe`).
+pub fn spend_today(conn: &Connection, now: Millis) -> Result<f64> {
+    let day_start = now - now.rem_euclid(DAY_MS);
+    let alive = instances::alive_since(conn, day_start)?;
+    Ok(crate::fleet::spend_since(&alive, day_start, now))
 }
 
 #[cfg(test)]

@@ -56,19 +56,17 @@ pub(super) fn daily_spend_reached(
     config: &Config,
     now: crate::clock::Millis,
 ) -> Vec<Problem> {
-    const DAY_MS: crate::clock::Millis = 86_400_000;
+    use crate::fleet::day::DAY_MS;
     let Some(max) = config.policy.daily_spend_max else {
         return Vec::new();
     };
-    let day_start = now - now.rem_euclid(DAY_MS);
-    let (alive, live) = match (
-        crate::store::instances::alive_since(conn, day_start),
+    let (spent, live) = match (
+        crate::metrics::spend_today(conn, now),
         crate::store::instances::live(conn),
     ) {
-        (Ok(a), Ok(l)) => (a, l),
+        (Ok(s), Ok(l)) => (s, l),
         (Err(e), _) | (_, Err(e)) => return vec![super::unreadable("instances", &e)],
     };
-    let spent = crate::fleet::spend_since(&alive, day_start, now);
     let fleet = crate::fleet::money::dph_of(&live);
     let hours = crate::policy::guardrails::DAILY_LOOKAHEAD_HOURS;
     if spent + fleet * hours <= max {
@@ -76,7 +74,7 @@ pub(super) fn daily_spend_reached(
     }
     vec![Problem::new(format!(
         "policy.daily_spend_max is reached: ${spent:.2} spent today (UTC) + {hours:.0} h of the fleet (${fleet:.2}/h) passes ${max:.2}, so every launch is refused until 00:00 UTC (in {}), WORKERS DEAD's included",
-        crate::clock::human_duration(day_start + DAY_MS - now)
+        crate::clock::human_duration(DAY_MS - now.rem_euclid(DAY_MS))
     ))
     .fix("if the spend is meant, raise policy.daily_spend_max; else nothing: the day's end frees it (`fleetagent inspect` shows what bills)")]
 }
