@@ -96,8 +96,7 @@ pub fn resolve(
             let Some(f) = fetched else {
                 return Err("FIL/USD not fetched yet".into());
             };
-            let max_age = config.max_age_mins as Millis * 60_000;
-            if now - f.at > max_age {
+            if !fetched_fresh(config, f.at, now) {
                 return Err(format!(
                     "FIL/USD is stale: fetched {} ago (price.max_age_mins = {})",
                     crate::clock::human_duration(now - f.at),
@@ -122,6 +121,12 @@ pub fn resolve(
         fil_usd_source,
         fil_usd_at,
     })
+}
+
+/// Whether a FIL/USD fetched at `at` still counts at `now`: no older than
+/// `price.max_age_mins`.
+pub fn fetched_fresh(config: &PriceConfig, at: Millis, now: Millis) -> bool {
+    now - at <= config.max_age_mins as Millis * 60_000
 }
 
 /// Which source a cached FIL/USD came from, by the config: `command` or `url` (`fetched`

@@ -538,9 +538,8 @@ fn fil_usd_failed_line(
         "url" => crate::fil_usd::URL_KEY,
         _ => "the FIL/USD source",
     };
-    let max_age = config.price.max_age_mins as Millis * 60_000;
     let now_what = match (cache.fil_usd, cache.at) {
-        (Some(v), Some(at)) if now - at <= max_age => format!(
+        (Some(v), Some(at)) if crate::price::fetched_fresh(&config.price, at, now) => format!(
             "the last good value ({} from {} ago) counts until it is price.max_age_mins = {} old",
             crate::text::num(v),
             crate::clock::human_duration(now - at),
