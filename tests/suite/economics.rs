@@ -332,12 +332,7 @@ fn fil_usd_from_a_command_fresh_failing_stale_and_bad() {
     // price is now (JOURNAL_STREAM names stderr: priority prefixes).
     let journal_line = |f: &Fleet| {
         let run = super::journal::in_journal(f, &["run"]).ok();
-        let line = run
-            .stderr
-            .lines()
-            .find(|l| l.contains("FIL/USD fetch failed"))
-            .unwrap_or_else(|| panic!("no FIL/USD line in: {}", run.stderr))
-            .to_string();
+        let line = super::journal::journal_line(&run, "", "FIL/USD fetch failed");
         (line, f.inspect()["price"].clone())
     };
     let (line, p) = journal_line(&f);

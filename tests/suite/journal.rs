@@ -37,6 +37,16 @@ pub(crate) fn in_journal(f: &Fleet, args: &[&str]) -> Run {
     run
 }
 
+/// The first line of `run`'s journal (see [`in_journal`]) that starts with `prefix` and
+/// contains `needle`; the test fails showing the whole journal when there is none.
+pub(crate) fn journal_line(run: &Run, prefix: &str, needle: &str) -> String {
+    run.stderr
+        .lines()
+        .find(|l| l.starts_with(prefix) && l.contains(needle))
+        .unwrap_or_else(|| panic!("no {prefix:?} line with {needle:?} in:\n{}", run.stderr))
+        .to_string()
+}
+
 /// `inspect` after a pass that finished while its listing failed: the run ok and
 /// `action-failed`, the listing's failure named (`vast` in --json, the `vast.ai` line with
 /// `error`) and who decided the pass (`decided by WHO`). The JSON report.
@@ -246,11 +256,7 @@ fn a_pass_blind_to_demand_or_without_its_model_says_so_at_warning() {
     ));
     f.cmd(&["init"]).ok();
     let out = in_journal(&f, &["run"]).ok();
-    let warning = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("<4>run "))
-        .unwrap_or_else(|| panic!("no warning:\n{}", out.stderr));
+    let warning = journal_line(&out, "<4>run ", "");
     assert!(
         warning.contains("demand unknown, the probe failed: demand command exited with status 3: connection refused")
             && warning.contains("the fleet is held"),
@@ -442,24 +448,14 @@ fn a_paused_pass_and_workers_dead_say_so_at_warning() {
     ));
     write_demand(f.path(), dead_fleet());
     f.cmd(&["init"]).ok();
-    let out = in_journal(&f, &["run"]).ok();
-    let dead = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("<4>run ") && l.contains("WORKERS DEAD"))
-        .unwrap_or_else(|| panic!("no WORKERS DEAD warning:\n{}", out.stderr));
+    let dead = journal_line(&in_journal(&f, &["run"]).ok(), "<4>run ", "WORKERS DEAD");
     assert!(
         dead.contains(": WORKERS DEAD: 59 proofs queued and no live worker; this pass's calls: ok 0, refused "),
         "{dead}"
     );
     f.cmd(&["pause", "--reason", "swapping the Curio disk"])
         .ok();
-    let out = in_journal(&f, &["run"]).ok();
-    let paused = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("<4>run ") && l.contains("paused since"))
-        .unwrap_or_else(|| panic!("no pause warning:\n{}", out.stderr));
+    let paused = journal_line(&in_journal(&f, &["run"]).ok(), "<4>run ", "paused since");
     assert!(
         paused.contains("(until `fleetagent resume`; \"swapping the Curio disk\"): nothing is launched or stopped but by the operator"),
         "{paused}"
