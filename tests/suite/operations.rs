@@ -513,10 +513,11 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
     // The rules over those files, aging, and over a synthetic day of counters.
     // 300 steps of 5 minutes; a counter that steps up at 285 (1425m) has risen within the
     // last 30 minutes at 1440m (a day).
-    let day = |floor: &str, llm: &str, action_failed: &str, failed: &str| {
+    let day = |floor: &str, llm: &str, fallback: &str, action_failed: &str, failed: &str| {
         [
             ("runs_decided_total", "decided_by=\"floor\"", floor),
             ("runs_decided_total", "decided_by=\"llm\"", llm),
+            ("runs_decided_total", "decided_by=\"fallback-rules\"", fallback),
             ("runs_total", "verdict=\"action-failed\"", action_failed),
             ("runs_total", "verdict=\"failed\"", failed),
         ]
@@ -599,17 +600,19 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentWorkersDeadNothingBooting", "a"),
             ]
         ),
-        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20"),
+        // The model unusable on one pass 15 minutes before the end, the rules deciding it.
+        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20"),
         d1 = firing_at(
             1440,
             &[
                 ("FleetagentActionsFailing", "c"),
                 ("FleetagentFloorOverrulesModel", "c"),
                 ("FleetagentMetricsMissing", ""),
+                ("FleetagentModelFailing", "c"),
                 ("FleetagentRunsFailing", "c"),
             ]
         ),
-        quiet = day("0x300", "0+1x300", "0x300", "0x300"),
+        quiet = day("0x300", "0+1x300", "0x300", "0x300", "0x300"),
         d2 = firing_at(1440, &[("FleetagentMetricsMissing", "")]),
     );
     let file = a.path().join("fleetagent.rules.test.yml");
