@@ -193,9 +193,11 @@ pub struct Floored {
     pub mutated: bool,
 }
 
-/// The floor under the model (or under a skipped pass): when it asks for anything, the pass
-/// was decided by `floor` (its refused or failed calls are its own, not the model's), and
-/// when that changed the fleet the verdict is `action`.
+/// The floor under the model (or under a skipped pass): when it asks for anything that gets
+/// past the guardrails (done, or failed at vast.ai), the pass was decided by `floor`, and when
+/// that changed the fleet the verdict is `action`. Calls that a guardrail all refused (the
+/// daily cap reached, a full launch window) overrule nothing: the model could not have made
+/// them either, so the pass stays the model's (the ledger keeps them, actor `floor`).
 pub fn overrule(
     store: &mut Store,
     le: &LoopEnv<'_>,
@@ -204,13 +206,20 @@ pub fn overrule(
     outcome: &mut runs::Outcome,
 ) -> Result<()> {
     let floored = floor(store, le, registry, snapshot, Actor::Floor)?;
-    if floored.called {
+    if floored.called && !all_refused(&store.conn, le.run_id, Actor::Floor)? {
         outcome.decided_by = Some(runs::DecidedBy::Floor);
     }
     if floored.mutated {
         outcome.verdict = verdict(true);
     }
     Ok(())
+}
+
+/// Whether `actor`'s calls in this pass were all refused by a guardrail (none when it made
+/// none recorded).
+fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result<bool> {
+    let rows = crate::store::actions::outcomes_of_run(conn, run_id, actor.as_str())?;
+    Ok(!rows.is_empty() && rows.iter().all(|a| a.outcome == "refused"))
 }
 
 /// What the model's own calls changed in this pass (launches and stops that went through),

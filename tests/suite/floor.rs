@@ -98,7 +98,9 @@ fn a_model_that_answers_no_action_while_every_worker_is_dead_is_overruled_in_the
 
 /// The floor's launch that does not go through (no offer to rent) is still the floor's
 /// decision: the run reads "decided by floor", not the model's, with the verdict the ledger
-/// gives it.
+/// gives it. A launch of the floor's that a guardrail refuses (a money cap) overrules nothing,
+/// since the model could not have made it either: that pass stays the model's, so the alert
+/// on the floor overruling the model does not fire while a cap is reached.
 #[test]
 fn a_floor_whose_launch_does_not_go_through_still_decided_the_pass() {
     let llm = FakeLlm::start();
@@ -123,6 +125,25 @@ fn a_floor_whose_launch_does_not_go_through_still_decided_the_pass() {
         ),
         "{run}"
     );
+
+    // Offers now, over the fleet's $/h cap: the floor asks, the guardrail refuses.
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let cfg = std::fs::read_to_string(&f.config)
+        .unwrap()
+        .replace("max_dph_total = 10.0", "max_dph_total = 0.1");
+    f.write_config(&cfg);
+    f.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 0);
+    let acts = floor_actions(&f);
+    assert_eq!(acts.len(), 2, "{acts:?}");
+    assert_eq!(
+        (acts[1].0.as_str(), acts[1].1.as_str()),
+        ("launch", "refused")
+    );
+    let run = &f.inspect()["runs"][0];
+    assert_eq!(run["decided_by"], "llm", "{run}");
+    assert_eq!(run["verdict"], "action-refused", "{run}");
 }
 
 #[test]
