@@ -288,7 +288,8 @@ pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Prob
         (Err(why), _) => vec![Problem::new(format!(
             "price unknown: {why}: the profit check is off, so launches are not judged by profit"
         ))
-        .fix(price_fix(config))],
+        .fix(price_fix(config))
+        .since(crate::store::samples::price_unknown_since(conn).unwrap_or(None))],
         (Ok(p), Some(e)) if config.price.fil_usd.is_none() => vec![Problem::new(format!(
             "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",
             human_duration(now - p.fil_usd_at),

@@ -71,6 +71,20 @@ pub fn record(conn: &Connection, s: &Sample) -> Result<()> {
     Ok(())
 }
 
+/// Since when the passes have not known the price: the first sample without one after the
+/// last sample that had one (the first of all when none had); None while the last sample
+/// knows it, or before any sample.
+pub fn price_unknown_since(conn: &Connection) -> Result<Option<Millis>> {
+    let at = conn
+        .prepare_cached(
+            "SELECT MIN(at) FROM samples WHERE revenue_per_proof IS NULL AND at >
+               COALESCE((SELECT at FROM samples WHERE revenue_per_proof IS NOT NULL
+                          ORDER BY at DESC LIMIT 1), -1)",
+        )?
+        .query_row([], |r| r.get(0))?;
+    Ok(at)
+}
+
 /// Samples taken at or after `since`, oldest first.
 pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     let mut stmt = conn.prepare_cached(
@@ -281,6 +295,26 @@ mod tests {
             vec![kept.clone(), fresh.clone()]
         );
         assert_eq!(since(&store.conn, now).unwrap(), vec![fresh]);
+    }
+
+    #[test]
+    fn the_price_is_unknown_since_the_first_sample_after_the_last_that_knew_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 100 * 86_400_000;
+        let store = Store::open(dir.path(), OpenMode::Create, now).unwrap();
+        assert_eq!(price_unknown_since(&store.conn).unwrap(), None);
+        let priced = |at: Millis, known: bool| {
+            let mut s = sample(at, true);
+            s.revenue_per_proof = known.then_some(0.05);
+            record(&store.conn, &s).unwrap();
+        };
+        priced(now - 50, false);
+        assert_eq!(price_unknown_since(&store.conn).unwrap(), Some(now - 50));
+        priced(now - 40, true);
+        assert_eq!(price_unknown_since(&store.conn).unwrap(), None);
+        priced(now - 30, false);
+        priced(now - 20, false);
+        assert_eq!(price_unknown_since(&store.conn).unwrap(), Some(now - 30));
     }
 
     #[test]
