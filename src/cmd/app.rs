@@ -26,6 +26,26 @@ impl App {
         Ok(config::load(&path, origin)?)
     }
 
+    /// The config for the hand-brake (`pause`, `instances stop`): a key the config's checks
+    /// refuse is left out, its default applied, and each one said at warning, so that a typo
+    /// never keeps an operator from stopping the fleet (`config::load_for_brake`).
+    pub fn load_config_for_brake(&self) -> Result<LoadedConfig> {
+        let env_value = self.env.get("FLEETAGENT_CONFIG");
+        let (path, origin) =
+            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (loaded, left_out) = config::load_for_brake(&path, origin)?;
+        for e in &left_out {
+            crate::journal::eprint(
+                crate::journal::WARNING,
+                &format!(
+                    "fleetagent: config {}: {e}; left out for this command (its default applies): fix it, every run refuses this config",
+                    path.display()
+                ),
+            );
+        }
+        Ok(loaded)
+    }
+
     /// The state dir for this config (see `paths::resolve_state_dir`).
     pub fn state_dir(&self, config: Option<&config::Config>) -> Result<PathBuf> {
         let from_config = config.and_then(|c| c.state_dir.as_deref());

@@ -218,7 +218,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         return stop_all(app, args);
     };
     let reason = args.reason.as_deref().unwrap_or("operator request");
-    let (loaded, dir, mut store) = super::open_shared(app, "instances stop")?;
+    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
     let config = &loaded.config;
     let services = vast_only(app, config)?;
     if services.vast.is_none() && !config.policy.dry_run {
@@ -277,7 +277,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| crate::error::usage("instances stop --all needs --reason TEXT"))?;
-    let (loaded, dir, mut store) = super::open_shared(app, "instances stop")?;
+    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
     let config = &loaded.config;
     let now = app.now();
     super::pause::hold(&store, None, reason, "instances stop --all", now)?;

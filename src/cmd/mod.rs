@@ -76,7 +76,10 @@ fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
 /// Config, state dir and an existing database, for the commands that must never create one
 /// (a caller with the wrong user or dir must not write into a database nobody reads).
 pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
-    let loaded = app.load_config()?;
+    open_existing_with(app, app.load_config()?)
+}
+
+fn open_existing_with(app: &App, loaded: LoadedConfig) -> Result<(LoadedConfig, PathBuf, Store)> {
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::check_state_dir(&dir)?;
     let store = Store::open(&dir, OpenMode::Existing, app.now())?;
@@ -90,6 +93,14 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
 /// `store.fence(what)`; on a follower it fails naming the leader.
 pub(crate) fn open_shared(app: &App, what: &str) -> Result<(LoadedConfig, PathBuf, Store)> {
     let (loaded, dir, mut store) = open_existing(app)?;
+    lead(app, &loaded, &mut store, what)?;
+    Ok((loaded, dir, store))
+}
+
+/// [`open_shared`] for the hand-brake (`pause`, `instances stop`): the config loaded by
+/// [`App::load_config_for_brake`], which leaves out a key its checks refuse.
+pub(crate) fn open_for_brake(app: &App, what: &str) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let (loaded, dir, mut store) = open_existing_with(app, app.load_config_for_brake()?)?;
     lead(app, &loaded, &mut store, what)?;
     Ok((loaded, dir, store))
 }

@@ -36,7 +36,7 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
         }
     };
     let reason = args.reason.trim();
-    let (loaded, dir, mut store) = super::open_shared(app, "pause")?;
+    let (loaded, dir, mut store) = super::open_for_brake(app, "pause")?;
     let before = ops::paused(&store.conn, now)?;
     hold(&store, until, reason, "pause", now)?;
     store.fence("pause")?;

@@ -40,15 +40,54 @@ pub fn resolve_path(flag: Option<&Path>, env_value: Option<&str>) -> (PathBuf, C
 /// Read, parse and validate the config. Errors are [`UsageError`]s (exit 2) naming the file,
 /// the line and the key.
 pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageError> {
+    let Some(text) = read_checked(path, origin)? else {
+        return Ok(defaults(path));
+    };
+    let config = parse(&text).map_err(|e| UsageError(format!("config {}: {e}", path.display())))?;
+    Ok(LoadedConfig {
+        config,
+        path: path.to_path_buf(),
+        file_found: true,
+    })
+}
+
+/// The config for the hand-brake (`pause`, `instances stop`): as [`load`], but a key that the
+/// schema or its checks refuse is left out (its default applies) and named in the second
+/// value, one error line each, so that a typo never keeps an operator from stopping the fleet.
+/// The file's mode, its place and its TOML syntax are refused as [`load`] refuses them.
+pub fn load_for_brake(
+    path: &Path,
+    origin: ConfigOrigin,
+) -> Result<(LoadedConfig, Vec<String>), UsageError> {
+    let Some(text) = read_checked(path, origin)? else {
+        return Ok((defaults(path), Vec::new()));
+    };
+    let (config, left_out) = parse_leaving_out(&text)
+        .map_err(|e| UsageError(format!("config {}: {e}", path.display())))?;
+    let loaded = LoadedConfig {
+        config,
+        path: path.to_path_buf(),
+        file_found: true,
+    };
+    Ok((loaded, left_out))
+}
+
+fn defaults(path: &Path) -> LoadedConfig {
+    LoadedConfig {
+        config: Config::default(),
+        path: path.to_path_buf(),
+        file_found: false,
+    }
+}
+
+/// The config's text, once its mode and its directory pass; None when the default path does
+/// not exist (every default applies).
+fn read_checked(path: &Path, origin: ConfigOrigin) -> Result<Option<String>, UsageError> {
     use std::os::unix::fs::PermissionsExt;
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && origin == ConfigOrigin::Default => {
-            return Ok(LoadedConfig {
-                config: Config::default(),
-                path: path.to_path_buf(),
-                file_found: false,
-            });
+            return Ok(None);
         }
         Err(e) => {
             return Err(UsageError(format!(
@@ -75,14 +114,70 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
             dir.display()
         )));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("cannot read config {}: {e}", path.display())))?;
-    let config = parse(&text).map_err(|e| UsageError(format!("config {}: {e}", path.display())))?;
-    Ok(LoadedConfig {
-        config,
-        path: path.to_path_buf(),
-        file_found: true,
-    })
+    std::fs::read_to_string(path)
+        .map(Some)
+        .map_err(|e| UsageError(format!("cannot read config {}: {e}", path.display())))
+}
+
+/// [`parse`], leaving out each key an error names (`line N (KEY): ...`) until the rest
+/// parses: the config and the errors of the keys left out, their lines those of `text`. An
+/// error that names no key of the file (a TOML syntax error, a check between keys that
+/// are not both there) is the error.
+fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
+    let mut err = match parse(text) {
+        Ok(c) => return Ok((c, Vec::new())),
+        Err(e) => e,
+    };
+    let Ok(mut table) = text.parse::<toml::Table>() else {
+        return Err(err);
+    };
+    let mut left_out = Vec::new();
+    // Every key of the file at most once; a bound in case an error names one that stays.
+    for _ in 0..64 {
+        let Some(key) = named_key(&err) else {
+            return Err(err);
+        };
+        if !remove_dotted(&mut table, &key) {
+            return Err(err);
+        }
+        // Lines as the operator's file has them (the rest is parsed from the table's text).
+        let msg = err.split_once("): ").map_or(err.as_str(), |(_, m)| m);
+        left_out.push(at_line(key_line(text, &key), &key, msg));
+        let rest = toml::to_string(&table).map_err(|e| e.to_string())?;
+        match parse(&rest) {
+            Ok(c) => return Ok((c, left_out)),
+            Err(e) => err = e,
+        }
+    }
+    Err(err)
+}
+
+/// The dotted key of a `line N (KEY): ...` error.
+fn named_key(err: &str) -> Option<String> {
+    let rest = err.strip_prefix("line ")?;
+    let (_, rest) = rest.split_once(" (")?;
+    let (key, _) = rest.split_once("): ")?;
+    Some(key.to_string())
+}
+
+/// Remove `a.b.c` from nested tables; false when it is not there. Quoted parts are matched
+/// as written unquoted.
+fn remove_dotted(table: &mut toml::Table, dotted: &str) -> bool {
+    let parts: Vec<String> = dotted
+        .split('.')
+        .map(|p| p.trim_matches('"').to_string())
+        .collect();
+    let Some((last, path)) = parts.split_last() else {
+        return false;
+    };
+    let mut at = table;
+    for p in path {
+        match at.get_mut(p) {
+            Some(toml::Value::Table(t)) => at = t,
+            _ => return false,
+        }
+    }
+    at.remove(last).is_some()
 }
 
 /// The first directory above the config (as named, and as its links resolve) that every user
@@ -123,4 +218,46 @@ pub fn parse(text: &str) -> Result<Config, String> {
         at_line(line, named, &msg)
     })?;
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-brake's config: every key the checks refuse is left out and named with its
+    /// line in the operator's file; what parses stays as written.
+    #[test]
+    fn the_brake_leaves_out_each_refused_key_and_keeps_the_rest() {
+        let text = "state_dir = \"/srv/fa\"\n\n[vast]\nlabel_prefix = \"ours\"\n\
+                    timeout_secs = 500\n\n[policy]\nmax_instance = 3\nmax_instances = 4\n";
+        assert!(parse(text).is_err());
+        let (config, left_out) = parse_leaving_out(text).unwrap();
+        assert_eq!(config.state_dir.as_deref(), Some(Path::new("/srv/fa")));
+        assert_eq!(config.vast.label_prefix, "ours");
+        assert_eq!(config.policy.max_instances, Some(4));
+        assert_eq!(
+            config.vast.timeout_secs,
+            Config::default().vast.timeout_secs
+        );
+        assert_eq!(left_out.len(), 2, "{left_out:?}");
+        assert!(left_out
+            .iter()
+            .any(|l| l.starts_with("line 8 (policy.max_instance): ")));
+        assert!(left_out
+            .iter()
+            .any(|l| l.starts_with("line 5 (vast.timeout_secs): ")));
+        // A good config leaves nothing out; a TOML syntax error is the error.
+        assert_eq!(
+            parse_leaving_out("[vast]\nlabel_prefix = \"ours\"\n")
+                .unwrap()
+                .1
+                .len(),
+            0
+        );
+        let broken = "[vast\nlabel_prefix = 1\n";
+        assert_eq!(
+            parse_leaving_out(broken).unwrap_err(),
+            parse(broken).unwrap_err()
+        );
+    }
 }

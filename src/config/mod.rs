@@ -10,7 +10,7 @@ pub(crate) mod locate;
 mod schema;
 mod validate;
 
-pub use load::{load, parse, resolve_path, ConfigOrigin, LoadedConfig};
+pub use load::{load, load_for_brake, parse, resolve_path, ConfigOrigin, LoadedConfig};
 pub use schema::{
     Config, CredentialRef, DebounceConfig, DemandConfig, DemandSource, EnvValue, Fallback,
     HaConfig, LlmConfig, MetricsConfig, OfferType, OffersConfig, PolicyConfig, PriceConfig,

@@ -542,7 +542,9 @@ fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
 
 /// The panic button while vast.ai's listing hangs: the listing costs its wait, then every
 /// instance the table knows is still sent its DELETE (the walkthrough saw none sent: one
-/// unanswered request stopped every later call of the process).
+/// unanswered request stopped every later call of the process). And with a typo in the
+/// config, which every run refuses: the key is left out and named at warning, and the
+/// button still works (it refused with exit 2, as `pause` did).
 #[test]
 fn the_panic_button_destroys_while_the_listing_hangs() {
     let vast = FakeVast::start_real_time();
@@ -556,6 +558,20 @@ fn the_panic_button_destroys_while_the_listing_hangs() {
     }
     write_demand(f.path(), busy(&labels, 0));
     pass(&f);
+    let good = std::fs::read_to_string(&f.config).unwrap();
+    let typo = good.replacen("[policy]\n", "[policy]\nmax_instance = 3\n", 1);
+    assert_ne!(typo, good);
+    f.write_config(&typo);
+    assert_eq!(f.cmd(&["run"]).code, 2);
+    let paused = f.cmd(&["pause", "--reason", "hands off"]).ok();
+    assert!(
+        paused
+            .stderr
+            .contains("(policy.max_instance): unknown field")
+            && paused.stderr.contains("left out for this command"),
+        "{}",
+        paused.stderr
+    );
     vast.fail_next(Route::ListV1, 10, FakeReply::hang());
     let out = f.cmd(&["instances", "stop", "--all", "--reason", "runaway bill"]);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
