@@ -44,6 +44,8 @@ pub fn observe(
 ) -> Result<Snapshot> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
+    let (listing, listing_error) =
+        super::vanished::confirm(&store.conn, services, listing, listing_error)?;
     let fil_usd = services.fil_usd.as_ref().map(|s| s.fil_usd());
     let now = clock.now_ms();
 

@@ -508,7 +508,9 @@ fn image_login_goes_in_the_create_body_and_nowhere_else() {
 
 /// A listing that leaves out our instances' labels (the helper's walkthrough saw the rules
 /// launch past max_instances when it did) does not make them gone: they are ours by their
-/// ids, the caps count them, nothing more is rented.
+/// ids, the caps count them, nothing more is rented. Nor does a listing that answers
+/// `"instances": []` while they bill (another walkthrough saw 6 rented under
+/// max_instances = 2): each is asked for by id, found, and still counted.
 #[test]
 fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
     let vast = FakeVast::start_real_time();
@@ -529,6 +531,15 @@ fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
     pass(&f);
     pass(&f);
     assert_eq!(vast.count(Route::Create), 2, "{:?}", actions(&f));
+    let gone: i64 = f.count("SELECT count(*) FROM instances WHERE state = 'gone'");
+    assert_eq!(gone, 0, "{:?}", actions(&f));
+
+    let empty = json!({"success": true, "instances": [], "next_token": null});
+    vast.fail_next(Route::ListV1, 2, FakeReply::json(200, empty));
+    pass(&f);
+    pass(&f);
+    assert_eq!(vast.count(Route::Create), 2, "{:?}", actions(&f));
+    assert!(vast.count(Route::Show) >= 2);
     let gone: i64 = f.count("SELECT count(*) FROM instances WHERE state = 'gone'");
     assert_eq!(gone, 0, "{:?}", actions(&f));
     let v: Value = serde_json::from_str(&f.cmd(&["inspect", "--json"]).ok().stdout).unwrap();
