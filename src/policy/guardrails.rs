@@ -51,6 +51,11 @@ pub enum Refusal {
     /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
     /// rented for it, whoever asks.
     ProofShareDisabled,
+    /// The demand probe failed this pass (`why`): the fleet is held as it is, whoever asks
+    /// (a launch on a stale belief, "workers dead", is how money goes unseen).
+    DemandUnknown {
+        why: String,
+    },
     /// The operator paused the agent (`fleetagent pause`): nobody but the operator launches
     /// or stops until `resume` (or the pause's end).
     Paused(crate::store::ops::Pause),
@@ -87,6 +92,7 @@ impl Refusal {
             Refusal::RateLimited { .. } => "rate_limited",
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
+            Refusal::DemandUnknown { .. } => "demand_unknown",
             Refusal::Unprofitable(_) => "unprofitable",
             Refusal::Paused(_) => "paused",
         }
@@ -149,6 +155,9 @@ impl Refusal {
                     ),
                 })
             }
+            Refusal::DemandUnknown { why } => json!({
+                "message": format!("demand is unknown ({why}): the fleet is held as it is; nothing is launched until the probe reads Curio again"),
+            }),
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",
             }),

@@ -127,6 +127,8 @@ pub struct Ask {
     pub measured_rates: crate::fleet::rates::Rates,
     /// ProofShare is switched off in Curio: no launch is made for it.
     pub proofshare_disabled: bool,
+    /// The demand probe failed this pass (why): the fleet is held, nothing is launched.
+    pub demand_unknown: Option<String>,
     /// What a proof earns this pass (None: unknown, the profit check is off).
     pub price: Option<crate::price::Price>,
     /// Our instances that bill and are not bids (for `policy.on_demand_min`).
@@ -162,6 +164,12 @@ impl Ask {
                 .demand
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
+            demand_unknown: snapshot.demand.is_none().then(|| {
+                snapshot
+                    .demand_error
+                    .clone()
+                    .unwrap_or_else(|| "the probe failed".into())
+            }),
             price: snapshot.price.clone(),
             on_demand: snapshot
                 .instances
@@ -260,6 +268,12 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
     }
     let policy = &config.policy;
     let facts = ask.facts();
+    if let Some(why) = &ask.demand_unknown {
+        let r = Refusal::DemandUnknown {
+            why: clip(why, 200),
+        };
+        return Some(Answer::refused(ask, &r, ask.offer_id));
+    }
     if ask.proofshare_disabled {
         return Some(Answer::refused(
             ask,

@@ -194,6 +194,23 @@ fn a_pause_refuses_even_an_emergency_and_is_recorded() {
     );
 }
 
+/// A failed probe holds the fleet for everyone: a model that launches on a belief of the
+/// last pass ("workers dead") is refused, naming why demand is unknown (a walkthrough saw
+/// such launches go through while the journal and doctor said nothing was launched).
+#[test]
+fn unknown_demand_refuses_every_launch() {
+    let c = config();
+    let mut s = snap(0, false);
+    s.demand = None;
+    s.demand_error = Some("demand command exited 3".into());
+    let ans = gate_of(&s, &c, Some(5)).unwrap();
+    refused_with(&ans, "demand_unknown", Some(5));
+    let message = ans.result.content["message"].as_str().unwrap();
+    assert!(message.contains("demand command exited 3"), "{message}");
+    s.demand_error = None;
+    refused_with(&gate_of(&s, &c, None).unwrap(), "demand_unknown", None);
+}
+
 #[test]
 fn the_instance_cap_refuses() {
     let mut c = config();

@@ -118,14 +118,29 @@ fn run_everything(rig: &Rig, keys: &Keys) -> Vec<Output> {
     rig.llm
         .push(Reply::text("Launched one, destroyed the exited one."));
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    // This pass reads Curio through the rig's command (a launch on unknown demand is
+    // refused); every later one through the failing HarmonyDB probe.
+    let harmony = std::fs::read_to_string(&f.config).unwrap();
+    let read = harmony.replace("source = \"harmonydb\"", "source = \"command\"");
+    assert_ne!(read, harmony);
+    std::fs::write(&f.config, read).unwrap();
+    // Someone else's busy worker, nothing queued: no rule of the floor's wants anything.
+    crate::suite::agent_e2e::write_demand(
+        f.path(),
+        json!({"pending": 0, "running": 1, "completed_1h": 20, "completed_15m": 5,
+               "workers": [{"machine_name": "other-box", "host_and_port": "10.0.0.9:12300",
+                            "running": 1, "cordoned": false}]}),
+    );
     let code = record(
         "run -vv RUST_LOG=trace",
         f.command(&["-vv", "run"]).env("RUST_LOG", "trace"),
     );
+    std::fs::write(&f.config, harmony).unwrap();
     assert_eq!(code, Some(0), "{}", outs.last().unwrap().text);
     assert!(
         rig.vast.count(Route::Create) == 1,
-        "the launch reached vast.ai"
+        "the launch reached vast.ai: {}",
+        outs.last().unwrap().text
     );
     for args in [
         &["inspect"][..],
