@@ -263,6 +263,7 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
                 nix::unistd::chown(&p.state_dir, Some(u.uid), Some(u.gid)).with_context(|| {
                     format!("cannot chown state dir {} to {SERVICE_USER}", p.state_dir.display())
                 })?;
+                notes.extend(give_state_files(&p.state_dir, u.uid, u.gid)?);
             }
         }
     }
@@ -288,6 +289,36 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
         }
     }
     Ok(notes)
+}
+
+/// The files root left in the state dir it just gave the service user (`init` run as root
+/// first: the database, its -wal and -shm, run.lock, the doorbell): theirs too, or the service
+/// cannot open its database (SQLite code 14); systemd's `StateDirectory=` does not descend
+/// into a dir whose owner is already right. Regular files only, links never followed.
+fn give_state_files(
+    dir: &Path,
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+) -> Result<Vec<String>> {
+    let mut given = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("state dir {}", dir.display()))? {
+        let path = entry?.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_file() && meta.uid() == 0 {
+            nix::unistd::chown(&path, Some(uid), Some(gid))
+                .with_context(|| format!("cannot chown {} to {SERVICE_USER}", path.display()))?;
+            given.push(path.display().to_string());
+        }
+    }
+    Ok(match given.is_empty() {
+        true => Vec::new(),
+        false => vec![format!(
+            "gave {} to {SERVICE_USER} with the state dir (root made them)",
+            given.join(", ")
+        )],
+    })
 }
 
 /// What to say about the state dir, from its real mode: a dir `install` (or `init`) created
@@ -496,6 +527,36 @@ mod tests {
             "{line}"
         );
         assert_eq!(note, None);
+    }
+
+    /// `init` as root, then `units install`: the files root made in the state dir go to the
+    /// service user with the dir (regular files only; a link is never followed). The suite
+    /// runs as root, as CI does.
+    #[test]
+    fn the_state_files_root_made_go_with_the_dir() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("fleetagent.db");
+        fs::write(&db, b"").unwrap();
+        let elsewhere = dir.path().join("sub");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, dir.path().join("link")).unwrap();
+        let (uid, gid) = (
+            nix::unistd::Uid::from_raw(4242),
+            nix::unistd::Gid::from_raw(4243),
+        );
+        let notes = give_state_files(dir.path(), uid, gid).unwrap();
+        let db_meta = fs::metadata(&db).unwrap();
+        assert_eq!((db_meta.uid(), db_meta.gid()), (4242, 4243));
+        assert_eq!(fs::metadata(&elsewhere).unwrap().uid(), 0);
+        assert_eq!(
+            fs::symlink_metadata(dir.path().join("link")).unwrap().uid(),
+            0
+        );
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("fleetagent.db") && !notes[0].contains("link"));
+        // Given once: nothing left to give.
+        assert!(give_state_files(dir.path(), uid, gid).unwrap().is_empty());
     }
 
     #[test]

@@ -152,15 +152,54 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
             (mode & 0o220 != 0o220).then(|| format!("{} (mode {mode:04o})", f.display()))
         })
         .collect();
-    if unwritable.is_empty() {
+    let mut out = Vec::new();
+    if !unwritable.is_empty() {
+        out.push(Problem::new(format!(
+            "the database cannot be written by its owner and group: {}; every run fails \"attempt to write a readonly database\"",
+            unwritable.join(", ")
+        ))
+        .fix(format!(
+            "chmod 0660 {}/fleetagent.db* (and chown them to the service user, e.g. fleetagent:fleetagent)",
+            dir.display()
+        )));
+    }
+    out.extend(foreign_owned(dir, &files));
+    out
+}
+
+/// State files that neither the state dir's owner nor its group owns (`init` run as root
+/// before `units install` gave the dir to the service user, a restore with `install -o`
+/// another user): the service, which runs as the dir's owner, cannot open them ("unable to
+/// open database file", SQLite code 14), though root's `doctor` could.
+fn foreign_owned(dir: &Path, db_files: &[std::path::PathBuf]) -> Vec<Problem> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(d) = std::fs::metadata(dir) else {
+        return Vec::new();
+    };
+    let others: Vec<String> = db_files
+        .iter()
+        .cloned()
+        .chain([dir.join("run.lock"), dir.join("trigger")])
+        .filter_map(|f| {
+            let m = std::fs::symlink_metadata(&f).ok()?;
+            (m.uid() != d.uid() && m.gid() != d.gid())
+                .then(|| format!("{} ({}:{})", f.display(), m.uid(), m.gid()))
+        })
+        .collect();
+    if others.is_empty() {
         return Vec::new();
     }
     vec![Problem::new(format!(
-        "the database cannot be written by its owner and group: {}; every run fails \"attempt to write a readonly database\"",
-        unwritable.join(", ")
+        "state files owned by neither the state dir's owner nor its group ({}:{}): {}; the service, which runs as the dir's owner, cannot open them",
+        d.uid(),
+        d.gid(),
+        others.join(", ")
     ))
     .fix(format!(
-        "chmod 0660 {}/fleetagent.db* (and chown them to the service user, e.g. fleetagent:fleetagent)",
+        "chown --reference={} {}/fleetagent.db* {}/run.lock {}/trigger (those that exist)",
+        dir.display(),
+        dir.display(),
+        dir.display(),
         dir.display()
     ))]
 }

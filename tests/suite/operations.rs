@@ -784,6 +784,16 @@ fn doctor_names_a_database_file_the_service_cannot_write() {
     assert!(detail.contains("fleetagent.db (mode 0440)"), "{detail}");
     let fix = check(&v, "database")["fix"].as_str().unwrap().to_string();
     assert!(fix.starts_with("chmod 0660 "), "{fix}");
+
+    // Writable, but owned by neither the dir's owner nor its group (`init` as root before
+    // the dir went to the service user): the service cannot open it.
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o660)).unwrap();
+    std::os::unix::fs::chown(&db, Some(4242), Some(4242)).unwrap();
+    let (v, code) = doctor_json(&f);
+    assert_eq!(code, 1);
+    let detail = failing(&v, "database", "owned by neither the state dir's owner");
+    assert!(detail.contains("fleetagent.db (4242:4242)"), "{detail}");
+    assert!(!detail.contains("run.lock"), "{detail}");
 }
 
 /// `policy.daily_spend_max` reached (today's spend and an hour of the fleet pass it): every
