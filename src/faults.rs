@@ -73,13 +73,13 @@ pub fn point(name: &str) -> Result<()> {
     if let Some((p, ms)) = &s.pause {
         if p == name {
             // Tests wait for this line to act on the paused process (SIGSTOP, a partition).
-            eprintln!("fleetagent: test pause at {name}");
+            crate::journal::write_stderr(&format!("fleetagent: test pause at {name}"));
             #[allow(clippy::disallowed_methods)]
             std::thread::sleep(Duration::from_millis(*ms));
         }
     }
     if s.crash.as_deref() == Some(name) {
-        eprintln!("fleetagent: test crash injected at {name}");
+        crate::journal::write_stderr(&format!("fleetagent: test crash injected at {name}"));
         std::process::abort();
     }
     if s.panic.as_deref() == Some(name) {
@@ -111,11 +111,11 @@ pub mod stats {
     /// Print the counters if the switch is set (called by main before exiting).
     pub fn report() {
         if std::env::var_os("FLEETAGENT_TEST_STATS").is_some() {
-            eprintln!(
+            crate::journal::write_stderr(&format!(
                 "fleetagent-stats tokenizer_loads={} http_clients={}",
                 TOKENIZER_LOADS.load(Ordering::Relaxed),
                 HTTP_CLIENTS.load(Ordering::Relaxed)
-            );
+            ));
         }
     }
 }

@@ -91,7 +91,18 @@ pub fn default_filter(verbose: u8, notices: bool) -> &'static str {
 /// Writes `text` to stderr as [`line`] shapes it: a line outside the logger (the final
 /// error, an operator command's warning, doctor's notes) with its priority in the journal.
 pub fn eprint(priority: u8, text: &str) {
-    eprintln!("{}", line(priority, text));
+    write_stderr(&line(priority, text));
+}
+
+/// Writes `text` and a newline to stderr as they are. A failed write is ignored: stderr is
+/// where failures are reported, so nothing is left to report this one to (`eprintln!` would
+/// panic, exit 101, with stderr on a full disk or `2>/dev/full`).
+pub fn write_stderr(text: &str) {
+    use std::io::Write;
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes.push(b'\n');
+    let _ = std::io::stderr().lock().write_all(&bytes);
 }
 
 /// `text` as it goes to stderr: each line prefixed `<priority>` in the journal (journald

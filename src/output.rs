@@ -26,7 +26,9 @@ pub fn print(args: fmt::Arguments<'_>) {
             CLOSED.store(true, Ordering::Relaxed);
         } else {
             FAILED.store(true, Ordering::Relaxed);
-            eprintln!("fleetagent: cannot write to standard output: {e}");
+            crate::journal::write_stderr(&format!(
+                "fleetagent: cannot write to standard output: {e}"
+            ));
         }
     }
 }
@@ -57,7 +59,10 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
 pub fn waiting(what: &str, at_most: std::time::Duration) {
     use std::io::IsTerminal;
     if std::io::stderr().is_terminal() {
-        eprintln!("waiting for {what} (up to {}s)...", at_most.as_secs());
+        crate::journal::write_stderr(&format!(
+            "waiting for {what} (up to {}s)...",
+            at_most.as_secs()
+        ));
     }
 }
 

@@ -143,18 +143,18 @@ fn plot(app: &App, args: &InspectArgs, file: &Path) -> Result<()> {
     out.write(&drawn.svg)?;
     let window = crate::plot::trim(hours);
     if drawn.samples == 0 {
-        eprintln!(
+        crate::journal::write_stderr(&format!(
             "{}: no samples in the last {window} h (each `run` pass stores one; is the timer running?)",
             file.display()
-        );
+        ));
     } else {
-        eprintln!(
+        crate::journal::write_stderr(&format!(
             "{}: {} samples of the last {window} h ({} without a demand reading, {} with the price unknown)",
             file.display(),
             drawn.samples,
             drawn.without_demand,
             drawn.without_price
-        );
+        ));
     }
     Ok(())
 }

@@ -119,12 +119,12 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
         crate::outln!("{}", serde_json::to_string_pretty(&result.report)?);
     } else {
         crate::out!("{}", sim::report::render_text(&result.report));
-        eprintln!(
+        crate::journal::write_stderr(&format!(
             "simulated {:.1} h in {:.1} s ({:.0} simulated hours per second)",
             result.report.hours,
             secs,
             result.report.hours / secs.max(1e-9)
-        );
+        ));
     }
     if result.report.passed {
         Ok(())

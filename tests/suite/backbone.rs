@@ -805,6 +805,44 @@ fn a_closed_pipe_ends_the_output_not_the_command() {
 }
 
 #[test]
+fn a_full_stderr_keeps_the_exit_code() {
+    // `2>/dev/full`: every write to stderr fails; eprintln! panicked (exit 101).
+    let f = Fleet::new();
+    let bad = Fleet::with_config("[run]\nno_such_key = 1\n");
+    let full = || {
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let doctor_code = f.cmd(&["doctor"]).code;
+    // (fleet, args, stdout on /dev/full too, the exit code)
+    let cases: [(&Fleet, &[&str], bool, i32); 6] = [
+        (&f, &["trigger", "-p", "0", "-r", "full"], false, 0),
+        (&f, &["-vv", "trigger", "-p", "0", "-r", "full"], false, 0),
+        (&f, &["history", "--run", "999"], false, 1),
+        (&bad, &["trigger", "-p", "0", "-r", "x"], false, 2),
+        (&f, &["trigger", "--no-such-flag"], false, 2),
+        // stdout fails as well: said on stderr (which fails too), and the command fails.
+        (&f, &["doctor"], true, doctor_code.max(1)),
+    ];
+    for (fleet, args, stdout_full, code) in cases {
+        let mut c = fleet.command(args);
+        c.stderr(std::process::Stdio::from(full()));
+        if stdout_full {
+            c.stdout(std::process::Stdio::from(full()));
+        }
+        let out = c.output().expect("spawn fleetagent");
+        assert_eq!(out.status.code(), Some(code), "{args:?}");
+    }
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM events WHERE reason = 'full'"),
+        2,
+        "the triggers' work is done whatever happens to stderr"
+    );
+}
+
+#[test]
 fn doctor_names_what_makes_every_pass_futile() {
     let f = Fleet::new();
     f.write_config(&format!(
