@@ -24,6 +24,7 @@ pub struct Claim {
 pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
     let tx = store.immediate()?;
     let stale = runs::running(&tx)?;
+    let mut lines = Vec::with_capacity(stale.len());
     for run in &stale {
         runs::finish_failed(
             &tx,
@@ -34,16 +35,20 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
         runs::mark_in_prompt(&tx, run.id)?;
         let ev = events::hand_back(&tx, run.id, None, "pass interrupted", now)?;
         let wk = wakes::hand_back(&tx, run.id, None, now)?;
-        log::warn!(
+        lines.push(format!(
             "run {} was interrupted; handed back {} event(s) and {} wake(s) ({} event(s), {} wake(s) now failed)",
             run.id,
             ev.returned,
             wk.returned,
             ev.failed,
             wk.failed
-        );
+        ));
     }
     tx.commit()?;
+    // Said once committed: a commit that fails (a full disk) handed nothing back.
+    for line in &lines {
+        log::warn!("{line}");
+    }
     Ok(stale.len())
 }
 
@@ -68,7 +73,12 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     if let Err(e) = tx.commit() {
         if removed {
             // Nothing was claimed: put the ring back so the work is not stranded.
-            let _ = env.doorbell.ring("restored: claim transaction failed");
+            if let Err(ring) = env.doorbell.ring("restored: claim transaction failed") {
+                log::warn!(
+                    "the doorbell could not be rung again after the failed claim: {}; the timer takes the events within one period",
+                    crate::error::one_line(&ring)
+                );
+            }
         }
         return Err(e).context("cannot commit the claim");
     }
@@ -149,5 +159,161 @@ pub fn ready_events(store: &mut Store, now: Millis) -> Result<i64> {
 pub fn ensure_doorbell(doorbell: &dyn Doorbell, ready: i64) {
     if let Ok(None) = doorbell.mtime() {
         let _ = doorbell.ring(&format!("{ready} event(s) left for the next run"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::path::Path;
+
+    use super::*;
+    use crate::doorbell::DoorbellStatus;
+
+    const T: Millis = 1_800_000_000_000;
+
+    thread_local! {
+        /// The warnings logged on this thread while [`warnings`] runs.
+        static WARNINGS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    }
+
+    /// A logger that keeps the warnings of the threads that ask for them.
+    struct Capture;
+
+    impl log::Log for Capture {
+        fn enabled(&self, meta: &log::Metadata<'_>) -> bool {
+            meta.level() <= log::Level::Warn && WARNINGS.with(|w| w.borrow().is_some())
+        }
+
+        fn log(&self, record: &log::Record<'_>) {
+            if self.enabled(record.metadata()) {
+                WARNINGS.with(|w| {
+                    if let Some(lines) = w.borrow_mut().as_mut() {
+                        lines.push(record.args().to_string());
+                    }
+                });
+            }
+        }
+
+        fn flush(&self) {}
+    }
+
+    /// What `f` returns, and the warnings it logged.
+    fn warnings<R>(f: impl FnOnce() -> R) -> (R, Vec<String>) {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            if log::set_logger(&Capture).is_ok() {
+                log::set_max_level(log::LevelFilter::Warn);
+            }
+        });
+        WARNINGS.with(|w| *w.borrow_mut() = Some(Vec::new()));
+        let out = f();
+        (
+            out,
+            WARNINGS.with(|w| w.borrow_mut().take()).unwrap_or_default(),
+        )
+    }
+
+    /// A doorbell on a full disk: it was rung (the run deletes it) and cannot be rung again.
+    struct FullDoorbell;
+
+    impl Doorbell for FullDoorbell {
+        fn ring(&self, _line: &str) -> Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC)).context("cannot write doorbell")
+        }
+
+        fn mtime(&self) -> Result<Option<Millis>> {
+            Ok(Some(T))
+        }
+
+        fn remove(&self) -> Result<bool> {
+            Ok(true)
+        }
+
+        fn status(&self) -> Result<DoorbellStatus> {
+            anyhow::bail!("not read here")
+        }
+
+        fn path(&self) -> &Path {
+            Path::new("(full disk)")
+        }
+    }
+
+    /// Every COMMIT on `store` fails (a deferred foreign key left broken by a write to `runs`),
+    /// as on a full disk, until [`commits_succeed`].
+    fn commits_fail(store: &Store) {
+        store
+            .conn
+            .execute_batch(
+                "CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TEMP TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
+                 CREATE TEMP TRIGGER break_commit AFTER INSERT ON main.runs BEGIN INSERT INTO child VALUES (1); END;
+                 CREATE TEMP TRIGGER break_commit_update AFTER UPDATE ON main.runs BEGIN INSERT INTO child VALUES (1); END;",
+            )
+            .unwrap();
+    }
+
+    fn commits_succeed(store: &Store) {
+        store
+            .conn
+            .execute_batch("DROP TRIGGER temp.break_commit; DROP TRIGGER temp.break_commit_update;")
+            .unwrap();
+    }
+
+    #[test]
+    fn a_failed_claim_names_a_doorbell_it_cannot_ring_again() {
+        let mut store = Store::open_memory(T).unwrap();
+        events::insert(&store.conn, 1, "trigger", "work", None, T).unwrap();
+        commits_fail(&store);
+        let config = crate::config::Config::default();
+        let clock = crate::clock::ManualClock::new(T);
+        let services = crate::services::Services::default();
+        let process_env = crate::env::Env::default();
+        let env = RunEnv {
+            ctx: crate::services::Ctx {
+                config: &config,
+                env: &process_env,
+                clock: &clock,
+                services: &services,
+            },
+            state_dir: Path::new("/nonexistent"),
+            doorbell: &FullDoorbell,
+            pid: 1,
+            peer: None,
+        };
+        let (claimed, said) = warnings(|| begin(&mut store, &env, 1));
+        let err = crate::error::one_line(&claimed.err().expect("the commit fails"));
+        assert!(err.starts_with("cannot commit the claim"), "{err}");
+        assert_eq!(
+            said,
+            ["the doorbell could not be rung again after the failed claim: cannot write doorbell: \
+              No space left on device (os error 28); the timer takes the events within one period"]
+        );
+        // Nothing was claimed: the event waits for the timer.
+        assert_eq!(events::count_ready(&store.conn, T).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_interrupted_run_is_said_handed_back_only_once_committed() {
+        let mut store = Store::open_memory(T).unwrap();
+        let session = session::current(&store.conn).unwrap();
+        let run = runs::create(&store.conn, session, 1, 1, runs::StartedBy::Tick, T).unwrap();
+        commits_fail(&store);
+        let (recovered, said) = warnings(|| recover_interrupted(&mut store, T + 1));
+        assert!(recovered.is_err(), "the commit fails");
+        assert_eq!(said, Vec::<String>::new(), "nothing was handed back");
+        let status = |s: &Store| runs::get(&s.conn, run).unwrap().unwrap().status;
+        assert_eq!(status(&store), runs::Status::Running);
+
+        commits_succeed(&store);
+        let (recovered, said) = warnings(|| recover_interrupted(&mut store, T + 2));
+        assert_eq!(recovered.unwrap(), 1);
+        assert_eq!(
+            said,
+            [format!(
+                "run {run} was interrupted; handed back 0 event(s) and 0 wake(s) (0 event(s), 0 wake(s) now failed)"
+            )]
+        );
+        assert_eq!(status(&store), runs::Status::Failed);
     }
 }
