@@ -126,6 +126,17 @@ pub fn storage_fault(err: &anyhow::Error) -> Option<StorageFault> {
     found
 }
 
+/// Is SQLITE_BUSY or SQLITE_LOCKED in the chain: another connection held the database past
+/// the busy timeout (`store::locked_line` names the file)?
+pub fn is_database_locked(err: &anyhow::Error) -> bool {
+    use rusqlite::ErrorCode;
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<rusqlite::ffi::Error>()
+            .is_some_and(|e| matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+    })
+}
+
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
 }
@@ -184,5 +195,15 @@ mod tests {
         assert_eq!(storage_fault(&errno(libc::EACCES)), None);
         assert_eq!(storage_fault(&sqlite(19, "UNIQUE constraint failed")), None);
         assert_eq!(storage_fault(&anyhow::anyhow!("plain")), None);
+    }
+
+    #[test]
+    fn a_locked_database_is_read_from_busy_and_locked() {
+        let busy = sqlite(5, "database is locked").context("cannot record the event");
+        assert!(is_database_locked(&busy));
+        assert!(is_database_locked(&sqlite(6, "database table is locked")));
+        assert!(is_database_locked(&sqlite(517, "database is locked")));
+        assert!(!is_database_locked(&sqlite(13, "database or disk is full")));
+        assert_eq!(storage_fault(&busy), None);
     }
 }

@@ -6,6 +6,9 @@
 //! - `FLEETAGENT_TEST_PANIC_AT=<point>`: panic there (what a bug would do), so tests can check
 //!   that a panic leaks no secret and loses nothing.
 //!
+//! `FLEETAGENT_TEST_BUSY_TIMEOUT_MS=<ms>` names no point: it is SQLite's busy timeout
+//! (`store::busy_timeout`) instead of 30 s, so a test of a locked database need not wait.
+//!
 //! Unset (always, in production) nothing happens; the variables are read once per process.
 //! They can only make the process stop, fail or wait at a point it passes anyway: none of them
 //! skips a check, changes a decision or reaches another file (docs/security.md).
@@ -46,6 +49,7 @@ struct Switches {
     panic: Option<String>,
     fail: Option<String>,
     pause: Option<(String, u64)>,
+    busy_timeout: Option<Duration>,
 }
 
 fn switches() -> &'static Switches {
@@ -60,7 +64,16 @@ fn switches() -> &'static Switches {
                 let (name, ms) = v.rsplit_once(':')?;
                 Some((name.to_string(), ms.parse().ok()?))
             }),
+        busy_timeout: std::env::var("FLEETAGENT_TEST_BUSY_TIMEOUT_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(Duration::from_millis),
     })
+}
+
+/// The busy timeout a test set (`FLEETAGENT_TEST_BUSY_TIMEOUT_MS`); None: the store's own.
+pub fn busy_timeout() -> Option<Duration> {
+    switches().busy_timeout
 }
 
 /// A persistence point: abort, fail or pause here if a test switch names it.

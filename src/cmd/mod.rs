@@ -57,9 +57,12 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
 }
 
 /// A full or read-only file system under the state dir, named with the dir and its free space
-/// ([`crate::paths::name_storage_fault`]) rather than as SQLite's "disk I/O error".
+/// ([`crate::paths::name_storage_fault`]) rather than as SQLite's "disk I/O error"; a database
+/// locked past the busy timeout named with its file ([`crate::store::locked_line`]) rather
+/// than as "database is locked".
 fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
-    if crate::error::storage_fault(&err).is_none() {
+    let locked = crate::error::is_database_locked(&err);
+    if !locked && crate::error::storage_fault(&err).is_none() {
         return err;
     }
     let dir = app
@@ -68,6 +71,7 @@ fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
         .and_then(|l| app.state_dir(Some(&l.config)).ok())
         .or_else(|| app.state_dir_without_config());
     match dir {
+        Some(d) if locked => err.context(crate::store::locked_line(&d)),
         Some(d) => crate::paths::name_storage_fault(err, &d),
         None => err,
     }

@@ -56,6 +56,25 @@ pub const DB_FILE: &str = "fleetagent.db";
 /// How long a writer waits for another one before failing with SQLITE_BUSY.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// [`BUSY_TIMEOUT`], or the test-only switch's (`faults::busy_timeout`).
+pub fn busy_timeout() -> Duration {
+    crate::faults::busy_timeout().unwrap_or(BUSY_TIMEOUT)
+}
+
+/// The line naming a database another process held locked past the busy timeout, in front
+/// of SQLite's "database is locked": which file, and who is likely to hold it.
+pub fn locked_line(dir: &Path) -> String {
+    let db = dir.join(DB_FILE);
+    format!(
+        "database {db} was locked by another process past the busy timeout ({}s): most likely \
+         another program holding a long write transaction on it (`fuser -v {db}` lists the \
+         processes that have it open); fleetagent's own transactions are short, and its runs \
+         wait for each other on run.lock, not on the database",
+        busy_timeout().as_secs_f64(),
+        db = db.display()
+    )
+}
+
 /// A process that finds the WAL larger than this when it closes the store folds it back and
 /// truncates it. Each process is the database's first connection, so SQLite re-reads the
 /// whole WAL at open (the wal-index is rebuilt): an unbounded WAL would make every `trigger`
@@ -210,7 +229,7 @@ impl Store {
 
     /// The schema of a database that cannot be migrated: exactly this version.
     fn check_read_only_schema(&self) -> Result<()> {
-        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.busy_timeout(busy_timeout())?;
         let version = self.user_version()?;
         if version < 0 {
             bail!("{}", negative_version(version));
@@ -253,7 +272,7 @@ impl Store {
     }
 
     fn setup(&mut self, now: Millis, mode: OpenMode) -> Result<()> {
-        self.conn.busy_timeout(BUSY_TIMEOUT)?;
+        self.conn.busy_timeout(busy_timeout())?;
         // One read of the schema version serves the check below and the migration (`trigger`
         // opens the store on every state change).
         let mut version = self.user_version()?;
@@ -430,7 +449,7 @@ impl Store {
             Ok(_) => log::debug!("checkpoint deferred: another process uses the database"),
             Err(e) => log::info!("checkpoint skipped: {e}"),
         }
-        let _ = self.conn.busy_timeout(BUSY_TIMEOUT);
+        let _ = self.conn.busy_timeout(busy_timeout());
     }
 
     /// SQLite's file beside the database: `-wal` or `-shm`.

@@ -349,6 +349,55 @@ fn a_full_disk_is_named_with_the_free_space() {
     }
 }
 
+#[test]
+fn a_locked_database_is_named_with_its_file() {
+    // Another program holds a write transaction on fleetagent.db past the busy timeout
+    // (shortened from 30 s by the test switch).
+    let f = Fleet::new().env("FLEETAGENT_TEST_BUSY_TIMEOUT_MS", "300");
+    let holder = f.db();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let db = f.state.join("fleetagent.db");
+    let named = format!(
+        "fleetagent: database {} was locked by another process past the busy timeout (0.3s): \
+         most likely another program holding a long write transaction on it (`fuser -v {}` \
+         lists the processes that have it open); ",
+        db.display(),
+        db.display()
+    );
+    let started = Instant::now();
+    let trigger = f.cmd(&["trigger", "-p", "0", "-r", "locked"]).code(1);
+    let run = f.cmd(&["run"]).code(1);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    for out in [&trigger, &run] {
+        assert!(out.stderr.starts_with(&named), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("runs wait for each other on run.lock"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            out.stderr
+                .trim_end()
+                .ends_with("database is locked (SQLite code 5)"),
+            "{}",
+            out.stderr
+        );
+    }
+    assert!(
+        trigger
+            .stderr
+            .contains("cannot record the event: database is locked"),
+        "{}",
+        trigger.stderr
+    );
+    holder.execute_batch("ROLLBACK").unwrap();
+    f.cmd(&["trigger", "-p", "0", "-r", "locked"]).ok();
+}
+
 /// Outside text (a trigger's reason, an operator message, a wake's reason) never reaches the
 /// terminal as control characters: an escape sequence in it is printed escaped by every
 /// command that shows it.
