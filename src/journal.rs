@@ -39,12 +39,22 @@ macro_rules! notice {
 /// child of a journald-connected service that redirected its stderr keeps the variable but
 /// not the stream, hence the comparison.
 pub fn stderr_is_journal(stream: Option<&OsStr>) -> bool {
+    names(stream, std::io::stderr())
+}
+
+/// Whether `JOURNAL_STREAM` names the file open on descriptor 1: under systemd stdout is the
+/// same stream, and the commands' own lines (`run`'s summary) then carry a priority too.
+pub fn stdout_is_journal(stream: Option<&OsStr>) -> bool {
+    names(stream, std::io::stdout())
+}
+
+fn names(stream: Option<&OsStr>, fd: impl std::os::fd::AsFd) -> bool {
     let Some((dev, ino)) = stream.and_then(OsStr::to_str).and_then(parse_stream) else {
         return false;
     };
     // dev_t and ino_t are u64 here but narrower on some targets.
     #[allow(clippy::unnecessary_cast)]
-    match nix::sys::stat::fstat(std::io::stderr()) {
+    match nix::sys::stat::fstat(fd) {
         Ok(st) => st.st_dev as u64 == dev && st.st_ino as u64 == ino,
         Err(_) => false,
     }

@@ -62,8 +62,21 @@ mod entry {
 }
 
 fn run() -> i32 {
-    let cli = fleetagent::cli::Cli::parse();
-    init_logging(&cli);
+    let stream = std::env::var_os("JOURNAL_STREAM");
+    let in_journal = journal::stderr_is_journal(stream.as_deref());
+    journal::set_active(in_journal);
+    fleetagent::output::set_journal(journal::stdout_is_journal(stream.as_deref()));
+    let cli = match fleetagent::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and --version go to stdout as clap prints them; a usage error is one line of
+        // stderr with its priority in the journal (exit 2).
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            journal::eprint(journal::ERR, e.render().to_string().trim_end());
+            return e.exit_code();
+        }
+    };
+    init_logging(&cli, in_journal);
     let app = App {
         config_flag: cli.config.clone(),
         state_dir_flag: cli.state_dir.clone(),
@@ -88,9 +101,7 @@ fn run() -> i32 {
 /// env_logger behind [`NoWireDump`]: the journal's format when stderr is the journal
 /// (`journal`), today's otherwise. Notices pass the default filter in the journal and for
 /// `run` (what the units start); the other commands keep a clean terminal unless `-v`.
-fn init_logging(cli: &fleetagent::cli::Cli) {
-    let in_journal = journal::stderr_is_journal(std::env::var_os("JOURNAL_STREAM").as_deref());
-    journal::set_active(in_journal);
+fn init_logging(cli: &fleetagent::cli::Cli, in_journal: bool) {
     let notices = in_journal || matches!(cli.command, fleetagent::cli::Command::Run(_));
     let filter = journal::default_filter(cli.verbose, notices);
     let mut builder =

@@ -12,6 +12,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static CLOSED: AtomicBool = AtomicBool::new(false);
 /// A write failed for another reason (already reported on stderr).
 static FAILED: AtomicBool = AtomicBool::new(false);
+/// stdout is the journal (`JOURNAL_STREAM`, set once by main): each line starts `<6>`.
+static JOURNAL: AtomicBool = AtomicBool::new(false);
+/// The next byte written to stdout starts a line (for the journal's prefix).
+static AT_LINE_START: AtomicBool = AtomicBool::new(true);
+
+/// stdout is the journal (main, from `JOURNAL_STREAM`): every line of the commands' output
+/// then starts with the info priority, as DESIGN.md's journal contract asks of every line.
+pub fn set_journal(on: bool) {
+    JOURNAL.store(on, Ordering::Relaxed);
+}
+
+/// `text` with `<6>` at the start of every line (`at_start`: the text begins one), and
+/// whether the text after it begins a line.
+fn journal_lines(text: &str, at_start: bool) -> (String, bool) {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut start = at_start;
+    for c in text.chars() {
+        if start {
+            out.push_str("<6>");
+        }
+        out.push(c);
+        start = c == '\n';
+    }
+    (out, start)
+}
 
 /// Write to stdout and flush, so a failure is seen here and not lost at exit.
 pub fn print(args: fmt::Arguments<'_>) {
@@ -19,7 +44,12 @@ pub fn print(args: fmt::Arguments<'_>) {
         return;
     }
     let text = fmt::format(args);
-    let text = terminal_safe(&text);
+    let mut text = terminal_safe(&text);
+    if JOURNAL.load(Ordering::Relaxed) && !text.is_empty() {
+        let (lines, next) = journal_lines(&text, AT_LINE_START.load(Ordering::Relaxed));
+        AT_LINE_START.store(next, Ordering::Relaxed);
+        text = std::borrow::Cow::Owned(lines);
+    }
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         if e.kind() == ErrorKind::BrokenPipe {
@@ -93,6 +123,16 @@ macro_rules! out {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_lines_prefix_every_line_once_across_writes() {
+        assert_eq!(journal_lines("a\nb\n", true), ("<6>a\n<6>b\n".into(), true));
+        // A line written in two parts (`out!` then `outln!`) gets one prefix.
+        let (first, next) = journal_lines("run 7: ", true);
+        let (second, after) = journal_lines("ok\n", next);
+        assert_eq!((first + &second, after), ("<6>run 7: ok\n".into(), true));
+        assert_eq!(journal_lines("\n", true), ("<6>\n".into(), true));
+    }
 
     #[test]
     fn control_characters_are_escaped_but_newlines_and_tabs_kept() {

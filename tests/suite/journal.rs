@@ -23,18 +23,34 @@ use crate::common::systemd::UserManager;
 /// `args` with stderr written to a file named by `JOURNAL_STREAM`, as systemd connects a
 /// service to the journal; returns the outcome with that file's text as stderr.
 pub(crate) fn in_journal(f: &Fleet, args: &[&str]) -> Run {
+    journal_stream(f, args, false)
+}
+
+/// [`in_journal`] with stdout on the same stream, as a systemd service has both: the
+/// outcome's stderr is everything the journal got.
+fn in_journal_both(f: &Fleet, args: &[&str]) -> Run {
+    journal_stream(f, args, true)
+}
+
+fn journal_stream(f: &Fleet, args: &[&str], stdout_too: bool) -> Run {
     let path = f.path().join("journal-stream");
     let file = File::create(&path).unwrap();
     let meta = file.metadata().unwrap();
-    let out = f
-        .command(args)
-        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
-        .stderr(file)
-        .output()
-        .unwrap();
+    let mut cmd = f.command(args);
+    cmd.env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()));
+    if stdout_too {
+        cmd.stdout(file.try_clone().unwrap());
+    }
+    let out = cmd.stderr(file).output().unwrap();
     let mut run = Run::from(out);
     run.stderr = std::fs::read_to_string(&path).unwrap();
     run
+}
+
+/// Whether a journal line starts with a syslog priority, `<3>` to `<7>`.
+fn prefixed(l: &&str) -> bool {
+    let b = l.as_bytes();
+    b.len() >= 3 && b[0] == b'<' && (b'3'..=b'7').contains(&b[1]) && b[2] == b'>'
 }
 
 /// The first line of `run`'s journal (see [`in_journal`]) that starts with `prefix` and
@@ -216,13 +232,17 @@ fn a_blind_run_exits_1_in_either_format() {
     llm.push(Reply::tool_calls(&[LAUNCH]));
     llm.push(Reply::text("It failed again."));
     f.cmd(&["trigger", "-p", "1", "-r", "once more"]).ok();
-    let out = in_journal(&f, &["run"]).code(1);
+    // stdout on the same stream, as under systemd: the summary line has its priority too.
+    let out = in_journal_both(&f, &["run"]).code(1);
     let lines: Vec<&str> = out.stderr.lines().collect();
-    let prefixed = |l: &&str| {
-        let b = l.as_bytes();
-        b.len() > 3 && b[0] == b'<' && (b'3'..=b'7').contains(&b[1]) && b[2] == b'>'
-    };
     assert!(lines.iter().all(prefixed), "{}", out.stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<6>run ") && l.contains("-> action-failed")),
+        "{}",
+        out.stderr
+    );
     assert!(!out.stderr.contains("[20"), "no timestamp of its own");
     assert!(
         lines
@@ -237,6 +257,13 @@ fn a_blind_run_exits_1_in_either_format() {
         "{}",
         out.stderr
     );
+    // A usage error is clap's, every line of it an error in the journal; a trigger's own
+    // line is info.
+    let out = in_journal_both(&f, &["trigger", "-p", "9", "-r", "x"]).code(2);
+    assert!(out.stderr.starts_with("<3>error: "), "{}", out.stderr);
+    assert!(out.stderr.lines().all(|l| prefixed(&l)), "{}", out.stderr);
+    let out = in_journal_both(&f, &["trigger", "-p", "1", "-r", "x"]).ok();
+    assert!(out.stderr.starts_with("<6>event "), "{}", out.stderr);
 }
 
 /// A pass blind to demand (the probe fails) holds the fleet, and must not read as a calm
