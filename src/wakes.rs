@@ -36,8 +36,12 @@ pub const MAX_PENDING_AGENT_WAKES: i64 = 12;
 /// An agent wake's reason is cut to one line of this many characters.
 pub const MAX_AGENT_REASON_CHARS: usize = 200;
 
-/// How far ahead an operator's wake may be: a year and a day (a longer one is a typo).
-pub const MAX_OPERATOR_AHEAD_MS: i64 = 366 * 86_400_000;
+/// How far ahead an operator's wake (or pause) may be: a century. Past that the time is not
+/// a date anyone means, and its milliseconds near what the columns hold.
+pub const MAX_OPERATOR_AHEAD_MS: i64 = 36_525 * 86_400_000;
+/// Beyond a year and a day ahead an operator's wake or pause is taken with a note: a typo in
+/// the year is likelier than a plan.
+pub const FAR_AHEAD_MS: i64 = 366 * 86_400_000;
 
 /// The agent's request checked: the reason as it is stored (one line, cut), or why the
 /// request is refused.
@@ -73,6 +77,17 @@ pub fn agent_due(now: Millis, minutes: i64) -> Millis {
 /// in the past is not: the next pass takes it).
 pub fn too_far_ahead(ahead_ms: i128) -> bool {
     ahead_ms > MAX_OPERATOR_AHEAD_MS as i128
+}
+
+/// The note for an operator's wake or pause `ahead_ms` from now beyond [`FAR_AHEAD_MS`], with
+/// the command that takes it back.
+pub fn far_ahead_note(ahead_ms: i64, undo: &str) -> Option<String> {
+    (ahead_ms > FAR_AHEAD_MS).then(|| {
+        format!(
+            "note: that is {} days ahead (a typo in the year?); `{undo}` takes it back",
+            ahead_ms / 86_400_000
+        )
+    })
 }
 
 /// Every wake this pass claimed, as ONE line however many there are; times relative to the
@@ -217,11 +232,18 @@ mod tests {
     }
 
     #[test]
-    fn operators_may_look_a_year_and_a_day_ahead() {
+    fn operators_may_look_a_century_ahead_with_a_note_past_a_year() {
         assert!(!too_far_ahead(MAX_OPERATOR_AHEAD_MS as i128));
         assert!(too_far_ahead(MAX_OPERATOR_AHEAD_MS as i128 + 1));
         assert!(!too_far_ahead(-1));
-        assert_eq!(human_duration(MAX_OPERATOR_AHEAD_MS), "366d00h");
+        assert_eq!(human_duration(MAX_OPERATOR_AHEAD_MS), "36525d00h");
+        assert_eq!(far_ahead_note(FAR_AHEAD_MS, "x"), None);
+        let note = far_ahead_note(FAR_AHEAD_MS * 3, "fleetagent resume").unwrap();
+        assert!(note.starts_with("note: that is 1098 days ahead"), "{note}");
+        assert!(
+            note.ends_with("`fleetagent resume` takes it back"),
+            "{note}"
+        );
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
         None => "until `fleetagent resume`".into(),
     };
     crate::outln!("paused {how_long}: {reason}");
+    if let Some(note) =
+        until.and_then(|u| crate::wakes::far_ahead_note(u - now, "fleetagent resume"))
+    {
+        crate::outln!("{note}");
+    }
     if let Some(b) = before {
         crate::outln!(
             "(replaces the pause since {}: {})",

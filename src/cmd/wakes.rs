@@ -83,7 +83,7 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
                 .timestamp_millis();
             if too_far_ahead(due.saturating_sub(now) as i128) {
                 return Err(usage(format!(
-                    "--at {t:?}: at most {} ahead (a typo in the year?)",
+                    "--at {t:?}: at most {} ahead",
                     human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
@@ -101,6 +101,11 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
         relative(due, now),
         a.reason.trim()
     );
+    if let Some(note) =
+        crate::wakes::far_ahead_note(due - now, &format!("fleetagent wakes cancel {id}"))
+    {
+        crate::outln!("{note}");
+    }
     Ok(())
 }
 

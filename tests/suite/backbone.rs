@@ -527,7 +527,7 @@ fn absurd_operator_input_is_a_usage_error_not_a_panic() {
     for args in [
         &["wakes", "add", "--in", "106751991167d", "--reason", "r"][..],
         &["wakes", "add", "--in", "9223372036854775s", "--reason", "r"],
-        &["wakes", "add", "--in", "400d", "--reason", "r"],
+        &["wakes", "add", "--in", "40000d", "--reason", "r"],
         &[
             "wakes",
             "add",
@@ -556,6 +556,17 @@ fn absurd_operator_input_is_a_usage_error_not_a_panic() {
         .cmd(&["wakes", "add", "--in", "1h 30m", "--reason", "r"])
         .ok();
     assert!(out.stdout.contains("in 1h30m"), "{}", out.stdout);
+    // Past a year: taken, with a note and the command that takes it back (a date years
+    // ahead is legal; a typo in the year is likelier, so it is said).
+    let at = (chrono::Utc::now() + chrono::Duration::days(3 * 365)).to_rfc3339();
+    let out = f.cmd(&["wakes", "add", "--at", &at, "--reason", "r"]).ok();
+    assert!(
+        out.stdout.contains(
+            "days ahead (a typo in the year?); `fleetagent wakes cancel 2` takes it back"
+        ),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
