@@ -73,7 +73,7 @@ pub fn label_run(label: &str, prefix: &str, install_id: &str) -> Option<i64> {
 }
 
 /// The install id a label (after `<prefix>-`) carries: the letters before a trailing
-/// `-r<digits>-<8 hex>`, when they are preceded by `-` or start `rest`.
+/// `-r<digits>-<suffix>`, when they are preceded by `-` or start `rest`.
 fn label_install_id(rest: &str) -> Option<&str> {
     let tail = tail_len(rest);
     if tail == 0 {
@@ -86,20 +86,20 @@ fn label_install_id(rest: &str) -> Option<&str> {
     crate::store::ops::is_install_id(id).then_some(id)
 }
 
-/// The length of a trailing `r<digits>-<8 hex>` in `rest` (0 when there is none).
+/// The length of a trailing `r<digits>-<suffix>` in `rest` (0 when there is none). The suffix
+/// `launch_label` makes is 8 hex digits; any letters and digits are read as one, so that a
+/// label another tool (or a test) wrote in the same shape with another install's id is never
+/// taken for ours, and destroyed by the panic button.
 fn tail_len(rest: &str) -> usize {
     let Some((run_part, suffix)) = rest.rsplit_once('-') else {
         return 0;
     };
-    let hex8 = suffix.len() == 8
-        && suffix
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let suffix_ok = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_alphanumeric());
     let run = run_part.rsplit('-').next().unwrap_or("");
     let run_ok = run
         .strip_prefix('r')
         .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-    if hex8 && run_ok {
+    if suffix_ok && run_ok {
         run.len() + 1 + suffix.len()
     } else {
         0
@@ -179,9 +179,23 @@ mod tests {
         assert_eq!(o("fleetagent-stray", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-a-b", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-abc-", "fleetagent"), Owner::Ours);
-        // Not the shape launch_label makes: no id is read from it.
-        assert_eq!(o("fleetagent-abc-r12-0A1B2C3D", "fleetagent"), Owner::Ours);
-        assert_eq!(o("fleetagent-abc-r12-0a1b2c3", "fleetagent"), Owner::Ours);
+        // The shape launch_label makes with another suffix: the id is read all the same (a
+        // contract audit saw the panic button destroy `fleetagent-other-r3-1`).
+        assert_eq!(
+            o("fleetagent-abc-r12-0A1B2C3D", "fleetagent"),
+            Owner::OtherInstall("abc")
+        );
+        assert_eq!(
+            o("fleetagent-other-r3-1", "fleetagent"),
+            Owner::OtherInstall("other")
+        );
+        assert_eq!(
+            o("fleetagent-other-r3-worker1", "fleetagent"),
+            Owner::OtherInstall("other")
+        );
+        assert_eq!(o("fleetagent-qwerty-r3-1", "fleetagent"), Owner::Ours);
+        // Not that shape: no id is read from it.
+        assert_eq!(o("fleetagent-abc-r12-0a1b_2c3", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-abc-r-0a1b2c3d", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-abc-12-0a1b2c3d", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-ab1-r12-0a1b2c3d", "fleetagent"), Owner::Ours);
