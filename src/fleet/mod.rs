@@ -156,6 +156,10 @@ pub struct Snapshot {
     /// (`fleet::day`); None while `policy.learn_day` is off. The rules use it only when
     /// it is believed (`DayProfile::trusted`).
     pub day: Option<crate::fleet::day::DayProfile>,
+    /// What an instance of ours that bills with no price known counts against
+    /// `policy.max_dph_total` (vast.ai listed it without `dph_total`, or with a figure no host
+    /// charges): `vast.offers.max_dph_per_instance`, else the whole cap, never $0.
+    pub unpriced_dph: f64,
 }
 
 /// What an operator stopped by hand is not put back by the rules or the floor for
@@ -208,7 +212,12 @@ impl Snapshot {
     /// (launching ones at the price of their offer, outbid ones at theirs), the disk of
     /// stopped ones.
     pub fn fleet_dph(&self) -> f64 {
-        dph_of(&self.instances)
+        let unpriced = self
+            .instances
+            .iter()
+            .filter(|i| is_billing_state(i.state) && i.dph.is_none())
+            .count();
+        dph_of(&self.instances) + unpriced as f64 * self.unpriced_dph
     }
 
     /// Instances that take a slot under `max_instances` (all but stopped ones).
@@ -513,6 +522,24 @@ mod tests {
         let mut s = base.clone();
         s.demand = None;
         assert!(why(&s).is_empty());
+    }
+
+    /// An instance of ours that bills with no price known counts at the worst case against
+    /// the $/h cap, never $0 (one adopted without `dph_total` let launches past the cap).
+    #[test]
+    fn an_unpriced_instance_counts_at_the_worst_case() {
+        let priced = row("fleetagent-a", Some(1), PROVING, 0.5);
+        let mut unpriced = row("fleetagent-b", Some(2), PROVING, 0.5);
+        unpriced.dph = None;
+        let mut stopped = row("fleetagent-c", Some(3), STOPPED, 0.5);
+        stopped.dph = None;
+        stopped.storage_dph = None;
+        let s = Snapshot {
+            instances: vec![priced, unpriced, stopped],
+            unpriced_dph: 2.0,
+            ..Default::default()
+        };
+        assert!((s.fleet_dph() - 2.5).abs() < 1e-9, "{}", s.fleet_dph());
     }
 
     #[test]

@@ -416,6 +416,12 @@ fn assemble(
         paused: ops::paused(conn, now)?,
         hold,
         day: day_profile(conn, config, now)?,
+        unpriced_dph: config
+            .vast
+            .offers
+            .max_dph_per_instance
+            .or(config.policy.max_dph_total)
+            .unwrap_or(0.0),
     })
 }
 

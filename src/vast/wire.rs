@@ -213,6 +213,23 @@ fn num(v: Option<&Value>) -> Option<f64> {
     n.is_finite().then_some(n)
 }
 
+/// The most an instance may bill per hour before its figure is taken for garbage (a whole
+/// 8-GPU machine rents for tens of dollars).
+pub const DPH_MAX: f64 = 10_000.0;
+
+/// A price in $/h an instance bills: a number from 0 to [`DPH_MAX`]. Anything else (negative,
+/// `1e308`) is no price, said at warning: a negative one would open false headroom under
+/// `policy.max_dph_total`, an absurd one would fill every figure with 300 digits. An instance
+/// with no price counts at the worst case (`Snapshot::unpriced_dph`).
+fn price(id: u64, field: &str, v: Option<&Value>) -> Option<f64> {
+    let n = num(v)?;
+    if (0.0..=DPH_MAX).contains(&n) {
+        return Some(n);
+    }
+    log::warn!("vast.ai listed instance {id} with {field} = {n}, no price an instance bills: taken as unknown");
+    None
+}
+
 /// An id: a non-negative integer, also when sent as `123.0` or `"123"`.
 pub(super) fn as_id(v: &Value) -> Option<u64> {
     match v {
@@ -278,11 +295,11 @@ pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
             _ => None,
         },
         machine_id: v.get("machine_id").and_then(as_id),
-        storage_dph: num(v.get("storage_total_cost")),
+        storage_dph: price(id, "storage_total_cost", v.get("storage_total_cost")),
         status_msg: text(v.get("status_msg")),
         gpu_name: text(v.get("gpu_name")),
         num_gpus: num(v.get("num_gpus")).map(|n| n.max(0.0) as u32),
-        dph_total: num(v.get("dph_total")),
+        dph_total: price(id, "dph_total", v.get("dph_total")),
         public_ip: text(v.get("public_ipaddr")),
         start_date: num(v.get("start_date")),
     })
@@ -436,6 +453,26 @@ mod tests {
         assert_eq!(i.label.as_deref(), Some("x"));
         assert_eq!(i.num_gpus, Some(2));
         assert!(parse_instance(&json!({"actual_status": null}), None).is_none());
+    }
+
+    /// A price no host charges is no price: a negative one opened false headroom under the
+    /// $/h cap, `1e308` filled doctor's line with 300 digits (a hostile walkthrough).
+    #[test]
+    fn a_price_no_host_charges_is_unknown() {
+        let dph = |v: Value| {
+            parse_instance(
+                &json!({"id": 1, "dph_total": v, "storage_total_cost": v}),
+                None,
+            )
+            .map(|i| (i.dph_total, i.storage_dph))
+            .unwrap()
+        };
+        assert_eq!(dph(json!(0.4)), (Some(0.4), Some(0.4)));
+        assert_eq!(dph(json!("0.4")), (Some(0.4), Some(0.4)));
+        assert_eq!(dph(json!(0)), (Some(0.0), Some(0.0)));
+        assert_eq!(dph(json!(-5)), (None, None));
+        assert_eq!(dph(json!(1e308)), (None, None));
+        assert_eq!(dph(json!(DPH_MAX + 1.0)), (None, None));
     }
 
     #[test]
