@@ -463,7 +463,7 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
             })
         } else if load_state == "loaded"
             && active_state == "inactive"
-            && (name == PATH_UNIT || name == TIMER)
+            && (name == PATH_UNIT || name == TIMER || name == POLL_TIMER)
         {
             Some(Problem::Inactive)
         } else {
@@ -633,7 +633,7 @@ mod tests {
             (TIMER, "active", "waiting", "success"),
             (PATH_UNIT, "active", "waiting", "success"),
             (POLL_SERVICE, "inactive", "dead", "success"),
-            (POLL_TIMER, "inactive", "dead", "success"),
+            (POLL_TIMER, "active", "waiting", "success"),
         ]);
         let s = parse_show(&text, Scope::System).unwrap();
         assert!(s.problems().is_empty(), "{:?}", s.problems());
@@ -685,6 +685,17 @@ mod tests {
         ]);
         let s = parse_show(&text, Scope::System).unwrap();
         assert_eq!(s.units[PATH_UNIT].problem, Some(Problem::TriggerLimitHit));
+        // The poll timer stopped: change detection is off, the agent only hears the timer.
+        let stopped_poll = text.replace(
+            "Id=fleetagent-poll.timer\nLoadState=loaded\nActiveState=active\nSubState=waiting",
+            "Id=fleetagent-poll.timer\nLoadState=loaded\nActiveState=inactive\nSubState=dead",
+        );
+        assert_ne!(stopped_poll, text);
+        let p = parse_show(&stopped_poll, Scope::System).unwrap();
+        assert_eq!(p.units[POLL_TIMER].problem, Some(Problem::Inactive));
+        assert!(p.units[POLL_TIMER].fix.as_deref().is_some_and(
+            |f| f.ends_with("start fleetagent.path fleetagent.timer fleetagent-poll.timer")
+        ));
         assert_eq!(s.units[TIMER].problem, Some(Problem::Inactive));
         assert_eq!(s.units[POLL_SERVICE].problem, Some(Problem::Failed));
         assert_eq!(

@@ -34,7 +34,10 @@ fn trigger_runs_the_agent_through_the_path_unit() {
     assert!(t.sd.starts(units::SERVICE) >= 1);
     t.assert_no_unit_failed();
 
-    // What inspect and doctor get from src/units.rs for this install: everything healthy.
+    // What inspect and doctor get from src/units.rs for this install: everything healthy,
+    // once the poll timer runs too, as the README enables it (started last: its first poll
+    // comes 30 s later, after this test).
+    t.sd.systemctl_ok(&["start", units::POLL_TIMER]);
     let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
     assert_eq!(states.scope, Scope::User);
     let path = &states.units[units::PATH_UNIT];
