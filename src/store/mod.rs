@@ -505,9 +505,30 @@ pub fn database_exists(state_dir: &Path) -> Result<bool> {
 /// to go on: restore it, or start afresh on purpose with `init`.
 pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
     if database_exists(state_dir)? {
-        return Ok(());
+        return refuse_emptied_database(state_dir);
     }
     match lost_database(state_dir) {
+        Some(lost) => bail!("{lost}"),
+        None => Ok(()),
+    }
+}
+
+/// A database file of 0 bytes with no WAL beside it where runs were made (`run.lock`): it
+/// was truncated (`: > fleetagent.db`, a restore that failed half-way), not made new. SQLite
+/// would take it for an empty database and a run would start afresh beside the fleet, as
+/// with a deleted one ([`refuse_lost_database`]). A WAL with content holds a database that
+/// was never checkpointed: that one is whole.
+fn refuse_emptied_database(state_dir: &Path) -> Result<()> {
+    let db = state_dir.join(DB_FILE);
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    if len(&db) > 0 || len(&side_file(&db, "-wal")) > 0 {
+        return Ok(());
+    }
+    let head = format!(
+        "the database in state dir {} is empty (0 bytes)",
+        state_dir.display()
+    );
+    match runs_were_made(state_dir, &head, "it was emptied") {
         Some(lost) => bail!("{lost}"),
         None => Ok(()),
     }
@@ -516,11 +537,17 @@ pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
 /// The line for a state dir whose `run.lock` shows that runs were made there and whose
 /// database is gone (None when there is no lock: a state dir never run in).
 pub fn lost_database(state_dir: &Path) -> Option<String> {
+    let head = format!("no database in state dir {}", state_dir.display());
+    runs_were_made(state_dir, &head, "the database was deleted or moved")
+}
+
+/// `head`, then that the lock shows runs were made in `state_dir`, what `happened`, and how
+/// to go on; None when there is no lock.
+fn runs_were_made(state_dir: &Path, head: &str, happened: &str) -> Option<String> {
     let lock = state_dir.join(crate::paths::LOCK_FILE);
     std::fs::symlink_metadata(&lock).ok()?;
     Some(format!(
-        "no database in state dir {}, but its {} shows that runs were made here: the database was deleted or moved, and a new one would not know the fleet (its instances would be another install's, past the caps); restore it (the newest `fleetagent backup`, docs/operations.md \"Backups\"), or start afresh on purpose with `fleetagent init --install-id ID`, ID from the instances' labels (<label_prefix>-ID-r<run>-...)",
-        state_dir.display(),
+        "{head}, but its {} shows that runs were made here: {happened}, and a new one would not know the fleet (its instances would be another install's, past the caps); restore it (the newest `fleetagent backup`, docs/operations.md \"Backups\"), or start afresh on purpose with `fleetagent init --install-id ID`, ID from the instances' labels (<label_prefix>-ID-r<run>-...)",
         crate::paths::LOCK_FILE
     ))
 }

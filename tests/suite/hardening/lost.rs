@@ -10,6 +10,20 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
     let f = Fleet::new();
     f.cmd(&["run"]).ok();
     let id = f.inspect()["install_id"].as_str().unwrap().to_string();
+    // Emptied, not deleted (`: > fleetagent.db`, its WAL gone): SQLite would take the empty
+    // file for a new database; the same refusal, the file left as it is.
+    std::fs::write(f.state.join("fleetagent.db"), b"").unwrap();
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(f.state.join(format!("fleetagent.db{suffix}")));
+    }
+    let out = f.refused(&["run"], "is empty (0 bytes), but its run.lock shows");
+    assert!(out.stderr.contains("it was emptied"), "{}", out.stderr);
+    assert_eq!(
+        std::fs::metadata(f.state.join("fleetagent.db"))
+            .unwrap()
+            .len(),
+        0
+    );
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(f.state.join(format!("fleetagent.db{suffix}")));
     }
