@@ -57,6 +57,18 @@ impl App {
         )
     }
 
+    /// The state dir a config that fails its checks still names (`state_dir`, read with the
+    /// refused keys left out): where an early exit deletes the doorbell (DESIGN.md, "Early
+    /// exits"). None when the file cannot be read that way or names none.
+    pub fn state_dir_of_refused_config(&self) -> Option<PathBuf> {
+        let env_value = self.env.get("FLEETAGENT_CONFIG");
+        let (path, origin) =
+            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (loaded, _) = config::load_for_brake(&path, origin).ok()?;
+        loaded.config.state_dir.as_ref()?;
+        self.state_dir(Some(&loaded.config)).ok()
+    }
+
     /// The state dir as far as it is known without a config: the flag or `$STATE_DIRECTORY`.
     pub fn state_dir_without_config(&self) -> Option<PathBuf> {
         if let Some(p) = &self.state_dir_flag {

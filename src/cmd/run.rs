@@ -20,7 +20,9 @@ pub fn run(app: &App) -> Result<()> {
         let at_terminal = std::io::stdin().is_terminal() || std::io::stderr().is_terminal();
         run::exit_before_start(app.clock.as_ref(), known.as_deref(), at_terminal, e)
     };
-    let loaded = app.load_config().map_err(|e| exit(None, e))?;
+    let loaded = app
+        .load_config()
+        .map_err(|e| exit(app.state_dir_of_refused_config().as_deref(), e))?;
     let config = &loaded.config;
     let dir = app.state_dir(Some(config)).map_err(|e| exit(None, e))?;
     crate::paths::ensure_state_dir(&dir).map_err(|e| exit(Some(&dir), e))?;

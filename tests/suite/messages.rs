@@ -71,6 +71,28 @@ fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
         "unknown field `nope`",
         "its doorbell could not be deleted",
     );
+    // The state dir named by the refused config itself (`state_dir`, read with the refused
+    // key left out): the doorbell is deleted and the run exits at once (it waited 30 s).
+    let named = f.path().join("named");
+    std::fs::create_dir_all(&named).unwrap();
+    std::fs::write(named.join("trigger"), "ring\n").unwrap();
+    std::fs::write(
+        &f.config,
+        format!(
+            "state_dir = {:?}\n[run]\nnope = 1\n",
+            named.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("--config").arg(&f.config).arg("run");
+    clean_env(&mut c);
+    let t = Instant::now();
+    let out = Run::from(c.stdin(Stdio::null()).output().unwrap()).code(2);
+    assert!(t.elapsed() < Duration::from_secs(15), "{out:?}");
+    assert!(out.stderr.contains("unknown field `nope`"), "{out:?}");
+    assert!(!named.join("trigger").exists(), "{out:?}");
+    std::fs::write(&f.config, "[run]\nnope = 1\n").unwrap();
     // With a good config, the run fails to claim (it deletes the doorbell in the claim's
     // transaction): the same wait.
     let good = Fleet::new();
