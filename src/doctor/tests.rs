@@ -111,6 +111,11 @@ fn the_llm_fix_follows_the_failure() {
     .starts_with("raise llm.context_budget_tokens"));
     assert!(llm_fix("no answer within 8.8s").contains("llm.timeout_secs"));
     assert!(llm_fix("HTTP 401: invalid key").starts_with("check llm.base_url"));
+    // The key refused, as the client says it: where the key lives.
+    assert!(
+        llm_fix("LLM server refused the request (HTTP 401): Incorrect API key")
+            .contains("/etc/credstore/fleetagent.llm_api_key")
+    );
 }
 
 /// A model down for a while reads as such: since its first failed request after the last
