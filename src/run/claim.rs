@@ -143,9 +143,31 @@ pub fn fail(store: &mut Store, env: &RunEnv<'_>, run_id: i64, err: &anyhow::Erro
         note.push(')');
         Ok(note)
     })();
-    result.unwrap_or_else(|e| {
+    let mut note = result.unwrap_or_else(|e| {
         format!(" (and its failure could not be recorded: {e}; the next run recovers it)")
-    })
+    });
+    note.push_str(&in_flight(&store.conn, run_id));
+    note
+}
+
+/// The launches this pass left open (a create sent, its answer not recorded), said with the
+/// failure: vast.ai may have rented them, money an operator must know of, and the next
+/// pass adopts what it created (a disk that filled mid-launch said nothing of it).
+fn in_flight(conn: &rusqlite::Connection, run_id: i64) -> String {
+    let labels: Vec<String> = crate::store::actions::open_intents(conn)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.run_id == Some(run_id))
+        .map(|a| a.label.unwrap_or_else(|| "?".into()))
+        .collect();
+    if labels.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {} launch(es) in flight ({}): vast.ai may have rented them, and the next pass adopts what it created",
+        labels.len(),
+        labels.join(", ")
+    )
 }
 
 /// The last look, by state: how many events are ready now.
@@ -315,5 +337,29 @@ mod tests {
             )]
         );
         assert_eq!(status(&store), runs::Status::Failed);
+    }
+
+    /// A pass that fails with a create sent and its answer unrecorded says so in its error
+    /// line: money may have been spent, and the next pass adopts it.
+    #[test]
+    fn a_failed_pass_names_the_launches_it_left_in_flight() {
+        let store = Store::open_memory(T).unwrap();
+        let session = session::current(&store.conn).unwrap();
+        let run = runs::create(&store.conn, session, 1, 1, runs::StartedBy::Tick, T).unwrap();
+        assert_eq!(in_flight(&store.conn, run), "");
+        store
+            .conn
+            .execute(
+                "INSERT INTO actions (run_id, kind, outcome, actor, label, created_at)
+                 VALUES (?1, 'launch', 'intent', 'llm', 'fa-abc-r1-0a1b2c3d', ?2),
+                        (?1, 'launch', 'ok', 'llm', 'fa-abc-r1-0a1b2c3e', ?2)",
+                rusqlite::params![run, T],
+            )
+            .unwrap();
+        assert_eq!(
+            in_flight(&store.conn, run),
+            "; 1 launch(es) in flight (fa-abc-r1-0a1b2c3d): vast.ai may have rented them, and the next pass adopts what it created"
+        );
+        assert_eq!(in_flight(&store.conn, run + 1), "");
     }
 }
