@@ -131,9 +131,9 @@ pub fn vast_timeout(config: &Config) -> Duration {
 }
 
 /// The longest one vast.ai call may keep an operator waiting: a request with its retries
-/// (`vast::http::CALL_BUDGET_TIMEOUTS` exchanges' worth).
+/// (`vast::http::call_budget_of`, a create's, the longer).
 pub fn vast_call_bound(config: &Config) -> Duration {
-    vast_timeout(config) * crate::vast::http::CALL_BUDGET_TIMEOUTS
+    crate::vast::http::call_budget_of(vast_timeout(config), true)
 }
 
 /// The probe of `demand.source`, or None when its address is missing. The HarmonyDB URL

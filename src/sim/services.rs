@@ -15,7 +15,7 @@ use crate::vast::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastEr
 
 /// Attempts per call, the first backoff and the call's budget in exchange timeouts: the HTTP
 /// client's own (src/vast/http.rs).
-use crate::vast::http::{CALL_BUDGET_TIMEOUTS, FIRST_BACKOFF, MAX_ATTEMPTS as ATTEMPTS};
+use crate::vast::http::{FIRST_BACKOFF, MAX_ATTEMPTS as ATTEMPTS};
 const CREATE_SPACING: Duration = Duration::from_millis(4_500);
 
 pub type SharedWorld = Arc<Mutex<World>>;
@@ -30,7 +30,7 @@ pub struct SimVast {
     /// When this client last sent a create: creates are spaced by vast.ai's interval, as
     /// the HTTP client's create gate does.
     pub last_create: Mutex<Option<i64>>,
-    /// `vast.timeout_secs`: a call and its retries fit in [`CALL_BUDGET_TIMEOUTS`] of it, as
+    /// `vast.timeout_secs`: a call and its retries fit in `vast::http::call_budget_of` of it, as
     /// the HTTP client's do (a retry only when its wait and a whole exchange still fit).
     pub timeout: Duration,
 }
@@ -69,7 +69,7 @@ impl SimVast {
                 *self.last_create.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(self.clock.now_ms());
             }
-            let budget = (self.timeout * CALL_BUDGET_TIMEOUTS).as_millis() as i64;
+            let budget = crate::vast::http::call_budget_of(self.timeout, create).as_millis() as i64;
             let deadline = *deadline.get_or_insert_with(|| self.clock.now_ms() + budget);
             let limited = {
                 let mut w = lock(&self.world);
@@ -293,6 +293,13 @@ mod tests {
             attempts(120).ends_with("(after 4 attempt(s))"),
             "{}",
             attempts(120)
+        );
+        // A short vast.timeout_secs still leaves room for one retry after the 429 (it gave
+        // up after the first: three 5 s exchanges are less than the 16.5 s wait).
+        assert!(
+            attempts(5).ends_with("(after 2 attempt(s))"),
+            "{}",
+            attempts(5)
         );
     }
 }

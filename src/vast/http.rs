@@ -33,6 +33,20 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// caller retries on a later pass. Create spacing before the first attempt is fleetagent's
 /// own pacing and not counted. At the default 20 s this is the minute the waits had before.
 pub const CALL_BUDGET_TIMEOUTS: u32 = 3;
+
+/// The longest one call may take with its retries: [`CALL_BUDGET_TIMEOUTS`] exchanges, and
+/// for a create at least room for one retry after a 429 (the wait it implies, vast.ai's
+/// create interval and 12 s penalty, then two exchanges): DESIGN.md retries a 429, and with
+/// `vast.timeout_secs` at 5 or below three exchanges left no room for it. At the default 20 s
+/// it is three exchanges either way.
+pub fn call_budget_of(timeout: Duration, is_create: bool) -> Duration {
+    let exchanges = timeout * CALL_BUDGET_TIMEOUTS;
+    if !is_create {
+        return exchanges;
+    }
+    use crate::ratelimit::spacing::{CREATE_PENALTY, CREATE_SPACING};
+    exchanges.max(CREATE_SPACING + CREATE_PENALTY + timeout * 2)
+}
 /// 10 000 instances: far beyond any fleet; stops a server that never ends its pages.
 const MAX_PAGES: usize = 400;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
@@ -167,9 +181,9 @@ impl HttpVastClient {
         }
     }
 
-    /// The longest one call may take with its retries ([`CALL_BUDGET_TIMEOUTS`]).
+    /// The longest one call but a create may take with its retries ([`call_budget_of`]).
     pub fn call_budget(&self) -> Duration {
-        self.timeout * CALL_BUDGET_TIMEOUTS
+        call_budget_of(self.timeout, false)
     }
 
     /// Fails at once when vast.ai already left a request of this process unanswered.
@@ -315,8 +329,9 @@ impl HttpVastClient {
             if let Some(turn) = create.as_deref_mut() {
                 turn.space(self.clock.as_ref());
             }
-            let deadline = *deadline
-                .get_or_insert_with(|| self.clock.now_ms() + self.call_budget().as_millis() as i64);
+            let deadline = *deadline.get_or_insert_with(|| {
+                self.clock.now_ms() + call_budget_of(self.timeout, is_create).as_millis() as i64
+            });
             let last_attempt = attempt >= MAX_ATTEMPTS;
             let exchanged =
                 self.exchange(method, &url, payload.as_deref(), Some(key), self.timeout);
