@@ -131,9 +131,10 @@ pub fn vast_timeout(config: &Config) -> Duration {
 }
 
 /// The longest one vast.ai call may keep an operator waiting: a request with its retries
-/// (`vast::http::call_budget_of`, a create's, the longer).
+/// (`vast::http::call_budget_of`; the operator's commands list, stop and destroy, never
+/// create).
 pub fn vast_call_bound(config: &Config) -> Duration {
-    crate::vast::http::call_budget_of(vast_timeout(config), true)
+    crate::vast::http::call_budget_of(vast_timeout(config), false)
 }
 
 /// The probe of `demand.source`, or None when its address is missing. The HarmonyDB URL

@@ -234,7 +234,14 @@ pub(super) fn units(units: Option<&Value>) -> Vec<Problem> {
         .filter_map(|(name, u)| {
             let problem = u.get("problem").and_then(|p| p.as_str())?;
             let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
-            Some(Problem::new(format!("unit {name}: {problem}")).fix(fix))
+            // systemd refuses the start again within the limit's interval of the failure.
+            let wait = match problem {
+                "trigger-limit-hit" | "unit-start-limit-hit" => {
+                    " (30 s after the failure at the earliest, TriggerLimitIntervalSec=: sooner it fails again)"
+                }
+                _ => "",
+            };
+            Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{fix}{wait}")))
         })
         .collect()
 }

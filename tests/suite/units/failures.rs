@@ -58,6 +58,8 @@ fn a_bad_config_does_not_spin_and_leaves_no_unit_failed() {
         ("inactive", "success", "2"),
         "{service:?}"
     );
+    // The poll timer as the README enables it (its first poll comes 30 s later).
+    t.sd.systemctl_ok(&["start", units::POLL_TIMER]);
     let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
     assert!(states.problems().is_empty(), "{states:?}");
     t.assert_no_unit_failed();
@@ -126,7 +128,9 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
         "fleetagent.service is {service}"
     );
 
-    // inspect and doctor read this through src/units.rs; ask it directly here.
+    // inspect and doctor read this through src/units.rs; ask it directly here (the poll
+    // timer started as the README enables it: its first poll comes 30 s later).
+    t.sd.systemctl_ok(&["start", units::POLL_TIMER]);
     let states = units::unit_states_with_env(&t.sd.env_pairs()).expect("the user manager answers");
     assert_eq!(states.scope, Scope::User);
     let path = &states.units[units::PATH_UNIT];
@@ -147,7 +151,8 @@ fn a_runaway_service_trips_the_trigger_limit_and_the_fix_clears_it() {
     assert!(
         said.contains("fleetagent.path")
             && said.contains("trigger-limit-hit")
-            && said.contains(fix),
+            && said.contains(fix)
+            && said.contains("30 s after the failure at the earliest"),
         "{said}"
     );
 
