@@ -108,6 +108,29 @@ pub fn held_since(state_dir: &Path, holder: u32) -> Option<Millis> {
     fields.next()?.parse().ok()
 }
 
+/// When process `pid` started (Unix ms), from /proc: for a lock holder that wrote no note
+/// (`flock(1)`, another program), the longest it can have held the lock. None when /proc
+/// does not say.
+pub fn process_started(pid: u32) -> Option<Millis> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: comm may hold spaces and parentheses; starttime is the 22nd
+    // field, the 20th after the comm's closing parenthesis.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&h| h > 0)? as u64;
+    Some(boot * 1000 + (ticks * 1000 / hz) as i64)
+}
+
 /// Parse /proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`. Waiters (`->`) are
 /// skipped. The device is `major:minor` in hex.
 fn find_flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {

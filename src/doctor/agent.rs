@@ -169,14 +169,28 @@ pub(super) fn lock(
         return Vec::new();
     };
     let deadline = config.run.deadline_secs as i64 * 1000;
-    match crate::lock::held_since(state_dir, pid) {
-        Some(since) if now - since > deadline => vec![Problem::new(format!(
+    if let Some(since) = crate::lock::held_since(state_dir, pid) {
+        if now - since <= deadline {
+            return Vec::new();
+        }
+        return vec![Problem::new(format!(
             "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck",
             human_duration(now - since),
             config.run.deadline_secs
         ))
         .fix(format!("kill {pid}"))
-        .since(Some(since))],
+        .since(Some(since))];
+    }
+    // A holder that wrote no note is not a run of ours (`flock(1)`, another program): judged
+    // by how long it has been running, the longest it can have held the lock.
+    match crate::lock::process_started(pid) {
+        Some(started) if now - started > deadline => vec![Problem::new(format!(
+            "run lock held by pid {pid}, not a fleetagent run (it wrote no note), running for {}, past the {}s deadline: no run can start while it holds the lock",
+            human_duration(now - started),
+            config.run.deadline_secs
+        ))
+        .fix(format!("see what pid {pid} is (`ps -o pid,etime,args -p {pid}`) and end it"))
+        .since(Some(started))],
         _ => Vec::new(),
     }
 }

@@ -764,3 +764,29 @@ fn the_price_and_config_fixes_name_what_is_missing() {
     assert!(config("cannot read config /x: Is a directory").starts_with("name a readable config"));
     assert!(config("config /x: line 3 (llm.model): bad").starts_with("correct the config file"));
 }
+
+/// A lock holder that wrote no note (`flock(1)`, another program) is judged by how long it
+/// has been running: past the deadline, no run can start, and doctor says so (it said
+/// nothing). pid 1 has run longer than a second anywhere this runs.
+#[test]
+fn a_lock_held_by_another_program_past_the_deadline_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::config::Config::default();
+    config.run.deadline_secs = 1;
+    let now = chrono::Utc::now().timestamp_millis();
+    let started = crate::lock::process_started(1).expect("/proc/1/stat");
+    assert!(started <= now && started > 0, "{started}");
+    let found = super::agent::lock(dir.path(), Some(1), &config, now);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0]
+            .detail
+            .contains("not a fleetagent run (it wrote no note)"),
+        "{}",
+        found[0].detail
+    );
+    assert_eq!(found[0].since, Some(started));
+    // Within the deadline: nothing.
+    config.run.deadline_secs = 1_000_000_000;
+    assert!(super::agent::lock(dir.path(), Some(1), &config, now).is_empty());
+}
