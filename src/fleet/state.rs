@@ -46,10 +46,29 @@ pub fn owner<'a>(label: Option<&'a str>, prefix: &str, install_id: &str) -> Owne
         return Owner::NotOurs;
     };
     match label_install_id(rest) {
-        None => Owner::Ours,
+        None => match loose_install_id(rest) {
+            Some(id) if !id.eq_ignore_ascii_case(install_id) => Owner::OtherInstall(id),
+            _ => Owner::Ours,
+        },
         Some(id) if id == install_id && rest.len() == id.len() + 1 + tail_len(rest) => Owner::Ours,
         Some(id) => Owner::OtherInstall(id),
     }
+}
+
+/// For a label not in the exact shape: a word of letters followed by a run part (`r` or `R`
+/// and a digit, anything after it), anywhere after the prefix, reads as an install id. A
+/// label an operator gives by hand (`fleetagent-spare`) has none and stays ours; one that
+/// looks like another install's (`fleetagent-other-r3`, `-Other-R3-1.5`) is never taken
+/// for ours: adopted, it was counted and destroyed by the floor as over the caps.
+fn loose_install_id(rest: &str) -> Option<&str> {
+    let parts: Vec<&str> = rest.split('-').collect();
+    parts.windows(2).find_map(|w| {
+        let (word, run) = (w[0], w[1].as_bytes());
+        let id_like =
+            (1..=16).contains(&word.len()) && word.bytes().all(|b| b.is_ascii_alphabetic());
+        let run_like = run.len() >= 2 && matches!(run[0], b'r' | b'R') && run[1].is_ascii_digit();
+        (id_like && run_like).then_some(word)
+    })
 }
 
 /// Is this label one of ours (our prefix, and our install id or none)?
@@ -194,9 +213,28 @@ mod tests {
             Owner::OtherInstall("other")
         );
         assert_eq!(o("fleetagent-qwerty-r3-1", "fleetagent"), Owner::Ours);
-        // Not that shape: no id is read from it.
-        assert_eq!(o("fleetagent-abc-r12-0a1b_2c3", "fleetagent"), Owner::Ours);
+        // Odd shapes that still read as another install's (a re-test saw them adopted and
+        // destroyed as over the caps): a word of letters, then `r` and a digit.
+        for odd in [
+            "fleetagent-other-r3",
+            "fleetagent-other-R3-1",
+            "fleetagent-other-r3-1-x",
+            "fleetagent-Other-r3-1",
+            "fleetagent-other-r3-\u{e9}1",
+            "fleetagent-other-r3-1.5",
+            "fleetagent-other-r3-ab_c",
+            "fleetagent-abc-r12-0a1b_2c3",
+        ] {
+            assert!(
+                matches!(o(odd, "fleetagent"), Owner::OtherInstall(_)),
+                "{odd}"
+            );
+        }
+        assert_eq!(o("fleetagent-qwerty-r3", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-QWERTY-r3-x", "fleetagent"), Owner::Ours);
+        // No run part: a label given by hand, ours.
         assert_eq!(o("fleetagent-abc-r-0a1b2c3d", "fleetagent"), Owner::Ours);
+        assert_eq!(o("fleetagent-spare-box", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-abc-12-0a1b2c3d", "fleetagent"), Owner::Ours);
         assert_eq!(o("fleetagent-ab1-r12-0a1b2c3d", "fleetagent"), Owner::Ours);
         // Another install's id.
