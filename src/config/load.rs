@@ -137,7 +137,7 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
         let Some(key) = named_key(&err) else {
             return Err(err);
         };
-        if !remove_dotted(&mut table, &key) {
+        if decides_whose(&key) || !remove_dotted(&mut table, &key) {
             return Err(err);
         }
         // Lines as the operator's file has them (the rest is parsed from the table's text).
@@ -150,6 +150,14 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
         }
     }
     Err(err)
+}
+
+/// Keys the hand-brake never leaves out: they decide which database and which instances are
+/// this install's, and where the shared state lives. Their defaults would act on another
+/// fleet: a refused `vast.label_prefix` made `instances stop --all` destroy instances under
+/// the default prefix, a refused `ha.enabled` paused this host alone.
+fn decides_whose(key: &str) -> bool {
+    key == "state_dir" || key == "vast.label_prefix" || key == "ha" || key.starts_with("ha.")
 }
 
 /// The dotted key of a `line N (KEY): ...` error.
@@ -259,5 +267,17 @@ mod tests {
             parse_leaving_out(broken).unwrap_err(),
             parse(broken).unwrap_err()
         );
+        // What decides whose the fleet is is never left out: its default is another fleet's.
+        for text in [
+            "[vast]\nlabel_prefix = \"team A\"\n",
+            "[ha]\nenabled = \"yes\"\n",
+            "state_dir = 7\n",
+        ] {
+            assert!(parse(text).is_err(), "{text}");
+            assert_eq!(
+                parse_leaving_out(text).unwrap_err(),
+                parse(text).unwrap_err()
+            );
+        }
     }
 }
