@@ -18,8 +18,10 @@ use crate::text::clip;
 use crate::vast::Instance;
 
 /// Instances one pass asks about; more missing than this, and one asked about still there,
-/// makes the listing a failure (it is incomplete).
-pub const ASK_MAX: usize = 3;
+/// makes the listing a failure (it is incomplete). Missing ones not asked about this pass
+/// are kept as last seen, still counted, and asked about next pass (those confirmed gone
+/// leave the line, so each pass gets further).
+pub const ASK_MAX: usize = 5;
 
 /// The listing with our missing instances asked about (see the module doc), or the failure
 /// that replaces it. A listing that failed is returned as it came.
@@ -33,13 +35,14 @@ pub fn confirm(
         return Ok((None, listing_error));
     };
     let listed: std::collections::HashSet<u64> = list.iter().map(|i| i.id).collect();
-    let missing: Vec<(u64, String)> = instances::live(conn)?
+    let missing: Vec<(u64, instances::InstanceRow)> = instances::live(conn)?
         .into_iter()
-        .filter_map(|r| Some((u64::try_from(r.vast_id?).ok()?, r.label)))
+        .filter_map(|r| Some((u64::try_from(r.vast_id?).ok()?, r)))
         .filter(|(id, _)| !listed.contains(id))
         .collect();
     let mut found = 0;
-    for (id, label) in missing.iter().take(ASK_MAX) {
+    for (id, row) in missing.iter().take(ASK_MAX) {
+        let label = &row.label;
         match vast.show_instance(*id) {
             Ok(Some(inst)) => {
                 crate::journal::eprint(
@@ -75,5 +78,40 @@ pub fn confirm(
             )),
         ));
     }
+    // Those asked about are gone; the rest wait their turn, counted as last seen (a re-test
+    // saw them marked gone unasked while they billed, and a launch in their place).
+    let unasked = &missing[missing.len().min(ASK_MAX)..];
+    if !unasked.is_empty() {
+        crate::journal::eprint(
+            crate::journal::WARNING,
+            &format!(
+                "fleetagent: vast.ai's listing left out {} instances of ours; the {ASK_MAX} asked about are gone, the other {} are kept as last seen and asked about next pass",
+                missing.len(),
+                unasked.len()
+            ),
+        );
+        list.extend(unasked.iter().map(|(id, r)| as_last_seen(*id, r)));
+    }
     Ok((Some(list), None))
+}
+
+/// A tracked instance as the listing last showed it, for a pass that could not ask about it.
+fn as_last_seen(id: u64, r: &instances::InstanceRow) -> Instance {
+    Instance {
+        id,
+        label: Some(r.label.clone()),
+        actual_status: r.actual_status.clone(),
+        intended_status: None,
+        cur_state: None,
+        next_state: None,
+        is_bid: Some(r.is_bid),
+        machine_id: r.machine_id.and_then(|m| u64::try_from(m).ok()),
+        storage_dph: r.storage_dph,
+        status_msg: r.status_msg.clone(),
+        gpu_name: r.gpu_name.clone(),
+        num_gpus: None,
+        dph_total: r.dph,
+        public_ip: r.public_ip.clone(),
+        start_date: None,
+    }
 }

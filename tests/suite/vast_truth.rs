@@ -551,6 +551,65 @@ fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
     );
 }
 
+/// A listing that leaves out more of ours than one pass asks about (5): those asked about
+/// are confirmed gone (destroyed in the console), the others are kept as last seen, still
+/// counted, and asked about next pass (a re-test saw them marked gone unasked while they
+/// billed, and a launch in their place).
+#[test]
+fn more_missing_than_a_pass_asks_about_are_kept_until_asked() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 7\nmax_dph_total = 2.8",
+        "",
+        "",
+    );
+    let labels: Vec<String> = (0..7)
+        .map(|i| format!("fleetagent-r0-0a0b0c{i:02x}"))
+        .collect();
+    for l in &labels {
+        vast.add_instance(l);
+    }
+    write_demand(f.path(), dead());
+    pass(&f);
+    assert_eq!(
+        f.count("SELECT count(*) FROM instances WHERE gone_at IS NULL"),
+        7
+    );
+    // The first five in the table's order destroyed in the console; the listing answers [].
+    let ids: Vec<i64> = {
+        let db = f.db();
+        let mut st = db
+            .prepare("SELECT vast_id FROM instances ORDER BY created_at, label")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    for &id in &ids[..5] {
+        vast.remove_instance(id as u64);
+    }
+    let empty = json!({"success": true, "instances": [], "next_token": null});
+    vast.fail_next(Route::ListV1, 1, FakeReply::json(200, empty));
+    pass(&f);
+    assert_eq!(vast.count(Route::Create), 0, "{:?}", actions(&f));
+    let kept: Vec<i64> = {
+        let db = f.db();
+        let mut st = db
+            .prepare("SELECT vast_id FROM instances WHERE gone_at IS NULL ORDER BY vast_id")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let mut rest = ids[5..].to_vec();
+    rest.sort();
+    assert_eq!(kept, rest, "the two not asked about are kept");
+}
+
 /// The panic button while vast.ai's listing hangs: the listing costs its wait, then every
 /// instance the table knows is still sent its DELETE (the walkthrough saw none sent: one
 /// unanswered request stopped every later call of the process). And with a typo in the
