@@ -569,9 +569,15 @@ impl VastClient for HttpVastClient {
             return Ok(None);
         }
         let obj = self.expect_ok(&answer)?;
+        // Gone is said by `"instances": null` (or a 404): an answer without the key says
+        // nothing, and taking it for gone would let a billing instance stop counting.
         match obj.get("instances") {
-            None | Some(Value::Null) => Ok(None),
+            Some(Value::Null) => Ok(None),
             Some(v @ Value::Object(_)) => Ok(parse_instance(v, Some(id))),
+            None => Err(self.decode(&format!(
+                "instance {id}: no `instances` in the answer: {}",
+                excerpt(&answer.text)
+            ))),
             Some(_) => Err(self.decode(&format!(
                 "instance {id}: `instances` is not an object: {}",
                 excerpt(&answer.text)

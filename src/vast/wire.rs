@@ -217,16 +217,27 @@ fn num(v: Option<&Value>) -> Option<f64> {
 /// 8-GPU machine rents for tens of dollars).
 pub const DPH_MAX: f64 = 10_000.0;
 
-/// A price in $/h an instance bills: a number from 0 to [`DPH_MAX`]. Anything else (negative,
-/// `1e308`) is no price, said at warning: a negative one would open false headroom under
-/// `policy.max_dph_total`, an absurd one would fill every figure with 300 digits. An instance
-/// with no price counts at the worst case (`Snapshot::unpriced_dph`).
+/// The least a rented instance bills per hour: vast.ai's smallest bid. A listed `dph_total`
+/// below it (0, `1e-300`) would count a billing instance as free.
+pub const DPH_MIN: f64 = 0.001;
+
+/// A price in $/h from a listing: `dph_total` from [`DPH_MIN`], a disk's
+/// `storage_total_cost` from 0, both up to [`DPH_MAX`]. Anything else (negative, zero for
+/// the instance, `1e308`, text) is no price, said at warning: a negative or zero one would
+/// open false headroom under `policy.max_dph_total`, an absurd one would fill every figure
+/// with 300 digits. An instance with no price counts at the worst case
+/// (`Snapshot::unpriced_dph`).
 fn price(id: u64, field: &str, v: Option<&Value>) -> Option<f64> {
-    let n = num(v)?;
-    if (0.0..=DPH_MAX).contains(&n) {
-        return Some(n);
+    let v = v.filter(|v| !v.is_null())?;
+    let least = if field == "dph_total" { DPH_MIN } else { 0.0 };
+    match num(Some(v)) {
+        Some(n) if (least..=DPH_MAX).contains(&n) => return Some(n),
+        _ => {}
     }
-    log::warn!("vast.ai listed instance {id} with {field} = {n}, no price an instance bills: taken as unknown");
+    log::warn!(
+        "vast.ai listed instance {id} with {field} = {}, no price an instance bills: taken as unknown",
+        excerpt(&v.to_string())
+    );
     None
 }
 
@@ -469,7 +480,10 @@ mod tests {
         };
         assert_eq!(dph(json!(0.4)), (Some(0.4), Some(0.4)));
         assert_eq!(dph(json!("0.4")), (Some(0.4), Some(0.4)));
-        assert_eq!(dph(json!(0)), (Some(0.0), Some(0.0)));
+        // A disk may cost nothing; a rented instance never does.
+        assert_eq!(dph(json!(0)), (None, Some(0.0)));
+        assert_eq!(dph(json!(1e-300)), (None, Some(1e-300)));
+        assert_eq!(dph(json!("abc")), (None, None));
         assert_eq!(dph(json!(-5)), (None, None));
         assert_eq!(dph(json!(1e308)), (None, None));
         assert_eq!(dph(json!(DPH_MAX + 1.0)), (None, None));

@@ -101,6 +101,15 @@ fn show_of_a_missing_instance_is_none_in_both_shapes() {
     s.fake.set_show_missing_404(true);
     assert_eq!(s.client.show_instance(123).unwrap(), None);
     assert_eq!(statuses(&s.fake, Route::Show), vec![200, 404]);
+    // An answer that says nothing of it is not "gone" (a re-test saw `{}` mark a billing
+    // instance gone): an error, so the pass holds the fleet.
+    s.fake.set_show_missing_404(false);
+    s.fake.fail_next(
+        Route::Show,
+        1,
+        FakeReply::json(200, json!({"success": true})),
+    );
+    assert!(s.client.show_instance(123).is_err());
 }
 
 #[test]
