@@ -26,8 +26,9 @@ pub fn run(app: &App) -> Result<()> {
     let config = &loaded.config;
     let dir = app.state_dir(Some(config)).map_err(|e| exit(None, e))?;
     crate::paths::ensure_state_dir(&dir).map_err(|e| exit(Some(&dir), e))?;
-    crate::store::sim_config::refuse_in(&dir).map_err(|e| exit(Some(&dir), e))?;
+    // Before anything opens the database: an emptied one's WAL must survive the look.
     crate::store::refuse_lost_database(&dir).map_err(|e| exit(Some(&dir), e))?;
+    crate::store::sim_config::refuse_in(&dir).map_err(|e| exit(Some(&dir), e))?;
     let services = crate::services::build_services(config, &app.env, Arc::clone(&app.clock), true)
         .map_err(|e| exit(Some(&dir), e))?;
     run::spawn_watchdog(Arc::clone(&app.clock), config.run.deadline_secs);

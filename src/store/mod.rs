@@ -146,6 +146,9 @@ impl Store {
             return Err(no_database(state_dir));
         }
         refuse_links(&path)?;
+        if let Some(emptied) = emptied_database(state_dir) {
+            bail!("{emptied}");
+        }
         if !exists {
             // Create the file ourselves so its mode is 0660 whatever the umask; SQLite gives
             // the -wal and -shm files the mode of the database file.
@@ -196,6 +199,9 @@ impl Store {
             return Err(no_database(state_dir));
         }
         refuse_links(&path)?;
+        if let Some(emptied) = emptied_database(state_dir) {
+            bail!("{emptied}");
+        }
         let wal_bytes = std::fs::metadata(side_file(&path, "-wal")).map_or(0, |m| m.len());
         let mode = if wal_bytes == 0 {
             "immutable=1"
@@ -505,7 +511,10 @@ pub fn database_exists(state_dir: &Path) -> Result<bool> {
 /// to go on: restore it, or start afresh on purpose with `init`.
 pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
     if database_exists(state_dir)? {
-        return refuse_emptied_database(state_dir);
+        return match emptied_database(state_dir) {
+            Some(emptied) => bail!("{emptied}"),
+            None => Ok(()),
+        };
     }
     match lost_database(state_dir) {
         Some(lost) => bail!("{lost}"),
@@ -513,25 +522,30 @@ pub fn refuse_lost_database(state_dir: &Path) -> Result<()> {
     }
 }
 
-/// A database file of 0 bytes with no WAL beside it where runs were made (`run.lock`): it
-/// was truncated (`: > fleetagent.db`, a restore that failed half-way), not made new. SQLite
-/// would take it for an empty database and a run would start afresh beside the fleet, as
-/// with a deleted one ([`refuse_lost_database`]). A WAL with content holds a database that
-/// was never checkpointed: that one is whole.
-fn refuse_emptied_database(state_dir: &Path) -> Result<()> {
+/// A database file of 0 bytes that was emptied, not made new: runs were made there
+/// (`run.lock`), or its WAL holds frames (SQLite writes the header, page 1, before any frame
+/// can be in a WAL). SQLite would take the file for an empty database, discard the WAL as it
+/// opens it, and a run would start afresh beside the fleet, as with a deleted one
+/// ([`refuse_lost_database`]). Checked before SQLite opens the file, so the WAL is kept for
+/// whoever recovers it. None for a whole database, or a 0-byte file with nothing beside it.
+pub fn emptied_database(state_dir: &Path) -> Option<String> {
     let db = state_dir.join(DB_FILE);
     let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    if len(&db) > 0 || len(&side_file(&db, "-wal")) > 0 {
-        return Ok(());
+    if len(&db) > 0 || !db.exists() {
+        return None;
     }
     let head = format!(
         "the database in state dir {} is empty (0 bytes)",
         state_dir.display()
     );
-    match runs_were_made(state_dir, &head, "it was emptied") {
-        Some(lost) => bail!("{lost}"),
-        None => Ok(()),
-    }
+    let wal = len(&side_file(&db, "-wal"));
+    runs_were_made(state_dir, &head, "it was emptied").or_else(|| {
+        (wal > 0).then(|| {
+            format!(
+                "{head}, but its -wal holds {wal} bytes: the file was emptied, and opening it would discard the WAL; keep both files and restore the newest `fleetagent backup` (docs/operations.md \"Backups\"), or move them away and start afresh with `fleetagent init`"
+            )
+        })
+    })
 }
 
 /// The line for a state dir whose `run.lock` shows that runs were made there and whose

@@ -89,8 +89,12 @@ fn simulated_install(conn: &Connection) -> bool {
 /// pass's own machinery) is the simulator's too. Nothing when there is none yet.
 pub fn refuse_in(dir: &std::path::Path) -> Result<()> {
     let path = dir.join(super::DB_FILE);
-    if !super::database_exists(dir)? || crate::paths::not_a_plain_file(&path).is_some() {
-        // No database (or a planted link, which the opening refuses by name).
+    if !super::database_exists(dir)?
+        || crate::paths::not_a_plain_file(&path).is_some()
+        || super::emptied_database(dir).is_some()
+    {
+        // No database (or a planted link, or an emptied file: the opening refuses them by
+        // name, and SQLite must not open an emptied one, which discards its WAL).
         return Ok(());
     }
     let conn = Connection::open_with_flags(

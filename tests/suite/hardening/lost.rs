@@ -24,6 +24,24 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
             .len(),
         0
     );
+    // Emptied with its WAL left (which SQLite would discard on opening it), where no run was
+    // made: refused before SQLite opens it, by every command, and the WAL kept.
+    let g = Fleet::new();
+    g.cmd(&["init"]).ok();
+    std::fs::write(g.state.join("fleetagent.db"), b"").unwrap();
+    std::fs::write(g.state.join("fleetagent.db-wal"), vec![7u8; 4096]).unwrap();
+    let _ = std::fs::remove_file(g.state.join("run.lock"));
+    for args in [&["trigger", "-p", "1", "-r", "x"][..], &["inspect"]] {
+        g.refused(args, "its -wal holds 4096 bytes: the file was emptied");
+    }
+    // `run` takes its lock (run.lock) first, and says it the lock's way.
+    g.refused(&["run"], "is empty (0 bytes)");
+    assert_eq!(
+        std::fs::metadata(g.state.join("fleetagent.db-wal"))
+            .unwrap()
+            .len(),
+        4096
+    );
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(f.state.join(format!("fleetagent.db{suffix}")));
     }
