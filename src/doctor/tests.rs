@@ -773,7 +773,7 @@ fn a_lock_held_by_another_program_past_the_deadline_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = crate::config::Config::default();
     config.run.deadline_secs = 1;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
     let started = crate::lock::process_started(1).expect("/proc/1/stat");
     assert!(started <= now && started > 0, "{started}");
     let found = super::agent::lock(dir.path(), Some(1), &config, now);
