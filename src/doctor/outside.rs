@@ -300,6 +300,38 @@ pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Prob
     }
 }
 
+/// Instances of ours that bill and that vast.ai lists with no price (or one no host charges):
+/// the caps count each at the worst case, and every figure of money is short by them.
+pub(super) fn unpriced(conn: &Connection, config: &Config) -> Vec<Problem> {
+    let rows = match crate::store::instances::live(conn) {
+        Ok(r) => r,
+        Err(e) => return vec![unreadable("instances", &e)],
+    };
+    let ids: Vec<String> = rows
+        .iter()
+        .filter(|r| crate::fleet::is_billing_state(r.state) && r.dph.is_none())
+        .map(|r| {
+            r.vast_id
+                .map_or_else(|| r.label.clone(), |id| format!("{id} ({})", r.label))
+        })
+        .collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let worst = config
+        .vast
+        .offers
+        .max_dph_per_instance
+        .or(config.policy.max_dph_total);
+    vec![Problem::new(format!(
+        "vast.ai lists no price for {} instance(s) of ours that bill: {}; each counts against policy.max_dph_total at {}, and spend, cost and profit leave them out",
+        ids.len(),
+        ids.join(", "),
+        worst.map_or("the whole cap".to_string(), |w| format!("${w:.2}/h"))
+    ))
+    .fix("look them up in vast.ai's console (what they bill), and stop any that are not meant to run: `fleetagent instances stop ID`")]
+}
+
 /// vast.ai's daily search quota, spent within the last day.
 pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
     match crate::store::bad_hosts::search_quota(conn) {

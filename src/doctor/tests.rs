@@ -790,3 +790,36 @@ fn a_lock_held_by_another_program_past_the_deadline_is_named() {
     config.run.deadline_secs = 1_000_000_000;
     assert!(super::agent::lock(dir.path(), Some(1), &config, now).is_empty());
 }
+
+/// An instance of ours that bills with no price from vast.ai: the caps count it at the worst
+/// case, and doctor's `vast` check names it (a re-test saw every figure read $0 and doctor
+/// green).
+#[test]
+fn an_instance_billing_without_a_price_is_named() {
+    use crate::fleet::fixtures::row;
+    use crate::fleet::PROVING;
+    let (dir, s) = test_store(NOW);
+    crate::store::instances::upsert(&s.conn, &row("fa-1", Some(1), PROVING, 0.4)).unwrap();
+    let mut config = Config::default();
+    config.vast.offers.max_dph_per_instance = Some(0.9);
+    let vast_problems = |dir: &Path, config: &Config| {
+        check(&run_checks(dir, config), "vast")
+            .problems
+            .iter()
+            .map(|p| p.detail.clone())
+            .filter(|d| d.contains("no price"))
+            .collect::<Vec<_>>()
+    };
+    assert!(vast_problems(dir.path(), &config).is_empty());
+    let mut unpriced = row("fa-2", Some(2), PROVING, 0.4);
+    unpriced.dph = None;
+    crate::store::instances::upsert(&s.conn, &unpriced).unwrap();
+    let said = vast_problems(dir.path(), &config);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("1 instance(s) of ours that bill: 2 (fa-2)")
+            && said[0].contains("at $0.90/h"),
+        "{}",
+        said[0]
+    );
+}

@@ -395,7 +395,7 @@ pub fn render_text(r: &Report) -> String {
     ));
     for i in &r.fleet {
         line(format!(
-            "  {} id={} {} (vast {}) {} ${:.3}/h since {}",
+            "  {} id={} {} (vast {}) {} {}/h since {}",
             i.label,
             i.vast_id
                 .map(|v| v.to_string())
@@ -403,7 +403,7 @@ pub fn render_text(r: &Report) -> String {
             i.state,
             i.actual_status.as_deref().unwrap_or("null"),
             i.gpu_name.as_deref().unwrap_or("?"),
-            i.dph.unwrap_or(0.0),
+            i.dph.map_or("$?".to_string(), |d| format!("${d:.3}")),
             i.state_since
         ));
     }

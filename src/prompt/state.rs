@@ -148,9 +148,12 @@ fn instance_lines(snapshot: &Snapshot, config: &Config, now: Millis) -> Vec<Stri
         .into_iter()
         .map(|f| (f.vast_id, f.why))
         .collect();
+    // An instance vast.ai lists without a price stands alone, said unknown: grouped, it
+    // read as $0.00/h.
     let alone = |r: &InstanceRow| {
         r.vast_id.is_some_and(|id| flags.contains_key(&id))
             || matches!(r.state, DEAD | STOPPED | OUTBID)
+            || r.dph.is_none()
     };
     type Key = (u8, State, String, i64, bool);
     let mut groups: BTreeMap<Key, Vec<&InstanceRow>> = BTreeMap::new();
@@ -177,10 +180,11 @@ fn instance_lines(snapshot: &Snapshot, config: &Config, now: Millis) -> Vec<Stri
             .map(|v| v.to_string())
             .unwrap_or_else(|| "(no id yet)".into());
         let mut l = format!(
-            "{id} {} {} ${:.2}/h{}, {} for {}",
+            "{id} {} {} {}{}, {} for {}",
             r.state,
             gpu(r),
-            r.dph.unwrap_or(0.0),
+            r.dph
+                .map_or("price unknown".to_string(), |d| format!("${d:.2}/h")),
             if r.is_bid { " bid" } else { "" },
             match r.actual_status.as_deref() {
                 Some(s) => format!("vast.ai {}", clip(s, 20)),
@@ -362,6 +366,26 @@ mod tests {
         assert!(
             !text.contains("fleetagent-qwerty"),
             "labels are left out: {text}"
+        );
+    }
+
+    /// An instance vast.ai lists with no price is its own line, its price said unknown (it
+    /// was grouped at $0.00/h: free, to a model).
+    #[test]
+    fn an_unpriced_instance_is_said_unknown_not_free() {
+        let mut unpriced = row("fleetagent-qwerty-r9-0a0b0c0e", Some(101), PROVING, 0.4);
+        unpriced.dph = None;
+        let s = Snapshot {
+            now: NOW,
+            demand: Some(Demand::default()),
+            instances: vec![unpriced],
+            ..Default::default()
+        };
+        let lines = instance_lines(&s, &config(), NOW);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("101 proving RTX 4090 price unknown, "),
+            "{lines:?}"
         );
     }
 
