@@ -551,6 +551,16 @@ fn instances_listed_without_their_labels_stay_counted_against_the_caps() {
     );
 }
 
+/// The vast.ai ids `sql` selects from the state's database.
+fn vast_ids(f: &Fleet, sql: &str) -> Vec<i64> {
+    let db = f.db();
+    let mut st = db.prepare(sql).unwrap();
+    st.query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// A listing that leaves out more of ours than one pass asks about (5): those asked about
 /// are confirmed gone (destroyed in the console), the others are kept as last seen, still
 /// counted, and asked about next pass (a re-test saw them marked gone unasked while they
@@ -578,16 +588,10 @@ fn more_missing_than_a_pass_asks_about_are_kept_until_asked() {
         7
     );
     // The first five in the table's order destroyed in the console; the listing answers [].
-    let ids: Vec<i64> = {
-        let db = f.db();
-        let mut st = db
-            .prepare("SELECT vast_id FROM instances ORDER BY created_at, label")
-            .unwrap();
-        st.query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
+    let ids = vast_ids(
+        &f,
+        "SELECT vast_id FROM instances ORDER BY created_at, label",
+    );
     for &id in &ids[..5] {
         vast.remove_instance(id as u64);
     }
@@ -595,16 +599,10 @@ fn more_missing_than_a_pass_asks_about_are_kept_until_asked() {
     vast.fail_next(Route::ListV1, 1, FakeReply::json(200, empty));
     pass(&f);
     assert_eq!(vast.count(Route::Create), 0, "{:?}", actions(&f));
-    let kept: Vec<i64> = {
-        let db = f.db();
-        let mut st = db
-            .prepare("SELECT vast_id FROM instances WHERE gone_at IS NULL ORDER BY vast_id")
-            .unwrap();
-        st.query_map([], |r| r.get(0))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
+    let kept = vast_ids(
+        &f,
+        "SELECT vast_id FROM instances WHERE gone_at IS NULL ORDER BY vast_id",
+    );
     let mut rest = ids[5..].to_vec();
     rest.sort();
     assert_eq!(kept, rest, "the two not asked about are kept");
