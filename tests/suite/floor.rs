@@ -328,4 +328,34 @@ fn with_the_model_unusable_no_flagged_instance_bills_past_floor_flagged_passes()
         // The fallback launched for the demand, as the rules would.
         assert!(r["launches"]["made"].as_u64().unwrap() >= 1, "{scenario}");
     }
+    // The text report says the model never answered before its verdict: the checks judged
+    // the fallback rules (a walkthrough read PASSED as the model's).
+    let llm = FakeLlm::start();
+    llm.set_default(parse_error);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, config_text(&llm, "")).unwrap();
+    let mut c = std::process::Command::new(crate::common::fleet::BIN);
+    crate::common::fleet::clean_env(&mut c);
+    let out = c
+        .arg("--config")
+        .arg(&path)
+        .args([
+            "sim",
+            "--llm",
+            "--llm-latency",
+            "3",
+            "--scenario",
+            "incident",
+        ])
+        .args(["--hours", "0.5"])
+        .env("FLEETAGENT_LLM_API_KEY", "sk-sim")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("NOTE: the model gave no usable answer (")
+            && text.contains("the checks below judge the rules, not the model"),
+        "{text}"
+    );
 }

@@ -283,6 +283,25 @@ pub fn render_text(r: &Report) -> String {
     for e in &r.errors {
         out.push_str(&format!("  error: {e}\n"));
     }
+    // A model that never answered leaves every pass to the fallback: the checks then judge
+    // the rules, and a PASSED below would read as the model's (a sim walkthrough saw 108
+    // failed turns, no key sent, and PASSED).
+    let model_silent = r.model.name != "rules"
+        && !r.model.name.ends_with("(simulated outage)")
+        && r.llm.failed_turns > 0
+        && !r.runs.by_decider.contains_key("llm")
+        && !r.runs.by_decider.contains_key("floor");
+    if model_silent {
+        out.push_str(&format!(
+            "\nNOTE: the model gave no usable answer ({} failed turns{}): every pass was decided by the fallback rules, so the checks below judge the rules, not the model\n",
+            r.llm.failed_turns,
+            r.llm
+                .first_failed_turn
+                .as_ref()
+                .map(|t| format!("; the first: {}", crate::text::clip(&t.reason, 200)))
+                .unwrap_or_default()
+        ));
+    }
     let na = r.checks.iter().filter(|c| c.not_applicable).count();
     out.push_str(&format!(
         "\n{}: {} of {} checks passed{}\n",
@@ -298,7 +317,7 @@ pub fn render_text(r: &Report) -> String {
                 .checks
                 .iter()
                 .filter(|c| c.not_applicable)
-                .all(|c| c.actual.starts_with("no ")) =>
+                .all(|c| c.actual.starts_with("no ") && c.actual.contains(" within ")) =>
             {
                 format!(
                     " ({n} not applicable: not reached within {} h)",

@@ -649,7 +649,9 @@ impl VastAccount {
                 let end = b.unwrap_or(to).min(to);
                 dph * (end - (*a).max(from)).max(0) as f64 / HOUR_MS as f64
             })
-            .sum()
+            .sum::<f64>()
+            // An empty float sum is -0.0: "$-0.00" in the report.
+            + 0.0
     }
 
     /// Our instances billing compute now (not stopped, not destroyed): how many, and $/h.
