@@ -83,6 +83,30 @@ mod tests {
         }
     }
 
+    /// A pair is two numbers: a third was dropped without a word (`rate = [[0, 10, 5]]`).
+    #[test]
+    fn a_pair_with_another_value_names_key_and_line() {
+        let head = "name = \"x\"\ndescription = \"d\"\nhours = 1\n";
+        for (table, expected) in [
+            (
+                "[market]\nrate = [[0, 10, 5]]\n",
+                "line 5 (market.rate): expected a pair of two numbers, got 3 value(s)",
+            ),
+            (
+                "[hosts]\nboot_mins = [5, 12, 99]\n",
+                "line 5 (hosts.boot_mins): expected a pair of two numbers, got 3 value(s)",
+            ),
+            (
+                "[price]\nfil_usd = [[0, 4.0, 99]]\nask_fil = [[0, 0.01]]\n",
+                "line 5 (price.fil_usd): expected a pair of two numbers, got 3 value(s)",
+            ),
+        ] {
+            let err = parse(&format!("{head}{table}")).unwrap_err();
+            assert!(err.starts_with(expected), "{err}");
+        }
+        parse(&format!("{head}[market]\nrate = [[0, 10], [2, 20]]\n")).unwrap();
+    }
+
     #[test]
     fn unknown_key_names_key_and_line() {
         let err = parse(

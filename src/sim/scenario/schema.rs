@@ -48,6 +48,7 @@ pub struct Scenario {
 #[serde(deny_unknown_fields, default)]
 pub struct Market {
     /// `[hour, proofs/h]` pairs: the rate the ProofShare market offers from that hour on.
+    #[serde(deserialize_with = "pairs")]
     pub rate: Vec<(f64, f64)>,
     /// A proof not pulled by Curio within this long goes to another provider.
     pub expire_mins: f64,
@@ -88,6 +89,7 @@ pub struct Gpu {
     /// True proofs/h of one instance (hosts vary by a few percent around it).
     pub rate: f64,
     /// `[low, high]` $/h of offers with this GPU.
+    #[serde(deserialize_with = "pair")]
     pub dph: (f64, f64),
     /// Share of the offers.
     pub share: f64,
@@ -99,6 +101,7 @@ pub struct Hosts {
     pub offers: u32,
     pub gpus: Vec<Gpu>,
     /// `[median, p90]` minutes from create to `running` (image pull and start).
+    #[serde(deserialize_with = "pair")]
     pub boot_mins: (f64, f64),
     /// Share of boots that end `exited` instead of `running`.
     pub boot_fail: f64,
@@ -110,8 +113,10 @@ pub struct Hosts {
     /// Curio worker crashes (the container exits) per instance-day.
     pub crash_per_day: f64,
     /// `[low, high]` seconds from `running` to the worker's first heartbeat.
+    #[serde(deserialize_with = "pair")]
     pub curio_start_secs: (f64, f64),
     /// `[low, high]` reliability of the offers.
+    #[serde(deserialize_with = "pair")]
     pub reliability: (f64, f64),
 }
 
@@ -144,13 +149,41 @@ impl Default for Hosts {
     }
 }
 
+/// `[a, b]`: exactly two numbers. serde's tuple took `[a, b, c]` and dropped `c` without a
+/// word (a sim walkthrough); a third value is a mistake to name.
+fn pair<'de, D: serde::Deserializer<'de>>(d: D) -> Result<(f64, f64), D::Error> {
+    let v = Vec::<f64>::deserialize(d)?;
+    two(&v).map_err(serde::de::Error::custom)
+}
+
+/// `[[a, b], ...]`: each exactly two numbers ([`pair`]).
+fn pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(f64, f64)>, D::Error> {
+    let v = Vec::<Vec<f64>>::deserialize(d)?;
+    v.iter()
+        .map(|p| two(p))
+        .collect::<Result<_, _>>()
+        .map_err(serde::de::Error::custom)
+}
+
+fn two(v: &[f64]) -> Result<(f64, f64), String> {
+    match v {
+        [a, b] => Ok((*a, *b)),
+        _ => Err(format!(
+            "expected a pair of two numbers, got {} value(s)",
+            v.len()
+        )),
+    }
+}
+
 /// `[price]`: `[hour, value]` pairs, each value holding from its hour on (as `market.rate`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PricePath {
     /// USD per FIL.
+    #[serde(deserialize_with = "pairs")]
     pub fil_usd: Vec<(f64, f64)>,
     /// The ask price in FIL per proof (Curio's `proofshare_meta.pprice`).
+    #[serde(deserialize_with = "pairs")]
     pub ask_fil: Vec<(f64, f64)>,
 }
 
@@ -178,6 +211,7 @@ pub struct Bids {
     /// Share of outbid instances that resume by themselves later (if not destroyed).
     pub resume_share: f64,
     /// `[low, high]` minutes from the outbid to the resume.
+    #[serde(deserialize_with = "pair")]
     pub resume_mins: (f64, f64),
     /// Waves: at `at_hours`, `count` of our running bid instances are outbid at once.
     #[serde(rename = "wave")]
