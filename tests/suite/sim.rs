@@ -370,6 +370,21 @@ fn a_scenario_file_with_an_unknown_key_is_refused_naming_it() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["scenario"], "mine");
+
+    // A market that offers nothing: no proof, so a cost per proof is no pass (it read $0 and
+    // passed `max_dollars_per_proof`).
+    std::fs::write(
+        &file,
+        "name = \"mine\"\ndescription = \"x\"\nhours = 1\n\n[market]\nrate = [[0, 0]]\n[expect]\nmax_dollars_per_proof = 0.0001\n",
+    )
+    .unwrap();
+    let out = sim_cmd(&["--scenario"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("FAIL dollars per proof              no proof completed"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -76,11 +76,27 @@ pub fn checks(r: &Report, s: &Scenario, hours: f64) -> Vec<Check> {
             v,
         ));
     }
+    // With no proof done a cost per proof is not 0 but undefined: the check fails (a sim
+    // walkthrough saw $0.58 spent on nothing pass `max_dollars_per_proof = 0.0001`).
+    let per_proof = |name: &str, actual: f64, max: f64| match r.proofs.completed {
+        0 => Check {
+            name: name.into(),
+            expected: format!("<= {}", fmt(max)),
+            actual: "no proof completed".into(),
+            ok: false,
+            not_applicable: false,
+        },
+        _ => at_most(name, actual, max),
+    };
     if let Some(v) = e.max_dollars_per_proof {
-        c.push(at_most("dollars per proof", r.money.dollars_per_proof, v));
+        c.push(per_proof("dollars per proof", r.money.dollars_per_proof, v));
     }
     if let Some(v) = e.max_cost_ratio_to_oracle {
-        c.push(at_most("$/proof over the oracle's", r.oracle.cost_ratio, v));
+        c.push(per_proof(
+            "$/proof over the oracle's",
+            r.oracle.cost_ratio,
+            v,
+        ));
     }
     if let Some(v) = e.min_launches {
         c.push(at_least("launches made", r.launches.made as f64, v as f64));
