@@ -385,6 +385,20 @@ fn a_scenario_file_with_an_unknown_key_is_refused_naming_it() {
         text.contains("FAIL dollars per proof              no proof completed"),
         "{text}"
     );
+
+    // [bids] under an on-demand config: refused, not ignored.
+    std::fs::write(
+        &file,
+        "name = \"mine\"\ndescription = \"x\"\nhours = 1\n[bids]\noutbid_per_day = 5\n",
+    )
+    .unwrap();
+    let out = sim_cmd(&["--scenario"]).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("set vast.offers.type = \"interruptible\""),
+        "{err}"
+    );
 }
 
 #[test]
