@@ -600,6 +600,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         bound: &bound,
         llm_real: opts.llm.is_some(),
         rules: rules.as_ref(),
+        peer: opts.peer.map(|p| p.as_str()),
     })?;
     let samples = w.samples.clone();
     let below_by_hour = (0..)

@@ -713,6 +713,13 @@ fn an_unknown_peer_is_one_clear_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("no such peer"), "{stderr}");
+    // A known peer's own run names it as the decider (it read "rules").
+    let out = sim_cmd(&["--scenario", "steady", "--hours", "0.25", "--peer", "keda"])
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decided_by"], "keda (peer)", "{}", v["decided_by"]);
 }
 
 /// A launch of the rules that vast.ai refused with 429 (the client's retries spent) is tried

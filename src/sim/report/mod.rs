@@ -332,6 +332,8 @@ pub struct Inputs<'a> {
     pub llm_real: bool,
     /// With `--llm`: the rules' report of the same scenario, seed and config.
     pub rules: Option<&'a Report>,
+    /// With `--peer`: the peer that decided in the rules' place.
+    pub peer: Option<&'static str>,
 }
 
 /// Round for the report: 4 decimals (stable JSON).
@@ -579,7 +581,11 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     let revenue = price_modelled.then_some(w.curio.tally.revenue);
     let profit = revenue.map(|r| r - dollars);
     let economics = economics::build(conn, w, i.config, i.start, i.end, profit, o.profit())?;
-    let (decided_by, model_name) = if i.llm_real {
+    let (decided_by, model_name) = if let Some(peer) = i.peer {
+        // The run rows say `rules` (a peer decides through the rules' path): the report
+        // names the peer, as `--peer` asked.
+        (format!("{peer} (peer)"), peer.to_string())
+    } else if i.llm_real {
         (
             format!("llm ({})", i.config.llm.model),
             i.config.llm.model.clone(),
