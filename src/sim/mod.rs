@@ -160,15 +160,17 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
     } else {
         Provider::Rules
     };
-    // Outbids happen to bids only: a scenario's [bids] under an on-demand config would be
-    // ignored, and its checks read "no outbid within N h" as if the fleet had none.
+    // Outbids happen to bids only: a scenario's [bids] under an on-demand config (a
+    // `--config` of one's own on the outbid scenario) has no effect, and its checks read "no
+    // outbid within N h". Said, not refused: the rest of the scenario still runs.
     let b = &opts.scenario.bids;
     if (b.outbid_per_day > 0.0 || !b.waves.is_empty())
         && config.vast.offers.offer_type != crate::config::OfferType::Interruptible
     {
-        return Err(crate::error::usage(
-            "the scenario's [bids] outbids bid instances only, and the config rents on-demand: set vast.offers.type = \"interruptible\" (in the scenario's [config.vast.offers], or in --config)",
-        ));
+        crate::journal::eprint(
+            crate::journal::WARNING,
+            "fleetagent: sim: the scenario's [bids] outbids bid instances only, and the config rents on-demand: no outbid will happen; set vast.offers.type = \"interruptible\" (in the scenario's [config.vast.offers], or in --config) to see them",
+        );
     }
     Ok(config)
 }
