@@ -20,19 +20,21 @@ pub struct App {
 impl App {
     /// Load and validate the config (a [`crate::error::UsageError`] on failure: exit 2).
     pub fn load_config(&self) -> Result<LoadedConfig> {
-        let env_value = self.env.get("FLEETAGENT_CONFIG");
-        let (path, origin) =
-            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (path, origin) = self.config_path();
         Ok(config::load(&path, origin)?)
+    }
+
+    /// Where the config is: `--config`, else `$FLEETAGENT_CONFIG`, else the default.
+    fn config_path(&self) -> (PathBuf, config::ConfigOrigin) {
+        let env_value = self.env.get("FLEETAGENT_CONFIG");
+        config::resolve_path(self.config_flag.as_deref(), env_value.as_deref())
     }
 
     /// The config for the hand-brake (`pause`, `instances stop`): a key the config's checks
     /// refuse is left out, its default applied, and each one said at warning, so that a typo
     /// never keeps an operator from stopping the fleet (`config::load_for_brake`).
     pub fn load_config_for_brake(&self) -> Result<LoadedConfig> {
-        let env_value = self.env.get("FLEETAGENT_CONFIG");
-        let (path, origin) =
-            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (path, origin) = self.config_path();
         let (loaded, left_out) = config::load_for_brake(&path, origin)?;
         for e in &left_out {
             crate::journal::eprint(
@@ -61,9 +63,7 @@ impl App {
     /// refused keys left out): where an early exit deletes the doorbell (DESIGN.md, "Early
     /// exits"). None when the file cannot be read that way or names none.
     pub fn state_dir_of_refused_config(&self) -> Option<PathBuf> {
-        let env_value = self.env.get("FLEETAGENT_CONFIG");
-        let (path, origin) =
-            config::resolve_path(self.config_flag.as_deref(), env_value.as_deref());
+        let (path, origin) = self.config_path();
         let (loaded, _) = config::load_for_brake(&path, origin).ok()?;
         loaded.config.state_dir.as_ref()?;
         self.state_dir(Some(&loaded.config)).ok()
