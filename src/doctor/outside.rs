@@ -309,7 +309,7 @@ pub(super) fn unpriced(conn: &Connection, config: &Config) -> Vec<Problem> {
     };
     let ids: Vec<String> = rows
         .iter()
-        .filter(|r| crate::fleet::is_billing_state(r.state) && r.dph.is_none())
+        .filter(|r| crate::fleet::money::is_unpriced(r))
         .map(|r| {
             r.vast_id
                 .map_or_else(|| r.label.clone(), |id| format!("{id} ({})", r.label))
@@ -318,11 +318,7 @@ pub(super) fn unpriced(conn: &Connection, config: &Config) -> Vec<Problem> {
     if ids.is_empty() {
         return Vec::new();
     }
-    let worst = config
-        .vast
-        .offers
-        .max_dph_per_instance
-        .or(config.policy.max_dph_total);
+    let worst = crate::fleet::money::unpriced_dph(config);
     vec![Problem::new(format!(
         "vast.ai lists no price for {} instance(s) of ours that bill: {}; each counts against policy.max_dph_total at {}, and spend, cost and profit leave them out",
         ids.len(),

@@ -215,7 +215,7 @@ impl Snapshot {
         let unpriced = self
             .instances
             .iter()
-            .filter(|i| is_billing_state(i.state) && i.dph.is_none())
+            .filter(|i| money::is_unpriced(i))
             .count();
         dph_of(&self.instances) + unpriced as f64 * self.unpriced_dph
     }

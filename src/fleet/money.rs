@@ -27,6 +27,22 @@ pub fn dph_of(rows: &[InstanceRow]) -> f64 {
         + 0.0
 }
 
+/// An instance of ours that bills with no price known (vast.ai listed it without
+/// `dph_total`, or with a figure no host charges).
+pub fn is_unpriced(row: &InstanceRow) -> bool {
+    is_billing_state(row.state) && row.dph.is_none()
+}
+
+/// What an unpriced instance counts against `policy.max_dph_total`: the most one instance may
+/// cost (`vast.offers.max_dph_per_instance`), else the whole cap; None when neither is set.
+pub fn unpriced_dph(config: &Config) -> Option<f64> {
+    config
+        .vast
+        .offers
+        .max_dph_per_instance
+        .or(config.policy.max_dph_total)
+}
+
 /// Which caps the billing part of `rows` is over, with its figures: `max_instances (4, cap
 /// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both; None within them. Only what a stop
 /// can take away counts: a stopped instance's disk does not.

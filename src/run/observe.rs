@@ -416,12 +416,7 @@ fn assemble(
         paused: ops::paused(conn, now)?,
         hold,
         day: day_profile(conn, config, now)?,
-        unpriced_dph: config
-            .vast
-            .offers
-            .max_dph_per_instance
-            .or(config.policy.max_dph_total)
-            .unwrap_or(0.0),
+        unpriced_dph: crate::fleet::money::unpriced_dph(config).unwrap_or(0.0),
     })
 }
 
