@@ -291,18 +291,19 @@ fn prepare_system_account(p: &UnitParams) -> Result<Vec<String>> {
     Ok(notes)
 }
 
-/// The files root left in the state dir it just gave the service user (`init` run as root
-/// first: the database, its -wal and -shm, run.lock, the doorbell): theirs too, or the service
-/// cannot open its database (SQLite code 14); systemd's `StateDirectory=` does not descend
-/// into a dir whose owner is already right. Regular files only, links never followed.
+/// The state files root left in the state dir it just gave the service user (`init` run as
+/// root first: the database, its -wal and -shm, run.lock, the doorbell; `paths::STATE_FILES`):
+/// theirs too, or the service cannot open its database (SQLite code 14); systemd's
+/// `StateDirectory=` does not descend into a dir whose owner is already right. Regular files
+/// only, links never followed; nothing else in the dir is touched.
 fn give_state_files(
     dir: &Path,
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
 ) -> Result<Vec<String>> {
     let mut given = Vec::new();
-    for entry in fs::read_dir(dir).with_context(|| format!("state dir {}", dir.display()))? {
-        let path = entry?.path();
+    for name in crate::paths::STATE_FILES {
+        let path = dir.join(name);
         let Ok(meta) = fs::symlink_metadata(&path) else {
             continue;
         };

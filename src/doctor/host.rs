@@ -163,7 +163,7 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
             dir.display()
         )));
     }
-    out.extend(foreign_owned(dir, &files));
+    out.extend(foreign_owned(dir));
     out
 }
 
@@ -171,36 +171,36 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
 /// before `units install` gave the dir to the service user, a restore with `install -o`
 /// another user): the service, which runs as the dir's owner, cannot open them ("unable to
 /// open database file", SQLite code 14), though root's `doctor` could.
-fn foreign_owned(dir: &Path, db_files: &[std::path::PathBuf]) -> Vec<Problem> {
+fn foreign_owned(dir: &Path) -> Vec<Problem> {
     use std::os::unix::fs::MetadataExt;
     let Ok(d) = std::fs::metadata(dir) else {
         return Vec::new();
     };
-    let others: Vec<String> = db_files
+    let others: Vec<(String, String)> = crate::paths::STATE_FILES
         .iter()
-        .cloned()
-        .chain([dir.join("run.lock"), dir.join("trigger")])
+        .map(|f| dir.join(f))
         .filter_map(|f| {
             let m = std::fs::symlink_metadata(&f).ok()?;
-            (m.uid() != d.uid() && m.gid() != d.gid())
-                .then(|| format!("{} ({}:{})", f.display(), m.uid(), m.gid()))
+            (m.uid() != d.uid() && m.gid() != d.gid()).then(|| {
+                let path = f.display().to_string();
+                (format!("{path} ({}:{})", m.uid(), m.gid()), path)
+            })
         })
         .collect();
     if others.is_empty() {
         return Vec::new();
     }
+    let (named, paths): (Vec<String>, Vec<String>) = others.into_iter().unzip();
     vec![Problem::new(format!(
         "state files owned by neither the state dir's owner nor its group ({}:{}): {}; the service, which runs as the dir's owner, cannot open them",
         d.uid(),
         d.gid(),
-        others.join(", ")
+        named.join(", ")
     ))
     .fix(format!(
-        "chown --reference={} {}/fleetagent.db* {}/run.lock {}/trigger (those that exist)",
+        "chown --reference={} {}",
         dir.display(),
-        dir.display(),
-        dir.display(),
-        dir.display()
+        paths.join(" ")
     ))]
 }
 
