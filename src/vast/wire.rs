@@ -221,15 +221,14 @@ pub const DPH_MAX: f64 = 10_000.0;
 /// below it (0, `1e-300`) would count a billing instance as free.
 pub const DPH_MIN: f64 = 0.001;
 
-/// A price in $/h from a listing: `dph_total` from [`DPH_MIN`], a disk's
-/// `storage_total_cost` from 0, both up to [`DPH_MAX`]. Anything else (negative, zero for
+/// A price in $/h from a listing, from `least` (a `dph_total` from [`DPH_MIN`], a disk's
+/// `storage_total_cost` from 0) up to [`DPH_MAX`]. Anything else (negative, zero for
 /// the instance, `1e308`, text) is no price, said at warning: a negative or zero one would
 /// open false headroom under `policy.max_dph_total`, an absurd one would fill every figure
 /// with 300 digits. An instance with no price counts at the worst case
 /// (`Snapshot::unpriced_dph`).
-fn price(id: u64, field: &str, v: Option<&Value>) -> Option<f64> {
+fn price(id: u64, field: &str, least: f64, v: Option<&Value>) -> Option<f64> {
     let v = v.filter(|v| !v.is_null())?;
-    let least = if field == "dph_total" { DPH_MIN } else { 0.0 };
     match num(Some(v)) {
         Some(n) if (least..=DPH_MAX).contains(&n) => return Some(n),
         _ => {}
@@ -306,11 +305,11 @@ pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
             _ => None,
         },
         machine_id: v.get("machine_id").and_then(as_id),
-        storage_dph: price(id, "storage_total_cost", v.get("storage_total_cost")),
+        storage_dph: price(id, "storage_total_cost", 0.0, v.get("storage_total_cost")),
         status_msg: text(v.get("status_msg")),
         gpu_name: text(v.get("gpu_name")),
         num_gpus: num(v.get("num_gpus")).map(|n| n.max(0.0) as u32),
-        dph_total: price(id, "dph_total", v.get("dph_total")),
+        dph_total: price(id, "dph_total", DPH_MIN, v.get("dph_total")),
         public_ip: text(v.get("public_ipaddr")),
         start_date: num(v.get("start_date")),
     })
