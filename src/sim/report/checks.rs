@@ -23,6 +23,12 @@ fn at_least(name: &str, actual: f64, min: f64) -> Check {
     }
 }
 
+/// Whether `c` is a [`not_reached`] check: n/a because what it judges did not happen within
+/// the run's hours (the text report's summary says so), not n/a for another reason.
+pub fn is_not_reached(c: &Check) -> bool {
+    c.not_applicable && c.actual.starts_with("no ") && c.actual.contains(" within ")
+}
+
 /// A check about something the scenario did not schedule within the simulated hours.
 fn not_reached(name: &str, expected: String, what: &str, hours: f64) -> Check {
     Check {

@@ -317,7 +317,7 @@ pub fn render_text(r: &Report) -> String {
                 .checks
                 .iter()
                 .filter(|c| c.not_applicable)
-                .all(|c| c.actual.starts_with("no ") && c.actual.contains(" within ")) =>
+                .all(super::checks::is_not_reached) =>
             {
                 format!(
                     " ({n} not applicable: not reached within {} h)",
