@@ -8,6 +8,8 @@
 //!
 //! `FLEETAGENT_TEST_BUSY_TIMEOUT_MS=<ms>` names no point: it is SQLite's busy timeout
 //! (`store::busy_timeout`) instead of 30 s, so a test of a locked database need not wait.
+//! `FLEETAGENT_TEST_EXIT_DELAY_MS=<ms>` is how long a `run` that cannot delete its doorbell
+//! waits before it exits (`run::exit_before_start`) instead of 30 s.
 //!
 //! Unset (always, in production) nothing happens; the variables are read once per process.
 //! They can only make the process stop, fail or wait at a point it passes anyway: none of them
@@ -50,6 +52,7 @@ struct Switches {
     fail: Option<String>,
     pause: Option<(String, u64)>,
     busy_timeout: Option<Duration>,
+    exit_delay: Option<Duration>,
 }
 
 fn switches() -> &'static Switches {
@@ -68,12 +71,21 @@ fn switches() -> &'static Switches {
             .ok()
             .and_then(|ms| ms.parse().ok())
             .map(Duration::from_millis),
+        exit_delay: std::env::var("FLEETAGENT_TEST_EXIT_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(Duration::from_millis),
     })
 }
 
 /// The busy timeout a test set (`FLEETAGENT_TEST_BUSY_TIMEOUT_MS`); None: the store's own.
 pub fn busy_timeout() -> Option<Duration> {
     switches().busy_timeout
+}
+
+/// The early exit's wait a test set (`FLEETAGENT_TEST_EXIT_DELAY_MS`); None: the run's own.
+pub fn exit_delay() -> Option<Duration> {
+    switches().exit_delay
 }
 
 /// A persistence point: abort, fail or pause here if a test switch names it.

@@ -312,7 +312,7 @@ pub fn exit_before_start(
          doorbell exists; this way it runs at most twice a minute until the error is fixed",
         UNKNOWN_DIR_EXIT_DELAY.as_secs()
     );
-    clock.sleep(UNKNOWN_DIR_EXIT_DELAY);
+    clock.sleep(faults::exit_delay().unwrap_or(UNKNOWN_DIR_EXIT_DELAY));
     crate::error::Quiet(crate::error::exit_code(&err)).into()
 }
 
