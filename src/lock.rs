@@ -1,9 +1,15 @@
 //! The single-run lock: an exclusive flock on `<state_dir>/run.lock`, held as a guard value.
 //! The kernel drops it when the process dies. Others read its state from /proc/locks,
 //! never by trying it.
+//!
+//! The file holds two notes. While a run holds the lock, its first line is `<pid> <start ms>`
+//! (for `doctor` and `inspect`). Its line `last-run <id>` outlives the holder: the highest run
+//! id this state dir gave. A database restored from an older backup, or one that lost its last
+//! writes (a deleted WAL), would otherwise give those ids again, and labels that carry them
+//! (`run::observe` only sees the ones vast.ai still lists).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,6 +26,10 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct RunLock {
     file: File,
     pub path: PathBuf,
+    /// When this process took the lock (Unix ms).
+    since: Millis,
+    /// The highest run id this state dir gave, by the file's `last-run` note.
+    last_run: Option<i64>,
 }
 
 impl RunLock {
@@ -66,14 +76,42 @@ impl RunLock {
                 Err(e) => return Err(e).with_context(|| format!("cannot lock {}", path.display())),
             }
         }
-        let mut lock = RunLock { file, path };
-        lock.note_holder(clock.now_ms());
+        let mut note = String::new();
+        let _ = (&file).read_to_string(&mut note);
+        let mut lock = RunLock {
+            file,
+            path,
+            since: clock.now_ms(),
+            last_run: last_run_of(&note),
+        };
+        lock.note_holder(true);
         Ok(lock)
     }
 
-    /// Write "pid start-ms" into the file for humans; the lock itself is the flock.
-    fn note_holder(&mut self, now: Millis) {
-        let text = format!("{} {}\n", std::process::id(), now);
+    /// The highest run id this state dir gave before this process, by the lock's note.
+    pub fn last_run(&self) -> Option<i64> {
+        self.last_run
+    }
+
+    /// This process gave run id `id`: the note keeps the highest, for the next process.
+    pub fn record_run(&mut self, id: i64) {
+        if self.last_run.is_some_and(|last| last >= id) {
+            return;
+        }
+        self.last_run = Some(id);
+        self.note_holder(true);
+    }
+
+    /// Write the notes: "pid start-ms" while `held`, then `last-run <id>`. Best effort: the
+    /// lock itself is the flock.
+    fn note_holder(&mut self, held: bool) {
+        let mut text = String::new();
+        if held {
+            text.push_str(&format!("{} {}\n", std::process::id(), self.since));
+        }
+        if let Some(last) = self.last_run {
+            text.push_str(&format!("{LAST_RUN} {last}\n"));
+        }
         let _ = self.file.set_len(0);
         let _ = self.file.seek(SeekFrom::Start(0));
         let _ = self.file.write_all(text.as_bytes());
@@ -82,10 +120,27 @@ impl RunLock {
 
 impl Drop for RunLock {
     fn drop(&mut self) {
-        // Clear the note first, so no reader takes it for the next holder's.
-        let _ = self.file.set_len(0);
+        // Clear the holder's note first, so no reader takes it for the next holder's.
+        self.note_holder(false);
         let _ = FileExt::unlock(&self.file);
     }
+}
+
+/// The highest run id the state dir's lock note says was given (None: no note), read
+/// without taking the lock: for `reset-session`, which names the next run.
+pub fn last_run_noted(state_dir: &Path) -> Option<i64> {
+    last_run_of(&std::fs::read_to_string(state_dir.join(crate::paths::LOCK_FILE)).ok()?)
+}
+
+/// The word of the note that outlives the holder.
+const LAST_RUN: &str = "last-run";
+
+/// The `last-run <id>` note of a lock file's text.
+fn last_run_of(note: &str) -> Option<i64> {
+    note.lines()
+        .find_map(|l| l.trim().strip_prefix(LAST_RUN))
+        .and_then(|id| id.trim().parse().ok())
+        .filter(|&id: &i64| id > 0)
 }
 
 /// The pid holding an FLOCK on this file, read from /proc/locks (None when free or unknown).
@@ -182,5 +237,29 @@ mod tests {
         drop(lock);
         assert!(holder_pid(&dir.path().join(crate::paths::LOCK_FILE)).is_none());
         assert!(held_since(dir.path(), std::process::id()).is_none());
+    }
+
+    #[test]
+    fn the_highest_run_id_outlives_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = SystemClock;
+        let take = || RunLock::acquire(dir.path(), &clock, clock.now_ms() + 1_000).unwrap();
+        let mut lock = take();
+        assert_eq!(lock.last_run(), None);
+        lock.record_run(7);
+        lock.record_run(5);
+        assert!(held_since(dir.path(), std::process::id()).is_some());
+        drop(lock);
+        let note = std::fs::read_to_string(dir.path().join(crate::paths::LOCK_FILE)).unwrap();
+        assert_eq!(note, "last-run 7\n");
+        assert!(held_since(dir.path(), std::process::id()).is_none());
+        let mut lock = take();
+        assert_eq!(lock.last_run(), Some(7));
+        lock.record_run(8);
+        drop(lock);
+        assert_eq!(take().last_run(), Some(8));
+        // A note from before this line existed ("pid start-ms", or nothing) gives none.
+        std::fs::write(dir.path().join(crate::paths::LOCK_FILE), "123 456\n").unwrap();
+        assert_eq!(take().last_run(), None);
     }
 }

@@ -17,7 +17,11 @@ pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
         app.now(),
     )?;
     store.fence("reset-session")?;
-    let next_run = store.next_run_id()?;
+    // A restored backup is older than the runs its state dir gave: the next `run` goes on
+    // past the lock's note (`run::continue_past_the_lock`), and so does this line.
+    let next_run = store
+        .next_run_id()?
+        .max(crate::lock::last_run_noted(&dir).map_or(1, |last| last + 1));
     crate::outln!(
         "new session {} (was {})",
         done.new_session,

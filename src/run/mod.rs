@@ -87,7 +87,7 @@ crate::deref_ctx!(RunEnv);
 
 pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let deadline = env.clock.now_ms() + env.config.run.deadline_secs as i64 * 1000;
-    let (_lock, mut store, follower) = start(env, deadline).map_err(|e| early(env, e))?;
+    let (mut lock, mut store, follower) = start(env, deadline).map_err(|e| early(env, e))?;
     if let Some(line) = follower {
         // Not ours to act: what this host's doorbell announced is in the shared inbox now.
         let _ = env.doorbell.remove();
@@ -106,6 +106,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
             .map_err(|e| early(env, e))?;
         debounce_wait(&store, env, deadline).map_err(|e| early(env, e))?;
         let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
+        lock.record_run(claim.run_id);
         reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);
         if another_pass(&mut store, env, pass_no, deadline).map_err(RunFailure::Pass)? {
             continue;
@@ -157,12 +158,33 @@ fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store, Option<S
     if claim::recover_interrupted(&mut store, clock.now_ms())? > 0 {
         store.fence("recovering interrupted passes")?;
     }
+    continue_past_the_lock(&lock, &store)?;
     if let Some(vast) = &env.services.vast {
         if let Some(at) = crate::ratelimit::previous_create_at(&store.conn)? {
             vast.previous_create(at);
         }
     }
     Ok((lock, store, None))
+}
+
+/// A database older than the runs its state dir gave (restored from an older backup, or one
+/// that lost its last writes with its WAL) would give their ids again, and with them labels an
+/// instance already carried: the next run id goes past the lock's `last-run` note, said once.
+fn continue_past_the_lock(lock: &RunLock, store: &Store) -> Result<()> {
+    let Some(last) = lock.last_run() else {
+        return Ok(());
+    };
+    let next = store.next_run_id()?;
+    if next > last {
+        return Ok(());
+    }
+    crate::store::runs::continue_past(&store.conn, last)?;
+    log::warn!(
+        "{} says run {last} was given, and this database's next run would be {next}: the database is older than this state dir's runs (restored from a backup, or it lost its last writes); run ids go on from {}",
+        lock.path.display(),
+        last + 1
+    );
+    Ok(())
 }
 
 /// One claimed pass: run it and finish its row, or hand its claim back.

@@ -113,11 +113,17 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
 }
 
 /// Make the next run id at least `last + 1`. Runs are AUTOINCREMENT: `sqlite_sequence` holds
-/// the highest id ever given, in a row made by the first run. A database older than what it
-/// ran (a restore from a backup) would give ids again that labels on vast.ai already carry.
+/// the highest id ever given, in a row made by the first run (made here when no run was given
+/// yet: a backup taken before the first run). A database older than what it ran (a restore
+/// from a backup) would give ids again that labels on vast.ai already carry.
 pub fn continue_past(conn: &Connection, last: i64) -> Result<()> {
     conn.execute(
         "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'runs' AND seq < ?1",
+        params![last],
+    )?;
+    conn.execute(
+        "INSERT INTO sqlite_sequence (name, seq) SELECT 'runs', ?1
+         WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'runs')",
         params![last],
     )?;
     Ok(())

@@ -20,37 +20,97 @@ fn config(vast: &FakeVast, f: &Fleet, target: u32) {
     ));
 }
 
-#[test]
-fn a_restored_database_gives_no_run_id_or_label_again() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+/// A fleet of three runs, each launching one; a backup taken after the first. Returns the
+/// backup's path.
+fn three_runs_and_a_backup(vast: &FakeVast, f: &Fleet) -> std::path::PathBuf {
     std::fs::write(
         f.path().join("demand.json"),
         json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
             .to_string(),
     )
     .unwrap();
-    config(&vast, &f, 100);
+    config(vast, f, 100);
     f.cmd(&["init"]).ok();
     f.cmd(&["run"]).ok();
     let backup = f.path().join("backup.db");
     f.cmd(&["backup", backup.to_str().unwrap()]).ok();
     // Two more runs after the backup, each launching one: runs 2 and 3.
     for target in [200, 300] {
-        config(&vast, &f, target);
+        config(vast, f, target);
+        // The timer spaces real runs 5 minutes apart: age the ledger so vast.ai's create
+        // spacing (honoured across processes, from the ledger) does not wait 4.5 s.
+        f.db()
+            .execute(
+                "UPDATE actions SET created_at = created_at - 300000,
+                                    finished_at = finished_at - 300000",
+                [],
+            )
+            .unwrap();
         f.cmd(&["run"]).ok();
     }
     assert_eq!(vast.count(Route::Create), 3);
     assert_eq!(f.count("SELECT max(id) FROM runs"), 3);
+    backup
+}
 
-    // The operator restores the backup as docs/operations.md says (the old files moved away).
+/// The backup put in place of the database as docs/operations.md says (the old files moved
+/// away; `run.lock` stays unless `keep_lock` is false: a new host given the backup alone).
+fn restore(f: &Fleet, backup: &std::path::Path, keep_lock: bool) {
     let dir = f.doorbell().parent().unwrap().to_path_buf();
     for side in ["fleetagent.db", "fleetagent.db-wal", "fleetagent.db-shm"] {
         let _ = std::fs::remove_file(dir.join(side));
     }
-    std::fs::copy(&backup, dir.join("fleetagent.db")).unwrap();
+    if !keep_lock {
+        std::fs::remove_file(dir.join("run.lock")).unwrap();
+    }
+    std::fs::copy(backup, dir.join("fleetagent.db")).unwrap();
     assert_eq!(f.count("SELECT max(id) FROM runs"), 1);
+}
+
+fn labels(vast: &FakeVast) -> Vec<String> {
+    vast.requests_to(Route::Create)
+        .iter()
+        .map(|r| r.json()["label"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_restored_database_gives_no_run_id_again_though_the_fleet_is_gone() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let backup = three_runs_and_a_backup(&vast, &f);
+    // vast.ai reclaimed the fleet: no listed label tells of runs 2 and 3.
+    for id in vast.instance_ids() {
+        vast.remove_instance(id);
+    }
+    restore(&f, &backup, true);
+    let reset = f.cmd(&["reset-session"]).ok();
+    assert!(
+        reset.stdout.contains("run ids go on: the next run is 4"),
+        "{}",
+        reset.stdout
+    );
+    config(&vast, &f, 100);
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("run.lock says run 3 was given, and this database's next run would be 2: the database is older than this state dir's runs (restored from a backup, or it lost its last writes); run ids go on from 4"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT max(id) FROM runs"), 4);
+    let labels = labels(&vast);
+    assert_eq!(labels.len(), 4, "{labels:?}");
+    assert!(labels[3].contains("-r4-"), "{labels:?}");
+}
+
+#[test]
+fn a_restored_database_without_its_lock_goes_past_the_listed_labels() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let backup = three_runs_and_a_backup(&vast, &f);
+    restore(&f, &backup, false);
 
     // The first pass after it is run 2 again, and it launches one more: the listing carries
     // run 3's label, so the ids go on past it, and no label is given twice.
@@ -63,11 +123,7 @@ fn a_restored_database_gives_no_run_id_or_label_again() {
         out.stderr
     );
     assert_eq!(vast.count(Route::Create), 4);
-    let labels: Vec<String> = vast
-        .requests_to(Route::Create)
-        .iter()
-        .map(|r| r.json()["label"].as_str().unwrap().to_string())
-        .collect();
+    let labels = labels(&vast);
     let mut unique = labels.clone();
     unique.sort();
     unique.dedup();
@@ -83,4 +139,42 @@ fn a_restored_database_gives_no_run_id_or_label_again() {
             .contains("-r4-"),
         "run 4 launches under its own id"
     );
+}
+
+#[test]
+fn a_database_that_lost_its_last_writes_gives_no_run_id_again() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    std::fs::write(
+        f.path().join("demand.json"),
+        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+            .to_string(),
+    )
+    .unwrap();
+    config(&vast, &f, 100);
+    f.cmd(&["init"]).ok();
+    f.cmd(&["run"]).ok();
+    // Run 2 is killed right after its create, and its writes, still in the WAL, are lost
+    // with it (a WAL deleted by hand, a disk that lost its last writes).
+    config(&vast, &f, 200);
+    let killed = f
+        .command(&["run"])
+        .env("FLEETAGENT_TEST_CRASH_AT", "launch-after-create")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    let dir = f.doorbell().parent().unwrap().to_path_buf();
+    std::fs::remove_file(dir.join("fleetagent.db-wal")).unwrap();
+    let _ = std::fs::remove_file(dir.join("fleetagent.db-shm"));
+    assert_eq!(f.count("SELECT max(id) FROM runs"), 1);
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("run.lock says run 2 was given"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT max(id) FROM runs"), 3);
+    // What run 2 rented is adopted, not rented again.
+    assert_eq!(vast.count(Route::Create), 2, "{:?}", labels(&vast));
 }
