@@ -130,7 +130,24 @@ pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
     }
     Store::open_for_report(dir, now).map_err(|e| {
         let e = crate::paths::name_storage_fault(e, dir);
-        Problem::new(format!("database: {}", crate::error::report(&e)))
+        let mut line = format!("database: {}", crate::error::report(&e));
+        // A schema this build does not read (older, before its migration) is still checked
+        // for damage: the migration would meet it, and the line would say go ahead.
+        let older = line.contains("is older than this fleetagent's");
+        if let Some(damage) = older
+            .then(|| {
+                Store::open_read_only_as_is(dir)
+                    .and_then(|s| crate::store::health::edge_check(&s.conn))
+                    .err()
+            })
+            .flatten()
+        {
+            line.push_str(&format!(
+                "; and its structure check failed: {}",
+                crate::error::report(&damage)
+            ));
+        }
+        Problem::new(line)
     })
 }
 

@@ -194,6 +194,17 @@ impl Store {
     /// without its -shm cannot be read there: the database file alone is read, and a warning
     /// says what is not seen.
     pub fn open_read_only(state_dir: &Path) -> Result<Store> {
+        let store = Store::open_read_only_as_is(state_dir)?;
+        store
+            .check_read_only_schema()
+            .with_context(|| format!("database {} (read-only)", store.path.display()))?;
+        Ok(store)
+    }
+
+    /// The database read-only whatever its schema version (nothing checked but that it is a
+    /// file SQLite opens): for a structure check of a database no command of this build
+    /// reads (an older schema, before its migration).
+    pub fn open_read_only_as_is(state_dir: &Path) -> Result<Store> {
         let path = state_dir.join(DB_FILE);
         if !database_exists(state_dir)? {
             return Err(no_database(state_dir));
@@ -221,16 +232,13 @@ impl Store {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&uri, flags)
             .with_context(|| format!("cannot open database {} read-only", path.display()))?;
-        let store = Store {
+        conn.busy_timeout(busy_timeout())?;
+        Ok(Store {
             conn,
             path,
             read_only: true,
             shared: None,
-        };
-        store
-            .check_read_only_schema()
-            .with_context(|| format!("database {} (read-only)", store.path.display()))?;
-        Ok(store)
+        })
     }
 
     /// The schema of a database that cannot be migrated: exactly this version.
