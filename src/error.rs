@@ -57,8 +57,9 @@ pub fn one_line(err: &anyhow::Error) -> String {
 /// What to add to an error when SQLite says the database file is damaged (corrupt, truncated,
 /// or not a database at all): where the recovery steps are.
 pub const DAMAGED_DATABASE_HINT: &str = "the database is damaged: stop the fleetagent units and \
-     follow docs/operations.md, \"Recovering the database\" (the ledger of runs, actions and \
-     instances is kept; the conversation can be rebuilt)";
+     follow docs/operations.md, \"Recovering the database\" (scripts/recover-db keeps every \
+     row of the ledger of runs, actions and instances it can read and names what it could \
+     not; the conversation can be rebuilt)";
 
 /// Is a damaged database file anywhere in the chain?
 pub fn is_damaged_database(err: &anyhow::Error) -> bool {

@@ -62,7 +62,8 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
 /// than as "database is locked".
 fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
     let locked = crate::error::is_database_locked(&err);
-    if !locked && crate::error::storage_fault(&err).is_none() {
+    let damaged = crate::error::is_damaged_database(&err);
+    if !locked && !damaged && crate::error::storage_fault(&err).is_none() {
         return err;
     }
     let dir = app
@@ -72,6 +73,15 @@ fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
         .or_else(|| app.state_dir_without_config());
     match dir {
         Some(d) if locked => err.context(crate::store::locked_line(&d)),
+        Some(d) if damaged => {
+            // SQLite says "malformed" without the file: name it, once.
+            let db = d.join(crate::store::DB_FILE);
+            if crate::error::one_line(&err).contains(&db.display().to_string()) {
+                err
+            } else {
+                err.context(format!("database {}", db.display()))
+            }
+        }
         Some(d) => crate::paths::name_storage_fault(err, &d),
         None => err,
     }

@@ -59,6 +59,13 @@ pub fn to_file(src: &Connection, file: &Path) -> Result<Copied> {
         .with_context(|| format!("{} names no file", file.display()))?
         .to_string_lossy()
         .into_owned();
+    if !dir.is_dir() {
+        bail!(
+            "cannot write the backup {}: its directory {} does not exist (make it first)",
+            file.display(),
+            dir.display()
+        );
+    }
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     create_0660(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let result = copy_and_check(src, &tmp).and_then(|copied| {
@@ -199,6 +206,16 @@ mod tests {
         // Never over an existing file.
         let err = to_file(&s.conn, &file).unwrap_err().to_string();
         assert!(err.contains("exists"), "{err}");
+        // A directory that does not exist is named, not the temp file in it.
+        let nowhere = dir.path().join("nodir").join("x.db");
+        let err = to_file(&s.conn, &nowhere).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "{} does not exist",
+                dir.path().join("nodir").display()
+            )),
+            "{err}"
+        );
     }
 
     #[test]

@@ -104,8 +104,9 @@ fn fails_clearly(f: &Fleet, args: &[&str]) {
             .filter(|l| l.starts_with("fleetagent:"))
             .collect();
         assert_eq!(errors.len(), 1, "{args:?}: {}", out.stderr);
+        let file = f.state.join("fleetagent.db").display().to_string();
         assert!(
-            errors[0].contains("database") && errors[0].contains(HINT),
+            errors[0].contains(&file) && errors[0].contains(HINT),
             "{args:?}: {}",
             errors[0]
         );
@@ -211,6 +212,31 @@ fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_le
     assert_eq!(v["unconsumed_events"], v["deferred_events"], "{v}");
     f.cmd(&["history"]).ok();
     assert_eq!(counts(&db_path)[2], before[2], "instances kept");
+}
+
+/// A database of an older schema is not read by `doctor` (the next `run` migrates it), but
+/// its structure is still checked: the line must not say "go ahead" over a damaged file.
+#[test]
+fn doctor_checks_the_structure_of_an_older_schema() {
+    let f = with_history();
+    let older = fleetagent::store::SCHEMA_VERSION - 1;
+    f.db().pragma_update(None, "user_version", older).unwrap();
+    let page = root_page(&f, "actions");
+    let line = |f: &Fleet| {
+        let out = f.cmd(&["doctor"]);
+        out.stdout
+            .lines()
+            .find(|l| l.contains("is older than this fleetagent's"))
+            .unwrap_or_else(|| panic!("{}", out.stdout))
+            .to_string()
+    };
+    assert!(!line(&f).contains("structure check failed"), "{}", line(&f));
+    smash_page(&f.state.join("fleetagent.db"), page);
+    let damaged = line(&f);
+    assert!(
+        damaged.contains("; and its structure check failed: ") && damaged.contains(HINT),
+        "{damaged}"
+    );
 }
 
 #[test]
