@@ -319,6 +319,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
         "foreign_installs",
         outside::foreign_installs(conn, config, now),
     );
+    found.extend("foreign_installs", outside::copies(conn, config, now));
     found.add("metrics", host::metrics(conn, config, now));
     found.add("floor", agent::floor(conn, now));
     found.add("calibration", agent::calibration(conn, config));

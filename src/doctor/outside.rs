@@ -205,6 +205,28 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
     .since(at)]
 }
 
+/// How long an instance a copy of this database rented keeps the check red: a day of
+/// journal and dashboards to be seen in, and it clears by itself once the copy is stopped.
+const COPY_WINDOW_MS: Millis = 24 * 3_600_000;
+
+/// Instances a copy of this state dir rented in the last day (`store::copies`): two agents
+/// under one install id, each renting for the same need.
+pub(super) fn copies(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+    let install_id = match ops::install_id(conn) {
+        Ok(id) => id,
+        Err(e) => return vec![unreadable("the install id", &e)],
+    };
+    let prefix = &config.vast.label_prefix;
+    match crate::store::copies::launched_by_a_copy(conn, prefix, &install_id, now - COPY_WINDOW_MS)
+    {
+        Err(e) => vec![unreadable("the instances table", &e)],
+        Ok(copied) if copied.is_empty() => Vec::new(),
+        Ok(copied) => vec![Problem::new(crate::store::copies::line(&copied, &install_id))
+            .fix("find the other host running this state dir (the journal's `launched` lines there name these labels) and stop and disable its fleetagent units; moving an install: docs/operations.md, \"Moving an install to another host\"; the instances it rented are ours here: stop those not needed (`fleetagent instances stop ID`); this check clears a day after its last rental")
+            .since(copied.iter().map(|c| c.rented_at).min())],
+    }
+}
+
 /// What the last Curio reading says is wrong outside fleetagent: ProofShare switched off
 /// while instances of ours bill, a stalled request loop, and the parts that could not be
 /// read (a missing grant). `age_ms`: how old the reading is.

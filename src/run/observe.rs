@@ -66,8 +66,20 @@ pub fn observe(
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
     }
+    let install_id = ops::install_id(&tx)?;
+    let prefix = &config.vast.label_prefix;
+    let copied_before = crate::store::copies::launched_by_a_copy(&tx, prefix, &install_id, 0)?;
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
+    }
+    let copied: Vec<_> = crate::store::copies::launched_by_a_copy(&tx, prefix, &install_id, 0)?
+        .into_iter()
+        .filter(|c| !copied_before.iter().any(|b| b.label == c.label))
+        .collect();
+    if !copied.is_empty() {
+        let line = crate::store::copies::line(&copied, &install_id);
+        crate::journal::eprint(crate::journal::ERR, &format!("fleetagent: {line}"));
+        events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
     }
     for label in &rec.deleted {
         instances::delete(&tx, label)?;

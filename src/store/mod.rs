@@ -8,6 +8,7 @@ pub mod actions;
 pub mod backup;
 pub mod bad_hosts;
 pub mod calibration;
+pub mod copies;
 pub mod curio;
 pub mod events;
 pub mod health;

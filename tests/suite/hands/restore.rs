@@ -178,3 +178,59 @@ fn a_database_that_lost_its_last_writes_gives_no_run_id_again() {
     // What run 2 rented is adopted, not rented again.
     assert_eq!(vast.count(Route::Create), 2, "{:?}", labels(&vast));
 }
+
+/// A state dir copied to another host that keeps running (a move whose old host was not
+/// stopped): both copies give the same run ids under one install id. The copy that adopts an
+/// instance of a run it gave itself, under a label it never launched, says so at error, and
+/// `doctor` names it.
+#[test]
+fn a_copy_of_the_state_dir_running_beside_it_is_named() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let demand =
+        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
+    let a = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let b = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    for f in [&a, &b] {
+        std::fs::write(f.path().join("demand.json"), demand.to_string()).unwrap();
+        config(&vast, f, 100);
+    }
+    a.cmd(&["init"]).ok();
+    a.cmd(&["run"]).ok();
+    // The copy: the whole state dir, as `cp -a` would.
+    std::fs::create_dir_all(&b.state).unwrap();
+    for name in ["fleetagent.db", "run.lock"] {
+        std::fs::copy(a.state.join(name), b.state.join(name)).unwrap();
+    }
+    let clean = b.cmd(&["doctor"]);
+    assert!(
+        !clean.stdout.contains("another copy of this state dir"),
+        "{}",
+        clean.stdout
+    );
+    // A's run 2 launches one more; B's run 2 (its own count) finds it.
+    for f in [&a, &b] {
+        config(&vast, f, 200);
+    }
+    a.cmd(&["run"]).ok();
+    let out = b.cmd(&["run"]).ok();
+    let said = "were launched by runs this database gave but not by this database";
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.contains(said) && l.contains("run 2)")),
+        "{}",
+        out.stderr
+    );
+    let doctor = b.cmd(&["doctor"]).code(1);
+    assert!(
+        doctor.stdout.contains(said)
+            && doctor
+                .stdout
+                .contains("another copy of this state dir is running"),
+        "{}",
+        doctor.stdout
+    );
+    // A, the original, finds nothing of the kind yet: B rented nothing.
+    assert!(!a.cmd(&["doctor"]).stdout.contains(said));
+}
