@@ -207,7 +207,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("config", setup::config(i.config, i.config_missing));
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
-    let (ha, follows) = outside::ha(i.config, i.env, i.state_dir);
+    let (ha, follows) = outside::ha(i.config, i.env, i.state_dir, i.now);
     found.add("ha", ha);
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {

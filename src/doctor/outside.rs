@@ -375,10 +375,33 @@ const RETIRED_AFTER_SECS: f64 = 86_400.0;
 /// change the caps), a host id used from two places. Nothing while `[ha] enabled = false`.
 /// Also, when this host follows a live leader, who leads: the passes' checks are the
 /// leader's then (all but [`super::HOST_CHECKS`]).
+/// On a follower: the leader holds the lease (its `poll` renews it) while none of its passes
+/// has succeeded for longer than `last_success`'s bound. No other host takes over, and the
+/// follower's own pass checks are the leader's to judge: its `doctor` said ok.
+fn leader_stale(
+    config: &crate::config::Config,
+    status: &crate::ha::status::Status,
+    leader: &str,
+    now: Millis,
+) -> Option<Problem> {
+    let period = config.run.timer_period_secs as i64 * 1000;
+    let t = status.last_success_at?;
+    (now - t > super::agent::STALE_PERIODS * period).then(|| {
+        Problem::new(format!(
+            "ha: {leader}, and its last successful pass was {} ago (more than {} timer periods): it keeps the lease while its passes fail, so no other host acts",
+            human_duration(now - t),
+            super::agent::STALE_PERIODS
+        ))
+        .fix("run `fleetagent doctor` and `journalctl -u fleetagent` on the leader; `fleetagent ha release` there (or stopping its units) hands the lease to another host")
+        .since(Some(t))
+    })
+}
+
 pub(super) fn ha(
     config: &crate::config::Config,
     env: &crate::env::Env,
     state_dir: &std::path::Path,
+    now: Millis,
 ) -> (Vec<Problem>, Option<String>) {
     let settings = match crate::ha::node::Settings::of(config, env) {
         Ok(Some(s)) => s,
@@ -408,6 +431,9 @@ pub(super) fn ha(
         _ => None,
     };
     let mut problems = Vec::new();
+    if let Some(leader) = &follows {
+        problems.extend(leader_stale(config, &status, leader, now));
+    }
     if !status.cannot_write.is_empty() {
         problems.push(
             Problem::new(format!(

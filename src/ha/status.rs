@@ -25,6 +25,11 @@ pub struct Status {
     /// JSON fields.
     #[serde(skip)]
     pub cannot_write: Vec<String>,
+    /// The shared agent state's last successful pass (Unix ms, the leader's clock): how a
+    /// follower's `doctor` sees a leader that holds the lease but whose passes fail. Not
+    /// among DESIGN.md's JSON fields.
+    #[serde(skip)]
+    pub last_success_at: Option<i64>,
 }
 
 /// One host as the shared database last heard from it.
@@ -104,6 +109,7 @@ fn unknown(host_id: String) -> Status {
         hosts: Vec::new(),
         error: None,
         cannot_write: Vec::new(),
+        last_success_at: None,
     }
 }
 
@@ -126,6 +132,21 @@ fn cannot_write(db: &mut SharedDb) -> Result<Vec<String>> {
     })
 }
 
+/// `last_success_at` of the agent state the leader last pushed (None: none pushed yet, or
+/// no pass succeeded).
+fn shared_last_success(db: &mut SharedDb) -> Result<Option<i64>> {
+    let data: Option<String> = db.retrying("reading the shared agent state", |c| {
+        Ok(c.query_opt(
+            "SELECT data FROM fleetagent.rows WHERE tbl = 'agent_state' AND data IS NOT NULL LIMIT 1",
+            &[],
+        )?
+        .map(|r| r.get(0)))
+    })?;
+    Ok(data
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
+        .and_then(|v| v["last_success_at"].as_i64()))
+}
+
 /// What the shared database says now, from this host's point of view.
 pub fn read(settings: &Settings) -> Status {
     let mut status = unknown(settings.host.clone());
@@ -146,6 +167,7 @@ pub fn read(settings: &Settings) -> Status {
         }
         status.hosts = hosts(&mut db)?;
         status.cannot_write = cannot_write(&mut db)?;
+        status.last_success_at = shared_last_success(&mut db)?;
         Ok(())
     })();
     if let Err(e) = result {

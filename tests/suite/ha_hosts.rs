@@ -208,6 +208,24 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     assert_eq!(ha(&b)["holder"], "host-a");
     assert_eq!(metric(&b, "fleetagent_ha_leader"), Some(0.0));
     assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
+    // A leader whose passes stop succeeding keeps the lease (its poll renews it): the
+    // follower's doctor says so once the last success is older than three timer periods.
+    let shared_state = "UPDATE fleetagent.rows SET data = (data::jsonb || '{\"last_success_at\": 1000}'::jsonb)::text WHERE tbl = 'agent_state'";
+    let saved = db.query_i64(
+        "SELECT (data::jsonb->>'last_success_at')::bigint FROM fleetagent.rows WHERE tbl = 'agent_state'",
+    );
+    db.exec(shared_state);
+    let check = doctor_ha(&b);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("host-a leads (epoch 1), and its last successful pass was"),
+        "{check}"
+    );
+    db.exec(&shared_state.replace("1000", &saved.to_string()));
+    assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
 
     // A trigger on B: B's outbox, forwarded by B's next run, rung by A's poll, claimed by A.
     b.cmd(&["trigger", "-p", "1", "-r", "raised on host b"])
