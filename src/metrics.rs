@@ -547,6 +547,26 @@ pub fn after_run(
     }
 }
 
+/// With `[ha]` enabled, after a command that may have changed this host's role without a
+/// pass (`poll` as a follower, `ha release`): the textfile as the role now is. A host that
+/// stopped leading kept the leader's families (`fleetagent_ha_leader 1`, the fleet) until its
+/// next `run`: two leaders on a dashboard, the fleet counted twice, and the leader's alerts
+/// on a host whose units were stopped after a release, for good.
+pub fn after_role_change(
+    config: &crate::config::Config,
+    env: &crate::env::Env,
+    state_dir: &Path,
+    now: Millis,
+) {
+    if config.metrics.textfile.is_none() {
+        return;
+    }
+    if let Ok(Some(settings)) = crate::ha::node::Settings::of(config, env) {
+        let status = crate::ha::status::read(&settings);
+        after_run(config, state_dir, now, Some(&status));
+    }
+}
+
 /// After an operator's command that changes what the file says (`pause`, `resume`, `instances
 /// stop`): rewrite it now rather than at the next pass, up to a timer period later (a
 /// paused flag or the fleet's $/h would lie meanwhile). With `[ha]` enabled the leader's

@@ -16,7 +16,13 @@ pub fn run(app: &App, command: &HaCommand) -> Result<()> {
     })?;
     match command {
         HaCommand::Status(a) => status(&settings, a.json),
-        HaCommand::Release(_) => release(&settings),
+        HaCommand::Release(_) => {
+            release(&settings)?;
+            if let Ok(dir) = app.state_dir(Some(&loaded.config)) {
+                crate::metrics::after_role_change(&loaded.config, &app.env, &dir, app.now());
+            }
+            Ok(())
+        }
     }
 }
 

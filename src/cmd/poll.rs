@@ -10,6 +10,8 @@ pub fn run(app: &App) -> Result<()> {
     let config = &loaded.config;
     if let Some(settings) = crate::ha::node::Settings::of(config, &app.env)? {
         if !ha_poll(&settings, &mut store, &dir, app.now())? {
+            drop(store);
+            crate::metrics::after_role_change(config, &app.env, &dir, app.now());
             return Ok(());
         }
     }

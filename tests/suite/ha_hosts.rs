@@ -623,6 +623,19 @@ fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
     let file = dir.path().join("ha_test.yml");
     std::fs::write(&file, test).unwrap();
     promtool(&["test", "rules", file.to_str().unwrap()]);
+
+    // A leader that releases the lease, or finds at its poll that it no longer leads, writes
+    // a follower's file at once: its leader's file stayed until its next run (two leaders on
+    // a dashboard, for good once its units were stopped).
+    p.a.cmd(&["ha", "release"]).ok();
+    assert_eq!(metric(&p.a, "fleetagent_ha_leader"), Some(0.0));
+    assert!(!read(&p.a).contains("fleetagent_last_success_timestamp_seconds"));
+    p.b.cmd(&["poll"]).ok();
+    p.b.cmd(&["run"]).ok();
+    assert_eq!(metric(&p.b, "fleetagent_ha_leader"), Some(1.0));
+    std::fs::write(p.a.path().join("fleetagent.prom"), &text_a).unwrap();
+    p.a.cmd(&["poll"]).ok();
+    assert_eq!(metric(&p.a, "fleetagent_ha_leader"), Some(0.0));
 }
 
 /// A database role that can read the shared tables but not write them (the walkthrough's
