@@ -207,7 +207,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("config", setup::config(i.config, i.config_missing));
     let secrets = setup::secrets(i.config, i.env);
     found.add("secrets", secrets.problems.clone());
-    let (ha, follows) = outside::ha(i.config, i.env, i.state_dir, i.now);
+    let (ha, follows, shared_install) = outside::ha(i.config, i.env, i.state_dir, i.now);
     found.add("ha", ha);
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {
@@ -226,6 +226,10 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 "the database is damaged (see the database check)"
             }
             Ok(()) => {
+                found.extend(
+                    "ha",
+                    outside::foreign_state(&store.conn, shared_install.as_deref()),
+                );
                 found.add("database", host::simulation(&store.conn, i.state_dir));
                 found.extend("database", host::unwritable_database(i.state_dir));
                 from_store(&store, i, &secrets, &mut found);

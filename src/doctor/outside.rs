@@ -402,14 +402,15 @@ pub(super) fn ha(
     env: &crate::env::Env,
     state_dir: &std::path::Path,
     now: Millis,
-) -> (Vec<Problem>, Option<String>) {
+) -> (Vec<Problem>, Option<String>, Option<String>) {
     let settings = match crate::ha::node::Settings::of(config, env) {
         Ok(Some(s)) => s,
-        Ok(None) => return (Vec::new(), None),
+        Ok(None) => return (Vec::new(), None, None),
         Err(e) => {
             return (
                 vec![Problem::new(format!("ha: {}", crate::error::one_line(&e)))
                     .fix("give the shared database's URL (docs/ha.md, \"Setting it up\")")],
+                None,
                 None,
             )
         }
@@ -421,6 +422,7 @@ pub(super) fn ha(
                 "ha: the shared database is unreachable, so no host can act: {e}"
             ))
             .fix("check the database and ha_db_url from this host (`fleetagent ha status`)")],
+            None,
             None,
         );
     }
@@ -495,5 +497,19 @@ pub(super) fn ha(
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
         );
     }
-    (problems, follows)
+    (problems, follows, status.install_id)
+}
+
+/// A host whose own install's state would be replaced by another install's shared state
+/// were it to lead (`ha::mirror::foreign_state`): its runs refuse to lead, and say so only in
+/// the journal.
+pub(super) fn foreign_state(conn: &Connection, shared: Option<&str>) -> Vec<Problem> {
+    match crate::ha::mirror::foreign_state(conn, shared) {
+        Ok(None) => Vec::new(),
+        Ok(Some(line)) => vec![
+            Problem::new(format!("ha: {line}; every run here refuses to lead"))
+                .fix(crate::ha::mirror::FOREIGN_STATE_FIX),
+        ],
+        Err(e) => vec![unreadable("this host's state against the shared one", &e)],
+    }
 }

@@ -375,6 +375,64 @@ pub fn sync_in(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<
     }
 }
 
+/// A copy that was never part of the shared state (no sync mark) and holds an install's own
+/// state (runs, live instances) under another install id than the shared state's: leading
+/// would replace it by the shared state, and its instances would be another install's, never
+/// counted nor stopped (a single-host install enabled after a fresh host had led first). The
+/// error says what to do; nothing was changed.
+pub fn refuse_foreign_state(conn: &Connection, db: &mut SharedDb) -> Result<()> {
+    if local_mark(conn)?.is_some() {
+        return Ok(());
+    }
+    match foreign_state(conn, shared_install_id(db)?.as_deref())? {
+        Some(line) => {
+            bail!("ha: {line}; nothing was changed and the lease is released. {FOREIGN_STATE_FIX}")
+        }
+        None => Ok(()),
+    }
+}
+
+/// What to do about [`foreign_state`].
+pub const FOREIGN_STATE_FIX: &str = "To move this install to HA, stop the units on every host, drop the shared schema (DROP SCHEMA fleetagent CASCADE) and enable HA on this host first; to add this host to the shared install, give it a fresh state dir (`fleetagent init`) once its instances are stopped or handed over (docs/ha.md, \"Setting it up\")";
+
+/// The install id of the shared state's agent state (None: none pushed yet).
+pub fn shared_install_id(db: &mut SharedDb) -> Result<Option<String>> {
+    let data: Option<String> = db.retrying("reading the shared install id", |c| {
+        Ok(c.query_opt(
+            "SELECT data FROM fleetagent.rows WHERE tbl = 'agent_state' AND data IS NOT NULL LIMIT 1",
+            &[],
+        )?
+        .map(|r| r.get(0)))
+    })?;
+    Ok(data
+        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
+        .and_then(|v| v["install_id"].as_str().map(str::to_string)))
+}
+
+/// The line for a copy never synced (`doctor` asks too) that holds its own install's state
+/// under another id than `shared`'s; None when leading would lose nothing.
+pub fn foreign_state(conn: &Connection, shared: Option<&str>) -> Result<Option<String>> {
+    let Some(shared) = shared else {
+        return Ok(None);
+    };
+    if local_mark(conn)?.is_some() {
+        return Ok(None);
+    }
+    let (runs, live): (i64, i64) = conn.query_row(
+        "SELECT (SELECT COUNT(*) FROM runs),
+                (SELECT COUNT(*) FROM instances WHERE gone_at IS NULL)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let ours = crate::store::ops::install_id(conn)?;
+    if (runs == 0 && live == 0) || ours == shared {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "this host's database is install {ours} ({runs} run(s), {live} live instance(s)) and was never part of the shared state, which is install {shared}'s: leading would replace this host's state by it, and its instances would be another install's, never counted nor stopped"
+    )))
+}
+
 /// The first leader of an empty schema: every row of this copy is pushed.
 fn initialize(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<Synced> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;

@@ -203,6 +203,16 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
         epoch,
         margin: settings.margin,
     };
+    if let Err(e) = mirror::refuse_foreign_state(&store.conn, &mut db) {
+        // Another host may lead meanwhile: this one would only hold the lease and fail.
+        if let Err(r) = lease::release(&mut db, &settings.host, epoch) {
+            log::warn!(
+                "ha: the lease could not be released: {}",
+                crate::error::one_line(&r)
+            );
+        }
+        return Err(e);
+    }
     let synced = mirror::sync_in(&mut store.conn, &mut db, &held)?;
     mirror::capture(&store.conn)?;
     if let Synced::Pulled {

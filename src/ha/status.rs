@@ -30,6 +30,10 @@ pub struct Status {
     /// among DESIGN.md's JSON fields.
     #[serde(skip)]
     pub last_success_at: Option<i64>,
+    /// The shared state's install id (None: nothing pushed yet); not among DESIGN.md's JSON
+    /// fields.
+    #[serde(skip)]
+    pub install_id: Option<String>,
 }
 
 /// One host as the shared database last heard from it.
@@ -110,6 +114,7 @@ fn unknown(host_id: String) -> Status {
         error: None,
         cannot_write: Vec::new(),
         last_success_at: None,
+        install_id: None,
     }
 }
 
@@ -168,6 +173,7 @@ pub fn read(settings: &Settings) -> Status {
         status.hosts = hosts(&mut db)?;
         status.cannot_write = cannot_write(&mut db)?;
         status.last_success_at = shared_last_success(&mut db)?;
+        status.install_id = super::mirror::shared_install_id(&mut db)?;
         Ok(())
     })();
     if let Err(e) = result {

@@ -393,6 +393,57 @@ fn set_ha(f: &Fleet, enabled: bool) {
     f.write_config(&cfg.replace(from, to));
 }
 
+/// The wrong order: a fresh host leads first (the shared state is its new install's), then a
+/// single-host install with a fleet is enabled. Leading would replace its copy and give its
+/// instances away (never counted nor stopped); it refuses, releases the lease, keeps its state.
+#[test]
+fn a_single_host_install_enabled_after_a_fresh_host_led_keeps_its_state() {
+    let Pair {
+        mut db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    set_ha(&a, false);
+    a.cmd(&["run"]).ok();
+    let runs_before = a.count("SELECT COUNT(*) FROM runs");
+    assert!(
+        !labels_created(&vast).is_empty(),
+        "the single host launched nothing"
+    );
+    // B, fresh, leads first, then hands over.
+    b.cmd(&["run"]).ok();
+    b.cmd(&["ha", "release"]).ok();
+    set_ha(&a, true);
+    let out = a.cmd(&["run"]).code(1);
+    assert!(
+        out.stderr
+            .contains("and was never part of the shared state, which is install")
+            && out
+                .stderr
+                .contains("nothing was changed and the lease is released"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(a.count("SELECT COUNT(*) FROM runs"), runs_before);
+    assert_eq!(
+        db.query_i64(
+            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-a' AND expires_at > now()"
+        ),
+        0,
+        "A kept the lease"
+    );
+    let check = doctor_ha(&a);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("every run here refuses to lead")),
+        "{check}"
+    );
+}
+
 /// A single-host install with a fleet, a waiting event and a pending wake switches to HA: its
 /// first lead moves all of it to the shared database. `ha release` hands over (the releasing
 /// host holds off), the next leader carries the same state on, and switching it back to one
