@@ -135,6 +135,9 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return blind(listing_error.as_deref());
     }
+    if let Some(note) = follower_note(config, &app.env, &install_id) {
+        crate::outln!("{note}");
+    }
     // Without the listing, the last line (the error, on stderr) says so.
     if out.is_empty() && listing_error.is_some() {
         crate::outln!("no instances in fleetagent's table (what vast.ai bills is unknown)");
@@ -196,10 +199,40 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
     }
     if not_ours > 0 {
         crate::outln!(
-            "{not_ours} other instance(s) on the account are not ours (label prefix {prefix:?})"
+            "{not_ours} other instance(s) on the account are not ours (not under our label prefix {prefix:?})"
         );
     }
     blind(listing_error.as_deref())
+}
+
+/// With `[ha]` enabled, on a host that does not lead: its table is its copy as of its last
+/// lead (empty when it never led), and the shared fleet may read as another install's when
+/// this copy never led (its own install id is still `init`'s). The line says so, above the
+/// list, so that the fleet is not taken for a stray install's.
+fn follower_note(
+    config: &crate::config::Config,
+    env: &crate::env::Env,
+    install_id: &str,
+) -> Option<String> {
+    let settings = crate::ha::node::Settings::of(config, env).ok()??;
+    let status = crate::ha::status::read(&settings);
+    if status.role == "leader" {
+        return None;
+    }
+    let leader = match (&status.holder, status.lease_left_secs) {
+        (Some(h), Some(left)) if left > 0.0 => format!("{h} leads"),
+        _ => "no host leads now".to_string(),
+    };
+    let shared = match status.install_id.as_deref() {
+        Some(shared) if shared != install_id => format!(
+            "; the shared fleet is install {shared}'s, listed below as another install's because this host has not led yet"
+        ),
+        _ => String::new(),
+    };
+    Some(format!(
+        "this host ({}) follows ({leader}): its table is its copy as of its last lead{shared}; `fleetagent instances list` on the leader shows the fleet",
+        settings.host
+    ))
 }
 
 /// The list was shown without vast.ai's listing (asked for, not `--offline`): exit 1, so that

@@ -208,6 +208,17 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     assert_eq!(ha(&b)["holder"], "host-a");
     assert_eq!(metric(&b, "fleetagent_ha_leader"), Some(0.0));
     assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
+    // B's list says whose the fleet is: it never led, so A's instances carry another id than
+    // B's own copy (they read as another install's).
+    let listed = b.cmd(&["instances", "list"]).ok();
+    assert!(
+        listed
+            .stdout
+            .starts_with("this host (host-b) follows (host-a leads)")
+            && listed.stdout.contains("the shared fleet is install"),
+        "{}",
+        listed.stdout
+    );
     // A leader whose passes stop succeeding keeps the lease (its poll renews it): the
     // follower's doctor says so once the last success is older than three timer periods.
     let shared_state = "UPDATE fleetagent.rows SET data = (data::jsonb || '{\"last_success_at\": 1000}'::jsonb)::text WHERE tbl = 'agent_state'";
