@@ -132,6 +132,17 @@ pub fn last_run_noted(state_dir: &Path) -> Option<i64> {
     last_run_of(&std::fs::read_to_string(state_dir.join(crate::paths::LOCK_FILE)).ok()?)
 }
 
+/// More runs than a state dir gives in centuries (288 a day at the 5-minute timer): a
+/// `last-run` note this far past the database is no run it gave (a hand edit, a damaged
+/// file), and going past it would spend the id space (AUTOINCREMENT stops at 2^63 - 1).
+pub const IMPLAUSIBLE_RUN_GAP: i64 = 100_000_000;
+
+/// The next run id a `last-run` note asks for, given the database's own next one: None when
+/// the database is already past it, or the note is implausible ([`IMPLAUSIBLE_RUN_GAP`]).
+pub fn next_past(last: i64, db_next: i64) -> Option<i64> {
+    (last >= db_next && last - db_next <= IMPLAUSIBLE_RUN_GAP).then(|| last + 1)
+}
+
 /// The word of the note that outlives the holder.
 const LAST_RUN: &str = "last-run";
 

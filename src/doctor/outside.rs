@@ -217,11 +217,17 @@ pub(super) fn copies(conn: &Connection, config: &Config, now: Millis) -> Vec<Pro
         Err(e) => return vec![unreadable("the install id", &e)],
     };
     let prefix = &config.vast.label_prefix;
-    match crate::store::copies::launched_by_a_copy(conn, prefix, &install_id, now - COPY_WINDOW_MS)
+    match crate::run::observe::launched_by_a_copy(
+        conn,
+        prefix,
+        &install_id,
+        now - COPY_WINDOW_MS,
+        None,
+    )
     {
         Err(e) => vec![unreadable("the instances table", &e)],
         Ok(copied) if copied.is_empty() => Vec::new(),
-        Ok(copied) => vec![Problem::new(crate::store::copies::line(&copied, &install_id))
+        Ok(copied) => vec![Problem::new(crate::fleet::copies::line(&copied, &install_id))
             .fix("find the other host running this state dir (the journal's `launched` lines there name these labels) and stop and disable its fleetagent units; moving an install: docs/operations.md, \"Moving an install to another host\"; the instances it rented are ours here: stop those not needed (`fleetagent instances stop ID`); this check clears a day after its last rental")
             .since(copied.iter().map(|c| c.rented_at).min())],
     }

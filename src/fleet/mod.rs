@@ -5,6 +5,7 @@
 //! stop through the guardrails and update it; the observation text the model reads is
 //! `prompt::observation` (the `observation_line` and `lifecycle_lines` methods).
 
+pub mod copies;
 pub mod day;
 pub mod identity;
 pub mod money;

@@ -178,6 +178,15 @@ fn continue_past_the_lock(lock: &RunLock, store: &Store) -> Result<()> {
     if next > last {
         return Ok(());
     }
+    if crate::lock::next_past(last, next).is_none() {
+        // Not a run this state dir gave (a hand edit, a damaged file): going past it would
+        // spend the id space (SQLite's AUTOINCREMENT stops at 2^63 - 1).
+        log::warn!(
+            "{} says run {last} was given, far past this database's next run ({next}): not a run id this state dir gave; ignored (delete its last-run line, or the file, to clear this)",
+            lock.path.display()
+        );
+        return Ok(());
+    }
     crate::store::runs::continue_past(&store.conn, last)?;
     log::warn!(
         "{} says run {last} was given, and this database's next run would be {next}: the database is older than this state dir's runs (restored from a backup, or it lost its last writes); run ids go on from {}",

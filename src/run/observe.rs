@@ -68,16 +68,16 @@ pub fn observe(
     }
     let install_id = ops::install_id(&tx)?;
     let prefix = &config.vast.label_prefix;
-    let copied_before = crate::store::copies::launched_by_a_copy(&tx, prefix, &install_id, 0)?;
+    let copied_before = launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id))?;
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
     }
-    let copied: Vec<_> = crate::store::copies::launched_by_a_copy(&tx, prefix, &install_id, 0)?
+    let copied: Vec<_> = launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id))?
         .into_iter()
         .filter(|c| !copied_before.iter().any(|b| b.label == c.label))
         .collect();
     if !copied.is_empty() {
-        let line = crate::store::copies::line(&copied, &install_id);
+        let line = crate::fleet::copies::line(&copied, &install_id);
         crate::journal::eprint(crate::journal::ERR, &format!("fleetagent: {line}"));
         events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
     }
@@ -254,12 +254,49 @@ fn continue_run_ids(
     if last < run_id {
         return Ok(None);
     }
+    if crate::lock::next_past(last, run_id).is_none() {
+        // No run of ours could have named it (a label given by hand or by another tool in our
+        // shape): going past it would spend the id space.
+        log::warn!(
+            "vast.ai lists {} of run {last}, far past this pass (run {run_id}): no run of this install gave it; run ids are left as they are",
+            crate::text::quote(label, crate::fleet::LABEL_CHARS)
+        );
+        return Ok(None);
+    }
     crate::store::runs::continue_past(conn, last)?;
     Ok(Some(format!(
         "vast.ai lists {} of run {last}, and this pass is run {run_id}: the database is older than the fleet (restored from a backup?); run ids go on from {}",
         crate::text::quote(label, crate::fleet::LABEL_CHARS),
         last + 1
     )))
+}
+
+/// Live adopted instances rented since `since` that a copy of this database launched
+/// (`fleet::copies`): the pass that adopts one says so (`current`: its run), `doctor` names
+/// them for a day.
+pub fn launched_by_a_copy(
+    conn: &rusqlite::Connection,
+    prefix: &str,
+    install_id: &str,
+    since: Millis,
+    current: Option<i64>,
+) -> Result<Vec<crate::fleet::copies::Copied>> {
+    let mut out = Vec::new();
+    for (label, vast_id, rented_at) in instances::adopted_live(conn, since)? {
+        let Some((base, run)) = crate::fleet::copies::our_run(&label, prefix, install_id) else {
+            continue;
+        };
+        let launches = actions::launches_of_label(conn, run, &base, current)?;
+        if crate::fleet::copies::is_copy(&launches, vast_id) {
+            out.push(crate::fleet::copies::Copied {
+                label,
+                vast_id,
+                run,
+                rented_at,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The first pass of a new database that finds another install's instances under its

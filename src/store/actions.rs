@@ -135,6 +135,55 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Action> {
     })
 }
 
+/// What the ledger holds of launches under one label, and of the run its label names: for
+/// telling an instance a copy of this database rented (`fleet::copies`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelLaunches {
+    /// The run the label names finished ok in this database.
+    pub run_finished_ok: bool,
+    /// Launches under the label, whatever their outcome.
+    pub total: i64,
+    /// The instances those launches went through as (settled with one).
+    pub instances: Vec<i64>,
+}
+
+impl LabelLaunches {
+    /// One of them went through as this instance.
+    pub fn as_instance(&self, vast_id: Option<i64>) -> bool {
+        vast_id.is_some_and(|id| self.instances.contains(&id))
+    }
+
+    /// One of them went through as another instance.
+    pub fn as_other_instance(&self, vast_id: Option<i64>) -> bool {
+        self.instances.iter().any(|&i| Some(i) != vast_id)
+    }
+}
+
+/// [`LabelLaunches`] of `label`, whose label names run `run`; `current`: the pass asking,
+/// which counts as finished ok (it has not finished yet, and it is this database's own).
+pub fn launches_of_label(
+    conn: &Connection,
+    run: i64,
+    label: &str,
+    current: Option<i64>,
+) -> Result<LabelLaunches> {
+    let run_finished_ok: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1 AND (status = 'ok' OR id IS ?2))",
+        params![run, current],
+        |r| r.get(0),
+    )?;
+    let mut stmt = conn
+        .prepare_cached("SELECT instance_id FROM actions WHERE kind = 'launch' AND label = ?1")?;
+    let rows = stmt
+        .query_map(params![label], |r| r.get::<_, Option<i64>>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(LabelLaunches {
+        run_finished_ok,
+        total: rows.len() as i64,
+        instances: rows.into_iter().flatten().collect(),
+    })
+}
+
 /// When our latest create request may have reached vast.ai: the latest launch that got as
 /// far as the API call (settled, or an intent a crash left open), by the time it settled.
 /// The next create is spaced after it, across processes.

@@ -93,6 +93,23 @@ pub fn live(conn: &Connection) -> Result<Vec<InstanceRow>> {
     Ok(rows)
 }
 
+/// Live instances fleetagent adopted (found in the listing, not launched by a recorded
+/// intent) rented since `since`: label, vast.ai id, when rented.
+pub fn adopted_live(
+    conn: &Connection,
+    since: Millis,
+) -> Result<Vec<(String, Option<i64>, Millis)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT label, vast_id, created_at FROM instances
+          WHERE adopted = 1 AND gone_at IS NULL AND created_at >= ?1
+          ORDER BY created_at, label",
+    )?;
+    let rows = stmt
+        .query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// Instances that were alive at some point after `since` (for daily spend).
 pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>> {
     let mut stmt = conn.prepare_cached(&format!(

@@ -8,7 +8,6 @@ pub mod actions;
 pub mod backup;
 pub mod bad_hosts;
 pub mod calibration;
-pub mod copies;
 pub mod curio;
 pub mod events;
 pub mod health;
@@ -490,7 +489,13 @@ impl Store {
                 rusqlite::Error::QueryReturnedNoRows => Ok(None),
                 e => Err(e),
             })?;
-        Ok(seq.unwrap_or(0) + 1)
+        seq.unwrap_or(0).checked_add(1).with_context(|| {
+            format!(
+                "{}: the run id sequence is exhausted (sqlite_sequence 'runs' at {}): a damaged or hand-edited database",
+                self.path.display(),
+                i64::MAX
+            )
+        })
     }
 }
 

@@ -6,7 +6,7 @@
 use serde_json::json;
 
 use crate::common::config::rules_config;
-use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fake_vast::{FakeReply, FakeVast, Route};
 use crate::common::fleet::Fleet;
 
 /// The rules alone on a dead fleet (WORKERS DEAD), one instance of 100 p/h per 100 p/h of
@@ -233,4 +233,105 @@ fn a_copy_of_the_state_dir_running_beside_it_is_named() {
     );
     // A, the original, finds nothing of the kind yet: B rented nothing.
     assert!(!a.cmd(&["doctor"]).stdout.contains(said));
+}
+
+#[test]
+fn a_run_lock_note_no_run_could_have_given_is_ignored() {
+    let f = Fleet::new();
+    f.cmd(&["run"]).ok();
+    let lock = f.doorbell().parent().unwrap().join("run.lock");
+    std::fs::write(&lock, "last-run 9223372036854775807\n").unwrap();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("not a run id this state dir gave; ignored"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT max(id) FROM runs"), 2);
+    assert_eq!(
+        std::fs::read_to_string(&lock).unwrap(),
+        "last-run 9223372036854775807\n",
+        "the note is left for the operator, not rewritten lower"
+    );
+    let reset = f.cmd(&["reset-session"]).ok();
+    assert!(
+        reset.stdout.contains("run ids go on: the next run is 3"),
+        "{}",
+        reset.stdout
+    );
+}
+
+/// A label in our shape naming a run no pass could have given (by hand, another tool) does not
+/// move the run ids: past it, they would be spent (a panic, then every command refused).
+#[test]
+fn a_listed_label_of_an_impossible_run_leaves_the_ids_alone() {
+    let vast = FakeVast::start_real_time();
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    std::fs::write(
+        f.path().join("demand.json"),
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+            .to_string(),
+    )
+    .unwrap();
+    config(&vast, &f, 100);
+    f.cmd(&["init"]).ok();
+    let id = f.inspect()["install_id"].as_str().unwrap().to_string();
+    vast.add_instance(&format!("fleetagent-{id}-r9223372036854775807-ffffffff"));
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("far past this pass (run 1): no run of this install gave it"),
+        "{}",
+        out.stderr
+    );
+    f.cmd(&["run"]).ok();
+    assert_eq!(f.count("SELECT max(id) FROM runs"), 2);
+}
+
+/// Not a copy: a launch whose create vast.ai listed only after the intent's grace (settled
+/// failed, "never appeared"), then adopted. Its label is in the ledger, settled without an
+/// instance: ours, late.
+#[test]
+fn an_instance_listed_after_its_intent_was_settled_is_not_a_copys() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    std::fs::write(
+        f.path().join("demand.json"),
+        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+            .to_string(),
+    )
+    .unwrap();
+    config(&vast, &f, 100);
+    f.cmd(&["init"]).ok();
+    vast.fail_next(Route::Create, 1, FakeReply::text(504, "Gateway Time-out"));
+    f.cmd(&["run"]);
+    let label = labels(&vast)[0].clone();
+    assert!(vast.instance_ids().is_empty());
+    // Past the grace: the intent is settled failed ("never appeared"); the pass rents again.
+    f.db()
+        .execute(
+            "UPDATE actions SET created_at = created_at - 660000, finished_at = finished_at - 660000",
+            [],
+        )
+        .unwrap();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM actions WHERE label = (SELECT label FROM actions ORDER BY id LIMIT 1) AND outcome = 'failed'"),
+        1
+    );
+    // Then vast.ai lists it after all.
+    vast.add_instance(&label);
+    let out = f.cmd(&["run"]).ok();
+    let said = "were launched by runs this database gave but not by this database";
+    assert_eq!(
+        f.count(&format!(
+            "SELECT COUNT(*) FROM instances WHERE adopted = 1 AND label = '{label}'"
+        )),
+        1,
+        "not adopted"
+    );
+    assert!(!out.stderr.contains(said), "{}", out.stderr);
+    assert!(!f.cmd(&["doctor"]).stdout.contains(said));
 }
