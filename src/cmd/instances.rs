@@ -135,7 +135,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
         return blind(listing_error.as_deref());
     }
-    if let Some(note) = follower_note(config, &app.env, &install_id) {
+    if let Some(note) = follower_note(config, &app.env, &store.conn, &install_id) {
         crate::outln!("{note}");
     }
     // Without the listing, the last line (the error, on stderr) says so.
@@ -212,12 +212,25 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
 fn follower_note(
     config: &crate::config::Config,
     env: &crate::env::Env,
+    conn: &rusqlite::Connection,
     install_id: &str,
 ) -> Option<String> {
     let settings = crate::ha::node::Settings::of(config, env).ok()??;
     let status = crate::ha::status::read(&settings);
+    if let Some(e) = &status.error {
+        return Some(format!(
+            "the shared database cannot be read, so whether this host ({}) leads is unknown: {e}",
+            settings.host
+        ));
+    }
     if status.role == "leader" {
         return None;
+    }
+    if let Ok(Some(line)) = crate::ha::mirror::foreign_state(conn, status.install_id.as_deref()) {
+        return Some(format!(
+            "this host ({}) does not lead: {line}; it refuses to lead (`fleetagent doctor`)",
+            settings.host
+        ));
     }
     let leader = match (&status.holder, status.lease_left_secs) {
         (Some(h), Some(left)) if left > 0.0 => format!("{h} leads"),

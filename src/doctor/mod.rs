@@ -219,7 +219,8 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 found.add(
                     "database",
                     vec![Problem::new(format!(
-                        "database structure check failed: {}",
+                        "database {} structure check failed: {}",
+                        store.path.display(),
                         crate::error::report(&e)
                     ))],
                 );

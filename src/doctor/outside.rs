@@ -391,16 +391,31 @@ fn leader_stale(
     now: Millis,
 ) -> Option<Problem> {
     let period = config.run.timer_period_secs as i64 * 1000;
-    let t = status.last_success_at?;
-    (now - t > super::agent::STALE_PERIODS * period).then(|| {
-        Problem::new(format!(
-            "ha: {leader}, and its last successful pass was {} ago (more than {} timer periods): it keeps the lease while its passes fail, so no other host acts",
-            human_duration(now - t),
-            super::agent::STALE_PERIODS
-        ))
-        .fix("run `fleetagent doctor` and `journalctl -u fleetagent` on the leader; `fleetagent ha release` there (or stopping its units) hands the lease to another host")
-        .since(Some(t))
-    })
+    let stale = super::agent::STALE_PERIODS * period;
+    let fix = "run `fleetagent doctor` and `journalctl -u fleetagent` on the leader; `fleetagent ha release` there (or stopping its units) hands the lease to another host";
+    // Its last success, or (none at all, or older than the lease) since it took the lease.
+    let held_ms = status.held_secs.map(|s| (s * 1000.0) as Millis);
+    match (status.last_success_at, held_ms) {
+        (Some(t), _) if now - t > stale => Some(
+            Problem::new(format!(
+                "ha: {leader}, and its last successful pass was {} ago (more than {} timer periods): it keeps the lease while its passes fail, so no other host acts",
+                human_duration(now - t),
+                super::agent::STALE_PERIODS
+            ))
+            .fix(fix)
+            .since(Some(t)),
+        ),
+        (None, Some(held)) if held > stale => Some(
+            Problem::new(format!(
+                "ha: {leader}, and no pass has succeeded since it took the lease {} ago (more than {} timer periods): it keeps the lease while its passes fail, so no other host acts",
+                human_duration(held),
+                super::agent::STALE_PERIODS
+            ))
+            .fix(fix)
+            .since(Some(now - held)),
+        ),
+        _ => None,
+    }
 }
 
 pub(super) fn ha(

@@ -34,6 +34,10 @@ pub struct Status {
     /// fields.
     #[serde(skip)]
     pub install_id: Option<String>,
+    /// Seconds since the holder took the lease (database time); not among DESIGN.md's JSON
+    /// fields.
+    #[serde(skip)]
+    pub held_secs: Option<f64>,
 }
 
 /// One host as the shared database last heard from it.
@@ -115,6 +119,7 @@ fn unknown(host_id: String) -> Status {
         cannot_write: Vec::new(),
         last_success_at: None,
         install_id: None,
+        held_secs: None,
     }
 }
 
@@ -174,6 +179,13 @@ pub fn read(settings: &Settings) -> Status {
         status.cannot_write = cannot_write(&mut db)?;
         status.last_success_at = shared_last_success(&mut db)?;
         status.install_id = super::mirror::shared_install_id(&mut db)?;
+        status.held_secs = db.retrying("reading the lease's age", |c| {
+            Ok(c.query_opt(
+                "SELECT EXTRACT(EPOCH FROM now() - acquired_at)::float8 FROM fleetagent.lease WHERE name = 'fleet'",
+                &[],
+            )?
+            .map(|r| r.get(0)))
+        })?;
         Ok(())
     })();
     if let Err(e) = result {

@@ -59,15 +59,32 @@ pub fn to_file(src: &Connection, file: &Path) -> Result<Copied> {
         .with_context(|| format!("{} names no file", file.display()))?
         .to_string_lossy()
         .into_owned();
-    if !dir.is_dir() {
-        bail!(
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!(
+            "cannot write the backup {}: {} is not a directory",
+            file.display(),
+            dir.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "cannot write the backup {}: its directory {} does not exist (make it first)",
             file.display(),
             dir.display()
-        );
+        ),
+        Err(e) => bail!(
+            "cannot write the backup {}: its directory {}: {e}",
+            file.display(),
+            dir.display()
+        ),
     }
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    create_0660(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    create_0660(&tmp).with_context(|| {
+        format!(
+            "cannot write the backup {}: cannot create a file in {}",
+            file.display(),
+            dir.display()
+        )
+    })?;
     let result = copy_and_check(src, &tmp).and_then(|copied| {
         put_in_place(&tmp, file)?;
         Ok(Copied {
@@ -114,7 +131,8 @@ fn copy_and_check(src: &Connection, tmp: &Path) -> Result<Copied> {
     };
     if !bad.is_empty() {
         bail!(
-            "the copy fails PRAGMA quick_check, so the database itself is damaged: {} ({}); no backup was written",
+            "the copy fails PRAGMA quick_check, so the database {} itself is damaged: {} ({}); no backup was written",
+            src.path().unwrap_or("?"),
             crate::text::clip(&bad.join("; "), 300),
             crate::error::DAMAGED_DATABASE_HINT
         );
@@ -214,6 +232,14 @@ mod tests {
                 "{} does not exist",
                 dir.path().join("nodir").display()
             )),
+            "{err}"
+        );
+        // So is a file in a directory's place.
+        let err = to_file(&s.conn, &file.join("x.db"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("{} is not a directory", file.display())),
             "{err}"
         );
     }

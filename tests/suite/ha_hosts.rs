@@ -235,6 +235,18 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
             .contains("host-a leads (epoch 1), and its last successful pass was"),
         "{check}"
     );
+    // No success at all (null), the lease held for an hour: the same, counted from the lease.
+    db.exec(&shared_state.replace("1000", "null"));
+    db.exec("UPDATE fleetagent.lease SET acquired_at = now() - interval '1 hour'");
+    let check = doctor_ha(&b);
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("host-a leads (epoch 1), and no pass has succeeded since it took the lease"),
+        "{check}"
+    );
+    db.exec("UPDATE fleetagent.lease SET acquired_at = now()");
     db.exec(&shared_state.replace("1000", &saved.to_string()));
     assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
 
@@ -452,6 +464,14 @@ fn a_single_host_install_enabled_after_a_fresh_host_led_keeps_its_state() {
             .as_str()
             .is_some_and(|d| d.contains("every run here refuses to lead")),
         "{check}"
+    );
+    let listed = a.cmd(&["instances", "list"]).ok();
+    assert!(
+        listed
+            .stdout
+            .starts_with("this host (host-a) does not lead: this host's database is install"),
+        "{}",
+        listed.stdout
     );
 }
 
