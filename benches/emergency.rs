@@ -140,6 +140,7 @@ fn setup(demand: Demand, earlier: usize) -> (Store, Services, Arc<MemVast>) {
         demand: Some(Arc::new(Fixed(demand))),
         llm: None,
         fil_usd: None,
+        secrets: Default::default(),
     };
     (store, services, vast)
 }

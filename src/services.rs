@@ -25,6 +25,9 @@ pub struct Services {
     pub llm: Option<Arc<dyn LlmClient>>,
     /// FIL/USD from `price.fil_usd_command` / `fil_usd_url` (None: static or unset).
     pub fil_usd: Option<Arc<dyn crate::fil_usd::FilUsdSource>>,
+    /// Every secret this process could read, redacted from what the demand probe and the
+    /// FIL/USD source say before anything quotes it (`secrets::known_values`).
+    pub secrets: Arc<Vec<String>>,
 }
 
 /// What every driver runs against: the config, the environment, the clock and the outside
@@ -69,6 +72,7 @@ pub fn build_services(
             None
         },
         fil_usd: build_fil_usd(config),
+        secrets: Arc::new(secrets::known_values(env)),
     })
 }
 

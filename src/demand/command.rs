@@ -67,7 +67,12 @@ pub(crate) fn run_sh(
     timeout: Duration,
 ) -> Result<(ExitStatus, Vec<u8>, Vec<u8>)> {
     let deadline = Instant::now() + timeout;
-    let mut child = Command::new("sh")
+    let mut sh = Command::new("sh");
+    // fleetagent's own keys are none of the probe's business (`secrets`).
+    for name in crate::secrets::env_names_hidden_from_probes() {
+        sh.env_remove(name);
+    }
+    let mut child = sh
         .arg("-c")
         .arg(command)
         .stdin(Stdio::null())

@@ -46,7 +46,14 @@ pub fn observe(
     let (listing, listing_error) = list_ours(services);
     let (listing, listing_error) =
         super::vanished::confirm(&store.conn, services, listing, listing_error)?;
-    let fil_usd = services.fil_usd.as_ref().map(|s| s.fil_usd());
+    let fil_usd = services.fil_usd.as_ref().map(|s| {
+        s.fil_usd().map_err(|e| {
+            anyhow::anyhow!(crate::secrets::redact_all(
+                &format!("{e:#}"),
+                &services.secrets
+            ))
+        })
+    });
     let now = clock.now_ms();
 
     let tx = store
@@ -659,7 +666,13 @@ pub fn probe_demand(services: &Services, config: &Config) -> (Option<Demand>, Op
         None => (None, Some(no_demand_source(config))),
         Some(probe) => match probe.probe() {
             Ok(d) => (Some(d), None),
-            Err(e) => (None, Some(clip(&format!("{e:#}"), 300))),
+            Err(e) => (
+                None,
+                Some(clip(
+                    &crate::secrets::redact_all(&format!("{e:#}"), &services.secrets),
+                    300,
+                )),
+            ),
         },
     }
 }

@@ -57,6 +57,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::VastApiKey,
+        Kind::LlmApiKey,
+        Kind::HarmonyDbUrl,
+        Kind::HaDbUrl,
+        Kind::VastImageLogin,
+    ];
+
     fn env_names(self) -> &'static [&'static str] {
         match self {
             Kind::VastApiKey => &["VAST_API_KEY"],
@@ -98,6 +106,35 @@ pub fn lookup(env: &Env, kind: Kind) -> Result<Option<Secret>> {
         }
     }
     credential(env, kind.credential())
+}
+
+/// The environment variables of the secrets an operator's probe command (`demand.command`,
+/// `price.fil_usd_command`) never needs: removed from its environment, so a script that logs
+/// its environment, or fails with it, cannot put a key into an error fleetagent quotes. The
+/// HarmonyDB URL stays: a probe of Curio's own may read it.
+pub fn env_names_hidden_from_probes() -> impl Iterator<Item = &'static str> {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| *k != Kind::HarmonyDbUrl)
+        .flat_map(|k| k.env_names().iter().copied())
+}
+
+/// Every secret this process could read (environment or credentials), as text to redact
+/// from what outside programs say (a probe's stderr, a body). Unreadable ones are left out:
+/// their lookup fails where they are used.
+pub fn known_values(env: &Env) -> Vec<String> {
+    Kind::ALL
+        .into_iter()
+        .filter_map(|k| lookup(env, k).ok().flatten())
+        .map(|s| s.0)
+        .collect()
+}
+
+/// `text` with every one of `secrets` redacted ([`redact`]).
+pub fn redact_all(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_string(), |t, secret| redact(&t, secret))
 }
 
 /// Pieces of a secret shorter than this are left alone: too short to identify it, and short

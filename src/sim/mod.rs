@@ -481,6 +481,8 @@ fn run_one(opts: &Options) -> Result<SimRun> {
                 clock: dyn_clock.clone(),
             }) as Arc<dyn crate::price::FilUsdSource>
         }),
+        // The simulated services know no secret.
+        secrets: Arc::default(),
     };
 
     let bar = opts.progress.then(|| {

@@ -107,6 +107,7 @@ impl Rig {
                 demand: Some(demand),
                 llm: None,
                 fil_usd: None,
+                secrets: Default::default(),
             },
             run_id: 0,
             calls: 0,

@@ -548,3 +548,47 @@ fn init_creates_missing_parents_0755_under_umask_000() {
     assert_eq!(mode(&config), 0o640, "the config");
     assert_eq!(mode(&state), 0o2770, "the state dir");
 }
+
+/// An operator's probe command (`demand.command`, `price.fil_usd_command`) that logs its
+/// environment, or echoes a key it read elsewhere, when it fails: fleetagent's own keys are
+/// not in its environment, and what it says is redacted before the journal, the database,
+/// the prompt, `inspect` or `doctor` quote it.
+#[test]
+fn a_failing_probe_command_cannot_leak_a_key() {
+    let vast_key = "vastkey-SECRET-0123456789abcdef";
+    let llm_key = "llmkey-SECRET-abcdef0123456789";
+    let f = Fleet::with_config("")
+        .env("VAST_API_KEY", vast_key)
+        .env("FLEETAGENT_LLM_API_KEY", llm_key);
+    let probe = f.path().join("probe.sh");
+    std::fs::write(
+        &probe,
+        format!(
+            "#!/bin/sh\nenv | grep -i key >&2\necho \"auth Bearer {vast_key} failed\" >&2\nexit 1\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    f.write_config(&format!(
+        "{FAST_CONFIG}\n[demand]\nsource = \"command\"\ncommand = \"{p}\"\n[price]\nproof_price_fil = 0.001\nfil_usd_command = \"{p}\"\n",
+        p = probe.display()
+    ));
+    f.cmd(&["init"]).ok();
+    let run = f.cmd(&["run"]);
+    let inspect = f.cmd(&["inspect"]);
+    let doctor = f.cmd(&["doctor"]);
+    let said = format!(
+        "{}{}{}{}{}",
+        run.stdout, run.stderr, inspect.stdout, doctor.stdout, doctor.stderr
+    );
+    assert!(said.contains("[redacted]"), "{said}");
+    for key in [vast_key, llm_key, "SECRET-0123456789", "SECRET-abcdef012"] {
+        assert!(!said.contains(key), "{key} leaked: {said}");
+        let db = std::fs::read(f.state.join("fleetagent.db")).unwrap();
+        let wal = std::fs::read(f.state.join("fleetagent.db-wal")).unwrap_or_default();
+        assert!(
+            !contains(&db, key) && !contains(&wal, key),
+            "{key} in the database"
+        );
+    }
+}
