@@ -96,10 +96,15 @@ fn message_text(message: &Value) -> Option<String> {
         .map(|r| format!("[refusal] {r}"))
 }
 
+/// The longest tool call id kept as the server sent it (OpenAI's are about 30 characters,
+/// a UUID 36): every id is stored twice and sent back in every later prompt, so a server
+/// (or a model) that sends megabytes there must not grow the database by as much a pass.
+const MAX_TOOL_CALL_ID_CHARS: usize = 100;
+
 /// Tool calls with string arguments and unique, non-empty ids. An object `arguments` (some
 /// llama.cpp builds, KoboldCpp) is serialized back to a string; absent arguments become `{}`;
-/// an empty or repeated id is replaced by a made-up one. A legacy `function_call` counts as one
-/// tool call.
+/// an empty, repeated, over-long ([`MAX_TOOL_CALL_ID_CHARS`]) or non-printable id is replaced
+/// by a made-up one. A legacy `function_call` counts as one tool call.
 fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
     let mut raw: Vec<(Option<&str>, &Value)> = message
         .get("tool_calls")
@@ -133,7 +138,14 @@ fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
                 Some(other) => other.to_string(),
             };
             let id = match id.map(str::trim) {
-                Some(id) if !id.is_empty() && !seen.contains(id) => id.to_string(),
+                Some(id)
+                    if !id.is_empty()
+                        && id.len() <= MAX_TOOL_CALL_ID_CHARS
+                        && id.chars().all(|c| c.is_ascii_graphic())
+                        && !seen.contains(id) =>
+                {
+                    id.to_string()
+                }
                 _ => synthetic_id(now_ms),
             };
             seen.insert(id.clone());
@@ -224,6 +236,24 @@ mod tests {
         assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
         assert_eq!(r.tool_calls[1].arguments, r#"{"y":2}"#);
         assert_eq!(r.tool_calls[2].arguments, "{}");
+    }
+
+    #[test]
+    fn an_over_long_or_unprintable_tool_call_id_is_made_up() {
+        let long = "x".repeat(3_000_000);
+        let body = serde_json::json!({"choices": [{"finish_reason": "tool_calls", "message": {
+            "content": "", "tool_calls": [
+                {"id": long, "type": "function", "function": {"name": "a", "arguments": "{}"}},
+                {"id": "call\"}\n<0>x", "type": "function", "function": {"name": "b", "arguments": "{}"}},
+                {"id": "x".repeat(100), "type": "function", "function": {"name": "c", "arguments": "{}"}}
+            ]}}]})
+        .to_string();
+        let ids: Vec<String> = ok(&body).tool_calls.into_iter().map(|c| c.id).collect();
+        assert!(
+            ids[0].starts_with("call_fa") && ids[1].starts_with("call_fa"),
+            "{ids:?}"
+        );
+        assert_eq!(ids[2], "x".repeat(100));
     }
 
     #[test]
