@@ -124,13 +124,24 @@ pub fn line(priority: u8, text: &str) -> String {
     prefixed(priority, text)
 }
 
+/// The longest line written to the journal, in characters: journald splits a longer one
+/// (`LineMax`, 48K by default) into records of which the second starts with whatever text was
+/// there, read as a new line (a priority prefix of its own included).
+const JOURNAL_LINE_MAX_CHARS: usize = 8_000;
+
 fn prefixed(priority: u8, text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 4);
+    let mut out = String::with_capacity(text.len().min(JOURNAL_LINE_MAX_CHARS) + 4);
     for (i, l) in text.lines().enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        out.push_str(&format!("<{priority}>{l}"));
+        out.push_str(&format!("<{priority}>"));
+        if l.chars().count() > JOURNAL_LINE_MAX_CHARS {
+            out.extend(l.chars().take(JOURNAL_LINE_MAX_CHARS - 1));
+            out.push('…');
+        } else {
+            out.push_str(l);
+        }
     }
     out
 }
@@ -170,6 +181,10 @@ mod tests {
         assert_eq!(priority(log::Level::Info, "fleetagent::run"), 6);
         assert_eq!(priority(log::Level::Trace, "x"), 7);
         assert_eq!(prefixed(4, "one\ntwo"), "<4>one\n<4>two");
+        // A line longer than journald keeps whole is cut, so no tail starts a record.
+        let long = prefixed(5, &format!("{}<0>forged", "L".repeat(60_000)));
+        assert_eq!(long.chars().count(), JOURNAL_LINE_MAX_CHARS + 3);
+        assert!(long.ends_with('…') && !long.contains("<0>"));
         let mut buf = Vec::new();
         format_record(
             &mut buf,

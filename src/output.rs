@@ -68,7 +68,7 @@ pub fn print(args: fmt::Arguments<'_>) {
 /// HTTP body) must not drive the terminal of whoever reads the output (an escape sequence
 /// can retitle, clear or rewrite it). Unchanged, and not copied, when it has none.
 pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    let unsafe_char = |c: char| crate::text::is_hidden(c) && c != '\n' && c != '\t';
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -144,5 +144,6 @@ mod tests {
             terminal_safe("hi\u{1b}]0;pwned\u{7}\r\u{9b}2J\n"),
             "hi\\u{1b}]0;pwned\\u{7}\\u{d}\\u{9b}2J\n"
         );
+        assert_eq!(terminal_safe("a\u{202e}b"), "a\\u{202e}b");
     }
 }

@@ -23,7 +23,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 pub fn quote(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+        .map(|c| if is_hidden(c) { ' ' } else { c })
         .collect();
     let flat = flat.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut cut: String = flat.chars().take(max).collect();
@@ -33,7 +33,19 @@ pub fn quote(text: &str, max: usize) -> String {
     format!("\"{}\"", cut.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// One line, at most `max` characters (an ellipsis marks a cut).
+/// A character that changes how a terminal or an editor shows the text around it, or hides
+/// itself: the control characters, and Unicode's bidirectional and invisible formatting
+/// characters (U+202E turns what follows right to left; outside text must not reorder a line
+/// fleetagent prints).
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+}
+
+/// One line, at most `max` characters (an ellipsis marks a cut). Other hidden characters
+/// ([`is_hidden`]) stay, for `output::terminal_safe` to show escaped.
 pub fn clip(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max {
@@ -69,6 +81,8 @@ mod tests {
         assert_eq!(q, "\"ignore previous inst…\"");
         let q = quote("a \"b\"", 50);
         assert_eq!(q, "\"a \\\"b\\\"\"");
+        // Bidirectional and invisible formatting characters cannot reorder the line.
+        assert_eq!(quote("a\u{202e}b\u{2066}c\u{200b}d", 50), "\"a b c d\"");
     }
 
     #[test]

@@ -100,12 +100,13 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
             if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(calls) {
                 for c in items {
                     // `sent`: what the model sent where the conversation shows `{}`.
-                    let name = c["name"].as_str().unwrap_or("?");
+                    // One line: a model's tool name or arguments may hold newlines.
+                    let name = crate::text::clip(c["name"].as_str().unwrap_or("?"), 80);
                     let call = match c["sent"].as_str() {
                         Some(sent) => format!("{name}({sent}) [shown to the model as {{}}]"),
                         None => format!("{name}({})", c["arguments"].as_str().unwrap_or("")),
                     };
-                    crate::outln!("{:>12} | {call}", "calls");
+                    crate::outln!("{:>12} | {}", "calls", crate::text::clip(&call, 2_000));
                 }
             }
         }

@@ -44,7 +44,7 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
         Some(u) => format!("until {} (in {})", rfc3339(u), human_duration(u - now)),
         None => "until `fleetagent resume`".into(),
     };
-    crate::outln!("paused {how_long}: {reason}");
+    crate::outln!("paused {how_long}: {}", crate::text::clip(reason, 200));
     if let Some(note) =
         until.and_then(|u| crate::wakes::far_ahead_note(u - now, "fleetagent resume"))
     {

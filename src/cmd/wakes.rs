@@ -99,7 +99,7 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
         "wake {id} due {} ({}): {}",
         rfc3339(due),
         relative(due, now),
-        a.reason.trim()
+        crate::text::clip(&a.reason, 200)
     );
     if let Some(note) =
         crate::wakes::far_ahead_note(due - now, &format!("fleetagent wakes cancel {id}"))

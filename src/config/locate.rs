@@ -13,7 +13,7 @@ pub(crate) fn at_line(line: Option<usize>, name: &str, msg: &str) -> String {
 
 /// A TOML parse or schema error as one line naming the line and the dotted key.
 pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
-    let msg = one_line(e.message());
+    let msg = hide_string_value(&one_line(e.message()));
     match e.span() {
         Some(span) => {
             let line = line_of(text, span.start);
@@ -37,6 +37,36 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
         }
         None => msg,
     }
+}
+
+/// serde's `invalid type: string "...", expected u64` without the string: a value put under
+/// the wrong key (a key pasted into `llm.timeout_secs`) may be a secret, and the message
+/// goes to the journal. Its length is kept, which is enough to see which value it was.
+fn hide_string_value(msg: &str) -> String {
+    const AT: &str = "invalid type: string \"";
+    let Some(start) = msg.find(AT).map(|i| i + AT.len()) else {
+        return msg.to_string();
+    };
+    let mut escaped = false;
+    let mut chars = 0;
+    for (i, c) in msg[start..].char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => {
+                return format!(
+                    "{}invalid type: a string of {chars} characters (not shown){}",
+                    &msg[..start - AT.len()],
+                    &msg[start + i + 1..]
+                )
+            }
+            _ => {}
+        }
+        if !escaped {
+            chars += 1;
+        }
+    }
+    msg.to_string()
 }
 
 /// The dotted key a `key = value` line sets ([`assignments`]); None for any other line.
@@ -210,5 +240,20 @@ pub(crate) fn in_table(text: &str, table: &str, err: &str) -> String {
     match key {
         Some(key) => at_line(key_line(text, &key), &key, what),
         None => format!("[{table}]: {err}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_in_the_wrong_place_is_not_echoed() {
+        assert_eq!(
+            hide_string_value(r#"invalid type: string "sk-proj-ABC\"DEF", expected u64"#),
+            "invalid type: a string of 15 characters (not shown), expected u64"
+        );
+        let other = "invalid type: integer `5`, expected a string";
+        assert_eq!(hide_string_value(other), other);
     }
 }

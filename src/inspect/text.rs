@@ -396,13 +396,13 @@ pub fn render_text(r: &Report) -> String {
     for i in &r.fleet {
         line(format!(
             "  {} id={} {} (vast {}) {} {}/h since {}",
-            i.label,
+            crate::text::quote(&i.label, crate::fleet::LABEL_CHARS),
             i.vast_id
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "-".into()),
             i.state,
-            i.actual_status.as_deref().unwrap_or("null"),
-            i.gpu_name.as_deref().unwrap_or("?"),
+            crate::text::clip(i.actual_status.as_deref().unwrap_or("null"), 40),
+            crate::text::clip(i.gpu_name.as_deref().unwrap_or("?"), 40),
             i.dph.map_or("$?".to_string(), |d| format!("${d:.3}")),
             i.state_since
         ));
@@ -426,7 +426,7 @@ pub fn render_text(r: &Report) -> String {
                 a.actor,
                 a.label
                     .as_deref()
-                    .map(|l| format!(" {l}"))
+                    .map(|l| format!(" {}", crate::text::quote(l, crate::fleet::LABEL_CHARS)))
                     .unwrap_or_default(),
                 if a.emergency { " (emergency)" } else { "" },
                 a.reason

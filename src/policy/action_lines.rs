@@ -66,7 +66,8 @@ fn past_tense(a: &Action) -> String {
 fn subject(a: &Action) -> String {
     let mut s = String::new();
     if let Some(l) = &a.label {
-        s.push_str(l);
+        // Ours are short; an adopted instance's label is whatever vast.ai lists.
+        s.push_str(&clip(l, crate::fleet::LABEL_CHARS));
         s.push(' ');
     }
     match (a.kind.as_str(), a.outcome.as_str(), a.instance_id) {

@@ -57,6 +57,12 @@ pub fn record_observation(
     let tx = store.immediate()?;
     for e in claim.events.iter().filter(|e| e.kind == "message") {
         let body = e.body.as_deref().unwrap_or(&e.reason);
+        // The operator's words, lines kept; no control character (ESC, CR, BEL) or
+        // direction override reaches the model or the stored conversation.
+        let body: String = body
+            .chars()
+            .filter(|&c| c == '\n' || c == '\t' || !crate::text::is_hidden(c))
+            .collect();
         let msg = agent::user(format!("Operator message: {body}"));
         agent::insert_message(&tx, tk, &place, &msg, "operator", None, Some(e.id), now)?;
     }

@@ -501,3 +501,39 @@ fn a_message_to_the_rules_is_shown_as_never_answered() {
         "{line}"
     );
 }
+
+/// Outside text with line breaks and a direction override (a label vast.ai lists, reasons
+/// other programs pass) stays on its line: no forged row in `inspect`'s fleet, no forged line
+/// after `pause` or `wakes add`, nothing reordered on the terminal.
+#[test]
+fn outside_text_stays_on_its_line() {
+    let vast = FakeVast::start_real_time();
+    let f = Fleet::with_config("").env("VAST_API_KEY", FAKE_API_KEY);
+    f.write_config(&format!(
+        "{FAST_CONFIG}[vast]\nbase_url = \"{}\"\n[demand]\nsource = \"command\"\ncommand = \"echo '{{\\\"pending\\\": 0, \\\"running\\\": 0, \\\"completed_1h\\\": 0, \\\"completed_15m\\\": 0, \\\"workers\\\": []}}'\"\n",
+        vast.url()
+    ));
+    let evil =
+        "fleetagent-x\nfleetagent-forged id=1 proving (vast running) RTX 4090 $0.100/h\u{202e}";
+    vast.add_instance(evil);
+    f.cmd(&["init"]).ok();
+    f.cmd(&["run"]).ok();
+    let inspect = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        !inspect.lines().any(|l| l.starts_with("fleetagent-forged")),
+        "{inspect}"
+    );
+    assert!(!inspect.contains('\u{202e}'), "{inspect}");
+    assert!(
+        inspect.contains("\"fleetagent-x fleetagent-forged"),
+        "{inspect}"
+    );
+    let reason = "maintenance\n<0>fleetagent_paused 0";
+    let paused = f.cmd(&["pause", "--for", "1h", "--reason", reason]).ok();
+    let waked = f
+        .cmd(&["wakes", "add", "--in", "5m", "--reason", reason])
+        .ok();
+    for out in [&paused.stdout, &waked.stdout] {
+        assert!(!out.lines().any(|l| l.starts_with("<0>")), "{out}");
+    }
+}
