@@ -118,10 +118,13 @@ pub fn write_stderr(text: &str) {
 /// `text` as it goes to stderr: each line prefixed `<priority>` in the journal (journald
 /// reads a prefix per line), unchanged otherwise.
 pub fn line(priority: u8, text: &str) -> String {
+    // No control character but the line break (a NUL is a line break to journald, an ESC
+    // drives the terminal that shows it) and no direction override, whoever wrote the text.
+    let text = crate::output::terminal_safe(text);
     if !active() {
-        return text.to_string();
+        return text.into_owned();
     }
-    prefixed(priority, text)
+    prefixed(priority, &text)
 }
 
 /// The longest line written to the journal, in characters: journald splits a longer one
@@ -153,7 +156,8 @@ pub fn format_record(
     record: &log::Record<'_>,
 ) -> std::io::Result<()> {
     let p = priority(record.level(), record.target());
-    writeln!(buf, "{}", prefixed(p, &record.args().to_string()))
+    let text = record.args().to_string();
+    writeln!(buf, "{}", prefixed(p, &crate::output::terminal_safe(&text)))
 }
 
 #[cfg(test)]
@@ -185,6 +189,11 @@ mod tests {
         let long = prefixed(5, &format!("{}<0>forged", "L".repeat(60_000)));
         assert_eq!(long.chars().count(), JOURNAL_LINE_MAX_CHARS + 3);
         assert!(long.ends_with('…') && !long.contains("<0>"));
+        // A NUL (a line break to journald), an ESC or a direction override never reach it.
+        assert_eq!(
+            line(4, "a\u{0}<0>b\u{1b}[2J\u{202e}"),
+            if active() { "<4>" } else { "" }.to_string() + "a\\u{0}<0>b\\u{1b}[2J\\u202e"
+        );
         let mut buf = Vec::new();
         format_record(
             &mut buf,

@@ -74,8 +74,12 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if unsafe_char(c) {
+        if c.is_control() && unsafe_char(c) {
             out.extend(c.escape_unicode());
+        } else if unsafe_char(c) {
+            // A formatting character (U+202E, U+2028, ...) as JSON writes it: `--json` output
+            // carries them raw inside its strings, and `\u202e` keeps it valid and whole.
+            out.push_str(&format!("\\u{:04x}", c as u32));
         } else {
             out.push(c);
         }
@@ -144,6 +148,11 @@ mod tests {
             terminal_safe("hi\u{1b}]0;pwned\u{7}\r\u{9b}2J\n"),
             "hi\\u{1b}]0;pwned\\u{7}\\u{d}\\u{9b}2J\n"
         );
-        assert_eq!(terminal_safe("a\u{202e}b"), "a\\u{202e}b");
+        assert_eq!(terminal_safe("a\u{202e}b"), "a\\u202eb");
+        // Inside JSON the escape is JSON's own: the document stays valid and the value whole.
+        let json = serde_json::to_string(&serde_json::json!({"r": "x\u{2028}y\u{202e}"})).unwrap();
+        let shown = terminal_safe(&json);
+        let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["r"], "x\u{2028}y\u{202e}");
     }
 }

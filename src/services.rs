@@ -72,7 +72,7 @@ pub fn build_services(
             None
         },
         fil_usd: build_fil_usd(config),
-        secrets: Arc::new(secrets::known_values(env)),
+        secrets: Arc::new(secrets::known_values(env, config)),
     })
 }
 

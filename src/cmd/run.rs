@@ -81,7 +81,8 @@ fn summary(r: &run::PassReport) -> String {
     );
     if !r.actions.is_empty() {
         line.push_str(": ");
-        line.push_str(&r.actions);
+        // One line whatever the labels held (stdout is the journal under systemd too).
+        line.push_str(&crate::text::clip(&r.actions, 2_000));
     }
     if r.fell_back {
         line.push_str("; the LLM was unusable, the fallback decided");

@@ -395,18 +395,21 @@ pub fn refuse_foreign_state(conn: &Connection, db: &mut SharedDb) -> Result<()> 
 /// What to do about [`foreign_state`].
 pub const FOREIGN_STATE_FIX: &str = "To move this install to HA, stop the units on every host, drop the shared schema (DROP SCHEMA fleetagent CASCADE) and enable HA on this host first; to add this host to the shared install, give it a fresh state dir (`fleetagent init`) once its instances are stopped or handed over (docs/ha.md, \"Setting it up\")";
 
-/// The install id of the shared state's agent state (None: none pushed yet).
-pub fn shared_install_id(db: &mut SharedDb) -> Result<Option<String>> {
-    let data: Option<String> = db.retrying("reading the shared install id", |c| {
+/// The agent state the leader last pushed, as its JSON row (None: none pushed yet).
+pub fn shared_agent_state(db: &mut SharedDb) -> Result<Option<serde_json::Value>> {
+    let data: Option<String> = db.retrying("reading the shared agent state", |c| {
         Ok(c.query_opt(
             "SELECT data FROM fleetagent.rows WHERE tbl = 'agent_state' AND data IS NOT NULL LIMIT 1",
             &[],
         )?
         .map(|r| r.get(0)))
     })?;
-    Ok(data
-        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
-        .and_then(|v| v["install_id"].as_str().map(str::to_string)))
+    Ok(data.and_then(|d| serde_json::from_str(&d).ok()))
+}
+
+/// The install id of the shared state's agent state (None: none pushed yet).
+pub fn shared_install_id(db: &mut SharedDb) -> Result<Option<String>> {
+    Ok(shared_agent_state(db)?.and_then(|v| v["install_id"].as_str().map(str::to_string)))
 }
 
 /// The line for a copy never synced (`doctor` asks too) that holds its own install's state

@@ -142,21 +142,6 @@ fn cannot_write(db: &mut SharedDb) -> Result<Vec<String>> {
     })
 }
 
-/// `last_success_at` of the agent state the leader last pushed (None: none pushed yet, or
-/// no pass succeeded).
-fn shared_last_success(db: &mut SharedDb) -> Result<Option<i64>> {
-    let data: Option<String> = db.retrying("reading the shared agent state", |c| {
-        Ok(c.query_opt(
-            "SELECT data FROM fleetagent.rows WHERE tbl = 'agent_state' AND data IS NOT NULL LIMIT 1",
-            &[],
-        )?
-        .map(|r| r.get(0)))
-    })?;
-    Ok(data
-        .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
-        .and_then(|v| v["last_success_at"].as_i64()))
-}
-
 /// What the shared database says now, from this host's point of view.
 pub fn read(settings: &Settings) -> Status {
     let mut status = unknown(settings.host.clone());
@@ -177,8 +162,11 @@ pub fn read(settings: &Settings) -> Status {
         }
         status.hosts = hosts(&mut db)?;
         status.cannot_write = cannot_write(&mut db)?;
-        status.last_success_at = shared_last_success(&mut db)?;
-        status.install_id = super::mirror::shared_install_id(&mut db)?;
+        let shared = super::mirror::shared_agent_state(&mut db)?;
+        status.last_success_at = shared.as_ref().and_then(|v| v["last_success_at"].as_i64());
+        status.install_id = shared
+            .as_ref()
+            .and_then(|v| v["install_id"].as_str().map(str::to_string));
         status.held_secs = db.retrying("reading the lease's age", |c| {
             Ok(c.query_opt(
                 "SELECT EXTRACT(EPOCH FROM now() - acquired_at)::float8 FROM fleetagent.lease WHERE name = 'fleet'",

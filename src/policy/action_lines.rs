@@ -200,7 +200,8 @@ pub fn tally(rows: &[Action]) -> Tally {
                 };
                 let what = a
                     .label
-                    .clone()
+                    .as_deref()
+                    .map(|l| clip(l, crate::fleet::LABEL_CHARS))
                     .or_else(|| a.instance_id.map(|i| format!("instance {i}")));
                 done.push(match what {
                     Some(w) => format!("{verb} {w}"),

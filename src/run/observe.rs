@@ -665,7 +665,14 @@ pub fn probe_demand(services: &Services, config: &Config) -> (Option<Demand>, Op
     match &services.demand {
         None => (None, Some(no_demand_source(config))),
         Some(probe) => match probe.probe() {
-            Ok(d) => (Some(d), None),
+            Ok(mut d) => {
+                // What a probe of the operator's says in words (its notes) is quoted in the
+                // prompt, inspect and the database: no secret of ours goes with it.
+                for note in &mut d.notes {
+                    *note = crate::secrets::redact_all(note, &services.secrets);
+                }
+                (Some(d), None)
+            }
             Err(e) => (
                 None,
                 Some(clip(

@@ -119,15 +119,32 @@ pub fn env_names_hidden_from_probes() -> impl Iterator<Item = &'static str> {
         .flat_map(|k| k.env_names().iter().copied())
 }
 
-/// Every secret this process could read (environment or credentials), as text to redact
-/// from what outside programs say (a probe's stderr, a body). Unreadable ones are left out:
-/// their lookup fails where they are used.
-pub fn known_values(env: &Env) -> Vec<String> {
-    Kind::ALL
-        .into_iter()
-        .filter_map(|k| lookup(env, k).ok().flatten())
-        .map(|s| s.0)
-        .collect()
+/// Every secret this process could read, as text to redact from what outside programs say
+/// (a probe's stderr, its document, a body): the keys and URLs of [`Kind`] (environment or
+/// credentials), a URL's password also as written inside it and percent-decoded, and every
+/// credential a worker env value of `config` names. Unreadable ones are left out: their
+/// lookup fails where they are used.
+pub fn known_values(env: &Env, config: &crate::config::Config) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for kind in Kind::ALL {
+        if let Ok(Some(s)) = lookup(env, kind) {
+            if matches!(kind, Kind::HarmonyDbUrl | Kind::HaDbUrl) {
+                out.extend(redact::secrets_of(s.expose()));
+            }
+            out.push(s.0);
+        }
+    }
+    for value in config.vast.env.values() {
+        if let crate::config::EnvValue::Credential(c) = value {
+            if let Ok(Some(s)) = credential(env, &c.credential) {
+                out.push(s.0);
+            }
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
 }
 
 /// `text` with every one of `secrets` redacted ([`redact`]).

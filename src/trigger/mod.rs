@@ -71,6 +71,14 @@ pub fn ring_on(
 /// An operator message: its text checked against [`MAX_MESSAGE_CHARS`] (`Err` with the
 /// usage message), and the short reason the event row carries.
 pub fn message_reason(text: &str) -> std::result::Result<String, String> {
+    if !text
+        .chars()
+        .any(|c| !c.is_whitespace() && !crate::text::is_hidden(c))
+    {
+        // The model would read "Operator message: " and nothing (control and formatting
+        // characters do not reach it).
+        return Err("the message has no visible character".into());
+    }
     let n = text.chars().count();
     if n > MAX_MESSAGE_CHARS {
         return Err(format!(

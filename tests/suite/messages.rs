@@ -533,6 +533,14 @@ fn outside_text_stays_on_its_line() {
     let waked = f
         .cmd(&["wakes", "add", "--in", "5m", "--reason", reason])
         .ok();
+    let empty = f.cmd(&["message", "\u{1b}\u{7}\u{202e}\u{200b}"]).code(2);
+    assert!(
+        empty
+            .stderr
+            .contains("the message has no visible character"),
+        "{}",
+        empty.stderr
+    );
     for out in [&paused.stdout, &waked.stdout] {
         assert!(!out.lines().any(|l| l.starts_with("<0>")), "{out}");
     }

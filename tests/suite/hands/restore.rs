@@ -20,16 +20,29 @@ fn config(vast: &FakeVast, f: &Fleet, target: u32) {
     ));
 }
 
-/// A fleet of three runs, each launching one; a backup taken after the first. Returns the
-/// backup's path.
-fn three_runs_and_a_backup(vast: &FakeVast, f: &Fleet) -> std::path::PathBuf {
+/// A fake vast.ai with six offers, and an install on it whose demand file has `pending`
+/// proofs and no worker, the rules at `target` (not yet `init`ed).
+fn rig(pending: u32, target: u32) -> (FakeVast, Fleet) {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    write_demand(&f, pending);
+    config(&vast, &f, target);
+    (vast, f)
+}
+
+fn write_demand(f: &Fleet, pending: u32) {
     std::fs::write(
         f.path().join("demand.json"),
-        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
+        json!({"pending": pending, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
             .to_string(),
     )
     .unwrap();
-    config(vast, f, 100);
+}
+
+/// A fleet of three runs, each launching one; a backup taken after the first. Returns the
+/// backup's path.
+fn three_runs_and_a_backup(vast: &FakeVast, f: &Fleet) -> std::path::PathBuf {
     f.cmd(&["init"]).ok();
     f.cmd(&["run"]).ok();
     let backup = f.path().join("backup.db");
@@ -76,9 +89,7 @@ fn labels(vast: &FakeVast) -> Vec<String> {
 
 #[test]
 fn a_restored_database_gives_no_run_id_again_though_the_fleet_is_gone() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let (vast, f) = rig(9, 100);
     let backup = three_runs_and_a_backup(&vast, &f);
     // vast.ai reclaimed the fleet: no listed label tells of runs 2 and 3.
     for id in vast.instance_ids() {
@@ -106,9 +117,7 @@ fn a_restored_database_gives_no_run_id_again_though_the_fleet_is_gone() {
 
 #[test]
 fn a_restored_database_without_its_lock_goes_past_the_listed_labels() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let (vast, f) = rig(9, 100);
     let backup = three_runs_and_a_backup(&vast, &f);
     restore(&f, &backup, false);
 
@@ -143,16 +152,7 @@ fn a_restored_database_without_its_lock_goes_past_the_listed_labels() {
 
 #[test]
 fn a_database_that_lost_its_last_writes_gives_no_run_id_again() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    std::fs::write(
-        f.path().join("demand.json"),
-        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
-            .to_string(),
-    )
-    .unwrap();
-    config(&vast, &f, 100);
+    let (vast, f) = rig(9, 100);
     f.cmd(&["init"]).ok();
     f.cmd(&["run"]).ok();
     // Run 2 is killed right after its create, and its writes, still in the WAL, are lost
@@ -266,15 +266,7 @@ fn a_run_lock_note_no_run_could_have_given_is_ignored() {
 /// move the run ids: past it, they would be spent (a panic, then every command refused).
 #[test]
 fn a_listed_label_of_an_impossible_run_leaves_the_ids_alone() {
-    let vast = FakeVast::start_real_time();
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    std::fs::write(
-        f.path().join("demand.json"),
-        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
-            .to_string(),
-    )
-    .unwrap();
-    config(&vast, &f, 100);
+    let (vast, f) = rig(0, 100);
     f.cmd(&["init"]).ok();
     let id = f.inspect()["install_id"].as_str().unwrap().to_string();
     vast.add_instance(&format!("fleetagent-{id}-r9223372036854775807-ffffffff"));
@@ -294,16 +286,7 @@ fn a_listed_label_of_an_impossible_run_leaves_the_ids_alone() {
 /// instance: ours, late.
 #[test]
 fn an_instance_listed_after_its_intent_was_settled_is_not_a_copys() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    std::fs::write(
-        f.path().join("demand.json"),
-        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
-            .to_string(),
-    )
-    .unwrap();
-    config(&vast, &f, 100);
+    let (vast, f) = rig(9, 100);
     f.cmd(&["init"]).ok();
     vast.fail_next(Route::Create, 1, FakeReply::text(504, "Gateway Time-out"));
     f.cmd(&["run"]);

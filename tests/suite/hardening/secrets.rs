@@ -550,42 +550,62 @@ fn init_creates_missing_parents_0755_under_umask_000() {
 }
 
 /// An operator's probe command (`demand.command`, `price.fil_usd_command`) that logs its
-/// environment, or echoes a key it read elsewhere, when it fails: fleetagent's own keys are
-/// not in its environment, and what it says is redacted before the journal, the database,
-/// the prompt, `inspect` or `doctor` quote it.
+/// environment, or echoes a secret it read elsewhere (a worker credential, the HarmonyDB
+/// password percent-decoded), when it fails or in a document's notes: fleetagent's own keys
+/// are not in its environment, and what it says is redacted before the journal, the
+/// database, the prompt, `inspect` or `doctor` quote it.
 #[test]
-fn a_failing_probe_command_cannot_leak_a_key() {
+fn a_probe_command_cannot_leak_a_key() {
     let vast_key = "vastkey-SECRET-0123456789abcdef";
     let llm_key = "llmkey-SECRET-abcdef0123456789";
+    let worker_pw = "CurioDbPassw0rd-SeCrEt-99";
+    let pg_url = "postgresql://probe:Tr0ub4dor%26horse%40battery@127.0.0.1:1/curio";
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("curio_db_password"), worker_pw).unwrap();
     let f = Fleet::with_config("")
         .env("VAST_API_KEY", vast_key)
-        .env("FLEETAGENT_LLM_API_KEY", llm_key);
+        .env("FLEETAGENT_LLM_API_KEY", llm_key)
+        .env("FLEETAGENT_HARMONYDB_URL", pg_url)
+        .env("CREDENTIALS_DIRECTORY", creds.path().to_str().unwrap());
     let probe = f.path().join("probe.sh");
-    std::fs::write(
-        &probe,
-        format!(
-            "#!/bin/sh\nenv | grep -i key >&2\necho \"auth Bearer {vast_key} failed\" >&2\nexit 1\n"
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = |body: &str| {
+        std::fs::write(&probe, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
+    script(&format!(
+        "env | grep -i key >&2\necho \"auth Bearer {vast_key} failed\" >&2\ncat \"$CREDENTIALS_DIRECTORY/curio_db_password\" >&2\necho ' pw Tr0ub4dor&horse@battery' >&2\nexit 1"
+    ));
     f.write_config(&format!(
-        "{FAST_CONFIG}\n[demand]\nsource = \"command\"\ncommand = \"{p}\"\n[price]\nproof_price_fil = 0.001\nfil_usd_command = \"{p}\"\n",
+        "{FAST_CONFIG}\n[vast.env]\nCURIO_DB_PASSWORD = {{ credential = \"curio_db_password\" }}\n[demand]\nsource = \"command\"\ncommand = \"{p}\"\n[price]\nproof_price_fil = 0.001\nfil_usd_command = \"{p}\"\n",
         p = probe.display()
     ));
     f.cmd(&["init"]).ok();
-    let run = f.cmd(&["run"]);
+    let failed = f.cmd(&["run"]);
+    let failed_inspect = f.cmd(&["inspect"]);
+    // A probe that works and says the URL in its notes.
+    script(
+        "echo '{\"pending\": 0, \"running\": 0, \"completed_1h\": 0, \"completed_15m\": 0, \"workers\": [], \"notes\": [\"connected to '\"$FLEETAGENT_HARMONYDB_URL\"'\"]}'",
+    );
+    let ok = f.cmd(&["run"]);
     let inspect = f.cmd(&["inspect"]);
     let doctor = f.cmd(&["doctor"]);
-    let said = format!(
-        "{}{}{}{}{}",
-        run.stdout, run.stderr, inspect.stdout, doctor.stdout, doctor.stderr
-    );
+    let said = [&failed, &failed_inspect, &ok, &inspect, &doctor]
+        .iter()
+        .map(|o| format!("{}{}", o.stdout, o.stderr))
+        .collect::<String>();
     assert!(said.contains("[redacted]"), "{said}");
-    for key in [vast_key, llm_key, "SECRET-0123456789", "SECRET-abcdef012"] {
+    let db = std::fs::read(f.state.join("fleetagent.db")).unwrap();
+    let wal = std::fs::read(f.state.join("fleetagent.db-wal")).unwrap_or_default();
+    for key in [
+        vast_key,
+        llm_key,
+        "SECRET-0123456789",
+        "SECRET-abcdef012",
+        worker_pw,
+        "Tr0ub4dor&horse@battery",
+        "Tr0ub4dor%26horse%40battery",
+    ] {
         assert!(!said.contains(key), "{key} leaked: {said}");
-        let db = std::fs::read(f.state.join("fleetagent.db")).unwrap();
-        let wal = std::fs::read(f.state.join("fleetagent.db-wal")).unwrap_or_default();
         assert!(
             !contains(&db, key) && !contains(&wal, key),
             "{key} in the database"
