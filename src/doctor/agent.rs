@@ -202,6 +202,13 @@ pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
         Ok(l) => l,
         Err(e) => return vec![unreadable("runs", &e)],
     };
+    if let Some(run) = last.as_ref().filter(|r| r.emergency) {
+        match dead_and_refused(conn, run, now) {
+            Ok(Some(p)) => return vec![p],
+            Ok(None) => {}
+            Err(e) => return vec![unreadable("actions", &e)],
+        }
+    }
     let Some(run) = last.filter(|r| r.verdict == Some(Verdict::ActionFailed)) else {
         return Vec::new();
     };
@@ -246,6 +253,36 @@ pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
         run.id
     ))
     .since(Some(at))]
+}
+
+/// The last pass was an emergency (WORKERS DEAD) and every launch it tried was refused by a
+/// guardrail (the daily spend cap, `max_dph_total`, the profit check, ...): nothing is on its
+/// way while proofs wait, and no other check says so (the caps are not reached by the fleet
+/// alone, which is empty). A pause has its own check.
+fn dead_and_refused(
+    conn: &Connection,
+    run: &crate::store::runs::Run,
+    now: Millis,
+) -> anyhow::Result<Option<Problem>> {
+    let (codes, through) = health::launch_refusals(conn, run.id)?;
+    let codes: Vec<String> = codes.into_iter().filter(|c| c != "paused").collect();
+    if codes.is_empty() || through > 0 {
+        return Ok(None);
+    }
+    let at = run.finished_at.unwrap_or(run.started_at);
+    Ok(Some(
+        Problem::new(format!(
+            "WORKERS DEAD and every launch of the last pass (run {}, {} ago) was refused by a guardrail: {}; nothing is on its way while proofs wait",
+            run.id,
+            human_duration(now - at),
+            codes.join(", ")
+        ))
+        .fix(format!(
+            "`fleetagent history --run {}` names each refusal and its figure (docs/guardrails.md); raise the cap that refuses (policy.daily_spend_max, policy.max_dph_total, [price]) if the fleet should run",
+            run.id
+        ))
+        .since(Some(at)),
+    ))
 }
 
 /// The floor overruled the model on most of its passes of the last day: the model leaves the

@@ -68,6 +68,25 @@ pub fn last_ok_pass(conn: &Connection) -> Result<Option<Run>> {
     }
 }
 
+/// The guardrail codes of run `run_id`'s refused launches, each once, and how many of its
+/// launches went through (ok or a dry run) or may have (an open intent).
+pub fn launch_refusals(conn: &Connection, run_id: i64) -> Result<(Vec<String>, i64)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT COALESCE(code, 'refused') FROM actions
+          WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'refused' ORDER BY 1",
+    )?;
+    let codes = stmt
+        .query_map(params![run_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    let through: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM actions WHERE run_id = ?1 AND kind = 'launch'
+            AND outcome IN ('ok', 'dry_run', 'intent')",
+        params![run_id],
+        |r| r.get(0),
+    )?;
+    Ok((codes, through))
+}
+
 /// The detail of the first call of run `run_id` that failed at vast.ai (index `actions_run`).
 pub fn first_failed_action(conn: &Connection, run_id: i64) -> Result<Option<(String, String)>> {
     Ok(conn
