@@ -285,7 +285,11 @@ impl Load {
 /// timeout left its intent open, `policy::launch`) once a listing at least
 /// [`UNSEEN_LAUNCH_MS`] after it did not show it: it may never come either, and the intent
 /// waits up to `fleet::INTENT_GRACE_MS` (10 minutes) to be settled. It still counts against
-/// the caps, so a create that did happen can only leave a surplus within them.
+/// the caps, so a create that did happen can only leave a surplus within them. So is a
+/// running one whose Curio worker registered once (its address is kept) and is gone: it is
+/// not booting, it lost its worker (the incident: every worker died on instances vast.ai
+/// still lists as running), and waiting half of `stuck_loading_mins` for it left the
+/// queue unserved.
 fn booting<'a>(
     snapshot: &'a Snapshot,
     config: &Config,
@@ -300,12 +304,14 @@ fn booting<'a>(
             && r.vast_id.is_none()
             && snapshot.now - r.created_at >= UNSEEN_LAUNCH_MS
     };
+    let lost_worker =
+        |r: &InstanceRow| workers_dead && r.state == BOOTED && r.worker_address.is_some();
     snapshot
         .instances
         .iter()
         .filter(|r| matches!(r.state, LAUNCHING | LOADING | BOOTED))
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
-        .partition(|r| snapshot.now - r.state_since < slow_boot_ms && !unseen(r))
+        .partition(|r| snapshot.now - r.state_since < slow_boot_ms && !unseen(r) && !lost_worker(r))
 }
 
 /// How long after its create a launch whose outcome is unknown may be missing from a good

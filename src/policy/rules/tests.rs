@@ -123,6 +123,37 @@ fn workers_dead_does_not_double_a_fleet_that_is_booting_to_the_target() {
 }
 
 #[test]
+fn workers_dead_on_running_instances_are_not_waited_for_as_booting() {
+    // Two of ours proved until a minute ago; now Curio has no live worker and vast.ai still
+    // lists them running (booted): they lost their workers, nothing is coming.
+    let mut c = config();
+    c.policy.target_proofs_per_hour = 100.0;
+    let d = Demand {
+        pending: 10,
+        ..Default::default()
+    };
+    let mut s = snap(
+        Some(d),
+        (1..=2).map(|i| row(i, BOOTED, None, 0.44)).collect(),
+    );
+    for r in &mut s.instances {
+        r.state_since = NOW - 60_000;
+        r.worker_address = Some(format!("10.0.0.{}:12300", r.vast_id.unwrap()));
+    }
+    let calls = decide_with(&s, &c, Streaks::default(), Mode::LaunchOnly);
+    assert_eq!(launches(&calls), 2, "{calls:?}");
+    assert!(calls[0].why.contains("WORKERS DEAD"), "{}", calls[0].why);
+    // Booting ones that never had a worker are still waited for.
+    for r in &mut s.instances {
+        r.worker_address = None;
+    }
+    assert_eq!(
+        launches(&decide_with(&s, &c, Streaks::default(), Mode::LaunchOnly)),
+        0
+    );
+}
+
+#[test]
 fn incident_asks_for_launches_even_as_fallback() {
     // 59p/0r, no live worker, 3 of ours loading (150 p/h coming), 3 launches in the window.
     let d = Demand {
