@@ -529,6 +529,11 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         })
         .collect::<String>()
     };
+    let profit = |values: &str| {
+        format!(
+            "      - series: 'fleetagent_profit_dollars_per_hour{{instance=\"c\",job=\"node\"}}'\n        values: '{values}'\n"
+        )
+    };
     // Rules evaluated every 5 minutes (the default timer period, and about what a scrape of a
     // file rewritten every pass can tell): a day evaluated every minute costs seconds.
     let test = format!(
@@ -600,19 +605,22 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentWorkersDeadNothingBooting", "a"),
             ]
         ),
-        // The model unusable on one pass 15 minutes before the end, the rules deciding it.
-        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20"),
+        // The model unusable on one pass 15 minutes before the end, the rules deciding it;
+        // the fleet losing money all day (the quiet day earns).
+        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20")
+            + &profit("-1.5x300"),
         d1 = firing_at(
             1440,
             &[
                 ("FleetagentActionsFailing", "c"),
                 ("FleetagentFloorOverrulesModel", "c"),
+                ("FleetagentLosingMoney", "c"),
                 ("FleetagentMetricsMissing", ""),
                 ("FleetagentModelFailing", "c"),
                 ("FleetagentRunsFailing", "c"),
             ]
         ),
-        quiet = day("0x300", "0+1x300", "0x300", "0x300", "0x300"),
+        quiet = day("0x300", "0+1x300", "0x300", "0x300", "0x300") + &profit("0.5x300"),
         d2 = firing_at(1440, &[("FleetagentMetricsMissing", "")]),
     );
     let file = a.path().join("fleetagent.rules.test.yml");
