@@ -13,7 +13,7 @@ pub(crate) fn at_line(line: Option<usize>, name: &str, msg: &str) -> String {
 
 /// A TOML parse or schema error as one line naming the line and the dotted key.
 pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
-    let msg = hide_string_value(&one_line(e.message()));
+    let msg = hide_variant(&hide_string_value(&one_line(e.message())));
     match e.span() {
         Some(span) => {
             let line = line_of(text, span.start);
@@ -37,6 +37,43 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
         }
         None => msg,
     }
+}
+
+/// A refused string value as an error shows it: quoted when it reads as a word, a path or an
+/// address (a typo is seen), else by its length alone (a key pasted into the wrong field
+/// goes to the journal otherwise).
+pub(crate) fn shown_value(v: &str) -> String {
+    let plain = v.chars().count() <= 40
+        && v.chars()
+            .all(|c| c.is_ascii_alphabetic() || ":/._-".contains(c));
+    let addressy = v.contains("://") || v.contains('.') || v.contains('/');
+    if plain || (addressy && !v.contains('@') && v.chars().count() <= 200) {
+        format!("{v:?}")
+    } else {
+        format!("a string of {} characters (not shown)", v.chars().count())
+    }
+}
+
+/// serde's `unknown variant `...`, expected ...` with the value shown as [`shown_value`]
+/// does.
+fn hide_variant(msg: &str) -> String {
+    const AT: &str = "unknown variant `";
+    let Some(start) = msg.find(AT).map(|i| i + AT.len()) else {
+        return msg.to_string();
+    };
+    let Some(len) = msg[start..].find('`') else {
+        return msg.to_string();
+    };
+    let value = &msg[start..start + len];
+    let shown = shown_value(value);
+    if shown.starts_with('"') {
+        return msg.to_string();
+    }
+    format!(
+        "{}unknown variant: {shown}{}",
+        &msg[..start - AT.len()],
+        &msg[start + len + 1..]
+    )
 }
 
 /// serde's `invalid type: string "...", expected u64` without the string: a value put under
@@ -255,5 +292,19 @@ mod tests {
         );
         let other = "invalid type: integer `5`, expected a string";
         assert_eq!(hide_string_value(other), other);
+        // A typo'd word is shown; a key pasted there is not.
+        let typo = "unknown variant `rule`, expected `rules` or `none`";
+        assert_eq!(hide_variant(typo), typo);
+        assert_eq!(
+            hide_variant(
+                "unknown variant `sk-proj-PASTEDKEY0123456789abcdef`, expected `rules` or `none`"
+            ),
+            "unknown variant: a string of 33 characters (not shown), expected `rules` or `none`"
+        );
+        assert_eq!(shown_value("htps://vast.ai"), "\"htps://vast.ai\"");
+        assert_eq!(
+            shown_value("sk-proj-PASTEDKEY0123456789abcdef"),
+            "a string of 33 characters (not shown)"
+        );
     }
 }

@@ -64,7 +64,10 @@ fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
     if !(v.starts_with("http://") || v.starts_with("https://")) {
         return Err((
             key.into(),
-            format!("must be an http:// or https:// URL, got {v:?}"),
+            format!(
+                "must be an http:// or https:// URL, got {}",
+                super::locate::shown_value(v)
+            ),
             None,
         ));
     }

@@ -607,8 +607,8 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         ),
         // The model unusable on one pass 15 minutes before the end, the rules deciding it;
         // the fleet losing money all day (the quiet day earns).
-        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20")
-            + &profit("-1.5x300"),
+        day =
+            day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20") + &profit("-1.5x300"),
         d1 = firing_at(
             1440,
             &[
