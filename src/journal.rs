@@ -120,7 +120,7 @@ pub fn write_stderr(text: &str) {
 pub fn line(priority: u8, text: &str) -> String {
     // No control character but the line break (a NUL is a line break to journald, an ESC
     // drives the terminal that shows it) and no direction override, whoever wrote the text.
-    let text = crate::output::terminal_safe(text);
+    let text = crate::text::terminal_safe(text);
     if !active() {
         return text.into_owned();
     }
@@ -157,7 +157,7 @@ pub fn format_record(
 ) -> std::io::Result<()> {
     let p = priority(record.level(), record.target());
     let text = record.args().to_string();
-    writeln!(buf, "{}", prefixed(p, &crate::output::terminal_safe(&text)))
+    writeln!(buf, "{}", prefixed(p, &crate::text::terminal_safe(&text)))
 }
 
 #[cfg(test)]

@@ -63,29 +63,7 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
-/// `text` with every control character but newline and tab written as its escape
-/// (`\u{1b}`): outside text (a trigger's reason, an operator message, a model's answer, an
-/// HTTP body) must not drive the terminal of whoever reads the output (an escape sequence
-/// can retitle, clear or rewrite it). Unchanged, and not copied, when it has none.
-pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| crate::text::is_hidden(c) && c != '\n' && c != '\t';
-    if !text.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if c.is_control() && unsafe_char(c) {
-            out.extend(c.escape_unicode());
-        } else if unsafe_char(c) {
-            // A formatting character (U+202E, U+2028, ...) as JSON writes it: `--json` output
-            // carries them raw inside its strings, and `\u202e` keeps it valid and whole.
-            out.push_str(&format!("\\u{:04x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+pub use crate::text::terminal_safe;
 
 /// At a terminal, one line on stderr saying what the command waits for and for how long at
 /// most, so a slow outside service does not look like a hang. Nothing when stderr is a

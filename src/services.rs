@@ -72,7 +72,13 @@ pub fn build_services(
             None
         },
         fil_usd: build_fil_usd(config),
-        secrets: Arc::new(secrets::known_values(env, config)),
+        secrets: Arc::new(secrets::known_values(
+            env,
+            config.vast.env.values().filter_map(|v| match v {
+                crate::config::EnvValue::Credential(c) => Some(c.credential.as_str()),
+                crate::config::EnvValue::Literal(_) => None,
+            }),
+        )),
     })
 }
 

@@ -493,7 +493,10 @@ pub(super) fn ha(
                 "ha: host id {} is also used by another host ({other}, {ago:.0}s ago; this one is {place}): two hosts under one id would both lead, so neither acts",
                 settings.host,
             ))
-            .fix("give each host its own ha.host_id (the default, /etc/machine-id, is the same on cloned machines)"),
+            .fix(format!(
+                "give each host its own ha.host_id (the default, /etc/machine-id, is the same on cloned machines); once the other host's id is changed or it is stopped, this host acts again {:.0}s from now (15 minutes after the other's last run under this id)",
+                (crate::ha::hosts::TWIN_WINDOW_SECS - ago).max(0.0)
+            )),
         );
     }
     // A host not heard from for a day is retired (renamed, rebuilt, taken out): its config

@@ -121,10 +121,10 @@ pub fn env_names_hidden_from_probes() -> impl Iterator<Item = &'static str> {
 
 /// Every secret this process could read, as text to redact from what outside programs say
 /// (a probe's stderr, its document, a body): the keys and URLs of [`Kind`] (environment or
-/// credentials), a URL's password also as written inside it and percent-decoded, and every
-/// credential a worker env value of `config` names. Unreadable ones are left out: their
+/// credentials), a URL's password also as written inside it and percent-decoded, and the
+/// `credentials` named (those a worker env value asks for: `[vast.env]`). Unreadable ones are left out: their
 /// lookup fails where they are used.
-pub fn known_values(env: &Env, config: &crate::config::Config) -> Vec<String> {
+pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for kind in Kind::ALL {
         if let Ok(Some(s)) = lookup(env, kind) {
@@ -134,11 +134,9 @@ pub fn known_values(env: &Env, config: &crate::config::Config) -> Vec<String> {
             out.push(s.0);
         }
     }
-    for value in config.vast.env.values() {
-        if let crate::config::EnvValue::Credential(c) = value {
-            if let Ok(Some(s)) = credential(env, &c.credential) {
-                out.push(s.0);
-            }
+    for name in credentials {
+        if let Ok(Some(s)) = credential(env, name) {
+            out.push(s.0);
         }
     }
     out.retain(|s| !s.is_empty());
