@@ -72,14 +72,26 @@ pub fn build_services(
             None
         },
         fil_usd: build_fil_usd(config),
-        secrets: Arc::new(secrets::known_values(
-            env,
-            config.vast.env.values().filter_map(|v| match v {
-                crate::config::EnvValue::Credential(c) => Some(c.credential.as_str()),
-                crate::config::EnvValue::Literal(_) => None,
-            }),
-        )),
+        secrets: Arc::new(probe_secrets(config, env)),
     })
+}
+
+/// What is redacted from what the demand probe and the FIL/USD source say: every secret the
+/// process can read (the worker env's credentials included), and the query values of the
+/// `http` probe's URL (a token may travel there; its errors show them as `***` already, but
+/// a body may echo one, decoded).
+fn probe_secrets(config: &Config, env: &Env) -> Vec<String> {
+    let mut out = secrets::known_values(
+        env,
+        config.vast.env.values().filter_map(|v| match v {
+            crate::config::EnvValue::Credential(c) => Some(c.credential.as_str()),
+            crate::config::EnvValue::Literal(_) => None,
+        }),
+    );
+    if let Some(url) = &config.demand.http_url {
+        out.extend(secrets::redact::query_values(url));
+    }
+    out
 }
 
 /// The FIL/USD source of `price.fil_usd_command` or `price.fil_usd_url` (at most one is set:

@@ -52,6 +52,26 @@ pub fn secrets_of(url: &str) -> Vec<String> {
     all
 }
 
+/// Every query value of `url`, as written and percent-decoded (a token may travel there, and
+/// a server may echo it either way). Values shorter than 4 characters are left out: too
+/// short to be a token, and short enough to occur by chance.
+pub fn query_values(url: &str) -> Vec<String> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Vec::new();
+    };
+    let query = query.split('#').next().unwrap_or("");
+    let mut out = Vec::new();
+    for pair in query.split('&') {
+        let value = pair.split_once('=').map_or("", |(_, v)| v);
+        for v in [value.to_string(), percent_decode(&value.replace('+', " "))] {
+            if v.chars().count() >= 4 && !out.contains(&v) {
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
 /// `text` with every occurrence of each secret replaced by `***`.
 pub fn mask(text: &str, secrets: &[String]) -> String {
     secrets
@@ -192,6 +212,15 @@ mod tests {
         assert_eq!(mask("auth p@ss and p%40ss", &secrets), "auth *** and ***");
         assert!(secrets_of("postgres://u@h/db").is_empty());
         assert_eq!(secrets_of("host=h password=pw"), vec!["pw".to_string()]);
+    }
+
+    #[test]
+    fn query_values_as_written_and_decoded() {
+        assert_eq!(
+            query_values("http://h/d?token=tok%2Bsecret%2Fvalue%3D123&x=1&mode=ok#frag"),
+            vec!["tok%2Bsecret%2Fvalue%3D123", "tok+secret/value=123"]
+        );
+        assert!(query_values("http://h/d").is_empty());
     }
 
     #[test]
