@@ -56,6 +56,17 @@ pub fn clip(text: &str, max: usize) -> String {
     cut
 }
 
+/// The first `shown` of `items` joined with ", ", then " and N more" for the rest.
+pub fn first_and_more(items: impl ExactSizeIterator<Item = String>, shown: usize) -> String {
+    let total = items.len();
+    let named: Vec<String> = items.take(shown).collect();
+    let mut out = named.join(", ");
+    if total > named.len() {
+        out.push_str(&format!(" and {} more", total - named.len()));
+    }
+    out
+}
+
 /// `150`, `37.5`: whole numbers without decimals.
 pub fn num(x: f64) -> String {
     // An empty f64 sum is -0.0; show it as 0.
@@ -107,6 +118,13 @@ mod tests {
         assert_eq!(q, "\"a \\\"b\\\"\"");
         // Bidirectional and invisible formatting characters cannot reorder the line.
         assert_eq!(quote("a\u{202e}b\u{2066}c\u{200b}d", 50), "\"a b c d\"");
+    }
+
+    #[test]
+    fn a_long_list_is_cut_with_a_count() {
+        let list = |n: usize| (1..n + 1).map(|i| i.to_string());
+        assert_eq!(first_and_more(list(2), 3), "1, 2");
+        assert_eq!(first_and_more(list(5), 3), "1, 2, 3 and 2 more");
     }
 
     #[test]

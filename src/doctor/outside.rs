@@ -170,32 +170,25 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         return Vec::new();
     }
     let ids = ops::install_ids_of(&list);
-    let labels: Vec<String> = list
-        .iter()
-        .take(5)
-        .map(|f| {
+    let labels = crate::text::first_and_more(
+        list.iter().map(|f| {
             format!(
                 "{} (instance {})",
                 crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
                 f.vast_id
             )
-        })
-        .collect();
-    let more = if list.len() > labels.len() {
-        format!(" and {} more", list.len() - labels.len())
-    } else {
-        String::new()
-    };
+        }),
+        5,
+    );
     let ours = ops::install_id(conn).unwrap_or_else(|_| "?".into());
     let seen = at
         .map(|t| format!(" (seen {} ago)", human_duration(now - t)))
         .unwrap_or_default();
     vec![Problem::new(format!(
-        "{} instance(s) under vast.label_prefix {:?} belong to another install ({}; this one is {ours}){seen}: {}{more}; they are never adopted, counted or stopped here, and each install spends under its own caps on one account",
+        "{} instance(s) under vast.label_prefix {:?} belong to another install ({}; this one is {ours}){seen}: {labels}; they are never adopted, counted or stopped here, and each install spends under its own caps on one account",
         list.len(),
         config.vast.label_prefix,
         ids.join(", "),
-        labels.join(", ")
     ))
     .fix(format!(
         "give each install its own vast.label_prefix (or its own vast.ai account), none of them this one's followed by a word: labels of an install whose prefix is {:?} read here as install {:?}; or stop the other install if it is a stray copy of this state dir",

@@ -52,27 +52,20 @@ pub fn is_copy(launches: &LabelLaunches, vast_id: Option<i64>) -> bool {
 
 /// The line that names them (the journal's and `doctor`'s).
 pub fn line(copied: &[Copied], install_id: &str) -> String {
-    let named: Vec<String> = copied
-        .iter()
-        .take(5)
-        .map(|c| {
+    let named = crate::text::first_and_more(
+        copied.iter().map(|c| {
             format!(
                 "{} (instance {}, run {})",
                 crate::text::quote(&c.label, super::LABEL_CHARS),
                 c.vast_id.map_or("?".to_string(), |id| id.to_string()),
                 c.run
             )
-        })
-        .collect();
-    let more = if copied.len() > named.len() {
-        format!(" and {} more", copied.len() - named.len())
-    } else {
-        String::new()
-    };
+        }),
+        5,
+    );
     format!(
-        "{} instance(s) under this install's id ({install_id}) were launched by runs this database gave but not by this database: {}{more}; another copy of this state dir is running (copied to another host, or a restore beside the running install), and each copy rents for the same need; a restore without its run.lock gives the same sign once",
+        "{} instance(s) under this install's id ({install_id}) were launched by runs this database gave but not by this database: {named}; another copy of this state dir is running (copied to another host, or a restore beside the running install), and each copy rents for the same need; a restore without its run.lock gives the same sign once",
         copied.len(),
-        named.join(", ")
     )
 }
 
