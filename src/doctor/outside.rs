@@ -369,11 +369,6 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
 /// A host of the shared `hosts` table silent this long is left out of the config comparison.
 const RETIRED_AFTER_SECS: f64 = 86_400.0;
 
-/// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
-/// no leader for longer than the lease, hosts whose config hashes differ (a failover would
-/// change the caps), a host id used from two places. Nothing while `[ha] enabled = false`.
-/// Also, when this host follows a live leader, who leads: the passes' checks are the
-/// leader's then (all but [`super::HOST_CHECKS`]).
 /// On a follower: the leader holds the lease (its `poll` renews it) while none of its passes
 /// has succeeded for longer than `last_success`'s bound. No other host takes over, and the
 /// follower's own pass checks are the leader's to judge: its `doctor` said ok.
@@ -411,6 +406,12 @@ fn leader_stale(
     }
 }
 
+/// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
+/// no leader for longer than the lease, hosts whose config hashes differ (a failover would
+/// change the caps), a host id used from two places, a leader whose passes fail
+/// ([`leader_stale`]). Nothing while `[ha] enabled = false`. Also, when this host follows a
+/// live leader, who leads: the passes' checks are the leader's then (all but
+/// [`super::HOST_CHECKS`]); and the shared state's install id, for [`foreign_state`].
 pub(super) fn ha(
     config: &crate::config::Config,
     env: &crate::env::Env,

@@ -68,15 +68,17 @@ impl HostStatus {
     }
 }
 
-/// The lease row: holder, epoch, seconds left (negative: expired).
-pub fn lease_row(db: &mut SharedDb) -> Result<Option<(String, i64, f64)>> {
+/// The lease row: holder, epoch, seconds left (negative: expired), seconds since its holder
+/// took it.
+pub fn lease_row(db: &mut SharedDb) -> Result<Option<(String, i64, f64, f64)>> {
     db.retrying("reading the lease", |c| {
         c.query_opt(
-            "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8
+            "SELECT holder, epoch, EXTRACT(EPOCH FROM expires_at - now())::float8,
+                    EXTRACT(EPOCH FROM now() - acquired_at)::float8
              FROM fleetagent.lease WHERE name = 'fleet'",
             &[],
         )?
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?)))
         .transpose()
     })
 }
@@ -148,7 +150,7 @@ pub fn read(settings: &Settings) -> Status {
     let result = (|| -> Result<()> {
         let mut db = settings.connect()?;
         super::schema::migrate(&mut db)?;
-        if let Some((holder, epoch, left)) = lease_row(&mut db)? {
+        if let Some((holder, epoch, left, held)) = lease_row(&mut db)? {
             status.role = if holder == settings.host && left > 0.0 {
                 "leader".into()
             } else {
@@ -157,6 +159,7 @@ pub fn read(settings: &Settings) -> Status {
             status.holder = Some(holder);
             status.epoch = Some(epoch);
             status.lease_left_secs = Some((left * 10.0).round() / 10.0);
+            status.held_secs = Some(held);
         } else {
             status.role = "follower".into();
         }
@@ -167,13 +170,6 @@ pub fn read(settings: &Settings) -> Status {
         status.install_id = shared
             .as_ref()
             .and_then(|v| v["install_id"].as_str().map(str::to_string));
-        status.held_secs = db.retrying("reading the lease's age", |c| {
-            Ok(c.query_opt(
-                "SELECT EXTRACT(EPOCH FROM now() - acquired_at)::float8 FROM fleetagent.lease WHERE name = 'fleet'",
-                &[],
-            )?
-            .map(|r| r.get(0)))
-        })?;
         Ok(())
     })();
     if let Err(e) = result {
@@ -189,7 +185,7 @@ pub fn release(settings: &Settings) -> Result<Option<i64>> {
     let mut db = settings.connect()?;
     super::schema::migrate(&mut db)?;
     match lease_row(&mut db)? {
-        Some((holder, epoch, left)) if holder == settings.host && left > 0.0 => {
+        Some((holder, epoch, left, _)) if holder == settings.host && left > 0.0 => {
             Ok(super::lease::release(&mut db, &settings.host, epoch)?.then_some(epoch))
         }
         _ => Ok(None),

@@ -122,8 +122,8 @@ pub fn env_names_hidden_from_probes() -> impl Iterator<Item = &'static str> {
 /// Every secret this process could read, as text to redact from what outside programs say
 /// (a probe's stderr, its document, a body): the keys and URLs of [`Kind`] (environment or
 /// credentials), a URL's password also as written inside it and percent-decoded, and the
-/// `credentials` named (those a worker env value asks for: `[vast.env]`). Unreadable ones are left out: their
-/// lookup fails where they are used.
+/// `credentials` named (those a worker env value asks for: `[vast.env]`). Unreadable ones are
+/// left out: their lookup fails where they are used.
 pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for kind in Kind::ALL {
