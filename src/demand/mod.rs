@@ -31,8 +31,8 @@ pub struct Worker {
 pub enum RequestLoop {
     /// A `bg:PShareRequest` task exists and a machine owns it.
     Ok,
-    /// `request_task_id` points at a task nobody owns (or that is gone): no new work is
-    /// being asked for.
+    /// `request_task_id` points at a task no live machine owns (no owner, an owner whose
+    /// heartbeat stopped, or a task gone): no new work is being asked for.
     Stalled,
     /// No request task (`request_task_id` is NULL).
     None,

@@ -243,8 +243,8 @@ pub(super) fn curio_problems(d: &Demand, rows: &[InstanceRow], age_ms: Millis) -
     }
     if d.request_loop == Some(RequestLoop::Stalled) {
         out.push(Problem::new(format!(
-            "Curio: the ProofShare request loop is stalled (proofshare_meta.request_task_id points at a task nobody owns, read {ago} ago): Curio asks the market for no work"
-        )).fix("check the Curio nodes that run PSProve"));
+            "Curio: the ProofShare request loop is stalled (proofshare_meta.request_task_id points at a bg:PShareRequest task with no live owner, read {ago} ago): Curio asks the market for no work"
+        )).fix("restart a Curio node with ProofShare enabled (the one that ran bg:PShareRequest, or any other), so that one takes the task"));
     }
     for note in &d.notes {
         out.push(Problem::new(format!(

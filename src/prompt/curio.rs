@@ -24,7 +24,7 @@ pub fn curio_line(d: &Demand) -> Option<String> {
     }
     match d.request_loop {
         Some(RequestLoop::Stalled) => parts.push(
-            "request loop STALLED: its task has no owner, Curio asks the market for no work."
+            "request loop STALLED: its task has no live owner, Curio asks the market for no work."
                 .into(),
         ),
         Some(RequestLoop::None) if !d.proofshare_disabled() => {
@@ -140,7 +140,7 @@ mod tests {
         };
         assert_eq!(
             curio_line(&d).unwrap(),
-            "Curio: backlog 3 (Curio's own figure). request loop STALLED: its task has no owner, \
+            "Curio: backlog 3 (Curio's own figure). request loop STALLED: its task has no live owner, \
              Curio asks the market for no work. ask price \"5000000000000000\" attoFIL (0.005 FIL). \
              paid 7 of 9 completed in the last hour, 1 proof of work. Not work, no emergency: \
              2 orphan PSProve task(s) with no queue row (oldest 3d02h), 4 stale waiting row(s) \

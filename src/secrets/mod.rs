@@ -121,7 +121,7 @@ pub fn env_names_hidden_from_probes() -> impl Iterator<Item = &'static str> {
 
 /// Every secret this process could read, as text to redact from what outside programs say
 /// (a probe's stderr, its document, a body): the keys and URLs of [`Kind`] (environment or
-/// credentials), a URL's password also as written inside it and percent-decoded, and the
+/// credentials; of a URL, its password as written inside it and percent-decoded), and the
 /// `credentials` named (those a worker env value asks for: `[vast.env]`). Unreadable ones are
 /// left out: their lookup fails where they are used.
 pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str>) -> Vec<String> {
@@ -129,9 +129,13 @@ pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str
     for kind in Kind::ALL {
         if let Ok(Some(s)) = lookup(env, kind) {
             if matches!(kind, Kind::HarmonyDbUrl | Kind::HaDbUrl) {
+                // A URL's password is its secret; its role, host and database name are what
+                // an error must name (`no SELECT ... TO probe`, `cannot connect to host`),
+                // and every piece of the whole URL redacted swallowed them.
                 out.extend(redact::secrets_of(s.expose()));
+            } else {
+                out.push(s.0);
             }
-            out.push(s.0);
         }
     }
     for name in credentials {
@@ -145,11 +149,16 @@ pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str
     out
 }
 
-/// `text` with every one of `secrets` redacted ([`redact`]).
+/// `text` with every one of `secrets` redacted ([`redact`]): each whole first, then the
+/// pieces, so that a piece of one (a URL's password as written, `pw%21x`) does not cut
+/// another (the same decoded, `pw!x`) and leave its tail.
 pub fn redact_all(text: &str, secrets: &[String]) -> String {
+    let whole = secrets.iter().filter(|s| s.len() >= 4).fold(text.to_string(), |t, secret| {
+        t.replace(secret.as_str(), "[redacted]")
+    });
     secrets
         .iter()
-        .fold(text.to_string(), |t, secret| redact(&t, secret))
+        .fold(whole, |t, secret| redact(&t, secret))
 }
 
 /// Pieces of a secret shorter than this are left alone: too short to identify it, and short
@@ -326,6 +335,30 @@ mod tests {
         assert!(lookup(&env, Kind::VastApiKey).unwrap().is_none());
         let s = lookup(&env, Kind::LlmApiKey).unwrap().unwrap();
         assert!(!format!("{s:?} {s}").contains("from-env"));
+    }
+
+    /// Of a database URL only the password is secret: the role and the host stay in what
+    /// is shown (`no SELECT ... TO probe` must name the role), the password goes.
+    #[test]
+    fn of_a_url_only_its_password_is_a_known_value() {
+        let env = Env::from_pairs([
+            (
+                "FLEETAGENT_HARMONYDB_URL".to_string(),
+                "postgresql://fleetprobe:Hunter2-long%21pw@yb-1.internal:5433/yugabyte".to_string(),
+            ),
+            ("VAST_API_KEY".to_string(), "vast-key-0123456789".to_string()),
+        ]);
+        let known = known_values(&env, []);
+        assert!(known.contains(&"Hunter2-long!pw".to_string()), "{known:?}");
+        assert!(known.contains(&"vast-key-0123456789".to_string()), "{known:?}");
+        let said = "cannot connect to postgresql://fleetprobe@yb-1.internal:5433/yugabyte: \
+                    password authentication failed for user \"fleetprobe\" (pw Hunter2-long!pw)";
+        assert_eq!(
+            redact_all(said, &known),
+            said.replace("Hunter2-long!pw", "[redacted]")
+        );
+        let url = env.get("FLEETAGENT_HARMONYDB_URL").unwrap();
+        assert!(!redact_all(&url, &known).contains("Hunter2"));
     }
 
     #[test]

@@ -118,6 +118,76 @@ fn curio_stale_heartbeats_with_queued_work_are_workers_dead() {
     assert_eq!(d.backlog, Some(4));
 }
 
+/// `EnableProofShare` lists PSProve on every node that enables it, the one without a GPU
+/// that runs the request loop too, while PSProve costs a GPU (Curio's `task_prove.go`): that
+/// node never takes the work. Counted as a live worker it hid WORKERS DEAD while every GPU
+/// worker was dead. It counts once it owns a PSProve task or proved one (cuzk proves with no
+/// GPU cost).
+#[test]
+fn curio_a_node_without_a_gpu_listing_psprove_is_no_worker() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    machine(&mut db, 1, "main", 10, PSPROVE_NODE, "false");
+    db.exec("UPDATE curio.harmony_machines SET gpu = 0 WHERE id = 1");
+    // The GPU workers' heartbeats stopped; their work waits.
+    machine(&mut db, 2, "fleetagent-a", 480, "PSProve", "false");
+    tasks(&mut db, 3, "PSProve", "NULL");
+    let d = read(&db);
+    assert!(d.workers.is_empty(), "{:?}", d.workers);
+    assert!(d.workers_dead(), "{d:?}");
+    let note = d.notes.iter().find(|n| n.starts_with("not counted as workers: main (10.0.0.1:12300) list PSProve but registered no GPU"));
+    assert!(note.is_some(), "{:?}", d.notes);
+
+    // A live GPU worker counts, the node still does not.
+    machine(&mut db, 3, "fleetagent-b", 10, "PSProve", "false");
+    let d = read(&db);
+    let names: Vec<&str> = d.workers.iter().map(|w| w.machine_name.as_str()).collect();
+    assert_eq!(names, ["fleetagent-b"]);
+    assert!(!d.workers_dead());
+
+    // Owning a PSProve task, or having proved one in the window, it can prove (cuzk).
+    db.exec("DELETE FROM curio.harmony_machines WHERE id = 3");
+    tasks(&mut db, 1, "PSProve", "1");
+    let d = read(&db);
+    assert_eq!(d.workers.len(), 1, "{:?}", d.workers);
+    assert!(d.notes.iter().all(|n| !n.starts_with("not counted")), "{:?}", d.notes);
+    db.exec("UPDATE curio.harmony_task SET owner_id = NULL WHERE owner_id = 1");
+    completions(&mut db, "10.0.0.1:12300", 1);
+    assert_eq!(read(&db).workers.len(), 1);
+
+    // Another task than PSProve: the GPU is none of the probe's business.
+    let porep = HarmonyDbProbe::new(db.url(), "bg:PShareRequest".into(), 150, 60, Duration::from_secs(10));
+    db.exec("DELETE FROM curio.harmony_task_history");
+    assert_eq!(porep.probe().unwrap().workers.len(), 1);
+}
+
+/// A Curio older than a migration that added a column the probe reads for one part only
+/// (`proofshare_queue.was_pow` came in 20250620, five months after ProofShare): that part is
+/// left out with a note naming the migration, and the rest is read (it was a failed reading,
+/// the fleet held, WORKERS DEAD included).
+#[test]
+fn curio_without_a_later_column_reads_the_rest() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    machine(&mut db, 1, "fleetagent-a", 480, PSPROVE_NODE, "false");
+    tasks(&mut db, 2, "PSProve", "NULL");
+    db.exec(
+        "ALTER TABLE curio.proofshare_queue DROP COLUMN was_pow;
+         DROP INDEX IF EXISTS curio.idx_harmony_machines_unschedulable;
+         ALTER TABLE curio.harmony_machines DROP COLUMN unschedulable;",
+    );
+    let d = read(&db);
+    assert!(d.workers_dead(), "{d:?}");
+    assert_eq!((d.pending, d.backlog, d.pow_1h), (2, Some(2), None));
+    for (column, migration) in [
+        ("proofshare_queue.was_pow", "20250620-proofshare-pow"),
+        ("harmony_machines.unschedulable", "20250111-machine-maintenance"),
+    ] {
+        let note = format!("curio.{column} does not exist (a Curio before its migration {migration})");
+        assert!(d.notes.iter().any(|n| n.starts_with(&note)), "{note}: {:?}", d.notes);
+    }
+}
+
 #[test]
 fn curio_after_its_own_machine_cleanup_is_workers_dead() {
     let mut db = pg::fresh_db();

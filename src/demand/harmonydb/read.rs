@@ -34,15 +34,31 @@ const TABLES: [&str; 7] = [
 ];
 const REQUIRED: usize = 4;
 
-/// Per table: does it exist in schema `curio`, may this role SELECT it. Read from the
-/// catalog, which needs no grant (so it works even without USAGE on the schema).
+/// Columns that Curio's migrations added after the tables the probe needs, as
+/// (table, column, the migration that added it): a Curio older than the migration lacks the
+/// column, and the part of the reading it feeds is left out with a note, the rest read.
+const LATER_COLUMNS: [(&str, &str, &str); 2] = [
+    ("harmony_machines", "unschedulable", "20250111-machine-maintenance"),
+    ("proofshare_queue", "was_pow", "20250620-proofshare-pow"),
+];
+
+/// Per table: does it exist in schema `curio`, may this role SELECT it; and per column of
+/// [`LATER_COLUMNS`] ($2 tables, $3 columns): does it exist. Read from the catalog, which
+/// needs no grant (so it works even without USAGE on the schema).
 const ACCESS: &str = "
 SELECT
   current_user::text,
   coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
   n.oid IS NOT NULL,
   array_agg(c.oid IS NOT NULL ORDER BY t.ord),
-  array_agg(coalesce(has_table_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord)
+  array_agg(coalesce(has_table_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord),
+  (SELECT array_agg(EXISTS (
+            SELECT 1 FROM pg_catalog.pg_attribute a
+            JOIN pg_catalog.pg_class ac ON ac.oid = a.attrelid
+            JOIN pg_catalog.pg_namespace an ON an.oid = ac.relnamespace
+            WHERE an.nspname = 'curio' AND ac.relname = l.tbl AND a.attname = l.col
+              AND a.attnum > 0 AND NOT a.attisdropped) ORDER BY l.ord)
+   FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS l(tbl, col, ord))
 FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord)
 LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = 'curio'
 LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
@@ -50,25 +66,33 @@ GROUP BY n.oid";
 
 /// Tasks of the probe's type: pending, claimed by a live machine, claimed by a machine whose
 /// heartbeat stopped (or whose row is gone), and of the not-live ones the orphans (no queue
-/// row that is not compute_done points at them) with the oldest orphan's age. `{orphan}`
-/// is the orphan test, or `false` where the queue is not read.
+/// row that is not compute_done points at them) with the oldest orphan's age. `{queue}` is
+/// [`QUEUED_TASKS`] where the queue is read, else [`NO_QUEUE`] (no task is an orphan then).
+/// The queue is joined once (a hash join), not asked per task: a correlated test per task
+/// took 10 s on 20,000 tasks, past `demand.timeout_secs`, when the queue is what grows
+/// while every worker is dead.
 const TASKS: &str = "
 SELECT
   count(*) FILTER (WHERE t.owner_id IS NULL),
   count(*) FILTER (WHERE t.owner_id IS NOT NULL AND live),
   count(*) FILTER (WHERE t.owner_id IS NOT NULL AND NOT live),
-  count(*) FILTER (WHERE NOT live AND {orphan}),
-  extract(epoch FROM now() - min(t.posted_time) FILTER (WHERE NOT live AND {orphan}))::float8
+  count(*) FILTER (WHERE NOT live AND orphan),
+  extract(epoch FROM now() - min(t.posted_time) FILTER (WHERE NOT live AND orphan))::float8
 FROM curio.harmony_task t
 LEFT JOIN curio.harmony_machines m ON m.id = t.owner_id
+LEFT JOIN ({queue}) qt ON qt.id = t.id
 CROSS JOIN LATERAL (
   SELECT t.owner_id IS NOT NULL
-         AND coalesce(m.last_contact >= now() - make_interval(secs => $2), false) AS live
+         AND coalesce(m.last_contact >= now() - make_interval(secs => $2), false) AS live,
+         {orphan} AS orphan
 ) l
 WHERE t.name = $1";
 
-const ORPHAN: &str = "NOT EXISTS (SELECT 1 FROM curio.proofshare_queue q
-                          WHERE q.compute_task_id = t.id AND NOT q.compute_done)";
+/// The tasks a queue row that is not compute_done points at (a task without one is an
+/// orphan).
+const QUEUED_TASKS: &str = "SELECT DISTINCT compute_task_id AS id FROM curio.proofshare_queue
+                            WHERE NOT compute_done AND compute_task_id IS NOT NULL";
+const NO_QUEUE: &str = "SELECT NULL::bigint AS id WHERE false";
 
 /// Successful completions per machine inside the history window ($2), with those of the
 /// last hour ($3) and quarter ($4), the ages of the first and last, and the seconds spent
@@ -91,13 +115,15 @@ ORDER BY completed_by_host_and_port";
 
 /// Live machines whose comma-separated task list holds the task as a whole item (Curio
 /// writes it without surrounding commas, so a plain `LIKE '%,name,%'` misses the first and
-/// last item), with how many of those tasks each one owns.
+/// last item), with how many of those tasks each one owns and the GPUs it registered.
+/// `{cordoned}` is `coalesce(m.unschedulable, false)`, or `false` on a Curio without the column.
 const WORKERS: &str = "
 SELECT
   coalesce(d.machine_name, ''),
   m.host_and_port::text,
-  coalesce(m.unschedulable, false),
-  (SELECT count(*) FROM curio.harmony_task t WHERE t.owner_id = m.id AND t.name = $1)
+  {cordoned},
+  (SELECT count(*) FROM curio.harmony_task t WHERE t.owner_id = m.id AND t.name = $1),
+  coalesce(m.gpu, 0)::float8
 FROM curio.harmony_machines m
 JOIN curio.harmony_machine_details d ON d.machine_id = m.id
 WHERE m.last_contact >= now() - make_interval(secs => $2)
@@ -120,7 +146,8 @@ WHERE p.singleton";
 /// The queue: waiting rows that count as work ($2: ProofShare enabled or unknown; younger
 /// than $1 minutes) and the others with the oldest one's age, rows with a task, Curio's own
 /// backlog (exactly its query: not compute_done and the task missing or unowned), and
-/// proofs of work obtained in the last hour.
+/// proofs of work obtained in the last hour (`{pow}`: [`POW_1H`], or NULL on a Curio
+/// without `was_pow`).
 const QUEUE: &str = "
 SELECT
   count(*) FILTER (WHERE waiting AND fresh),
@@ -129,13 +156,16 @@ SELECT
   count(*) FILTER (WHERE NOT q.compute_done AND q.compute_task_id IS NOT NULL),
   count(*) FILTER (WHERE q.compute_done = FALSE
                    AND (q.compute_task_id IS NULL OR t.owner_id IS NULL)),
-  count(*) FILTER (WHERE q.was_pow AND q.obtained_at >= now() - interval '1 hour')
+  {pow}
 FROM curio.proofshare_queue q
 LEFT JOIN curio.harmony_task t ON t.id = q.compute_task_id
 CROSS JOIN LATERAL (
   SELECT NOT q.compute_done AND q.compute_task_id IS NULL AS waiting,
          $2 AND q.obtained_at >= now() - make_interval(mins => $1) AS fresh
 ) w";
+
+const POW_1H: &str =
+    "count(*) FILTER (WHERE q.was_pow AND q.obtained_at >= now() - interval '1 hour')";
 
 const PAYMENTS: &str = "
 SELECT count(*) FROM curio.proofshare_provider_payments
@@ -157,9 +187,26 @@ struct Access {
     schema_usage: bool,
     present: Vec<bool>,
     readable: Vec<bool>,
+    /// Per column of [`LATER_COLUMNS`]: present.
+    columns: Vec<bool>,
 }
 
 impl Access {
+    /// Whether `table.column` of [`LATER_COLUMNS`] exists; None with the note that names
+    /// what is lost and the migration, when it does not.
+    fn column(&self, table: &str, column: &str, lost: &str) -> Result<(), String> {
+        let i = LATER_COLUMNS
+            .iter()
+            .position(|(t, c, _)| *t == table && *c == column);
+        match i {
+            Some(i) if !self.columns.get(i).copied().unwrap_or(false) => Err(format!(
+                "curio.{table}.{column} does not exist (a Curio before its migration {}): {lost} unknown",
+                LATER_COLUMNS[i].2
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn can(&self, table: &str) -> bool {
         TABLES
             .iter()
@@ -199,8 +246,10 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     let access = {
         let what = "the catalog (table privileges)";
         let names: Vec<&str> = TABLES.to_vec();
+        let tables: Vec<&str> = LATER_COLUMNS.iter().map(|c| c.0).collect();
+        let columns: Vec<&str> = LATER_COLUMNS.iter().map(|c| c.1).collect();
         let row = tx
-            .query_one(ACCESS, &[&names])
+            .query_one(ACCESS, &[&names, &tables, &columns])
             .map_err(|e| failed(what, e))?;
         access(&row).map_err(|e| typed(what, e))?
     };
@@ -209,8 +258,17 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
 
     let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
-    let tasks = TASKS.replace("{orphan}", if with_queue { ORPHAN } else { "false" });
-    let what = "task counts (curio.harmony_task)";
+    let tasks = if with_queue {
+        TASKS.replace("{queue}", QUEUED_TASKS).replace("{orphan}", "qt.id IS NULL")
+    } else {
+        TASKS.replace("{queue}", NO_QUEUE).replace("{orphan}", "false")
+    };
+    // Every table the statement reads is named: a lock held on any of them times it out.
+    let what = if with_queue {
+        "task counts (curio.harmony_task, harmony_machines, proofshare_queue)"
+    } else {
+        "task counts (curio.harmony_task, harmony_machines)"
+    };
     let row = tx
         .query_one(&tasks, &[&p.task, &p.alive_secs])
         .map_err(|e| failed(what, e))?;
@@ -229,13 +287,23 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     }
 
     let what = "workers (curio.harmony_machines)";
-    d.workers = tx
-        .query(WORKERS, &[&p.task, &p.alive_secs])
+    let cordoned = match access.column("harmony_machines", "unschedulable", "cordoned machines") {
+        Ok(()) => "coalesce(m.unschedulable, false)",
+        Err(note) => {
+            d.notes.push(note);
+            "false"
+        }
+    };
+    let workers: Vec<(Worker, f64)> = tx
+        .query(&WORKERS.replace("{cordoned}", cordoned), &[&p.task, &p.alive_secs])
         .map_err(|e| failed(what, e))?
         .iter()
         .map(worker)
         .collect::<Result<_, _>>()
         .map_err(|e| typed(what, e))?;
+    let (workers, no_gpu) = able_to_prove(workers, &d.history, proofshare);
+    d.workers = workers;
+    d.notes.extend(no_gpu_note(&no_gpu));
 
     if !proofshare {
         return Ok(d);
@@ -262,8 +330,15 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     if with_queue {
         let what = "curio.proofshare_queue";
         let enabled = d.proofshare_enabled.unwrap_or(true);
+        let pow = match access.column("proofshare_queue", "was_pow", "pow_1h") {
+            Ok(()) => POW_1H,
+            Err(note) => {
+                d.notes.push(note);
+                "NULL::bigint"
+            }
+        };
         let row = tx
-            .query_one(QUEUE, &[&p.waiting_max_age_mins, &enabled])
+            .query_one(&QUEUE.replace("{pow}", pow), &[&p.waiting_max_age_mins, &enabled])
             .map_err(|e| failed(what, e))?;
         queue(&row, &mut d).map_err(|e| typed(what, e))?;
     }
@@ -321,13 +396,61 @@ fn history(r: &Row) -> Result<(WorkerHistory, u32), String> {
     Ok((h, quarter))
 }
 
-fn worker(r: &Row) -> Result<Worker, String> {
-    Ok(Worker {
+/// A worker and the GPUs its machine registered (`harmony_machines.gpu`).
+fn worker(r: &Row) -> Result<(Worker, f64), String> {
+    let w = Worker {
         machine_name: get(r, 0, "harmony_machine_details.machine_name")?,
         host_and_port: get(r, 1, "harmony_machines.host_and_port")?,
         cordoned: get(r, 2, "harmony_machines.unschedulable")?,
         running: count(get(r, 3, "count of the machine's harmony_task rows")?),
-    })
+    };
+    Ok((w, get(r, 4, "harmony_machines.gpu")?))
+}
+
+/// The machines that can take PSProve work, and those that list it but cannot. Curio lists
+/// every task of an enabled subsystem on every node (`EnableProofShare` puts PSProve beside
+/// the request loop on a node without a GPU), while PSProve costs a GPU (`task_prove.go`):
+/// such a node never takes the work, and counting it as a live worker hid WORKERS DEAD
+/// while every GPU worker was dead. A machine with no GPU registered still counts while it
+/// owns a PSProve task or proved one inside the history window (Curio's cuzk proves with no
+/// GPU cost; a devnet too). Another task than PSProve: every machine counts.
+fn able_to_prove(
+    workers: Vec<(Worker, f64)>,
+    history: &[WorkerHistory],
+    proofshare: bool,
+) -> (Vec<Worker>, Vec<Worker>) {
+    let proved = |w: &Worker| {
+        history
+            .iter()
+            .any(|h| h.host_and_port == w.host_and_port && h.proofs > 0)
+    };
+    let (able, unable): (Vec<_>, Vec<_>) = workers
+        .into_iter()
+        .partition(|(w, gpu)| !proofshare || *gpu > 0.0 || w.running > 0 || proved(w));
+    (
+        able.into_iter().map(|(w, _)| w).collect(),
+        unable.into_iter().map(|(w, _)| w).collect(),
+    )
+}
+
+/// The note naming the live machines that list PSProve with no GPU and are not counted.
+fn no_gpu_note(machines: &[Worker]) -> Option<String> {
+    if machines.is_empty() {
+        return None;
+    }
+    let names = machines.iter().map(|w| {
+        let name = if w.machine_name.is_empty() {
+            "(no name)"
+        } else {
+            w.machine_name.as_str()
+        };
+        format!("{name} ({})", w.host_and_port)
+    });
+    Some(format!(
+        "not counted as workers: {} list PSProve but registered no GPU (harmony_machines.gpu = 0) and proved none in {}h, so they cannot take PSProve work",
+        crate::text::first_and_more(names, 3),
+        HISTORY_WINDOW_SECS / 3600
+    ))
 }
 
 fn meta(r: &Row, d: &mut Demand) -> Result<(), String> {
@@ -365,7 +488,8 @@ fn queue(row: &Row, d: &mut Demand) -> Result<(), String> {
     .map(secs);
     d.ps_computing = Some(n(3, "computing")?);
     d.backlog = Some(n(4, "backlog")?);
-    d.pow_1h = Some(n(5, "proofs of work")?);
+    d.pow_1h = get::<Option<i64>>(row, 5, "count of proofshare_queue rows (proofs of work)")?
+        .map(count);
     Ok(())
 }
 
@@ -378,7 +502,9 @@ fn access(row: &Row) -> Result<Access, String> {
         readable.iter_mut().for_each(|r| *r = false);
     }
     let role: String = get(row, 0, "current_user")?;
+    let columns: Option<Vec<bool>> = get(row, 5, "pg_attribute (columns of schema curio)")?;
     Ok(Access {
+        columns: columns.unwrap_or_default(),
         role: quote_role(&role),
         schema_usage: schema_usage || !schema_present,
         present: get(row, 3, "pg_class (tables of schema curio)")?,
