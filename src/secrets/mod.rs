@@ -153,12 +153,13 @@ pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str
 /// pieces, so that a piece of one (a URL's password as written, `pw%21x`) does not cut
 /// another (the same decoded, `pw!x`) and leave its tail.
 pub fn redact_all(text: &str, secrets: &[String]) -> String {
-    let whole = secrets.iter().filter(|s| s.len() >= 4).fold(text.to_string(), |t, secret| {
-        t.replace(secret.as_str(), "[redacted]")
-    });
-    secrets
+    let whole = secrets
         .iter()
-        .fold(whole, |t, secret| redact(&t, secret))
+        .filter(|s| s.len() >= 4)
+        .fold(text.to_string(), |t, secret| {
+            t.replace(secret.as_str(), "[redacted]")
+        });
+    secrets.iter().fold(whole, |t, secret| redact(&t, secret))
 }
 
 /// Pieces of a secret shorter than this are left alone: too short to identify it, and short
@@ -346,11 +347,17 @@ mod tests {
                 "FLEETAGENT_HARMONYDB_URL".to_string(),
                 "postgresql://fleetprobe:Hunter2-long%21pw@yb-1.internal:5433/yugabyte".to_string(),
             ),
-            ("VAST_API_KEY".to_string(), "vast-key-0123456789".to_string()),
+            (
+                "VAST_API_KEY".to_string(),
+                "vast-key-0123456789".to_string(),
+            ),
         ]);
         let known = known_values(&env, []);
         assert!(known.contains(&"Hunter2-long!pw".to_string()), "{known:?}");
-        assert!(known.contains(&"vast-key-0123456789".to_string()), "{known:?}");
+        assert!(
+            known.contains(&"vast-key-0123456789".to_string()),
+            "{known:?}"
+        );
         let said = "cannot connect to postgresql://fleetprobe@yb-1.internal:5433/yugabyte: \
                     password authentication failed for user \"fleetprobe\" (pw Hunter2-long!pw)";
         assert_eq!(

@@ -135,7 +135,11 @@ fn curio_a_node_without_a_gpu_listing_psprove_is_no_worker() {
     let d = read(&db);
     assert!(d.workers.is_empty(), "{:?}", d.workers);
     assert!(d.workers_dead(), "{d:?}");
-    let note = d.notes.iter().find(|n| n.starts_with("not counted as workers: main (10.0.0.1:12300) list PSProve but registered no GPU"));
+    let note = d.notes.iter().find(|n| {
+        n.starts_with(
+            "not counted as workers: main (10.0.0.1:12300) list PSProve but registered no GPU",
+        )
+    });
     assert!(note.is_some(), "{:?}", d.notes);
 
     // A live GPU worker counts, the node still does not.
@@ -150,13 +154,23 @@ fn curio_a_node_without_a_gpu_listing_psprove_is_no_worker() {
     tasks(&mut db, 1, "PSProve", "1");
     let d = read(&db);
     assert_eq!(d.workers.len(), 1, "{:?}", d.workers);
-    assert!(d.notes.iter().all(|n| !n.starts_with("not counted")), "{:?}", d.notes);
+    assert!(
+        d.notes.iter().all(|n| !n.starts_with("not counted")),
+        "{:?}",
+        d.notes
+    );
     db.exec("UPDATE curio.harmony_task SET owner_id = NULL WHERE owner_id = 1");
     completions(&mut db, "10.0.0.1:12300", 1);
     assert_eq!(read(&db).workers.len(), 1);
 
     // Another task than PSProve: the GPU is none of the probe's business.
-    let porep = HarmonyDbProbe::new(db.url(), "bg:PShareRequest".into(), 150, 60, Duration::from_secs(10));
+    let porep = HarmonyDbProbe::new(
+        db.url(),
+        "bg:PShareRequest".into(),
+        150,
+        60,
+        Duration::from_secs(10),
+    );
     db.exec("DELETE FROM curio.harmony_task_history");
     assert_eq!(porep.probe().unwrap().workers.len(), 1);
 }
@@ -181,10 +195,18 @@ fn curio_without_a_later_column_reads_the_rest() {
     assert_eq!((d.pending, d.backlog, d.pow_1h), (2, Some(2), None));
     for (column, migration) in [
         ("proofshare_queue.was_pow", "20250620-proofshare-pow"),
-        ("harmony_machines.unschedulable", "20250111-machine-maintenance"),
+        (
+            "harmony_machines.unschedulable",
+            "20250111-machine-maintenance",
+        ),
     ] {
-        let note = format!("curio.{column} does not exist (a Curio before its migration {migration})");
-        assert!(d.notes.iter().any(|n| n.starts_with(&note)), "{note}: {:?}", d.notes);
+        let note =
+            format!("curio.{column} does not exist (a Curio before its migration {migration})");
+        assert!(
+            d.notes.iter().any(|n| n.starts_with(&note)),
+            "{note}: {:?}",
+            d.notes
+        );
     }
 }
 

@@ -38,7 +38,11 @@ const REQUIRED: usize = 4;
 /// (table, column, the migration that added it): a Curio older than the migration lacks the
 /// column, and the part of the reading it feeds is left out with a note, the rest read.
 const LATER_COLUMNS: [(&str, &str, &str); 2] = [
-    ("harmony_machines", "unschedulable", "20250111-machine-maintenance"),
+    (
+        "harmony_machines",
+        "unschedulable",
+        "20250111-machine-maintenance",
+    ),
     ("proofshare_queue", "was_pow", "20250620-proofshare-pow"),
 ];
 
@@ -259,9 +263,13 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
     let tasks = if with_queue {
-        TASKS.replace("{queue}", QUEUED_TASKS).replace("{orphan}", "qt.id IS NULL")
+        TASKS
+            .replace("{queue}", QUEUED_TASKS)
+            .replace("{orphan}", "qt.id IS NULL")
     } else {
-        TASKS.replace("{queue}", NO_QUEUE).replace("{orphan}", "false")
+        TASKS
+            .replace("{queue}", NO_QUEUE)
+            .replace("{orphan}", "false")
     };
     // Every table the statement reads is named: a lock held on any of them times it out.
     let what = if with_queue {
@@ -295,7 +303,10 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
         }
     };
     let workers: Vec<(Worker, f64)> = tx
-        .query(&WORKERS.replace("{cordoned}", cordoned), &[&p.task, &p.alive_secs])
+        .query(
+            &WORKERS.replace("{cordoned}", cordoned),
+            &[&p.task, &p.alive_secs],
+        )
         .map_err(|e| failed(what, e))?
         .iter()
         .map(worker)
@@ -338,7 +349,10 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
             }
         };
         let row = tx
-            .query_one(&QUEUE.replace("{pow}", pow), &[&p.waiting_max_age_mins, &enabled])
+            .query_one(
+                &QUEUE.replace("{pow}", pow),
+                &[&p.waiting_max_age_mins, &enabled],
+            )
             .map_err(|e| failed(what, e))?;
         queue(&row, &mut d).map_err(|e| typed(what, e))?;
     }
@@ -488,8 +502,8 @@ fn queue(row: &Row, d: &mut Demand) -> Result<(), String> {
     .map(secs);
     d.ps_computing = Some(n(3, "computing")?);
     d.backlog = Some(n(4, "backlog")?);
-    d.pow_1h = get::<Option<i64>>(row, 5, "count of proofshare_queue rows (proofs of work)")?
-        .map(count);
+    d.pow_1h =
+        get::<Option<i64>>(row, 5, "count of proofshare_queue rows (proofs of work)")?.map(count);
     Ok(())
 }
 
