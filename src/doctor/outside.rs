@@ -268,13 +268,14 @@ pub(super) fn curio_and_identity(
             return (vec![p.clone()], vec![p]);
         }
     };
-    let identity = crate::fleet::identity::problems(&rows, config, now)
-        .into_iter()
-        .map(Problem::new)
-        .collect();
+    let mut workers = Vec::new();
     let curio = match curio::last_reading(conn) {
         Ok((Some(json), Some(at))) => match serde_json::from_str::<Demand>(&json) {
-            Ok(d) => curio_problems(&d, &rows, now - at),
+            Ok(d) => {
+                let problems = curio_problems(&d, &rows, now - at);
+                workers = d.workers;
+                problems
+            }
             Err(e) => vec![Problem::new(format!(
                 "database: agent_state.last_reading is not a demand reading: {e}"
             ))],
@@ -282,6 +283,10 @@ pub(super) fn curio_and_identity(
         Ok(_) => Vec::new(),
         Err(e) => vec![unreadable("the last demand reading", &e)],
     };
+    let identity = crate::fleet::identity::problems(&rows, &workers, config, now)
+        .into_iter()
+        .map(Problem::new)
+        .collect();
     (curio, identity)
 }
 

@@ -1,6 +1,7 @@
 //! Worker identity checks, pure, for `doctor` and `inspect`: two of our instances behind one
-//! Curio machine, and an instance running past a normal boot with no Curio worker. Both read
-//! the local table as the last pass left it.
+//! Curio machine, one instance's label on several live Curio machines, and an instance
+//! running past a normal boot with no Curio worker. They read the local table as the last
+//! pass left it, and the last reading's live workers.
 
 use std::collections::BTreeMap;
 
@@ -12,11 +13,48 @@ use crate::text::quote;
 use super::state::{is_running_state, BOOTED};
 use super::LABEL_CHARS;
 
-/// One line per problem, naming the instances and what to do.
-pub fn problems(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<String> {
+/// One line per problem, naming the instances and what to do. `workers`: the live workers of
+/// the last demand reading (empty when there is none).
+pub fn problems(
+    rows: &[InstanceRow],
+    workers: &[crate::demand::Worker],
+    config: &Config,
+    now: Millis,
+) -> Vec<String> {
     let mut out = shared_machines(rows);
+    out.extend(one_label_many_machines(rows, workers));
     out.extend(no_worker(rows, config, now));
     out
+}
+
+/// One instance runs one worker, so a label of ours on two live Curio machines means one of
+/// them is not that instance (a label copied into another machine's `CURIO_NODE_NAME`, or a
+/// second Curio in the container): its proofs count as ours, its heartbeat keeps a dead
+/// instance looking alive. A restarted container's old machine row is not live, so it is
+/// not counted here.
+pub fn one_label_many_machines(
+    rows: &[InstanceRow],
+    workers: &[crate::demand::Worker],
+) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.gone_at.is_none())
+        .filter_map(|r| {
+            let hosts: Vec<&str> = workers
+                .iter()
+                .filter(|w| w.machine_name.trim() == r.label)
+                .map(|w| w.host_and_port.as_str())
+                .collect();
+            (hosts.len() > 1).then(|| {
+                let hosts = hosts.iter().map(|h| quote(h, 120));
+                format!(
+                    "{} names {} live Curio machines ({}), and one instance runs one worker: the others are not this instance (its label copied into another machine's CURIO_NODE_NAME, or a second Curio in the container), and their proofs count as ours; find them by host_and_port in Curio's machine list",
+                    quote(&r.label, LABEL_CHARS),
+                    hosts.len(),
+                    crate::text::first_and_more(hosts, 3)
+                )
+            })
+        })
+        .collect()
 }
 
 /// Curio keys machines on `host_and_port`: two containers with one private IP and port share
@@ -90,7 +128,7 @@ mod tests {
             at("fleetagent-d", 4, DEAD, Some("172.17.0.3:12300")),
         ];
         let c = config();
-        let lines = problems(&rows, &c, NOW);
+        let lines = problems(&rows, &[], &c, NOW);
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(
             lines[0].starts_with("instances \"fleetagent-a\" and \"fleetagent-b\" are behind one Curio machine at \"172.17.0.2:12300\""),
@@ -104,5 +142,29 @@ mod tests {
         );
         // Within a normal boot: nothing to say yet.
         assert!(no_worker(&rows, &c, NOW - 20 * MIN).is_empty());
+    }
+
+    #[test]
+    fn one_label_on_two_live_machines_is_reported() {
+        let worker = |name: &str, host: &str| crate::demand::Worker {
+            machine_name: name.into(),
+            host_and_port: host.into(),
+            running: 0,
+            cordoned: false,
+        };
+        let rows = vec![row("fleetagent-a", Some(1), PROVING, 0.4)];
+        let one = [worker("fleetagent-a", "172.17.0.2:12300")];
+        assert!(one_label_many_machines(&rows, &one).is_empty());
+        let two = [
+            worker("fleetagent-a", "172.17.0.2:12300"),
+            worker("other", "10.0.0.5:12300"),
+            worker("fleetagent-a", "172.17.0.9:12300"),
+        ];
+        let lines = problems(&rows, &two, &config(), NOW);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("\"fleetagent-a\" names 2 live Curio machines (\"172.17.0.2:12300\", \"172.17.0.9:12300\")"),
+            "{lines:?}"
+        );
     }
 }

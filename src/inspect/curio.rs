@@ -131,7 +131,12 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
     Ok(CurioPart {
         demand,
         rates,
-        worker_identity: crate::fleet::identity::problems(&rows, config, now),
+        worker_identity: crate::fleet::identity::problems(
+            &rows,
+            reading.as_ref().map_or(&[][..], |d| &d.workers),
+            config,
+            now,
+        ),
     })
 }
 
