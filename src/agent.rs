@@ -386,6 +386,14 @@ pub fn llm_loop(
             reported.and_then(|r| crate::prompt::calibration::sample(r as u64, estimate))
         {
             ratio = Some(calibrate(&store.conn, config, s, at)?);
+        } else if let Some(r) =
+            reported.filter(|r| crate::prompt::calibration::impossible(*r as u64, estimate))
+        {
+            log::warn!(
+                "run {}: the LLM server reported {r} prompt tokens for a request we count at {estimate}: over {}x, not a count of this prompt; left out of the token calibration",
+                le.run_id,
+                crate::prompt::calibration::MAX_RATIO
+            );
         }
         let answer::Read {
             content,

@@ -226,6 +226,7 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
             .then(|| (rep as f64 / est as f64 * 1000.0).round() / 1000.0),
         max_prompt_tokens_estimated: usage.max_estimated,
         max_reported_to_estimate_ratio: measured.max_ratio.map(round3),
+        impossible_usage_calls: measured.impossible,
         calls_with_cache: usage.with_cache,
         prompt_tokens_cached: usage.cached.unwrap_or(0),
         cache_share: match (usage.cached, usage.reported_with_cache) {

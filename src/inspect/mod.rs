@@ -408,6 +408,9 @@ pub struct LlmView {
     pub max_prompt_tokens_estimated: Option<i64>,
     /// The largest reported / estimated of a single call among them.
     pub max_reported_to_estimate_ratio: Option<f64>,
+    /// Calls whose server reported a prompt count over 3x our estimate (no count of the
+    /// prompt): left out of the figures above and of the calibration.
+    pub impossible_usage_calls: i64,
     /// Among them, the calls whose server said how much of the prompt came from its prompt
     /// cache, and the share it did (cached / reported prompt tokens; null when none said).
     pub calls_with_cache: i64,

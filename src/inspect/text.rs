@@ -327,7 +327,7 @@ pub fn render_text(r: &Report) -> String {
     ));
     if let Some(ratio) = r.llm.reported_to_estimate_ratio {
         line(format!(
-            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}, at most {}); largest prompt {}{}",
+            "tokens      provider reported {} vs estimated {} over {} calls (ratio {ratio}, at most {}); largest prompt {}{}{}",
             r.llm.prompt_tokens_reported,
             r.llm.prompt_tokens_estimated,
             r.llm.calls_with_usage,
@@ -339,7 +339,11 @@ pub fn render_text(r: &Report) -> String {
                     "; calibrated {c} over {} calls: our estimate held to {} tokens",
                     r.llm.calibration_samples, r.llm.calibrated_budget_tokens
                 ))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match r.llm.impossible_usage_calls {
+                0 => String::new(),
+                n => format!("; {n} call(s) reported over 3x our count, no count of the prompt: left out"),
+            }
         ));
         line(match r.llm.cache_share {
             Some(share) => format!(

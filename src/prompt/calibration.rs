@@ -17,8 +17,9 @@ pub const MARGIN: f64 = 0.02;
 pub const WINDOW: f64 = 50.0;
 /// No sample counts for more than this: a provider whose figure is this far from ours
 /// reports something else than the prompt (a cumulative count, a cache), and a ratio this high
-/// would shrink every prompt to nothing. Real tokenizers stay well below it.
-pub const MAX_RATIO: f64 = 3.0;
+/// would shrink every prompt to nothing. Real tokenizers stay well below it. A count above it
+/// is no sample at all ([`sample`]).
+pub use crate::store::calibration::MAX_RATIO;
 /// A refusal for an over-long prompt tells only that the server counted more than the budget:
 /// the sample inferred from it never exceeds this (a budget set far above the server's
 /// context must not shrink every later prompt to a sliver; that is a setting to fix).
@@ -29,9 +30,17 @@ pub const MAX_INFERRED_RATIO: f64 = 1.5;
 pub const OVERFLOW_STEP: f64 = 0.05;
 
 /// One call's sample: what the provider counted over what we estimated for the same request.
-/// `None` when either is zero (nothing to learn).
+/// `None` when either is zero (nothing to learn), or when the count is over [`MAX_RATIO`]
+/// times the estimate: not a count of this prompt, and kept as a sample it held every later
+/// prompt to a third of its budget ([`impossible`] says so).
 pub fn sample(reported: u64, estimate: u64) -> Option<f64> {
-    (reported > 0 && estimate > 0).then(|| reported as f64 / estimate as f64)
+    (reported > 0 && estimate > 0 && !impossible(reported, estimate))
+        .then(|| reported as f64 / estimate as f64)
+}
+
+/// A provider's prompt count over [`MAX_RATIO`] times our estimate of the same request.
+pub fn impossible(reported: u64, estimate: u64) -> bool {
+    estimate > 0 && reported as f64 > estimate as f64 * MAX_RATIO
 }
 
 /// The model's ratio after one more sample: the decayed maximum of the samples, plus
@@ -115,6 +124,12 @@ mod tests {
         );
         assert_eq!(sample(0, 2683), None);
         assert_eq!(sample(100, 0), None);
+        // A count no tokenizer makes (a server's 10^12) is no sample: kept, it held every
+        // later prompt to a third of its budget.
+        assert_eq!(sample(1_000_000_000_000, 7_000), None);
+        assert!(impossible(1_000_000_000_000, 7_000));
+        assert_eq!(sample(3000, 1000), Some(3.0));
+        assert!(!impossible(3000, 1000) && impossible(3001, 1000));
     }
 
     fn near(a: f64, b: f64) -> bool {

@@ -55,25 +55,38 @@ pub fn record(conn: &Connection, model: &str, ratio: f64, at: Millis) -> Result<
     Ok(())
 }
 
+/// No provider count this far above our estimate is a count of the prompt (a cumulative
+/// count, a cache's, a broken server's `10^12`): such a count is no sample, and the readers
+/// of `llm_calls` leave it out. Real tokenizers stay well below it (Qwen and SmolLM count
+/// 10-19 % above o200k on our prompts); one count of 10^12 once held every prompt to a third
+/// of its budget for 50 calls, the conversation dropped.
+pub const MAX_RATIO: f64 = 3.0;
+
 /// The largest reported/estimate ratio among the newest `limit` calls that reported usage
-/// (any model: `llm_calls` does not name it), and how many calls that was.
+/// (any model: `llm_calls` does not name it), and how many calls that was; of those, how
+/// many reported a count over [`MAX_RATIO`] times the estimate (`impossible`, left out of the
+/// maximum).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Measured {
     pub calls: i64,
     pub max_ratio: Option<f64>,
+    pub impossible: i64,
 }
 
 pub fn measured(conn: &Connection, limit: i64) -> Result<Measured> {
     Ok(conn.query_row(
-        "SELECT COUNT(*), MAX(CAST(prompt_tokens_reported AS REAL) / prompt_tokens_est)
-         FROM (SELECT prompt_tokens_est, prompt_tokens_reported FROM llm_calls
+        "SELECT COUNT(*) FILTER (WHERE ratio <= ?2), MAX(ratio) FILTER (WHERE ratio <= ?2),
+                COUNT(*) FILTER (WHERE ratio > ?2)
+         FROM (SELECT CAST(prompt_tokens_reported AS REAL) / prompt_tokens_est AS ratio
+               FROM llm_calls
                WHERE prompt_tokens_reported IS NOT NULL AND prompt_tokens_est > 0
                ORDER BY id DESC LIMIT ?1)",
-        params![limit],
+        params![limit, MAX_RATIO],
         |r| {
             Ok(Measured {
                 calls: r.get(0)?,
                 max_ratio: r.get(1)?,
+                impossible: r.get(2)?,
             })
         },
     )?)
@@ -149,5 +162,9 @@ mod tests {
         let m = measured(&s.conn, 2).unwrap();
         assert_eq!(m.calls, 2);
         assert!((m.max_ratio.unwrap() - 3131.0 / 2683.0).abs() < 1e-12);
+        // A count no tokenizer makes is counted apart, never the maximum.
+        call(1000, Some(1_000_000_000_000));
+        let m = measured(&s.conn, 50).unwrap();
+        assert_eq!((m.calls, m.max_ratio, m.impossible), (3, Some(1.3), 1));
     }
 }

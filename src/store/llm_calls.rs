@@ -24,7 +24,9 @@ pub struct ReportedUsage {
     pub cached: Option<i64>,
 }
 
-/// Over the newest `limit` calls whose provider reported usage.
+/// Over the newest `limit` calls whose provider reported a possible usage (a prompt count
+/// over `calibration::MAX_RATIO` times our estimate is none: `calibration::measured` counts
+/// those).
 pub fn reported_usage(conn: &Connection, limit: i64) -> Result<ReportedUsage> {
     Ok(conn.query_row(
         "SELECT COUNT(*), SUM(prompt_tokens_est), SUM(prompt_tokens_reported), MAX(prompt_tokens_est),
@@ -32,8 +34,10 @@ pub fn reported_usage(conn: &Connection, limit: i64) -> Result<ReportedUsage> {
                 SUM(prompt_tokens_reported) FILTER (WHERE prompt_tokens_cached IS NOT NULL),
                 SUM(prompt_tokens_cached)
          FROM (SELECT prompt_tokens_est, prompt_tokens_reported, prompt_tokens_cached FROM llm_calls
-               WHERE prompt_tokens_reported IS NOT NULL ORDER BY id DESC LIMIT ?1)",
-        params![limit],
+               WHERE prompt_tokens_reported IS NOT NULL
+                 AND CAST(prompt_tokens_reported AS REAL) <= prompt_tokens_est * ?2
+               ORDER BY id DESC LIMIT ?1)",
+        params![limit, super::calibration::MAX_RATIO],
         |r| {
             Ok(ReportedUsage {
                 calls: r.get(0)?,

@@ -284,3 +284,55 @@ fn a_ratio_raised_by_refusals_does_not_lock_the_model_out_of_a_lowered_budget() 
     // Then the answered call's usage (0.9 of our count) folds in: it only decays.
     assert!(stored_ratio(&f).unwrap() <= 1.02, "{:?}", stored_ratio(&f));
 }
+
+/// A server that reports an impossible prompt count once (10^8 times its own count: a
+/// cumulative figure, a bug): no sample. It was one, capped at 3x: every later prompt was
+/// held to a third of its budget and the model lost its conversation for 50 calls. The pass
+/// says so at warning, `inspect` counts it apart, and the next prompt keeps its history.
+#[test]
+fn an_impossible_usage_count_is_no_sample() {
+    let llm = FakeLlm::start();
+    let f = fleet(&llm, "");
+    for i in 0..3 {
+        pass(&f, i);
+    }
+    let before = stored_ratio(&f);
+    let sent_before = llm.requests().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .len();
+    llm.set_tokenizer(Tokenizer {
+        factor: 1e8,
+        context: None,
+    });
+    f.cmd(&["message", &message(50)]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("not a count of this prompt; left out of the token calibration"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(stored_ratio(&f), before);
+    llm.set_tokenizer(Tokenizer {
+        factor: 1.0,
+        context: None,
+    });
+    pass(&f, 60);
+    let sent_after = llm.requests().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(sent_after > sent_before, "{sent_before} -> {sent_after}");
+    let v = f.inspect()["llm"].clone();
+    assert_eq!(v["impossible_usage_calls"], 1, "{v}");
+    assert!(
+        v["max_reported_to_estimate_ratio"].as_f64().unwrap() < 3.0,
+        "{v}"
+    );
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.contains("1 call(s) reported over 3x our count"),
+        "{text}"
+    );
+}
