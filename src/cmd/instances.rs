@@ -309,7 +309,74 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
     crate::metrics::after_operator(config, &dir, now);
-    Ok(())
+    let stopped = (done == "stopped").then_some(id);
+    still_listed(&services, &[id], stopped, config.policy.dry_run)
+}
+
+/// How long `instances stop` waits before it lists again an instance vast.ai still showed
+/// right after acknowledging its stop or destroy (its listing lags its answers by seconds).
+const LISTING_LAG: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// After the operator's acknowledged stops and destroys: list once (and once more after
+/// [`LISTING_LAG`]), and name each instance vast.ai still lists as billing: acknowledged is
+/// not done (a destroy that did not take, seen on a misbehaving API), and an operator who
+/// pressed the panic button must not read "destroyed" while it bills. `stopped`: the one
+/// that was stopped, not destroyed (listed stopped is then fine). Exit 1 when any is left.
+fn still_listed(
+    services: &services::Services,
+    ids: &[i64],
+    stopped: Option<i64>,
+    dry_run: bool,
+) -> Result<()> {
+    let Some(vast) = services
+        .vast
+        .as_ref()
+        .filter(|_| !dry_run && !ids.is_empty())
+    else {
+        return Ok(());
+    };
+    let listed = || -> Option<Vec<(i64, String)>> {
+        vast.ask_again();
+        let list = vast.list_instances().ok()?;
+        Some(
+            list.iter()
+                .filter(|i| ids.contains(&(i.id as i64)))
+                .filter_map(|i| {
+                    let status = i.actual_status.as_deref().unwrap_or("(no status)").trim();
+                    let ending = [&i.actual_status, &i.intended_status, &i.next_state]
+                        .iter()
+                        .any(|s| {
+                            s.as_deref()
+                                .is_some_and(|s| matches!(s.trim(), "destroyed" | "terminated"))
+                        });
+                    let fine = ending
+                        || (stopped == Some(i.id as i64) && status.eq_ignore_ascii_case("stopped"));
+                    (!fine).then(|| (i.id as i64, clip(status, 40)))
+                })
+                .collect(),
+        )
+    };
+    let Some(mut left) = listed() else {
+        return Ok(());
+    };
+    if !left.is_empty() {
+        std::thread::sleep(LISTING_LAG);
+        left = listed().unwrap_or(left);
+    }
+    for (id, status) in &left {
+        crate::journal::eprint(
+            crate::journal::ERR,
+            &format!(
+                "fleetagent: instance {id}: vast.ai acknowledged it, but still lists it {}: it bills; the next pass sends the call again; check vast.ai's console",
+                quote(status, 40)
+            ),
+        );
+    }
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into())
+    }
 }
 
 /// `instances stop --all --reason TEXT`, the panic button: pause first (open-ended, with that
@@ -357,6 +424,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .map(|r| r.label.clone())
         .collect();
     let (mut destroyed, mut failed) = (0, 0);
+    let mut acknowledged = Vec::new();
     for (id, label) in &targets {
         // Each destroy is sent, whatever the listing or the one before it met: the panic
         // button tries every instance (one line each, as they go).
@@ -376,6 +444,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
             (None, Some(already)) => crate::outln!("{name}: already {already}"),
             (None, None) => {
                 destroyed += 1;
+                acknowledged.push(*id);
                 crate::outln!("{name}: destroyed");
             }
         }
@@ -410,10 +479,11 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
     crate::metrics::after_operator(config, &dir, now);
+    let verified = still_listed(&services, &acknowledged, None, config.policy.dry_run);
     if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }
-    Ok(())
+    verified
 }
 
 /// Let the next vast.ai call go out even after one of this process went unanswered.

@@ -318,6 +318,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     found.add("lock", agent::lock(i.state_dir, lock_holder, config, now));
     found.add("vast", outside::vast(conn, now, secrets.vast_key_missing));
     found.extend("vast", outside::unpriced(conn, config));
+    found.extend("vast", outside::undone(conn, now));
     found.add("actions", agent::actions(conn, now));
     found.add("pause", outside::pause(conn, now));
     found.add(

@@ -127,6 +127,34 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
     vec![p.since(h.error_at)]
 }
 
+/// Stops and destroys of ours that vast.ai acknowledged while the listing still shows the
+/// instance billing (`run::undone` sends them again each pass).
+pub(super) fn undone(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let grace = crate::fleet::reconcile::UNDONE_GRACE_MS;
+    let rows = match crate::store::actions::undone_ends(conn, now - 86_400_000, grace) {
+        Ok(rows) => rows,
+        Err(e) => return vec![unreadable("actions", &e)],
+    };
+    if rows.is_empty() {
+        return Vec::new();
+    }
+    let first = rows.iter().map(|r| r.3).min();
+    let names = rows.iter().map(|(id, label, kind, at, _)| {
+        format!(
+            "instance {id} {} ({kind} acknowledged {} ago)",
+            crate::text::quote(label, crate::fleet::LABEL_CHARS),
+            human_duration(now - at)
+        )
+    });
+    vec![Problem::new(format!(
+        "vast.ai acknowledged the stop or destroy of {} instance(s) of ours but still lists them: {}; they bill, and each pass sends the call again",
+        rows.len(),
+        crate::text::first_and_more(names, 3)
+    ))
+    .fix("check them in vast.ai's console (Instances) and destroy them there; `fleetagent instances list` shows what vast.ai lists")
+    .since(first)]
+}
+
 /// A pause in force: nobody launches or stops. Louder when the last reading said WORKERS
 /// DEAD: work is queued, no worker proves it, and nothing will be launched.
 pub(super) fn pause(conn: &Connection, now: Millis) -> Vec<Problem> {

@@ -1,6 +1,6 @@
 //! Rows, listings and workers shared by the fleet room's unit tests.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::clock::Millis;
 use crate::config::Config;
@@ -106,6 +106,7 @@ pub fn input<'a>(
         install_id: INSTALL,
         now: NOW,
         our_stops: HashSet::new(),
+        our_ends: HashMap::new(),
     }
 }
 

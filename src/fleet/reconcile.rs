@@ -35,10 +35,33 @@ pub struct Reconciled {
     pub other_installs: Vec<ForeignInstance>,
     /// Instances found outbid this pass that were not before: (vast id, host).
     pub newly_outbid: Vec<(i64, Option<i64>)>,
+    /// Stops and destroys of ours that vast.ai acknowledged and that did not take: the
+    /// instance is listed billing past [`UNDONE_GRACE_MS`] after (`run::undone` sends them
+    /// again).
+    pub undone: Vec<Undone>,
     /// Launches listed for the first time at a price well above the one they were rented
     /// at: (vast id, host, the line that says so).
     pub overbilled: Vec<(i64, Option<i64>, String)>,
 }
+
+/// A stop or destroy of ours that vast.ai acknowledged, while its listing still shows the
+/// instance billing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Undone {
+    pub vast_id: i64,
+    pub label: String,
+    /// `stop` or `destroy`.
+    pub kind: String,
+    /// When vast.ai acknowledged it.
+    pub at: Millis,
+    /// The state the listing shows now, and its $/h.
+    pub state: State,
+    pub dph: Option<f64>,
+}
+
+/// How long after an acknowledged stop or destroy a listing may still show the instance
+/// running (vast.ai's listing lags its own answers by seconds) before it counts as undone.
+pub const UNDONE_GRACE_MS: Millis = 120_000;
 
 /// A first listing above the rented price by more than this share (and a cent) is not the
 /// offer's price: the host is left out of searches, or every relaunch would meet it again.
@@ -61,6 +84,9 @@ pub struct ReconcileInput<'a> {
     /// Instances (vast id) whose last stop or start in the action ledger is a stop of ours
     /// that went through: stopped by us, so never outbid.
     pub our_stops: HashSet<i64>,
+    /// The latest stop or destroy of ours on each instance that vast.ai acknowledged (kind,
+    /// when): `store::actions::acknowledged_ends`.
+    pub our_ends: HashMap<i64, (String, Millis)>,
 }
 
 /// The listed instances under `prefix` that carry another install's id (`fleet::owner`).
@@ -322,6 +348,32 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             row.state_since = now;
         }
         let name = describe(&row);
+        if let Some((kind, at)) = input.our_ends.get(&(inst.id as i64)) {
+            // A destroyed instance listed at all bills (a stopped one its disk), unless the
+            // listing itself says it is being destroyed.
+            let ending = [&inst.actual_status, &inst.intended_status, &inst.next_state]
+                .iter()
+                .any(|s| {
+                    s.as_deref().is_some_and(|s| {
+                        let s = s.trim();
+                        s.eq_ignore_ascii_case("destroyed") || s.eq_ignore_ascii_case("terminated")
+                    })
+                });
+            let undone = match kind.as_str() {
+                "destroy" => !ending,
+                _ => is_billing_state(state),
+            };
+            if undone && now - at >= UNDONE_GRACE_MS {
+                out.undone.push(Undone {
+                    vast_id: inst.id as i64,
+                    label: row.label.clone(),
+                    kind: kind.clone(),
+                    at: *at,
+                    state,
+                    dph: row.dph,
+                });
+            }
+        }
         if let Some(a) = intent {
             if settled.insert(a.id) {
                 out.settle.push((

@@ -18,6 +18,7 @@ pub mod claim;
 pub mod observe;
 pub mod pass;
 pub mod sample;
+pub mod undone;
 pub mod vanished;
 
 use std::path::Path;

@@ -125,6 +125,7 @@ pub fn observe(
     }
     // Once per run; `assemble` reads them back into the snapshot.
     advance_streaks(&tx, run_id, demand.as_ref())?;
+    let undone = rec.undone.clone();
     let snapshot = assemble(
         &tx,
         config,
@@ -141,6 +142,10 @@ pub fn observe(
     // A launch left open by an earlier pass, settled now by the listing: its line at last.
     for id in settled {
         crate::tools::journal_action(&store.conn, id, None);
+    }
+    // Outside the transaction: vast.ai's answers may take `vast.timeout_secs` each.
+    if !undone.is_empty() && !config.policy.dry_run {
+        super::undone::send_again(&store.conn, services, run_id, &undone, clock.now_ms())?;
     }
     Ok(snapshot)
 }
@@ -359,6 +364,7 @@ fn reconcile_against(
     }
     let intents = actions::open_intents(conn)?;
     let our_stops = actions::stopped_by_us(conn)?;
+    let our_ends = actions::acknowledged_ends(conn, now - DAY_MS)?;
     let install_id = ops::install_id(conn)?;
     Ok(reconcile(
         &ReconcileInput {
@@ -371,6 +377,7 @@ fn reconcile_against(
             install_id: &install_id,
             now,
             our_stops,
+            our_ends,
         },
         INTENT_GRACE_MS,
     ))

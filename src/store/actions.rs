@@ -225,6 +225,70 @@ pub fn stopped_by_us(conn: &Connection) -> Result<std::collections::HashSet<i64>
     Ok(rows)
 }
 
+/// Per instance, the latest stop or destroy of ours that vast.ai acknowledged since `since`
+/// (a stop followed by a start of ours leaves out): its kind and when. What a listing that
+/// still shows the instance running is checked against (`fleet::reconcile`, "undone").
+/// One read of the window's ends and starts in order (every pass reads it).
+pub fn acknowledged_ends(
+    conn: &Connection,
+    since: Millis,
+) -> Result<std::collections::HashMap<i64, (String, Millis)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT instance_id, kind, coalesce(finished_at, created_at) FROM actions
+          WHERE kind IN ('stop', 'destroy', 'start') AND outcome = 'ok'
+            AND instance_id IS NOT NULL AND created_at >= ?1
+          ORDER BY id",
+    )?;
+    let mut latest = std::collections::HashMap::new();
+    let rows = stmt.query_map(params![since], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, Millis>(2)?,
+        ))
+    })?;
+    for row in rows {
+        let (id, kind, at) = row?;
+        if kind == "start" {
+            latest.remove(&id);
+        } else {
+            latest.insert(id, (kind, at));
+        }
+    }
+    Ok(latest)
+}
+
+/// Instances of ours that a listing saw billing more than `grace` after a stop or destroy
+/// of ours that vast.ai acknowledged (since `since`, no start of ours after it): (vast id,
+/// label, the kind, when the first such was acknowledged, when last seen). `doctor`'s `vast`
+/// check. Any such end counts, not only the latest: the pass that finds one sends it again,
+/// and that newer end is not yet contradicted by a listing.
+pub fn undone_ends(
+    conn: &Connection,
+    since: Millis,
+    grace: Millis,
+) -> Result<Vec<(i64, String, String, Millis, Millis)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT i.vast_id, i.label, a.kind, min(coalesce(a.finished_at, a.created_at)),
+                i.last_seen_at
+           FROM actions a JOIN instances i ON i.vast_id = a.instance_id
+          WHERE a.kind IN ('stop', 'destroy') AND a.outcome = 'ok' AND a.created_at >= ?1
+            AND i.gone_at IS NULL AND i.last_seen_at > coalesce(a.finished_at, a.created_at) + ?2
+            AND (a.kind = 'destroy' OR i.state NOT IN ('stopped', 'gone'))
+            AND NOT EXISTS (SELECT 1 FROM actions b
+                             WHERE b.instance_id = a.instance_id AND b.kind = 'start'
+                               AND b.outcome = 'ok' AND b.id > a.id)
+          GROUP BY i.vast_id
+          ORDER BY i.vast_id",
+    )?;
+    let rows = stmt
+        .query_map(params![since, grace], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
 /// Flagged silent workers stopped or destroyed since `since`: the breaker of
 /// `fleet::SILENT_DESTROYS_MAX`.
 pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {

@@ -448,3 +448,49 @@ fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
     let counted = rec.rows.iter().find(|r| r.vast_id == Some(5)).unwrap();
     assert_eq!(counted.dph, Some(2.0), "the caps count what it bills");
 }
+
+/// A stop or destroy of ours that vast.ai acknowledged is undone when the listing still shows
+/// the instance billing past the listing's lag: a destroyed one listed at all (a stopped one
+/// bills its disk) unless the listing says it is being destroyed; a stopped one listed as
+/// anything but stopped.
+#[test]
+fn acknowledged_ends_that_did_not_take_are_undone() {
+    let mut being_destroyed = inst(3, "fleetagent-3", Some("running"));
+    being_destroyed.intended_status = Some("destroyed".into());
+    let listing = vec![
+        inst(1, "fleetagent-1", Some("running")),
+        inst(2, "fleetagent-2", Some("stopped")),
+        being_destroyed,
+        inst(4, "fleetagent-4", Some("running")),
+        inst(5, "fleetagent-5", Some("stopped")),
+        inst(6, "fleetagent-6", Some("running")),
+    ];
+    let mut local: Vec<InstanceRow> = (1..=6)
+        .map(|i| row(&format!("fleetagent-{i}"), Some(i), GONE, 0.4))
+        .collect();
+    local
+        .iter_mut()
+        .for_each(|r| r.gone_at = Some(NOW - 5 * MIN));
+    let mut inp = input(local, vec![], Some(&listing), None);
+    for (id, kind, ago) in [
+        (1, "destroy", 5 * MIN),
+        (2, "destroy", 5 * MIN),
+        (3, "destroy", 5 * MIN),
+        (4, "stop", 5 * MIN),
+        (5, "stop", 5 * MIN),
+        // Within the listing's lag: not yet.
+        (6, "destroy", MIN),
+    ] {
+        inp.our_ends.insert(id, (kind.to_string(), NOW - ago));
+    }
+    inp.our_stops.extend([4, 5]);
+    let rec = reconcile(&inp, INTENT_GRACE_MS);
+    let undone: Vec<(i64, &str)> = rec
+        .undone
+        .iter()
+        .map(|u| (u.vast_id, u.kind.as_str()))
+        .collect();
+    assert_eq!(undone, vec![(1, "destroy"), (2, "destroy"), (4, "stop")]);
+    let one = &rec.undone[0];
+    assert_eq!((one.at, one.dph), (NOW - 5 * MIN, Some(0.4)));
+}

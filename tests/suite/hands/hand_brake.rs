@@ -276,3 +276,90 @@ fn the_panic_button_at_a_shell_uses_the_credential_store_the_units_load() {
     let doctor = crate::common::fleet::Run::from(c.output().unwrap()).stdout;
     assert!(doctor.contains("no vast.ai API key"), "{doctor}");
 }
+
+/// vast.ai acknowledges the panic button's destroy and does nothing (seen on a misbehaving
+/// API): the command names the instance still listed and exits 1, not "destroyed" and 0;
+/// the next pass, paused as it is, says so at error and sends the destroy again; `doctor`'s
+/// `vast` check is red while the listing shows it.
+#[test]
+fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    write_demand(
+        f.path(),
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []}),
+    );
+    let ours = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    f.cmd(&["run"]).ok();
+    let ok = || crate::common::fake_vast::FakeReply::json(200, json!({"success": true}));
+    vast.fail_next(Route::Destroy, 1, ok());
+
+    let out = f
+        .cmd(&["instances", "stop", "--all", "--reason", "runaway bill"])
+        .code(1);
+    assert!(
+        out.stdout.contains(&format!(
+            "instance {ours} \"fleetagent-r0-0a0b0c0d\": destroyed"
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "instance {ours}: vast.ai acknowledged it, but still lists it \"running\": it bills"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.instance_ids(), vec![ours]);
+
+    // Past the listing's lag, the next pass (paused) finds it and sends the destroy again.
+    f.db()
+        .execute(
+            "UPDATE actions SET created_at = created_at - 300000, finished_at = finished_at - 300000
+              WHERE kind = 'destroy'",
+            [],
+        )
+        .unwrap();
+    vast.fail_next(Route::Destroy, 1, ok());
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains(&format!(
+            "instance {ours} \"fleetagent-r0-0a0b0c0d\" was destroyed by us 5m"
+        )) && out.stderr.contains(
+            "but vast.ai still lists it booted at $0.4/h: it bills: the destroy sent again"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy), 2);
+    let doctor = f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doctor.contains("vast.ai acknowledged the stop or destroy of 1 instance(s) of ours but still lists them: instance"),
+        "{doctor}"
+    );
+
+    // The next pass's destroy takes: gone, and doctor's vast check has nothing to say.
+    f.db()
+        .execute(
+            "UPDATE actions SET created_at = created_at - 300000, finished_at = finished_at - 300000
+              WHERE kind = 'destroy'",
+            [],
+        )
+        .unwrap();
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    f.cmd(&["run"]).ok();
+    assert!(vast.instance_ids().is_empty());
+    // Red until a listing shows it gone, not on vast.ai's word alone.
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    f.cmd(&["run"]).ok();
+    let doctor = f.cmd(&["doctor"]).stdout;
+    assert!(
+        !doctor.contains("acknowledged the stop or destroy"),
+        "{doctor}"
+    );
+    assert_eq!(vast.count(Route::Destroy), 3);
+}
