@@ -310,7 +310,13 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     crate::outln!("instance {id} {done}");
     crate::metrics::after_operator(config, &dir, now);
     let stopped = (done == "stopped").then_some(id);
-    still_listed(&services, &[id], stopped, config.policy.dry_run)
+    still_listed(
+        &services,
+        app.clock.as_ref(),
+        &[id],
+        stopped,
+        config.policy.dry_run,
+    )
 }
 
 /// How long `instances stop` waits before it lists again an instance vast.ai still showed
@@ -324,6 +330,7 @@ const LISTING_LAG: std::time::Duration = std::time::Duration::from_secs(3);
 /// that was stopped, not destroyed (listed stopped is then fine). Exit 1 when any is left.
 fn still_listed(
     services: &services::Services,
+    clock: &dyn crate::clock::Clock,
     ids: &[i64],
     stopped: Option<i64>,
     dry_run: bool,
@@ -360,7 +367,7 @@ fn still_listed(
         return Ok(());
     };
     if !left.is_empty() {
-        std::thread::sleep(LISTING_LAG);
+        clock.sleep(LISTING_LAG);
         left = listed().unwrap_or(left);
     }
     for (id, status) in &left {
@@ -479,7 +486,13 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
     crate::metrics::after_operator(config, &dir, now);
-    let verified = still_listed(&services, &acknowledged, None, config.policy.dry_run);
+    let verified = still_listed(
+        &services,
+        app.clock.as_ref(),
+        &acknowledged,
+        None,
+        config.policy.dry_run,
+    );
     if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }

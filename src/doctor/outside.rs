@@ -138,12 +138,14 @@ pub(super) fn undone(conn: &Connection, now: Millis) -> Vec<Problem> {
     if rows.is_empty() {
         return Vec::new();
     }
-    let first = rows.iter().map(|r| r.3).min();
-    let names = rows.iter().map(|(id, label, kind, at, _)| {
+    let first = rows.iter().map(|r| r.at).min();
+    let names = rows.iter().map(|r| {
         format!(
-            "instance {id} {} ({kind} acknowledged {} ago)",
-            crate::text::quote(label, crate::fleet::LABEL_CHARS),
-            human_duration(now - at)
+            "instance {} {} ({} acknowledged {} ago)",
+            r.vast_id,
+            crate::text::quote(&r.label, crate::fleet::LABEL_CHARS),
+            r.kind,
+            human_duration(now - r.at)
         )
     });
     vec![Problem::new(format!(

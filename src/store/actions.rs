@@ -259,15 +259,10 @@ pub fn acknowledged_ends(
 }
 
 /// Instances of ours that a listing saw billing more than `grace` after a stop or destroy
-/// of ours that vast.ai acknowledged (since `since`, no start of ours after it): (vast id,
-/// label, the kind, when the first such was acknowledged, when last seen). `doctor`'s `vast`
-/// check. Any such end counts, not only the latest: the pass that finds one sends it again,
+/// of ours that vast.ai acknowledged (since `since`, no start of ours after it). `doctor`'s
+/// `vast` check. Any such end counts, not only the latest: the pass that finds one sends it again,
 /// and that newer end is not yet contradicted by a listing.
-pub fn undone_ends(
-    conn: &Connection,
-    since: Millis,
-    grace: Millis,
-) -> Result<Vec<(i64, String, String, Millis, Millis)>> {
+pub fn undone_ends(conn: &Connection, since: Millis, grace: Millis) -> Result<Vec<UndoneEnd>> {
     let mut stmt = conn.prepare_cached(
         "SELECT i.vast_id, i.label, a.kind, min(coalesce(a.finished_at, a.created_at)),
                 i.last_seen_at
@@ -283,10 +278,28 @@ pub fn undone_ends(
     )?;
     let rows = stmt
         .query_map(params![since, grace], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            Ok(UndoneEnd {
+                vast_id: r.get(0)?,
+                label: r.get(1)?,
+                kind: r.get(2)?,
+                at: r.get(3)?,
+                last_seen_at: r.get(4)?,
+            })
         })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
+}
+
+/// One row of [`undone_ends`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct UndoneEnd {
+    pub vast_id: i64,
+    pub label: String,
+    /// `stop` or `destroy`.
+    pub kind: String,
+    /// When vast.ai first acknowledged it.
+    pub at: Millis,
+    pub last_seen_at: Millis,
 }
 
 /// Flagged silent workers stopped or destroyed since `since`: the breaker of
