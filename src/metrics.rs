@@ -254,18 +254,32 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
     for (k, v) in instances::count_by_state(conn)? {
         by_state.insert(k, v as f64);
     }
+    // A launch a good listing a minute after its create did not show is not on its way: apart
+    // from `launching`, so that WORKERS DEAD with every create failing 5xx is not read as
+    // "something is booting" for the 10 minutes each intent waits to be settled.
+    let listed_ok_at = crate::store::ops::vast_health(conn)?.ok_at;
+    let unconfirmed = instances::unconfirmed_launches(conn, listed_ok_at)? as f64;
+    if let Some(n) = by_state.get_mut(crate::fleet::LAUNCHING.as_str()) {
+        *n = (*n - unconfirmed).max(0.0);
+    }
     f.push(labelled(
         "fleetagent_fleet_instances",
         "gauge",
-        "Our instances by lifecycle state (launching, loading, booted, registered, proving, dead, stopped, outbid).",
+        "Our instances by lifecycle state (launching, loading, booted, registered, proving, dead, stopped, outbid); launching leaves out the unconfirmed launches.",
         "state",
         by_state,
+    ));
+    f.push(one(
+        "fleetagent_launches_unconfirmed",
+        "gauge",
+        "Launches whose create may not have happened (no vast.ai id) and that a good listing a minute later did not show: counted against the caps until settled, not on their way.",
+        unconfirmed,
     ));
     let dph = instances::billing_dph(conn)?;
     f.push(one(
         "fleetagent_fleet_dollars_per_hour",
         "gauge",
-        "What our billing instances cost per hour (dollars).",
+        "What our billing instances cost per hour (dollars), as the caps count it: unconfirmed launches included.",
         dph,
     ));
 
@@ -323,7 +337,12 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         emergency.unwrap_or(false) as u8 as f64,
     ));
 
-    let mut refusals: BTreeMap<String, f64> = BTreeMap::new();
+    // The guardrails a refusal most often names start at 0: a counter that appears already
+    // at N is a jump `increase()` cannot see, and the first burst is the one to see.
+    let mut refusals: BTreeMap<String, f64> = REFUSALS_AT_ZERO
+        .iter()
+        .map(|(kind, code)| (format!("{kind}\u{0}{code}"), 0.0))
+        .collect();
     for (kind, code) in actions::refusals(conn)? {
         let code = code.unwrap_or_else(|| "other".into());
         *refusals.entry(format!("{kind}\u{0}{code}")).or_insert(0.0) += 1.0;
@@ -577,6 +596,25 @@ pub fn after_operator(config: &crate::config::Config, state_dir: &Path, now: Mil
     }
 }
 
+/// The (action, guardrail) pairs of `fleetagent_guardrail_refusals_total` written from 0.
+/// A refused stop is recorded under the call it was (`destroy` with the default
+/// `vast.stop_mode`).
+const REFUSALS_AT_ZERO: [(&str, &str); 13] = [
+    ("destroy", "paused"),
+    ("destroy", "protected"),
+    ("launch", "budget"),
+    ("launch", "daily_spend"),
+    ("launch", "demand_unknown"),
+    ("launch", "instance_cap"),
+    ("launch", "not_configured"),
+    ("launch", "paused"),
+    ("launch", "proofshare_disabled"),
+    ("launch", "rate_limited"),
+    ("launch", "unprofitable"),
+    ("stop", "paused"),
+    ("stop", "protected"),
+];
+
 /// What our instances have cost since 00:00 UTC as the table holds them, as the daily cap
 /// counts it: the metric, and `doctor`'s daily cap check (a pass counts its own
 /// reconciliation's rows too, `run::observe`).
@@ -685,6 +723,42 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing:\n{text}");
         }
+    }
+
+    /// A launch whose create may not have happened (no vast.ai id) is `launching` until a
+    /// good listing a minute or more after its create does not show it; then it is
+    /// unconfirmed, not on its way (WORKERS DEAD with every create failing 5xx).
+    #[test]
+    fn a_launch_a_good_listing_did_not_show_is_unconfirmed_not_launching() {
+        let s = Store::open_memory(0).unwrap();
+        let now = 10 * DAY_MS;
+        s.conn
+            .execute(
+                "INSERT INTO instances (label, state, dph, created_at, state_since)
+                 VALUES ('fleetagent-qwerty-r1-0badf00d', 'launching', 0.4, ?1, ?1)",
+                [now - 90_000],
+            )
+            .unwrap();
+        let c = crate::config::Config::default();
+        let read = |listed: Millis| {
+            crate::store::ops::record_listing(&s.conn, Ok(()), listed).unwrap();
+            let text = collect(&s.conn, &c, now).unwrap();
+            let of = |name: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_string())
+            };
+            (
+                of("fleetagent_fleet_instances{state=\"launching\"}"),
+                of("fleetagent_launches_unconfirmed"),
+                of("fleetagent_fleet_dollars_per_hour"),
+            )
+        };
+        let some = |a: &str, b: &str, c: &str| (Some(a.into()), Some(b.into()), Some(c.into()));
+        // Listed 30 s after the create: too soon to tell.
+        assert_eq!(read(now - 60_000), some("1", "0", "0.4"));
+        // Listed 80 s after it, without it: unconfirmed; the caps still count its price.
+        assert_eq!(read(now - 10_000), some("0", "1", "0.4"));
     }
 
     #[test]

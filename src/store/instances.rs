@@ -194,6 +194,27 @@ pub fn count_by_state(conn: &Connection) -> Result<Vec<(String, i64)>> {
     Ok(rows)
 }
 
+/// Launches whose create may not have happened (a 5xx or a timeout left the intent open, no
+/// vast.ai id yet) and that a good listing at least a minute after the create did not show
+/// (`listed_ok_at`: the last good listing): counted against the caps until the intent is
+/// settled, but no longer on their way (`policy::rules::facts`, `UNSEEN_LAUNCH_MS`).
+pub fn unconfirmed_launches(conn: &Connection, listed_ok_at: Option<Millis>) -> Result<i64> {
+    let Some(ok_at) = listed_ok_at else {
+        return Ok(0);
+    };
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM instances
+          WHERE gone_at IS NULL AND state = 'launching' AND vast_id IS NULL
+            AND created_at <= ?1",
+        params![ok_at - UNSEEN_LAUNCH_MS],
+        |r| r.get(0),
+    )?)
+}
+
+/// How long after its create a launch may be missing from a good listing before it is no
+/// longer counted as on its way: vast.ai lists a create at once.
+pub const UNSEEN_LAUNCH_MS: Millis = 60_000;
+
 /// What the instances that bill cost per hour, in dollars: the full price of those not gone
 /// nor stopped (outbid bids included), the disk of stopped ones.
 pub fn billing_dph(conn: &Connection) -> Result<f64> {

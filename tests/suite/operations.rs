@@ -562,6 +562,8 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             "p",
             40
         ),
+        // o and p (c's file): an hour of its fleet passes daily_spend_max = 0.001, so a
+        // launch would be refused, though today's spend alone is under 90 % of it.
         t12 = firing_at(
             12,
             &[
@@ -569,6 +571,8 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentPaused", "b"),
                 ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentSpendNearDailyMax", "o"),
+                ("FleetagentSpendNearDailyMax", "p"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
             ]
@@ -584,6 +588,8 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentPaused", "b"),
                 ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentSpendNearDailyMax", "o"),
+                ("FleetagentSpendNearDailyMax", "p"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
             ]
@@ -601,14 +607,23 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentPaused", "b"),
                 ("FleetagentPriceUnknown", "p"),
                 ("FleetagentSpendNearDailyMax", "b"),
+                ("FleetagentSpendNearDailyMax", "o"),
+                ("FleetagentSpendNearDailyMax", "p"),
                 ("FleetagentVastFailing", "b"),
                 ("FleetagentWorkersDeadNothingBooting", "a"),
             ]
         ),
         // The model unusable on one pass 15 minutes before the end, the rules deciding it;
-        // the fleet losing money all day (the quiet day earns).
-        day =
-            day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20") + &profit("-1.5x300"),
+        // the fleet losing money all day, one pass without a profit sample (its probe
+        // failed) 40 minutes before the end (the quiet day earns). Host "gone": its file was
+        // collected until 190 minutes before the end (one of several hosts, its textfile
+        // lost). Host "u": a price, a fleet that bills, no profit (no completions per
+        // machine) all day.
+        day = day("0+1x300", "0x300", "0x284 1x20", "0x284 1x20", "0x284 1x20")
+            + &profit("-1.5x279 _ -1.5x19")
+            + "      - series: 'fleetagent_metrics_timestamp_seconds{instance=\"gone\",job=\"node\"}'\n        values: '1x250 _x49'\n"
+            + "      - series: 'fleetagent_price_known{instance=\"u\",job=\"node\"}'\n        values: '1x300'\n"
+            + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"u\",job=\"node\"}'\n        values: '1.2x300'\n",
         d1 = firing_at(
             1440,
             &[
@@ -616,7 +631,9 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentFloorOverrulesModel", "c"),
                 ("FleetagentLosingMoney", "c"),
                 ("FleetagentMetricsMissing", ""),
+                ("FleetagentMetricsMissing", "gone"),
                 ("FleetagentModelFailing", "c"),
+                ("FleetagentProfitUnknown", "u"),
                 ("FleetagentRunsFailing", "c"),
             ]
         ),

@@ -315,8 +315,9 @@ fn booting<'a>(
 }
 
 /// How long after its create a launch whose outcome is unknown may be missing from a good
-/// listing before WORKERS DEAD stops waiting for it: vast.ai lists a create at once.
-const UNSEEN_LAUNCH_MS: crate::clock::Millis = 60_000;
+/// listing before WORKERS DEAD stops waiting for it: vast.ai lists a create at once. The
+/// metrics count such launches apart (`fleetagent_launches_unconfirmed`).
+use crate::store::instances::UNSEEN_LAUNCH_MS;
 
 /// With a price known: the instances of ours (working, not flagged) whose cost per proof
 /// (their $/h over their GPU's rate) leaves less than `policy.min_margin`, the worst first,
