@@ -308,11 +308,13 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
     f.push(Family {
         name: "fleetagent_queue_proofs",
         kind: "gauge",
-        help: "PSProve proofs at the last good reading, by state (none before the first).",
+        help: "PSProve proofs at the last good reading, by state (none before the first): tasks pending, running and held by a dead owner (stale); Curio's own backlog and the ProofShare rows waiting that count as work, where read.",
         samples: [
             ("pending", "pending"),
             ("running", "running"),
             ("stale", "running_stale"),
+            ("backlog", "backlog"),
+            ("waiting", "ps_waiting"),
         ]
         .into_iter()
         .filter_map(|(state, k)| Some((vec![("state", state.into())], field(k)?)))
