@@ -57,6 +57,9 @@ pub struct Undone {
     /// The state the listing shows now, and its $/h.
     pub state: State,
     pub dph: Option<f64>,
+    /// Not a stop or destroy of ours that did not take: an instance a create vast.ai
+    /// answered as failed made anyway, whose destroy failed (`policy::launch::ORPHAN_NOTE`).
+    pub orphan: bool,
 }
 
 /// How long after an acknowledged stop or destroy a listing may still show the instance
@@ -371,10 +374,43 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     at: *at,
                     state,
                     dph: row.dph,
+                    orphan: false,
                 });
             }
         }
-        if let Some(a) = intent {
+        let orphan = intent.filter(|a| {
+            a.detail
+                .as_deref()
+                .and_then(crate::policy::launch::orphan_of)
+                == Some(inst.id as i64)
+        });
+        if let Some(a) = orphan {
+            // The create failed and its destroy too: not a launch; destroyed, never adopted.
+            if settled.insert(a.id) {
+                out.settle.push((
+                    a.id,
+                    "failed",
+                    Some(inst.id as i64),
+                    clip(
+                        &format!(
+                            "{} (listed as instance {}: destroying it)",
+                            a.detail.as_deref().unwrap_or_default(),
+                            inst.id
+                        ),
+                        300,
+                    ),
+                ));
+            }
+            out.undone.push(Undone {
+                vast_id: inst.id as i64,
+                label: row.label.clone(),
+                kind: "destroy".into(),
+                at: a.created_at,
+                state,
+                dph: row.dph,
+                orphan: true,
+            });
+        } else if let Some(a) = intent {
             if settled.insert(a.id) {
                 out.settle.push((
                     a.id,

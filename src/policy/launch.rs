@@ -706,14 +706,51 @@ pub fn after_create(create: &Create, answer: Result<u64, VastError>) -> Next {
     }
 }
 
+/// How the note of an intent whose create failed while vast.ai made an instance anyway, and
+/// whose destroy of it failed too, begins (then the instance id): the reconciliation that
+/// finds that instance settles the launch `failed` and destroys it
+/// (`fleet::reconcile::Undone`), never adopts it as launched.
+pub const ORPHAN_NOTE: &str = "orphan instance ";
+
+/// The instance id of an [`ORPHAN_NOTE`] note.
+pub fn orphan_of(note: &str) -> Option<i64> {
+    let rest = note.strip_prefix(ORPHAN_NOTE)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The create failed with `error` (a `CreateFailed`) and the destroy of the instance it made
-/// answered `destroyed`. Were the destroy to fail, the intent stays open and the next pass
-/// adopts the instance.
+/// answered `destroyed`. Were the destroy to fail, the intent stays open with an
+/// [`ORPHAN_NOTE`], and the next pass that lists the instance destroys it.
 pub fn after_orphan(
     create: &Create,
     error: &VastError,
     destroyed: Result<(), &VastError>,
 ) -> Settle {
+    if let (VastError::CreateFailed { new_contract, msg }, Err(e)) = (error, destroyed) {
+        if !matches!(e, VastError::NoSuchInstance(_)) {
+            let note = clip(
+                &format!(
+                    "{ORPHAN_NOTE}{new_contract}: create failed ({msg}), vast.ai made the instance anyway, and its destroy failed ({e}): the next pass that lists it destroys it"
+                ),
+                300,
+            );
+            return Settle::Open {
+                result: ToolResult::error(
+                    "vast_error",
+                    json!({
+                        "message": note,
+                        "label": create.row.label,
+                        "instance_id": new_contract,
+                        "note": "not launched: the instance vast.ai made is destroyed by the next pass; do not launch again for it before that",
+                    }),
+                ),
+                note,
+            };
+        }
+    }
     match (error, destroyed) {
         (
             VastError::CreateFailed { new_contract, msg },

@@ -1,5 +1,6 @@
-//! Stops and destroys of ours that vast.ai acknowledged and that did not take
-//! (`fleet::reconcile::Undone`): the instance is still listed, billing. Each pass that finds
+//! Stops and destroys of ours that vast.ai acknowledged and that did not take, and instances
+//! a failed create made whose destroy failed (`fleet::reconcile::Undone`): the instance is
+//! still listed, billing. Each pass that finds
 //! one says so at error (and to the agent), and sends the same call again: the decision was
 //! made and acknowledged, so sending it again is no new decision, whoever made it and
 //! whatever the pause says (a panic button's destroy that did not take is the case that
@@ -18,6 +19,18 @@ use crate::text::{clip, quote};
 
 /// The line for one undone call, as the journal, the agent and `doctor` say it.
 pub fn line(u: &Undone, now: Millis) -> String {
+    if u.orphan {
+        return format!(
+            "instance {} {} was made {} ago by a create vast.ai answered as failed, and its destroy failed: vast.ai lists it {}{}, it bills",
+            u.vast_id,
+            quote(&u.label, LABEL_CHARS),
+            human_duration(now - u.at),
+            u.state,
+            u.dph
+                .map(|d| format!(" at ${}/h", crate::fleet::num(d)))
+                .unwrap_or_default()
+        );
+    }
     let done = if u.kind == "destroy" {
         "destroyed"
     } else {
@@ -79,12 +92,16 @@ pub fn send_again(
                 instance_id: Some(u.vast_id),
                 label: Some(&u.label),
                 dph: u.dph,
-                reason: Some(&format!(
-                    "vast.ai acknowledged the {} {} ago, but still lists the instance {}",
-                    u.kind,
-                    human_duration(now - u.at),
-                    u.state
-                )),
+                reason: Some(&if u.orphan {
+                    "made by a create vast.ai answered as failed; its destroy failed".to_string()
+                } else {
+                    format!(
+                        "vast.ai acknowledged the {} {} ago, but still lists the instance {}",
+                        u.kind,
+                        human_duration(now - u.at),
+                        u.state
+                    )
+                }),
                 detail: Some(&detail),
                 ..Default::default()
             },

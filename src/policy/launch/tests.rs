@@ -553,9 +553,16 @@ fn an_instance_made_by_a_failed_create_is_destroyed() {
             json!({"error": "vast_error", "message": detail, "offer_id": 4, "destroyed": 777})
         );
     }
-    // The destroy failed: the intent stays open and the next pass adopts the instance.
+    // The destroy failed: the intent stays open, its note naming the instance, and the next
+    // pass that lists it destroys it (never adopts it as launched).
     let s = after_orphan(&cr, &error, Err(&VastError::Transport("down".into())));
-    assert!(matches!(s, Settle::Open { note, .. } if note == e.to_string()));
+    let Settle::Open { note, result } = s else {
+        panic!("not open")
+    };
+    assert!(note.starts_with("orphan instance 777: create failed (bid too low), vast.ai made the instance anyway, and its destroy failed ("), "{note}");
+    assert_eq!(orphan_of(&note), Some(777));
+    assert_eq!(result.content["instance_id"], 777);
+    assert_eq!(orphan_of("create failed"), None);
 }
 
 #[test]
