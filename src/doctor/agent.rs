@@ -34,6 +34,13 @@ pub(super) fn last_success(state: &AgentState, config: &Config, now: Millis) -> 
         ))
         .fix("check the timer (`systemctl list-timers fleetagent.timer`), `journalctl -u fleetagent` and `fleetagent inspect`")
         .since(Some(t))],
+        // After the clock, not before it: every age reads 0 and this check green for as long
+        // as the step, whether passes run or not.
+        Some(t) if t > now + crate::store::clock_step::CLOCK_STEP_MS => vec![Problem::new(format!(
+            "the last successful run is dated {} after this host's clock: the clock stepped back (NTP, a VM restored), so every age reads short and this check cannot tell whether passes still run",
+            human_duration(t - now)
+        ))
+        .fix("check the clock (`timedatectl`; `chronyc tracking`); the next pass dates the ledger's launches and instances to its own now, and the ages read right once the next passes succeed")],
         Some(_) => Vec::new(),
     }
 }

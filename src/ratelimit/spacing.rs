@@ -90,14 +90,26 @@ impl CreateTurn<'_> {
     }
 }
 
+use crate::store::clock_step::CLOCK_STEP_MS;
+
 /// Sleeps on `clock` until `gap` plus our margin has passed since `last`, then records this
-/// call in `last` as sent now.
+/// call in `last` as sent now. A last call dated more than [`CLOCK_STEP_MS`] after now (the
+/// clock stepped back since: NTP, a VM restored) counts as sent now, so the wait is one gap:
+/// waiting for the clock to catch up slept a run 2 hours past its deadline while every
+/// worker was dead.
 fn wait_gap(last: &mut Option<Millis>, gap: Duration, clock: &dyn Clock) {
     if let Some(prev) = *last {
-        let due = prev + (gap + CREATE_MARGIN).as_millis() as Millis;
+        let full = (gap + CREATE_MARGIN).as_millis() as Millis;
         let now = clock.now_ms();
-        if now < due {
-            clock.sleep(Duration::from_millis((due - now) as u64));
+        // Seconds ahead is another process a moment ago; a minute ahead is a clock that moved.
+        let prev = if prev > now + CLOCK_STEP_MS {
+            now
+        } else {
+            prev
+        };
+        let wait = prev + full - now;
+        if wait > 0 {
+            clock.sleep(Duration::from_millis(wait as u64));
         }
     }
     *last = Some(clock.now_ms());
@@ -235,5 +247,9 @@ mod tests {
         gate.previous_create(1_000);
         gate.turn().space(&clock);
         assert_eq!(clock.now_ms(), 20_750, "after the other process's create");
+        // A create dated 2 hours ahead (the clock stepped back since): one gap, not 2 hours.
+        gate.previous_create(20_750 + 7_200_000);
+        gate.turn().space(&clock);
+        assert_eq!(clock.now_ms(), 25_500, "at most the gap and its margin");
     }
 }

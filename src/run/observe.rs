@@ -59,6 +59,15 @@ pub fn observe(
     let tx = store
         .immediate()
         .context("cannot begin the fleet reconciliation")?;
+    if let Some(r) = crate::store::clock_step::redate_future(&tx, now)? {
+        let line = format!(
+            "the clock is {} behind the ledger: it stepped back (NTP, a VM restored from a snapshot); {} row(s) of launches, stops and instances dated after now are dated now, so that the launch window and policy.min_rental_mins count them from now; check the host's clock (timedatectl)",
+            crate::clock::human_duration(r.ahead_ms),
+            r.rows
+        );
+        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+        events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+    }
     record_fil_usd(&tx, config, fil_usd, now)?;
     let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
     if let Some(list) = listing.as_deref() {

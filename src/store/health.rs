@@ -53,11 +53,13 @@ pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> 
     }))
 }
 
-/// The pass that finished ok last (index `runs_ok`), if any.
+/// The latest pass that finished ok, if any: by run id, which only grows (passes never
+/// overlap), not by time, which a clock stepped back left in the future (`doctor` then
+/// judged an old pass, green while the newest refused every launch).
 pub fn last_ok_pass(conn: &Connection) -> Result<Option<Run>> {
     let id: Option<i64> = conn
         .query_row(
-            "SELECT id FROM runs WHERE status = 'ok' ORDER BY finished_at DESC, id DESC LIMIT 1",
+            "SELECT id FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )

@@ -8,6 +8,7 @@ pub mod actions;
 pub mod backup;
 pub mod bad_hosts;
 pub mod calibration;
+pub mod clock_step;
 pub mod curio;
 pub mod events;
 pub mod health;

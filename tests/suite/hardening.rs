@@ -5,6 +5,7 @@
 //! commands that reproduce them at a larger scale.
 
 mod adversarial;
+mod clock;
 mod crash;
 mod database;
 mod fuzz;

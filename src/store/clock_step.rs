@@ -1,0 +1,113 @@
+//! A wall clock that stepped back (NTP correcting a fast clock, a VM restored from a
+//! snapshot) leaves the ledger dated in the future: launches counted in the launch window
+//! until the clock caught up (an empty fleet, WORKERS DEAD, every launch refused
+//! `rate_limited` for hours), instances under `policy.min_rental_mins` for as long. A pass
+//! re-dates such rows to its own now: they happened before it, and the window and the
+//! rental protections then count them from now, as recent, never for the length of the
+//! step.
+
+use anyhow::Result;
+use rusqlite::{params, Connection};
+
+use crate::clock::Millis;
+
+/// A time this far after now was not written by this clock as it reads now.
+pub const CLOCK_STEP_MS: Millis = 60_000;
+
+/// What [`redate_future`] changed: rows, and how far ahead the furthest was.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Redated {
+    pub rows: usize,
+    pub ahead_ms: Millis,
+}
+
+/// The times of `actions` and `instances` more than [`CLOCK_STEP_MS`] after `now`, set to
+/// `now`. `None` when there were none.
+pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> {
+    let limit = now + CLOCK_STEP_MS;
+    let furthest: Option<Millis> = conn.query_row(
+        "SELECT MAX(t) FROM (
+           SELECT MAX(created_at, COALESCE(finished_at, 0)) AS t FROM actions
+            WHERE created_at > ?1 OR finished_at > ?1
+           UNION ALL
+           SELECT MAX(created_at, state_since, COALESCE(last_seen_at, 0)) FROM instances
+            WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1)",
+        params![limit],
+        |r| r.get(0),
+    )?;
+    let Some(furthest) = furthest else {
+        return Ok(None);
+    };
+    let mut rows = 0;
+    rows += conn.execute(
+        "UPDATE actions SET created_at = MIN(created_at, ?2),
+                            finished_at = MIN(finished_at, ?2)
+          WHERE created_at > ?1 OR finished_at > ?1",
+        params![limit, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE instances SET created_at = MIN(created_at, ?2), state_since = MIN(state_since, ?2),
+                              last_seen_at = MIN(last_seen_at, ?2)
+          WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1",
+        params![limit, now],
+    )?;
+    Ok(Some(Redated {
+        rows,
+        ahead_ms: furthest - now,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    #[test]
+    fn rows_dated_after_now_are_dated_now_and_the_rest_kept() {
+        let (_dir, s) = test_store(0);
+        let now = 10_000_000;
+        for (label, at) in [
+            ("past", now - 600_000),
+            ("moment", now + 30_000),
+            ("ahead", now + 7_200_000),
+        ] {
+            s.conn
+                .execute(
+                    "INSERT INTO actions (kind, outcome, actor, label, created_at, finished_at)
+                     VALUES ('launch', 'ok', 'rules', ?1, ?2, ?2)",
+                    params![label, at],
+                )
+                .unwrap();
+            s.conn
+                .execute(
+                    "INSERT INTO instances (label, state, created_at, state_since)
+                     VALUES (?1, 'proving', ?2, ?2)",
+                    params![label, at],
+                )
+                .unwrap();
+        }
+        let r = redate_future(&s.conn, now).unwrap().unwrap();
+        assert_eq!(
+            r,
+            Redated {
+                rows: 2,
+                ahead_ms: 7_200_000
+            }
+        );
+        let at = |table: &str, label: &str| -> Millis {
+            s.conn
+                .query_row(
+                    &format!("SELECT created_at FROM {table} WHERE label = ?1"),
+                    [label],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        for table in ["actions", "instances"] {
+            assert_eq!(at(table, "past"), now - 600_000);
+            assert_eq!(at(table, "moment"), now + 30_000, "within a minute: kept");
+            assert_eq!(at(table, "ahead"), now);
+        }
+        assert_eq!(redate_future(&s.conn, now).unwrap(), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! A wall clock that stepped back (NTP, a VM restored from a snapshot): the ledger holds
+//! launches dated in the future. They once held the launch window shut until the clock caught
+//! up (WORKERS DEAD, an empty fleet, every launch refused for hours), and the create spacing
+//! slept a run for the length of the step, past its deadline.
+
+use std::time::Instant;
+
+use crate::common::fake_llm::{FakeLlm, Reply};
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::suite::agent_e2e::{dead_fleet, one_instance_is_enough, rig, write_demand};
+
+#[test]
+fn launches_dated_after_a_clock_step_back_count_from_now_and_spacing_waits_one_gap() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &llm,
+        &vast,
+        "max_dph_total = 10.0\nmax_instances = 20\nlaunch_window_max = 1\nemergency_launch_max = 3",
+        "quiet_interval_mins = 0",
+    );
+    one_instance_is_enough(&f);
+    write_demand(f.path(), dead_fleet());
+    // Two launches of an earlier pass, dated two hours ahead of this clock (it stepped back
+    // since); their instances are gone. WORKERS DEAD: 3 in the window, so one more may go.
+    let ahead = chrono::Utc::now().timestamp_millis() + 7_200_000;
+    for i in 0..2 {
+        f.db()
+            .execute(
+                "INSERT INTO actions (kind, outcome, actor, label, created_at, finished_at)
+                 VALUES ('launch', 'ok', 'floor', ?1, ?2, ?2)",
+                rusqlite::params![format!("fleetagent-r0-0a0b0c0{i}"), ahead],
+            )
+            .unwrap();
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    let started = Instant::now();
+    let out = f.cmd(&["run"]).ok();
+    let took = started.elapsed();
+    assert!(
+        out.stderr
+            .contains("the clock is 2h00m behind the ledger: it stepped back"),
+        "{}",
+        out.stderr
+    );
+    // The window counted them from now, and the create waited one gap after the last one
+    // (dated ahead), not two hours (the bound is loose: a shared machine).
+    assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
+    assert!(took.as_secs() < 60, "{took:?}");
+    let dated_ahead: i64 = f.count(&format!(
+        "SELECT COUNT(*) FROM actions WHERE created_at > {}",
+        ahead - 3_600_000
+    ));
+    assert_eq!(dated_ahead, 0);
+
+    // Three in the window now; the new instance gone too: refused, retried within the
+    // window's 15 minutes, not the two hours of the step.
+    for id in vast.instance_ids() {
+        vast.remove_instance(id);
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 1);
+    let detail: String = f
+        .db()
+        .query_row(
+            "SELECT detail FROM actions WHERE outcome = 'refused' AND code = 'rate_limited'
+              ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&detail).unwrap();
+    let retry = v["retry_after_secs"].as_u64().unwrap();
+    assert!(retry > 0 && retry <= 900, "{v}");
+}
