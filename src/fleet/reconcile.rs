@@ -58,8 +58,23 @@ pub struct Undone {
     pub state: State,
     pub dph: Option<f64>,
     /// Not a stop or destroy of ours that did not take: an instance a create vast.ai
-    /// answered as failed made anyway, whose destroy failed (`policy::launch::ORPHAN_NOTE`).
+    /// answered as failed made anyway, whose destroy failed ([`ORPHAN_NOTE`]).
     pub orphan: bool,
+}
+
+/// How the note of an intent whose create failed while vast.ai made an instance anyway, and
+/// whose destroy of it failed too, begins (then the instance id): the reconciliation that
+/// finds that instance settles the launch `failed` and destroys it ([`Undone::orphan`]),
+/// never adopts it as launched (`policy::launch::after_orphan` writes it).
+pub const ORPHAN_NOTE: &str = "orphan instance ";
+
+/// The instance id of an [`ORPHAN_NOTE`] note.
+pub fn orphan_of(note: &str) -> Option<i64> {
+    let rest = note.strip_prefix(ORPHAN_NOTE)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// How long after an acknowledged stop or destroy a listing may still show the instance
@@ -378,12 +393,8 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 });
             }
         }
-        let orphan = intent.filter(|a| {
-            a.detail
-                .as_deref()
-                .and_then(crate::policy::launch::orphan_of)
-                == Some(inst.id as i64)
-        });
+        let orphan =
+            intent.filter(|a| a.detail.as_deref().and_then(orphan_of) == Some(inst.id as i64));
         if let Some(a) = orphan {
             // The create failed and its destroy too: not a launch; destroyed, never adopted.
             if settled.insert(a.id) {

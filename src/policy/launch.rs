@@ -706,20 +706,7 @@ pub fn after_create(create: &Create, answer: Result<u64, VastError>) -> Next {
     }
 }
 
-/// How the note of an intent whose create failed while vast.ai made an instance anyway, and
-/// whose destroy of it failed too, begins (then the instance id): the reconciliation that
-/// finds that instance settles the launch `failed` and destroys it
-/// (`fleet::reconcile::Undone`), never adopts it as launched.
-pub const ORPHAN_NOTE: &str = "orphan instance ";
-
-/// The instance id of an [`ORPHAN_NOTE`] note.
-pub fn orphan_of(note: &str) -> Option<i64> {
-    let rest = note.strip_prefix(ORPHAN_NOTE)?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
+pub use crate::fleet::reconcile::{orphan_of, ORPHAN_NOTE};
 
 /// The create failed with `error` (a `CreateFailed`) and the destroy of the instance it made
 /// answered `destroyed`. Were the destroy to fail, the intent stays open with an
