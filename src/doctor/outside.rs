@@ -98,7 +98,7 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
         Err(e) => return vec![unreadable("vast.ai's health", &e)],
     };
     let Some(error) = h.error else {
-        return Vec::new();
+        return key_refused_on_write(conn, now);
     };
     let since = h
         .error_at
@@ -125,6 +125,21 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
         .fix("check vast.ai's status and the network from this host (`fleetagent instances list` asks once); vast.base_url and vast.timeout_secs")
     };
     vec![p.since(h.error_at)]
+}
+
+/// The listing works, but vast.ai refused the key on a launch, stop or destroy (within a day,
+/// nothing of ours through since): a key that may read but not write.
+fn key_refused_on_write(conn: &Connection, now: Millis) -> Vec<Problem> {
+    match crate::store::actions::key_refused_since(conn, now - 86_400_000) {
+        Ok(Some((kind, at))) => vec![Problem::new(format!(
+            "vast.ai refused the API key on a {kind} {} ago, while the listing works: a key that may read but not write (scoped without instance_write?); nothing can be launched or stopped",
+            human_duration(now - at)
+        ))
+        .fix("give the key write permission, or set one that has it, in VAST_API_KEY or the vast_api_key credential (vast.ai's console, Account > API keys)")
+        .since(Some(at))],
+        Ok(None) => Vec::new(),
+        Err(e) => vec![unreadable("actions", &e)],
+    }
 }
 
 /// Stops and destroys of ours that vast.ai acknowledged while the listing still shows the

@@ -302,6 +302,27 @@ pub struct UndoneEnd {
     pub last_seen_at: Millis,
 }
 
+/// The latest launch, stop or destroy since `since` that failed because vast.ai refused the
+/// API key, when no call of ours went through after it: (kind, when). A key that may list but
+/// not write (a scoped key without `instance_write`) leaves the listing, and so `doctor`'s
+/// `vast` check, green.
+pub fn key_refused_since(conn: &Connection, since: Millis) -> Result<Option<(String, Millis)>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            "SELECT a.kind, a.created_at FROM actions a
+              WHERE a.kind IN ('launch', 'stop', 'destroy') AND a.outcome = 'failed'
+                AND a.created_at >= ?1 AND a.detail LIKE '%vast.ai refused the API key%'
+                AND NOT EXISTS (SELECT 1 FROM actions b
+                                 WHERE b.kind IN ('launch', 'stop', 'destroy')
+                                   AND b.outcome = 'ok' AND b.id > a.id)
+              ORDER BY a.id DESC LIMIT 1",
+            params![since],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
 /// Flagged silent workers stopped or destroyed since `since`: the breaker of
 /// `fleet::SILENT_DESTROYS_MAX`.
 pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
