@@ -201,7 +201,13 @@ fn llm_view(store: &Store, config: &Config, state: &session::AgentState) -> Resu
     let calibrated = calibration::get(&store.conn, &config.llm.model)?;
     let round3 = |r: f64| (r * 1000.0).round() / 1000.0;
     let texts = messages::model_texts(&store.conn, state.session_id, USAGE_CALLS)?;
-    let malformed = crate::tools::calls_written_as_text(&texts);
+    // A call written in the text of an answer that also called tools is narration: they ran.
+    let without_calls: Vec<&str> = texts
+        .iter()
+        .filter(|(_, called)| !called)
+        .map(|(t, _)| t.as_str())
+        .collect();
+    let malformed = crate::tools::calls_written_as_text(&without_calls);
     let (est, rep) = (usage.estimated.unwrap_or(0), usage.reported.unwrap_or(0));
     let encoding =
         crate::tokens::Encoding::resolve(&config.llm.model, config.llm.encoding.as_deref())

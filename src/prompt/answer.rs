@@ -234,7 +234,10 @@ pub fn read(
 ) -> Read {
     let (content, more_chars) = cap_answer(response.content.as_deref().unwrap_or_default());
     let cut = response.cut_at_limit();
-    let as_text = tool_call_as_text(&content, tools);
+    // Only when no call runs: beside calls made through `tool_calls` (which run), a call
+    // written in the text is narration, and "nothing ran" told a model whose launches had
+    // gone through to launch again.
+    let as_text = (cut || response.tool_calls.is_empty()) && tool_call_as_text(&content, tools);
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut dropped = 0;
     let mut parts: Vec<String> = Vec::new();
@@ -675,6 +678,18 @@ mod tests {
         assert_eq!(
             r.note.unwrap(),
             format!("Note on your answer above: I{}", &AS_TEXT_NOTE[1..])
+        );
+        // Written as text beside calls made through tool_calls: they ran, the text is
+        // narration, and no note says "nothing ran" (it told a model to launch again).
+        let beside = answer(
+            Some(r#"Launching: {"name": "launch_instance", "arguments": {"reason": "dead"}}"#),
+            vec![call("launch_instance", r#"{"reason":"dead"}"#.into())],
+            "tool_calls",
+        );
+        let r = read(&beside, &[], 1, TOOLS, 64);
+        assert_eq!(
+            (r.calls.len(), r.as_text, r.malformed, r.note),
+            (1, false, false, None)
         );
         // Cut and written as text: one note, both said.
         let both = answer(

@@ -94,14 +94,16 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
 }
 
 /// The text of the model's newest `limit` turns in a session (empty for a turn that only
-/// called tools), newest first: a bounded walk back along the session's index.
-pub fn model_texts(conn: &Connection, session_id: i64, limit: i64) -> Result<Vec<String>> {
+/// called tools), and whether the turn called tools, newest first: a bounded walk back along
+/// the session's index.
+pub fn model_texts(conn: &Connection, session_id: i64, limit: i64) -> Result<Vec<(String, bool)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT content FROM messages WHERE session_id = ?1 AND role = 'assistant'
+        "SELECT content, kind = 'tool_call' FROM messages
+          WHERE session_id = ?1 AND role = 'assistant'
          ORDER BY id DESC LIMIT ?2",
     )?;
     let rows = stmt
-        .query_map(params![session_id, limit], |r| r.get::<_, String>(0))?
+        .query_map(params![session_id, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
 }

@@ -325,7 +325,9 @@ pub struct ModelMessages {
     pub tool_calls: u64,
     /// Of those, the ones the registry answered `invalid_args` or `unknown_tool`.
     pub invalid_calls: u64,
-    /// The text of every answer of the model that has any (with or without calls), in order.
+    /// The text of every answer of the model that has any and made no tool call, in order: a
+    /// call written in such a text ran nothing (beside calls made through `tool_calls`, the
+    /// text is narration; they ran).
     pub answer_texts: Vec<String>,
 }
 
@@ -340,7 +342,7 @@ pub fn model_messages(conn: &Connection) -> Result<ModelMessages> {
            AND error_code IN ('invalid_args', 'unknown_tool')",
     )?;
     let mut stmt = conn.prepare(
-        "SELECT content FROM messages WHERE role = 'assistant' AND kind IN ('answer', 'tool_call')
+        "SELECT content FROM messages WHERE role = 'assistant' AND kind = 'answer'
            AND content <> '' ORDER BY id",
     )?;
     let answer_texts = stmt
@@ -746,7 +748,7 @@ mod tests {
             ModelMessages {
                 tool_calls: 5,
                 invalid_calls: 2,
-                answer_texts: vec!["functions.launch_instance:".into(), "launching".into()],
+                answer_texts: vec!["functions.launch_instance:".into()],
             }
         );
     }
