@@ -414,6 +414,19 @@ fn of_kind<'a>(calls: &'a [PlannedCall], kinds: &[CallKind]) -> Vec<&'a PlannedC
     calls.iter().filter(|c| kinds.contains(&c.kind)).collect()
 }
 
+/// A floor call as the fallback makes it (the model unusable, `llm.fallback = "rules"`): the
+/// rules' reason after `fallback: `, not `floor (the model left it undone, ...)`, which
+/// said the model had answered when it never did.
+pub fn as_fallback(call: &PlannedCall) -> PlannedCall {
+    let why = call
+        .why
+        .strip_prefix("floor (")
+        .and_then(|rest| rest.split_once("): ").map(|(_, why)| why))
+        .unwrap_or(&call.why);
+    let why = why.strip_prefix("rules: ").unwrap_or(why);
+    call.with_reason(format!("fallback: {why}"))
+}
+
 /// `floor (the model left it undone, left for 3 passes): instance 7 is exited: ...`.
 fn floor_reason(rules_why: &str, how_long: &str) -> String {
     let why = rules_why.strip_prefix("rules: ").unwrap_or(rules_why);

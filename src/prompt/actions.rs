@@ -111,7 +111,8 @@ pub fn ago(now: Millis, at: Millis) -> String {
 }
 
 /// A reason as the model needs it: without the `floor (the model left it undone, ...): `,
-/// `floor: ` and `rules: ` the floor and the rules put before theirs (the actor says who)
+/// `floor: `, `fallback: ` and `rules: ` the floor, the fallback and the rules put before
+/// theirs (the actor says who)
 /// and the ` (launch 2 of 3)` that numbers several launches of one plan (they fold into one
 /// line).
 pub fn plain_reason(reason: &str) -> String {
@@ -121,7 +122,7 @@ pub fn plain_reason(reason: &str) -> String {
             r = &rest[i + "): ".len()..];
         }
     }
-    for prefix in ["floor: ", "rules: "] {
+    for prefix in ["floor: ", "fallback: ", "rules: "] {
         r = r.strip_prefix(prefix).unwrap_or(r);
     }
     if let Some(head) = r.strip_suffix(')') {

@@ -135,6 +135,9 @@ pub fn floor(
         session::set_floor_memory(&store.conn, &serde_json::to_string(&plan.memory)?)?;
     }
     let fallback = actor == Actor::Fallback;
+    if fallback {
+        plan.calls = plan.calls.iter().map(floor::as_fallback).collect();
+    }
     let mut mutated = false;
     let called = !plan.calls.is_empty();
     if !plan.calls.is_empty() || fallback {
