@@ -360,6 +360,16 @@ pub fn llm_loop(
                 }));
             }
         };
+        if response.attempts > 1 {
+            // Recovered, but slow or failing: the step before the fallback decides a pass.
+            log::warn!(
+                "run {}: the LLM answered on attempt {} after {:.1}s (timeouts or server errors before it; llm.retry_budget_secs = {} bounds them, then the fallback decides)",
+                le.run_id,
+                response.attempts,
+                latency as f64 / 1000.0,
+                le.config.llm.retry_budget_secs
+            );
+        }
         let reported = response.usage.map(|u| u.prompt_tokens as i64);
         if let Some(r) = reported {
             out.max_prompt_reported = Some(out.max_prompt_reported.unwrap_or(0).max(r));

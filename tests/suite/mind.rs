@@ -347,3 +347,22 @@ fn a_budget_too_small_for_the_minimal_prompt_fails_clearly() {
     );
     assert_eq!(llm.request_count(), 0, "never sends an over-budget request");
 }
+
+/// A model that answers only on its second attempt (a 503 first): the pass is the model's,
+/// and the journal says it was slow or failing, the step before the fallback decides (it
+/// left no trace but `llm_calls.attempts`).
+#[test]
+fn an_answer_after_a_retry_is_said_at_warning() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "quiet_interval_mins = 0");
+    llm.push(Reply::status(503, r#"{"error":{"message":"overloaded"}}"#));
+    llm.push(Reply::text("All is well."));
+    f.cmd(&["message", "status?"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("the LLM answered on attempt 2 after "),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
+}
