@@ -132,7 +132,9 @@ pub fn build(
             })
             .collect(),
         last_observation: messages::latest_of_kinds(&store.conn, &["observation"])?,
-        last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules"])?,
+        // The floor's note too: a pass it decided after an empty or cut answer showed the
+        // model's answer of passes before.
+        last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules", "floor"])?,
         demand: curio.demand,
         gpu_rates: curio.rates,
         worker_identity: curio.worker_identity,

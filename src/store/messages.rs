@@ -152,7 +152,7 @@ pub fn latest_of_kinds(conn: &Connection, kinds: &[&str]) -> Result<Option<Strin
         let row: Option<(i64, String)> = conn
             .query_row(
                 "SELECT id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
-                   AND kind = ?1 ORDER BY id DESC LIMIT 1",
+                   AND kind = ?1 AND content <> '' ORDER BY id DESC LIMIT 1",
                 [kind],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -298,6 +298,16 @@ mod tests {
                 .unwrap()
                 .as_deref(),
             Some("seen")
+        );
+        // An empty answer (cut, or calls only) says nothing: the floor's note after it does.
+        say(&s.conn, 1, "answer", "", 4);
+        say(&s.conn, 1, "floor", "Floor: launched 3 (WORKERS DEAD)", 5);
+        say(&s.conn, 1, "answer", "", 6);
+        assert_eq!(
+            latest_of_kinds(&s.conn, &["answer", "rules", "floor"])
+                .unwrap()
+                .as_deref(),
+            Some("Floor: launched 3 (WORKERS DEAD)")
         );
         // A new session hides the old one's messages.
         session::start_new(&s.conn, "test", 4).unwrap();
