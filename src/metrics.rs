@@ -275,7 +275,10 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "Launches whose create may not have happened (no vast.ai id) and that a good listing a minute later did not show: counted against the caps until settled, not on their way.",
         unconfirmed,
     ));
-    let dph = instances::billing_dph(conn)?;
+    // As the caps count it: an instance listed without a price at the most one may cost.
+    let dph = instances::billing_dph(conn)?
+        + instances::unpriced_billing(conn)? as f64
+            * crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
     f.push(one(
         "fleetagent_fleet_dollars_per_hour",
         "gauge",
@@ -761,6 +764,28 @@ mod tests {
         assert_eq!(read(now - 60_000), some("1", "0", "0.4"));
         // Listed 80 s after it, without it: unconfirmed; the caps still count its price.
         assert_eq!(read(now - 10_000), some("0", "1", "0.4"));
+    }
+
+    /// An instance vast.ai lists without a price counts at the most one may cost, as the
+    /// money caps count it, never $0 (every view read $0 while launches were refused).
+    #[test]
+    fn an_unpriced_instance_counts_at_the_most_one_may_cost() {
+        let s = Store::open_memory(0).unwrap();
+        let now = 10 * DAY_MS;
+        s.conn
+            .execute(
+                "INSERT INTO instances (label, vast_id, state, created_at, state_since)
+                 VALUES ('fleetagent-spare', 7, 'booted', ?1, ?1)",
+                [now - 60_000],
+            )
+            .unwrap();
+        let mut c = crate::config::Config::default();
+        c.vast.offers.max_dph_per_instance = Some(0.75);
+        let text = collect(&s.conn, &c, now).unwrap();
+        assert!(
+            text.contains("\nfleetagent_fleet_dollars_per_hour 0.75\n"),
+            "{text}"
+        );
     }
 
     #[test]

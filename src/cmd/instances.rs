@@ -82,7 +82,10 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "gpu": r.gpu_name,
             "dph": r.dph,
             // What it bills now: a stopped instance its disk alone.
-            "bills_dph": crate::fleet::dph_of(std::slice::from_ref(r)),
+            // Unknown, not $0, for one vast.ai lists without a price (the caps count it at
+            // the most one may cost).
+            "bills_dph": (!crate::fleet::money::is_unpriced(r))
+                .then(|| crate::fleet::dph_of(std::slice::from_ref(r))),
             "age_secs": (now - r.created_at).max(0) / 1000,
             "curio_machine": r.machine_name,
             "adopted": r.adopted,
@@ -174,7 +177,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
                     .as_f64()
                     .or_else(|| v["dph"].as_f64())
                     .map(|d| format!("{d:.3}"))
-                    .unwrap_or_else(|| "-".into()),
+                    .unwrap_or_else(|| "?".into()),
                 v["age_secs"]
                     .as_i64()
                     .map(|a| human_duration(a * 1000))

@@ -157,6 +157,9 @@ pub struct Report {
     /// Our instances as the local table knows them (inspect never calls vast.ai).
     pub fleet: Vec<InstanceView>,
     pub fleet_dph: f64,
+    /// Of the fleet, instances vast.ai lists without a price: `fleet_dph` counts each at the
+    /// most one may cost, as the money guardrail does.
+    pub unpriced: usize,
     /// The action ledger, newest first: what was launched, stopped or refused, and why.
     pub recent_actions: Vec<ActionView>,
     /// What the last pass saw, and what was decided (the model's answer or the rules' note).

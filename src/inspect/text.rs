@@ -393,9 +393,15 @@ pub fn render_text(r: &Report) -> String {
         (None, None) => "vast.ai     never listed yet".to_string(),
     });
     line(format!(
-        "fleet       {} instance(s), ${:.2}/h",
+        "fleet       {} instance(s), ${:.2}/h{}",
         r.fleet.len(),
-        r.fleet_dph
+        r.fleet_dph,
+        match r.unpriced {
+            0 => String::new(),
+            n => format!(
+                " ({n} without a price from vast.ai, each counted at the most one may cost, as the money caps count it)"
+            ),
+        }
     ));
     for i in &r.fleet {
         line(format!(

@@ -215,6 +215,16 @@ pub fn unconfirmed_launches(conn: &Connection, listed_ok_at: Option<Millis>) -> 
 /// longer counted as on its way: vast.ai lists a create at once.
 pub const UNSEEN_LAUNCH_MS: Millis = 60_000;
 
+/// Instances that bill with no price from vast.ai (`fleet::money::is_unpriced`).
+pub fn unpriced_billing(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM instances
+          WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone') AND dph IS NULL",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// What the instances that bill cost per hour, in dollars: the full price of those not gone
 /// nor stopped (outbid bids included), the disk of stopped ones.
 pub fn billing_dph(conn: &Connection) -> Result<f64> {
