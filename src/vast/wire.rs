@@ -260,12 +260,18 @@ fn text(v: Option<&Value>) -> Option<String> {
     }
 }
 
-/// One offer row. Skipped (`None`) without an id or a price: an offer priced at nothing
-/// would look cheapest to every budget rule.
+/// One offer row. Skipped (`None`) without an id or a price a host charges ([`DPH_MIN`] to
+/// [`DPH_MAX`], as for an instance), said at warning with the figure: an offer priced at
+/// nothing would look cheapest to every budget rule, and one at `1e308` was taken as the best
+/// and refused twice with a 300-digit figure in the journal.
 pub fn parse_offer(v: &Value) -> Option<Offer> {
     let id = v.get("id").and_then(as_id)?;
-    let Some(dph_total) = num(v.get("dph_total")).filter(|p| *p >= 0.0) else {
-        log::warn!("vast.ai offer {id} has no usable dph_total; skipped");
+    let listed = v.get("dph_total");
+    let Some(dph_total) = num(listed).filter(|p| (DPH_MIN..=DPH_MAX).contains(p)) else {
+        log::warn!(
+            "vast.ai offer {id} has no usable dph_total ({}); skipped",
+            listed.map_or("absent".to_string(), |v| excerpt(&v.to_string()))
+        );
         return None;
     };
     let verified = match v.get("verified") {
@@ -430,6 +436,10 @@ mod tests {
              "verified": false, "geolocation": "  "},
             {"gpu_name": "no id", "dph_total": 0.1},
             {"id": 4, "gpu_name": "no price", "dph_total": null},
+            // Prices no host charges: none is an offer.
+            {"id": 5, "gpu_name": "free", "dph_total": 0.0},
+            {"id": 6, "gpu_name": "absurd", "dph_total": 1e308},
+            {"id": 7, "gpu_name": "negative", "dph_total": -1},
         ]);
         let offers: Vec<Offer> = rows
             .as_array()
