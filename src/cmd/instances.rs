@@ -294,7 +294,13 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         } else {
             ""
         };
-        bail!("refused ({code}): {message}{hint}");
+        // vast.ai's failure is no guardrail's refusal.
+        let what = if code == "vast_error" {
+            "failed at vast.ai"
+        } else {
+            "refused"
+        };
+        bail!("{what} ({code}): {message}{hint}");
     }
     if let Some(already) = result.content["already"].as_str() {
         // Nothing changed: nothing for the agent to hear of.

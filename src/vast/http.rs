@@ -109,6 +109,8 @@ struct TransportFailure {
     never_sent: bool,
     /// No answer within the time allowed (connect or exchange).
     timed_out: bool,
+    /// It answered, with a body over [`MAX_BODY_BYTES`]: reached, not readable.
+    too_big: bool,
 }
 
 impl HttpVastClient {
@@ -287,12 +289,14 @@ impl HttpVastClient {
         };
         let text = match &e {
             ureq::Error::Timeout(_) => format!("no answer within {limit:?} ({e})"),
+            ureq::Error::BodyExceedsLimit(n) => format!("a body over {n} bytes"),
             _ => e.to_string(),
         };
         TransportFailure {
             text: self.scrub(&text),
             never_sent,
             timed_out,
+            too_big: matches!(e, ureq::Error::BodyExceedsLimit(_)),
         }
     }
 
@@ -350,6 +354,10 @@ impl HttpVastClient {
                         if let Ok(mut u) = self.unanswered.lock() {
                             u.get_or_insert_with(|| format!("{route}: {}", f.text));
                         }
+                    }
+                    if f.too_big {
+                        // Reached, and it answered: not "unreachable".
+                        return Err(VastError::Decode(format!("{route}: {}", f.text)));
                     }
                     return Err(VastError::Transport(if is_create && !f.never_sent {
                         format!(

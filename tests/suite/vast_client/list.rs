@@ -149,3 +149,24 @@ fn gateway_errors_on_reads_are_retried_with_backoff() {
     assert!(calls[1].at_ms - calls[0].at_ms >= 500);
     assert!(calls[2].at_ms - calls[1].at_ms >= 1_000, "backoff grows");
 }
+
+/// An answer larger than any listing (17 MiB): vast.ai was reached, and said something the
+/// client will not read; "unreachable" sent the operator to the network.
+#[test]
+fn a_body_over_the_limit_is_unreadable_not_unreachable() {
+    let s = setup();
+    let huge = format!(
+        "{{\"instances\": [], \"pad\": \"{}\"}}",
+        "x".repeat(17 << 20)
+    );
+    s.fake
+        .fail_next(Route::ListV1, 10, FakeReply::text(200, &huge));
+    let e = s.client.list_instances().unwrap_err();
+    assert!(matches!(e, VastError::Decode(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .starts_with("vast.ai answered something unreadable: ")
+            && e.to_string().contains("a body over 16777216 bytes"),
+        "{e}"
+    );
+}
