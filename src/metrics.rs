@@ -592,7 +592,8 @@ pub fn after_role_change(
 }
 
 /// After an operator's command that changes what the file says (`pause`, `resume`, `instances
-/// stop`): rewrite it now rather than at the next pass, up to a timer period later (a
+/// stop`), and after each `poll` (vast.ai's health, the fleet): rewrite it now rather than at
+/// the next pass, up to a timer period later (a
 /// paused flag or the fleet's $/h would lie meanwhile). With `[ha]` enabled the leader's
 /// passes write it (a follower's own file holds no figure of the fleet).
 pub fn after_operator(config: &crate::config::Config, state_dir: &Path, now: Millis) {

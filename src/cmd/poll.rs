@@ -40,6 +40,9 @@ pub fn run(app: &App) -> Result<()> {
         }
     })?;
     store.fence("poll")?;
+    // vast.ai's health and the fleet as this poll recorded them, every minute: the textfile
+    // agreed with `doctor` only after the next run (up to a timer period).
+    crate::metrics::after_operator(config, &dir, app.now());
     // A minute's poll that finds nothing is not worth a journal line (-vv shows it).
     match polled {
         Polled::NoChange => log::debug!("poll: no change"),

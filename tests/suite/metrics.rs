@@ -161,3 +161,28 @@ fn run_writes_a_textfile_that_parses_with_the_databases_numbers() {
     f.cmd(&["resume"]).ok();
     assert_eq!(paused(), Some(0.0));
 }
+
+/// `poll` rewrites the textfile too: vast.ai's health as this minute's listing left it, not
+/// as the last run did (the file said `vast_ok 1` while `doctor` said vast.ai fails).
+#[test]
+fn poll_rewrites_the_textfile_with_vast_ais_health() {
+    let vast = crate::common::fake_vast::FakeVast::start_real_time();
+    let f = Fleet::with_config(FAST_CONFIG).env("VAST_API_KEY", &vast.api_key());
+    let prom = f.path().join("fleetagent.prom");
+    f.write_config(&format!(
+        "{FAST_CONFIG}\n[vast]\nbase_url = \"{}\"\n[metrics]\ntextfile = \"{}\"\n",
+        vast.url(),
+        prom.display()
+    ));
+    f.cmd(&["init"]).ok();
+    let vast_ok = || {
+        let text = std::fs::read_to_string(&prom).unwrap();
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        value(&scrape, "fleetagent_vast_ok", None)
+    };
+    f.cmd(&["poll"]).ok();
+    assert_eq!(vast_ok(), Some(1.0));
+    vast.set_api_key(Some("another-key"));
+    f.cmd(&["poll"]).code(1);
+    assert_eq!(vast_ok(), Some(0.0));
+}
