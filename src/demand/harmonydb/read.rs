@@ -196,14 +196,14 @@ struct Access {
 }
 
 impl Access {
-    /// Whether `table.column` of [`LATER_COLUMNS`] exists; None with the note that names
+    /// Whether `table.column` of [`LATER_COLUMNS`] exists: `Err` with the note that names
     /// what is lost and the migration, when it does not.
     fn column(&self, table: &str, column: &str, lost: &str) -> Result<(), String> {
         let i = LATER_COLUMNS
             .iter()
             .position(|(t, c, _)| *t == table && *c == column);
         match i {
-            Some(i) if !self.columns.get(i).copied().unwrap_or(false) => Err(format!(
+            Some(i) if !(i < self.columns.len() && self.columns[i]) => Err(format!(
                 "curio.{table}.{column} does not exist (a Curio before its migration {}): {lost} unknown",
                 LATER_COLUMNS[i].2
             )),
