@@ -886,43 +886,4 @@ fn an_instance_billing_without_a_price_is_named() {
     );
 }
 
-/// A key that may list but not write (scoped without `instance_write`): the listing works,
-/// the launch fails on the key, and `vast` names it (it was green, `actions` red only until a
-/// pass asked for nothing); a call of ours that goes through clears it.
-#[test]
-fn a_key_refused_on_write_while_the_listing_works_is_named() {
-    let (dir, s) = test_store(NOW);
-    let config = Config::default();
-    crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 60_000).unwrap();
-    let vast = |dir: &Path| check(&run_checks(dir, &config), "vast").problems.clone();
-    assert!(vast(dir.path()).is_empty());
-    let act = |outcome: &str, detail: &str| {
-        crate::store::actions::insert(
-            &s.conn,
-            &crate::store::actions::NewAction {
-                kind: "launch",
-                outcome,
-                actor: "rules",
-                detail: Some(detail),
-                ..Default::default()
-            },
-            NOW - 120_000,
-        )
-        .unwrap();
-    };
-    act(
-        "failed",
-        "vast.ai refused the API key: HTTP 401: auth_error",
-    );
-    let said = vast(dir.path());
-    assert_eq!(said.len(), 1, "{said:?}");
-    assert!(
-        said[0]
-            .detail
-            .starts_with("vast.ai refused the API key on a launch 2m ago, while the listing works"),
-        "{}",
-        said[0].detail
-    );
-    act("ok", "ok");
-    assert!(vast(dir.path()).is_empty());
-}
+mod keys;

@@ -414,23 +414,28 @@ fn of_kind<'a>(calls: &'a [PlannedCall], kinds: &[CallKind]) -> Vec<&'a PlannedC
     calls.iter().filter(|c| kinds.contains(&c.kind)).collect()
 }
 
-/// A floor call as the fallback makes it (the model unusable, `llm.fallback = "rules"`): the
-/// rules' reason after `fallback: `, not `floor (the model left it undone, ...)`, which
-/// said the model had answered when it never did.
+/// A floor call as the fallback makes it (the model unusable, `llm.fallback = "rules"`):
+/// `fallback (left for 2 passes): ...`, not `floor (the model left it undone, left for 2
+/// passes): ...`, which said the model had answered when it never did.
 pub fn as_fallback(call: &PlannedCall) -> PlannedCall {
-    let why = call
+    let rewritten = call
         .why
-        .strip_prefix("floor (")
-        .and_then(|rest| rest.split_once("): ").map(|(_, why)| why))
-        .unwrap_or(&call.why);
-    let why = why.strip_prefix("rules: ").unwrap_or(why);
-    call.with_reason(format!("fallback: {why}"))
+        .strip_prefix(FLOOR_REASON_PREFIX)
+        .map(|rest| format!("fallback ({rest}"));
+    let why = rewritten.unwrap_or_else(|| {
+        let why = call.why.strip_prefix("rules: ").unwrap_or(&call.why);
+        format!("fallback: {why}")
+    });
+    call.with_reason(why)
 }
+
+/// How [`floor_reason`] begins.
+const FLOOR_REASON_PREFIX: &str = "floor (the model left it undone, ";
 
 /// `floor (the model left it undone, left for 3 passes): instance 7 is exited: ...`.
 fn floor_reason(rules_why: &str, how_long: &str) -> String {
     let why = rules_why.strip_prefix("rules: ").unwrap_or(rules_why);
-    format!("floor (the model left it undone, {how_long}): {why}")
+    format!("{FLOOR_REASON_PREFIX}{how_long}): {why}")
 }
 
 #[cfg(test)]

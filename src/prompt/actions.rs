@@ -111,15 +111,17 @@ pub fn ago(now: Millis, at: Millis) -> String {
 }
 
 /// A reason as the model needs it: without the `floor (the model left it undone, ...): `,
-/// `floor: `, `fallback: ` and `rules: ` the floor, the fallback and the rules put before
-/// theirs (the actor says who)
+/// `fallback (...): `, `floor: `, `fallback: ` and `rules: ` the floor, the fallback and the
+/// rules put before theirs (the actor says who)
 /// and the ` (launch 2 of 3)` that numbers several launches of one plan (they fold into one
 /// line).
 pub fn plain_reason(reason: &str) -> String {
     let mut r = reason.trim();
-    if let Some(rest) = r.strip_prefix("floor (") {
-        if let Some(i) = rest.find("): ") {
-            r = &rest[i + "): ".len()..];
+    for head in ["floor (", "fallback ("] {
+        if let Some(rest) = r.strip_prefix(head) {
+            if let Some(i) = rest.find("): ") {
+                r = &rest[i + "): ".len()..];
+            }
         }
     }
     for prefix in ["floor: ", "fallback: ", "rules: "] {

@@ -129,7 +129,12 @@ fn workers_dead_launches_in_the_same_pass() {
     assert_eq!(p.calls[0].arguments["reason"], p.calls[0].why.as_str());
     // The same call made by the fallback (the model never answered): not "left it undone".
     let f = as_fallback(&p.calls[0]);
-    assert!(f.why.starts_with("fallback: WORKERS DEAD"), "{}", f.why);
+    assert!(
+        f.why
+            .starts_with("fallback (in the same pass): WORKERS DEAD"),
+        "{}",
+        f.why
+    );
     assert_eq!(f.arguments["reason"], f.why.as_str());
     assert_eq!((f.tool, f.kind), (p.calls[0].tool, p.calls[0].kind));
 }
