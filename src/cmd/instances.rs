@@ -319,13 +319,17 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     crate::outln!("instance {id} {done}");
     crate::metrics::after_operator(config, &dir, now);
     let stopped = (done == "stopped").then_some(id);
-    still_listed(
+    let left = still_listed(
         &services,
         app.clock.as_ref(),
         &[id],
         stopped,
         config.policy.dry_run,
-    )
+    );
+    if left > 0 {
+        return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
+    }
+    Ok(())
 }
 
 /// How long `instances stop` waits before it lists again an instance vast.ai still showed
@@ -336,20 +340,21 @@ const LISTING_LAG: std::time::Duration = std::time::Duration::from_secs(3);
 /// [`LISTING_LAG`]), and name each instance vast.ai still lists as billing: acknowledged is
 /// not done (a destroy that did not take, seen on a misbehaving API), and an operator who
 /// pressed the panic button must not read "destroyed" while it bills. `stopped`: the one
-/// that was stopped, not destroyed (listed stopped is then fine). Exit 1 when any is left.
+/// that was stopped, not destroyed (listed stopped is then fine). Each one left is said on
+/// stdout and at error; how many were left (the caller exits 1 for any).
 fn still_listed(
     services: &services::Services,
     clock: &dyn crate::clock::Clock,
     ids: &[i64],
     stopped: Option<i64>,
     dry_run: bool,
-) -> Result<()> {
+) -> usize {
     let Some(vast) = services
         .vast
         .as_ref()
         .filter(|_| !dry_run && !ids.is_empty())
     else {
-        return Ok(());
+        return 0;
     };
     let listed = || -> Option<Vec<(i64, String)>> {
         vast.ask_again();
@@ -359,13 +364,7 @@ fn still_listed(
                 .filter(|i| ids.contains(&(i.id as i64)))
                 .filter_map(|i| {
                     let status = i.actual_status.as_deref().unwrap_or("(no status)").trim();
-                    let ending = [&i.actual_status, &i.intended_status, &i.next_state]
-                        .iter()
-                        .any(|s| {
-                            s.as_deref()
-                                .is_some_and(|s| matches!(s.trim(), "destroyed" | "terminated"))
-                        });
-                    let fine = ending
+                    let fine = crate::fleet::reconcile::being_destroyed(i)
                         || (stopped == Some(i.id as i64) && status.eq_ignore_ascii_case("stopped"));
                     (!fine).then(|| (i.id as i64, clip(status, 40)))
                 })
@@ -373,26 +372,21 @@ fn still_listed(
         )
     };
     let Some(mut left) = listed() else {
-        return Ok(());
+        return 0;
     };
     if !left.is_empty() {
         clock.sleep(LISTING_LAG);
         left = listed().unwrap_or(left);
     }
     for (id, status) in &left {
-        crate::journal::eprint(
-            crate::journal::ERR,
-            &format!(
-                "fleetagent: instance {id}: vast.ai acknowledged it, but still lists it {}: it bills; the next pass sends the call again; check vast.ai's console",
-                quote(status, 40)
-            ),
+        let line = format!(
+            "instance {id}: NOT done: vast.ai acknowledged it, but still lists it {}: it bills; the next pass sends the call again; check vast.ai's console",
+            quote(status, 40)
         );
+        crate::outln!("{line}");
+        crate::journal::eprint(crate::journal::ERR, &format!("fleetagent: {line}"));
     }
-    if left.is_empty() {
-        Ok(())
-    } else {
-        Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into())
-    }
+    left.len()
 }
 
 /// `instances stop --all --reason TEXT`, the panic button: pause first (open-ended, with that
@@ -471,12 +465,26 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
             quote(label, LABEL_CHARS)
         );
     }
+    // Acknowledged is not done: what vast.ai still lists is not counted as destroyed.
+    let left = still_listed(
+        &services,
+        app.clock.as_ref(),
+        &acknowledged,
+        None,
+        config.policy.dry_run,
+    );
+    let destroyed = destroyed - left;
     let others = snapshot.other_installs.len();
     crate::outln!(
-        "destroyed {destroyed} of {} instance(s) of ours{}{}; paused until `fleetagent resume`",
+        "destroyed {destroyed} of {} instance(s) of ours{}{}{}; paused until `fleetagent resume`",
         targets.len(),
         if failed > 0 {
             format!(", {failed} failed")
+        } else {
+            String::new()
+        },
+        if left > 0 {
+            format!(", {left} acknowledged but still listed")
         } else {
             String::new()
         },
@@ -495,17 +503,10 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
     crate::metrics::after_operator(config, &dir, now);
-    let verified = still_listed(
-        &services,
-        app.clock.as_ref(),
-        &acknowledged,
-        None,
-        config.policy.dry_run,
-    );
-    if failed > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
+    if failed > 0 || left > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }
-    verified
+    Ok(())
 }
 
 /// Let the next vast.ai call go out even after one of this process went unanswered.

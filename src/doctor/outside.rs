@@ -146,12 +146,27 @@ fn key_refused_on_write(conn: &Connection, now: Millis) -> Vec<Problem> {
 /// instance billing (`run::undone` sends them again each pass).
 pub(super) fn undone(conn: &Connection, now: Millis) -> Vec<Problem> {
     let grace = crate::fleet::reconcile::UNDONE_GRACE_MS;
-    let rows = match crate::store::actions::undone_ends(conn, now - 86_400_000, grace) {
-        Ok(rows) => rows,
-        Err(e) => return vec![unreadable("actions", &e)],
+    let (rows, orphans) = match (
+        crate::store::actions::undone_ends(conn, now - 86_400_000, grace),
+        crate::store::actions::open_orphans(conn),
+    ) {
+        (Ok(rows), Ok(orphans)) => (rows, orphans),
+        (Err(e), _) | (_, Err(e)) => return vec![unreadable("actions", &e)],
     };
+    let mut out: Vec<Problem> = orphans
+        .iter()
+        .map(|(note, at)| {
+            Problem::new(format!(
+                "a launch {} ago: {}",
+                human_duration(now - at),
+                crate::text::clip(note, 300)
+            ))
+            .fix("each pass that lists it destroys it again; else destroy it in vast.ai's console (Instances)")
+            .since(Some(*at))
+        })
+        .collect();
     if rows.is_empty() {
-        return Vec::new();
+        return out;
     }
     let first = rows.iter().map(|r| r.at).min();
     let names = rows.iter().map(|r| {
@@ -163,13 +178,14 @@ pub(super) fn undone(conn: &Connection, now: Millis) -> Vec<Problem> {
             human_duration(now - r.at)
         )
     });
-    vec![Problem::new(format!(
+    out.push(Problem::new(format!(
         "vast.ai acknowledged the stop or destroy of {} instance(s) of ours but still lists them: {}; they bill, and each pass sends the call again",
         rows.len(),
         crate::text::first_and_more(names, 3)
     ))
     .fix("check them in vast.ai's console (Instances) and destroy them there; `fleetagent instances list` shows what vast.ai lists")
-    .since(first)]
+    .since(first));
+    out
 }
 
 /// A pause in force: nobody launches or stops. Louder when the last reading said WORKERS

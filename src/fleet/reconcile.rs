@@ -77,6 +77,19 @@ pub fn orphan_of(note: &str) -> Option<i64> {
         .ok()
 }
 
+/// The listing says the instance is being destroyed (`destroyed` or `terminated` in its
+/// actual, intended or next state).
+pub fn being_destroyed(i: &Instance) -> bool {
+    [&i.actual_status, &i.intended_status, &i.next_state]
+        .iter()
+        .any(|s| {
+            s.as_deref().is_some_and(|s| {
+                let s = s.trim();
+                s.eq_ignore_ascii_case("destroyed") || s.eq_ignore_ascii_case("terminated")
+            })
+        })
+}
+
 /// How long after an acknowledged stop or destroy a listing may still show the instance
 /// running (vast.ai's listing lags its own answers by seconds) before it counts as undone.
 pub const UNDONE_GRACE_MS: Millis = 120_000;
@@ -192,9 +205,19 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         owner(i.label.as_deref(), input.prefix, input.install_id)
     }
     let recorded = Recorded::new(mine.iter().copied());
+    // A destroy of ours whose instance the listing shows as being destroyed: gone, as the
+    // destroy left it (vast.ai's listing lags its answers), never revived into the fleet.
+    let destroying = |i: &Instance| {
+        being_destroyed(i)
+            && input
+                .our_ends
+                .get(&(i.id as i64))
+                .is_some_and(|(kind, _)| kind == "destroy")
+    };
     let ours: Vec<&Instance> = listing
         .iter()
         .filter(|i| whose(i, input) == Owner::Ours || recorded.holds(i))
+        .filter(|i| !destroying(i))
         .collect();
     out.foreign = listing
         .iter()
@@ -367,18 +390,10 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         }
         let name = describe(&row);
         if let Some((kind, at)) = input.our_ends.get(&(inst.id as i64)) {
-            // A destroyed instance listed at all bills (a stopped one its disk), unless the
-            // listing itself says it is being destroyed.
-            let ending = [&inst.actual_status, &inst.intended_status, &inst.next_state]
-                .iter()
-                .any(|s| {
-                    s.as_deref().is_some_and(|s| {
-                        let s = s.trim();
-                        s.eq_ignore_ascii_case("destroyed") || s.eq_ignore_ascii_case("terminated")
-                    })
-                });
+            // A destroyed instance listed at all bills (a stopped one its disk); one listed
+            // as being destroyed never gets here (`destroying`).
             let undone = match kind.as_str() {
-                "destroy" => !ending,
+                "destroy" => true,
                 _ => is_billing_state(state),
             };
             if undone && now - at >= UNDONE_GRACE_MS {
@@ -397,21 +412,10 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             intent.filter(|a| a.detail.as_deref().and_then(orphan_of) == Some(inst.id as i64));
         if let Some(a) = orphan {
             // The create failed and its destroy too: not a launch; destroyed, never adopted.
-            if settled.insert(a.id) {
-                out.settle.push((
-                    a.id,
-                    "failed",
-                    Some(inst.id as i64),
-                    clip(
-                        &format!(
-                            "{} (listed as instance {}: destroying it)",
-                            a.detail.as_deref().unwrap_or_default(),
-                            inst.id
-                        ),
-                        300,
-                    ),
-                ));
-            }
+            // The intent stays open while the instance is listed, so that every pass sends
+            // the destroy again until one takes (a destroy that failed again was left for
+            // good); once it is gone the intent is settled `failed` as any unlisted one is.
+            settled.insert(a.id);
             out.undone.push(Undone {
                 vast_id: inst.id as i64,
                 label: row.label.clone(),

@@ -290,6 +290,21 @@ pub fn undone_ends(conn: &Connection, since: Millis, grace: Millis) -> Result<Ve
     Ok(rows)
 }
 
+/// Open launches whose create failed while vast.ai made an instance anyway and whose destroy
+/// of it failed (`fleet::reconcile::ORPHAN_NOTE`): (their note, when launched). Each pass that
+/// lists the instance destroys it again; `doctor` names them meanwhile.
+pub fn open_orphans(conn: &Connection) -> Result<Vec<(String, Millis)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT detail, created_at FROM actions
+          WHERE kind = 'launch' AND outcome = 'intent' AND detail LIKE 'orphan instance %'
+          ORDER BY id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
 /// One row of [`undone_ends`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct UndoneEnd {
@@ -338,7 +353,9 @@ pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
 
 /// Our instances whose last start, stop or destroy that went through is the operator's stop
 /// (`instances stop ID` with `vast.stop_mode = "stop"`): kept stopped on purpose, never
-/// destroyed as stopped too long (a warm spare's disk is the operator's to end).
+/// destroyed as stopped too long (a warm spare's disk is the operator's to end). The same
+/// stop sent again because vast.ai did not do it (`run::undone`, actor `fleetagent`) is
+/// still the operator's.
 pub fn operator_stopped(conn: &Connection) -> Result<Vec<i64>> {
     let mut st = conn.prepare_cached(
         "SELECT DISTINCT a.instance_id FROM actions a
@@ -346,7 +363,8 @@ pub fn operator_stopped(conn: &Connection) -> Result<Vec<i64>> {
             AND a.instance_id IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM actions b
                              WHERE b.instance_id = a.instance_id AND b.id > a.id
-                               AND b.kind IN ('start', 'stop', 'destroy') AND b.outcome = 'ok')",
+                               AND b.kind IN ('start', 'stop', 'destroy') AND b.outcome = 'ok'
+                               AND NOT (b.kind = 'stop' AND b.actor = 'fleetagent'))",
     )?;
     let ids = st
         .query_map([], |r| r.get(0))?
@@ -611,6 +629,10 @@ mod tests {
         act(c, None, ("stop", "failed", "operator"), None, Some(7), 3);
         act(c, None, ("start", "ok", "rules"), None, Some(6), 4);
         act(c, None, ("stop", "ok", "rules"), None, Some(6), 5);
+        assert_eq!(operator_stopped(c).unwrap(), vec![5]);
+        // The same stop sent again because vast.ai did not do it (`run::undone`) is still the
+        // operator's: the warm spare stays kept.
+        act(c, None, ("stop", "ok", "fleetagent"), None, Some(5), 6);
         assert_eq!(operator_stopped(c).unwrap(), vec![5]);
     }
 

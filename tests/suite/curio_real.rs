@@ -137,7 +137,7 @@ fn curio_a_node_without_a_gpu_listing_psprove_is_no_worker() {
     assert!(d.workers_dead(), "{d:?}");
     let note = d.notes.iter().find(|n| {
         n.starts_with(
-            "not counted as workers: main (10.0.0.1:12300) list PSProve but registered no GPU",
+            "no GPU, no PSProve in 6h, so not workers (they list PSProve but cannot take it): main (10.0.0.1:12300)",
         )
     });
     assert!(note.is_some(), "{:?}", d.notes);
@@ -155,7 +155,7 @@ fn curio_a_node_without_a_gpu_listing_psprove_is_no_worker() {
     let d = read(&db);
     assert_eq!(d.workers.len(), 1, "{:?}", d.workers);
     assert!(
-        d.notes.iter().all(|n| !n.starts_with("not counted")),
+        d.notes.iter().all(|n| !n.starts_with("no GPU")),
         "{:?}",
         d.notes
     );

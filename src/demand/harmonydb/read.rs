@@ -460,10 +460,11 @@ fn no_gpu_note(machines: &[Worker]) -> Option<String> {
         };
         format!("{name} ({})", w.host_and_port)
     });
+    // The reason first: the observation keeps a note's first 120 characters.
     Some(format!(
-        "not counted as workers: {} list PSProve but registered no GPU (harmony_machines.gpu = 0) and proved none in {}h, so they cannot take PSProve work",
-        crate::text::first_and_more(names, 3),
-        HISTORY_WINDOW_SECS / 3600
+        "no GPU, no PSProve in {}h, so not workers (they list PSProve but cannot take it): {}",
+        HISTORY_WINDOW_SECS / 3600,
+        crate::text::first_and_more(names, 3)
     ))
 }
 

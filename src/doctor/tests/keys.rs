@@ -42,3 +42,36 @@ fn a_key_refused_on_write_while_the_listing_works_is_named() {
     act("ok", "ok");
     assert!(vast(dir.path()).is_empty());
 }
+
+/// An instance a failed create made, whose destroy failed: `vast` names it while its launch
+/// is open (each pass that lists it destroys it again).
+#[test]
+fn an_orphan_of_a_failed_create_is_named_while_open() {
+    let (dir, s) = test_store(NOW);
+    let config = Config::default();
+    crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 60_000).unwrap();
+    crate::store::actions::insert(
+        &s.conn,
+        &crate::store::actions::NewAction {
+            kind: "launch",
+            outcome: "intent",
+            actor: "rules",
+            label: Some("fleetagent-qwerty-r3-0badf00d"),
+            detail: Some("orphan instance 9: create failed (insufficient bid), vast.ai made the instance anyway, and its destroy failed (HTTP 500): the next pass that lists it destroys it"),
+            ..Default::default()
+        },
+        NOW - 300_000,
+    )
+    .unwrap();
+    let said = check(&run_checks(dir.path(), &config), "vast")
+        .problems
+        .clone();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0]
+            .detail
+            .starts_with("a launch 5m ago: orphan instance 9: create failed"),
+        "{}",
+        said[0].detail
+    );
+}

@@ -306,12 +306,20 @@ fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
         "{}",
         out.stdout
     );
+    let not_done = format!(
+        "instance {ours}: NOT done: vast.ai acknowledged it, but still lists it \"running\": it bills"
+    );
     assert!(
-        out.stderr.contains(&format!(
-            "instance {ours}: vast.ai acknowledged it, but still lists it \"running\": it bills"
-        )),
-        "{}",
+        out.stdout.contains(&not_done) && out.stderr.contains(&not_done),
+        "{}{}",
+        out.stdout,
         out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("destroyed 0 of 1 instance(s) of ours, 1 acknowledged but still listed"),
+        "{}",
+        out.stdout
     );
     assert_eq!(vast.instance_ids(), vec![ours]);
 
