@@ -568,7 +568,17 @@ pub fn llm_loop(
             if invalid.is_empty() {
                 String::new()
             } else {
-                format!(": {}", crate::output::terminal_safe(&invalid.join(", ")))
+                // At most five are named: the rest counted, never silently left out.
+                let more = (out.invalid_calls as usize).saturating_sub(invalid.len());
+                format!(
+                    ": {}{}",
+                    crate::output::terminal_safe(&invalid.join(", ")),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
             }
         );
     }

@@ -30,6 +30,12 @@ pub fn step(
     let Some(mtime) = doorbell_mtime else {
         return Step::Go;
     };
+    // A ring dated over a minute after now was not made by this clock as it reads now (it
+    // stepped back since): no quiet could be measured from it, and the pass waited
+    // max_wait_secs in silence.
+    if mtime > now + crate::store::clock_step::CLOCK_STEP_MS {
+        return Step::Go;
+    }
     let window = cfg.window_secs(priority) as i64 * 1000;
     let quiet_for = now - mtime;
     if quiet_for >= window {
@@ -60,6 +66,20 @@ mod tests {
     #[test]
     fn absent_doorbell_is_quiet() {
         assert_eq!(step(Some(2), None, 0, 0, &cfg()), Step::Go);
+    }
+
+    #[test]
+    fn a_ring_dated_after_a_clock_step_back_is_quiet() {
+        // Two hours ahead: the clock stepped back since; no wait of max_wait_secs.
+        assert_eq!(
+            step(Some(0), Some(7_210_000), 10_000, 10_000, &cfg()),
+            Step::Go
+        );
+        // A few seconds ahead (a coarse mtime): still debounced.
+        assert!(matches!(
+            step(Some(1), Some(12_000), 10_000, 10_000, &cfg()),
+            Step::Wait(_)
+        ));
     }
 
     #[test]
