@@ -19,28 +19,18 @@ use crate::text::{clip, quote};
 
 /// The line for one undone call, as the journal, the agent and `doctor` say it.
 pub fn line(u: &Undone, now: Millis) -> String {
-    if u.orphan {
-        return format!(
-            "instance {} {} was made {} ago by a create vast.ai answered as failed, and its destroy failed: vast.ai lists it {}{}, it bills",
-            u.vast_id,
-            quote(&u.label, LABEL_CHARS),
-            human_duration(now - u.at),
-            u.state,
-            u.dph
-                .map(|d| format!(" at ${}/h", crate::fleet::num(d)))
-                .unwrap_or_default()
-        );
-    }
-    let done = if u.kind == "destroy" {
-        "destroyed"
+    let what = if u.orphan {
+        "was made {ago} ago by a create vast.ai answered as failed, and its destroy failed: vast.ai lists it"
+    } else if u.kind == "destroy" {
+        "was destroyed by us {ago} ago and vast.ai acknowledged it, but vast.ai still lists it"
     } else {
-        "stopped"
+        "was stopped by us {ago} ago and vast.ai acknowledged it, but vast.ai still lists it"
     };
     format!(
-        "instance {} {} was {done} by us {} ago and vast.ai acknowledged it, but vast.ai still lists it {}{}: it bills",
+        "instance {} {} {} {}{}: it bills",
         u.vast_id,
         quote(&u.label, LABEL_CHARS),
-        human_duration(now - u.at),
+        what.replace("{ago}", &human_duration(now - u.at)),
         u.state,
         u.dph
             .map(|d| format!(" at ${}/h", crate::fleet::num(d)))
