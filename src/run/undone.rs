@@ -1,10 +1,10 @@
 //! Stops and destroys of ours that vast.ai acknowledged and that did not take, and instances
 //! a failed create made whose destroy failed (`fleet::reconcile::Undone`): the instance is
-//! still listed, billing. Each pass that finds
-//! one says so at error (and to the agent), and sends the same call again: the decision was
-//! made and acknowledged, so sending it again is no new decision, whoever made it and
-//! whatever the pause says (a panic button's destroy that did not take is the case that
-//! matters most). `doctor`'s `vast` check names them (`store::actions::undone_ends`).
+//! still listed, billing. Each pass that finds one says so at error (and to the agent), and
+//! sends the same call again: the decision was made and acknowledged, so sending it again is
+//! no new decision, whoever made it and whatever the pause says (a panic button's destroy
+//! that did not take is the case that matters most). `doctor`'s `vast` check names them
+//! (`store::actions::undone_ends`, `open_orphans`).
 
 use anyhow::Result;
 use rusqlite::Connection;
