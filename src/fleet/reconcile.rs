@@ -63,9 +63,9 @@ pub struct Undone {
 }
 
 /// How the note of an intent whose create failed while vast.ai made an instance anyway, and
-/// whose destroy of it failed too, begins (then the instance id): the reconciliation that
-/// finds that instance settles the launch `failed` and destroys it ([`Undone::orphan`]),
-/// never adopts it as launched (`policy::launch::after_orphan` writes it).
+/// whose destroy of it failed too, begins (then the instance id): every reconciliation that
+/// lists that instance destroys it again ([`Undone::orphan`]), the launch left open until
+/// the instance is gone, never adopted as launched (`policy::launch::after_orphan` writes it).
 pub const ORPHAN_NOTE: &str = "orphan instance ";
 
 /// The instance id of an [`ORPHAN_NOTE`] note.
@@ -389,7 +389,14 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             row.state_since = now;
         }
         let name = describe(&row);
-        if let Some((kind, at)) = input.our_ends.get(&(inst.id as i64)) {
+        let orphan =
+            intent.filter(|a| a.detail.as_deref().and_then(orphan_of) == Some(inst.id as i64));
+        // An orphan is sent its destroy below, once a pass, whatever ends the ledger holds.
+        let ended = input
+            .our_ends
+            .get(&(inst.id as i64))
+            .filter(|_| orphan.is_none());
+        if let Some((kind, at)) = ended {
             // A destroyed instance listed at all bills (a stopped one its disk); one listed
             // as being destroyed never gets here (`destroying`).
             let undone = match kind.as_str() {
@@ -408,8 +415,6 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 });
             }
         }
-        let orphan =
-            intent.filter(|a| a.detail.as_deref().and_then(orphan_of) == Some(inst.id as i64));
         if let Some(a) = orphan {
             // The create failed and its destroy too: not a launch; destroyed, never adopted.
             // The intent stays open while the instance is listed, so that every pass sends
