@@ -233,22 +233,26 @@ pub fn acknowledged_ends(
     conn: &Connection,
     since: Millis,
 ) -> Result<std::collections::HashMap<i64, (String, Millis)>> {
+    // Found by the (kind, created_at) index and put in order here: `ORDER BY id` made SQLite
+    // walk the whole ledger by id, every pass.
     let mut stmt = conn.prepare_cached(
-        "SELECT instance_id, kind, coalesce(finished_at, created_at) FROM actions
-          WHERE kind IN ('stop', 'destroy', 'start') AND outcome = 'ok'
-            AND instance_id IS NOT NULL AND created_at >= ?1
-          ORDER BY id",
+        "SELECT id, instance_id, kind, coalesce(finished_at, created_at) FROM actions
+          WHERE kind IN ('stop', 'destroy', 'start') AND created_at >= ?1
+            AND outcome = 'ok' AND instance_id IS NOT NULL",
     )?;
+    let mut rows = stmt
+        .query_map(params![since], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Millis>(3)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.sort_unstable_by_key(|r| r.0);
     let mut latest = std::collections::HashMap::new();
-    let rows = stmt.query_map(params![since], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, Millis>(2)?,
-        ))
-    })?;
-    for row in rows {
-        let (id, kind, at) = row?;
+    for (_, id, kind, at) in rows {
         if kind == "start" {
             latest.remove(&id);
         } else {

@@ -14,6 +14,10 @@ use crate::clock::Millis;
 /// A time this far after now was not written by this clock as it reads now.
 pub const CLOCK_STEP_MS: Millis = 60_000;
 
+/// How many of the newest rows of the ledger [`redate_future`] looks at before it changes
+/// anything: more than the passes of a few timer ticks write.
+const NEWEST_ROWS: i64 = 20;
+
 /// What [`redate_future`] changed: rows, and how far ahead the furthest was.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Redated {
@@ -25,16 +29,20 @@ pub struct Redated {
 /// `now`. `None` when there were none.
 pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> {
     let limit = now + CLOCK_STEP_MS;
-    let furthest: Option<Millis> = conn.query_row(
-        "SELECT MAX(t) FROM (
-           SELECT MAX(created_at, COALESCE(finished_at, 0)) AS t FROM actions
-            WHERE created_at > ?1 OR finished_at > ?1
-           UNION ALL
-           SELECT MAX(created_at, state_since, COALESCE(last_seen_at, 0)) FROM instances
-            WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1)",
-        params![limit],
-        |r| r.get(0),
-    )?;
+    // Every pass asks, so it asks cheaply: the newest rows of the ledger and the live
+    // instances (each pass stamps them) are dated ahead after a step, if anything is; the
+    // whole tables are rewritten only then. Reading them whole was 15 % of a simulated week.
+    let furthest: Option<Millis> = conn
+        .prepare_cached(
+            "SELECT MAX(t) FROM (
+               SELECT MAX(created_at, COALESCE(finished_at, 0)) AS t
+                 FROM (SELECT created_at, finished_at FROM actions ORDER BY id DESC LIMIT ?2)
+               UNION ALL
+               SELECT MAX(created_at, state_since, COALESCE(last_seen_at, 0))
+                 FROM instances WHERE gone_at IS NULL)
+             WHERE t > ?1",
+        )?
+        .query_row(params![limit, NEWEST_ROWS], |r| r.get(0))?;
     let Some(furthest) = furthest else {
         return Ok(None);
     };
