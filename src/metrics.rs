@@ -276,9 +276,10 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         unconfirmed,
     ));
     // As the caps count it: an instance listed without a price at the most one may cost.
-    let dph = instances::billing_dph(conn)?
-        + instances::unpriced_billing(conn)? as f64
-            * crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
+    let dph = crate::fleet::money::caps_dph(
+        &instances::live(conn)?,
+        crate::fleet::money::unpriced_dph(config).unwrap_or(0.0),
+    );
     f.push(one(
         "fleetagent_fleet_dollars_per_hour",
         "gauge",

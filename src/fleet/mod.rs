@@ -213,12 +213,7 @@ impl Snapshot {
     /// (launching ones at the price of their offer, outbid ones at theirs), the disk of
     /// stopped ones.
     pub fn fleet_dph(&self) -> f64 {
-        let unpriced = self
-            .instances
-            .iter()
-            .filter(|i| money::is_unpriced(i))
-            .count();
-        dph_of(&self.instances) + unpriced as f64 * self.unpriced_dph
+        money::caps_dph(&self.instances, self.unpriced_dph)
     }
 
     /// Instances that take a slot under `max_instances` (all but stopped ones).

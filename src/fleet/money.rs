@@ -43,6 +43,14 @@ pub fn unpriced_dph(config: &Config) -> Option<f64> {
         .or(config.policy.max_dph_total)
 }
 
+/// $/h of `rows` as the money caps count it: [`dph_of`], and each instance that bills with no
+/// price from vast.ai ([`is_unpriced`]) at `unpriced_dph` ([`unpriced_dph`]), never at $0.
+/// The snapshot's, `inspect`'s and the metrics' figure.
+pub fn caps_dph(rows: &[InstanceRow], unpriced_dph: f64) -> f64 {
+    let unpriced = rows.iter().filter(|i| is_unpriced(i)).count();
+    dph_of(rows) + unpriced as f64 * unpriced_dph
+}
+
 /// Which caps the billing part of `rows` is over, with its figures: `max_instances (4, cap
 /// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both; None within them. Only what a stop
 /// can take away counts: a stopped instance's disk does not.
@@ -102,6 +110,32 @@ mod tests {
     use crate::fleet::state::*;
 
     const DAY_MS: Millis = 86_400_000;
+
+    /// The live rows as the table holds them, priced as the caps count them: only billing
+    /// ones at their price, a stopped one at its disk (none here), a gone one nothing, one
+    /// with no price at the most one may cost (the metrics' figure; it was SQL of its own).
+    #[test]
+    fn live_rows_are_priced_as_the_caps_count_them() {
+        let (_dir, s) = crate::store::test_store(0);
+        let live = || crate::store::instances::live(&s.conn).unwrap();
+        assert_eq!(caps_dph(&live(), 0.9), 0.0);
+        let mut gone = row("d", Some(4), GONE, 8.0);
+        gone.gone_at = Some(1);
+        for r in [
+            row("a", Some(1), PROVING, 0.5),
+            row("b", Some(2), PROVING, 0.25),
+            row("c", Some(3), STOPPED, 4.0),
+            gone,
+            row("e", Some(5), BOOTED, 0.125),
+        ] {
+            crate::store::instances::upsert(&s.conn, &r).unwrap();
+        }
+        assert_eq!(caps_dph(&live(), 0.9), 0.875);
+        let mut unpriced = row("f", Some(6), BOOTED, 0.0);
+        unpriced.dph = None;
+        crate::store::instances::upsert(&s.conn, &unpriced).unwrap();
+        assert_eq!(caps_dph(&live(), 0.9), 1.775);
+    }
 
     #[test]
     fn nothing_spent_is_zero_not_minus_zero() {

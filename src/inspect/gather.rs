@@ -115,7 +115,13 @@ pub fn build(
                 storage_dph: i.storage_dph,
             })
             .collect(),
-        fleet_dph: (fleet_dph(&fleet, config) * 1000.0).round() / 1000.0 + 0.0,
+        fleet_dph: (crate::fleet::money::caps_dph(
+            &fleet,
+            crate::fleet::money::unpriced_dph(config).unwrap_or(0.0),
+        ) * 1000.0)
+            .round()
+            / 1000.0
+            + 0.0,
         unpriced: fleet
             .iter()
             .filter(|r| crate::fleet::money::is_unpriced(r))
@@ -269,15 +275,4 @@ fn operator_view(store: &Store, session_id: i64) -> Result<Vec<OperatorView>> {
             })
             .collect(),
     )
-}
-
-/// The fleet's $/h as the money guardrail counts it: an instance vast.ai lists without a
-/// price at the most one may cost (`fleet::money::unpriced_dph`), never at $0.
-pub fn fleet_dph(fleet: &[crate::store::instances::InstanceRow], config: &Config) -> f64 {
-    let unpriced = fleet
-        .iter()
-        .filter(|r| crate::fleet::money::is_unpriced(r))
-        .count();
-    crate::fleet::dph_of(fleet)
-        + unpriced as f64 * crate::fleet::money::unpriced_dph(config).unwrap_or(0.0)
 }

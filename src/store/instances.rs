@@ -215,28 +215,6 @@ pub fn unconfirmed_launches(conn: &Connection, listed_ok_at: Option<Millis>) -> 
 /// longer counted as on its way: vast.ai lists a create at once.
 pub const UNSEEN_LAUNCH_MS: Millis = 60_000;
 
-/// Instances that bill with no price from vast.ai (`fleet::money::is_unpriced`).
-pub fn unpriced_billing(conn: &Connection) -> Result<i64> {
-    Ok(conn.query_row(
-        "SELECT COUNT(*) FROM instances
-          WHERE gone_at IS NULL AND state NOT IN ('stopped', 'gone') AND dph IS NULL",
-        [],
-        |r| r.get(0),
-    )?)
-}
-
-/// What the instances that bill cost per hour, in dollars: the full price of those not gone
-/// nor stopped (outbid bids included), the disk of stopped ones.
-pub fn billing_dph(conn: &Connection) -> Result<f64> {
-    Ok(conn.query_row(
-        "SELECT COALESCE(SUM(CASE WHEN state = 'stopped' THEN COALESCE(storage_dph, 0)
-                                  ELSE COALESCE(dph, 0) END), 0)
-           FROM instances WHERE gone_at IS NULL AND state <> 'gone'",
-        [],
-        |r| r.get(0),
-    )?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,10 +246,9 @@ mod tests {
     }
 
     #[test]
-    fn live_instances_counted_by_state_and_only_billing_ones_priced() {
+    fn live_instances_counted_by_state() {
         let (_dir, s) = test_store(0);
         assert!(count_by_state(&s.conn).unwrap().is_empty());
-        assert_eq!(billing_dph(&s.conn).unwrap(), 0.0);
         for i in [
             instance("a", State::Proving, 0.5, None),
             instance("b", State::Proving, 0.25, None),
@@ -289,6 +266,5 @@ mod tests {
                 ("stopped".into(), 1),
             ]
         );
-        assert_eq!(billing_dph(&s.conn).unwrap(), 0.875);
     }
 }
