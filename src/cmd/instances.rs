@@ -349,16 +349,12 @@ fn still_listed(
     stopped: Option<i64>,
     dry_run: bool,
 ) -> usize {
-    let Some(vast) = services
-        .vast
-        .as_ref()
-        .filter(|_| !dry_run && !ids.is_empty())
-    else {
+    if dry_run || ids.is_empty() {
         return 0;
-    };
+    }
     let listed = || -> Option<Vec<(i64, String)>> {
-        vast.ask_again();
-        let list = vast.list_instances().ok()?;
+        ask_again(services);
+        let list = observe::list_ours(services).0?;
         Some(
             list.iter()
                 .filter(|i| ids.contains(&(i.id as i64)))
