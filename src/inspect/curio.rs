@@ -32,6 +32,9 @@ pub struct DemandView {
     pub measured_rates: BTreeMap<String, f64>,
     pub read_at: Option<String>,
     pub error: Option<String>,
+    /// Parts of the last successful reading that could not be read, or that it left out and
+    /// why (`Demand::notes`: a missing grant, a column of a later Curio, a GPU-less node).
+    pub notes: Vec<String>,
 }
 
 /// One GPU model: the rate learned from our workers beside the configured one, and which
@@ -85,6 +88,7 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
             measured_rates: measured.clone(),
             read_at: read_at.filter(|_| d.is_some()).map(rfc3339),
             error: last_error,
+            notes: d.map(|d| d.notes.clone()).unwrap_or_default(),
         }
     });
     // Every GPU configured, pinned or measured.
@@ -186,6 +190,9 @@ pub fn render(demand: Option<&DemandView>, rates: &[RateView], identity: &[Strin
                     "  last probe FAILED: {}",
                     crate::text::clip(e, 200)
                 ));
+            }
+            for note in &d.notes {
+                out.push(format!("  note: {}", crate::text::clip(note, 200)));
             }
         }
     }

@@ -110,7 +110,8 @@ fn proofshare_disabled_launches_nothing_and_says_so() {
     r.demand(
         json!({"pending": 5, "running": 0, "completed_1h": 0, "completed_15m": 0,
         "ps_waiting": 4, "stale_waiting": 4, "stale_oldest_secs": 400_000,
-        "proofshare_enabled": false, "request_loop": "none"}),
+        "proofshare_enabled": false, "request_loop": "none",
+        "notes": ["curio.harmony_machines.unschedulable does not exist (a Curio before its migration 20250111-machine-maintenance)"]}),
     );
     r.pass();
     r.pass();
@@ -124,7 +125,14 @@ fn proofshare_disabled_launches_nothing_and_says_so() {
     let v = r.f.inspect();
     assert_eq!(v["demand"]["proofshare_enabled"], false);
     assert_eq!(v["demand"]["request_loop"], "none");
+    // What the reading could not read is in inspect too, not only in the observation.
+    let note = "curio.harmony_machines.unschedulable does not exist";
+    assert!(
+        v["demand"]["notes"][0].as_str().unwrap_or_default().starts_with(note),
+        "{v:#}"
+    );
     let text = r.f.cmd(&["inspect"]).ok().stdout;
+    assert!(text.contains(&format!("  note: {note}")), "{text}");
     assert!(
         text.contains("proofshare DISABLED (no work will come)"),
         "{text}"
