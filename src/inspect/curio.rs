@@ -32,8 +32,9 @@ pub struct DemandView {
     pub measured_rates: BTreeMap<String, f64>,
     pub read_at: Option<String>,
     pub error: Option<String>,
-    /// Parts of the last successful reading that could not be read, or that it left out and
-    /// why (`Demand::notes`: a missing grant, a column of a later Curio, a GPU-less node).
+    /// Not serialised: DESIGN.md names `demand`'s fields; `inspect --json` carries these
+    /// beside it as `demand_notes`.
+    #[serde(skip)]
     pub notes: Vec<String>,
 }
 

@@ -145,6 +145,11 @@ pub fn build(
         // The floor's note too: a pass it decided after an empty or cut answer showed the
         // model's answer of passes before.
         last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules", "floor"])?,
+        demand_notes: curio
+            .demand
+            .as_ref()
+            .map(|d| d.notes.clone())
+            .unwrap_or_default(),
         demand: curio.demand,
         gpu_rates: curio.rates,
         worker_identity: curio.worker_identity,

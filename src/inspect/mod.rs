@@ -167,6 +167,9 @@ pub struct Report {
     pub last_decision: Option<String>,
     /// The last demand reading (DESIGN.md's fields; null before any attempt).
     pub demand: Option<curio::DemandView>,
+    /// What the last successful reading could not read or left out, and why (`Demand::notes`:
+    /// a missing grant, a column of a later Curio, a node without a GPU that lists PSProve).
+    pub demand_notes: Vec<String>,
     /// Per GPU model: the learned proofs/h beside the configured, and which is used.
     pub gpu_rates: Vec<curio::RateView>,
     /// Two of our instances behind one Curio machine; one running with no worker.

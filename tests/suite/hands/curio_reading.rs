@@ -128,7 +128,10 @@ fn proofshare_disabled_launches_nothing_and_says_so() {
     // What the reading could not read is in inspect too, not only in the observation.
     let note = "curio.harmony_machines.unschedulable does not exist";
     assert!(
-        v["demand"]["notes"][0].as_str().unwrap_or_default().starts_with(note),
+        v["demand_notes"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(note),
         "{v:#}"
     );
     let text = r.f.cmd(&["inspect"]).ok().stdout;
