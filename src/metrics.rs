@@ -146,6 +146,14 @@ fn operations(
         "1 when the last vast.ai listing succeeded, 0 when it failed (or none has been made: no key).",
         ops::vast_health(conn)?.ok() as u8 as f64,
     ));
+    f.push(maybe(
+        "fleetagent_clock_skew_seconds",
+        "gauge",
+        "This host's clock less vast.ai's (the Date of its answers) as the last listing that worked measured it (seconds; positive: this host ahead); no sample before one measured it.",
+        ops::vast_health(conn)?
+            .clock_skew_ms
+            .map(|ms| ms as f64 / 1000.0),
+    ));
     let (_, reading_at) = crate::store::curio::last_reading(conn)?;
     f.push(maybe(
         "fleetagent_demand_age_seconds",

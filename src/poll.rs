@@ -180,8 +180,14 @@ pub fn poll(
     if services.vast.is_some() {
         use crate::store::ops;
         let result = listing_error.as_deref().map_or(Ok(()), Err);
-        if ops::listing_changes(&ops::vast_health(&store.conn)?, result) {
+        let health = ops::vast_health(&store.conn)?;
+        if ops::listing_changes(&health, result) {
             ops::record_listing(&store.conn, result, clock.now_ms())?;
+        }
+        if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
+            if crate::store::clock_step::skew_changed(health.clock_skew_ms, skew) {
+                ops::record_clock_skew(&store.conn, skew)?;
+            }
         }
     }
     problems.demand = demand_error;

@@ -98,7 +98,9 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
         Err(e) => return vec![unreadable("vast.ai's health", &e)],
     };
     let Some(error) = h.error else {
-        return key_refused_on_write(conn, now);
+        let mut out = key_refused_on_write(conn, now);
+        out.extend(clock_skew(&h));
+        return out;
     };
     let since = h
         .error_at
@@ -125,6 +127,17 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
         .fix("check vast.ai's status and the network from this host (`fleetagent instances list` asks once); vast.base_url and vast.timeout_secs")
     };
     vec![p.since(h.error_at)]
+}
+
+/// This host's clock more than a minute off vast.ai's, as the last listing that worked
+/// measured it.
+fn clock_skew(h: &ops::VastHealth) -> Option<Problem> {
+    let line = crate::store::clock_step::skew_line(h.clock_skew_ms?)?;
+    Some(
+        Problem::new(line)
+            .fix("`timedatectl` shows whether the clock is synchronised; `timedatectl set-ntp true` (or chrony) sets it right; the next pass measures it again")
+            .since(h.ok_at),
+    )
 }
 
 /// The listing works, but vast.ai refused the key on a launch, stop or destroy (within a day,

@@ -46,6 +46,7 @@ pub fn observe(
     let (listing, listing_error) = list_ours(services);
     let (listing, listing_error) =
         super::vanished::confirm(&store.conn, services, listing, listing_error)?;
+    let skew = clock_skew(services, listing_error.as_deref());
     let fil_usd = services.fil_usd.as_ref().map(|s| {
         s.fil_usd().map_err(|e| {
             anyhow::anyhow!(crate::secrets::redact_all(
@@ -112,6 +113,9 @@ pub fn observe(
     // `NO_VAST_KEY` (`list_ours`): recorded as a failed listing, so `fleetagent_vast_ok` reads
     // 0 (an earlier success must not keep it at 1 after the key was lost).
     crate::store::ops::record_listing(&tx, listing_error.as_deref().map_or(Ok(()), Err), now)?;
+    if let Some(skew) = skew {
+        record_skew(&tx, run_id, skew, now)?;
+    }
     let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
     for (_, machine, line) in &rec.overbilled {
         crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
@@ -157,6 +161,32 @@ pub fn observe(
         super::undone::send_again(&store.conn, services, run_id, &undone, clock.now_ms())?;
     }
     Ok(snapshot)
+}
+
+/// This host's clock less vast.ai's, as this process's last answer from vast.ai gave it,
+/// when the listing worked: `Some(None)` when that answer had no `Date`; None when the listing
+/// failed (the last measurement stands).
+pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Option<Millis>> {
+    let vast = services.vast.as_ref()?;
+    listing_error
+        .is_none()
+        .then(|| vast.server_clock().map(|c| c.skew_ms()))
+}
+
+/// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is
+/// said at warning every pass, and to the agent when it begins.
+fn record_skew(conn: &Connection, run_id: i64, skew: Option<Millis>, now: Millis) -> Result<()> {
+    use crate::store::clock_step::skew_line;
+    let before = ops::vast_health(conn)?.clock_skew_ms;
+    ops::record_clock_skew(conn, skew)?;
+    let Some(line) = skew.and_then(skew_line) else {
+        return Ok(());
+    };
+    crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+    if before.and_then(skew_line).is_none() {
+        events::insert_claimed(conn, run_id, 1, "lifecycle", &line, now)?;
+    }
+    Ok(())
 }
 
 /// What an operator's `instances stop` judges a stop on, outside a pass and without writing

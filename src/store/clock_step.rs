@@ -64,6 +64,41 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
     }))
 }
 
+/// This host's clock and vast.ai's (its answers' `Date`) further apart than this are named:
+/// more than a slow answer and `Date`'s truncation to the second could make.
+pub const CLOCK_SKEW_MAX_MS: Millis = 60_000;
+
+/// The skew beyond [`CLOCK_SKEW_MAX_MS`] as one line for the journal, the agent and `doctor`;
+/// None within it.
+pub fn skew_line(skew_ms: Millis) -> Option<String> {
+    if skew_ms.abs() <= CLOCK_SKEW_MAX_MS {
+        return None;
+    }
+    let by = crate::clock::human_duration(skew_ms.abs());
+    let (side, step) = if skew_ms > 0 {
+        ("ahead of", "back")
+    } else {
+        ("behind", "forward")
+    };
+    Some(format!(
+        "this host's clock is {by} {side} vast.ai's (the Date of its answers): the ages fleetagent takes from vast.ai (an adopted instance's, `instances list`'s) are off by that much, and when the clock is set right its step {step} moves the launch window, policy.min_rental_mins, policy.stuck_loading_mins and vast.stopped_max_hours by {by}{}; set the clock right (timedatectl; an NTP client such as systemd-timesyncd or chrony)",
+        if skew_ms < 0 {
+            " (they end early: instances stopped or relaunched before their time)"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// Two measurements of the skew that an operator would not tell apart (a slow answer,
+/// `Date`'s truncation): `poll` writes only a change beyond it.
+pub fn skew_changed(before: Option<Millis>, now: Option<Millis>) -> bool {
+    match (before, now) {
+        (Some(a), Some(b)) => (a - b).abs() > 5_000,
+        (a, b) => a.is_some() != b.is_some(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +151,30 @@ mod tests {
             assert_eq!(at(table, "ahead"), now);
         }
         assert_eq!(redate_future(&s.conn, now).unwrap(), None);
+    }
+
+    #[test]
+    fn a_skew_over_a_minute_is_named_with_its_side_and_what_it_moves() {
+        assert_eq!(skew_line(CLOCK_SKEW_MAX_MS), None);
+        assert_eq!(skew_line(-1_500), None, "a slow answer, Date's truncation");
+        let ahead = skew_line(3_600_000).unwrap();
+        assert!(
+            ahead.starts_with("this host's clock is 1h00m ahead of vast.ai's"),
+            "{ahead}"
+        );
+        assert!(
+            ahead.contains("its step back moves the launch window"),
+            "{ahead}"
+        );
+        let behind = skew_line(-150_000).unwrap();
+        assert!(
+            behind.starts_with("this host's clock is 2m behind vast.ai's"),
+            "{behind}"
+        );
+        assert!(behind.contains("its step forward moves") && behind.contains("end early"));
+        assert!(!skew_changed(Some(90_000), Some(91_500)));
+        assert!(skew_changed(Some(90_000), Some(10)));
+        assert!(skew_changed(None, Some(10)) && skew_changed(Some(10), None));
+        assert!(!skew_changed(None, None));
     }
 }

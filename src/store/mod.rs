@@ -47,6 +47,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0008_ha.sql"),
     include_str!("../../sql/0009_day_hours.sql"),
     include_str!("../../sql/0010_sim_config.sql"),
+    include_str!("../../sql/0011_clock_skew.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -176,6 +176,9 @@ pub struct VastHealth {
     pub error: Option<String>,
     /// When the failures began: the first failed listing since the last success.
     pub error_at: Option<Millis>,
+    /// This host's clock less vast.ai's, as the last listing that worked measured it (None:
+    /// not measured: no `Date` in its answer).
+    pub clock_skew_ms: Option<Millis>,
 }
 
 impl VastHealth {
@@ -187,16 +190,26 @@ impl VastHealth {
 
 pub fn vast_health(conn: &Connection) -> Result<VastHealth> {
     Ok(conn.query_row(
-        "SELECT vast_ok_at, vast_error, vast_error_at FROM agent_state WHERE id = 1",
+        "SELECT vast_ok_at, vast_error, vast_error_at, vast_clock_skew_ms
+           FROM agent_state WHERE id = 1",
         [],
         |r| {
             Ok(VastHealth {
                 ok_at: r.get(0)?,
                 error: r.get(1)?,
                 error_at: r.get(2)?,
+                clock_skew_ms: r.get(3)?,
             })
         },
     )?)
+}
+
+/// Record this host's clock against vast.ai's as a listing that worked measured it (None:
+/// its answer had no `Date`).
+pub fn record_clock_skew(conn: &Connection, skew_ms: Option<Millis>) -> Result<()> {
+    conn.prepare_cached("UPDATE agent_state SET vast_clock_skew_ms = ?1 WHERE id = 1")?
+        .execute(params![skew_ms])?;
+    Ok(())
 }
 
 /// Record a listing's result: `Ok(())` clears the error, `Err(msg)` records the newest

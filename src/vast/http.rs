@@ -66,6 +66,8 @@ pub struct HttpVastClient {
     /// Set by the first API request left unanswered (a timeout): every later call fails at
     /// once with [`VastError::Unanswered`] instead of waiting again.
     unanswered: Mutex<Option<String>>,
+    /// vast.ai's clock as its last API answer with a `Date` gave it.
+    server_clock: Mutex<Option<super::ServerClock>>,
     /// When this client last sent a create (vast.ai's create spacing); held for a whole
     /// create so creates from several threads of one process queue up behind it.
     create_gate: CreateGate,
@@ -143,6 +145,7 @@ impl HttpVastClient {
             agent: config.build().into(),
             timeout,
             unanswered: Mutex::new(None),
+            server_clock: Mutex::new(None),
             create_gate: CreateGate::new(),
             destroy_gap: Spacer::new(DESTROY_SPACING),
         }
@@ -232,6 +235,17 @@ impl HttpVastClient {
         };
         let mut response = result.map_err(|e| self.transport_failure(e, limit))?;
         let status = response.status().as_u16();
+        if bearer.is_some() {
+            // vast.ai's own answers (a log object is another server's): its clock, for a
+            // host whose own stepped (`run::observe`, `doctor`).
+            let date = response.headers().get("date").and_then(|v| v.to_str().ok());
+            if let Some(server_ms) = date.and_then(super::http_date_ms) {
+                let host_ms = self.clock.now_ms();
+                if let Ok(mut c) = self.server_clock.lock() {
+                    *c = Some(super::ServerClock { host_ms, server_ms });
+                }
+            }
+        }
         let retry_after = response
             .headers()
             .get("retry-after")
@@ -517,6 +531,10 @@ impl VastClient for HttpVastClient {
     /// Every page of `GET /api/v1/instances/` (25 rows each, ordered by id), following
     /// `next_token` until it is null or empty. The deprecated v0 list is never used, and a
     /// 410 anywhere is [`VastError::Deprecated`], never "no instances".
+    fn server_clock(&self) -> Option<super::ServerClock> {
+        self.server_clock.lock().ok().and_then(|c| *c)
+    }
+
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
         let mut out: Vec<Instance> = Vec::new();
         let mut ids = HashSet::new();

@@ -172,6 +172,32 @@ impl VastError {
     }
 }
 
+/// vast.ai's clock as an answer gave it (its HTTP `Date`, to the second), beside this host's
+/// clock when that answer came: an outside clock for a host whose own stepped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerClock {
+    /// This host's clock when the answer came.
+    pub host_ms: crate::clock::Millis,
+    /// The answer's `Date`.
+    pub server_ms: crate::clock::Millis,
+}
+
+impl ServerClock {
+    /// How far this host's clock is ahead of vast.ai's (negative: behind). It includes the
+    /// answer's way back and `Date`'s truncation to the second (under 2 s on a sound link).
+    pub fn skew_ms(&self) -> crate::clock::Millis {
+        self.host_ms - self.server_ms
+    }
+}
+
+/// The HTTP `Date` of an answer (IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`), in ms; None
+/// when it is not one.
+pub fn http_date_ms(value: &str) -> Option<crate::clock::Millis> {
+    chrono::DateTime::parse_from_rfc2822(value.trim())
+        .ok()
+        .map(|d| d.timestamp_millis())
+}
+
 pub trait VastClient: Send + Sync {
     fn search_offers(&self, query: &OfferQuery) -> Result<Vec<Offer>, VastError>;
     /// Rent an offer; returns the new instance id (`new_contract`). Never retried blindly
@@ -198,4 +224,9 @@ pub trait VastClient: Send + Sync {
     /// sent (and waited for) again: for an operator's own destroy, which must be tried even
     /// after the listing hung. A pass never calls it: one hung vast.ai costs a pass one wait.
     fn ask_again(&self) {}
+    /// vast.ai's clock as its last answer of this process gave it (None: no answer with a
+    /// `Date` yet, or a client without one, as the simulator's).
+    fn server_clock(&self) -> Option<ServerClock> {
+        None
+    }
 }

@@ -209,18 +209,24 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
             .map(|h| h.value.as_str().to_string());
         let method = rq.method().as_str().to_uppercase();
         let url = rq.url().to_string();
-        let outcome = state.lock().unwrap_or_else(|e| e.into_inner()).handle(
-            &method,
-            &url,
-            body,
-            authorization,
-        );
+        let (outcome, now_ms) = {
+            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            let now_ms = st.clock.now_ms();
+            (st.handle(&method, &url, body, authorization), now_ms)
+        };
         match outcome {
             Outcome::Hold => held.push(rq),
             Outcome::Reply(r) => {
                 let mut resp = Response::from_string(r.body).with_status_code(r.status);
                 if let Ok(h) = Header::from_bytes("Content-Type", r.content_type.as_bytes()) {
                     resp.add_header(h);
+                }
+                // vast.ai's clock is the fake's (tiny_http's own would be the host's).
+                if let Some(date) = chrono::DateTime::from_timestamp_millis(now_ms) {
+                    let date = date.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+                    if let Ok(h) = Header::from_bytes("Date", date.as_bytes()) {
+                        resp.add_header(h);
+                    }
                 }
                 if let Some(ra) = r.retry_after {
                     if let Ok(h) = Header::from_bytes("Retry-After", ra.as_bytes()) {

@@ -623,11 +623,14 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             + &profit("-1.5x279 _ -1.5x19")
             + "      - series: 'fleetagent_metrics_timestamp_seconds{instance=\"gone\",job=\"node\"}'\n        values: '1x250 _x49'\n"
             + "      - series: 'fleetagent_price_known{instance=\"u\",job=\"node\"}'\n        values: '1x300'\n"
-            + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"u\",job=\"node\"}'\n        values: '1.2x300'\n",
+            + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"u\",job=\"node\"}'\n        values: '1.2x300'\n"
+            // Host "k": its clock an hour ahead of vast.ai's all day.
+            + "      - series: 'fleetagent_clock_skew_seconds{instance=\"k\",job=\"node\"}'\n        values: '3600x300'\n",
         d1 = firing_at(
             1440,
             &[
                 ("FleetagentActionsFailing", "c"),
+                ("FleetagentClockSkew", "k"),
                 ("FleetagentFloorOverrulesModel", "c"),
                 ("FleetagentLosingMoney", "c"),
                 ("FleetagentMetricsMissing", ""),

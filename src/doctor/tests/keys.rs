@@ -75,3 +75,28 @@ fn an_orphan_of_a_failed_create_is_named_while_open() {
         said[0].detail
     );
 }
+
+/// This host's clock more than a minute off vast.ai's (the last listing that worked measured
+/// it): named by the `vast` check, with the fix; within a minute, or unmeasured, nothing.
+#[test]
+fn a_host_clock_off_vast_ais_is_named() {
+    let (dir, s) = test_store(NOW);
+    let config = Config::default();
+    crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 60_000).unwrap();
+    let vast = |dir: &Path| check(&run_checks(dir, &config), "vast").problems.clone();
+    for skew in [None, Some(-2_000), Some(59_000)] {
+        crate::store::ops::record_clock_skew(&s.conn, skew).unwrap();
+        assert!(vast(dir.path()).is_empty(), "{skew:?}");
+    }
+    crate::store::ops::record_clock_skew(&s.conn, Some(-7_200_000)).unwrap();
+    let said = vast(dir.path());
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0]
+            .line()
+            .starts_with("this host's clock is 2h00m behind vast.ai's"),
+        "{}",
+        said[0].line()
+    );
+    assert!(said[0].line().contains("fix: `timedatectl`"));
+}

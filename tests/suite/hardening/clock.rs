@@ -76,3 +76,41 @@ fn launches_dated_after_a_clock_step_back_count_from_now_and_spacing_waits_one_g
     let retry = v["retry_after_secs"].as_u64().unwrap();
     assert!(retry > 0 && retry <= 900, "{v}");
 }
+
+/// vast.ai's clock, as the `Date` of its answers, two hours behind this host's.
+struct VastBehind;
+
+impl fleetagent::clock::Clock for VastBehind {
+    fn now_ms(&self) -> fleetagent::clock::Millis {
+        fleetagent::clock::SystemClock.now_ms() - 7_200_000
+    }
+    fn sleep(&self, d: std::time::Duration) {
+        fleetagent::clock::SystemClock.sleep(d)
+    }
+}
+
+/// This host's clock two hours off vast.ai's: a pass says so at warning (every pass) and to
+/// the agent (once, when it begins), and `doctor` names it, so that the step that sets it
+/// right (which moves the launch window and the rental protections) is no surprise.
+#[test]
+fn a_host_clock_off_vast_ais_is_said_and_named_by_doctor() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start(std::sync::Arc::new(VastBehind));
+    let f = rig(&llm, &vast, "", "");
+    let said = "this host's clock is 2h00m ahead of vast.ai's (the Date of its answers)";
+    for _ in 0..2 {
+        f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+        let out = f.cmd(&["run"]).ok();
+        assert!(out.stderr.contains(said), "{}", out.stderr);
+    }
+    let told: i64 = f.count(
+        "SELECT COUNT(*) FROM events WHERE kind = 'lifecycle'
+          AND reason LIKE 'this host''s clock is 2h00m ahead of vast.ai''s%'",
+    );
+    assert_eq!(told, 1, "the agent is told when it begins");
+    let doctor = f.cmd(&["doctor"]);
+    assert!(doctor.stdout.contains(said), "{}", doctor.stdout);
+    let skew: i64 = f.count("SELECT vast_clock_skew_ms FROM agent_state");
+    assert!((7_199_000..7_203_000).contains(&skew), "{skew}");
+}

@@ -496,6 +496,21 @@ fn migrations_from_every_earlier_version_keep_every_row() {
         let out = f.cmd(&["run"]);
         if simulated {
             assert_eq!(out.code, 1, "from version {from}: {}", out.stderr);
+            if from < latest {
+                // `run` refuses it before opening it: untouched. `init` opens it, which
+                // migrates it, and then refuses it too.
+                let v: i64 = f
+                    .db()
+                    .query_row("PRAGMA user_version", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(v, from, "run left a simulation's database as it was");
+                let out = f.cmd(&["init"]);
+                assert!(
+                    out.code == 1 && out.stderr.contains("is a simulation's database"),
+                    "from version {from}: {}",
+                    out.stderr
+                );
+            }
         } else {
             assert_eq!(out.code, 0, "from version {from}: {}", out.stderr);
         }
