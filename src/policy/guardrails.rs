@@ -59,6 +59,9 @@ pub enum Refusal {
     /// The operator paused the agent (`fleetagent pause`): nobody but the operator launches
     /// or stops until `resume` (or the pause's end).
     Paused(crate::store::ops::Pause),
+    /// An operator stop began a hold (`fleet::OperatorHold`) after the rules or the floor
+    /// planned this pass: their launches that had not gone yet are not sent.
+    OperatorHold(crate::fleet::OperatorHold),
     /// With a known price, the offer's cost per proof leaves less than `policy.min_margin`
     /// of the revenue per proof (`among`: no offer id was asked for, and none of this many
     /// offers is profitable; the offer named is the cheapest per proof).
@@ -95,6 +98,7 @@ impl Refusal {
             Refusal::DemandUnknown { .. } => "demand_unknown",
             Refusal::Unprofitable(_) => "unprofitable",
             Refusal::Paused(_) => "paused",
+            Refusal::OperatorHold(_) => "operator_hold",
         }
     }
 
@@ -155,6 +159,17 @@ impl Refusal {
                     ),
                 })
             }
+            Refusal::OperatorHold(h) => json!({
+                "stopped_at": crate::clock::rfc3339(h.stopped_at),
+                "instance_id": h.instance_id,
+                "until": crate::clock::rfc3339(h.until),
+                "message": format!(
+                    "the operator stopped instance {} at {}, after this pass planned its launches: the rules and the floor launch nothing until {} (policy.operator_hold_mins) unless the operator resumes or sends a message",
+                    h.instance_id.map_or("-".to_string(), |i| i.to_string()),
+                    crate::clock::rfc3339(h.stopped_at),
+                    crate::clock::rfc3339(h.until)
+                ),
+            }),
             Refusal::DemandUnknown { why } => json!({
                 "message": format!("demand is unknown ({why}): the fleet is held as it is; nothing is launched until the probe reads Curio again"),
             }),

@@ -220,7 +220,7 @@ pub struct Answer {
 
 impl Answer {
     /// A guardrail's refusal, recorded `refused` with the refusal's JSON as detail.
-    fn refused(ask: &Ask, r: &Refusal, offer_id: Option<u64>) -> Answer {
+    pub fn refused(ask: &Ask, r: &Refusal, offer_id: Option<u64>) -> Answer {
         let result = r.to_result();
         Answer {
             record: Some(ask.entry("refused", offer_id, result.content.to_string())),

@@ -12,8 +12,8 @@ use crate::config::Config;
 use crate::demand::Demand;
 use crate::fleet::rates::measure;
 use crate::fleet::{
-    is_billing_state, reconcile, spend_since, work_waiting_since, OperatorHold, ReconcileInput,
-    Reconciled, Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
+    is_billing_state, reconcile, spend_since, work_waiting_since, ReconcileInput, Reconciled,
+    Snapshot, INTENT_GRACE_MS, NO_VAST_KEY,
 };
 use crate::services::Services;
 use crate::store::actions;
@@ -550,26 +550,7 @@ fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::fleet::day::Ce
     )
 }
 
-/// The operator hold in force at `now` (`fleet::OperatorHold`): the operator's latest stop
-/// of one of ours within `policy.operator_hold_mins`, with no `resume` nor operator
-/// `message` since.
-pub fn operator_hold(
-    conn: &Connection,
-    config: &Config,
-    now: Millis,
-) -> Result<Option<OperatorHold>> {
-    let mins = config.policy.operator_hold_mins;
-    if mins == 0 {
-        return Ok(None);
-    }
-    let since = now - (mins as Millis).saturating_mul(60_000);
-    let stop = actions::last_operator_stop_since(conn, since)?;
-    let spoke = match &stop {
-        Some(s) => events::any_of_kinds_since(conn, &["resume", "message"], s.at)?,
-        None => false,
-    };
-    Ok(OperatorHold::in_force(stop, spoke, mins, now))
-}
+pub use crate::tools::brake::operator_hold;
 
 /// The price of a proof at this ask price over the stored FIL/USD cache (which is returned
 /// too), or why it is unknown: what a pass resolves and the readers outside one show.

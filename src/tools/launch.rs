@@ -76,7 +76,8 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
     let config = ctx.config;
     let now = ctx.clock.now_ms();
     // Read at the call, not at the observation: a pause (or `instances stop --all`) pressed
-    // while this pass runs holds its remaining calls.
+    // while this pass runs holds its remaining calls (and `brake` asks again before each
+    // create, the client once more when the create could go).
     ctx.snapshot.paused = crate::store::ops::paused(&ctx.store.conn, now)?;
     let ask = plan::Ask::new(
         ctx.snapshot,
@@ -88,6 +89,9 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
     );
     let prev = actions::launch_by_label(&ctx.store.conn, &ask.label)?;
     if let Some(a) = plan::gate(&ask, config, prev.as_ref()) {
+        return answer(ctx, reason, a, now);
+    }
+    if let Some(a) = braked(ctx, &ask, offer_id, now)? {
         return answer(ctx, reason, a, now);
     }
     let Some(vast) = ctx.services.vast.clone() else {
@@ -133,6 +137,10 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
             Err(a) => return answer(ctx, reason, *a, now),
         };
         create.request.image_login = image_login.clone();
+        // The search (up to vast.timeout_secs) or a taken offer's retry took time.
+        if let Some(a) = braked(ctx, &ask, offer_id, ctx.clock.now_ms())? {
+            return answer(ctx, reason, a, now);
+        }
         let (result, taken) = rent(ctx, vast.as_ref(), &ask, &create, reason)?;
         if !taken || offer_id.is_some() || attempt > plan::TAKEN_RETRIES {
             return Ok(result);
@@ -147,6 +155,18 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
             return answer(ctx, reason, a, now);
         }
     }
+}
+
+/// The operator's hand as the database holds it now (`super::brake::launch_held`): a
+/// refusal of this launch, or None.
+fn braked(
+    ctx: &ToolCtx<'_>,
+    ask: &plan::Ask,
+    offer_id: Option<u64>,
+    now: Millis,
+) -> Result<Option<Answer>> {
+    let held = super::brake::launch_held(&ctx.store.conn, ctx.config, ctx.actor, now)?;
+    Ok(held.map(|r| Answer::refused(ask, &r, offer_id)))
 }
 
 /// Start a stopped instance of ours again (`stop_mode = "stop"`), recorded as a `start`
@@ -263,7 +283,21 @@ fn rent(
     crate::faults::point("launch-after-intent")?;
     // The intent reaches the shared database, and the lease is checked, before the create.
     ctx.store.fence("launch intent")?;
-    let created = vast.create_instance(&create.request);
+    // Asked again by the client once the create spacing (or a 429's wait) has passed: a
+    // pause pressed meanwhile holds it, and the refusal settles the intent.
+    let held = std::cell::RefCell::new(None);
+    let created = {
+        let (conn, config, actor, clock) = (&ctx.store.conn, ctx.config, ctx.actor, &ctx.clock);
+        vast.create_instance_unless(&create.request, &|| {
+            let r = super::brake::launch_held(conn, config, actor, clock.now_ms()).ok()??;
+            let why = r.one_line();
+            *held.borrow_mut() = Some(r);
+            Some(why)
+        })
+    };
+    if let Some(r) = held.into_inner() {
+        return withheld(ctx, create, intent_id, &r).map(|res| (res, false));
+    }
     let code = created.as_ref().err().and_then(plan::failure_code);
     let taken = matches!(created, Err(crate::vast::VastError::NoSuchAsk(_)));
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
@@ -283,6 +317,34 @@ fn rent(
         }
     };
     settle_intent(ctx, ask, create, intent_id, (settle, code), after).map(|r| (r, taken))
+}
+
+/// A create the operator's hand held once it could go: its intent settled `refused` with the
+/// refusal's code, its launching row gone.
+fn withheld(
+    ctx: &mut ToolCtx<'_>,
+    create: &Create,
+    intent_id: i64,
+    r: &crate::policy::guardrails::Refusal,
+) -> Result<ToolResult> {
+    let result = r.to_result();
+    let detail = result.content.to_string();
+    let after = ctx.clock.now_ms();
+    let tx = ctx.store.immediate()?;
+    actions::settle(
+        &tx,
+        intent_id,
+        "refused",
+        None,
+        Some(&detail),
+        Some(r.code()),
+        after,
+    )?;
+    instances::delete(&tx, &create.row.label)?;
+    tx.commit()?;
+    super::journal_action(&ctx.store.conn, intent_id, Some(&create.offer.gpu_name));
+    ctx.store.fence("launch withheld")?;
+    Ok(result)
 }
 
 fn settle_intent(

@@ -3,6 +3,7 @@
 //! context a call runs in. Guardrails live in the tools that act; nothing here trusts the
 //! caller.
 
+pub mod brake;
 pub mod launch;
 pub mod list;
 pub mod logs;

@@ -104,6 +104,9 @@ impl Method {
     }
 }
 
+/// A create's hand-brake ([`VastClient::create_instance_unless`]): a reason not to send it.
+type Withhold<'a> = &'a dyn Fn() -> Option<String>;
+
 /// A request that got no HTTP answer.
 struct TransportFailure {
     text: String,
@@ -328,7 +331,7 @@ impl HttpVastClient {
         method: Method,
         path: &str,
         body: Option<&Value>,
-        mut create: Option<&mut CreateTurn<'_>>,
+        mut create: Option<(&mut CreateTurn<'_>, Withhold<'_>)>,
     ) -> Result<Answer, VastError> {
         let key = self.key()?;
         self.answering()?;
@@ -344,8 +347,11 @@ impl HttpVastClient {
         let mut attempt = 1;
         let mut deadline: Option<Millis> = None;
         loop {
-            if let Some(turn) = create.as_deref_mut() {
+            if let Some((turn, withhold)) = create.as_mut() {
                 turn.space(self.clock.as_ref());
+                if let Some(why) = withhold() {
+                    return Err(VastError::Withheld(why));
+                }
             }
             let deadline = *deadline.get_or_insert_with(|| {
                 self.clock.now_ms() + call_budget_of(self.timeout, is_create).as_millis() as i64
@@ -521,20 +527,30 @@ impl VastClient for HttpVastClient {
     /// `success: false` that still names `new_contract` (a bid too low for an interruptible)
     /// is [`VastError::CreateFailed`]: that instance exists and should be destroyed.
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError> {
+        self.create_instance_unless(req, &|| None)
+    }
+
+    /// [`VastClient::create_instance`], with `withhold` asked after the create spacing and
+    /// before each attempt after a 429.
+    fn create_instance_unless(
+        &self,
+        req: &CreateRequest,
+        withhold: &dyn Fn() -> Option<String>,
+    ) -> Result<u64, VastError> {
         let login = req.image_login.as_ref().map(|l| l.expose().to_string());
-        self.create(req).map_err(|e| match &login {
+        self.create(req, withhold).map_err(|e| match &login {
             Some(l) => scrub_error(e, l),
             None => e,
         })
     }
 
-    /// Every page of `GET /api/v1/instances/` (25 rows each, ordered by id), following
-    /// `next_token` until it is null or empty. The deprecated v0 list is never used, and a
-    /// 410 anywhere is [`VastError::Deprecated`], never "no instances".
     fn server_clock(&self) -> Option<super::ServerClock> {
         self.server_clock.lock().ok().and_then(|c| *c)
     }
 
+    /// Every page of `GET /api/v1/instances/` (25 rows each, ordered by id), following
+    /// `next_token` until it is null or empty. The deprecated v0 list is never used, and a
+    /// 410 anywhere is [`VastError::Deprecated`], never "no instances".
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
         let mut out: Vec<Instance> = Vec::new();
         let mut ids = HashSet::new();
@@ -705,11 +721,11 @@ impl VastClient for HttpVastClient {
 
 impl HttpVastClient {
     /// The create itself (see [`VastClient::create_instance`]).
-    fn create(&self, req: &CreateRequest) -> Result<u64, VastError> {
+    fn create(&self, req: &CreateRequest, withhold: Withhold<'_>) -> Result<u64, VastError> {
         let body = create_body(req);
         let path = format!("/api/v0/asks/{}/", req.offer_id);
         let mut turn = self.create_gate.turn();
-        let answer = self.send(Method::Put, &path, Some(&body), Some(&mut turn))?;
+        let answer = self.send(Method::Put, &path, Some(&body), Some((&mut turn, withhold)))?;
         drop(turn);
         let contract = answer.field("new_contract").and_then(as_id);
         if answer.ok() && !answer.success_false() {

@@ -156,6 +156,10 @@ pub enum VastError {
     /// A body that is not what the API documents.
     #[error("vast.ai answered something unreadable: {0}")]
     Decode(String),
+    /// Not sent: the caller's hand-brake held it when it could have gone (a pause pressed
+    /// while it waited for the create spacing or a 429's retry).
+    #[error("not sent to vast.ai: {0}")]
+    Withheld(String),
 }
 
 impl VastError {
@@ -203,6 +207,20 @@ pub trait VastClient: Send + Sync {
     /// Rent an offer; returns the new instance id (`new_contract`). Never retried blindly
     /// once the request may have reached vast.ai: see [`VastError::may_have_created`].
     fn create_instance(&self, req: &CreateRequest) -> Result<u64, VastError>;
+    /// [`VastClient::create_instance`], unless `withhold` gives a reason not to at the moment
+    /// the create could go (after the create spacing, and before each attempt after a 429):
+    /// then [`VastError::Withheld`], nothing sent. An operator's pause pressed while a
+    /// launch waits must hold it.
+    fn create_instance_unless(
+        &self,
+        req: &CreateRequest,
+        withhold: &dyn Fn() -> Option<String>,
+    ) -> Result<u64, VastError> {
+        if let Some(why) = withhold() {
+            return Err(VastError::Withheld(why));
+        }
+        self.create_instance(req)
+    }
     /// Every instance on the account (all pages).
     fn list_instances(&self) -> Result<Vec<Instance>, VastError>;
     /// One instance; `Ok(None)` when it no longer exists.

@@ -371,3 +371,98 @@ fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
     );
     assert_eq!(vast.count(Route::Destroy), 3);
 }
+
+/// Waits up to 20 s for `cond`.
+fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
+    let t = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The operator's hand while a launch waits to be sent (its intent committed, its create not
+/// sent: held here by the test switch; in life the create spacing, a 429's wait, a slow
+/// search): a pause, then an operator's stop, each made meanwhile. The create is not sent,
+/// its intent is settled `refused` (`paused`, then `operator_hold`), and nothing is rented
+/// against the operator's word. Before, the pause was read once per call, the hold once per
+/// pass.
+#[test]
+fn a_pause_or_an_operator_stop_while_a_launch_waits_holds_it() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0")
+        .env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:2500");
+    one_instance_is_enough(&f);
+    write_demand(f.path(), dead_fleet());
+    let intents = |f: &Fleet| {
+        f.count("SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'intent'")
+    };
+    let refused = |f: &Fleet, code: &str| {
+        f.count(&format!(
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'refused'
+              AND actor = 'floor' AND code = '{code}'"
+        ))
+    };
+    for (code, hand) in [
+        ("paused", vec!["pause", "--reason", "hands off"]),
+        (
+            "operator_hold",
+            vec![
+                "instances",
+                "stop",
+                "OLD",
+                "--force",
+                "--reason",
+                "bad host",
+            ],
+        ),
+    ] {
+        f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+        let mut run = f.spawn(&["run"]);
+        wait_for(
+            || intents(&f) == 1 || run.try_wait().unwrap().is_some(),
+            "the floor's launch intent",
+        );
+        if intents(&f) == 0 {
+            let out = run.wait_with_output().unwrap();
+            panic!(
+                "{code}: no launch: {:?}\n{}\n{}{}",
+                launches(&f),
+                last_observation(&f),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // One of ours the operator stops (listed only now: booting, it would have held the
+        // floor's launch back).
+        let old_id = if code == "operator_hold" {
+            vast.add_instance("fleetagent-r0-0a0b0c0d").to_string()
+        } else {
+            String::new()
+        };
+        let hand: Vec<&str> = hand
+            .iter()
+            .map(|a| if *a == "OLD" { old_id.as_str() } else { a })
+            .collect();
+        f.cmd(&hand).ok();
+        let out = run.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(vast.count(Route::Create), 0, "{code}: {stderr}");
+        assert_eq!(intents(&f), 0, "{code}: settled");
+        assert_eq!(refused(&f, code), 1, "{code}: {:?}", launches(&f));
+        assert_eq!(
+            f.count("SELECT COUNT(*) FROM instances WHERE state = 'launching'"),
+            0,
+            "{code}: its launching row is gone"
+        );
+        if code == "paused" {
+            f.cmd(&["resume"]).ok();
+        }
+    }
+}

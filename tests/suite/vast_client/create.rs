@@ -248,3 +248,31 @@ fn a_create_timeout_is_not_retried_and_the_label_finds_the_instance() {
         .collect();
     assert_eq!(found.len(), 1, "the rent went through");
 }
+
+/// The hand-brake is asked when the create could go, after the spacing: a pause pressed
+/// while a create waited for it holds it (nothing sent, `Withheld`), and a brake that stays
+/// off lets it through.
+#[test]
+fn a_create_asks_its_brake_after_the_spacing() {
+    let s = setup();
+    let a = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+    let b = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+    s.client
+        .create_instance_unless(&launch(a, "fleetagent-1-a"), &|| None)
+        .unwrap();
+    let start = fleetagent::clock::Clock::now_ms(&*s.clock);
+    let asked_at = std::cell::Cell::new(0);
+    let held = s
+        .client
+        .create_instance_unless(&launch(b, "fleetagent-1-b"), &|| {
+            asked_at.set(fleetagent::clock::Clock::now_ms(&*s.clock));
+            Some("paused by the operator".into())
+        });
+    assert_eq!(
+        held,
+        Err(VastError::Withheld("paused by the operator".into()))
+    );
+    assert!(asked_at.get() - start >= 4_500, "asked after the spacing");
+    assert_eq!(s.fake.count(Route::Create), 1, "nothing sent");
+    assert!(!s.fake.offer_rented(b));
+}
