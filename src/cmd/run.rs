@@ -33,6 +33,10 @@ pub fn run(app: &App) -> Result<()> {
         .map_err(|e| exit(Some(&dir), e))?;
     run::spawn_watchdog(Arc::clone(&app.clock), config.run.deadline_secs);
     let doorbell = FileDoorbell::new(&dir);
+    // Read again before each pass (the wait for the lock may be long): an edited config is
+    // a new process's, whose services and caps are built from it. A config that no longer
+    // loads counts as changed: the new process names its error.
+    let config_changed = || app.load_config().map_or(true, |l| l.config != *config);
     let env = RunEnv {
         ctx: crate::services::Ctx {
             config,
@@ -44,6 +48,7 @@ pub fn run(app: &App) -> Result<()> {
         doorbell: &doorbell,
         pid: std::process::id(),
         peer: None,
+        config_changed: Some(&config_changed),
     };
     let result = run::run_process(&env);
     let ha = match crate::ha::node::Settings::of(config, &app.env) {

@@ -302,6 +302,7 @@ mod tests {
             doorbell: &FullDoorbell,
             pid: 1,
             peer: None,
+            config_changed: None,
         };
         let (claimed, said) = warnings(|| begin(&mut store, &env, 1));
         let err = crate::error::one_line(&claimed.err().expect("the commit fails"));

@@ -82,6 +82,9 @@ pub struct RunEnv<'a> {
     pub pid: u32,
     /// A peer decides in the rules' place (`policy::peer`; only the simulator sets one).
     pub peer: Option<&'a dyn crate::policy::peer::Peer>,
+    /// Whether the config file no longer says what this process loaded (`run`: read again
+    /// before each pass; None in the simulator): a changed config is a new process's.
+    pub config_changed: Option<&'a dyn Fn() -> bool>,
 }
 
 crate::deref_ctx!(RunEnv);
@@ -102,6 +105,20 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let opened = file_identity(&store.path);
     let mut reports = Vec::new();
     for pass_no in 1..=env.config.run.max_passes {
+        if env.config_changed.is_some_and(|changed| changed()) {
+            // Edited while this process waited for the lock, or between its passes: the
+            // operator's new caps and keys are a new process's, started by the doorbell.
+            let line = format!(
+                "the config changed since this process read it{}: leaving the pass to a new process, which reads it (doorbell rung)",
+                if pass_no == 1 { " (while it waited for the lock)" } else { "" }
+            );
+            crate::journal::eprint(
+                crate::journal::NOTICE_PRIORITY,
+                &format!("fleetagent: {line}"),
+            );
+            let _ = env.doorbell.ring("the config changed");
+            break;
+        }
         store
             .take_inbox(env.clock.now_ms())
             .map_err(|e| early(env, e))?;

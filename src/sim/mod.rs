@@ -509,6 +509,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         doorbell: doorbell.as_ref(),
         pid: 0,
         peer: peer.as_deref(),
+        config_changed: None,
     };
     let mut tally = DriverTally::default();
     let mut next_tick = start;
@@ -652,6 +653,7 @@ fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
         doorbell: env.doorbell,
         pid: 10_000 + tally.processes as u32,
         peer: env.peer,
+        config_changed: None,
     };
     match run::run_process(&env) {
         Ok(_) => {}

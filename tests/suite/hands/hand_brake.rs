@@ -466,3 +466,40 @@ fn a_pause_or_an_operator_stop_while_a_launch_waits_holds_it() {
         }
     }
 }
+
+/// An operator who edits the config (a cap lowered) while a run waits for the lock, or between
+/// its passes: that process does not pass on the config it read before. It says so, rings
+/// the doorbell and leaves the pass to a new process, which reads the new config. Before, a
+/// run that had waited launched under the old `max_instances`.
+#[test]
+fn a_config_edited_while_a_run_waits_is_a_new_processs() {
+    let f = Fleet::new().env("FLEETAGENT_TEST_PAUSE_AT", "run-after-lock:2000");
+    f.cmd(&["trigger", "-p", "0", "-r", "first"]).ok();
+    let child = f.spawn(&["run"]);
+    wait_for(
+        || f.inspect()["lock_holder_pid"].is_number(),
+        "the run holding the lock",
+    );
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    f.write_config(&text.replace("deadline_secs = 60", "deadline_secs = 90"));
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the config changed since this process read it (while it waited for the lock): leaving the pass to a new process"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("run 1:"), "no pass: {stdout}");
+    assert_eq!(f.count("SELECT COUNT(*) FROM runs"), 0);
+    assert!(f.doorbell().exists(), "rung for the new process");
+    // The new process passes, on the new config.
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stdout.contains("run 1: started by events, 1 event(s)"),
+        "{}",
+        out.stdout
+    );
+}
