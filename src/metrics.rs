@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use rusqlite::Connection;
 
 use crate::clock::Millis;
-use crate::store::{actions, events, instances, llm_calls, runs, session};
+use crate::store::{events, instances, llm_calls, runs, session, tally};
 
 const DAY_MS: Millis = 86_400_000;
 
@@ -195,8 +195,10 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
     let mut f = Vec::new();
 
     let mut by_verdict = zeroed(VERDICTS);
-    for (k, v) in runs::count_by_verdict(conn)? {
-        by_verdict.insert(k.unwrap_or_else(|| "none".into()), v as f64);
+    // Tallied (store::tally): the tables grow with the install's age, and every pass and
+    // every `poll` writes this file.
+    for (k, v) in tally::counts(conn, &tally::RUNS_BY_VERDICT)? {
+        by_verdict.insert(k, v as f64);
     }
     f.push(labelled(
         "fleetagent_runs_total",
@@ -206,7 +208,7 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         by_verdict,
     ));
     let mut by_decider = zeroed(DECIDERS);
-    for (k, v) in crate::store::health::count_by_decider(conn)? {
+    for (k, v) in tally::counts(conn, &tally::RUNS_BY_DECIDER)? {
         by_decider.insert(k, v as f64);
     }
     f.push(labelled(
@@ -238,24 +240,25 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         now as f64 / 1000.0,
     ));
 
-    let calls = llm_calls::totals(conn)?;
+    let calls = tally::counts(conn, &tally::LLM_CALLS)?;
+    let calls = |k: &str| calls.get(k).copied().unwrap_or(0) as f64;
     f.push(one(
         "fleetagent_prompt_tokens_last",
         "gauge",
         "Estimated prompt tokens of the last LLM request.",
-        calls.last_estimated.unwrap_or(0) as f64,
+        llm_calls::last_estimated(conn)?.unwrap_or(0) as f64,
     ));
     f.push(one(
         "fleetagent_prompt_tokens_total",
         "counter",
         "Estimated prompt tokens of every LLM request.",
-        calls.estimated.unwrap_or(0) as f64,
+        calls("estimated"),
     ));
     f.push(one(
         "fleetagent_llm_requests_total",
         "counter",
         "LLM requests sent.",
-        calls.calls as f64,
+        calls("calls"),
     ));
 
     let mut by_state = zeroed(&LIVE_STATES.map(crate::fleet::State::as_str));
@@ -357,9 +360,10 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         .iter()
         .map(|(kind, code)| (format!("{kind}\u{0}{code}"), 0.0))
         .collect();
-    for (kind, code) in actions::refusals(conn)? {
-        let code = code.unwrap_or_else(|| "other".into());
-        *refusals.entry(format!("{kind}\u{0}{code}")).or_insert(0.0) += 1.0;
+    for (key, n) in tally::counts(conn, &tally::REFUSALS)? {
+        let (kind, code) = key.split_once(' ').unwrap_or((&key, ""));
+        let code = if code.is_empty() { "other" } else { code };
+        *refusals.entry(format!("{kind}\u{0}{code}")).or_insert(0.0) += n as f64;
     }
     f.push(Family {
         name: "fleetagent_guardrail_refusals_total",

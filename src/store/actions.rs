@@ -551,15 +551,6 @@ pub fn note(conn: &Connection, id: i64, detail: &str) -> Result<()> {
     Ok(())
 }
 
-/// Kind and code (the guardrail, [`NewAction::code`]) of every refused action.
-pub fn refusals(conn: &Connection) -> Result<Vec<(String, Option<String>)>> {
-    let mut stmt = conn.prepare("SELECT kind, code FROM actions WHERE outcome = 'refused'")?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -640,10 +631,17 @@ mod tests {
         assert_eq!(operator_stopped(c).unwrap(), vec![5]);
     }
 
+    fn refusals(conn: &Connection) -> Vec<(String, i64)> {
+        crate::store::tally::counts(conn, &crate::store::tally::REFUSALS)
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
     #[test]
     fn refusals_are_the_refused_rows_only() {
         let (_dir, s) = test_store(0);
-        assert!(refusals(&s.conn).unwrap().is_empty());
+        assert!(refusals(&s.conn).is_empty());
         for (kind, outcome, code) in [
             ("launch", "refused", Some("instance_cap")),
             ("launch", "ok", None),
@@ -659,11 +657,8 @@ mod tests {
             insert(&s.conn, &a, 5).unwrap();
         }
         assert_eq!(
-            refusals(&s.conn).unwrap(),
-            vec![
-                ("launch".into(), Some("instance_cap".into())),
-                ("stop".into(), None),
-            ]
+            refusals(&s.conn),
+            vec![("launch instance_cap".into(), 1), ("stop ".into(), 1)]
         );
     }
 
@@ -803,10 +798,7 @@ mod tests {
         );
         assert_eq!(outcomes_of_run(&s.conn, run, "floor").unwrap().len(), 1);
         assert_eq!(silent_destroys_since(&s.conn, 0).unwrap(), 1);
-        assert_eq!(
-            refusals(&s.conn).unwrap(),
-            vec![("launch".into(), Some("rate_limited".into()))]
-        );
+        assert_eq!(refusals(&s.conn), vec![("launch rate_limited".into(), 1)]);
     }
 
     #[test]

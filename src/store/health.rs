@@ -124,19 +124,6 @@ pub fn first_failed_probe_after(conn: &Connection, after: Millis) -> Result<Opti
         .optional()?)
 }
 
-/// Finished passes counted by who decided them (`runs.decided_by`; a failed pass or one
-/// without a decider is not counted).
-pub fn count_by_decider(conn: &Connection) -> Result<Vec<(String, i64)>> {
-    let mut stmt = conn.prepare(
-        "SELECT decided_by, COUNT(*) FROM runs
-          WHERE status = 'ok' AND decided_by IS NOT NULL GROUP BY 1",
-    )?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
 /// A structure check whose cost does not grow with the database: the schema, then the
 /// first and the last row of every table (the root page and both edges of its b-tree).
 /// A damaged page on that path fails here with SQLite's own error (`DatabaseCorrupt`); a

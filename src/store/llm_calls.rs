@@ -52,29 +52,12 @@ pub fn reported_usage(conn: &Connection, limit: i64) -> Result<ReportedUsage> {
     )?)
 }
 
-/// Every call ever made, for the metrics counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
-    /// The estimate of the newest call (`None` before any).
-    pub last_estimated: Option<i64>,
-    /// The sum of every call's estimate (`None` before any).
-    pub estimated: Option<i64>,
-    pub calls: i64,
-}
-
-pub fn totals(conn: &Connection) -> Result<Totals> {
-    Ok(conn.query_row(
-        "SELECT (SELECT prompt_tokens_est FROM llm_calls ORDER BY id DESC LIMIT 1),
-                SUM(prompt_tokens_est), COUNT(*) FROM llm_calls",
-        [],
-        |r| {
-            Ok(Totals {
-                last_estimated: r.get(0)?,
-                estimated: r.get(1)?,
-                calls: r.get(2)?,
-            })
-        },
-    )?)
+/// The estimate of the newest call (`None` before any).
+pub fn last_estimated(conn: &Connection) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT prompt_tokens_est FROM llm_calls ORDER BY id DESC LIMIT 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?)
 }
 
 /// One model request as recorded.
@@ -273,7 +256,9 @@ mod tests {
             reported_usage(&s.conn, 100).unwrap(),
             ReportedUsage::default()
         );
-        assert_eq!(totals(&s.conn).unwrap(), Totals::default());
+        assert_eq!(last_estimated(&s.conn).unwrap(), None);
+        let tally = crate::store::tally::counts(&s.conn, &crate::store::tally::LLM_CALLS);
+        assert_eq!(tally.unwrap().values().sum::<i64>(), 0);
     }
 
     #[test]
@@ -297,14 +282,10 @@ mod tests {
             }
         );
         assert_eq!(reported_usage(&s.conn, 1).unwrap().estimated, Some(2000));
-        assert_eq!(
-            totals(&s.conn).unwrap(),
-            Totals {
-                last_estimated: Some(300),
-                estimated: Some(3800),
-                calls: 4,
-            }
-        );
+        assert_eq!(last_estimated(&s.conn).unwrap(), Some(300));
+        let tally = crate::store::tally::counts(&s.conn, &crate::store::tally::LLM_CALLS);
+        let tally: Vec<(String, i64)> = tally.unwrap().into_iter().collect();
+        assert_eq!(tally, vec![("calls".into(), 4), ("estimated".into(), 3800)]);
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod runs;
 pub mod samples;
 pub mod session;
 pub mod sim_config;
+pub mod tally;
 #[macro_use]
 pub mod text_enum;
 pub mod wakes;
@@ -48,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0009_day_hours.sql"),
     include_str!("../../sql/0010_sim_config.sql"),
     include_str!("../../sql/0011_clock_skew.sql"),
+    include_str!("../../sql/0012_tally.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

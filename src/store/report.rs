@@ -7,7 +7,7 @@ use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::clock::Millis;
-use crate::store::{health, llm_calls};
+use crate::store::tally;
 
 /// A pass, as the report reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,9 +144,10 @@ pub fn runs(conn: &Connection) -> Result<Vec<RunSpan>> {
     Ok(rows)
 }
 
-/// The metrics' [`health::count_by_decider`], and `none` for the passes nobody decided.
+/// The metrics' tally by decider ([`tally::RUNS_BY_DECIDER`]), and `none` for the passes
+/// nobody decided.
 fn ok_by_decider(conn: &Connection) -> Result<BTreeMap<String, u64>> {
-    let mut m: BTreeMap<String, u64> = health::count_by_decider(conn)?
+    let mut m: BTreeMap<String, u64> = tally::counts(conn, &tally::RUNS_BY_DECIDER)?
         .into_iter()
         .map(|(k, n)| (k, n as u64))
         .collect();
@@ -188,18 +189,19 @@ pub fn run_counts(conn: &Connection) -> Result<RunCounts> {
     })
 }
 
-/// The calls and their tokens are the metrics' [`llm_calls::totals`]; the largest prompt is
-/// the report's own.
+/// The calls and their tokens are the metrics' tally ([`tally::LLM_CALLS`]); the largest
+/// prompt is the report's own.
 pub fn llm_totals(conn: &Connection) -> Result<LlmTotals> {
-    let totals = llm_calls::totals(conn)?;
+    let totals = tally::counts(conn, &tally::LLM_CALLS)?;
+    let total = |k: &str| totals.get(k).copied().unwrap_or(0);
     let max: Option<i64> =
         conn.query_row("SELECT MAX(prompt_tokens_est) FROM llm_calls", [], |r| {
             r.get(0)
         })?;
     Ok(LlmTotals {
-        calls: totals.calls as u64,
+        calls: total("calls") as u64,
         prompt_tokens_max: max.unwrap_or(0),
-        prompt_tokens_total: totals.estimated.unwrap_or(0),
+        prompt_tokens_total: total("estimated"),
     })
 }
 

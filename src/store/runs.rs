@@ -324,17 +324,6 @@ pub fn decided_since(conn: &Connection, since: Millis) -> Result<Decided> {
     )?)
 }
 
-pub fn count_by_verdict(conn: &Connection) -> Result<Vec<(Option<String>, i64)>> {
-    let mut stmt = conn.prepare(
-        "SELECT CASE WHEN status = 'failed' THEN 'failed' ELSE verdict END, COUNT(*)
-           FROM runs WHERE status <> 'running' GROUP BY 1",
-    )?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
 /// Whether the newest pass (by id) that finished ok saw an emergency; `None` before any.
 pub fn last_ok_emergency(conn: &Connection) -> Result<Option<bool>> {
     use rusqlite::OptionalExtension;
@@ -365,21 +354,22 @@ mod tests {
     #[test]
     fn verdicts_are_counted_with_failures_apart_and_running_left_out() {
         let (_dir, s) = test_store(0);
-        assert!(count_by_verdict(&s.conn).unwrap().is_empty());
+        let tally =
+            || crate::store::tally::counts(&s.conn, &crate::store::tally::RUNS_BY_VERDICT).unwrap();
+        assert!(tally().is_empty());
         finished(&s.conn, "action", false);
         finished(&s.conn, "action", false);
         finished(&s.conn, "no-action", false);
         let failed = create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
         finish_failed(&s.conn, failed, "boom", 2).unwrap();
         create(&s.conn, 1, 1, 1, crate::store::runs::StartedBy::Tick, 0).unwrap();
-        let mut got = count_by_verdict(&s.conn).unwrap();
-        got.sort();
+        let got: Vec<(String, i64)> = tally().into_iter().collect();
         assert_eq!(
             got,
             vec![
-                (Some("action".into()), 2),
-                (Some("failed".into()), 1),
-                (Some("no-action".into()), 1),
+                ("action".into(), 2),
+                ("failed".into(), 1),
+                ("no-action".into(), 1),
             ]
         );
     }
