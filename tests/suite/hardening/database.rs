@@ -116,6 +116,11 @@ fn fails_clearly(f: &Fleet, args: &[&str]) {
 /// scripts/recover-db on this state dir, with `systemctl` replaced by a stub that logs its
 /// arguments (no units here): the script's output, whether it succeeded, and the stub's log.
 fn recover(f: &Fleet) -> (bool, String, String) {
+    recover_with(f, &[])
+}
+
+/// [`recover`] with more environment.
+fn recover_with(f: &Fleet, extra: &[(&str, &str)]) -> (bool, String, String) {
     let stub = f.path().join("systemctl-stub");
     let log = f.path().join("systemctl.log");
     std::fs::write(
@@ -137,6 +142,7 @@ fn recover(f: &Fleet) -> (bool, String, String) {
                     f.state.display()
                 ),
             )
+            .envs(extra.iter().copied())
             .output()
             .unwrap();
     let said = format!(
@@ -165,8 +171,49 @@ fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_le
     fails_clearly(&f, &["history"]);
     fails_clearly(&f, &["doctor"]);
 
+    // Too little space for the copy, the dump and the new file: it stops before it stops
+    // the units or writes anything.
+    let (ok, said, systemctl) = recover_with(&f, &[("RECOVER_DB_FREE_BYTES", "4096")]);
+    assert!(
+        !ok && said.contains("4096 bytes free in") && said.contains("free some space first"),
+        "{said}"
+    );
+    assert_eq!(systemctl, "", "the units were not touched");
+    let kept = std::fs::read_dir(&f.state)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("broken-")
+        })
+        .count();
+    assert_eq!(kept, 0, "nothing written");
+
     let (ok, said, systemctl) = recover(&f);
     assert!(ok, "the recovery failed:\n{said}");
+    // What it kept is readable by the state dir's group, never by others.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let broken = std::fs::read_dir(&f.state)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("broken-")
+            })
+            .expect("the damaged file kept");
+        for file in ["dump.sql", "fleetagent.db"] {
+            let mode = std::fs::metadata(broken.join(file))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o007, 0, "{file}: {mode:o}");
+        }
+    }
     assert!(
         systemctl.starts_with("stop ") && systemctl.contains("\nstart "),
         "units stopped, then started: {systemctl}"
