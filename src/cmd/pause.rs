@@ -60,7 +60,30 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
     crate::outln!(
         "nothing is launched or stopped but by you (`fleetagent instances stop`); passes still observe and record"
     );
+    in_flight(&store, now)?;
     crate::metrics::after_operator(&loaded.config, &dir, now);
+    Ok(())
+}
+
+/// Launches already on their way to vast.ai (an intent not settled): a create already sent
+/// may still rent though the pause holds every one not sent yet. Said, with what to do.
+fn in_flight(store: &Store, now: Millis) -> Result<()> {
+    let open = crate::store::actions::open_intents(&store.conn)?;
+    if open.is_empty() {
+        return Ok(());
+    }
+    let names = open.iter().map(|a| {
+        format!(
+            "{} ({} ago)",
+            quote(a.label.as_deref().unwrap_or("?"), 80),
+            human_duration(now - a.created_at)
+        )
+    });
+    crate::outln!(
+        "{} launch(es) already on their way: {}; a create already sent may still rent (`fleetagent instances list` shows it within a minute; `fleetagent instances stop --all` destroys what did)",
+        open.len(),
+        crate::text::first_and_more(names, 3)
+    );
     Ok(())
 }
 

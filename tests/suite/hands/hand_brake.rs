@@ -450,7 +450,14 @@ fn a_pause_or_an_operator_stop_while_a_launch_waits_holds_it() {
             .iter()
             .map(|a| if *a == "OLD" { old_id.as_str() } else { a })
             .collect();
-        f.cmd(&hand).ok();
+        let said = f.cmd(&hand).ok().stdout;
+        if code == "paused" {
+            // The operator is told what was already on its way.
+            assert!(
+                said.contains("1 launch(es) already on their way: \"fleetagent-"),
+                "{said}"
+            );
+        }
         let out = run.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(vast.count(Route::Create), 0, "{code}: {stderr}");
