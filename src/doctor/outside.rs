@@ -513,9 +513,9 @@ pub(super) fn ha(
     if let Some(e) = &status.error {
         return (
             vec![Problem::new(format!(
-                "ha: the shared database is unreachable, so no host can act: {e}"
+                "ha: this host cannot reach the shared database, so it cannot act (another host that reaches it may lead); what this copy shows may be old: {e}"
             ))
-            .fix("check the database and ha_db_url from this host (`fleetagent ha status`)")],
+            .fix("check the database and ha_db_url from this host (`fleetagent ha status`), and `fleetagent ha status` on the other hosts: one that reaches the database leads")],
             None,
             None,
         );

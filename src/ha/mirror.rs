@@ -55,6 +55,33 @@ pub struct Held {
     pub host: String,
     pub epoch: i64,
     pub margin: Duration,
+    /// What a step may take after its fence (`vast.timeout_secs`: one vast.ai request): a
+    /// fence answered later than `margin` less this after it was asked proves nothing.
+    pub act: Duration,
+}
+
+impl Held {
+    /// The lease confirmed by a fence asked at `asked` may still be counted on: the margin it
+    /// guaranteed, less one vast.ai request, has not passed on this host's monotonic clock.
+    /// A reply held up on the way (a TCP-terminating hop that lost it for a while) confirms a
+    /// lease another host may have taken since.
+    pub fn fresh(&self, asked: std::time::Instant) -> bool {
+        asked.elapsed() + self.act < self.margin
+    }
+
+    /// Why a fence asked at `asked` no longer counts (None: it does).
+    pub fn stale(&self, asked: std::time::Instant, step: &str) -> Option<anyhow::Error> {
+        (!self.fresh(asked)).then(|| {
+            anyhow!(
+                "{step}: the lease of this host ({}) at epoch {} was confirmed by an answer asked {}s ago, more than ha.fence_margin_secs ({}s) less vast.timeout_secs ({}s) allows: another host may lead by now; stopping before anything else is written or sent",
+                self.host,
+                self.epoch,
+                asked.elapsed().as_secs(),
+                self.margin.as_secs(),
+                self.act.as_secs()
+            )
+        })
+    }
 }
 
 /// The shared tables' DDL (run by `schema::migrate`).
@@ -282,6 +309,15 @@ fn lost(step: &str, held: &Held) -> anyhow::Error {
 /// so another process of this host (a `poll` beside a `run`) pushes before or after, never
 /// an older value after a newer one.
 pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Result<()> {
+    let asked = std::time::Instant::now();
+    push_rows(conn, db, held, step)?;
+    match held.stale(asked, step) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn push_rows(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Result<()> {
     let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
     let (max_id, keys) = pending(&tx)?;
     let mut rows: Vec<Row> = Vec::with_capacity(keys.len());

@@ -27,6 +27,8 @@ pub struct Settings {
     pub host: String,
     pub ttl: Duration,
     pub margin: Duration,
+    /// `vast.timeout_secs`: one vast.ai request after a fence ([`Held::act`]).
+    pub act: Duration,
     pub url: Secret,
     pub config_hash: String,
 }
@@ -47,6 +49,7 @@ impl Settings {
             host: config.ha.host_id.clone().unwrap_or_else(default_host_id),
             ttl: Duration::from_secs(config.ha.lease_ttl_secs),
             margin: Duration::from_secs(config.ha.fence_margin_secs),
+            act: Duration::from_secs(config.vast.timeout_secs),
             url,
             config_hash: config_hash(config),
         }))
@@ -202,6 +205,7 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
         host: settings.host.clone(),
         epoch,
         margin: settings.margin,
+        act: settings.act,
     };
     if let Err(e) = mirror::refuse_foreign_state(&store.conn, &mut db) {
         // Another host may lead meanwhile: this one would only hold the lease and fail.
@@ -232,7 +236,11 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
     if keeper {
         spawn_keeper(settings.clone(), epoch)?;
     }
-    store.shared = Some(Box::new(Link { db, held }));
+    store.shared = Some(Box::new(Link {
+        db,
+        held,
+        confirmed: None,
+    }));
     Ok(Start::Leader {
         epoch,
         synced,
@@ -244,11 +252,23 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
 pub struct Link {
     db: SharedDb,
     held: Held,
+    /// When the last fence that confirmed the lease was asked (this host's monotonic clock).
+    confirmed: Option<Instant>,
 }
 
 impl crate::store::Shared for Link {
     fn push(&mut self, conn: &rusqlite::Connection, step: &str) -> Result<()> {
-        mirror::push(conn, &mut self.db, &self.held, step)
+        let asked = Instant::now();
+        mirror::push(conn, &mut self.db, &self.held, step)?;
+        self.confirmed = Some(asked);
+        Ok(())
+    }
+
+    fn stale(&self, step: &str) -> Option<String> {
+        let asked = self.confirmed?;
+        self.held
+            .stale(asked, step)
+            .map(|e| crate::error::one_line(&e))
     }
 
     fn take_inbox(&mut self, conn: &rusqlite::Connection, now: Millis) -> Result<usize> {
@@ -266,27 +286,33 @@ impl crate::store::Shared for Link {
 /// ends (exit 1): a holder that cannot renew stops acting. Its pass is recovered as any
 /// interrupted pass is.
 fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
+    // When the last renewal that went through was asked: the lease runs from then at the
+    // latest, not from when its answer came.
+    let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
+    watch_renewals(&settings, epoch, Arc::clone(&renewed))
+        .context("cannot start the lease keeper's watch")?;
     std::thread::Builder::new()
         .name("ha-keeper".into())
         .spawn(move || {
             let clock = SystemClock;
-            let mut renewed = Instant::now();
+            let renewed_at = || *renewed.lock().unwrap_or_else(|e| e.into_inner());
             // Its own connection, made here (off the pass's path), again after a failure.
             let mut db: Option<SharedDb> = None;
             loop {
                 clock.sleep(settings.renew_every());
+                let asked = Instant::now();
                 let renewal = db.take().map_or_else(|| settings.connect(), Ok).and_then(|mut c| {
                     let r = lease::renew(&mut c, &settings.host, epoch, settings.ttl);
                     db = Some(c);
                     r
                 });
                 match renewal {
-                    Ok(Some(_)) => renewed = Instant::now(),
+                    Ok(Some(_)) => *renewed.lock().unwrap_or_else(|e| e.into_inner()) = asked,
                     Ok(None) => keeper_exit(&format!(
                         "ha: the lease (epoch {epoch}) is no longer this host's; exiting"
                     )),
                     Err(e) => {
-                        let left = settings.ttl.saturating_sub(renewed.elapsed());
+                        let left = settings.ttl.saturating_sub(renewed_at().elapsed());
                         if left <= settings.margin {
                             keeper_exit(&format!(
                                 "ha: cannot renew the lease (epoch {epoch}) and it has {}s left, below ha.fence_margin_secs: exiting: {e}",
@@ -301,6 +327,31 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
         })
         .context("cannot start the lease keeper")?;
     Ok(())
+}
+
+/// The keeper's renewal may hang (an answer lost past a hop that terminates TCP): a second
+/// thread ends the process once the last renewal asked that went through leaves less than
+/// `ha.fence_margin_secs` of the lease, whether or not the renewal under way ever answers.
+fn watch_renewals(
+    settings: &Settings,
+    epoch: i64,
+    renewed: Arc<std::sync::Mutex<Instant>>,
+) -> std::io::Result<()> {
+    let (ttl, margin) = (settings.ttl, settings.margin);
+    std::thread::Builder::new()
+        .name("ha-keeper-watch".into())
+        .spawn(move || loop {
+            SystemClock.sleep(Duration::from_secs(1));
+            let since = renewed.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+            if since + margin >= ttl {
+                keeper_exit(&format!(
+                    "ha: the lease (epoch {epoch}) was last renewed by a request asked {}s ago and has under ha.fence_margin_secs ({}s) left: exiting",
+                    since.as_secs(),
+                    margin.as_secs()
+                ));
+            }
+        })
+        .map(|_| ())
 }
 
 fn keeper_exit(text: &str) -> ! {

@@ -109,6 +109,9 @@ pub trait Shared: Send {
     fn take_inbox(&mut self, conn: &Connection, now: Millis) -> Result<usize>;
     /// How many events wait in the shared inbox, not yet made local events.
     fn inbox_waiting(&mut self, conn: &Connection) -> Result<usize>;
+    /// Why the last fence no longer vouches for the lease (`ha::mirror::Held::fresh`): a
+    /// request that waited since (the create spacing, a 429) must not go. None: it does.
+    fn stale(&self, step: &str) -> Option<String>;
 }
 
 impl Drop for Store {
@@ -429,6 +432,12 @@ impl Store {
             Some(shared) => shared.push(&self.conn, step),
             None => Ok(()),
         }
+    }
+
+    /// With a shared database: why the last fenced step no longer vouches for the lease at
+    /// this moment (a vast.ai request about to go after a wait); None on a single host.
+    pub fn fence_stale(&self, step: &str) -> Option<String> {
+        self.shared.as_ref().and_then(|s| s.stale(step))
     }
 
     /// With a shared database: the inbox's events made local (before a claim and at the

@@ -282,13 +282,33 @@ fn rent(
     };
     crate::faults::point("launch-after-intent")?;
     // The intent reaches the shared database, and the lease is checked, before the create.
-    ctx.store.fence("launch intent")?;
+    if let Err(e) = ctx.store.fence("launch intent") {
+        // Not sent, and known: settled here, so that this host's next pass does not count
+        // it as on its way (a leader keeps its lease through a database restart).
+        let detail = format!("not sent to vast.ai: {}", crate::error::one_line(&e));
+        let after = ctx.clock.now_ms();
+        let tx = ctx.store.immediate()?;
+        actions::settle(&tx, intent_id, "failed", None, Some(&detail), None, after)?;
+        instances::delete(&tx, &create.row.label)?;
+        tx.commit()?;
+        return Err(e);
+    }
     // Asked again by the client once the create spacing (or a 429's wait) has passed: a
-    // pause pressed meanwhile holds it, and the refusal settles the intent.
+    // pause pressed meanwhile holds it, and the refusal settles the intent; with several
+    // hosts, a fence that no longer vouches for the lease holds it too (not sent, failed).
     let held = std::cell::RefCell::new(None);
     let created = {
-        let (conn, config, actor, clock) = (&ctx.store.conn, ctx.config, ctx.actor, &ctx.clock);
+        let (config, actor, clock) = (ctx.config, ctx.actor, ctx.clock);
+        let store = std::cell::RefCell::new(&mut *ctx.store);
         vast.create_instance_unless(&create.request, &|| {
+            let mut store = store.borrow_mut();
+            if store.fence_stale("the create").is_some() {
+                // The wait outlasted what the fence vouched for: the lease is asked again.
+                if let Err(e) = store.fence("before the create") {
+                    return Some(crate::error::one_line(&e));
+                }
+            }
+            let conn = &store.conn;
             let r = super::brake::launch_held(conn, config, actor, clock.now_ms()).ok()??;
             let why = r.one_line();
             *held.borrow_mut() = Some(r);

@@ -1,7 +1,9 @@
 //! A TCP proxy on 127.0.0.1 in front of a server (PostgreSQL in the HA tests), std only, that
 //! a test can cut: `Pass` forwards, `Blackhole` forwards nothing while it lasts (bytes wait, as
 //! behind a dead link; they flow again once it passes), `Reset` closes every connection and
-//! refuses new ones.
+//! refuses new ones, `HoldReplies` forwards what the client sends and holds what the server
+//! answers (a hop that terminates TCP and lost the way back for a while: the statement
+//! commits, its answer comes late).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -15,6 +17,10 @@ pub enum Mode {
     Pass = 0,
     Blackhole = 1,
     Reset = 2,
+    HoldReplies = 3,
+    /// Passes until a client sends `COMMIT`, then holds every answer (`HoldReplies`): the
+    /// commit happens, its answer comes late.
+    HoldAfterCommit = 4,
 }
 
 pub struct Proxy {
@@ -40,12 +46,16 @@ impl Proxy {
                     let _ = client.shutdown(Shutdown::Both);
                     continue;
                 };
-                for (from, to) in [
-                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
+                for (from, to, up) in [
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        true,
+                    ),
+                    (server, client, false),
                 ] {
                     let m = Arc::clone(&m);
-                    thread::spawn(move || pump(from, to, &m));
+                    thread::spawn(move || pump(from, to, up, &m));
                 }
             }
         });
@@ -55,15 +65,31 @@ impl Proxy {
     pub fn set(&self, mode: Mode) {
         self.mode.store(mode as u8, Ordering::SeqCst);
     }
+
+    /// A switch for another thread.
+    pub fn handle(&self) -> ProxyHandle {
+        ProxyHandle(Arc::clone(&self.mode))
+    }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8) {
+/// [`Proxy::set`] from another thread.
+pub struct ProxyHandle(Arc<AtomicU8>);
+
+impl ProxyHandle {
+    pub fn set(&self, mode: Mode) {
+        self.0.store(mode as u8, Ordering::SeqCst);
+    }
+}
+
+/// `up`: client to server.
+fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, mode: &AtomicU8) {
     let mut buf = [0u8; 16 * 1024];
     from.set_read_timeout(Some(Duration::from_millis(50))).ok();
+    let held = |m: u8| m == Mode::Blackhole as u8 || (!up && m == Mode::HoldReplies as u8);
     loop {
         match mode.load(Ordering::SeqCst) {
             m if m == Mode::Reset as u8 => break,
-            m if m == Mode::Blackhole as u8 => {
+            m if held(m) => {
                 thread::sleep(Duration::from_millis(20));
                 continue;
             }
@@ -73,13 +99,21 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8) {
             Ok(0) => break,
             Ok(n) => {
                 // Read before a cut, held until it passes.
-                while mode.load(Ordering::SeqCst) == Mode::Blackhole as u8 {
+                while held(mode.load(Ordering::SeqCst)) {
                     thread::sleep(Duration::from_millis(20));
                 }
                 if mode.load(Ordering::SeqCst) == Mode::Reset as u8
                     || to.write_all(&buf[..n]).is_err()
                 {
                     break;
+                }
+                if up && buf[..n].windows(6).any(|w| w == b"COMMIT") {
+                    let _ = mode.compare_exchange(
+                        Mode::HoldAfterCommit as u8,
+                        Mode::HoldReplies as u8,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
                 }
             }
             Err(e)

@@ -753,3 +753,71 @@ fn ha_a_schema_from_an_older_build_gains_the_new_columns() {
         3
     );
 }
+
+/// A fenced push whose commit went through while its answer was held on the way back (a hop
+/// that terminates TCP lost it for a while): the database said the lease was ours, but the
+/// answer came later than `ha.fence_margin_secs` less one vast.ai request after it was
+/// asked, so it vouches for nothing: the push fails as a lost lease does, and the caller
+/// sends nothing. (The HA walkthrough over network namespaces saw a create sent 9 s after
+/// another host took the lease, on such an answer.)
+#[test]
+fn ha_a_fence_answered_too_late_vouches_for_nothing() {
+    use crate::common::proxy::{Mode, Proxy};
+    use fleetagent::ha::mirror::{self, Held};
+
+    let mut db = pg::fresh_db();
+    let proxy = Proxy::start(db.port);
+    let via = db.url().replace(
+        &format!("127.0.0.1:{}/", db.port),
+        &format!("127.0.0.1:{}/", proxy.port),
+    );
+    let mut a = SharedDb::connect(&via, Duration::from_secs(20), Arc::new(SystemClock))
+        .unwrap()
+        .with_retry(FAST);
+    schema::migrate(&mut a).unwrap();
+    assert_eq!(
+        leader_epoch(lease::acquire_or_join(&mut a, "host-a", LONG).unwrap()),
+        1
+    );
+    // The sync row a leader's first start writes (`mirror::sync_in`).
+    db.exec(
+        "INSERT INTO fleetagent.sync (name, seq, epoch, holder) VALUES ('fleet', 0, 1, 'host-a')",
+    );
+    let store = fleetagent::store::Store::open_memory(0).unwrap();
+    mirror::capture(&store.conn).unwrap();
+    let held = Held {
+        host: "host-a".into(),
+        epoch: 1,
+        margin: Duration::from_secs(2),
+        act: Duration::from_secs(1),
+    };
+    let insert = |reason: &str| {
+        store
+            .conn
+            .execute(
+                "INSERT INTO events (priority, kind, reason, created_at) VALUES (1, 'trigger', ?1, 0)",
+                [reason],
+            )
+            .unwrap();
+    };
+    // Answered at once: it vouches.
+    insert("first");
+    mirror::push(&store.conn, &mut a, &held, "a prompt step").unwrap();
+    // Committed, answered 2.5 s later.
+    insert("second");
+    proxy.set(Mode::HoldAfterCommit);
+    let release = thread::spawn({
+        let proxy_mode = proxy.handle();
+        move || {
+            thread::sleep(Duration::from_millis(2_500));
+            proxy_mode.set(Mode::Pass);
+        }
+    });
+    let late = mirror::push(&store.conn, &mut a, &held, "launch intent");
+    release.join().unwrap();
+    let e = fleetagent::error::one_line(&late.expect_err("a late answer vouched for the lease"));
+    assert!(
+        e.starts_with("launch intent: the lease of this host (host-a) at epoch 1 was confirmed by an answer asked 2s ago"),
+        "{e}"
+    );
+}
