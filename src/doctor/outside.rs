@@ -462,6 +462,21 @@ fn leader_stale(
     let fix = "run `fleetagent doctor` and `journalctl -u fleetagent` on the leader; `fleetagent ha release` there (or stopping its units) hands the lease to another host";
     // Its last success, or (none at all, or older than the lease) since it took the lease.
     let held_ms = status.held_secs.map(|s| (s * 1000.0) as Millis);
+    if let Some((error, since)) = &status.vast_error {
+        // Its passes go on without the listing (recorded ok): its last success says nothing.
+        if now - since > stale {
+            return Some(
+                Problem::new(format!(
+                    "ha: {leader}, and its vast.ai listing has failed for {} (more than {} timer periods): {}; it keeps the lease without seeing the fleet, so no other host acts",
+                    human_duration(now - since),
+                    super::agent::STALE_PERIODS,
+                    crate::text::clip(error, 200)
+                ))
+                .fix(fix)
+                .since(Some(*since)),
+            );
+        }
+    }
     match (status.last_success_at, held_ms) {
         (Some(t), _) if now - t > stale => Some(
             Problem::new(format!(

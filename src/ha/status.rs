@@ -30,6 +30,11 @@ pub struct Status {
     /// among DESIGN.md's JSON fields.
     #[serde(skip)]
     pub last_success_at: Option<i64>,
+    /// The shared agent state's vast.ai listing failure and since when (Unix ms, the
+    /// leader's clock; None while its last listing worked): a leader that holds the lease but
+    /// cannot see the fleet. Not among DESIGN.md's JSON fields.
+    #[serde(skip)]
+    pub vast_error: Option<(String, i64)>,
     /// The shared state's install id (None: nothing pushed yet); not among DESIGN.md's JSON
     /// fields.
     #[serde(skip)]
@@ -120,6 +125,7 @@ fn unknown(host_id: String) -> Status {
         error: None,
         cannot_write: Vec::new(),
         last_success_at: None,
+        vast_error: None,
         install_id: None,
         held_secs: None,
     }
@@ -167,6 +173,12 @@ pub fn read(settings: &Settings) -> Status {
         status.cannot_write = cannot_write(&mut db)?;
         let shared = super::mirror::shared_agent_state(&mut db)?;
         status.last_success_at = shared.as_ref().and_then(|v| v["last_success_at"].as_i64());
+        status.vast_error = shared.as_ref().and_then(|v| {
+            Some((
+                v["vast_error"].as_str()?.to_string(),
+                v["vast_error_at"].as_i64()?,
+            ))
+        });
         status.install_id = shared
             .as_ref()
             .and_then(|v| v["install_id"].as_str().map(str::to_string));

@@ -248,6 +248,23 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     );
     db.exec("UPDATE fleetagent.lease SET acquired_at = now()");
     db.exec(&shared_state.replace("1000", &saved.to_string()));
+    // Its passes succeed, but without vast.ai's listing for an hour (recorded ok, so its last
+    // success moves): the same, named.
+    let blind = "UPDATE fleetagent.rows SET data = (data::jsonb || '{\"vast_error\": \"vast.ai unreachable: timeout\", \"vast_error_at\": 1000}'::jsonb)::text WHERE tbl = 'agent_state'";
+    db.exec(blind);
+    let check = doctor_ha(&b);
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("host-a leads (epoch 1), and its vast.ai listing has failed for")
+            && check["detail"]
+                .as_str()
+                .unwrap()
+                .contains("vast.ai unreachable: timeout"),
+        "{check}"
+    );
+    db.exec("UPDATE fleetagent.rows SET data = (data::jsonb || '{\"vast_error\": null, \"vast_error_at\": null}'::jsonb)::text WHERE tbl = 'agent_state'");
     assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
 
     // A trigger on B: B's outbox, forwarded by B's next run, rung by A's poll, claimed by A.
