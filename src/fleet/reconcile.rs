@@ -205,17 +205,14 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         owner(i.label.as_deref(), input.prefix, input.install_id)
     }
     let recorded = Recorded::new(mine.iter().copied());
-    // A destroy of ours whose instance the listing shows as being destroyed, or that vast.ai
-    // acknowledged less than `UNDONE_GRACE_MS` ago (a listing asked for before it, or
-    // lagging it: an operator's destroy made while a pass listed): gone, as the destroy left
-    // it, never revived into the fleet. Still listed after the grace, it is undone.
+    // A destroy of ours whose instance the listing shows as being destroyed: gone, as the
+    // destroy left it (vast.ai's listing lags its answers), never revived into the fleet.
     let destroying = |i: &Instance| {
-        input
-            .our_ends
-            .get(&(i.id as i64))
-            .is_some_and(|(kind, at)| {
-                kind == "destroy" && (being_destroyed(i) || input.now - at < UNDONE_GRACE_MS)
-            })
+        being_destroyed(i)
+            && input
+                .our_ends
+                .get(&(i.id as i64))
+                .is_some_and(|(kind, _)| kind == "destroy")
     };
     let ours: Vec<&Instance> = listing
         .iter()
