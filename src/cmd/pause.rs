@@ -65,8 +65,8 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
     Ok(())
 }
 
-/// Launches already on their way to vast.ai (an intent not settled): a create already sent
-/// may still rent though the pause holds every one not sent yet. Said, with what to do.
+/// Launches under way (an intent not settled): a create already sent may still rent, though
+/// the pause holds every one not sent yet. Said, with what to do.
 fn in_flight(store: &Store, now: Millis) -> Result<()> {
     let open = crate::store::actions::open_intents(&store.conn)?;
     if open.is_empty() {
@@ -80,7 +80,7 @@ fn in_flight(store: &Store, now: Millis) -> Result<()> {
         )
     });
     crate::outln!(
-        "{} launch(es) already on their way: {}; a create already sent may still rent (`fleetagent instances list` shows it within a minute; `fleetagent instances stop --all` destroys what did)",
+        "{} launch(es) under way: {}; those not yet sent are held, but a create already sent may still rent (`fleetagent instances list` shows it within a minute; `fleetagent instances stop --all` destroys what did)",
         open.len(),
         crate::text::first_and_more(names, 3)
     );

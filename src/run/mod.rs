@@ -105,24 +105,16 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
     let opened = file_identity(&store.path);
     let mut reports = Vec::new();
     for pass_no in 1..=env.config.run.max_passes {
-        if env.config_changed.is_some_and(|changed| changed()) {
-            // Edited while this process waited for the lock, or between its passes: the
-            // operator's new caps and keys are a new process's, started by the doorbell.
-            let line = format!(
-                "the config changed since this process read it{}: leaving the pass to a new process, which reads it (doorbell rung)",
-                if pass_no == 1 { " (while it waited for the lock)" } else { "" }
-            );
-            crate::journal::eprint(
-                crate::journal::NOTICE_PRIORITY,
-                &format!("fleetagent: {line}"),
-            );
-            let _ = env.doorbell.ring("the config changed");
-            break;
-        }
         store
             .take_inbox(env.clock.now_ms())
             .map_err(|e| early(env, e))?;
         debounce_wait(&store, env, deadline).map_err(|e| early(env, e))?;
+        if env.config_changed.is_some_and(|changed| changed()) {
+            // Edited while this process waited (for the lock, the debounce) or between its
+            // passes: the operator's new caps and keys are a new process's.
+            config_changed(&mut store, env, pass_no).map_err(|e| early(env, e))?;
+            break;
+        }
         let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
         lock.record_run(claim.run_id);
         reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);
@@ -145,6 +137,36 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
         )));
     }
     Ok(reports)
+}
+
+/// The config changed since this process read it: no more passes here. Events waiting keep
+/// (or get back) their doorbell, so a new process takes them at once; with none, the timer's
+/// next pass reads the new config. Nothing is claimed.
+fn config_changed(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<()> {
+    let ready = claim::ready_events(store, env.clock.now_ms())?;
+    if ready > 0 {
+        claim::ensure_doorbell(env.doorbell, ready);
+    }
+    let line = format!(
+        "the config changed since this process read it{}: no pass on the old one; {}",
+        if pass_no == 1 {
+            ""
+        } else {
+            " (after its first pass)"
+        },
+        if ready > 0 {
+            format!(
+                "{ready} event(s) wait for a new process, which reads it (the doorbell is rung)"
+            )
+        } else {
+            "the next pass reads it".to_string()
+        }
+    );
+    crate::journal::eprint(
+        crate::journal::NOTICE_PRIORITY,
+        &format!("fleetagent: {line}"),
+    );
+    Ok(())
 }
 
 /// The file a path names (device, inode), or None when none does.

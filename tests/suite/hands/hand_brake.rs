@@ -454,7 +454,7 @@ fn a_pause_or_an_operator_stop_while_a_launch_waits_holds_it() {
         if code == "paused" {
             // The operator is told what was already on its way.
             assert!(
-                said.contains("1 launch(es) already on their way: \"fleetagent-"),
+                said.contains("1 launch(es) under way: \"fleetagent-"),
                 "{said}"
             );
         }
@@ -474,10 +474,11 @@ fn a_pause_or_an_operator_stop_while_a_launch_waits_holds_it() {
     }
 }
 
-/// An operator who edits the config (a cap lowered) while a run waits for the lock, or between
-/// its passes: that process does not pass on the config it read before. It says so, rings
-/// the doorbell and leaves the pass to a new process, which reads the new config. Before, a
-/// run that had waited launched under the old `max_instances`.
+/// An operator who edits the config (a cap lowered) while a run waits for the lock (or for the
+/// debounce, or between its passes): that process does not pass on the config it read
+/// before. It says so and leaves the events, their doorbell rung, to a new process, which
+/// reads the new config. Before, a run that had waited launched under the old
+/// `max_instances`.
 #[test]
 fn a_config_edited_while_a_run_waits_is_a_new_processs() {
     let f = Fleet::new().env("FLEETAGENT_TEST_PAUSE_AT", "run-after-lock:2000");
@@ -496,7 +497,7 @@ fn a_config_edited_while_a_run_waits_is_a_new_processs() {
     );
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("the config changed since this process read it (while it waited for the lock): leaving the pass to a new process"),
+        stderr.contains("the config changed since this process read it: no pass on the old one; 1 event(s) wait for a new process, which reads it (the doorbell is rung)"),
         "{stderr}"
     );
     assert!(!stdout.contains("run 1:"), "no pass: {stdout}");

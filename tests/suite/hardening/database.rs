@@ -158,6 +158,13 @@ fn recover_with(f: &Fleet, extra: &[(&str, &str)]) -> (bool, String, String) {
 fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_ledger() {
     let f = with_history();
     let db_path = f.state.join("fleetagent.db");
+    // A tally of the metrics' counters (derived from the ledger): counted afresh after.
+    f.db()
+        .execute_batch(
+            "INSERT INTO tally (name, key, n) VALUES ('runs_by_verdict', 'action', 99);
+             INSERT INTO tally_marks (name, upto, check_at) VALUES ('runs_by_verdict', 1, NULL);",
+        )
+        .unwrap();
     smash_page(&db_path, root_page(&f, "messages"));
     f.cmd(&["trigger", "-p", "0", "-r", "after the damage"])
         .ok();
@@ -193,6 +200,11 @@ fn a_damaged_conversation_fails_clearly_and_the_documented_recovery_keeps_the_le
 
     let (ok, said, systemctl) = recover(&f);
     assert!(ok, "the recovery failed:\n{said}");
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM tally_marks"),
+        0,
+        "the tally kept"
+    );
     // What it kept is readable by the state dir's group, never by others.
     {
         use std::os::unix::fs::PermissionsExt;
