@@ -102,11 +102,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, mode: &AtomicU8) {
                 while held(mode.load(Ordering::SeqCst)) {
                     thread::sleep(Duration::from_millis(20));
                 }
-                if mode.load(Ordering::SeqCst) == Mode::Reset as u8
-                    || to.write_all(&buf[..n]).is_err()
-                {
-                    break;
-                }
+                // Before the COMMIT goes: its answer must not slip through first.
                 if up && buf[..n].windows(6).any(|w| w == b"COMMIT") {
                     let _ = mode.compare_exchange(
                         Mode::HoldAfterCommit as u8,
@@ -114,6 +110,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, up: bool, mode: &AtomicU8) {
                         Ordering::SeqCst,
                         Ordering::SeqCst,
                     );
+                }
+                if mode.load(Ordering::SeqCst) == Mode::Reset as u8
+                    || to.write_all(&buf[..n]).is_err()
+                {
+                    break;
                 }
             }
             Err(e)

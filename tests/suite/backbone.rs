@@ -720,7 +720,7 @@ fn inspect_json_has_the_contract_fields() {
     assert_eq!(v["unconsumed_events"], 1);
 }
 
-fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
+pub(crate) fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
     let t = Instant::now();
     while !cond() {
         assert!(

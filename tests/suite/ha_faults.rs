@@ -356,17 +356,22 @@ fn every_shared_statement_holds_under_both_isolation_levels_and_injected_conflic
     }
 }
 
-/// The leader cut from the database (a proxy that blackholes) while it holds a launch intent:
-/// it sends no create (its own vast.ai sees none), B leads once the lease lapses, and after
-/// the link heals the old leader's held statements find the new epoch: it writes nothing
-/// shared and exits 1.
-#[test]
-fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing() {
-    use crate::common::proxy::{Mode, Proxy};
-    use std::time::Instant;
+/// Two hosts over one database, A's link to it through a proxy the test can cut, WORKERS DEAD;
+/// A leads and its `run` is held at its launch (its intent recorded, no create sent).
+struct Cut {
+    db: TestDb,
+    proxy: crate::common::proxy::Proxy,
+    a_vast: FakeVast,
+    b_vast: FakeVast,
+    _demand: tempfile::TempDir,
+    b: Fleet,
+    child: std::process::Child,
+    reader: thread::JoinHandle<String>,
+}
 
-    let mut db = pg::fresh_db();
-    let proxy = Proxy::start(db.port);
+fn a_at_its_launch_behind_a_proxy() -> Cut {
+    let db = pg::fresh_db();
+    let proxy = crate::common::proxy::Proxy::start(db.port);
     let a_vast = FakeVast::start_real_time();
     a_vast.add_offers(10, "RTX 4090", 0.40, 0.99);
     let b_vast = FakeVast::start_real_time();
@@ -380,12 +385,42 @@ fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing
     let a = host("host-a", &db, &a_vast, demand.path()).env("FLEETAGENT_HA_DB_URL", &through_proxy);
     let b = host("host-b", &db, &b_vast, demand.path());
     a.cmd(&["poll"]).ok();
-
     let mut cmd = a.command(&["run"]);
     cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1000");
-    let (mut child, rx, reader) = spawn_watching(cmd);
+    let (child, rx, reader) = spawn_watching(cmd);
     rx.recv_timeout(Duration::from_secs(30))
         .expect("A never reached its launch");
+    Cut {
+        db,
+        proxy,
+        a_vast,
+        b_vast,
+        _demand: demand,
+        b,
+        child,
+        reader,
+    }
+}
+
+/// The leader cut from the database (a proxy that blackholes) while it holds a launch intent:
+/// it sends no create (its own vast.ai sees none), B leads once the lease lapses, and after
+/// the link heals the old leader's held statements find the new epoch: it writes nothing
+/// shared and exits 1.
+#[test]
+fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing() {
+    use crate::common::proxy::Mode;
+    use std::time::Instant;
+
+    let Cut {
+        mut db,
+        proxy,
+        a_vast,
+        b_vast,
+        _demand,
+        b,
+        mut child,
+        reader,
+    } = a_at_its_launch_behind_a_proxy();
     proxy.set(Mode::Blackhole);
     let cut = Instant::now();
 
@@ -441,30 +476,19 @@ fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing
 /// checks the last one alone.
 #[test]
 fn a_fence_answered_after_a_takeover_sends_nothing() {
-    use crate::common::proxy::{Mode, Proxy};
+    use crate::common::proxy::Mode;
     use std::time::Instant;
 
-    let mut db = pg::fresh_db();
-    let proxy = Proxy::start(db.port);
-    let a_vast = FakeVast::start_real_time();
-    a_vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let b_vast = FakeVast::start_real_time();
-    b_vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    let demand = tempfile::tempdir().unwrap();
-    write_demand(demand.path(), dead_fleet());
-    let through_proxy = db.url().replace(
-        &format!("127.0.0.1:{}/", db.port),
-        &format!("127.0.0.1:{}/", proxy.port),
-    );
-    let a = host("host-a", &db, &a_vast, demand.path()).env("FLEETAGENT_HA_DB_URL", &through_proxy);
-    let b = host("host-b", &db, &b_vast, demand.path());
-    a.cmd(&["poll"]).ok();
-
-    let mut cmd = a.command(&["run"]);
-    cmd.env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:1000");
-    let (mut child, rx, reader) = spawn_watching(cmd);
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("A never reached its launch");
+    let Cut {
+        mut db,
+        proxy,
+        a_vast,
+        b_vast: _b_vast,
+        _demand,
+        b,
+        mut child,
+        reader,
+    } = a_at_its_launch_behind_a_proxy();
     // Its fence goes up and commits; every answer to A is held from its COMMIT.
     proxy.set(Mode::HoldAfterCommit);
     let held = Instant::now();

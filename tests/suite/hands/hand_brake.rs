@@ -11,6 +11,7 @@ use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Fleet;
 use crate::suite::agent_e2e::{dead_fleet, one_instance_is_enough, rig, write_demand, CAPS};
+use crate::suite::backbone::wait_for;
 
 fn launch_call() -> Reply {
     Reply::tool_call("launch_instance", r#"{"reason":"every worker is dead"}"#)
@@ -370,18 +371,6 @@ fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
         "{doctor}"
     );
     assert_eq!(vast.count(Route::Destroy), 3);
-}
-
-/// Waits up to 20 s for `cond`.
-fn wait_for(mut cond: impl FnMut() -> bool, what: &str) {
-    let t = std::time::Instant::now();
-    while !cond() {
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(20),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
 }
 
 /// The operator's hand while a launch waits to be sent (its intent committed, its create not
