@@ -178,7 +178,9 @@ pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Op
 fn record_skew(conn: &Connection, run_id: i64, skew: Option<Millis>, now: Millis) -> Result<()> {
     use crate::store::clock_step::skew_line;
     let before = ops::vast_health(conn)?.clock_skew_ms;
-    ops::record_clock_skew(conn, skew)?;
+    if before != skew {
+        ops::record_clock_skew(conn, skew)?;
+    }
     let Some(line) = skew.and_then(skew_line) else {
         return Ok(());
     };
