@@ -324,6 +324,15 @@ pub fn decided_since(conn: &Connection, since: Millis) -> Result<Decided> {
     )?)
 }
 
+/// The session a run belongs to (None: no such run).
+pub fn session_of(conn: &Connection, run_id: i64) -> Result<Option<i64>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .prepare_cached("SELECT session_id FROM runs WHERE id = ?1")?
+        .query_row([run_id], |r| r.get(0))
+        .optional()?)
+}
+
 /// Whether the newest pass (by id) that finished ok saw an emergency; `None` before any.
 pub fn last_ok_emergency(conn: &Connection) -> Result<Option<bool>> {
     use rusqlite::OptionalExtension;

@@ -56,6 +56,9 @@ impl Tool for ScheduleNextCheck {
             Ok(r) => r,
             Err(message) => return Ok(refused(message)),
         };
+        if let Some(result) = reset_since(ctx)? {
+            return Ok(result);
+        }
         let pending = store::wakes::count_pending_by(&ctx.store.conn, wakes::BY_AGENT)?;
         if let Err(message) = wakes::agent_room(pending) {
             return Ok(refused(message));
@@ -76,6 +79,27 @@ impl Tool for ScheduleNextCheck {
             format!("wake #{id} in {} min", a.minutes),
         ))
     }
+}
+
+/// The operator reset the session while this pass ran (`reset-session` cancels the old
+/// conversation's wakes): a wake the old conversation asks for now is not scheduled, or it
+/// would wake the new session with the old one's reason. None: the pass's session is current.
+fn reset_since(ctx: &ToolCtx<'_>) -> Result<Option<ToolResult>> {
+    if ctx.run_id <= 0 {
+        return Ok(None);
+    }
+    let conn = &ctx.store.conn;
+    let ran_in = store::runs::session_of(conn, ctx.run_id)?;
+    let current = store::session::current(conn)?;
+    Ok(ran_in.filter(|s| *s != current).map(|s| {
+        ToolResult::ok(
+            json!({"ok": false, "message": format!(
+                "the operator reset the session (session {s} -> {current}) during this pass: no wake is scheduled for the old conversation"
+            )}),
+            false,
+            "no wake: the session was reset".to_string(),
+        )
+    }))
 }
 
 #[cfg(test)]

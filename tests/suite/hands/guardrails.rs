@@ -335,3 +335,43 @@ fn a_taken_best_offer_is_followed_by_the_next_within_the_call() {
         .unwrap()
         .starts_with("the offer was taken meanwhile"));
 }
+
+/// The operator resets the session while a pass runs (`reset-session` cancels the pending
+/// wakes): the old conversation's `schedule_next_check` in that pass schedules nothing, or
+/// it would wake the new session with the old one's reason (the race walkthrough saw one).
+/// Before the reset, the same call schedules its wake.
+#[test]
+fn a_wake_asked_for_by_a_conversation_reset_during_its_pass_is_not_scheduled() {
+    let mut rig = Rig::new(BASE, StaticDemand::new(busy_demand()));
+    let mut snap = rig.pass();
+    let ask = json!({"minutes": 10, "reason": "see the new worker prove"});
+    let r = rig.call(&mut snap, "schedule_next_check", ask.clone());
+    assert_eq!(r.content["ok"], true, "{}", r.content);
+    let dir = tempfile::tempdir().unwrap();
+    let doorbell = fleetagent::doorbell::FileDoorbell::new(dir.path());
+    let now = rig.now();
+    fleetagent::trigger::reset_session(&mut rig.store, &doorbell, false, now).unwrap();
+    let r = rig.call(&mut snap, "schedule_next_check", ask);
+    assert_eq!(r.content["ok"], false, "{}", r.content);
+    assert!(
+        r.content["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the operator reset the session (session 1 -> 2) during this pass"),
+        "{}",
+        r.content
+    );
+    let pending: i64 = rig
+        .store
+        .conn
+        .query_row(
+            "SELECT COUNT(*) FROM wakes WHERE status = 'pending'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        pending, 0,
+        "the first was cancelled by the reset, the second never made"
+    );
+}
