@@ -402,6 +402,24 @@ fn a_at_its_launch_behind_a_proxy() -> Cut {
     }
 }
 
+/// B polls every 200 ms until it leads (at most 20 s from `since`).
+fn poll_until_b_leads(b: &Fleet, db: &mut TestDb, since: std::time::Instant) {
+    loop {
+        b.cmd(&["poll"]).ok();
+        let leads = db.query_i64(
+            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()",
+        );
+        if leads == 1 {
+            return;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(20),
+            "B never took over"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The leader cut from the database (a proxy that blackholes) while it holds a launch intent:
 /// it sends no create (its own vast.ai sees none), B leads once the lease lapses, and after
 /// the link heals the old leader's held statements find the new epoch: it writes nothing
@@ -423,19 +441,8 @@ fn a_leader_cut_from_the_database_sends_nothing_and_writes_nothing_after_healing
     } = a_at_its_launch_behind_a_proxy();
     proxy.set(Mode::Blackhole);
     let cut = Instant::now();
-
-    // B polls every 200 ms until it leads: the lease lapses within its TTL of A's last renewal.
-    loop {
-        b.cmd(&["poll"]).ok();
-        let leads = db.query_i64(
-            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()",
-        );
-        if leads == 1 {
-            break;
-        }
-        assert!(cut.elapsed() < Duration::from_secs(20), "B never took over");
-        thread::sleep(Duration::from_millis(200));
-    }
+    // The lease lapses within its TTL of A's last renewal.
+    poll_until_b_leads(&b, &mut db, cut);
     let took_over = cut.elapsed();
     b.cmd(&["run"]).ok();
     let seq = db.query_i64("SELECT seq FROM fleetagent.sync");
@@ -491,21 +498,7 @@ fn a_fence_answered_after_a_takeover_sends_nothing() {
     } = a_at_its_launch_behind_a_proxy();
     // Its fence goes up and commits; every answer to A is held from its COMMIT.
     proxy.set(Mode::HoldAfterCommit);
-    let held = Instant::now();
-    loop {
-        b.cmd(&["poll"]).ok();
-        let leads = db.query_i64(
-            "SELECT COUNT(*) FROM fleetagent.lease WHERE holder = 'host-b' AND expires_at > now()",
-        );
-        if leads == 1 {
-            break;
-        }
-        assert!(
-            held.elapsed() < Duration::from_secs(20),
-            "B never took over"
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
+    poll_until_b_leads(&b, &mut db, Instant::now());
     // The answers come, late.
     proxy.set(Mode::Pass);
     let status = child.wait().unwrap();
