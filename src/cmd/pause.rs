@@ -90,7 +90,7 @@ fn in_flight(store: &Store, now: Millis) -> Result<()> {
 pub fn resume(app: &App) -> Result<()> {
     let now = app.now();
     let (loaded, dir, mut store) = super::open_shared(app, "resume")?;
-    let hold = crate::run::observe::operator_hold(&store.conn, &loaded.config, now)?;
+    let hold = crate::tools::brake::operator_hold(&store.conn, &loaded.config, now)?;
     let was = ops::clear_pause(&store.conn)?.filter(|p| p.in_force(now));
     let mut what = Vec::new();
     if let Some(p) = &was {

@@ -308,12 +308,19 @@ fn lost(step: &str, held: &Held) -> anyhow::Error {
 /// left; the fence runs even when nothing changed. Holds the local write lock throughout,
 /// so another process of this host (a `poll` beside a `run`) pushes before or after, never
 /// an older value after a newer one.
-pub fn push(conn: &Connection, db: &mut SharedDb, held: &Held, step: &str) -> Result<()> {
+/// Returns when the fence that vouched was asked (this host's monotonic clock): an answer
+/// later than [`Held::fresh`] allows vouches for nothing and is an error.
+pub fn push(
+    conn: &Connection,
+    db: &mut SharedDb,
+    held: &Held,
+    step: &str,
+) -> Result<std::time::Instant> {
     let asked = std::time::Instant::now();
     push_rows(conn, db, held, step)?;
     match held.stale(asked, step) {
         Some(e) => Err(e),
-        None => Ok(()),
+        None => Ok(asked),
     }
 }
 

@@ -55,6 +55,11 @@ impl Settings {
         }))
     }
 
+    /// A lease last renewed `since` ago has less than the margin left: its holder stops.
+    fn lease_low(&self, since: Duration) -> bool {
+        since + self.margin >= self.ttl
+    }
+
     pub fn connect(&self) -> Result<SharedDb> {
         SharedDb::connect(self.url.expose(), DB_TIMEOUT, Arc::new(SystemClock))
     }
@@ -258,9 +263,7 @@ pub struct Link {
 
 impl crate::store::Shared for Link {
     fn push(&mut self, conn: &rusqlite::Connection, step: &str) -> Result<()> {
-        let asked = Instant::now();
-        mirror::push(conn, &mut self.db, &self.held, step)?;
-        self.confirmed = Some(asked);
+        self.confirmed = Some(mirror::push(conn, &mut self.db, &self.held, step)?);
         Ok(())
     }
 
@@ -312,8 +315,9 @@ fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
                         "ha: the lease (epoch {epoch}) is no longer this host's; exiting"
                     )),
                     Err(e) => {
-                        let left = settings.ttl.saturating_sub(renewed_at().elapsed());
-                        if left <= settings.margin {
+                        let since = renewed_at().elapsed();
+                        if settings.lease_low(since) {
+                            let left = settings.ttl.saturating_sub(since);
                             keeper_exit(&format!(
                                 "ha: cannot renew the lease (epoch {epoch}) and it has {}s left, below ha.fence_margin_secs: exiting: {e}",
                                 left.as_secs()
@@ -337,17 +341,17 @@ fn watch_renewals(
     epoch: i64,
     renewed: Arc<std::sync::Mutex<Instant>>,
 ) -> std::io::Result<()> {
-    let (ttl, margin) = (settings.ttl, settings.margin);
+    let settings = settings.clone();
     std::thread::Builder::new()
         .name("ha-keeper-watch".into())
         .spawn(move || loop {
             SystemClock.sleep(Duration::from_secs(1));
             let since = renewed.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
-            if since + margin >= ttl {
+            if settings.lease_low(since) {
                 keeper_exit(&format!(
                     "ha: the lease (epoch {epoch}) was last renewed by a request asked {}s ago and has under ha.fence_margin_secs ({}s) left: exiting",
                     since.as_secs(),
-                    margin.as_secs()
+                    settings.margin.as_secs()
                 ));
             }
         })

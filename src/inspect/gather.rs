@@ -169,7 +169,7 @@ pub fn build(
                 error_since: h.error_at.map(rfc3339),
             }
         },
-        operator_hold: crate::run::observe::operator_hold(&store.conn, config, now)?.map(|h| {
+        operator_hold: crate::tools::brake::operator_hold(&store.conn, config, now)?.map(|h| {
             super::HoldView {
                 stopped_at: rfc3339(h.stopped_at),
                 instance_id: h.instance_id,

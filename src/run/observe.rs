@@ -24,6 +24,7 @@ use crate::store::ops;
 use crate::store::session::{self, Streaks};
 use crate::store::{events, Store};
 use crate::text::clip;
+use crate::tools::brake::operator_hold;
 use crate::vast::Instance;
 
 const DAY_MS: Millis = 86_400_000;
@@ -178,7 +179,7 @@ pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Op
 fn record_skew(conn: &Connection, run_id: i64, skew: Option<Millis>, now: Millis) -> Result<()> {
     use crate::store::clock_step::skew_line;
     let before = ops::vast_health(conn)?.clock_skew_ms;
-    if before != skew {
+    if crate::store::clock_step::skew_changed(before, skew) {
         ops::record_clock_skew(conn, skew)?;
     }
     let Some(line) = skew.and_then(skew_line) else {
@@ -551,8 +552,6 @@ fn day_cells(conn: &Connection, now: Millis) -> Result<Vec<crate::fleet::day::Ce
         crate::policy::rules::BACKLOG_MIN,
     )
 }
-
-pub use crate::tools::brake::operator_hold;
 
 /// The price of a proof at this ask price over the stored FIL/USD cache (which is returned
 /// too), or why it is unknown: what a pass resolves and the readers outside one show.

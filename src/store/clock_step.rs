@@ -91,7 +91,7 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
 }
 
 /// Two measurements of the skew that an operator would not tell apart (a slow answer,
-/// `Date`'s truncation): `poll` writes only a change beyond it.
+/// `Date`'s truncation): a pass and `poll` write only a change beyond it.
 pub fn skew_changed(before: Option<Millis>, now: Option<Millis>) -> bool {
     match (before, now) {
         (Some(a), Some(b)) => (a - b).abs() > 5_000,
