@@ -105,6 +105,7 @@ pub fn input<'a>(
         prefix: "fleetagent",
         install_id: INSTALL,
         now: NOW,
+        listed_at: NOW,
         our_stops: HashSet::new(),
         our_ends: HashMap::new(),
     }

@@ -112,6 +112,10 @@ pub struct ReconcileInput<'a> {
     /// id are another install's ([`owner`]).
     pub install_id: &'a str,
     pub now: Millis,
+    /// When the listing was asked for (before the request went out). A stop or destroy of
+    /// ours acknowledged after it (an operator's, made while the pass listed) is newer than
+    /// anything the listing says of that instance.
+    pub listed_at: Millis,
     /// Instances (vast id) whose last stop or start in the action ledger is a stop of ours
     /// that went through: stopped by us, so never outbid.
     pub our_stops: HashSet<i64>,
@@ -214,10 +218,20 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 .get(&(i.id as i64))
                 .is_some_and(|(kind, _)| kind == "destroy")
     };
+    // A stop or destroy of ours acknowledged after this listing was asked for (and not
+    // after now: another host's clock ahead counts for nothing): the listing is older than
+    // what we know of the instance, so its row is kept as the end left it, for this pass
+    // only. The next listing, asked after the end, says whether it took.
+    let outdated: HashSet<i64> = input
+        .our_ends
+        .iter()
+        .filter(|(_, (_, at))| *at > input.listed_at && *at <= now)
+        .map(|(id, _)| *id)
+        .collect();
     let ours: Vec<&Instance> = listing
         .iter()
         .filter(|i| whose(i, input) == Owner::Ours || recorded.holds(i))
-        .filter(|i| !destroying(i))
+        .filter(|i| !destroying(i) && !outdated.contains(&(i.id as i64)))
         .collect();
     out.foreign = listing
         .iter()
@@ -470,6 +484,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             continue;
         }
         match row.vast_id {
+            Some(id) if outdated.contains(&id) => out.rows.push(row),
             Some(id) => {
                 let name = describe(&row);
                 // Still listed, under a label that is not ours (renamed in the console):

@@ -44,6 +44,7 @@ pub fn observe(
     run_id: i64,
 ) -> Result<Snapshot> {
     let (demand, demand_error) = probe_demand(services, config);
+    let listed_at = clock.now_ms();
     let (listing, listing_error) = list_ours(services);
     let (listing, listing_error) =
         super::vanished::confirm(&store.conn, services, listing, listing_error)?;
@@ -71,7 +72,8 @@ pub fn observe(
         events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
     }
     record_fil_usd(&tx, config, fil_usd, now)?;
-    let rec = reconcile_against(&tx, config, listing.as_deref(), demand.as_ref(), now)?;
+    let listing_at = listing.as_deref().map(|l| (l, listed_at));
+    let rec = reconcile_against(&tx, config, listing_at, demand.as_ref(), now)?;
     if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
         ops::set_foreign_installs(&tx, &rec.other_installs, now)?;
@@ -218,12 +220,13 @@ pub fn view(
     demand: Option<Demand>,
     demand_error: Option<String>,
 ) -> Result<Snapshot> {
+    let listed_at = clock.now_ms();
     let (listing, listing_error) = list_ours(services);
     let now = clock.now_ms();
     let rec = reconcile_against(
         &store.conn,
         config,
-        listing.as_deref(),
+        listing.as_deref().map(|l| (l, listed_at)),
         demand.as_ref(),
         now,
     )?;
@@ -376,13 +379,18 @@ fn new_beside_another(
 }
 
 /// Read what reconciliation needs from the table and reconcile (pure from here on).
+/// `listing` comes with when it was asked for.
 fn reconcile_against(
     conn: &rusqlite::Connection,
     config: &Config,
-    listing: Option<&[Instance]>,
+    listing: Option<(&[Instance], Millis)>,
     demand: Option<&Demand>,
     now: Millis,
 ) -> Result<Reconciled> {
+    let (listing, listed_at) = match listing {
+        Some((l, at)) => (Some(l), at),
+        None => (None, now),
+    };
     let mut local = instances::live(conn)?;
     let mut taken = HashSet::new();
     if let Some(list) = listing {
@@ -418,6 +426,7 @@ fn reconcile_against(
             prefix: &config.vast.label_prefix,
             install_id: &install_id,
             now,
+            listed_at,
             our_stops,
             our_ends,
         },

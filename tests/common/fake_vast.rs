@@ -93,6 +93,7 @@ impl FakeVast {
             counter: 0,
             before: HashMap::new(),
             after: HashMap::new(),
+            late: HashMap::new(),
             rate: HashMap::new(),
             last_ok: HashMap::new(),
             blocked_until: HashMap::new(),
@@ -195,7 +196,15 @@ impl Drop for FakeVast {
 fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
     // Held requests (FakeReply::hang) are answered 500 when dropped at shutdown.
     let mut held: Vec<Request> = Vec::new();
+    // Late answers (`answer_late`): sent once their time comes.
+    let mut late: Vec<(std::time::Instant, Request, FakeReply, i64)> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
+        let now = std::time::Instant::now();
+        let (due, waiting): (Vec<_>, Vec<_>) = late.into_iter().partition(|l| l.0 <= now);
+        late = waiting;
+        for (_, rq, r, at) in due {
+            respond(rq, r, at);
+        }
         let mut rq = match server.recv_timeout(Duration::from_millis(50)) {
             Ok(Some(rq)) => rq,
             Ok(None) | Err(_) => continue,
@@ -216,30 +225,34 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
         };
         match outcome {
             Outcome::Hold => held.push(rq),
-            Outcome::Reply(r) => {
-                let mut resp = Response::from_string(r.body).with_status_code(r.status);
-                if let Ok(h) = Header::from_bytes("Content-Type", r.content_type.as_bytes()) {
-                    resp.add_header(h);
-                }
-                // vast.ai's clock is the fake's (tiny_http's own would be the host's).
-                if let Some(date) = chrono::DateTime::from_timestamp_millis(now_ms) {
-                    let date = date.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-                    if let Ok(h) = Header::from_bytes("Date", date.as_bytes()) {
-                        resp.add_header(h);
-                    }
-                }
-                if let Some(ra) = r.retry_after {
-                    if let Ok(h) = Header::from_bytes("Retry-After", ra.as_bytes()) {
-                        resp.add_header(h);
-                    }
-                }
-                if let Some(reset) = r.rate_reset {
-                    if let Ok(h) = Header::from_bytes("X-RateLimit-Reset", reset.as_bytes()) {
-                        resp.add_header(h);
-                    }
-                }
-                let _ = rq.respond(resp);
-            }
+            Outcome::Late(r, delay) => late.push((now + delay, rq, r, now_ms)),
+            Outcome::Reply(r) => respond(rq, r, now_ms),
         }
     }
+}
+
+/// Send `r`, dated `now_ms` by the fake's clock.
+fn respond(rq: Request, r: FakeReply, now_ms: i64) {
+    let mut resp = Response::from_string(r.body).with_status_code(r.status);
+    if let Ok(h) = Header::from_bytes("Content-Type", r.content_type.as_bytes()) {
+        resp.add_header(h);
+    }
+    // vast.ai's clock is the fake's (tiny_http's own would be the host's).
+    if let Some(date) = chrono::DateTime::from_timestamp_millis(now_ms) {
+        let date = date.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        if let Ok(h) = Header::from_bytes("Date", date.as_bytes()) {
+            resp.add_header(h);
+        }
+    }
+    if let Some(ra) = r.retry_after {
+        if let Ok(h) = Header::from_bytes("Retry-After", ra.as_bytes()) {
+            resp.add_header(h);
+        }
+    }
+    if let Some(reset) = r.rate_reset {
+        if let Ok(h) = Header::from_bytes("X-RateLimit-Reset", reset.as_bytes()) {
+            resp.add_header(h);
+        }
+    }
+    let _ = rq.respond(resp);
 }

@@ -511,3 +511,58 @@ fn an_orphan_of_a_failed_create_is_destroyed_never_adopted() {
     assert_eq!(rec.undone.len(), 1);
     assert!(rec.undone[0].orphan && rec.undone[0].kind == "destroy");
 }
+
+/// A listing asked for before an operator's destroy or stop that vast.ai acknowledged while
+/// the pass listed (the race walkthrough's F5): it still shows the instance running, and that
+/// is older than what the ledger knows. The destroyed row stays gone (not revived as booted
+/// and counted as capacity), the stopped one stays stopped, neither is undone or foreign. A
+/// listing asked for after the end says whether it took, as before; an end dated after now
+/// (another host's clock ahead) does not hide an instance.
+#[test]
+fn an_end_acknowledged_after_the_listing_was_asked_for_outranks_it() {
+    let listing = vec![
+        inst(1, "fleetagent-1", Some("running")),
+        inst(2, "fleetagent-2", Some("running")),
+        inst(3, "fleetagent-3", Some("running")),
+    ];
+    let mut destroyed = row("fleetagent-1", Some(1), GONE, 0.4);
+    destroyed.gone_at = Some(NOW - 10_000);
+    let stopped = row("fleetagent-2", Some(2), STOPPED, 0.4);
+    let mut future = row("fleetagent-3", Some(3), GONE, 0.4);
+    future.gone_at = Some(NOW - 10_000);
+    let local = vec![destroyed, stopped, future];
+    let ends = [
+        (1, "destroy", NOW - 10_000),
+        (2, "stop", NOW - 10_000),
+        (3, "destroy", NOW + 10 * MIN),
+    ];
+    let run = |listed_at: Millis| {
+        let mut inp = input(local.clone(), vec![], Some(&listing), None);
+        inp.listed_at = listed_at;
+        inp.our_stops.insert(2);
+        for (id, kind, at) in ends {
+            inp.our_ends.insert(id, (kind.to_string(), at));
+        }
+        reconcile(&inp, INTENT_GRACE_MS)
+    };
+    let stale = run(NOW - 30_000);
+    let states: Vec<(Option<i64>, State)> =
+        stale.rows.iter().map(|r| (r.vast_id, r.state)).collect();
+    assert_eq!(states, vec![(Some(3), BOOTED), (Some(2), STOPPED)]);
+    assert!(stale.undone.is_empty(), "{:?}", stale.undone.len());
+    assert!(stale.foreign.is_empty(), "{:?}", stale.foreign);
+    assert!(
+        stale.changes.iter().all(|c| !c.contains("instance 1 ")),
+        "{:?}",
+        stale.changes
+    );
+    // Asked for after the ends: the listing is the newer word.
+    let fresh = run(NOW - 5_000);
+    let mut states: Vec<(Option<i64>, State)> =
+        fresh.rows.iter().map(|r| (r.vast_id, r.state)).collect();
+    states.sort_by_key(|s| s.0);
+    assert_eq!(
+        states,
+        vec![(Some(1), BOOTED), (Some(2), BOOTED), (Some(3), BOOTED)]
+    );
+}

@@ -114,6 +114,15 @@ impl FakeVast {
         q.extend(std::iter::repeat_n(reply, n));
     }
 
+    /// The next `n` requests to `route` are handled when they come (a listing says what is
+    /// on the account then) and answered `delay` later, while other requests go on: a
+    /// listing that was asked for before a change and arrives after it.
+    pub fn answer_late(&self, route: Route, n: usize, delay: Duration) {
+        let mut s = self.lock();
+        let q = s.late.entry(route).or_default();
+        q.extend(std::iter::repeat_n(delay, n));
+    }
+
     /// Calls to `route` closer than `min_interval` to the last accepted one get vast.ai's
     /// plain-text 429 (`... threshold=<s>`), and block the route for `penalty` (0: none).
     pub fn rate_limit(

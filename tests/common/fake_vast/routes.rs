@@ -38,6 +38,8 @@ pub enum Route {
 
 pub(super) enum Outcome {
     Reply(FakeReply),
+    /// Handled now, sent after the delay (`FakeVast::answer_late`).
+    Late(FakeReply, std::time::Duration),
     Hold,
 }
 
@@ -60,9 +62,15 @@ impl State {
         let now = self.clock.now_ms();
         let (path, query) = url.split_once('?').unwrap_or((url, ""));
         let (route, id) = route_of(method, path);
-        let outcome = self.dispatch(route, id, path, query, &body, authorization.as_deref(), now);
+        let mut outcome =
+            self.dispatch(route, id, path, query, &body, authorization.as_deref(), now);
+        if let Some(delay) = self.late.get_mut(&route).and_then(VecDeque::pop_front) {
+            if let Outcome::Reply(r) = outcome {
+                outcome = Outcome::Late(r, delay);
+            }
+        }
         let status = match &outcome {
-            Outcome::Reply(r) => r.status,
+            Outcome::Reply(r) | Outcome::Late(r, _) => r.status,
             Outcome::Hold => 0,
         };
         self.log.push(SeenRequest {

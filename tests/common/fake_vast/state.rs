@@ -43,6 +43,8 @@ pub(super) struct State {
     pub(super) counter: u64,
     pub(super) before: HashMap<Route, VecDeque<FakeReply>>,
     pub(super) after: HashMap<Route, VecDeque<FakeReply>>,
+    /// Answers handled at once (the state as it is when asked) but sent this much later.
+    pub(super) late: HashMap<Route, VecDeque<std::time::Duration>>,
     pub(super) rate: HashMap<Route, RateRule>,
     pub(super) last_ok: HashMap<Route, i64>,
     pub(super) blocked_until: HashMap<Route, i64>,

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Fleet;
-use crate::suite::agent_e2e::{dead_fleet, one_instance_is_enough, rig, write_demand, CAPS};
+use crate::suite::agent_e2e::{
+    busy_fleet, dead_fleet, one_instance_is_enough, rig, write_demand, CAPS,
+};
 use crate::suite::backbone::wait_for;
 
 fn launch_call() -> Reply {
@@ -499,4 +501,55 @@ fn a_config_edited_while_a_run_waits_is_a_new_processs() {
         "{}",
         out.stdout
     );
+}
+
+/// An operator's destroy made while a pass waits for its listing (asked for before the
+/// destroy, answered after it: the race walkthrough's F5). The listing still shows the
+/// instance running, and the destroy is newer: the pass keeps it gone, as the destroy left
+/// it. Before, it was "listed again after it was marked gone" and counted as booted
+/// capacity for that pass.
+#[test]
+fn an_operator_destroy_made_while_a_pass_lists_is_not_undone_by_that_listing() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    write_demand(f.path(), busy_fleet());
+    let id = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    f.cmd(&["run"]).ok();
+    let gone = |f: &Fleet| {
+        f.count(&format!(
+            "SELECT COUNT(*) FROM instances WHERE vast_id = {id} AND gone_at IS NOT NULL"
+        ))
+    };
+    assert_eq!(gone(&f), 0, "adopted by the first pass");
+    let listings = vast.count(Route::ListV1);
+    vast.answer_late(Route::ListV1, 1, std::time::Duration::from_millis(2_500));
+    f.cmd(&["trigger", "-p", "1", "-r", "a look"]).ok();
+    let run = f.spawn(&["run"]);
+    wait_for(
+        || vast.count(Route::ListV1) > listings,
+        "the pass's listing asked for",
+    );
+    let id_text = id.to_string();
+    f.cmd(&[
+        "instances",
+        "stop",
+        &id_text,
+        "--force",
+        "--reason",
+        "bad host",
+    ])
+    .ok();
+    assert_eq!(gone(&f), 1, "the operator's destroy marks it gone");
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(gone(&f), 1, "kept gone by the pass: {stderr}");
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM events WHERE reason LIKE '%listed again%'"),
+        0,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("listed again"), "{stderr}");
 }
