@@ -185,8 +185,8 @@ pub fn poll(
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
         if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
-            if crate::store::clock_step::skew_changed(health.clock_skew_ms, skew) {
-                ops::record_clock_skew(&store.conn, skew)?;
+            if crate::store::clock_step::skew_changed(health.clock_skew_ms, Some(skew)) {
+                ops::record_clock_skew(&store.conn, Some(skew))?;
             }
         }
     }

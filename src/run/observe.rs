@@ -167,24 +167,26 @@ pub fn observe(
 }
 
 /// This host's clock less vast.ai's, as this process's last answer from vast.ai gave it,
-/// when the listing worked: `Some(None)` when that answer had no `Date`; None when the listing
-/// failed (the last measurement stands).
-pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Option<Millis>> {
+/// when the listing worked. None when nothing was measured: the listing failed, or no answer
+/// carried a `Date` (a proxy that drops it); the last measurement stands then, so that a
+/// standing skew is not cleared by an answer that cannot tell.
+pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Millis> {
     let vast = services.vast.as_ref()?;
-    listing_error
-        .is_none()
-        .then(|| vast.server_clock().map(|c| c.skew_ms()))
+    if listing_error.is_some() {
+        return None;
+    }
+    vast.server_clock().map(|c| c.skew_ms())
 }
 
 /// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is
 /// said at warning every pass, and to the agent when it begins.
-fn record_skew(conn: &Connection, run_id: i64, skew: Option<Millis>, now: Millis) -> Result<()> {
+fn record_skew(conn: &Connection, run_id: i64, skew: Millis, now: Millis) -> Result<()> {
     use crate::store::clock_step::skew_line;
     let before = ops::vast_health(conn)?.clock_skew_ms;
-    if crate::store::clock_step::skew_changed(before, skew) {
-        ops::record_clock_skew(conn, skew)?;
+    if crate::store::clock_step::skew_changed(before, Some(skew)) {
+        ops::record_clock_skew(conn, Some(skew))?;
     }
-    let Some(line) = skew.and_then(skew_line) else {
+    let Some(line) = skew_line(skew) else {
         return Ok(());
     };
     crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));

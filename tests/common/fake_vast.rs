@@ -94,6 +94,7 @@ impl FakeVast {
             before: HashMap::new(),
             after: HashMap::new(),
             late: HashMap::new(),
+            dateless: false,
             rate: HashMap::new(),
             last_ok: HashMap::new(),
             blocked_until: HashMap::new(),
@@ -197,7 +198,7 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
     // Held requests (FakeReply::hang) are answered 500 when dropped at shutdown.
     let mut held: Vec<Request> = Vec::new();
     // Late answers (`answer_late`): sent once their time comes.
-    let mut late: Vec<(std::time::Instant, Request, FakeReply, i64)> = Vec::new();
+    let mut late: Vec<(std::time::Instant, Request, FakeReply, Option<i64>)> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let now = std::time::Instant::now();
         let (due, waiting): (Vec<_>, Vec<_>) = late.into_iter().partition(|l| l.0 <= now);
@@ -220,7 +221,7 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
         let url = rq.url().to_string();
         let (outcome, now_ms) = {
             let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-            let now_ms = st.clock.now_ms();
+            let now_ms = (!st.dateless).then(|| st.clock.now_ms());
             (st.handle(&method, &url, body, authorization), now_ms)
         };
         match outcome {
@@ -231,18 +232,20 @@ fn serve(server: &Server, state: &Mutex<State>, stop: &AtomicBool) {
     }
 }
 
-/// Send `r`, dated `now_ms` by the fake's clock.
-fn respond(rq: Request, r: FakeReply, now_ms: i64) {
+/// Send `r`, dated `now_ms` by the fake's clock (no `Date` when None).
+fn respond(rq: Request, r: FakeReply, now_ms: Option<i64>) {
     let mut resp = Response::from_string(r.body).with_status_code(r.status);
     if let Ok(h) = Header::from_bytes("Content-Type", r.content_type.as_bytes()) {
         resp.add_header(h);
     }
     // vast.ai's clock is the fake's (tiny_http's own would be the host's).
-    if let Some(date) = chrono::DateTime::from_timestamp_millis(now_ms) {
-        let date = date.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-        if let Ok(h) = Header::from_bytes("Date", date.as_bytes()) {
-            resp.add_header(h);
-        }
+    // Without one, an empty `Date`: tiny_http adds the host's own to an answer that has none.
+    let date = now_ms
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .unwrap_or_default();
+    if let Ok(h) = Header::from_bytes("Date", date.as_bytes()) {
+        resp.add_header(h);
     }
     if let Some(ra) = r.retry_after {
         if let Ok(h) = Header::from_bytes("Retry-After", ra.as_bytes()) {

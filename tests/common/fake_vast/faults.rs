@@ -123,6 +123,11 @@ impl FakeVast {
         q.extend(std::iter::repeat_n(delay, n));
     }
 
+    /// Answers without a `Date` header (a proxy that drops it) from now on, or with it again.
+    pub fn set_dateless(&self, on: bool) {
+        self.lock().dateless = on;
+    }
+
     /// Calls to `route` closer than `min_interval` to the last accepted one get vast.ai's
     /// plain-text 429 (`... threshold=<s>`), and block the route for `penalty` (0: none).
     pub fn rate_limit(

@@ -45,6 +45,8 @@ pub(super) struct State {
     pub(super) after: HashMap<Route, VecDeque<FakeReply>>,
     /// Answers handled at once (the state as it is when asked) but sent this much later.
     pub(super) late: HashMap<Route, VecDeque<std::time::Duration>>,
+    /// Answers carry no usable `Date` (a proxy that drops it; tiny_http would add its own).
+    pub(super) dateless: bool,
     pub(super) rate: HashMap<Route, RateRule>,
     pub(super) last_ok: HashMap<Route, i64>,
     pub(super) blocked_until: HashMap<Route, i64>,

@@ -113,4 +113,18 @@ fn a_host_clock_off_vast_ais_is_said_and_named_by_doctor() {
     assert!(doctor.stdout.contains(said), "{}", doctor.stdout);
     let skew: i64 = f.count("SELECT vast_clock_skew_ms FROM agent_state");
     assert!((7_199_000..7_203_000).contains(&skew), "{skew}");
+    // Answers without a `Date` measure nothing: the skew stands, and doctor still names it
+    // (it was cleared, and a standing alert with it, by a proxy that dropped the header).
+    vast.set_dateless(true);
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        !out.stderr.contains(said),
+        "nothing measured: {}",
+        out.stderr
+    );
+    f.cmd(&["poll"]).ok();
+    let kept: i64 = f.count("SELECT vast_clock_skew_ms FROM agent_state");
+    assert_eq!(kept, skew);
+    assert!(f.cmd(&["doctor"]).stdout.contains(said));
 }
