@@ -43,6 +43,10 @@ pub fn build(
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let curio = super::curio::gather(store, config, now)?;
     let (other_installs, other_installs_at) = crate::store::ops::foreign_installs(&store.conn)?;
+    let observation = messages::latest_of_kinds(&store.conn, &["observation"])?;
+    // The floor's note too: a pass it decided after an empty or cut answer showed the
+    // model's answer of passes before.
+    let decision = messages::latest_of_kinds(&store.conn, &["answer", "rules", "floor"])?;
     Ok(Report {
         now: rfc3339(now),
         version: env!("CARGO_PKG_VERSION"),
@@ -141,10 +145,10 @@ pub fn build(
                 detail: a.detail,
             })
             .collect(),
-        last_observation: messages::latest_of_kinds(&store.conn, &["observation"])?,
-        // The floor's note too: a pass it decided after an empty or cut answer showed the
-        // model's answer of passes before.
-        last_decision: messages::latest_of_kinds(&store.conn, &["answer", "rules", "floor"])?,
+        last_observation_run: observation.as_ref().and_then(|l| l.run_id),
+        last_observation: observation.map(|l| l.content),
+        last_decision_run: decision.as_ref().and_then(|l| l.run_id),
+        last_decision: decision.map(|l| l.content),
         demand_notes: curio
             .demand
             .as_ref()

@@ -164,7 +164,12 @@ pub struct Report {
     pub recent_actions: Vec<ActionView>,
     /// What the last pass saw, and what was decided (the model's answer or the rules' note).
     pub last_observation: Option<String>,
+    /// The run that wrote `last_observation` (null: none, or written outside a run).
+    pub last_observation_run: Option<i64>,
     pub last_decision: Option<String>,
+    /// The run that wrote `last_decision`: older than the last run when a pass decided
+    /// nothing new (skipped, failed, or an answer without text).
+    pub last_decision_run: Option<i64>,
     /// The last demand reading (DESIGN.md's fields; null before any attempt).
     pub demand: Option<curio::DemandView>,
     /// What the last successful reading could not read or left out, and why (`Demand::notes`:

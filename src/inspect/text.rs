@@ -446,14 +446,18 @@ pub fn render_text(r: &Report) -> String {
             ));
         }
     }
+    let of_run = |run: Option<i64>| run.map(|id| format!(" (run {id})")).unwrap_or_default();
     if let Some(o) = &r.last_observation {
-        line("last observation:".into());
+        line(format!(
+            "last observation{}:",
+            of_run(r.last_observation_run)
+        ));
         for l in o.lines() {
             line(format!("  {l}"));
         }
     }
     if let Some(d) = &r.last_decision {
-        line("last decision:".into());
+        line(format!("last decision{}:", of_run(r.last_decision_run)));
         for l in d.lines().take(12) {
             line(format!("  {l}"));
         }

@@ -145,16 +145,24 @@ pub fn of_run(conn: &Connection, run_id: i64) -> Result<Vec<Message>> {
     Ok(rows)
 }
 
-/// The content of the newest message of any of these kinds in the current session.
-pub fn latest_of_kinds(conn: &Connection, kinds: &[&str]) -> Result<Option<String>> {
-    let mut best: Option<(i64, String)> = None;
+/// The newest message of any of these kinds in the current session, with its run.
+pub fn latest_of_kinds(conn: &Connection, kinds: &[&str]) -> Result<Option<Latest>> {
+    let mut best: Option<(i64, Latest)> = None;
     for kind in kinds {
-        let row: Option<(i64, String)> = conn
+        let row: Option<(i64, Latest)> = conn
             .query_row(
-                "SELECT id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
+                "SELECT id, run_id, content FROM messages WHERE session_id = (SELECT session_id FROM agent_state)
                    AND kind = ?1 AND content <> '' ORDER BY id DESC LIMIT 1",
                 [kind],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        Latest {
+                            run_id: r.get(1)?,
+                            content: r.get(2)?,
+                        },
+                    ))
+                },
             )
             .optional()?;
         if let Some(r) = row {
@@ -164,6 +172,14 @@ pub fn latest_of_kinds(conn: &Connection, kinds: &[&str]) -> Result<Option<Strin
         }
     }
     Ok(best.map(|b| b.1))
+}
+
+/// A message found by [`latest_of_kinds`], with the run that wrote it (None: written outside
+/// a run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latest {
+    pub run_id: Option<i64>,
+    pub content: String,
 }
 
 /// An operator message and the model's first answer after it, if any came.
@@ -290,14 +306,14 @@ mod tests {
         assert_eq!(
             latest_of_kinds(&s.conn, &["answer", "rules"])
                 .unwrap()
-                .as_deref(),
-            Some("second")
+                .map(|l| (l.run_id, l.content)),
+            Some((None, "second".into()))
         );
         assert_eq!(
             latest_of_kinds(&s.conn, &["observation"])
                 .unwrap()
-                .as_deref(),
-            Some("seen")
+                .map(|l| l.content),
+            Some("seen".into())
         );
         // An empty answer (cut, or calls only) says nothing: the floor's note after it does.
         say(&s.conn, 1, "answer", "", 4);
@@ -306,8 +322,8 @@ mod tests {
         assert_eq!(
             latest_of_kinds(&s.conn, &["answer", "rules", "floor"])
                 .unwrap()
-                .as_deref(),
-            Some("Floor: launched 3 (WORKERS DEAD)")
+                .map(|l| l.content),
+            Some("Floor: launched 3 (WORKERS DEAD)".into())
         );
         // A new session hides the old one's messages.
         session::start_new(&s.conn, "test", 4).unwrap();

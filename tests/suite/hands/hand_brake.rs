@@ -105,6 +105,10 @@ fn pause_stop_all_resume_and_the_operator_hold() {
     assert_eq!(p["reason"], "swapping the Curio box's disk", "{p}");
     assert!(p["since"].as_str().unwrap().ends_with('Z') && p["until"].is_string());
     let observation = v["last_observation"].as_str().unwrap();
+    // Both name the run that wrote them: this pass's.
+    let newest = v["runs"][0]["id"].as_i64().unwrap();
+    assert_eq!(v["last_observation_run"].as_i64(), Some(newest), "{v}");
+    assert_eq!(v["last_decision_run"].as_i64(), Some(newest), "{v}");
     assert!(
         observation.contains("\nPAUSED by the operator ")
             && observation.contains(" ago, ending in "),
