@@ -74,7 +74,9 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
     if skew_ms.abs() <= CLOCK_SKEW_MAX_MS {
         return None;
     }
-    let by = crate::clock::human_duration(skew_ms.abs());
+    // To the nearest minute: `Date` counts whole seconds, so two hours measure 7199.4 s
+    // as often as 7200.4 (and read 1h59m).
+    let by = crate::clock::human_duration((skew_ms.abs() + 30_000) / 60_000 * 60_000);
     let (side, step) = if skew_ms > 0 {
         ("ahead of", "back")
     } else {
@@ -166,7 +168,10 @@ mod tests {
             ahead.contains("its step back moves the launch window"),
             "{ahead}"
         );
-        let behind = skew_line(-150_000).unwrap();
+        assert!(skew_line(7_199_400)
+            .unwrap()
+            .starts_with("this host's clock is 2h00m ahead"));
+        let behind = skew_line(-140_000).unwrap();
         assert!(
             behind.starts_with("this host's clock is 2m behind vast.ai's"),
             "{behind}"
