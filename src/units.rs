@@ -53,11 +53,12 @@ pub const POLL_TIMER: &str = "fleetagent-poll.timer";
 pub const ENABLE: [&str; 3] = [TIMER, PATH_UNIT, POLL_TIMER];
 
 /// The credentials every service loads (file names under `$CREDENTIALS_DIRECTORY`).
-pub const CREDENTIALS: [&str; 4] = [
+pub const CREDENTIALS: [&str; 5] = [
     "vast_api_key",
     "llm_api_key",
     "harmonydb_url",
     "vast_image_login",
+    "ha_db_url",
 ];
 
 /// The name a credential is looked up under in the credential store (`/etc/credstore/`, ...).
@@ -275,9 +276,13 @@ fn substitute(line: &str, p: &UnitParams) -> String {
             escape_path(x)
         }
     };
-    line.replace(DEFAULT_BIN, &path(&p.bin))
-        .replace(DEFAULT_CONFIG, &path(&p.config))
-        .replace(DEFAULT_STATE_DIR, &path(&p.state_dir))
+    line.replace(
+        "deadline_secs; 600 s here",
+        &format!("deadline_secs; {} s here", p.deadline_secs),
+    )
+    .replace(DEFAULT_BIN, &path(&p.bin))
+    .replace(DEFAULT_CONFIG, &path(&p.config))
+    .replace(DEFAULT_STATE_DIR, &path(&p.state_dir))
 }
 
 /// A path in a unit file: `%` starts a specifier, so it is doubled. Paths with whitespace,
@@ -573,6 +578,10 @@ mod tests {
         assert!(svc.contains("\nReadWritePaths=/home/op/.local/state/fleetagent\n"));
         assert!(svc.contains("\nProtectHome=read-only\n"));
         assert!(svc.contains("\nTimeoutStartSec=180\n"));
+        assert!(
+            svc.contains("deadline_secs; 120 s here) plus 60 s"),
+            "{svc}"
+        );
         assert!(svc.contains("\nPrivateTmp=yes\n"));
         assert!(svc.contains(LOOSENED_RATING) && !svc.contains("rates this unit about 1.1"));
         let path = file(&files, PATH_UNIT);
@@ -601,8 +610,15 @@ mod tests {
         ));
         assert!(!svc.contains("PrivateTmp=yes"));
         assert!(svc.contains(
-            "LoadCredential=vast_image_login:fleetagent.vast_image_login\nLoadCredential=curio_db_password:fleetagent.curio_db_password\n"
+            "LoadCredential=ha_db_url:fleetagent.ha_db_url\nLoadCredential=curio_db_password:fleetagent.curio_db_password\n"
         ));
+        // Both services reach the shared database of [ha] (`poll` renews the lease).
+        for unit in [SERVICE, POLL_SERVICE] {
+            assert!(
+                file(&files, unit).contains("\nLoadCredential=ha_db_url:fleetagent.ha_db_url\n"),
+                "{unit}"
+            );
+        }
         assert!(file(&files, PATH_UNIT).contains("PathExists=/srv/fleet%%agent/trigger\n"));
     }
 

@@ -470,7 +470,7 @@ fn secrets_hint(p: &UnitParams) -> String {
         ),
         Scope::User => format!(
             "secrets: a user manager on systemd 252 finds credentials ({}) only in its own credentials and the root-owned /etc/credstore/; \
-             without root, set VAST_API_KEY, FLEETAGENT_LLM_API_KEY, FLEETAGENT_HARMONYDB_URL with a drop-in \
+             without root, set VAST_API_KEY, FLEETAGENT_LLM_API_KEY, FLEETAGENT_HARMONYDB_URL (and FLEETAGENT_HA_DB_URL with [ha]) with a drop-in \
              (`systemctl --user edit fleetagent.service fleetagent-poll.service`: EnvironmentFile= a 0600 file)",
             names.join(", ")
         ),

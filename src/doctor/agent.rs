@@ -45,6 +45,32 @@ pub(super) fn last_success(state: &AgentState, config: &Config, now: Millis) -> 
     }
 }
 
+/// Whether this install's own passes have used `kind` since their last failure with it, by
+/// what they recorded: a vast.ai listing that worked (the key), a model call that worked (the
+/// LLM key), a good reading from HarmonyDB (its URL). A table that cannot be read says no.
+pub(super) fn service_used(conn: &Connection, config: &Config, kind: crate::secrets::Kind) -> bool {
+    use crate::secrets::Kind;
+    let state = crate::store::session::state(conn);
+    match kind {
+        Kind::VastApiKey => crate::store::ops::vast_health(conn).is_ok_and(|h| h.ok()),
+        Kind::LlmApiKey => {
+            state.is_ok_and(|s| s.last_llm_call_at.is_some() && s.last_llm_error.is_none())
+        }
+        Kind::HarmonyDbUrl => {
+            let failed = state.is_ok_and(|s| {
+                s.last_demand
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                    .is_none_or(|v| v["error"].is_string())
+            });
+            config.demand.source == crate::config::DemandSource::Harmonydb
+                && !failed
+                && crate::store::curio::last_reading(conn).is_ok_and(|(_, at)| at.is_some())
+        }
+        _ => false,
+    }
+}
+
 pub(super) fn llm(conn: &Connection, state: &AgentState, now: Millis) -> Vec<Problem> {
     match (&state.last_llm_error, state.last_llm_error_at) {
         (Some(err), Some(at)) => {

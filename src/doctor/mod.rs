@@ -205,17 +205,18 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     found.add("disk", disk);
     found.add("units", host::units(i.units));
     found.add("config", setup::config(i.config, i.config_missing));
-    let secrets = setup::secrets(i.config, i.env);
-    found.add("secrets", secrets.problems.clone());
+    let mut secrets = setup::secrets(i.config, i.env);
     let (ha, follows, shared_install) = outside::ha(i.config, i.env, i.state_dir, i.now);
     found.add("ha", ha);
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {
+            found.add("secrets", secrets.problems.clone());
             found.add("database", vec![p]);
             "the database cannot be read (see the database check)"
         }
         Ok(store) => match crate::store::health::edge_check(&store.conn) {
             Err(e) => {
+                found.add("secrets", secrets.problems.clone());
                 found.add(
                     "database",
                     vec![Problem::new(format!(
@@ -227,6 +228,8 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 "the database is damaged (see the database check)"
             }
             Ok(()) => {
+                secrets.leave_out_used(|kind| agent::service_used(&store.conn, i.config, kind));
+                found.add("secrets", secrets.problems.clone());
                 found.extend(
                     "ha",
                     outside::foreign_state(&store.conn, shared_install.as_deref()),

@@ -197,6 +197,36 @@ pub(super) struct Secrets {
     pub vast_key_missing: bool,
     /// The harmonydb source has no URL: the `demand` check leaves it to this one.
     pub harmonydb_url_missing: bool,
+    /// Secrets no source of this process has, with the index of their problem.
+    missing: Vec<(crate::secrets::Kind, usize)>,
+}
+
+impl Secrets {
+    /// Leave out the secrets this process lacks that the service's own passes, by the
+    /// database, have used since their last failure (`used`): doctor at a shell does not
+    /// see a user manager's `EnvironmentFile=` drop-in, nor credentials only the units
+    /// load, and "no vast.ai API key" sent the operator after the wrong cause.
+    pub fn leave_out_used(&mut self, used: impl Fn(crate::secrets::Kind) -> bool) {
+        use crate::secrets::Kind;
+        let mut gone: Vec<usize> = Vec::new();
+        for (kind, at) in std::mem::take(&mut self.missing) {
+            if used(kind) {
+                gone.push(at);
+                match kind {
+                    Kind::VastApiKey => self.vast_key_missing = false,
+                    Kind::HarmonyDbUrl => self.harmonydb_url_missing = false,
+                    _ => {}
+                }
+            } else {
+                self.missing.push((kind, at));
+            }
+        }
+        let mut at = 0;
+        self.problems.retain(|_| {
+            at += 1;
+            !gone.contains(&(at - 1))
+        });
+    }
 }
 
 /// A secret that no source has (or that cannot be read), by what it stops.
@@ -204,10 +234,12 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
     use crate::config::{DemandSource, EnvValue, Provider};
     use crate::secrets::{lookup, Kind};
     let mut s = Secrets::default();
-    let secret = |kind: Kind, what: &str, problems: &mut Vec<Problem>| -> bool {
+    let secret = |kind: Kind, what: &str, s: &mut Secrets| -> bool {
+        let problems = &mut s.problems;
         match lookup(env, kind) {
             Ok(Some(_)) => false,
             Ok(None) => {
+                s.missing.push((kind, problems.len()));
                 let problem = match crate::secrets::empty_credential_file(env, kind.credential()) {
                     Some(path) => Problem::new(format!(
                         "no {what}: the credential file {} is empty",
@@ -235,20 +267,20 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
     s.vast_key_missing = secret(
         Kind::VastApiKey,
         "vast.ai API key (nothing can be listed, launched or stopped)",
-        &mut s.problems,
+        &mut s,
     );
     if config.llm.provider == Provider::Openai {
         secret(
             Kind::LlmApiKey,
             "LLM API key (every pass that needs the model falls back or fails)",
-            &mut s.problems,
+            &mut s,
         );
     }
     if config.demand.source == DemandSource::Harmonydb && config.demand.harmonydb_url.is_none() {
         s.harmonydb_url_missing = secret(
             Kind::HarmonyDbUrl,
             "HarmonyDB URL (demand is unknown and the fleet is held)",
-            &mut s.problems,
+            &mut s,
         );
     }
     for (name, value) in &config.vast.env {

@@ -100,3 +100,48 @@ fn a_host_clock_off_vast_ais_is_named() {
     );
     assert!(said[0].line().contains("fix: `timedatectl`"));
 }
+
+/// doctor at a shell without the keys that the service has (a user manager's
+/// `EnvironmentFile=` drop-in): the secrets the service's passes used since their last
+/// failure are not named missing; one they have not used (no listing yet), or that failed
+/// since, is. Before, "no vast.ai API key" pointed a silent agent's operator at the wrong
+/// cause.
+#[test]
+fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
+    let (dir, s) = test_store(NOW);
+    let config = crate::config::parse("[demand]\nsource = \"harmonydb\"").unwrap();
+    let bare = crate::env::Env::from_pairs(std::iter::empty::<(String, String)>());
+    let secrets = |dir: &Path| {
+        let all = checks(&Inputs {
+            config_missing: None,
+            config: &config,
+            env: &bare,
+            state_dir: dir,
+            now: NOW,
+            units: None,
+        });
+        check(&all, "secrets")
+            .problems
+            .iter()
+            .map(|p| p.detail.clone())
+            .collect::<Vec<_>>()
+    };
+    let named = |said: &[String], what: &str| said.iter().any(|d| d.starts_with(what));
+    let said = secrets(dir.path());
+    assert!(named(&said, "no vast.ai API key"), "{said:?}");
+    assert!(named(&said, "no LLM API key"), "{said:?}");
+    assert!(named(&said, "no HarmonyDB URL"), "{said:?}");
+    crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 60_000).unwrap();
+    crate::store::session::record_llm_outcome(&s.conn, None, NOW - 60_000).unwrap();
+    let said = secrets(dir.path());
+    assert!(!named(&said, "no vast.ai API key"), "{said:?}");
+    assert!(!named(&said, "no LLM API key"), "{said:?}");
+    assert!(named(&said, "no HarmonyDB URL"), "no reading yet: {said:?}");
+    crate::store::session::set_last_observed(&s.conn, Some(r#"{"pending":1}"#), "[]").unwrap();
+    crate::store::curio::set_last_reading(&s.conn, "{}", NOW - 60_000).unwrap();
+    assert!(!named(&secrets(dir.path()), "no HarmonyDB URL"));
+    // The service lost the key since: named again.
+    crate::store::ops::record_listing(&s.conn, Err("not_configured: no vast.ai API key"), NOW)
+        .unwrap();
+    assert!(named(&secrets(dir.path()), "no vast.ai API key"));
+}
