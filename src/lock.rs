@@ -143,6 +143,15 @@ pub fn next_past(last: i64, db_next: i64) -> Option<i64> {
     (last >= db_next && last - db_next <= IMPLAUSIBLE_RUN_GAP).then(|| last + 1)
 }
 
+/// The id the next run of this state dir gets, from the database's next (`db_next`): past
+/// the lock's `last-run` note when the database is older than the runs the dir gave (a
+/// restored backup; `run::continue_past_the_lock` does the same).
+pub fn next_run_id(state_dir: &Path, db_next: i64) -> i64 {
+    last_run_noted(state_dir)
+        .and_then(|last| next_past(last, db_next))
+        .unwrap_or(db_next)
+}
+
 /// The word of the note that outlives the holder.
 const LAST_RUN: &str = "last-run";
 

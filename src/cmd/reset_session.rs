@@ -19,10 +19,7 @@ pub fn run(app: &App, args: &ResetSessionArgs) -> Result<()> {
     store.fence("reset-session")?;
     // A restored backup is older than the runs its state dir gave: the next `run` goes on
     // past the lock's note (`run::continue_past_the_lock`), and so does this line.
-    let db_next = store.next_run_id()?;
-    let next_run = crate::lock::last_run_noted(&dir)
-        .and_then(|last| crate::lock::next_past(last, db_next))
-        .unwrap_or(db_next);
+    let next_run = crate::lock::next_run_id(&dir, store.next_run_id()?);
     crate::outln!(
         "new session {} (was {})",
         done.new_session,

@@ -311,11 +311,35 @@ fn dead_and_refused(
             codes.join(", ")
         ))
         .fix(format!(
-            "`fleetagent history --run {}` names each refusal and its figure (docs/guardrails.md); raise the cap that refuses (policy.daily_spend_max, policy.max_dph_total, [price]) if the fleet should run",
-            run.id
+            "`fleetagent history --run {}` names each refusal and its figure (docs/guardrails.md); {}",
+            run.id,
+            refusal_fixes(&codes)
         ))
         .since(Some(at)),
     ))
+}
+
+/// What lifts each refusal code, once each, in the order of `codes`.
+fn refusal_fixes(codes: &[String]) -> String {
+    let mut fixes: Vec<&str> = Vec::new();
+    for code in codes {
+        let fix = match code.as_str() {
+            "not_configured" => "set what the refusal names (the secrets and config checks name it too: a vast.ai key, vast.image, policy.max_dph_total, policy.max_instances)",
+            "daily_spend" => "raise policy.daily_spend_max if the fleet should run (the day's spend is counted until 00:00 UTC)",
+            "budget" => "raise policy.max_dph_total if the fleet should run",
+            "instance_cap" => "raise policy.max_instances if the fleet should run",
+            "unprofitable" => "check the price ([price], the inspect price line) and policy.min_margin: no offer pays at today's price",
+            "rate_limited" => "wait for the launch window (policy.launch_window_minutes, policy.launch_window_max)",
+            "demand_unknown" => "see the demand check: a fleet with unknown demand is held",
+            "proofshare_disabled" => "enable ProofShare in Curio (proofshare_meta.enabled) if the fleet should prove for it",
+            "operator_hold" => "an operator's stop holds the rules' and the floor's launches for policy.operator_hold_mins; `fleetagent resume` or a message ends it",
+            _ => "see docs/guardrails.md for the refusal",
+        };
+        if !fixes.contains(&fix) {
+            fixes.push(fix);
+        }
+    }
+    fixes.join("; ")
 }
 
 /// The floor overruled the model on most of its passes of the last day: the model leaves the

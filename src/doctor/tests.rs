@@ -282,68 +282,6 @@ fn finished(s: &crate::store::Store, verdict: Verdict, counts: ActionCounts, at:
 }
 
 #[test]
-fn workers_dead_with_every_launch_refused_is_a_problem() {
-    let (_dir, s) = test_store(NOW);
-    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
-    let o = Outcome {
-        verdict: Verdict::ActionRefused,
-        actions: ActionCounts {
-            ok: 0,
-            refused: 2,
-            failed: 0,
-        },
-        ..Outcome::new(true)
-    };
-    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
-    let refuse = |code: &'static str, actor: &'static str| {
-        crate::store::actions::insert(
-            &s.conn,
-            &crate::store::actions::NewAction {
-                run_id: Some(run),
-                kind: "launch",
-                outcome: "refused",
-                actor,
-                code: Some(code),
-                ..Default::default()
-            },
-            NOW - 2 * MIN,
-        )
-        .unwrap()
-    };
-    refuse("daily_spend", "floor");
-    refuse("budget", "llm");
-    let p = agent::actions(&s.conn, NOW);
-    assert_eq!(p.len(), 1, "{p:?}");
-    assert!(
-        p[0].line().starts_with(&format!(
-            "WORKERS DEAD and every launch of the last pass (run {run}, 2m ago) was refused by a guardrail: budget, daily_spend; nothing is on its way"
-        )),
-        "{p:?}"
-    );
-    // Paused is the pause check's to say; a launch that went through is something on its way.
-    s.conn
-        .execute("UPDATE actions SET code = 'paused'", [])
-        .unwrap();
-    assert!(agent::actions(&s.conn, NOW).is_empty());
-    s.conn
-        .execute("UPDATE actions SET code = 'budget'", [])
-        .unwrap();
-    crate::store::actions::insert(
-        &s.conn,
-        &crate::store::actions::NewAction {
-            run_id: Some(run),
-            kind: "launch",
-            outcome: "ok",
-            actor: "floor",
-            ..Default::default()
-        },
-        NOW - 2 * MIN,
-    )
-    .unwrap();
-    assert!(agent::actions(&s.conn, NOW).is_empty());
-}
-
-#[test]
 fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems() {
     let (_dir, s) = test_store(NOW);
     assert!(agent::actions(&s.conn, NOW).is_empty(), "no pass yet");
@@ -887,3 +825,4 @@ fn an_instance_billing_without_a_price_is_named() {
 }
 
 mod keys;
+mod refusals;

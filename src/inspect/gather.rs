@@ -57,7 +57,8 @@ pub fn build(
         sim: None,
         session_id: state.session_id,
         session_started_at: rfc3339(session::started_at(&store.conn, state.session_id)?),
-        next_run_id: store.next_run_id()?,
+        // Past the lock's note after a restore, as the next `run` goes.
+        next_run_id: crate::lock::next_run_id(state_dir, store.next_run_id()?),
         last_run_finished_at: state.last_run_finished_at.map(rfc3339),
         last_success_at: state.last_success_at.map(rfc3339),
         runs: recent.iter().map(RunView::from).collect(),

@@ -96,6 +96,8 @@ fn a_restored_database_gives_no_run_id_again_though_the_fleet_is_gone() {
         vast.remove_instance(id);
     }
     restore(&f, &backup, true);
+    // inspect names the id the next run gets, past the lock's note (it said 2).
+    assert_eq!(f.inspect()["next_run_id"], 4);
     let reset = f.cmd(&["reset-session"]).ok();
     assert!(
         reset.stdout.contains("run ids go on: the next run is 4"),

@@ -1,0 +1,80 @@
+//! doctor's `actions` check: a WORKERS DEAD pass whose every launch a guardrail refused, and
+//! the fix that lifts each refusal.
+
+use super::*;
+
+#[test]
+fn workers_dead_with_every_launch_refused_is_a_problem() {
+    let (_dir, s) = test_store(NOW);
+    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
+    let o = Outcome {
+        verdict: Verdict::ActionRefused,
+        actions: ActionCounts {
+            ok: 0,
+            refused: 2,
+            failed: 0,
+        },
+        ..Outcome::new(true)
+    };
+    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    let refuse = |code: &'static str, actor: &'static str| {
+        crate::store::actions::insert(
+            &s.conn,
+            &crate::store::actions::NewAction {
+                run_id: Some(run),
+                kind: "launch",
+                outcome: "refused",
+                actor,
+                code: Some(code),
+                ..Default::default()
+            },
+            NOW - 2 * MIN,
+        )
+        .unwrap()
+    };
+    refuse("daily_spend", "floor");
+    refuse("budget", "llm");
+    let p = agent::actions(&s.conn, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].line().starts_with(&format!(
+            "WORKERS DEAD and every launch of the last pass (run {run}, 2m ago) was refused by a guardrail: budget, daily_spend; nothing is on its way"
+        )),
+        "{p:?}"
+    );
+    let fix = p[0].fix.clone().unwrap();
+    assert!(
+        fix.contains("raise policy.max_dph_total") && fix.contains("raise policy.daily_spend_max"),
+        "{fix}"
+    );
+    // A missing key is not lifted by raising a cap.
+    s.conn
+        .execute("UPDATE actions SET code = 'not_configured'", [])
+        .unwrap();
+    let fix = agent::actions(&s.conn, NOW)[0].fix.clone().unwrap();
+    assert!(
+        fix.contains("set what the refusal names") && !fix.contains("raise"),
+        "{fix}"
+    );
+    // Paused is the pause check's to say; a launch that went through is something on its way.
+    s.conn
+        .execute("UPDATE actions SET code = 'paused'", [])
+        .unwrap();
+    assert!(agent::actions(&s.conn, NOW).is_empty());
+    s.conn
+        .execute("UPDATE actions SET code = 'budget'", [])
+        .unwrap();
+    crate::store::actions::insert(
+        &s.conn,
+        &crate::store::actions::NewAction {
+            run_id: Some(run),
+            kind: "launch",
+            outcome: "ok",
+            actor: "floor",
+            ..Default::default()
+        },
+        NOW - 2 * MIN,
+    )
+    .unwrap();
+    assert!(agent::actions(&s.conn, NOW).is_empty());
+}
