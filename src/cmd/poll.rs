@@ -3,14 +3,17 @@
 use anyhow::Result;
 
 use crate::cmd::App;
+use crate::config::Config;
 use crate::poll::Polled;
 
 pub fn run(app: &App) -> Result<()> {
     let (loaded, dir, mut store) = super::open_existing(app)?;
     let config = &loaded.config;
-    if let Some(settings) = crate::ha::node::Settings::of(config, &app.env)? {
-        if !ha_poll(&settings, &mut store, &dir, app.now())? {
+    let ha = crate::ha::node::Settings::of(config, &app.env)?;
+    if let Some(settings) = &ha {
+        if !ha_poll(settings, &mut store, &dir, app.now())? {
             drop(store);
+            probe_for_a_blind_leader(settings, app, config);
             crate::metrics::after_role_change(config, &app.env, &dir, app.now());
             return Ok(());
         }
@@ -40,9 +43,18 @@ pub fn run(app: &App) -> Result<()> {
         }
     })?;
     store.fence("poll")?;
-    // vast.ai's health and the fleet as this poll recorded them, every minute: the textfile
-    // agreed with `doctor` only after the next run (up to a timer period).
-    crate::metrics::after_operator(config, &dir, app.now());
+    let handed_over = match &ha {
+        Some(settings) => hand_over_if_blind(settings, &store, config, &dir, app.now()),
+        None => false,
+    };
+    if handed_over {
+        drop(store);
+        crate::metrics::after_role_change(config, &app.env, &dir, app.now());
+    } else {
+        // vast.ai's health and the fleet as this poll recorded them, every minute: the
+        // textfile agreed with `doctor` only after the next run (up to a timer period).
+        crate::metrics::after_operator(config, &dir, app.now());
+    }
     // A minute's poll that finds nothing is not worth a journal line (-vv shows it).
     match polled {
         Polled::NoChange => log::debug!("poll: no change"),
@@ -84,4 +96,65 @@ fn ha_poll(
         log::info!("poll: leader (epoch {epoch}): {reason}; doorbell rung");
     }
     Ok(true)
+}
+
+/// A follower's poll while the shared state says the leader's vast.ai listing fails: list
+/// once, and record that this host reached vast.ai when it did (`ha::handover`: the leader
+/// hands the lease only to a host that can act). Best effort: a failure here is logged, and
+/// the follower's poll goes on as before.
+fn probe_for_a_blind_leader(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
+    let probe = || -> Result<Option<String>> {
+        if !crate::ha::handover::leader_blind(settings)? {
+            return Ok(None);
+        }
+        let services = crate::services::build_services(config, &app.env, app.clock.clone(), false)?;
+        match crate::run::observe::list_ours(&services) {
+            (Some(_), _) => {
+                crate::ha::handover::reached_vast(settings)?;
+                Ok(Some("the leader's vast.ai listing fails; this host's works (recorded: the leader hands the lease over once it has failed for 3 timer periods)".into()))
+            }
+            (None, error) => Ok(Some(format!(
+                "the leader's vast.ai listing fails, and so does this host's: {}",
+                error.unwrap_or_default()
+            ))),
+        }
+    };
+    match probe() {
+        Ok(Some(line)) => log::info!(target: "fleetagent::notice", "poll: follower: {line}"),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "poll: follower: could not look at vast.ai for a blind leader: {}",
+            crate::error::one_line(&e)
+        ),
+    }
+}
+
+/// On the leader, after its poll: hand the lease over when this host has been blind to
+/// vast.ai for long and another host reached it (`ha::handover`). True when it released.
+fn hand_over_if_blind(
+    settings: &crate::ha::node::Settings,
+    store: &crate::store::Store,
+    config: &Config,
+    dir: &std::path::Path,
+    now: crate::clock::Millis,
+) -> bool {
+    let judged = crate::store::ops::vast_health(&store.conn).and_then(|health| {
+        let run_going = crate::lock::holder_pid(&dir.join(crate::paths::LOCK_FILE)).is_some();
+        let period = config.run.timer_period_secs as i64 * 1000;
+        crate::ha::handover::hand_over_if_blind(settings, &health, period, run_going, now)
+    });
+    match judged {
+        Ok(Some(line)) => {
+            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+            true
+        }
+        Ok(None) => false,
+        Err(e) => {
+            log::warn!(
+                "poll: ha: could not judge a hand-over of the lease: {}",
+                crate::error::one_line(&e)
+            );
+            false
+        }
+    }
 }

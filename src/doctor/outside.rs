@@ -467,12 +467,12 @@ fn leader_stale(
         if now - since > stale {
             return Some(
                 Problem::new(format!(
-                    "ha: {leader}, and its vast.ai listing has failed for {} (more than {} timer periods): {}; it keeps the lease without seeing the fleet, so no other host acts",
+                    "ha: {leader}, and its vast.ai listing has failed for {} (more than {} timer periods): {}; it holds the lease without seeing the fleet, so no other host acts",
                     human_duration(now - since),
                     super::agent::STALE_PERIODS,
                     crate::text::clip(error, 200)
                 ))
-                .fix(fix)
+                .fix("the leader's poll hands the lease over once another host's poll lists vast.ai (docs/ha.md, \"A leader blind to vast.ai\"): if it has not, vast.ai fails from every host too (`fleetagent poll` here says so), or the leader's poll timer is not running; `fleetagent ha release` on the leader hands it over by hand")
                 .since(Some(*since)),
             );
         }

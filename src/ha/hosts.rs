@@ -19,6 +19,9 @@ pub struct HostSeen {
     pub place: Option<String>,
     /// A second place under the same id and seconds since it ran (database time).
     pub twin: Option<(String, f64)>,
+    /// Seconds since it last listed vast.ai with success while the leader's listing failed
+    /// (database time; None: never recorded).
+    pub vast_ok_secs_ago: Option<f64>,
 }
 
 /// Of a host id's two places (the one that holds it, `held`, and the second, `twin`, each
@@ -128,7 +131,8 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
             .query(
                 "SELECT host_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, version,
                         config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, place,
-                        twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8
+                        twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8,
+                        EXTRACT(EPOCH FROM now() - vast_ok_at)::float8
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -144,8 +148,21 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                     twin: r
                         .try_get::<_, Option<String>>(6)?
                         .zip(r.try_get::<_, Option<f64>>(7)?),
+                    vast_ok_secs_ago: r.try_get(8)?,
                 })
             })
             .collect()
     })
+}
+
+/// This host listed vast.ai with success now (database time): it could act where a leader
+/// blind to vast.ai cannot (`ha::handover`).
+pub fn record_vast_ok(db: &mut SharedDb, host_id: &str) -> Result<()> {
+    db.retrying("recording that this host reached vast.ai", |client| {
+        client.execute(
+            "UPDATE fleetagent.hosts SET vast_ok_at = now() WHERE host_id = $1",
+            &[&host_id],
+        )
+    })?;
+    Ok(())
 }

@@ -39,6 +39,9 @@ pub const STATEMENTS: &[&str] = &[
     // while both run.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS twin_place text",
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS twin_seen timestamptz",
+    // When a follower last listed vast.ai with success, asked while the leader's listing
+    // failed (`ha::handover`): the leader hands the lease only to a host that can act.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_ok_at timestamptz",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -51,6 +54,7 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "place"),
     ("hosts", "twin_place"),
     ("hosts", "twin_seen"),
+    ("hosts", "vast_ok_at"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

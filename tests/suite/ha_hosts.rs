@@ -775,3 +775,62 @@ fn a_role_that_cannot_write_the_shared_tables_is_named() {
     );
     p.db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role};"));
 }
+
+/// A leader blind to vast.ai (here its key is refused; a firewall or a lost route do the
+/// same) goes on passing without the listing, and no other host acts while it leads. Once its
+/// listing has failed for 3 timer periods and a follower reached vast.ai (listed while the
+/// leader's failed), the leader's poll hands the lease over, and the next host to poll leads
+/// and acts. Not while no other host reached vast.ai: vast.ai down for every host keeps the
+/// lease where it is.
+#[test]
+fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
+    let Pair {
+        mut db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    let a = a.env("VAST_API_KEY", "refused-on-this-host");
+    a.cmd(&["poll"]).code(1);
+    assert_eq!(ha(&a)["role"], "leader");
+    // Blind for an hour, as the local record says; nobody else reached vast.ai yet.
+    let blind_for_an_hour = |f: &Fleet| {
+        f.db()
+            .execute(
+                "UPDATE agent_state SET vast_error_at = vast_error_at - 3600000",
+                [],
+            )
+            .unwrap();
+    };
+    blind_for_an_hour(&a);
+    let out = a.cmd(&["poll"]).code(1);
+    assert!(
+        !out.stderr.contains("hands the lease over"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(ha(&a)["role"], "leader", "no other host can act");
+    // B follows, reads that the leader's listing fails, and lists: it works.
+    b.cmd(&["poll"]).ok();
+    assert_eq!(
+        db.query_i64(
+            "SELECT COUNT(*) FROM fleetagent.hosts WHERE host_id = 'host-b' AND vast_ok_at IS NOT NULL"
+        ),
+        1
+    );
+    assert!(labels_created(&vast).is_empty(), "a follower acted");
+    let out = a.cmd(&["poll"]).code(1);
+    assert!(
+        out.stderr.contains("ha: this host (host-a) hands the lease over (epoch 1): its vast.ai listing has failed for 1h")
+            && out.stderr.contains("while host-b listed vast.ai"),
+        "{}",
+        out.stderr
+    );
+    b.cmd(&["poll"]).ok();
+    assert_eq!(ha(&b)["role"], "leader");
+    assert_eq!(ha(&b)["epoch"], 2);
+    b.cmd(&["trigger", "-p", "1", "-r", "workers dead"]).ok();
+    b.cmd(&["run"]).ok();
+    assert!(!labels_created(&vast).is_empty(), "the new leader acted");
+}

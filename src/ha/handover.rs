@@ -1,0 +1,81 @@
+//! A leader blind to vast.ai hands the lease over (docs/ha.md, "A leader that cannot reach
+//! vast.ai"). A leader whose listing fails goes on passing (recorded ok) without seeing the
+//! fleet or acting on it, and no other host acts while it holds the lease. So:
+//! - a follower's `poll`, while the shared state says the leader's listing fails, lists
+//!   vast.ai once (the caller) and records when that worked ([`reached_vast`],
+//!   `hosts.vast_ok_at`);
+//! - the leader's `poll`, once its own listing has failed for [`BLIND_PERIODS`] timer periods
+//!   and another host reached vast.ai within [`REACHED_WITHIN_SECS`], releases the lease as
+//!   `ha release` does (it leaves it to the others for one lease period; [`hand_over_if_blind`]);
+//!   the next host to poll takes it.
+//!
+//! When vast.ai is down for every host, nobody reaches it and the lease stays where it is: it
+//! does not go round the hosts, each start a fresh session.
+
+use anyhow::Result;
+
+use super::node::Settings;
+use crate::clock::{human_duration, Millis};
+use crate::store::ops::VastHealth;
+
+/// The leader's listing failing this many timer periods (doctor's `ha` check names it from
+/// then on) before it hands the lease over.
+pub const BLIND_PERIODS: i64 = 3;
+
+/// A follower's listing this recent (database time) vouches that it can act: three of its
+/// minute polls.
+pub const REACHED_WITHIN_SECS: f64 = 180.0;
+
+/// Whether the shared state says the leader's vast.ai listing fails (a follower's `poll` then
+/// lists once).
+pub fn leader_blind(settings: &Settings) -> Result<bool> {
+    let mut db = settings.connect()?;
+    Ok(super::mirror::shared_agent_state(&mut db)?.is_some_and(|v| v["vast_error"].is_string()))
+}
+
+/// This follower listed vast.ai with success just now.
+pub fn reached_vast(settings: &Settings) -> Result<()> {
+    let mut db = settings.connect()?;
+    super::hosts::record_vast_ok(&mut db, &settings.host)
+}
+
+/// On the leader's `poll`, with its vast.ai health as recorded (`health`): release the lease
+/// when the listing has failed for [`BLIND_PERIODS`] timer periods (`period_ms`) and another
+/// host reached vast.ai within [`REACHED_WITHIN_SECS`]. Not while a `run` of this host is
+/// going (`run_going`: its pass would be cut at its next fence; the next minute's poll asks
+/// again). The line to say when it released.
+pub fn hand_over_if_blind(
+    settings: &Settings,
+    health: &VastHealth,
+    period_ms: Millis,
+    run_going: bool,
+    now: Millis,
+) -> Result<Option<String>> {
+    let Some(error) = &health.error else {
+        return Ok(None);
+    };
+    let since = health.error_at.unwrap_or(now);
+    if run_going || now - since < BLIND_PERIODS * period_ms {
+        return Ok(None);
+    }
+    let mut db = settings.connect()?;
+    let able = super::hosts::list(&mut db)?
+        .into_iter()
+        .filter(|h| h.host_id != settings.host)
+        .filter_map(|h| Some((h.vast_ok_secs_ago?, h.host_id)))
+        .filter(|(ago, _)| *ago < REACHED_WITHIN_SECS)
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    let Some((ago, other)) = able else {
+        return Ok(None);
+    };
+    let Some(epoch) = super::status::release(settings)? else {
+        return Ok(None);
+    };
+    Ok(Some(format!(
+        "ha: this host ({}) hands the lease over (epoch {epoch}): its vast.ai listing has failed for {} ({}), while {other} listed vast.ai {}s ago; it leaves the lease to the other hosts for one lease period, and the next to poll leads",
+        settings.host,
+        human_duration(now - since),
+        crate::text::clip(error, 200),
+        ago.round()
+    )))
+}
