@@ -270,6 +270,7 @@ impl World {
                 machine_id: Some(70_000 + i as i64),
                 is_bid: false,
                 storage_dph: Some(0.01),
+                paused_spans: Vec::new(),
             });
         }
         let proving = instances.iter().filter(|r| r.state == PROVING).count() as u32;

@@ -61,13 +61,15 @@ pub(super) fn daily_spend_reached(
         return Vec::new();
     };
     let (spent, live) = match (
-        crate::metrics::spend_today(conn, now),
+        crate::metrics::spend_today(conn, config, now),
         crate::store::instances::live(conn),
     ) {
         (Ok(s), Ok(l)) => (s, l),
         (Err(e), _) | (_, Err(e)) => return vec![super::unreadable("instances", &e)],
     };
-    let fleet = crate::fleet::money::dph_of(&live);
+    // As the guardrail counts the fleet: one listed without a price at the most it may cost.
+    let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
+    let fleet = crate::fleet::money::caps_dph(&live, unpriced);
     let hours = crate::policy::guardrails::DAILY_LOOKAHEAD_HOURS;
     if spent + fleet * hours <= max {
         return Vec::new();

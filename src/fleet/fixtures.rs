@@ -46,6 +46,7 @@ pub fn row(label: &str, id: Option<i64>, state: State, dph: f64) -> InstanceRow 
         machine_id: None,
         is_bid: false,
         storage_dph: None,
+        paused_spans: Vec::new(),
     }
 }
 

@@ -325,6 +325,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     machine_id: None,
                     is_bid: false,
                     storage_dph: None,
+                    paused_spans: Vec::new(),
                 }
             }
         };
@@ -612,6 +613,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 machine_id: None,
                 is_bid: false,
                 storage_dph: None,
+                paused_spans: Vec::new(),
             });
         }
     }

@@ -28,7 +28,12 @@ pub fn stored(conn: &Connection, config: &Config, now: Millis) -> Result<Stored>
     let split = last_pass_demand(conn)?.map(|d| completions_1h(&rows, &d));
     let economics = fleet_economics(
         price.as_ref().ok(),
-        crate::fleet::dph_of(&rows),
+        // As the caps and the pass count it (one listed without a price at the most it may
+        // cost): inspect's profit said $0.46/h of a fleet it showed at $2.30/h.
+        crate::fleet::money::caps_dph(
+            &rows,
+            crate::fleet::money::unpriced_dph(config).unwrap_or(0.0),
+        ),
         split.and_then(|c| c.ours),
         split.and_then(|c| c.others()),
     );

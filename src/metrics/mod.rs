@@ -165,7 +165,7 @@ fn operations(
         "fleetagent_spend_today_dollars",
         "gauge",
         "What our instances have cost since 00:00 UTC (dollars), as the daily cap counts it.",
-        spend_today(conn, now)?,
+        spend_today(conn, config, now)?,
     ));
     let p = &config.policy;
     f.push(maybe(
@@ -637,10 +637,11 @@ const REFUSALS_AT_ZERO: [(&str, &str); 13] = [
 /// What our instances have cost since 00:00 UTC as the table holds them, as the daily cap
 /// counts it: the metric, and `doctor`'s daily cap check (a pass counts its own
 /// reconciliation's rows too, `run::observe`).
-pub fn spend_today(conn: &Connection, now: Millis) -> Result<f64> {
+pub fn spend_today(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<f64> {
     let day_start = now - now.rem_euclid(DAY_MS);
     let alive = instances::alive_since(conn, day_start)?;
-    Ok(crate::fleet::spend_since(&alive, day_start, now))
+    let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
+    Ok(crate::fleet::spend_since(&alive, day_start, now, unpriced))
 }
 
 #[cfg(test)]

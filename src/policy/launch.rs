@@ -530,6 +530,7 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
         machine_id: None,
         is_bid: false,
         storage_dph: None,
+        paused_spans: Vec::new(),
     };
     let bid_price = match config.vast.offers.offer_type {
         OfferType::OnDemand => None,

@@ -454,15 +454,21 @@ fn assemble(
         .collect();
     let day_start = now - now.rem_euclid(DAY_MS);
     let mut alive = instances::alive_since(conn, day_start)?;
-    // Rows this reconciliation changed count as they are now.
+    // Rows this reconciliation changed count as they are now, with the paused spans the
+    // write keeps (`instances::upsert`; written already by `observe`, not by `view`).
     for r in &rec.rows {
         match alive.iter_mut().find(|a| a.label == r.label) {
-            Some(a) => *a = r.clone(),
+            Some(a) => {
+                let spans = instances::paused_spans_after(a, r);
+                *a = r.clone();
+                a.paused_spans = spans;
+            }
             None => alive.push(r.clone()),
         }
     }
     alive.retain(|a| !rec.deleted.contains(&a.label));
-    let spent_today = spend_since(&alive, day_start, now);
+    let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
+    let spent_today = spend_since(&alive, day_start, now, unpriced);
     // The stored rates (`observe` stored this pass's measurements already).
     let measured_rates = curio::rate_map(conn)?;
     // Already advanced by this pass (observe), or computed the same way (view): the step

@@ -309,6 +309,7 @@ fn seed_database(
                 machine_id: None,
                 is_bid: s.is_bid,
                 storage_dph: None,
+                paused_spans: Vec::new(),
             },
         )?;
     }

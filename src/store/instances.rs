@@ -51,11 +51,54 @@ pub struct InstanceRow {
     pub is_bid: bool,
     /// $/h its disk bills (vast.ai's `storage_total_cost`), also while stopped.
     pub storage_dph: Option<f64>,
+    /// The spans it spent stopped or outbid before its present state (disk billed, not the
+    /// GPU): kept by [`upsert`], whatever the caller passes; `fleet::money::spend_since`
+    /// counts them.
+    pub paused_spans: Vec<PausedSpan>,
+}
+
+/// A span spent stopped or outbid: from, to (Unix ms) and the disk's $/h meanwhile.
+pub type PausedSpan = (Millis, Millis, f64);
+
+/// vast.ai bills the disk of an instance in this state, not its GPU: stopped by us, or a bid
+/// it paused (outbid).
+pub fn is_paused(state: State) -> bool {
+    matches!(state, State::Stopped | State::Outbid)
+}
+
+/// Spans older than this are dropped when a new one is kept: today's spend needs only today.
+const PAUSED_SPANS_KEPT_MS: Millis = 2 * 86_400_000;
+
+/// `new`'s paused spans as they follow from `old` (the row as stored): `old`'s, plus the
+/// span `old` was in when it was paused and `new` is not, or is paused at another time (from
+/// `old.state_since` to when `new` left it: its `gone_at`, else its `state_since`).
+pub fn paused_spans_after(old: &InstanceRow, new: &InstanceRow) -> Vec<PausedSpan> {
+    let mut spans = old.paused_spans.clone();
+    let left = new.state != old.state || new.state_since != old.state_since;
+    if is_paused(old.state) && left {
+        let to = new.gone_at.unwrap_or(new.state_since).max(old.state_since);
+        spans.push((old.state_since, to, old.storage_dph.unwrap_or(0.0)));
+        spans.retain(|s| s.1 >= to - PAUSED_SPANS_KEPT_MS);
+    }
+    spans
+}
+
+fn spans_from_sql(text: Option<String>) -> rusqlite::Result<Vec<PausedSpan>> {
+    match text {
+        None => Ok(Vec::new()),
+        Some(t) => serde_json::from_str(&t).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(
+                20,
+                rusqlite::types::Type::Text,
+                format!("instances.paused_spans is not a list of [from, to, $/h]: {e}").into(),
+            )
+        }),
+    }
 }
 
 pub const COLS: &str = "label, vast_id, state, actual_status, status_msg, gpu_name, dph, offer_id,
     public_ip, machine_name, launched_run, adopted, created_at, state_since, last_seen_at, gone_at,
-    worker_address, machine_id, is_bid, storage_dph";
+    worker_address, machine_id, is_bid, storage_dph, paused_spans";
 
 pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
     Ok(InstanceRow {
@@ -79,6 +122,7 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InstanceRow> {
         machine_id: r.get(17)?,
         is_bid: r.get(18)?,
         storage_dph: r.get(19)?,
+        paused_spans: spans_from_sql(r.get(20)?)?,
     })
 }
 
@@ -121,11 +165,21 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
     Ok(rows)
 }
 
+/// Write `i` by its label. Its paused spans are the stored row's, plus the one that ended
+/// now ([`paused_spans_after`]): every writer (a pass, a tool, an operator's stop, a copy
+/// pulled from the shared database by its own path) keeps them, whatever spans it passes.
 pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
+    let spans = match by_label(conn, &i.label)? {
+        Some(old) => paused_spans_after(&old, i),
+        None => Vec::new(),
+    };
+    let spans = (!spans.is_empty())
+        .then(|| serde_json::to_string(&spans))
+        .transpose()?;
     // Cached, as `by_label`: reconciliation writes and looks up every instance each pass
     // (parsing the two again took about a sixth of a churning fleet's pass in the simulator).
     conn.prepare_cached(&format!(
-            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)
+            "INSERT INTO instances ({COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)
              ON CONFLICT(label) DO UPDATE SET vast_id = excluded.vast_id, state = excluded.state,
                 actual_status = excluded.actual_status, status_msg = excluded.status_msg,
                 gpu_name = excluded.gpu_name, dph = excluded.dph, offer_id = excluded.offer_id,
@@ -133,7 +187,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
                 state_since = excluded.state_since, last_seen_at = excluded.last_seen_at,
                 gone_at = excluded.gone_at, worker_address = excluded.worker_address,
                 machine_id = excluded.machine_id,
-                is_bid = excluded.is_bid, storage_dph = excluded.storage_dph"
+                is_bid = excluded.is_bid, storage_dph = excluded.storage_dph,
+                paused_spans = excluded.paused_spans"
     ))?
     .execute(params![
             i.label,
@@ -155,7 +210,8 @@ pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
             i.worker_address,
             i.machine_id,
             i.is_bid,
-        i.storage_dph
+        i.storage_dph,
+        spans
     ])?;
     Ok(())
 }
@@ -242,6 +298,7 @@ mod tests {
             machine_id: None,
             is_bid: false,
             storage_dph: None,
+            paused_spans: Vec::new(),
         }
     }
 

@@ -221,6 +221,7 @@ impl Rig {
                 machine_id: None,
                 is_bid: false,
                 storage_dph: None,
+                paused_spans: Vec::new(),
             },
         )
         .unwrap();

@@ -43,6 +43,7 @@ fn row(id: i64, state: State, machine: Option<&str>) -> InstanceRow {
         machine_id: None,
         is_bid: false,
         storage_dph: None,
+        paused_spans: Vec::new(),
     }
 }
 

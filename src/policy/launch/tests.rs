@@ -53,6 +53,7 @@ fn row(id: i64, dph: f64) -> InstanceRow {
         machine_id: None,
         is_bid: false,
         storage_dph: None,
+        paused_spans: Vec::new(),
     }
 }
 

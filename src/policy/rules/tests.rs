@@ -48,6 +48,7 @@ fn row(id: i64, state: State, machine: Option<&str>, dph: f64) -> InstanceRow {
         machine_id: None,
         is_bid: false,
         storage_dph: None,
+        paused_spans: Vec::new(),
     }
 }
 
