@@ -224,12 +224,19 @@ impl Snapshot {
             .count() as u32
     }
 
-    /// $/h left under `policy.max_dph_total` (None while it is unset).
+    /// $/h a launch may add (None while `policy.max_dph_total` is unset): what is left under
+    /// it, and under `policy.daily_spend_max` the guardrail's own room (today's spend plus an
+    /// hour of the fleet and the new instance within the cap: `guardrails::offer_headroom`).
+    /// The observation said $10.00/h left of a daily cap that left $0.67/h.
     pub fn headroom_dph(&self, config: &Config) -> Option<f64> {
-        config
-            .policy
-            .max_dph_total
-            .map(|max| (max - self.fleet_dph()).max(0.0))
+        let p = &config.policy;
+        let max = p.max_dph_total?;
+        let mut room = max - self.fleet_dph();
+        if let Some(daily) = p.daily_spend_max {
+            let hours = money::DAILY_LOOKAHEAD_HOURS;
+            room = room.min((daily - self.spent_today) / hours - self.fleet_dph());
+        }
+        Some(room.max(0.0))
     }
 
     /// Instances left under `policy.max_instances` (None while it is unset).
@@ -536,6 +543,29 @@ mod tests {
             ..Default::default()
         };
         assert!((s.fleet_dph() - 2.5).abs() < 1e-9, "{}", s.fleet_dph());
+    }
+
+    /// The headroom the observation states is the guardrail's: under the daily cap too (it
+    /// said $10.00/h left of a day that left $0.67/h; the numbers walkthrough).
+    #[test]
+    fn the_headroom_counts_the_daily_cap() {
+        let mut config = Config::default();
+        config.policy.max_dph_total = Some(10.0);
+        let s = Snapshot {
+            instances: vec![row("fleetagent-a", Some(1), PROVING, 0.5)],
+            spent_today: 5.38,
+            ..Default::default()
+        };
+        assert!((s.headroom_dph(&config).unwrap() - 9.5).abs() < 1e-9);
+        config.policy.daily_spend_max = Some(6.05);
+        let room = s.headroom_dph(&config).unwrap();
+        assert!((room - (6.05 - 5.38 - 0.5)).abs() < 1e-9, "{room}");
+        config.policy.daily_spend_max = Some(5.0);
+        assert_eq!(
+            s.headroom_dph(&config),
+            Some(0.0),
+            "spent past the cap: none"
+        );
     }
 
     #[test]

@@ -8,6 +8,11 @@ use super::state::{is_billing_state, STOPPED};
 
 const HOUR_MS: f64 = 3_600_000.0;
 
+/// The daily cap looks one hour ahead: a launch must leave the fleet (with it) able to run
+/// one more hour inside `daily_spend_max` (`policy::guardrails`, and the headroom the
+/// observation states).
+pub const DAILY_LOOKAHEAD_HOURS: f64 = 1.0;
+
 /// $/h of the rows that bill by the hour, as the money guardrail counts it: the full price
 /// of those in a billing state (an outbid bid included), the disk (`storage_dph`) of stopped
 /// ones; gone ones nothing.

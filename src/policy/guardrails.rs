@@ -12,9 +12,7 @@ use crate::config::{Config, PolicyConfig};
 
 /// Float slack for money comparisons ($/h and $ are compared to the cent).
 const MONEY_EPSILON: f64 = 1e-9;
-/// The daily cap looks one hour ahead: a launch must leave the fleet (with it) able to run
-/// one more hour inside `daily_spend_max`.
-pub const DAILY_LOOKAHEAD_HOURS: f64 = 1.0;
+pub use crate::fleet::money::DAILY_LOOKAHEAD_HOURS;
 
 /// Why a launch or stop is refused. `code()` is DESIGN.md's error code.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,7 +16,16 @@ fn map_line(m: &BTreeMap<String, u64>) -> String {
 
 /// Dollars, or `unknown` (no price modelled).
 fn money(x: Option<f64>) -> String {
-    x.map_or("unknown".into(), |v| format!("${v:.2}"))
+    x.map_or("unknown".into(), usd)
+}
+
+/// Dollars as `inspect` writes them: `-$0.70`, not `$-0.70`.
+fn usd(v: f64) -> String {
+    if v < 0.0 && format!("{:.2}", -v) != "0.00" {
+        format!("-${:.2}", -v)
+    } else {
+        format!("${:.2}", v.abs())
+    }
 }
 
 /// The report as a table.
@@ -66,16 +75,22 @@ pub fn render_text(r: &Report) -> String {
     );
     row(
         "spend",
-        format!(
-            "${:.2} from the start, ${:.4}/proof",
-            r.money.dollars, r.money.dollars_per_proof
-        ),
+        if r.proofs.completed == 0 {
+            // No proof: a cost per proof is undefined, not $0 (the JSON's 0 says none).
+            format!("${:.2} from the start, no proof completed", r.money.dollars)
+        } else {
+            format!(
+                "${:.2} from the start, ${:.4}/proof",
+                r.money.dollars, r.money.dollars_per_proof
+            )
+        },
     );
     row(
         "profit",
         match (r.money.revenue, r.money.profit) {
             (Some(rev), Some(p)) => format!(
-                "${p:.2} (revenue ${rev:.2}, each proof at the price of its completion){}",
+                "{} (revenue ${rev:.2}, each proof at the price of its completion){}",
+                usd(p),
                 if r.economics.agent_priced {
                     ""
                 } else {
@@ -328,4 +343,18 @@ pub fn render_text(r: &Report) -> String {
         }
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usd;
+
+    /// A loss reads as `inspect` writes one; a loss that rounds to nothing is $0.00.
+    #[test]
+    fn dollars_carry_their_sign_before_the_dollar() {
+        assert_eq!(usd(-0.7), "-$0.70");
+        assert_eq!(usd(0.7), "$0.70");
+        assert_eq!(usd(-0.001), "$0.00");
+        assert_eq!(usd(-0.0), "$0.00");
+    }
 }
