@@ -54,6 +54,10 @@ fn render(families: &[Family]) -> String {
 fn number(v: f64) -> String {
     if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{}", v as i64)
+    } else if v.is_finite() && v.abs() < 1e6 {
+        // To a nanounit: sums of dollars read 1.4700000000000002 (the float's noise).
+        let r = (v * 1e9).round() / 1e9;
+        format!("{}", r + 0.0)
     } else if v.is_finite() {
         format!("{v}")
     } else {

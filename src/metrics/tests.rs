@@ -240,6 +240,12 @@ fn label_values_are_escaped() {
     assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     assert_eq!(number(2.0), "2");
     assert_eq!(number(0.25), "0.25");
+    // A sum's float noise is not written (1.4700000000000002, 0.04999999999999999).
+    assert_eq!(number(0.5 + 0.3 + 0.4 + 0.25 + 0.02), "1.47");
+    assert_eq!(number(0.76 - 0.71), "0.05");
+    assert_eq!(number(-1e-12), "0");
+    assert_eq!(number(7200.841), "7200.841");
+    assert_eq!(number(f64::NAN), "NaN");
 }
 
 #[test]
