@@ -45,17 +45,28 @@ pub(super) fn last_success(state: &AgentState, config: &Config, now: Millis) -> 
     }
 }
 
-/// Whether this install's own passes have used `kind` since their last failure with it, by
-/// what they recorded: a vast.ai listing that worked (the key), a model call that worked (the
-/// LLM key), a good reading from HarmonyDB (its URL). A table that cannot be read says no.
-pub(super) fn service_used(conn: &Connection, config: &Config, kind: crate::secrets::Kind) -> bool {
+/// Whether this install's own passes have used `kind` lately and since their last failure
+/// with it, by what they recorded: a vast.ai listing that worked (the key), a good reading
+/// from HarmonyDB (its URL), each within [`STALE_PERIODS`] timer periods, or a model call
+/// that worked within a day (the LLM key: a quiet fleet asks the model seldom). A table that
+/// cannot be read says no.
+pub(super) fn service_used(
+    conn: &Connection,
+    config: &Config,
+    kind: crate::secrets::Kind,
+    now: Millis,
+) -> bool {
     use crate::secrets::Kind;
+    let lately = STALE_PERIODS * config.run.timer_period_secs as i64 * 1000;
     let state = crate::store::session::state(conn);
     match kind {
-        Kind::VastApiKey => crate::store::ops::vast_health(conn).is_ok_and(|h| h.ok()),
-        Kind::LlmApiKey => {
-            state.is_ok_and(|s| s.last_llm_call_at.is_some() && s.last_llm_error.is_none())
-        }
+        Kind::VastApiKey => crate::store::ops::vast_health(conn)
+            .is_ok_and(|h| h.ok() && h.ok_at.is_some_and(|at| now - at <= lately)),
+        Kind::LlmApiKey => state.is_ok_and(|s| {
+            s.last_llm_error.is_none()
+                && s.last_llm_call_at
+                    .is_some_and(|at| now - at <= crate::fleet::day::DAY_MS)
+        }),
         Kind::HarmonyDbUrl => {
             let failed = state.is_ok_and(|s| {
                 s.last_demand
@@ -65,7 +76,8 @@ pub(super) fn service_used(conn: &Connection, config: &Config, kind: crate::secr
             });
             config.demand.source == crate::config::DemandSource::Harmonydb
                 && !failed
-                && crate::store::curio::last_reading(conn).is_ok_and(|(_, at)| at.is_some())
+                && crate::store::curio::last_reading(conn)
+                    .is_ok_and(|(_, at)| at.is_some_and(|at| now - at <= lately))
         }
         _ => false,
     }

@@ -228,13 +228,20 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 "the database is damaged (see the database check)"
             }
             Ok(()) => {
-                secrets.leave_out_used(|kind| agent::service_used(&store.conn, i.config, kind));
+                let simulation = host::simulation(&store.conn, i.state_dir);
+                // What this host's passes recorded lately vouches for the service's keys;
+                // not a follower's copy (its passes do not list) nor a simulation's.
+                if follows.is_none() && simulation.is_empty() {
+                    secrets.leave_out_used(|kind| {
+                        agent::service_used(&store.conn, i.config, kind, i.now)
+                    });
+                }
                 found.add("secrets", secrets.problems.clone());
                 found.extend(
                     "ha",
                     outside::foreign_state(&store.conn, shared_install.as_deref()),
                 );
-                found.add("database", host::simulation(&store.conn, i.state_dir));
+                found.add("database", simulation);
                 found.extend("database", host::unwritable_database(i.state_dir));
                 from_store(&store, i, &secrets, &mut found);
                 ""

@@ -5,12 +5,14 @@
 //!   vast.ai once (the caller) and records when that worked ([`reached_vast`],
 //!   `hosts.vast_ok_at`);
 //! - the leader's `poll`, once its own listing has failed for [`BLIND_PERIODS`] timer periods
-//!   and another host reached vast.ai within [`REACHED_WITHIN_SECS`], releases the lease as
-//!   `ha release` does (it leaves it to the others for one lease period; [`hand_over_if_blind`]);
-//!   the next host to poll takes it.
+//!   while it led and another host reached vast.ai since then, within
+//!   [`REACHED_WITHIN_SECS`], releases the lease as `ha release` does (it leaves it to the
+//!   others for one lease period; [`hand_over_if_blind`]); the next host to poll takes it.
 //!
-//! When vast.ai is down for every host, nobody reaches it and the lease stays where it is: it
-//! does not go round the hosts, each start a fresh session.
+//! When vast.ai is down for every host, nobody reaches it after the leader went blind and the
+//! lease stays where it is: it does not go round the hosts, each start a fresh session. A
+//! follower's listing just before the outage reached the leader can move it once; the new
+//! leader's blindness counts from its own lease, and nobody lists after it.
 
 use anyhow::Result;
 
@@ -40,8 +42,8 @@ pub fn reached_vast(settings: &Settings) -> Result<()> {
 }
 
 /// On the leader's `poll`, with its vast.ai health as recorded (`health`): release the lease
-/// when the listing has failed for [`BLIND_PERIODS`] timer periods (`period_ms`) and another
-/// host reached vast.ai within [`REACHED_WITHIN_SECS`]. Not while a `run` of this host is
+/// when the listing has failed for [`BLIND_PERIODS`] timer periods (`period_ms`) while this
+/// host led, and another host reached vast.ai since, within [`REACHED_WITHIN_SECS`]. Not while a `run` of this host is
 /// going (`run_going`: its pass would be cut at its next fence; the next minute's poll asks
 /// again). The line to say when it released.
 pub fn hand_over_if_blind(
@@ -55,15 +57,28 @@ pub fn hand_over_if_blind(
         return Ok(None);
     };
     let since = health.error_at.unwrap_or(now);
-    if run_going || now - since < BLIND_PERIODS * period_ms {
+    let need_secs = (BLIND_PERIODS * period_ms) as f64 / 1000.0;
+    if run_going || ((now - since) as f64 / 1000.0) < need_secs {
         return Ok(None);
     }
     let mut db = settings.connect()?;
+    // Blind as the leader: the failures a new leader's copy of the shared state carries from
+    // the host that led before do not count (vast.ai down for every host sent the lease
+    // round them, each releasing at its first poll).
+    let Some((holder, _, _, held_secs)) = super::status::lease_row(&mut db)? else {
+        return Ok(None);
+    };
+    let blind_secs = ((now - since) as f64 / 1000.0).min(held_secs);
+    if holder != settings.host || blind_secs < need_secs {
+        return Ok(None);
+    }
+    // A host that listed vast.ai since this one went blind, and lately: one that listed
+    // before the outage began says nothing of now.
     let able = super::hosts::list(&mut db)?
         .into_iter()
         .filter(|h| h.host_id != settings.host)
         .filter_map(|h| Some((h.vast_ok_secs_ago?, h.host_id)))
-        .filter(|(ago, _)| *ago < REACHED_WITHIN_SECS)
+        .filter(|(ago, _)| *ago < REACHED_WITHIN_SECS && *ago < blind_secs)
         .min_by(|a, b| a.0.total_cmp(&b.0));
     let Some((ago, other)) = able else {
         return Ok(None);
@@ -74,7 +89,7 @@ pub fn hand_over_if_blind(
     Ok(Some(format!(
         "ha: this host ({}) hands the lease over (epoch {epoch}): its vast.ai listing has failed for {} ({}), while {other} listed vast.ai {}s ago; it leaves the lease to the other hosts for one lease period, and the next to poll leads",
         settings.host,
-        human_duration(now - since),
+        human_duration((blind_secs * 1000.0) as Millis),
         crate::text::clip(error, 200),
         ago.round()
     )))

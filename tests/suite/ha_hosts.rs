@@ -778,10 +778,12 @@ fn a_role_that_cannot_write_the_shared_tables_is_named() {
 
 /// A leader blind to vast.ai (here its key is refused; a firewall or a lost route do the
 /// same) goes on passing without the listing, and no other host acts while it leads. Once its
-/// listing has failed for 3 timer periods and a follower reached vast.ai (listed while the
-/// leader's failed), the leader's poll hands the lease over, and the next host to poll leads
-/// and acts. Not while no other host reached vast.ai: vast.ai down for every host keeps the
-/// lease where it is.
+/// listing has failed for 3 timer periods while it led, and a follower listed vast.ai since,
+/// the leader's poll hands the lease over, and the next host to poll leads and acts. Not while
+/// no other host reached vast.ai since: vast.ai down for every host keeps the lease where it
+/// is (the re-test saw it go round three hosts, each releasing at its first poll: the failures
+/// its copy of the shared state carried counted as its own, and a listing from before the
+/// outage counted as a host that could act).
 #[test]
 fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
     let Pair {
@@ -791,25 +793,38 @@ fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
         a,
         b,
     } = pair();
+    // Timer periods of 10 s: 3 of them blind is 30 s.
+    for f in [&a, &b] {
+        let c = std::fs::read_to_string(&f.config).unwrap();
+        f.write_config(&c.replace(
+            "deadline_secs = 60",
+            "deadline_secs = 60\ntimer_period_secs = 10",
+        ));
+    }
     let a = a.env("VAST_API_KEY", "refused-on-this-host");
-    a.cmd(&["poll"]).code(1);
-    assert_eq!(ha(&a)["role"], "leader");
-    // Blind for an hour, as the local record says; nobody else reached vast.ai yet.
-    let blind_for_an_hour = |f: &Fleet| {
+    let blind_since = |f: &Fleet, secs: i64| {
         f.db()
             .execute(
-                "UPDATE agent_state SET vast_error_at = vast_error_at - 3600000",
-                [],
+                "UPDATE agent_state SET vast_error_at = CAST(strftime('%s','now') AS INTEGER) * 1000 - ?1",
+                [secs * 1000],
             )
             .unwrap();
     };
-    blind_for_an_hour(&a);
+    let led_since = |db: &mut TestDb, secs: i64| {
+        db.exec(&format!(
+            "UPDATE fleetagent.lease SET acquired_at = now() - interval '{secs} seconds'"
+        ));
+    };
+    let hands_over = |out: &Run| out.stderr.contains("hands the lease over");
+    a.cmd(&["poll"]).code(1);
+    assert_eq!(ha(&a)["role"], "leader");
+    // Blind for an hour by its record, but it has led for seconds: not yet.
+    blind_since(&a, 3600);
+    assert!(!hands_over(&a.cmd(&["poll"]).code(1)));
+    // Led for an hour too, but nobody else reached vast.ai: the lease stays.
+    led_since(&mut db, 3600);
     let out = a.cmd(&["poll"]).code(1);
-    assert!(
-        !out.stderr.contains("hands the lease over"),
-        "{}",
-        out.stderr
-    );
+    assert!(!hands_over(&out), "{}", out.stderr);
     assert_eq!(ha(&a)["role"], "leader", "no other host can act");
     // B follows, reads that the leader's listing fails, and lists: it works.
     b.cmd(&["poll"]).ok();
@@ -833,4 +848,31 @@ fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
     b.cmd(&["trigger", "-p", "1", "-r", "workers dead"]).ok();
     b.cmd(&["run"]).ok();
     assert!(!labels_created(&vast).is_empty(), "the new leader acted");
+
+    // Now vast.ai refuses every host: B is blind too, and A cannot list either.
+    vast.set_api_key(Some("a-key-nobody-has"));
+    b.cmd(&["poll"]).code(1);
+    a.cmd(&["poll"]).ok();
+    blind_since(&b, 40);
+    let a_listed = |db: &mut TestDb, secs: i64| {
+        db.exec(&format!(
+            "UPDATE fleetagent.hosts SET vast_ok_at = now() - interval '{secs} seconds' WHERE host_id = 'host-a'"
+        ));
+    };
+    // B has led for seconds: its blindness counts from its lease, not its record's 40 s.
+    a_listed(&mut db, 20);
+    assert!(!hands_over(&b.cmd(&["poll"]).code(1)));
+    led_since(&mut db, 3600);
+    // A listing of A's from before B went blind (100 s ago) says nothing of now.
+    a_listed(&mut db, 100);
+    let out = b.cmd(&["poll"]).code(1);
+    assert!(!hands_over(&out), "{}", out.stderr);
+    assert_eq!(
+        ha(&b)["role"],
+        "leader",
+        "the lease stays when nobody reaches vast.ai"
+    );
+    // One since (20 s ago) does.
+    a_listed(&mut db, 20);
+    assert!(hands_over(&b.cmd(&["poll"]).code(1)));
 }

@@ -144,4 +144,8 @@ fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
     crate::store::ops::record_listing(&s.conn, Err("not_configured: no vast.ai API key"), NOW)
         .unwrap();
     assert!(named(&secrets(dir.path()), "no vast.ai API key"));
+    // A listing that worked two hours ago vouches for nothing now (an HA follower's copy, a
+    // stopped timer): named.
+    crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 7_200_000).unwrap();
+    assert!(named(&secrets(dir.path()), "no vast.ai API key"));
 }
