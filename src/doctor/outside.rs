@@ -320,7 +320,13 @@ pub(super) fn curio_problems(d: &Demand, rows: &[InstanceRow], age_ms: Millis) -
             "Curio: the ProofShare request loop is stalled (proofshare_meta.request_task_id points at a bg:PShareRequest task with no live owner, read {ago} ago): Curio asks the market for no work"
         )).fix("restart a Curio node with ProofShare enabled (the one that ran bg:PShareRequest, or any other), so that one takes the task"));
     }
-    for note in &d.notes {
+    // What the reading could not read; not the GPU-less nodes it rightly left out (every
+    // ProofShare cluster has one: `inspect` and the agent see that note).
+    let faults = d
+        .notes
+        .iter()
+        .filter(|n| !n.starts_with(crate::demand::harmonydb::NO_GPU_NOTE));
+    for note in faults {
         out.push(Problem::new(format!(
             "Curio reading (read {ago} ago): {}",
             crate::text::clip(note, 300)

@@ -9,6 +9,7 @@ mod read;
 /// The history statement (`$1` task, `$2` window, `$3` hour, `$4` quarter, in seconds), for
 /// `scripts/bench probe` to EXPLAIN.
 pub use read::HISTORY as HISTORY_STATEMENT;
+pub use read::NO_GPU_NOTE;
 
 use std::fmt;
 use std::time::Duration;

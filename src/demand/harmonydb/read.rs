@@ -447,6 +447,11 @@ fn able_to_prove(
     )
 }
 
+/// How the note on machines that list PSProve with no GPU begins: every node with ProofShare
+/// enabled has one (the request loop's), so it is what the reading did, not a fault; `doctor`
+/// leaves it out of its `curio` check (it was red on every ProofShare cluster).
+pub const NO_GPU_NOTE: &str = "no GPU, no PSProve in";
+
 /// The note naming the live machines that list PSProve with no GPU and are not counted.
 fn no_gpu_note(machines: &[Worker]) -> Option<String> {
     if machines.is_empty() {
@@ -462,7 +467,7 @@ fn no_gpu_note(machines: &[Worker]) -> Option<String> {
     });
     // The reason first: the observation keeps a note's first 120 characters.
     Some(format!(
-        "no GPU, no PSProve in {}h, so not workers (they list PSProve but cannot take it): {}",
+        "{NO_GPU_NOTE} {}h, so not workers (they list PSProve but cannot take it): {}",
         HISTORY_WINDOW_SECS / 3600,
         crate::text::first_and_more(names, 3)
     ))

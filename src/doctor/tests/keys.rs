@@ -149,3 +149,24 @@ fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
     crate::store::ops::record_listing(&s.conn, Ok(()), NOW - 7_200_000).unwrap();
     assert!(named(&secrets(dir.path()), "no vast.ai API key"));
 }
+
+/// The `curio` check names what the reading could not read (a missing grant), not the
+/// GPU-less node it rightly left out: every ProofShare cluster has one (its request loop's
+/// node), and doctor was red on every such cluster for ever (the soak walkthrough: 31 of 71
+/// rounds red for this note alone).
+#[test]
+fn a_gpu_less_proofshare_node_is_no_curio_problem() {
+    let note = |text: &str| crate::demand::Demand {
+        notes: vec![text.to_string()],
+        ..Default::default()
+    };
+    let gpu_less = format!(
+        "{} 6h, so not workers (they list PSProve but cannot take it): main (10.0.0.1:12300)",
+        crate::demand::harmonydb::NO_GPU_NOTE
+    );
+    assert!(outside::curio_problems(&note(&gpu_less), &[], 60_000).is_empty());
+    let grant = "proofshare_meta: permission denied for table (proofshare_enabled unknown)";
+    let p = outside::curio_problems(&note(grant), &[], 60_000);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].detail.contains("permission denied"), "{}", p[0].detail);
+}
