@@ -317,6 +317,13 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop")?;
     crate::trigger::ring(&dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
+    // Said where it begins: the soak walkthrough's operator did not know of the hold.
+    let mins = config.policy.operator_hold_mins;
+    if mins > 0 {
+        crate::outln!(
+            "operator hold: the rules and the floor launch nothing for {mins} min (policy.operator_hold_mins), WORKERS DEAD's launches included; `fleetagent resume` or a message ends it"
+        );
+    }
     crate::metrics::after_operator(config, &dir, now);
     let stopped = (done == "stopped").then_some(id);
     let left = still_listed(

@@ -331,6 +331,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     found.extend("vast", outside::undone(conn, now));
     found.add("actions", agent::actions(conn, now));
     found.add("pause", outside::pause(conn, now));
+    found.extend("pause", outside::hold(conn, config, now));
     found.add(
         "foreign_installs",
         outside::foreign_installs(conn, config, now),

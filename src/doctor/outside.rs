@@ -233,6 +233,38 @@ pub(super) fn pause(conn: &Connection, now: Millis) -> Vec<Problem> {
     vec![problem.since(Some(p.since))]
 }
 
+/// An operator hold (`tools::brake::operator_hold`: an operator's stop within
+/// `policy.operator_hold_mins`, no resume or message since) while the last reading says
+/// WORKERS DEAD: the rules and the floor launch nothing, WORKERS DEAD's included, and no
+/// other check said so (doctor was ok with 9 proofs queued and no worker; the soak
+/// walkthrough). A hold with workers alive is what the operator asked for: not named.
+pub(super) fn hold(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+    let hold = match crate::tools::brake::operator_hold(conn, config, now) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Vec::new(),
+        Err(e) => return vec![unreadable("the operator hold", &e)],
+    };
+    let dead = matches!(
+        curio::last_reading(conn),
+        Ok((Some(json), Some(_))) if serde_json::from_str::<Demand>(&json).is_ok_and(|d| d.workers_dead())
+    );
+    if !dead || matches!(ops::paused(conn, now), Ok(Some(_))) {
+        return Vec::new();
+    }
+    let what = match (hold.instance_id, &hold.label) {
+        (Some(id), _) => format!("instance {id}"),
+        (None, Some(l)) => crate::text::quote(l, crate::fleet::LABEL_CHARS),
+        (None, None) => "an instance".to_string(),
+    };
+    vec![Problem::new(format!(
+        "OPERATOR HOLD WHILE WORKERS DEAD: the operator stopped {what} {} ago, so the rules and the floor launch nothing for {} more (policy.operator_hold_mins), WORKERS DEAD's launches included, while work is queued and no worker is live",
+        human_duration(now - hold.stopped_at),
+        human_duration(hold.until - now)
+    ))
+    .fix("`fleetagent resume` (or `fleetagent message ...`) ends the hold and the next pass launches; or launch by hand")
+    .since(Some(hold.stopped_at))]
+}
+
 /// Instances under our label prefix that carry another install's id (the last listing saw
 /// them): two installs share a vast.ai account and prefix.
 pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {

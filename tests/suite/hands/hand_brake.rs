@@ -200,8 +200,14 @@ fn pause_stop_all_resume_and_the_operator_hold() {
 
     // The operator stops it by hand; WORKERS DEAD again, the model does nothing, and the
     // floor does not put it back while the hold lasts.
-    f.cmd(&["instances", "stop", &ours[0].to_string(), "--force"])
-        .ok();
+    let said = f
+        .cmd(&["instances", "stop", &ours[0].to_string(), "--force"])
+        .ok()
+        .stdout;
+    assert!(
+        said.contains("operator hold: the rules and the floor launch nothing for 30 min"),
+        "the operator is told of the hold: {said}"
+    );
     f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
     f.cmd(&["run"]).ok();
     assert_eq!(
@@ -224,6 +230,21 @@ fn pause_stop_all_resume_and_the_operator_hold() {
         !launches(&f).iter().any(|(a, _, _)| a == "floor"),
         "{:?}",
         launches(&f)
+    );
+    // Unattended while the hold lasts: doctor says so (it said ok; the soak walkthrough).
+    let doctor = f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doctor.contains(&format!(
+            "OPERATOR HOLD WHILE WORKERS DEAD: the operator stopped instance {}",
+            ours[0]
+        )),
+        "{doctor}"
+    );
+    f.cmd(&["message", "go on"]).ok();
+    let doctor = f.cmd(&["doctor"]).stdout;
+    assert!(
+        !doctor.contains("OPERATOR HOLD"),
+        "a message ends it: {doctor}"
     );
 }
 
