@@ -177,6 +177,11 @@ pub fn poll(
 ) -> Result<Polled> {
     let (demand, demand_error) = probe_demand(services, config);
     let (listing, listing_error) = list_ours(services);
+    // Ours that the listing left out are asked about one by one, as a pass does: one still
+    // there is no change (poll said "is gone", then "appeared" a minute later, each a P1
+    // pass; the soak walkthrough).
+    let (listing, listing_error) =
+        crate::run::vanished::confirm(&store.conn, services, listing, listing_error)?;
     if services.vast.is_some() {
         use crate::store::ops;
         let result = listing_error.as_deref().map_or(Ok(()), Err);

@@ -82,3 +82,39 @@ fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
         out.stderr
     );
 }
+
+/// A listing that leaves out an instance of ours vast.ai still shows: `poll` asks for it as a
+/// pass does, and says no change (it said "is gone", and "appeared" a minute later, each a P1
+/// pass; the soak walkthrough).
+#[test]
+fn poll_asks_for_an_instance_the_listing_left_out() {
+    use crate::common::fake_vast::{FakeReply, Route};
+    let fake = FakeVast::start_real_time();
+    let mut db = pg::fresh_db();
+    machine(&mut db, 1, "fleetagent-a", "10.0.0.1:12300", 10, 1);
+    let a = fake.add_instance("fleetagent-a");
+    let f = Fleet::new()
+        .env("VAST_API_KEY", FAKE_API_KEY)
+        .env("FLEETAGENT_HARMONYDB_URL", &db.url());
+    f.write_config(&format!(
+        "{}\n[vast]\nbase_url = \"{}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        fake.url()
+    ));
+    f.cmd(&["run"]).ok();
+    f.cmd(&["poll"]).ok();
+    let events = |f: &Fleet| f.count("SELECT COUNT(*) FROM events WHERE kind = 'poll'");
+    let before = events(&f);
+    let empty = FakeReply::json(200, serde_json::json!({"instances": []}));
+    fake.lose_next_answer(Route::ListV1, 1, empty);
+    let out = f.cmd(&["poll"]).ok();
+    assert!(
+        out.stderr
+            .contains(&format!("vast.ai's listing left out instance {a}")),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stdout.contains("is gone"), "{}", out.stdout);
+    assert_eq!(events(&f), before, "no change: {}", out.stdout);
+    assert_eq!(fake.count(Route::Show), 1);
+}
