@@ -5,8 +5,9 @@ use crate::common::fake_vast::{FakeVast, FAKE_API_KEY};
 use crate::common::fleet::Fleet;
 use crate::common::pg::{self};
 
-#[test]
-fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
+/// A fake vast.ai with one instance of ours (its id), Curio's database with its live worker
+/// proving, and a fleet pointed at both.
+fn one_instance_and_its_worker() -> (FakeVast, pg::TestDb, u64, Fleet) {
     let fake = FakeVast::start_real_time();
     let mut db = pg::fresh_db();
     machine(&mut db, 1, "fleetagent-a", "10.0.0.1:12300", 10, 1);
@@ -19,6 +20,12 @@ fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
         crate::common::fleet::FAST_CONFIG,
         fake.url()
     ));
+    (fake, db, a, f)
+}
+
+#[test]
+fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
+    let (fake, mut db, a, f) = one_instance_and_its_worker();
     let state = |f: &Fleet| -> (Option<String>, Option<i64>, i64) {
         f.db()
             .query_row(
@@ -89,18 +96,7 @@ fn poll_rings_on_a_worker_death_and_writes_nothing_otherwise() {
 #[test]
 fn poll_asks_for_an_instance_the_listing_left_out() {
     use crate::common::fake_vast::{FakeReply, Route};
-    let fake = FakeVast::start_real_time();
-    let mut db = pg::fresh_db();
-    machine(&mut db, 1, "fleetagent-a", "10.0.0.1:12300", 10, 1);
-    let a = fake.add_instance("fleetagent-a");
-    let f = Fleet::new()
-        .env("VAST_API_KEY", FAKE_API_KEY)
-        .env("FLEETAGENT_HARMONYDB_URL", &db.url());
-    f.write_config(&format!(
-        "{}\n[vast]\nbase_url = \"{}\"\n",
-        crate::common::fleet::FAST_CONFIG,
-        fake.url()
-    ));
+    let (fake, _db, a, f) = one_instance_and_its_worker();
     f.cmd(&["run"]).ok();
     f.cmd(&["poll"]).ok();
     let events = |f: &Fleet| f.count("SELECT COUNT(*) FROM events WHERE kind = 'poll'");
