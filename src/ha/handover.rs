@@ -1,5 +1,5 @@
-//! A leader blind to vast.ai hands the lease over (docs/ha.md, "A leader that cannot reach
-//! vast.ai"). A leader whose listing fails goes on passing (recorded ok) without seeing the
+//! A leader blind to vast.ai hands the lease over (docs/ha.md, "What happens when": "A leader
+//! blind to vast.ai"). A leader whose listing fails goes on passing (recorded ok) without seeing the
 //! fleet or acting on it, and no other host acts while it holds the lease. So:
 //! - a follower's `poll`, while the shared state says the leader's listing fails, lists
 //!   vast.ai once (the caller) and records when that worked ([`reached_vast`],
