@@ -205,9 +205,10 @@ pub(super) struct Secrets {
 
 impl Secrets {
     /// Leave out the secrets this process lacks that the service's own passes, by the
-    /// database, have used since their last failure (`used`): doctor at a shell does not
-    /// see a user manager's `EnvironmentFile=` drop-in, nor credentials only the units
-    /// load, and "no vast.ai API key" sent the operator after the wrong cause.
+    /// database, have used lately (`used`: `doctor::agent::service_used`): doctor at a shell
+    /// does not see a user manager's `EnvironmentFile=` drop-in, nor credentials only the
+    /// units load, and "no vast.ai API key" sent the operator after the wrong cause. Once:
+    /// the problems' indices are spent.
     pub fn leave_out_used(&mut self, used: impl Fn(crate::secrets::Kind) -> bool) {
         use crate::secrets::Kind;
         let mut gone: Vec<usize> = Vec::new();
@@ -219,8 +220,6 @@ impl Secrets {
                     Kind::HarmonyDbUrl => self.harmonydb_url_missing = false,
                     _ => {}
                 }
-            } else {
-                self.missing.push((kind, at));
             }
         }
         let mut at = 0;

@@ -166,8 +166,9 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
 }
 
 /// Write `i` by its label. Its paused spans are the stored row's, plus the one that ended
-/// now ([`paused_spans_after`]): every writer (a pass, a tool, an operator's stop, a copy
-/// pulled from the shared database by its own path) keeps them, whatever spans it passes.
+/// now ([`paused_spans_after`]): every writer through here (a pass, a tool, an operator's
+/// stop) keeps them, whatever spans it passes. An HA host's copy pulled from the shared
+/// database (`ha::mirror`) brings the column as the leader wrote it.
 pub fn upsert(conn: &Connection, i: &InstanceRow) -> Result<()> {
     let spans = match by_label(conn, &i.label)? {
         Some(old) => paused_spans_after(&old, i),
