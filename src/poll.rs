@@ -190,9 +190,7 @@ pub fn poll(
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
         if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
-            if crate::store::clock_step::skew_changed(health.clock_skew_ms, Some(skew)) {
-                ops::record_clock_skew(&store.conn, Some(skew))?;
-            }
+            crate::store::clock_step::store_skew(&store.conn, skew)?;
         }
     }
     problems.demand = demand_error;

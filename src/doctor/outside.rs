@@ -203,6 +203,15 @@ pub(super) fn undone(conn: &Connection, now: Millis) -> Vec<Problem> {
 
 /// A pause in force: nobody launches or stops. Louder when the last reading said WORKERS
 /// DEAD: work is queued, no worker proves it, and nothing will be launched.
+/// The last good demand reading says WORKERS DEAD (work queued, no live worker): the pause
+/// and the operator hold are loud then.
+fn workers_dead(conn: &Connection) -> bool {
+    matches!(
+        curio::last_reading(conn),
+        Ok((Some(json), Some(_))) if serde_json::from_str::<Demand>(&json).is_ok_and(|d| d.workers_dead())
+    )
+}
+
 pub(super) fn pause(conn: &Connection, now: Millis) -> Vec<Problem> {
     let p = match ops::paused(conn, now) {
         Ok(Some(p)) => p,
@@ -213,10 +222,7 @@ pub(super) fn pause(conn: &Connection, now: Millis) -> Vec<Problem> {
         Some(u) => format!("for {} more", human_duration(u - now)),
         None => "until `fleetagent resume`".to_string(),
     };
-    let dead = matches!(
-        curio::last_reading(conn),
-        Ok((Some(json), Some(_))) if serde_json::from_str::<Demand>(&json).is_ok_and(|d| d.workers_dead())
-    );
+    let dead = workers_dead(conn);
     let reason = crate::text::clip(&p.reason, 200);
     let ago = human_duration(now - p.since);
     let problem = if dead {
@@ -244,10 +250,7 @@ pub(super) fn hold(conn: &Connection, config: &Config, now: Millis) -> Vec<Probl
         Ok(None) => return Vec::new(),
         Err(e) => return vec![unreadable("the operator hold", &e)],
     };
-    let dead = matches!(
-        curio::last_reading(conn),
-        Ok((Some(json), Some(_))) if serde_json::from_str::<Demand>(&json).is_ok_and(|d| d.workers_dead())
-    );
+    let dead = workers_dead(conn);
     if !dead || matches!(ops::paused(conn, now), Ok(Some(_))) {
         return Vec::new();
     }

@@ -224,19 +224,13 @@ impl Snapshot {
             .count() as u32
     }
 
-    /// $/h a launch may add (None while `policy.max_dph_total` is unset): what is left under
-    /// it, and under `policy.daily_spend_max` the guardrail's own room (today's spend plus an
-    /// hour of the fleet and the new instance within the cap: `guardrails::offer_headroom`).
-    /// The observation said $10.00/h left of a daily cap that left $0.67/h.
+    /// $/h a launch may add (None while `policy.max_dph_total` is unset): the guardrail's own
+    /// room ([`money::dph_room`]), under `policy.daily_spend_max` too (the observation said
+    /// $10.00/h left of a daily cap that left $0.67/h).
     pub fn headroom_dph(&self, config: &Config) -> Option<f64> {
         let p = &config.policy;
-        let max = p.max_dph_total?;
-        let mut room = max - self.fleet_dph();
-        if let Some(daily) = p.daily_spend_max {
-            let hours = money::DAILY_LOOKAHEAD_HOURS;
-            room = room.min((daily - self.spent_today) / hours - self.fleet_dph());
-        }
-        Some(room.max(0.0))
+        p.max_dph_total
+            .map(|_| money::dph_room(p, self.fleet_dph(), self.spent_today).max(0.0))
     }
 
     /// Instances left under `policy.max_instances` (None while it is unset).

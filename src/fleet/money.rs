@@ -13,6 +13,18 @@ const HOUR_MS: f64 = 3_600_000.0;
 /// observation states).
 pub const DAILY_LOOKAHEAD_HOURS: f64 = 1.0;
 
+/// The most $/h one more instance may cost under both money limits (may be <= 0): what is
+/// left under `max_dph_total` (none while unset), and under `daily_spend_max` today's spend
+/// plus an hour of the fleet with it. The guardrail's test (`guardrails::offer_headroom`) and
+/// the headroom the observation states (`Snapshot::headroom_dph`).
+pub fn dph_room(policy: &crate::config::PolicyConfig, fleet_dph: f64, spent_today: f64) -> f64 {
+    let mut room = policy.max_dph_total.unwrap_or(0.0) - fleet_dph;
+    if let Some(daily) = policy.daily_spend_max {
+        room = room.min((daily - spent_today) / DAILY_LOOKAHEAD_HOURS - fleet_dph);
+    }
+    room
+}
+
 /// $/h of the rows that bill by the hour, as the money guardrail counts it: the full price
 /// of those in a billing state (an outbid bid included), the disk (`storage_dph`) of stopped
 /// ones; gone ones nothing.

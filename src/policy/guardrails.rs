@@ -382,12 +382,7 @@ pub fn check_launch_money(
 
 /// The most $/h one more instance may cost under both money limits (may be <= 0).
 pub fn offer_headroom(facts: &LaunchFacts<'_>, policy: &PolicyConfig) -> f64 {
-    let mut room = policy.max_dph_total.unwrap_or(0.0) - facts.fleet_dph;
-    if let Some(daily) = policy.daily_spend_max {
-        let daily_room = (daily - facts.spent_today) / DAILY_LOOKAHEAD_HOURS - facts.fleet_dph;
-        room = room.min(daily_room);
-    }
-    room
+    crate::fleet::money::dph_room(policy, facts.fleet_dph, facts.spent_today)
 }
 
 /// What a stop is checked against.

@@ -182,10 +182,7 @@ pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Mi
 /// said at warning every pass, and to the agent when it begins.
 fn record_skew(conn: &Connection, run_id: i64, skew: Millis, now: Millis) -> Result<()> {
     use crate::store::clock_step::skew_line;
-    let before = ops::vast_health(conn)?.clock_skew_ms;
-    if crate::store::clock_step::skew_changed(before, Some(skew)) {
-        ops::record_clock_skew(conn, Some(skew))?;
-    }
+    let before = crate::store::clock_step::store_skew(conn, skew)?;
     let Some(line) = skew_line(skew) else {
         return Ok(());
     };
@@ -538,7 +535,7 @@ fn assemble(
         paused: ops::paused(conn, now)?,
         hold,
         day: day_profile(conn, config, now)?,
-        unpriced_dph: crate::fleet::money::unpriced_dph(config).unwrap_or(0.0),
+        unpriced_dph: unpriced,
     })
 }
 

@@ -92,6 +92,17 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
     ))
 }
 
+/// Store the skew a listing measured when it moved beyond what an operator would tell apart
+/// ([`skew_changed`]); the stored skew before it. What a pass and `poll` do with each
+/// measurement.
+pub fn store_skew(conn: &Connection, skew: Millis) -> Result<Option<Millis>> {
+    let before = crate::store::ops::vast_health(conn)?.clock_skew_ms;
+    if skew_changed(before, Some(skew)) {
+        crate::store::ops::record_clock_skew(conn, Some(skew))?;
+    }
+    Ok(before)
+}
+
 /// Two measurements of the skew that an operator would not tell apart (a slow answer,
 /// `Date`'s truncation): a pass and `poll` write only a change beyond it.
 pub fn skew_changed(before: Option<Millis>, now: Option<Millis>) -> bool {

@@ -205,7 +205,7 @@ pub fn vast_health(conn: &Connection) -> Result<VastHealth> {
 }
 
 /// Record this host's clock against vast.ai's as a listing that worked measured it (None:
-/// its answer had no `Date`).
+/// unmeasured; `clock_step::store_skew` writes only measurements).
 pub fn record_clock_skew(conn: &Connection, skew_ms: Option<Millis>) -> Result<()> {
     conn.prepare_cached("UPDATE agent_state SET vast_clock_skew_ms = ?1 WHERE id = 1")?
         .execute(params![skew_ms])?;

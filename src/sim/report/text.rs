@@ -15,17 +15,13 @@ fn map_line(m: &BTreeMap<String, u64>) -> String {
 }
 
 /// Dollars, or `unknown` (no price modelled).
-fn money(x: Option<f64>) -> String {
-    x.map_or("unknown".into(), usd)
-}
-
 /// Dollars as `inspect` writes them: `-$0.70`, not `$-0.70`.
 fn usd(v: f64) -> String {
-    if v < 0.0 && format!("{:.2}", -v) != "0.00" {
-        format!("-${:.2}", -v)
-    } else {
-        format!("${:.2}", v.abs())
-    }
+    crate::prompt::economics::dollars(v, 2)
+}
+
+fn money(x: Option<f64>) -> String {
+    x.map_or("unknown".into(), usd)
 }
 
 /// The report as a table.
