@@ -119,6 +119,14 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
             since.unwrap_or_default()
         ))
         .fix("set a valid key in VAST_API_KEY or the vast_api_key credential (vast.ai's console, Account > API keys), then `fleetagent instances list`")
+    } else if error.contains("no vast.ai API key") {
+        // The passes had no key while this command has one (else the `secrets` check says
+        // so): the units do not load it (a walkthrough saw the network blamed).
+        Problem::new(format!(
+            "the agent's passes have no vast.ai API key{}, though this command has one: {error}; {last_ok}: nothing can be listed, launched or stopped",
+            since.unwrap_or_default()
+        ))
+        .fix("give the units the key: the vast_api_key credential (`LoadCredential=`, /etc/credstore/fleetagent.vast_api_key) or VAST_API_KEY in a drop-in's `Environment=`/`EnvironmentFile=` (README, Install); then `systemctl start fleetagent.service`")
     } else {
         Problem::new(format!(
             "the vast.ai listing has failed{}: {error}; {last_ok}: the fleet is not seen, so nothing is stopped or destroyed, and launches (WORKERS DEAD's among them) go by fleetagent's own table",

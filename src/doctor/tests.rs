@@ -441,6 +441,19 @@ fn vast_failing_since_its_first_failure_and_a_refused_key_are_told_apart() {
         outside::vast(&s.conn, NOW, true).is_empty(),
         "no key at all is the secrets check's"
     );
+    // The passes had no key and this shell has one: the units', not the network's.
+    ops::record_listing(
+        &s.conn,
+        Err("not_configured: no vast.ai API key: set VAST_API_KEY"),
+        NOW,
+    )
+    .unwrap();
+    let line = outside::vast(&s.conn, NOW, false)[0].line();
+    assert!(
+        line.starts_with("the agent's passes have no vast.ai API key since 20m ago"),
+        "{line}"
+    );
+    assert!(line.contains("fix: give the units the key"), "{line}");
 }
 
 #[test]

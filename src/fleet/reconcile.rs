@@ -143,21 +143,34 @@ pub fn other_installs(
         .collect()
 }
 
-/// The instances our table recorded, by vast.ai id, with the label each was recorded under.
-pub struct Recorded<'a>(HashMap<i64, &'a str>);
+/// The instances our table recorded, by vast.ai id, with the label each was recorded under;
+/// and the labels of launches it recorded that no listing has shown yet (no id).
+pub struct Recorded<'a> {
+    by_id: HashMap<i64, &'a str>,
+    unlisted: HashSet<&'a str>,
+}
 
 impl<'a> Recorded<'a> {
     pub fn new(rows: impl IntoIterator<Item = &'a InstanceRow>) -> Recorded<'a> {
-        Recorded(
-            rows.into_iter()
-                .filter_map(|r| Some((r.vast_id?, r.label.split('~').next().unwrap_or(&r.label))))
-                .collect(),
-        )
+        let mut by_id = HashMap::new();
+        let mut unlisted = HashSet::new();
+        for r in rows {
+            let label = r.label.split('~').next().unwrap_or(&r.label);
+            match r.vast_id {
+                Some(id) => {
+                    by_id.insert(id, label);
+                }
+                None => {
+                    unlisted.insert(label);
+                }
+            }
+        }
+        Recorded { by_id, unlisted }
     }
 
     /// Whether the table recorded this vast.ai id at all.
     pub fn knows(&self, id: i64) -> bool {
-        self.0.contains_key(&id)
+        self.by_id.contains_key(&id)
     }
 
     /// Whether a listed instance is ours by our table rather than by its label's prefix:
@@ -165,11 +178,17 @@ impl<'a> Recorded<'a> {
     ///   lost): still ours by its id; it bills, and the caps count it;
     /// - listed under the very label our table recorded for its id, whatever the prefix
     ///   says now: a changed `vast.label_prefix` names the next launches; it does not give
-    ///   away the fleet already rented (which would bill on, uncounted and unstopped).
+    ///   away the fleet already rented (which would bill on, uncounted and unstopped);
+    /// - listed for the first time under the label of a launch our table recorded before
+    ///   its create was answered (a create that timed out, then the prefix changed): that
+    ///   launch's instance, whatever the prefix says now (a walkthrough saw it let go,
+    ///   billing, and a replacement rented once the launch's wait ran out).
     pub fn holds(&self, i: &Instance) -> bool {
-        self.0
-            .get(&(i.id as i64))
-            .is_some_and(|label| unlabelled(i) || i.label.as_deref().map(str::trim) == Some(*label))
+        let label = i.label.as_deref().map(str::trim);
+        match self.by_id.get(&(i.id as i64)) {
+            Some(recorded) => unlabelled(i) || label == Some(*recorded),
+            None => label.is_some_and(|l| self.unlisted.contains(l)),
+        }
     }
 }
 

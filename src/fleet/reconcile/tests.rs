@@ -272,6 +272,37 @@ fn a_changed_prefix_keeps_the_fleet_already_rented() {
     );
 }
 
+/// A launch whose create timed out, then `vast.label_prefix` changed before the instance was
+/// listed: the instance that shows up under the launch's label is that launch's (a
+/// walkthrough saw it let go, billing, and a replacement rented once the wait ran out).
+#[test]
+fn a_launch_listed_after_the_prefix_changed_is_still_that_launch() {
+    let label = format!("fleetagent-{INSTALL}-r1-5a3528e1");
+    let listing = vec![
+        inst(7, &label, Some("loading")),
+        inst(
+            8,
+            &format!("fleetagent-{INSTALL}-r1-0badf00d"),
+            Some("running"),
+        ),
+    ];
+    let local = vec![row(&label, None, LAUNCHING, 0.4)];
+    let intents = vec![intent(1, &label, NOW - MIN)];
+    let mut inp = input(local, intents, Some(&listing), None);
+    inp.prefix = "fa2";
+    let rec = reconcile(&inp, INTENT_GRACE_MS);
+    let kept = rec.rows.iter().find(|r| r.label == label).unwrap();
+    assert_eq!((kept.vast_id, kept.state), (Some(7), LOADING), "{kept:?}");
+    assert!(
+        rec.settle.iter().any(|s| s.0 == 1 && s.1 == "ok"),
+        "{:?}",
+        rec.settle
+    );
+    // A stranger under the old prefix that no launch of ours recorded is not ours.
+    assert_eq!(rec.foreign, vec![8]);
+    assert!(Recorded::new(&rec.rows).knows(7));
+}
+
 #[test]
 fn failed_listing_keeps_the_table() {
     let local = vec![row("fleetagent-x", Some(3), PROVING, 0.4)];
