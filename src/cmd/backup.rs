@@ -15,7 +15,7 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
     // Copied as it is: a backup taken before an upgrade must not be of a migrated database.
     let store = Store::open(&dir, OpenMode::AsIs, app.now())?;
     let version = store.schema_version()?;
-    let copied = crate::store::backup::to_file(&store.conn, &args.file)?;
+    let copied = crate::store::backup::to_file(&store.conn, &args.file, app.now())?;
     let rows: Vec<String> = copied
         .rows
         .iter()

@@ -26,17 +26,23 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
     let stale = runs::running(&tx)?;
     let mut lines = Vec::with_capacity(stale.len());
     for run in &stale {
-        runs::finish_failed(
-            &tx,
-            run.id,
-            "interrupted: the process ended before the pass finished (killed, at its deadline or by hand; a crash; or a failure it could not record, as on a full disk: its last journal lines say which)",
-            now,
-        )?;
+        // A pass a backup caught running, in a database restored from it, is no crash.
+        let (error, what) = match run.error.as_deref() {
+            Some(caught) if runs::caught_by_backup(Some(caught)) => (
+                format!("{}; {caught}", runs::CAUGHT_BY_BACKUP_FAILED),
+                "was running when the backup this database was restored from was taken",
+            ),
+            _ => (
+                "interrupted: the process ended before the pass finished (killed, at its deadline or by hand; a crash; or a failure it could not record, as on a full disk: its last journal lines say which)".to_string(),
+                "was interrupted",
+            ),
+        };
+        runs::finish_failed(&tx, run.id, &error, now)?;
         runs::mark_in_prompt(&tx, run.id)?;
         let ev = events::hand_back(&tx, run.id, None, "pass interrupted", now)?;
         let wk = wakes::hand_back(&tx, run.id, None, now)?;
         lines.push(format!(
-            "run {} was interrupted; handed back {} event(s) and {} wake(s) ({} event(s), {} wake(s) now failed)",
+            "run {} {what}; handed back {} event(s) and {} wake(s) ({} event(s), {} wake(s) now failed)",
             run.id,
             ev.returned,
             wk.returned,
@@ -362,5 +368,53 @@ mod tests {
             "; 1 launch(es) in flight (fa-abc-r1-0a1b2c3d): vast.ai may have rented them, and the next pass adopts what it created"
         );
         assert_eq!(in_flight(&store.conn, run + 1), "");
+    }
+
+    /// A backup taken while a pass ran, restored: that pass is handed back as an interrupted
+    /// one is, but it is no crash (its outcome is in the database the backup was taken
+    /// from), and `doctor` counts no failure (a walkthrough saw it red for an hour).
+    #[test]
+    fn a_pass_a_backup_caught_running_is_no_failure_once_restored() {
+        let (dir, mut live) = crate::store::test_store(T);
+        events::insert(&live.conn, 1, "trigger", "work", None, T).unwrap();
+        let run = runs::create(&live.conn, 1, 7, 1, runs::StartedBy::Events, T).unwrap();
+        assert_eq!(events::claim_ready(&live.conn, run, T).unwrap().len(), 1);
+        let restored = tempfile::tempdir().unwrap();
+        let copy = restored.path().join(crate::store::DB_FILE);
+        crate::store::backup::to_file(&live.conn, &copy, T + 1000).unwrap();
+        let mut copy = Store::open(
+            restored.path(),
+            crate::store::OpenMode::Existing,
+            T + 60_000,
+        )
+        .unwrap();
+        assert_eq!(recover_interrupted(&mut copy, T + 60_000).unwrap(), 1);
+        let row = runs::get(&copy.conn, run).unwrap().unwrap();
+        let error = row.error.unwrap();
+        assert!(error.starts_with(runs::CAUGHT_BY_BACKUP_FAILED), "{error}");
+        assert!(
+            error.ends_with("caught running by `fleetagent backup` at 2027-01-15T08:00:01Z"),
+            "{error}"
+        );
+        assert_eq!(
+            crate::store::health::failed_since(&copy.conn, 0).unwrap(),
+            None
+        );
+        assert_eq!(
+            events::count_ready(&copy.conn, T + 60_000 + 3_600_000).unwrap(),
+            1,
+            "handed back"
+        );
+        // The live database's own pass, killed, is a failure as before.
+        assert_eq!(recover_interrupted(&mut live, T + 60_000).unwrap(), 1);
+        let failed = crate::store::health::failed_since(&live.conn, 0)
+            .unwrap()
+            .unwrap();
+        assert!(failed
+            .last
+            .error
+            .unwrap()
+            .starts_with("interrupted: the process ended"));
+        drop(dir);
     }
 }

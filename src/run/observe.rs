@@ -321,7 +321,7 @@ fn continue_run_ids(
     }
     crate::store::runs::continue_past(conn, last)?;
     Ok(Some(format!(
-        "vast.ai lists {} of run {last}, and this pass is run {run_id}: the database is older than the fleet (restored from a backup?); run ids go on from {}",
+        "vast.ai lists {} of run {last}, and this pass is run {run_id}: the database is older than the fleet (restored from a backup, or made afresh with `init --install-id`); run ids go on from {}",
         crate::text::quote(label, crate::fleet::LABEL_CHARS),
         last + 1
     )))
@@ -329,7 +329,10 @@ fn continue_run_ids(
 
 /// Live adopted instances rented since `since` that a copy of this database launched
 /// (`fleet::copies`): the pass that adopts one says so (`current`: its run), `doctor` names
-/// them for a day.
+/// them for a day. An instance rented before this database was made is none of its runs'
+/// (a fresh `init --install-id` adopting the fleet its lost database launched: a walkthrough
+/// saw that recovery called another copy running, for a day); a copy shares the database's
+/// birth, and rents after it.
 pub fn launched_by_a_copy(
     conn: &rusqlite::Connection,
     prefix: &str,
@@ -338,6 +341,7 @@ pub fn launched_by_a_copy(
     current: Option<i64>,
 ) -> Result<Vec<crate::fleet::copies::Copied>> {
     let mut out = Vec::new();
+    let since = since.max(crate::store::ops::born_at(conn)?.unwrap_or(0));
     for (label, vast_id, rented_at) in instances::adopted_live(conn, since)? {
         let Some((base, run)) = crate::fleet::copies::our_run(&label, prefix, install_id) else {
             continue;

@@ -8,6 +8,8 @@ use anyhow::{bail, Context, Result};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
+use crate::clock::Millis;
+
 /// The tables whose rows `backup` counts in what it prints: the ledger and the conversation.
 pub const COUNTED: [&str; 6] = [
     "runs",
@@ -43,7 +45,7 @@ pub fn quick_check(conn: &Connection) -> Result<Vec<String>> {
 /// the same dir (0660, the state dir's rule, whatever the umask), checked with
 /// [`quick_check`], synced, then linked into place (never over a file that appeared
 /// meanwhile). Nothing is left behind on a failure.
-pub fn to_file(src: &Connection, file: &Path) -> Result<Copied> {
+pub fn to_file(src: &Connection, file: &Path, now: Millis) -> Result<Copied> {
     if std::fs::symlink_metadata(file).is_ok() {
         bail!(
             "{} exists: a backup never replaces a file (choose a new name, or remove it first)",
@@ -85,7 +87,7 @@ pub fn to_file(src: &Connection, file: &Path) -> Result<Copied> {
             dir.display()
         )
     })?;
-    let result = copy_and_check(src, &tmp).and_then(|copied| {
+    let result = copy_and_check(src, &tmp, now).and_then(|copied| {
         put_in_place(&tmp, file)?;
         Ok(Copied {
             path: file.to_path_buf(),
@@ -111,7 +113,7 @@ fn create_0660(path: &Path) -> std::io::Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(0o660))
 }
 
-fn copy_and_check(src: &Connection, tmp: &Path) -> Result<Copied> {
+fn copy_and_check(src: &Connection, tmp: &Path, now: Millis) -> Result<Copied> {
     let mut dst =
         Connection::open(tmp).with_context(|| format!("cannot open {}", tmp.display()))?;
     {
@@ -137,6 +139,9 @@ fn copy_and_check(src: &Connection, tmp: &Path) -> Result<Copied> {
             crate::error::DAMAGED_DATABASE_HINT
         );
     }
+    // Checked first. A pass running as the copy was taken: restored, it is no crash (`runs::CAUGHT_BY_BACKUP`).
+    crate::store::runs::mark_caught_by_backup(&dst, now)
+        .context("cannot mark the passes running in the copy")?;
     let pages: i64 = dst.query_row("PRAGMA page_count", [], |r| r.get(0))?;
     let page_size: i64 = dst.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     let mut rows = Vec::new();
@@ -202,7 +207,7 @@ mod tests {
             )
             .unwrap();
         let file = dir.path().join("copy.db");
-        let copied = to_file(&s.conn, &file).unwrap();
+        let copied = to_file(&s.conn, &file, 0).unwrap();
         writer.execute_batch("COMMIT").unwrap();
         assert_eq!(copied.rows[0], ("runs", 50), "committed rows only");
         assert!(copied.pages > 10, "{copied:?}");
@@ -222,11 +227,11 @@ mod tests {
             .unwrap();
         assert_eq!(n, 50);
         // Never over an existing file.
-        let err = to_file(&s.conn, &file).unwrap_err().to_string();
+        let err = to_file(&s.conn, &file, 0).unwrap_err().to_string();
         assert!(err.contains("exists"), "{err}");
         // A directory that does not exist is named, not the temp file in it.
         let nowhere = dir.path().join("nodir").join("x.db");
-        let err = to_file(&s.conn, &nowhere).unwrap_err().to_string();
+        let err = to_file(&s.conn, &nowhere, 0).unwrap_err().to_string();
         assert!(
             err.contains(&format!(
                 "{} does not exist",
@@ -235,7 +240,7 @@ mod tests {
             "{err}"
         );
         // So is a file in a directory's place.
-        let err = to_file(&s.conn, &file.join("x.db"))
+        let err = to_file(&s.conn, &file.join("x.db"), 0)
             .unwrap_err()
             .to_string();
         assert!(
@@ -263,7 +268,7 @@ mod tests {
         crate::store::damage_page(dir.path(), pages - 2, 4096);
         let src = Connection::open(dir.path().join(crate::store::DB_FILE)).unwrap();
         let file = dir.path().join("copy.db");
-        let err = format!("{:#}", to_file(&src, &file).unwrap_err());
+        let err = format!("{:#}", to_file(&src, &file, 0).unwrap_err());
         assert!(
             err.contains("fails PRAGMA quick_check") && err.contains("Recovering the database"),
             "{err}"

@@ -18,14 +18,14 @@ pub struct Failed {
     pub last: Run,
 }
 
-/// Runs that finished `failed` (interrupted ones included: recovery marks them failed) at or
-/// after `since`. A walk from the newest run back to the first one that finished before
+/// Runs that finished `failed` (interrupted ones included: recovery marks them failed, but
+/// not a pass the backup a database was restored from caught running) at or after `since`. A walk from the newest run back to the first one that finished before
 /// `since`: runs finish in the order they start, but for an interrupted one, which the next
 /// process marks failed when it starts, before any of its own passes finish. So it reads only
 /// the window's runs, without an index every process would parse.
 pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> {
     let mut stmt =
-        conn.prepare_cached("SELECT id, status, finished_at FROM runs ORDER BY id DESC")?;
+        conn.prepare_cached("SELECT id, status, finished_at, error FROM runs ORDER BY id DESC")?;
     let mut rows = stmt.query([])?;
     let (mut count, mut first_at, mut last_id) = (0i64, None::<Millis>, None::<i64>);
     while let Some(r) = rows.next()? {
@@ -37,7 +37,9 @@ pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> 
             break;
         }
         let status: String = r.get(1)?;
-        if status == "failed" {
+        // A pass a backup caught running, restored: its outcome is elsewhere, no failure.
+        let error: Option<String> = r.get(3)?;
+        if status == "failed" && !runs::caught_by_backup(error.as_deref()) {
             count += 1;
             first_at = Some(first_at.map_or(finished, |f: Millis| f.min(finished)));
             last_id = last_id.or(Some(r.get(0)?));

@@ -36,17 +36,7 @@ pub fn ensure_install_id(conn: &Connection, new_database: bool) -> Result<()> {
     if set.is_some() {
         return Ok(());
     }
-    let created: Option<i64> = if new_database {
-        None
-    } else {
-        use rusqlite::OptionalExtension;
-        conn.query_row(
-            "SELECT started_at FROM sessions ORDER BY id LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-    };
+    let created: Option<i64> = if new_database { None } else { born_at(conn)? };
     match created {
         Some(at) => set_install_id(conn, &derived_install_id(at)),
         None => {
@@ -74,6 +64,18 @@ fn derived_install_id(created_ms: i64) -> String {
             letter
         })
         .collect()
+}
+
+/// When this database was made: its first session's start (None for a database without one).
+pub fn born_at(conn: &Connection) -> Result<Option<Millis>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn
+        .query_row(
+            "SELECT started_at FROM sessions ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 /// This install's id (a short lowercase word).

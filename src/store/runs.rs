@@ -252,6 +252,30 @@ pub fn floor_clocks(conn: &Connection) -> Result<Vec<(i64, Millis, String)>> {
     Ok(rows)
 }
 
+/// What a backup writes, in its copy only, on a pass it caught running (`error` is NULL while a
+/// pass runs): restored, the copy's recovery knows that pass is no crash (its outcome is in
+/// the database the backup was taken from), and says so ([`CAUGHT_BY_BACKUP_FAILED`]).
+pub const CAUGHT_BY_BACKUP: &str = "caught running by `fleetagent backup`";
+
+/// The error recovery gives such a pass; `doctor` counts it as no failure.
+pub const CAUGHT_BY_BACKUP_FAILED: &str = "not finished in this copy: the backup this database was restored from was taken while the pass ran (its outcome is in the database the backup was copied from; the listing settles its launches)";
+
+/// Mark the passes running in a backup's copy ([`CAUGHT_BY_BACKUP`]); how many.
+pub fn mark_caught_by_backup(conn: &Connection, at: Millis) -> Result<usize> {
+    Ok(conn.execute(
+        "UPDATE runs SET error = ?1 WHERE status = 'running'",
+        params![format!(
+            "{CAUGHT_BY_BACKUP} at {}",
+            crate::clock::rfc3339(at)
+        )],
+    )?)
+}
+
+/// Whether a run's error says a backup caught it running, as recovery or the backup wrote it.
+pub fn caught_by_backup(error: Option<&str>) -> bool {
+    error.is_some_and(|e| e.starts_with(CAUGHT_BY_BACKUP) || e.starts_with(CAUGHT_BY_BACKUP_FAILED))
+}
+
 pub fn finish_failed(conn: &Connection, run_id: i64, error: &str, now: Millis) -> Result<()> {
     conn.execute(
         "UPDATE runs SET status = 'failed', verdict = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",

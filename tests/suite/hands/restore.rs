@@ -129,7 +129,7 @@ fn a_restored_database_without_its_lock_goes_past_the_listed_labels() {
     let out = f.cmd(&["run"]).ok();
     assert!(
         out.stderr
-            .contains("of run 3, and this pass is run 2: the database is older than the fleet (restored from a backup?); run ids go on from 4"),
+            .contains("of run 3, and this pass is run 2: the database is older than the fleet (restored from a backup, or made afresh with `init --install-id`); run ids go on from 4"),
         "{}",
         out.stderr
     );
@@ -318,5 +318,38 @@ fn an_instance_listed_after_its_intent_was_settled_is_not_a_copys() {
         "not adopted"
     );
     assert!(!out.stderr.contains(said), "{}", out.stderr);
+    assert!(!f.cmd(&["doctor"]).stdout.contains(said));
+}
+
+/// The state dir lost, and the recovery docs/operations.md gives: a fresh `init --install-id`
+/// under the old id. The first pass adopts the fleet its lost database launched (runs 1-3);
+/// that is not another copy running (a walkthrough saw `doctor` say so for a day): an
+/// instance rented before this database was made is none of its runs'.
+#[test]
+fn init_under_the_old_install_id_adopts_the_fleet_without_calling_it_a_copy() {
+    let (vast, f) = rig(9, 100);
+    three_runs_and_a_backup(&vast, &f);
+    let id = f.inspect()["install_id"].as_str().unwrap().to_string();
+    for name in [
+        "fleetagent.db",
+        "fleetagent.db-wal",
+        "fleetagent.db-shm",
+        "run.lock",
+    ] {
+        let _ = std::fs::remove_file(f.state.join(name));
+    }
+    f.cmd(&["init", "--install-id", &id]).ok();
+    config(&vast, &f, 300);
+    let out = f.cmd(&["run"]).ok();
+    let said = "were launched by runs this database gave but not by this database";
+    assert!(!out.stderr.contains(said), "{}", out.stderr);
+    assert_eq!(
+        vast.count(Route::Create),
+        3,
+        "the fleet was adopted, not rented again"
+    );
+    let fleet = f.inspect()["fleet"].as_array().unwrap().len();
+    assert_eq!(fleet, 3);
+    f.cmd(&["run"]).ok();
     assert!(!f.cmd(&["doctor"]).stdout.contains(said));
 }
