@@ -285,6 +285,17 @@ fn substitute(line: &str, p: &UnitParams) -> String {
     .replace(DEFAULT_STATE_DIR, &path(&p.state_dir))
 }
 
+/// The `--state-dir` a rendered service unit's `ExecStart=` names (unescaped), if any.
+pub fn exec_state_dir(unit: &str) -> Option<PathBuf> {
+    let exec = unit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ExecStart="))?;
+    let mut words = exec.split_whitespace();
+    words.find(|w| *w == "--state-dir")?;
+    let dir = words.next()?.replace("$$", "$").replace("%%", "%");
+    Some(PathBuf::from(dir))
+}
+
 /// A path in a unit file: `%` starts a specifier, so it is doubled. Paths with whitespace,
 /// quotes or backslashes are refused before rendering (see [`check_path`]).
 fn escape_path(p: &Path) -> String {
@@ -605,6 +616,8 @@ mod tests {
         assert!(!svc.contains("StateDirectory"));
         assert!(svc.contains("\nUser=fleetagent\n"));
         assert!(svc.contains("--state-dir /srv/fleet%%agent run"));
+        assert_eq!(exec_state_dir(svc), Some(PathBuf::from("/srv/fleet%agent")));
+        assert_eq!(exec_state_dir("ExecStart=/bin/fleetagent run\n"), None);
         assert!(svc.contains(
             "\nReadWritePaths=/srv/fleet%%agent\n# \"-\": a missing dir does not fail the run (the metrics write is logged)\nReadWritePaths=-/var/lib/prometheus/node-exporter\n"
         ));

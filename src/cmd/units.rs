@@ -80,6 +80,10 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         ));
     }
 
+    if let Some(line) = replaced_state_dir(&unit_dir, &params.state_dir) {
+        crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+        notes.push(line);
+    }
     let mut artifacts: Vec<Artifact> = units::render_with(&params)
         .into_iter()
         .map(|(name, text)| Artifact {
@@ -125,6 +129,28 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
         crate::outln!("  loginctl enable-linger \"$USER\"   # run them without a login session");
     }
     Ok(())
+}
+
+/// The state dir the service unit already in `unit_dir` runs, when it is another one that
+/// holds a database: the units about to be written leave that install's fleet unwatched (a
+/// walkthrough saw a second install rent beside it, the first one's `doctor` still green).
+fn replaced_state_dir(unit_dir: &Path, state_dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(unit_dir.join(units::TEMPLATES[0].0)).ok()?;
+    let old = units::exec_state_dir(&text)?;
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    if same(&old, state_dir) || !old.join(crate::store::DB_FILE).exists() {
+        return None;
+    }
+    Some(format!(
+        "the units in {} ran state dir {}, which holds a database; they now run {}: nothing watches the fleet that database knows (its instances bill on). If that was not meant, install again with `--state-dir {}`; else move the install (docs/operations.md, \"Moving an install to another host\") or retire it (\"Retiring an install\")",
+        unit_dir.display(),
+        old.display(),
+        state_dir.display(),
+        old.display()
+    ))
 }
 
 /// `$XDG_DATA_HOME`, else `~/.local/share` (a relative value is an error naming it).

@@ -35,6 +35,35 @@ fn units_install_writes_completions_and_man_pages() {
     assert!(install.contains("\\-\\-unit\\-dir"), "{install}");
     assert!(dir.join("man/man1/fleetagent-wakes-add.1").is_file());
     assert!(!dir.join("man/man1/fleetagent-help.1").exists());
+
+    // Installed again for another state dir while the units' own holds a database: said (a
+    // walkthrough saw the old fleet left unwatched without a word); for the same one, not.
+    f.cmd(&["init"]).ok();
+    let warned = "which holds a database; they now run";
+    let again = f
+        .cmd(&["units", "install", "--unit-dir", dir.to_str().unwrap()])
+        .ok();
+    assert!(!again.stderr.contains(warned), "{}", again.stderr);
+    let g = Fleet::new();
+    let other = g
+        .cmd(&["units", "install", "--unit-dir", dir.to_str().unwrap()])
+        .ok();
+    assert!(
+        other.stderr.contains(&format!(
+            "ran state dir {}, {warned} {}",
+            f.state.display(),
+            g.state.display()
+        )),
+        "{}",
+        other.stderr
+    );
+    assert!(
+        other
+            .stdout
+            .contains(&format!("note: the units in {}", dir.display())),
+        "{}",
+        other.stdout
+    );
 }
 
 /// `units install --user` in `f`'s temp dir as working directory, with exactly these of HOME,
