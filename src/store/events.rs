@@ -23,6 +23,9 @@ pub struct Event {
     pub attempts: i64,
 }
 
+/// Unclaimed, not failed, due: read through the partial index `events_waiting` (named in each
+/// query: SQLite otherwise takes `events_claimed` for `claimed_by IS NULL` and walks every
+/// failed event, 12 ms a query per 200,000 of them).
 const READY: &str =
     "claimed_by IS NULL AND failed_at IS NULL AND (not_before IS NULL OR not_before <= ?1)";
 
@@ -124,14 +127,16 @@ pub fn ready_top_priority(conn: &Connection, now: Millis) -> Result<Option<u8>> 
 
 pub fn count_ready(conn: &Connection, now: Millis) -> Result<i64> {
     Ok(conn
-        .prepare_cached(&format!("SELECT COUNT(*) FROM events WHERE {READY}"))?
+        .prepare_cached(&format!(
+            "SELECT COUNT(*) FROM events INDEXED BY events_waiting WHERE {READY}"
+        ))?
         .query_row(params![now], |r| r.get(0))?)
 }
 
 /// Claim every ready event for `run_id`; returns them, oldest first.
 pub fn claim_ready(conn: &Connection, run_id: i64, now: Millis) -> Result<Vec<Event>> {
     conn.execute(
-        &format!("UPDATE events SET claimed_by = ?2, claimed_at = ?1 WHERE {READY}"),
+        &format!("UPDATE events INDEXED BY events_waiting SET claimed_by = ?2, claimed_at = ?1 WHERE {READY}"),
         params![now, run_id],
     )?;
     claimed_by(conn, run_id)
@@ -200,7 +205,7 @@ pub struct EventCounts {
 pub fn counts(conn: &Connection, now: Millis) -> Result<EventCounts> {
     let (unconsumed, deferred): (i64, i64) = conn.query_row(
         "SELECT COUNT(*), COALESCE(SUM(not_before IS NOT NULL AND not_before > ?1), 0)
-         FROM events WHERE claimed_by IS NULL AND failed_at IS NULL",
+         FROM events INDEXED BY events_waiting WHERE claimed_by IS NULL AND failed_at IS NULL",
         params![now],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
@@ -236,7 +241,8 @@ pub fn list_waiting(conn: &Connection, failed: bool, limit: i64) -> Result<Vec<W
          FROM events WHERE failed_at IS NOT NULL ORDER BY failed_at DESC, id DESC LIMIT ?1"
     } else {
         "SELECT id, priority, kind, reason, created_at, attempts, not_before, failed_at, last_error
-         FROM events WHERE claimed_by IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?1"
+         FROM events INDEXED BY events_waiting
+        WHERE claimed_by IS NULL AND failed_at IS NULL ORDER BY id LIMIT ?1"
     };
     let mut stmt = conn.prepare(sql)?;
     let rows = stmt

@@ -61,7 +61,9 @@ pub fn failed_since(conn: &Connection, since: Millis) -> Result<Option<Failed>> 
 pub fn last_ok_pass(conn: &Connection) -> Result<Option<Run>> {
     let id: Option<i64> = conn
         .query_row(
-            "SELECT id FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
+            // `+status`: by the rowid, newest first, to the first ok (the `runs_ok` index
+            // sorted every ok pass ever: 8 ms at a year of passes).
+            "SELECT id FROM runs WHERE +status = 'ok' ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )

@@ -97,9 +97,18 @@ pub fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Message> {
 /// called tools), and whether the turn called tools, newest first: a bounded walk back along
 /// the session's index.
 pub fn model_texts(conn: &Connection, session_id: i64, limit: i64) -> Result<Vec<(String, bool)>> {
+    // The model's messages are its answers and tool calls: each read newest first through
+    // `messages_kind`, so a session of rules notes alone (an install without a model) reads
+    // nothing (by role, the whole session was walked: 47 ms at a year of passes).
     let mut stmt = conn.prepare_cached(
-        "SELECT content, kind = 'tool_call' FROM messages
-          WHERE session_id = ?1 AND role = 'assistant'
+        "SELECT content, is_call FROM (
+            SELECT * FROM (SELECT id, content, 1 AS is_call FROM messages
+                            WHERE session_id = ?1 AND kind = 'tool_call' AND role = 'assistant'
+                            ORDER BY id DESC LIMIT ?2)
+            UNION ALL
+            SELECT * FROM (SELECT id, content, 0 FROM messages
+                            WHERE session_id = ?1 AND kind = 'answer' AND role = 'assistant'
+                            ORDER BY id DESC LIMIT ?2))
          ORDER BY id DESC LIMIT ?2",
     )?;
     let rows = stmt

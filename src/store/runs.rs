@@ -362,7 +362,7 @@ pub fn last_ok_emergency(conn: &Connection) -> Result<Option<bool>> {
     use rusqlite::OptionalExtension;
     Ok(conn
         .query_row(
-            "SELECT emergency FROM runs WHERE status = 'ok' ORDER BY id DESC LIMIT 1",
+            "SELECT emergency FROM runs WHERE +status = 'ok' ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )
