@@ -108,7 +108,10 @@ pub fn vast_response(data: &[u8]) {
 pub fn demand_json(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(d) = fleetagent::demand::json::parse_demand_json(&text) {
+        // The figures every pass derives from a reading: at the bounds the document allows
+        // (32 bits) they saturate (a walkthrough's 4294967295 pending panicked `run`).
         let _ = (d.workers_dead(), d.live_workers(), d.idle_workers());
+        let _ = (d.queued_work(), d.backlog_signal());
     }
 }
 

@@ -188,8 +188,9 @@ impl Demand {
         if self.proofshare_disabled() {
             return 0;
         }
-        (self.pending + self.running_stale).saturating_sub(self.orphan_tasks)
-            + self.ps_waiting.unwrap_or(0)
+        (self.pending.saturating_add(self.running_stale))
+            .saturating_sub(self.orphan_tasks)
+            .saturating_add(self.ps_waiting.unwrap_or(0))
     }
 
     /// The backlog signal of the rules: Curio's own figure where read, else the pending

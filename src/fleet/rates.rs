@@ -70,7 +70,7 @@ pub fn measure(instances: &[InstanceRow], demand: &Demand) -> Vec<Measured> {
         };
         let e = acc.entry(gpu.to_string()).or_default();
         e.0 += rate * h.proofs as f64;
-        e.1 += h.proofs;
+        e.1 = e.1.saturating_add(h.proofs);
         e.2 = e.2.max(span);
     }
     acc.into_iter()
@@ -209,6 +209,29 @@ mod tests {
             busy_secs: None,
             completed_1h: None,
         }
+    }
+
+    /// Counts at the bound the demand document allows (32 bits) saturate; a walkthrough's
+    /// `proofs = 4294967295` on two machines of one GPU panicked `run`.
+    #[test]
+    fn counts_at_their_bound_saturate() {
+        let rows = vec![
+            ours("fleetagent-a", "RTX 4090", "1.1.1.1:12300"),
+            ours("fleetagent-b", "RTX 4090", "1.1.1.2:12300"),
+        ];
+        let history = vec![
+            hist("1.1.1.1:12300", u32::MAX, 20_000, 0),
+            hist("1.1.1.2:12300", u32::MAX, 20_000, 0),
+        ];
+        let m = measure(
+            &rows,
+            &Demand {
+                history,
+                ..Default::default()
+            },
+        );
+        assert_eq!(m[0].proofs, u32::MAX);
+        assert!(m[0].proofs_per_hour.is_finite(), "{m:?}");
     }
 
     /// A worker idle half the time: the span reads half its rate, the proving time the true one.

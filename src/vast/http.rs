@@ -5,7 +5,7 @@
 //! whether to rent or stop anything, and never lets the API key leave the `Authorization`
 //! header.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,8 +47,10 @@ pub fn call_budget_of(timeout: Duration, is_create: bool) -> Duration {
     use crate::ratelimit::spacing::{CREATE_PENALTY, CREATE_SPACING};
     exchanges.max(CREATE_SPACING + CREATE_PENALTY + timeout * 2)
 }
-/// 10 000 instances: far beyond any fleet; stops a server that never ends its pages.
-const MAX_PAGES: usize = 400;
+/// 1,500 instances, a page a second: far beyond any fleet, and it stops a server that never
+/// ends its pages within about a minute (400 pages held `poll`, started every minute, for
+/// 400 s).
+const MAX_PAGES: usize = 60;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
 const LOG_POLLS: u32 = 30;
 const LOG_POLL_GAP: Duration = Duration::from_millis(300);
@@ -553,7 +555,7 @@ impl VastClient for HttpVastClient {
     /// 410 anywhere is [`VastError::Deprecated`], never "no instances".
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
         let mut out: Vec<Instance> = Vec::new();
-        let mut ids = HashSet::new();
+        let mut rows_by_id: HashMap<u64, Value> = HashMap::new();
         let mut tokens = HashSet::new();
         let mut token: Option<String> = None;
         for page in 0..MAX_PAGES {
@@ -564,17 +566,52 @@ impl VastClient for HttpVastClient {
             let path = format!("/api/v1/instances/?{}", list_query(token.as_deref()));
             let answer = self.send(Method::Get, &path, None, None)?;
             let obj = self.expect_ok(&answer)?;
+            // A listing that cannot be read whole is no listing: an instance left out of it
+            // reads as gone, and is replaced while it bills (a walkthrough saw two creates).
+            let found = obj
+                .get("instances_found")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
             match obj.get("instances") {
                 Some(Value::Array(rows)) => {
+                    if page == 0 && rows.is_empty() && found > 0 {
+                        return Err(self.decode(&format!(
+                            "instance list says {found} instance(s) found and lists none"
+                        )));
+                    }
                     for row in rows {
-                        match parse_instance(row, None) {
-                            Some(i) if ids.insert(i.id) => out.push(i),
-                            Some(_) => {}
-                            None => log::warn!("vast.ai listed an instance without an id; skipped"),
+                        let Some(i) = parse_instance(row, None) else {
+                            return Err(self.decode(&format!(
+                                "instance list row without a usable id (id {}): {}",
+                                cut(&row.get("id").map_or("absent".into(), Value::to_string), 40),
+                                excerpt(&row.to_string())
+                            )));
+                        };
+                        match rows_by_id.get(&i.id) {
+                            None => {
+                                rows_by_id.insert(i.id, row.clone());
+                                out.push(i);
+                            }
+                            // The same row twice (pages that overlap): once.
+                            Some(seen) if seen == row => {}
+                            Some(_) => {
+                                return Err(self.decode(&format!(
+                                    "instance list has instance {} twice, in two different states: {}",
+                                    i.id,
+                                    excerpt(&row.to_string())
+                                )))
+                            }
                         }
                     }
                 }
-                Some(Value::Null) => {}
+                // `null` for none, as the official client reads it (`or []`); not when the
+                // same page counts some.
+                Some(Value::Null) if page > 0 || found == 0 => {}
+                Some(Value::Null) => {
+                    return Err(self.decode(&format!(
+                        "instance list says {found} instance(s) found and lists none (`instances` is null)"
+                    )))
+                }
                 _ => {
                     return Err(self.decode(&format!(
                         "instance list page without an `instances` list: {}",

@@ -121,6 +121,50 @@ fn a_null_page_is_empty_but_a_page_without_instances_is_an_error() {
     ));
 }
 
+/// A listing that cannot be read whole is an error, never a smaller fleet: what it leaves out
+/// reads as gone and is replaced while it bills (a walkthrough saw two creates for each).
+#[test]
+fn a_page_that_hides_instances_is_an_error() {
+    let s = setup();
+    let decode = |page: serde_json::Value, said: &str| {
+        s.fake
+            .fail_next(Route::ListV1, 1, FakeReply::json(200, page));
+        match s.client.list_instances() {
+            Err(VastError::Decode(m)) => assert!(m.contains(said), "{m}"),
+            other => panic!("expected Decode with {said:?}, got {other:?}"),
+        }
+    };
+    decode(
+        json!({"success": true, "instances": null, "instances_found": 2, "next_token": null}),
+        "says 2 instance(s) found and lists none",
+    );
+    decode(
+        json!({"success": true, "instances": [], "instances_found": 2, "next_token": null}),
+        "says 2 instance(s) found and lists none",
+    );
+    for id in [
+        json!(-7000001),
+        json!(99999999999999999999u128.to_string()),
+        json!(null),
+    ] {
+        decode(
+            json!({"success": true, "instances": [{"id": 1}, {"id": id, "actual_status": "running"}]}),
+            "row without a usable id",
+        );
+    }
+    decode(
+        json!({"success": true, "instances": [
+            {"id": 5, "actual_status": "exited"}, {"id": 5, "actual_status": "running"}]}),
+        "has instance 5 twice, in two different states",
+    );
+    // The same row twice (pages that overlap) is one instance.
+    let twice = json!({"success": true, "instances": [
+        {"id": 5, "actual_status": "running"}, {"id": 5, "actual_status": "running"}]});
+    s.fake
+        .fail_next(Route::ListV1, 1, FakeReply::json(200, twice));
+    assert_eq!(s.client.list_instances().unwrap().len(), 1);
+}
+
 #[test]
 fn a_repeated_next_token_stops_the_loop() {
     let s = setup();
