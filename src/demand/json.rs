@@ -39,6 +39,7 @@ pub fn parse_demand_json(text: &str) -> Result<Demand> {
         completed_1h: required_count(&doc, "completed_1h", "completed_1h")?,
         completed_15m: required_count(&doc, "completed_15m", "completed_15m")?,
         workers: workers(&doc)?,
+        taskless: Vec::new(),
         ps_waiting: optional_count(&doc, "ps_waiting", "ps_waiting")?,
         ps_computing: optional_count(&doc, "ps_computing", "ps_computing")?,
         backlog: optional_count(&doc, "backlog", "backlog")?,

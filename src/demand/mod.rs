@@ -114,6 +114,11 @@ pub struct Demand {
     /// and do not count as live workers.
     #[serde(default)]
     pub workers: Vec<Worker>,
+    /// Live machines whose task list lacks the task (`harmonydb` only): a cluster's other
+    /// nodes, or an instance of ours whose image runs Curio without PSProve
+    /// (`fleet::identity::taskless_ours`). At most 500.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taskless: Vec<Worker>,
     /// ProofShare queue rows without a task yet that count as work (ProofShare enabled, and
     /// younger than `demand.waiting_max_age_mins`) / rows with a task, not `compute_done`
     /// (None when not read).

@@ -391,12 +391,13 @@ pub(super) fn curio_and_identity(
             return (vec![p.clone()], vec![p]);
         }
     };
-    let mut workers = Vec::new();
+    let (mut workers, mut taskless) = (Vec::new(), Vec::new());
     let curio = match curio::last_reading(conn) {
         Ok((Some(json), Some(at))) => match serde_json::from_str::<Demand>(&json) {
             Ok(d) => {
                 let problems = curio_problems(&d, &rows, now - at);
                 workers = d.workers;
+                taskless = d.taskless;
                 problems
             }
             Err(e) => vec![Problem::new(format!(
@@ -406,7 +407,7 @@ pub(super) fn curio_and_identity(
         Ok(_) => Vec::new(),
         Err(e) => vec![unreadable("the last demand reading", &e)],
     };
-    let identity = crate::fleet::identity::problems(&rows, &workers, config, now)
+    let identity = crate::fleet::identity::problems(&rows, &workers, &taskless, config, now)
         .into_iter()
         .map(Problem::new)
         .collect();

@@ -18,13 +18,58 @@ use super::LABEL_CHARS;
 pub fn problems(
     rows: &[InstanceRow],
     workers: &[crate::demand::Worker],
+    taskless: &[crate::demand::Worker],
     config: &Config,
     now: Millis,
 ) -> Vec<String> {
-    let mut out = shared_machines(rows);
+    let without = taskless_ours(rows, taskless);
+    let mut out: Vec<String> = without.iter().map(|(_, line)| line.clone()).collect();
+    out.extend(shared_machines(rows));
     out.extend(one_label_many_machines(rows, workers));
-    out.extend(no_worker(rows, config, now));
+    let told: Vec<&str> = without.iter().map(|(label, _)| label.as_str()).collect();
+    let rest: Vec<InstanceRow> = rows
+        .iter()
+        .filter(|r| !told.contains(&r.label.as_str()))
+        .cloned()
+        .collect();
+    out.extend(no_worker(&rest, config, now));
     out
+}
+
+/// Our instances that vast.ai runs and that Curio knows as a live machine whose task list
+/// lacks PSProve (matched by name, else by address, as workers are): the image starts Curio
+/// without the ProofShare layer, so they never take the work, and every instance more of the
+/// same image would not either (a drill saw WORKERS DEAD rent 1 -> 5 such instances, `doctor`
+/// green for `policy.stuck_loading_mins`). (label, one line naming it and the fix.)
+pub fn taskless_ours(
+    rows: &[InstanceRow],
+    taskless: &[crate::demand::Worker],
+) -> Vec<(String, String)> {
+    rows.iter()
+        .filter(|r| r.gone_at.is_none() && r.state == BOOTED)
+        .filter_map(|r| {
+            let label = r.label.split('~').next().unwrap_or(&r.label);
+            let by_name = taskless.iter().find(|w| w.machine_name.trim() == label);
+            let m = by_name.or_else(|| {
+                let ip = r.public_ip.as_deref().map(str::trim).filter(|ip| !ip.is_empty())?;
+                taskless
+                    .iter()
+                    .find(|w| super::workers::host_of(&w.host_and_port) == ip)
+            })?;
+            let what = match r.vast_id {
+                Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
+                None => quote(&r.label, LABEL_CHARS),
+            };
+            Some((
+                r.label.clone(),
+                format!(
+                    "{what} runs Curio machine {} ({}) without PSProve in its task list: it cannot prove, and no instance more of this image would; nothing is launched while so: fix the worker image's layers (CURIO_LAYERS, EnableProofShare; docs/worker-image.md), then destroy it",
+                    quote(m.machine_name.trim(), LABEL_CHARS),
+                    m.host_and_port.trim()
+                ),
+            ))
+        })
+        .collect()
 }
 
 /// One instance runs one worker, so a label of ours on two live Curio machines means one of
@@ -128,7 +173,7 @@ mod tests {
             at("fleetagent-d", 4, DEAD, Some("172.17.0.3:12300")),
         ];
         let c = config();
-        let lines = problems(&rows, &[], &c, NOW);
+        let lines = problems(&rows, &[], &[], &c, NOW);
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(
             lines[0].starts_with("instances \"fleetagent-a\" and \"fleetagent-b\" are behind one Curio machine at \"172.17.0.2:12300\""),
@@ -142,6 +187,44 @@ mod tests {
         );
         // Within a normal boot: nothing to say yet.
         assert!(no_worker(&rows, &c, NOW - 20 * MIN).is_empty());
+    }
+
+    /// Curio runs ours without PSProve (a drill: the image's layers lacked ProofShare): named
+    /// at once, by name or by address, and not as "no Curio worker" (its fix was wrong).
+    #[test]
+    fn ours_running_in_curio_without_psprove_are_named() {
+        let machine = |name: &str, host: &str| crate::demand::Worker {
+            machine_name: name.into(),
+            host_and_port: host.into(),
+            ..Default::default()
+        };
+        let mut by_ip = row("fleetagent-b", Some(2), BOOTED, 0.4);
+        by_ip.public_ip = Some("203.0.113.9".into());
+        by_ip.created_at = NOW - 40 * MIN;
+        let rows = vec![
+            row("fleetagent-a", Some(1), BOOTED, 0.4),
+            by_ip,
+            // Proving: Curio lists it as a worker, whatever another machine of that name says.
+            row("fleetagent-c", Some(3), PROVING, 0.4),
+        ];
+        let taskless = vec![
+            machine("fleetagent-a", "10.0.0.1:12300"),
+            machine("sealer-1", "203.0.113.9:12300"),
+            machine("fleetagent-c", "10.0.0.3:12300"),
+            machine("sealer-2", "10.0.0.4:12300"),
+        ];
+        let named = taskless_ours(&rows, &taskless);
+        let labels: Vec<&str> = named.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["fleetagent-a", "fleetagent-b"]);
+        assert!(named[0].1.starts_with("instance 1 \"fleetagent-a\" runs Curio machine \"fleetagent-a\" (10.0.0.1:12300) without PSProve"), "{named:?}");
+        let lines = problems(&rows, &[], &taskless, &config(), NOW);
+        assert_eq!(
+            lines.len(),
+            2,
+            "b's no-worker line is not said again: {lines:?}"
+        );
+        assert!(lines[1].contains("CURIO_LAYERS"), "{lines:?}");
+        assert!(taskless_ours(&rows, &[]).is_empty());
     }
 
     #[test]
@@ -160,7 +243,7 @@ mod tests {
             worker("other", "10.0.0.5:12300"),
             worker("fleetagent-a", "172.17.0.9:12300"),
         ];
-        let lines = problems(&rows, &two, &config(), NOW);
+        let lines = problems(&rows, &two, &[], &config(), NOW);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
             lines[0].starts_with("\"fleetagent-a\" names 2 live Curio machines (\"172.17.0.2:12300\", \"172.17.0.9:12300\")"),

@@ -153,6 +153,9 @@ pub struct Snapshot {
     /// An operator stop within `policy.operator_hold_mins`: the rules and the floor launch
     /// nothing ([`OperatorHold`]).
     pub hold: Option<OperatorHold>,
+    /// Our instances Curio runs without PSProve in their task list, one line each
+    /// (`identity::taskless_ours`): the rules and the floor launch nothing while any is.
+    pub taskless: Vec<String>,
     /// How demand moves with the hour of the day, learned from the samples
     /// (`fleet::day`); None while `policy.learn_day` is off. The rules use it only when
     /// it is believed (`DayProfile::trusted`).

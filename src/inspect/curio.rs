@@ -139,6 +139,7 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
         worker_identity: crate::fleet::identity::problems(
             &rows,
             reading.as_ref().map_or(&[][..], |d| &d.workers),
+            reading.as_ref().map_or(&[][..], |d| &d.taskless),
             config,
             now,
         ),

@@ -399,6 +399,11 @@ fn no_launch_why(
     if snapshot.hold.is_some() {
         return Some("an operator hold: nothing is launched (policy.operator_hold_mins)".into());
     }
+    if !snapshot.taskless.is_empty() {
+        return Some(
+            "ours run in Curio without PSProve: nothing is launched (the image's layers)".into(),
+        );
+    }
     let w = snapshot.window(config);
     if w.used >= w.limit {
         return Some(format!(

@@ -207,7 +207,8 @@ pub fn within_min_rental(row: &InstanceRow, now: Millis, config: &Config) -> boo
 /// including this pass (`run::act::low_demand_streak`); the backlog streak comes from
 /// `snapshot.streaks`. The operator's hand comes first: while paused nothing is planned
 /// (the tools would refuse it), and while an operator hold is in force
-/// (`fleet::OperatorHold`) no launch is (stops still are).
+/// (`fleet::OperatorHold`), or an instance of ours runs in Curio without PSProve
+/// (`Snapshot::taskless`), no launch is (stops still are).
 pub fn decide(
     snapshot: &Snapshot,
     config: &Config,
@@ -219,7 +220,9 @@ pub fn decide(
     }
     let facts = Facts::of(snapshot, config, low_demand_passes, mode);
     let mut calls = combine(&facts, &Asks::of(snapshot, &facts));
-    if snapshot.hold.is_some() {
+    // Instances of ours that Curio runs without PSProve: another of the same image would not
+    // prove either (stops still are made).
+    if snapshot.hold.is_some() || !snapshot.taskless.is_empty() {
         calls.retain(|c| !c.is_launch());
     }
     calls

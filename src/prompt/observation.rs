@@ -83,7 +83,7 @@ pub struct Woke<'a> {
 /// hold (said on their own lines) keeps launches off.
 pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
     let d = s.demand.as_ref().filter(|d| d.workers_dead())?;
-    if s.paused.is_some() || s.hold.is_some() {
+    if s.paused.is_some() || s.hold.is_some() || !s.taskless.is_empty() {
         return None;
     }
     let why = format!(
@@ -284,7 +284,8 @@ impl Snapshot {
     }
 
     /// What the operator's hand holds, one line each (empty when nothing): the pause, an
-    /// operator hold, and other installs' instances under our prefix.
+    /// operator hold, our instances Curio runs without PSProve (the operator's to fix), and
+    /// other installs' instances under our prefix.
     pub fn operator_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if let Some(p) = &self.paused {
@@ -309,6 +310,11 @@ impl Snapshot {
                 "Operator hold: the operator stopped {what} {}; the rules and the floor launch nothing for {} more unless the operator resumes or writes to you. Do not put it back unless the operator asks.",
                 ago(self.now, h.stopped_at),
                 crate::clock::human_duration(h.until - self.now)
+            ));
+        }
+        for line in &self.taskless {
+            lines.push(format!(
+                "WITHOUT PSProve: {line}. Do not launch (another of this image would not prove either); tell the operator."
             ));
         }
         if !self.other_installs.is_empty() {
@@ -468,6 +474,12 @@ mod tests {
             lines[2]
         );
         assert!(lines.iter().all(|l| !l.contains('\n')));
+        s.taskless = vec!["instance 5 runs Curio machine \"x\" without PSProve".into()];
+        let lines = s.operator_lines();
+        assert!(
+            lines[2].starts_with("WITHOUT PSProve: instance 5 runs Curio machine \"x\" without PSProve. Do not launch"),
+            "{lines:?}"
+        );
     }
 
     #[test]

@@ -489,6 +489,13 @@ fn assemble(
         Err(why) => (None, Some(why)),
     };
     let hold = operator_hold(conn, config, now)?;
+    let taskless = demand
+        .as_ref()
+        .map(|d| crate::fleet::identity::taskless_ours(&rec.rows, &d.taskless))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect();
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -538,6 +545,7 @@ fn assemble(
         install_id: ops::install_id(conn)?,
         paused: ops::paused(conn, now)?,
         hold,
+        taskless,
         day: day_profile(conn, config, now)?,
         unpriced_dph: unpriced,
     })

@@ -127,6 +127,15 @@ fn harmonydb_live_workers_proving() {
     );
     assert_eq!((d.live_workers(), d.idle_workers()), (4, 2));
     assert!(!d.workers_dead());
+    // The live machines without PSProve are read apart (an instance of ours among them runs
+    // an image without the ProofShare layer: `fleet::identity::taskless_ours`).
+    assert_eq!(
+        d.taskless,
+        vec![
+            worker("lookalike", "10.0.0.6:12300", 0, false),
+            worker("sealer", "10.0.0.5:12300", 0, false),
+        ]
+    );
 }
 
 #[test]

@@ -134,6 +134,18 @@ WHERE m.last_contact >= now() - make_interval(secs => $2)
   AND $1 = ANY (SELECT btrim(item) FROM unnest(string_to_array(d.tasks, ',')) AS item)
 ORDER BY 1, 2";
 
+/// Live machines whose task list lacks the task (a cluster's other nodes; or an instance of
+/// ours whose image runs Curio without it, which could never take the work).
+const TASKLESS: &str = "
+SELECT coalesce(d.machine_name, ''), m.host_and_port::text
+FROM curio.harmony_machines m
+JOIN curio.harmony_machine_details d ON d.machine_id = m.id
+WHERE m.last_contact >= now() - make_interval(secs => $2)
+  AND NOT ($1 = ANY (SELECT btrim(item)
+                       FROM unnest(string_to_array(coalesce(d.tasks, ''), ',')) AS item))
+ORDER BY 1, 2
+LIMIT 500";
+
 /// The ProofShare switch, the ask price, and the request loop: its task, and whether a
 /// machine with a live heartbeat owns it.
 const META: &str = "
@@ -315,6 +327,19 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     let (workers, no_gpu) = able_to_prove(workers, &d.history, proofshare);
     d.workers = workers;
     d.notes.extend(no_gpu_note(&no_gpu));
+    let what = "machines without the task (curio.harmony_machines)";
+    for r in tx
+        .query(TASKLESS, &[&p.task, &p.alive_secs])
+        .map_err(|e| failed(what, e))?
+    {
+        d.taskless.push(Worker {
+            machine_name: get(&r, 0, "harmony_machine_details.machine_name")
+                .map_err(|e| typed(what, e))?,
+            host_and_port: get(&r, 1, "harmony_machines.host_and_port")
+                .map_err(|e| typed(what, e))?,
+            ..Default::default()
+        });
+    }
 
     if !proofshare {
         return Ok(d);

@@ -162,6 +162,14 @@ fn a_pause_plans_nothing_and_a_hold_no_launch() {
         kinds(&decide(&held, &c, 0, Mode::Full)),
         vec![(CallKind::Flagged, Some(1))]
     );
+    // Ours run in Curio without PSProve: another of the image would not prove; stops go on.
+    let mut taskless = s.clone();
+    taskless.taskless = vec!["instance 1 runs Curio machine without PSProve".into()];
+    assert_eq!(
+        kinds(&decide(&taskless, &c, 0, Mode::Full)),
+        vec![(CallKind::Flagged, Some(1))]
+    );
+    assert_eq!(crate::policy::rules::emergency_launches(&taskless, &c), 0);
     let mut paused = s.clone();
     paused.paused = Some(crate::store::ops::Pause {
         since: NOW - MIN,
