@@ -163,9 +163,16 @@ fn warn_hands_held(
         );
     }
     if let Some(d) = snapshot.demand.as_ref().filter(|_| snapshot.workers_dead()) {
+        let taskless = match snapshot.taskless.len() {
+            0 => String::new(),
+            n => format!(
+                "; the rules launch nothing: {n} of ours run in Curio without PSProve ({})",
+                crate::text::clip(&snapshot.taskless[0], 200)
+            ),
+        };
         log::warn!(
             target: crate::journal::NOTICE,
-            "run {run_id}: WORKERS DEAD: {} proofs queued and no live worker; this pass's calls: ok {}, refused {}, failed {}",
+            "run {run_id}: WORKERS DEAD: {} proofs queued and no live worker; this pass's calls: ok {}, refused {}, failed {}{taskless}",
             d.queued_work(),
             counts.ok,
             counts.refused,
