@@ -36,7 +36,27 @@ impl App {
     pub fn load_config_for_brake(&self) -> Result<LoadedConfig> {
         let (path, origin) = self.config_path();
         let (loaded, left_out) = config::load_for_brake(&path, origin)?;
-        for e in &left_out {
+        Self::warn_left_out(&path, &left_out);
+        Ok(loaded)
+    }
+
+    /// The config as [`App::load_config_for_brake`] reads it, and the refusals it left out
+    /// (for the caller to say): for `trigger` and `message`, which record their event whatever
+    /// the config says and then fail as a config error does (a drill saw a typo in an
+    /// unrelated key drop every event other programs rang, with exit 2, which they do not
+    /// retry).
+    pub fn load_config_keeping_events(&self) -> Result<(LoadedConfig, Vec<String>)> {
+        let (path, origin) = self.config_path();
+        let (loaded, left_out) = config::load_for_brake(&path, origin)?;
+        let refused = left_out
+            .iter()
+            .map(|e| format!("config {}: {e}", path.display()))
+            .collect();
+        Ok((loaded, refused))
+    }
+
+    fn warn_left_out(path: &std::path::Path, left_out: &[impl std::fmt::Display]) {
+        for e in left_out {
             crate::journal::eprint(
                 crate::journal::WARNING,
                 &format!(
@@ -45,7 +65,6 @@ impl App {
                 ),
             );
         }
-        Ok(loaded)
     }
 
     /// The state dir for this config (see `paths::resolve_state_dir`).

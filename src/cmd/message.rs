@@ -6,7 +6,7 @@ use crate::cli::MessageArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
-    let (config, dir, store) = super::open_existing(app)?;
+    let (config, dir, store, refused) = super::open_for_event(app)?;
     let text = args.text.trim();
     let reason = crate::trigger::message_reason(text).map_err(crate::error::usage)?;
     let id = crate::trigger::record(
@@ -20,5 +20,5 @@ pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
         app.now(),
     )?;
     crate::outln!("message recorded as event {id} (P0); the agent will read it in its next run");
-    Ok(())
+    super::refused_after_recording(&refused, &format!("the message was recorded as event {id}"))
 }

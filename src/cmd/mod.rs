@@ -93,6 +93,30 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
     open_existing_with(app, app.load_config()?)
 }
 
+/// [`open_existing`] for `trigger` and `message`: the config read with the keys its checks
+/// refuse left out ([`App::load_config_keeping_events`]), and those refusals, which
+/// [`refused_after_recording`] turns into the command's error once its event is recorded.
+pub(crate) fn open_for_event(app: &App) -> Result<(LoadedConfig, PathBuf, Store, Vec<String>)> {
+    let (loaded, refused) = app.load_config_keeping_events()?;
+    let (loaded, dir, store) = open_existing_with(app, loaded)?;
+    Ok((loaded, dir, store, refused))
+}
+
+/// The config error of a command that recorded its event all the same (exit 2, as any config
+/// error): Ok when the config had none.
+pub(crate) fn refused_after_recording(refused: &[String], recorded: &str) -> Result<()> {
+    let Some(first) = refused.first() else {
+        return Ok(());
+    };
+    let more = match refused.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Err(crate::error::usage(format!(
+        "{first}{more}; {recorded} all the same, but every run refuses this config: fix it"
+    )))
+}
+
 fn open_existing_with(app: &App, loaded: LoadedConfig) -> Result<(LoadedConfig, PathBuf, Store)> {
     let dir = app.state_dir(Some(&loaded.config))?;
     crate::paths::check_state_dir(&dir)?;

@@ -6,7 +6,7 @@ use crate::cli::TriggerArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
-    let (config, dir, store) = super::open_existing(app)?;
+    let (config, dir, store, refused) = super::open_for_event(app)?;
     let reason = args.reason.trim();
     let id = crate::trigger::record(
         &store,
@@ -19,5 +19,8 @@ pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
         app.now(),
     )?;
     crate::outln!("event {id} (P{}) recorded; doorbell rung", args.priority);
-    Ok(())
+    super::refused_after_recording(
+        &refused,
+        &format!("event {id} was recorded and the doorbell rung"),
+    )
 }
