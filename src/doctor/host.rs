@@ -349,14 +349,27 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
     };
     let shown = path.display();
     match (recorded, dir_problem) {
-        (Some((error, at)), dir) => vec![Problem::new(format!(
-            "the metrics textfile {shown} could not be written (failing since {} ago): {}{}: its figures are stale, so monitoring reads an old state",
-            human_duration(now - at),
-            crate::text::clip(&error, 300),
-            dir.map(|d| format!("; {d}")).unwrap_or_default()
-        ))
-        .fix(FIX)
-        .since(Some(at))],
+        (Some((error, at)), dir) => {
+            // A full disk there is not the dir's permissions (a drill saw the wrong fix).
+            let fix = if dir.is_none()
+                && (error.contains("No space left") || error.contains("os error 28"))
+            {
+                format!(
+                    "free space on the file system of {} (`df -h` there)",
+                    path.display()
+                )
+            } else {
+                FIX.to_string()
+            };
+            vec![Problem::new(format!(
+                "the metrics textfile {shown} could not be written (failing since {} ago): {}{}: its figures are stale, so monitoring reads an old state",
+                human_duration(now - at),
+                crate::text::clip(&error, 300),
+                dir.map(|d| format!("; {d}")).unwrap_or_default()
+            ))
+            .fix(fix)
+            .since(Some(at))]
+        }
         (None, Some(dir)) => vec![Problem::new(format!(
             "the metrics textfile {shown}: {dir}: the next run cannot write it"
         ))

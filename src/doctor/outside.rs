@@ -119,6 +119,14 @@ pub(super) fn vast(conn: &Connection, now: Millis, key_missing: bool) -> Vec<Pro
             since.unwrap_or_default()
         ))
         .fix("set a valid key in VAST_API_KEY or the vast_api_key credential (vast.ai's console, Account > API keys), then `fleetagent instances list`")
+    } else if error.contains("HTTP 403") {
+        // Forbidden, not unreachable: a scoped key without the permission (vastai-api.md's
+        // status table); a drill saw the network blamed.
+        Problem::new(format!(
+            "vast.ai forbids this key the listing{} (HTTP 403): {error}; {last_ok}: the fleet is not seen, so nothing is stopped or destroyed",
+            since.unwrap_or_default()
+        ))
+        .fix("give the API key the instance permissions (read and write) in vast.ai's console, Account > API keys, or use an unscoped key; then `fleetagent instances list`")
     } else if error.contains("no vast.ai API key") {
         // The passes had no key while this command has one (else the `secrets` check says
         // so): the units do not load it (a walkthrough saw the network blamed).

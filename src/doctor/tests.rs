@@ -454,6 +454,17 @@ fn vast_failing_since_its_first_failure_and_a_refused_key_are_told_apart() {
         "{line}"
     );
     assert!(line.contains("fix: give the units the key"), "{line}");
+    ops::record_listing(
+        &s.conn,
+        Err("vast.ai HTTP 403 not_authorized: API key lacks permission"),
+        NOW,
+    )
+    .unwrap();
+    let line = outside::vast(&s.conn, NOW, false)[0].line();
+    assert!(
+        line.starts_with("vast.ai forbids this key the listing since 20m ago (HTTP 403)"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -587,6 +598,15 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
         "{p:?}"
     );
     assert!(p[0].line().contains("units install"));
+    // The dir is there and writable, its file system full: free space, not units install.
+    config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
+    let full = "cannot write .fleetagent.prom.1.tmp: No space left on device (os error 28)";
+    ops::set_metrics_error(&s.conn, Some(full), NOW - 7 * MIN).unwrap();
+    let line = host::metrics(&s.conn, &config, NOW)[0].line();
+    assert!(
+        line.contains("fix: free space on the file system of"),
+        "{line}"
+    );
 }
 
 /// `call` recorded at `at` in a run of its own (round 1 of 2 messages, 900 ms): the run's id.

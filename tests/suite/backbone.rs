@@ -437,7 +437,8 @@ fn bad_input_is_refused_clearly() {
     // The event is recorded all the same (the callers are other programs, which do not retry
     // a usage error), and the line says so; every run refuses the config meanwhile.
     assert!(
-        out.stderr.contains("event 1 was recorded and the doorbell rung all the same"),
+        out.stderr
+            .contains("event 1 was recorded and the doorbell rung all the same"),
         "{}",
         out.stderr
     );
@@ -463,7 +464,11 @@ fn bad_input_is_refused_clearly() {
     let out = f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(1);
     assert!(out.stderr.contains("world-writable"), "{}", out.stderr);
     std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o2770)).unwrap();
-    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1, "only the one above");
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM events"),
+        1,
+        "only the one above"
+    );
 
     // A database from a newer schema: exit 1, untouched.
     f.db().pragma_update(None, "user_version", 99).unwrap();
