@@ -54,9 +54,29 @@ pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, Attempt
             snippet(body)
         )));
     };
+    // `tool_calls` that is neither a list nor one call is an answer that cannot be read (a
+    // walkthrough saw it taken for "no calls", silently), as is `finish_reason: tool_calls`
+    // with no call and no text.
+    match message.get("tool_calls") {
+        None | Some(Value::Null | Value::Array(_) | Value::Object(_)) => {}
+        Some(other) => {
+            return Err(AttemptFailure::BadBody(format!(
+                "choices[0].message.tool_calls is not a list: {}",
+                snippet(&other.to_string())
+            )))
+        }
+    }
+    let calls = tool_calls(message, now_ms);
+    let content = message_text(message);
+    if calls.is_empty() && content.is_none() && finish_reason.as_deref() == Some("tool_calls") {
+        return Err(AttemptFailure::BadBody(format!(
+            "finish_reason \"tool_calls\" without a tool call or text: {}",
+            snippet(body)
+        )));
+    }
     Ok(ChatResponse {
-        content: message_text(message),
-        tool_calls: tool_calls(message, now_ms),
+        content,
+        tool_calls: calls,
         finish_reason,
         usage: usage(v.get("usage"), v.get("timings")),
         attempts: 0,
@@ -106,19 +126,19 @@ const MAX_TOOL_CALL_ID_CHARS: usize = 100;
 /// an empty, repeated, over-long ([`MAX_TOOL_CALL_ID_CHARS`]) or non-printable id is replaced
 /// by a made-up one. A legacy `function_call` counts as one tool call.
 fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
-    let mut raw: Vec<(Option<&str>, &Value)> = message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| {
-                    let id = c.get("id").and_then(Value::as_str);
-                    (id, c.get("function").unwrap_or(c))
-                })
-                .collect()
+    // One call sent as an object rather than a list of one is that call.
+    let listed: Vec<&Value> = match message.get("tool_calls") {
+        Some(Value::Array(calls)) => calls.iter().collect(),
+        Some(one @ Value::Object(_)) => vec![one],
+        _ => Vec::new(),
+    };
+    let mut raw: Vec<(Option<&str>, &Value)> = listed
+        .into_iter()
+        .map(|c| {
+            let id = c.get("id").and_then(Value::as_str);
+            (id, c.get("function").unwrap_or(c))
         })
-        .unwrap_or_default();
+        .collect();
     if raw.is_empty() {
         if let Some(f) = message.get("function_call").filter(|f| f.is_object()) {
             raw.push((None, f));
@@ -280,6 +300,18 @@ mod tests {
     }
 
     #[test]
+    fn one_tool_call_sent_as_an_object_is_that_call() {
+        let r = ok(
+            r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":null,
+            "tool_calls":{"id":"c1","type":"function","function":{"name":"schedule_next_check",
+            "arguments":"{\"minutes\":5,\"reason\":\"r\"}"}}}}]}"#,
+        );
+        assert_eq!(r.tool_calls.len(), 1);
+        assert_eq!(r.tool_calls[0].name, "schedule_next_check");
+        assert_eq!(r.tool_calls[0].id, "c1");
+    }
+
+    #[test]
     fn unusable_bodies_are_retryable_failures() {
         let cases = [
             ("<html>502 Bad Gateway</html>", "BadBody"),
@@ -300,6 +332,15 @@ mod tests {
             (r#"{"id":"x"}"#, "NoChoices"),
             (r#"{"choices":[{"finish_reason":"stop"}]}"#, "BadBody"),
             ("[1,2]", "BadBody"),
+            // Calls that cannot be read are no "no calls" (they were taken for one, silently).
+            (
+                r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":null,"tool_calls":"notalist"}}]}"#,
+                "BadBody",
+            ),
+            (
+                r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":null,"tool_calls":[]}}]}"#,
+                "BadBody",
+            ),
         ];
         for (body, kind) in cases {
             let got = parse_completion(body, 0).unwrap_err();
