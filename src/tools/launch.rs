@@ -391,6 +391,39 @@ fn settled(
     (settle, code): (Settle, Option<&str>),
     after: Millis,
 ) -> Result<ToolResult> {
+    // vast.ai answered with an instance our table already holds under another label (a
+    // fuzz walkthrough: two creates answered alike failed the pass on the table's unique
+    // id, after both were sent): the answer says nothing sure of this create, which is left
+    // open for the next listing to settle by its label.
+    let settle = match settle {
+        Settle::Launched { instance_id, row } => {
+            match instances::by_vast_id(&ctx.store.conn, instance_id as i64)? {
+                Some(other) if other.label != row.label => {
+                    let note = crate::text::clip(
+                        &format!(
+                            "vast.ai answered the create with instance {instance_id}, which fleetagent's table holds as {}; left open: the next listing settles this launch by its label",
+                            crate::text::quote(&other.label, crate::fleet::LABEL_CHARS)
+                        ),
+                        300,
+                    );
+                    Settle::Open {
+                        result: ToolResult::error(
+                            "vast_error",
+                            serde_json::json!({
+                                "message": note,
+                                "label": create.row.label,
+                                "may_have_created": true,
+                                "note": "the create may have gone through: it is kept as an open launch and the next pass checks the listing for its label; do not launch again for it",
+                            }),
+                        ),
+                        note,
+                    }
+                }
+                _ => Settle::Launched { instance_id, row },
+            }
+        }
+        other => other,
+    };
     match settle {
         Settle::Launched { instance_id, row } => {
             crate::faults::point("launch-after-create")?;

@@ -353,3 +353,31 @@ fn init_under_the_old_install_id_adopts_the_fleet_without_calling_it_a_copy() {
     f.cmd(&["run"]).ok();
     assert!(!f.cmd(&["doctor"]).stdout.contains(said));
 }
+
+/// Two creates answered with one instance id (a fuzz walkthrough: the pass failed on the
+/// table's unique id after both were sent): the first is that instance, the second is left
+/// open for the next listing to settle by its label, and the pass ends ok.
+#[test]
+fn two_creates_answered_with_one_instance_leave_the_second_open() {
+    let (vast, f) = rig(9, 200);
+    f.cmd(&["init"]).ok();
+    let same = json!({"success": true, "new_contract": 9_100_001});
+    vast.fail_next(Route::Create, 2, FakeReply::json(200, same));
+    let out = f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "vast.ai answered the create with instance 9100001, which fleetagent's table holds as"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'intent'"),
+        1
+    );
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM instances WHERE vast_id = 9100001"),
+        1
+    );
+}
