@@ -218,6 +218,19 @@ pub fn record_clock_skew(conn: &Connection, skew_ms: Option<Millis>) -> Result<(
 /// message beside when the failures began: `error_at` is the first failure since the last
 /// success (so "failing since" means something), and `ok_at` stays the last success.
 pub fn record_listing(conn: &Connection, result: Result<(), &str>, now: Millis) -> Result<()> {
+    if result.is_ok() {
+        // The end of a failure is said as its start was (a drill: only `doctor` went green).
+        let h = vast_health(conn)?;
+        if let (Some(error), Some(since)) = (h.error.as_deref(), h.error_at) {
+            log::info!(
+                target: crate::journal::NOTICE,
+                "vast.ai's listing works again, after failing for {} (since {}; the last failure: {})",
+                crate::clock::human_duration(now - since),
+                crate::clock::rfc3339(since),
+                crate::text::clip(error, 200)
+            );
+        }
+    }
     match result {
         Ok(()) => conn.execute(
             "UPDATE agent_state SET vast_ok_at = ?1, vast_error = NULL, vast_error_at = NULL WHERE id = 1",

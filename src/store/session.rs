@@ -104,6 +104,22 @@ pub fn record_run_finished(conn: &Connection, ok: bool, now: Millis) -> Result<(
 
 /// An LLM call went through (`error` None) or failed.
 pub fn record_llm_outcome(conn: &Connection, error: Option<&str>, now: Millis) -> Result<()> {
+    if error.is_none() {
+        // The end of a failure is said as its start was (a drill: only `doctor` went green).
+        let (last, at): (Option<String>, Option<Millis>) = conn.query_row(
+            "SELECT last_llm_error, last_llm_error_at FROM agent_state WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if let (Some(last), Some(at)) = (last, at) {
+            log::info!(
+                target: crate::journal::NOTICE,
+                "the model answers again (its last failure, {}: {})",
+                crate::clock::rfc3339(at),
+                crate::text::clip(&last, 200)
+            );
+        }
+    }
     match error {
         None => conn.execute(
             "UPDATE agent_state SET last_llm_call_at = ?1, last_llm_error = NULL WHERE id = 1",

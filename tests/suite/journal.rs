@@ -202,6 +202,7 @@ fn a_blind_run_exits_1_in_either_format() {
     vast.add_offers(1, "RTX 4090", 0.40, 0.99);
     let f = rig(&llm, &vast, CAPS, "");
     write_demand(f.path(), busy_fleet());
+    let key = vast.api_key();
     vast.set_api_key(Some("another-key-entirely"));
     llm.push(Reply::tool_calls(&[LAUNCH]));
     llm.push(Reply::text("It failed."));
@@ -264,6 +265,17 @@ fn a_blind_run_exits_1_in_either_format() {
     assert!(out.stderr.lines().all(|l| prefixed(&l)), "{}", out.stderr);
     let out = in_journal_both(&f, &["trigger", "-p", "1", "-r", "x"]).ok();
     assert!(out.stderr.starts_with("<6>event "), "{}", out.stderr);
+    // The key accepted again: the end of the failure is said, at notice, as its start was.
+    vast.set_api_key(Some(&key));
+    llm.push(Reply::text("All well."));
+    let out = in_journal(&f, &["run"]).ok();
+    assert!(
+        out.stderr.lines().any(|l| l
+            .starts_with("<5>vast.ai's listing works again, after failing for")
+            && l.contains("vast.ai refused the API key")),
+        "{}",
+        out.stderr
+    );
 }
 
 /// A pass blind to demand (the probe fails) holds the fleet, and must not read as a calm
@@ -314,6 +326,17 @@ fn a_pass_blind_to_demand_or_without_its_model_says_so_at_warning() {
             .contains("; the LLM was unusable, the fallback decided"),
         "{}",
         out.stdout
+    );
+    // It answers again: said at notice.
+    llm.set_default(Reply::text("No action needed."));
+    f.cmd(&["trigger", "-p", "1", "-r", "again"]).ok();
+    let out = in_journal(&f, &["run"]).ok();
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l.starts_with("<5>the model answers again")),
+        "{}",
+        out.stderr
     );
 }
 
