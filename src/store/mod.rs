@@ -584,10 +584,10 @@ pub fn lost_database(state_dir: &Path) -> Option<String> {
 }
 
 /// `head`, then that the lock shows runs were made in `state_dir`, what `happened`, and how
-/// to go on; None when there is no lock.
+/// to go on; None when the lock notes no run (there is none, or the `run` asking made it
+/// just now: a walkthrough saw a first `run` on an empty file told "runs were made here").
 fn runs_were_made(state_dir: &Path, head: &str, happened: &str) -> Option<String> {
-    let lock = state_dir.join(crate::paths::LOCK_FILE);
-    std::fs::symlink_metadata(&lock).ok()?;
+    crate::lock::last_run_noted(state_dir)?;
     Some(format!(
         "{head}, but its {} shows that runs were made here: {happened}, and a new one would not know the fleet (its instances would be another install's, past the caps); restore it (the newest `fleetagent backup`, docs/operations.md \"Backups\"), or start afresh on purpose with `fleetagent init --install-id ID`, ID from the instances' labels (<label_prefix>-ID-r<run>-...)",
         crate::paths::LOCK_FILE

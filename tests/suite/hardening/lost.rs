@@ -118,3 +118,21 @@ fn a_database_deleted_under_a_running_pass_fails_the_run() {
     // And the next run does not start over in its place.
     f.refused(&["run"], "the database was deleted or moved");
 }
+
+/// An empty database file where no run was made (no `run.lock`): nothing to lose, so the
+/// first `run` makes its database there (a walkthrough saw it refused with "its run.lock
+/// shows that runs were made here", a lock that `run` had just made itself).
+#[test]
+fn an_empty_file_where_no_run_was_made_becomes_the_database() {
+    let f = Fleet::new();
+    let _ = std::fs::remove_dir_all(&f.state);
+    std::fs::create_dir_all(&f.state).unwrap();
+    std::fs::write(f.state.join("fleetagent.db"), b"").unwrap();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        !out.stderr.contains("shows that runs were made"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT COUNT(*) FROM runs"), 1);
+}
