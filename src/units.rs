@@ -285,6 +285,15 @@ fn substitute(line: &str, p: &UnitParams) -> String {
     .replace(DEFAULT_STATE_DIR, &path(&p.state_dir))
 }
 
+/// The `--state-dir` of an `ExecStart` as `systemctl show` gives it
+/// (`{ path=... ; argv[]=BIN --config C --state-dir D run ; ... }`, specifiers resolved).
+fn exec_show_state_dir(exec: &str) -> Option<String> {
+    let argv = exec.split("argv[]=").nth(1)?.split(" ;").next()?;
+    let mut words = argv.split_whitespace();
+    words.find(|w| *w == "--state-dir")?;
+    words.next().map(String::from)
+}
+
 /// The `--state-dir` a rendered service unit's `ExecStart=` names (unescaped), if any.
 pub fn exec_state_dir(unit: &str) -> Option<PathBuf> {
     let exec = unit
@@ -370,6 +379,10 @@ pub struct UnitState {
     pub problem: Option<Problem>,
     /// The exact command that clears the problem.
     pub fix: Option<String>,
+    /// The services' `--state-dir`, as systemd runs them (their `ExecStart`): `doctor` names
+    /// units that run another state dir than its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// The five units' states in one manager, keyed by unit name (serialized as that map).
@@ -442,7 +455,7 @@ fn show(scope: Scope, env: &[(String, String)]) -> Option<UnitStates> {
         "show",
         "--no-pager",
         "-p",
-        "Id,LoadState,ActiveState,SubState,Result",
+        "Id,LoadState,ActiveState,SubState,Result,ExecStart",
     ]);
     cmd.args(TEMPLATES.iter().map(|(n, _)| *n));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -495,6 +508,7 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 manager: scope,
                 problem,
                 fix: None,
+                state_dir: props.get("ExecStart").and_then(|e| exec_show_state_dir(e)),
             },
         );
     }
@@ -671,6 +685,22 @@ mod tests {
         assert_eq!(json[PATH_UNIT]["sub_state"], "waiting");
         assert_eq!(json[PATH_UNIT]["problem"], serde_json::Value::Null);
         assert_eq!(json.as_object().unwrap().len(), 5);
+        assert!(
+            json[SERVICE].get("state_dir").is_none(),
+            "not said: not shown"
+        );
+        // The services' state dir, from `ExecStart` as `systemctl show` gives it.
+        let with_exec = text.replacen(
+            "Id=fleetagent.service\n",
+            "Id=fleetagent.service\nExecStart={ path=/usr/local/bin/fleetagent ; argv[]=/usr/local/bin/fleetagent --config /etc/fleetagent/config.toml --state-dir /srv/fleet%agent run ; ignore_errors=no ; start_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n",
+            1,
+        );
+        let s = parse_show(&with_exec, Scope::System).unwrap();
+        assert_eq!(
+            s.units[SERVICE].state_dir.as_deref(),
+            Some("/srv/fleet%agent")
+        );
+        assert_eq!(s.units[TIMER].state_dir, None);
     }
 
     #[test]

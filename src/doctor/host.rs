@@ -299,14 +299,36 @@ pub(super) fn simulation(conn: &rusqlite::Connection, dir: &Path) -> Vec<Problem
     }
 }
 
-/// Each unit systemd reports failed, rate limited or inactive, with the command that clears it.
-pub(super) fn units(units: Option<&Value>) -> Vec<Problem> {
+/// Each unit systemd reports failed, rate limited or inactive, with the command that clears it;
+/// and a service that runs another state dir than `state_dir` (units installed again for
+/// another one: nothing runs passes for this database, whose fleet bills on).
+pub(super) fn units(units: Option<&Value>, state_dir: &Path) -> Vec<Problem> {
     let Some(units) = units.and_then(|u| u.as_object()) else {
         return Vec::new();
     };
-    units
-        .iter()
-        .filter_map(|(name, u)| {
+    let same = |other: &Path| match (other.canonicalize(), state_dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => other == state_dir,
+    };
+    let elsewhere = units
+        .get(crate::units::SERVICE)
+        .filter(|u| u.get("load_state").and_then(Value::as_str) == Some("loaded"))
+        .and_then(|u| u.get("state_dir").and_then(Value::as_str))
+        .filter(|d| !same(Path::new(d)))
+        .map(|d| {
+            Problem::new(format!(
+                "the installed {} runs state dir {d}, not this one ({}): no pass runs for this database, and the fleet it knows is watched by nothing",
+                crate::units::SERVICE,
+                state_dir.display()
+            ))
+            .fix(format!(
+                "install the units for this state dir (`fleetagent --state-dir {} units install`), or look at the one they run (`fleetagent --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\"",
+                state_dir.display()
+            ))
+        });
+    elsewhere
+        .into_iter()
+        .chain(units.iter().filter_map(|(name, u)| {
             let problem = u.get("problem").and_then(|p| p.as_str())?;
             let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
             // systemd refuses the start again within the limit's interval of the failure.
@@ -317,7 +339,7 @@ pub(super) fn units(units: Option<&Value>) -> Vec<Problem> {
                 _ => "",
             };
             Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{fix}{wait}")))
-        })
+        }))
         .collect()
 }
 
@@ -381,6 +403,32 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Units that run another state dir than doctor's own are named (installed again for
+    /// another one: this database's fleet is watched by nothing); the same dir, or a unit
+    /// that names none, is not.
+    #[test]
+    fn units_that_run_another_state_dir_are_named() {
+        let here = tempfile::tempdir().unwrap();
+        let shown = |dir: Option<&str>| {
+            let mut svc = serde_json::json!({"load_state": "loaded", "active_state": "inactive"});
+            if let Some(d) = dir {
+                svc["state_dir"] = d.into();
+            }
+            serde_json::json!({ crate::units::SERVICE: svc })
+        };
+        let p = units(Some(&shown(Some("/srv/other"))), here.path());
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].detail.starts_with(
+                "the installed fleetagent.service runs state dir /srv/other, not this one"
+            ),
+            "{p:?}"
+        );
+        let same = here.path().to_str().unwrap();
+        assert!(units(Some(&shown(Some(same))), here.path()).is_empty());
+        assert!(units(Some(&shown(None)), here.path()).is_empty());
+    }
 
     /// Another process's open write transaction is named, and an immutable file (where the
     /// file system lets root set the flag); both were green.

@@ -73,6 +73,14 @@ impl Installed {
     fn new(max_passes: u32) -> Installed {
         let me = Installed::install(max_passes);
         me.fa(&["init"]).ok_or_panic("init");
+        // The service's state dir as the real manager reports its ExecStart: `doctor` names
+        // units that run another one than its own.
+        let shown = me.inspect();
+        assert_eq!(
+            shown["units"][units::SERVICE]["state_dir"].as_str(),
+            me.state.to_str(),
+            "{shown}"
+        );
         me
     }
 
