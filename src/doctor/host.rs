@@ -35,6 +35,12 @@ pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
             let text = format!("{e:#}");
             if read_only && text.contains("not writable") {
                 Vec::new()
+            } else if text.contains("world-writable") {
+                // The fix in its own field too, for `doctor --json` (a drill saw it null).
+                vec![Problem::new(text).fix(format!(
+                    "chmod o-w {} (fleetagent wants 2770)",
+                    dir.display()
+                ))]
             } else {
                 vec![Problem::new(text)]
             }
@@ -403,6 +409,20 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A world-writable state dir's fix is in the problem's own field (`doctor --json`).
+    #[test]
+    fn a_world_writable_state_dir_has_its_fix_apart() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let p = state_dir(dir.path(), false);
+        assert!(p[0].detail.contains("world-writable"), "{p:?}");
+        assert_eq!(
+            p[0].fix.as_deref(),
+            Some(format!("chmod o-w {} (fleetagent wants 2770)", dir.path().display()).as_str())
+        );
+    }
 
     /// Units that run another state dir than doctor's own are named (installed again for
     /// another one: this database's fleet is watched by nothing); the same dir, or a unit

@@ -62,7 +62,13 @@ pub fn ring_on(
     now: Millis,
 ) -> Result<()> {
     doorbell
-        .ring(&format!("{} P{priority} event={id} {reason}", rfc3339(now)))
+        // The line is for a human reading the file; the event keeps the whole reason (a
+        // 120 KB reason grew the file by as much at every ring).
+        .ring(&format!(
+            "{} P{priority} event={id} {}",
+            rfc3339(now),
+            crate::text::clip(reason, 200)
+        ))
         .with_context(|| {
             format!("event {id} is recorded but the doorbell could not be rung; the timer will pick it up")
         })

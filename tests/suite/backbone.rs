@@ -444,6 +444,15 @@ fn bad_input_is_refused_clearly() {
     );
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
     assert!(f.doorbell().exists());
+    // A long reason is kept whole in the event; the doorbell's line for a human is clipped.
+    f.write_config(FAST_CONFIG);
+    let long = "x".repeat(100_000);
+    f.cmd(&["trigger", "-p", "1", "-r", &long]).ok();
+    assert!(std::fs::metadata(f.doorbell()).unwrap().len() < 2_000);
+    assert_eq!(f.count("SELECT MAX(length(reason)) FROM events"), 100_000);
+    f.db()
+        .execute("DELETE FROM events WHERE id = 2", [])
+        .unwrap();
     f.write_config("[debounce]\np1_secs = \"ten\"\n");
     let out = f.cmd(&["run"]).code(2);
     assert!(
