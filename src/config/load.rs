@@ -114,9 +114,17 @@ fn read_checked(path: &Path, origin: ConfigOrigin) -> Result<Option<String>, Usa
             dir.display()
         )));
     }
-    std::fs::read_to_string(path)
-        .map(Some)
-        .map_err(|e| UsageError(format!("cannot read config {}: {e}", path.display())))
+    let bytes = std::fs::read(path)
+        .map_err(|e| UsageError(format!("cannot read config {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        // Where, as for every other config error (a walkthrough got no line).
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+        UsageError(format!(
+            "config {}: line {line}: not UTF-8 (byte {at}); TOML is UTF-8 text",
+            path.display()
+        ))
+    })
 }
 
 /// [`parse`], leaving out each key an error names (`line N (KEY): ...`) until the rest
@@ -231,6 +239,22 @@ pub fn parse(text: &str) -> Result<Config, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config that is not UTF-8 is named with its line, as every other config error.
+    #[test]
+    fn a_config_that_is_not_utf8_names_its_line() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, b"[llm]\n\nmodel = \"a\xff\"\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let err = load(&path, ConfigOrigin::Explicit).unwrap_err().0;
+        assert!(
+            err.ends_with("line 3: not UTF-8 (byte 17); TOML is UTF-8 text"),
+            "{err}"
+        );
+    }
 
     /// The hand-brake's config: every key the checks refuse is left out and named with its
     /// line in the operator's file; what parses stays as written.
