@@ -63,13 +63,21 @@ pub const DAMAGED_DATABASE_HINT: &str = "the database is damaged: stop the fleet
 
 /// Is a damaged database file anywhere in the chain?
 pub fn is_damaged_database(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        matches!(
-            cause.downcast_ref::<rusqlite::Error>(),
-            Some(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(e.code, rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
-        )
-    })
+    // A table or column the schema's version has missing is a database changed by hand or
+    // damaged: the recovery is the same (a walkthrough dropped a table and got SQLite's
+    // bare "no such table").
+    let missing = |msg: &str| msg.starts_with("no such table") || msg.starts_with("no such column");
+    err.chain()
+        .any(|cause| match cause.downcast_ref::<rusqlite::Error>() {
+            Some(rusqlite::Error::SqliteFailure(e, msg)) => {
+                matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+                ) || msg.as_deref().is_some_and(missing)
+            }
+            Some(rusqlite::Error::SqlInputError { msg, .. }) => missing(msg),
+            _ => false,
+        })
 }
 
 /// The one line printed for an error, with the recovery hint when the database is damaged.

@@ -141,6 +141,25 @@ pub fn edge_check(conn: &Connection) -> Result<()> {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         rows
     };
+    // Every table this build's schema has, where the version says it is this build's: a
+    // table dropped by hand reads as SQLite's bare "no such table" in every command.
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version == crate::store::SCHEMA_VERSION {
+        let fresh = crate::store::Store::open_memory(0)?;
+        let mut st = fresh
+            .conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?;
+        let expected = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let missing: Vec<&String> = expected.iter().filter(|t| !tables.contains(t)).collect();
+        if !missing.is_empty() {
+            anyhow::bail!(
+                "table(s) {} missing, though the schema version ({version}) has them: the database was changed by hand or damaged",
+                missing.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
     for t in tables {
         let quoted = format!("\"{}\"", t.replace('"', "\"\""));
         for order in ["ASC", "DESC"] {
@@ -163,6 +182,26 @@ mod tests {
     use super::*;
     use crate::store::runs::{ActionCounts, Outcome, StartedBy, Verdict};
     use crate::store::test_store;
+
+    /// A table dropped by hand is named by the structure check, and the bare "no such table"
+    /// an ordinary query then meets reads as a damaged database (with the recovery hint).
+    #[test]
+    fn a_dropped_table_is_a_damaged_database() {
+        let (_dir, s) = test_store(0);
+        edge_check(&s.conn).unwrap();
+        s.conn.execute_batch("DROP TABLE wakes").unwrap();
+        let err = edge_check(&s.conn).unwrap_err().to_string();
+        assert!(
+            err.starts_with("table(s) wakes missing, though the schema version"),
+            "{err}"
+        );
+        let query = s
+            .conn
+            .query_row("SELECT COUNT(*) FROM wakes", [], |r| r.get::<_, i64>(0))
+            .map_err(anyhow::Error::from)
+            .unwrap_err();
+        assert!(crate::error::is_damaged_database(&query), "{query:#}");
+    }
 
     #[test]
     fn failed_runs_of_the_last_hour_and_the_last_ok_pass() {
