@@ -145,7 +145,14 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
         let Some(key) = named_key(&err) else {
             return Err(err);
         };
-        if decides_whose(&key) || !remove_dotted(&mut table, &key) {
+        // A top-level value other than `state_dir` may be `state_dir` misspelled: left
+        // out, the default state dir is another install's (a re-test saw `trigger` record
+        // and `pause` pause there).
+        let top_level_value = !key.contains('.')
+            && table
+                .get(&key)
+                .is_some_and(|v| !matches!(v, toml::Value::Table(_)));
+        if decides_whose(&key) || top_level_value || !remove_dotted(&mut table, &key) {
             return Err(err);
         }
         // Lines as the operator's file has them (the rest is parsed from the table's text).
@@ -286,6 +293,9 @@ mod tests {
                 .len(),
             0
         );
+        // A top-level value refused (`state_dir` misspelled) is never left out.
+        assert!(parse_leaving_out("state_dirx = \"/srv/fa\"\n").is_err());
+        assert_eq!(parse_leaving_out("[polcy]\nx = 1\n").unwrap().1.len(), 1);
         let broken = "[vast\nlabel_prefix = 1\n";
         assert_eq!(
             parse_leaving_out(broken).unwrap_err(),

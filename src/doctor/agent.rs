@@ -344,6 +344,7 @@ fn refusal_fixes(codes: &[String]) -> String {
             "rate_limited" => "wait for the launch window (policy.launch_window_minutes, policy.launch_window_max)",
             "demand_unknown" => "see the demand check: a fleet with unknown demand is held",
             "proofshare_disabled" => "enable ProofShare in Curio (proofshare_meta.enabled) if the fleet should prove for it",
+            "no_psprove" => "fix the worker image's layers (CURIO_LAYERS, EnableProofShare; docs/worker-image.md), then destroy the instance Curio runs without PSProve (the worker_identity check names it)",
             "operator_hold" => "an operator's stop holds the rules' and the floor's launches for policy.operator_hold_mins; `fleetagent resume` or a message ends it",
             _ => "see docs/guardrails.md for the refusal",
         };

@@ -622,13 +622,14 @@ pub fn after_operator(config: &crate::config::Config, state_dir: &Path, now: Mil
 /// The (action, guardrail) pairs of `fleetagent_guardrail_refusals_total` written from 0.
 /// A refused stop is recorded under the call it was (`destroy` with the default
 /// `vast.stop_mode`).
-const REFUSALS_AT_ZERO: [(&str, &str); 13] = [
+const REFUSALS_AT_ZERO: [(&str, &str); 14] = [
     ("destroy", "paused"),
     ("destroy", "protected"),
     ("launch", "budget"),
     ("launch", "daily_spend"),
     ("launch", "demand_unknown"),
     ("launch", "instance_cap"),
+    ("launch", "no_psprove"),
     ("launch", "not_configured"),
     ("launch", "paused"),
     ("launch", "proofshare_disabled"),

@@ -49,6 +49,11 @@ pub enum Refusal {
     /// `proofshare_meta.enabled` is false: no ProofShare work will come, so no instance is
     /// rented for it, whoever asks.
     ProofShareDisabled,
+    /// Curio runs an instance of ours without PSProve in its task list (`Snapshot::taskless`,
+    /// the first named): another of the same image would not prove either, whoever asks.
+    NoPsprove {
+        which: String,
+    },
     /// The demand probe failed this pass (`why`): the fleet is held as it is, whoever asks
     /// (a launch on a stale belief, "workers dead", is how money goes unseen).
     DemandUnknown {
@@ -93,6 +98,7 @@ impl Refusal {
             Refusal::RateLimited { .. } => "rate_limited",
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
+            Refusal::NoPsprove { .. } => "no_psprove",
             Refusal::DemandUnknown { .. } => "demand_unknown",
             Refusal::Unprofitable(_) => "unprofitable",
             Refusal::Paused(_) => "paused",
@@ -170,6 +176,9 @@ impl Refusal {
             }),
             Refusal::DemandUnknown { why } => json!({
                 "message": format!("demand is unknown ({why}): the fleet is held as it is; nothing is launched until the probe reads Curio again"),
+            }),
+            Refusal::NoPsprove { which } => json!({
+                "message": format!("{which}: nothing is launched until the worker image's layers are fixed (the operator's to do); do not retry, report it"),
             }),
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",

@@ -129,6 +129,8 @@ pub struct Ask {
     pub proofshare_disabled: bool,
     /// The demand probe failed this pass (why): the fleet is held, nothing is launched.
     pub demand_unknown: Option<String>,
+    /// An instance of ours Curio runs without PSProve (`Snapshot::taskless`, the first).
+    pub taskless: Option<String>,
     /// What a proof earns this pass (None: unknown, the profit check is off).
     pub price: Option<crate::price::Price>,
     /// Our instances that bill and are not bids (for `policy.on_demand_min`).
@@ -164,6 +166,7 @@ impl Ask {
                 .demand
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
+            taskless: snapshot.taskless.first().cloned(),
             demand_unknown: snapshot.demand.is_none().then(|| {
                 snapshot
                     .demand_error
@@ -280,6 +283,12 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
             &Refusal::ProofShareDisabled,
             ask.offer_id,
         ));
+    }
+    if let Some(which) = &ask.taskless {
+        let r = Refusal::NoPsprove {
+            which: clip(which, 300),
+        };
+        return Some(Answer::refused(ask, &r, ask.offer_id));
     }
     let slots = guardrails::check_configured(config)
         .and_then(|()| guardrails::check_launch_slots(&facts, policy));

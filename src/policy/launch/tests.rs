@@ -586,6 +586,24 @@ fn a_launch_reports_the_fleet_and_the_window_after_it() {
     assert_eq!(r.content["label"], json!(a.label));
 }
 
+/// The model too is refused while Curio runs one of ours without PSProve (the rules and the
+/// floor plan no launch then; a re-test saw the model's go through).
+#[test]
+fn nothing_is_launched_while_ours_run_without_psprove() {
+    let c = config();
+    let mut s = snap(0, true);
+    s.taskless = vec!["instance 5 runs Curio machine \"x\" without PSProve".into()];
+    let a = gate_of(&s, &c, None).expect("refused");
+    refused_with(&a, "no_psprove", None);
+    let message = a.result.content["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("instance 5 runs Curio machine"),
+        "{message}"
+    );
+    s.taskless.clear();
+    assert!(gate_of(&s, &c, None).is_none());
+}
+
 #[test]
 fn nothing_is_launched_while_proofshare_is_disabled() {
     let c = config();
