@@ -568,10 +568,11 @@ impl VastClient for HttpVastClient {
             let obj = self.expect_ok(&answer)?;
             // A listing that cannot be read whole is no listing: an instance left out of it
             // reads as gone, and is replaced while it bills (a walkthrough saw two creates).
-            let found = obj
-                .get("instances_found")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
+            let found = match obj.get("instances_found") {
+                Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+                Some(v) => v.as_u64().unwrap_or(0),
+                None => 0,
+            };
             match obj.get("instances") {
                 Some(Value::Array(rows)) => {
                     if page == 0 && rows.is_empty() && found > 0 {
@@ -618,6 +619,19 @@ impl VastClient for HttpVastClient {
                         excerpt(&answer.text)
                     )))
                 }
+            }
+            // The last page: every instance the listing counts must have been read (a
+            // re-test saw a short last page, and an empty second one, read as the fleet).
+            let last = match obj.get("next_token") {
+                None | Some(Value::Null) => true,
+                Some(Value::String(s)) => s.trim().is_empty(),
+                Some(_) => false,
+            };
+            if last && (out.len() as u64) < found {
+                return Err(self.decode(&format!(
+                    "instance list counts {found} instance(s) (`instances_found`) and lists {}",
+                    out.len()
+                )));
             }
             match obj.get("next_token") {
                 None | Some(Value::Null) => return Ok(out),

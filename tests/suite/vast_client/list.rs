@@ -157,6 +157,16 @@ fn a_page_that_hides_instances_is_an_error() {
             {"id": 5, "actual_status": "exited"}, {"id": 5, "actual_status": "running"}]}),
         "has instance 5 twice, in two different states",
     );
+    // Fewer rows over all pages than the listing counts (a short last page; an empty
+    // second page; the count sent as a string).
+    decode(
+        json!({"success": true, "instances": [{"id": 1}], "instances_found": 2, "next_token": null}),
+        "counts 2 instance(s) (`instances_found`) and lists 1",
+    );
+    decode(
+        json!({"success": true, "instances": [{"id": 1}], "instances_found": "2"}),
+        "counts 2 instance(s)",
+    );
     // The same row twice (pages that overlap) is one instance.
     let twice = json!({"success": true, "instances": [
         {"id": 5, "actual_status": "running"}, {"id": 5, "actual_status": "running"}]});
