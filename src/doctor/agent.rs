@@ -293,10 +293,18 @@ pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
         human_duration(now - at),
         a.failed
     ))
-    .fix(format!(
-        "`fleetagent history --run {}` shows each call and its error; see the vast check and vast.ai's console",
-        run.id
-    ))
+    .fix(if first.contains("HTTP 403") {
+        // Forbidden: a scoped key that may list but not create or destroy (a re-test).
+        format!(
+            "vast.ai forbids the key that (HTTP 403): give the API key the instance write permission in vast.ai's console, Account > API keys, or use an unscoped key; `fleetagent history --run {}` shows each call",
+            run.id
+        )
+    } else {
+        format!(
+            "`fleetagent history --run {}` shows each call and its error; see the vast check and vast.ai's console",
+            run.id
+        )
+    })
     .since(Some(at))]
 }
 

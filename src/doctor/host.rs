@@ -191,6 +191,13 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
     out
 }
 
+/// `fleetagent.db` with `suffix` (`-wal`, `-shm`).
+fn side_file_of(db: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut path = db.as_os_str().to_owned();
+    path.push(suffix);
+    path.into()
+}
+
 /// How long `doctor` waits for the database's write lock before it names whoever holds it.
 const WRITE_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -205,23 +212,29 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
     use nix::unistd::{access, AccessFlags};
     use rusqlite::OpenFlags;
     let db = dir.join(crate::store::DB_FILE);
-    let shown = db.display();
-    match access(&db, AccessFlags::W_OK) {
-        Err(Errno::EROFS) => {
-            return vec![Problem::new(format!(
-                "the database {shown} is on a read-only mount: every run fails \"attempt to write a readonly database\""
-            ))
-            .fix(format!("mount it read-write (`findmnt -T {shown}` names the mount)"))]
+    // The database and its side files (a re-test made the -wal immutable: every run failed,
+    // doctor green); a side file that is not there is made by the next writer.
+    for suffix in ["", "-wal", "-shm"] {
+        let file = side_file_of(&db, suffix);
+        let shown = file.display();
+        match access(&file, AccessFlags::W_OK) {
+            Err(Errno::EROFS) => {
+                return vec![Problem::new(format!(
+                    "the database file {shown} is on a read-only mount: every run fails \"attempt to write a readonly database\""
+                ))
+                .fix(format!("mount it read-write (`findmnt -T {shown}` names the mount)"))]
+            }
+            Err(Errno::EPERM) => {
+                return vec![Problem::new(format!(
+                    "the database file {shown} is immutable (`lsattr` shows `i`): every run fails \"attempt to write a readonly database\""
+                ))
+                .fix(format!("chattr -i {shown}"))]
+            }
+            Err(_) if suffix.is_empty() => return Vec::new(),
+            Err(_) | Ok(()) => {}
         }
-        Err(Errno::EPERM) => {
-            return vec![Problem::new(format!(
-                "the database {shown} is immutable (`lsattr` shows `i`): every run fails \"attempt to write a readonly database\""
-            ))
-            .fix(format!("chattr -i {shown}"))]
-        }
-        Err(_) => return Vec::new(),
-        Ok(()) => {}
     }
+    let shown = db.display();
     let Ok(conn) = Connection::open_with_flags(
         &db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -359,8 +372,15 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
+    let read_only = nix::sys::statvfs::statvfs(dir)
+        .is_ok_and(|st| st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
     let dir_problem = if !dir.is_dir() {
         Some(format!("its dir {} does not exist", dir.display()))
+    } else if read_only {
+        Some(format!(
+            "its dir {} is on a read-only file system",
+            dir.display()
+        ))
     } else if !crate::paths::writable(dir) {
         Some(format!(
             "its dir {} is not writable by uid {}",
@@ -371,6 +391,9 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         None
     };
     const FIX: &str = "run `fleetagent units install` again (it creates the dir and lets the services write there), or set [metrics] textfile to a dir the service user may write";
+    // No install helps a read-only file system (a re-test saw `units install` advised).
+    const READ_ONLY_FIX: &str =
+        "mount that file system read-write, or set [metrics] textfile to a dir on a writable one";
     let recorded = match crate::store::ops::metrics_error(conn) {
         Ok(r) => r,
         Err(e) => return vec![unreadable("the metrics textfile's last error", &e)],
@@ -379,7 +402,9 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
     match (recorded, dir_problem) {
         (Some((error, at)), dir) => {
             // A full disk there is not the dir's permissions (a drill saw the wrong fix).
-            let fix = if dir.is_none()
+            let fix = if read_only {
+                READ_ONLY_FIX.to_string()
+            } else if dir.is_none()
                 && (error.contains("No space left") || error.contains("os error 28"))
             {
                 format!(
@@ -401,7 +426,7 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         (None, Some(dir)) => vec![Problem::new(format!(
             "the metrics textfile {shown}: {dir}: the next run cannot write it"
         ))
-        .fix(FIX)],
+        .fix(if read_only { READ_ONLY_FIX } else { FIX })],
         (None, None) => Vec::new(),
     }
 }
@@ -409,6 +434,36 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A metrics dir on a read-only file system is said so, with a fix that can help (where
+    /// this user may mount one: root, as CI runs).
+    #[test]
+    fn a_metrics_dir_on_a_read_only_file_system_is_named() {
+        let (dir, s) = crate::store::test_store(0);
+        let ro = dir.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
+            .arg(&ro)
+            .status()
+            .is_ok_and(|st| st.success());
+        if !mounted {
+            return;
+        }
+        let mut config = Config::default();
+        config.metrics.textfile = Some(ro.join("fleetagent.prom"));
+        let p = metrics(&s.conn, &config, 0);
+        let _ = std::process::Command::new("umount").arg(&ro).status();
+        assert!(
+            p[0].detail.contains("is on a read-only file system"),
+            "{p:?}"
+        );
+        assert!(p[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("mount that file system read-write"));
+    }
 
     /// A world-writable state dir's fix is in the problem's own field (`doctor --json`).
     #[test]
@@ -491,6 +546,20 @@ mod tests {
                 p[0].fix.as_deref(),
                 Some(format!("chattr -i {}", db.display()).as_str())
             );
+            // A side file too.
+            let wal = side_file_of(&db, "-wal");
+            std::fs::write(&wal, b"").unwrap();
+            let set = std::process::Command::new("chattr")
+                .arg("+i")
+                .arg(&wal)
+                .status();
+            let p = write_probe(dir.path(), wait);
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&wal)
+                .status();
+            assert!(set.is_ok_and(|s| s.success()));
+            assert!(p[0].detail.contains("-wal is immutable"), "{p:?}");
         }
     }
 }

@@ -282,6 +282,31 @@ fn finished(s: &crate::store::Store, verdict: Verdict, counts: ActionCounts, at:
 }
 
 #[test]
+fn a_create_forbidden_names_the_keys_write_permission() {
+    let (_dir, s) = test_store(NOW);
+    let counts = ActionCounts {
+        ok: 0,
+        refused: 0,
+        failed: 1,
+    };
+    let run = finished(&s, Verdict::ActionFailed, counts, NOW - 5 * MIN);
+    let forbidden = crate::store::actions::NewAction {
+        run_id: Some(run),
+        kind: "launch",
+        outcome: "failed",
+        actor: "rules",
+        detail: Some("vast.ai HTTP 403 not_authorized: key lacks permission"),
+        ..Default::default()
+    };
+    crate::store::actions::insert(&s.conn, &forbidden, NOW - 5 * MIN).unwrap();
+    let line = agent::actions(&s.conn, NOW)[0].line();
+    assert!(
+        line.contains("fix: vast.ai forbids the key that (HTTP 403)"),
+        "{line}"
+    );
+}
+
+#[test]
 fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems() {
     let (_dir, s) = test_store(NOW);
     assert!(agent::actions(&s.conn, NOW).is_empty(), "no pass yet");

@@ -68,7 +68,8 @@ pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, Attempt
     }
     let calls = tool_calls(message, now_ms);
     let content = message_text(message);
-    if calls.is_empty() && content.is_none() && finish_reason.as_deref() == Some("tool_calls") {
+    let no_text = content.as_deref().is_none_or(|t| t.trim().is_empty());
+    if calls.is_empty() && no_text && finish_reason.as_deref() == Some("tool_calls") {
         return Err(AttemptFailure::BadBody(format!(
             "finish_reason \"tool_calls\" without a tool call or text: {}",
             snippet(body)
@@ -339,6 +340,10 @@ mod tests {
             ),
             (
                 r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":null,"tool_calls":[]}}]}"#,
+                "BadBody",
+            ),
+            (
+                r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":" \n\n ","tool_calls":null}}]}"#,
                 "BadBody",
             ),
         ];
