@@ -98,8 +98,14 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
 /// [`refused_after_recording`] turns into the command's error once its event is recorded.
 pub(crate) fn open_for_event(app: &App) -> Result<(LoadedConfig, PathBuf, Store, Vec<String>)> {
     let (loaded, refused) = app.load_config_keeping_events()?;
-    let (loaded, dir, store) = open_existing_with(app, loaded)?;
-    Ok((loaded, dir, store, refused))
+    match open_existing_with(app, loaded) {
+        Ok((loaded, dir, store)) => Ok((loaded, dir, store, refused)),
+        // Nowhere to record it: the config's error is the one said (exit 2), as before.
+        Err(e) => match refused.first() {
+            Some(first) => Err(crate::error::usage(first.clone())),
+            None => Err(e),
+        },
+    }
 }
 
 /// The config error of a command that recorded its event all the same (exit 2, as any config

@@ -50,11 +50,18 @@ pub fn taskless_ours(
         .filter_map(|r| {
             let label = r.label.split('~').next().unwrap_or(&r.label);
             let by_name = taskless.iter().find(|w| w.machine_name.trim() == label);
+            // By address only a machine no other instance of ours is named by: instances on
+            // one host share its address.
+            let another_ours = |name: &str| {
+                rows.iter()
+                    .any(|o| o.label != r.label && o.label.split('~').next() == Some(name))
+            };
             let m = by_name.or_else(|| {
                 let ip = r.public_ip.as_deref().map(str::trim).filter(|ip| !ip.is_empty())?;
-                taskless
-                    .iter()
-                    .find(|w| super::workers::host_of(&w.host_and_port) == ip)
+                taskless.iter().find(|w| {
+                    super::workers::host_of(&w.host_and_port) == ip
+                        && !another_ours(w.machine_name.trim())
+                })
             })?;
             let what = match r.vast_id {
                 Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
@@ -225,6 +232,12 @@ mod tests {
         );
         assert!(lines[1].contains("CURIO_LAYERS"), "{lines:?}");
         assert!(taskless_ours(&rows, &[]).is_empty());
+        // Two of ours on one host (one address): the other's machine is not this one's.
+        let mut booting = row("fleetagent-d", Some(4), BOOTED, 0.4);
+        booting.public_ip = Some("10.0.0.1".into());
+        let rows = vec![row("fleetagent-a", Some(1), BOOTED, 0.4), booting];
+        let named = taskless_ours(&rows, &[machine("fleetagent-a", "10.0.0.1:12300")]);
+        assert_eq!(named.len(), 1, "{named:?}");
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use super::wire::{as_id, create_body, cut, excerpt, list_query, offer_query_body, Answer};
+use super::wire::{
+    as_id, create_body, cut, excerpt, instances_found, list_query, offer_query_body, Answer,
+};
 use super::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
 use crate::clock::{Clock, Millis};
 use crate::ratelimit::spacing::{
@@ -47,9 +49,8 @@ pub fn call_budget_of(timeout: Duration, is_create: bool) -> Duration {
     use crate::ratelimit::spacing::{CREATE_PENALTY, CREATE_SPACING};
     exchanges.max(CREATE_SPACING + CREATE_PENALTY + timeout * 2)
 }
-/// 1,500 instances, a page a second: far beyond any fleet, and it stops a server that never
-/// ends its pages within about a minute (400 pages held `poll`, started every minute, for
-/// 400 s).
+/// 1,500 instances, a page a second: far beyond any fleet; a server that never ends its pages
+/// is stopped within a minute (400 pages held `poll`, started every minute, for 400 s).
 const MAX_PAGES: usize = 60;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
 const LOG_POLLS: u32 = 30;
@@ -568,11 +569,7 @@ impl VastClient for HttpVastClient {
             let obj = self.expect_ok(&answer)?;
             // A listing that cannot be read whole is no listing: an instance left out of it
             // reads as gone, and is replaced while it bills (a walkthrough saw two creates).
-            let found = match obj.get("instances_found") {
-                Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-                Some(v) => v.as_u64().unwrap_or(0),
-                None => 0,
-            };
+            let found = instances_found(obj);
             match obj.get("instances") {
                 Some(Value::Array(rows)) => {
                     if page == 0 && rows.is_empty() && found > 0 {

@@ -159,6 +159,16 @@ pub(crate) fn list_query(after_token: Option<&str>) -> String {
     q
 }
 
+/// How many instances a listing page counts (`instances_found`: a number, or a string of
+/// digits); 0 when it does not say.
+pub(crate) fn instances_found(page: &serde_json::Map<String, Value>) -> u64 {
+    match page.get("instances_found") {
+        Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+        Some(v) => v.as_u64().unwrap_or(0),
+        None => 0,
+    }
+}
+
 /// `application/x-www-form-urlencoded` as Python's `quote_plus`: space becomes `+`.
 pub(crate) fn form_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

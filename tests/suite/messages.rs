@@ -545,3 +545,36 @@ fn outside_text_stays_on_its_line() {
         assert!(!out.lines().any(|l| l.starts_with("<0>")), "{out}");
     }
 }
+
+/// `trigger` with a config key its checks refuse records the event and rings all the same,
+/// then exits 2 naming the key (its callers are other programs, which do not retry a usage
+/// error); every run refuses the config meanwhile. A long reason is kept whole in the event
+/// and clipped in the doorbell's line, which is for a human.
+#[test]
+fn a_refused_config_key_keeps_the_event() {
+    let f = Fleet::new();
+    f.cmd(&["init"]).ok();
+    f.write_config("[run]\nmax_passes = 2\nbogus_key = 1\n");
+    let out = f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
+    assert!(
+        out.stderr.contains("line 3")
+            && out.stderr.contains("bogus_key")
+            && out
+                .stderr
+                .contains("event 1 was recorded and the doorbell rung all the same"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
+    assert!(f.doorbell().exists());
+    f.cmd(&["run"]).code(2);
+    // A misspelled state_dir is never left out: nothing is recorded anywhere.
+    f.write_config("state_dirx = \"/nowhere\"\n");
+    f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
+    f.write_config(FAST_CONFIG);
+    let long = "x".repeat(100_000);
+    f.cmd(&["trigger", "-p", "1", "-r", &long]).ok();
+    assert!(std::fs::metadata(f.doorbell()).unwrap().len() < 2_000);
+    assert_eq!(f.count("SELECT MAX(length(reason)) FROM events"), 100_000);
+}
