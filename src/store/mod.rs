@@ -148,6 +148,11 @@ pub enum OpenMode {
 impl Store {
     /// Open (and migrate) `<state_dir>/fleetagent.db`.
     pub fn open(state_dir: &Path, mode: OpenMode, now: Millis) -> Result<Store> {
+        // The dir as its links resolve: SQLite's NOFOLLOW refuses a link anywhere in the
+        // path, and a state dir under a linked home (/home -> /var/home) failed every command
+        // with "unable to open database file" (the file itself must still be no link).
+        let resolved = state_dir.canonicalize().ok();
+        let state_dir = resolved.as_deref().unwrap_or(state_dir);
         let path = state_dir.join(DB_FILE);
         let exists = database_exists(state_dir)?;
         if !exists && mode != OpenMode::Create {

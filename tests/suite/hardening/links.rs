@@ -77,3 +77,37 @@ fn links_planted_in_the_state_dir_are_never_followed_and_doctor_names_them() {
     let doctor = f.cmd(&["doctor"]).stdout;
     assert!(!doctor.contains("every user may read"), "{doctor}");
 }
+
+/// A state dir reached through a link (a home under /home -> /var/home, a dir linked from
+/// another disk) is used as the dir the link resolves to: SQLite refuses a link anywhere in
+/// a path opened with NOFOLLOW, and every command failed "unable to open database file"
+/// (`init` leaving an empty file behind). Links planted inside the dir are still refused.
+#[test]
+fn a_state_dir_reached_through_a_link_works() {
+    let f = Fleet::new();
+    let real = f.path().join("real-state");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let linked = f.path().join("linked-state");
+    symlink(&real, &linked).unwrap();
+    let at = |args: &[&str]| {
+        let mut c = std::process::Command::new(crate::common::fleet::BIN);
+        c.arg("--config")
+            .arg(&f.config)
+            .arg("--state-dir")
+            .arg(&linked)
+            .args(args);
+        crate::common::fleet::clean_env(&mut c);
+        crate::common::fleet::Run::from(c.output().expect("spawn fleetagent"))
+    };
+    at(&["init"]).ok();
+    at(&["trigger", "-p", "1", "-r", "through a link"]).ok();
+    at(&["run"]).ok();
+    let shown = at(&["inspect", "--json"]).ok();
+    assert!(
+        shown.stdout.contains("\"unconsumed_events\": 0"),
+        "{}",
+        shown.stdout
+    );
+    assert!(real.join("fleetagent.db").metadata().unwrap().len() > 0);
+}
