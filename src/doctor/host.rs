@@ -217,7 +217,17 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
     for suffix in ["", "-wal", "-shm"] {
         let file = side_file_of(&db, suffix);
         let shown = file.display();
-        match access(&file, AccessFlags::W_OK) {
+        // Opened for writing (nothing written, nothing truncated): access(2) does not see
+        // an append-only file (`chattr +a`), which SQLite cannot write either.
+        let writable = match access(&file, AccessFlags::W_OK) {
+            Ok(()) => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .map(drop)
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0))),
+            Err(e) => Err(e),
+        };
+        match writable {
             Err(Errno::EROFS) => {
                 return vec![Problem::new(format!(
                     "the database file {shown} is on a read-only mount: every run fails \"attempt to write a readonly database\""
@@ -226,9 +236,9 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
             }
             Err(Errno::EPERM) => {
                 return vec![Problem::new(format!(
-                    "the database file {shown} is immutable (`lsattr` shows `i`): every run fails \"attempt to write a readonly database\""
+                    "the database file {shown} is immutable or append-only (`lsattr` shows `i` or `a`): every run fails \"attempt to write a readonly database\""
                 ))
-                .fix(format!("chattr -i {shown}"))]
+                .fix(format!("chattr -i -a {shown}"))]
             }
             Err(_) if suffix.is_empty() => return Vec::new(),
             Err(_) | Ok(()) => {}
@@ -372,9 +382,18 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let read_only = nix::sys::statvfs::statvfs(dir)
+    // The file system the dir is (or would be made) on: its nearest existing ancestor's.
+    let on = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
+    let read_only = nix::sys::statvfs::statvfs(on)
         .is_ok_and(|st| st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
-    let dir_problem = if !dir.is_dir() {
+    let dir_problem = if dir.exists() && !dir.is_dir() {
+        Some(format!("{} is not a directory", dir.display()))
+    } else if !dir.is_dir() && read_only {
+        Some(format!(
+            "its dir {} does not exist, on a read-only file system",
+            dir.display()
+        ))
+    } else if !dir.is_dir() {
         Some(format!("its dir {} does not exist", dir.display()))
     } else if read_only {
         Some(format!(
@@ -423,10 +442,19 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
             .fix(fix)
             .since(Some(at))]
         }
-        (None, Some(dir)) => vec![Problem::new(format!(
-            "the metrics textfile {shown}: {dir}: the next run cannot write it"
+        (None, Some(problem)) => vec![Problem::new(format!(
+            "the metrics textfile {shown}: {problem}: the next run cannot write it"
         ))
-        .fix(if read_only { READ_ONLY_FIX } else { FIX })],
+        .fix(if read_only {
+            READ_ONLY_FIX.to_string()
+        } else if dir.exists() && !dir.is_dir() {
+            format!(
+                "set [metrics] textfile to a file in a directory ({} is a file)",
+                dir.display()
+            )
+        } else {
+            FIX.to_string()
+        })],
         (None, None) => Vec::new(),
     }
 }
@@ -453,7 +481,18 @@ mod tests {
         let mut config = Config::default();
         config.metrics.textfile = Some(ro.join("fleetagent.prom"));
         let p = metrics(&s.conn, &config, 0);
+        // A dir still to be made there: `units install` could not make it either.
+        config.metrics.textfile = Some(ro.join("sub/fleetagent.prom"));
+        let missing = metrics(&s.conn, &config, 0);
         let _ = std::process::Command::new("umount").arg(&ro).status();
+        assert!(missing[0]
+            .detail
+            .contains("does not exist, on a read-only file system"));
+        assert!(missing[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("mount that file system"));
         assert!(
             p[0].detail.contains("is on a read-only file system"),
             "{p:?}"
@@ -541,10 +580,10 @@ mod tests {
         if chattr("+i") {
             let p = write_probe(dir.path(), wait);
             chattr("-i");
-            assert!(p[0].detail.contains("is immutable"), "{p:?}");
+            assert!(p[0].detail.contains("is immutable or append-only"), "{p:?}");
             assert_eq!(
                 p[0].fix.as_deref(),
-                Some(format!("chattr -i {}", db.display()).as_str())
+                Some(format!("chattr -i -a {}", db.display()).as_str())
             );
             // A side file too.
             let wal = side_file_of(&db, "-wal");
@@ -560,6 +599,18 @@ mod tests {
                 .status();
             assert!(set.is_ok_and(|s| s.success()));
             assert!(p[0].detail.contains("-wal is immutable"), "{p:?}");
+            // Append-only, which access(2) does not see.
+            let set = std::process::Command::new("chattr")
+                .arg("+a")
+                .arg(&db)
+                .status();
+            let p = write_probe(dir.path(), wait);
+            let _ = std::process::Command::new("chattr")
+                .arg("-a")
+                .arg(&db)
+                .status();
+            assert!(set.is_ok_and(|s| s.success()));
+            assert!(p[0].detail.contains("immutable or append-only"), "{p:?}");
         }
     }
 }

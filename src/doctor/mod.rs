@@ -223,7 +223,8 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                         "database {} structure check failed: {}",
                         store.path.display(),
                         crate::error::report(&e)
-                    ))],
+                    ))
+                    .fix("stop the fleetagent units and follow docs/operations.md, \"Recovering the database\" (scripts/recover-db, or the newest `fleetagent backup`)")],
                 );
                 "the database is damaged (see the database check)"
             }

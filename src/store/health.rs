@@ -159,6 +159,28 @@ pub fn edge_check(conn: &Connection) -> Result<()> {
                 missing.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
             );
         }
+        // And every column of them (a column dropped by hand failed only the queries that
+        // read it).
+        let columns = |conn: &Connection, t: &str| -> Result<Vec<String>> {
+            let mut st = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+            let names = st
+                .query_map([t], |r| r.get(0))?
+                .collect::<rusqlite::Result<Vec<String>>>()?;
+            Ok(names)
+        };
+        for t in &expected {
+            let have = columns(conn, t)?;
+            let gone: Vec<String> = columns(&fresh.conn, t)?
+                .into_iter()
+                .filter(|c| !have.contains(c))
+                .collect();
+            if !gone.is_empty() {
+                anyhow::bail!(
+                    "table {t} lacks column(s) {}, though the schema version ({version}) has them: the database was changed by hand or damaged",
+                    gone.join(", ")
+                );
+            }
+        }
     }
     for t in tables {
         let quoted = format!("\"{}\"", t.replace('"', "\"\""));
@@ -201,6 +223,15 @@ mod tests {
             .map_err(anyhow::Error::from)
             .unwrap_err();
         assert!(crate::error::is_damaged_database(&query), "{query:#}");
+        let (_dir, s) = test_store(0);
+        s.conn
+            .execute_batch("ALTER TABLE runs DROP COLUMN decided_by")
+            .unwrap();
+        let err = edge_check(&s.conn).unwrap_err().to_string();
+        assert!(
+            err.starts_with("table runs lacks column(s) decided_by"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -361,8 +361,9 @@ impl Store {
         drop(tx);
         if version == 0 {
             bail!(
-                "{} holds no fleetagent database (empty, or another program's file); \
-                 `fleetagent init` or `fleetagent run` creates one once it is moved away",
+                "{} holds no fleetagent database yet (an empty file, or another program's): \
+                 `fleetagent init` makes one in an empty file; another program's file, move it \
+                 away first",
                 self.path.display()
             );
         }

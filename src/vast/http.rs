@@ -557,6 +557,7 @@ impl VastClient for HttpVastClient {
     fn list_instances(&self) -> Result<Vec<Instance>, VastError> {
         let mut out: Vec<Instance> = Vec::new();
         let mut rows_by_id: HashMap<u64, Value> = HashMap::new();
+        let mut found = 0u64;
         let mut tokens = HashSet::new();
         let mut token: Option<String> = None;
         for page in 0..MAX_PAGES {
@@ -567,9 +568,9 @@ impl VastClient for HttpVastClient {
             let path = format!("/api/v1/instances/?{}", list_query(token.as_deref()));
             let answer = self.send(Method::Get, &path, None, None)?;
             let obj = self.expect_ok(&answer)?;
-            // A listing that cannot be read whole is no listing: an instance left out of it
-            // reads as gone, and is replaced while it bills (a walkthrough saw two creates).
-            let found = instances_found(obj);
+            // Read whole or not at all: what it leaves out reads as gone and is replaced while
+            // it bills. The most any page counted holds (a count left off the last page).
+            found = found.max(instances_found(obj));
             match obj.get("instances") {
                 Some(Value::Array(rows)) => {
                     if page == 0 && rows.is_empty() && found > 0 {

@@ -162,9 +162,14 @@ pub(crate) fn list_query(after_token: Option<&str>) -> String {
 /// How many instances a listing page counts (`instances_found`: a number, or a string of
 /// digits); 0 when it does not say.
 pub(crate) fn instances_found(page: &serde_json::Map<String, Value>) -> u64 {
+    // `2`, `2.0`, `"2"`, `"2.0"`; past 64 bits it is no count of a fleet: the most.
+    let count = |f: f64| (f.is_finite() && f >= 0.0).then(|| f.ceil().min(u64::MAX as f64) as u64);
     match page.get("instances_found") {
-        Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-        Some(v) => v.as_u64().unwrap_or(0),
+        Some(Value::String(s)) => s.trim().parse::<f64>().ok().and_then(count).unwrap_or(0),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_f64().and_then(count))
+            .unwrap_or(0),
         None => 0,
     }
 }
@@ -425,6 +430,24 @@ mod tests {
             create_body(&req)["image_login"],
             "-u me -p tok registry.example"
         );
+    }
+
+    #[test]
+    fn the_count_a_listing_page_gives_in_any_shape() {
+        let page = |v: Value| json!({ "instances_found": v }).as_object().unwrap().clone();
+        for (v, n) in [
+            (json!(2), 2),
+            (json!(2.0), 2),
+            (json!("2"), 2),
+            (json!(" 2.0 "), 2),
+            (json!(1e30), u64::MAX),
+            (json!(-1), 0),
+            (json!("x"), 0),
+            (Value::Null, 0),
+        ] {
+            assert_eq!(instances_found(&page(v.clone())), n, "{v}");
+        }
+        assert_eq!(instances_found(&serde_json::Map::new()), 0);
     }
 
     #[test]
