@@ -202,8 +202,9 @@ fn side_file_of(db: &Path, suffix: &str) -> std::path::PathBuf {
 const WRITE_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What the mode cannot show (a drill and a fuzz walkthrough saw `doctor` green through
-/// both, every run failing): the file immutable or on a read-only mount (access(2) says so
-/// even to root), and a write lock another process holds past `wait` (a pass holds it for
+/// both, every run failing): the file (or its `-wal`, `-shm`) immutable, append-only or on a
+/// read-only mount (access(2) says so even to root, but for append-only, which a write open
+/// finds), and a write lock another process holds past `wait` (a pass holds it for
 /// milliseconds; every `run`, `poll` and `trigger` waits 30 s for it, then fails). The lock
 /// is probed with `BEGIN IMMEDIATE` and given back at once (nothing is written); a user who
 /// may not write the file skips that part.
@@ -211,6 +212,7 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
     use nix::errno::Errno;
     use nix::unistd::{access, AccessFlags};
     use rusqlite::OpenFlags;
+    use std::os::unix::fs::OpenOptionsExt;
     let db = dir.join(crate::store::DB_FILE);
     // The database and its side files (a re-test made the -wal immutable: every run failed,
     // doctor green); a side file that is not there is made by the next writer.
@@ -220,8 +222,10 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
         // Opened for writing (nothing written, nothing truncated): access(2) does not see
         // an append-only file (`chattr +a`), which SQLite cannot write either.
         let writable = match access(&file, AccessFlags::W_OK) {
+            // O_NOFOLLOW: a link planted in the state dir is never opened (`links` names it).
             Ok(()) => std::fs::OpenOptions::new()
                 .write(true)
+                .custom_flags(crate::paths::no_follow())
                 .open(&file)
                 .map(drop)
                 .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0))),
