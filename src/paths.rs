@@ -341,6 +341,15 @@ pub fn special_state_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Whether two paths name one directory (as their links resolve; as written when either
+/// cannot be resolved).
+pub fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 /// Open flags that refuse a symbolic link as the last component of the path (ELOOP).
 pub fn no_follow() -> i32 {
     libc::O_NOFOLLOW

@@ -289,9 +289,14 @@ fn substitute(line: &str, p: &UnitParams) -> String {
 /// (`{ path=... ; argv[]=BIN --config C --state-dir D run ; ... }`, specifiers resolved).
 fn exec_show_state_dir(exec: &str) -> Option<String> {
     let argv = exec.split("argv[]=").nth(1)?.split(" ;").next()?;
-    let mut words = argv.split_whitespace();
+    state_dir_arg(argv).map(String::from)
+}
+
+/// The word after `--state-dir` in a command line.
+fn state_dir_arg(command: &str) -> Option<&str> {
+    let mut words = command.split_whitespace();
     words.find(|w| *w == "--state-dir")?;
-    words.next().map(String::from)
+    words.next()
 }
 
 /// The `--state-dir` a rendered service unit's `ExecStart=` names (unescaped), if any.
@@ -299,9 +304,7 @@ pub fn exec_state_dir(unit: &str) -> Option<PathBuf> {
     let exec = unit
         .lines()
         .find_map(|l| l.trim().strip_prefix("ExecStart="))?;
-    let mut words = exec.split_whitespace();
-    words.find(|w| *w == "--state-dir")?;
-    let dir = words.next()?.replace("$$", "$").replace("%%", "%");
+    let dir = state_dir_arg(exec)?.replace("$$", "$").replace("%%", "%");
     Some(PathBuf::from(dir))
 }
 

@@ -162,12 +162,7 @@ pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
 /// (judged by the mode, not by access(2): doctor often runs as root, who may write anyway).
 pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
     use std::os::unix::fs::PermissionsExt;
-    let db = dir.join(crate::store::DB_FILE);
-    let files = ["", "-wal", "-shm"].map(|suffix| {
-        let mut path = db.clone().into_os_string();
-        path.push(suffix);
-        std::path::PathBuf::from(path)
-    });
+    let files = crate::store::database_files(dir);
     let unwritable: Vec<String> = files
         .iter()
         .filter_map(|f| {
@@ -191,46 +186,33 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
     out
 }
 
-/// `fleetagent.db` with `suffix` (`-wal`, `-shm`).
-fn side_file_of(db: &Path, suffix: &str) -> std::path::PathBuf {
-    let mut path = db.as_os_str().to_owned();
-    path.push(suffix);
-    path.into()
-}
-
 /// How long `doctor` waits for the database's write lock before it names whoever holds it.
 const WRITE_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What the mode cannot show (a drill and a fuzz walkthrough saw `doctor` green through
 /// both, every run failing): the file (or its `-wal`, `-shm`) immutable, append-only or on a
-/// read-only mount (access(2) says so even to root, but for append-only, which a write open
-/// finds), and a write lock another process holds past `wait` (a pass holds it for
+/// read-only mount (an open for writing says so even to root; access(2) misses append-only),
+/// and a write lock another process holds past `wait` (a pass holds it for
 /// milliseconds; every `run`, `poll` and `trigger` waits 30 s for it, then fails). The lock
 /// is probed with `BEGIN IMMEDIATE` and given back at once (nothing is written); a user who
 /// may not write the file skips that part.
 pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem> {
     use nix::errno::Errno;
-    use nix::unistd::{access, AccessFlags};
     use rusqlite::OpenFlags;
     use std::os::unix::fs::OpenOptionsExt;
-    let db = dir.join(crate::store::DB_FILE);
+    let [db, wal, shm] = crate::store::database_files(dir);
     // The database and its side files (a re-test made the -wal immutable: every run failed,
     // doctor green); a side file that is not there is made by the next writer.
-    for suffix in ["", "-wal", "-shm"] {
-        let file = side_file_of(&db, suffix);
+    for file in [&db, &wal, &shm] {
         let shown = file.display();
-        // Opened for writing (nothing written, nothing truncated): access(2) does not see
-        // an append-only file (`chattr +a`), which SQLite cannot write either.
-        let writable = match access(&file, AccessFlags::W_OK) {
-            // O_NOFOLLOW: a link planted in the state dir is never opened (`links` names it).
-            Ok(()) => std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(crate::paths::no_follow())
-                .open(&file)
-                .map(drop)
-                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0))),
-            Err(e) => Err(e),
-        };
+        // Opened for writing, nothing written nor truncated; O_NOFOLLOW: a link planted in
+        // the state dir is never opened (`links` names it).
+        let writable = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(crate::paths::no_follow())
+            .open(file)
+            .map(drop)
+            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)));
         match writable {
             Err(Errno::EROFS) => {
                 return vec![Problem::new(format!(
@@ -244,7 +226,7 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
                 ))
                 .fix(format!("chattr -i -a {shown}"))]
             }
-            Err(_) if suffix.is_empty() => return Vec::new(),
+            Err(_) if file == &db => return Vec::new(),
             Err(_) | Ok(()) => {}
         }
     }
@@ -339,15 +321,11 @@ pub(super) fn units(units: Option<&Value>, state_dir: &Path) -> Vec<Problem> {
     let Some(units) = units.and_then(|u| u.as_object()) else {
         return Vec::new();
     };
-    let same = |other: &Path| match (other.canonicalize(), state_dir.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => other == state_dir,
-    };
     let elsewhere = units
         .get(crate::units::SERVICE)
         .filter(|u| u.get("load_state").and_then(Value::as_str) == Some("loaded"))
         .and_then(|u| u.get("state_dir").and_then(Value::as_str))
-        .filter(|d| !same(Path::new(d)))
+        .filter(|d| !crate::paths::same_dir(Path::new(d), state_dir))
         .map(|d| {
             Problem::new(format!(
                 "the installed {} runs state dir {d}, not this one ({}): no pass runs for this database, and the fleet it knows is watched by nothing",
@@ -573,47 +551,37 @@ mod tests {
         );
         holder.execute_batch("ROLLBACK").unwrap();
         assert!(write_probe(dir.path(), wait).is_empty());
-        let db = dir.path().join(crate::store::DB_FILE);
-        let chattr = |flag: &str| {
-            std::process::Command::new("chattr")
-                .arg(flag)
-                .arg(&db)
-                .output()
-                .is_ok_and(|o| o.status.success())
+        let [db, wal, _] = crate::store::database_files(dir.path());
+        if !wal.exists() {
+            std::fs::write(&wal, b"").unwrap();
+        }
+        // The probe's problems with `flag` set on `file` (None where the file system does not
+        // let this user set it).
+        let flagged = |flag: &str, file: &std::path::Path| {
+            let chattr = |sign: &str| {
+                std::process::Command::new("chattr")
+                    .arg(format!("{sign}{flag}"))
+                    .arg(file)
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            };
+            chattr("+").then(|| {
+                let p = write_probe(dir.path(), wait);
+                assert!(chattr("-"), "chattr -{flag} {}", file.display());
+                p
+            })
         };
-        if chattr("+i") {
-            let p = write_probe(dir.path(), wait);
-            chattr("-i");
+        if let Some(p) = flagged("i", &db) {
             assert!(p[0].detail.contains("is immutable or append-only"), "{p:?}");
             assert_eq!(
                 p[0].fix.as_deref(),
                 Some(format!("chattr -i -a {}", db.display()).as_str())
             );
             // A side file too.
-            let wal = side_file_of(&db, "-wal");
-            std::fs::write(&wal, b"").unwrap();
-            let set = std::process::Command::new("chattr")
-                .arg("+i")
-                .arg(&wal)
-                .status();
-            let p = write_probe(dir.path(), wait);
-            let _ = std::process::Command::new("chattr")
-                .arg("-i")
-                .arg(&wal)
-                .status();
-            assert!(set.is_ok_and(|s| s.success()));
+            let p = flagged("i", &wal).expect("chattr +i on the -wal");
             assert!(p[0].detail.contains("-wal is immutable"), "{p:?}");
             // Append-only, which access(2) does not see.
-            let set = std::process::Command::new("chattr")
-                .arg("+a")
-                .arg(&db)
-                .status();
-            let p = write_probe(dir.path(), wait);
-            let _ = std::process::Command::new("chattr")
-                .arg("-a")
-                .arg(&db)
-                .status();
-            assert!(set.is_ok_and(|s| s.success()));
+            let p = flagged("a", &db).expect("chattr +a");
             assert!(p[0].detail.contains("immutable or append-only"), "{p:?}");
         }
     }

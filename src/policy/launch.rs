@@ -771,21 +771,27 @@ pub fn after_orphan(
     }
 }
 
+/// A create whose answer says nothing sure (`message` why): its intent is left open for the
+/// next listing to settle by the label, and the result says not to launch again for it.
+pub fn left_open(create: &Create, message: String) -> Settle {
+    Settle::Open {
+        result: ToolResult::error(
+            "vast_error",
+            json!({
+                "message": message,
+                "label": create.row.label,
+                "may_have_created": true,
+                "note": "the create may have gone through: it is kept as an open launch and the next pass checks the listing for its label; do not launch again for it",
+            }),
+        ),
+        note: message,
+    }
+}
+
 fn failure(create: &Create, e: &VastError) -> Settle {
     let msg = clip(&e.to_string(), 300);
     if e.may_have_created() {
-        return Settle::Open {
-            result: ToolResult::error(
-                "vast_error",
-                json!({
-                    "message": msg,
-                    "label": create.row.label,
-                    "may_have_created": true,
-                    "note": "the create may have gone through: it is kept as an open launch and the next pass checks the listing for its label; do not launch again for it",
-                }),
-            ),
-            note: msg,
-        };
+        return left_open(create, msg);
     }
     let mut details = json!({ "message": msg, "offer_id": create.offer.id });
     if matches!(e, VastError::NoSuchAsk(_)) {

@@ -148,11 +148,8 @@ pub enum OpenMode {
 impl Store {
     /// Open (and migrate) `<state_dir>/fleetagent.db`.
     pub fn open(state_dir: &Path, mode: OpenMode, now: Millis) -> Result<Store> {
-        // The dir as its links resolve: SQLite's NOFOLLOW refuses a link anywhere in the
-        // path, and a state dir under a linked home (/home -> /var/home) failed every command
-        // with "unable to open database file" (the file itself must still be no link).
-        let resolved = state_dir.canonicalize().ok();
-        let state_dir = resolved.as_deref().unwrap_or(state_dir);
+        let resolved = resolved_dir(state_dir);
+        let state_dir = resolved.as_path();
         let path = state_dir.join(DB_FILE);
         let exists = database_exists(state_dir)?;
         if !exists && mode != OpenMode::Create {
@@ -517,6 +514,22 @@ impl Store {
             )
         })
     }
+}
+
+/// The state dir as its links resolve (as given when it cannot be resolved): SQLite's
+/// NOFOLLOW refuses a link anywhere in the path, and a state dir under a linked home
+/// (/home -> /var/home) failed every command with "unable to open database file" (the
+/// database file itself must still be no link).
+pub(crate) fn resolved_dir(state_dir: &Path) -> PathBuf {
+    state_dir
+        .canonicalize()
+        .unwrap_or_else(|_| state_dir.to_path_buf())
+}
+
+/// The database of `state_dir` and its side files: `fleetagent.db`, `-wal`, `-shm`.
+pub(crate) fn database_files(state_dir: &Path) -> [PathBuf; 3] {
+    let db = state_dir.join(DB_FILE);
+    ["", "-wal", "-shm"].map(|suffix| side_file(&db, suffix))
 }
 
 fn side_file(db: &Path, suffix: &str) -> PathBuf {

@@ -88,9 +88,9 @@ fn simulated_install(conn: &Connection) -> bool {
 /// [`refuse`] before the database is opened, for `run`: its opening (after the lock, in the
 /// pass's own machinery) is the simulator's too. Nothing when there is none yet.
 pub fn refuse_in(dir: &std::path::Path) -> Result<()> {
-    // As its links resolve (`Store::open`): NOFOLLOW refuses a link anywhere in the path.
-    let resolved = dir.canonicalize().ok();
-    let dir = resolved.as_deref().unwrap_or(dir);
+    // As its links resolve, as `Store::open` opens it.
+    let resolved = super::resolved_dir(dir);
+    let dir = resolved.as_path();
     let path = dir.join(super::DB_FILE);
     if !super::database_exists(dir)?
         || crate::paths::not_a_plain_file(&path).is_some()

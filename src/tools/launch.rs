@@ -398,27 +398,16 @@ fn settled(
     let settle = match settle {
         Settle::Launched { instance_id, row } => {
             match instances::by_vast_id(&ctx.store.conn, instance_id as i64)? {
-                Some(other) if other.label != row.label => {
-                    let note = crate::text::clip(
+                Some(other) if other.label != row.label => plan::left_open(
+                    create,
+                    crate::text::clip(
                         &format!(
                             "vast.ai answered the create with instance {instance_id}, which fleetagent's table holds as {}; left open: the next listing settles this launch by its label",
                             crate::text::quote(&other.label, crate::fleet::LABEL_CHARS)
                         ),
                         300,
-                    );
-                    Settle::Open {
-                        result: ToolResult::error(
-                            "vast_error",
-                            serde_json::json!({
-                                "message": note,
-                                "label": create.row.label,
-                                "may_have_created": true,
-                                "note": "the create may have gone through: it is kept as an open launch and the next pass checks the listing for its label; do not launch again for it",
-                            }),
-                        ),
-                        note,
-                    }
-                }
+                    ),
+                ),
                 _ => Settle::Launched { instance_id, row },
             }
         }
