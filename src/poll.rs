@@ -190,7 +190,13 @@ pub fn poll(
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
         if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
-            crate::store::clock_step::store_skew(&store.conn, skew)?;
+            use crate::store::clock_step::{forward_line, store_skew};
+            if let Some(r) = store_skew(&store.conn, skew, clock.now_ms())?.forward {
+                crate::journal::eprint(
+                    crate::journal::WARNING,
+                    &format!("fleetagent poll: {}", forward_line(r)),
+                );
+            }
         }
     }
     problems.demand = demand_error;

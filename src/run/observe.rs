@@ -62,6 +62,11 @@ pub fn observe(
     let tx = store
         .immediate()
         .context("cannot begin the fleet reconciliation")?;
+    // First the skew: a clock set right after it ran behind dates its slow hours' rows later,
+    // before anything reads their ages.
+    if let Some(skew) = skew {
+        record_skew(&tx, run_id, skew, now)?;
+    }
     if let Some(r) = crate::store::clock_step::redate_future(&tx, now)? {
         let line = format!(
             "the clock is {} behind the ledger: it stepped back (NTP, a VM restored from a snapshot); {} row(s) of launches, stops and instances dated after now are dated now, so that the launch window and policy.min_rental_mins count them from now; check the host's clock (timedatectl)",
@@ -116,9 +121,6 @@ pub fn observe(
     // `NO_VAST_KEY` (`list_ours`): recorded as a failed listing, so `fleetagent_vast_ok` reads
     // 0 (an earlier success must not keep it at 1 after the key was lost).
     crate::store::ops::record_listing(&tx, listing_error.as_deref().map_or(Ok(()), Err), now)?;
-    if let Some(skew) = skew {
-        record_skew(&tx, run_id, skew, now)?;
-    }
     let bad_until = now + (config.vast.offers.bad_host_hours * 3_600_000.0) as Millis;
     for (_, machine, line) in &rec.overbilled {
         crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
@@ -181,8 +183,14 @@ pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Mi
 /// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is
 /// said at warning every pass, and to the agent when it begins.
 fn record_skew(conn: &Connection, run_id: i64, skew: Millis, now: Millis) -> Result<()> {
-    use crate::store::clock_step::skew_line;
-    let before = crate::store::clock_step::store_skew(conn, skew)?;
+    use crate::store::clock_step::{forward_line, skew_line, store_skew};
+    let stored = store_skew(conn, skew, now)?;
+    if let Some(r) = stored.forward {
+        let line = forward_line(r);
+        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+        events::insert_claimed(conn, run_id, 1, "lifecycle", &line, now)?;
+    }
+    let before = stored.before;
     let Some(line) = skew_line(skew) else {
         return Ok(());
     };

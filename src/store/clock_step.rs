@@ -5,6 +5,12 @@
 //! re-dates such rows to its own now: they happened before it, and the window and the
 //! rental protections then count them from now, as recent, never for the length of the
 //! step.
+//!
+//! The other way, a clock that ran behind vast.ai's and is set right steps forward, and what
+//! it dated in its slow hours reads that much older (more launches let through the window,
+//! instances a few minutes old stopped as past `policy.min_rental_mins`, a pause ended).
+//! Its skew was measured against vast.ai's `Date` ([`store_skew`]): the first listing that
+//! finds the two agree again dates those rows later by the step ([`redate_slow_hours`]).
 
 use anyhow::Result;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -92,15 +98,95 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
     ))
 }
 
+/// What [`store_skew`] found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// The skew stored before this measurement.
+    pub before: Option<Millis>,
+    /// A clock that ran behind vast.ai's and was set right since the last measurement: the
+    /// rows dated while it ran behind, dated later by the step ([`redate_slow_hours`]).
+    pub forward: Option<Redated>,
+}
+
 /// Store the skew a listing measured when it moved beyond what an operator would tell apart
-/// ([`skew_changed`]); the stored skew before it. What a pass and `poll` do with each
-/// measurement.
-pub fn store_skew(conn: &Connection, skew: Millis) -> Result<Option<Millis>> {
+/// ([`skew_changed`]), and when this host's clock began to run off vast.ai's. A clock that
+/// ran behind by more than [`CLOCK_SKEW_MAX_MS`] and now reads at least [`CLOCK_STEP_MS`]
+/// nearer vast.ai's was set right (a step forward): what was dated since it began to run
+/// behind is dated later by that step. What a pass and `poll` do with each measurement;
+/// `now` is this host's time.
+pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored> {
     let before = crate::store::ops::vast_health(conn)?.clock_skew_ms;
+    let since: Option<Millis> = conn
+        .prepare_cached("SELECT vast_clock_skew_since_ms FROM agent_state WHERE id = 1")?
+        .query_row([], |r| r.get(0))?;
+    let mut forward = None;
+    if let (Some(b), Some(since)) = (before, since) {
+        let step = skew - b;
+        if b < -CLOCK_SKEW_MAX_MS && step > CLOCK_STEP_MS {
+            let rows = redate_slow_hours(conn, since, step, now)?;
+            forward = Some(Redated {
+                rows,
+                ahead_ms: step,
+            });
+        }
+    }
     if skew_changed(before, Some(skew)) {
         crate::store::ops::record_clock_skew(conn, Some(skew))?;
     }
-    Ok(before)
+    let off = |s: Millis| s.abs() > CLOCK_SKEW_MAX_MS;
+    let same_side = before.is_some_and(|b| off(b) && off(skew) && (b > 0) == (skew > 0));
+    let since_now = match (off(skew), same_side && forward.is_none()) {
+        (false, _) => None,
+        (true, true) => since.or(Some(now)),
+        (true, false) => Some(now),
+    };
+    if since_now != since {
+        conn.prepare_cached("UPDATE agent_state SET vast_clock_skew_since_ms = ?1 WHERE id = 1")?
+            .execute(params![since_now])?;
+    }
+    Ok(Stored { before, forward })
+}
+
+/// The times of `actions`, `instances` and the pause's end at or after `since` (when this
+/// host's clock began to run behind vast.ai's), dated `by` later but never after `now`: the
+/// clock was set right by a step of `by`, and they would otherwise read that much older (the
+/// launch window letting more launches go, instances stopped within
+/// `policy.min_rental_mins`, a pause ending early). The rows changed.
+pub fn redate_slow_hours(
+    conn: &Connection,
+    since: Millis,
+    by: Millis,
+    now: Millis,
+) -> Result<usize> {
+    let mut rows = conn.execute(
+        "UPDATE actions SET created_at = CASE WHEN created_at >= ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
+                            finished_at = CASE WHEN finished_at >= ?1 THEN MIN(finished_at + ?2, ?3) ELSE finished_at END
+          WHERE created_at >= ?1 OR finished_at >= ?1",
+        params![since, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE instances SET created_at = CASE WHEN created_at >= ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
+                              state_since = CASE WHEN state_since >= ?1 THEN MIN(state_since + ?2, ?3) ELSE state_since END,
+                              last_seen_at = CASE WHEN last_seen_at >= ?1 THEN MIN(last_seen_at + ?2, ?3) ELSE last_seen_at END
+          WHERE gone_at IS NULL AND (created_at >= ?1 OR state_since >= ?1 OR last_seen_at >= ?1)",
+        params![since, by, now],
+    )?;
+    // The pause's end was set ahead of the clock: it moves with the step, whatever `now`.
+    rows += conn.execute(
+        "UPDATE agent_state SET paused_at = MIN(paused_at + ?2, ?3), paused_until = paused_until + ?2
+          WHERE id = 1 AND paused_at >= ?1",
+        params![since, by, now],
+    )?;
+    Ok(rows)
+}
+
+/// The line a pass and `poll` say at warning when [`store_skew`] dated rows later.
+pub fn forward_line(r: Redated) -> String {
+    format!(
+        "this host's clock stepped forward by {} to vast.ai's (it ran behind, and was set right): {} row(s) of launches, stops, instances and the pause dated while it ran behind are dated that much later (never after now), so that the launch window, policy.min_rental_mins and the pause count them as they happened",
+        crate::clock::human_duration((r.ahead_ms + 30_000) / 60_000 * 60_000),
+        r.rows
+    )
 }
 
 /// Two measurements of the skew that an operator would not tell apart (a slow answer,
@@ -164,6 +250,87 @@ mod tests {
             assert_eq!(at(table, "ahead"), now);
         }
         assert_eq!(redate_future(&s.conn, now).unwrap(), None);
+    }
+
+    /// The drill: the clock ran two hours behind vast.ai's (a pass dated what it did, and the
+    /// rows the step back left in the future, by it), then was set right. What was dated in
+    /// the slow hours is dated later by the step, never after now; the rest is kept.
+    #[test]
+    fn a_clock_set_right_after_running_behind_dates_its_slow_hours_later() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let step = 7_200_000;
+        let slow = 50_000_000; // this host's time in the slow hours
+        assert_eq!(store_skew(c, 200, slow - 1_000).unwrap().forward, None);
+        // The first listing that measured it: the slow hours begin.
+        let first = store_skew(c, -step, slow).unwrap();
+        assert_eq!((first.before, first.forward), (Some(200), None));
+        let insert = |label: &str, at: Millis| {
+            c.execute(
+                "INSERT INTO actions (kind, outcome, actor, label, created_at, finished_at)
+                 VALUES ('launch', 'ok', 'rules', ?1, ?2, ?2)",
+                params![label, at],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO instances (label, state, created_at, state_since)
+                 VALUES (?1, 'proving', ?2, ?2)",
+                params![label, at],
+            )
+            .unwrap();
+        };
+        insert("before", slow - 3_600_000);
+        insert("slow", slow + 60_000);
+        insert("late", slow + 3_000_000);
+        let pause = crate::store::ops::Pause {
+            since: slow + 60_000,
+            until: Some(slow + 3_660_000),
+            reason: "maintenance".into(),
+        };
+        crate::store::ops::set_pause(c, &pause).unwrap();
+        // Still behind, measured again: nothing moves, the hours keep their start.
+        assert_eq!(
+            store_skew(c, -step + 900, slow + 120_000).unwrap().forward,
+            None
+        );
+        // Set right: vast.ai's Date agrees with this host's clock again.
+        let now = slow + 600_000 + step + 1_000;
+        let r = store_skew(c, 300, now).unwrap().forward.unwrap();
+        assert_eq!(
+            r.ahead_ms,
+            step + 300,
+            "from the skew stored (900 ms is no change)"
+        );
+        assert_eq!(r.rows, 5, "two actions, two instances, the pause");
+        let at = |table: &str, label: &str| -> Millis {
+            c.query_row(
+                &format!("SELECT created_at FROM {table} WHERE label = ?1"),
+                [label],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        for table in ["actions", "instances"] {
+            assert_eq!(at(table, "before"), slow - 3_600_000, "{table}: kept");
+            assert_eq!(at(table, "slow"), slow + 60_000 + r.ahead_ms, "{table}");
+            assert_eq!(at(table, "late"), now, "{table}: never after now");
+        }
+        let pause = crate::store::ops::paused(c, now).unwrap().unwrap();
+        assert_eq!(
+            pause.until,
+            Some(slow + 3_660_000 + r.ahead_ms),
+            "the hour it was paused for"
+        );
+        let since: Option<Millis> = c
+            .query_row(
+                "SELECT vast_clock_skew_since_ms FROM agent_state",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(since, None, "within a minute: no slow hours");
+        assert_eq!(store_skew(c, 300, now + 60_000).unwrap().forward, None);
+        assert!(forward_line(r).starts_with("this host's clock stepped forward by 2h00m"));
     }
 
     #[test]

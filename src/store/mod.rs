@@ -51,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0011_clock_skew.sql"),
     include_str!("../../sql/0012_tally.sql"),
     include_str!("../../sql/0013_paused_spans.sql"),
+    include_str!("../../sql/0014_clock_skew_since.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -128,3 +128,86 @@ fn a_host_clock_off_vast_ais_is_said_and_named_by_doctor() {
     assert_eq!(kept, skew);
     assert!(f.cmd(&["doctor"]).stdout.contains(said));
 }
+
+/// vast.ai's clock at this host's plus an offset the test sets.
+struct VastAt(std::sync::atomic::AtomicI64);
+
+impl fleetagent::clock::Clock for VastAt {
+    fn now_ms(&self) -> fleetagent::clock::Millis {
+        fleetagent::clock::SystemClock.now_ms() + self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn sleep(&self, d: std::time::Duration) {
+        fleetagent::clock::SystemClock.sleep(d)
+    }
+}
+
+/// The drill (2026-12-06): this host's clock ran two hours behind vast.ai's, a pass launched,
+/// then the clock was set right (a step forward). What the slow hours dated read two hours
+/// older: the launch window let more launches go (8 in 3 minutes against 6 per 15), and idle
+/// instances were stopped within policy.min_rental_mins. The first listing that sees the
+/// clock agree with vast.ai's again dates the slow hours' rows later by the step.
+///
+/// A test cannot step this host's clock, so it writes the database a slow clock would have:
+/// the pass runs against a vast.ai two hours ahead (it measures the skew and marks where the
+/// slow hours begin), then every time it wrote is put two hours back, and vast.ai's clock is
+/// made this host's (the clock set right). The drill itself ran the binary under faketime.
+#[test]
+fn a_clock_set_right_after_running_behind_keeps_the_launch_window_of_its_slow_hours() {
+    use std::sync::atomic::Ordering;
+    const TWO_HOURS: i64 = 7_200_000;
+    let clock = std::sync::Arc::new(VastAt(std::sync::atomic::AtomicI64::new(TWO_HOURS)));
+    let vast = FakeVast::start(clock.clone());
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let demand = f.path().join("demand.json");
+    f.write_config(&crate::common::config::rules_config(
+        &vast.url(),
+        &demand,
+        &["[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 6\nlaunch_window_max = 1\nemergency_launch_max = 1"],
+    ));
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["init"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("2h00m behind vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
+
+    // What a clock two hours slow would have written.
+    let db = f.db();
+    for sql in [
+        "UPDATE actions SET created_at = created_at - 7200000, finished_at = finished_at - 7200000",
+        "UPDATE instances SET created_at = created_at - 7200000, state_since = state_since - 7200000,
+                              last_seen_at = last_seen_at - 7200000",
+        "UPDATE agent_state SET vast_clock_skew_since_ms = vast_clock_skew_since_ms - 7200000",
+    ] {
+        assert!(db.execute(sql, []).unwrap() > 0, "{sql}");
+    }
+    // Set right; the instance is gone, WORKERS DEAD again: the window, one launch in
+    // 15 minutes, holds the launch of a minute ago.
+    clock.0.store(0, Ordering::SeqCst);
+    for id in vast.instance_ids() {
+        vast.remove_instance(id);
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("run 2: this host's clock stepped forward by 2h00m to vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
+    let old: i64 = f.count(&format!(
+        "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND created_at < {}",
+        chrono::Utc::now().timestamp_millis() - 3_600_000
+    ));
+    assert_eq!(old, 0, "the launch is dated as it happened");
+    let told: i64 = f.count(
+        "SELECT COUNT(*) FROM events WHERE kind = 'lifecycle'
+          AND reason LIKE 'this host''s clock stepped forward by 2h00m%'",
+    );
+    assert_eq!(told, 1, "the agent is told");
+}
