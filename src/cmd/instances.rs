@@ -15,7 +15,7 @@ use crate::cmd::App;
 use crate::fleet::{self, LABEL_CHARS};
 use crate::run::observe;
 use crate::services;
-use crate::store::{events, instances};
+use crate::store::{actions, events, instances};
 use crate::text::{clip, quote};
 use crate::tools::{self, Actor, ToolCtx};
 use crate::vast::Instance;
@@ -266,8 +266,27 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let Some(id) = args.id.filter(|_| !args.all) else {
         return stop_all(app, args);
     };
-    let reason = args.reason.as_deref().unwrap_or("operator request");
     let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
+    // Typed: a pass running now holds its launches from here, not from vast.ai's answer
+    // (a walkthrough saw a replacement rented while the destroy was on its way).
+    actions::set_operator_stop_in_flight(&store.conn, Some((app.now(), id)))?;
+    let result = stop_one(app, args, id, &loaded, &dir, &mut store);
+    // Recorded or refused: the recorded stop holds from now on, a refused one holds nothing.
+    let cleared = actions::set_operator_stop_in_flight(&store.conn, None);
+    result?;
+    cleared
+}
+
+/// [`stop`] of one instance, with the store opened and the stop marked in flight.
+fn stop_one(
+    app: &App,
+    args: &InstancesStopArgs,
+    id: i64,
+    loaded: &crate::config::LoadedConfig,
+    dir: &std::path::Path,
+    store: &mut crate::store::Store,
+) -> Result<()> {
+    let reason = args.reason.as_deref().unwrap_or("operator request");
     let config = &loaded.config;
     let services = vast_only(app, config)?;
     if services.vast.is_none() && !config.policy.dry_run {
@@ -284,7 +303,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let now = app.now();
     let result = {
         let call_id = format!("operator-{now}");
-        let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
+        let mut ctx = operator_ctx(app, config, &services, store, &mut snapshot, call_id);
         tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
     if let Some(code) = result.error_code() {

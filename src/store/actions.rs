@@ -524,6 +524,33 @@ pub fn get(conn: &Connection, id: i64) -> Result<Option<Action>> {
         .optional()?)
 }
 
+/// An operator's stop typed and not yet recorded (`instances stop ID` sets it before its
+/// listing and clears it once its stop is recorded or refused), if it began since `since`.
+pub fn operator_stop_in_flight(conn: &Connection, since: Millis) -> Result<Option<OperatorStop>> {
+    let row: (Option<Millis>, Option<i64>) = conn
+        .prepare_cached(
+            "SELECT operator_stop_at, operator_stop_instance FROM agent_state WHERE id = 1",
+        )?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(match row {
+        (Some(at), instance_id) if at >= since => Some(OperatorStop {
+            at,
+            instance_id,
+            label: None,
+        }),
+        _ => None,
+    })
+}
+
+/// Set (`Some((at, instance))`) or clear the operator's stop in flight.
+pub fn set_operator_stop_in_flight(conn: &Connection, stop: Option<(Millis, i64)>) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE agent_state SET operator_stop_at = ?1, operator_stop_instance = ?2 WHERE id = 1",
+    )?
+    .execute(params![stop.map(|s| s.0), stop.map(|s| s.1)])?;
+    Ok(())
+}
+
 /// Launch intents not yet settled (a crash between intent and record leaves them).
 pub fn open_intents(conn: &Connection) -> Result<Vec<Action>> {
     let mut stmt = conn.prepare_cached(&format!(

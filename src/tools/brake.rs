@@ -15,8 +15,8 @@ use crate::policy::guardrails::Refusal;
 use crate::store::{actions, events, ops};
 
 /// The operator hold in force at `now` (`fleet::OperatorHold`): the operator's latest stop
-/// of one of ours within `policy.operator_hold_mins`, with no `resume` nor operator
-/// `message` since.
+/// of one of ours within `policy.operator_hold_mins` (recorded, or typed and awaiting
+/// vast.ai's answer), with no `resume` nor operator `message` since.
 pub fn operator_hold(
     conn: &Connection,
     config: &Config,
@@ -27,7 +27,14 @@ pub fn operator_hold(
         return Ok(None);
     }
     let since = now - (mins as Millis).saturating_mul(60_000);
-    let stop = actions::last_operator_stop_since(conn, since)?;
+    // The latest of a stop recorded and one typed whose answer from vast.ai is awaited.
+    let stop = match (
+        actions::last_operator_stop_since(conn, since)?,
+        actions::operator_stop_in_flight(conn, since)?,
+    ) {
+        (Some(done), Some(typed)) if typed.at > done.at => Some(typed),
+        (done, typed) => done.or(typed),
+    };
     let spoke = match &stop {
         Some(s) => events::any_of_kinds_since(conn, &["resume", "message"], s.at)?,
         None => false,

@@ -578,3 +578,56 @@ fn an_operator_destroy_made_while_a_pass_lists_is_not_undone_by_that_listing() {
     );
     assert!(!stderr.contains("listed again"), "{stderr}");
 }
+
+/// An operator's stop typed while a pass is about to launch, whose destroy vast.ai answers
+/// only after that pass's create would go (the matrix walkthrough: a replacement rented two
+/// seconds after the DELETE was sent, the hold said to be in force). The hold counts from the
+/// stop typed: the pass's launch is refused `operator_hold`, nothing is created.
+#[test]
+fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0")
+        .env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:3000");
+    one_instance_is_enough(&f);
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    let run = f.spawn(&["run"]);
+    wait_for(
+        || {
+            f.count("SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'intent'")
+                == 1
+        },
+        "the floor's launch intent",
+    );
+    let old = vast.add_instance("fleetagent-r0-0a0b0c0d").to_string();
+    vast.answer_late(Route::Destroy, 1, std::time::Duration::from_millis(5_000));
+    let stop = f.spawn(&["instances", "stop", &old, "--force", "--reason", "bad host"]);
+    let in_flight = "SELECT COUNT(*) FROM agent_state WHERE operator_stop_at IS NOT NULL";
+    wait_for(|| f.count(in_flight) == 1, "the stop marked in flight");
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(vast.count(Route::Create), 0, "{stderr}");
+    assert_eq!(
+        f.count(
+            "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'refused'
+              AND code = 'operator_hold'"
+        ),
+        1,
+        "{:?}",
+        launches(&f)
+    );
+    let said = stop.wait_with_output().unwrap();
+    assert!(
+        said.status.success(),
+        "{}",
+        String::from_utf8_lossy(&said.stderr)
+    );
+    assert_eq!(f.count(in_flight), 0, "cleared once recorded");
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM actions WHERE actor = 'operator' AND outcome = 'ok'"),
+        1
+    );
+}
