@@ -297,7 +297,7 @@ fn stop_one(
     if services.vast.is_some() {
         crate::output::waiting("vast.ai", services::vast_call_bound(config));
     }
-    let mut snapshot = observe::stop_view(&store, config, &services, app.clock.as_ref())?;
+    let mut snapshot = observe::stop_view(store, config, &services, app.clock.as_ref())?;
     // The operator's destroy is sent even when the listing went unanswered.
     ask_again(&services);
     let now = app.now();
@@ -334,7 +334,7 @@ fn stop_one(
     // The agent hears of it on its next pass, like any other change.
     let event = events::insert(&store.conn, 1, "operator", &reason, None, now)?;
     store.fence("instances stop")?;
-    crate::trigger::ring(&dir, event, 1, &reason, now)?;
+    crate::trigger::ring(dir, event, 1, &reason, now)?;
     crate::outln!("instance {id} {done}");
     // Said where it begins: the soak walkthrough's operator did not know of the hold.
     let mins = config.policy.operator_hold_mins;
@@ -343,7 +343,7 @@ fn stop_one(
             "operator hold: the rules and the floor launch nothing for {mins} min (policy.operator_hold_mins), WORKERS DEAD's launches included; `fleetagent resume` or a message ends it"
         );
     }
-    crate::metrics::after_operator(config, &dir, now);
+    crate::metrics::after_operator(config, dir, now);
     let stopped = (done == "stopped").then_some(id);
     let left = still_listed(
         &services,
