@@ -455,7 +455,7 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .filter(|r| r.vast_id.is_none())
         .map(|r| r.label.clone())
         .collect();
-    let (mut destroyed, mut failed) = (0, 0);
+    let (mut destroyed, mut failed, mut dry) = (0, 0, 0);
     let mut acknowledged = Vec::new();
     for (id, label) in &targets {
         // Each destroy is sent, whatever the listing or the one before it met: the panic
@@ -468,7 +468,10 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         };
         let name = format!("instance {id} {}", quote(label, LABEL_CHARS));
         match (result.error_code(), result.content["already"].as_str()) {
-            (Some("dry_run"), _) => crate::outln!("{name}: would be destroyed (policy.dry_run)"),
+            (Some("dry_run"), _) => {
+                dry += 1;
+                crate::outln!("{name}: would be destroyed (policy.dry_run)");
+            }
             (Some(code), _) => {
                 failed += 1;
                 crate::outln!("{name}: NOT destroyed ({code}): {}", message_of(&result));
@@ -525,7 +528,33 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     store.fence("instances stop --all")?;
     crate::trigger::ring(&dir, event, 1, &line, now)?;
     crate::metrics::after_operator(config, &dir, now);
-    if failed > 0 || left > 0 || !unlisted.is_empty() || snapshot.listing_error.is_some() {
+    let mut short = Vec::new();
+    if dry > 0 {
+        short.push(format!("{dry} not destroyed: policy.dry_run = true sends nothing to vast.ai (set it to false and run this again, or destroy them in vast.ai's console)"));
+    }
+    if failed > 0 {
+        short.push(format!("{failed} failed"));
+    }
+    if left > 0 {
+        short.push(format!("{left} acknowledged but still listed"));
+    }
+    if !unlisted.is_empty() {
+        short.push(format!("{} launch(es) not listed yet", unlisted.len()));
+    }
+    if snapshot.listing_error.is_some() {
+        short.push(
+            "the listing failed: instances fleetagent's table does not know were not seen".into(),
+        );
+    }
+    if !short.is_empty() {
+        // Said where `journalctl -p err` looks: the bill may not have stopped.
+        crate::journal::eprint(
+            crate::journal::ERR,
+            &format!(
+                "fleetagent: instances stop --all: instances of ours may still bill ({}); run it again, and check `fleetagent instances list`",
+                short.join("; ")
+            ),
+        );
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
     }
     Ok(())

@@ -42,7 +42,12 @@ pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> V
     match crate::fleet::over_caps(&rows, &config.policy) {
         None => Vec::new(),
         Some(figures) => vec![Problem::new(format!(
-            "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go"
+            "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go{}",
+            if config.policy.dry_run {
+                " (under policy.dry_run it only says what it would stop)"
+            } else {
+                ""
+            }
         ))
         .fix("if the cap was lowered on purpose, nothing: the next pass does it; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")],
     }
@@ -148,9 +153,19 @@ fn fence_margin(config: &Config) -> Vec<Problem> {
     ))]
 }
 
-/// Launches made impossible by the config: keys unset, caps at 0.
+/// Launches made impossible by the config: keys unset, caps at 0, a dry run.
 fn launch(config: &Config) -> Vec<Problem> {
     let mut out = Vec::new();
+    if config.policy.dry_run {
+        // A trial left on is a fleet nobody tends: WORKERS DEAD said every pass, nothing
+        // rented, and doctor was green (a walkthrough).
+        out.push(
+            Problem::new(
+                "policy.dry_run = true: nothing is sent to vast.ai, no launch, no stop, WORKERS DEAD's launches and `instances stop` (--all too) included",
+            )
+            .fix("set policy.dry_run = false once the trial is over"),
+        );
+    }
     let missing = config.policy.missing_launch_keys(&config.vast);
     if !missing.is_empty() {
         out.push(
@@ -374,6 +389,12 @@ mod tests {
             "{both:?}"
         );
         assert!(problems("daily_spend_max = 0.5").is_empty());
+        // A trial left on: nothing is rented whatever happens.
+        let dry = problems("dry_run = true");
+        assert!(
+            dry.len() == 1 && dry[0].starts_with("policy.dry_run = true: nothing is sent"),
+            "{dry:?}"
+        );
     }
 
     /// An empty credential file reads as unset, as an empty variable does, and the check

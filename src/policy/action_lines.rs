@@ -29,7 +29,21 @@ pub fn action_line(a: &Action, gpu: Option<&str>) -> Line {
             false,
             format!("refused {} {what}({}), {asked}", a.kind, figure(a)),
         ),
-        "dry_run" => (false, format!("dry run: would {} {what}{terms} {asked}", a.kind)),
+        "dry_run" => (
+            false,
+            format!(
+                "dry run: would {} {what}{terms} {asked}{}",
+                a.kind,
+                if a.kind == "launch"
+                    && a.offer_id.is_none()
+                    && !a.detail.as_deref().is_some_and(|d| d.contains("would start"))
+                {
+                    " (no offer searched: policy.max_dph_total, the daily cap at its price and the margin are checked only against a real one)"
+                } else {
+                    ""
+                }
+            ),
+        ),
         "intent" => (
             true,
             format!(
@@ -391,7 +405,9 @@ mod tests {
         let d = row("launch", "dry_run", "llm");
         assert_eq!(
             action_line(&d, None).text,
-            "dry run: would launch (best offer) by llm: 59 queued, every worker dead"
+            "dry run: would launch (best offer) by llm: 59 queued, every worker dead (no offer \
+             searched: policy.max_dph_total, the daily cap at its price and the margin are \
+             checked only against a real one)"
         );
     }
 

@@ -263,12 +263,19 @@ fn at_once(pass: &Pass<'_>, wanted: &[PlannedCall]) -> Vec<PlannedCall> {
 /// WORKERS DEAD's launches, in the same pass: none after a model whose launch met the window
 /// or vast.ai's rate limit (so would the floor's); after a model that launched, only what the
 /// window has room for (the rules ask at least once in an emergency, so that a refusal is on
-/// record; the model's own launches are that record).
+/// record; the model's own launches are that record), and under `policy.dry_run` only what
+/// the rules ask beyond the model's dry launches.
 fn emergency<'a>(pass: &Pass<'_>, wanted: &'a [PlannedCall]) -> Vec<&'a PlannedCall> {
     let mut emergency = of_kind(wanted, &[CallKind::Emergency]);
     if pass.model.launches_blocked > 0 {
         emergency.clear();
     } else if pass.model.launches > 0 {
+        if pass.config.policy.dry_run {
+            // A dry run's launches are neither in the window nor coming in the snapshot:
+            // the model's count against what the rules ask (it was doubled).
+            let left = emergency.len().saturating_sub(pass.model.launches as usize);
+            emergency.truncate(left);
+        }
         let w = pass.snapshot.window(pass.config);
         emergency.truncate(w.limit.saturating_sub(w.used) as usize);
     }

@@ -231,14 +231,15 @@ fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result
     Ok(!rows.is_empty() && rows.iter().all(|a| a.outcome == "refused"))
 }
 
-/// What the model's own calls changed in this pass (launches and stops that went through),
-/// and its launches that met the launch window or vast.ai's rate limit.
+/// What the model's own calls changed in this pass (launches and stops that went through,
+/// or would have under `policy.dry_run`: the floor does not double a dry run's either), and
+/// its launches that met the launch window or vast.ai's rate limit.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
     for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
         match (a.kind.as_str(), a.outcome.as_str()) {
-            ("launch", "ok" | "intent") => did.launches += 1,
-            (_, "ok" | "intent") => did.stops += 1,
+            ("launch", "ok" | "intent" | "dry_run") => did.launches += 1,
+            (_, "ok" | "intent" | "dry_run") => did.stops += 1,
             ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }

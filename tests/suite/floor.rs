@@ -146,28 +146,42 @@ fn a_floor_whose_launch_does_not_go_through_still_decided_the_pass() {
     assert_eq!(run["verdict"], "action-refused", "{run}");
 }
 
+/// Under `policy.dry_run` too: the model's two dry launches are what it did (the floor
+/// added a third "would launch" and took the pass from the model: a walkthrough).
 #[test]
 fn a_model_that_launches_what_the_rules_would_is_not_doubled() {
-    let llm = FakeLlm::start();
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
-    // Target 100 p/h at 50 p/h an instance: the rules want 2 for a dead fleet of 59 queued
-    // (one hour of work: 59 p/h -> 2 instances).
-    let f = rig(&llm, &vast, &format!("{CAPS}\n"), "quiet_interval_mins = 0");
-    let cfg = std::fs::read_to_string(&f.config).unwrap().replace(
-        "target_proofs_per_hour = 500",
-        "target_proofs_per_hour = 100",
-    );
-    f.write_config(&cfg);
-    write_demand(f.path(), dead_fleet());
-    let launch = ("launch_instance", r#"{"reason": "every worker is dead"}"#);
-    llm.push(Reply::tool_calls(&[launch, launch]));
-    llm.push(Reply::text("Launched two."));
-    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
-    f.cmd(&["run"]).ok();
-    assert_eq!(vast.count(Route::Create), 2, "the model's two, no more");
-    assert!(floor_actions(&f).is_empty(), "{:?}", floor_actions(&f));
-    assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
+    for dry_run in [false, true] {
+        let llm = FakeLlm::start();
+        let vast = FakeVast::start_real_time();
+        vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+        // Target 100 p/h at 50 p/h an instance: the rules want 2 for a dead fleet of 59
+        // queued (one hour of work: 59 p/h -> 2 instances).
+        let f = rig(
+            &llm,
+            &vast,
+            &format!("{CAPS}\ndry_run = {dry_run}\n"),
+            "quiet_interval_mins = 0",
+        );
+        let cfg = std::fs::read_to_string(&f.config).unwrap().replace(
+            "target_proofs_per_hour = 500",
+            "target_proofs_per_hour = 100",
+        );
+        f.write_config(&cfg);
+        write_demand(f.path(), dead_fleet());
+        let launch = ("launch_instance", r#"{"reason": "every worker is dead"}"#);
+        llm.push(Reply::tool_calls(&[launch, launch]));
+        llm.push(Reply::text("Launched two."));
+        f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+        f.cmd(&["run"]).ok();
+        let want = if dry_run { 0 } else { 2 };
+        assert_eq!(vast.count(Route::Create), want, "the model's two, no more");
+        assert!(
+            floor_actions(&f).is_empty(),
+            "{dry_run}: {:?}",
+            floor_actions(&f)
+        );
+        assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm", "{dry_run}");
+    }
 }
 
 #[test]

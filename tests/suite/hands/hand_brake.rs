@@ -631,3 +631,38 @@ fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
         1
     );
 }
+
+/// The panic button under `policy.dry_run` (a trial left on while the fleet bills): it
+/// destroys nothing, as the dry run says, and so exits 1 with a line at error naming what
+/// still bills and why; `doctor` names the dry run (it was green, and the button exited 0).
+#[test]
+fn the_panic_button_under_a_dry_run_says_the_fleet_still_bills() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, &format!("{CAPS}\ndry_run = true"), "").env("JOURNAL_STREAM", "0:0");
+    let id = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    let out = f
+        .cmd(&["instances", "stop", "--all", "--reason", "runaway bill"])
+        .code(1);
+    assert!(
+        out.stdout.contains(&format!(
+            "instance {id} \"fleetagent-r0-0a0b0c0d\": would be destroyed"
+        )),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("instances stop --all: instances of ours may still bill (1 not destroyed: policy.dry_run = true"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy), 0);
+    let doctor = f.cmd(&["doctor"]).code(1);
+    assert!(
+        doctor
+            .stdout
+            .contains("policy.dry_run = true: nothing is sent to vast.ai"),
+        "{}",
+        doctor.stdout
+    );
+}
