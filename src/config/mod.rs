@@ -210,6 +210,34 @@ mod tests {
         }
     }
 
+    /// Numbers with a fraction too (a walkthrough: `bad_host_hours = 1e13` passed `doctor`
+    /// and panicked every pass on an overflow; `1e300` dollars passed as a cap).
+    #[test]
+    fn absurd_numbers_are_errors_not_overflows() {
+        for (table, key) in [
+            ("vast", "disk_gb"),
+            ("vast", "stopped_max_hours"),
+            ("vast.offers", "bad_host_hours"),
+            ("vast.offers", "max_dph_per_instance"),
+            ("vast.offers", "min_gpu_ram_gb"),
+            ("policy", "target_proofs_per_hour"),
+            ("policy", "proofs_per_hour_per_instance"),
+            ("policy", "max_dph_total"),
+            ("policy", "daily_spend_max"),
+            ("price", "proof_price_fil"),
+            ("price", "fil_usd"),
+        ] {
+            let err = parse(&format!("[{table}]\n{key} = 1e13\n")).unwrap_err();
+            assert!(
+                err.starts_with(&format!("line 2 ({table}.{key}): must be a number")),
+                "{err}"
+            );
+        }
+        parse("[vast.offers]\nbad_host_hours = 8760\n").unwrap();
+        let err = parse("[policy.gpu_rates]\n\"RTX 4090\" = 1e13\n").unwrap_err();
+        assert!(err.contains("at most 100000"), "{err}");
+    }
+
     #[test]
     fn a_rule_between_two_keys_names_the_one_in_the_file() {
         let err = parse("[run]\ndeadline_secs = 30\n").unwrap_err();

@@ -46,19 +46,32 @@ fn within(key: &'static str, v: u64, min: u64, max: u64) -> Result<(), Invalid> 
     Ok(())
 }
 
-fn non_negative(key: &'static str, v: f64) -> Result<(), Invalid> {
-    if !v.is_finite() || v < 0.0 {
-        return Err((key.into(), format!("must be a number >= 0, got {v}"), None));
+// Every number has an upper bound too, far past any real fleet: hours and dollars become
+// milliseconds and sums, and `bad_host_hours = 1e13` panicked every pass on an overflow.
+fn non_negative(key: &'static str, v: f64, max: f64) -> Result<(), Invalid> {
+    if !v.is_finite() || v < 0.0 || v > max {
+        return Err((
+            key.into(),
+            format!("must be a number between 0 and {max}, got {v}"),
+            None,
+        ));
     }
     Ok(())
 }
 
-fn positive(key: &'static str, v: f64) -> Result<(), Invalid> {
-    if !v.is_finite() || v <= 0.0 {
-        return Err((key.into(), format!("must be a number > 0, got {v}"), None));
+fn positive(key: &'static str, v: f64, max: f64) -> Result<(), Invalid> {
+    if !v.is_finite() || v <= 0.0 || v > max {
+        return Err((
+            key.into(),
+            format!("must be a number > 0 and at most {max}, got {v}"),
+            None,
+        ));
     }
     Ok(())
 }
+
+/// A year, the most any hours key may say.
+const YEAR_HOURS: f64 = 8_760.0;
 
 fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
     if !(v.starts_with("http://") || v.starts_with("https://")) {
@@ -217,7 +230,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             ));
         }
     }
-    positive("vast.disk_gb", v.disk_gb)?;
+    positive("vast.disk_gb", v.disk_gb, 100_000.0)?;
     within("vast.timeout_secs", v.timeout_secs, 1, 120)?;
     let prefix = &v.label_prefix;
     if prefix.is_empty()
@@ -242,7 +255,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
         ));
     }
     if let Some(v) = offers.max_dph_per_instance {
-        positive("vast.offers.max_dph_per_instance", v)?;
+        positive("vast.offers.max_dph_per_instance", v, 1_000.0)?;
     }
     if offers.gpu_names.iter().any(|g| g.trim().is_empty()) {
         return Err((
@@ -259,7 +272,7 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
         ));
     }
     if let Some(v) = offers.min_gpu_ram_gb {
-        non_negative("vast.offers.min_gpu_ram_gb", v)?;
+        non_negative("vast.offers.min_gpu_ram_gb", v, 10_000.0)?;
     }
     if !(1.0..=10.0).contains(&offers.bid_factor) {
         return Err((
@@ -271,8 +284,12 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             None,
         ));
     }
-    non_negative("vast.offers.bad_host_hours", offers.bad_host_hours)?;
-    positive("vast.stopped_max_hours", v.stopped_max_hours)?;
+    non_negative(
+        "vast.offers.bad_host_hours",
+        offers.bad_host_hours,
+        YEAR_HOURS,
+    )?;
+    positive("vast.stopped_max_hours", v.stopped_max_hours, YEAR_HOURS)?;
     Ok(())
 }
 
@@ -359,10 +376,15 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
 
 /// `[policy]` and `[policy.gpu_rates]`.
 fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
-    non_negative("policy.target_proofs_per_hour", p.target_proofs_per_hour)?;
+    non_negative(
+        "policy.target_proofs_per_hour",
+        p.target_proofs_per_hour,
+        1_000_000.0,
+    )?;
     positive(
         "policy.proofs_per_hour_per_instance",
         p.proofs_per_hour_per_instance,
+        100_000.0,
     )?;
     for (gpu, rate) in &p.gpu_rates {
         if gpu.trim().is_empty() {
@@ -379,19 +401,19 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
                 None,
             ));
         }
-        if !rate.is_finite() || *rate <= 0.0 {
+        if !rate.is_finite() || *rate <= 0.0 || *rate > 100_000.0 {
             return Err((
                 format!("policy.gpu_rates.{gpu}").into(),
-                format!("{gpu}: must be a number > 0, got {rate}"),
+                format!("{gpu}: must be a number > 0 and at most 100000, got {rate}"),
                 None,
             ));
         }
     }
     if let Some(v) = p.max_dph_total {
-        non_negative("policy.max_dph_total", v)?;
+        non_negative("policy.max_dph_total", v, 1_000_000.0)?;
     }
     if let Some(v) = p.daily_spend_max {
-        non_negative("policy.daily_spend_max", v)?;
+        non_negative("policy.daily_spend_max", v, 10_000_000.0)?;
     }
     within(
         "policy.launch_window_minutes",
@@ -462,10 +484,10 @@ fn share_below_one(key: &'static str, v: f64) -> Result<(), Invalid> {
 /// `[price]`: positive prices, one FIL/USD source at most.
 fn price(p: &PriceConfig) -> Result<(), Invalid> {
     if let Some(v) = p.proof_price_fil {
-        positive("price.proof_price_fil", v)?;
+        positive("price.proof_price_fil", v, 1_000.0)?;
     }
     if let Some(v) = p.fil_usd {
-        positive("price.fil_usd", v)?;
+        positive("price.fil_usd", v, 1_000_000.0)?;
     }
     if let Some(c) = &p.fil_usd_command {
         if c.trim().is_empty() {
