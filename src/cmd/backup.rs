@@ -12,6 +12,7 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
     let dir = app.state_dir(Some(&loaded.config))?;
     // A world-writable dir is refused here as by every command (a planted database).
     crate::paths::state_dir_access(&dir)?;
+    refuse_a_state_file(&dir, &args.file)?;
     // Copied as it is: a backup taken before an upgrade must not be of a migrated database.
     let store = Store::open(&dir, OpenMode::AsIs, app.now())?;
     let version = store.schema_version()?;
@@ -34,6 +35,24 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
         crate::outln!(
             "schema version {version}, older than this fleetagent's ({}): copied as it is, not migrated (the next `fleetagent run` of this build migrates the database)",
             crate::store::SCHEMA_VERSION
+        );
+    }
+    Ok(())
+}
+
+/// A backup under a name fleetagent uses in its state dir (`run.lock`, `trigger`, a side file
+/// of the database) would be overwritten or deleted by the next run: a walkthrough saw the
+/// copy reported "checked" and gone a pass later.
+fn refuse_a_state_file(state_dir: &std::path::Path, file: &std::path::Path) -> Result<()> {
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let parent = file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if crate::paths::STATE_FILES.contains(&name) && crate::paths::same_dir(parent, state_dir) {
+        anyhow::bail!(
+            "{} is a file fleetagent keeps in its state dir: the next run would overwrite or delete the backup; choose another name (or another dir)",
+            file.display()
         );
     }
     Ok(())

@@ -260,6 +260,20 @@ fn doctor_names_what_makes_the_agent_blind_or_handless_right_after_the_run_that_
     assert_eq!(mode, 0o660);
     let again = f.cmd(&["backup", copy.to_str().unwrap()]).code(1);
     assert!(again.stderr.contains("exists"), "{}", again.stderr);
+    // Never under a name the state dir's runs overwrite or delete (the lock was reported
+    // "checked", then overwritten by the next run).
+    for name in ["run.lock", "trigger", "fleetagent.db-journal"] {
+        let into = f.state.join(name);
+        let existed = into.exists();
+        let out = f.cmd(&["backup", into.to_str().unwrap()]).code(1);
+        assert!(
+            out.stderr
+                .contains("is a file fleetagent keeps in its state dir"),
+            "{name}: {}",
+            out.stderr
+        );
+        assert_eq!(into.exists(), existed, "{name}");
+    }
 }
 
 /// docs/operations.md's table of checks names exactly the checks `doctor` has.
