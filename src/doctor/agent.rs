@@ -425,27 +425,33 @@ pub(super) fn calibration(conn: &Connection, config: &Config) -> Vec<Problem> {
     }
 }
 
+/// How long a failed event or wake keeps its check red: long enough for the morning to see a
+/// night's failure, short enough that one failure does not hide every later problem from a
+/// monitor on `doctor` (nothing cleared the check: it was red for good after one bad night).
+/// The rows stay, shown by `inspect` and `wakes list --all`.
+pub const FAILED_RED_MS: Millis = 86_400_000;
+
 pub(super) fn events(conn: &Connection, now: Millis) -> Vec<Problem> {
-    match events::counts(conn, now) {
-        Ok(c) if c.failed > 0 => vec![Problem::new(format!(
-            "{} event(s) failed after {} attempts (kept)",
-            c.failed,
-            events::MAX_ATTEMPTS
+    match events::failed_since(conn, now - FAILED_RED_MS) {
+        Ok((n, Some(newest))) if n > 0 => vec![Problem::new(format!(
+            "{n} event(s) failed after {} attempts in the last 24 h, the newest {} ago (kept): the agent never read them",
+            events::MAX_ATTEMPTS,
+            crate::clock::human_duration(now - newest)
         ))
-        .fix("see `fleetagent inspect` for each event and its error")],
+        .fix("see `fleetagent inspect` for each event and its error; send an operator message among them again (`fleetagent message`); this check clears 24 h after the last failure")],
         Ok(_) => Vec::new(),
         Err(e) => vec![unreadable("events", &e)],
     }
 }
 
 pub(super) fn wakes(conn: &Connection, now: Millis) -> Vec<Problem> {
-    match wakes::counts(conn, now) {
-        Ok(c) if c.failed > 0 => vec![Problem::new(format!(
-            "{} wake(s) failed after {} attempts",
-            c.failed,
-            wakes::MAX_ATTEMPTS
+    match wakes::failed_since(conn, now - FAILED_RED_MS) {
+        Ok((n, Some(newest))) if n > 0 => vec![Problem::new(format!(
+            "{n} wake(s) failed after {} attempts in the last 24 h, the newest {} ago",
+            wakes::MAX_ATTEMPTS,
+            crate::clock::human_duration(now - newest)
         ))
-        .fix("see `fleetagent wakes list --all`")],
+        .fix("see `fleetagent wakes list --all`; add one again if it still matters (`fleetagent wakes add`); this check clears 24 h after the last failure")],
         Ok(_) => Vec::new(),
         Err(e) => vec![unreadable("wakes", &e)],
     }

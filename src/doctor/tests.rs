@@ -882,5 +882,6 @@ fn an_instance_billing_without_a_price_is_named() {
     );
 }
 
+mod failed;
 mod keys;
 mod refusals;

@@ -221,6 +221,16 @@ pub fn counts(conn: &Connection, now: Millis) -> Result<EventCounts> {
     })
 }
 
+/// Events failed at or after `since`: how many, and when the newest failed.
+pub fn failed_since(conn: &Connection, since: Millis) -> Result<(i64, Option<Millis>)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COUNT(*), MAX(failed_at) FROM events INDEXED BY events_failed
+              WHERE failed_at >= ?1",
+        )?
+        .query_row(params![since], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WaitingEvent {
     pub id: i64,

@@ -155,6 +155,16 @@ pub fn counts(conn: &Connection, now: Millis) -> Result<WakeCounts> {
     })
 }
 
+/// Wakes failed at or after `since`: how many, and when the newest failed.
+pub fn failed_since(conn: &Connection, since: Millis) -> Result<(i64, Option<Millis>)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT COUNT(*), MAX(finished_at) FROM wakes INDEXED BY wakes_failed
+              WHERE status = 'failed' AND finished_at >= ?1",
+        )?
+        .query_row(params![since], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
 /// Pending wakes by due time, or (with `all`) the latest `limit` of every status.
 pub fn list(conn: &Connection, all: bool, limit: i64) -> Result<Vec<Wake>> {
     let sql = if all {
