@@ -396,6 +396,10 @@ pub struct ActionView {
     pub emergency: bool,
     pub reason: Option<String>,
     pub detail: Option<String>,
+    /// The journal's line of it (`policy::action_lines`): what was done or refused, with the
+    /// guardrail's code and figures or vast.ai's error, and why. The text view prints it.
+    #[serde(skip)]
+    pub said: String,
 }
 
 /// The model's side: configuration, the last failure, and how our token estimate compares

@@ -427,23 +427,10 @@ pub fn render_text(r: &Report) -> String {
     }
     if !r.recent_actions.is_empty() {
         line("actions     newest first:".into());
+        // As the journal said it: a refusal with its guardrail and figures, a failure with
+        // vast.ai's error (the reason alone left out why: a walkthrough).
         for a in r.recent_actions.iter().take(10) {
-            line(format!(
-                "  {} {} {} by {}{}{}{}",
-                a.at,
-                a.kind,
-                a.outcome,
-                a.actor,
-                a.label
-                    .as_deref()
-                    .map(|l| format!(" {}", crate::text::quote(l, crate::fleet::LABEL_CHARS)))
-                    .unwrap_or_default(),
-                if a.emergency { " (emergency)" } else { "" },
-                a.reason
-                    .as_deref()
-                    .map(|x| format!(": {}", crate::text::clip(x, 240)))
-                    .unwrap_or_default()
-            ));
+            line(format!("  {} {}", a.at, crate::text::clip(&a.said, 480)));
         }
     }
     let of_run = |run: Option<i64>| run.map(|id| format!(" (run {id})")).unwrap_or_default();

@@ -503,6 +503,17 @@ fn a_paused_pass_and_workers_dead_say_so_at_warning() {
         dead.contains(": WORKERS DEAD: 59 proofs queued and no live worker; this pass's calls: ok 0, refused "),
         "{dead}"
     );
+    // inspect says each refusal as the journal did, with its guardrail and figures (it
+    // showed the asker's reason alone).
+    let shown = f.cmd(&["inspect"]).ok().stdout;
+    let refused = shown
+        .lines()
+        .find(|l| l.contains(" refused launch "))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(
+        refused.contains("(instance_cap: 0 instances), asked by rules: "),
+        "{refused}"
+    );
     f.cmd(&["pause", "--reason", "swapping the Curio disk"])
         .ok();
     let paused = journal_line(&in_journal(&f, &["run"]).ok(), "<4>run ", "paused since");
