@@ -98,9 +98,14 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h ^ (h >> 32)
 }
 
-/// The reason a call gives, clipped to 200 characters; an empty one is refused.
+/// The most of a call's reason the ledger keeps.
+pub const REASON_CHARS: usize = 400;
+
+/// The reason a call gives, clipped to [`REASON_CHARS`]; an empty one is refused.
 pub fn reason(raw: &str) -> Result<String, ToolResult> {
-    let reason = clip(raw, 200);
+    // Room for the rules' longest reason behind the floor's prefix: at 200 the over-cap
+    // stop lost why that instance was picked (a walkthrough).
+    let reason = clip(raw, REASON_CHARS);
     if reason.is_empty() {
         return Err(ToolResult::error(
             "invalid_args",

@@ -34,7 +34,11 @@ pub struct Folded {
 pub fn fold(actions: &[Action]) -> Vec<Folded> {
     let mut out: Vec<(Option<i64>, Folded)> = Vec::new();
     for a in actions {
-        let reason = a.reason.as_deref().map(plain_reason);
+        // The ledger keeps 400 characters of a reason; the model reads 200, as before.
+        let reason = a
+            .reason
+            .as_deref()
+            .map(|r| crate::text::clip(&plain_reason(r), 200));
         let why_not = why_not(a);
         if let Some((run, f)) = out.last_mut() {
             let alike = *run == a.run_id

@@ -116,7 +116,11 @@ fn labels_are_stable_short_and_distinct() {
 #[test]
 fn reasons_are_clipped_and_never_empty() {
     assert_eq!(reason("  scale\n up ").unwrap(), "scale up");
-    assert_eq!(reason(&"x".repeat(300)).unwrap().chars().count(), 200);
+    assert_eq!(reason(&"x".repeat(300)).unwrap().chars().count(), 300);
+    assert_eq!(
+        reason(&"x".repeat(900)).unwrap().chars().count(),
+        REASON_CHARS
+    );
     let r = reason(" \n").unwrap_err();
     assert_eq!(
         r.content,
