@@ -130,7 +130,7 @@ pub fn execute(
             claim.run_id
         );
     }
-    warn_hands_held(claim.run_id, &snapshot, tally.counts);
+    warn_hands_held(claim.run_id, &snapshot, config, tally.counts);
     let fell_back = outcome.decided_by == Some(DecidedBy::FallbackRules);
     Ok(Done {
         outcome,
@@ -147,6 +147,7 @@ pub fn execute(
 fn warn_hands_held(
     run_id: i64,
     snapshot: &crate::fleet::Snapshot,
+    config: &crate::config::Config,
     counts: crate::store::runs::ActionCounts,
 ) {
     if let Some(p) = &snapshot.paused {
@@ -163,12 +164,28 @@ fn warn_hands_held(
         );
     }
     if let Some(d) = snapshot.demand.as_ref().filter(|_| snapshot.workers_dead()) {
-        let taskless = match snapshot.taskless.len() {
-            0 => String::new(),
-            n => format!(
+        // Why nothing was asked for, when nothing was: the line said only "ok 0, refused 0,
+        // failed 0" under an operator hold (a walkthrough).
+        let none_asked = counts.ok + counts.refused + counts.failed == 0;
+        let taskless = match (snapshot.taskless.len(), &snapshot.hold) {
+            (n, _) if n > 0 => format!(
                 "; the rules launch nothing: {n} of ours run in Curio without PSProve ({})",
                 crate::text::clip(&snapshot.taskless[0], 200)
             ),
+            (_, Some(h)) => format!(
+                "; the rules and the floor launch nothing: the operator stopped {} {} ago, and policy.operator_hold_mins holds launches until {} (`fleetagent resume` or a message ends it)",
+                h.instance_id
+                    .map_or("an instance".to_string(), |id| format!("instance {id}")),
+                crate::clock::human_duration(snapshot.now - h.stopped_at),
+                crate::clock::rfc3339(h.until)
+            ),
+            _ if none_asked
+                && snapshot.paused.is_none()
+                && crate::policy::rules::emergency_launches(snapshot, config) == 0 =>
+            {
+                "; nothing asked: the instances of ours coming cover the work".to_string()
+            }
+            _ => String::new(),
         };
         log::warn!(
             target: crate::journal::NOTICE,

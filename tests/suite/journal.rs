@@ -522,3 +522,32 @@ fn a_paused_pass_and_workers_dead_say_so_at_warning() {
         "{paused}"
     );
 }
+
+/// WORKERS DEAD with an instance of ours booting that covers the work: the pass asks for
+/// nothing, and its warning says why (it said "ok 0, refused 0, failed 0" alone).
+#[test]
+fn workers_dead_with_an_instance_coming_says_why_nothing_was_asked() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(2, "RTX 4090", 0.40, 0.99);
+    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    f.write_config(&rules_config(
+        &vast.url(),
+        &f.path().join("demand.json"),
+        &["[policy]\ntarget_proofs_per_hour = 50\nproofs_per_hour_per_instance = 100\nmax_dph_total = 10.0\nmax_instances = 4\n"],
+    ));
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["init"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 1);
+    for id in vast.instance_ids() {
+        vast.set_actual_status(id, Some("loading"));
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
+    let out = in_journal(&f, &["run"]).ok();
+    let dead = journal_line(&out, "<4>run 2", "WORKERS DEAD");
+    assert!(
+        dead.ends_with("this pass's calls: ok 0, refused 0, failed 0; nothing asked: the instances of ours coming cover the work"),
+        "{dead}"
+    );
+    assert_eq!(vast.count(Route::Create), 1);
+}

@@ -209,11 +209,21 @@ fn pause_stop_all_resume_and_the_operator_hold() {
         "the operator is told of the hold: {said}"
     );
     f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
-    f.cmd(&["run"]).ok();
+    let held = f.cmd(&["run"]).ok();
     assert_eq!(
         vast.count(Route::Create),
         1,
         "the floor undid the operator's stop"
+    );
+    // The pass's WORKERS DEAD warning says why nothing was asked (it said "ok 0, refused 0,
+    // failed 0" alone).
+    assert!(
+        held.stderr.contains(&format!(
+            "; the rules and the floor launch nothing: the operator stopped instance {} ",
+            ours[0]
+        )),
+        "{}",
+        held.stderr
     );
     let v = f.inspect();
     assert_eq!(
