@@ -266,6 +266,13 @@ pub fn deficit(snapshot: &Snapshot, config: &Config) -> Deficit {
     }
 }
 
+/// Why the rules answer no backlog this pass when one waits on a busy fleet (their streak
+/// not long enough yet), for the note a pass with no call leaves. None otherwise.
+pub fn waiting_why(snapshot: &Snapshot, config: &Config) -> Option<String> {
+    let facts = Facts::of(snapshot, config, 0, Mode::Full);
+    facts.known?.waiting_why(snapshot.streaks.backlog_passes)
+}
+
 mod band;
 mod combine;
 mod facts;

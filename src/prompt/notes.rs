@@ -2,15 +2,19 @@
 //! they did and why.
 
 /// A summary line of calls the rules made, stored as one message so `history` and later
-/// prompts show what was done and why.
-pub fn rules_note(fallback: bool, lines: &[String]) -> String {
+/// prompts show what was done and why; with no call, why not when the rules know
+/// (`waiting`: a backlog their streak does not answer yet).
+pub fn rules_note(fallback: bool, lines: &[String], waiting: Option<&str>) -> String {
     let who = if fallback {
         "Rules (the LLM was unusable; the floor: what protects the fleet)"
     } else {
         "Rules"
     };
     if lines.is_empty() {
-        format!("{who}: no action.")
+        match waiting {
+            Some(why) => format!("{who}: no action: {why}."),
+            None => format!("{who}: no action."),
+        }
     } else {
         format!("{who} decided:\n{}", lines.join("\n"))
     }

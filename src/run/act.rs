@@ -103,7 +103,13 @@ pub fn rules(
     crate::faults::point("rules-before-note")?;
     // A peer's session is read by no model (the simulator's), so it keeps no note.
     if peer.is_none() {
-        note_message(store, le, &rules_note(false, &done.notes), "rules")?;
+        let waiting = done
+            .notes
+            .is_empty()
+            .then(|| rules::waiting_why(snapshot, le.config))
+            .flatten();
+        let note = rules_note(false, &done.notes, waiting.as_deref());
+        note_message(store, le, &note, "rules")?;
     }
     Ok(done.mutated())
 }
@@ -161,7 +167,7 @@ pub fn floor(
         mutated = done.mutated();
         if fallback {
             crate::faults::point("rules-before-note")?;
-            note_message(store, le, &rules_note(true, &done.notes), "rules")?;
+            note_message(store, le, &rules_note(true, &done.notes, None), "rules")?;
         } else {
             note_message(store, le, &floor_note(&done.notes), "floor")?;
         }

@@ -219,6 +219,43 @@ impl<'a> Known<'a> {
     /// saturated or demand is rising (one on a fleet with room over the hour may be the
     /// arrivals' noise, and must last [`BACKLOG_WEAK_PASSES`]), the next instance profitable,
     /// every live worker busy, and the hour under the target.
+    /// Why a backlog with every live worker busy is not yet answered, in a line for the
+    /// rules' note (a pass said "Rules: no action." while 6 proofs waited: a walkthrough).
+    /// None when the backlog is answered, or when there is none to wait on.
+    pub fn waiting_why(&self, backlog_passes: u32) -> Option<String> {
+        let (d, load) = (self.d, &self.load);
+        let waits = d.backlog_signal() >= BACKLOG_MIN
+            && d.live_workers() > 0
+            && d.idle_workers() == 0
+            && self.profitable_next
+            && (self.target <= 0.0 || load.hour < self.target);
+        if !waits {
+            return None;
+        }
+        if self.confirmed(backlog_passes) {
+            // Answered, unless ours are booting: the rules wait for them (a normal boot).
+            return (self.coming > 0).then(|| {
+                format!(
+                    "a backlog of {} with every live worker busy, {backlog_passes} pass(es) in a row: the rules wait for the {} instance(s) of ours booting before renting more",
+                    d.backlog_signal(),
+                    self.coming
+                )
+            });
+        }
+        let strong = load.utilisation >= FULLY_SATURATED || load.rising;
+        let need = if strong {
+            BACKLOG_PASSES
+        } else {
+            BACKLOG_WEAK_PASSES
+        };
+        Some(format!(
+            "a backlog of {} with every live worker busy, {backlog_passes} pass(es) in a row: the rules launch for it once it lasts {need} ({BACKLOG_PASSES} while the hour shows the fleet saturated or demand risen; it shows {:.0} % of the fleet's capacity{})",
+            d.backlog_signal(),
+            load.utilisation * 100.0,
+            if load.rising { ", demand risen" } else { "" }
+        ))
+    }
+
     pub fn confirmed(&self, backlog_passes: u32) -> bool {
         let (d, load) = (self.d, &self.load);
         let streak_confirms = backlog_passes >= BACKLOG_PASSES

@@ -362,6 +362,34 @@ fn a_fifteen_minute_burst_is_not_a_large_deficit() {
     assert_eq!(asked(&saturated), 2);
 }
 
+/// A pass that answers no backlog says why, in the note `history` shows: the streak it
+/// waits for, or ours booting (it said "Rules: no action." alone: a walkthrough).
+#[test]
+fn a_backlog_the_rules_wait_on_is_said_with_what_they_wait_for() {
+    let c = config();
+    let burst = busy_fleet(160, 55);
+    let why = super::waiting_why(&burst, &c).unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "a backlog of 7 with every live worker busy, {BACKLOG_PASSES} pass(es) in a row: the rules launch for it once it lasts {BACKLOG_WEAK_PASSES} ("
+        )),
+        "{why}"
+    );
+    assert!(
+        why.contains("it shows 80 % of the fleet's capacity)"),
+        "{why}"
+    );
+    let mut booting = busy_fleet(195, 50);
+    booting.instances.push(row(9, BOOTED, None, 0.4));
+    let why = super::waiting_why(&booting, &c).unwrap();
+    assert!(
+        why.ends_with("the rules wait for the 1 instance(s) of ours booting before renting more"),
+        "{why}"
+    );
+    // Answered: nothing to say.
+    assert_eq!(super::waiting_why(&busy_fleet(195, 50), &c), None);
+}
+
 #[test]
 fn an_instance_running_without_its_worker_yet_holds_scale_up_back() {
     let mut s = busy_fleet(195, 50);
