@@ -207,16 +207,41 @@ pub fn storage_fault_line(
         StorageFault::NoSpace => Some(no_space(dir, fs)),
         _ if fs.read_only => Some(read_only_fs(dir)),
         StorageFault::Io if full => Some(no_space(dir, fs)),
-        StorageFault::ReadOnly => Some(format!(
-            "the database in {} is read-only to this process, on a writable file system (a \
-             file's mode or owner: fleetagent makes them 0660, owned by the service user; \
-             `fleetagent doctor` names the file): chmod 0660 {}/fleetagent.db* and chown \
-             them to the service user",
-            dir.display(),
-            dir.display()
-        )),
+        StorageFault::ReadOnly => Some(match immutable_database_file(dir) {
+            // chmod cannot help there (a walkthrough: every writing command said it would).
+            Some(file) => format!(
+                "the database file {} is immutable or append-only (`lsattr` shows `i` or `a`): \
+                 chattr -i -a {}",
+                file.display(),
+                file.display()
+            ),
+            None => format!(
+                "the database in {} is read-only to this process, on a writable file system (a \
+                 file's mode or owner: fleetagent makes them 0660, owned by the service user; \
+                 `fleetagent doctor` names the file): chmod 0660 {}/fleetagent.db* and chown \
+                 them to the service user",
+                dir.display(),
+                dir.display()
+            ),
+        }),
         _ => None,
     }
+}
+
+/// The database file (or its `-wal`, `-shm`) that refuses an open for writing with EPERM:
+/// immutable or append-only (`chattr +i`, `+a`), which its mode does not show. Opened with
+/// O_NOFOLLOW, nothing written.
+fn immutable_database_file(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    crate::store::database_files(dir).into_iter().find(|f| {
+        fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(no_follow())
+            .open(f)
+            .err()
+            .and_then(|e| e.raw_os_error())
+            == Some(libc::EPERM)
+    })
 }
 
 fn no_space(dir: &Path, fs: &FsState) -> String {

@@ -624,3 +624,37 @@ fn migrations_from_every_earlier_version_keep_every_row() {
     }
     println!("migrations: {versions} starting versions (0..={latest}) migrated to {latest}, every row kept");
 }
+
+/// An immutable database file (`chattr +i`: a backup tool's lock, an operator's guard): every
+/// writing command fails, and says so with the fix that helps (it said chmod 0660, the mode
+/// already 0660). Skipped where the file system has no such attribute.
+#[test]
+fn an_immutable_database_is_named_with_chattr_by_a_writing_command() {
+    let f = Fleet::new();
+    f.cmd(&["run"]).ok();
+    let db = f.state.join("fleetagent.db");
+    let chattr = |sign: &str| {
+        std::process::Command::new("chattr")
+            .arg(format!("{sign}i"))
+            .arg(&db)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+") {
+        eprintln!("skipped: chattr +i does not work on {}", db.display());
+        return;
+    }
+    let out = f.cmd(&["trigger", "-p", "1", "-r", "look"]);
+    assert!(chattr("-"), "chattr -i {}", db.display());
+    let out = out.code(1);
+    assert!(
+        out.stderr.contains(&format!(
+            "the database file {} is immutable or append-only (`lsattr` shows `i` or `a`): chattr -i -a {}",
+            db.display(),
+            db.display()
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("chmod 0660"), "{}", out.stderr);
+}
