@@ -422,7 +422,11 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| crate::error::usage("instances stop --all needs --reason TEXT"))?;
-    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
+    // Refused before anything was sent (a read-only state dir, a newer schema, an HA
+    // follower): the operator must know the bill runs on, and where else to stop it.
+    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop").map_err(|e| {
+        e.context("instances stop --all destroyed nothing and the fleet bills on (vast.ai's console destroys by hand: https://cloud.vast.ai/instances/)")
+    })?;
     let config = &loaded.config;
     let now = app.now();
     super::pause::hold(&store, None, reason, "instances stop --all", now)?;

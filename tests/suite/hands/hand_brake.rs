@@ -676,3 +676,27 @@ fn the_panic_button_under_a_dry_run_says_the_fleet_still_bills() {
         doctor.stdout
     );
 }
+
+/// The panic button refused before it could send anything (here a database of a newer
+/// build) says that nothing was destroyed and where else to stop the bill.
+#[test]
+fn a_panic_button_refused_says_the_fleet_bills_on() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, CAPS, "");
+    let newer = fleetagent::store::SCHEMA_VERSION + 1;
+    f.db().pragma_update(None, "user_version", newer).unwrap();
+    let out = f
+        .cmd(&["instances", "stop", "--all", "--reason", "runaway bill"])
+        .code(1);
+    assert!(
+        out.stderr.contains("instances stop --all destroyed nothing and the fleet bills on (vast.ai's console destroys by hand"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("newer"),
+        "the cause is said: {}",
+        out.stderr
+    );
+}
