@@ -23,7 +23,7 @@ const MAX_HOURS: f64 = 8784.0;
 /// (`sim --state-dir`) the end of its simulated time, its last pass. Read at the wall clock,
 /// a simulation's samples, wakes and hours of history are all months old: the plot would be
 /// empty and the day not learned.
-fn as_of(app: &App, store: &Store) -> Result<Millis> {
+pub(crate) fn as_of(app: &App, store: &Store) -> Result<Millis> {
     if ops::is_sim(&ops::install_id(&store.conn)?) {
         if let Some(end) = session::state(&store.conn)?.last_run_finished_at {
             return Ok(end);

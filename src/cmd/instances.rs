@@ -54,7 +54,9 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
                 }
             }
         };
-    let now = app.now();
+    // A simulation's table is read as of its last pass, as `inspect` reads it (its ages
+    // read months at the wall clock).
+    let now = super::inspect::as_of(app, &store)?;
     let prefix = &config.vast.label_prefix;
     let install_id = crate::store::ops::install_id(&store.conn)?;
     let listed = |id: Option<i64>| -> Option<&Instance> {

@@ -419,6 +419,24 @@ fn every_pass_of_the_real_pipeline_stores_one_sample_in_the_simulator_too() {
     // The simulator's demand always reads, its base config targets 300/h, and its fleet bills.
     assert_eq!(q("SELECT COUNT(*) FROM samples WHERE demand_ok = 1 AND pending IS NOT NULL AND target_pph = 300"), runs);
     assert!(q("SELECT COUNT(*) FROM samples WHERE fleet_dph > 0 AND ours_billing > 0") > 0);
+    // `instances list` reads the simulation's table as of its last pass, as `inspect` does
+    // (at the wall clock every age read months).
+    let mut list = Command::new(crate::common::fleet::BIN);
+    crate::common::fleet::clean_env(&mut list);
+    let out = list
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["instances", "list", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let ages: Vec<i64> = v["instances"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["age_secs"].as_i64()).collect())
+        .unwrap_or_default();
+    assert!(!ages.is_empty(), "{v}");
+    assert!(ages.iter().all(|a| *a < 12 * 3600), "{ages:?}");
 }
 
 #[test]
