@@ -1,5 +1,5 @@
 //! `history`: the conversation as stored: observations, operator messages, the model's
-//! answers and tool calls with their results.
+//! answers and tool calls with their results; with `--run N`, that run's ledger rows too.
 //!
 //! `--run N` of a run that does not exist is an error naming the highest run id, exit 1 as for
 //! `wakes cancel` of an unknown id: the flag is well formed and names what the database does
@@ -109,6 +109,28 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
                     crate::outln!("{:>12} | {}", "calls", crate::text::clip(&call, 2_000));
                 }
             }
+        }
+    }
+    if let Some(run) = args.run {
+        ledger(&store.conn, run)?;
+    }
+    Ok(())
+}
+
+/// The run's actions as the ledger holds them, one line each as the journal said it: a
+/// refusal with its guardrail and figures, a failure with vast.ai's error (the notes keep
+/// the tools' answers cut short, and `inspect` only the newest 20 actions: a walkthrough).
+fn ledger(conn: &rusqlite::Connection, run: i64) -> Result<()> {
+    let actions = crate::store::actions::of_run(conn, run)?;
+    if actions.is_empty() {
+        return Ok(());
+    }
+    crate::outln!("--- the ledger of run {run} ({} action(s))", actions.len());
+    for a in &actions {
+        let line = crate::policy::action_lines::action_line(a, None).text;
+        crate::outln!("{:>12} | {} {}", a.outcome, rfc3339(a.created_at), line);
+        if let Some(detail) = a.detail.as_deref().filter(|d| d.starts_with('{')) {
+            crate::outln!("{:>12} | {}", "", crate::text::clip(detail, 2_000));
         }
     }
     Ok(())

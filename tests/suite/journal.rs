@@ -514,6 +514,14 @@ fn a_paused_pass_and_workers_dead_say_so_at_warning() {
         refused.contains("(instance_cap: 0 instances), asked by rules: "),
         "{refused}"
     );
+    // So does `history --run`, with the guardrail's whole answer (the notes cut it short).
+    let run = f.cmd(&["history", "--run", "1"]).ok().stdout;
+    assert!(run.contains("--- the ledger of run 1 ("), "{run}");
+    assert!(
+        run.contains("refused launch (instance_cap: 0 instances), asked by rules: ")
+            && run.contains(r#"{"error":"instance_cap""#),
+        "{run}"
+    );
     f.cmd(&["pause", "--reason", "swapping the Curio disk"])
         .ok();
     let paused = journal_line(&in_journal(&f, &["run"]).ok(), "<4>run ", "paused since");
