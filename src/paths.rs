@@ -228,12 +228,15 @@ pub fn storage_fault_line(
     }
 }
 
-/// The database file (or its `-wal`, `-shm`) that refuses an open for writing with EPERM:
+/// The database file (or a side file of it) that refuses an open for writing with EPERM:
 /// immutable or append-only (`chattr +i`, `+a`), which its mode does not show. Opened with
 /// O_NOFOLLOW, nothing written.
 fn immutable_database_file(dir: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::OpenOptionsExt;
-    crate::store::database_files(dir).into_iter().find(|f| {
+    let database = STATE_FILES
+        .iter()
+        .filter(|n| n.starts_with("fleetagent.db"));
+    database.map(|n| dir.join(n)).find(|f| {
         fs::OpenOptions::new()
             .write(true)
             .custom_flags(no_follow())
