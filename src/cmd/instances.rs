@@ -426,14 +426,16 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         .ok_or_else(|| crate::error::usage("instances stop --all needs --reason TEXT"))?;
     // Refused before anything was sent (a read-only state dir, a newer schema, an HA
     // follower): the operator must know the bill runs on, and where else to stop it.
-    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop").map_err(|e| {
+    let refused = |e: anyhow::Error| {
         e.context("instances stop --all destroyed nothing and the fleet bills on (vast.ai's console destroys by hand: https://cloud.vast.ai/instances/)")
-    })?;
+    };
+    let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop").map_err(refused)?;
     let config = &loaded.config;
     let now = app.now();
-    super::pause::hold(&store, None, reason, "instances stop --all", now)?;
+    // A pause that cannot be written (an immutable database) refuses the button too.
+    super::pause::hold(&store, None, reason, "instances stop --all", now).map_err(refused)?;
     crate::outln!("paused until `fleetagent resume`: {reason}");
-    let services = vast_only(app, config)?;
+    let services = vast_only(app, config).map_err(refused)?;
     if services.vast.is_none() && !config.policy.dry_run {
         bail!("no vast.ai API key: nothing was destroyed (the pause stays); set VAST_API_KEY or provide the vast_api_key credential, then run this again");
     }

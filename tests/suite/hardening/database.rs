@@ -645,7 +645,18 @@ fn an_immutable_database_is_named_with_chattr_by_a_writing_command() {
         return;
     }
     let out = f.cmd(&["trigger", "-p", "1", "-r", "look"]);
+    // The panic button cannot write its pause: it says the fleet bills on.
+    let button = f.cmd(&["instances", "stop", "--all", "--reason", "runaway bill"]);
     assert!(chattr("-"), "chattr -i {}", db.display());
+    let button = button.code(1);
+    assert!(
+        button
+            .stderr
+            .contains("instances stop --all destroyed nothing and the fleet bills on")
+            && button.stderr.contains("chattr -i -a"),
+        "{}",
+        button.stderr
+    );
     let out = out.code(1);
     assert!(
         out.stderr.contains(&format!(
