@@ -129,7 +129,8 @@ fn ledger(conn: &rusqlite::Connection, run: i64) -> Result<()> {
     for a in &actions {
         let line = crate::policy::action_lines::action_line(a, None).text;
         crate::outln!("{:>12} | {} {}", a.outcome, rfc3339(a.created_at), line);
-        if let Some(detail) = a.detail.as_deref().filter(|d| d.starts_with('{')) {
+        // Whole, where the line cuts it: a guardrail's answer, vast.ai's error.
+        if let Some(detail) = a.detail.as_deref().filter(|_| a.outcome != "ok") {
             crate::outln!("{:>12} | {}", "", crate::text::clip(detail, 2_000));
         }
     }

@@ -270,7 +270,27 @@ pub fn deficit(snapshot: &Snapshot, config: &Config) -> Deficit {
 /// not long enough yet), for the note a pass with no call leaves. None otherwise.
 pub fn waiting_why(snapshot: &Snapshot, config: &Config) -> Option<String> {
     let facts = Facts::of(snapshot, config, 0, Mode::Full);
-    facts.known?.waiting_why(snapshot.streaks.backlog_passes)
+    let held = if snapshot.paused.is_some() {
+        Some("the agent is paused (`fleetagent resume`)".to_string())
+    } else if snapshot.hold.is_some() {
+        Some("an operator hold (policy.operator_hold_mins)".to_string())
+    } else if facts.window_left == 0 {
+        let w = snapshot.window(config);
+        Some(format!(
+            "the launch window is spent ({} of {} in policy.launch_window_minutes)",
+            w.used, w.limit
+        ))
+    } else if facts.slots_left == 0 {
+        Some(format!(
+            "policy.max_instances ({}) reached",
+            config.policy.max_instances.unwrap_or(0)
+        ))
+    } else {
+        None
+    };
+    facts
+        .known?
+        .waiting_why(snapshot.streaks.backlog_passes, held.as_deref())
 }
 
 mod band;

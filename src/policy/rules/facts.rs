@@ -222,7 +222,10 @@ impl<'a> Known<'a> {
     /// Why a backlog with every live worker busy is not yet answered, in a line for the
     /// rules' note (a pass said "Rules: no action." while 6 proofs waited: a walkthrough).
     /// None when the backlog is answered, or when there is none to wait on.
-    pub fn waiting_why(&self, backlog_passes: u32) -> Option<String> {
+    /// `held`: what keeps every launch off this pass (a pause, a hold, a spent window, no
+    /// slot left), said instead of the streak (a re-test saw the streak promised a launch
+    /// the full window then refused).
+    pub fn waiting_why(&self, backlog_passes: u32, held: Option<&str>) -> Option<String> {
         let (d, load) = (self.d, &self.load);
         let waits = d.backlog_signal() >= BACKLOG_MIN
             && d.live_workers() > 0
@@ -231,6 +234,12 @@ impl<'a> Known<'a> {
             && (self.target <= 0.0 || load.hour < self.target);
         if !waits {
             return None;
+        }
+        if let Some(held) = held {
+            return Some(format!(
+                "a backlog of {} with every live worker busy, {backlog_passes} pass(es) in a row, and no launch can go: {held}",
+                d.backlog_signal()
+            ));
         }
         if self.confirmed(backlog_passes) {
             // Answered, unless ours are booting: the rules wait for them (a normal boot).

@@ -388,6 +388,14 @@ fn a_backlog_the_rules_wait_on_is_said_with_what_they_wait_for() {
     );
     // Answered: nothing to say.
     assert_eq!(super::waiting_why(&busy_fleet(195, 50), &c), None);
+    // Whatever the streak, a full window launches nothing: said instead of a promise.
+    let mut full = busy_fleet(160, 55);
+    full.window_launches = vec![full.now - 60_000; c.policy.launch_window_max as usize];
+    let why = super::waiting_why(&full, &c).unwrap();
+    assert!(
+        why.ends_with("and no launch can go: the launch window is spent (3 of 3 in policy.launch_window_minutes)"),
+        "{why}"
+    );
 }
 
 #[test]
