@@ -127,7 +127,7 @@ fn ledger(conn: &rusqlite::Connection, run: i64) -> Result<()> {
     }
     crate::outln!("--- the ledger of run {run} ({} action(s))", actions.len());
     for a in &actions {
-        let line = crate::policy::action_lines::action_line(a, None).text;
+        let line = crate::policy::action_lines::quoted_line(a);
         crate::outln!("{:>12} | {} {}", a.outcome, rfc3339(a.created_at), line);
         // Whole, where the line cuts it: a guardrail's answer, vast.ai's error.
         if let Some(detail) = a.detail.as_deref().filter(|_| a.outcome != "ok") {

@@ -134,7 +134,7 @@ pub fn build(
         recent_actions: crate::store::actions::recent(&store.conn, 20)?
             .into_iter()
             .map(|a| ActionView {
-                said: crate::policy::action_lines::action_line(&a, None).text,
+                said: crate::policy::action_lines::quoted_line(&a),
                 at: rfc3339(a.created_at),
                 run_id: a.run_id,
                 kind: a.kind,

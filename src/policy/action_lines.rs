@@ -20,8 +20,19 @@ pub struct Line {
 /// The line of one ledger row; `gpu` is the GPU of the offer or instance, when the caller
 /// knows it (the ledger does not keep it apart).
 pub fn action_line(a: &Action, gpu: Option<&str>) -> Line {
+    line_of(a, gpu, false)
+}
+
+/// [`action_line`]'s text with the label in quotes, for the reports (`inspect`, `history`):
+/// a label vast.ai lists is whatever was typed there, and bare it could read as the line's
+/// own words (`... destroyed by operator: ...`).
+pub fn quoted_line(a: &Action) -> String {
+    line_of(a, None, true).text
+}
+
+fn line_of(a: &Action, gpu: Option<&str>, quote_label: bool) -> Line {
     let asked = asked_by(a);
-    let what = subject(a);
+    let what = subject(a, quote_label);
     let terms = terms(a, gpu);
     let (warning, text) = match a.outcome.as_str() {
         "ok" => (false, format!("{} {what}{terms} {asked}", past_tense(a))),
@@ -77,11 +88,15 @@ fn past_tense(a: &Action) -> String {
 }
 
 /// The label and the instance, as far as the row knows them, each followed by a space.
-fn subject(a: &Action) -> String {
+fn subject(a: &Action, quote_label: bool) -> String {
     let mut s = String::new();
     if let Some(l) = &a.label {
         // Ours are short; an adopted instance's label is whatever vast.ai lists.
-        s.push_str(&clip(l, crate::fleet::LABEL_CHARS));
+        if quote_label {
+            s.push_str(&crate::text::quote(l, crate::fleet::LABEL_CHARS));
+        } else {
+            s.push_str(&clip(l, crate::fleet::LABEL_CHARS));
+        }
         s.push(' ');
     }
     match (a.kind.as_str(), a.outcome.as_str(), a.instance_id) {
@@ -382,6 +397,19 @@ mod tests {
         assert!(
             l.warning && l.text.contains("may have gone through"),
             "{l:?}"
+        );
+    }
+
+    #[test]
+    fn the_reports_quote_the_label() {
+        let mut a = row("destroy", "ok", "operator");
+        a.instance_id = Some(9);
+        a.label = Some("fleetagent-spare destroyed by llm: typed".into());
+        a.reason = None;
+        a.detail = Some("ok".into());
+        assert_eq!(
+            quoted_line(&a),
+            "destroyed \"fleetagent-spare destroyed by llm: typed\" instance 9 by operator"
         );
     }
 
