@@ -369,11 +369,13 @@ pub fn special_state_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Whether two paths name one directory (as their links resolve; as written when either
-/// cannot be resolved).
+/// Whether two paths name one directory: one device and inode (through links and bind
+/// mounts: a re-test wrote a backup over `run.lock` through a bind mount of the state dir);
+/// as written when either cannot be looked at.
 pub fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
+    use std::os::unix::fs::MetadataExt;
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => a == b,
     }
 }
@@ -411,6 +413,32 @@ pub fn ensure_mode_0660(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One dir through a link and through a bind mount (where this process may mount);
+    /// two dirs are two.
+    #[test]
+    fn one_dir_is_one_through_links_and_bind_mounts() {
+        let t = tempfile::tempdir().unwrap();
+        let (a, b) = (t.path().join("a"), t.path().join("b"));
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&b).unwrap();
+        std::os::unix::fs::symlink(&a, t.path().join("link")).unwrap();
+        assert!(same_dir(&a, &t.path().join("link")));
+        assert!(same_dir(&a, &a.join(".")));
+        assert!(!same_dir(&a, &b));
+        let bound = std::process::Command::new("mount")
+            .args(["--bind"])
+            .arg(&a)
+            .arg(&b)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if bound {
+            let same = same_dir(&a, &b);
+            let _ = std::process::Command::new("umount").arg(&b).status();
+            assert!(same, "a bind mount of a is a");
+        }
+    }
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {
