@@ -47,6 +47,12 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
     }
     let store = Store::open(&dir, OpenMode::Create, app.now())?;
     crate::store::sim_config::refuse(&store.conn, &store.path)?;
+    // "ready" only for a database a run can write: an existing one opens read-only when it
+    // is immutable (a re-test saw "ready", then every run fail). Nothing is written.
+    store
+        .conn
+        .execute("UPDATE agent_state SET id = id WHERE 0", [])
+        .context("the database cannot be written")?;
     if let Some(id) = &args.install_id {
         install_id(&store, id, existed)?;
     }

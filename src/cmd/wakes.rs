@@ -23,7 +23,8 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
             if rows.is_empty() {
                 crate::outln!("no {}wakes", if a.all { "" } else { "pending " });
             }
-            let now = app.now();
+            // A simulation's wakes as of its last pass, as `inspect` reads them.
+            let now = super::inspect::as_of(app, &store)?;
             for w in rows {
                 let when = if w.due_at <= now {
                     format!("due {} ago", human_duration(now - w.due_at))

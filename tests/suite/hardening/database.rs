@@ -647,7 +647,12 @@ fn an_immutable_database_is_named_with_chattr_by_a_writing_command() {
     let out = f.cmd(&["trigger", "-p", "1", "-r", "look"]);
     // The panic button cannot write its pause: it says the fleet bills on.
     let button = f.cmd(&["instances", "stop", "--all", "--reason", "runaway bill"]);
+    // init does not call it ready.
+    let init = f.cmd(&["init"]);
     assert!(chattr("-"), "chattr -i {}", db.display());
+    let init = init.code(1);
+    assert!(init.stderr.contains("chattr -i -a"), "{}", init.stderr);
+    assert!(!init.stdout.contains("ready"), "{}", init.stdout);
     let button = button.code(1);
     assert!(
         button
