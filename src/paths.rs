@@ -136,6 +136,12 @@ pub fn state_dir_access(dir: &Path) -> Result<DirAccess> {
         Ok(()) => Ok(DirAccess::Writable),
         Err(Errno::EROFS) => Ok(DirAccess::ReadOnlyFs),
         Err(_) if fs_state(dir).is_some_and(|f| f.read_only) => Ok(DirAccess::ReadOnlyFs),
+        // Immutable: no mode or owner can help (a re-test was told to fix them).
+        Err(Errno::EPERM) => bail!(
+            "state dir {} is immutable (`lsattr -d` shows `i`): nothing can be created or deleted in it; chattr -i {}",
+            dir.display(),
+            dir.display()
+        ),
         Err(_) => bail!(
             "state dir {} is not writable by uid {} (mode {:o}); fix its owner/group or pass another --state-dir",
             dir.display(),

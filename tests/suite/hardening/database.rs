@@ -673,4 +673,24 @@ fn an_immutable_database_is_named_with_chattr_by_a_writing_command() {
         out.stderr
     );
     assert!(!out.stderr.contains("chmod 0660"), "{}", out.stderr);
+    // The state dir itself immutable: named as such, not as its owner or mode.
+    let dir_flag = |sign: &str| {
+        std::process::Command::new("chattr")
+            .arg(format!("{sign}i"))
+            .arg(&f.state)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(dir_flag("+"));
+    let out = f.cmd(&["trigger", "-p", "1", "-r", "look"]);
+    assert!(dir_flag("-"));
+    let out = out.code(1);
+    assert!(
+        out.stderr.contains("is immutable (`lsattr -d` shows `i`)")
+            && out
+                .stderr
+                .contains(&format!("chattr -i {}", f.state.display())),
+        "{}",
+        out.stderr
+    );
 }
