@@ -19,10 +19,20 @@ pub(super) fn workers_dead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
     let n = ((k.need - coming) / k.rate).ceil().max(1.0) as u32;
     Some(Launch {
         n: n.min(f.config.policy.emergency_launch_max.max(1)),
+        // What the rule counts as coming, and what it does not (a re-test read "60 p/h
+        // coming" beside a launch made because none of it was counted).
         why: format!(
-            "rules: WORKERS DEAD: {} proofs queued and no live worker; {} p/h coming",
+            "rules: WORKERS DEAD: {} proofs queued and no live worker; {} p/h coming{}",
             k.queued,
-            num(k.projected)
+            num(coming),
+            if k.slow_pph > 0.0 {
+                format!(
+                    " ({} p/h more booting past a normal boot, not counted)",
+                    num(k.slow_pph)
+                )
+            } else {
+                String::new()
+            }
         ),
         kind: CallKind::Emergency,
         emergency: true,
