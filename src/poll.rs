@@ -191,7 +191,15 @@ pub fn poll(
         }
         if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
             use crate::store::clock_step::{forward_line, store_skew};
-            if let Some(r) = store_skew(&store.conn, skew, clock.now_ms())?.forward {
+            // One transaction, IMMEDIATE: a pass and a poll that both see the clock set right
+            // must not both date the slow hours later (a re-test read the code so).
+            let tx = rusqlite::Transaction::new_unchecked(
+                &store.conn,
+                rusqlite::TransactionBehavior::Immediate,
+            )?;
+            let stored = store_skew(&tx, skew, clock.now_ms())?;
+            tx.commit()?;
+            if let Some(r) = stored.forward {
                 crate::journal::eprint(
                     crate::journal::WARNING,
                     &format!("fleetagent poll: {}", forward_line(r)),

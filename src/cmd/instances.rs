@@ -270,11 +270,23 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     };
     let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
     // Typed: a pass running now holds its launches from here, not from vast.ai's answer
-    // (a walkthrough saw a replacement rented while the destroy was on its way).
-    actions::set_operator_stop_in_flight(&store.conn, Some((app.now(), id)))?;
-    let result = stop_one(app, args, id, &loaded, &dir, &mut store);
-    // Recorded or refused: the recorded stop holds from now on, a refused one holds nothing.
-    let cleared = actions::set_operator_stop_in_flight(&store.conn, None);
+    // (a walkthrough saw a replacement rented while the destroy was on its way). Only a live
+    // instance of ours the table knows is marked: a stop of another id holds nothing.
+    let typed = app.now();
+    let hold_ms = (loaded.config.policy.operator_hold_mins as i64).saturating_mul(60_000);
+    let ours = instances::by_vast_id(&store.conn, id)?.is_some_and(|r| r.gone_at.is_none());
+    let mark = match ours {
+        true => Some(actions::operator_stop_typed(
+            &store.conn,
+            typed,
+            id,
+            typed - hold_ms,
+        )?),
+        false => None,
+    };
+    let result = stop_one(app, args, id, typed, &loaded, &dir, &mut store);
+    // Recorded (dated when typed) or refused: this stop's mark goes, the others' stay.
+    let cleared = mark.map_or(Ok(()), |m| actions::operator_stop_landed(&store.conn, m));
     result?;
     cleared
 }
@@ -284,6 +296,7 @@ fn stop_one(
     app: &App,
     args: &InstancesStopArgs,
     id: i64,
+    typed: crate::clock::Millis,
     loaded: &crate::config::LoadedConfig,
     dir: &std::path::Path,
     store: &mut crate::store::Store,
@@ -303,11 +316,21 @@ fn stop_one(
     // The operator's destroy is sent even when the listing went unanswered.
     ask_again(&services);
     let now = app.now();
+    let call_id = format!("operator-{now}");
     let result = {
-        let call_id = format!("operator-{now}");
-        let mut ctx = operator_ctx(app, config, &services, store, &mut snapshot, call_id);
+        let mut ctx = operator_ctx(
+            app,
+            config,
+            &services,
+            store,
+            &mut snapshot,
+            call_id.clone(),
+        );
         tools::stop::stop(&mut ctx, id, reason, args.force)?
     };
+    // The hold, and a `resume` or `message` after the stop, count from when it was typed
+    // (one typed while the stop was on its way was outlived by the hold: a re-test).
+    actions::date_operator_stop(&store.conn, &call_id, typed)?;
     if let Some(code) = result.error_code() {
         let message = message_of(&result);
         let hint = if code == "protected" && !args.force && !message.contains("--force") {

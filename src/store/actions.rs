@@ -524,30 +524,58 @@ pub fn get(conn: &Connection, id: i64) -> Result<Option<Action>> {
         .optional()?)
 }
 
-/// An operator's stop typed and not yet recorded (`instances stop ID` sets it before its
-/// listing and clears it once its stop is recorded or refused), if it began since `since`.
+/// The newest operator's stop typed and not yet recorded (`instances stop ID` adds its row
+/// before its listing and deletes it once its stop is recorded or refused), typed since
+/// `since`.
 pub fn operator_stop_in_flight(conn: &Connection, since: Millis) -> Result<Option<OperatorStop>> {
-    let row: (Option<Millis>, Option<i64>) = conn
+    use rusqlite::OptionalExtension;
+    Ok(conn
         .prepare_cached(
-            "SELECT operator_stop_at, operator_stop_instance FROM agent_state WHERE id = 1",
+            "SELECT typed_at, instance_id FROM operator_stops_in_flight
+              WHERE typed_at >= ?1 ORDER BY typed_at DESC, id DESC LIMIT 1",
         )?
-        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(match row {
-        (Some(at), instance_id) if at >= since => Some(OperatorStop {
-            at,
-            instance_id,
-            label: None,
-        }),
-        _ => None,
-    })
+        .query_row(params![since], |r| {
+            Ok(OperatorStop {
+                at: r.get(0)?,
+                instance_id: r.get(1)?,
+                label: None,
+            })
+        })
+        .optional()?)
 }
 
-/// Set (`Some((at, instance))`) or clear the operator's stop in flight.
-pub fn set_operator_stop_in_flight(conn: &Connection, stop: Option<(Millis, i64)>) -> Result<()> {
+/// Mark an operator's stop in flight; its row id, for [`operator_stop_landed`]. Rows older
+/// than `forget_before` (killed commands' past any hold) are dropped on the way.
+pub fn operator_stop_typed(
+    conn: &Connection,
+    typed_at: Millis,
+    instance_id: i64,
+    forget_before: Millis,
+) -> Result<i64> {
+    conn.prepare_cached("DELETE FROM operator_stops_in_flight WHERE typed_at < ?1")?
+        .execute(params![forget_before])?;
     conn.prepare_cached(
-        "UPDATE agent_state SET operator_stop_at = ?1, operator_stop_instance = ?2 WHERE id = 1",
+        "INSERT INTO operator_stops_in_flight (typed_at, instance_id) VALUES (?1, ?2)",
     )?
-    .execute(params![stop.map(|s| s.0), stop.map(|s| s.1)])?;
+    .execute(params![typed_at, instance_id])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The stop marked `row` is recorded or refused: its mark goes (the others' stay).
+pub fn operator_stop_landed(conn: &Connection, row: i64) -> Result<()> {
+    conn.prepare_cached("DELETE FROM operator_stops_in_flight WHERE id = ?1")?
+        .execute(params![row])?;
+    Ok(())
+}
+
+/// An operator's stop recorded by the call `call_id`: dated when it was typed (the hold and
+/// a `resume` or `message` after it count from then), its answer kept as `finished_at`.
+pub fn date_operator_stop(conn: &Connection, call_id: &str, typed_at: Millis) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE actions SET finished_at = COALESCE(finished_at, created_at), created_at = ?2
+          WHERE tool_call_id = ?1 AND actor = 'operator' AND created_at > ?2",
+    )?
+    .execute(params![call_id, typed_at])?;
     Ok(())
 }
 

@@ -64,6 +64,10 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
           WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1",
         params![limit, now],
     )?;
+    rows += conn.execute(
+        "UPDATE operator_stops_in_flight SET typed_at = ?2 WHERE typed_at > ?1",
+        params![limit, now],
+    )?;
     Ok(Some(Redated {
         rows,
         ahead_ms: furthest - now,
@@ -135,9 +139,11 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
     }
     let off = |s: Millis| s.abs() > CLOCK_SKEW_MAX_MS;
     let same_side = before.is_some_and(|b| off(b) && off(skew) && (b > 0) == (skew > 0));
+    // While off on one side the slow hours keep their start, and take in a further step back
+    // (its rows are dated at a now earlier than that start: a re-test stepped 2h, then 3h).
     let since_now = match (off(skew), same_side && forward.is_none()) {
         (false, _) => None,
-        (true, true) => since.or(Some(now)),
+        (true, true) => Some(since.map_or(now, |s| s.min(now))),
         (true, false) => Some(now),
     };
     if since_now != since {
@@ -175,6 +181,24 @@ pub fn redate_slow_hours(
     rows += conn.execute(
         "UPDATE agent_state SET paused_at = MIN(paused_at + ?2, ?3), paused_until = paused_until + ?2
           WHERE id = 1 AND paused_at >= ?1",
+        params![since, by, now],
+    )?;
+    // An operator's stop still marked in flight (a killed command's: its hold), the events
+    // (a `resume` or `message` ends a hold only when it is dated after the stop), and the
+    // wakes (one added for 30 minutes came out 90 minutes overdue): a re-test.
+    rows += conn.execute(
+        "UPDATE operator_stops_in_flight SET typed_at = MIN(typed_at + ?2, ?3) WHERE typed_at >= ?1",
+        params![since, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE events SET created_at = MIN(created_at + ?2, ?3),
+                           not_before = CASE WHEN not_before >= ?1 THEN not_before + ?2 ELSE not_before END
+          WHERE created_at >= ?1",
+        params![since, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE wakes SET created_at = MIN(created_at + ?2, ?3), due_at = due_at + ?2
+          WHERE created_at >= ?1 AND status = 'pending'",
         params![since, by, now],
     )?;
     Ok(rows)
@@ -288,6 +312,19 @@ mod tests {
             reason: "maintenance".into(),
         };
         crate::store::ops::set_pause(c, &pause).unwrap();
+        // A `resume` typed, a wake added, a stop marked in flight, all in the slow hours.
+        c.execute(
+            "INSERT INTO events (priority, kind, reason, created_at) VALUES (0, 'resume', 'go', ?1)",
+            params![slow + 90_000],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO wakes (due_at, reason, created_at, created_by, status)
+             VALUES (?1, 'look', ?2, 'operator', 'pending')",
+            params![slow + 1_890_000, slow + 90_000],
+        )
+        .unwrap();
+        crate::store::actions::operator_stop_typed(c, slow + 100_000, 7, 0).unwrap();
         // Still behind, measured again: nothing moves, the hours keep their start.
         assert_eq!(
             store_skew(c, -step + 900, slow + 120_000).unwrap().forward,
@@ -301,7 +338,10 @@ mod tests {
             step + 300,
             "from the skew stored (900 ms is no change)"
         );
-        assert_eq!(r.rows, 5, "two actions, two instances, the pause");
+        assert_eq!(
+            r.rows, 8,
+            "two actions, two instances, the pause, the stop in flight, the event, the wake"
+        );
         let at = |table: &str, label: &str| -> Millis {
             c.query_row(
                 &format!("SELECT created_at FROM {table} WHERE label = ?1"),
@@ -315,6 +355,19 @@ mod tests {
             assert_eq!(at(table, "slow"), slow + 60_000 + r.ahead_ms, "{table}");
             assert_eq!(at(table, "late"), now, "{table}: never after now");
         }
+        let one = |sql: &str| -> Millis { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            one("SELECT created_at FROM events"),
+            slow + 90_000 + r.ahead_ms
+        );
+        assert_eq!(
+            one("SELECT due_at FROM wakes"),
+            slow + 1_890_000 + r.ahead_ms
+        );
+        assert_eq!(
+            one("SELECT typed_at FROM operator_stops_in_flight"),
+            slow + 100_000 + r.ahead_ms
+        );
         let pause = crate::store::ops::paused(c, now).unwrap().unwrap();
         assert_eq!(
             pause.until,
@@ -331,6 +384,31 @@ mod tests {
         assert_eq!(since, None, "within a minute: no slow hours");
         assert_eq!(store_skew(c, 300, now + 60_000).unwrap().forward, None);
         assert!(forward_line(r).starts_with("this host's clock stepped forward by 2h00m"));
+    }
+
+    /// Behind by 2h, then a further hour back (the slow hours' rows now dated before their
+    /// first measurement), then right: those rows are dated later too (a re-test saw none).
+    #[test]
+    fn a_clock_further_behind_before_it_is_set_right_keeps_its_slow_hours() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let t0 = 50_000_000;
+        store_skew(c, -7_200_000, t0).unwrap();
+        let t1 = t0 - 3_000_000; // an hour further back, 10 minutes on
+        store_skew(c, -10_800_000, t1).unwrap();
+        c.execute(
+            "INSERT INTO actions (kind, outcome, actor, label, created_at, finished_at)
+             VALUES ('launch', 'ok', 'rules', 'x', ?1, ?1)",
+            params![t1 + 10_000],
+        )
+        .unwrap();
+        let now = t1 + 10_800_000 + 60_000;
+        let r = store_skew(c, 0, now).unwrap().forward.unwrap();
+        assert_eq!((r.ahead_ms, r.rows), (10_800_000, 1));
+        let at: Millis = c
+            .query_row("SELECT created_at FROM actions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(at, t1 + 10_000 + 10_800_000);
     }
 
     #[test]

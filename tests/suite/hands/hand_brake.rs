@@ -603,6 +603,10 @@ fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
         .env("FLEETAGENT_TEST_PAUSE_AT", "launch-after-intent:3000");
     one_instance_is_enough(&f);
     write_demand(f.path(), dead_fleet());
+    // One of ours that exited (no capacity coming): the pass adopts it and launches.
+    let old_id = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    vast.set_actual_status(old_id, Some("exited"));
+    let old = old_id.to_string();
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     let run = f.spawn(&["run"]);
     wait_for(
@@ -612,11 +616,13 @@ fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
         },
         "the floor's launch intent",
     );
-    let old = vast.add_instance("fleetagent-r0-0a0b0c0d").to_string();
     vast.answer_late(Route::Destroy, 1, std::time::Duration::from_millis(5_000));
     let stop = f.spawn(&["instances", "stop", &old, "--force", "--reason", "bad host"]);
-    let in_flight = "SELECT COUNT(*) FROM agent_state WHERE operator_stop_at IS NOT NULL";
+    let in_flight = "SELECT COUNT(*) FROM operator_stops_in_flight";
     wait_for(|| f.count(in_flight) == 1, "the stop marked in flight");
+    // A second stop, refused (not ours), neither marks nor ends the first one's hold.
+    f.cmd(&["instances", "stop", "424242", "--force"]).code(1);
+    assert_eq!(f.count(in_flight), 1);
     let out = run.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(vast.count(Route::Create), 0, "{stderr}");
@@ -629,6 +635,10 @@ fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
         "{:?}",
         launches(&f)
     );
+    // The operator resumes while the destroy is still on its way: the stop, dated when it
+    // was typed, holds nothing once it lands (the hold came back for 30 minutes).
+    assert_eq!(f.count(in_flight), 1, "still on its way");
+    f.cmd(&["resume"]).ok();
     let said = stop.wait_with_output().unwrap();
     assert!(
         said.status.success(),
@@ -640,6 +650,7 @@ fn an_operator_stop_on_its_way_to_vast_ai_holds_a_launch_meanwhile() {
         f.count("SELECT COUNT(*) FROM actions WHERE actor = 'operator' AND outcome = 'ok'"),
         1
     );
+    assert_eq!(f.inspect()["operator_hold"], Value::Null);
 }
 
 /// The panic button under `policy.dry_run` (a trial left on while the fleet bills): it
