@@ -46,10 +46,9 @@ fn line_of(a: &Action, gpu: Option<&str>, quote_label: bool) -> Line {
                 "dry run: would {} {what}{terms} {asked}{}",
                 a.kind,
                 if a.kind == "launch"
-                    && a.offer_id.is_none()
                     && !a.detail.as_deref().is_some_and(|d| d.contains("would start"))
                 {
-                    " (no offer searched: policy.max_dph_total, the daily cap at its price and the margin are checked only against a real one)"
+                    " (no offer looked up: policy.max_dph_total, the daily cap at its price and the margin are checked only against a real one)"
                 } else {
                     ""
                 }
@@ -434,7 +433,7 @@ mod tests {
         assert_eq!(
             action_line(&d, None).text,
             "dry run: would launch (best offer) by llm: 59 queued, every worker dead (no offer \
-             searched: policy.max_dph_total, the daily cap at its price and the margin are \
+             looked up: policy.max_dph_total, the daily cap at its price and the margin are \
              checked only against a real one)"
         );
     }

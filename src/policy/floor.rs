@@ -116,7 +116,9 @@ pub struct ModelDid {
     /// model asked as the rules would, and its ask is on record.
     pub launches_blocked: u32,
     /// Instances the model's stop of failed on vast.ai's rate limit, retries spent: the
-    /// floor's stop of them would meet it too, so they wait for the next pass.
+    /// floor's stop of them would meet it too, so they wait for the next pass. Under
+    /// `policy.dry_run` the model's dry stops too: the snapshot still shows them, and the
+    /// floor repeated them.
     pub stops_blocked: Vec<i64>,
 }
 

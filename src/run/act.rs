@@ -245,7 +245,11 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
     for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
         match (a.kind.as_str(), a.outcome.as_str()) {
             ("launch", "ok" | "intent" | "dry_run") => did.launches += 1,
-            (_, "ok" | "intent" | "dry_run") => did.stops += 1,
+            (_, "dry_run") => {
+                did.stops += 1;
+                did.stops_blocked.extend(a.instance_id)
+            }
+            (_, "ok" | "intent") => did.stops += 1,
             ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
                 did.launches_blocked += 1
             }

@@ -373,3 +373,48 @@ fn with_the_model_unusable_no_flagged_instance_bills_past_floor_flagged_passes()
         "{text}"
     );
 }
+
+/// Under `policy.dry_run` a model's dry stops are what it did: the floor does not repeat them
+/// (a fleet over `max_instances`, the model dry-stops its surplus, and the floor logged
+/// "would destroy" the same instance again and took the pass: a re-test).
+#[test]
+fn a_models_dry_stops_are_not_repeated_by_the_floor() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let f = rig(
+        &llm,
+        &vast,
+        "max_dph_total = 10.0\nmax_instances = 1\ndry_run = true\nmin_rental_mins = 0",
+        "quiet_interval_mins = 0",
+    );
+    write_demand(f.path(), busy_enough());
+    let ids: Vec<u64> = (0..3)
+        .map(|i| vast.add_instance(&format!("fleetagent-r0-0a0b0c0{i}")))
+        .collect();
+    let stop = |id: u64| {
+        (
+            "stop_instance",
+            format!(r#"{{"instance_id": {id}, "reason": "over the cap"}}"#),
+        )
+    };
+    let calls: Vec<(String, String)> = ids[1..]
+        .iter()
+        .map(|id| {
+            let (n, a) = stop(*id);
+            (n.to_string(), a)
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|(n, a)| (n.as_str(), a.as_str()))
+        .collect();
+    llm.push(Reply::tool_calls(&refs));
+    llm.push(Reply::text("Stopped the two over the cap."));
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    f.cmd(&["run"]).ok();
+    let dry: i64 =
+        f.count("SELECT COUNT(*) FROM actions WHERE actor = 'llm' AND outcome = 'dry_run'");
+    assert_eq!(dry, 2, "{:?}", floor_actions(&f));
+    assert!(floor_actions(&f).is_empty(), "{:?}", floor_actions(&f));
+    assert_eq!(vast.count(Route::Destroy), 0);
+}
