@@ -271,36 +271,54 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
     // Typed: a pass running now holds its launches from here, not from vast.ai's answer
     // (a walkthrough saw a replacement rented while the destroy was on its way). Only a live
-    // instance of ours the table knows is marked: a stop of another id holds nothing.
-    let typed = app.now();
-    let hold_ms = (loaded.config.policy.operator_hold_mins as i64).saturating_mul(60_000);
-    let ours = instances::by_vast_id(&store.conn, id)?.is_some_and(|r| r.gone_at.is_none());
-    let mark = match ours {
-        true => Some(actions::operator_stop_typed(
-            &store.conn,
-            typed,
-            id,
-            typed - hold_ms,
-        )?),
-        false => None,
+    // instance of ours is marked (a stop of another id holds nothing): one the table knows
+    // now, one the listing shows ours once it is read (`stop_one`).
+    let mut typed = Typed {
+        id,
+        at: app.now(),
+        mark: None,
     };
-    let result = stop_one(app, args, id, typed, &loaded, &dir, &mut store);
+    let ours = instances::by_vast_id(&store.conn, id)?.is_some_and(|r| r.gone_at.is_none());
+    if ours {
+        typed.mark = Some(mark_in_flight(&store, &loaded.config, typed.at, id)?);
+    }
+    let result = stop_one(app, args, &mut typed, &loaded, &dir, &mut store);
     // Recorded (dated when typed) or refused: this stop's mark goes, the others' stay.
-    let cleared = mark.map_or(Ok(()), |m| actions::operator_stop_landed(&store.conn, m));
+    let cleared = typed
+        .mark
+        .map_or(Ok(()), |m| actions::operator_stop_landed(&store.conn, m));
     result?;
     cleared
+}
+
+/// An operator's stop as typed: the instance, when, and its mark in flight (if marked).
+struct Typed {
+    id: i64,
+    at: crate::clock::Millis,
+    mark: Option<i64>,
+}
+
+/// Mark an operator's stop of `id` in flight, typed at `typed`; its row.
+fn mark_in_flight(
+    store: &crate::store::Store,
+    config: &crate::config::Config,
+    typed: crate::clock::Millis,
+    id: i64,
+) -> Result<i64> {
+    let hold_ms = (config.policy.operator_hold_mins as i64).saturating_mul(60_000);
+    actions::operator_stop_typed(&store.conn, typed, id, typed - hold_ms)
 }
 
 /// [`stop`] of one instance, with the store opened and the stop marked in flight.
 fn stop_one(
     app: &App,
     args: &InstancesStopArgs,
-    id: i64,
-    typed: crate::clock::Millis,
+    typed: &mut Typed,
     loaded: &crate::config::LoadedConfig,
     dir: &std::path::Path,
     store: &mut crate::store::Store,
 ) -> Result<()> {
+    let id = typed.id;
     let reason = args.reason.as_deref().unwrap_or("operator request");
     let config = &loaded.config;
     let services = vast_only(app, config)?;
@@ -313,6 +331,10 @@ fn stop_one(
         crate::output::waiting("vast.ai", services::vast_call_bound(config));
     }
     let mut snapshot = observe::stop_view(store, config, &services, app.clock.as_ref())?;
+    if typed.mark.is_none() && snapshot.instances.iter().any(|r| r.vast_id == Some(id)) {
+        // Ours by the listing, not yet in the table (a re-test): marked before the stop goes.
+        typed.mark = Some(mark_in_flight(store, config, typed.at, id)?);
+    }
     // The operator's destroy is sent even when the listing went unanswered.
     ask_again(&services);
     let now = app.now();
@@ -330,7 +352,11 @@ fn stop_one(
     };
     // The hold, and a `resume` or `message` after the stop, count from when it was typed
     // (one typed while the stop was on its way was outlived by the hold: a re-test).
-    actions::date_operator_stop(&store.conn, &call_id, typed)?;
+    // From the mark, which a clock repair meanwhile dated with the rest (dated by the slow
+    // clock it was typed on, a stop that landed after the repair read hours old: a re-test).
+    if let Some(m) = typed.mark {
+        actions::date_operator_stop(&store.conn, &call_id, m)?;
+    }
     if let Some(code) = result.error_code() {
         let message = message_of(&result);
         let hint = if code == "protected" && !args.force && !message.contains("--force") {

@@ -568,14 +568,17 @@ pub fn operator_stop_landed(conn: &Connection, row: i64) -> Result<()> {
     Ok(())
 }
 
-/// An operator's stop recorded by the call `call_id`: dated when it was typed (the hold and
-/// a `resume` or `message` after it count from then), its answer kept as `finished_at`.
-pub fn date_operator_stop(conn: &Connection, call_id: &str, typed_at: Millis) -> Result<()> {
+/// An operator's stop recorded by the call `call_id`: dated when it was typed, as its mark
+/// in flight (`mark`) says (the hold and a `resume` or `message` after it count from then),
+/// its answer kept as `finished_at`.
+pub fn date_operator_stop(conn: &Connection, call_id: &str, mark: i64) -> Result<()> {
     conn.prepare_cached(
-        "UPDATE actions SET finished_at = COALESCE(finished_at, created_at), created_at = ?2
-          WHERE tool_call_id = ?1 AND actor = 'operator' AND created_at > ?2",
+        "UPDATE actions SET finished_at = COALESCE(finished_at, created_at),
+                            created_at = (SELECT typed_at FROM operator_stops_in_flight WHERE id = ?2)
+          WHERE tool_call_id = ?1 AND actor = 'operator'
+            AND created_at > (SELECT typed_at FROM operator_stops_in_flight WHERE id = ?2)",
     )?
-    .execute(params![call_id, typed_at])?;
+    .execute(params![call_id, mark])?;
     Ok(())
 }
 

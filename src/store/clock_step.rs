@@ -68,6 +68,12 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
         "UPDATE operator_stops_in_flight SET typed_at = ?2 WHERE typed_at > ?1",
         params![limit, now],
     )?;
+    // The events too: a `message` sent on the fast clock read as newer than a stop typed
+    // after it, and the stop's hold never began (a re-test).
+    rows += conn.execute(
+        "UPDATE events SET created_at = ?2 WHERE created_at > ?1",
+        params![limit, now],
+    )?;
     Ok(Some(Redated {
         rows,
         ahead_ms: furthest - now,
@@ -250,12 +256,19 @@ mod tests {
                     params![label, at],
                 )
                 .unwrap();
+            s.conn
+                .execute(
+                    "INSERT INTO events (priority, kind, reason, created_at)
+                     VALUES (0, 'message', ?1, ?2)",
+                    params![label, at],
+                )
+                .unwrap();
         }
         let r = redate_future(&s.conn, now).unwrap().unwrap();
         assert_eq!(
             r,
             Redated {
-                rows: 2,
+                rows: 3,
                 ahead_ms: 7_200_000
             }
         );
@@ -268,6 +281,17 @@ mod tests {
                 )
                 .unwrap()
         };
+        let event = |reason: &str| -> Millis {
+            s.conn
+                .query_row(
+                    "SELECT created_at FROM events WHERE reason = ?1",
+                    [reason],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert_eq!(event("ahead"), now, "a message sent on the fast clock");
+        assert_eq!(event("past"), now - 600_000);
         for table in ["actions", "instances"] {
             assert_eq!(at(table, "past"), now - 600_000);
             assert_eq!(at(table, "moment"), now + 30_000, "within a minute: kept");
@@ -384,6 +408,44 @@ mod tests {
         assert_eq!(since, None, "within a minute: no slow hours");
         assert_eq!(store_skew(c, 300, now + 60_000).unwrap().forward, None);
         assert!(forward_line(r).starts_with("this host's clock stepped forward by 2h00m"));
+    }
+
+    /// A stop typed on the slow clock and answered after the clock was set right is dated
+    /// from its mark, which the repair dated with the rest (by its slow typed time it read
+    /// two hours old and held nothing: a re-test).
+    #[test]
+    fn a_stop_that_lands_after_the_repair_is_dated_from_its_repaired_mark() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let (slow, step) = (50_000_000, 7_200_000);
+        store_skew(c, -step, slow).unwrap();
+        let mark = crate::store::actions::operator_stop_typed(c, slow + 1_000, 7, 0).unwrap();
+        let now = slow + step + 5_000;
+        store_skew(c, 0, now).unwrap().forward.unwrap();
+        let answered = now + 3_000;
+        crate::store::actions::insert(
+            c,
+            &crate::store::actions::NewAction {
+                kind: "destroy",
+                outcome: "ok",
+                actor: "operator",
+                instance_id: Some(7),
+                label: Some("fleetagent-r1-aa"),
+                tool_call_id: Some("operator-1"),
+                ..Default::default()
+            },
+            answered,
+        )
+        .unwrap();
+        crate::store::actions::date_operator_stop(c, "operator-1", mark).unwrap();
+        let (created, finished): (Millis, Millis) = c
+            .query_row(
+                "SELECT created_at, finished_at FROM actions WHERE actor = 'operator'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((created, finished), (slow + 1_000 + step, answered));
     }
 
     /// Behind by 2h, then a further hour back (the slow hours' rows now dated before their
