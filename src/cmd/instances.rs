@@ -332,8 +332,10 @@ fn stop_one(
     }
     let mut snapshot = observe::stop_view(store, config, &services, app.clock.as_ref())?;
     if typed.mark.is_none() && snapshot.instances.iter().any(|r| r.vast_id == Some(id)) {
-        // Ours by the listing, not yet in the table (a re-test): marked before the stop goes.
-        typed.mark = Some(mark_in_flight(store, config, typed.at, id)?);
+        // Ours by the listing, not yet in the table (a re-test): marked before the stop goes,
+        // at the time read now (a clock repaired during the listing dated the other marks;
+        // one dated by the slow clock read hours old).
+        typed.mark = Some(mark_in_flight(store, config, app.now(), id)?);
     }
     // The operator's destroy is sent even when the listing went unanswered.
     ask_again(&services);

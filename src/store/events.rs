@@ -72,17 +72,29 @@ fn insert_with(
     Ok(conn.last_insert_rowid())
 }
 
-/// Whether an event of one of these kinds was recorded at or after `since`: a walk from the
-/// newest event back to the first one older than `since` (events are recorded in time
+/// Whether an event of one of these kinds was recorded at or after `since` and not after
+/// `until` (one dated later was written by a clock that has stepped back since): a walk from
+/// the newest event back to the first one older than `since` (events are recorded in time
 /// order), so it reads only the window's events, and no index on `events` slows `trigger`'s
 /// insert or its schema parse.
-pub fn any_of_kinds_since(conn: &Connection, kinds: &[&str], since: Millis) -> Result<bool> {
+pub fn any_of_kinds_since(
+    conn: &Connection,
+    kinds: &[&str],
+    since: Millis,
+    until: Millis,
+) -> Result<bool> {
     let mut stmt = conn.prepare_cached("SELECT kind, created_at FROM events ORDER BY id DESC")?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
         let at: Millis = r.get(1)?;
         if at < since {
             break;
+        }
+        // Dated ahead of `until`: written by a clock that has stepped back since, it says
+        // nothing of what came after `since` (a message sent on a fast clock read as newer
+        // than a stop typed after it, and ended its hold: a re-test).
+        if at > until {
+            continue;
         }
         let kind: String = r.get(0)?;
         if kinds.contains(&kind.as_str()) {
@@ -277,6 +289,30 @@ pub fn list_waiting(conn: &Connection, failed: bool, limit: i64) -> Result<Vec<W
 mod tests {
     use super::*;
     use crate::store::test_store;
+
+    /// A message dated ahead of the clock (sent before a step back) is no word after a stop
+    /// typed since; one dated between the stop and now is; the walk goes past the former.
+    #[test]
+    fn a_word_dated_ahead_of_the_clock_is_not_one_after_the_stop() {
+        let (_dir, store) = test_store(0);
+        let c = &store.conn;
+        let (stop, now) = (10_000_000, 10_060_000);
+        insert(c, 0, "message", "go on", None, now + 3_600_000).unwrap();
+        insert(
+            c,
+            1,
+            "operator",
+            "operator destroyed instance 7",
+            None,
+            stop + 5_000,
+        )
+        .unwrap();
+        let spoke = |until| any_of_kinds_since(c, &["resume", "message"], stop, until).unwrap();
+        assert!(!spoke(now + 60_000));
+        assert!(spoke(now + 3_600_000), "dated within: it counts");
+        insert(c, 0, "resume", "resume", None, now).unwrap();
+        assert!(spoke(now + 60_000));
+    }
 
     #[test]
     fn the_top_priority_and_the_count_see_only_ready_events() {
