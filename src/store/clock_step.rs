@@ -154,11 +154,12 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
     Ok(Stored { before, forward })
 }
 
-/// The times of `actions`, `instances` and the pause's end at or after `since` (when this
-/// host's clock began to run behind vast.ai's), dated `by` later but never after `now`: the
-/// clock was set right by a step of `by`, and they would otherwise read that much older (the
-/// launch window letting more launches go, instances stopped within
-/// `policy.min_rental_mins`, a pause ending early). The rows changed.
+/// The times of `actions`, `instances`, the pause, the operator's stops in flight, `events`
+/// and pending `wakes` at or after `since` (when this host's clock began to run behind
+/// vast.ai's), dated `by` later but never after `now` (a pause's end and a wake's due time by
+/// the whole step): the clock was set right by a step of `by`, and they would otherwise read
+/// that much older (the launch window letting more launches go, instances stopped within
+/// `policy.min_rental_mins`, a pause ending early, a hold lost). The rows changed.
 pub fn redate_slow_hours(
     conn: &Connection,
     since: Millis,
@@ -208,7 +209,7 @@ pub fn redate_slow_hours(
 /// The line a pass and `poll` say at warning when [`store_skew`] dated rows later.
 pub fn forward_line(r: Redated) -> String {
     format!(
-        "this host's clock stepped forward by {} to vast.ai's (it ran behind, and was set right): {} row(s) of launches, stops, instances and the pause dated while it ran behind are dated that much later (never after now), so that the launch window, policy.min_rental_mins and the pause count them as they happened",
+        "this host's clock stepped forward by {} to vast.ai's (it ran behind, and was set right): {} row(s) of launches, stops, instances, events, wakes and the pause dated while it ran behind are dated that much later (never after now), so that the launch window, policy.min_rental_mins, the operator hold and the pause count them as they happened",
         crate::clock::human_duration((r.ahead_ms + 30_000) / 60_000 * 60_000),
         r.rows
     )
