@@ -238,19 +238,26 @@ pub fn storage_fault_line(
 /// immutable or append-only (`chattr +i`, `+a`), which its mode does not show. Opened with
 /// O_NOFOLLOW, nothing written.
 fn immutable_database_file(dir: &Path) -> Option<PathBuf> {
-    use std::os::unix::fs::OpenOptionsExt;
     let database = STATE_FILES
         .iter()
         .filter(|n| n.starts_with("fleetagent.db"));
-    database.map(|n| dir.join(n)).find(|f| {
-        fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(no_follow())
-            .open(f)
-            .err()
-            .and_then(|e| e.raw_os_error())
-            == Some(libc::EPERM)
-    })
+    database
+        .map(|n| dir.join(n))
+        .find(|f| write_open_error(f) == Some(libc::EPERM))
+}
+
+/// The errno an open of `path` for writing meets (None: it opens), nothing written nor
+/// truncated; O_NOFOLLOW: a link planted in the state dir is never opened. What the mode
+/// cannot show: EPERM for a file immutable or append-only, EROFS on a read-only mount (for
+/// root too, where access(2) misses append-only).
+pub fn write_open_error(path: &Path) -> Option<i32> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(no_follow())
+        .open(path)
+        .err()
+        .map(|e| e.raw_os_error().unwrap_or(0))
 }
 
 fn no_space(dir: &Path, fs: &FsState) -> String {

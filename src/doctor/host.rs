@@ -199,35 +199,28 @@ const WRITE_PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem> {
     use nix::errno::Errno;
     use rusqlite::OpenFlags;
-    use std::os::unix::fs::OpenOptionsExt;
     let [db, wal, shm] = crate::store::database_files(dir);
     // The database and its side files (a re-test made the -wal immutable: every run failed,
-    // doctor green); a side file that is not there is made by the next writer.
+    // doctor green); a side file that is not there is made by the next writer. A link
+    // planted in the state dir is never opened (`links` names it).
     for file in [&db, &wal, &shm] {
         let shown = file.display();
-        // Opened for writing, nothing written nor truncated; O_NOFOLLOW: a link planted in
-        // the state dir is never opened (`links` names it).
-        let writable = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(crate::paths::no_follow())
-            .open(file)
-            .map(drop)
-            .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)));
-        match writable {
-            Err(Errno::EROFS) => {
+        match crate::paths::write_open_error(file).map(Errno::from_raw) {
+            None => {}
+            Some(Errno::EROFS) => {
                 return vec![Problem::new(format!(
                     "the database file {shown} is on a read-only mount: every run fails \"attempt to write a readonly database\""
                 ))
                 .fix(format!("mount it read-write (`findmnt -T {shown}` names the mount)"))]
             }
-            Err(Errno::EPERM) => {
+            Some(Errno::EPERM) => {
                 return vec![Problem::new(format!(
                     "the database file {shown} is immutable or append-only (`lsattr` shows `i` or `a`): every run fails \"attempt to write a readonly database\""
                 ))
                 .fix(format!("chattr -i -a {shown}"))]
             }
-            Err(_) if file == &db => return Vec::new(),
-            Err(_) | Ok(()) => {}
+            Some(_) if file == &db => return Vec::new(),
+            Some(_) => {}
         }
     }
     let shown = db.display();
@@ -365,9 +358,7 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     // The file system the dir is (or would be made) on: its nearest existing ancestor's.
-    let on = dir.ancestors().find(|d| d.exists()).unwrap_or(dir);
-    let read_only = nix::sys::statvfs::statvfs(on)
-        .is_ok_and(|st| st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY));
+    let read_only = crate::paths::fs_state(dir).is_some_and(|f| f.read_only);
     let dir_problem = if dir.exists() && !dir.is_dir() {
         Some(format!("{} is not a directory", dir.display()))
     } else if !dir.is_dir() && read_only {
