@@ -618,35 +618,32 @@ impl VastClient for HttpVastClient {
                     )))
                 }
             }
-            // The last page: every instance the listing counts must have been read (a
-            // re-test saw a short last page, and an empty second one, read as the fleet).
-            let last = match obj.get("next_token") {
-                None | Some(Value::Null) => true,
-                Some(Value::String(s)) => s.trim().is_empty(),
-                Some(_) => false,
-            };
-            if last && (out.len() as u64) < found {
-                return Err(self.decode(&format!(
-                    "instance list counts {found} instance(s) (`instances_found`) and lists {}",
-                    out.len()
-                )));
-            }
-            match obj.get("next_token") {
-                None | Some(Value::Null) => return Ok(out),
-                Some(Value::String(s)) if s.trim().is_empty() => return Ok(out),
-                Some(Value::String(s)) => {
-                    if !tokens.insert(s.clone()) {
-                        return Err(self.decode("instance list repeated a next_token (a loop)"));
-                    }
-                    token = Some(s.clone());
-                }
+            let next = match obj.get("next_token") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) if s.trim().is_empty() => None,
+                Some(Value::String(s)) => Some(s.clone()),
                 Some(other) => {
                     return Err(self.decode(&format!(
                         "instance list next_token is not a string: {}",
                         excerpt(&other.to_string())
                     )))
                 }
+            };
+            let Some(next) = next else {
+                // The last page: every instance the listing counts must have been read (a
+                // re-test saw a short last page, and an empty second one, read as the fleet).
+                if (out.len() as u64) < found {
+                    return Err(self.decode(&format!(
+                        "instance list counts {found} instance(s) (`instances_found`) and lists {}",
+                        out.len()
+                    )));
+                }
+                return Ok(out);
+            };
+            if !tokens.insert(next.clone()) {
+                return Err(self.decode("instance list repeated a next_token (a loop)"));
             }
+            token = Some(next);
         }
         Err(self.decode(&format!(
             "instance list still had pages after {MAX_PAGES} of them"
