@@ -405,23 +405,7 @@ fn no_launch_why(
             snapshot.streaks.backlog_passes
         ));
     }
-    if snapshot.hold.is_some() {
-        return Some("an operator hold: nothing is launched (policy.operator_hold_mins)".into());
-    }
-    if !snapshot.taskless.is_empty() {
-        return Some(
-            "ours run in Curio without PSProve: nothing is launched (the image's layers)".into(),
-        );
-    }
-    let w = snapshot.window(config);
-    if w.used >= w.limit {
-        return Some(format!(
-            "the launch window is spent ({} of {} in policy.launch_window_minutes)",
-            w.used, w.limit
-        ));
-    }
-    let max = config.policy.max_instances?;
-    (snapshot.billing_count() >= max).then(|| format!("policy.max_instances ({max}) reached"))
+    rules::launches_held(snapshot, config)
 }
 
 fn of_kind<'a>(calls: &'a [PlannedCall], kinds: &[CallKind]) -> Vec<&'a PlannedCall> {

@@ -266,29 +266,39 @@ pub fn deficit(snapshot: &Snapshot, config: &Config) -> Deficit {
     }
 }
 
-/// Why the rules answer no backlog this pass when one waits on a busy fleet (their streak
-/// not long enough yet), for the note a pass with no call leaves. None otherwise.
-pub fn waiting_why(snapshot: &Snapshot, config: &Config) -> Option<String> {
-    let facts = Facts::of(snapshot, config, 0, Mode::Full);
-    let held = if snapshot.paused.is_some() {
-        Some("the agent is paused (`fleetagent resume`)".to_string())
-    } else if snapshot.hold.is_some() {
-        Some("an operator hold (policy.operator_hold_mins)".to_string())
-    } else if facts.window_left == 0 {
-        let w = snapshot.window(config);
-        Some(format!(
+/// What keeps every launch of the rules off this pass, whatever demand says: an operator
+/// hold, ours running in Curio without PSProve, a spent launch window, `policy.max_instances`
+/// reached. The floor says it of a deficit it leaves unanswered, a rules note of a backlog
+/// it waits on.
+pub fn launches_held(snapshot: &Snapshot, config: &Config) -> Option<String> {
+    if snapshot.hold.is_some() {
+        return Some("an operator hold: nothing is launched (policy.operator_hold_mins)".into());
+    }
+    if !snapshot.taskless.is_empty() {
+        return Some(
+            "ours run in Curio without PSProve: nothing is launched (the image's layers)".into(),
+        );
+    }
+    let w = snapshot.window(config);
+    if w.used >= w.limit {
+        return Some(format!(
             "the launch window is spent ({} of {} in policy.launch_window_minutes)",
             w.used, w.limit
-        ))
-    } else if facts.slots_left == 0 {
-        Some(format!(
-            "policy.max_instances ({}) reached",
-            config.policy.max_instances.unwrap_or(0)
-        ))
-    } else {
-        None
+        ));
+    }
+    let max = config.policy.max_instances?;
+    (snapshot.billing_count() >= max).then(|| format!("policy.max_instances ({max}) reached"))
+}
+
+/// Why the rules answer no backlog this pass when one waits on a busy fleet (their streak
+/// not long enough yet, ours booting, or every launch held), for the note a pass with no
+/// call leaves. None otherwise.
+pub fn waiting_why(snapshot: &Snapshot, config: &Config) -> Option<String> {
+    let held = match snapshot.paused {
+        Some(_) => Some("the agent is paused (`fleetagent resume`)".to_string()),
+        None => launches_held(snapshot, config),
     };
-    facts
+    Facts::of(snapshot, config, 0, Mode::Full)
         .known?
         .waiting_why(snapshot.streaks.backlog_passes, held.as_deref())
 }
