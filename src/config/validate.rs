@@ -73,6 +73,10 @@ fn positive(key: &'static str, v: f64, max: f64) -> Result<(), Invalid> {
 /// A year, the most any hours key may say.
 const YEAR_HOURS: f64 = 8_760.0;
 
+/// The most proofs an hour a GPU's rate may say (`proofs_per_hour_per_instance`, each of
+/// `gpu_rates`).
+const RATE_MAX: f64 = 100_000.0;
+
 fn url(key: &'static str, v: &str) -> Result<(), Invalid> {
     if !(v.starts_with("http://") || v.starts_with("https://")) {
         return Err((
@@ -384,7 +388,7 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
     positive(
         "policy.proofs_per_hour_per_instance",
         p.proofs_per_hour_per_instance,
-        100_000.0,
+        RATE_MAX,
     )?;
     for (gpu, rate) in &p.gpu_rates {
         if gpu.trim().is_empty() {
@@ -401,10 +405,10 @@ fn policy(p: &PolicyConfig) -> Result<(), Invalid> {
                 None,
             ));
         }
-        if !rate.is_finite() || *rate <= 0.0 || *rate > 100_000.0 {
+        if !rate.is_finite() || *rate <= 0.0 || *rate > RATE_MAX {
             return Err((
                 format!("policy.gpu_rates.{gpu}").into(),
-                format!("{gpu}: must be a number > 0 and at most 100000, got {rate}"),
+                format!("{gpu}: must be a number > 0 and at most {RATE_MAX}, got {rate}"),
                 None,
             ));
         }
