@@ -60,8 +60,8 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
     )?;
     rows += conn.execute(
         "UPDATE instances SET created_at = MIN(created_at, ?2), state_since = MIN(state_since, ?2),
-                              last_seen_at = MIN(last_seen_at, ?2)
-          WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1",
+                              last_seen_at = MIN(last_seen_at, ?2), gone_at = MIN(gone_at, ?2)
+          WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1 OR gone_at > ?1",
         params![limit, now],
     )?;
     rows += conn.execute(
@@ -175,8 +175,9 @@ pub fn redate_slow_hours(
     rows += conn.execute(
         "UPDATE instances SET created_at = CASE WHEN created_at >= ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
                               state_since = CASE WHEN state_since >= ?1 THEN MIN(state_since + ?2, ?3) ELSE state_since END,
-                              last_seen_at = CASE WHEN last_seen_at >= ?1 THEN MIN(last_seen_at + ?2, ?3) ELSE last_seen_at END
-          WHERE gone_at IS NULL AND (created_at >= ?1 OR state_since >= ?1 OR last_seen_at >= ?1)",
+                              last_seen_at = CASE WHEN last_seen_at >= ?1 THEN MIN(last_seen_at + ?2, ?3) ELSE last_seen_at END,
+                              gone_at = CASE WHEN gone_at >= ?1 THEN MIN(gone_at + ?2, ?3) ELSE gone_at END
+          WHERE created_at >= ?1 OR state_since >= ?1 OR last_seen_at >= ?1 OR gone_at >= ?1",
         params![since, by, now],
     )?;
     // The pause's end was set ahead of the clock: it moves with the step, whatever `now`.
@@ -253,14 +254,32 @@ mod tests {
                 )
                 .unwrap();
         }
+        // Rented and gone while the clock ran ahead: gone now, not hours from now (its
+        // spend read as running until then).
+        s.conn
+            .execute(
+                "INSERT INTO instances (label, state, created_at, state_since, gone_at)
+                 VALUES ('gone', 'gone', ?1, ?1, ?2)",
+                params![now + 3_600_000, now + 7_000_000],
+            )
+            .unwrap();
         let r = redate_future(&s.conn, now).unwrap().unwrap();
         assert_eq!(
             r,
             Redated {
-                rows: 2,
+                rows: 3,
                 ahead_ms: 7_200_000
             }
         );
+        let gone: (Millis, Millis) = s
+            .conn
+            .query_row(
+                "SELECT created_at, gone_at FROM instances WHERE label = 'gone'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(gone, (now, now));
         let at = |table: &str, label: &str| -> Millis {
             s.conn
                 .query_row(
@@ -308,6 +327,14 @@ mod tests {
         insert("before", slow - 3_600_000);
         insert("slow", slow + 60_000);
         insert("late", slow + 3_000_000);
+        // Rented before the slow hours and gone in them: it billed the step longer than
+        // its rows read.
+        c.execute(
+            "INSERT INTO instances (label, state, created_at, state_since, gone_at)
+             VALUES ('gone', 'gone', ?1, ?1, ?2)",
+            params![slow - 600_000, slow + 200_000],
+        )
+        .unwrap();
         let pause = crate::store::ops::Pause {
             since: slow + 60_000,
             until: Some(slow + 3_660_000),
@@ -341,8 +368,8 @@ mod tests {
             "from the skew stored (900 ms is no change)"
         );
         assert_eq!(
-            r.rows, 8,
-            "two actions, two instances, the pause, the stop in flight, the event, the wake"
+            r.rows, 9,
+            "two actions, three instances, the pause, the stop in flight, the event, the wake"
         );
         let at = |table: &str, label: &str| -> Millis {
             c.query_row(
@@ -358,6 +385,11 @@ mod tests {
             assert_eq!(at(table, "late"), now, "{table}: never after now");
         }
         let one = |sql: &str| -> Millis { c.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(
+            one("SELECT gone_at - created_at FROM instances WHERE label = 'gone'"),
+            800_000 + r.ahead_ms,
+            "the hours it billed"
+        );
         assert_eq!(
             one("SELECT created_at FROM events"),
             slow + 90_000 + r.ahead_ms
