@@ -189,17 +189,22 @@ pub fn poll(
         if ops::listing_changes(&health, result) {
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
-        if let Some(skew) = crate::run::observe::clock_skew(services, listing_error.as_deref()) {
+        if listing_error.is_none() {
             use crate::store::clock_step::{forward_line, store_skew};
             // One transaction, IMMEDIATE: a pass and a poll that both see the clock set right
-            // must not both date the slow hours later (a re-test read the code so).
+            // must not both date the slow hours later (a re-test read the code so). The skew
+            // is taken once the lock is held, as of that moment.
             let tx = rusqlite::Transaction::new_unchecked(
                 &store.conn,
                 rusqlite::TransactionBehavior::Immediate,
             )?;
-            let stored = store_skew(&tx, skew, clock.now_ms())?;
+            let now = clock.now_ms();
+            let stored = match crate::run::observe::clock_skew(services, None, now) {
+                Some(skew) => Some(store_skew(&tx, skew, now)?),
+                None => None,
+            };
             tx.commit()?;
-            if let Some(r) = stored.forward {
+            if let Some(r) = stored.and_then(|s| s.forward) {
                 crate::journal::eprint(
                     crate::journal::WARNING,
                     &format!("fleetagent poll: {}", forward_line(r)),

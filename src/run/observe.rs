@@ -48,7 +48,6 @@ pub fn observe(
     let (listing, listing_error) = list_ours(services);
     let (listing, listing_error) =
         super::vanished::confirm(&store.conn, services, listing, listing_error)?;
-    let skew = clock_skew(services, listing_error.as_deref());
     let fil_usd = services.fil_usd.as_ref().map(|s| {
         s.fil_usd().map_err(|e| {
             anyhow::anyhow!(crate::secrets::redact_all(
@@ -57,11 +56,13 @@ pub fn observe(
             ))
         })
     });
-    let now = clock.now_ms();
-
     let tx = store
         .immediate()
         .context("cannot begin the fleet reconciliation")?;
+    // Now, and the skew as of now, once the write lock is held (a `poll` that held it may
+    // have repaired a clock set right meanwhile; the skew read then is the clock's as set).
+    let now = clock.now_ms();
+    let skew = clock_skew(services, listing_error.as_deref(), now);
     // First the skew: a clock set right after it ran behind dates its slow hours' rows later,
     // before anything reads their ages.
     if let Some(skew) = skew {
@@ -168,16 +169,20 @@ pub fn observe(
     Ok(snapshot)
 }
 
-/// This host's clock less vast.ai's, as this process's last answer from vast.ai gave it,
-/// when the listing worked. None when nothing was measured: the listing failed, or no answer
+/// This host's clock, reading `now`, less vast.ai's, as this process's last answer from
+/// vast.ai gave it (`vast::ServerClock::skew_at`), when the listing worked. None when nothing was measured: the listing failed, or no answer
 /// carried a `Date` (a proxy that drops it); the last measurement stands then, so that a
 /// standing skew is not cleared by an answer that cannot tell.
-pub fn clock_skew(services: &Services, listing_error: Option<&str>) -> Option<Millis> {
+pub fn clock_skew(
+    services: &Services,
+    listing_error: Option<&str>,
+    now: Millis,
+) -> Option<Millis> {
     let vast = services.vast.as_ref()?;
     if listing_error.is_some() {
         return None;
     }
-    vast.server_clock().map(|c| c.skew_ms())
+    vast.server_clock().map(|c| c.skew_at(now))
 }
 
 /// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is

@@ -246,9 +246,12 @@ impl HttpVastClient {
             // host whose own stepped (`run::observe`, `doctor`).
             let date = response.headers().get("date").and_then(|v| v.to_str().ok());
             if let Some(server_ms) = date.and_then(super::http_date_ms) {
-                let host_ms = self.clock.now_ms();
+                let received = std::time::Instant::now();
                 if let Ok(mut c) = self.server_clock.lock() {
-                    *c = Some(super::ServerClock { host_ms, server_ms });
+                    *c = Some(super::ServerClock {
+                        server_ms,
+                        received,
+                    });
                 }
             }
         }

@@ -176,21 +176,28 @@ impl VastError {
     }
 }
 
-/// vast.ai's clock as an answer gave it (its HTTP `Date`, to the second), beside this host's
-/// clock when that answer came: an outside clock for a host whose own stepped.
+/// vast.ai's clock as an answer gave it (its HTTP `Date`, to the second), and when that
+/// answer came on this process's monotonic clock: an outside clock for a host whose own
+/// stepped, even between the answer and the moment its skew is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerClock {
-    /// This host's clock when the answer came.
-    pub host_ms: crate::clock::Millis,
     /// The answer's `Date`.
     pub server_ms: crate::clock::Millis,
+    /// When the answer came (monotonic: a step of the wall clock does not move it).
+    pub received: std::time::Instant,
 }
 
 impl ServerClock {
-    /// How far this host's clock is ahead of vast.ai's (negative: behind). It includes the
-    /// answer's way back and `Date`'s truncation to the second (under 2 s on a sound link).
-    pub fn skew_ms(&self) -> crate::clock::Millis {
-        self.host_ms - self.server_ms
+    /// How far this host's clock, reading `host_now` now, is ahead of vast.ai's (negative:
+    /// behind): vast.ai's time now is its `Date` plus the monotonic time since the answer
+    /// came. A wall clock set right between the listing and the moment a pass or `poll`
+    /// stores the skew is measured as set right (a re-test: a pass stored the slow clock's
+    /// skew after a `poll` had repaired, and the next listing "repaired" again, a pause and a
+    /// wake two hours late). It includes the answer's way back and `Date`'s truncation to
+    /// the second (under 2 s on a sound link).
+    pub fn skew_at(&self, host_now: crate::clock::Millis) -> crate::clock::Millis {
+        let since = self.received.elapsed().as_millis();
+        host_now - self.server_ms - crate::clock::Millis::try_from(since).unwrap_or(0)
     }
 }
 

@@ -226,8 +226,9 @@ fn a_body_over_the_limit_is_unreadable_not_unreachable() {
 }
 
 /// vast.ai's clock comes with its answers (`Date`, to the second) and the client keeps the
-/// last one beside its own clock: the fake shares the client's clock, so the skew is what
-/// `Date`'s truncation to the second leaves. None before any answer.
+/// last one with when it came: the fake shares the client's clock, so the skew is what
+/// `Date`'s truncation to the second leaves. A wall clock set right after the answer is read
+/// as set right (the skew is taken as of the moment it is read). None before any answer.
 #[test]
 fn the_last_answer_gives_vast_ais_clock() {
     let s = setup();
@@ -235,7 +236,13 @@ fn the_last_answer_gives_vast_ais_clock() {
     s.clock.advance(std::time::Duration::from_millis(1_700));
     s.client.list_instances().unwrap();
     let c = s.client.server_clock().expect("a Date with the answer");
-    assert_eq!(c.host_ms, fleetagent::clock::Clock::now_ms(&*s.clock));
-    assert_eq!(c.server_ms, c.host_ms - c.host_ms.rem_euclid(1000));
-    assert!((0..1000).contains(&c.skew_ms()), "{c:?}");
+    let now = fleetagent::clock::Clock::now_ms(&*s.clock);
+    assert_eq!(c.server_ms, now - now.rem_euclid(1000));
+    assert!((0..1000).contains(&c.skew_at(now)), "{c:?}");
+    let two_hours = 7_200_000;
+    let stepped = c.skew_at(now + two_hours);
+    assert!(
+        (two_hours - 1000..two_hours + 1000).contains(&stepped),
+        "{stepped}"
+    );
 }
