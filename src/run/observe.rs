@@ -173,11 +173,7 @@ pub fn observe(
 /// vast.ai gave it (`vast::ServerClock::skew_at`), when the listing worked. None when nothing was measured: the listing failed, or no answer
 /// carried a `Date` (a proxy that drops it); the last measurement stands then, so that a
 /// standing skew is not cleared by an answer that cannot tell.
-pub fn clock_skew(
-    services: &Services,
-    listing_error: Option<&str>,
-    now: Millis,
-) -> Option<Millis> {
+pub fn clock_skew(services: &Services, listing_error: Option<&str>, now: Millis) -> Option<Millis> {
     let vast = services.vast.as_ref()?;
     if listing_error.is_some() {
         return None;
@@ -188,10 +184,10 @@ pub fn clock_skew(
 /// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is
 /// said at warning every pass, and to the agent when it begins.
 fn record_skew(conn: &Connection, run_id: i64, skew: Millis, now: Millis) -> Result<()> {
-    use crate::store::clock_step::{forward_line, skew_line, store_skew};
+    use crate::store::clock_step::{back_line, forward_line, skew_line, store_skew};
     let stored = store_skew(conn, skew, now)?;
-    if let Some(r) = stored.forward {
-        let line = forward_line(r);
+    let repaired = [stored.forward.map(forward_line), stored.back.map(back_line)];
+    for line in repaired.into_iter().flatten() {
         crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
         events::insert_claimed(conn, run_id, 1, "lifecycle", &line, now)?;
     }

@@ -111,6 +111,9 @@ pub struct Stored {
     /// A clock that ran behind vast.ai's and was set right since the last measurement: the
     /// rows dated while it ran behind, dated later by the step ([`redate_slow_hours`]).
     pub forward: Option<Redated>,
+    /// A clock that stepped back since the last measurement: the rows it dated ahead of its
+    /// new now, dated earlier by the step ([`redate_stepped_back`]); `ahead_ms` the step.
+    pub back: Option<Redated>,
 }
 
 /// Store the skew a listing measured when it moved beyond what an operator would tell apart
@@ -135,23 +138,43 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
             });
         }
     }
+    // A measured step back: what it left dated ahead is dated by the step, exactly (a pause
+    // and a wake typed before it kept their ends, which then came the step late).
+    let step_back = before
+        .map(|b| skew - b)
+        .filter(|step| *step < -CLOCK_STEP_MS);
+    let mut back = None;
+    if let Some(step) = step_back {
+        let rows = redate_stepped_back(conn, step, now)?;
+        if rows > 0 {
+            back = Some(Redated {
+                rows,
+                ahead_ms: -step,
+            });
+        }
+    }
     if skew_changed(before, Some(skew)) {
         crate::store::ops::record_clock_skew(conn, Some(skew))?;
     }
     let off = |s: Millis| s.abs() > CLOCK_SKEW_MAX_MS;
     let same_side = before.is_some_and(|b| off(b) && off(skew) && (b > 0) == (skew > 0));
     // While off on one side the slow hours keep their start, and take in a further step back
-    // (its rows are dated at a now earlier than that start: a re-test stepped 2h, then 3h).
+    // (its rows are dated at a now earlier than that start: a re-test stepped 2h, then 3h):
+    // the start moves back by that step, as the rows before it did.
     let since_now = match (off(skew), same_side && forward.is_none()) {
         (false, _) => None,
-        (true, true) => Some(since.map_or(now, |s| s.min(now))),
+        (true, true) => Some(since.map_or(now, |s| (s + step_back.unwrap_or(0)).min(now))),
         (true, false) => Some(now),
     };
     if since_now != since {
         conn.prepare_cached("UPDATE agent_state SET vast_clock_skew_since_ms = ?1 WHERE id = 1")?
             .execute(params![since_now])?;
     }
-    Ok(Stored { before, forward })
+    Ok(Stored {
+        before,
+        forward,
+        back,
+    })
 }
 
 /// The times of `actions`, `instances`, the pause, the operator's stops in flight, `events`
@@ -205,6 +228,62 @@ pub fn redate_slow_hours(
         params![since, by, now],
     )?;
     Ok(rows)
+}
+
+/// The times more than [`CLOCK_STEP_MS`] after `now` (dated before a step back of `-by`
+/// that a listing measured: nothing written since reads so far ahead) of `actions`,
+/// `instances`, the pause, the operator's stops in flight, `events` and pending `wakes`,
+/// dated `by` (negative) earlier: the times they happened, never after now; a pause's end,
+/// a wake's due time and an event's `not_before` by the whole step, so that a pause typed
+/// for 30 minutes before the step still ends 30 minutes after it was typed (it ended the
+/// step late: a re-test stepped 2h, then 3h behind, then right). Rows written before the
+/// step that read no further ahead than that are not told from rows written after it, and
+/// are kept. The rows changed.
+pub fn redate_stepped_back(conn: &Connection, by: Millis, now: Millis) -> Result<usize> {
+    let limit = now + CLOCK_STEP_MS;
+    let mut rows = conn.execute(
+        "UPDATE actions SET created_at = CASE WHEN created_at > ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
+                            finished_at = CASE WHEN finished_at > ?1 THEN MIN(finished_at + ?2, ?3) ELSE finished_at END
+          WHERE created_at > ?1 OR finished_at > ?1",
+        params![limit, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE instances SET created_at = CASE WHEN created_at > ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
+                              state_since = CASE WHEN state_since > ?1 THEN MIN(state_since + ?2, ?3) ELSE state_since END,
+                              last_seen_at = CASE WHEN last_seen_at > ?1 THEN MIN(last_seen_at + ?2, ?3) ELSE last_seen_at END,
+                              gone_at = CASE WHEN gone_at > ?1 THEN MIN(gone_at + ?2, ?3) ELSE gone_at END
+          WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1 OR gone_at > ?1",
+        params![limit, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE agent_state SET paused_at = MIN(paused_at + ?2, ?3), paused_until = paused_until + ?2
+          WHERE id = 1 AND paused_at > ?1",
+        params![limit, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE operator_stops_in_flight SET typed_at = MIN(typed_at + ?2, ?3) WHERE typed_at > ?1",
+        params![limit, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE events SET created_at = MIN(created_at + ?2, ?3), not_before = not_before + ?2
+          WHERE created_at > ?1",
+        params![limit, by, now],
+    )?;
+    rows += conn.execute(
+        "UPDATE wakes SET created_at = MIN(created_at + ?2, ?3), due_at = due_at + ?2
+          WHERE created_at > ?1 AND status = 'pending'",
+        params![limit, by, now],
+    )?;
+    Ok(rows)
+}
+
+/// The line a pass and `poll` say at warning when [`store_skew`] dated rows earlier.
+pub fn back_line(r: Redated) -> String {
+    format!(
+        "this host's clock stepped back by {} against vast.ai's: {} row(s) of launches, stops, instances, events, wakes and the pause it had dated ahead of its new time are dated that much earlier (never after now), so that a pause or a wake set before the step ends when it was meant to",
+        crate::clock::human_duration((r.ahead_ms + 30_000) / 60_000 * 60_000),
+        r.rows
+    )
 }
 
 /// The line a pass and `poll` say at warning when [`store_skew`] dated rows later.
@@ -481,6 +560,72 @@ mod tests {
             .query_row("SELECT created_at FROM actions", [], |r| r.get(0))
             .unwrap();
         assert_eq!(at, t1 + 10_000 + 10_800_000);
+    }
+
+    /// Pause and wake typed on a clock off vast.ai's, each for 30 minutes, ten minutes
+    /// before the clock stepped back; `true_at` is vast.ai's time when they were typed.
+    fn pause_and_wake(c: &Connection, host_at: Millis) {
+        let pause = crate::store::ops::Pause {
+            since: host_at,
+            until: Some(host_at + 1_800_000),
+            reason: "maintenance".into(),
+        };
+        crate::store::ops::set_pause(c, &pause).unwrap();
+        c.execute(
+            "INSERT INTO wakes (due_at, reason, created_at, created_by, status)
+             VALUES (?1, 'look', ?2, 'operator', 'pending')",
+            params![host_at + 1_800_000, host_at],
+        )
+        .unwrap();
+    }
+
+    fn pause_and_wake_ends(c: &Connection) -> (Millis, Millis) {
+        c.query_row(
+            "SELECT paused_until, (SELECT due_at FROM wakes) FROM agent_state",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    /// Two hours ahead of vast.ai's, then set right (a step back): the pause and the wake
+    /// typed ten minutes before end 20 minutes after it, not two hours and 20 minutes.
+    #[test]
+    fn a_pause_typed_on_a_fast_clock_ends_when_it_was_meant_to_after_the_step_back() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let (fast, step) = (50_000_000, 7_200_000);
+        store_skew(c, step, fast).unwrap();
+        pause_and_wake(c, fast + 600_000);
+        let now = fast + 1_200_000 - step; // vast.ai's time, ten minutes after they were typed
+        let stored = store_skew(c, 0, now).unwrap();
+        assert_eq!(stored.forward, None);
+        let back = stored.back.unwrap();
+        assert_eq!(
+            (back.rows, back.ahead_ms),
+            (2, step),
+            "the pause and the wake"
+        );
+        assert_eq!(pause_and_wake_ends(c), (now + 1_200_000, now + 1_200_000));
+        assert!(back_line(back).starts_with("this host's clock stepped back by 2h00m"));
+    }
+
+    /// The re-test: behind by 2h, a pause and a wake of 30 minutes, an hour further back ten
+    /// minutes later, then right: they end 20 minutes after it (they ended 59 minutes late).
+    #[test]
+    fn a_pause_typed_before_a_further_step_back_ends_when_it_was_meant_to() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let t0 = 50_000_000;
+        store_skew(c, -7_200_000, t0).unwrap();
+        pause_and_wake(c, t0 + 60_000);
+        let t1 = t0 + 660_000 - 3_600_000; // an hour further back, ten minutes on
+        let stored = store_skew(c, -10_800_000, t1).unwrap();
+        assert_eq!(stored.back.map(|b| b.rows), Some(2));
+        // Set right five minutes on: 15 minutes of the 30 are left.
+        let now = t1 + 300_000 + 10_800_000;
+        assert!(store_skew(c, 0, now).unwrap().forward.is_some());
+        assert_eq!(pause_and_wake_ends(c), (now + 900_000, now + 900_000));
     }
 
     #[test]
