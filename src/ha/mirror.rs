@@ -2,7 +2,8 @@
 //! SQLite a write-through copy of it, so a pass runs the very same SQL with HA on as off.
 //!
 //! - **What is shared:** the rows of [`TABLES`] (sessions, the agent state, runs, events,
-//!   wakes, the action ledger, instances, bad hosts), each as its latest value in
+//!   wakes, the action ledger, instances, bad hosts, operators' stops in flight) but the
+//!   columns each host keeps to itself ([`HOST_COLUMNS`]), each as its latest value in
 //!   `fleetagent.rows` (table, key, the row as JSON, the sequence number and epoch of the
 //!   push that wrote it). The run counter is shared with them: a leader's copy holds every
 //!   run row, so SQLite's AUTOINCREMENT never gives a run id (and so a label) twice.
@@ -44,7 +45,24 @@ pub const TABLES: &[(&str, &str)] = &[
     ("actions", "id"),
     ("instances", "label"),
     ("bad_hosts", "machine_id"),
+    // An operator's stop on its way to vast.ai holds launches from when it was typed; a
+    // killed stop's mark must hold the next leader too (the HA re-test: it rented a
+    // replacement at once).
+    ("operator_stops_in_flight", "id"),
 ];
+
+/// Columns of the shared tables that are this host's own, never shared: its clock against
+/// vast.ai's and since when it is off (a slow host's measurement read by a right one made it
+/// "repair" rows that were right, a pause two hours late: the HA re-test). A push leaves
+/// them out; a pull keeps this copy's.
+const HOST_COLUMNS: &[(&str, &str)] = &[
+    ("agent_state", "vast_clock_skew_ms"),
+    ("agent_state", "vast_clock_skew_since_ms"),
+];
+
+fn host_column(table: &str, column: &str) -> bool {
+    HOST_COLUMNS.contains(&(table, column))
+}
 
 /// Rows per INSERT when pushing many (the first push of an install).
 const CHUNK: usize = 500;
@@ -156,6 +174,9 @@ fn row_json(conn: &Connection, table: &str, pk: &str) -> Result<Option<String>> 
     };
     let mut obj = Map::new();
     for (i, name) in names.iter().enumerate() {
+        if host_column(table, name) {
+            continue;
+        }
         let v = match row.get_ref(i)? {
             ValueRef::Null => Value::Null,
             ValueRef::Integer(n) => Value::from(n),
@@ -553,6 +574,14 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb) -> Result<Synced> {
     conn.pragma_update(None, "foreign_keys", false)?;
     let result = (|| -> Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let skew: Option<Millis> = tx
+            .query_row(
+                "SELECT vast_clock_skew_ms FROM agent_state WHERE id = 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?
+            .flatten();
         // Each shared table's columns, read once.
         let mut columns_of: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (table, _) in TABLES {
@@ -565,6 +594,14 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb) -> Result<Synced> {
             })?;
             insert_json(&tx, t, known, data)?;
         }
+        // This host's clock stays its own (an older host pushed it with the rest). Its slow
+        // hours end here: the rows since are other hosts' too, written on their clocks, and
+        // a repair would date them later (store::clock_step).
+        tx.execute(
+            "UPDATE agent_state SET vast_clock_skew_ms = ?1, vast_clock_skew_since_ms = NULL
+              WHERE id = 1",
+            params![skew],
+        )?;
         mark_synced(&tx, None, &holder, epoch, seq)?;
         tx.commit()?;
         Ok(())

@@ -11,6 +11,7 @@ mod floor;
 mod ha;
 mod ha_faults;
 mod ha_hosts;
+mod ha_own;
 mod ha_race;
 mod hands;
 mod hardening;

@@ -1,0 +1,126 @@
+//! What the hosts share and what each keeps to itself (docs/ha.md, "The shared state" and
+//! "clocks skewed"), found by the HA re-test of 2026-12-06: an operator's stop on its way to
+//! vast.ai holds the next leader too, and a host's clock against vast.ai's is its own.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use super::agent_e2e::{dead_fleet, write_demand};
+use super::ha_hosts::{host, pair, Pair};
+use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fleet::Run;
+use crate::common::pg;
+
+/// An operator's stop killed once vast.ai destroyed the instance, before it was recorded
+/// (a Ctrl-C, a host lost), then the lease moves: the next leader is held as the host that
+/// typed it would have been. Its mark was on that host alone, and the next leader rented a
+/// replacement at once under WORKERS DEAD.
+#[test]
+fn a_killed_operator_stop_holds_the_next_leader_too() {
+    let Pair {
+        db: _db,
+        vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    let out = a.cmd(&["run"]).ok();
+    let rented = vast.count(Route::Create);
+    assert!(rented >= 1, "A rented nothing: {}", out.stderr);
+    let id = vast.instance_ids()[0].to_string();
+
+    let mut cmd = a.command(&["instances", "stop", &id, "--force", "--reason", "drill"]);
+    cmd.env("FLEETAGENT_TEST_CRASH_AT", "stop-after-call");
+    let out = Run::from(cmd.output().unwrap());
+    assert!(out.stderr.contains("test crash injected"), "{}", out.stderr);
+    assert_eq!(vast.count(Route::Destroy), 1, "vast.ai destroyed it");
+    a.cmd(&["ha", "release"]).ok();
+
+    // B leads; the fleet is short again (WORKERS DEAD): the hold keeps the rules' hands off.
+    b.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
+    let out = b.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        rented,
+        "B rented a replacement for the instance the operator just stopped: {}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("operator"), "{}", out.stderr);
+}
+
+/// vast.ai's clock at real time plus an offset the test sets (a host's clock behind vast.ai's
+/// by that much, as that host measures it).
+struct VastAt(AtomicI64);
+
+impl fleetagent::clock::Clock for VastAt {
+    fn now_ms(&self) -> fleetagent::clock::Millis {
+        fleetagent::clock::SystemClock.now_ms() + self.0.load(Ordering::SeqCst)
+    }
+    fn sleep(&self, d: std::time::Duration) {
+        fleetagent::clock::SystemClock.sleep(d)
+    }
+}
+
+/// How long the shared pause has left, in minutes, as `f` reads it.
+fn pause_left_mins(f: &crate::common::fleet::Fleet) -> i64 {
+    let until = f.count("SELECT paused_until FROM agent_state");
+    (until - chrono::Utc::now().timestamp_millis()) / 60_000
+}
+
+/// B's clock two hours behind vast.ai's (it measures so while it leads), then A's, right,
+/// leads and pauses for 10 minutes: A's first pass must not read B's measurement as its own
+/// and "repair" a step it never made (the pause moved two hours later). Then B leads again
+/// with its clock set right: it must not date A's rows later either.
+#[test]
+fn a_slow_hosts_clock_is_its_own() {
+    const TWO_HOURS: i64 = 7_200_000;
+    let db = pg::fresh_db();
+    let clock = Arc::new(VastAt(AtomicI64::new(TWO_HOURS)));
+    let vast = FakeVast::start(clock.clone());
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let demand = tempfile::tempdir().unwrap();
+    write_demand(demand.path(), dead_fleet());
+    let a = host("host-a", &db, &vast, demand.path());
+    let b = host("host-b", &db, &vast, demand.path());
+
+    b.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = b.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("2h00m behind vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    b.cmd(&["ha", "release"]).ok();
+
+    clock.0.store(0, Ordering::SeqCst);
+    a.cmd(&["pause", "--for", "10m", "--reason", "maintenance"])
+        .ok();
+    a.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = a.cmd(&["run"]).ok();
+    assert!(!out.stderr.contains("stepped forward"), "{}", out.stderr);
+    assert!(!out.stderr.contains("behind vast.ai's"), "{}", out.stderr);
+    let skew = a.count("SELECT COALESCE(vast_clock_skew_ms, 0) FROM agent_state");
+    assert!(skew.abs() < 60_000, "A's own clock: {skew}");
+    assert!(
+        (8..=10).contains(&pause_left_mins(&a)),
+        "{}",
+        pause_left_mins(&a)
+    );
+    let doctor = a.cmd(&["doctor"]);
+    assert!(
+        !doctor.stdout.contains("behind vast.ai's"),
+        "{}",
+        doctor.stdout
+    );
+    a.cmd(&["ha", "release"]).ok();
+
+    // B again, its clock set right (vast.ai agrees with it now): A's rows were right.
+    b.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = b.cmd(&["run"]).ok();
+    assert!(!out.stderr.contains("stepped forward"), "{}", out.stderr);
+    assert!(
+        (8..=10).contains(&pause_left_mins(&b)),
+        "{}",
+        pause_left_mins(&b)
+    );
+}
