@@ -138,9 +138,9 @@ pub enum OpenMode {
     Existing,
     /// [`OpenMode::Existing`], never migrated, for the commands that only read (`inspect`,
     /// `history`, `doctor`, the lists): a schema older than this build's is refused, saying
-    /// that a `run` of this build migrates it. A new build tried beside the one the units
-    /// run must not move the database past what that one reads (it would fail every pass
-    /// with "newer schema").
+    /// that the first command of this build that writes migrates it. A new build tried
+    /// beside the one the units run must not move the database past what that one reads (it
+    /// would fail every pass with "newer schema").
     Report,
     /// [`OpenMode::Report`] that opens an older schema as it is (`backup`: a copy of the
     /// database before an upgrade is what an operator takes it for).
@@ -652,8 +652,9 @@ fn older_schema(version: i64) -> String {
     format!(
         "schema version {version} is older than this fleetagent's ({SCHEMA_VERSION}); this command \
          only reads and left it untouched (the fleetagent that wrote it may still be running \
-         on it): the next `fleetagent run` of this build migrates it (take a `fleetagent \
-         backup FILE` first), or read it with the fleetagent that wrote it"
+         on it): the first command of this build that writes (`run`, `trigger`, `pause`, \
+         `message`, ...) migrates it, and the fleetagent that wrote it then refuses it (take \
+         a `fleetagent backup FILE` first), or read it with the fleetagent that wrote it"
     )
 }
 

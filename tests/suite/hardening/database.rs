@@ -530,7 +530,7 @@ fn migrations_from_every_earlier_version_keep_every_row() {
             assert!(
                 out.stderr.contains(&format!(
                     "schema version {from} is older than this fleetagent's ({latest}); this command only reads and left it untouched"
-                )) && out.stderr.contains("the next `fleetagent run` of this build migrates it"),
+                )) && out.stderr.contains("the first command of this build that writes (`run`, `trigger`, `pause`, `message`, ...) migrates it"),
                 "from version {from}: {}",
                 out.stderr
             );
