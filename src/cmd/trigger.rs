@@ -8,19 +8,21 @@ use crate::cmd::App;
 pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
     let (config, dir, store, refused) = super::open_for_event(app)?;
     let reason = args.reason.trim();
+    let outbox = config.config.ha.enabled;
     let id = crate::trigger::record(
         &store,
         &dir,
-        config.config.ha.enabled,
+        outbox,
         args.priority,
         "trigger",
         reason,
         None,
         app.now(),
     )?;
-    crate::outln!("event {id} (P{}) recorded; doorbell rung", args.priority);
+    let (what, then) = crate::trigger::recorded_as(outbox, id);
+    crate::outln!("{what} (P{}) recorded{then}; doorbell rung", args.priority);
     super::refused_after_recording(
         &refused,
-        &format!("event {id} was recorded and the doorbell rung"),
+        &format!("{what} was recorded and the doorbell rung"),
     )
 }

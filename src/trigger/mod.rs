@@ -47,6 +47,20 @@ pub fn record(
     Ok(id)
 }
 
+/// What [`record`] returned, named for the operator: an event of this database, or a row of
+/// this host's outbox (`[ha] enabled`), which becomes an event of the leader's (under another
+/// id) once a `run` or `poll` here forwards it; and what comes of it then.
+pub fn recorded_as(outbox: bool, id: i64) -> (String, &'static str) {
+    if outbox {
+        (
+            format!("outbox row {id}"),
+            " (the next run or poll here forwards it to the leading host)",
+        )
+    } else {
+        (format!("event {id}"), "")
+    }
+}
+
 /// Append the event's line to the doorbell in `dir`, after its commit.
 pub fn ring(dir: &Path, id: i64, priority: u8, reason: &str, now: Millis) -> Result<()> {
     crate::faults::point("trigger-after-insert")?;

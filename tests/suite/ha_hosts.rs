@@ -268,8 +268,17 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     assert_eq!(doctor_ha(&b)["ok"], true, "{}", doctor_ha(&b));
 
     // A trigger on B: B's outbox, forwarded by B's next run, rung by A's poll, claimed by A.
-    b.cmd(&["trigger", "-p", "1", "-r", "raised on host b"])
+    let out = b
+        .cmd(&["trigger", "-p", "1", "-r", "raised on host b"])
         .ok();
+    // Named as what it is: a row of B's outbox (it read "event 1", an id B's events lack).
+    assert!(
+        out.stdout.starts_with(
+            "outbox row 1 (P1) recorded (the next run or poll here forwards it to the leading host)"
+        ),
+        "{}",
+        out.stdout
+    );
     assert_eq!(
         b.count("SELECT COUNT(*) FROM outbox WHERE forwarded_at IS NULL"),
         1
