@@ -12,7 +12,7 @@ pub use super::parse::parse_completion;
 use super::parse::snippet;
 #[cfg(test)]
 use super::parse::SNIPPET_CHARS;
-use super::{AttemptFailure, ChatRequest, ChatResponse, LlmClient, LlmError, Role};
+use super::{AttemptFailure, ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, Role};
 use crate::clock::Clock;
 
 /// First wait after a transient failure; it doubles after each one.
@@ -230,8 +230,7 @@ pub fn request_body(req: &ChatRequest) -> Value {
 /// `temperature` (reasoning models accept only the default) and no `parallel_tool_calls`
 /// (servers disagree on it).
 pub fn request_body_with(req: &ChatRequest, cap_field: &str) -> Value {
-    let messages: Vec<Value> = req
-        .messages
+    let messages: Vec<Value> = alternating(&req.messages)
         .iter()
         .map(|m| {
             let mut obj = Map::new();
@@ -281,6 +280,33 @@ pub fn request_body_with(req: &ChatRequest, cap_field: &str) -> Value {
         body.insert("tool_choice".into(), json!("auto"));
     }
     Value::Object(body)
+}
+
+/// The messages with each run of consecutive user messages joined into one (their texts
+/// apart by a blank line): the chat templates of Gemma and Mistral refuse two user turns in a
+/// row ("Conversation roles must alternate user/assistant/user/assistant/...", a 500 from
+/// llama-server every time), and the pinned state block is followed by the observation, a
+/// note by the next observation. What is stored, counted and cached stays one message each;
+/// joined the same way every time, the bytes sent stay the same from pass to pass.
+fn alternating(messages: &[ChatMessage]) -> std::borrow::Cow<'_, [ChatMessage]> {
+    let plain_user = |m: &ChatMessage| m.role == Role::User && m.tool_calls.is_empty();
+    if !messages
+        .windows(2)
+        .any(|w| plain_user(&w[0]) && plain_user(&w[1]))
+    {
+        return std::borrow::Cow::Borrowed(messages);
+    }
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    for m in messages {
+        match out.last_mut() {
+            Some(last) if plain_user(last) && plain_user(m) => {
+                last.content.push_str("\n\n");
+                last.content.push_str(&m.content);
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn transport_failure(e: ureq::Error, timeout: Duration, key: &str) -> Attempt {
@@ -387,7 +413,10 @@ fn cannot_parse_the_request(message: &str) -> bool {
     ]
     .iter()
     .any(|p| m.contains(p));
-    parse && !m.contains("upstream") && !m.contains("response")
+    // A chat template that refuses the conversation's shape (Jinja's raise_exception in
+    // llama-server: "Conversation roles must alternate ...") refuses it every time too.
+    let template = m.contains("roles must alternate");
+    template || (parse && !m.contains("upstream") && !m.contains("response"))
 }
 
 /// The server's message from an error body: OpenAI/OpenRouter/llama.cpp wrap it in `error`,
@@ -490,7 +519,7 @@ pub(crate) fn parse_go_duration(text: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::{ChatMessage, ToolCall, ToolSpec};
+    use crate::llm::{ToolCall, ToolSpec};
 
     #[test]
     fn body_shapes_follow_the_wire_contract() {
@@ -571,6 +600,64 @@ mod tests {
         ] {
             assert_eq!(cap_field(url), "max_tokens", "{url}");
         }
+    }
+
+    /// The state block, the observation and a note are user messages in a row: sent as one
+    /// (Gemma's and Mistral's templates refuse two user turns in a row, a 500 every time:
+    /// the prompt walkthrough), and a template's refusal is final, not load.
+    #[test]
+    fn consecutive_user_messages_go_as_one_and_a_templates_refusal_is_final() {
+        let msg = |role: Role, content: &str| ChatMessage {
+            role,
+            content: content.into(),
+            tool_calls: vec![],
+            tool_call_id: None,
+        };
+        let req = ChatRequest {
+            model: "gemma".into(),
+            messages: vec![
+                msg(Role::System, "sys"),
+                msg(Role::User, "note"),
+                msg(Role::User, "observation 1"),
+                msg(Role::Assistant, "no action"),
+                msg(Role::User, "state"),
+                msg(Role::User, "observation 2"),
+            ],
+            tools: vec![],
+            max_tokens: None,
+            budget: None,
+        };
+        let body = request_body(&req);
+        let sent: Vec<(String, String)> = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap().to_string(),
+                    m["content"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(r, c)| (r.to_string(), c.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            sent,
+            pairs(&[
+                ("system", "sys"),
+                ("user", "note\n\nobservation 1"),
+                ("assistant", "no action"),
+                ("user", "state\n\nobservation 2"),
+            ])
+        );
+        let gemma = r#"{"error":{"code":500,"message":"Conversation roles must alternate user/assistant/user/assistant/...","type":"server_error"}}"#;
+        assert!(matches!(
+            classify(500, gemma, None, "k", 0),
+            Attempt::Fail(LlmError::Rejected { status: 500, .. })
+        ));
     }
 
     #[test]

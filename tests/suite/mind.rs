@@ -289,7 +289,8 @@ fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
         .contains("operator-answer-marker"));
     // The system prompt leads every request; the pinned state follows the history, right
     // before this pass's observation (the system prompt, the tools and the history stay a
-    // prefix a server's prompt cache can reuse).
+    // prefix a server's prompt cache can reuse); the two go as one user message (chat
+    // templates that want user and assistant to alternate refuse two in a row).
     let msgs = reqs[2]["messages"].as_array().unwrap();
     let text = |i: usize| msgs[i]["content"].as_str().unwrap_or("");
     assert_eq!(msgs[0]["role"], "system");
@@ -301,8 +302,14 @@ fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
         .find(|&i| text(i).contains("operator-answer-marker"))
         .unwrap();
     assert_eq!(msgs[state]["role"], "user");
-    assert!(answer < state && state + 1 == msgs.len() - 1, "{msgs:?}");
-    assert!(text(state + 1).contains("third-marker-event"));
+    assert!(answer < state && state == msgs.len() - 1, "{msgs:?}");
+    assert!(text(state).contains("third-marker-event"));
+    for pair in msgs.windows(2) {
+        assert!(
+            !(pair[0]["role"] == "user" && pair[1]["role"] == "user"),
+            "two user messages in a row: {msgs:?}"
+        );
+    }
 }
 
 #[test]
