@@ -124,6 +124,10 @@ pub struct Snapshot {
     pub silent_destroys_recent: u32,
     /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
     pub bad_hosts: Vec<i64>,
+    /// Hosts of instances the operator stopped or destroyed within
+    /// `policy.operator_hold_mins`, left out of offer searches as long (the model rented
+    /// the very host the operator had just destroyed an instance on: the prompt walkthrough).
+    pub operator_hosts: Vec<i64>,
     /// Ours that the operator stopped (`store::actions::operator_stopped`): never flagged
     /// as stopped too long.
     pub operator_stopped: Vec<i64>,

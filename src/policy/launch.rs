@@ -384,13 +384,18 @@ pub fn search(snapshot: &Snapshot, config: &Config) -> Option<OfferQuery> {
     })
 }
 
-/// The hosts that failed us, as the search leaves them out.
+/// The hosts that failed us and those the operator just took an instance off, as the
+/// search leaves them out.
 pub fn bad_hosts(snapshot: &Snapshot) -> Vec<u64> {
-    snapshot
+    let mut hosts: Vec<u64> = snapshot
         .bad_hosts
         .iter()
+        .chain(&snapshot.operator_hosts)
         .filter_map(|&m| u64::try_from(m).ok())
-        .collect()
+        .collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts
 }
 
 /// The search's answer: the offers that match `[vast.offers]` (checked here too, whatever

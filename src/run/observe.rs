@@ -536,6 +536,10 @@ fn assemble(
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
         bad_hosts: bad_hosts::current(conn, now)?,
+        operator_hosts: actions::operator_hosts_since(
+            conn,
+            now - (config.policy.operator_hold_mins as Millis).saturating_mul(60_000),
+        )?,
         operator_stopped: actions::operator_stopped(conn)?,
         // Said within the last day: the quota is daily.
         search_quota: bad_hosts::search_quota(conn)?

@@ -381,6 +381,21 @@ pub fn operator_stopped(conn: &Connection) -> Result<Vec<i64>> {
     Ok(ids)
 }
 
+/// The hosts (`machine_id`) of the instances the operator stopped or destroyed since
+/// `since`, by id.
+pub fn operator_hosts_since(conn: &Connection, since: Millis) -> Result<Vec<i64>> {
+    let mut st = conn.prepare_cached(
+        "SELECT DISTINCT i.machine_id FROM actions a JOIN instances i ON i.label = a.label
+          WHERE a.actor = 'operator' AND a.kind IN ('stop', 'destroy') AND a.outcome = 'ok'
+            AND a.created_at >= ?1 AND i.machine_id IS NOT NULL
+          ORDER BY i.machine_id",
+    )?;
+    let ids = st
+        .query_map(params![since], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<i64>>>()?;
+    Ok(ids)
+}
+
 /// When the last launch since `since` was refused as `unprofitable` (no offer left the
 /// margin), if one was.
 pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Option<Millis>> {

@@ -711,3 +711,56 @@ fn a_panic_button_refused_says_the_fleet_bills_on() {
         out.stderr
     );
 }
+
+/// The offers' ids the creates went to, in order.
+fn offers_rented(vast: &FakeVast) -> Vec<u64> {
+    vast.requests_to(Route::Create)
+        .iter()
+        .filter_map(|r| {
+            r.path
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
+
+/// The operator took an instance off its host ("host looks bad"): for the hold, no launch
+/// (the model's included, which the hold does not bind) goes back to that host, though it
+/// is the cheapest (the model rented it again ten seconds after the stop: the prompt
+/// walkthrough).
+#[test]
+fn the_host_an_operator_took_an_instance_off_is_not_rented_again_during_the_hold() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    let cheap = vast.add_offer("RTX 4090", 0.30, 0.99);
+    let other = vast.add_offer("RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    write_demand(f.path(), busy_fleet());
+    llm.push(launch_call());
+    f.cmd(&["trigger", "-p", "1", "-r", "more work"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(offers_rented(&vast), vec![cheap]);
+    let id = vast.instance_ids()[0].to_string();
+    f.cmd(&[
+        "instances",
+        "stop",
+        &id,
+        "--force",
+        "--reason",
+        "host looks bad",
+    ])
+    .ok();
+
+    llm.push(launch_call());
+    f.cmd(&["trigger", "-p", "1", "-r", "more work"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert_eq!(
+        offers_rented(&vast),
+        vec![cheap, other],
+        "back on the host the operator took it off: {}",
+        out.stderr
+    );
+}
