@@ -99,6 +99,19 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
         1 => "once".to_string(),
         n => format!("{n} times"),
     };
+    // The caps first: a launch they refuse is no action a model can take (the prompt
+    // walkthrough: "call launch_instance 3 times now" with $0.20/h left under the caps and
+    // offers at $0.40/h, each call refused `budget`, then the floor's three as well).
+    let money = caps_room(s, config);
+    if let Some(CapsRoom::None(why_not)) = &money {
+        return Some(format!(
+            "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+        ));
+    }
+    let note = match &money {
+        Some(CapsRoom::Tight(n)) => format!("; {n}"),
+        _ => String::new(),
+    };
     // The rules ask even when the window is full (so a refusal is on record); the model is
     // told when its call can go through.
     let w = s.window(config);
@@ -108,11 +121,45 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
             .map(|secs| format!(" in {}", human_duration(secs as i64 * 1000)))
             .unwrap_or_default();
         format!(
-            "Action needed: call launch_instance {times} when the launch window frees{when} ({why}; the emergency allowance is used up until then)."
+            "Action needed: call launch_instance {times} when the launch window frees{when} ({why}; the emergency allowance is used up until then{note})."
         )
     } else {
-        format!("Action needed: call launch_instance {times} now ({why}).")
+        format!("Action needed: call launch_instance {times} now ({why}{note}).")
     })
+}
+
+/// What the money caps leave for launches, when it binds.
+enum CapsRoom {
+    /// No launch fits: why, in words.
+    None(String),
+    /// Fewer than one more instance at our instances' mean price: the note.
+    Tight(String),
+}
+
+/// The room the $/h and daily caps leave (`Snapshot::headroom_dph`, the guardrail's own),
+/// against the mean $/h of our instances that bill (what an instance costs here; none: any
+/// room is taken as room). None when it does not bind.
+fn caps_room(s: &Snapshot, config: &Config) -> Option<CapsRoom> {
+    let room = s.headroom_dph(config)?;
+    let prices: Vec<f64> = s
+        .instances
+        .iter()
+        .filter(|i| crate::fleet::is_billing_state(i.state))
+        .filter_map(|i| i.dph)
+        .filter(|d| *d > 0.0)
+        .collect();
+    let each = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    let caps = "policy.max_dph_total and policy.daily_spend_max";
+    match each {
+        _ if room < 0.01 => Some(CapsRoom::None(format!("{caps} leave $0.00/h"))),
+        Some(e) if room < e => Some(CapsRoom::None(format!(
+            "{caps} leave ${room:.2}/h, less than an instance costs here (${e:.2}/h on average)"
+        ))),
+        Some(e) if room < 2.0 * e => Some(CapsRoom::Tight(format!(
+            "{caps} leave ${room:.2}/h, about one instance at ${e:.2}/h: launches past it are refused"
+        ))),
+        _ => None,
+    }
 }
 
 /// What the floor did in the previous pass, so the model knows it was overruled and why: a
@@ -527,6 +574,30 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// The caps leave less than an instance costs: no launch can go, and the line says so
+    /// (it asked for launches each refused `budget`: the prompt walkthrough); about one: it
+    /// says what is left.
+    #[test]
+    fn workers_dead_says_when_the_caps_leave_no_launch() {
+        let mut c = config();
+        let s = dead_fleet(2); // two booting at $0.40/h
+        c.policy.max_dph_total = Some(1.0);
+        let line = action_needed_line(&s, &c).unwrap();
+        assert_eq!(
+            line,
+            "No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.20/h, less than an instance costs here ($0.40/h on average); every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+        );
+        c.policy.max_dph_total = Some(1.5);
+        let line = action_needed_line(&s, &c).unwrap();
+        assert!(
+            line.starts_with("Action needed: call launch_instance ")
+                && line.ends_with("; policy.max_dph_total and policy.daily_spend_max leave $0.70/h, about one instance at $0.40/h: launches past it are refused)."),
+            "{line}"
+        );
+        c.policy.max_dph_total = Some(10.0);
+        assert!(!action_needed_line(&s, &c).unwrap().contains("leave $"));
     }
 
     #[test]

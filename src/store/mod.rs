@@ -16,6 +16,7 @@ pub mod history;
 pub mod instances;
 pub mod llm_calls;
 pub mod messages;
+pub mod operator_stops;
 pub mod ops;
 pub mod price;
 pub mod report;
