@@ -113,13 +113,49 @@ pub fn note_search_quota(
 
 /// Parse arguments into a typed struct (`deny_unknown_fields`): extra or wrong arguments
 /// become an `invalid_args` result naming the problem.
+///
+/// A number sent as a string (`"30"`, as small models often write it) is read as the number
+/// when the field wants one: the field named by serde's "invalid type: string" is retried as
+/// the number, the others kept (a `reason` of "5" stays text).
 pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, ToolResult> {
-    serde_json::from_value(args).map_err(|e| {
-        ToolResult::error(
-            "invalid_args",
-            json!({ "message": crate::text::clip(&e.to_string(), 300) }),
-        )
-    })
+    let mut args = args;
+    let mut tries = 0;
+    loop {
+        let e = match serde_json::from_value::<T>(args.clone()) {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        tries += 1;
+        match (tries <= 8).then(|| number_sent_as_text(&args, &e.to_string())) {
+            Some(Some(fixed)) => args = fixed,
+            _ => {
+                return Err(ToolResult::error(
+                    "invalid_args",
+                    json!({ "message": crate::text::clip(&e.to_string(), 300) }),
+                ))
+            }
+        }
+    }
+}
+
+/// `args` with the string serde refused (`invalid type: string "30", expected ...`) as the
+/// number it spells, in the fields that hold it; None when it spells none or no field holds it.
+fn number_sent_as_text(args: &Value, error: &str) -> Option<Value> {
+    let rest = error.strip_prefix("invalid type: string \"")?;
+    let text = &rest[..rest.find("\", expected")?];
+    let number: Value = match text.trim().parse::<i64>() {
+        Ok(n) => n.into(),
+        Err(_) => serde_json::Number::from_f64(text.trim().parse::<f64>().ok()?)?.into(),
+    };
+    let mut fixed = args.clone();
+    let mut changed = false;
+    for v in fixed.as_object_mut()?.values_mut() {
+        if v.as_str() == Some(text) {
+            *v = number.clone();
+            changed = true;
+        }
+    }
+    changed.then_some(fixed)
 }
 
 /// Arguments larger than this are refused before parsing (a model can send megabytes).
@@ -176,7 +212,7 @@ impl Registry {
         } else {
             arguments
         };
-        let args: Value = match serde_json::from_str(text) {
+        let args: Value = match lenient_object(text) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
                 return Ok(ToolResult::error(
@@ -192,6 +228,25 @@ impl Registry {
             }
         };
         tool.call(ctx, args)
+    }
+}
+
+/// The arguments text as JSON, read as small models and their servers send it: an object
+/// encoded twice (a JSON string holding the object) is the object, and quotes HTML-escaped
+/// (`&#34;`, `&quot;`: llama-cpp-python's, which models copy) are quotes. The error of the
+/// text as sent when none of these reads it.
+fn lenient_object(text: &str) -> serde_json::Result<Value> {
+    let first = serde_json::from_str::<Value>(text);
+    let unescaped = |t: &str| t.replace("&#34;", "\"").replace("&quot;", "\"");
+    match &first {
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(inner) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => first,
+        },
+        Err(_) if text.contains("&#34;") || text.contains("&quot;") => {
+            serde_json::from_str::<Value>(&unescaped(text)).or(first)
+        }
+        _ => first,
     }
 }
 
@@ -217,4 +272,61 @@ pub fn calls_written_as_text<S: AsRef<str>>(answers: &[S]) -> usize {
         .iter()
         .filter(|t| crate::prompt::answer::tool_call_as_text(t.as_ref(), &tools))
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Args {
+        minutes: i64,
+        reason: String,
+    }
+
+    /// What small models and their servers send (the prompt walkthrough: `"30"` refused with
+    /// serde's "expected i64", `&#34;` and twice-encoded objects refused as not JSON).
+    #[test]
+    fn numbers_as_text_escaped_quotes_and_twice_encoded_objects_are_read() {
+        let parse = |text: &str| -> std::result::Result<Args, String> {
+            let v = lenient_object(text).map_err(|e| e.to_string())?;
+            parse_args::<Args>(v).map_err(|r| r.content.to_string())
+        };
+        let want = Args {
+            minutes: 30,
+            reason: "5".into(),
+        };
+        assert_eq!(parse(r#"{"minutes": 30, "reason": "5"}"#), Ok(want));
+        assert_eq!(
+            parse(r#"{"minutes": "30", "reason": "5"}"#)
+                .unwrap()
+                .minutes,
+            30
+        );
+        assert_eq!(
+            parse(r#"{"minutes": " 30", "reason": "look"}"#)
+                .unwrap()
+                .minutes,
+            30
+        );
+        assert_eq!(
+            parse(r#"{&#34;minutes&#34;: 30, &#34;reason&#34;: &#34;look&#34;}"#)
+                .unwrap()
+                .reason,
+            "look"
+        );
+        assert_eq!(
+            parse(r#""{\"minutes\": 30, \"reason\": \"look\"}""#)
+                .unwrap()
+                .minutes,
+            30
+        );
+        // What is not a number stays refused, naming the problem.
+        let e = parse(r#"{"minutes": "soon", "reason": "look"}"#).unwrap_err();
+        assert!(e.contains("invalid type: string \\\"soon\\\""), "{e}");
+        let e = parse(r#"{"minutes": 30, "reason": 5}"#).unwrap_err();
+        assert!(e.contains("expected a string"), "{e}");
+        assert!(parse("not json").is_err());
+    }
 }

@@ -96,10 +96,12 @@ const CASES: &[Case] = &[
         note: Some(MALFORMED),
         ..ok("llama-cpp-python.200.functions-as-text.json")
     },
+    // Its quotes HTML-escaped (`&#34;`): read as quotes, the launch goes through.
     Case {
         calls: &["launch_instance"],
         finish: Some("tool_calls"),
-        invalid: 1,
+        verdict: Some("action"),
+        creates: 1,
         requests: 2,
         ..ok("llama-cpp-python.200.html-escaped-arguments.json")
     },
