@@ -423,11 +423,50 @@ impl Snapshot {
                 self.bad_hosts.len()
             ));
         }
+        if !self.operator_hosts.is_empty() {
+            lines.push(format!(
+                "Hosts the operator just took an instance off, left out of offer searches for policy.operator_hold_mins: {}.",
+                self.operator_hosts.len()
+            ));
+        }
         let open = self.count_in(&[LAUNCHING]);
         if open > 0 {
             lines.push(format!("Open launches not yet in the listing: {open}."));
         }
+        lines.extend(self.streak_line());
         lines
+    }
+
+    /// How long the backlog or low demand has lasted, in passes, beside how long the rules
+    /// wait for it: "persists over passes" (the system prompt) is something a model reads
+    /// only here (passes that did nothing never enter the prompt; the prompt walkthrough saw
+    /// a second backlog pass read as the first). None while WORKERS DEAD (its own line) or
+    /// with neither streak.
+    fn streak_line(&self) -> Option<String> {
+        use crate::policy::rules::{BACKLOG_PASSES, LOW_DEMAND_PASSES};
+        let d = self.demand.as_ref().filter(|d| !d.workers_dead())?;
+        let times = |n: u32| {
+            if n == 1 {
+                "1 pass".to_string()
+            } else {
+                format!("{n} passes")
+            }
+        };
+        let st = &self.streaks;
+        if st.backlog_passes > 0 {
+            Some(format!(
+                "Backlog ({} pending) for {} in a row; the rules add capacity once it has lasted {BACKLOG_PASSES} with every live worker busy and throughput under target.",
+                d.pending,
+                times(st.backlog_passes)
+            ))
+        } else if st.low_demand_passes > 0 {
+            Some(format!(
+                "Low demand (pending near 0, workers idle) for {} in a row; the rules stop idle surplus once it has lasted {LOW_DEMAND_PASSES}.",
+                times(st.low_demand_passes)
+            ))
+        } else {
+            None
+        }
     }
 }
 
@@ -437,6 +476,41 @@ mod tests {
     use crate::demand::Demand;
     use crate::fleet::fixtures::*;
     use crate::fleet::NO_VAST_KEY;
+
+    /// The streaks the rules wait on are said (a second backlog pass read as the first: the
+    /// prompt walkthrough), and the hosts the operator took instances off.
+    #[test]
+    fn the_backlog_and_low_demand_streaks_are_said() {
+        let c = config();
+        let live = crate::demand::Worker {
+            running: 1,
+            ..Default::default()
+        };
+        let mut s = Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 6,
+                running: 2,
+                workers: vec![live],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(s.lifecycle_lines(&c).is_empty());
+        s.streaks.backlog_passes = 1;
+        assert_eq!(
+            s.lifecycle_lines(&c),
+            vec!["Backlog (6 pending) for 1 pass in a row; the rules add capacity once it has lasted 2 with every live worker busy and throughput under target.".to_string()]
+        );
+        s.streaks = crate::store::session::Streaks {
+            low_demand_passes: 3,
+            backlog_passes: 0,
+        };
+        assert!(s.lifecycle_lines(&c)[0]
+            .starts_with("Low demand (pending near 0, workers idle) for 3 passes in a row"));
+        s.operator_hosts = vec![30_001];
+        assert!(s.lifecycle_lines(&c)[0].starts_with("Hosts the operator just took"));
+    }
 
     #[test]
     fn design_example_line() {
