@@ -667,7 +667,35 @@ pub(super) fn ha(
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
         );
     }
+    problems.extend(current.iter().filter_map(|h| off_clock(h, &settings.host)));
     (problems, follows, status.install_id)
+}
+
+/// A host whose clock was more than a minute off the shared database's at its last contact:
+/// the rows it writes carry its clock, which the other hosts read (the HA re-test: a right
+/// host's doctor blamed a slow leader's "failing" passes, a slow follower's message did not
+/// end an operator hold).
+fn off_clock(h: &crate::ha::status::HostStatus, this: &str) -> Option<Problem> {
+    let ahead = h
+        .clock_ahead_ms
+        .filter(|a| a.abs() > crate::store::clock_step::CLOCK_SKEW_MAX_MS)?;
+    let by = crate::clock::human_duration((ahead.abs() + 30_000) / 60_000 * 60_000);
+    let side = if ahead > 0 { "ahead of" } else { "behind" };
+    let which = if h.host_id == this {
+        " (this host)"
+    } else {
+        ""
+    };
+    Some(
+        Problem::new(format!(
+            "ha: {}{which}'s clock is {by} {side} the shared database's (at its last contact): the times it writes into the shared state (its runs, a pause, wakes, launches, the messages it forwards) read {by} off on the other hosts (a leader's passes look that much older or newer; a message may not end an operator hold)",
+            h.host_id
+        ))
+        .fix(format!(
+            "set {}'s clock right (timedatectl; an NTP client such as systemd-timesyncd or chrony)",
+            h.host_id
+        )),
+    )
 }
 
 /// A host whose own install's state would be replaced by another install's shared state

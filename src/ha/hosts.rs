@@ -22,6 +22,9 @@ pub struct HostSeen {
     /// Seconds since it last listed vast.ai with success while the leader's listing failed
     /// (database time; None: never recorded).
     pub vast_ok_secs_ago: Option<f64>,
+    /// How far its clock was ahead of the database's at its last contact (ms; negative:
+    /// behind; None: a version before this was recorded, or an unplaced twin).
+    pub clock_ahead_ms: Option<i64>,
 }
 
 /// Of a host id's two places (the one that holds it, `held`, and the second, `twin`, each
@@ -58,12 +61,16 @@ pub const TWIN_WINDOW_SECS: f64 = 900.0;
 /// (`twin_place`, `twin_seen`). A second place never takes the first's slot while the first
 /// runs, so both keep finding each other for as long as both run (neither acts); when one
 /// stops, the other acts again once the stopped one's time is older than the window.
+///
+/// `host_now`, when given, is this host's clock (ms) as the statement goes: the row keeps
+/// how far it is from the database's (`clock_ahead_ms`, the one-way trip included).
 pub fn record(
     db: &mut SharedDb,
     host_id: &str,
     version: &str,
     config_hash: &str,
     place: &str,
+    host_now: Option<&dyn Fn() -> i64>,
 ) -> Result<Option<Twin>> {
     db.retrying("recording this host", |client| {
         let mut tx = client.transaction()?;
@@ -91,13 +98,23 @@ pub fn record(
                 }),
                 _ => None,
             };
+            let clock: Option<i64> = host_now.map(|f| f());
             tx.execute(
                 "UPDATE fleetagent.hosts
                  SET last_seen = now(), version = $2, config_hash = $3, place = $4,
                      twin_place = CASE WHEN $5 THEN twin_place END,
-                     twin_seen = CASE WHEN $5 THEN twin_seen END
+                     twin_seen = CASE WHEN $5 THEN twin_seen END,
+                     clock_ahead_ms = $6::bigint
+                         - (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
                  WHERE host_id = $1",
-                &[&host_id, &version, &config_hash, &place, &twin.is_some()],
+                &[
+                    &host_id,
+                    &version,
+                    &config_hash,
+                    &place,
+                    &twin.is_some(),
+                    &clock,
+                ],
             )?;
             twin
         } else {
@@ -132,7 +149,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                 "SELECT host_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, version,
                         config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, place,
                         twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8,
-                        EXTRACT(EPOCH FROM now() - vast_ok_at)::float8
+                        EXTRACT(EPOCH FROM now() - vast_ok_at)::float8, clock_ahead_ms
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -149,6 +166,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                         .try_get::<_, Option<String>>(6)?
                         .zip(r.try_get::<_, Option<f64>>(7)?),
                     vast_ok_secs_ago: r.try_get(8)?,
+                    clock_ahead_ms: r.try_get(9)?,
                 })
             })
             .collect()

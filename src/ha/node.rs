@@ -162,6 +162,9 @@ pub enum Start {
 /// a fresh session started when the lease came from another host, the keeper started and the
 /// store linked. As a follower, nothing else.
 pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) -> Result<Start> {
+    // `now` and the monotonic time since: this host's clock when the row is written.
+    let given = Instant::now();
+    let host_now = || now + i64::try_from(given.elapsed().as_millis()).unwrap_or(0);
     let mut db = settings.connect()?;
     schema::migrate(&mut db)?;
     let dir = store.path.parent().unwrap_or(std::path::Path::new("."));
@@ -173,6 +176,7 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
         concat!(env!("CARGO_PKG_VERSION"), "+", env!("FLEETAGENT_COMMIT")),
         &settings.config_hash,
         &place,
+        Some(&host_now),
     )?;
     if let Some(t) = twin {
         bail!(

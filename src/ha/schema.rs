@@ -42,6 +42,9 @@ pub const STATEMENTS: &[&str] = &[
     // When a follower last listed vast.ai with success, asked while the leader's listing
     // failed (`ha::handover`): the leader hands the lease only to a host that can act.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_ok_at timestamptz",
+    // Each host's clock against the database's at its last contact: the rows a host writes
+    // carry its clock, which the others read (doctor names a host far off).
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS clock_ahead_ms bigint",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -55,6 +58,7 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "twin_place"),
     ("hosts", "twin_seen"),
     ("hosts", "vast_ok_at"),
+    ("hosts", "clock_ahead_ms"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

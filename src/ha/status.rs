@@ -63,6 +63,9 @@ pub struct HostStatus {
     /// A second place under the same id, and seconds since it ran (`hosts::record`).
     #[serde(skip)]
     pub twin: Option<(String, f64)>,
+    /// How far its clock was ahead of the database's at its last contact (ms).
+    #[serde(skip)]
+    pub clock_ahead_ms: Option<i64>,
 }
 
 impl HostStatus {
@@ -99,6 +102,7 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             place: h.place,
             seen_secs_ago: h.seen_secs_ago,
             twin: h.twin,
+            clock_ahead_ms: h.clock_ahead_ms,
         })
         .collect())
 }

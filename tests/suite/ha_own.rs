@@ -124,3 +124,46 @@ fn a_slow_hosts_clock_is_its_own() {
         pause_left_mins(&b)
     );
 }
+
+/// A host whose clock is off the shared database's is named by every host's `doctor`, with
+/// what it does to the shared rows (a right host's doctor blamed a slow leader's "failing"
+/// passes instead: the HA re-test). Each host measures its own at each contact.
+#[test]
+fn a_host_whose_clock_is_off_is_named_by_every_doctor() {
+    let Pair {
+        mut db,
+        vast: _vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    a.cmd(&["run"]).ok();
+    b.cmd(&["poll"]).ok();
+    let measured = db.query_i64(
+        "SELECT COUNT(*) FROM fleetagent.hosts WHERE clock_ahead_ms BETWEEN -60000 AND 60000",
+    );
+    assert_eq!(measured, 2, "both hosts measured, both right");
+    let ha_check = |f: &crate::common::fleet::Fleet| -> String {
+        let out = f.cmd(&["doctor", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "ha")
+            .unwrap()
+            .to_string()
+    };
+    assert!(!ha_check(&a).contains("clock"), "{}", ha_check(&a));
+    // host-b's clock two hours behind at its last contact.
+    db.exec("UPDATE fleetagent.hosts SET clock_ahead_ms = -7200000 WHERE host_id = 'host-b'");
+    for (f, this) in [(&a, ""), (&b, " (this host)")] {
+        let check = ha_check(f);
+        assert!(
+            check.contains(&format!(
+                "ha: host-b{this}'s clock is 2h00m behind the shared database's"
+            )) && check.contains("set host-b's clock right"),
+            "{check}"
+        );
+    }
+}
