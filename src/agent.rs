@@ -209,6 +209,8 @@ pub fn llm_loop(
     let mut invalid: Vec<String> = Vec::new();
     // The previous round's prompt: a later round appends to it while it fits.
     let mut previous: Option<context::Assembled> = None;
+    // Whether a call written as text was asked again (once a pass).
+    let mut reasked = false;
     for round in 1..=config.llm.max_tool_rounds {
         let Some(left_ms) = turns::turn_budget(config, le.deadline, le.clock.now_ms()) else {
             let message = format!(
@@ -458,6 +460,13 @@ pub fn llm_loop(
             }
             if let Some(note) = note {
                 note_message(&store.conn, note, at)?;
+            }
+            // A call written as text ran nothing: asked once more in this pass, the note
+            // after it, while a round is left (it ended the pass, and the model read the
+            // note only next pass, after the floor had acted: the prompt walkthrough).
+            if as_text && !reasked && round < config.llm.max_tool_rounds {
+                reasked = true;
+                continue;
             }
             break;
         }

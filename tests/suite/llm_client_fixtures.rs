@@ -90,10 +90,12 @@ const CASES: &[Case] = &[
         requests: 2,
         ..ok("llama-cpp-python.200.tool-call-truncated.json")
     },
+    // A call written as text: asked again in the pass (the fake then says "no action").
     Case {
         content: Some("functions.launch_instance:"),
         finish: Some("stop"),
         note: Some(MALFORMED),
+        requests: 2,
         ..ok("llama-cpp-python.200.functions-as-text.json")
     },
     // Its quotes HTML-escaped (`&#34;`): read as quotes, the launch goes through.
@@ -135,12 +137,14 @@ const CASES: &[Case] = &[
         content: Some(r#"{"name": "launch_instance", "arguments""#),
         finish: Some("stop"),
         note: Some(MALFORMED),
+        requests: 2,
         ..ok("llama-server.200.call-in-content.json")
     },
     Case {
         content: Some(r#"{"name": "launch_instance", "arguments""#),
         finish: Some("length"),
         note: Some(MALFORMED),
+        requests: 2,
         ..ok("llama-server.200.call-in-content-cut-at-length.json")
     },
     Case {
@@ -680,7 +684,11 @@ fn a_malformed_answers_note_arrives_in_a_message_of_its_own() {
     );
     pass(&f, "next");
     let requests = llm.requests();
-    assert_eq!(requests.len(), 3, "two turns, then the next pass's");
+    assert_eq!(
+        requests.len(),
+        4,
+        "two turns, the call written as text asked again, then the next pass's"
+    );
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
 
     // Pass 1, turn 2: the bad call as `{}`, its result saying so.
@@ -696,7 +704,8 @@ fn a_malformed_answers_note_arrives_in_a_message_of_its_own() {
         "your arguments were not a JSON object of this tool's parameters (42 characters); the call above shows them as {}"
     );
 
-    // Pass 2: the answer as it came, then the note in a user message.
+    // Pass 1, turn 3 (asked again in the same pass): the answer as it came, then the note
+    // in a user message; the next pass's prompt holds them the same way.
     let next = requests[2]["messages"].as_array().unwrap();
     let at = next
         .iter()
