@@ -157,6 +157,11 @@ pub struct Report {
     /// Our instances as the local table knows them (inspect never calls vast.ai).
     pub fleet: Vec<InstanceView>,
     pub fleet_dph: f64,
+    /// What our instances have cost since 00:00 UTC, as the daily cap counts it (the
+    /// `fleetagent_spend_today_dollars` metric's figure).
+    pub spend_today: f64,
+    /// `policy.daily_spend_max` (null: no daily cap).
+    pub daily_spend_max: Option<f64>,
     /// Of the fleet, instances vast.ai lists without a price: `fleet_dph` counts each at the
     /// most one may cost, as the money guardrail does.
     pub unpriced: usize,

@@ -53,6 +53,18 @@ fn profit_line(r: &Report) -> String {
     format!("profit      {head}, {ours}{others}")
 }
 
+/// `spend       $1.23 today (UTC) of policy.daily_spend_max $10.00; the fleet bills $0.80/h`.
+fn spend_line(r: &Report) -> String {
+    let cap = match r.daily_spend_max {
+        Some(max) => format!(" of policy.daily_spend_max ${max:.2}"),
+        None => " (no daily cap)".to_string(),
+    };
+    format!(
+        "spend       ${:.2} today (UTC){cap}; the fleet bills ${:.2}/h",
+        r.spend_today, r.fleet_dph
+    )
+}
+
 /// `day         believed: why; next hour 300/h; 00 120 | 01 118 | ...`: the day profile
 /// (`fleet::day`), each hour of the day it knows with its proofs/h (`*`: saturated on a day,
 /// demand was at least that).
@@ -422,6 +434,7 @@ pub fn render_text(r: &Report) -> String {
     }
     line(price_line(&r.price));
     line(profit_line(r));
+    line(spend_line(r));
     if let Some(e) = &r.price.fil_usd_error {
         line(format!("  the last FIL/USD fetch failed: {e}"));
     }

@@ -871,4 +871,24 @@ fn doctor_says_when_the_daily_spend_cap_refuses_every_launch() {
         detail.contains("passes $50.00, so every launch is refused until 00:00 UTC"),
         "{detail}"
     );
+    // inspect says the same figure beside the cap (the soak's auditor found it only in the
+    // last observation's text).
+    let v = f.inspect();
+    let spent = v["spend_today"].as_f64().unwrap();
+    let hours = (now - midnight) as f64 / 3_600_000.0;
+    assert!(
+        (spent - 100.0 * hours).abs() < 1.0,
+        "{spent} after {hours} h"
+    );
+    assert_eq!(v["daily_spend_max"], 50.0);
+    let text = f.cmd(&["inspect"]).ok().stdout;
+    // (At $100/h the figure moves a cent every 0.36 s: the text's is not compared.)
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("spend       $"))
+        .unwrap();
+    assert!(
+        line.contains(" today (UTC) of policy.daily_spend_max $50.00; the fleet bills $100.00/h"),
+        "{line}"
+    );
 }
