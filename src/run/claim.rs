@@ -58,6 +58,36 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
     Ok(stale.len())
 }
 
+/// Before a pass claims its due wakes: while the last listing found this host's clock behind
+/// vast.ai's, one listing first, so that a clock set right since dates the slow hours' wakes
+/// later before they are read as due (a pass that claimed first ran a wake of the slow hours
+/// at once: the soak's repro, a 10-minute wake run 10 minutes early after a step back and the
+/// clock set right). Nothing else is done with the listing (the pass lists again); a failed
+/// listing changes nothing here (the pass's own says why). Said at warning and to the agent.
+pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
+    use crate::store::clock_step::{forward_line, store_skew, CLOCK_SKEW_MAX_MS};
+    let Some(vast) = env.services.vast.as_ref() else {
+        return Ok(());
+    };
+    let behind = crate::store::ops::vast_health(&store.conn)?
+        .clock_skew_ms
+        .is_some_and(|s| s < -CLOCK_SKEW_MAX_MS);
+    if !behind || vast.list_instances().is_err() {
+        return Ok(());
+    }
+    let tx = store.immediate()?;
+    let now = env.clock.now_ms();
+    if let Some(skew) = super::observe::clock_skew(env.services, None, now) {
+        if let Some(r) = store_skew(&tx, skew, now)?.forward {
+            let line = forward_line(r);
+            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent run: {line}"));
+            events::insert(&tx, 1, "lifecycle", &line, None, now)?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
 /// The transaction that creates the run row, claims every ready event and due wake, and
 /// deletes the doorbell before COMMIT.
 pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim> {

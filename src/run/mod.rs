@@ -115,6 +115,7 @@ pub fn run_process(env: &RunEnv<'_>) -> Result<Vec<PassReport>, RunFailure> {
             config_changed(&mut store, env, pass_no).map_err(|e| early(env, e))?;
             break;
         }
+        claim::settle_clock(&mut store, env).map_err(|e| early(env, e))?;
         let claim = claim::begin(&mut store, env, pass_no).map_err(|e| early(env, e))?;
         lock.record_run(claim.run_id);
         reports.push(one_pass(&mut store, env, &claim, deadline).map_err(RunFailure::Pass)?);

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::common::fake_llm::{FakeLlm, Reply};
 use crate::common::fake_vast::{FakeVast, Route};
-use crate::suite::agent_e2e::{dead_fleet, one_instance_is_enough, rig, write_demand};
+use crate::suite::agent_e2e::{busy_fleet, dead_fleet, one_instance_is_enough, rig, write_demand};
 
 #[test]
 fn launches_dated_after_a_clock_step_back_count_from_now_and_spacing_waits_one_gap() {
@@ -195,7 +195,7 @@ fn a_clock_set_right_after_running_behind_keeps_the_launch_window_of_its_slow_ho
     let out = f.cmd(&["run"]).ok();
     assert!(
         out.stderr
-            .contains("run 2: this host's clock stepped forward by 2h00m to vast.ai's"),
+            .contains("fleetagent run: this host's clock stepped forward by 2h00m to vast.ai's"),
         "{}",
         out.stderr
     );
@@ -210,4 +210,61 @@ fn a_clock_set_right_after_running_behind_keeps_the_launch_window_of_its_slow_ho
           AND reason LIKE 'this host''s clock stepped forward by 2h00m%'",
     );
     assert_eq!(told, 1, "the agent is told");
+}
+
+/// The soak's repro: a 30-minute wake added while this host's clock ran two hours behind
+/// vast.ai's, then the clock set right. The pass that runs first after it must not claim the
+/// wake as two hours overdue before its listing sees the clock agree again (it ran at once):
+/// while the clock is known behind, a pass lists before it claims.
+#[test]
+fn a_wake_of_the_slow_hours_is_not_run_early_when_the_clock_is_set_right() {
+    use std::sync::atomic::Ordering;
+    const TWO_HOURS: i64 = 7_200_000;
+    let clock = std::sync::Arc::new(VastAt(std::sync::atomic::AtomicI64::new(TWO_HOURS)));
+    let vast = FakeVast::start(clock.clone());
+    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let demand = f.path().join("demand.json");
+    f.write_config(&crate::common::config::rules_config(
+        &vast.url(),
+        &demand,
+        &["[policy]\ntarget_proofs_per_hour = 100"],
+    ));
+    write_demand(f.path(), busy_fleet());
+    f.cmd(&["init"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("2h00m behind vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    f.cmd(&["wakes", "add", "--in", "30m", "--reason", "look again"])
+        .ok();
+    // What a clock two hours slow would have written.
+    let db = f.db();
+    for sql in [
+        "UPDATE wakes SET created_at = created_at - 7200000, due_at = due_at - 7200000",
+        "UPDATE agent_state SET vast_clock_skew_since_ms = vast_clock_skew_since_ms - 7200000",
+    ] {
+        assert!(db.execute(sql, []).unwrap() > 0, "{sql}");
+    }
+    clock.0.store(0, Ordering::SeqCst);
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("stepped forward by 2h00m to vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    let (status, left): (String, i64) = db
+        .query_row(
+            "SELECT status, due_at - (CAST(strftime('%s','now') AS INTEGER) * 1000) FROM wakes",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(status, "pending", "run early: {}", out.stderr);
+    assert!(
+        (25 * 60_000..=31 * 60_000).contains(&left),
+        "due in {left} ms"
+    );
 }
