@@ -144,7 +144,13 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
         .map(|b| skew - b)
         .filter(|step| *step < -CLOCK_STEP_MS);
     let mut back = None;
+    // The earliest of the rows a step back dates earlier, as dated then: they are in the slow
+    // clock's terms from there on, and a clock that now runs behind and is later set right
+    // must date them later with the rest (right, then 2h back, then right ran a wake of
+    // before the step at once: the soak's repro).
+    let mut earliest_back: Option<Millis> = None;
     if let Some(step) = step_back {
+        earliest_back = earliest_ahead(conn, now)?.map(|t| (t + step).min(now));
         let rows = redate_stepped_back(conn, step, now)?;
         if rows > 0 {
             back = Some(Redated {
@@ -165,7 +171,8 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
         (false, _) => None,
         (true, true) => Some(since.map_or(now, |s| (s + step_back.unwrap_or(0)).min(now))),
         (true, false) => Some(now),
-    };
+    }
+    .map(|s| earliest_back.map_or(s, |e| s.min(e)));
     if since_now != since {
         conn.prepare_cached("UPDATE agent_state SET vast_clock_skew_since_ms = ?1 WHERE id = 1")?
             .execute(params![since_now])?;
@@ -275,6 +282,23 @@ pub fn redate_stepped_back(conn: &Connection, by: Millis, now: Millis) -> Result
         params![limit, by, now],
     )?;
     Ok(rows)
+}
+
+/// The earliest time of a row [`redate_stepped_back`] would date earlier (its creation's, or
+/// a pause's start), None when there is none.
+fn earliest_ahead(conn: &Connection, now: Millis) -> Result<Option<Millis>> {
+    let limit = now + CLOCK_STEP_MS;
+    Ok(conn
+        .prepare_cached(
+            "SELECT MIN(t) FROM (
+                 SELECT MIN(created_at) AS t FROM actions WHERE created_at > ?1
+                 UNION ALL SELECT MIN(created_at) FROM instances WHERE created_at > ?1
+                 UNION ALL SELECT paused_at FROM agent_state WHERE id = 1 AND paused_at > ?1
+                 UNION ALL SELECT MIN(typed_at) FROM operator_stops_in_flight WHERE typed_at > ?1
+                 UNION ALL SELECT MIN(created_at) FROM events WHERE created_at > ?1
+                 UNION ALL SELECT MIN(created_at) FROM wakes WHERE created_at > ?1 AND status = 'pending')",
+        )?
+        .query_row(params![limit], |r| r.get(0))?)
 }
 
 /// The line a pass and `poll` say at warning when [`store_skew`] dated rows earlier.
@@ -626,6 +650,27 @@ mod tests {
         let now = t1 + 300_000 + 10_800_000;
         assert!(store_skew(c, 0, now).unwrap().forward.is_some());
         assert_eq!(pause_and_wake_ends(c), (now + 900_000, now + 900_000));
+    }
+
+    /// Right, then two hours back (a VM restored from a snapshot), then right again: the
+    /// pause and the wake typed ten minutes before the step end when they were meant to (the
+    /// soak's repro: the wake, dated back at the step and left out of the slow hours, ran at
+    /// once when the clock was set right).
+    #[test]
+    fn a_pause_typed_before_a_step_back_from_a_right_clock_survives_the_clock_set_right() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let (t, step) = (50_000_000, 7_200_000);
+        store_skew(c, 0, t).unwrap();
+        pause_and_wake(c, t + 600_000); // both end at t + 40m
+        let slow = t + 1_200_000 - step; // the step back, twenty minutes on
+        assert_eq!(
+            store_skew(c, -step, slow).unwrap().back.map(|b| b.rows),
+            Some(2)
+        );
+        let now = t + 1_500_000; // set right five minutes later
+        assert!(store_skew(c, 0, now).unwrap().forward.is_some());
+        assert_eq!(pause_and_wake_ends(c), (t + 2_400_000, t + 2_400_000));
     }
 
     #[test]
