@@ -601,6 +601,12 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
             r.vast_id
                 .is_some_and(|id| !flagged.iter().any(|f| f.vast_id == id))
         })
+        // Not on a host the operator just took an instance off (the one stopped "host looks
+        // bad" was started again ten seconds later: the re-test).
+        .filter(|r| {
+            !r.machine_id
+                .is_some_and(|m| snapshot.operator_hosts.contains(&m))
+        })
         .collect();
     stopped.sort_by(|a, b| {
         a.dph

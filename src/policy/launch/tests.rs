@@ -302,6 +302,15 @@ fn a_dry_run_with_stop_mode_stop_names_the_instance_the_real_call_would_start() 
         ans.record.map(|e| e.detail),
         Some("dry_run: would search offers and launch one".into())
     );
+    // On a host the operator just took an instance off: not started again (the re-test saw
+    // the one stopped "host looks bad" started ten seconds later).
+    s.instances[1].machine_id = Some(30_000);
+    s.operator_hosts = vec![30_000];
+    let ans = gate_of(&s, &c, None).unwrap();
+    assert_eq!(
+        ans.record.map(|e| e.detail),
+        Some("dry_run: would search offers and launch one".into())
+    );
 }
 
 #[test]
