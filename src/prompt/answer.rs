@@ -84,13 +84,39 @@ pub const KEPT_SENT_CHARS: usize = 4_000;
 /// (`{"invalid_arguments": "..."}`, `{"omitted": "..."}`), which small models copied into
 /// later answers. The call's tool result says what was wrong ([`arguments_note`]); `history`
 /// shows what the model sent ([`stored_calls_json`]).
+///
+/// Arguments the registry read leniently ([`lenient_object`]: quotes HTML-escaped, the
+/// object encoded twice) are replayed as the object it read, so that the model reads back
+/// what ran (they went out as `{}`, "not a JSON object": the prompt fixes' re-test).
 pub fn replay_arguments(arguments: &str) -> Option<String> {
     if arguments.len() > MAX_ARGUMENT_BYTES || arguments.trim().is_empty() {
         return Some("{}".into());
     }
     match serde_json::from_str::<Value>(arguments) {
         Ok(Value::Object(o)) if !old_placeholder(&o) => None,
-        _ => Some("{}".into()),
+        _ => match lenient_object(arguments) {
+            Ok(Value::Object(o)) if !old_placeholder(&o) => Some(Value::Object(o).to_string()),
+            _ => Some("{}".into()),
+        },
+    }
+}
+
+/// The arguments text as JSON, read as small models and their servers send it: an object
+/// encoded twice (a JSON string holding the object) is the object, and quotes HTML-escaped
+/// (`&#34;`, `&quot;`: llama-cpp-python's, which models copy) are quotes. The error of the
+/// text as sent when none of these reads it.
+pub fn lenient_object(text: &str) -> serde_json::Result<Value> {
+    let first = serde_json::from_str::<Value>(text);
+    let unescaped = |t: &str| t.replace("&#34;", "\"").replace("&quot;", "\"");
+    match &first {
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(inner) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => first,
+        },
+        Err(_) if text.contains("&#34;") || text.contains("&quot;") => {
+            serde_json::from_str::<Value>(&unescaped(text)).or(first)
+        }
+        _ => first,
     }
 }
 
@@ -107,7 +133,7 @@ fn old_placeholder(o: &serde_json::Map<String, Value>) -> bool {
 /// as `{}` although the model sent something else (see [`replay_arguments`]); `None` when
 /// they are kept as sent, or were blank (run as `{}`).
 pub fn arguments_note(arguments: &str) -> Option<String> {
-    if arguments.trim().is_empty() || replay_arguments(arguments).is_none() {
+    if arguments.trim().is_empty() || replay_arguments(arguments).is_none_or(|r| r != "{}") {
         return None;
     }
     let len = arguments.len();
@@ -460,7 +486,6 @@ mod tests {
             r#"{"reason": "59 proofs queued and every wor"#,
             "[1, 2]",
             r#""launch""#,
-            "{&#34;reason&#34;: &#34;queue&#34;}",
             "{\"reason\": \"two\nlines\"}",
             "null",
             // What older versions stored, copied back by a small model.
@@ -489,6 +514,16 @@ mod tests {
                 serde_json::from_str(&stored_calls_json(&[call("list_instances", blank.into())]))
                     .unwrap();
             assert!(json[0].get("sent").is_none());
+        }
+        // Read as the registry read them (quotes HTML-escaped, the object encoded twice):
+        // replayed as the object that ran, with nothing to say.
+        for read in [
+            "{&#34;reason&#34;: &#34;queue&#34;}",
+            r#""{\"reason\": \"queue\"}""#,
+        ] {
+            let stored = stored_calls(&[call("launch_instance", read.into())]);
+            assert_eq!(stored[0].arguments, r#"{"reason":"queue"}"#, "{read}");
+            assert_eq!(arguments_note(read), None, "{read}");
         }
         assert_eq!(replay_arguments("{ }"), None);
         assert_eq!(replay_arguments(r#"{"reason":"ok"}"#), None);

@@ -126,7 +126,7 @@ pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, To
             Err(e) => e,
         };
         tries += 1;
-        match (tries <= 8).then(|| number_sent_as_text(&args, &e.to_string())) {
+        match (tries <= 8).then(|| number_sent_as_text::<T>(&args, &e.to_string())) {
             Some(Some(fixed)) => args = fixed,
             _ => {
                 return Err(ToolResult::error(
@@ -139,23 +139,36 @@ pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, To
 }
 
 /// `args` with the string serde refused (`invalid type: string "30", expected ...`) as the
-/// number it spells, in the fields that hold it; None when it spells none or no field holds it.
-fn number_sent_as_text(args: &Value, error: &str) -> Option<Value> {
+/// number it spells, in one field that holds it: the first of those fields whose change gets
+/// further (the parse succeeds, or fails otherwise), so that a `reason` of the same text
+/// stays text. None when it spells no number or no field's change helps.
+fn number_sent_as_text<T: DeserializeOwned>(args: &Value, error: &str) -> Option<Value> {
     let rest = error.strip_prefix("invalid type: string \"")?;
     let text = &rest[..rest.find("\", expected")?];
     let number: Value = match text.trim().parse::<i64>() {
         Ok(n) => n.into(),
         Err(_) => serde_json::Number::from_f64(text.trim().parse::<f64>().ok()?)?.into(),
     };
-    let mut fixed = args.clone();
-    let mut changed = false;
-    for v in fixed.as_object_mut()?.values_mut() {
-        if v.as_str() == Some(text) {
-            *v = number.clone();
-            changed = true;
+    let fields: Vec<&String> = args
+        .as_object()?
+        .iter()
+        .filter(|(_, v)| v.as_str() == Some(text))
+        .map(|(k, _)| k)
+        .collect();
+    fields.into_iter().find_map(|field| {
+        let mut fixed = args.clone();
+        fixed[field.as_str()] = number.clone();
+        match serde_json::from_value::<T>(fixed.clone()) {
+            Ok(_) => Some(fixed),
+            // Another field's problem now, not this one wanting its text back.
+            Err(e) => {
+                let e = e.to_string();
+                let wanted_text = e.starts_with("invalid type: integer")
+                    || e.starts_with("invalid type: floating point");
+                (e != error && !wanted_text).then_some(fixed)
+            }
         }
-    }
-    changed.then_some(fixed)
+    })
 }
 
 /// Arguments larger than this are refused before parsing (a model can send megabytes).
@@ -212,7 +225,7 @@ impl Registry {
         } else {
             arguments
         };
-        let args: Value = match lenient_object(text) {
+        let args: Value = match crate::prompt::answer::lenient_object(text) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
                 return Ok(ToolResult::error(
@@ -228,25 +241,6 @@ impl Registry {
             }
         };
         tool.call(ctx, args)
-    }
-}
-
-/// The arguments text as JSON, read as small models and their servers send it: an object
-/// encoded twice (a JSON string holding the object) is the object, and quotes HTML-escaped
-/// (`&#34;`, `&quot;`: llama-cpp-python's, which models copy) are quotes. The error of the
-/// text as sent when none of these reads it.
-fn lenient_object(text: &str) -> serde_json::Result<Value> {
-    let first = serde_json::from_str::<Value>(text);
-    let unescaped = |t: &str| t.replace("&#34;", "\"").replace("&quot;", "\"");
-    match &first {
-        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(inner) {
-            Ok(v @ Value::Object(_)) => Ok(v),
-            _ => first,
-        },
-        Err(_) if text.contains("&#34;") || text.contains("&quot;") => {
-            serde_json::from_str::<Value>(&unescaped(text)).or(first)
-        }
-        _ => first,
     }
 }
 
@@ -290,7 +284,7 @@ mod tests {
     #[test]
     fn numbers_as_text_escaped_quotes_and_twice_encoded_objects_are_read() {
         let parse = |text: &str| -> std::result::Result<Args, String> {
-            let v = lenient_object(text).map_err(|e| e.to_string())?;
+            let v = crate::prompt::answer::lenient_object(text).map_err(|e| e.to_string())?;
             parse_args::<Args>(v).map_err(|r| r.content.to_string())
         };
         let want = Args {
@@ -321,6 +315,29 @@ mod tests {
                 .unwrap()
                 .minutes,
             30
+        );
+        // The same text in a field that wants text stays text, whichever comes first.
+        assert_eq!(
+            parse(r#"{"minutes": "5", "reason": "5"}"#),
+            Ok(Args {
+                minutes: 5,
+                reason: "5".into()
+            })
+        );
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Search {
+            gpu_name: String,
+            limit: u32,
+        }
+        let v = crate::prompt::answer::lenient_object(r#"{"gpu_name": "4090", "limit": "4090"}"#)
+            .unwrap();
+        assert_eq!(
+            parse_args::<Search>(v).map_err(|r| r.content.to_string()),
+            Ok(Search {
+                gpu_name: "4090".into(),
+                limit: 4090
+            })
         );
         // What is not a number stays refused, naming the problem.
         let e = parse(r#"{"minutes": "soon", "reason": "look"}"#).unwrap_err();
