@@ -464,7 +464,11 @@ pub fn llm_loop(
             // A call written as text ran nothing: asked once more in this pass, the note
             // after it, while a round is left (it ended the pass, and the model read the
             // note only next pass, after the floor had acted: the prompt walkthrough).
-            if as_text && !reasked && round < config.llm.max_tool_rounds {
+            // Only with time for a turn as long as this one, twice over (a re-ask that timed
+            // out made the pass read as the model unusable: the re-test).
+            let time_for_it = turns::turn_budget(config, le.deadline, le.clock.now_ms())
+                .is_some_and(|left| left >= 2 * latency);
+            if as_text && !reasked && round < config.llm.max_tool_rounds && time_for_it {
                 reasked = true;
                 continue;
             }

@@ -14,8 +14,7 @@ use crate::text::{clip, quote};
 use crate::wakes::{too_far_ahead, MAX_OPERATOR_AHEAD_MS};
 
 pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
-    let now = app.now();
-    let until = match &args.for_ {
+    let length = match &args.for_ {
         None => None,
         Some(text) => {
             let d = crate::clock::parse_duration(text).map_err(|e| usage(format!("--for: {e}")))?;
@@ -32,11 +31,15 @@ pub fn pause(app: &App, args: &PauseArgs) -> Result<()> {
                     human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
-            Some(now + d.as_millis() as Millis)
+            Some(d.as_millis() as Millis)
         }
     };
     let reason = args.reason.trim();
     let (loaded, dir, mut store) = super::open_for_brake(app, "pause")?;
+    // Dated once the store is open (and, with several hosts, the lease taken): a pull of the
+    // shared state starts this host's own clock's hours then (`ha::mirror`).
+    let now = app.now();
+    let until = length.map(|l| now + l);
     let before = ops::paused(&store.conn, now)?;
     hold(&store, until, reason, "pause", now)?;
     store.fence("pause")?;
@@ -88,8 +91,8 @@ fn in_flight(store: &Store, now: Millis) -> Result<()> {
 }
 
 pub fn resume(app: &App) -> Result<()> {
-    let now = app.now();
     let (loaded, dir, mut store) = super::open_shared(app, "resume")?;
+    let now = app.now();
     let hold = crate::tools::brake::operator_hold(&store.conn, &loaded.config, now)?;
     let was = ops::clear_pause(&store.conn)?.filter(|p| p.in_force(now));
     let mut what = Vec::new();

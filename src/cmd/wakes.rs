@@ -60,8 +60,15 @@ pub fn run(app: &App, cmd: &WakesCommand) -> Result<()> {
     }
 }
 
+/// A wake's time as given: a delay from when it is recorded, or a time.
+enum Due {
+    In(i64),
+    At(i64),
+}
+
 fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
-    let now = app.now();
+    let asked = app.now();
+    // Relative: from when it is recorded; absolute: as given.
     let due = match (&a.in_, &a.at) {
         (Some(d), None) => {
             let d = crate::clock::parse_duration(d).map_err(|e| usage(format!("--in: {e}")))?;
@@ -72,7 +79,7 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
                     human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
-            now + d.as_millis() as i64
+            Due::In(d.as_millis() as i64)
         }
         (None, Some(t)) => {
             let due = chrono::DateTime::parse_from_rfc3339(t.trim())
@@ -82,17 +89,24 @@ fn add(app: &App, a: &WakeAddArgs) -> Result<()> {
                     ))
                 })?
                 .timestamp_millis();
-            if too_far_ahead(due.saturating_sub(now) as i128) {
+            if too_far_ahead(due.saturating_sub(asked) as i128) {
                 return Err(usage(format!(
                     "--at {t:?}: at most {} ahead",
                     human_duration(MAX_OPERATOR_AHEAD_MS)
                 )));
             }
-            due
+            Due::At(due)
         }
         _ => return Err(usage("give exactly one of --in or --at")),
     };
     let (_c, _d, mut store) = super::open_shared(app, "wakes add")?;
+    // Dated once the store is open (and, with several hosts, the lease taken): a pull of the
+    // shared state starts this host's own clock's hours then (`ha::mirror`).
+    let now = app.now();
+    let due = match due {
+        Due::In(ms) => now + ms,
+        Due::At(at) => at,
+    };
     let id = wakes::add(&store.conn, due, a.reason.trim(), BY_OPERATOR, None, now)
         .context("cannot record the wake")?;
     store.fence("wakes add")?;

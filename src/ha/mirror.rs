@@ -422,7 +422,12 @@ pub enum Synced {
 
 /// At the start of a leader's process: makes this copy the shared state's (see the module
 /// doc). Runs before the capture is installed on `conn`.
-pub fn sync_in(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<Synced> {
+pub fn sync_in(
+    conn: &mut Connection,
+    db: &mut SharedDb,
+    held: &Held,
+    now: Millis,
+) -> Result<Synced> {
     let local = local_mark(conn)?;
     let pending_changes: i64 =
         conn.query_row("SELECT COUNT(*) FROM ha_changes", [], |r| r.get(0))?;
@@ -432,10 +437,10 @@ pub fn sync_in(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<
             if shared.1 == held.epoch || pending_changes == 0 {
                 Ok(Synced::Current)
             } else {
-                pull_all(conn, db)
+                pull_all(conn, db, now)
             }
         }
-        Some(_) => pull_all(conn, db),
+        Some(_) => pull_all(conn, db, now),
     }
 }
 
@@ -548,7 +553,7 @@ fn initialize(conn: &mut Connection, db: &mut SharedDb, held: &Held) -> Result<S
 /// Replaces this copy's shared tables by the shared rows, read in one snapshot. Foreign keys
 /// are off meanwhile: this host's conversation may name runs the shared state lacks (a pass
 /// whose push never committed).
-fn pull_all(conn: &mut Connection, db: &mut SharedDb) -> Result<Synced> {
+fn pull_all(conn: &mut Connection, db: &mut SharedDb, now: Millis) -> Result<Synced> {
     let ((holder, epoch, seq), rows) = db.retrying("reading the shared state", |c| {
         let mut tx = c
             .build_transaction()
@@ -594,13 +599,18 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb) -> Result<Synced> {
             })?;
             insert_json(&tx, t, known, data)?;
         }
-        // This host's clock stays its own (an older host pushed it with the rest). Its slow
-        // hours end here: the rows since are other hosts' too, written on their clocks, and
-        // a repair would date them later (store::clock_step).
+        // This host's clock stays its own (an older host pushed it with the rest). Its off
+        // hours begin again here: the rows before are other hosts', written on their clocks,
+        // which a repair must not move (store::clock_step); what this host writes from now
+        // on is on its own clock, off as last measured (a slow host that took the lease back
+        // by typing a pause lost it to the next listing's new start: the re-test).
+        // The commands that take the lease date what they write after it (`pause`, `resume`,
+        // `wakes add` read their clock once the store is open).
+        let off = skew.is_some_and(|s| s.abs() > crate::store::clock_step::CLOCK_SKEW_MAX_MS);
         tx.execute(
-            "UPDATE agent_state SET vast_clock_skew_ms = ?1, vast_clock_skew_since_ms = NULL
+            "UPDATE agent_state SET vast_clock_skew_ms = ?1, vast_clock_skew_since_ms = ?2
               WHERE id = 1",
-            params![skew],
+            params![skew, off.then_some(now)],
         )?;
         mark_synced(&tx, None, &holder, epoch, seq)?;
         tx.commit()?;

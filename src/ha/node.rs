@@ -226,7 +226,7 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
         }
         return Err(e);
     }
-    let synced = mirror::sync_in(&mut store.conn, &mut db, &held)?;
+    let synced = mirror::sync_in(&mut store.conn, &mut db, &held, now)?;
     mirror::capture(&store.conn)?;
     if let Synced::Pulled {
         holder, epoch: was, ..

@@ -443,7 +443,10 @@ impl Snapshot {
     /// a second backlog pass read as the first). None while WORKERS DEAD (its own line) or
     /// with neither streak.
     fn streak_line(&self) -> Option<String> {
-        use crate::policy::rules::{BACKLOG_PASSES, LOW_DEMAND_PASSES};
+        use crate::policy::rules::{
+            BACKLOG_PASSES, BACKLOG_WEAK_PASSES, FALL_LOW_DEMAND_PASSES, FULLY_SATURATED,
+            LOW_DEMAND_PASSES,
+        };
         let d = self.demand.as_ref().filter(|d| !d.workers_dead())?;
         let times = |n: u32| {
             if n == 1 {
@@ -455,13 +458,14 @@ impl Snapshot {
         let st = &self.streaks;
         if st.backlog_passes > 0 {
             Some(format!(
-                "Backlog ({} pending) for {} in a row; the rules add capacity once it has lasted {BACKLOG_PASSES} with every live worker busy and throughput under target.",
+                "Backlog ({} pending) for {} in a row; the rules add capacity once it has lasted {BACKLOG_PASSES} with every live worker busy and throughput under target ({BACKLOG_WEAK_PASSES} while the last hour used less than {:.0} % of the fleet's capacity).",
                 d.pending,
-                times(st.backlog_passes)
+                times(st.backlog_passes),
+                FULLY_SATURATED * 100.0
             ))
         } else if st.low_demand_passes > 0 {
             Some(format!(
-                "Low demand (pending near 0, workers idle) for {} in a row; the rules stop idle surplus once it has lasted {LOW_DEMAND_PASSES}.",
+                "Low demand (pending near 0, workers idle) for {} in a row; the rules stop idle surplus once it has lasted {LOW_DEMAND_PASSES} ({FALL_LOW_DEMAND_PASSES} where the day's history foretells the fall).",
                 times(st.low_demand_passes)
             ))
         } else {
@@ -500,7 +504,7 @@ mod tests {
         s.streaks.backlog_passes = 1;
         assert_eq!(
             s.lifecycle_lines(&c),
-            vec!["Backlog (6 pending) for 1 pass in a row; the rules add capacity once it has lasted 2 with every live worker busy and throughput under target.".to_string()]
+            vec!["Backlog (6 pending) for 1 pass in a row; the rules add capacity once it has lasted 2 with every live worker busy and throughput under target (6 while the last hour used less than 95 % of the fleet's capacity).".to_string()]
         );
         s.streaks = crate::store::session::Streaks {
             low_demand_passes: 3,

@@ -151,7 +151,15 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
     let mut earliest_back: Option<Millis> = None;
     if let Some(step) = step_back {
         earliest_back = earliest_ahead(conn, now)?.map(|t| (t + step).min(now));
-        let rows = redate_stepped_back(conn, step, now)?;
+        // From a clock already off, with the start of its off hours known: every row written
+        // since is in that clock's terms (a pause typed for 4h at the start of three hours
+        // 2h ahead no longer read ahead when the clock was set right, and ended 2h late:
+        // the re-test). From a right clock, only the rows it left ahead can be told apart.
+        let off_since = since.filter(|_| before.is_some_and(|b| b.abs() > CLOCK_SKEW_MAX_MS));
+        let rows = match off_since {
+            Some(since) => redate_slow_hours(conn, since, step, now)?,
+            None => redate_stepped_back(conn, step, now)?,
+        };
         if rows > 0 {
             back = Some(Redated {
                 rows,
@@ -650,6 +658,34 @@ mod tests {
         let now = t1 + 300_000 + 10_800_000;
         assert!(store_skew(c, 0, now).unwrap().forward.is_some());
         assert_eq!(pause_and_wake_ends(c), (now + 900_000, now + 900_000));
+    }
+
+    /// Two hours ahead for three hours, a four-hour pause and wake typed at its start, then
+    /// set right: they end an hour later, not three (they no longer read ahead of the new
+    /// time, so only the start of the fast hours tells them apart: the re-test).
+    #[test]
+    fn a_long_pause_typed_on_a_fast_clock_ends_when_it_was_meant_to() {
+        let (_dir, s) = test_store(0);
+        let c = &s.conn;
+        let (fast, step) = (50_000_000, 7_200_000);
+        store_skew(c, 0, fast - 60_000).unwrap();
+        store_skew(c, step, fast).unwrap();
+        let pause = crate::store::ops::Pause {
+            since: fast,
+            until: Some(fast + 4 * 3_600_000),
+            reason: "maintenance".into(),
+        };
+        crate::store::ops::set_pause(c, &pause).unwrap();
+        c.execute(
+            "INSERT INTO wakes (due_at, reason, created_at, created_by, status)
+             VALUES (?1, 'look', ?2, 'operator', 'pending')",
+            params![fast + 4 * 3_600_000, fast],
+        )
+        .unwrap();
+        store_skew(c, step + 500, fast + 3_600_000).unwrap(); // still ahead an hour on
+        let now = fast + 3 * 3_600_000 - step; // set right three hours on
+        assert!(store_skew(c, 0, now).unwrap().back.is_some());
+        assert_eq!(pause_and_wake_ends(c), (now + 3_600_000, now + 3_600_000));
     }
 
     /// Right, then two hours back (a VM restored from a snapshot), then right again: the
