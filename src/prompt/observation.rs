@@ -102,8 +102,24 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
     // The caps first: a launch they refuse is no action a model can take (the prompt
     // walkthrough: "call launch_instance 3 times now" with $0.20/h left under the caps and
     // offers at $0.40/h, each call refused `budget`, then the floor's three as well).
+    // Launches not configured: that line speaks (every launch is refused `not_configured`).
+    if !config.policy.missing_launch_keys(&config.vast).is_empty() {
+        return None;
+    }
     let money = caps_room(s, config);
     if let Some(CapsRoom::None(why_not)) = &money {
+        // Flagged instances bill and earn nothing: destroying them frees room.
+        let flagged_dph: f64 = s
+            .flagged(config)
+            .iter()
+            .filter_map(|f| s.instances.iter().find(|r| r.vast_id == Some(f.vast_id)))
+            .filter_map(|r| r.dph)
+            .sum();
+        if flagged_dph > 0.0 {
+            return Some(format!(
+                "Action needed: destroy the flagged instances first (stop_instance): they bill ${flagged_dph:.2}/h and earn nothing, and {why_not}; then launch ({why})."
+            ));
+        }
         return Some(format!(
             "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
         ));
@@ -676,6 +692,23 @@ mod tests {
         );
         c.policy.max_dph_total = Some(10.0);
         assert!(!action_needed_line(&s, &c).unwrap().contains("leave $"));
+        // A flagged instance bills and earns nothing: destroying it comes first (the re-test:
+        // "no launch can go" while the floor freed the room a pass later).
+        let mut s = dead_fleet(2);
+        let mut dead = row("fleetagent-dead", Some(9), crate::fleet::DEAD, 0.4);
+        dead.actual_status = Some("exited".into());
+        s.instances.push(dead);
+        c.policy.max_dph_total = Some(1.3);
+        assert!(
+            action_needed_line(&s, &c).unwrap().starts_with(
+                "Action needed: destroy the flagged instances first (stop_instance): they bill $0.40/h and earn nothing"
+            ),
+            "{:?}",
+            action_needed_line(&s, &c)
+        );
+        // Launches not configured: that line speaks.
+        c.vast.image = None;
+        assert_eq!(action_needed_line(&s, &c), None);
     }
 
     #[test]
