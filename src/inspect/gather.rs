@@ -127,7 +127,7 @@ pub fn build(
             .round()
             / 1000.0
             + 0.0,
-        spend_today: (crate::metrics::spend_today(&store.conn, config, now)? * 10_000.0).round()
+        spend_today: (super::economics::spend_today(&store.conn, config, now)? * 10_000.0).round()
             / 10_000.0
             + 0.0,
         daily_spend_max: config.policy.daily_spend_max,

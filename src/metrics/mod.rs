@@ -14,6 +14,8 @@ use rusqlite::Connection;
 use crate::clock::Millis;
 use crate::store::{events, instances, llm_calls, runs, session, tally};
 
+/// A day, for the tests' clocks.
+#[cfg(test)]
 const DAY_MS: Millis = 86_400_000;
 
 /// One metric family: name, type, help, and its samples (labels, value).
@@ -639,15 +641,7 @@ const REFUSALS_AT_ZERO: [(&str, &str); 14] = [
     ("stop", "protected"),
 ];
 
-/// What our instances have cost since 00:00 UTC as the table holds them, as the daily cap
-/// counts it: the metric, and `doctor`'s daily cap check (a pass counts its own
-/// reconciliation's rows too, `run::observe`).
-pub fn spend_today(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<f64> {
-    let day_start = now - now.rem_euclid(DAY_MS);
-    let alive = instances::alive_since(conn, day_start)?;
-    let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
-    Ok(crate::fleet::spend_since(&alive, day_start, now, unpriced))
-}
+pub use crate::inspect::economics::spend_today;
 
 #[cfg(test)]
 mod tests;
