@@ -190,7 +190,7 @@ pub fn poll(
             ops::record_listing(&store.conn, result, clock.now_ms())?;
         }
         if listing_error.is_none() {
-            use crate::store::clock_step::{back_line, forward_line, store_skew};
+            use crate::store::clock_step::store_skew;
             // One transaction, IMMEDIATE: a pass and a poll that both see the clock set right
             // must not both date the slow hours later (a re-test read the code so). The skew
             // is taken once the lock is held, as of that moment.
@@ -204,8 +204,7 @@ pub fn poll(
                 None => None,
             };
             tx.commit()?;
-            let repaired = stored.map(|s| [s.forward.map(forward_line), s.back.map(back_line)]);
-            for line in repaired.into_iter().flatten().flatten() {
+            for line in stored.map(|s| s.repaired_lines()).unwrap_or_default() {
                 crate::journal::eprint(
                     crate::journal::WARNING,
                     &format!("fleetagent poll: {line}"),

@@ -65,7 +65,7 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
 /// clock set right). Nothing else is done with the listing (the pass lists again); a failed
 /// listing changes nothing here (the pass's own says why). Said at warning and to the agent.
 pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
-    use crate::store::clock_step::{forward_line, store_skew, CLOCK_SKEW_MAX_MS};
+    use crate::store::clock_step::{store_skew, CLOCK_SKEW_MAX_MS};
     let Some(vast) = env.services.vast.as_ref() else {
         return Ok(());
     };
@@ -78,8 +78,7 @@ pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
     let tx = store.immediate()?;
     let now = env.clock.now_ms();
     if let Some(skew) = super::observe::clock_skew(env.services, None, now) {
-        if let Some(r) = store_skew(&tx, skew, now)?.forward {
-            let line = forward_line(r);
+        for line in store_skew(&tx, skew, now)?.repaired_lines() {
             crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent run: {line}"));
             events::insert(&tx, 1, "lifecycle", &line, None, now)?;
         }

@@ -184,10 +184,9 @@ pub fn clock_skew(services: &Services, listing_error: Option<&str>, now: Millis)
 /// Store the skew a listing measured; one beyond `store::clock_step::CLOCK_SKEW_MAX_MS` is
 /// said at warning every pass, and to the agent when it begins.
 fn record_skew(conn: &Connection, run_id: i64, skew: Millis, now: Millis) -> Result<()> {
-    use crate::store::clock_step::{back_line, forward_line, skew_line, store_skew};
+    use crate::store::clock_step::{skew_line, store_skew};
     let stored = store_skew(conn, skew, now)?;
-    let repaired = [stored.forward.map(forward_line), stored.back.map(back_line)];
-    for line in repaired.into_iter().flatten() {
+    for line in stored.repaired_lines() {
         crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
         events::insert_claimed(conn, run_id, 1, "lifecycle", &line, now)?;
     }

@@ -116,6 +116,18 @@ pub struct Stored {
     pub back: Option<Redated>,
 }
 
+impl Stored {
+    /// What a repair of [`store_skew`] did, one line each for the journal and the agent
+    /// ([`forward_line`], [`back_line`]): a pass's, `poll`'s and the listing a pass makes
+    /// before its claim say the same.
+    pub fn repaired_lines(&self) -> Vec<String> {
+        [self.forward.map(forward_line), self.back.map(back_line)]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
 /// Store the skew a listing measured when it moved beyond what an operator would tell apart
 /// ([`skew_changed`]), and when this host's clock began to run off vast.ai's. A clock that
 /// ran behind by more than [`CLOCK_SKEW_MAX_MS`] and now reads at least [`CLOCK_STEP_MS`]
@@ -143,6 +155,7 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
     let step_back = before
         .map(|b| skew - b)
         .filter(|step| *step < -CLOCK_STEP_MS);
+    let off = |s: Millis| s.abs() > CLOCK_SKEW_MAX_MS;
     let mut back = None;
     // The earliest of the rows a step back dates earlier, as dated then: they are in the slow
     // clock's terms from there on, and a clock that now runs behind and is later set right
@@ -155,7 +168,7 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
         // since is in that clock's terms (a pause typed for 4h at the start of three hours
         // 2h ahead no longer read ahead when the clock was set right, and ended 2h late:
         // the re-test). From a right clock, only the rows it left ahead can be told apart.
-        let off_since = since.filter(|_| before.is_some_and(|b| b.abs() > CLOCK_SKEW_MAX_MS));
+        let off_since = since.filter(|_| before.is_some_and(off));
         let rows = match off_since {
             Some(since) => redate_slow_hours(conn, since, step, now)?,
             None => redate_stepped_back(conn, step, now)?,
@@ -170,7 +183,6 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
     if skew_changed(before, Some(skew)) {
         crate::store::ops::record_clock_skew(conn, Some(skew))?;
     }
-    let off = |s: Millis| s.abs() > CLOCK_SKEW_MAX_MS;
     let same_side = before.is_some_and(|b| off(b) && off(skew) && (b > 0) == (skew > 0));
     // While off on one side the slow hours keep their start, and take in a further step back
     // (its rows are dated at a now earlier than that start: a re-test stepped 2h, then 3h):
@@ -197,7 +209,9 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
 /// vast.ai's), dated `by` later but never after `now` (a pause's end and a wake's due time by
 /// the whole step): the clock was set right by a step of `by`, and they would otherwise read
 /// that much older (the launch window letting more launches go, instances stopped within
-/// `policy.min_rental_mins`, a pause ending early, a hold lost). The rows changed.
+/// `policy.min_rental_mins`, a pause ending early, a hold lost). A negative `by` dates them
+/// earlier the same way (a step back: [`store_skew`], [`redate_stepped_back`]). The rows
+/// changed.
 pub fn redate_slow_hours(
     conn: &Connection,
     since: Millis,
@@ -255,41 +269,8 @@ pub fn redate_slow_hours(
 /// step that read no further ahead than that are not told from rows written after it, and
 /// are kept. The rows changed.
 pub fn redate_stepped_back(conn: &Connection, by: Millis, now: Millis) -> Result<usize> {
-    let limit = now + CLOCK_STEP_MS;
-    let mut rows = conn.execute(
-        "UPDATE actions SET created_at = CASE WHEN created_at > ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
-                            finished_at = CASE WHEN finished_at > ?1 THEN MIN(finished_at + ?2, ?3) ELSE finished_at END
-          WHERE created_at > ?1 OR finished_at > ?1",
-        params![limit, by, now],
-    )?;
-    rows += conn.execute(
-        "UPDATE instances SET created_at = CASE WHEN created_at > ?1 THEN MIN(created_at + ?2, ?3) ELSE created_at END,
-                              state_since = CASE WHEN state_since > ?1 THEN MIN(state_since + ?2, ?3) ELSE state_since END,
-                              last_seen_at = CASE WHEN last_seen_at > ?1 THEN MIN(last_seen_at + ?2, ?3) ELSE last_seen_at END,
-                              gone_at = CASE WHEN gone_at > ?1 THEN MIN(gone_at + ?2, ?3) ELSE gone_at END
-          WHERE created_at > ?1 OR state_since > ?1 OR last_seen_at > ?1 OR gone_at > ?1",
-        params![limit, by, now],
-    )?;
-    rows += conn.execute(
-        "UPDATE agent_state SET paused_at = MIN(paused_at + ?2, ?3), paused_until = paused_until + ?2
-          WHERE id = 1 AND paused_at > ?1",
-        params![limit, by, now],
-    )?;
-    rows += conn.execute(
-        "UPDATE operator_stops_in_flight SET typed_at = MIN(typed_at + ?2, ?3) WHERE typed_at > ?1",
-        params![limit, by, now],
-    )?;
-    rows += conn.execute(
-        "UPDATE events SET created_at = MIN(created_at + ?2, ?3), not_before = not_before + ?2
-          WHERE created_at > ?1",
-        params![limit, by, now],
-    )?;
-    rows += conn.execute(
-        "UPDATE wakes SET created_at = MIN(created_at + ?2, ?3), due_at = due_at + ?2
-          WHERE created_at > ?1 AND status = 'pending'",
-        params![limit, by, now],
-    )?;
-    Ok(rows)
+    // The same re-dating as the slow hours', from the first time past the limit.
+    redate_slow_hours(conn, now + CLOCK_STEP_MS + 1, by, now)
 }
 
 /// The earliest time of a row [`redate_stepped_back`] would date earlier (its creation's, or
