@@ -61,7 +61,7 @@ fn last_pass_demand(conn: &Connection) -> Result<Option<Demand>> {
 /// counts it: `inspect`, the metric (`metrics` re-exports it), and `doctor`'s daily cap check (a pass counts its own
 /// reconciliation's rows too, `run::observe`).
 pub fn spend_today(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<f64> {
-    let day_start = now - now.rem_euclid(86_400_000);
+    let day_start = now - now.rem_euclid(crate::fleet::day::DAY_MS);
     let alive = instances::alive_since(conn, day_start)?;
     let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
     Ok(crate::fleet::spend_since(&alive, day_start, now, unpriced))

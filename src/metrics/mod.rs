@@ -14,9 +14,8 @@ use rusqlite::Connection;
 use crate::clock::Millis;
 use crate::store::{events, instances, llm_calls, runs, session, tally};
 
-/// A day, for the tests' clocks.
 #[cfg(test)]
-const DAY_MS: Millis = 86_400_000;
+use crate::fleet::day::DAY_MS;
 
 /// One metric family: name, type, help, and its samples (labels, value).
 struct Family {

@@ -115,8 +115,7 @@ pub fn note_search_quota(
 /// become an `invalid_args` result naming the problem.
 ///
 /// A number sent as a string (`"30"`, as small models often write it) is read as the number
-/// when the field wants one: the field named by serde's "invalid type: string" is retried as
-/// the number, the others kept (a `reason` of "5" stays text).
+/// when the field wants one ([`number_sent_as_text`]: a `reason` of "5" stays text).
 pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, ToolResult> {
     let mut args = args;
     let mut tries = 0;

@@ -10,6 +10,7 @@ use super::ha_hosts::{host, pair, Pair};
 use crate::common::fake_vast::{FakeVast, Route};
 use crate::common::fleet::Run;
 use crate::common::pg;
+use crate::suite::hardening::clock::VastAt;
 
 /// An operator's stop killed once vast.ai destroyed the instance, before it was recorded
 /// (a Ctrl-C, a host lost), then the lease moves: the next leader is held as the host that
@@ -46,19 +47,6 @@ fn a_killed_operator_stop_holds_the_next_leader_too() {
         out.stderr
     );
     assert!(out.stderr.contains("operator"), "{}", out.stderr);
-}
-
-/// vast.ai's clock at real time plus an offset the test sets (a host's clock behind vast.ai's
-/// by that much, as that host measures it).
-struct VastAt(AtomicI64);
-
-impl fleetagent::clock::Clock for VastAt {
-    fn now_ms(&self) -> fleetagent::clock::Millis {
-        fleetagent::clock::SystemClock.now_ms() + self.0.load(Ordering::SeqCst)
-    }
-    fn sleep(&self, d: std::time::Duration) {
-        fleetagent::clock::SystemClock.sleep(d)
-    }
 }
 
 /// How long the shared pause has left, in minutes, as `f` reads it.

@@ -5,7 +5,7 @@
 //! commands that reproduce them at a larger scale.
 
 mod adversarial;
-mod clock;
+pub(crate) mod clock;
 mod crash;
 mod database;
 mod fuzz;

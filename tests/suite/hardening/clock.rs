@@ -129,8 +129,9 @@ fn a_host_clock_off_vast_ais_is_said_and_named_by_doctor() {
     assert!(f.cmd(&["doctor"]).stdout.contains(said));
 }
 
-/// vast.ai's clock at this host's plus an offset the test sets.
-struct VastAt(std::sync::atomic::AtomicI64);
+/// vast.ai's clock at this host's plus an offset the test sets (a host's clock behind
+/// vast.ai's by that much, as that host measures it; `ha_own` uses it too).
+pub(crate) struct VastAt(pub(crate) std::sync::atomic::AtomicI64);
 
 impl fleetagent::clock::Clock for VastAt {
     fn now_ms(&self) -> fleetagent::clock::Millis {
