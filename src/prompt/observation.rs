@@ -108,13 +108,16 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
     }
     let money = caps_room(s, config);
     if let Some(CapsRoom::None(why_not)) = &money {
-        // Flagged instances bill and earn nothing: destroying them frees room.
-        let flagged_dph: f64 = s
-            .flagged(config)
+        // Flagged instances bill and earn nothing: destroying them frees what they bill, as
+        // the money guardrail counts it (a stopped one its disk).
+        let flagged = s.flagged(config);
+        let rows: Vec<InstanceRow> = s
+            .instances
             .iter()
-            .filter_map(|f| s.instances.iter().find(|r| r.vast_id == Some(f.vast_id)))
-            .filter_map(|r| r.dph)
-            .sum();
+            .filter(|r| flagged.iter().any(|f| r.vast_id == Some(f.vast_id)))
+            .cloned()
+            .collect();
+        let flagged_dph = crate::fleet::dph_of(&rows);
         if flagged_dph > 0.0 {
             return Some(format!(
                 "Action needed: destroy the flagged instances first (stop_instance): they bill ${flagged_dph:.2}/h and earn nothing, and {why_not}; then launch ({why})."
