@@ -679,7 +679,7 @@ fn off_clock(h: &crate::ha::status::HostStatus, this: &str) -> Option<Problem> {
     let ahead = h
         .clock_ahead_ms
         .filter(|a| a.abs() > crate::store::clock_step::CLOCK_SKEW_MAX_MS)?;
-    let by = crate::clock::human_duration((ahead.abs() + 30_000) / 60_000 * 60_000);
+    let by = crate::store::clock_step::to_the_minute(ahead);
     let side = if ahead > 0 { "ahead of" } else { "behind" };
     let which = if h.host_id == this {
         " (this host)"

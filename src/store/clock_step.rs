@@ -79,15 +79,19 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
 /// more than a slow answer and `Date`'s truncation to the second could make.
 pub const CLOCK_SKEW_MAX_MS: Millis = 60_000;
 
+/// How far apart two clocks are (`ms`, either sign), to the nearest minute: `Date` counts
+/// whole seconds, so two hours measure 7199.4 s as often as 7200.4 (and read 1h59m).
+pub fn to_the_minute(ms: Millis) -> String {
+    crate::clock::human_duration((ms.abs() + 30_000) / 60_000 * 60_000)
+}
+
 /// The skew beyond [`CLOCK_SKEW_MAX_MS`] as one line for the journal, the agent and `doctor`;
 /// None within it.
 pub fn skew_line(skew_ms: Millis) -> Option<String> {
     if skew_ms.abs() <= CLOCK_SKEW_MAX_MS {
         return None;
     }
-    // To the nearest minute: `Date` counts whole seconds, so two hours measure 7199.4 s
-    // as often as 7200.4 (and read 1h59m).
-    let by = crate::clock::human_duration((skew_ms.abs() + 30_000) / 60_000 * 60_000);
+    let by = to_the_minute(skew_ms);
     let (side, step) = if skew_ms > 0 {
         ("ahead of", "back")
     } else {
@@ -294,7 +298,7 @@ fn earliest_ahead(conn: &Connection, now: Millis) -> Result<Option<Millis>> {
 pub fn back_line(r: Redated) -> String {
     format!(
         "this host's clock stepped back by {} against vast.ai's: {} row(s) of launches, stops, instances, events, wakes and the pause it had dated ahead of its new time are dated that much earlier (never after now), so that a pause or a wake set before the step ends when it was meant to",
-        crate::clock::human_duration((r.ahead_ms + 30_000) / 60_000 * 60_000),
+        to_the_minute(r.ahead_ms),
         r.rows
     )
 }
@@ -303,7 +307,7 @@ pub fn back_line(r: Redated) -> String {
 pub fn forward_line(r: Redated) -> String {
     format!(
         "this host's clock stepped forward by {} to vast.ai's (it ran behind, and was set right): {} row(s) of launches, stops, instances, events, wakes and the pause dated while it ran behind are dated that much later (never after now), so that the launch window, policy.min_rental_mins, the operator hold and the pause count them as they happened",
-        crate::clock::human_duration((r.ahead_ms + 30_000) / 60_000 * 60_000),
+        to_the_minute(r.ahead_ms),
         r.rows
     )
 }
