@@ -120,7 +120,7 @@ pub fn parse_args<T: DeserializeOwned>(args: Value) -> std::result::Result<T, To
     let mut args = args;
     let mut tries = 0;
     loop {
-        let e = match serde_json::from_value::<T>(args.clone()) {
+        let e = match T::deserialize(&args) {
             Ok(t) => return Ok(t),
             Err(e) => e,
         };
@@ -157,7 +157,7 @@ fn number_sent_as_text<T: DeserializeOwned>(args: &Value, error: &str) -> Option
     fields.into_iter().find_map(|field| {
         let mut fixed = args.clone();
         fixed[field.as_str()] = number.clone();
-        match serde_json::from_value::<T>(fixed.clone()) {
+        match T::deserialize(&fixed) {
             Ok(_) => Some(fixed),
             // Another field's problem now, not this one wanting its text back.
             Err(e) => {
