@@ -142,6 +142,40 @@ impl fleetagent::clock::Clock for VastAt {
     }
 }
 
+/// An install whose clock runs two hours behind vast.ai's (`VastAt` two hours ahead, which
+/// the test may set right), the rules deciding under `policy`, Curio's demand `demand`,
+/// `offers` RTX 4090 offers: its first pass run, which measured the skew.
+fn two_hours_behind(
+    policy: &str,
+    demand: serde_json::Value,
+    offers: usize,
+) -> (
+    std::sync::Arc<VastAt>,
+    FakeVast,
+    crate::common::fleet::Fleet,
+    crate::common::fleet::Run,
+) {
+    let clock = std::sync::Arc::new(VastAt(std::sync::atomic::AtomicI64::new(7_200_000)));
+    let vast = FakeVast::start(clock.clone());
+    vast.add_offers(offers, "RTX 4090", 0.40, 0.99);
+    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let path = f.path().join("demand.json");
+    f.write_config(&crate::common::config::rules_config(
+        &vast.url(),
+        &path,
+        &[policy],
+    ));
+    write_demand(f.path(), demand);
+    f.cmd(&["init"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("2h00m behind vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    (clock, vast, f, out)
+}
+
 /// The drill (2026-12-06): this host's clock ran two hours behind vast.ai's, a pass launched,
 /// then the clock was set right (a step forward). What the slow hours dated read two hours
 /// older: the launch window let more launches go (8 in 3 minutes against 6 per 15), and idle
@@ -155,24 +189,10 @@ impl fleetagent::clock::Clock for VastAt {
 #[test]
 fn a_clock_set_right_after_running_behind_keeps_the_launch_window_of_its_slow_hours() {
     use std::sync::atomic::Ordering;
-    const TWO_HOURS: i64 = 7_200_000;
-    let clock = std::sync::Arc::new(VastAt(std::sync::atomic::AtomicI64::new(TWO_HOURS)));
-    let vast = FakeVast::start(clock.clone());
-    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
-    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    let demand = f.path().join("demand.json");
-    f.write_config(&crate::common::config::rules_config(
-        &vast.url(),
-        &demand,
-        &["[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 6\nlaunch_window_max = 1\nemergency_launch_max = 1"],
-    ));
-    write_demand(f.path(), dead_fleet());
-    f.cmd(&["init"]).ok();
-    let out = f.cmd(&["run"]).ok();
-    assert!(
-        out.stderr.contains("2h00m behind vast.ai's"),
-        "{}",
-        out.stderr
+    let (clock, vast, f, out) = two_hours_behind(
+        "[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 6\nlaunch_window_max = 1\nemergency_launch_max = 1",
+        dead_fleet(),
+        4,
     );
     assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
 
@@ -220,24 +240,8 @@ fn a_clock_set_right_after_running_behind_keeps_the_launch_window_of_its_slow_ho
 #[test]
 fn a_wake_of_the_slow_hours_is_not_run_early_when_the_clock_is_set_right() {
     use std::sync::atomic::Ordering;
-    const TWO_HOURS: i64 = 7_200_000;
-    let clock = std::sync::Arc::new(VastAt(std::sync::atomic::AtomicI64::new(TWO_HOURS)));
-    let vast = FakeVast::start(clock.clone());
-    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    let demand = f.path().join("demand.json");
-    f.write_config(&crate::common::config::rules_config(
-        &vast.url(),
-        &demand,
-        &["[policy]\ntarget_proofs_per_hour = 100"],
-    ));
-    write_demand(f.path(), busy_fleet());
-    f.cmd(&["init"]).ok();
-    let out = f.cmd(&["run"]).ok();
-    assert!(
-        out.stderr.contains("2h00m behind vast.ai's"),
-        "{}",
-        out.stderr
-    );
+    let (clock, _vast, f, _) =
+        two_hours_behind("[policy]\ntarget_proofs_per_hour = 100", busy_fleet(), 0);
     f.cmd(&["wakes", "add", "--in", "30m", "--reason", "look again"])
         .ok();
     // What a clock two hours slow would have written.
