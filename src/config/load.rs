@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::locate::{at_line, key_line, toml_error};
+use super::locate::{at_line, key_line, key_on_line, line_of, toml_error};
 use super::validate::validate;
 use super::{Config, DEFAULT_CONFIG_PATH};
 use crate::error::UsageError;
@@ -54,7 +54,9 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
 /// The config for the hand-brake (`pause`, `instances stop`): as [`load`], but a key that the
 /// schema or its checks refuse is left out (its default applies) and named in the second
 /// value, one error line each, so that a typo never keeps an operator from stopping the fleet.
-/// The file's mode, its place and its TOML syntax are refused as [`load`] refuses them.
+/// A `key = value` line that TOML cannot read is left out the same way
+/// ([`without_unreadable_lines`]). The file's mode and its place are refused as [`load`]
+/// refuses them.
 pub fn load_for_brake(
     path: &Path,
     origin: ConfigOrigin,
@@ -136,10 +138,19 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
         Ok(c) => return Ok((c, Vec::new())),
         Err(e) => e,
     };
+    let Ok((text, mut left_out)) = without_unreadable_lines(text) else {
+        return Err(err);
+    };
+    let text = text.as_str();
+    if !left_out.is_empty() {
+        match parse(text) {
+            Ok(c) => return Ok((c, left_out)),
+            Err(e) => err = e,
+        }
+    }
     let Ok(mut table) = text.parse::<toml::Table>() else {
         return Err(err);
     };
-    let mut left_out = Vec::new();
     // Every key of the file at most once; a bound in case an error names one that stays.
     for _ in 0..64 {
         let Some(key) = named_key(&err) else {
@@ -165,6 +176,33 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
         }
     }
     Err(err)
+}
+
+/// The text with each `key = value` line that TOML cannot read blanked (its line number kept),
+/// and those lines' errors: a typo on one line must not keep an operator from stopping the
+/// fleet, nor drop the event a `trigger` was given (the walkthrough's "a syntax error drops
+/// the event"). Never left out: a line that is not `key = value` (a broken `[table]` header
+/// would move the keys below it; a `key "value"` without `=` may be one that decides whose),
+/// nor a key that decides whose the fleet is ([`decides_whose`]): the error stays, as for
+/// every other command.
+fn without_unreadable_lines(text: &str) -> Result<(String, Vec<String>), ()> {
+    let mut lines: Vec<&str> = text.split('\n').collect();
+    let mut left_out = Vec::new();
+    // Bounded: every try blanks a line, and a text of garbage is refused long before.
+    for _ in 0..64 {
+        let current = lines.join("\n");
+        let Err(e) = current.parse::<toml::Table>() else {
+            return Ok((current, left_out));
+        };
+        let line = e.span().map(|s| line_of(&current, s.start)).ok_or(())?;
+        let key = key_on_line(&current, line).ok_or(())?;
+        if decides_whose(&key) || line > lines.len() {
+            return Err(());
+        }
+        left_out.push(toml_error(&current, &e));
+        lines[line - 1] = "";
+    }
+    Err(())
 }
 
 /// Keys the hand-brake never leaves out: they decide which database and which instances are
@@ -311,6 +349,49 @@ mod tests {
             assert_eq!(
                 parse_leaving_out(text).unwrap_err(),
                 parse(text).unwrap_err()
+            );
+        }
+    }
+
+    /// A line TOML cannot read is left out of the hand-brake's config like a refused key,
+    /// named with its line; never a header, a line without `=`, nor a key that decides whose.
+    #[test]
+    fn the_brake_leaves_out_a_line_toml_cannot_read() {
+        let text = "state_dir = \"/srv/fa\"\n[llm]\nmodel = \"a\" \"b\"\n\
+                    [vast]\nlabel_prefix = \"ours\"\ntimeout_secs = 5 5\n";
+        assert!(parse(text).unwrap_err().starts_with("line 3 (llm.model): "));
+        let (config, left_out) = parse_leaving_out(text).unwrap();
+        assert_eq!(config.state_dir.as_deref(), Some(Path::new("/srv/fa")));
+        assert_eq!(config.vast.label_prefix, "ours");
+        assert_eq!(config.llm.model, Config::default().llm.model);
+        assert_eq!(left_out.len(), 2, "{left_out:?}");
+        assert!(
+            left_out[0].starts_with("line 3 (llm.model): "),
+            "{left_out:?}"
+        );
+        assert!(
+            left_out[1].starts_with("line 6 (vast.timeout_secs): "),
+            "{left_out:?}"
+        );
+        // A syntax error and a refused key together: both named, lines as in the file.
+        let (_, left_out) =
+            parse_leaving_out("[llm]\nmodel = = 1\n[policy]\nmax_instance = 3\n").unwrap();
+        assert_eq!(left_out.len(), 2, "{left_out:?}");
+        assert!(
+            left_out[1].starts_with("line 4 (policy.max_instance): "),
+            "{left_out:?}"
+        );
+        for text in [
+            "[vast]\nlabel_prefix = \"ours\" x\n",
+            "[vast]\nlabel_prefix \"ours\"\n",
+            "[ha]\nenabled = true true\n",
+            "state_dir = \"/srv/fa\" 2\n",
+            "[vast\nimage = \"x\"\n",
+        ] {
+            assert_eq!(
+                parse_leaving_out(text).unwrap_err(),
+                parse(text).unwrap_err(),
+                "{text}"
             );
         }
     }

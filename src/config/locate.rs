@@ -107,7 +107,7 @@ fn hide_string_value(msg: &str) -> String {
 }
 
 /// The dotted key a `key = value` line sets ([`assignments`]); None for any other line.
-fn key_on_line(text: &str, line: usize) -> Option<String> {
+pub(crate) fn key_on_line(text: &str, line: usize) -> Option<String> {
     assignments(text)
         .find(|(l, _)| *l == line)
         .map(|(_, key)| key)
@@ -150,7 +150,7 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 

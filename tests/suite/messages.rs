@@ -568,10 +568,25 @@ fn a_refused_config_key_keeps_the_event() {
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
     assert!(f.doorbell().exists());
     f.cmd(&["run"]).code(2);
-    // A misspelled state_dir is never left out: nothing is recorded anywhere.
-    f.write_config("state_dirx = \"/nowhere\"\n");
-    f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
-    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
+    // A line TOML cannot read is left out the same way (it dropped the event).
+    f.write_config("[run]\nmax_passes = 2 2\n");
+    let out = f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
+    assert!(
+        out.stderr.contains("line 2 (run.max_passes)")
+            && out
+                .stderr
+                .contains("was recorded and the doorbell rung all the same"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
+    // A misspelled state_dir, or a broken table header, is never left out: nothing is
+    // recorded anywhere.
+    for text in ["state_dirx = \"/nowhere\"\n", "[run\nmax_passes = 2\n"] {
+        f.write_config(text);
+        f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
+    }
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
     f.write_config(FAST_CONFIG);
     let long = "x".repeat(100_000);
     f.cmd(&["trigger", "-p", "1", "-r", &long]).ok();
