@@ -13,7 +13,7 @@ pub fn run(app: &App) -> Result<()> {
     if let Some(settings) = &ha {
         if !ha_poll(settings, &mut store, &dir, app.now())? {
             drop(store);
-            probe_for_a_blind_leader(settings, app, config);
+            follower_lists_vast(settings, app, config);
             crate::metrics::after_role_change(config, &app.env, &dir, app.now());
             return Ok(());
         }
@@ -98,32 +98,44 @@ fn ha_poll(
     Ok(true)
 }
 
-/// A follower's poll while the shared state says the leader's vast.ai listing fails: list
-/// once, and record that this host reached vast.ai when it did (`ha::handover`: the leader
-/// hands the lease only to a host that can act). Best effort: a failure here is logged, and
-/// the follower's poll goes on as before.
-fn probe_for_a_blind_leader(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
-    let probe = || -> Result<Option<String>> {
-        if !crate::ha::handover::leader_blind(settings)? {
+/// A follower's poll lists vast.ai once a timer period, and every minute while the shared
+/// state says the leader's listing fails, and records how it went (`ha::handover`: the
+/// leader hands the lease only to a host that can act; every doctor names a follower that
+/// cannot list, which would lead blind). Best effort: a failure here is logged, and the
+/// follower's poll goes on as before.
+fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
+    use crate::ha::handover::{follower_lists, record_listing, FollowerListing};
+    let probe = || -> Result<Option<(FollowerListing, Option<String>)>> {
+        let period = config.run.timer_period_secs as f64;
+        let Some(why) = follower_lists(settings, period)? else {
             return Ok(None);
-        }
-        let services = crate::services::build_services(config, &app.env, app.clock.clone(), false)?;
-        match crate::run::observe::list_ours(&services) {
-            (Some(_), _) => {
-                crate::ha::handover::reached_vast(settings)?;
-                Ok(Some("the leader's vast.ai listing fails; this host's works (recorded: the leader hands the lease over once it has failed for 3 timer periods)".into()))
-            }
-            (None, error) => Ok(Some(format!(
-                "the leader's vast.ai listing fails, and so does this host's: {}",
-                error.unwrap_or_default()
-            ))),
-        }
+        };
+        let error =
+            match crate::services::build_services(config, &app.env, app.clock.clone(), false) {
+                Ok(services) => match crate::run::observe::list_ours(&services) {
+                    (Some(_), _) => None,
+                    (None, error) => Some(error.unwrap_or_else(|| "no listing".into())),
+                },
+                Err(e) => Some(crate::error::one_line(&e)),
+            };
+        record_listing(settings, error.as_deref())?;
+        Ok(Some((why, error)))
     };
     match probe() {
-        Ok(Some(line)) => log::info!(target: "fleetagent::notice", "poll: follower: {line}"),
+        Ok(Some((FollowerListing::LeaderBlind, None))) => log::info!(
+            target: "fleetagent::notice",
+            "poll: follower: the leader's vast.ai listing fails; this host's works (recorded: the leader hands the lease over once it has failed for 3 timer periods)"
+        ),
+        Ok(Some((FollowerListing::LeaderBlind, Some(e)))) => log::warn!(
+            "poll: follower: the leader's vast.ai listing fails, and so does this host's: {e}"
+        ),
+        Ok(Some((FollowerListing::Due, Some(e)))) => log::warn!(
+            "poll: follower: this host cannot list vast.ai ({e}): were it to lead, it could not see the fleet nor launch or stop (every host's doctor names it)"
+        ),
+        Ok(Some((FollowerListing::Due, None))) => log::debug!("poll: follower: vast.ai listed"),
         Ok(None) => {}
         Err(e) => log::warn!(
-            "poll: follower: could not look at vast.ai for a blind leader: {}",
+            "poll: follower: could not look at vast.ai: {}",
             crate::error::one_line(&e)
         ),
     }

@@ -668,7 +668,47 @@ pub(super) fn ha(
         );
     }
     problems.extend(current.iter().filter_map(|h| off_clock(h, &settings.host)));
+    let holder = status.holder.as_deref();
+    problems.extend(
+        current
+            .iter()
+            .filter_map(|h| cannot_list_vast(h, &settings.host, holder)),
+    );
     (problems, follows, status.install_id)
+}
+
+/// A follower whose last listing of vast.ai failed (it lists once a timer period): were it
+/// to lead, it would see nothing and act on nothing, and it could hold the lease meanwhile
+/// (the walkthrough: its doctor was green until it led). The leader's own listing is the
+/// `vast` check's.
+fn cannot_list_vast(
+    h: &crate::ha::status::HostStatus,
+    this: &str,
+    holder: Option<&str>,
+) -> Option<Problem> {
+    let (error, ago) = h.vast_failing.as_ref()?;
+    if holder == Some(h.host_id.as_str()) {
+        return None;
+    }
+    let which = if h.host_id == this {
+        " (this host)"
+    } else {
+        ""
+    };
+    let fix = if h.host_id == this {
+        "`fleetagent instances list` here shows the error; give this host's units the vast.ai key (the vast_api_key credential or VAST_API_KEY) and a route to vast.base_url; the next poll lists again".to_string()
+    } else {
+        format!("on {}: `fleetagent instances list` shows the error; give its units the vast.ai key and a route to vast.base_url", h.host_id)
+    };
+    Some(
+        Problem::new(format!(
+            "ha: {}{which} cannot list vast.ai ({}s ago: {}): were it to lead, it would not see the fleet nor launch or stop",
+            h.host_id,
+            ago.round(),
+            crate::text::clip(error, 200)
+        ))
+        .fix(fix),
+    )
 }
 
 /// A host whose clock was more than a minute off the shared database's at its last contact:

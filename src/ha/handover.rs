@@ -35,10 +35,31 @@ pub fn leader_blind(settings: &Settings) -> Result<bool> {
     Ok(super::mirror::shared_agent_state(&mut db)?.is_some_and(|v| v["vast_error"].is_string()))
 }
 
-/// This follower listed vast.ai with success just now.
-pub fn reached_vast(settings: &Settings) -> Result<()> {
+/// This follower listed vast.ai just now: with success (`error` None), or not.
+pub fn record_listing(settings: &Settings, error: Option<&str>) -> Result<()> {
     let mut db = settings.connect()?;
-    super::hosts::record_vast_ok(&mut db, &settings.host)
+    super::hosts::record_vast(&mut db, &settings.host, error)
+}
+
+/// Why a follower's poll lists vast.ai, if it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerListing {
+    /// The shared state says the leader's listing fails: every minute.
+    LeaderBlind,
+    /// Once a timer period, so that a host that could not act if it led is known (every
+    /// doctor names it) before it leads.
+    Due,
+}
+
+/// Whether this follower lists vast.ai at this poll, and why (`period_secs`: the timer
+/// period).
+pub fn follower_lists(settings: &Settings, period_secs: f64) -> Result<Option<FollowerListing>> {
+    if leader_blind(settings)? {
+        return Ok(Some(FollowerListing::LeaderBlind));
+    }
+    let mut db = settings.connect()?;
+    let due = super::hosts::vast_listing_due(&mut db, &settings.host, period_secs)?;
+    Ok(due.then_some(FollowerListing::Due))
 }
 
 /// On the leader's `poll`, with its vast.ai health as recorded (`health`): release the lease

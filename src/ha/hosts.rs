@@ -19,9 +19,12 @@ pub struct HostSeen {
     pub place: Option<String>,
     /// A second place under the same id and seconds since it ran (database time).
     pub twin: Option<(String, f64)>,
-    /// Seconds since it last listed vast.ai with success while the leader's listing failed
-    /// (database time; None: never recorded).
+    /// Seconds since it last listed vast.ai with success as a follower (database time; None:
+    /// never recorded).
     pub vast_ok_secs_ago: Option<f64>,
+    /// Its last failed listing as a follower, when newer than its last one that worked: the
+    /// error and seconds since (database time).
+    pub vast_failing: Option<(String, f64)>,
     /// How far its clock was ahead of the database's at its last contact (ms; negative:
     /// behind; None: a version before this was recorded, or an unplaced twin).
     pub clock_ahead_ms: Option<i64>,
@@ -149,7 +152,10 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                 "SELECT host_id, EXTRACT(EPOCH FROM now() - last_seen)::float8, version,
                         config_hash, (EXTRACT(EPOCH FROM last_seen) * 1000)::bigint, place,
                         twin_place, EXTRACT(EPOCH FROM now() - twin_seen)::float8,
-                        EXTRACT(EPOCH FROM now() - vast_ok_at)::float8, clock_ahead_ms
+                        EXTRACT(EPOCH FROM now() - vast_ok_at)::float8, clock_ahead_ms,
+                        CASE WHEN vast_error_at > COALESCE(vast_ok_at, '-infinity')
+                             THEN vast_error END,
+                        EXTRACT(EPOCH FROM now() - vast_error_at)::float8
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -167,20 +173,50 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                         .zip(r.try_get::<_, Option<f64>>(7)?),
                     vast_ok_secs_ago: r.try_get(8)?,
                     clock_ahead_ms: r.try_get(9)?,
+                    vast_failing: r
+                        .try_get::<_, Option<String>>(10)?
+                        .zip(r.try_get::<_, Option<f64>>(11)?),
                 })
             })
             .collect()
     })
 }
 
-/// This host listed vast.ai with success now (database time): it could act where a leader
-/// blind to vast.ai cannot (`ha::handover`).
-pub fn record_vast_ok(db: &mut SharedDb, host_id: &str) -> Result<()> {
-    db.retrying("recording that this host reached vast.ai", |client| {
-        client.execute(
+/// This follower's vast.ai listing now (database time): with success (`error` None) it could
+/// act where a leader blind to vast.ai cannot (`ha::handover`); failed, every doctor names
+/// it (it would lead blind).
+pub fn record_vast(db: &mut SharedDb, host_id: &str, error: Option<&str>) -> Result<()> {
+    db.retrying(
+        "recording this host's vast.ai listing",
+        |client| {
+            match error {
+        None => client.execute(
             "UPDATE fleetagent.hosts SET vast_ok_at = now() WHERE host_id = $1",
             &[&host_id],
-        )
-    })?;
+        ),
+        Some(e) => client.execute(
+            "UPDATE fleetagent.hosts SET vast_error = $2, vast_error_at = now() WHERE host_id = $1",
+            &[&host_id, &e],
+        ),
+    }
+        },
+    )?;
     Ok(())
+}
+
+/// Whether this follower's last listing (worked or failed) is `period_secs` old or more, or
+/// it never listed: a follower lists vast.ai once a timer period.
+pub fn vast_listing_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> Result<bool> {
+    db.retrying("reading when this host last listed vast.ai", |client| {
+        let due: Option<bool> = client
+            .query_opt(
+                "SELECT COALESCE(now() - GREATEST(vast_ok_at, vast_error_at)
+                                 >= make_interval(secs => $2), true)
+                 FROM fleetagent.hosts WHERE host_id = $1",
+                &[&host_id, &period_secs],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        Ok(due.unwrap_or(true))
+    })
 }

@@ -45,6 +45,10 @@ pub const STATEMENTS: &[&str] = &[
     // Each host's clock against the database's at its last contact: the rows a host writes
     // carry its clock, which the others read (doctor names a host far off).
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS clock_ahead_ms bigint",
+    // A follower's last vast.ai listing that failed, and when (it lists once a timer period):
+    // a host that would lead blind is named by every doctor before it leads.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_error text",
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_error_at timestamptz",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -59,6 +63,8 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "twin_seen"),
     ("hosts", "vast_ok_at"),
     ("hosts", "clock_ahead_ms"),
+    ("hosts", "vast_error"),
+    ("hosts", "vast_error_at"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

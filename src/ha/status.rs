@@ -66,6 +66,10 @@ pub struct HostStatus {
     /// How far its clock was ahead of the database's at its last contact (ms).
     #[serde(skip)]
     pub clock_ahead_ms: Option<i64>,
+    /// Its last listing of vast.ai as a follower failed (newer than its last one that
+    /// worked): the error and seconds since (`hosts::record_vast`).
+    #[serde(skip)]
+    pub vast_failing: Option<(String, f64)>,
 }
 
 impl HostStatus {
@@ -103,6 +107,7 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             seen_secs_ago: h.seen_secs_ago,
             twin: h.twin,
             clock_ahead_ms: h.clock_ahead_ms,
+            vast_failing: h.vast_failing,
         })
         .collect())
 }

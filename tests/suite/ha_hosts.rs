@@ -857,6 +857,19 @@ fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
     b.cmd(&["trigger", "-p", "1", "-r", "workers dead"]).ok();
     b.cmd(&["run"]).ok();
     assert!(!labels_created(&vast).is_empty(), "the new leader acted");
+    // A follows now, its key still refused: it lists vast.ai once a timer period (it made
+    // no call as a follower: green until it led), and every host's doctor names it.
+    vast.clear_requests();
+    a.cmd(&["poll"]).ok();
+    a.cmd(&["poll"]).ok();
+    assert_eq!(vast.count(Route::ListV1), 1, "once a timer period");
+    for (f, who) in [(&a, "host-a (this host)"), (&b, "host-a")] {
+        let out = f.cmd(&["doctor"]).code(1).stdout;
+        assert!(
+            out.contains(&format!("ha: {who} cannot list vast.ai")),
+            "{out}"
+        );
+    }
 
     // Now vast.ai refuses every host: B is blind too, and A cannot list either.
     vast.set_api_key(Some("a-key-nobody-has"));
