@@ -6,10 +6,14 @@ use crate::cli::MessageArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
-    let (config, dir, store, refused) = super::open_for_event(app)?;
+    let super::EventPlace {
+        outbox,
+        dir,
+        store,
+        refused,
+    } = super::open_for_event(app)?;
     let text = args.text.trim();
     let reason = crate::trigger::message_reason(text).map_err(crate::error::usage)?;
-    let outbox = config.config.ha.enabled;
     let id = crate::trigger::record(
         &store,
         &dir,

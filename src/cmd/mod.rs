@@ -93,13 +93,54 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
     open_existing_with(app, app.load_config()?)
 }
 
+/// Where `trigger` and `message` record their event: this host's outbox (`[ha] enabled`) or
+/// the events, in the state dir's database, and the config's refusals, which
+/// [`refused_after_recording`] turns into the command's error once the event is recorded.
+pub(crate) struct EventPlace {
+    pub outbox: bool,
+    pub dir: PathBuf,
+    pub store: Store,
+    pub refused: Vec<String>,
+}
+
 /// [`open_existing`] for `trigger` and `message`: the config read with the keys its checks
-/// refuse left out ([`App::load_config_keeping_events`]), and those refusals, which
-/// [`refused_after_recording`] turns into the command's error once its event is recorded.
-pub(crate) fn open_for_event(app: &App) -> Result<(LoadedConfig, PathBuf, Store, Vec<String>)> {
-    let (loaded, refused) = app.load_config_keeping_events()?;
+/// refuse left out ([`App::load_config_keeping_events`]). A config that cannot be read at all
+/// (missing, unsafe, a broken `[table]` header) still lets the event be recorded where the
+/// state dir is known without it (`--state-dir`, `$STATE_DIRECTORY`): other programs ring
+/// and do not retry a usage error (the walkthrough saw a P0 event lost). The outbox is
+/// then used when this copy was ever linked to a shared database.
+pub(crate) fn open_for_event(app: &App) -> Result<EventPlace> {
+    let (loaded, refused) = match app.load_config_keeping_events() {
+        Ok(v) => v,
+        Err(config_error) => {
+            let Some(dir) = app.state_dir_without_config() else {
+                return Err(config_error);
+            };
+            let opened = crate::paths::check_state_dir(&dir)
+                .and_then(|()| Store::open(&dir, OpenMode::Existing, app.now()))
+                .and_then(|store| {
+                    let linked = crate::ha::mirror::local_mark(&store.conn)?.is_some();
+                    Ok((store, linked))
+                });
+            let Ok((store, outbox)) = opened else {
+                return Err(config_error);
+            };
+            let refused = vec![crate::error::one_line(&config_error)];
+            return Ok(EventPlace {
+                outbox,
+                dir,
+                store,
+                refused,
+            });
+        }
+    };
     match open_existing_with(app, loaded) {
-        Ok((loaded, dir, store)) => Ok((loaded, dir, store, refused)),
+        Ok((loaded, dir, store)) => Ok(EventPlace {
+            outbox: loaded.config.ha.enabled,
+            dir,
+            store,
+            refused,
+        }),
         // Nowhere to record it: the config's error is the one said (exit 2), as before.
         Err(e) => match refused.first() {
             Some(first) => Err(crate::error::usage(first.clone())),

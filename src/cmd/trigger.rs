@@ -6,9 +6,13 @@ use crate::cli::TriggerArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
-    let (config, dir, store, refused) = super::open_for_event(app)?;
+    let super::EventPlace {
+        outbox,
+        dir,
+        store,
+        refused,
+    } = super::open_for_event(app)?;
     let reason = args.reason.trim();
-    let outbox = config.config.ha.enabled;
     let id = crate::trigger::record(
         &store,
         &dir,

@@ -5,6 +5,7 @@
 //! not exist.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -580,13 +581,32 @@ fn a_refused_config_key_keeps_the_event() {
         out.stderr
     );
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
-    // A misspelled state_dir, or a broken table header, is never left out: nothing is
-    // recorded anywhere.
-    for text in ["state_dirx = \"/nowhere\"\n", "[run\nmax_passes = 2\n"] {
+    // A misspelled state_dir or a broken table header is never left out, and a missing or
+    // world-writable config is not read at all; the event goes where the state dir is known
+    // without the config (`--state-dir` here, as `$STATE_DIRECTORY` under systemd), and only
+    // there (the walkthrough saw each of them lost).
+    let cases: [(&str, Option<u32>, &str); 4] = [
+        ("state_dirx = \"/nowhere\"\n", None, "state_dirx"),
+        ("[run\nmax_passes = 2\n", None, "line 1"),
+        (FAST_CONFIG, Some(0o666), "world-writable"),
+        ("", None, "cannot read config"),
+    ];
+    for (i, (text, mode, said)) in cases.into_iter().enumerate() {
         f.write_config(text);
-        f.cmd(&["trigger", "-p", "1", "-r", "x"]).code(2);
+        if let Some(mode) = mode {
+            std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        if text.is_empty() {
+            std::fs::remove_file(&f.config).unwrap();
+        }
+        let out = f.cmd(&["trigger", "-p", "0", "-r", "node died"]).code(2);
+        assert!(
+            out.stderr.contains(said) && out.stderr.contains("all the same"),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(f.count("SELECT COUNT(*) FROM events"), 3 + i as i64);
     }
-    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
     f.write_config(FAST_CONFIG);
     let long = "x".repeat(100_000);
     f.cmd(&["trigger", "-p", "1", "-r", &long]).ok();
