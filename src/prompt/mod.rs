@@ -48,4 +48,32 @@ mod tests {
         c.llm.max_output_tokens = 4_096;
         assert_eq!(effective_budget(&c), 0);
     }
+
+    /// Every word the state block and the observation's first line use for an instance or
+    /// for demand is explained in the system prompt (the prompt walkthrough: "running",
+    /// `active=false` and "the floor" were not, and a small model read `Target` as a quota).
+    #[test]
+    fn the_system_prompt_explains_the_words_the_observation_uses() {
+        use crate::fleet::state::State;
+        let flat = SYSTEM_PROMPT
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let said = |w: &str| flat.contains(w);
+        let states = SYSTEM_PROMPT
+            .split("\n\n")
+            .find(|p| p.starts_with("Instance states:"))
+            .expect("an `Instance states:` paragraph");
+        for s in State::ALL.iter().filter(|s| **s != State::Gone) {
+            assert!(states.contains(s.as_str()), "{s:?}");
+        }
+        for w in [
+            "`running` = booted, registered or proving",
+            "`Demand: active=`",
+            "the floor is",
+            "a ceiling, not a quota",
+        ] {
+            assert!(said(w), "{w}");
+        }
+    }
 }

@@ -28,8 +28,9 @@ impl Tool for StopInstance {
 
     fn description(&self) -> &'static str {
         "Destroy (or stop, per stop_mode) one of OUR instances by its id. Refused for one \
-         that is proving, for the last live worker while proofs are queued, and while demand \
-         is unknown; flagged ones (exited, offline, stuck loading) may always go."
+         that is proving, for one started less than policy.min_rental_mins ago, for the last \
+         live worker while proofs are queued, and while demand is unknown; flagged ones \
+         (exited, offline, stuck loading) may always go."
     }
 
     fn parameters(&self) -> Value {
