@@ -659,9 +659,17 @@ pub(super) fn ha(
             .iter()
             .map(|h| format!("{} {}", h.host_id, h.config_hash))
             .collect();
+        let keys = crate::ha::node::keys_that_differ(
+            current.iter().filter_map(|h| h.config_keys.as_deref()),
+        );
+        let named = match keys.len() {
+            0 => String::new(),
+            n if n <= 8 => format!(" in {}", keys.join(", ")),
+            n => format!(" in {} and {} more key(s)", keys[..8].join(", "), n - 8),
+        };
         problems.push(
             Problem::new(format!(
-                "ha: the hosts' configs differ ({}): a failover would change the caps",
+                "ha: the hosts' configs differ ({}){named}: a failover would change the caps",
                 each.join(", ")
             ))
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),

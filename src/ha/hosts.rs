@@ -28,6 +28,9 @@ pub struct HostSeen {
     /// How far its clock was ahead of the database's at its last contact (ms; negative:
     /// behind; None: a version before this was recorded, or an unplaced twin).
     pub clock_ahead_ms: Option<i64>,
+    /// Its config's keys and a hash of each value (`ha::node::config_keys`; None: a build
+    /// before this was recorded).
+    pub config_keys: Option<String>,
 }
 
 /// Of a host id's two places (the one that holds it, `held`, and the second, `twin`, each
@@ -71,7 +74,7 @@ pub fn record(
     db: &mut SharedDb,
     host_id: &str,
     version: &str,
-    config_hash: &str,
+    (config_hash, config_keys): (&str, &str),
     place: &str,
     host_now: Option<&dyn Fn() -> i64>,
 ) -> Result<Option<Twin>> {
@@ -108,7 +111,8 @@ pub fn record(
                      twin_place = CASE WHEN $5 THEN twin_place END,
                      twin_seen = CASE WHEN $5 THEN twin_seen END,
                      clock_ahead_ms = $6::bigint
-                         - (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint
+                         - (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint,
+                     config_keys = $7
                  WHERE host_id = $1",
                 &[
                     &host_id,
@@ -117,6 +121,7 @@ pub fn record(
                     &place,
                     &twin.is_some(),
                     &clock,
+                    &config_keys,
                 ],
             )?;
             twin
@@ -155,7 +160,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                         EXTRACT(EPOCH FROM now() - vast_ok_at)::float8, clock_ahead_ms,
                         CASE WHEN vast_error_at > COALESCE(vast_ok_at, '-infinity')
                              THEN vast_error END,
-                        EXTRACT(EPOCH FROM now() - vast_error_at)::float8
+                        EXTRACT(EPOCH FROM now() - vast_error_at)::float8, config_keys
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -176,6 +181,7 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                     vast_failing: r
                         .try_get::<_, Option<String>>(10)?
                         .zip(r.try_get::<_, Option<f64>>(11)?),
+                    config_keys: r.try_get(12)?,
                 })
             })
             .collect()

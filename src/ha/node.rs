@@ -31,6 +31,8 @@ pub struct Settings {
     pub act: Duration,
     pub url: Secret,
     pub config_hash: String,
+    /// [`config_keys`]: which keys differ when two hosts' hashes do.
+    pub config_keys: String,
 }
 
 impl Settings {
@@ -52,6 +54,7 @@ impl Settings {
             act: Duration::from_secs(config.vast.timeout_secs),
             url,
             config_hash: config_hash(config),
+            config_keys: config_keys(config),
         }))
     }
 
@@ -91,20 +94,74 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// A hash of what decides: the whole config but this host's own id, state dir and metrics
-/// file. Two hosts whose hashes differ would change the caps at a failover (`doctor` says so).
-pub fn config_hash(config: &Config) -> String {
+/// What decides, of the config: all but this host's own id, state dir and metrics file.
+fn shared_part(config: &Config) -> Config {
     let mut c = config.clone();
     c.ha.host_id = None;
     c.state_dir = None;
     c.metrics = Default::default();
-    // FNV-1a over the Debug rendering, which is deterministic for these types.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in format!("{c:?}").bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    c
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A hash of what decides ([`shared_part`]). Two hosts whose hashes differ would change the
+/// caps at a failover (`doctor` says so).
+pub fn config_hash(config: &Config) -> String {
+    // Over the Debug rendering, which is deterministic for these types.
+    format!("{:016x}", fnv(&format!("{:?}", shared_part(config))))
+}
+
+/// What decides ([`shared_part`]) as a JSON object of each dotted key and a short hash of its
+/// value (never the value: a worker env may name a credential's path), so that `doctor` can
+/// name the keys two hosts' configs differ in (it said only that the hashes differed).
+pub fn config_keys(config: &Config) -> String {
+    fn walk(
+        prefix: &str,
+        v: &serde_json::Value,
+        out: &mut serde_json::Map<String, serde_json::Value>,
+    ) {
+        match v {
+            serde_json::Value::Object(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            leaf => {
+                let hash = fnv(&leaf.to_string()) as u32;
+                out.insert(prefix.to_string(), format!("{hash:08x}").into());
+            }
+        }
     }
-    format!("{h:016x}")
+    let mut out = serde_json::Map::new();
+    if let Ok(v) = serde_json::to_value(shared_part(config)) {
+        walk("", &v, &mut out);
+    }
+    serde_json::Value::Object(out).to_string()
+}
+
+/// The dotted keys whose values differ among these hosts' [`config_keys`] (a key one host
+/// has and another lacks differs too); hosts without keys (an older build) are left out.
+pub fn keys_that_differ<'a>(each: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let maps: Vec<serde_json::Map<String, serde_json::Value>> = each
+        .into_iter()
+        .filter_map(|t| serde_json::from_str(t).ok())
+        .collect();
+    let all: std::collections::BTreeSet<&String> = maps.iter().flat_map(|m| m.keys()).collect();
+    all.into_iter()
+        .filter(|k| maps.windows(2).any(|w| w[0].get(*k) != w[1].get(*k)))
+        .cloned()
+        .collect()
 }
 
 impl Start {
@@ -174,7 +231,7 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
         &settings.host,
         // With the commit: hosts on two builds of one version are told apart.
         concat!(env!("CARGO_PKG_VERSION"), "+", env!("FLEETAGENT_COMMIT")),
-        &settings.config_hash,
+        (&settings.config_hash, &settings.config_keys),
         &place,
         Some(&host_now),
     )?;
@@ -366,4 +423,33 @@ fn keeper_exit(text: &str) -> ! {
     let line = format!("fleetagent: {text}");
     crate::journal::eprint(crate::journal::ERR, &line);
     std::process::exit(crate::error::EXIT_RUNTIME);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two hosts' configs: the keys that differ are named, this host's own are not, and no
+    /// value is kept (a hash of each).
+    #[test]
+    fn the_keys_two_configs_differ_in_are_named() {
+        let a = Config::default();
+        let mut b = a.clone();
+        b.policy.max_instances = Some(19);
+        b.ha.host_id = Some("host-b".into());
+        b.vast.image = Some("registry.example/secret-looking:tag".into());
+        let (ka, kb) = (config_keys(&a), config_keys(&b));
+        assert!(!kb.contains("registry.example"), "{kb}");
+        assert_eq!(
+            keys_that_differ([ka.as_str(), kb.as_str()]),
+            ["policy.max_instances", "vast.image"]
+        );
+        assert!(keys_that_differ([ka.as_str(), ka.as_str()]).is_empty());
+        // An older build's host (no keys) is left out; a key one host lacks differs.
+        assert!(keys_that_differ([ka.as_str(), "not json"]).is_empty());
+        assert_eq!(
+            keys_that_differ([r#"{"a":"1"}"#, r#"{"a":"1","b":"2"}"#]),
+            ["b"]
+        );
+    }
 }

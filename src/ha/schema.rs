@@ -49,6 +49,8 @@ pub const STATEMENTS: &[&str] = &[
     // a host that would lead blind is named by every doctor before it leads.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_error text",
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_error_at timestamptz",
+    // Each key of its config with a hash of its value: doctor names the keys that differ.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS config_keys text",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -65,6 +67,7 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "clock_ahead_ms"),
     ("hosts", "vast_error"),
     ("hosts", "vast_error_at"),
+    ("hosts", "config_keys"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

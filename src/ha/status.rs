@@ -70,6 +70,9 @@ pub struct HostStatus {
     /// worked): the error and seconds since (`hosts::record_vast`).
     #[serde(skip)]
     pub vast_failing: Option<(String, f64)>,
+    /// Its config's keys with a hash of each value (`ha::node::config_keys`).
+    #[serde(skip)]
+    pub config_keys: Option<String>,
 }
 
 impl HostStatus {
@@ -108,6 +111,7 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             twin: h.twin,
             clock_ahead_ms: h.clock_ahead_ms,
             vast_failing: h.vast_failing,
+            config_keys: h.config_keys,
         })
         .collect())
 }

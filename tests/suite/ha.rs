@@ -627,7 +627,7 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
             &mut a,
             "host-b",
             "0.1.0",
-            "cafe",
+            ("cafe", "{}"),
             "box-b:/var/lib/fleetagent",
             None
         )
@@ -640,7 +640,7 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
         &mut a,
         "host-b",
         "0.1.0",
-        "cafe",
+        ("cafe", "{}"),
         "box-b:/var/lib/fleetagent",
         Some(&slow),
     )
@@ -649,28 +649,44 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
     let ahead = b[0].clock_ahead_ms.expect("measured");
     assert!((-7_210_000..-7_190_000).contains(&ahead), "{ahead}");
     assert_eq!(
-        hosts::record(&mut a, "host-a", "0.1.0", "beef", here, None).unwrap(),
+        hosts::record(&mut a, "host-a", "0.1.0", ("beef", "{}"), here, None).unwrap(),
         None
     );
     assert_eq!(
-        hosts::record(&mut a, "host-a", "0.2.0", "f00d", here, None).unwrap(),
+        hosts::record(&mut a, "host-a", "0.2.0", ("f00d", "{}"), here, None).unwrap(),
         None,
         "the same place again is the same host"
     );
     // A second place under host-a's id (a copied config, a cloned machine-id): named, and
     // the row now names it, so host-a's next record finds its twin too.
-    let twin = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa", None).unwrap();
+    let twin = hosts::record(
+        &mut a,
+        "host-a",
+        "0.2.0",
+        ("f00d", "{}"),
+        "box-d:/srv/fa",
+        None,
+    )
+    .unwrap();
     assert_eq!(
         twin.as_ref().map(|t| t.place.as_str()),
         Some(here),
         "{twin:?}"
     );
     assert!(twin.is_some_and(|t| t.secs_ago < 60.0));
-    let back = hosts::record(&mut a, "host-a", "0.2.0", "f00d", here, None).unwrap();
+    let back = hosts::record(&mut a, "host-a", "0.2.0", ("f00d", "{}"), here, None).unwrap();
     assert_eq!(back.map(|t| t.place), Some("box-d:/srv/fa".to_string()));
     // The twin's next record finds the first place still: neither is let through by running
     // twice in a row (the walkthrough's double launch).
-    let again = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa", None).unwrap();
+    let again = hosts::record(
+        &mut a,
+        "host-a",
+        "0.2.0",
+        ("f00d", "{}"),
+        "box-d:/srv/fa",
+        None,
+    )
+    .unwrap();
     assert_eq!(again.map(|t| t.place), Some(here.to_string()));
     let seen = hosts::list(&mut a).unwrap();
     assert_eq!(seen[0].place.as_deref(), Some(here));
@@ -682,15 +698,31 @@ fn ha_hosts_are_recorded_with_version_and_config_hash() {
     let mut db = db;
     db.exec("UPDATE fleetagent.hosts SET twin_seen = now() - interval '20 minutes'");
     assert_eq!(
-        hosts::record(&mut a, "host-a", "0.2.0", "f00d", here, None).unwrap(),
+        hosts::record(&mut a, "host-a", "0.2.0", ("f00d", "{}"), here, None).unwrap(),
         None
     );
     // The first stops instead (a moved state dir): the second takes the id past the window.
-    let late = hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa", None).unwrap();
+    let late = hosts::record(
+        &mut a,
+        "host-a",
+        "0.2.0",
+        ("f00d", "{}"),
+        "box-d:/srv/fa",
+        None,
+    )
+    .unwrap();
     assert!(late.is_some(), "the first place ran just now");
     db.exec("UPDATE fleetagent.hosts SET last_seen = now() - interval '20 minutes'");
     assert_eq!(
-        hosts::record(&mut a, "host-a", "0.2.0", "f00d", "box-d:/srv/fa", None).unwrap(),
+        hosts::record(
+            &mut a,
+            "host-a",
+            "0.2.0",
+            ("f00d", "{}"),
+            "box-d:/srv/fa",
+            None
+        )
+        .unwrap(),
         None
     );
     let seen = hosts::list(&mut a).unwrap();
@@ -754,7 +786,7 @@ fn ha_a_schema_from_an_older_build_gains_the_new_columns() {
             &mut a,
             "host-a",
             "0.2.0",
-            "f00d",
+            ("f00d", "{}"),
             "box-a:/var/lib/fleetagent",
             Some(&now)
         )

@@ -355,8 +355,9 @@ fn one_host_acts_a_followers_trigger_reaches_it_and_the_next_leader_carries_on()
     a.cmd(&["run"]).ok();
     let check = doctor_ha(&b);
     assert_eq!(check["ok"], false, "{check}");
+    let detail = check["detail"].to_string();
     assert!(
-        check["detail"].as_str().unwrap().contains("configs differ"),
+        detail.contains(") in policy.max_instances: a failover"),
         "{check}"
     );
     // A host not heard from for a day is retired: its config no longer counts.
@@ -865,12 +866,8 @@ fn a_leader_blind_to_vast_ai_hands_the_lease_to_a_host_that_reaches_it() {
     assert_eq!(vast.count(Route::ListV1), 1, "once a timer period");
     for (f, who) in [(&a, "host-a (this host)"), (&b, "host-a")] {
         let out = f.cmd(&["doctor"]).code(1).stdout;
-        assert!(
-            out.contains(&format!("ha: {who} cannot list vast.ai")),
-            "{out}"
-        );
+        assert!(out.contains(&format!("ha: {who} cannot list")), "{out}");
     }
-
     // Now vast.ai refuses every host: B is blind too, and A cannot list either.
     vast.set_api_key(Some("a-key-nobody-has"));
     b.cmd(&["poll"]).code(1);
