@@ -449,7 +449,9 @@ fn c_sh(c: &mut std::process::Command, line: &str) -> std::process::Output {
 }
 
 /// A world-writable state dir (exit 1), config, or config dir without a sticky bit (exit 2) is
-/// refused by every command, with one line that says what to do, and nothing is written.
+/// refused by every command, with one line that says what to do, and nothing is written but
+/// the events of `trigger` and `message` under a refused config (the state dir is known from
+/// `--state-dir`: other programs ring, and do not retry an exit 2).
 #[test]
 fn world_writable_state_is_refused_by_every_command() {
     let f = Fleet::new();
@@ -484,6 +486,13 @@ fn world_writable_state_is_refused_by_every_command() {
         }
     }
     std::fs::set_permissions(&f.state, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let db = f.state.join("fleetagent.db");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "nothing written");
+    let counts = |f: &Fleet| {
+        ["runs", "sessions", "wakes", "messages", "actions"]
+            .map(|t| f.count(&format!("SELECT COUNT(*) FROM {t}")))
+    };
+    let (rows, events) = (counts(&f), f.count("SELECT COUNT(*) FROM events"));
     std::fs::set_permissions(&f.config, std::fs::Permissions::from_mode(0o666)).unwrap();
     for args in commands {
         let out = f.cmd(args);
@@ -513,12 +522,8 @@ fn world_writable_state_is_refused_by_every_command() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
     f.cmd(&["inspect"]).ok();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
-    assert_eq!(
-        std::fs::read(f.state.join("fleetagent.db")).unwrap(),
-        before,
-        "nothing written"
-    );
-    assert_eq!(f.count("SELECT COUNT(*) FROM events"), 1);
+    assert_eq!(counts(&f), rows, "nothing written but events");
+    assert_eq!(f.count("SELECT COUNT(*) FROM events"), events + 4);
 }
 
 /// `init` under umask 000 creates the config's missing parent dirs and the state dir's 0755
