@@ -31,7 +31,9 @@ fn fleet(llm: &FakeLlm, extra: &str) -> Fleet {
 
 /// A digit-heavy operator message: what a real tokenizer splits finer than o200k.
 fn message(i: usize) -> String {
-    let figures: Vec<String> = (0..40)
+    // 38 figures: ten such messages with the system prompt, the tools and the state block
+    // fill a 4,000-token budget by our estimate, and pass it by the fake's count.
+    let figures: Vec<String> = (0..38)
         .map(|k| format!("{}", 1_000_003 * (i + 1) + 7_919 * k))
         .collect();
     format!("pass {i}: instance figures {}", figures.join(" "))
