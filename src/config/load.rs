@@ -196,13 +196,43 @@ fn without_unreadable_lines(text: &str) -> Result<(String, Vec<String>), ()> {
         };
         let line = e.span().map(|s| line_of(&current, s.start)).ok_or(())?;
         let key = key_on_line(&current, line).ok_or(())?;
-        if decides_whose(&key) || line > lines.len() {
+        if decides_whose(&key) || line > lines.len() || may_decide_whose(lines[line - 1]) {
             return Err(());
         }
-        left_out.push(toml_error(&current, &e));
+        let mut said = toml_error(&current, &e);
+        if said.contains("duplicate") {
+            // Blanking the repeat keeps the first: not the default the warning speaks of.
+            said.push_str(" (the first one is kept)");
+        }
+        left_out.push(said);
         lines[line - 1] = "";
     }
     Err(())
+}
+
+/// Whether a line TOML cannot read may set a key that decides whose the fleet is, read from
+/// its text alone: the table a line belongs to cannot be told for sure from a text TOML
+/// refuses (a multi-line string whose script has a line starting with `[` read as a header,
+/// a quoted header, an inline table: the re-test had `instances stop --all` destroy another
+/// fleet's instances under the default prefix). Any such name anywhere on the line, or a key
+/// (an inline table) named `vast` or `ha`.
+fn may_decide_whose(line: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "state_dir",
+        "label_prefix",
+        "enabled",
+        "host_id",
+        "lease_ttl_secs",
+        "fence_margin_secs",
+    ];
+    let words: Vec<&str> = line
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let key = line.split('=').next().unwrap_or_default();
+    NAMES.iter().any(|n| words.contains(n))
+        || key
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .any(|w| w == "vast" || w == "ha")
 }
 
 /// Keys the hand-brake never leaves out: they decide which database and which instances are
@@ -382,6 +412,10 @@ mod tests {
             "{left_out:?}"
         );
         for text in [
+            "[vast]\nonstart = \"\"\"\n[ -d /data ] || mkdir /data\n\"\"\"\nlabel_prefix = \"ours\n",
+            "[\"vast\"]\nlabel_prefix = \"ours\n",
+            "vast = { label_prefix = \"ours\", image = \"x\" x }\n",
+            "[ \"ha\" ]\nenabled = true true\n",
             "[vast]\nlabel_prefix = \"ours\" x\n",
             "[vast]\nlabel_prefix \"ours\"\n",
             "[ha]\nenabled = true true\n",
