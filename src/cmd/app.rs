@@ -88,6 +88,20 @@ impl App {
         self.state_dir(Some(&loaded.config)).ok()
     }
 
+    /// The state dir when the config cannot be read: the flag, or `$STATE_DIRECTORY` when
+    /// there is no config file at all (an unreadable one may name a `state_dir`, which comes
+    /// before `$STATE_DIRECTORY`: the re-test saw an event go to another install's dir).
+    pub fn state_dir_without_readable_config(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.state_dir_flag {
+            return Some(p.clone());
+        }
+        let (path, _) = self.config_path();
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.state_dir_without_config(),
+            _ => None,
+        }
+    }
+
     /// The state dir as far as it is known without a config: the flag or `$STATE_DIRECTORY`.
     pub fn state_dir_without_config(&self) -> Option<PathBuf> {
         if let Some(p) = &self.state_dir_flag {

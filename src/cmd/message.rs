@@ -7,7 +7,7 @@ use crate::cmd::App;
 
 pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
     let super::EventPlace {
-        outbox,
+        place,
         dir,
         store,
         refused,
@@ -17,14 +17,14 @@ pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
     let id = crate::trigger::record(
         &store,
         &dir,
-        outbox,
+        place != crate::trigger::Recorded::Event,
         0,
         "message",
         &reason,
         Some(text),
         app.now(),
     )?;
-    let (what, then) = crate::trigger::recorded_as(outbox, id);
+    let (what, then) = crate::trigger::recorded_as(place, id);
     crate::outln!("message recorded as {what} (P0){then}; the agent will read it in its next run");
     super::refused_after_recording(&refused, &format!("the message was recorded as {what}"))
 }

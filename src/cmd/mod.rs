@@ -97,7 +97,7 @@ pub(crate) fn open_existing(app: &App) -> Result<(LoadedConfig, PathBuf, Store)>
 /// the events, in the state dir's database, and the config's refusals, which
 /// [`refused_after_recording`] turns into the command's error once the event is recorded.
 pub(crate) struct EventPlace {
-    pub outbox: bool,
+    pub place: crate::trigger::Recorded,
     pub dir: PathBuf,
     pub store: Store,
     pub refused: Vec<String>,
@@ -106,28 +106,26 @@ pub(crate) struct EventPlace {
 /// [`open_existing`] for `trigger` and `message`: the config read with the keys its checks
 /// refuse left out ([`App::load_config_keeping_events`]). A config that cannot be read at all
 /// (missing, unsafe, a broken `[table]` header) still lets the event be recorded where the
-/// state dir is known without it (`--state-dir`, `$STATE_DIRECTORY`): other programs ring
-/// and do not retry a usage error (the walkthrough saw a P0 event lost). The outbox is
-/// then used when this copy was ever linked to a shared database.
+/// state dir is known without it: other programs ring and do not retry a usage error (the
+/// walkthrough saw a P0 event lost). That is `--state-dir`, or `$STATE_DIRECTORY` when
+/// there is no config file (one that cannot be read may name another `state_dir`, which
+/// comes before it). Whether `[ha]` is on is not known then: the event goes to the outbox,
+/// which the next `run` forwards to the leader, or makes an event without `[ha]`.
 pub(crate) fn open_for_event(app: &App) -> Result<EventPlace> {
     let (loaded, refused) = match app.load_config_keeping_events() {
         Ok(v) => v,
         Err(config_error) => {
-            let Some(dir) = app.state_dir_without_config() else {
+            let Some(dir) = app.state_dir_without_readable_config() else {
                 return Err(config_error);
             };
             let opened = crate::paths::check_state_dir(&dir)
-                .and_then(|()| Store::open(&dir, OpenMode::Existing, app.now()))
-                .and_then(|store| {
-                    let linked = crate::ha::mirror::local_mark(&store.conn)?.is_some();
-                    Ok((store, linked))
-                });
-            let Ok((store, outbox)) = opened else {
+                .and_then(|()| Store::open(&dir, OpenMode::Existing, app.now()));
+            let Ok(store) = opened else {
                 return Err(config_error);
             };
             let refused = vec![crate::error::one_line(&config_error)];
             return Ok(EventPlace {
-                outbox,
+                place: crate::trigger::Recorded::OutboxConfigUnread,
                 dir,
                 store,
                 refused,
@@ -136,7 +134,11 @@ pub(crate) fn open_for_event(app: &App) -> Result<EventPlace> {
     };
     match open_existing_with(app, loaded) {
         Ok((loaded, dir, store)) => Ok(EventPlace {
-            outbox: loaded.config.ha.enabled,
+            place: if loaded.config.ha.enabled {
+                crate::trigger::Recorded::Outbox
+            } else {
+                crate::trigger::Recorded::Event
+            },
             dir,
             store,
             refused,

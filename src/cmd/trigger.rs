@@ -7,7 +7,7 @@ use crate::cmd::App;
 
 pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
     let super::EventPlace {
-        outbox,
+        place,
         dir,
         store,
         refused,
@@ -16,14 +16,14 @@ pub fn run(app: &App, args: &TriggerArgs) -> Result<()> {
     let id = crate::trigger::record(
         &store,
         &dir,
-        outbox,
+        place != crate::trigger::Recorded::Event,
         args.priority,
         "trigger",
         reason,
         None,
         app.now(),
     )?;
-    let (what, then) = crate::trigger::recorded_as(outbox, id);
+    let (what, then) = crate::trigger::recorded_as(place, id);
     crate::outln!("{what} (P{}) recorded{then}; doorbell rung", args.priority);
     super::refused_after_recording(
         &refused,

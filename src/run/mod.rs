@@ -184,7 +184,14 @@ fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store, Option<S
     let lock = RunLock::acquire(env.state_dir, clock, deadline)?;
     faults::point("run-after-lock")?;
     let mut store = Store::open(env.state_dir, OpenMode::Create, clock.now_ms())?;
-    if let Some(settings) = crate::ha::node::Settings::of(env.config, env.env)? {
+    let ha = crate::ha::node::Settings::of(env.config, env.env)?;
+    if ha.is_none() {
+        let taken = crate::store::events::take_outbox(&store.conn, clock.now_ms())?;
+        if taken > 0 {
+            log::info!("took {taken} event(s) from this host's outbox ([ha] is off): written while it was on, or by a trigger that could not read the config");
+        }
+    }
+    if let Some(settings) = ha {
         let started = crate::ha::node::start(&settings, &mut store, clock.now_ms(), true)?;
         if let Some(line) = started.not_leading(&settings.host) {
             return Ok((lock, store, Some(line)));

@@ -47,17 +47,31 @@ pub fn record(
     Ok(id)
 }
 
-/// What [`record`] returned, named for the operator: an event of this database, or a row of
-/// this host's outbox (`[ha] enabled`), which becomes an event of the leader's (under another
-/// id) once a `run` or `poll` here forwards it; and what comes of it then.
-pub fn recorded_as(outbox: bool, id: i64) -> (String, &'static str) {
-    if outbox {
-        (
+/// Where [`record`] put an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// An event of this database.
+    Event,
+    /// A row of this host's outbox (`[ha] enabled`): an event of the leader's (under another
+    /// id) once a `run` or `poll` here forwards it.
+    Outbox,
+    /// The outbox, the config unread (`cmd::open_for_event`): forwarded under `[ha]`, else
+    /// made an event of this database by the next `run` here (`events::take_outbox`).
+    OutboxConfigUnread,
+}
+
+/// What [`record`] returned, named for the operator, and what comes of it then.
+pub fn recorded_as(place: Recorded, id: i64) -> (String, &'static str) {
+    match place {
+        Recorded::Event => (format!("event {id}"), ""),
+        Recorded::Outbox => (
             format!("outbox row {id}"),
             " (the next run or poll here forwards it to the leading host)",
-        )
-    } else {
-        (format!("event {id}"), "")
+        ),
+        Recorded::OutboxConfigUnread => (
+            format!("outbox row {id}"),
+            " (the config unread: the next run here forwards it to the leading host under [ha], or makes it an event)",
+        ),
     }
 }
 
