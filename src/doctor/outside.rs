@@ -659,11 +659,18 @@ pub(super) fn ha(
             .iter()
             .map(|h| format!("{} {}", h.host_id, h.config_hash))
             .collect();
-        let keys = crate::ha::node::keys_that_differ(
-            current.iter().filter_map(|h| h.config_keys.as_deref()),
-        );
+        let with_keys: Vec<&str> = current
+            .iter()
+            .filter_map(|h| h.config_keys.as_deref())
+            .collect();
+        let keys = crate::ha::node::keys_that_differ(with_keys.iter().copied());
+        let secret = crate::ha::node::SECRET_KEYS.join(" or ");
         let named = match keys.len() {
-            0 => String::new(),
+            // Hosts on a build before the keys were recorded cannot be told apart key by key.
+            0 if with_keys.len() < current.len() => String::new(),
+            0 => {
+                format!(" in {secret} (compared within the whole hash only: they may hold secrets)")
+            }
             n if n <= 8 => format!(" in {}", keys.join(", ")),
             n => format!(" in {} and {} more key(s)", keys[..8].join(", "), n - 8),
         };
@@ -680,7 +687,7 @@ pub(super) fn ha(
     problems.extend(
         current
             .iter()
-            .filter_map(|h| cannot_list_vast(h, &settings.host, holder)),
+            .filter_map(|h| cannot_list_vast(h, &settings.host, holder, config)),
     );
     (problems, follows, status.install_id)
 }
@@ -693,6 +700,7 @@ fn cannot_list_vast(
     h: &crate::ha::status::HostStatus,
     this: &str,
     holder: Option<&str>,
+    config: &crate::config::Config,
 ) -> Option<Problem> {
     let (error, ago) = h.vast_failing.as_ref()?;
     if holder == Some(h.host_id.as_str()) {
@@ -703,10 +711,21 @@ fn cannot_list_vast(
     } else {
         ""
     };
-    let fix = if h.host_id == this {
-        "`fleetagent instances list` here shows the error; give this host's units the vast.ai key (the vast_api_key credential or VAST_API_KEY) and a route to vast.base_url; the next poll lists again".to_string()
+    // A follower lists once a timer period: this stays until then, fixed or not (the
+    // re-test read "the next poll" and saw it red for minutes).
+    let next = (config.run.timer_period_secs as f64 - ago).max(0.0).round();
+    let again = format!("its poll lists again {next}s from now, a timer period after its last try");
+    // A rate limit or vast.ai failing is the account's, not this host's (the re-test: every
+    // doctor told the operator to fix keys and routes during a 429).
+    let account_wide = ["vast.ai rate limit", "vast.ai HTTP 5", "search quota"]
+        .iter()
+        .any(|s| error.contains(s));
+    let fix = if account_wide {
+        format!("vast.ai limits or fails this account, not this host alone: it clears when vast.ai answers again; {again}")
+    } else if h.host_id == this {
+        format!("`fleetagent instances list` here shows the error; give this host's units the vast.ai key (the vast_api_key credential or VAST_API_KEY) and a route to vast.base_url; {again}")
     } else {
-        format!("on {}: `fleetagent instances list` shows the error; give its units the vast.ai key and a route to vast.base_url", h.host_id)
+        format!("on {}: `fleetagent instances list` shows the error; give its units the vast.ai key and a route to vast.base_url; {again}", h.host_id)
     };
     Some(
         Problem::new(format!(

@@ -118,8 +118,10 @@ pub fn config_hash(config: &Config) -> String {
 }
 
 /// What decides ([`shared_part`]) as a JSON object of each dotted key and a short hash of its
-/// value (never the value: a worker env may name a credential's path), so that `doctor` can
-/// name the keys two hosts' configs differ in (it said only that the hashes differed).
+/// value (never the value), so that `doctor` can name the keys two hosts' configs differ in
+/// (it said only that the hashes differed). Left out: [`SECRET_KEYS`], whose short values a
+/// hash would give away to anyone who reads the shared database (the re-test recovered a
+/// six-digit PIN from `[vast.env]` in two seconds); they differ within the whole hash only.
 pub fn config_keys(config: &Config) -> String {
     fn walk(
         prefix: &str,
@@ -147,8 +149,17 @@ pub fn config_keys(config: &Config) -> String {
     if let Ok(v) = serde_json::to_value(shared_part(config)) {
         walk("", &v, &mut out);
     }
+    out.retain(|k, _| {
+        !SECRET_KEYS
+            .iter()
+            .any(|s| k == s || k.starts_with(&format!("{s}.")))
+    });
     serde_json::Value::Object(out).to_string()
 }
+
+/// Keys whose values may hold a secret (a literal worker env value, a start script):
+/// never hashed one by one ([`config_keys`]).
+pub const SECRET_KEYS: &[&str] = &["vast.env", "vast.onstart"];
 
 /// The dotted keys whose values differ among these hosts' [`config_keys`] (a key one host
 /// has and another lacks differs too); hosts without keys (an older build) are left out.
@@ -438,8 +449,12 @@ mod tests {
         b.policy.max_instances = Some(19);
         b.ha.host_id = Some("host-b".into());
         b.vast.image = Some("registry.example/secret-looking:tag".into());
+        b.vast.onstart = Some("echo 123456".into());
         let (ka, kb) = (config_keys(&a), config_keys(&b));
-        assert!(!kb.contains("registry.example"), "{kb}");
+        assert!(
+            !kb.contains("registry.example") && !kb.contains("onstart"),
+            "{kb}"
+        );
         assert_eq!(
             keys_that_differ([ka.as_str(), kb.as_str()]),
             ["policy.max_instances", "vast.image"]
