@@ -51,6 +51,7 @@ pub fn run(app: &App) -> Result<()> {
         config_changed: Some(&config_changed),
     };
     let result = run::run_process(&env);
+    prune(config, &dir, app.now());
     let ha = match crate::ha::node::Settings::of(config, &app.env) {
         Ok(Some(s)) if config.metrics.textfile.is_some() => Some(crate::ha::status::read(&s)),
         _ => None,
@@ -99,4 +100,28 @@ fn summary(r: &run::PassReport) -> String {
         ));
     }
     line
+}
+
+/// After the passes: what is never read again, older than `run.retention_days`
+/// (`store::prune`; events only without `[ha]`, where they are this database's own). Best
+/// effort: a failure is a warning, the run's outcome stands.
+fn prune(config: &crate::config::Config, dir: &std::path::Path, now: crate::clock::Millis) {
+    let days = config.run.retention_days;
+    if days == 0 {
+        return;
+    }
+    let done = crate::store::Store::open(dir, crate::store::OpenMode::Existing, now)
+        .and_then(|store| crate::store::prune::prune(&store.conn, now, days, !config.ha.enabled));
+    match done {
+        Ok(p) if p.messages + p.events > 0 => log::info!(
+            "pruned {} message(s) and {} event(s) older than run.retention_days = {days}",
+            p.messages,
+            p.events
+        ),
+        Ok(_) => {}
+        Err(e) => log::warn!(
+            "could not prune what is older than run.retention_days = {days}: {}",
+            crate::error::one_line(&e)
+        ),
+    }
 }

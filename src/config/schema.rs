@@ -38,6 +38,9 @@ pub struct RunConfig {
     pub max_passes: u32,
     /// The systemd timer's period: a failed pass defers its events by this much.
     pub timer_period_secs: u64,
+    /// What no prompt, `inspect` or `doctor` reads again is deleted after this many days
+    /// (`store::prune`); 0 keeps everything.
+    pub retention_days: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -288,6 +291,7 @@ impl Default for RunConfig {
             deadline_secs: 600,
             max_passes: 5,
             timer_period_secs: 300,
+            retention_days: 30,
         }
     }
 }

@@ -109,7 +109,8 @@ fn state_dir(c: &Config) -> Result<(), Invalid> {
 fn run(r: &RunConfig) -> Result<(), Invalid> {
     within("run.deadline_secs", r.deadline_secs, 10, DAY_SECS)?;
     within("run.max_passes", r.max_passes.into(), 1, 100)?;
-    within("run.timer_period_secs", r.timer_period_secs, 10, DAY_SECS)
+    within("run.timer_period_secs", r.timer_period_secs, 10, DAY_SECS)?;
+    within("run.retention_days", r.retention_days, 0, 3650)
 }
 
 /// `[llm]`.

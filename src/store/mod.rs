@@ -19,6 +19,7 @@ pub mod messages;
 pub mod operator_stops;
 pub mod ops;
 pub mod price;
+pub mod prune;
 pub mod report;
 pub mod runs;
 pub mod samples;

@@ -610,7 +610,24 @@ fn a_refused_config_key_keeps_the_event() {
     }
     f.write_config(FAST_CONFIG);
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
+    // A pass's observation 40 days old, the pass in no prompt: the run prunes it
+    // (run.retention_days = 30), and the old claimed events with it.
+    let db = f.db();
+    db.execute_batch(
+        "INSERT INTO runs (session_id, pid, pass, started_by, status, started_at)
+           SELECT session_id, 1, 1, 'tick', 'ok', 0 FROM agent_state;
+         INSERT INTO messages (session_id, run_id, role, kind, content, tokens, created_at)
+           SELECT session_id, last_insert_rowid(), 'user', 'observation', 'old', 1, 0 FROM agent_state;
+         UPDATE events SET created_at = 0, claimed_by = (SELECT MAX(id) FROM runs)
+           WHERE reason = 'x';",
+    )
+    .unwrap();
     f.cmd(&["run"]).ok();
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM messages WHERE content = 'old'"),
+        0
+    );
+    assert_eq!(f.count("SELECT COUNT(*) FROM events WHERE reason = 'x'"), 0);
     assert_eq!(
         f.count(
             "SELECT COUNT(*) FROM events WHERE reason = 'node died' AND claimed_by IS NOT NULL"
