@@ -144,7 +144,8 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
     let text = text.as_str();
     if !left_out.is_empty() {
         match parse(text) {
-            Ok(c) => return Ok((c, left_out)),
+            Ok(c) if whose_kept(text, &c) => return Ok((c, left_out)),
+            Ok(_) => return Err(err),
             Err(e) => err = e,
         }
     }
@@ -217,6 +218,11 @@ fn without_unreadable_lines(text: &str) -> Result<(String, Vec<String>), ()> {
 /// fleet's instances under the default prefix). Any such name anywhere on the line, or a key
 /// (an inline table) named `vast` or `ha`.
 fn may_decide_whose(line: &str) -> bool {
+    // A multi-line string's delimiter: blanked, every later line is read another way (the
+    // second re-test: an onstart closed with `''' x` swallowed `label_prefix` once blanked).
+    if line.contains("'''") || line.contains("\"\"\"") {
+        return true;
+    }
     const NAMES: &[&str] = &[
         "state_dir",
         "label_prefix",
@@ -233,6 +239,22 @@ fn may_decide_whose(line: &str) -> bool {
         || key
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .any(|w| w == "vast" || w == "ha")
+}
+
+/// With lines left out: each key that decides whose the fleet is and that the text names
+/// still has a value of its own (not its default), however the rest of the text was read.
+/// A belt to [`may_decide_whose`]'s braces: what a blanked line does to the lines after it
+/// cannot be told from that line alone.
+fn whose_kept(text: &str, c: &Config) -> bool {
+    let named = |name: &str| {
+        text.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+            .any(|w| w == name)
+    };
+    let default = Config::default();
+    !(named("state_dir") && c.state_dir.is_none()
+        || named("label_prefix") && c.vast.label_prefix == default.vast.label_prefix
+        || named("enabled") && !c.ha.enabled
+        || named("host_id") && c.ha.host_id.is_none())
 }
 
 /// Keys the hand-brake never leaves out: they decide which database and which instances are
@@ -412,6 +434,7 @@ mod tests {
             "{left_out:?}"
         );
         for text in [
+            "[vast]\nonstart = '''\nMODE=fast''' x\nlabel_prefix = \"ours\"\n[demand]\ncommand = '''\nFOO=1 cat'''\n",
             "[vast]\nonstart = \"\"\"\n[ -d /data ] || mkdir /data\n\"\"\"\nlabel_prefix = \"ours\n",
             "[\"vast\"]\nlabel_prefix = \"ours\n",
             "vast = { label_prefix = \"ours\", image = \"x\" x }\n",
