@@ -92,11 +92,17 @@ fn insert_with(
     Ok(conn.last_insert_rowid())
 }
 
+/// Older rows in a row that end [`any_of_kinds_since`]'s walk: events are recorded in time
+/// order but for those taken from an outbox or the shared inbox, which keep the time they were
+/// rung under newer ids (the re-test: one taken after an operator's message stopped the walk
+/// before it, and the hold the message had ended came back).
+const OLDER_IN_A_ROW: usize = 64;
+
 /// Whether an event of one of these kinds was recorded at or after `since` and not after
 /// `until` (one dated later was written by a clock that has stepped back since): a walk from
-/// the newest event back to the first one older than `since` (events are recorded in time
-/// order), so it reads only the window's events, and no index on `events` slows `trigger`'s
-/// insert or its schema parse.
+/// the newest event back past the window's (until [`OLDER_IN_A_ROW`] older ones in a row), so
+/// it reads only about the window's events, and no index on `events` slows `trigger`'s insert
+/// or its schema parse.
 pub fn any_of_kinds_since(
     conn: &Connection,
     kinds: &[&str],
@@ -105,11 +111,17 @@ pub fn any_of_kinds_since(
 ) -> Result<bool> {
     let mut stmt = conn.prepare_cached("SELECT kind, created_at FROM events ORDER BY id DESC")?;
     let mut rows = stmt.query([])?;
+    let mut older = 0;
     while let Some(r) = rows.next()? {
         let at: Millis = r.get(1)?;
         if at < since {
-            break;
+            older += 1;
+            if older >= OLDER_IN_A_ROW {
+                break;
+            }
+            continue;
         }
+        older = 0;
         // Dated ahead of `until`: written by a clock that has stepped back since, it says
         // nothing of what came after `since` (a message sent on a fast clock read as newer
         // than a stop typed after it, and ended its hold: a re-test).
@@ -332,6 +344,28 @@ mod tests {
         assert!(spoke(now + 3_600_000), "dated within: it counts");
         insert(c, 0, "resume", "resume", None, now).unwrap();
         assert!(spoke(now + 60_000));
+    }
+
+    /// A row taken from an outbox after the operator's message, dated when it was rung
+    /// (before the stop), does not end the walk before the message.
+    #[test]
+    fn an_event_taken_late_with_its_old_time_does_not_hide_a_message() {
+        let (_dir, store) = test_store(1_000);
+        let c = &store.conn;
+        let (stop, now) = (10_000_000, 10_060_000);
+        insert(c, 0, "message", "go on", None, stop + 30_000).unwrap();
+        insert_outbox(
+            c,
+            1,
+            "trigger",
+            "rung while the config was broken",
+            None,
+            stop - 60_000,
+        )
+        .unwrap();
+        assert_eq!(take_outbox(c, now).unwrap(), 1);
+        assert!(any_of_kinds_since(c, &["message"], stop, now).unwrap());
+        assert_eq!(take_outbox(c, now).unwrap(), 0, "taken once");
     }
 
     #[test]
