@@ -659,18 +659,12 @@ pub(super) fn ha(
             .iter()
             .map(|h| format!("{} {}", h.host_id, h.config_hash))
             .collect();
-        let with_keys: Vec<&str> = current
-            .iter()
-            .filter_map(|h| h.config_keys.as_deref())
-            .collect();
-        let keys = crate::ha::node::keys_that_differ(with_keys.iter().copied());
-        let secret = crate::ha::node::SECRET_KEYS.join(" or ");
+        let keys = crate::ha::node::keys_that_differ(
+            current.iter().filter_map(|h| h.config_keys.as_deref()),
+        );
         let named = match keys.len() {
             // Hosts on a build before the keys were recorded cannot be told apart key by key.
-            0 if with_keys.len() < current.len() => String::new(),
-            0 => {
-                format!(" in {secret} (compared within the whole hash only: they may hold secrets)")
-            }
+            0 => String::new(),
             n if n <= 8 => format!(" in {}", keys.join(", ")),
             n => format!(" in {} and {} more key(s)", keys[..8].join(", "), n - 8),
         };

@@ -94,12 +94,22 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// What decides, of the config: all but this host's own id, state dir and metrics file.
+/// What decides, of the config: all but this host's own id, state dir and metrics file, and
+/// what may hold a secret: a worker env's literal values (its names and credential names
+/// stay) and the start script. A hash of a config otherwise known would give a short secret
+/// away to anyone who reads the shared database (the second re-test: a six-digit PIN in
+/// 10^6 tries); hosts that differ only there are not told apart.
 fn shared_part(config: &Config) -> Config {
     let mut c = config.clone();
     c.ha.host_id = None;
     c.state_dir = None;
     c.metrics = Default::default();
+    c.vast.onstart = None;
+    for v in c.vast.env.values_mut() {
+        if let crate::config::EnvValue::Literal(s) = v {
+            s.clear();
+        }
+    }
     c
 }
 
@@ -121,7 +131,8 @@ pub fn config_hash(config: &Config) -> String {
 /// value (never the value), so that `doctor` can name the keys two hosts' configs differ in
 /// (it said only that the hashes differed). Left out: [`SECRET_KEYS`], whose short values a
 /// hash would give away to anyone who reads the shared database (the re-test recovered a
-/// six-digit PIN from `[vast.env]` in two seconds); they differ within the whole hash only.
+/// six-digit PIN from `[vast.env]` in two seconds); [`shared_part`] leaves their values out
+/// of the whole hash too.
 pub fn config_keys(config: &Config) -> String {
     fn walk(
         prefix: &str,
@@ -460,6 +471,21 @@ mod tests {
             ["policy.max_instances", "vast.image"]
         );
         assert!(keys_that_differ([ka.as_str(), ka.as_str()]).is_empty());
+        // A worker env's literal value and the start script are in neither hash.
+        let mut c = a.clone();
+        c.vast.env.insert(
+            "PIN".into(),
+            crate::config::EnvValue::Literal("123456".into()),
+        );
+        let mut d = c.clone();
+        d.vast.env.insert(
+            "PIN".into(),
+            crate::config::EnvValue::Literal("654321".into()),
+        );
+        d.vast.onstart = Some("echo 654321".into());
+        assert_eq!(config_hash(&c), config_hash(&d));
+        assert_eq!(config_keys(&c), config_keys(&d));
+        assert_ne!(config_hash(&a), config_hash(&c), "a new env name differs");
         // An older build's host (no keys) is left out; a key one host lacks differs.
         assert!(keys_that_differ([ka.as_str(), "not json"]).is_empty());
         assert_eq!(
