@@ -51,7 +51,9 @@ pub fn run(app: &App) -> Result<()> {
         config_changed: Some(&config_changed),
     };
     let result = run::run_process(&env);
-    prune(config, &dir, app.now());
+    if result.is_ok() {
+        prune(config, &dir, app.now());
+    }
     let ha = match crate::ha::node::Settings::of(config, &app.env) {
         Ok(Some(s)) if config.metrics.textfile.is_some() => Some(crate::ha::status::read(&s)),
         _ => None,

@@ -39,7 +39,8 @@ pub struct RunConfig {
     /// The systemd timer's period: a failed pass defers its events by this much.
     pub timer_period_secs: u64,
     /// What no prompt, `inspect` or `doctor` reads again is deleted after this many days
-    /// (`store::prune`); 0 keeps everything.
+    /// (`store::prune`); 0, the default, keeps everything: the ledger and the conversation
+    /// are the audit trail, and an operator chooses to drop them.
     pub retention_days: u64,
 }
 
@@ -291,7 +292,7 @@ impl Default for RunConfig {
             deadline_secs: 600,
             max_passes: 5,
             timer_period_secs: 300,
-            retention_days: 30,
+            retention_days: 0,
         }
     }
 }

@@ -610,8 +610,12 @@ fn a_refused_config_key_keeps_the_event() {
     }
     f.write_config(FAST_CONFIG);
     assert_eq!(f.count("SELECT COUNT(*) FROM events"), 2);
-    // A pass's observation 40 days old, the pass in no prompt: the run prunes it
-    // (run.retention_days = 30), and the old claimed events with it.
+    // A pass's observation 40 days old, the pass in no prompt: with run.retention_days =
+    // 30 the run prunes it, and the old claimed events with it (0, the default, keeps all).
+    f.write_config(&FAST_CONFIG.replace("[run]\n", "[run]\nretention_days = 30\n"));
+    assert!(std::fs::read_to_string(&f.config)
+        .unwrap()
+        .contains("retention_days"));
     let db = f.db();
     db.execute_batch(
         "INSERT INTO runs (session_id, pid, pass, started_by, status, started_at)
