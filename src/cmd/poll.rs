@@ -104,7 +104,7 @@ fn ha_poll(
 /// cannot list, which would lead blind). Best effort: a failure here is logged, and the
 /// follower's poll goes on as before.
 fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
-    use crate::ha::handover::{follower_lists, record_listing, FollowerListing};
+    use crate::ha::handover::{follower_lists, record_follower_listing, FollowerListing};
     let probe = || -> Result<Option<(FollowerListing, Option<String>)>> {
         let period = config.run.timer_period_secs as f64;
         let Some(why) = follower_lists(settings, period)? else {
@@ -118,7 +118,7 @@ fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: 
                 },
                 Err(e) => Some(crate::error::one_line(&e)),
             };
-        record_listing(settings, error.as_deref())?;
+        record_follower_listing(settings, error.as_deref())?;
         Ok(Some((why, error)))
     };
     match probe() {

@@ -184,8 +184,8 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
 /// fleet, nor drop the event a `trigger` was given (the walkthrough's "a syntax error drops
 /// the event"). Never left out: a line that is not `key = value` (a broken `[table]` header
 /// would move the keys below it; a `key "value"` without `=` may be one that decides whose),
-/// nor a key that decides whose the fleet is ([`decides_whose`]): the error stays, as for
-/// every other command.
+/// nor one that sets or may set a key that decides whose the fleet is ([`decides_whose`],
+/// [`may_decide_whose`]): the error stays, as for every other command.
 fn without_unreadable_lines(text: &str) -> Result<(String, Vec<String>), ()> {
     let mut lines: Vec<&str> = text.split('\n').collect();
     let mut left_out = Vec::new();
@@ -231,14 +231,14 @@ fn may_decide_whose(line: &str) -> bool {
         "lease_ttl_secs",
         "fence_margin_secs",
     ];
-    let words: Vec<&str> = line
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .collect();
     let key = line.split('=').next().unwrap_or_default();
-    NAMES.iter().any(|n| words.contains(n))
-        || key
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .any(|w| w == "vast" || w == "ha")
+    NAMES.iter().any(|n| words(line).any(|w| w == *n))
+        || words(key).any(|w| w == "vast" || w == "ha")
+}
+
+/// The words of a text as TOML keys are spelled (letters, digits, `_`).
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
 }
 
 /// With lines left out: each key that decides whose the fleet is and that the text names
@@ -246,10 +246,7 @@ fn may_decide_whose(line: &str) -> bool {
 /// A belt to [`may_decide_whose`]'s braces: what a blanked line does to the lines after it
 /// cannot be told from that line alone.
 fn whose_kept(text: &str, c: &Config) -> bool {
-    let named = |name: &str| {
-        text.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
-            .any(|w| w == name)
-    };
+    let named = |name: &str| words(text).any(|w| w == name);
     let default = Config::default();
     !(named("state_dir") && c.state_dir.is_none()
         || named("label_prefix") && c.vast.label_prefix == default.vast.label_prefix

@@ -2,8 +2,8 @@
 //! blind to vast.ai"). A leader whose listing fails goes on passing (recorded ok) without seeing the
 //! fleet or acting on it, and no other host acts while it holds the lease. So:
 //! - a follower's `poll`, while the shared state says the leader's listing fails, lists
-//!   vast.ai once (the caller) and records when that worked ([`reached_vast`],
-//!   `hosts.vast_ok_at`);
+//!   vast.ai once (the caller, every minute; else once a timer period: [`follower_lists`])
+//!   and records how that went ([`record_follower_listing`], `hosts.vast_ok_at`);
 //! - the leader's `poll`, once its own listing has failed for [`BLIND_PERIODS`] timer periods
 //!   while it led and another host reached vast.ai since then, within
 //!   [`REACHED_WITHIN_SECS`], releases the lease as `ha release` does (it leaves it to the
@@ -28,15 +28,8 @@ pub const BLIND_PERIODS: i64 = 3;
 /// minute polls.
 pub const REACHED_WITHIN_SECS: f64 = 180.0;
 
-/// Whether the shared state says the leader's vast.ai listing fails (a follower's `poll` then
-/// lists once).
-pub fn leader_blind(settings: &Settings) -> Result<bool> {
-    let mut db = settings.connect()?;
-    Ok(super::mirror::shared_agent_state(&mut db)?.is_some_and(|v| v["vast_error"].is_string()))
-}
-
 /// This follower listed vast.ai just now: with success (`error` None), or not.
-pub fn record_listing(settings: &Settings, error: Option<&str>) -> Result<()> {
+pub fn record_follower_listing(settings: &Settings, error: Option<&str>) -> Result<()> {
     let mut db = settings.connect()?;
     super::hosts::record_vast(&mut db, &settings.host, error)
 }
@@ -54,10 +47,11 @@ pub enum FollowerListing {
 /// Whether this follower lists vast.ai at this poll, and why (`period_secs`: the timer
 /// period).
 pub fn follower_lists(settings: &Settings, period_secs: f64) -> Result<Option<FollowerListing>> {
-    if leader_blind(settings)? {
+    let mut db = settings.connect()?;
+    let shared = super::mirror::shared_agent_state(&mut db)?;
+    if shared.is_some_and(|v| v["vast_error"].is_string()) {
         return Ok(Some(FollowerListing::LeaderBlind));
     }
-    let mut db = settings.connect()?;
     let due = super::hosts::vast_listing_due(&mut db, &settings.host, period_secs)?;
     Ok(due.then_some(FollowerListing::Due))
 }
