@@ -66,6 +66,13 @@ pub fn insert_outbox(
 /// `trigger` or `message` that could not read the config (`cmd::open_for_event`); the
 /// re-test saw both wait for ever. How many.
 pub fn take_outbox(conn: &Connection, now: Millis) -> Result<usize> {
+    // Read first: a run without an outbox row (nearly every one) takes no write lock.
+    let waiting: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM outbox WHERE forwarded_at IS NULL)")?
+        .query_row([], |r| r.get(0))?;
+    if !waiting {
+        return Ok(0);
+    }
     let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
     let n = tx.execute(
         "INSERT INTO events (priority, kind, reason, body, created_at)
