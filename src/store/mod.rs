@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0013_paused_spans.sql"),
     include_str!("../../sql/0014_clock_skew_since.sql"),
     include_str!("../../sql/0015_operator_stop_in_flight.sql"),
+    include_str!("../../sql/0016_operator_spoke.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

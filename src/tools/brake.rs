@@ -36,12 +36,9 @@ pub fn operator_hold(
         (done, typed) => done.or(typed),
     };
     let spoke = match &stop {
-        Some(s) => events::any_of_kinds_since(
-            conn,
-            &["resume", "message"],
-            s.at,
-            now + crate::store::clock_step::CLOCK_STEP_MS,
-        )?,
+        Some(s) => {
+            events::operator_spoke_since(conn, s.at, now + crate::store::clock_step::CLOCK_STEP_MS)?
+        }
         None => false,
     };
     Ok(OperatorHold::in_force(stop, spoke, mins, now))
