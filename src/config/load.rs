@@ -241,12 +241,18 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
 }
 
-/// With lines left out: each key that decides whose the fleet is and that the text names
-/// still has a value of its own (not its default), however the rest of the text was read.
-/// A belt to [`may_decide_whose`]'s braces: what a blanked line does to the lines after it
-/// cannot be told from that line alone.
+/// With lines left out: each key that decides whose the fleet is and that the text sets (a
+/// word before a line's `=`, comments aside: docs/ha.md's `# host_id = ...` refused every
+/// recovery, the third re-test) still has a value of its own (not its default), however the
+/// rest of the text was read. A belt to [`may_decide_whose`]'s braces: what a blanked line
+/// does to the lines after it cannot be told from that line alone.
 fn whose_kept(text: &str, c: &Config) -> bool {
-    let named = |name: &str| words(text).any(|w| w == name);
+    let named = |name: &str| {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .any(|(key, _)| words(key).any(|w| w == name))
+    };
     let default = Config::default();
     !(named("state_dir") && c.state_dir.is_none()
         || named("label_prefix") && c.vast.label_prefix == default.vast.label_prefix
@@ -430,6 +436,11 @@ mod tests {
             left_out[1].starts_with("line 4 (policy.max_instance): "),
             "{left_out:?}"
         );
+        // A comment naming a key that decides whose does not keep the recovery off.
+        let (config, left_out) =
+            parse_leaving_out("[vast]\ndisk_gb = 50 GB\n[ha]\n# host_id = \"mgmt-1\"\n").unwrap();
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert_eq!(config.vast.disk_gb, Config::default().vast.disk_gb);
         for text in [
             "[vast]\nonstart = '''\nMODE=fast''' x\nlabel_prefix = \"ours\"\n[demand]\ncommand = '''\nFOO=1 cat'''\n",
             "[vast]\nonstart = \"\"\"\n[ -d /data ] || mkdir /data\n\"\"\"\nlabel_prefix = \"ours\n",
