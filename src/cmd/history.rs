@@ -14,7 +14,7 @@ use crate::cmd::App;
 use crate::store::{messages, runs, session};
 
 pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
-    let (_c, _d, store) = super::open_for_report(app)?;
+    let (config, _d, store) = super::open_for_report(app)?;
     let mut empty = "no messages yet".to_string();
     let rows = match args.run {
         Some(run) => {
@@ -27,8 +27,14 @@ pub fn run(app: &App, args: &HistoryArgs) -> Result<()> {
                     None => bail!("run {run} does not exist: no run has been recorded yet"),
                 }
             };
+            let days = config.config.run.retention_days;
+            let pruned = if days > 0 && app.now() - r.started_at > days as i64 * 86_400_000 {
+                format!(" (or they were pruned: run.retention_days = {days})")
+            } else {
+                String::new()
+            };
             empty = format!(
-                "run {run} ({}{}) stored no messages",
+                "run {run} ({}{}) stored no messages{pruned}",
                 r.status.as_str(),
                 r.verdict
                     .map(|v| format!(", {}", v.as_str()))

@@ -129,10 +129,10 @@ pub fn config_hash(config: &Config) -> String {
 
 /// What decides ([`shared_part`]) as a JSON object of each dotted key and a short hash of its
 /// value (never the value), so that `doctor` can name the keys two hosts' configs differ in
-/// (it said only that the hashes differed). Left out: [`SECRET_KEYS`], whose short values a
-/// hash would give away to anyone who reads the shared database (the re-test recovered a
-/// six-digit PIN from `[vast.env]` in two seconds); [`shared_part`] leaves their values out
-/// of the whole hash too.
+/// (it said only that the hashes differed). What may hold a secret is left out as
+/// [`shared_part`] leaves it out of the whole hash: a short value's hash would give it away
+/// to anyone who reads the shared database (the re-test recovered a six-digit PIN from
+/// `[vast.env]` in two seconds); the env's names and credential names are compared.
 pub fn config_keys(config: &Config) -> String {
     fn walk(
         prefix: &str,
@@ -160,17 +160,10 @@ pub fn config_keys(config: &Config) -> String {
     if let Ok(v) = serde_json::to_value(shared_part(config)) {
         walk("", &v, &mut out);
     }
-    out.retain(|k, _| {
-        !SECRET_KEYS
-            .iter()
-            .any(|s| k == s || k.starts_with(&format!("{s}.")))
-    });
+    // Left out of the whole hash: no key of its own either.
+    out.remove("vast.onstart");
     serde_json::Value::Object(out).to_string()
 }
-
-/// Keys whose values may hold a secret (a literal worker env value, a start script):
-/// never hashed one by one ([`config_keys`]).
-pub const SECRET_KEYS: &[&str] = &["vast.env", "vast.onstart"];
 
 /// The dotted keys whose values differ among these hosts' [`config_keys`] (a key one host
 /// has and another lacks differs too); hosts without keys (an older build) are left out.
@@ -486,6 +479,8 @@ mod tests {
         assert_eq!(config_hash(&c), config_hash(&d));
         assert_eq!(config_keys(&c), config_keys(&d));
         assert_ne!(config_hash(&a), config_hash(&c), "a new env name differs");
+        let (ka, kc) = (config_keys(&a), config_keys(&c));
+        assert!(keys_that_differ([ka.as_str(), kc.as_str()]).contains(&"vast.env.PIN".to_string()));
         // An older build's host (no keys) is left out; a key one host lacks differs.
         assert!(keys_that_differ([ka.as_str(), "not json"]).is_empty());
         assert_eq!(

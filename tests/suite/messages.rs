@@ -632,6 +632,11 @@ fn a_refused_config_key_keeps_the_event() {
         0
     );
     assert_eq!(f.count("SELECT COUNT(*) FROM events WHERE reason = 'x'"), 0);
+    let old = f
+        .count("SELECT id FROM runs WHERE started_at = 0")
+        .to_string();
+    let out = f.cmd(&["history", "--run", &old]).ok();
+    assert!(out.stdout.contains("or they were pruned"), "{}", out.stdout);
     assert_eq!(
         f.count(
             "SELECT COUNT(*) FROM events WHERE reason = 'node died' AND claimed_by IS NOT NULL"
