@@ -6,25 +6,13 @@ use crate::cli::MessageArgs;
 use crate::cmd::App;
 
 pub fn run(app: &App, args: &MessageArgs) -> Result<()> {
-    let super::EventPlace {
-        place,
-        dir,
-        store,
-        refused,
-    } = super::open_for_event(app)?;
+    let place = super::open_for_event(app)?;
     let text = args.text.trim();
     let reason = crate::trigger::message_reason(text).map_err(crate::error::usage)?;
-    let id = crate::trigger::record(
-        &store,
-        &dir,
-        place != crate::trigger::Recorded::Event,
-        0,
-        "message",
-        &reason,
-        Some(text),
-        app.now(),
-    )?;
-    let (what, then) = crate::trigger::recorded_as(place, id);
+    let (what, then) = place.record(0, "message", &reason, Some(text), app.now())?;
     crate::outln!("message recorded as {what} (P0){then}; the agent will read it in its next run");
-    super::refused_after_recording(&refused, &format!("the message was recorded as {what}"))
+    super::refused_after_recording(
+        &place.refused,
+        &format!("the message was recorded as {what}"),
+    )
 }

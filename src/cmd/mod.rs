@@ -103,6 +103,31 @@ pub(crate) struct EventPlace {
     pub refused: Vec<String>,
 }
 
+impl EventPlace {
+    /// Record the event here and ring the doorbell: what it was recorded as, and what comes of
+    /// it then (`trigger::recorded_as`).
+    pub fn record(
+        &self,
+        priority: u8,
+        kind: &str,
+        reason: &str,
+        body: Option<&str>,
+        now: crate::clock::Millis,
+    ) -> Result<(String, &'static str)> {
+        let id = crate::trigger::record(
+            &self.store,
+            &self.dir,
+            self.place,
+            priority,
+            kind,
+            reason,
+            body,
+            now,
+        )?;
+        Ok(crate::trigger::recorded_as(self.place, id))
+    }
+}
+
 /// [`open_existing`] for `trigger` and `message`: the config read with the keys its checks
 /// refuse left out ([`App::load_config_keeping_events`]). A config that cannot be read at all
 /// (missing, unsafe, a broken `[table]` header) still lets the event be recorded where the

@@ -115,7 +115,16 @@ pub fn resume(app: &App) -> Result<()> {
     };
     // P0 and rung: the next pass decides at once. The event also ends an operator hold.
     // The leader records it as its own event: no outbox.
-    let id = crate::trigger::record(&store, &dir, false, 0, "resume", &reason, None, now)?;
+    let id = crate::trigger::record(
+        &store,
+        &dir,
+        crate::trigger::Recorded::Event,
+        0,
+        "resume",
+        &reason,
+        None,
+        now,
+    )?;
     store.fence("resume")?;
     if what.is_empty() {
         crate::outln!(

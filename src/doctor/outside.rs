@@ -700,11 +700,7 @@ fn cannot_list_vast(
     if holder == Some(h.host_id.as_str()) {
         return None;
     }
-    let which = if h.host_id == this {
-        " (this host)"
-    } else {
-        ""
-    };
+    let which = this_host(h, this);
     // A follower lists once a timer period: this stays until then, fixed or not (the
     // re-test read "the next poll" and saw it red for minutes).
     let next = (config.run.timer_period_secs as f64 - ago).max(0.0).round();
@@ -732,6 +728,15 @@ fn cannot_list_vast(
     )
 }
 
+/// ` (this host)` after a host's id when it is this one, for the `ha` check's lines.
+fn this_host(h: &crate::ha::status::HostStatus, this: &str) -> &'static str {
+    if h.host_id == this {
+        " (this host)"
+    } else {
+        ""
+    }
+}
+
 /// A host whose clock was more than a minute off the shared database's at its last contact:
 /// the rows it writes carry its clock, which the other hosts read (the HA re-test: a right
 /// host's doctor blamed a slow leader's "failing" passes, a slow follower's message did not
@@ -742,11 +747,7 @@ fn off_clock(h: &crate::ha::status::HostStatus, this: &str) -> Option<Problem> {
         .filter(|a| a.abs() > crate::store::clock_step::CLOCK_SKEW_MAX_MS)?;
     let by = crate::store::clock_step::to_the_minute(ahead);
     let side = if ahead > 0 { "ahead of" } else { "behind" };
-    let which = if h.host_id == this {
-        " (this host)"
-    } else {
-        ""
-    };
+    let which = this_host(h, this);
     Some(
         Problem::new(format!(
             "ha: {}{which}'s clock is {by} {side} the shared database's (at its last contact): the times it writes into the shared state (its runs, a pause, wakes, launches, the messages it forwards) read {by} off on the other hosts (a leader's passes look that much older or newer; a message may not end an operator hold)",

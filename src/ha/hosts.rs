@@ -194,17 +194,16 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
 pub fn record_vast(db: &mut SharedDb, host_id: &str, error: Option<&str>) -> Result<()> {
     db.retrying(
         "recording this host's vast.ai listing",
-        |client| {
-            match error {
-        None => client.execute(
-            "UPDATE fleetagent.hosts SET vast_ok_at = now() WHERE host_id = $1",
-            &[&host_id],
-        ),
-        Some(e) => client.execute(
-            "UPDATE fleetagent.hosts SET vast_error = $2, vast_error_at = now() WHERE host_id = $1",
-            &[&host_id, &e],
-        ),
-    }
+        |client| match error {
+            None => client.execute(
+                "UPDATE fleetagent.hosts SET vast_ok_at = now() WHERE host_id = $1",
+                &[&host_id],
+            ),
+            Some(e) => client.execute(
+                "UPDATE fleetagent.hosts SET vast_error = $2, vast_error_at = now()
+                 WHERE host_id = $1",
+                &[&host_id, &e],
+            ),
         },
     )?;
     Ok(())

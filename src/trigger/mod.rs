@@ -18,14 +18,14 @@ use crate::store::{events, session, wakes, Store};
 /// Longer operator messages are refused: they must fit the prompt with room to spare.
 pub const MAX_MESSAGE_CHARS: usize = 8_000;
 
-/// Commit an event (`kind` `trigger`, `message`, `poll`, ...), then ring the doorbell in `dir`.
-/// With `[ha] enabled` (`outbox`) the event goes to this host's outbox instead (still no
-/// network): the `run` the doorbell starts forwards it to the leader.
+/// Commit an event (`kind` `trigger`, `message`, `poll`, ...) where `place` says, then ring
+/// the doorbell in `dir`. In this host's outbox (still no network) the `run` the doorbell
+/// starts forwards it to the leader, or without `[ha]` makes it an event.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     store: &Store,
     dir: &Path,
-    outbox: bool,
+    place: Recorded,
     priority: u8,
     kind: &str,
     reason: &str,
@@ -37,7 +37,7 @@ pub fn record(
     } else {
         "the event"
     };
-    let id = if outbox {
+    let id = if place != Recorded::Event {
         events::insert_outbox(&store.conn, priority, kind, reason, body, now)
     } else {
         events::insert(&store.conn, priority, kind, reason, body, now)
