@@ -136,7 +136,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             ));
         }
     }
-    humantime::parse_duration(t).map_err(|e| format!("bad duration {t:?}: {e}"))
+    // humantime's own hints name units refused above ("for example 30sec or 30ms").
+    humantime::parse_duration(t).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { .. } => format!(
+            "bad duration {t:?}: every number needs a unit, one of s, m, h, d (e.g. 90s, 15m, 1h30m, 2d)"
+        ),
+        e => format!("bad duration {t:?}: {e} (e.g. 90s, 15m, 1h30m, 2d)"),
+    })
 }
 
 #[cfg(test)]
@@ -158,7 +164,12 @@ mod tests {
         assert_eq!(parse_duration("2d").unwrap(), Duration::from_secs(172_800));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("h").is_err());
-        assert!(parse_duration("1h5").is_err());
+        // Every hint names only units that are accepted (humantime's said "30ms").
+        for bad in ["1h5", "1h30", "5x", "1 h x", "h", "-5m"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert!(err.contains("e.g. 90s, 15m"), "{bad}: {err}");
+            assert!(!err.contains("ms"), "{bad}: {err}");
+        }
         assert!(parse_duration("").is_err());
         assert_eq!(
             parse_duration("1h 30min").unwrap(),

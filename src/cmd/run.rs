@@ -11,14 +11,22 @@ use crate::doorbell::FileDoorbell;
 use crate::run::{self, RunEnv, RunFailure};
 
 pub fn run(app: &App) -> Result<()> {
-    // Before the state dir is known only the flag or $STATE_DIRECTORY can name it. At a
-    // terminal someone typed the command: no reason to wait (DESIGN.md, "Early exits").
+    // Before the state dir is known only the flag or $STATE_DIRECTORY can name it; the latter
+    // is a guess while a config that may name another dir cannot be read (no doorbell there:
+    // the real one may be elsewhere, so the exit waits). At a terminal someone typed the
+    // command: no reason to wait (DESIGN.md, "Early exits").
     let exit = |dir: Option<&std::path::Path>, e| {
-        let known = dir
+        let sure = dir
             .map(|d| d.to_path_buf())
-            .or_else(|| app.state_dir_without_config());
+            .or_else(|| app.state_dir_without_readable_config());
+        let guess = app.state_dir_without_config();
+        let place = match (&sure, &guess) {
+            (Some(d), _) => run::DoorbellDir::Known(d),
+            (None, Some(d)) => run::DoorbellDir::Guessed(d),
+            (None, None) => run::DoorbellDir::Unknown,
+        };
         let at_terminal = std::io::stdin().is_terminal() || std::io::stderr().is_terminal();
-        run::exit_before_start(app.clock.as_ref(), known.as_deref(), at_terminal, e)
+        run::exit_before_start(app.clock.as_ref(), place, at_terminal, e)
     };
     let loaded = app
         .load_config()

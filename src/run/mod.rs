@@ -343,7 +343,7 @@ fn early(env: &RunEnv<'_>, err: anyhow::Error) -> RunFailure {
 
 /// Deletes the doorbell of a run that fails before it starts; the error when it cannot (a
 /// state dir this user cannot write, a read-only file system): it is still there.
-fn remove_doorbell(bell: &dyn Doorbell) -> std::result::Result<(), String> {
+fn remove_doorbell(bell: &dyn Doorbell) -> std::result::Result<bool, String> {
     match bell.remove() {
         Ok(true) => {
             // info, not warn: the error itself is the one line a failed run prints.
@@ -351,15 +351,25 @@ fn remove_doorbell(bell: &dyn Doorbell) -> std::result::Result<(), String> {
                 "deleted the doorbell {} so systemd does not restart a failing run; events stay for the timer",
                 bell.path().display()
             );
-            Ok(())
+            Ok(true)
         }
-        Ok(false) => Ok(()),
+        Ok(false) => Ok(false),
         Err(e) => Err(crate::error::report(&e)),
     }
 }
 
+/// Where an early exit looks for the doorbell: no dir, a dir known for sure (the flag, the
+/// config's), or `$STATE_DIRECTORY` while a config that may name another dir cannot be read.
+#[derive(Clone, Copy, Debug)]
+pub enum DoorbellDir<'a> {
+    Unknown,
+    Known(&'a Path),
+    /// A doorbell found there goes; none found may mean the real one is elsewhere.
+    Guessed(&'a Path),
+}
+
 /// An exit before the run could start (config, state dir, credentials). With the state dir
-/// known, the doorbell goes and the error is returned. When it cannot go (the dir unknown, or
+/// known (or guessed, and a doorbell found there), the doorbell goes and the error is returned. When it cannot go (the dir unknown, or
 /// not writable by this user), at a terminal (`at_terminal`: stdin or stderr is one, so
 /// someone typed the command) the error is returned at once; otherwise (systemd restarts the
 /// service while the doorbell exists) the error is printed first, then why the process waits,
@@ -367,19 +377,28 @@ fn remove_doorbell(bell: &dyn Doorbell) -> std::result::Result<(), String> {
 /// already printed).
 pub fn exit_before_start(
     clock: &dyn Clock,
-    dir: Option<&Path>,
+    dir: DoorbellDir<'_>,
     at_terminal: bool,
     err: anyhow::Error,
 ) -> anyhow::Error {
     let why = match dir {
-        Some(d) => match remove_doorbell(&FileDoorbell::new(d)) {
-            Ok(()) => return err,
-            Err(e) => format!("its doorbell could not be deleted ({e})"),
-        },
-        None => "the state dir is unknown (neither --state-dir nor $STATE_DIRECTORY names it, \
+        DoorbellDir::Known(d) | DoorbellDir::Guessed(d) => {
+            match (remove_doorbell(&FileDoorbell::new(d)), dir) {
+                (Ok(false), DoorbellDir::Guessed(d)) => format!(
+                    "$STATE_DIRECTORY ({}) has no doorbell, and the config, which may name another \
+                     state dir, cannot be read, so that dir's doorbell cannot be deleted",
+                    d.display()
+                ),
+                (Ok(_), _) => return err,
+                (Err(e), _) => format!("its doorbell could not be deleted ({e})"),
+            }
+        }
+        DoorbellDir::Unknown => {
+            "the state dir is unknown (neither --state-dir nor $STATE_DIRECTORY names it, \
                  and the error above keeps the config from naming it), so its doorbell cannot \
                  be deleted"
-            .to_string(),
+                .to_string()
+        }
     };
     if at_terminal {
         return err;

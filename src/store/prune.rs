@@ -8,9 +8,10 @@
 //!   messages (any age: the prompt carries unanswered ones, `history` shows them; the runs
 //!   that answered them are in the prompt) and the newest message of each kind in the
 //!   current session (the prompt reads it);
-//! - **events**: claimed, not failed, older than the retention, but operator messages' own
-//!   events (a message row points at its event). Waiting and failed events stay (doctor and
-//!   the counts read them).
+//! - **events**: claimed, not failed, older than the retention, but the operator's `resume`
+//!   and `message` events (the operator hold ends at the first of them after a stop, and the
+//!   hold may outlast the retention: a pruned `resume` brought the hold back) and any event a
+//!   message row points at. Waiting and failed events stay (doctor and the counts read them).
 //!
 //! Runs, actions, instances and LLM calls stay: small, and counted by the tallies (a run row
 //! gone would reset a Prometheus counter). Each call deletes at most [`BATCH`] rows of each
@@ -66,6 +67,7 @@ pub fn prune(conn: &Connection, now: Millis, days: u64, events: bool) -> Result<
                                      (SELECT MAX(id) + 1 FROM events))
                  AND e.created_at < ?1
                  AND e.claimed_by IS NOT NULL AND e.failed_at IS NULL
+                 AND e.kind NOT IN ('resume', 'message')
                  AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.event_id = e.id)
                ORDER BY e.id LIMIT ?2)",
             params![cut, BATCH],
@@ -137,6 +139,8 @@ mod tests {
         let gone_event = event("trigger", old, Some(quiet), false);
         let kept_failed = event("trigger", old, Some(quiet), true);
         let kept_waiting = event("poll", old, None, false);
+        // `resume` ends an operator hold that may be older than the retention.
+        let kept_resume = event("resume", old, Some(quiet), false);
         let recent = run(now - DAY, false);
         let kept_recent = message(recent, "observation", now - DAY, None);
         let kept_newest_note = message(quiet, "note", old + 1, None);
@@ -173,7 +177,13 @@ mod tests {
             assert!(exists("messages", id), "{id}");
         }
         assert!(!exists("events", gone_event));
-        for id in [spoke, kept_failed, kept_waiting, kept_recent_event] {
+        for id in [
+            spoke,
+            kept_failed,
+            kept_waiting,
+            kept_recent_event,
+            kept_resume,
+        ] {
             assert!(exists("events", id), "{id}");
         }
         // Again: nothing left to delete; 0 days keeps everything; events kept under [ha].

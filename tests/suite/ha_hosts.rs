@@ -645,7 +645,7 @@ fn two_hosts_under_one_host_id_are_named_and_neither_acts() {
 /// it has not been rewritten for 3 timer periods, and nothing ever for the follower.
 #[test]
 fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
-    use super::operations::{
+    use super::alerts::{
         firing_of, input_series, metric_name, promtool, repo, require_promtool, samples,
     };
     require_promtool();

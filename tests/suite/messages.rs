@@ -21,6 +21,10 @@ fn waits_after_the_error(f: &Fleet, state_dir: Option<&std::path::Path>, first: 
         c.arg("--state-dir").arg(dir);
     }
     clean_env(&mut c);
+    waits(c, first, why)
+}
+
+fn waits(mut c: Command, first: &str, why: &str) {
     let mut child = c
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -93,6 +97,30 @@ fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
     assert!(t.elapsed() < Duration::from_secs(15), "{out:?}");
     assert!(out.stderr.contains("unknown field `nope`"), "{out:?}");
     assert!(!named.join("trigger").exists(), "{out:?}");
+    // A config that cannot be read at all names no state dir; $STATE_DIRECTORY is then a
+    // guess (the config may name another dir): a doorbell there goes at once, none found
+    // means the real one may be elsewhere, and the run waits (it exited at once, and systemd
+    // restarted it at full speed while the other dir's doorbell stood).
+    std::fs::write(
+        &f.config,
+        format!("state_dir = {:?}\n[run\n", named.display().to_string()),
+    )
+    .unwrap();
+    let guessed = f.path().join("guessed");
+    std::fs::create_dir_all(&guessed).unwrap();
+    let under_systemd = || {
+        let mut c = Command::new(BIN);
+        c.arg("--config").arg(&f.config).arg("run");
+        clean_env(&mut c);
+        c.env("STATE_DIRECTORY", &guessed);
+        c
+    };
+    waits(under_systemd(), "unclosed table", "$STATE_DIRECTORY (");
+    std::fs::write(guessed.join("trigger"), "ring\n").unwrap();
+    let t = Instant::now();
+    let out = Run::from(under_systemd().stdin(Stdio::null()).output().unwrap()).code(2);
+    assert!(t.elapsed() < Duration::from_secs(15), "{out:?}");
+    assert!(!guessed.join("trigger").exists(), "{out:?}");
     std::fs::write(&f.config, "[run]\nnope = 1\n").unwrap();
     // With a good config, the run fails to claim (it deletes the doorbell in the claim's
     // transaction): the same wait.

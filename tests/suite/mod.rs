@@ -1,5 +1,6 @@
 //! Test modules, one per capability.
 mod agent_e2e;
+mod alerts;
 mod backbone;
 mod calibration;
 mod curio_real;
