@@ -339,7 +339,9 @@ pub fn llm_loop(
         let response = match answer {
             Ok(r) => r,
             Err(e) => {
-                let error = e.to_string();
+                // One line: a server's message may carry a traceback or a pasted upstream body,
+                // which split the journal's warning into entries of their own.
+                let error = crate::secrets::redact::one_line(&e.to_string());
                 llm_calls::insert(
                     &store.conn,
                     &llm_calls::Call {

@@ -112,6 +112,12 @@ pub struct Snapshot {
     /// Offers matching `[vast.offers]` found by a launch earlier in this pass (rented ones
     /// removed), so several launches cost one search (vast.ai allows 10 a minute).
     pub offers: Option<Vec<crate::vast::Offer>>,
+    /// Offer searches sent to vast.ai in this pass (the launch's and `search_offers`').
+    pub searches: u32,
+    /// vast.ai answered a search of this pass `search_quota_exceeded`: none goes out again in
+    /// the pass (the model's loop searched on past it, and spent what the floor's WORKERS
+    /// DEAD launch needed).
+    pub search_quota_this_pass: bool,
     /// GPU model -> proofs/h learned from our workers' Curio history (the `measured_rates`
     /// table, updated by this pass's reading): used where `policy.gpu_rates` does not pin
     /// the GPU (`fleet::rates::gpu_rate`).

@@ -177,7 +177,9 @@ impl LlmClient for HttpLlmClient {
             let elapsed = (self.clock.now_ms() - start).max(0);
             // Give up now rather than wait past the budget: a wait that ends at the budget
             // would leave no time for the attempt it waited for.
-            if elapsed + duration_ms(wait) >= budget_ms {
+            // Saturating: a Retry-After of 1e300 s wrapped the sum negative and the client
+            // slept past the run's deadline instead of giving up (the fallback never ran).
+            if elapsed.saturating_add(duration_ms(wait)) >= budget_ms {
                 log::info!("LLM attempt {attempts} failed ({failure}); giving up, the retry budget is spent");
                 return Err(LlmError::GaveUp {
                     attempts,
@@ -456,6 +458,14 @@ fn redact_failure(f: AttemptFailure, key: &str) -> AttemptFailure {
 /// is ignored: backoff covers it), else OpenAI's `x-ratelimit-reset-{requests,tokens}`
 /// durations: the reset of a limit whose remaining count is 0, or the later of the two.
 fn retry_hint(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    // Past any retry budget (at most an hour): a longer hint means "give up", whatever it says.
+    retry_hint_uncapped(headers).map(|d| d.min(MAX_RETRY_HINT))
+}
+
+/// The longest wait a server's hint is read as.
+const MAX_RETRY_HINT: Duration = Duration::from_secs(86_400);
+
+fn retry_hint_uncapped(headers: &ureq::http::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
             .get(name)

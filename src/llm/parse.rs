@@ -125,7 +125,9 @@ const MAX_TOOL_CALL_ID_CHARS: usize = 100;
 /// Tool calls with string arguments and unique, non-empty ids. An object `arguments` (some
 /// llama.cpp builds, KoboldCpp) is serialized back to a string; absent arguments become `{}`;
 /// an empty, repeated, over-long ([`MAX_TOOL_CALL_ID_CHARS`]) or non-printable id is replaced
-/// by a made-up one. A legacy `function_call` counts as one tool call.
+/// by a made-up one. A call the answer already holds with the same id, name and arguments (a
+/// server or proxy that sent it twice) is dropped: with a made-up id it got a launch label of
+/// its own and rented a second instance. A legacy `function_call` counts as one tool call.
 fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
     // One call sent as an object rather than a list of one is that call.
     let listed: Vec<&Value> = match message.get("tool_calls") {
@@ -146,8 +148,9 @@ fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
         }
     }
     let mut seen = HashSet::new();
+    let mut sent = HashSet::new();
     raw.into_iter()
-        .map(|(id, function)| {
+        .filter_map(|(id, function)| {
             let name = function
                 .get("name")
                 .and_then(Value::as_str)
@@ -158,6 +161,14 @@ fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
                 None | Some(Value::Null) => "{}".to_string(),
                 Some(other) => other.to_string(),
             };
+            if let Some(id) = id.map(str::trim).filter(|id| !id.is_empty()) {
+                if !sent.insert((id.to_string(), name.clone(), arguments.clone())) {
+                    log::info!(
+                        "the server sent tool call {id:?} ({name}) twice; the copy is dropped"
+                    );
+                    return None;
+                }
+            }
             let id = match id.map(str::trim) {
                 Some(id)
                     if !id.is_empty()
@@ -170,11 +181,11 @@ fn tool_calls(message: &Value, now_ms: i64) -> Vec<ToolCall> {
                 _ => synthetic_id(now_ms),
             };
             seen.insert(id.clone());
-            ToolCall {
+            Some(ToolCall {
                 id,
                 name,
                 arguments,
-            }
+            })
         })
         .collect()
 }
@@ -189,10 +200,15 @@ fn synthetic_id(now_ms: i64) -> String {
 /// (OpenAI, vLLM, newer llama.cpp) or llama.cpp's `timings.cache_n`. llama.cpp counts the
 /// whole prompt in `usage.prompt_tokens` (`timings.prompt_n` is the part it had to process,
 /// `cache_n` the part it reused); without `usage`, its timings give the same figures.
+/// A `usage` without a readable `prompt_tokens` (absent, negative, fractional, past what the
+/// ledger stores) is no report: it was stored as a report of 0, or wrapped to -1.
 fn usage(usage: Option<&Value>, timings: Option<&Value>) -> Option<Usage> {
-    let timing = |name: &str| timings.and_then(|t| t.get(name)).and_then(Value::as_u64);
+    let count = |v: &Value| v.as_u64().filter(|&n| n <= MAX_REPORTED_TOKENS);
+    let timing = |name: &str| timings.and_then(|t| t.get(name)).and_then(count);
     let cache_n = timing("cache_n");
-    let Some(obj) = usage.and_then(Value::as_object) else {
+    let obj = usage.and_then(Value::as_object);
+    let field = |name: &str| obj.and_then(|o| o.get(name)).and_then(count);
+    let Some(prompt_tokens) = field("prompt_tokens") else {
         let (cached, processed) = (cache_n?, timing("prompt_n")?);
         let completion_tokens = timing("predicted_n").unwrap_or(0);
         return Some(Usage {
@@ -202,13 +218,11 @@ fn usage(usage: Option<&Value>, timings: Option<&Value>) -> Option<Usage> {
             cached_tokens: Some(cached),
         });
     };
-    let field = |name: &str| obj.get(name).and_then(Value::as_u64);
-    let prompt_tokens = field("prompt_tokens").unwrap_or(0);
     let completion_tokens = field("completion_tokens").unwrap_or(0);
     let cached_tokens = obj
-        .get("prompt_tokens_details")
+        .and_then(|o| o.get("prompt_tokens_details"))
         .and_then(|d| d.get("cached_tokens"))
-        .and_then(Value::as_u64)
+        .and_then(count)
         .or(cache_n);
     Some(Usage {
         prompt_tokens,
@@ -217,6 +231,10 @@ fn usage(usage: Option<&Value>, timings: Option<&Value>) -> Option<Usage> {
         cached_tokens,
     })
 }
+
+/// The largest token count read from a server (2^40, a thousand times any context window):
+/// sums of a few stay far inside the ledger's i64.
+const MAX_REPORTED_TOKENS: u64 = 1 << 40;
 
 /// The start of a body on one line, at most [`SNIPPET_CHARS`] characters.
 pub(crate) fn snippet(body: &str) -> String {
@@ -257,6 +275,20 @@ mod tests {
         assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
         assert_eq!(r.tool_calls[1].arguments, r#"{"y":2}"#);
         assert_eq!(r.tool_calls[2].arguments, "{}");
+        // The same call twice (id, name and arguments): once. The same id with other
+        // arguments stays a call of its own (a made-up id).
+        let r = ok(
+            r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"",
+            "tool_calls":[
+              {"id":"call_l","type":"function","function":{"name":"launch_instance","arguments":"{\"reason\":\"q\"}"}},
+              {"id":"call_l","type":"function","function":{"name":"launch_instance","arguments":"{\"reason\":\"q\"}"}},
+              {"id":"call_l","type":"function","function":{"name":"launch_instance","arguments":"{\"reason\":\"r\"}"}}]}}]}"#,
+        );
+        let ids: Vec<&str> = r.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert_eq!(ids[0], "call_l");
+        assert!(ids[1].starts_with("call_fa"), "{ids:?}");
+        assert_eq!(r.tool_calls[1].arguments, r#"{"reason":"r"}"#);
     }
 
     #[test]
@@ -400,5 +432,23 @@ mod tests {
             Some((10, None))
         );
         assert_eq!(ok(&format!("{{{message}}}")).usage, None);
+        // A prompt count that is no count is no report (it was a report of 0, or -1 stored).
+        for bad in [
+            r#"{"completion_tokens":2}"#,
+            r#"{"prompt_tokens":-5,"completion_tokens":2}"#,
+            r#"{"prompt_tokens":"12","completion_tokens":2}"#,
+            r#"{"prompt_tokens":12.5,"completion_tokens":2}"#,
+            r#"{"prompt_tokens":18446744073709551615,"completion_tokens":2}"#,
+        ] {
+            assert_eq!(
+                ok(&format!(r#"{{{message},"usage":{bad}}}"#)).usage,
+                None,
+                "{bad}"
+            );
+        }
+        let huge = ok(&format!(
+            r#"{{{message},"usage":{{"prompt_tokens":10,"completion_tokens":18446744073709551615}}}}"#
+        ));
+        assert_eq!(huge.usage.map(|u| u.total_tokens), Some(10));
     }
 }

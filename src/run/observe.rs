@@ -528,6 +528,8 @@ fn assemble(
         spent_today,
         streaks: crate::store::session::streaks(conn)?.0,
         offers: None,
+        searches: 0,
+        search_quota_this_pass: false,
         measured_rates,
         work_waiting_since,
         silent_destroys_recent: actions::silent_destroys_since(

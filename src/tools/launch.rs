@@ -119,8 +119,17 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
         }
     };
     if let Some(query) = plan::search(ctx.snapshot, config) {
-        let found = vast.search_offers(&query);
-        super::note_search_quota(ctx, &found, now)?;
+        let found = match ctx.snapshot.search_quota_this_pass {
+            // Said once this pass: not asked again (each ask is counted against the quota).
+            true => Err(crate::vast::VastError::SearchQuota {
+                reset: ctx.snapshot.search_quota.clone().unwrap_or_default(),
+            }),
+            false => {
+                let found = vast.search_offers(&query);
+                super::note_search_quota(ctx, &found, now)?;
+                found
+            }
+        };
         match plan::searched(&ask, config, &query.exclude_machines, found) {
             Ok(found) => ctx.snapshot.offers = Some(found),
             Err(a) => return answer(ctx, reason, *a, now),

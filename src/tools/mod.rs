@@ -100,11 +100,13 @@ pub fn note_search_quota(
     found: &std::result::Result<Vec<crate::vast::Offer>, crate::vast::VastError>,
     now: crate::clock::Millis,
 ) -> Result<()> {
+    ctx.snapshot.searches += 1;
     match found {
         Ok(_) => crate::store::bad_hosts::clear_search_quota(&ctx.store.conn)?,
         Err(crate::vast::VastError::SearchQuota { reset }) => {
             crate::store::bad_hosts::set_search_quota(&ctx.store.conn, reset, now)?;
             ctx.snapshot.search_quota = Some(reset.clone());
+            ctx.snapshot.search_quota_this_pass = true;
         }
         Err(_) => {}
     }

@@ -37,7 +37,8 @@ impl Tool for SearchOffers {
 
     fn description(&self) -> &'static str {
         "Rentable offers matching the configured filters, cheapest per proof first (with a \
-         known price: whether each is profitable). Narrow by gpu_name or max_dph."
+         known price: whether each is profitable). Narrow by gpu_name or max_dph. vast.ai \
+         counts searches: a call without filters reuses the pass's results."
     }
 
     fn parameters(&self) -> Value {
@@ -94,36 +95,71 @@ impl Tool for SearchOffers {
                 json!({"message": "no vast.ai API key: set VAST_API_KEY or the vast_api_key credential"}),
             ));
         };
-        // Ask for more than shown: the local filter and the $/proof order may reorder them.
-        let mut query = config_query(ctx.config, gpu.as_deref(), a.max_dph, 64);
         // Hosts that failed us are left out here too.
-        query.exclude_machines = crate::policy::launch::bad_hosts(ctx.snapshot);
-        let found = vast.search_offers(&query);
-        let now = ctx.clock.now_ms();
-        super::note_search_quota(ctx, &found, now)?;
-        let offers = match found {
-            Ok(o) => o,
-            Err(e @ crate::vast::VastError::SearchQuota { .. }) => {
+        let exclude = crate::policy::launch::bad_hosts(ctx.snapshot);
+        let narrowed = gpu.is_some() || a.max_dph.is_some();
+        let spent = ctx.snapshot.search_quota_this_pass;
+        let offers = match &ctx.snapshot.offers {
+            // This pass's search of every configured offer (a launch's or an earlier call's).
+            Some(cached)
+                if !narrowed || spent || ctx.snapshot.searches >= MAX_SEARCHES_PER_PASS =>
+            {
+                cached.clone()
+            }
+            None if spent => return Ok(quota_spent(ctx.snapshot.search_quota.as_deref())),
+            None if ctx.snapshot.searches >= MAX_SEARCHES_PER_PASS => {
                 return Ok(ToolResult::error(
-                    "vast_error",
-                    json!({"message": format!("{e}: no offer search can succeed before then; do not retry this pass"),
-                           "search_quota_exhausted": true}),
+                    "rate_limited",
+                    json!({"limit": format!("{MAX_SEARCHES_PER_PASS} offer searches per pass"),
+                           "message": "vast.ai counts every search against a daily quota; \
+                                       launch_instance without offer_id picks the best offer itself"}),
                 ));
             }
-            Err(e) => {
-                return Ok(ToolResult::error(
-                    "vast_error",
-                    json!({"message": clip(&e.to_string(), 300)}),
-                ))
+            _ => {
+                // Ask for more than shown: the local filter and the $/proof order may reorder
+                // them.
+                let mut query = config_query(ctx.config, gpu.as_deref(), a.max_dph, 64);
+                query.exclude_machines = exclude.clone();
+                let found = vast.search_offers(&query);
+                let now = ctx.clock.now_ms();
+                super::note_search_quota(ctx, &found, now)?;
+                match found {
+                    Ok(o) => {
+                        let o: Vec<Offer> = o
+                            .into_iter()
+                            .filter(|o| matches_config(o, ctx.config))
+                            .filter(|o| !o.machine_id.is_some_and(|m| exclude.contains(&m)))
+                            .collect();
+                        if !narrowed {
+                            // A launch later in the pass rents from these.
+                            ctx.snapshot.offers = Some(o.clone());
+                        }
+                        o
+                    }
+                    Err(crate::vast::VastError::SearchQuota { reset }) => {
+                        return Ok(quota_spent(Some(&reset)))
+                    }
+                    Err(e) => {
+                        return Ok(ToolResult::error(
+                            "vast_error",
+                            json!({"message": clip(&e.to_string(), 300)}),
+                        ))
+                    }
+                }
             }
+        };
+        let same_gpu = |o: &Offer| {
+            gpu.as_deref().is_none_or(|g| {
+                o.gpu_name
+                    .replace('_', " ")
+                    .eq_ignore_ascii_case(&g.replace('_', " "))
+            })
         };
         let mut matching: Vec<&Offer> = offers
             .iter()
             .filter(|o| matches_config(o, ctx.config))
-            .filter(|o| {
-                !o.machine_id
-                    .is_some_and(|m| query.exclude_machines.contains(&m))
-            })
+            .filter(|o| !o.machine_id.is_some_and(|m| exclude.contains(&m)))
+            .filter(|o| same_gpu(o))
             .filter(|o| a.max_dph.is_none_or(|m| o.dph_total <= m + 1e-9))
             .collect();
         matching.sort_by(|x, y| {
@@ -178,6 +214,21 @@ impl Tool for SearchOffers {
         }
         Ok(ToolResult::ok(body, false, gist))
     }
+}
+
+/// vast.ai's searches the model's calls may send in one pass: a small model's loop sent 80 (20
+/// calls a turn, 4 turns) and spent the daily quota the floor's WORKERS DEAD launch needed.
+/// Past it a narrowed search is answered from the pass's full search when there is one.
+pub const MAX_SEARCHES_PER_PASS: u32 = 3;
+
+/// The search quota spent (said by vast.ai this pass, or just now): nothing searched again.
+fn quota_spent(reset: Option<&str>) -> ToolResult {
+    let until = crate::vast::quota_until(reset.unwrap_or_default());
+    ToolResult::error(
+        "vast_error",
+        json!({"message": format!("vast.ai search quota exhausted until {until}: no offer search can succeed before then; do not retry this pass"),
+               "search_quota_exhausted": true, "until": until}),
+    )
 }
 
 fn round6(x: f64) -> f64 {

@@ -568,6 +568,84 @@ fn a_server_that_reuses_tool_call_ids_still_gets_each_launch() {
     assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
 }
 
+/// A chat completion with these calls (id, name, arguments) as sent.
+fn calls_with_ids(calls: &[(&str, &str, &str)]) -> Reply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, arguments)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+        })
+        .collect();
+    Reply::Json(json!({
+        "id": "chatcmpl-loop", "object": "chat.completion", "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null, "tool_calls": calls}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+    }))
+}
+
+/// A small model's loop (the LLM walkthrough): 16 searches in one answer sent 16 searches to
+/// vast.ai, which counts them against a daily quota (80 a pass over four rounds), and went on
+/// after vast.ai said the quota was spent, so the floor's WORKERS DEAD launch found none
+/// left; and one call the server sent twice rented two instances. Now a pass sends at most
+/// three, a search without filters reuses the pass's, none goes out after the quota answer
+/// (the floor's launch included), and a copy of a call (same id, name, arguments) is one call.
+#[test]
+fn a_search_loop_spends_three_searches_and_a_call_sent_twice_rents_once() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(10, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, CAPS, "");
+    write_demand(f.path(), busy_fleet());
+    let mut calls: Vec<(String, &str, &str)> = Vec::new();
+    for i in 0..8 {
+        calls.push((format!("s{i}"), "search_offers", "{}"));
+        calls.push((
+            format!("g{i}"),
+            "search_offers",
+            r#"{"gpu_name": "RTX 4090", "limit": 3}"#,
+        ));
+    }
+    let launch = r#"{"reason": "backlog"}"#;
+    calls.push(("l0".into(), "launch_instance", launch));
+    calls.push(("l0".into(), "launch_instance", launch));
+    let calls: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(i, n, a)| (i.as_str(), *n, *a)).collect();
+    llm.push(calls_with_ids(&calls));
+    llm.push(Reply::text("searched and launched one"));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Offers), 3);
+    assert_eq!(vast.count(Route::Create), 1);
+    let results = tool_results(&llm.requests()[1]);
+    assert_eq!(results.len(), 17);
+    for r in &results[..16] {
+        assert_eq!(r["matching"], 10, "{r}");
+    }
+    assert_eq!(results[16]["ok"], true, "{}", results[16]);
+
+    // The quota spent: one search a pass, the model's and the floor's launch refused.
+    vast.set_search_limit(0, "1754086400");
+    write_demand(f.path(), dead_fleet());
+    let calls: Vec<(String, &str, &str)> = (0..6)
+        .map(|i| (format!("q{i}"), "search_offers", "{}"))
+        .collect();
+    let calls: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(i, n, a)| (i.as_str(), *n, *a)).collect();
+    llm.push(calls_with_ids(&calls));
+    llm.push(Reply::text("the quota is spent"));
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Offers), 4);
+    // The prompt holds the first pass's results too (an action pass): this pass's are last.
+    let results = tool_results(&llm.requests()[3]);
+    assert_eq!(results.len(), 17 + 6);
+    for r in &results[17..] {
+        assert_eq!(r["search_quota_exhausted"], true, "{r}");
+    }
+    assert_eq!(llm.rejected_count(), 0, "{:?}", llm.rejections());
+}
+
 #[test]
 fn a_slow_model_cannot_push_the_pass_past_its_deadline() {
     let llm = FakeLlm::start();

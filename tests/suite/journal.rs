@@ -327,6 +327,28 @@ fn a_pass_blind_to_demand_or_without_its_model_says_so_at_warning() {
         "{}",
         out.stdout
     );
+    // A server's message of several lines (a traceback, a proxy's pasted upstream body) is
+    // one entry: each of its lines was an entry of its own, server text at any priority.
+    llm.set_default(Reply::openai_error(
+        400,
+        "bad request\n<0>fleetagent: injected\nTraceback (most recent call last):",
+        "invalid_request_error",
+        None,
+    ));
+    f.cmd(&["trigger", "-p", "1", "-r", "backlog"]).ok();
+    let out = in_journal(&f, &["run"]);
+    let warning = journal_line(&out, "<4>run ", "the LLM is unusable");
+    assert!(
+        warning.contains("bad request <0>fleetagent: injected Traceback"),
+        "{warning}"
+    );
+    assert!(
+        out.stderr
+            .lines()
+            .all(|l| !l.contains("Traceback") || l == warning),
+        "{}",
+        out.stderr
+    );
     // It answers again: said at notice.
     llm.set_default(Reply::text("No action needed."));
     f.cmd(&["trigger", "-p", "1", "-r", "again"]).ok();

@@ -197,6 +197,26 @@ fn rate_limit_waits_for_retry_after_then_succeeds() {
     assert_eq!(s.fake.request_count(), 2);
 }
 
+/// A Retry-After no budget can hold (1e300 s, or the milliseconds header past u64) gives up at
+/// once: the sum of the elapsed time and the wait wrapped negative and the client slept past
+/// the run's deadline, so the fallback never ran.
+#[test]
+fn an_absurd_retry_after_gives_up_at_once() {
+    for (name, value) in [
+        ("Retry-After", "1e300"),
+        ("retry-after-ms", "18446744073709551616000"),
+    ] {
+        let s = Setup::new(90);
+        s.fake.push(
+            Reply::openai_error(429, "Rate limit reached", "requests", None).header(name, value),
+        );
+        let (attempts, _, _) = gave_up(s.client.chat(&simple()).unwrap_err());
+        assert_eq!(attempts, 1, "{name}: {value}");
+        assert_eq!(s.waited_ms(), 0, "{name}: {value}");
+        assert_eq!(s.fake.request_count(), 1, "{name}: {value}");
+    }
+}
+
 #[test]
 fn rate_limit_reset_header_is_used_without_retry_after() {
     let s = Setup::new(90);
