@@ -110,8 +110,8 @@ pub struct LlmOutcome {
     pub max_prompt_est: i64,
     pub max_prompt_reported: Option<i64>,
     pub completion_tokens: i64,
-    /// Answers cut at `max_tokens` or with a tool call written as text (a note saying which
-    /// follows the stored answer; `prompt::answer::read`).
+    /// Answers cut at `max_tokens`, with a tool call written as text, or empty (a note saying
+    /// which follows the stored answer; `prompt::answer::read`).
     pub malformed_answers: i64,
     /// The model's tool calls answered `invalid_args` or `unknown_tool` (arguments that are
     /// not a JSON object, of the wrong shape, or no such tool).
@@ -382,20 +382,6 @@ pub fn llm_loop(
             .usage
             .map(|u| u.completion_tokens as i64)
             .unwrap_or(0);
-        llm_calls::insert(
-            &store.conn,
-            &llm_calls::Call {
-                usage: response
-                    .usage
-                    .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
-                cached: response
-                    .usage
-                    .and_then(|u| u.cached_tokens)
-                    .map(|c| c as i64),
-                attempts: response.attempts,
-                ..sent
-            },
-        )?;
         if let Some(s) =
             reported.and_then(|r| crate::prompt::calibration::sample(r as u64, estimate))
         {
@@ -424,6 +410,30 @@ pub fn llm_loop(
             &tool_names,
             config.llm.max_output_tokens,
         );
+        // No text and no tool call: nothing ran and nothing was said (it was stored nowhere,
+        // and an operator's message read "no answer yet" for ever).
+        let empty = calls.is_empty() && content.trim().is_empty() && !malformed;
+        let unusable = match (cut, as_text, empty) {
+            (true, _, _) => Some("cut"),
+            (_, true, _) => Some("as_text"),
+            (_, _, true) => Some("empty"),
+            _ => None,
+        };
+        llm_calls::insert(
+            &store.conn,
+            &llm_calls::Call {
+                usage: response
+                    .usage
+                    .map(|u| (u.prompt_tokens as i64, u.completion_tokens as i64)),
+                cached: response
+                    .usage
+                    .and_then(|u| u.cached_tokens)
+                    .map(|c| c as i64),
+                attempts: response.attempts,
+                unusable,
+                ..sent
+            },
+        )?;
         if malformed {
             out.malformed_answers += 1;
             log::warn!(
@@ -434,6 +444,13 @@ pub fn llm_loop(
                     (true, false) => "cut at max_output_tokens",
                     _ => "a tool call written as text",
                 }
+            );
+        }
+        if empty {
+            out.malformed_answers += 1;
+            log::warn!(
+                "run {} round {round}: the model's answer was empty (no text, no tool call): nothing ran",
+                le.run_id
             );
         }
         // The model's turn is stored as it was; what must be said about it follows it in a
@@ -461,6 +478,9 @@ pub fn llm_loop(
                 )?;
             }
             if let Some(note) = note {
+                note_message(&store.conn, note, at)?;
+            } else if empty {
+                let note = crate::store::messages::EMPTY_ANSWER_NOTE.to_string();
                 note_message(&store.conn, note, at)?;
             }
             // A call written as text ran nothing: asked once more in this pass, the note

@@ -83,7 +83,12 @@ pub(super) fn service_used(
     }
 }
 
-pub(super) fn llm(conn: &Connection, state: &AgentState, now: Millis) -> Vec<Problem> {
+pub(super) fn llm(
+    conn: &Connection,
+    state: &AgentState,
+    config: &Config,
+    now: Millis,
+) -> Vec<Problem> {
     match (&state.last_llm_error, state.last_llm_error_at) {
         (Some(err), Some(at)) => {
             // How long it has failed, not only its latest failure: a dead server reads "0s
@@ -108,8 +113,42 @@ pub(super) fn llm(conn: &Connection, state: &AgentState, now: Millis) -> Vec<Pro
         .fix(format!("{}; the rules decide meanwhile when llm.fallback = \"rules\". This clears at the model's next good answer: a quiet tick does not ask it (llm.quiet_interval_mins), `fleetagent trigger -p 1 -r \"llm check\"` does now", llm_fix(err)))
         .since(Some(since))]
         }
+        _ if config.llm.provider == crate::config::Provider::Openai => unusable_answers(conn, now),
         _ => Vec::new(),
     }
+}
+
+/// The model's last answers in a row that ran nothing though the server answered.
+const UNUSABLE_ANSWERS: i64 = 3;
+
+/// The model answers, but its last [`UNUSABLE_ANSWERS`] answers ran nothing (cut at
+/// `llm.max_output_tokens`, a tool call written as text, empty): each pass read "no-action,
+/// decided by llm" while the floor alone could act (the LLM walkthrough).
+fn unusable_answers(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let Ok(Some((since, kinds))) = crate::store::llm_calls::all_unusable(conn, UNUSABLE_ANSWERS)
+    else {
+        return Vec::new();
+    };
+    let said: Vec<String> = kinds
+        .iter()
+        .map(|(kind, n)| match kind.as_str() {
+            "cut" => format!("{n} cut at llm.max_output_tokens"),
+            "as_text" => format!("{n} with a tool call written as text"),
+            _ => format!("{n} empty"),
+        })
+        .collect();
+    let fix = if kinds.iter().any(|(k, _)| k == "cut") {
+        "raise llm.max_output_tokens (a cut answer's calls are not run); "
+    } else {
+        ""
+    };
+    vec![Problem::new(format!(
+        "the model's last {UNUSABLE_ANSWERS} answers ran nothing ({}), the first {} ago: the model decides nothing; the floor acts only on dead workers, a deficit, flagged instances and idle surplus",
+        said.join(", "),
+        human_duration(now - since)
+    ))
+    .fix(format!("{fix}`fleetagent history -n 20` shows the answers; try the model with `fleetagent sim --llm` (docs/sim.md); this clears at its next answer that is not cut, empty or a call written as text"))
+    .since(Some(since))]
 }
 
 /// What to change for the model's last failure, by its kind.

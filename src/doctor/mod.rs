@@ -311,7 +311,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     match &state {
         Ok(state) => {
             found.add("last_success", agent::last_success(state, config, now));
-            found.add("llm", agent::llm(conn, state, now));
+            found.add("llm", agent::llm(conn, state, config, now));
             found.add(
                 "demand",
                 outside::demand(conn, state, config, now, secrets.harmonydb_url_missing),

@@ -84,6 +84,39 @@ pub struct Call<'a> {
     pub attempts: u32,
     /// Set when the request failed.
     pub error: Option<&'a str>,
+    /// Why the answer ran nothing though the request succeeded (sql/0017): `cut`, `as_text`
+    /// or `empty`.
+    pub unusable: Option<&'static str>,
+}
+
+/// How many of each kind, in the order first seen.
+pub type KindCounts = Vec<(String, i64)>;
+
+/// The model's last `n` answered requests when each of them was unusable (sql/0017): when
+/// the first of them was sent, and how many of each kind (`cut`, `as_text`, `empty`). None
+/// while fewer than `n` answered or one of them was usable.
+pub fn all_unusable(conn: &Connection, n: i64) -> Result<Option<(Millis, KindCounts)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT at, unusable FROM llm_calls WHERE outcome = 'ok' ORDER BY id DESC LIMIT ?1",
+    )?;
+    let rows = stmt
+        .query_map([n], |r| {
+            Ok((r.get::<_, Millis>(0)?, r.get::<_, Option<String>>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    if (rows.len() as i64) < n || rows.iter().any(|(_, u)| u.is_none()) {
+        return Ok(None);
+    }
+    let first = rows.iter().map(|(at, _)| *at).min().unwrap_or_default();
+    let mut kinds: Vec<(String, i64)> = Vec::new();
+    for (_, kind) in rows.into_iter() {
+        let kind = kind.unwrap_or_default();
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, c)) => *c += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    Ok(Some((first, kinds)))
 }
 
 /// Since when the model's requests have failed without a good answer between (the first
@@ -106,8 +139,8 @@ pub fn insert(conn: &Connection, c: &Call<'_>) -> Result<()> {
         "INSERT INTO llm_calls (run_id, at, round, messages, prompt_tokens_est, prompt_tokens_reported,
                                 completion_tokens, latency_ms, attempts, outcome, error,
                                 prompt_tokens_cached, history_from_run, history_compacted_through_run,
-                                tools_tokens_est)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                                tools_tokens_est, unusable)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
         params![
             c.run_id,
             c.at,
@@ -124,6 +157,7 @@ pub fn insert(conn: &Connection, c: &Call<'_>) -> Result<()> {
             c.history_from_run,
             c.history_compacted_through_run,
             c.tools_estimate as i64,
+            c.unusable,
         ],
     )?;
     Ok(())

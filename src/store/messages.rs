@@ -200,7 +200,13 @@ pub struct OperatorAnswer {
     pub answer: Option<String>,
 }
 
-/// The newest `limit` operator messages of a session, newest first, with their answers.
+/// The note stored after an answer with no text and no tool call (the model reads it in later
+/// prompts; `operator_answers` shows it as the answer it was).
+pub const EMPTY_ANSWER_NOTE: &str =
+    "Your answer was empty: no text and no tool call, so nothing ran. Call tools to act, or say in one line why nothing is needed.";
+
+/// The newest `limit` operator messages of a session, newest first, with their answers (an
+/// empty answer's note reads `(the model answered nothing)`).
 pub fn operator_answers(
     conn: &Connection,
     session_id: i64,
@@ -208,12 +214,14 @@ pub fn operator_answers(
 ) -> Result<Vec<OperatorAnswer>> {
     let mut stmt = conn.prepare(
         "SELECT m.run_id, m.created_at, m.content,
-                (SELECT a.content FROM messages a WHERE a.session_id = m.session_id AND a.kind = 'answer'
+                (SELECT CASE a.kind WHEN 'answer' THEN a.content ELSE '(the model answered nothing)' END
+                   FROM messages a WHERE a.session_id = m.session_id
+                   AND (a.kind = 'answer' OR (a.kind = 'note' AND a.content = ?3))
                    AND a.id > m.id ORDER BY a.id LIMIT 1)
          FROM messages m WHERE m.session_id = ?1 AND m.kind = 'operator' ORDER BY m.id DESC LIMIT ?2",
     )?;
     let rows = stmt
-        .query_map(params![session_id, limit], |r| {
+        .query_map(params![session_id, limit, EMPTY_ANSWER_NOTE], |r| {
             Ok(OperatorAnswer {
                 run_id: r.get(0)?,
                 created_at: r.get(1)?,

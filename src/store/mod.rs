@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0014_clock_skew_since.sql"),
     include_str!("../../sql/0015_operator_stop_in_flight.sql"),
     include_str!("../../sql/0016_operator_spoke.sql"),
+    include_str!("../../sql/0017_unusable_answers.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

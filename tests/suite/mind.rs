@@ -373,3 +373,66 @@ fn an_answer_after_a_retry_is_said_at_warning() {
     );
     assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
 }
+
+/// Answers that ran nothing though the server answered (the LLM walkthrough): an empty one
+/// was stored nowhere (no journal line, the operator's message "no answer yet" for ever), and
+/// with every answer cut at llm.max_output_tokens `doctor` stayed green. Now an empty answer
+/// is said at warning and noted, and three such answers in a row make the llm check red
+/// until a usable one.
+#[test]
+fn answers_that_ran_nothing_are_said_and_make_doctor_red() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    f.cmd(&["message", "are you there?"]).ok();
+    llm.push(Reply::text(""));
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("the model's answer was empty (no text, no tool call)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        f.inspect()["operator_messages"][0]["answer"],
+        "(the model answered nothing)"
+    );
+    let cut = Reply::Json(serde_json::json!({
+        "id": "chatcmpl-cut", "object": "chat.completion", "model": "gpt-4.1-mini",
+        "choices": [{"index": 0, "finish_reason": "length", "message": {
+            "role": "assistant", "content": "I will launch an instance because the queue"}}]
+    }));
+    for _ in 0..2 {
+        llm.push(cut.clone());
+        f.cmd(&["trigger", "-p", "0", "-r", "again"]).ok();
+        f.cmd(&["run"]).ok();
+    }
+    let out = f.cmd(&["doctor", "--json"]);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let llm_check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "llm")
+        .unwrap()
+        .clone();
+    assert_eq!(llm_check["ok"], false, "{llm_check}");
+    assert!(
+        llm_check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("last 3 answers ran nothing (2 cut at llm.max_output_tokens, 1 empty)"),
+        "{llm_check}"
+    );
+    llm.push(Reply::text("All steady, nothing to do."));
+    f.cmd(&["trigger", "-p", "0", "-r", "once more"]).ok();
+    f.cmd(&["run"]).ok();
+    let v: Value = serde_json::from_str(&f.cmd(&["doctor", "--json"]).stdout).unwrap();
+    let llm_check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "llm")
+        .unwrap()
+        .clone();
+    assert_eq!(llm_check["ok"], true, "{llm_check}");
+}
