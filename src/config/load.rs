@@ -246,17 +246,35 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 /// recovery, the third re-test) still has a value of its own (not its default), however the
 /// rest of the text was read. A belt to [`may_decide_whose`]'s braces: what a blanked line
 /// does to the lines after it cannot be told from that line alone.
+///
+/// A key every line of which writes its default (`label_prefix = "fleetagent"`, `enabled =
+/// false`, spelled out by an operator) keeps it: the brake refused every recovery of such a
+/// config. One line writing anything else (a script's text, a swallowed line) still refuses.
 fn whose_kept(text: &str, c: &Config) -> bool {
-    let named = |name: &str| {
+    let setting = |name: &str| {
         text.lines()
             .filter(|l| !l.trim_start().starts_with('#'))
             .filter_map(|l| l.split_once('='))
-            .any(|(key, _)| words(key).any(|w| w == name))
+            .filter(|(key, _)| words(key).any(|w| w == name))
+            .map(|(_, value)| value.to_string())
+            .collect::<Vec<String>>()
     };
-    let default = Config::default();
+    let named = |name: &str| !setting(name).is_empty();
+    let written_default = |name: &str, default: toml::Value| {
+        let values = setting(name);
+        !values.is_empty()
+            && values.iter().all(|v| {
+                format!("v = {v}")
+                    .parse::<toml::Table>()
+                    .is_ok_and(|t| t.get("v") == Some(&default))
+            })
+    };
+    let prefix = Config::default().vast.label_prefix;
     !(named("state_dir") && c.state_dir.is_none()
-        || named("label_prefix") && c.vast.label_prefix == default.vast.label_prefix
-        || named("enabled") && !c.ha.enabled
+        || named("label_prefix")
+            && c.vast.label_prefix == prefix
+            && !written_default("label_prefix", toml::Value::String(prefix.clone()))
+        || named("enabled") && !c.ha.enabled && !written_default("enabled", false.into())
         || named("host_id") && c.ha.host_id.is_none())
 }
 
@@ -436,6 +454,13 @@ mod tests {
             left_out[1].starts_with("line 4 (policy.max_instance): "),
             "{left_out:?}"
         );
+        // A default spelled out is kept: the brake refused every recovery of such a config.
+        let (config, left_out) = parse_leaving_out(
+            "[vast]\nlabel_prefix = \"fleetagent\" # ours\ndisk_gb = 50 GB\n[ha]\nenabled = false\n",
+        )
+        .unwrap();
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert_eq!(config.vast.label_prefix, "fleetagent");
         // A comment naming a key that decides whose does not keep the recovery off.
         let (config, left_out) =
             parse_leaving_out("[vast]\ndisk_gb = 50 GB\n[ha]\n# host_id = \"mgmt-1\"\n").unwrap();
@@ -452,6 +477,8 @@ mod tests {
             "[ha]\nenabled = true true\n",
             "state_dir = \"/srv/fa\" 2\n",
             "[vast\nimage = \"x\"\n",
+            // The default written, and another value in a line swallowed by a string.
+            "[vast]\nonstart = '''\nlabel_prefix = \"fleetagent\"''' x\nlabel_prefix = \"ours\"\n",
         ] {
             assert_eq!(
                 parse_leaving_out(text).unwrap_err(),
