@@ -707,9 +707,7 @@ fn cannot_list_vast(
     let again = format!("its poll lists again {next}s from now, a timer period after its last try");
     // A rate limit or vast.ai failing is the account's, not this host's (the re-test: every
     // doctor told the operator to fix keys and routes during a 429).
-    let account_wide = ["vast.ai rate limit", "vast.ai HTTP 5", "search quota"]
-        .iter()
-        .any(|s| error.contains(s));
+    let account_wide = crate::vast::is_account_wide(error);
     let fix = if account_wide {
         format!("vast.ai limits or fails this account, not this host alone: it clears when vast.ai answers again; {again}")
     } else if h.host_id == this {

@@ -37,7 +37,9 @@ pub fn record_follower_listing(settings: &Settings, error: Option<&str>) -> Resu
 /// Why a follower's poll lists vast.ai, if it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowerListing {
-    /// The shared state says the leader's listing fails: every minute.
+    /// The shared state says the leader's listing fails for a reason of its host (not a
+    /// rate limit, vast.ai failing or the search quota, which every host meets): every
+    /// minute.
     LeaderBlind,
     /// Once a timer period, so that a host that could not act if it led is known (every
     /// doctor names it) before it leads.
@@ -49,7 +51,10 @@ pub enum FollowerListing {
 pub fn follower_lists(settings: &Settings, period_secs: f64) -> Result<Option<FollowerListing>> {
     let mut db = settings.connect()?;
     let shared = super::mirror::shared_agent_state(&mut db)?;
-    if shared.is_some_and(|v| v["vast_error"].is_string()) {
+    // A 429 to the leader is the account's: followers listing every minute on the same key
+    // only added to it.
+    let leader_error = shared.as_ref().and_then(|v| v["vast_error"].as_str());
+    if leader_error.is_some_and(|e| !crate::vast::is_account_wide(e)) {
         return Ok(Some(FollowerListing::LeaderBlind));
     }
     let due = super::hosts::vast_listing_due(&mut db, &settings.host, period_secs)?;

@@ -97,6 +97,15 @@ pub struct CreateRequest {
     pub image_login: Option<crate::secrets::Secret>,
 }
 
+/// Whether a listing's error (as recorded) is the account's, not one host's: a rate limit,
+/// vast.ai failing (5xx), the daily search quota. Another host with the same key meets it
+/// too.
+pub fn is_account_wide(error: &str) -> bool {
+    ["vast.ai rate limit", "vast.ai HTTP 5", "search quota"]
+        .iter()
+        .any(|s| error.contains(s))
+}
+
 /// When vast.ai's search quota refills, as shown: its `X-RateLimit-Reset` (outside text: a
 /// time, so only the characters of one, at most 40), or "its daily reset" without one.
 pub fn quota_until(reset: &str) -> String {
@@ -253,5 +262,41 @@ pub trait VastClient: Send + Sync {
     /// `Date` yet, or a client without one, as the simulator's).
     fn server_clock(&self) -> Option<ServerClock> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The account's failures, as their errors read, are told from a host's own: a follower
+    /// lists every minute only for the latter, and doctor names the account for the former.
+    #[test]
+    fn account_wide_failures_are_told_from_a_hosts_own() {
+        let account = [
+            VastError::RateLimited("429 after 3 tries".into()),
+            VastError::SearchQuota { reset: "".into() },
+            VastError::Api {
+                status: 503,
+                code: "".into(),
+                msg: "upstream".into(),
+            },
+        ];
+        for e in account {
+            assert!(is_account_wide(&e.to_string()), "{e}");
+        }
+        let host = [
+            VastError::Auth("no key".into()),
+            VastError::Transport("connection refused".into()),
+            VastError::Api {
+                status: 400,
+                code: "bad_request".into(),
+                msg: "x".into(),
+            },
+            VastError::Decode("not JSON".into()),
+        ];
+        for e in host {
+            assert!(!is_account_wide(&e.to_string()), "{e}");
+        }
     }
 }
