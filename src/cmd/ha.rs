@@ -8,7 +8,20 @@ use crate::ha::node::Settings;
 
 pub fn run(app: &App, command: &HaCommand) -> Result<()> {
     let loaded = app.load_config()?;
-    let settings = Settings::of(&loaded.config, &app.env)?.with_context(|| {
+    let settings = Settings::of(&loaded.config, &app.env)?;
+    // A status query with [ha] off answers it (`--json` is `inspect --json`'s `ha`: null);
+    // only `release` needs several hosts.
+    if let (None, HaCommand::Status(a)) = (&settings, command) {
+        match a.json {
+            true => crate::outln!("null"),
+            false => crate::outln!(
+                "several hosts are off in {}: this host acts alone ([ha] enabled = true turns them on, docs/ha.md)",
+                loaded.path.display()
+            ),
+        }
+        return Ok(());
+    }
+    let settings = settings.with_context(|| {
         format!(
             "several hosts are not enabled in {}: set [ha] enabled = true (docs/ha.md)",
             loaded.path.display()

@@ -151,3 +151,76 @@ fn documented_inspect_fields_exist() {
         );
     }
 }
+
+/// The other way: every key of README's configuration table is in the template `init` writes
+/// (as a commented `key = ...` under its table, or a `[table]` of its own). An audit found
+/// `run.retention_days` documented and accepted but missing from the template.
+#[test]
+fn every_readme_config_key_is_in_the_template() {
+    let readme = readme();
+    let template = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/config.example.toml"
+    ))
+    .unwrap();
+    let start = readme
+        .find("## Configuration")
+        .expect("a Configuration section");
+    let section = &readme[start..];
+    let section = &section[..section[5..].find("\n## ").map_or(section.len(), |i| i + 5)];
+    let mut have = std::collections::BTreeSet::new();
+    let mut table = String::new();
+    for line in template.lines() {
+        let line = line.trim().trim_start_matches('#').trim();
+        if let Some(t) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            table = t.to_string();
+            have.insert(table.clone());
+            continue;
+        }
+        let Some((key, _)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            have.insert(match table.as_str() {
+                "" => key.to_string(),
+                t => format!("{t}.{key}"),
+            });
+        }
+    }
+    let mut rows = 0;
+    for line in section.lines() {
+        // The first cell: one key, or several (`demand.http_url`, `demand.command`).
+        let Some(cell) = line.strip_prefix("| `").and_then(|r| r.split(" |").next()) else {
+            continue;
+        };
+        rows += 1;
+        // A short key after the first is in the first one's table (`p1_secs` after
+        // `debounce.p0_secs`).
+        let mut keys = cell
+            .split('`')
+            .step_by(2)
+            .map(|k| k.trim_matches([',', ' ']));
+        let first = keys.next().unwrap_or_default();
+        let table = first.rsplit_once('.').map_or("", |(t, _)| t);
+        for key in std::iter::once(first.to_string()).chain(keys.filter(|k| !k.is_empty()).map(
+            |k| match (k.contains('.'), table) {
+                (false, t) if !t.is_empty() => format!("{t}.{k}"),
+                _ => k.to_string(),
+            },
+        )) {
+            assert!(
+                have.contains(&key),
+                "README documents {key}, the template init writes lacks it"
+            );
+        }
+    }
+    assert!(
+        rows > 50,
+        "{rows} rows read from README's configuration table"
+    );
+}

@@ -356,6 +356,16 @@ fn a_pass_whose_launches_all_failed_is_named_by_its_line_inspect_and_doctor() {
 fn inspect_reports_an_ha_setup_without_its_database_url() {
     let f = Fleet::with_config("");
     f.cmd(&["init"]).ok();
+    // With [ha] off, `ha status` answers (`--json` is inspect's `ha`: null); `release` has
+    // nothing to release.
+    assert_eq!(
+        f.cmd(&["ha", "status", "--json"]).ok().stdout.trim(),
+        "null"
+    );
+    assert_eq!(f.inspect()["ha"], Value::Null);
+    let out = f.cmd(&["ha", "status"]).ok();
+    assert!(out.stdout.contains("several hosts are off"), "{out:?}");
+    f.cmd(&["ha", "release"]).code(1);
     f.write_config("[ha]\nenabled = true\nhost_id = \"mgmt-a\"\n");
     let ha = f.inspect()["ha"].clone();
     assert_eq!(ha["role"], "unknown", "{ha}");
