@@ -211,6 +211,9 @@ pub fn llm_loop(
     let mut previous: Option<context::Assembled> = None;
     // Whether a call written as text was asked again (once a pass).
     let mut reasked = false;
+    // Whether an earlier round of this pass made tool calls: an empty answer after them is
+    // the model's "done" (small local models close so), not an answer that ran nothing.
+    let mut called = false;
     for round in 1..=config.llm.max_tool_rounds {
         let Some(left_ms) = turns::turn_budget(config, le.deadline, le.clock.now_ms()) else {
             let message = format!(
@@ -412,7 +415,7 @@ pub fn llm_loop(
         );
         // No text and no tool call: nothing ran and nothing was said (it was stored nowhere,
         // and an operator's message read "no answer yet" for ever).
-        let empty = calls.is_empty() && content.trim().is_empty() && !malformed;
+        let empty = !called && calls.is_empty() && content.trim().is_empty() && !malformed;
         let unusable = match (cut, as_text, empty) {
             (true, _, _) => Some("cut"),
             (_, true, _) => Some("as_text"),
@@ -511,6 +514,7 @@ pub fn llm_loop(
             None,
             at,
         )?;
+        called = true;
         for (i, call) in calls.iter().enumerate() {
             crate::faults::point("tool-before-result")?;
             let mut result = if turns::call_allowed(config, le.deadline, le.clock.now_ms()) {

@@ -80,12 +80,15 @@ impl App {
 
     /// The state dir a config that fails its checks still names (`state_dir`, read with the
     /// refused keys left out): where an early exit deletes the doorbell (DESIGN.md, "Early
-    /// exits"). None when the file cannot be read that way or names none.
-    pub fn state_dir_of_refused_config(&self) -> Option<PathBuf> {
+    /// exits"). None when the file cannot be read that way; `Some(None)` when it reads and
+    /// names none (the flag or `$STATE_DIRECTORY` is then certain, not a guess).
+    pub fn state_dir_of_refused_config(&self) -> Option<Option<PathBuf>> {
         let (path, origin) = self.config_path();
         let (loaded, _) = config::load_for_brake(&path, origin).ok()?;
-        loaded.config.state_dir.as_ref()?;
-        self.state_dir(Some(&loaded.config)).ok()
+        if loaded.config.state_dir.is_none() {
+            return Some(None);
+        }
+        Some(self.state_dir(Some(&loaded.config)).ok())
     }
 
     /// The state dir when the config cannot be read: the flag, or `$STATE_DIRECTORY` when

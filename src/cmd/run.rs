@@ -15,22 +15,29 @@ pub fn run(app: &App) -> Result<()> {
     // is a guess while a config that may name another dir cannot be read (no doorbell there:
     // the real one may be elsewhere, so the exit waits). At a terminal someone typed the
     // command: no reason to wait (DESIGN.md, "Early exits").
-    let exit = |dir: Option<&std::path::Path>, e| {
-        let sure = dir
-            .map(|d| d.to_path_buf())
-            .or_else(|| app.state_dir_without_readable_config());
+    // `config_read`: the config was read (with refused keys left out, if need be), so it
+    // names no other dir than the one given.
+    let exit_at = |dir: Option<&std::path::Path>, config_read: bool, e| {
+        let sure = dir.map(|d| d.to_path_buf()).or_else(|| match config_read {
+            true => app.state_dir_without_config(),
+            false => app.state_dir_without_readable_config(),
+        });
         let guess = app.state_dir_without_config();
         let place = match (&sure, &guess) {
             (Some(d), _) => run::DoorbellDir::Known(d),
-            (None, Some(d)) => run::DoorbellDir::Guessed(d),
-            (None, None) => run::DoorbellDir::Unknown,
+            (None, Some(d)) if !config_read => run::DoorbellDir::Guessed(d),
+            _ => run::DoorbellDir::Unknown,
         };
         let at_terminal = std::io::stdin().is_terminal() || std::io::stderr().is_terminal();
         run::exit_before_start(app.clock.as_ref(), place, at_terminal, e)
     };
+    let exit = |dir: Option<&std::path::Path>, e| exit_at(dir, true, e);
     let loaded = app
         .load_config()
-        .map_err(|e| exit(app.state_dir_of_refused_config().as_deref(), e))?;
+        .map_err(|e| match app.state_dir_of_refused_config() {
+            Some(named) => exit_at(named.as_deref(), true, e),
+            None => exit_at(None, false, e),
+        })?;
     let config = &loaded.config;
     let dir = app.state_dir(Some(config)).map_err(|e| exit(None, e))?;
     crate::paths::ensure_state_dir(&dir).map_err(|e| exit(Some(&dir), e))?;

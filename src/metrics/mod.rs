@@ -238,6 +238,16 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "When the last pass finished ok (Unix seconds; 0 = never).",
         state.last_success_at.unwrap_or(0) as f64 / 1000.0,
     ));
+    // Since when a pass could have succeeded: FleetagentNoPassYet counts timer periods from
+    // it (a fixed 20 minutes paged a healthy install whose timer period is an hour).
+    let created: Option<Millis> =
+        conn.query_row("SELECT MIN(started_at) FROM sessions", [], |r| r.get(0))?;
+    f.push(one(
+        "fleetagent_database_created_timestamp_seconds",
+        "gauge",
+        "When this database was made (Unix seconds; its first session).",
+        created.unwrap_or(0) as f64 / 1000.0,
+    ));
     f.push(one(
         "fleetagent_metrics_timestamp_seconds",
         "gauge",

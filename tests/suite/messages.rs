@@ -121,7 +121,14 @@ fn a_config_error_is_named_first_and_waits_only_without_a_terminal() {
     let out = Run::from(under_systemd().stdin(Stdio::null()).output().unwrap()).code(2);
     assert!(t.elapsed() < Duration::from_secs(15), "{out:?}");
     assert!(!guessed.join("trigger").exists(), "{out:?}");
+    // A config refused for a key but read (it names no state dir): $STATE_DIRECTORY is
+    // certain, not a guess, and no doorbell there means none waits: at once (the re-test saw
+    // it wait 30 s).
     std::fs::write(&f.config, "[run]\nnope = 1\n").unwrap();
+    let t = Instant::now();
+    let out = Run::from(under_systemd().stdin(Stdio::null()).output().unwrap()).code(2);
+    assert!(t.elapsed() < Duration::from_secs(15), "{out:?}");
+    assert!(!out.stderr.contains("waiting"), "{out:?}");
     // With a good config, the run fails to claim (it deletes the doorbell in the claim's
     // transaction): the same wait.
     let good = Fleet::new();

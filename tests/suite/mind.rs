@@ -383,6 +383,20 @@ fn an_answer_after_a_retry_is_said_at_warning() {
 fn answers_that_ran_nothing_are_said_and_make_doctor_red() {
     let llm = FakeLlm::start();
     let f = fleet_with(&llm, "");
+    // An empty answer that closes a pass whose calls ran is the model's "done" (the re-test:
+    // it was said to have run nothing, and a note told the model to act).
+    llm.push(Reply::tool_call(
+        "schedule_next_check",
+        r#"{"minutes": 10, "reason": "look again"}"#,
+    ));
+    llm.push(Reply::text(""));
+    f.cmd(&["trigger", "-p", "0", "-r", "first"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(!out.stderr.contains("answer was empty"), "{}", out.stderr);
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM llm_calls WHERE unusable IS NOT NULL"),
+        0
+    );
     f.cmd(&["message", "are you there?"]).ok();
     llm.push(Reply::text(""));
     let out = f.cmd(&["run"]).ok();
