@@ -134,10 +134,26 @@ fn read_checked(path: &Path, origin: ConfigOrigin) -> Result<Option<String>, Usa
 /// error that names no key of the file (a TOML syntax error, a check between keys that
 /// are not both there) is the error.
 fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
-    let mut err = match parse(text) {
+    let original = text;
+    let err = match parse(text) {
         Ok(c) => return Ok((c, Vec::new())),
         Err(e) => e,
     };
+    // Whatever was left out, each key of the file's text that decides whose the fleet is
+    // keeps a value of its own: an inline table spanning lines (TOML 1.1) swallowed
+    // `label_prefix` once a broken line of it was blanked, and the unknown key it then made
+    // was left out on the path below, which did not check (the second re-test: `instances
+    // stop --all` destroyed another fleet's instance under the default prefix).
+    match leave_out(text, err.clone()) {
+        Ok((c, left_out)) if whose_kept(original, &c) => Ok((c, left_out)),
+        Ok(_) => Err(err),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`parse_leaving_out`]'s steps: unreadable lines, then refused keys, left out.
+fn leave_out(text: &str, err: String) -> Result<(Config, Vec<String>), String> {
+    let mut err = err;
     let Ok((text, mut left_out)) = without_unreadable_lines(text) else {
         return Err(err);
     };
@@ -477,6 +493,10 @@ mod tests {
             "[ha]\nenabled = true true\n",
             "state_dir = \"/srv/fa\" 2\n",
             "[vast\nimage = \"x\"\n",
+            // An inline table over lines (TOML 1.1): its broken line blanked, it swallows
+            // label_prefix and makes an unknown key, left out on the refused-keys path.
+            "[vast]\nextra = { a = 1,\n  b = 2 } oops\nlabel_prefix = \"ours\"\n}\n",
+            "extra = { a = 1,\n  b = 2 } oops\nstate_dir = \"/srv/fa\"\n}\n",
             // The default written, and another value in a line swallowed by a string.
             "[vast]\nonstart = '''\nlabel_prefix = \"fleetagent\"''' x\nlabel_prefix = \"ours\"\n",
         ] {

@@ -530,7 +530,11 @@ fn leader_stale(
                     super::agent::STALE_PERIODS,
                     crate::text::clip(error, 200)
                 ))
-                .fix("the leader's poll hands the lease over once another host's poll lists vast.ai (docs/ha.md, \"A leader blind to vast.ai\"): if it has not, vast.ai fails from every host too (`fleetagent poll` here says so), or the leader's poll timer is not running; `fleetagent ha release` on the leader hands it over by hand")
+                .fix(if crate::vast::is_account_wide(error) {
+                    "vast.ai limits or fails this account (the same key on every host), so no other host would see more: it clears when vast.ai answers again; `fleetagent instances list` here lists vast.ai now and shows whether it still fails"
+                } else {
+                    "the leader's poll hands the lease over once another host's poll lists vast.ai (docs/ha.md, \"A leader blind to vast.ai\"): if it has not, vast.ai fails from every host too (`fleetagent instances list` here lists vast.ai now and shows it), or the leader's poll timer is not running; `fleetagent ha release` on the leader hands it over by hand"
+                })
                 .since(Some(*since)),
             );
         }
