@@ -275,10 +275,30 @@ fn whose_kept(text: &str, c: &Config) -> bool {
             .map(|(_, value)| value.to_string())
             .collect::<Vec<String>>()
     };
-    let named = |name: &str| !setting(name).is_empty();
+    // Also inside a line, as an inline table sets it (`vast = { label_prefix = "ours", ...`):
+    // the word followed by `=`.
+    let inline = |name: &str| {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .any(|l| {
+                l.match_indices(name).any(|(at, _)| {
+                    let before = l[..at].chars().next_back();
+                    let after = l[at + name.len()..].trim_start();
+                    !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+                        && after.starts_with('=')
+                })
+            })
+    };
+    let named = |name: &str| !setting(name).is_empty() || inline(name);
     let written_default = |name: &str, default: toml::Value| {
         let values = setting(name);
+        // Every place the text sets it is a `name = value` line of its own.
+        let lines = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && l.contains(name))
+            .count();
         !values.is_empty()
+            && values.len() == lines
             && values.iter().all(|v| {
                 format!("v = {v}")
                     .parse::<toml::Table>()
@@ -477,6 +497,12 @@ mod tests {
         .unwrap();
         assert_eq!(left_out.len(), 1, "{left_out:?}");
         assert_eq!(config.vast.label_prefix, "fleetagent");
+        // An inline table's broken line blanked, the prefix it sets on another line kept.
+        let (config, _) = parse_leaving_out(
+            "vast = { label_prefix = \"ours\",\n image = \"x\" x,\n disk_gb = 5 }\n",
+        )
+        .unwrap();
+        assert_eq!(config.vast.label_prefix, "ours");
         // A comment naming a key that decides whose does not keep the recovery off.
         let (config, left_out) =
             parse_leaving_out("[vast]\ndisk_gb = 50 GB\n[ha]\n# host_id = \"mgmt-1\"\n").unwrap();
