@@ -70,7 +70,8 @@ pub enum Command {
     #[command(
         after_help = "sim reads a config only when --config names one: never $FLEETAGENT_CONFIG or \
 /etc/fleetagent/config.toml (the defaults above are the other commands'). Without --state-dir \
-it works in a temp dir, removed at the end."
+it works in a temp dir, removed at the end. Exit status: 0 every check passed, 1 one failed \
+(the report says which), 2 a bad flag or scenario file."
     )]
     Sim(Deferred<SimArgs>),
     /// systemd units, shell completions and the man pages
@@ -270,7 +271,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
     /// List the built-in scenarios and exit
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["scenario", "hours", "seed", "plot", "llm"])]
     pub list: bool,
     /// Let the configured LLM decide (uses --config's [llm]; costs tokens)
     #[arg(long)]

@@ -120,7 +120,7 @@ pub fn run(app: &App, args: &SimArgs) -> Result<()> {
     } else {
         crate::out!("{}", sim::report::render_text(&result.report));
         crate::journal::write_stderr(&format!(
-            "simulated {:.1} h in {:.1} s ({:.0} simulated hours per second)",
+            "simulated {:.1} h in {:.1} s ({:.1} simulated hours per second)",
             result.report.hours,
             secs,
             result.report.hours / secs.max(1e-9)

@@ -15,6 +15,19 @@ pub(crate) fn at_line(line: Option<usize>, name: &str, msg: &str) -> String {
 pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
     let msg = hide_variant(&hide_string_value(&one_line(e.message())));
     match e.span() {
+        // A field missing from a table: the span is the table's, whose first key is not what
+        // is wrong ("line 1 (name): missing field `hours`", the sim walkthrough).
+        // (A table's is named by its header's key, `line 4 (price): missing field ...`.)
+        Some(span)
+            if msg.starts_with("missing field")
+                && !text
+                    .get(span.start..)
+                    .unwrap_or_default()
+                    .trim_start()
+                    .starts_with('[') =>
+        {
+            format!("{msg} at the top level")
+        }
         Some(span) => {
             let line = line_of(text, span.start);
             match key_at(text, span.start) {

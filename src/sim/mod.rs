@@ -404,7 +404,11 @@ fn run_one(opts: &Options) -> Result<SimRun> {
                     d.display()
                 )));
             }
-            crate::paths::ensure_state_dir(d)?;
+            // A dir that cannot be made or written is the flag's fault too (exit 2: in sim, 1
+            // says a check failed).
+            crate::paths::ensure_state_dir(d)
+                .and_then(|()| crate::paths::check_state_dir(d))
+                .map_err(|e| usage(format!("--state-dir {}: {e:#}", d.display())))?;
             d.clone()
         }
         None => {
@@ -498,7 +502,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
     });
 
     let peer = opts.peer.map(|k| k.build(opts.peer_param));
-    let env = crate::env::Env::default();
+    let env = sim_env();
     let run_env = RunEnv {
         ctx: crate::services::Ctx {
             config: &config,
@@ -611,8 +615,8 @@ fn run_one(opts: &Options) -> Result<SimRun> {
     let samples = w.samples.clone();
     let below_by_hour = (0..)
         .map(|h| start + h * HOUR_MS)
-        .take_while(|from| *from < end_now)
-        .map(|from| w.hours_below_target(target, from, (from + HOUR_MS).min(end_now)))
+        .take_while(|from| *from < end_now.min(end))
+        .map(|from| w.hours_below_target(target, from, (from + HOUR_MS).min(end_now).min(end)))
         .collect();
     drop(w);
     // Close our connections before the temporary dir goes.
@@ -644,6 +648,14 @@ fn peer_beside(opts: &Options, kind: peers::PeerKind) -> Options {
         peer: Some(kind),
         ..rules_beside(opts)
     }
+}
+
+/// The environment a simulated pass sees: nothing of the host's, not even its credential
+/// store (`FLEETAGENT_CREDSTORE` empty: none). Every launch looked up
+/// `fleetagent.vast_image_login` there, and a broken entry refused them all: the same seed
+/// gave another report on another host (the sim walkthrough).
+fn sim_env() -> crate::env::Env {
+    crate::env::Env::from_pairs([("FLEETAGENT_CREDSTORE".to_string(), String::new())])
 }
 
 fn run_once(env: &RunEnv<'_>, tally: &mut DriverTally) {
@@ -689,6 +701,20 @@ fn skip_merged_ticks(next_tick: &mut Millis, now: Millis, period: Millis, tally:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A simulated pass reads no secret of the host's: no variable, no credential store.
+    #[test]
+    fn the_simulation_reads_no_credential_of_the_host() {
+        let env = sim_env();
+        for kind in crate::secrets::Kind::ALL {
+            assert!(
+                crate::secrets::lookup(&env, kind).unwrap().is_none(),
+                "{kind:?}"
+            );
+        }
+        // Not the host's store (/etc/credstore, ...): none at all.
+        assert_eq!(env.get("FLEETAGENT_CREDSTORE").as_deref(), Some(""));
+    }
 
     fn fires(s: &Scenario, hours: f64) -> usize {
         schedule(s, START, START + (hours * HOUR_MS as f64) as Millis).len()

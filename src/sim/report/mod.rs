@@ -390,7 +390,10 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     } else {
         dollars / completed as f64
     };
-    let below = w.hours_below_target(target, i.start, i.end);
+    // Within the hours simulated: the last pass may end after them (0.0861 h below target
+    // of a 0.0834 h run, the sim walkthrough).
+    let horizon = i.start + (i.hours * HOUR_MS as f64) as Millis;
+    let below = w.hours_below_target(target, i.start, i.end.min(horizon));
 
     // Runs: one row per pass.
     let rows = db::runs(conn)?;

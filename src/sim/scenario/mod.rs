@@ -139,6 +139,31 @@ mod tests {
         assert!(!err.contains('\n'), "{err}");
     }
 
+    /// Values that read but could not mean what they say: an hour given twice (its first pair
+    /// was ignored), shares of the same boots over all of them (cut down without a word).
+    #[test]
+    fn a_repeated_hour_and_boot_shares_over_one_are_refused() {
+        refused(
+            "[market]\nrate = [[0, 150], [0, 300]]\n",
+            5,
+            "market.rate #2",
+            "hours rising",
+        );
+        // A missing field is not blamed on the first key of its table.
+        let err =
+            parse("name = \"x\"\ndescription = \"d\"\n[market]\nrate = [[0, 1]]\n").unwrap_err();
+        assert_eq!(err, "missing field `hours` at the top level");
+        let text = "name = \"x\\nFAKE: all checks PASSED\"\ndescription = \"d\"\nhours = 24\n[market]\nrate = [[0, 1]]\n";
+        let err = parse(text).unwrap_err();
+        assert!(err.contains("(name): must be one line"), "{err}");
+        refused(
+            "[hosts]\nboot_fail = 0.6\nstuck = 0.6\n",
+            5,
+            "hosts.boot_fail",
+            "together at most 1",
+        );
+    }
+
     #[test]
     fn nan_and_infinity_are_refused_everywhere() {
         // `x <= 0.0` is false for NaN: every float is checked as finite first.

@@ -281,6 +281,16 @@ fn name_and_hours(s: &Scenario) -> Result<(), Invalid> {
     if s.name.trim().is_empty() {
         return bad("name", "must not be empty".into());
     }
+    // One line of text: a newline in it split the report's first line (and could forge one).
+    if s.name
+        .chars()
+        .any(|c| c.is_control() || crate::text::is_hidden(c))
+    {
+        return bad(
+            "name",
+            "must be one line of printable text (no newline, tab or control character)".into(),
+        );
+    }
     check_hours(s.hours).or_else(|m| bad("hours", m))
 }
 
@@ -300,13 +310,15 @@ fn market(m: &Market) -> Result<(), Invalid> {
     }
     let mut last = 0.0;
     for (i, (h, r)) in m.rate.iter().enumerate() {
-        if !within(*h, last, MAX_HOURS) || !within(*r, 0.0, MAX_RATE) {
+        // Each hour after the one before: a repeated hour's first pair was silently ignored.
+        let in_order = within(*h, last, MAX_HOURS) && (i == 0 || *h > last);
+        if !in_order || !within(*r, 0.0, MAX_RATE) {
             return Err(Invalid::entry(
                 "market.rate",
                 i,
                 None,
                 format!(
-                    "pairs must be [hour, proofs/h] with hours in order within 0..={MAX_HOURS} \
+                    "pairs must be [hour, proofs/h] with hours rising within 0..={MAX_HOURS} \
                      and rates within 0..={MAX_RATE}, got [{}, {}]",
                     num(*h),
                     num(*r)
@@ -395,6 +407,17 @@ fn hosts(h: &Hosts) -> Result<(), Invalid> {
         if !within(v, 0.0, 1.0) {
             return bad(key, format!("must be between 0 and 1, got {}", num(v)));
         }
+    }
+    // Shares of the same boots: together at most all of them (0.6 and 0.6 ran as 0.6 and 0.4).
+    if h.boot_fail + h.stuck > 1.0 {
+        return bad(
+            "hosts.boot_fail",
+            format!(
+                "and hosts.stuck are shares of the same boots: together at most 1, got {} + {}",
+                num(h.boot_fail),
+                num(h.stuck)
+            ),
+        );
     }
     for (key, v) in [
         ("hosts.offline_per_day", h.offline_per_day),
