@@ -413,17 +413,10 @@ pub fn searched(
             .filter(|o| !o.machine_id.is_some_and(|m| bad_hosts.contains(&m)))
             .collect()),
         Err(VastError::SearchQuota { reset }) => {
-            let until = crate::vast::quota_until(&reset);
-            let msg = format!(
-                "vast.ai search quota exhausted until {until}: no offer can be searched (or \
-                 rented) before then; do not retry this pass"
-            );
+            let (msg, result) = quota_exhausted(&reset);
             Err(Box::new(Answer {
-                result: ToolResult::error(
-                    "vast_error",
-                    json!({"message": msg, "search_quota_exhausted": true, "until": until}),
-                ),
-                record: Some(ask.entry("failed", ask.offer_id, msg.clone())),
+                result,
+                record: Some(ask.entry("failed", ask.offer_id, msg)),
                 code: None,
             }))
         }
@@ -433,6 +426,21 @@ pub fn searched(
             Err(Box::new(Answer::failed(ask, ask.offer_id, msg, code)))
         }
     }
+}
+
+/// What a launch or a search says once vast.ai's daily search quota is spent (`reset`: its
+/// `X-RateLimit-Reset` as sent): the message, and the tool's result carrying it.
+pub fn quota_exhausted(reset: &str) -> (String, ToolResult) {
+    let until = crate::vast::quota_until(reset);
+    let msg = format!(
+        "vast.ai search quota exhausted until {until}: no offer can be searched (or rented) \
+         before then; do not retry this pass"
+    );
+    let result = ToolResult::error(
+        "vast_error",
+        json!({"message": msg, "search_quota_exhausted": true, "until": until}),
+    );
+    (msg, result)
 }
 
 /// A launch that goes out: the intent (committed with the launching row before the create

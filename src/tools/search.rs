@@ -106,7 +106,10 @@ impl Tool for SearchOffers {
             {
                 cached.clone()
             }
-            None if spent => return Ok(quota_spent(ctx.snapshot.search_quota.as_deref())),
+            None if spent => {
+                let reset = ctx.snapshot.search_quota.as_deref().unwrap_or_default();
+                return Ok(crate::policy::launch::quota_exhausted(reset).1);
+            }
             None if ctx.snapshot.searches >= MAX_SEARCHES_PER_PASS => {
                 return Ok(ToolResult::error(
                     "rate_limited",
@@ -137,7 +140,7 @@ impl Tool for SearchOffers {
                         o
                     }
                     Err(crate::vast::VastError::SearchQuota { reset }) => {
-                        return Ok(quota_spent(Some(&reset)))
+                        return Ok(crate::policy::launch::quota_exhausted(&reset).1)
                     }
                     Err(e) => {
                         return Ok(ToolResult::error(
@@ -220,16 +223,6 @@ impl Tool for SearchOffers {
 /// calls a turn, 4 turns) and spent the daily quota the floor's WORKERS DEAD launch needed.
 /// Past it a narrowed search is answered from the pass's full search when there is one.
 pub const MAX_SEARCHES_PER_PASS: u32 = 3;
-
-/// The search quota spent (said by vast.ai this pass, or just now): nothing searched again.
-fn quota_spent(reset: Option<&str>) -> ToolResult {
-    let until = crate::vast::quota_until(reset.unwrap_or_default());
-    ToolResult::error(
-        "vast_error",
-        json!({"message": format!("vast.ai search quota exhausted until {until}: no offer search can succeed before then; do not retry this pass"),
-               "search_quota_exhausted": true, "until": until}),
-    )
-}
 
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6

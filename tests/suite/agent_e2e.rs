@@ -530,14 +530,7 @@ fn a_hundred_and_fifty_runs_never_break_the_sequence_or_the_budget() {
 /// A chat completion whose one tool call has the given id (some servers restart ids every
 /// turn: `call_0`, `launch_instance:0`).
 fn call_with_id(id: &str, name: &str, arguments: &str) -> Reply {
-    Reply::Json(json!({
-        "id": "chatcmpl-reuse", "object": "chat.completion", "model": "gpt-4.1-mini",
-        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-            "role": "assistant", "content": null,
-            "tool_calls": [{"id": id, "type": "function",
-                            "function": {"name": name, "arguments": arguments}}]}}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
-    }))
+    calls_with_ids(&[(id, name, arguments)])
 }
 
 #[test]

@@ -420,33 +420,28 @@ fn answers_that_ran_nothing_are_said_and_make_doctor_red() {
         f.cmd(&["trigger", "-p", "0", "-r", "again"]).ok();
         f.cmd(&["run"]).ok();
     }
-    let out = f.cmd(&["doctor", "--json"]);
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    let llm_check = v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "llm")
-        .unwrap()
-        .clone();
-    assert_eq!(llm_check["ok"], false, "{llm_check}");
+    let llm_check = |f: &Fleet| -> Value {
+        let v: Value = serde_json::from_str(&f.cmd(&["doctor", "--json"]).stdout).unwrap();
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "llm")
+            .unwrap()
+            .clone()
+    };
+    let check = llm_check(&f);
+    assert_eq!(check["ok"], false, "{check}");
     assert!(
-        llm_check["detail"]
+        check["detail"]
             .as_str()
             .unwrap()
             .contains("last 3 answers ran nothing (2 cut at llm.max_output_tokens, 1 empty)"),
-        "{llm_check}"
+        "{check}"
     );
     llm.push(Reply::text("All steady, nothing to do."));
     f.cmd(&["trigger", "-p", "0", "-r", "once more"]).ok();
     f.cmd(&["run"]).ok();
-    let v: Value = serde_json::from_str(&f.cmd(&["doctor", "--json"]).stdout).unwrap();
-    let llm_check = v["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "llm")
-        .unwrap()
-        .clone();
-    assert_eq!(llm_check["ok"], true, "{llm_check}");
+    let check = llm_check(&f);
+    assert_eq!(check["ok"], true, "{check}");
 }
