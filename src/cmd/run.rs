@@ -13,10 +13,9 @@ use crate::run::{self, RunEnv, RunFailure};
 pub fn run(app: &App) -> Result<()> {
     // Before the state dir is known only the flag or $STATE_DIRECTORY can name it; the latter
     // is a guess while a config that may name another dir cannot be read (no doorbell there:
-    // the real one may be elsewhere, so the exit waits). At a terminal someone typed the
-    // command: no reason to wait (DESIGN.md, "Early exits").
-    // `config_read`: the config was read (with refused keys left out, if need be), so it
-    // names no other dir than the one given.
+    // the real one may be elsewhere, so the exit waits). `config_read`: the config was read
+    // (with refused keys left out, if need be), so it names no other dir than `dir`. At a
+    // terminal someone typed the command: no reason to wait (DESIGN.md, "Early exits").
     let exit_at = |dir: Option<&std::path::Path>, config_read: bool, e| {
         let sure = dir.map(|d| d.to_path_buf()).or_else(|| match config_read {
             true => app.state_dir_without_config(),

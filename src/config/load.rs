@@ -134,7 +134,6 @@ fn read_checked(path: &Path, origin: ConfigOrigin) -> Result<Option<String>, Usa
 /// error that names no key of the file (a TOML syntax error, a check between keys that
 /// are not both there) is the error.
 fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
-    let original = text;
     let err = match parse(text) {
         Ok(c) => return Ok((c, Vec::new())),
         Err(e) => e,
@@ -145,7 +144,7 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
     // was left out on the path below, which did not check (the second re-test: `instances
     // stop --all` destroyed another fleet's instance under the default prefix).
     match leave_out(text, err.clone()) {
-        Ok((c, left_out)) if whose_kept(original, &c) => Ok((c, left_out)),
+        Ok((c, left_out)) if whose_kept(text, &c) => Ok((c, left_out)),
         Ok(_) => Err(err),
         Err(e) => Err(e),
     }

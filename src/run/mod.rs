@@ -369,8 +369,9 @@ pub enum DoorbellDir<'a> {
 }
 
 /// An exit before the run could start (config, state dir, credentials). With the state dir
-/// known (or guessed, and a doorbell found there), the doorbell goes and the error is returned. When it cannot go (the dir unknown, or
-/// not writable by this user), at a terminal (`at_terminal`: stdin or stderr is one, so
+/// known (or guessed, and a doorbell found there), the doorbell goes and the error is
+/// returned. When it cannot go (the dir unknown, a guess without one, or not writable by
+/// this user), at a terminal (`at_terminal`: stdin or stderr is one, so
 /// someone typed the command) the error is returned at once; otherwise (systemd restarts the
 /// service while the doorbell exists) the error is printed first, then why the process waits,
 /// then it waits [`UNKNOWN_DIR_EXIT_DELAY`] and exits with the error's code (a quiet error:
