@@ -72,16 +72,16 @@ pub fn caps_dph(rows: &[InstanceRow], unpriced_dph: f64) -> f64 {
 /// 2)`, `max_dph_total ($1.32/h, cap $0.50/h)`, or both; None within them. Only what a stop
 /// can take away counts: a stopped instance's disk does not.
 pub fn over_caps(rows: &[&InstanceRow], p: &crate::config::PolicyConfig) -> Option<String> {
-    let rows: Vec<InstanceRow> = rows
-        .iter()
-        .filter(|r| is_billing_state(r.state))
-        .map(|r| (*r).clone())
-        .collect();
+    // Read in place: a clone of every row at every call made a pass's plan quadratic in the
+    // fleet's size (a 2,000-instance simulated fleet spent a quarter of its time copying).
+    let billing = || rows.iter().filter(|r| is_billing_state(r.state));
+    let n = billing().count();
     let mut over = Vec::new();
-    if let Some(m) = p.max_instances.filter(|m| rows.len() as u32 > *m) {
-        over.push(format!("max_instances ({}, cap {m})", rows.len()));
+    if let Some(m) = p.max_instances.filter(|m| n as u32 > *m) {
+        over.push(format!("max_instances ({n}, cap {m})"));
     }
-    let dph = dph_of(&rows);
+    // As `dph_of` adds them (billing rows: their dph), in the same order.
+    let dph = billing().filter_map(|r| r.dph).sum::<f64>() + 0.0;
     if let Some(m) = p.max_dph_total.filter(|m| dph > m + 1e-9) {
         over.push(format!("max_dph_total (${dph:.2}/h, cap ${m:.2}/h)"));
     }
