@@ -7,6 +7,15 @@ fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
 }
 
+/// The commented config `init` writes.
+fn template() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/config.example.toml"
+    ))
+    .unwrap()
+}
+
 #[test]
 fn every_subcommand_is_in_the_readme() {
     let readme = readme();
@@ -22,11 +31,7 @@ fn every_subcommand_is_in_the_readme() {
 #[test]
 fn every_config_key_is_in_the_readme() {
     let readme = readme();
-    let template = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/config.example.toml"
-    ))
-    .unwrap();
+    let template = template();
     let mut table = String::new();
     for line in template.lines() {
         let line = line.trim();
@@ -158,11 +163,7 @@ fn documented_inspect_fields_exist() {
 #[test]
 fn every_readme_config_key_is_in_the_template() {
     let readme = readme();
-    let template = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/docs/config.example.toml"
-    ))
-    .unwrap();
+    let template = template();
     let start = readme
         .find("## Configuration")
         .expect("a Configuration section");
