@@ -150,17 +150,16 @@ fn parse_leaving_out(text: &str) -> Result<(Config, Vec<String>), String> {
     }
 }
 
-/// [`parse_leaving_out`]'s steps: unreadable lines, then refused keys, left out.
-fn leave_out(text: &str, err: String) -> Result<(Config, Vec<String>), String> {
-    let mut err = err;
+/// [`parse_leaving_out`]'s steps: unreadable lines, then refused keys, left out (what decides
+/// whose is checked by the caller, on every path).
+fn leave_out(text: &str, mut err: String) -> Result<(Config, Vec<String>), String> {
     let Ok((text, mut left_out)) = without_unreadable_lines(text) else {
         return Err(err);
     };
     let text = text.as_str();
     if !left_out.is_empty() {
         match parse(text) {
-            Ok(c) if whose_kept(text, &c) => return Ok((c, left_out)),
-            Ok(_) => return Err(err),
+            Ok(c) => return Ok((c, left_out)),
             Err(e) => err = e,
         }
     }

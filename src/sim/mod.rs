@@ -603,6 +603,7 @@ fn run_one(opts: &Options) -> Result<SimRun> {
         hours,
         start,
         end: end_now,
+        horizon: end,
         driver: &tally,
         outside: &outside_tally,
         doorbell_waiting: bell,

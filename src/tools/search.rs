@@ -79,7 +79,7 @@ impl Tool for SearchOffers {
             Some(g) if configured.is_empty() => Some(g.replace('_', " ")),
             Some(g) => match configured
                 .iter()
-                .find(|c| c.replace('_', " ").eq_ignore_ascii_case(&g.replace('_', " ")))
+                .find(|c| same_gpu_name(c, g))
             {
                 Some(c) => Some(c.clone()),
                 None => {
@@ -151,13 +151,7 @@ impl Tool for SearchOffers {
                 }
             }
         };
-        let same_gpu = |o: &Offer| {
-            gpu.as_deref().is_none_or(|g| {
-                o.gpu_name
-                    .replace('_', " ")
-                    .eq_ignore_ascii_case(&g.replace('_', " "))
-            })
-        };
+        let same_gpu = |o: &Offer| gpu.as_deref().is_none_or(|g| same_gpu_name(&o.gpu_name, g));
         let mut matching: Vec<&Offer> = offers
             .iter()
             .filter(|o| matches_config(o, ctx.config))
@@ -223,6 +217,12 @@ impl Tool for SearchOffers {
 /// calls a turn, 4 turns) and spent the daily quota the floor's WORKERS DEAD launch needed.
 /// Past it a narrowed search is answered from the pass's full search when there is one.
 pub const MAX_SEARCHES_PER_PASS: u32 = 3;
+
+/// One GPU's name as the model, the config and vast.ai write it: `RTX_4090` is `rtx 4090`.
+fn same_gpu_name(a: &str, b: &str) -> bool {
+    a.replace('_', " ")
+        .eq_ignore_ascii_case(&b.replace('_', " "))
+}
 
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6

@@ -323,7 +323,10 @@ pub struct Inputs<'a> {
     pub seed: u64,
     pub hours: f64,
     pub start: Millis,
+    /// When the last pass ended (it may be after `horizon`).
     pub end: Millis,
+    /// Where the hours simulated end.
+    pub horizon: Millis,
     pub driver: &'a DriverTally,
     pub outside: &'a OutsideTally,
     pub doorbell_waiting: bool,
@@ -392,8 +395,7 @@ pub fn build(i: &Inputs<'_>) -> Result<Report> {
     };
     // Within the hours simulated: the last pass may end after them (0.0861 h below target
     // of a 0.0834 h run, the sim walkthrough).
-    let horizon = i.start + (i.hours * HOUR_MS as f64) as Millis;
-    let below = w.hours_below_target(target, i.start, i.end.min(horizon));
+    let below = w.hours_below_target(target, i.start, i.end.min(i.horizon));
 
     // Runs: one row per pass.
     let rows = db::runs(conn)?;
