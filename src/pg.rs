@@ -59,8 +59,10 @@ pub fn on_thread<T: Send + 'static>(
 /// One connection to `url` (a `postgres://` URL or a libpq `key=value` string) without TLS:
 /// `timeout` bounds the TCP connect and each statement (`statement_timeout`), and
 /// `application_name` is set unless the URL names one. A server that accepts and never
-/// replies is not bounded here: run it [`on_thread`] (the HarmonyDB probe bounds its whole
-/// reading so, the shared database its connect).
+/// replies is not bounded here where the URL names one host: run it [`on_thread`] (the
+/// HarmonyDB probe bounds its whole reading so, the shared database its connect), allowing
+/// `timeout` per host ([`hosts_in`]). Where it names several, each is tried in turn, each
+/// attempt bounded as a whole by `timeout`, so that a hung host hands over to the next.
 pub fn connect(
     url: &str,
     timeout: Duration,
@@ -69,12 +71,132 @@ pub fn connect(
     if let Some(mode) = tls_mode_demanded(url) {
         return Err(ConnectError::Tls(mode));
     }
-    let mut config: Config = url
+    let config: Config = url
         .parse()
         .map_err(|e| ConnectError::BadUrl(error_chain(&e)))?;
     if config.get_ssl_mode() == SslMode::Require {
         return Err(ConnectError::Tls("require".into()));
     }
+    let n = host_count(&config);
+    if n <= 1 {
+        return connect_to(config, timeout, application_name);
+    }
+    // The driver tries the hosts in turn, but bounds only each TCP connect: a host that
+    // accepts and never answers (a hung node of a YugabyteDB cluster) held the whole
+    // attempt, and the next host was never tried (a walkthrough). Each host gets its own
+    // attempt, bounded as a whole by `timeout`.
+    let mut why = Vec::new();
+    for i in 0..n {
+        let one = only_host(&config, i);
+        let shown = shown_host(&config, i);
+        let app = application_name.to_string();
+        match on_thread(
+            "pg-connect",
+            timeout + Duration::from_millis(200),
+            move || connect_to(one, timeout, &app),
+        ) {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(ConnectError::Connect(e))) => why.push(format!("{shown}: {e}")),
+            Ok(Err(other)) => return Err(other),
+            Err(Abandoned::Elapsed) => why.push(format!(
+                "{shown}: no answer within {}s",
+                timeout.as_secs_f64()
+            )),
+            Err(Abandoned::Failed(e)) => why.push(format!("{shown}: {e}")),
+        }
+    }
+    Err(ConnectError::Connect(format!(
+        "none of its {n} hosts answered ({})",
+        why.join("; ")
+    )))
+}
+
+/// How many hosts a URL names (1 when it names none or does not parse): a caller that
+/// bounds a whole connect ([`on_thread`]) allows each of them `timeout`.
+pub fn hosts_in(url: &str) -> u32 {
+    url.parse::<Config>()
+        .map(|c| host_count(&c).max(1) as u32)
+        .unwrap_or(1)
+}
+
+fn host_count(config: &Config) -> usize {
+    config.get_hosts().len().max(config.get_hostaddrs().len())
+}
+
+/// Host `i` of a list, with its port, for an error (no user, no password).
+fn shown_host(config: &Config, i: usize) -> String {
+    let host = match config.get_hosts().get(i) {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => config
+            .get_hostaddrs()
+            .get(i)
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+    };
+    match port_of(config, i) {
+        Some(port) => format!("host {host}:{port}"),
+        None => format!("host {host}"),
+    }
+}
+
+fn port_of(config: &Config, i: usize) -> Option<u16> {
+    let ports = config.get_ports();
+    if ports.len() == 1 {
+        Some(ports[0])
+    } else {
+        ports.get(i).copied()
+    }
+}
+
+/// `config` with host `i` of its list alone (its port and address), everything else kept.
+fn only_host(config: &Config, i: usize) -> Config {
+    let mut one = Config::new();
+    if let Some(user) = config.get_user() {
+        one.user(user);
+    }
+    if let Some(password) = config.get_password() {
+        one.password(password);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        one.dbname(dbname);
+    }
+    if let Some(options) = config.get_options() {
+        one.options(options);
+    }
+    if let Some(name) = config.get_application_name() {
+        one.application_name(name);
+    }
+    one.ssl_mode(config.get_ssl_mode())
+        .ssl_negotiation(config.get_ssl_negotiation())
+        .target_session_attrs(config.get_target_session_attrs())
+        .channel_binding(config.get_channel_binding());
+    match config.get_hosts().get(i) {
+        Some(postgres::config::Host::Tcp(h)) => {
+            one.host(h);
+        }
+        #[cfg(unix)]
+        Some(postgres::config::Host::Unix(p)) => {
+            one.host_path(p);
+        }
+        None => {}
+    }
+    if let Some(addr) = config.get_hostaddrs().get(i) {
+        one.hostaddr(*addr);
+    }
+    if let Some(port) = port_of(config, i) {
+        one.port(port);
+    }
+    one
+}
+
+/// One connection with `config` (one host, or the driver's own walk over several).
+fn connect_to(
+    mut config: Config,
+    timeout: Duration,
+    application_name: &str,
+) -> Result<Client, ConnectError> {
     config
         .ssl_mode(SslMode::Disable)
         .connect_timeout(timeout)

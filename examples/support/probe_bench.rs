@@ -92,7 +92,7 @@ pub fn bench_probe() {
     }
     let (me, mb) = (median(te), median(tb));
     println!(
-        "probe: one reading (connect, 7 statements, close), median of {ROUNDS}: empty history {:.2} ms, {HISTORY_ROWS} rows {:.2} ms -> {:.2}x ({} machines in the window's history, {} completions in 1 h)",
+        "probe: one reading (connect, 9 statements, close), median of {ROUNDS}: empty history {:.2} ms, {HISTORY_ROWS} rows {:.2} ms -> {:.2}x ({} machines in the window's history, {} completions in 1 h)",
         ms(me),
         ms(mb),
         mb.as_secs_f64() / me.as_secs_f64(),

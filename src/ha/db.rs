@@ -73,15 +73,17 @@ impl SharedDb {
         let secrets = secrets_of(url);
         let clean = |msg: String| anyhow!(mask(&one_line(&format!("ha database {msg}")), &secrets));
         // A server that accepts and never replies is given up on at the bound, named.
+        // Several hosts are tried in turn, `timeout` each (`pg::connect`).
         let owned = url.to_string();
-        let connected = crate::pg::on_thread("ha-connect", timeout + Duration::from_millis(500), move || {
+        let limit = timeout * crate::pg::hosts_in(url) + Duration::from_millis(500);
+        let connected = crate::pg::on_thread("ha-connect", limit, move || {
             crate::pg::connect(&owned, timeout, "fleetagent-ha")
         })
         .unwrap_or_else(|gone| {
             Err(ConnectError::Connect(match gone {
                 crate::pg::Abandoned::Elapsed => format!(
                     "no answer within {}s: the server accepted the connection but never replied (stopped, overloaded, or a network that drops packets)",
-                    timeout.as_secs_f64()
+                    (limit - Duration::from_millis(500)).as_secs_f64()
                 ),
                 crate::pg::Abandoned::Failed(why) => why,
             }))

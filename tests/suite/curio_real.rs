@@ -675,3 +675,83 @@ fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
         "{err}"
     );
 }
+
+#[test]
+fn curio_without_the_queue_grant_orphans_go_by_age_and_columns_granted_are_enough() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    // No worker alive; one task of 3 minutes and one of 5 hours, neither with a queue row.
+    tasks(&mut db, 1, "PSProve", "NULL");
+    orphan_tasks(&mut db, 1, "NULL", 300);
+    // The history granted by the columns the probe reads, not the table.
+    let (name, url) = role(
+        &mut db,
+        "GRANT USAGE ON SCHEMA curio TO <role>;
+         GRANT SELECT ON curio.harmony_task, curio.harmony_machines,
+                         curio.harmony_machine_details, curio.proofshare_meta,
+                         curio.proofshare_provider_payments TO <role>;
+         GRANT SELECT (name, work_start, work_end, result, completed_by_host_and_port)
+           ON curio.harmony_task_history TO <role>;",
+    );
+    let d = probe_as(url.clone()).unwrap();
+    // Counting no orphan made the 5-hour task WORKERS DEAD, and rented (a walkthrough).
+    assert_eq!((d.pending, d.orphan_tasks), (2, 1), "{d:?}");
+    assert!(about(d.orphan_oldest_secs, 18_000), "{d:?}");
+    assert_eq!(d.queued_work(), 1);
+    assert_eq!(
+        d.notes,
+        vec![format!(
+            "no SELECT on curio.proofshare_queue: ps_waiting, ps_computing, backlog, \
+             stale_waiting and pow_1h unknown (GRANT SELECT ON curio.proofshare_queue TO \
+             {name}); orphan_tasks counted by age: a PSProve task not live and posted over 60 \
+             min ago (demand.waiting_max_age_mins)"
+        )]
+    );
+    assert!(d.workers_dead(), "{d:?}");
+    // The old one alone is no emergency.
+    db.exec("DELETE FROM curio.harmony_task WHERE posted_time > now() - interval '1 hour';");
+    let d = probe_as(url).unwrap();
+    assert_eq!((d.pending, d.orphan_tasks, d.queued_work()), (1, 1, 0));
+    assert!(!d.workers_dead(), "{d:?}");
+}
+
+#[test]
+fn curio_a_task_name_in_another_case_fails_naming_curios_and_completions_ahead_are_left_out() {
+    let mut db = pg::fresh_db();
+    proofshare_enabled(&mut db, true);
+    machine(&mut db, 1, "vast-a", 20, PSPROVE_NODE, "false");
+    tasks(&mut db, 3, "PSProve", "NULL");
+    // 5 completions a worker dated 3 hours ahead (Curio writes work_end from the worker's
+    // own clock) beside 4 of a worker whose clock agrees: both windows counted all 9.
+    completions(&mut db, "10.0.0.1:12300", 4);
+    db.exec(
+        "INSERT INTO curio.harmony_task_history
+           (task_id, name, posted, work_start, work_end, result, completed_by_host_and_port)
+         SELECT 100 + i, 'PSProve', now(), now() + interval '3 hours' - interval '1 minute' * (2 * i + 2),
+                now() + interval '3 hours' - interval '1 minute' * (2 * i), true, '10.0.0.2:12300'
+         FROM generate_series(1, 5) AS i",
+    );
+    let probe = |task: &str| {
+        HarmonyDbProbe::new(db.url(), task.into(), 150, 60, Duration::from_secs(10)).probe()
+    };
+    // Curio's names are case-sensitive: "psprove" read a clean zero, no worker, no work.
+    let err = format!("{:#}", probe("psprove").unwrap_err());
+    assert!(
+        err.contains(r#"demand.task = "psprove" names no Curio task, but Curio has "PSProve" (task names are case-sensitive): set demand.task = "PSProve""#),
+        "{err}"
+    );
+    assert!(!err.contains('\n'), "{err}");
+    // A task Curio has in no case reads as nothing of it, as before.
+    let d = probe("NoSuchTask").unwrap();
+    assert_eq!((d.pending, d.live_workers()), (0, 0));
+    let d = probe("PSProve").unwrap();
+    assert_eq!(
+        (d.pending, d.completed_1h, d.completed_15m),
+        (3, 4, 4),
+        "{d:?}"
+    );
+    assert_eq!(
+        d.notes,
+        vec!["5 completion(s) of 1 machine(s) dated up to 178 min past the database's clock (a worker's clock runs ahead?): not counted until then".to_string()]
+    );
+}

@@ -337,14 +337,16 @@ fn harmonydb_without_proofshare_tables_leaves_them_unread() {
     assert_eq!(d.pending, 2);
     assert_eq!(
         d.orphan_tasks, 0,
-        "orphans are counted only where the queue is read"
+        "without the queue an orphan is a task older than demand.waiting_max_age_mins"
     );
     assert_eq!(d.live_workers(), 1);
     assert_eq!(
         d.notes,
         vec![
             "curio.proofshare_queue does not exist (a Curio without ProofShare?): ps_waiting, \
-              ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h unknown"
+              ps_computing, backlog, stale_waiting and pow_1h unknown; orphan_tasks counted by \
+              age: a PSProve task not live and posted over 60 min ago \
+              (demand.waiting_max_age_mins)"
                 .to_string()
         ]
     );
@@ -719,4 +721,51 @@ fn command_probe_background_child_holding_stdout_is_killed() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("kept its output open past 1s"), "{err}");
+}
+
+#[test]
+fn harmonydb_a_hung_first_host_hands_over_to_the_next_one() {
+    let mut db = pg::fresh_db();
+    machine(&mut db, 1, "vast-a", 30, PSPROVE_NODE, "false");
+    tasks(&mut db, 2, "PSProve", "1");
+    // A host that accepts and never answers (a hung node of a cluster), listed first.
+    let hung = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_port = hung.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hung.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let probe = |ports: String| {
+        let url = format!(
+            "host=127.0.0.1,127.0.0.1 port={ports} user={} password={} dbname={} sslmode=disable",
+            pg::USER,
+            pg::PASSWORD,
+            db.name
+        );
+        let timeout = Duration::from_secs(2);
+        HarmonyDbProbe::new(url, "PSProve".into(), ALIVE_SECS, 60, timeout).probe()
+    };
+    // The driver bounded the TCP connect alone: the hung host held the whole probe and the
+    // healthy one was never tried (a walkthrough).
+    let d = probe(format!("{hung_port},{}", db.port)).unwrap();
+    assert_eq!((d.running, d.live_workers()), (2, 1));
+    // Neither answering: one line naming each host and why, no password.
+    let err = probe(format!("{hung_port},{closed}")).unwrap_err();
+    let text = assert_clean_error(
+        &err,
+        pg::PASSWORD,
+        &[
+            "none of its 2 hosts answered",
+            &format!("host 127.0.0.1:{hung_port}: no answer within 2s"),
+            &format!("host 127.0.0.1:{closed}:"),
+        ],
+    );
+    assert!(text.contains("refused"), "{text}");
 }

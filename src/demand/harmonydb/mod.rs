@@ -119,13 +119,15 @@ impl DemandProbe for HarmonyDbProbe {
         let clean = |msg: &str| anyhow!(mask(&one_line(&format!("harmonydb: {msg}")), &secrets));
         // The driver bounds the TCP connect, not a server that accepts and then never
         // answers; so the whole probe runs on a thread that is abandoned past the limit.
+        // Each host of a list gets `timeout` to connect (`pg::connect`).
         let job = self.clone();
-        match crate::pg::on_thread("harmonydb-probe", self.timeout + GRACE, move || job.read()) {
+        let limit = self.timeout * crate::pg::hosts_in(&self.url) + GRACE;
+        match crate::pg::on_thread("harmonydb-probe", limit, move || job.read()) {
             Ok(result) => result.map_err(|msg| clean(&msg)),
             Err(Abandoned::Elapsed) => Err(clean(&format!(
                 "no answer from {} within {}s",
                 redact_url(&self.url),
-                (self.timeout + GRACE).as_secs_f64()
+                limit.as_secs_f64()
             ))),
             Err(Abandoned::Failed(why)) => Err(clean(&format!("the probe: {why}"))),
         }

@@ -2,7 +2,8 @@
 //! transaction (docs/demand.md "What is read").
 //!
 //! Grants: the first statement asks the catalog which of the probe's tables exist and which
-//! this role may SELECT (`has_table_privilege`), before any of them is touched. A missing
+//! this role may SELECT (`has_any_column_privilege`: a grant of the columns read is enough;
+//! one of other columns alone fails the statement that reads, naming the table), before any of them is touched. A missing
 //! required table (`harmony_*`) or grant is an error naming it; a missing optional one
 //! (`proofshare_*`) leaves its fields None and adds a note naming the grant. Checking first,
 //! rather than trying each optional statement under a SAVEPOINT, costs one statement instead
@@ -55,7 +56,7 @@ SELECT
   coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
   n.oid IS NOT NULL,
   array_agg(c.oid IS NOT NULL ORDER BY t.ord),
-  array_agg(coalesce(has_table_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord),
+  array_agg(coalesce(has_any_column_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord),
   (SELECT array_agg(EXISTS (
             SELECT 1 FROM pg_catalog.pg_attribute a
             JOIN pg_catalog.pg_class ac ON ac.oid = a.attrelid
@@ -71,7 +72,8 @@ GROUP BY n.oid";
 /// Tasks of the probe's type: pending, claimed by a live machine, claimed by a machine whose
 /// heartbeat stopped (or whose row is gone), and of the not-live ones the orphans (no queue
 /// row that is not compute_done points at them) with the oldest orphan's age. `{queue}` is
-/// [`QUEUED_TASKS`] where the queue is read, else [`NO_QUEUE`] (no task is an orphan then).
+/// [`QUEUED_TASKS`] where the queue is read, else [`NO_QUEUE`] (a task is an orphan then by
+/// its age, `$3` minutes: see [`read`]).
 /// The queue is joined once (a hash join), not asked per task: a correlated test per task
 /// took 10 s on 20,000 tasks, past `demand.timeout_secs`, when the queue is what grows
 /// while every worker is dead.
@@ -103,6 +105,9 @@ const NO_QUEUE: &str = "SELECT NULL::bigint AS id WHERE false";
 /// proving them. The range is found on one of Curio's indexes leading on work_end
 /// (`harmony_task_history_work_index`, `harmony_task_history_recent_task_result_idx`), and
 /// `work_start` read from the window's rows only (6 hours, however long the table grows).
+/// Curio writes `work_end` from the worker's own clock: a row dated more than [`AHEAD`]'s
+/// two minutes past the database's now is left out (a worker 3 hours ahead had each of its
+/// last 3 hours' proofs counted in the last hour and in the last quarter: 40/h read for 20).
 pub const HISTORY: &str = "
 SELECT
   completed_by_host_and_port::text,
@@ -113,23 +118,38 @@ SELECT
   extract(epoch FROM now() - max(work_end))::float8,
   extract(epoch FROM sum(work_end - work_start))::float8
 FROM curio.harmony_task_history
-WHERE work_end > now() - make_interval(secs => $2) AND name = $1 AND result
+WHERE work_end > now() - make_interval(secs => $2) AND work_end <= now() + interval '2 minutes'
+  AND name = $1 AND result
 GROUP BY completed_by_host_and_port
 ORDER BY completed_by_host_and_port";
+
+/// Completions dated past the database's now by more than two minutes (a worker's clock
+/// ahead), how many machines wrote them, and the furthest ahead: left out of [`HISTORY`]
+/// and said in a note. A range on the same index, empty on a cluster whose clocks agree.
+const AHEAD: &str = "
+SELECT count(*), count(DISTINCT completed_by_host_and_port),
+       extract(epoch FROM max(work_end) - now())::float8
+FROM curio.harmony_task_history
+WHERE work_end > now() + interval '2 minutes' AND name = $1 AND result";
 
 /// Live machines whose comma-separated task list holds the task as a whole item (Curio
 /// writes it without surrounding commas, so a plain `LIKE '%,name,%'` misses the first and
 /// last item), with how many of those tasks each one owns and the GPUs it registered.
 /// `{cordoned}` is `coalesce(m.unschedulable, false)`, or `false` on a Curio without the column.
+/// The owned tasks are counted once for all machines (Curio has no index on
+/// `harmony_task.owner_id`: a count per machine scanned the table once per live machine,
+/// 15 s for 1,000 machines and 300,000 tasks, past `demand.timeout_secs`; 0.1 s so).
 const WORKERS: &str = "
 SELECT
   coalesce(d.machine_name, ''),
   m.host_and_port::text,
   {cordoned},
-  (SELECT count(*) FROM curio.harmony_task t WHERE t.owner_id = m.id AND t.name = $1),
+  coalesce(o.n, 0),
   coalesce(m.gpu, 0)::float8
 FROM curio.harmony_machines m
 JOIN curio.harmony_machine_details d ON d.machine_id = m.id
+LEFT JOIN (SELECT owner_id, count(*) AS n FROM curio.harmony_task
+           WHERE name = $1 AND owner_id IS NOT NULL GROUP BY owner_id) o ON o.owner_id = m.id
 WHERE m.last_contact >= now() - make_interval(secs => $2)
   AND $1 = ANY (SELECT btrim(item) FROM unnest(string_to_array(d.tasks, ',')) AS item)
 ORDER BY 1, 2";
@@ -274,10 +294,19 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
 
     let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
+    // Without the queue (no grant on it), a task that is not live is taken for an orphan by
+    // its age: posted longer ago than `demand.waiting_max_age_mins`, past which a queue row
+    // waiting for a task is no work either. Counting none made a lone orphan of 5 hours,
+    // with no worker alive, a WORKERS DEAD that rented 5 instances (a walkthrough).
     let tasks = if with_queue {
         TASKS
             .replace("{queue}", QUEUED_TASKS)
             .replace("{orphan}", "qt.id IS NULL")
+    } else if proofshare {
+        TASKS.replace("{queue}", NO_QUEUE).replace(
+            "{orphan}",
+            "t.posted_time < now() - make_interval(mins => $3)",
+        )
     } else {
         TASKS
             .replace("{queue}", NO_QUEUE)
@@ -289,9 +318,12 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     } else {
         "task counts (curio.harmony_task, harmony_machines)"
     };
-    let row = tx
-        .query_one(&tasks, &[&p.task, &p.alive_secs])
-        .map_err(|e| failed(what, e))?;
+    let row = if proofshare && !with_queue {
+        tx.query_one(&tasks, &[&p.task, &p.alive_secs, &p.waiting_max_age_mins])
+    } else {
+        tx.query_one(&tasks, &[&p.task, &p.alive_secs])
+    }
+    .map_err(|e| failed(what, e))?;
     task_counts(&row, &mut d).map_err(|e| typed(what, e))?;
 
     let window = HISTORY_WINDOW_SECS as f64;
@@ -305,6 +337,12 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
         d.completed_15m = d.completed_15m.saturating_add(quarter);
         d.history.push(h);
     }
+    let what = "completions dated ahead (curio.harmony_task_history)";
+    let row = tx
+        .query_one(AHEAD, &[&p.task])
+        .map_err(|e| failed(what, e))?;
+    d.notes
+        .extend(ahead_note(&row).map_err(|e| typed(what, e))?);
 
     let what = "workers (curio.harmony_machines)";
     let cordoned = match access.column("harmony_machines", "unschedulable", "cordoned machines") {
@@ -324,6 +362,9 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
         .map(worker)
         .collect::<Result<_, _>>()
         .map_err(|e| typed(what, e))?;
+    if workers.is_empty() && d.history.is_empty() && d.pending + d.running + d.running_stale == 0 {
+        misspelt(tx, p).map_err(|e| format!("{e} (on {})", p.shown))?;
+    }
     let (workers, no_gpu) = able_to_prove(workers, &d.history, proofshare);
     d.workers = workers;
     d.notes.extend(no_gpu_note(&no_gpu));
@@ -381,10 +422,15 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
             .map_err(|e| failed(what, e))?;
         queue(&row, &mut d).map_err(|e| typed(what, e))?;
     }
-    d.notes.extend(access.note(
+    if let Some(note) = access.note(
         "proofshare_queue",
-        "ps_waiting, ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h",
-    ));
+        "ps_waiting, ps_computing, backlog, stale_waiting and pow_1h",
+    ) {
+        d.notes.push(format!(
+            "{note}; orphan_tasks counted by age: a PSProve task not live and posted over {} min ago (demand.waiting_max_age_mins)",
+            p.waiting_max_age_mins
+        ));
+    }
 
     if access.can("proofshare_provider_payments") {
         let what = "curio.proofshare_provider_payments";
@@ -400,7 +446,53 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     Ok(d)
 }
 
+/// A task name Curio has in another case than `demand.task` ("psprove" for `PSProve`): Curio's
+/// names are case-sensitive, so the reading would be a clean zero, no worker and no work,
+/// and the rules would seed a fleet for a cluster whose queue they cannot see (a
+/// walkthrough). Asked only when nothing of the task was found: the machines' task lists
+/// and the tasks.
+const MISSPELT: &str = "
+SELECT name FROM (
+  SELECT btrim(item) AS name
+  FROM curio.harmony_machine_details d, unnest(string_to_array(coalesce(d.tasks, ''), ',')) AS item
+  UNION ALL
+  SELECT name FROM curio.harmony_task
+) n
+WHERE lower(name) = lower($1) AND name <> $1
+LIMIT 1";
+
+fn misspelt(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<(), String> {
+    let rows = tx.query(MISSPELT, &[&p.task]).map_err(|e| {
+        format!(
+            "reading the task names (curio.harmony_machine_details, harmony_task): {}",
+            crate::secrets::redact::error_chain(&e)
+        )
+    })?;
+    match rows.first() {
+        Some(r) => {
+            let name: String = get(r, 0, "a task name")?;
+            Err(format!(
+                "demand.task = {:?} names no Curio task, but Curio has {name:?} (task names are case-sensitive): set demand.task = {name:?}",
+                p.task
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
 // One function per statement's row: every column read with its name (`column::get`).
+
+fn ahead_note(row: &Row) -> Result<Option<String>, String> {
+    let n = count(get(row, 0, "count of completions dated ahead")?);
+    let machines = count(get(row, 1, "count of machines dating completions ahead")?);
+    let furthest: Option<f64> = get(row, 2, "harmony_task_history.work_end (the furthest ahead)")?;
+    Ok((n > 0).then(|| {
+        format!(
+            "{n} completion(s) of {machines} machine(s) dated up to {} min past the database's clock (a worker's clock runs ahead?): not counted until then",
+            (furthest.unwrap_or(0.0) / 60.0).ceil() as u64
+        )
+    }))
+}
 
 fn task_counts(row: &Row, d: &mut Demand) -> Result<(), String> {
     d.pending = count(get(row, 0, "count of pending harmony_task rows")?);
@@ -541,7 +633,7 @@ fn queue(row: &Row, d: &mut Demand) -> Result<(), String> {
 fn access(row: &Row) -> Result<Access, String> {
     let schema_usage: bool = get(row, 1, "has_schema_privilege(curio)")?;
     let schema_present: bool = get(row, 2, "pg_namespace (schema curio)")?;
-    let mut readable: Vec<bool> = get(row, 4, "has_table_privilege")?;
+    let mut readable: Vec<bool> = get(row, 4, "has_any_column_privilege")?;
     if !schema_usage {
         // Without USAGE on the schema no table of it can be read, whatever its grants.
         readable.iter_mut().for_each(|r| *r = false);
