@@ -51,7 +51,7 @@ pub fn listing_failure(error: Option<&str>) -> Option<&str> {
     error.filter(|e| *e != NO_VAST_KEY)
 }
 
-/// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`, loading
+/// One of our instances that bills and earns nothing (`exited`/`offline`/`unknown`/`frozen`, loading
 /// past `policy.stuck_loading_mins`, a silent worker, a bid vast.ai paused (`outbid`), or
 /// stopped longer than `vast.stopped_max_hours`): it may be destroyed without the stop
 /// protections.
@@ -287,6 +287,10 @@ impl Snapshot {
                     _ if r.state == STOPPED => return None,
                     Some("exited") => (FlagKind::Exited, String::new()),
                     Some("offline") => (FlagKind::Offline, String::new()),
+                    // Paused with its memory kept, the GPU billed (reference/vastai-api.md
+                    // 4d): nothing runs, and fleetagent never freezes one. It was counted
+                    // against the caps and never destroyed (a walkthrough).
+                    Some("frozen") => (FlagKind::Frozen, String::new()),
                     // No recent heartbeat from the host: vast.ai says it will not run again.
                     // A live Curio worker matched to it (`classify` keeps those alive) proves
                     // the container runs, so only one without is flagged.
@@ -427,7 +431,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unknown_status_is_flagged_like_exited_and_offline() {
+    fn unknown_and_frozen_are_flagged_like_exited_and_offline() {
         let with = |id: i64, status: &str, state: State| {
             let mut r = row(&format!("fleetagent-{id}"), Some(id), state, 0.4);
             r.actual_status = Some(status.into());
@@ -442,6 +446,7 @@ mod tests {
                 with(4, "running", BOOTED),
                 // A Curio worker still heartbeats from it: the container runs.
                 with(5, "unknown", PROVING),
+                with(6, "frozen", DEAD),
             ],
             ..Default::default()
         };
@@ -453,6 +458,7 @@ mod tests {
                 (1, "exited".to_string()),
                 (2, "offline".to_string()),
                 (3, "unknown".to_string()),
+                (6, "frozen".to_string()),
             ]
         );
         assert!(snap.is_flagged(&c, 3) && !snap.is_flagged(&c, 5));
@@ -460,7 +466,7 @@ mod tests {
         let line = snap.lifecycle_lines(&c).join("\n");
         assert!(
             line.contains(
-                "Flagged (bill, earn nothing; destroy with stop_instance): 1 exited; 2 offline; 3 unknown."
+                "Flagged (bill, earn nothing; destroy with stop_instance): 1 exited; 2 offline; 3 unknown; 6 frozen."
             ),
             "{line}"
         );

@@ -368,7 +368,8 @@ pub fn host_failure(kind: FlagKind) -> bool {
         // A worker that heartbeats and cannot prove: a broken GPU, or parameters it could not
         // fetch on that host.
         FlagKind::Silent => true,
-        FlagKind::Outbid | FlagKind::Stopped => false,
+        // Frozen is vast.ai's (or whoever holds the account's) doing, not the host's failing.
+        FlagKind::Outbid | FlagKind::Stopped | FlagKind::Frozen => false,
     }
 }
 

@@ -20,6 +20,9 @@ crate::text_enum! {
         Stopped = "stopped",
         Exited = "exited",
         Offline = "offline",
+        /// Paused by vast.ai with its memory kept: the GPU bills, nothing runs (fleetagent never
+        /// freezes one).
+        Frozen = "frozen",
         /// No recent heartbeat from the host, and no live worker matched to it.
         Unknown = "unknown",
         /// Loading past `policy.stuck_loading_mins`.
