@@ -404,6 +404,27 @@ fn settled(
     // fuzz walkthrough: two creates answered alike failed the pass on the table's unique
     // id, after both were sent): the answer says nothing sure of this create, which is left
     // open for the next listing to settle by its label.
+    // So is an answer naming an instance this pass listed as not ours (no label of ours, or
+    // another install's): adopted, it counted against our caps and `instances stop --all`
+    // destroyed it (a walkthrough with an unlabelled instance on the account).
+    let foreign = match &settle {
+        Settle::Launched { instance_id, .. } => {
+            not_ours(ctx.snapshot, *instance_id as i64).map(|whose| (*instance_id, whose))
+        }
+        _ => None,
+    };
+    let settle = match foreign {
+        Some((instance_id, whose)) => plan::left_open(
+            create,
+            crate::text::clip(
+                &format!(
+                    "vast.ai answered the create with instance {instance_id}, which this pass's listing shows as {whose}; left open: the next listing settles this launch by its label"
+                ),
+                300,
+            ),
+        ),
+        None => settle,
+    };
     let settle = match settle {
         Settle::Launched { instance_id, row } => {
             match instances::by_vast_id(&ctx.store.conn, instance_id as i64)? {
@@ -453,6 +474,22 @@ fn settled(
             Ok(result)
         }
     }
+}
+
+/// Whose an instance the pass's listing shows as not ours is, in words; None when it is not
+/// listed so.
+fn not_ours(snapshot: &crate::fleet::Snapshot, id: i64) -> Option<String> {
+    if let Some(f) = snapshot.other_installs.iter().find(|f| f.vast_id == id) {
+        return Some(format!(
+            "another install's ({}, install {})",
+            crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
+            f.install_id
+        ));
+    }
+    snapshot
+        .foreign
+        .contains(&id)
+        .then(|| "not ours (no label of ours)".to_string())
 }
 
 /// A launch that ends before any create: its row, if any, recorded at `now`.

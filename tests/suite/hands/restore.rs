@@ -381,3 +381,36 @@ fn two_creates_answered_with_one_instance_leave_the_second_open() {
         1
     );
 }
+
+/// A create answered with the id of an instance the pass listed as not ours (a walkthrough:
+/// an unlabelled one was adopted, counted against our caps, and `instances stop --all`
+/// destroyed it): left open, never adopted; the next listing settles the launch by its
+/// label, and the panic button never touches the other instance.
+#[test]
+fn a_create_answered_with_an_instance_not_ours_leaves_it_alone() {
+    let (vast, f) = rig(9, 200);
+    f.cmd(&["init"]).ok();
+    let theirs = vast.add_instance("jupyter-notebook");
+    vast.set_instance_field(theirs, "label", serde_json::Value::Null);
+    let answer = json!({"success": true, "new_contract": theirs});
+    vast.fail_next(Route::Create, 1, FakeReply::json(200, answer));
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains(&format!(
+            "vast.ai answered the create with instance {theirs}, which this pass's listing shows as not ours (no label of ours); left open"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        f.count(&format!(
+            "SELECT COUNT(*) FROM instances WHERE vast_id = {theirs}"
+        )),
+        0
+    );
+    f.cmd(&["instances", "stop", "--all", "--reason", "panic button"]);
+    assert!(
+        vast.instance(theirs).is_some(),
+        "the panic button destroyed an instance that was never ours"
+    );
+}
