@@ -141,8 +141,8 @@ pub fn execute(
     })
 }
 
-/// The passes whose hands are held say so at warning, each pass, as a blind one does: a
-/// pause in force (nothing is launched or stopped but by the operator), and WORKERS DEAD
+/// The passes whose hands are held say so at warning, each pass, as a blind one does: no
+/// vast.ai key, a pause in force (nothing is launched or stopped but by the operator), and WORKERS DEAD
 /// with what this pass's calls came to (refused by a cap, they leave the fleet dead).
 fn warn_hands_held(
     run_id: i64,
@@ -150,6 +150,15 @@ fn warn_hands_held(
     config: &crate::config::Config,
     counts: crate::store::runs::ActionCounts,
 ) {
+    if snapshot.listing_error.as_deref() == Some(crate::fleet::NO_VAST_KEY) {
+        // The process exits 0 (no call failed: `doctor`'s `secrets` check names the missing
+        // key), but a pass that can neither list, launch nor stop is blind: a missing
+        // credential file left a green service with nothing at warning (a walkthrough).
+        log::warn!(
+            target: crate::journal::NOTICE,
+            "run {run_id}: no vast.ai API key: nothing of the fleet can be listed, launched or stopped (set VAST_API_KEY or the vast_api_key credential; `fleetagent doctor` says where it looks)"
+        );
+    }
     if let Some(p) = &snapshot.paused {
         let until = p
             .until

@@ -581,3 +581,24 @@ fn workers_dead_with_an_instance_coming_says_why_nothing_was_asked() {
     );
     assert_eq!(vast.count(Route::Create), 1);
 }
+
+/// No vast.ai key: the pass exits 0 (no call failed; `doctor` names the key), but it can
+/// neither list, launch nor stop, and says so at warning each pass (a missing credential
+/// file left a green service with nothing at warning: a walkthrough).
+#[test]
+fn a_pass_without_a_vast_ai_key_says_so_at_warning() {
+    let f = Fleet::with_config("");
+    f.write_config(&rules_config(
+        "http://127.0.0.1:9",
+        &f.path().join("demand.json"),
+        &[],
+    ));
+    write_demand(f.path(), busy_fleet());
+    f.cmd(&["init"]).ok();
+    let run = in_journal(&f, &["run"]).ok();
+    let line = journal_line(&run, "<4>run 1: ", "no vast.ai API key");
+    assert!(
+        line.contains("nothing of the fleet can be listed, launched or stopped (set VAST_API_KEY or the vast_api_key credential"),
+        "{line}"
+    );
+}
