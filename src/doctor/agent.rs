@@ -282,6 +282,38 @@ pub(super) fn lock(
 /// The last pass asked for launches or stops and every one failed at vast.ai
 /// (`action-failed`): the agent has no hands.
 pub(super) fn actions(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let mut found = operator_stops_failed(conn, now);
+    found.extend(pass_actions(conn, now));
+    found
+}
+
+/// The operator's stop or destroy that failed on an instance vast.ai still lists: it bills,
+/// and nothing sends the call again (after the panic button the passes are paused; a 500 to
+/// its one call left `doctor` green: a walkthrough).
+fn operator_stops_failed(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let failed = match health::operator_stops_failed(conn) {
+        Ok(f) => f,
+        Err(e) => return vec![unreadable("actions", &e)],
+    };
+    let Some((id, label, kind, detail, at)) = failed.first() else {
+        return Vec::new();
+    };
+    let more = match failed.len() {
+        1 => String::new(),
+        n => format!(" ({} more like it)", n - 1),
+    };
+    vec![Problem::new(format!(
+        "the operator's {kind} of instance {id} {} failed {} ago and vast.ai still lists it: it bills, and nothing sends the call again{more}: {}",
+        crate::text::quote(label, crate::fleet::LABEL_CHARS),
+        human_duration(now - at),
+        crate::text::clip(detail, 300)
+    ))
+    .fix(format!(
+        "`fleetagent instances stop {id} --force --reason ...` (or `instances stop --all` again); `fleetagent instances list` shows what still bills"
+    ))]
+}
+
+fn pass_actions(conn: &Connection, now: Millis) -> Vec<Problem> {
     let last = match health::last_ok_pass(conn) {
         Ok(l) => l,
         Err(e) => return vec![unreadable("runs", &e)],

@@ -434,7 +434,9 @@ impl HttpVastClient {
                 attempt += 1;
                 continue;
             }
-            if matches!(answer.status, 502..=504) && !is_create && !last_attempt {
+            // 500 too: every call but a create is idempotent (a DELETE answered 500 once was
+            // the panic button's only try: a walkthrough).
+            if matches!(answer.status, 500 | 502..=504) && !is_create && !last_attempt {
                 let wait = retry_after_secs(answer.retry_after.as_deref())
                     .map_or(backoff, |r| r.max(backoff));
                 if self.fits(wait, deadline) {

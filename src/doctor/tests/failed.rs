@@ -50,3 +50,48 @@ fn failed_events_and_wakes_are_red_for_a_day_after_the_last() {
         w[0].line()
     );
 }
+
+/// The operator's destroy that failed on an instance still listed: red, naming it, until a
+/// stop or destroy of it goes through or it is gone (after the panic button the passes are
+/// paused and nothing sent the call again: a walkthrough).
+#[test]
+fn an_operators_failed_destroy_of_an_instance_still_listed_is_red() {
+    use crate::fleet::{fixtures::row, PROVING};
+    let (_dir, s) = test_store(NOW);
+    let c = &s.conn;
+    crate::store::instances::upsert(c, &row("fleetagent-r1-0a0b0c0d", Some(1000), PROVING, 0.4))
+        .unwrap();
+    let destroy = |outcome: &str, actor: &str, at: Millis| {
+        crate::store::actions::insert(
+            c,
+            &crate::store::actions::NewAction {
+                kind: "destroy",
+                outcome,
+                actor,
+                instance_id: Some(1000),
+                detail: Some("vast.ai HTTP 500 server_error: boom"),
+                ..Default::default()
+            },
+            at,
+        )
+        .unwrap()
+    };
+    assert!(agent::actions(c, NOW).is_empty());
+    destroy("failed", "operator", NOW - 10 * MIN);
+    let p = agent::actions(c, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(
+        p[0].line(),
+        "the operator's destroy of instance 1000 \"fleetagent-r1-0a0b0c0d\" failed 10m ago and vast.ai still lists it: it bills, and nothing sends the call again: vast.ai HTTP 500 server_error: boom; fix: `fleetagent instances stop 1000 --force --reason ...` (or `instances stop --all` again); `fleetagent instances list` shows what still bills"
+    );
+    // A later destroy that went through (the rules', here) clears it.
+    let ok = destroy("ok", "rules", NOW - 5 * MIN);
+    assert!(agent::actions(c, NOW).is_empty());
+    // So does the instance's end, whoever destroyed it.
+    c.execute("DELETE FROM actions WHERE id = ?1", [ok])
+        .unwrap();
+    assert_eq!(agent::actions(c, NOW).len(), 1);
+    c.execute("UPDATE instances SET state = 'gone'", [])
+        .unwrap();
+    assert!(agent::actions(c, NOW).is_empty());
+}

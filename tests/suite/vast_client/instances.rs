@@ -193,3 +193,29 @@ fn destroy_is_idempotent() {
     assert_eq!(s.client.show_instance(id).unwrap(), None);
     assert!(!s.fake.offer_rented(offer), "the machine is free again");
 }
+
+/// A destroy answered 500 is sent again (it was the panic button's only try: a walkthrough);
+/// a create never is (it may have rented).
+#[test]
+fn a_destroy_answered_500_is_retried_a_create_is_not() {
+    let s = setup();
+    let offer = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+    let id = s
+        .client
+        .create_instance(&launch(offer, "fleetagent-1-e"))
+        .unwrap();
+    let boom = FakeReply::json(
+        500,
+        serde_json::json!({"error": "server_error", "msg": "boom"}),
+    );
+    s.fake.fail_next(Route::Destroy, 1, boom.clone());
+    s.client.destroy_instance(id).unwrap();
+    assert_eq!(statuses(&s.fake, Route::Destroy), vec![500, 200]);
+    let offer = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+    s.fake.fail_next(Route::Create, 1, boom);
+    assert!(s
+        .client
+        .create_instance(&launch(offer, "fleetagent-1-f"))
+        .is_err());
+    assert_eq!(s.fake.count(Route::Create), 2, "one create before, one now");
+}
