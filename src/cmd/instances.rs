@@ -388,7 +388,9 @@ fn stop_one(
     let event = events::insert(&store.conn, 1, "operator", &reason, None, now)?;
     store.fence("instances stop")?;
     crate::trigger::ring(dir, event, 1, &reason, now)?;
-    crate::outln!("instance {id} {done}");
+    // Said once the listing agrees: "destroyed" printed before "NOT done: vast.ai still lists
+    // it running" read as both (a stop vast.ai answered no_such_instance: a walkthrough).
+    let already = result.content["note"].is_string();
     // Said where it begins: the soak walkthrough's operator did not know of the hold.
     let mins = config.policy.operator_hold_mins;
     if mins > 0 {
@@ -407,6 +409,11 @@ fn stop_one(
     );
     if left > 0 {
         return Err(crate::error::Quiet(crate::error::EXIT_RUNTIME).into());
+    }
+    if already {
+        crate::outln!("instance {id} {done}: vast.ai answered that it was already gone");
+    } else {
+        crate::outln!("instance {id} {done}");
     }
     Ok(())
 }
@@ -455,7 +462,7 @@ fn still_listed(
     }
     for (id, status) in &left {
         let line = format!(
-            "instance {id}: NOT done: vast.ai acknowledged it, but still lists it {}: it bills; the next pass sends the call again; check vast.ai's console",
+            "instance {id}: NOT done: vast.ai acknowledged it, but still lists it {}: it bills; a pass sends the call again once vast.ai has had 2 minutes to act; check vast.ai's console",
             quote(status, 40)
         );
         crate::outln!("{line}");

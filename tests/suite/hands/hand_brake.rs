@@ -764,3 +764,40 @@ fn the_host_an_operator_took_an_instance_off_is_not_rented_again_during_the_hold
         out.stderr
     );
 }
+
+/// A stop vast.ai answers `no_such_instance` while its listing still shows the instance: the
+/// command says it is NOT done and exits 1; it printed "instance N destroyed" first, then
+/// the contrary (a walkthrough).
+#[test]
+fn a_stop_answered_no_such_instance_while_listed_is_not_called_destroyed() {
+    let llm = FakeLlm::start();
+    llm.set_default(Reply::text("No action needed."));
+    let vast = FakeVast::start_real_time();
+    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
+    write_demand(
+        f.path(),
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []}),
+    );
+    let ours = vast.add_instance("fleetagent-r0-0a0b0c0d");
+    f.cmd(&["run"]).ok();
+    let gone = json!({"success": false, "error": "no_such_instance", "msg": "Instance not found"});
+    vast.fail_next(
+        Route::Destroy,
+        1,
+        crate::common::fake_vast::FakeReply::json(404, gone),
+    );
+    let id = ours.to_string();
+    let out = f
+        .cmd(&["instances", "stop", &id, "--force", "--reason", "test"])
+        .code(1);
+    assert!(
+        !out.stdout.contains(&format!("instance {ours} destroyed")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(&format!("instance {ours}: NOT done")),
+        "{}",
+        out.stdout
+    );
+}
