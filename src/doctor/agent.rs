@@ -295,18 +295,20 @@ fn operator_stops_failed(conn: &Connection, now: Millis) -> Vec<Problem> {
         Ok(f) => f,
         Err(e) => return vec![unreadable("actions", &e)],
     };
-    let Some((id, label, kind, detail, at)) = failed.first() else {
+    let Some(f) = failed.first() else {
         return Vec::new();
     };
+    let (id, at) = (f.vast_id, f.at);
     let more = match failed.len() {
         1 => String::new(),
         n => format!(" ({} more like it)", n - 1),
     };
     vec![Problem::new(format!(
-        "the operator's {kind} of instance {id} {} failed {} ago and vast.ai still lists it: it bills, and nothing sends the call again{more}: {}",
-        crate::text::quote(label, crate::fleet::LABEL_CHARS),
+        "the operator's {} of instance {id} {} failed {} ago and vast.ai still lists it: it bills, and nothing sends the call again{more}: {}",
+        f.kind,
+        crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
         human_duration(now - at),
-        crate::text::clip(detail, 300)
+        crate::text::clip(&f.detail, 300)
     ))
     .fix(format!(
         "`fleetagent instances stop {id} --force --reason ...` (or `instances stop --all` again); `fleetagent instances list` shows what still bills"

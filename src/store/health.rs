@@ -199,6 +199,47 @@ pub fn edge_check(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// An operator's stop or destroy that failed (see [`operator_stops_failed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedStop {
+    pub vast_id: i64,
+    pub label: String,
+    pub kind: String,
+    pub detail: String,
+    pub at: Millis,
+}
+
+/// The operator's stops and destroys that failed and were not followed by one that went
+/// through, for instances of ours still listed (not gone, not stopped): each instance's
+/// latest such failure as (vast id, label, kind, detail, when), newest first. Nothing sends
+/// them again: a pass is paused after the panic button, and the rules know nothing of the
+/// operator's order.
+pub fn operator_stops_failed(conn: &Connection) -> Result<Vec<FailedStop>> {
+    let mut stmt = conn.prepare(
+        "SELECT a.instance_id, i.label, a.kind, COALESCE(a.detail, ''), a.created_at
+           FROM actions a JOIN instances i ON i.vast_id = a.instance_id
+          WHERE a.actor = 'operator' AND a.kind IN ('stop', 'destroy') AND a.outcome = 'failed'
+            AND i.state NOT IN ('gone', 'stopped')
+            AND NOT EXISTS (SELECT 1 FROM actions b
+                             WHERE b.instance_id = a.instance_id AND b.id > a.id
+                               AND b.kind IN ('stop', 'destroy') AND b.outcome = 'ok')
+            AND a.id = (SELECT MAX(c.id) FROM actions c
+                         WHERE c.instance_id = a.instance_id AND c.actor = 'operator'
+                           AND c.kind IN ('stop', 'destroy'))
+          ORDER BY a.id DESC",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(FailedStop {
+            vast_id: r.get(0)?,
+            label: r.get(1)?,
+            kind: r.get(2)?,
+            detail: r.get(3)?,
+            at: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,31 +394,4 @@ mod tests {
             "{err:#}: not named a damaged database"
         );
     }
-}
-
-/// The operator's stops and destroys that failed and were not followed by one that went
-/// through, for instances of ours still listed (not gone, not stopped): each instance's
-/// latest such failure as (vast id, label, kind, detail, when), newest first. Nothing sends
-/// them again: a pass is paused after the panic button, and the rules know nothing of the
-/// operator's order.
-pub fn operator_stops_failed(
-    conn: &Connection,
-) -> Result<Vec<(i64, String, String, String, Millis)>> {
-    let mut stmt = conn.prepare(
-        "SELECT a.instance_id, i.label, a.kind, COALESCE(a.detail, ''), a.created_at
-           FROM actions a JOIN instances i ON i.vast_id = a.instance_id
-          WHERE a.actor = 'operator' AND a.kind IN ('stop', 'destroy') AND a.outcome = 'failed'
-            AND i.state NOT IN ('gone', 'stopped')
-            AND NOT EXISTS (SELECT 1 FROM actions b
-                             WHERE b.instance_id = a.instance_id AND b.id > a.id
-                               AND b.kind IN ('stop', 'destroy') AND b.outcome = 'ok')
-            AND a.id = (SELECT MAX(c.id) FROM actions c
-                         WHERE c.instance_id = a.instance_id AND c.actor = 'operator'
-                           AND c.kind IN ('stop', 'destroy'))
-          ORDER BY a.id DESC",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
