@@ -288,15 +288,47 @@ fn substitute(line: &str, p: &UnitParams) -> String {
 /// The `--state-dir` of an `ExecStart` as `systemctl show` gives it
 /// (`{ path=... ; argv[]=BIN --config C --state-dir D run ; ... }`, specifiers resolved).
 fn exec_show_state_dir(exec: &str) -> Option<String> {
+    exec_show_arg(exec, "--state-dir")
+}
+
+/// The word after `flag` in an `ExecStart` as `systemctl show` gives it.
+fn exec_show_arg(exec: &str, flag: &str) -> Option<String> {
     let argv = exec.split("argv[]=").nth(1)?.split(" ;").next()?;
-    state_dir_arg(argv).map(String::from)
+    arg_after(argv, flag).map(String::from)
 }
 
 /// The word after `--state-dir` in a command line.
 fn state_dir_arg(command: &str) -> Option<&str> {
+    arg_after(command, "--state-dir")
+}
+
+fn arg_after<'a>(command: &'a str, flag: &str) -> Option<&'a str> {
     let mut words = command.split_whitespace();
-    words.find(|w| *w == "--state-dir")?;
+    words.find(|w| *w == flag)?;
     words.next()
+}
+
+/// A time span as `systemctl show` prints it (`2min 30s`, `1h`, `500ms`), in whole seconds;
+/// None for `infinity` or anything else.
+pub fn time_span_secs(text: &str) -> Option<u64> {
+    let mut total_us: u128 = 0;
+    for word in text.split_whitespace() {
+        let split = word.find(|c: char| !c.is_ascii_digit())?;
+        let (n, unit) = word.split_at(split);
+        let n: u128 = n.parse().ok()?;
+        let us: u128 = match unit {
+            "us" | "usec" => 1,
+            "ms" | "msec" => 1_000,
+            "s" | "sec" => 1_000_000,
+            "min" | "m" => 60_000_000,
+            "h" | "hr" => 3_600_000_000,
+            "d" => 86_400_000_000,
+            "w" => 604_800_000_000,
+            _ => return None,
+        };
+        total_us = total_us.checked_add(n.checked_mul(us)?)?;
+    }
+    (total_us > 0).then(|| u64::try_from(total_us / 1_000_000).unwrap_or(u64::MAX))
 }
 
 /// The `--state-dir` a rendered service unit's `ExecStart=` names (unescaped), if any.
@@ -386,6 +418,12 @@ pub struct UnitState {
     /// units that run another state dir than its own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
+    /// The services' `--config`, as systemd runs them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    /// `TimeoutStartSec=` in seconds as systemd holds it (None: infinity, or not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_start_secs: Option<u64>,
 }
 
 /// The five units' states in one manager, keyed by unit name (serialized as that map).
@@ -458,7 +496,7 @@ fn show(scope: Scope, env: &[(String, String)]) -> Option<UnitStates> {
         "show",
         "--no-pager",
         "-p",
-        "Id,LoadState,ActiveState,SubState,Result,ExecStart",
+        "Id,LoadState,ActiveState,SubState,Result,ExecStart,TimeoutStartUSec",
     ]);
     cmd.args(TEMPLATES.iter().map(|(n, _)| *n));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -512,6 +550,12 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 problem,
                 fix: None,
                 state_dir: props.get("ExecStart").and_then(|e| exec_show_state_dir(e)),
+                config: props
+                    .get("ExecStart")
+                    .and_then(|e| exec_show_arg(e, "--config")),
+                timeout_start_secs: props
+                    .get("TimeoutStartUSec")
+                    .and_then(|t| time_span_secs(t)),
             },
         );
     }

@@ -32,8 +32,18 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
         units: units.as_ref(),
     });
     let ok = checks.iter().all(crate::doctor::Check::ok);
+    // Which install these checks speak for: with two installs on a host, or a stray
+    // FLEETAGENT_CONFIG in a shell, "ok" could be the other's (a walkthrough).
+    let install = crate::store::Store::open_for_report(&dir, app.now())
+        .ok()
+        .and_then(|s| crate::store::ops::install_id(&s.conn).ok());
+    let config_path = loaded.file_found.then(|| loaded.path.display().to_string());
     if args.json {
-        crate::outln!("{}", crate::doctor::json(&checks));
+        let mut v = crate::doctor::json(&checks);
+        v["state_dir"] = dir.display().to_string().into();
+        v["config"] = config_path.clone().into();
+        v["install_id"] = install.clone().into();
+        crate::outln!("{v}");
     } else if ok {
         crate::outln!("ok");
     } else {
@@ -41,6 +51,16 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
             crate::outln!("{line}");
         }
     }
+    note(&format!(
+        "state dir {} (install {}), config {}",
+        dir.display(),
+        install
+            .as_deref()
+            .unwrap_or("unknown: no readable database"),
+        config_path
+            .as_deref()
+            .unwrap_or("none (every key at its default)")
+    ));
     for n in crate::doctor::notes(&app.env) {
         note(&n);
     }

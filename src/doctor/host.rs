@@ -310,28 +310,61 @@ pub(super) fn simulation(conn: &rusqlite::Connection, dir: &Path) -> Vec<Problem
 /// Each unit systemd reports failed, rate limited or inactive, with the command that clears it;
 /// and a service that runs another state dir than `state_dir` (units installed again for
 /// another one: nothing runs passes for this database, whose fleet bills on).
-pub(super) fn units(units: Option<&Value>, state_dir: &Path) -> Vec<Problem> {
+pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) -> Vec<Problem> {
     let Some(units) = units.and_then(|u| u.as_object()) else {
         return Vec::new();
     };
-    let elsewhere = units
+    let service = units
         .get(crate::units::SERVICE)
-        .filter(|u| u.get("load_state").and_then(Value::as_str) == Some("loaded"))
-        .and_then(|u| u.get("state_dir").and_then(Value::as_str))
+        .filter(|u| u.get("load_state").and_then(Value::as_str) == Some("loaded"));
+    let field = |k: &str| service.and_then(|u| u.get(k).and_then(Value::as_str));
+    // The fixes in the units' own scope and with their config (a re-test followed one as
+    // root, which wrote system units for user ones; and paired their state dir with
+    // doctor's config).
+    let user = if field("manager") == Some("user") {
+        " --user"
+    } else {
+        ""
+    };
+    let elsewhere = field("state_dir")
         .filter(|d| !crate::paths::same_dir(Path::new(d), state_dir))
         .map(|d| {
+            let theirs = field("config").map_or(String::new(), |c| format!(" --config {c}"));
             Problem::new(format!(
                 "the installed {} runs state dir {d}, not this one ({}): no pass runs for this database, and the fleet it knows is watched by nothing",
                 crate::units::SERVICE,
                 state_dir.display()
             ))
             .fix(format!(
-                "install the units for this state dir (`fleetagent --state-dir {} units install`), or look at the one they run (`fleetagent --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\"",
+                "install the units for this state dir (`fleetagent --state-dir {} units install{user}`, with this doctor's --config if you gave one), or look at the one they run (`fleetagent{theirs} --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\"",
+                state_dir.display()
+            ))
+        });
+    // `TimeoutStartSec=` is written by `units install` from `run.deadline_secs`: a deadline
+    // raised since is cut short by systemd, whose kill says nothing of the lock's holder, and
+    // the path unit starts the run again (a walkthrough).
+    let wanted = config
+        .run
+        .deadline_secs
+        .saturating_add(crate::units::TIMEOUT_MARGIN_SECS);
+    let short = service
+        .filter(|_| elsewhere.is_none())
+        .and_then(|u| u.get("timeout_start_secs").and_then(Value::as_u64))
+        .filter(|t| *t < wanted)
+        .map(|t| {
+            Problem::new(format!(
+                "the installed {} is stopped by systemd after {t} s (TimeoutStartSec=), under run.deadline_secs + {} s = {wanted} s: a pass that runs to its deadline is killed without saying why, and the doorbell starts it again",
+                crate::units::SERVICE,
+                crate::units::TIMEOUT_MARGIN_SECS
+            ))
+            .fix(format!(
+                "`fleetagent --state-dir {} units install{user}` again (with this doctor's --config if you gave one), then `systemctl{user} daemon-reload`",
                 state_dir.display()
             ))
         });
     elsewhere
         .into_iter()
+        .chain(short)
         .chain(units.iter().filter_map(|(name, u)| {
             let problem = u.get("problem").and_then(|p| p.as_str())?;
             let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
@@ -504,7 +537,8 @@ mod tests {
             }
             serde_json::json!({ crate::units::SERVICE: svc })
         };
-        let p = units(Some(&shown(Some("/srv/other"))), here.path());
+        let c = Config::default();
+        let p = units(Some(&shown(Some("/srv/other"))), here.path(), &c);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(
             p[0].detail.starts_with(
@@ -513,8 +547,47 @@ mod tests {
             "{p:?}"
         );
         let same = here.path().to_str().unwrap();
-        assert!(units(Some(&shown(Some(same))), here.path()).is_empty());
-        assert!(units(Some(&shown(None)), here.path()).is_empty());
+        assert!(units(Some(&shown(Some(same))), here.path(), &c).is_empty());
+        assert!(units(Some(&shown(None)), here.path(), &c).is_empty());
+        // User units, with their config: the fixes say `--user` and pair their state dir with
+        // their config (a re-test followed the fix as root and wrote system units).
+        let mut user = shown(Some("/srv/other"));
+        user[crate::units::SERVICE]["manager"] = "user".into();
+        user[crate::units::SERVICE]["config"] = "/home/op/b.toml".into();
+        let fix = units(Some(&user), here.path(), &c)[0].fix.clone().unwrap();
+        assert!(
+            fix.contains(&format!(
+                "`fleetagent --state-dir {same} units install --user`"
+            )) && fix
+                .contains("`fleetagent --config /home/op/b.toml --state-dir /srv/other doctor`"),
+            "{fix}"
+        );
+    }
+
+    /// A `TimeoutStartSec=` under `run.deadline_secs` + 60 (the deadline raised after `units
+    /// install`): systemd kills a pass before its deadline says why; named with the fix.
+    #[test]
+    fn a_unit_timeout_under_the_deadline_is_named() {
+        let here = tempfile::tempdir().unwrap();
+        let same = here.path().to_str().unwrap();
+        let shown = |t: u64| {
+            serde_json::json!({ crate::units::SERVICE: {
+                "load_state": "loaded", "active_state": "inactive", "manager": "user",
+                "state_dir": same, "timeout_start_secs": t }})
+        };
+        let mut c = Config::default();
+        c.run.deadline_secs = 900;
+        let p = units(Some(&shown(150)), here.path(), &c);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            p[0].line(),
+            format!("the installed fleetagent.service is stopped by systemd after 150 s (TimeoutStartSec=), under run.deadline_secs + 60 s = 960 s: a pass that runs to its deadline is killed without saying why, and the doorbell starts it again; fix: `fleetagent --state-dir {same} units install --user` again (with this doctor's --config if you gave one), then `systemctl --user daemon-reload`")
+        );
+        assert!(units(Some(&shown(960)), here.path(), &c).is_empty());
+        assert_eq!(crate::units::time_span_secs("16min"), Some(960));
+        assert_eq!(crate::units::time_span_secs("2min 30s"), Some(150));
+        assert_eq!(crate::units::time_span_secs("infinity"), None);
+        assert_eq!(crate::units::time_span_secs("1h 500ms"), Some(3600));
     }
 
     /// Another process's open write transaction is named, and an immutable file (where the

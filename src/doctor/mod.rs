@@ -203,7 +203,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     let read_only = disk.iter().any(|p| p.detail.contains("read-only"));
     found.add("state_dir", host::state_dir(i.state_dir, read_only));
     found.add("disk", disk);
-    found.add("units", host::units(i.units, i.state_dir));
+    found.add("units", host::units(i.units, i.state_dir, i.config));
     found.add("config", setup::config(i.config, i.config_missing));
     let mut secrets = setup::secrets(i.config, i.env);
     let (ha, follows, shared_install) = outside::ha(i.config, i.env, i.state_dir, i.now);
