@@ -434,8 +434,7 @@ impl HttpVastClient {
                 attempt += 1;
                 continue;
             }
-            // 500 too: every call but a create is idempotent (a DELETE answered 500 once was
-            // the panic button's only try: a walkthrough).
+            // 500 too: all but a create are idempotent (a panic button's DELETE got one try).
             if matches!(answer.status, 500 | 502..=504) && !is_create && !last_attempt {
                 let wait = retry_after_secs(answer.retry_after.as_deref())
                     .map_or(backoff, |r| r.max(backoff));
