@@ -461,7 +461,30 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         } else {
             FIX.to_string()
         })],
-        (None, None) => Vec::new(),
+        (None, None) => shared_textfile(conn, path),
+    }
+}
+
+/// The textfile another install wrote last (its `fleetagent_install_info`): two installs
+/// given one `[metrics] textfile` overwrite each other's figures, and monitoring reads
+/// whichever ran last (a walkthrough: one install's `max_instances` read as the other's).
+fn shared_textfile(conn: &Connection, path: &Path) -> Vec<Problem> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let theirs = text.lines().find_map(|l| {
+        let rest = l.strip_prefix("fleetagent_install_info{")?;
+        let at = rest.find("install_id=\"")? + "install_id=\"".len();
+        rest[at..].split('"').next().map(str::to_string)
+    });
+    let ours = crate::store::ops::install_id(conn).ok();
+    match (theirs, ours) {
+        (Some(theirs), Some(ours)) if theirs != ours => vec![Problem::new(format!(
+            "the metrics textfile {} was last written by install {theirs}, not this one ({ours}): two installs share it, and each overwrites the other's figures",
+            path.display()
+        ))
+        .fix("give each install its own [metrics] textfile (node_exporter reads every *.prom in its dir)")],
+        _ => Vec::new(),
     }
 }
 
@@ -471,6 +494,32 @@ mod tests {
 
     /// A metrics dir on a read-only file system is said so, with a fix that can help (where
     /// this user may mount one: root, as CI runs).
+    /// A textfile another install wrote last (two installs given one `[metrics] textfile`):
+    /// named; this install's own, or one with no install line (an older build's), is not.
+    #[test]
+    fn a_metrics_textfile_another_install_wrote_is_named() {
+        let (dir, s) = crate::store::test_store(0);
+        let ours = crate::store::ops::install_id(&s.conn).unwrap();
+        let prom = dir.path().join("fleetagent.prom");
+        let mut config = Config::default();
+        config.metrics.textfile = Some(prom.clone());
+        let write = |id: &str| {
+            std::fs::write(&prom, format!("# HELP x\nfleetagent_install_info{{install_id=\"{id}\"}} 1\nfleetagent_max_instances 1\n")).unwrap()
+        };
+        assert!(metrics(&s.conn, &config, 0).is_empty(), "no file yet");
+        write(&ours);
+        assert!(metrics(&s.conn, &config, 0).is_empty());
+        std::fs::write(&prom, "fleetagent_max_instances 1\n").unwrap();
+        assert!(metrics(&s.conn, &config, 0).is_empty());
+        write("zz9plu");
+        let p = metrics(&s.conn, &config, 0);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(
+            p[0].line(),
+            format!("the metrics textfile {} was last written by install zz9plu, not this one ({ours}): two installs share it, and each overwrites the other's figures; fix: give each install its own [metrics] textfile (node_exporter reads every *.prom in its dir)", prom.display())
+        );
+    }
+
     #[test]
     fn a_metrics_dir_on_a_read_only_file_system_is_named() {
         let (dir, s) = crate::store::test_store(0);

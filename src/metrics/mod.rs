@@ -248,6 +248,16 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "When this database was made (Unix seconds; its first session).",
         created.unwrap_or(0) as f64 / 1000.0,
     ));
+    // Whose file this is: doctor names a textfile another install wrote last.
+    f.push(Family {
+        name: "fleetagent_install_info",
+        kind: "gauge",
+        help: "Always 1; its install_id label names the install that wrote this file.",
+        samples: vec![(
+            vec![("install_id", crate::store::ops::install_id(conn)?)],
+            1.0,
+        )],
+    });
     f.push(one(
         "fleetagent_metrics_timestamp_seconds",
         "gauge",
