@@ -218,12 +218,15 @@ pub(crate) fn open_for_brake(app: &App, what: &str) -> Result<(LoadedConfig, Pat
 }
 
 /// With `[ha] enabled`: this host leads (the store linked to the shared database), or the
-/// command fails naming the leader.
+/// command fails naming the leader. The lease keeper runs while the command does, as in a
+/// pass: without it the panic button's fence failed after a few slow destroys on a lease
+/// the poll timer was not renewing (6 of 9 instances left billing, no host leading), and
+/// with the database gone silent it waited for ever (a walkthrough on two hosts).
 pub(crate) fn lead(app: &App, loaded: &LoadedConfig, store: &mut Store, what: &str) -> Result<()> {
     let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? else {
         return Ok(());
     };
-    match crate::ha::node::start(&settings, store, app.now(), false)? {
+    match crate::ha::node::start(&settings, store, app.now(), true)? {
         crate::ha::node::Start::Leader { .. } => Ok(()),
         crate::ha::node::Start::Follower { holder, epoch, .. } => anyhow::bail!(
             "{what} changes the state the hosts share, and this host ({}) is a follower: {holder} leads (epoch {epoch}); run it there, or `fleetagent ha release` there first",

@@ -160,3 +160,34 @@ fn a_host_whose_clock_is_off_is_named_by_every_doctor() {
         );
     }
 }
+
+/// The panic button on the leader outlasts the lease (slow destroys, no poll renewing it):
+/// the lease keeper runs while it does, and every instance of ours goes. Without it the
+/// fence failed after a few destroys, 6 of 9 were left billing and no host led (a
+/// walkthrough on two hosts).
+#[test]
+fn the_panic_button_holds_the_lease_for_as_long_as_it_destroys() {
+    let Pair {
+        db: _db,
+        vast,
+        _demand,
+        a,
+        b: _b,
+    } = pair();
+    a.cmd(&["run"]).ok();
+    let iid = a.inspect()["install_id"].as_str().unwrap().to_string();
+    vast.add_instance(&format!("fleetagent-{iid}-r1-0a0b0c0d"));
+    let ours = vast.instance_ids().len();
+    assert!(ours >= 2, "{ours}");
+    // vast.ai's destroys are spaced 3 s apart (ratelimit::DESTROY_SPACING): they take past
+    // the lease (5 s) less its fence margin (2 s).
+    let out = a.cmd(&["instances", "stop", "--all", "--reason", "drill"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .contains(&format!("destroyed {ours} of {ours} instance(s) of ours")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(vast.count(Route::Destroy), ours);
+}
