@@ -11,7 +11,14 @@ pub fn run(app: &App) -> Result<()> {
     let config = &loaded.config;
     let ha = crate::ha::node::Settings::of(config, &app.env)?;
     if let Some(settings) = &ha {
-        if !ha_poll(settings, &mut store, &dir, app.now())? {
+        let polled = ha_poll(settings, &mut store, &dir, app.now()).inspect_err(|e| {
+            // The textfile says the shared database is unreachable now, not at the next run
+            // (a follower's file said `fleetagent_ha_database_ok 1`, the leader's also
+            // `fleetagent_ha_leader 1`, while every poll failed: a walkthrough).
+            let status = crate::ha::status::unconfigured(config, e);
+            crate::metrics::after_run(config, &dir, app.now(), Some(&status));
+        })?;
+        if !polled {
             drop(store);
             follower_lists_vast(settings, app, config);
             crate::metrics::after_role_change(config, &app.env, &dir, app.now());

@@ -191,3 +191,33 @@ fn the_panic_button_holds_the_lease_for_as_long_as_it_destroys() {
     );
     assert_eq!(vast.count(Route::Destroy), ours);
 }
+
+/// A `poll` that cannot reach the shared database rewrites the textfile saying so: the
+/// leader's file still read `fleetagent_ha_database_ok 1` and `fleetagent_ha_leader 1` until
+/// its next run (a walkthrough with the database stopped).
+#[test]
+fn a_poll_that_cannot_reach_the_database_says_so_in_the_textfile() {
+    let Pair {
+        db: _db,
+        vast: _vast,
+        _demand,
+        a,
+        b: _b,
+    } = pair();
+    a.cmd(&["run"]).ok();
+    let sample = |name: &str| {
+        let text = std::fs::read_to_string(a.path().join("fleetagent.prom")).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_string))
+    };
+    assert_eq!(sample("fleetagent_ha_leader").as_deref(), Some("1"));
+    let mut poll = a.command(&["poll"]);
+    poll.env(
+        "FLEETAGENT_HA_DB_URL",
+        "postgresql://fleet@127.0.0.1:1/gone?sslmode=disable",
+    );
+    let out = Run::from(poll.output().unwrap());
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(sample("fleetagent_ha_database_ok").as_deref(), Some("0"));
+    assert_eq!(sample("fleetagent_ha_leader").as_deref(), Some("0"));
+}
