@@ -228,9 +228,17 @@ pub(crate) fn lead(app: &App, loaded: &LoadedConfig, store: &mut Store, what: &s
     };
     match crate::ha::node::start(&settings, store, app.now(), true)? {
         crate::ha::node::Start::Leader { .. } => Ok(()),
-        crate::ha::node::Start::Follower { holder, epoch, .. } => anyhow::bail!(
-            "{what} changes the state the hosts share, and this host ({}) is a follower: {holder} leads (epoch {epoch}); run it there, or `fleetagent ha release` there first",
-            settings.host
+        // When the leader is dead, neither "there" is possible: the lease's time left says
+        // when this command works here (a walkthrough with the leader's host down).
+        crate::ha::node::Start::Follower {
+            holder,
+            epoch,
+            lease_left,
+            ..
+        } => anyhow::bail!(
+            "{what} changes the state the hosts share, and this host ({}) is a follower: {holder} leads (epoch {epoch}); run it there, or `fleetagent ha release` there first; if {holder} is down, its lease lapses in {}s and this command then works here",
+            settings.host,
+            lease_left.as_secs().max(1)
         ),
         crate::ha::node::Start::Released { epoch, hold_left, .. } => anyhow::bail!(
             "{what} changes the state the hosts share, and this host ({}) released the lease (epoch {epoch}) for another host to take; run it on the host that leads next (`fleetagent ha status`), or here in {}s",

@@ -192,19 +192,30 @@ fn the_panic_button_holds_the_lease_for_as_long_as_it_destroys() {
     assert_eq!(vast.count(Route::Destroy), ours);
 }
 
-/// A `poll` that cannot reach the shared database rewrites the textfile saying so: the
-/// leader's file still read `fleetagent_ha_database_ok 1` and `fleetagent_ha_leader 1` until
-/// its next run (a walkthrough with the database stopped).
+/// The panic button on a follower is refused naming the leader, and says when it works here
+/// should the leader be down: "run it there" is impossible then. A `poll` that cannot reach
+/// the shared database rewrites the textfile saying so: the leader's file still read
+/// `fleetagent_ha_database_ok 1` and `fleetagent_ha_leader 1` until its next run. (Both from
+/// a walkthrough on two hosts.)
 #[test]
-fn a_poll_that_cannot_reach_the_database_says_so_in_the_textfile() {
+fn a_followers_panic_button_and_a_poll_without_the_database_say_what_holds() {
     let Pair {
         db: _db,
-        vast: _vast,
+        vast,
         _demand,
         a,
-        b: _b,
+        b,
     } = pair();
     a.cmd(&["run"]).ok();
+    let out = b.cmd(&["instances", "stop", "--all", "--reason", "drill"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("and this host (host-b) is a follower: host-a leads (epoch 1); run it there, or `fleetagent ha release` there first; if host-a is down, its lease lapses in "),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy), 0);
+
     let sample = |name: &str| {
         let text = std::fs::read_to_string(a.path().join("fleetagent.prom")).unwrap();
         text.lines()
