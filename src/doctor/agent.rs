@@ -320,13 +320,26 @@ fn pass_actions(conn: &Connection, now: Millis) -> Vec<Problem> {
         Ok(l) => l,
         Err(e) => return vec![unreadable("runs", &e)],
     };
+    // WORKERS DEAD with every launch refused is said beside the pass's failures, not instead
+    // of them: a destroy of a flagged instance that failed holds the slot the refused launch
+    // needed, and raising the cap is not its fix (a walkthrough).
+    let mut found = Vec::new();
     if let Some(run) = last.as_ref().filter(|r| r.emergency) {
         match dead_and_refused(conn, run, now) {
-            Ok(Some(p)) => return vec![p],
-            Ok(None) => {}
+            Ok(p) => found.extend(p),
             Err(e) => return vec![unreadable("actions", &e)],
         }
     }
+    found.extend(failed_pass(conn, last, now));
+    found
+}
+
+/// The last pass asked for launches or stops and every one failed at vast.ai.
+fn failed_pass(
+    conn: &Connection,
+    last: Option<crate::store::runs::Run>,
+    now: Millis,
+) -> Vec<Problem> {
     let Some(run) = last.filter(|r| r.verdict == Some(Verdict::ActionFailed)) else {
         return Vec::new();
     };

@@ -78,3 +78,63 @@ fn workers_dead_with_every_launch_refused_is_a_problem() {
     .unwrap();
     assert!(agent::actions(&s.conn, NOW).is_empty());
 }
+
+/// WORKERS DEAD with every launch refused, in a pass whose destroy of a flagged instance
+/// failed: both are said, the failed destroy with its error (the refusal alone hid it, and
+/// its fix, raising the cap, is not what frees the slot: a walkthrough).
+#[test]
+fn a_failed_destroy_beside_a_refused_emergency_launch_is_said_too() {
+    let (_dir, s) = test_store(NOW);
+    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
+    let o = Outcome {
+        verdict: Verdict::ActionFailed,
+        actions: ActionCounts {
+            ok: 0,
+            refused: 1,
+            failed: 1,
+        },
+        ..Outcome::new(true)
+    };
+    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    for (kind, outcome, code, detail) in [
+        (
+            "destroy",
+            "failed",
+            None,
+            "vast.ai HTTP 500 server_error: destroy broke",
+        ),
+        (
+            "launch",
+            "refused",
+            Some("instance_cap"),
+            "instance_cap: 1 instances",
+        ),
+    ] {
+        crate::store::actions::insert(
+            &s.conn,
+            &crate::store::actions::NewAction {
+                run_id: Some(run),
+                kind,
+                outcome,
+                actor: "rules",
+                code,
+                detail: Some(detail),
+                ..Default::default()
+            },
+            NOW - 2 * MIN,
+        )
+        .unwrap();
+    }
+    let p = agent::actions(&s.conn, NOW);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].line()
+            .starts_with("WORKERS DEAD and every launch of the last pass"),
+        "{p:?}"
+    );
+    assert!(
+        p[1].line()
+            .contains("the first, a destroy: vast.ai HTTP 500 server_error: destroy broke"),
+        "{p:?}"
+    );
+}
