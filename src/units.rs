@@ -308,14 +308,22 @@ fn arg_after<'a>(command: &'a str, flag: &str) -> Option<&'a str> {
     words.next()
 }
 
-/// A time span as `systemctl show` prints it (`2min 30s`, `1h`, `500ms`), in whole seconds;
-/// None for `infinity` or anything else.
+/// A time span as `systemctl show` prints it (`2min 30s`, `1h`, `500ms`, `1min 30.500000s`),
+/// in whole seconds, rounded down; None for `infinity` or anything else.
 pub fn time_span_secs(text: &str) -> Option<u64> {
     let mut total_us: u128 = 0;
     for word in text.split_whitespace() {
-        let split = word.find(|c: char| !c.is_ascii_digit())?;
+        let split = word.find(|c: char| !c.is_ascii_digit() && c != '.')?;
         let (n, unit) = word.split_at(split);
-        let n: u128 = n.parse().ok()?;
+        let (whole, frac) = n.split_once('.').unwrap_or((n, ""));
+        let whole: u128 = whole.parse().ok()?;
+        // The fraction in millionths of the unit (systemd prints at most 6 digits).
+        let digits: String = frac.chars().chain(std::iter::repeat('0')).take(6).collect();
+        let frac: u128 = if frac.is_empty() {
+            0
+        } else {
+            digits.parse().ok()?
+        };
         let us: u128 = match unit {
             "us" | "usec" => 1,
             "ms" | "msec" => 1_000,
@@ -326,7 +334,10 @@ pub fn time_span_secs(text: &str) -> Option<u64> {
             "w" => 604_800_000_000,
             _ => return None,
         };
-        total_us = total_us.checked_add(n.checked_mul(us)?)?;
+        let part = whole
+            .checked_mul(us)?
+            .checked_add(frac.checked_mul(us)? / 1_000_000)?;
+        total_us = total_us.checked_add(part)?;
     }
     (total_us > 0).then(|| u64::try_from(total_us / 1_000_000).unwrap_or(u64::MAX))
 }
@@ -421,9 +432,13 @@ pub struct UnitState {
     /// The services' `--config`, as systemd runs them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
-    /// `TimeoutStartSec=` in seconds as systemd holds it (None: infinity, or not read).
+    /// `TimeoutStartSec=` in seconds as systemd holds it, rounded down (None: infinity, or
+    /// not read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_start_secs: Option<u64>,
+    /// The unit's drop-in files (systemd's `DropInPaths`), space-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drop_ins: Option<String>,
 }
 
 /// The five units' states in one manager, keyed by unit name (serialized as that map).
@@ -496,7 +511,7 @@ fn show(scope: Scope, env: &[(String, String)]) -> Option<UnitStates> {
         "show",
         "--no-pager",
         "-p",
-        "Id,LoadState,ActiveState,SubState,Result,ExecStart,TimeoutStartUSec",
+        "Id,LoadState,ActiveState,SubState,Result,ExecStart,TimeoutStartUSec,DropInPaths",
     ]);
     cmd.args(TEMPLATES.iter().map(|(n, _)| *n));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -556,6 +571,11 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 timeout_start_secs: props
                     .get("TimeoutStartUSec")
                     .and_then(|t| time_span_secs(t)),
+                drop_ins: props
+                    .get("DropInPaths")
+                    .map(|d| d.trim())
+                    .filter(|d| !d.is_empty())
+                    .map(String::from),
             },
         );
     }

@@ -25,7 +25,7 @@ impl App {
     }
 
     /// Where the config is: `--config`, else `$FLEETAGENT_CONFIG`, else the default.
-    fn config_path(&self) -> (PathBuf, config::ConfigOrigin) {
+    pub(crate) fn config_path(&self) -> (PathBuf, config::ConfigOrigin) {
         let env_value = self.env.get("FLEETAGENT_CONFIG");
         config::resolve_path(self.config_flag.as_deref(), env_value.as_deref())
     }

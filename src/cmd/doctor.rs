@@ -13,10 +13,17 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
             // A monitor reading --json gets JSON here too: the config check fails, the rest
             // are not checked; the error line and exit 2 as for every config error.
             if args.json {
-                crate::outln!(
-                    "{}",
-                    crate::doctor::json(&crate::doctor::config_unreadable(&e))
-                );
+                // The keys that name the install are there, null where the config would
+                // have said (a re-test found them missing on a config error).
+                let mut v = crate::doctor::json(&crate::doctor::config_unreadable(&e));
+                v["state_dir"] = app
+                    .state_dir_flag
+                    .as_ref()
+                    .map(|d| d.display().to_string())
+                    .into();
+                v["config"] = app.config_path().0.display().to_string().into();
+                v["install_id"] = serde_json::Value::Null;
+                crate::outln!("{v}");
             }
             return Err(e);
         }
@@ -25,6 +32,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let units = crate::units::unit_states_json();
     let checks = crate::doctor::checks(&crate::doctor::Inputs {
         config: &loaded.config,
+        config_path: &loaded.path,
         config_missing: (!loaded.file_found).then_some(loaded.path.as_path()),
         env: &app.env,
         state_dir: &dir,

@@ -226,7 +226,7 @@ pub(crate) fn lead(app: &App, loaded: &LoadedConfig, store: &mut Store, what: &s
     let Some(settings) = crate::ha::node::Settings::of(&loaded.config, &app.env)? else {
         return Ok(());
     };
-    match crate::ha::node::start(&settings, store, app.now(), true)? {
+    match crate::ha::node::start(&settings, store, app.now(), Some(what))? {
         crate::ha::node::Start::Leader { .. } => Ok(()),
         // When the leader is dead, neither "there" is possible: the lease's time left says
         // when this command works here (a walkthrough with the leader's host down).

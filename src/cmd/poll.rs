@@ -86,7 +86,7 @@ fn ha_poll(
     dir: &std::path::Path,
     now: crate::clock::Millis,
 ) -> Result<bool> {
-    let started = crate::ha::node::start(settings, store, now, false)?;
+    let started = crate::ha::node::start(settings, store, now, None)?;
     let crate::ha::node::Start::Leader { epoch, .. } = &started else {
         if let Some(line) = started.not_leading(&settings.host) {
             log::debug!("poll: {line}");

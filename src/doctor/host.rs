@@ -310,7 +310,12 @@ pub(super) fn simulation(conn: &rusqlite::Connection, dir: &Path) -> Vec<Problem
 /// Each unit systemd reports failed, rate limited or inactive, with the command that clears it;
 /// and a service that runs another state dir than `state_dir` (units installed again for
 /// another one: nothing runs passes for this database, whose fleet bills on).
-pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) -> Vec<Problem> {
+pub(super) fn units(
+    units: Option<&Value>,
+    state_dir: &Path,
+    config: &Config,
+    config_path: Option<&Path>,
+) -> Vec<Problem> {
     let Some(units) = units.and_then(|u| u.as_object()) else {
         return Vec::new();
     };
@@ -326,6 +331,15 @@ pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) ->
     } else {
         ""
     };
+    // This doctor's own config, spelled out: a fix without it installed units that ran the
+    // default config path, which did not exist (a re-test followed it literally).
+    let ours = config_path.map_or(String::new(), |c| {
+        format!(" --config {}", absolute(c).display())
+    });
+    let install = format!(
+        "fleetagent{ours} --state-dir {} units install{user}",
+        state_dir.display()
+    );
     let elsewhere = field("state_dir")
         .filter(|d| !crate::paths::same_dir(Path::new(d), state_dir))
         .map(|d| {
@@ -336,10 +350,29 @@ pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) ->
                 state_dir.display()
             ))
             .fix(format!(
-                "install the units for this state dir (`fleetagent --state-dir {} units install{user}`, with this doctor's --config if you gave one), or look at the one they run (`fleetagent{theirs} --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\"",
-                state_dir.display()
+                "install the units for this state dir (`{install}`), or look at the one they run (`fleetagent{theirs} --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\""
             ))
         });
+    // The same state dir under another config: the passes decide by a config this doctor
+    // does not judge.
+    let other_config = match (field("config"), config_path) {
+        (Some(theirs), Some(mine))
+            if elsewhere.is_none()
+                && absolute(Path::new(theirs)) != absolute(mine) =>
+        {
+            Some(
+                Problem::new(format!(
+                    "the installed {} runs config {theirs}, not this doctor's ({}): the passes decide by a config these checks do not read",
+                    crate::units::SERVICE,
+                    mine.display()
+                ))
+                .fix(format!(
+                    "run doctor with `--config {theirs}`, or install the units for this config (`{install}`)"
+                )),
+            )
+        }
+        _ => None,
+    };
     // `TimeoutStartSec=` is written by `units install` from `run.deadline_secs`: a deadline
     // raised since is cut short by systemd, whose kill says nothing of the lock's holder, and
     // the path unit starts the run again (a walkthrough).
@@ -352,18 +385,24 @@ pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) ->
         .and_then(|u| u.get("timeout_start_secs").and_then(Value::as_u64))
         .filter(|t| *t < wanted)
         .map(|t| {
+            // A drop-in's TimeoutStartSec= outlives `units install` (a re-test followed the
+            // fix for ever): named when systemd reads one.
+            let fix = match field("drop_ins") {
+                Some(d) => format!(
+                    "the unit's drop-in(s) {d} may set it: edit or remove TimeoutStartSec= there; else `{install}` again; then `systemctl{user} daemon-reload`"
+                ),
+                None => format!("`{install}` again, then `systemctl{user} daemon-reload`"),
+            };
             Problem::new(format!(
                 "the installed {} is stopped by systemd after {t} s (TimeoutStartSec=), under run.deadline_secs + {} s = {wanted} s: a pass that runs to its deadline is killed without saying why, and the doorbell starts it again",
                 crate::units::SERVICE,
                 crate::units::TIMEOUT_MARGIN_SECS
             ))
-            .fix(format!(
-                "`fleetagent --state-dir {} units install{user}` again (with this doctor's --config if you gave one), then `systemctl{user} daemon-reload`",
-                state_dir.display()
-            ))
+            .fix(fix)
         });
     elsewhere
         .into_iter()
+        .chain(other_config)
         .chain(short)
         .chain(units.iter().filter_map(|(name, u)| {
             let problem = u.get("problem").and_then(|p| p.as_str())?;
@@ -378,6 +417,11 @@ pub(super) fn units(units: Option<&Value>, state_dir: &Path, config: &Config) ->
             Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{fix}{wait}")))
         }))
         .collect()
+}
+
+/// `path` made absolute against the working dir (as given when that fails).
+fn absolute(path: &Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
@@ -587,7 +631,7 @@ mod tests {
             serde_json::json!({ crate::units::SERVICE: svc })
         };
         let c = Config::default();
-        let p = units(Some(&shown(Some("/srv/other"))), here.path(), &c);
+        let p = units(Some(&shown(Some("/srv/other"))), here.path(), &c, None);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(
             p[0].detail.starts_with(
@@ -596,17 +640,21 @@ mod tests {
             "{p:?}"
         );
         let same = here.path().to_str().unwrap();
-        assert!(units(Some(&shown(Some(same))), here.path(), &c).is_empty());
-        assert!(units(Some(&shown(None)), here.path(), &c).is_empty());
+        assert!(units(Some(&shown(Some(same))), here.path(), &c, None).is_empty());
+        assert!(units(Some(&shown(None)), here.path(), &c, None).is_empty());
         // User units, with their config: the fixes say `--user` and pair their state dir with
         // their config (a re-test followed the fix as root and wrote system units).
         let mut user = shown(Some("/srv/other"));
         user[crate::units::SERVICE]["manager"] = "user".into();
         user[crate::units::SERVICE]["config"] = "/home/op/b.toml".into();
-        let fix = units(Some(&user), here.path(), &c)[0].fix.clone().unwrap();
+        let mine = Path::new("/home/op/a.toml");
+        let fix = units(Some(&user), here.path(), &c, Some(mine))[0]
+            .fix
+            .clone()
+            .unwrap();
         assert!(
             fix.contains(&format!(
-                "`fleetagent --state-dir {same} units install --user`"
+                "`fleetagent --config /home/op/a.toml --state-dir {same} units install --user`"
             )) && fix
                 .contains("`fleetagent --config /home/op/b.toml --state-dir /srv/other doctor`"),
             "{fix}"
@@ -626,17 +674,55 @@ mod tests {
         };
         let mut c = Config::default();
         c.run.deadline_secs = 900;
-        let p = units(Some(&shown(150)), here.path(), &c);
+        let p = units(Some(&shown(150)), here.path(), &c, None);
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(
             p[0].line(),
-            format!("the installed fleetagent.service is stopped by systemd after 150 s (TimeoutStartSec=), under run.deadline_secs + 60 s = 960 s: a pass that runs to its deadline is killed without saying why, and the doorbell starts it again; fix: `fleetagent --state-dir {same} units install --user` again (with this doctor's --config if you gave one), then `systemctl --user daemon-reload`")
+            format!("the installed fleetagent.service is stopped by systemd after 150 s (TimeoutStartSec=), under run.deadline_secs + 60 s = 960 s: a pass that runs to its deadline is killed without saying why, and the doorbell starts it again; fix: `fleetagent --state-dir {same} units install --user` again, then `systemctl --user daemon-reload`")
         );
-        assert!(units(Some(&shown(960)), here.path(), &c).is_empty());
+        assert!(units(Some(&shown(960)), here.path(), &c, None).is_empty());
+        // Set by a drop-in, which `units install` leaves: named (a re-test followed the fix
+        // for ever).
+        let mut dropped = shown(150);
+        dropped[crate::units::SERVICE]["drop_ins"] =
+            "/etc/systemd/user/fleetagent.service.d/t.conf".into();
+        let fix = units(Some(&dropped), here.path(), &c, None)[0]
+            .fix
+            .clone()
+            .unwrap();
+        assert!(fix.starts_with("the unit's drop-in(s) /etc/systemd/user/fleetagent.service.d/t.conf may set it: edit or remove TimeoutStartSec= there"), "{fix}");
         assert_eq!(crate::units::time_span_secs("16min"), Some(960));
         assert_eq!(crate::units::time_span_secs("2min 30s"), Some(150));
         assert_eq!(crate::units::time_span_secs("infinity"), None);
         assert_eq!(crate::units::time_span_secs("1h 500ms"), Some(3600));
+        // systemd prints a fraction (`TimeoutStartSec=90.5`): it read as infinity.
+        assert_eq!(crate::units::time_span_secs("1min 30.500000s"), Some(90));
+        assert_eq!(crate::units::time_span_secs("2.5min"), Some(150));
+        assert_eq!(crate::units::time_span_secs("1.x5s"), None);
+    }
+
+    /// Units of this state dir run under another config than doctor's: named (the passes
+    /// decide by a config these checks do not read); the same file is not.
+    #[test]
+    fn units_under_another_config_are_named() {
+        let here = tempfile::tempdir().unwrap();
+        let same = here.path().to_str().unwrap();
+        let shown = |config: &str| {
+            serde_json::json!({ crate::units::SERVICE: {
+                "load_state": "loaded", "active_state": "inactive", "manager": "system",
+                "state_dir": same, "config": config }})
+        };
+        let c = Config::default();
+        let mine = here.path().join("a.toml");
+        let theirs = shown("/etc/fleetagent/config.toml");
+        let p = units(Some(&theirs), here.path(), &c, Some(&mine));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].line().starts_with(&format!("the installed fleetagent.service runs config /etc/fleetagent/config.toml, not this doctor's ({}): the passes decide by a config these checks do not read; fix: run doctor with `--config /etc/fleetagent/config.toml`", mine.display())),
+            "{p:?}"
+        );
+        let ours = shown(mine.to_str().unwrap());
+        assert!(units(Some(&ours), here.path(), &c, Some(&mine)).is_empty());
     }
 
     /// Another process's open write transaction is named, and an immutable file (where the

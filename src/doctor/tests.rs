@@ -22,6 +22,7 @@ fn env() -> crate::env::Env {
 
 fn run_checks(dir: &Path, config: &Config) -> Vec<Check> {
     checks(&Inputs {
+        config_path: Path::new("/etc/fleetagent/config.toml"),
         config_missing: None,
         config,
         env: &env(),
@@ -141,6 +142,7 @@ fn fixes_name_the_user_manager_for_a_user_install() {
         let units =
             serde_json::json!({"fleetagent.timer": {"manager": manager, "load_state": "loaded"}});
         let all = checks(&Inputs {
+            config_path: Path::new("/etc/fleetagent/config.toml"),
             config_missing: None,
             config: &config,
             env: &env(),
@@ -724,6 +726,7 @@ fn a_missing_config_file_is_named() {
     let config = Config::default();
     let path = Path::new("/etc/fleetagent/config.toml");
     let all = checks(&Inputs {
+        config_path: Path::new("/etc/fleetagent/config.toml"),
         config_missing: Some(path),
         config: &config,
         env: &env(),

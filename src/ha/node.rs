@@ -233,7 +233,14 @@ pub enum Start {
 /// lease acquired or joined. As the leader, the copy is made current, the capture installed,
 /// a fresh session started when the lease came from another host, the keeper started and the
 /// store linked. As a follower, nothing else.
-pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) -> Result<Start> {
+/// `keeper`: None for no keeper (`poll`), `Some("")` for a pass, `Some(what)` for an
+/// operator's command (its exit line says the command was cut short).
+pub fn start(
+    settings: &Settings,
+    store: &mut Store,
+    now: Millis,
+    keeper: Option<&str>,
+) -> Result<Start> {
     // `now` and the monotonic time since: this host's clock when the row is written.
     let given = Instant::now();
     let host_now = || now + i64::try_from(given.elapsed().as_millis()).unwrap_or(0);
@@ -314,8 +321,8 @@ pub fn start(settings: &Settings, store: &mut Store, now: Millis, keeper: bool) 
             log::info!(target: "fleetagent::notice", "ha: {reason}; a fresh session starts here");
         }
     }
-    if keeper {
-        spawn_keeper(settings.clone(), epoch)?;
+    if let Some(what) = keeper {
+        spawn_keeper(settings.clone(), epoch, cut_short(what))?;
     }
     store.shared = Some(Box::new(Link {
         db,
@@ -364,11 +371,12 @@ impl crate::store::Shared for Link {
 /// is gone (another host holds it) or cannot be renewed before it would expire, the process
 /// ends (exit 1): a holder that cannot renew stops acting. Its pass is recovered as any
 /// interrupted pass is.
-fn spawn_keeper(settings: Settings, epoch: i64) -> Result<()> {
+fn spawn_keeper(settings: Settings, epoch: i64, tail: String) -> Result<()> {
     // When the last renewal that went through was asked: the lease runs from then at the
     // latest, not from when its answer came.
     let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
-    watch_renewals(&settings, epoch, Arc::clone(&renewed))
+    let keeper_exit = move |text: &str| keeper_exit(&format!("{text}{tail}"));
+    watch_renewals(&settings, epoch, Arc::clone(&renewed), keeper_exit.clone())
         .context("cannot start the lease keeper's watch")?;
     std::thread::Builder::new()
         .name("ha-keeper".into())
@@ -416,6 +424,7 @@ fn watch_renewals(
     settings: &Settings,
     epoch: i64,
     renewed: Arc<std::sync::Mutex<Instant>>,
+    keeper_exit: impl Fn(&str) + Send + 'static,
 ) -> std::io::Result<()> {
     let settings = settings.clone();
     std::thread::Builder::new()
@@ -432,6 +441,18 @@ fn watch_renewals(
             }
         })
         .map(|_| ())
+}
+
+/// What an operator's command cut short by the keeper says after why (the panic button's
+/// last line said only that the lease was lost, not that instances may still bill: a
+/// re-test).
+fn cut_short(what: &str) -> String {
+    if what.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; {what} was cut short: what it did is recorded, and `fleetagent instances list` shows what still bills; run it again once the shared database answers (or on the host that leads)"
+    )
 }
 
 fn keeper_exit(text: &str) -> ! {

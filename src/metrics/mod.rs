@@ -248,16 +248,7 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "When this database was made (Unix seconds; its first session).",
         created.unwrap_or(0) as f64 / 1000.0,
     ));
-    // Whose file this is: doctor names a textfile another install wrote last.
-    f.push(Family {
-        name: "fleetagent_install_info",
-        kind: "gauge",
-        help: "Always 1; its install_id label names the install that wrote this file.",
-        samples: vec![(
-            vec![("install_id", crate::store::ops::install_id(conn)?)],
-            1.0,
-        )],
-    });
+    f.push(install_info(conn)?);
     f.push(one(
         "fleetagent_metrics_timestamp_seconds",
         "gauge",
@@ -548,9 +539,25 @@ pub fn ha_families(s: &crate::ha::status::Status) -> String {
     ])
 }
 
-/// A follower's textfile before its HA families: when it was written and the timer period.
-fn follower_text(config: &crate::config::Config, now: Millis) -> String {
-    render(&[
+/// Whose file this is: doctor names a textfile another install wrote last.
+fn install_info(conn: &Connection) -> Result<Family> {
+    Ok(Family {
+        name: "fleetagent_install_info",
+        kind: "gauge",
+        help: "Always 1; its install_id label names the install that wrote this file.",
+        samples: vec![(
+            vec![("install_id", crate::store::ops::install_id(conn)?)],
+            1.0,
+        )],
+    })
+}
+
+/// A follower's textfile before its HA families: whose it is, when it was written and the
+/// timer period (a follower's file without the install line shared a textfile unseen: a
+/// re-test).
+fn follower_text(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<String> {
+    Ok(render(&[
+        install_info(conn)?,
         one(
             "fleetagent_timer_period_seconds",
             "gauge",
@@ -563,7 +570,7 @@ fn follower_text(config: &crate::config::Config, now: Millis) -> String {
             "When this file was written (Unix seconds).",
             now as f64 / 1000.0,
         ),
-    ])
+    ]))
 }
 
 /// After a `run`: write the textfile when `[metrics] textfile` is set. Failures are logged
@@ -589,7 +596,7 @@ pub fn after_run(
         // A follower (or a host that cannot tell) writes no figure of the fleet, its runs or
         // the demand: its copy of them is stale, and the leader's file has them. Its own
         // would double the fleet on a dashboard and fire the leader's alerts on every host.
-        Some(s) => Ok(follower_text(config, now) + &ha_families(s)),
+        Some(s) => follower_text(&store.conn, config, now).map(|t| t + &ha_families(s)),
         None => collect(&store.conn, config, now)
             .map(|text| text + &ha.map(ha_families).unwrap_or_default()),
     }

@@ -192,7 +192,7 @@ fn start(env: &RunEnv<'_>, deadline: Millis) -> Result<(RunLock, Store, Option<S
         }
     }
     if let Some(settings) = ha {
-        let started = crate::ha::node::start(&settings, &mut store, clock.now_ms(), true)?;
+        let started = crate::ha::node::start(&settings, &mut store, clock.now_ms(), Some(""))?;
         if let Some(line) = started.not_leading(&settings.host) {
             return Ok((lock, store, Some(line)));
         }

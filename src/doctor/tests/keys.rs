@@ -113,6 +113,7 @@ fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
     let bare = crate::env::Env::from_pairs(std::iter::empty::<(String, String)>());
     let secrets = |dir: &Path| {
         let all = checks(&Inputs {
+            config_path: Path::new("/etc/fleetagent/config.toml"),
             config_missing: None,
             config: &config,
             env: &bare,
