@@ -381,6 +381,24 @@ impl Snapshot {
     }
 
     /// Instances of ours in a state, counted.
+    /// Launches vast.ai has not confirmed: a create with no answer (an open intent) that a
+    /// good listing at least [`crate::store::instances::UNSEEN_LAUNCH_MS`] after it did not
+    /// show. They keep their slot until a listing settles them (`INTENT_GRACE_MS`), but
+    /// nothing is booting.
+    pub fn unconfirmed_launches(&self) -> u32 {
+        if self.listing_error.is_some() {
+            return 0;
+        }
+        self.instances
+            .iter()
+            .filter(|r| {
+                r.state == LAUNCHING
+                    && r.vast_id.is_none()
+                    && self.now - r.created_at >= crate::store::instances::UNSEEN_LAUNCH_MS
+            })
+            .count() as u32
+    }
+
     pub fn count_in(&self, states: &[State]) -> u32 {
         self.instances
             .iter()

@@ -25,6 +25,8 @@ pub enum Refusal {
     InstanceCap {
         max: u32,
         count: u32,
+        /// Of `count`, launches vast.ai has not confirmed ([`LaunchFacts::unconfirmed`]).
+        unconfirmed: u32,
     },
     Budget {
         max: f64,
@@ -113,9 +115,25 @@ impl Refusal {
                 Some(k) => json!({"key": k, "message": message}),
                 None => json!({"message": message}),
             },
-            Refusal::InstanceCap { max, count } => json!({
+            // Slots held by creates that may never have happened were read as instances
+            // booting (a walkthrough): said, with when they are settled.
+            Refusal::InstanceCap {
+                max,
+                count,
+                unconfirmed: 0,
+            } => json!({
                 "limit": format!("{max} instances"),
                 "instances": count,
+            }),
+            Refusal::InstanceCap {
+                max,
+                count,
+                unconfirmed,
+            } => json!({
+                "limit": format!("{max} instances"),
+                "instances": count,
+                "unconfirmed": unconfirmed,
+                "message": format!("{count} instances take the {max} slot(s), {unconfirmed} of them launches vast.ai has not confirmed (a create with no answer, not listed since): a listing settles them within 10 minutes"),
             }),
             Refusal::Budget { max, fleet, offer } => json!({
                 "limit": format!("${max:.2}/h"),
@@ -301,6 +319,8 @@ pub struct LaunchFacts<'a> {
     pub fleet_dph: f64,
     /// Our instances that take a slot (all but stopped and gone).
     pub instances: u32,
+    /// Of them, launches vast.ai has not confirmed (`Snapshot::unconfirmed_launches`).
+    pub unconfirmed: u32,
     pub window_launches: &'a [Millis],
     pub workers_dead: bool,
     /// Estimated dollars spent since 00:00 UTC.
@@ -338,6 +358,7 @@ pub fn check_launch_slots(
         return Err(Refusal::InstanceCap {
             max,
             count: facts.instances,
+            unconfirmed: facts.unconfirmed,
         });
     }
     let w = window_state(facts.window_launches, facts.now, policy, facts.workers_dead);
@@ -495,6 +516,7 @@ mod tests {
             now: 100 * MIN,
             fleet_dph: 1.2,
             instances: 3,
+            unconfirmed: 0,
             window_launches: window,
             workers_dead: dead,
             spent_today: 0.0,
@@ -541,6 +563,25 @@ mod tests {
         );
         // One slot frees when the oldest launch leaves the window, 5 minutes from now.
         assert_eq!(r.details()["retry_after_secs"], 300);
+    }
+
+    /// Slots held by launches vast.ai has not confirmed are said in the refusal (they read as
+    /// instances booting: a walkthrough); without any, the refusal is as before.
+    #[test]
+    fn an_instance_cap_held_by_unconfirmed_launches_says_so() {
+        let p = PolicyConfig {
+            max_instances: Some(3),
+            ..policy()
+        };
+        let mut f = facts(&[], false);
+        let r = check_launch_slots(&f, &p).unwrap_err();
+        assert_eq!(r.details(), json!({"limit": "3 instances", "instances": 3}));
+        f.unconfirmed = 2;
+        let r = check_launch_slots(&f, &p).unwrap_err();
+        assert_eq!(
+            r.details()["message"],
+            "3 instances take the 3 slot(s), 2 of them launches vast.ai has not confirmed (a create with no answer, not listed since): a listing settles them within 10 minutes"
+        );
     }
 
     #[test]

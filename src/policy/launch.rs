@@ -126,6 +126,7 @@ pub struct Ask {
     pub workers_dead: bool,
     pub fleet_dph: f64,
     pub instances: u32,
+    pub unconfirmed: u32,
     pub spent_today: f64,
     pub window: Vec<Millis>,
     /// Learned GPU rates (`Snapshot::measured_rates`) for ranking offers.
@@ -164,6 +165,7 @@ impl Ask {
             workers_dead: snapshot.workers_dead(),
             fleet_dph: snapshot.fleet_dph(),
             instances: snapshot.billing_count(),
+            unconfirmed: snapshot.unconfirmed_launches(),
             spent_today: snapshot.spent_today,
             window: snapshot.window_launches.clone(),
             measured_rates: snapshot.measured_rates.clone(),
@@ -199,6 +201,7 @@ impl Ask {
             now: self.now,
             fleet_dph: self.fleet_dph,
             instances: self.instances,
+            unconfirmed: self.unconfirmed,
             window_launches: &self.window,
             workers_dead: self.workers_dead,
             spent_today: self.spent_today,

@@ -273,12 +273,20 @@ impl Snapshot {
             .filter(|r| is_running_state(r.state))
             .collect();
         let running_pph: f64 = running.iter().map(|r| self.rate_of(r, config)).sum();
+        // A create vast.ai never confirmed is not loading (a walkthrough read "2 loading"
+        // with nothing at vast.ai).
+        let unconfirmed = self.unconfirmed_launches();
         let mut fleet = format!(
             "Fleet: {} running ({} p/h), {} loading",
             running.len(),
             num(running_pph),
-            self.count_in(&[LAUNCHING, LOADING])
+            self.count_in(&[LAUNCHING, LOADING]) - unconfirmed
         );
+        if unconfirmed > 0 {
+            fleet.push_str(&format!(
+                ", {unconfirmed} unconfirmed (creates with no answer, not listed since: they may never come; they hold their slots until a listing settles them)"
+            ));
+        }
         for (state, n) in [
             (DEAD, self.count_in(&[DEAD])),
             (STOPPED, self.count_in(&[STOPPED])),
@@ -546,7 +554,11 @@ mod tests {
             instances: vec![
                 row("fleetagent-a", Some(1), LOADING, 0.45),
                 row("fleetagent-b", Some(2), LOADING, 0.44),
-                row("fleetagent-c", None, LAUNCHING, 0.44),
+                // Its create is under way (no answer yet).
+                InstanceRow {
+                    created_at: NOW - 20_000,
+                    ..row("fleetagent-c", None, LAUNCHING, 0.44)
+                },
             ],
             window_launches: vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN],
             ..Default::default()
@@ -556,6 +568,15 @@ mod tests {
             "Demand: WORKERS DEAD. Queue: PSProve 59p/0r. Throughput: 0/h (1h), 0 (15m). \
              Fleet: 0 running (0 p/h), 3 loading. Projected: 150 p/h. $1.33/h. Target: 500 p/h. \
              Budget headroom: $8.67/h, 17 slots. Launch window: 3/3 used, emergency bypass ON."
+        );
+        // A create with no answer that a good listing a minute later did not show is not
+        // loading: nothing is booting (a walkthrough read "2 loading" with nothing at vast.ai).
+        let mut s = s;
+        s.instances[2].created_at = NOW - 2 * MIN;
+        let line = s.observation_line(&config());
+        assert!(
+            line.contains("Fleet: 0 running (0 p/h), 2 loading, 1 unconfirmed (creates with no answer, not listed since: they may never come; they hold their slots until a listing settles them)."),
+            "{line}"
         );
     }
 
