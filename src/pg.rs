@@ -85,7 +85,9 @@ pub fn connect(
     // accepts and never answers (a hung node of a YugabyteDB cluster) held the whole
     // attempt, and the next host was never tried (a walkthrough). Each host gets its own
     // attempt, bounded as a whole by `timeout`.
-    let mut why = Vec::new();
+    // The hosts that answered first: their reason (a refused password) is the fault, and a
+    // long list was clipped before it (a re-test).
+    let (mut answered, mut silent) = (Vec::new(), Vec::new());
     for i in 0..n {
         let one = only_host(&config, i);
         let shown = shown_host(&config, i);
@@ -96,18 +98,22 @@ pub fn connect(
             move || connect_to(one, timeout, &app),
         ) {
             Ok(Ok(client)) => return Ok(client),
-            Ok(Err(ConnectError::Connect(e))) => why.push(format!("{shown}: {e}")),
+            Ok(Err(ConnectError::Connect(e))) => answered.push(format!("{shown}: {e}")),
             Ok(Err(other)) => return Err(other),
-            Err(Abandoned::Elapsed) => why.push(format!(
-                "{shown}: no answer within {}s",
-                timeout.as_secs_f64()
-            )),
-            Err(Abandoned::Failed(e)) => why.push(format!("{shown}: {e}")),
+            Err(Abandoned::Elapsed) => silent.push(shown),
+            Err(Abandoned::Failed(e)) => answered.push(format!("{shown}: {e}")),
         }
+    }
+    if !silent.is_empty() {
+        answered.push(format!(
+            "no answer within {}s from {}",
+            timeout.as_secs_f64(),
+            silent.join(", ")
+        ));
     }
     Err(ConnectError::Connect(format!(
         "none of its {n} hosts answered ({})",
-        why.join("; ")
+        answered.join("; ")
     )))
 }
 

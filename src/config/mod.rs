@@ -122,6 +122,14 @@ mod tests {
 
     #[test]
     fn range_error_names_key_and_line() {
+        // One Curio task name, exactly: "PSProve " read a clean zero (a re-test).
+        for task in ["PSProve ", " PSProve", "PSProve,WdPost", "PS\tProve"] {
+            let err = parse(&format!("[demand]\ntask = {task:?}\n")).unwrap_err();
+            assert!(
+                err.contains("demand.task") && err.contains("one Curio task name"),
+                "{err}"
+            );
+        }
         let err = parse("[debounce]\np0_secs = 100\n").unwrap_err();
         assert!(err.contains("line 2 (debounce.p0_secs)"), "{err}");
     }

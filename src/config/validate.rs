@@ -364,6 +364,18 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
     if d.task.trim().is_empty() {
         return Err(("demand.task".into(), "must not be empty".into(), None));
     }
+    // Curio's task names are one word, matched exactly: "PSProve " read a clean zero (a
+    // re-test), and a list is no task.
+    if d.task.chars().any(|c| c.is_whitespace() || c == ',') {
+        return Err((
+            "demand.task".into(),
+            format!(
+                "{:?} holds a space or a comma: it is one Curio task name, matched exactly (\"PSProve\")",
+                d.task
+            ),
+            None,
+        ));
+    }
     within(
         "demand.worker_alive_secs",
         d.worker_alive_secs,

@@ -290,7 +290,11 @@ impl Snapshot {
                     // Paused with its memory kept, the GPU billed (reference/vastai-api.md
                     // 4d): nothing runs, and fleetagent never freezes one. It was counted
                     // against the caps and never destroyed (a walkthrough).
-                    Some("frozen") => (FlagKind::Frozen, String::new()),
+                    // A live Curio worker matched to it proves it runs (a re-test saw one
+                    // destroyed while it proved), as for `unknown`.
+                    Some("frozen") if !matches!(r.state, REGISTERED | PROVING) => {
+                        (FlagKind::Frozen, String::new())
+                    }
                     // No recent heartbeat from the host: vast.ai says it will not run again.
                     // A live Curio worker matched to it (`classify` keeps those alive) proves
                     // the container runs, so only one without is flagged.
@@ -465,6 +469,7 @@ mod tests {
                 // A Curio worker still heartbeats from it: the container runs.
                 with(5, "unknown", PROVING),
                 with(6, "frozen", DEAD),
+                with(7, "frozen", PROVING),
             ],
             ..Default::default()
         };
@@ -479,8 +484,9 @@ mod tests {
                 (6, "frozen".to_string()),
             ]
         );
-        assert!(snap.is_flagged(&c, 3) && !snap.is_flagged(&c, 5));
+        assert!(snap.is_flagged(&c, 3) && !snap.is_flagged(&c, 5) && !snap.is_flagged(&c, 7));
         assert_eq!(classify(Some("unknown"), None), DEAD);
+        assert_eq!(classify(Some("frozen"), None), DEAD);
         let line = snap.lifecycle_lines(&c).join("\n");
         assert!(
             line.contains(

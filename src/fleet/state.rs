@@ -131,7 +131,7 @@ pub fn classify(actual_status: Option<&str>, worker: Option<&Worker>) -> State {
     let status = actual_status.map(|s| s.trim().to_ascii_lowercase());
     match status.as_deref() {
         Some("stopped") => return STOPPED,
-        Some("exited" | "offline" | "frozen") => return DEAD,
+        Some("exited" | "offline") => return DEAD,
         _ => {}
     }
     if let Some(w) = worker {
@@ -139,7 +139,8 @@ pub fn classify(actual_status: Option<&str>, worker: Option<&Worker>) -> State {
     }
     match status.as_deref() {
         Some("running") => BOOTED,
-        Some("unknown") => DEAD,
+        // `frozen`: paused with its memory kept; a live worker proves it runs (as `unknown`).
+        Some("unknown" | "frozen") => DEAD,
         // null (provisioning), loading, created, rebooting, restarting, anything new.
         _ => LOADING,
     }

@@ -188,9 +188,11 @@ pub fn render(demand: Option<&DemandView>, rates: &[RateView], identity: &[Strin
                     .unwrap_or_else(|| "unknown".into())
             ));
             if let Some(e) = &d.error {
+                // Room for a list of hosts and the reason of the one that answered (a
+                // re-test saw it cut at 200).
                 out.push(format!(
                     "  last probe FAILED: {}",
-                    crate::text::clip(e, 200)
+                    crate::text::clip(e, 400)
                 ));
             }
             for note in &d.notes {

@@ -677,21 +677,23 @@ fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
 }
 
 #[test]
-fn curio_without_the_queue_grant_orphans_go_by_age_and_columns_granted_are_enough() {
+fn curio_without_the_queue_grant_orphans_go_by_age_and_failures() {
     let mut db = pg::fresh_db();
     proofshare_enabled(&mut db, true);
-    // No worker alive; one task of 3 minutes and one of 5 hours, neither with a queue row.
+    // No worker alive; one task of 3 minutes and one of 5 hours that Curio failed 7 times
+    // ("no task found"), neither with a queue row.
     tasks(&mut db, 1, "PSProve", "NULL");
     orphan_tasks(&mut db, 1, "NULL", 300);
-    // The history granted by the columns the probe reads, not the table.
+    db.exec(
+        "UPDATE curio.harmony_task SET retries = 7 WHERE posted_time < now() - interval '1 hour'",
+    );
     let (name, url) = role(
         &mut db,
         "GRANT USAGE ON SCHEMA curio TO <role>;
          GRANT SELECT ON curio.harmony_task, curio.harmony_machines,
                          curio.harmony_machine_details, curio.proofshare_meta,
-                         curio.proofshare_provider_payments TO <role>;
-         GRANT SELECT (name, work_start, work_end, result, completed_by_host_and_port)
-           ON curio.harmony_task_history TO <role>;",
+                         curio.proofshare_provider_payments, curio.harmony_task_history
+           TO <role>;",
     );
     let d = probe_as(url.clone()).unwrap();
     // Counting no orphan made the 5-hour task WORKERS DEAD, and rented (a walkthrough).
@@ -703,16 +705,22 @@ fn curio_without_the_queue_grant_orphans_go_by_age_and_columns_granted_are_enoug
         vec![format!(
             "no SELECT on curio.proofshare_queue: ps_waiting, ps_computing, backlog, \
              stale_waiting and pow_1h unknown (GRANT SELECT ON curio.proofshare_queue TO \
-             {name}); orphan_tasks counted by age: a PSProve task not live and posted over 60 \
-             min ago (demand.waiting_max_age_mins)"
+             {name}); orphan_tasks counted by age: a PSProve task not live, posted over 60 \
+             min ago (demand.waiting_max_age_mins) and failed at least once"
         )]
     );
     assert!(d.workers_dead(), "{d:?}");
     // The old one alone is no emergency.
     db.exec("DELETE FROM curio.harmony_task WHERE posted_time > now() - interval '1 hour';");
-    let d = probe_as(url).unwrap();
+    let d = probe_as(url.clone()).unwrap();
     assert_eq!((d.pending, d.orphan_tasks, d.queued_work()), (1, 1, 0));
     assert!(!d.workers_dead(), "{d:?}");
+    // Tasks of 2 hours a dead worker handed back, never failed: work, an outage (age alone
+    // took them for orphans and hid WORKERS DEAD: a re-test).
+    orphan_tasks(&mut db, 6, "NULL", 120);
+    let d = probe_as(url).unwrap();
+    assert_eq!((d.pending, d.orphan_tasks, d.queued_work()), (7, 1, 6));
+    assert!(d.workers_dead(), "{d:?}");
 }
 
 #[test]

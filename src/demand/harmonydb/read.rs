@@ -2,8 +2,9 @@
 //! transaction (docs/demand.md "What is read").
 //!
 //! Grants: the first statement asks the catalog which of the probe's tables exist and which
-//! this role may SELECT (`has_any_column_privilege`: a grant of the columns read is enough;
-//! one of other columns alone fails the statement that reads, naming the table), before any of them is touched. A missing
+//! this role may SELECT (`has_table_privilege`: a grant of columns alone is named with the
+//! table's GRANT; accepting any column grant failed a whole reading on an optional table
+//! granted all but a later column, a re-test), before any of them is touched. A missing
 //! required table (`harmony_*`) or grant is an error naming it; a missing optional one
 //! (`proofshare_*`) leaves its fields None and adds a note naming the grant. Checking first,
 //! rather than trying each optional statement under a SAVEPOINT, costs one statement instead
@@ -56,7 +57,7 @@ SELECT
   coalesce(has_schema_privilege(n.oid, 'USAGE'), false),
   n.oid IS NOT NULL,
   array_agg(c.oid IS NOT NULL ORDER BY t.ord),
-  array_agg(coalesce(has_any_column_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord),
+  array_agg(coalesce(has_table_privilege(c.oid, 'SELECT'), false) ORDER BY t.ord),
   (SELECT array_agg(EXISTS (
             SELECT 1 FROM pg_catalog.pg_attribute a
             JOIN pg_catalog.pg_class ac ON ac.oid = a.attrelid
@@ -295,9 +296,11 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
     // Without the queue (no grant on it), a task that is not live is taken for an orphan by
-    // its age: posted longer ago than `demand.waiting_max_age_mins`, past which a queue row
-    // waiting for a task is no work either. Counting none made a lone orphan of 5 hours,
-    // with no worker alive, a WORKERS DEAD that rented 5 instances (a walkthrough).
+    // its age and its failures: posted longer ago than `demand.waiting_max_age_mins` and
+    // failed at least once (Curio's PSProve fails an orphan "no task found", up to 20
+    // times). Counting none made a lone orphan of 5 hours, with no worker alive, a WORKERS
+    // DEAD that rented 5 instances; counting by age alone hid a real outage of 2 hours,
+    // whose tasks a dead worker handed back unfailed (a walkthrough, then its re-test).
     let tasks = if with_queue {
         TASKS
             .replace("{queue}", QUEUED_TASKS)
@@ -305,7 +308,7 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     } else if proofshare {
         TASKS.replace("{queue}", NO_QUEUE).replace(
             "{orphan}",
-            "t.posted_time < now() - make_interval(mins => $3)",
+            "t.posted_time < now() - make_interval(mins => $3) AND t.retries > 0",
         )
     } else {
         TASKS
@@ -427,7 +430,7 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
         "ps_waiting, ps_computing, backlog, stale_waiting and pow_1h",
     ) {
         d.notes.push(format!(
-            "{note}; orphan_tasks counted by age: a PSProve task not live and posted over {} min ago (demand.waiting_max_age_mins)",
+            "{note}; orphan_tasks counted by age: a PSProve task not live, posted over {} min ago (demand.waiting_max_age_mins) and failed at least once",
             p.waiting_max_age_mins
         ));
     }
@@ -633,7 +636,7 @@ fn queue(row: &Row, d: &mut Demand) -> Result<(), String> {
 fn access(row: &Row) -> Result<Access, String> {
     let schema_usage: bool = get(row, 1, "has_schema_privilege(curio)")?;
     let schema_present: bool = get(row, 2, "pg_namespace (schema curio)")?;
-    let mut readable: Vec<bool> = get(row, 4, "has_any_column_privilege")?;
+    let mut readable: Vec<bool> = get(row, 4, "has_table_privilege")?;
     if !schema_usage {
         // Without USAGE on the schema no table of it can be read, whatever its grants.
         readable.iter_mut().for_each(|r| *r = false);
