@@ -321,7 +321,7 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     line(format!(
-        "llm         {} {} ({}), budget {} tokens ({} for the prompt after margin and max_output_tokens); last call {}{}",
+        "llm         {} {} ({}), budget {} tokens ({} for the prompt after margin and max_output_tokens); last answered call {}{}",
         r.llm.provider,
         r.llm.model,
         r.llm.encoding,

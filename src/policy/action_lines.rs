@@ -27,7 +27,24 @@ pub fn action_line(a: &Action, gpu: Option<&str>) -> Line {
 /// a label vast.ai lists is whatever was typed there, and bare it could read as the line's
 /// own words (`... destroyed by operator: ...`).
 pub fn quoted_line(a: &Action) -> String {
-    line_of(a, None, true).text
+    // The GPU as the journal said it: a launch's ledger detail keeps it (`offer N GPU $x/h`);
+    // the reports dropped it (a walkthrough).
+    line_of(a, gpu_in_detail(a), true).text
+}
+
+/// The GPU of a launch's ledger detail (`offer 20000001 RTX 4090 $0.4000/h`).
+fn gpu_in_detail(a: &Action) -> Option<&str> {
+    if a.kind != "launch" {
+        return None;
+    }
+    let rest = a
+        .detail
+        .as_deref()?
+        .strip_prefix("offer ")?
+        .split_once(' ')?
+        .1;
+    let gpu = rest.split_once(" $")?.0.trim();
+    (!gpu.is_empty()).then_some(gpu)
 }
 
 fn line_of(a: &Action, gpu: Option<&str>, quote_label: bool) -> Line {
@@ -350,6 +367,14 @@ mod tests {
             "{}",
             l.text
         );
+        // The reports say the GPU as the journal did, from the ledger's detail.
+        assert!(
+            quoted_line(&a).contains("(offer 20000001, RTX 4090, $0.400/h, bid $0.144/h"),
+            "{}",
+            quoted_line(&a)
+        );
+        a.detail = Some("offer 20000001 RTX 4090 $0.4000/h".into());
+        assert!(quoted_line(&a).contains("(offer 20000001, RTX 4090, $0.400/h, emergency)"));
     }
 
     #[test]
