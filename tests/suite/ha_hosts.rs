@@ -671,6 +671,7 @@ fn a_followers_textfile_holds_its_role_only_and_the_ha_alerts_fit() {
         .map(|(s, _)| metric_name(s).to_string())
         .collect();
     let expected: BTreeSet<String> = [
+        "fleetagent_install_info",
         "fleetagent_timer_period_seconds",
         "fleetagent_metrics_timestamp_seconds",
         "fleetagent_ha_leader",

@@ -315,12 +315,9 @@ fn the_panic_button_at_a_shell_uses_the_credential_store_the_units_load() {
     assert!(doctor.contains("no vast.ai API key"), "{doctor}");
 }
 
-/// vast.ai acknowledges the panic button's destroy and does nothing (seen on a misbehaving
-/// API): the command names the instance still listed and exits 1, not "destroyed" and 0;
-/// the next pass, paused as it is, says so at error and sends the destroy again; `doctor`'s
-/// `vast` check is red while the listing shows it.
-#[test]
-fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
+/// A fleet with one instance of ours and no demand, after a pass: the model, vast.ai, the
+/// fleet and the instance's id.
+fn one_instance_after_a_pass() -> (FakeLlm, FakeVast, Fleet, u64) {
     let llm = FakeLlm::start();
     llm.set_default(Reply::text("No action needed."));
     let vast = FakeVast::start_real_time();
@@ -331,6 +328,16 @@ fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
     );
     let ours = vast.add_instance("fleetagent-r0-0a0b0c0d");
     f.cmd(&["run"]).ok();
+    (llm, vast, f, ours)
+}
+
+/// vast.ai acknowledges the panic button's destroy and does nothing (seen on a misbehaving
+/// API): the command names the instance still listed and exits 1, not "destroyed" and 0;
+/// the next pass, paused as it is, says so at error and sends the destroy again; `doctor`'s
+/// `vast` check is red while the listing shows it.
+#[test]
+fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
+    let (_llm, vast, f, ours) = one_instance_after_a_pass();
     let ok = || crate::common::fake_vast::FakeReply::json(200, json!({"success": true}));
     vast.fail_next(Route::Destroy, 1, ok());
 
@@ -770,16 +777,7 @@ fn the_host_an_operator_took_an_instance_off_is_not_rented_again_during_the_hold
 /// the contrary (a walkthrough).
 #[test]
 fn a_stop_answered_no_such_instance_while_listed_is_not_called_destroyed() {
-    let llm = FakeLlm::start();
-    llm.set_default(Reply::text("No action needed."));
-    let vast = FakeVast::start_real_time();
-    let f = rig(&llm, &vast, CAPS, "quiet_interval_mins = 0");
-    write_demand(
-        f.path(),
-        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []}),
-    );
-    let ours = vast.add_instance("fleetagent-r0-0a0b0c0d");
-    f.cmd(&["run"]).ok();
+    let (_llm, vast, f, ours) = one_instance_after_a_pass();
     let gone = json!({"success": false, "error": "no_such_instance", "msg": "Instance not found"});
     vast.fail_next(
         Route::Destroy,
