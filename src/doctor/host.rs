@@ -419,9 +419,12 @@ pub(super) fn units(
         .collect()
 }
 
-/// `path` made absolute against the working dir (as given when that fails).
+/// `path` with its links and `..` resolved (one file by two paths is one config: a re-test
+/// saw a symlinked dir named "another config"), else made absolute against the working dir.
 fn absolute(path: &Path) -> std::path::PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+    std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
@@ -723,6 +726,11 @@ mod tests {
         );
         let ours = shown(mine.to_str().unwrap());
         assert!(units(Some(&ours), here.path(), &c, Some(&mine)).is_empty());
+        // The same file by a link: one config (a re-test saw it named another).
+        std::fs::write(&mine, "").unwrap();
+        let link = here.path().join("link.toml");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        assert!(units(Some(&ours), here.path(), &c, Some(&link)).is_empty());
     }
 
     /// Another process's open write transaction is named, and an immutable file (where the

@@ -390,17 +390,18 @@ impl Snapshot {
     /// show. They keep their slot until a listing settles them (`INTENT_GRACE_MS`), but
     /// nothing is booting.
     pub fn unconfirmed_launches(&self) -> u32 {
-        if self.listing_error.is_some() {
-            return 0;
-        }
         self.instances
             .iter()
-            .filter(|r| {
-                r.state == LAUNCHING
-                    && r.vast_id.is_none()
-                    && self.now - r.created_at >= crate::store::instances::UNSEEN_LAUNCH_MS
-            })
+            .filter(|r| self.is_unconfirmed(r))
             .count() as u32
+    }
+
+    /// One of [`Self::unconfirmed_launches`].
+    pub fn is_unconfirmed(&self, r: &InstanceRow) -> bool {
+        self.listing_error.is_none()
+            && r.state == LAUNCHING
+            && r.vast_id.is_none()
+            && self.now - r.created_at >= crate::store::instances::UNSEEN_LAUNCH_MS
     }
 
     pub fn count_in(&self, states: &[State]) -> u32 {

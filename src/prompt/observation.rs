@@ -303,9 +303,17 @@ impl Snapshot {
             ));
         }
         parts.push(format!("{fleet}."));
+        // Unconfirmed launches are no capacity coming (a re-test read "Projected: 20 p/h"
+        // beside "they may never come"); the guardrails still count their slots.
+        let unconfirmed_pph: f64 = self
+            .instances
+            .iter()
+            .filter(|r| unconfirmed > 0 && self.is_unconfirmed(r))
+            .map(|r| self.rate_of(r, config))
+            .sum();
         parts.push(format!(
             "Projected: {} p/h.",
-            num(self.projected_pph(config))
+            num(self.projected_pph(config) - unconfirmed_pph)
         ));
         parts.push(format!("${:.2}/h.", self.fleet_dph()));
         let target = config.policy.target_proofs_per_hour;
@@ -575,7 +583,7 @@ mod tests {
         s.instances[2].created_at = NOW - 2 * MIN;
         let line = s.observation_line(&config());
         assert!(
-            line.contains("Fleet: 0 running (0 p/h), 2 loading, 1 unconfirmed (creates with no answer, not listed since: they may never come; they hold their slots until a listing settles them)."),
+            line.contains("Fleet: 0 running (0 p/h), 2 loading, 1 unconfirmed (creates with no answer, not listed since: they may never come; they hold their slots until a listing settles them). Projected: 100 p/h."),
             "{line}"
         );
     }

@@ -676,17 +676,15 @@ fn curio_a_column_of_another_type_is_one_line_naming_it_never_a_panic() {
     );
 }
 
+/// Without SELECT on `proofshare_queue` (the table there) no PSProve task can be told from an
+/// orphan: the reading fails naming the grant, and the fleet is held. Read as optional, a
+/// lone orphan of 5 hours with no worker alive was WORKERS DEAD and rented 5 instances;
+/// guessed by age, then by age and failures, a real outage was hidden (two walkthroughs).
 #[test]
-fn curio_without_the_queue_grant_orphans_go_by_age_and_failures() {
+fn curio_without_the_queue_grant_the_reading_fails_naming_it() {
     let mut db = pg::fresh_db();
     proofshare_enabled(&mut db, true);
-    // No worker alive; one task of 3 minutes and one of 5 hours that Curio failed 7 times
-    // ("no task found"), neither with a queue row.
-    tasks(&mut db, 1, "PSProve", "NULL");
     orphan_tasks(&mut db, 1, "NULL", 300);
-    db.exec(
-        "UPDATE curio.harmony_task SET retries = 7 WHERE posted_time < now() - interval '1 hour'",
-    );
     let (name, url) = role(
         &mut db,
         "GRANT USAGE ON SCHEMA curio TO <role>;
@@ -695,32 +693,14 @@ fn curio_without_the_queue_grant_orphans_go_by_age_and_failures() {
                          curio.proofshare_provider_payments, curio.harmony_task_history
            TO <role>;",
     );
-    let d = probe_as(url.clone()).unwrap();
-    // Counting no orphan made the 5-hour task WORKERS DEAD, and rented (a walkthrough).
-    assert_eq!((d.pending, d.orphan_tasks), (2, 1), "{d:?}");
-    assert!(about(d.orphan_oldest_secs, 18_000), "{d:?}");
-    assert_eq!(d.queued_work(), 1);
-    assert_eq!(
-        d.notes,
-        vec![format!(
-            "no SELECT on curio.proofshare_queue: ps_waiting, ps_computing, backlog, \
-             stale_waiting and pow_1h unknown (GRANT SELECT ON curio.proofshare_queue TO \
-             {name}); orphan_tasks counted by age: a PSProve task not live, posted over 60 \
-             min ago (demand.waiting_max_age_mins) and failed at least once"
-        )]
+    let err = format!("{:#}", probe_as(url).unwrap_err());
+    assert!(!err.contains('\n'), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no SELECT on curio.proofshare_queue, which the probe needs to tell ProofShare work from orphan tasks (GRANT SELECT ON curio.proofshare_queue TO {name})"
+        )),
+        "{err}"
     );
-    assert!(d.workers_dead(), "{d:?}");
-    // The old one alone is no emergency.
-    db.exec("DELETE FROM curio.harmony_task WHERE posted_time > now() - interval '1 hour';");
-    let d = probe_as(url.clone()).unwrap();
-    assert_eq!((d.pending, d.orphan_tasks, d.queued_work()), (1, 1, 0));
-    assert!(!d.workers_dead(), "{d:?}");
-    // Tasks of 2 hours a dead worker handed back, never failed: work, an outage (age alone
-    // took them for orphans and hid WORKERS DEAD: a re-test).
-    orphan_tasks(&mut db, 6, "NULL", 120);
-    let d = probe_as(url).unwrap();
-    assert_eq!((d.pending, d.orphan_tasks, d.queued_work()), (7, 1, 6));
-    assert!(d.workers_dead(), "{d:?}");
 }
 
 #[test]

@@ -73,8 +73,8 @@ GROUP BY n.oid";
 /// Tasks of the probe's type: pending, claimed by a live machine, claimed by a machine whose
 /// heartbeat stopped (or whose row is gone), and of the not-live ones the orphans (no queue
 /// row that is not compute_done points at them) with the oldest orphan's age. `{queue}` is
-/// [`QUEUED_TASKS`] where the queue is read, else [`NO_QUEUE`] (a task is an orphan then by
-/// its age, `$3` minutes: see [`read`]).
+/// [`QUEUED_TASKS`] where the queue is read, else [`NO_QUEUE`] (no task is an orphan then: a
+/// probe of another task, or a Curio without ProofShare).
 /// The queue is joined once (a hash join), not asked per task: a correlated test per task
 /// took 10 s on 20,000 tasks, past `demand.timeout_secs`, when the queue is what grows
 /// while every worker is dead.
@@ -291,25 +291,17 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
         access(&row).map_err(|e| typed(what, e))?
     };
     required(&access).map_err(|e| format!("{e} (on {})", p.shown))?;
+    let proofshare = p.task == PSPROVE;
+    if proofshare {
+        queue_readable(&access).map_err(|e| format!("{e} (on {})", p.shown))?;
+    }
     let mut d = Demand::default();
 
-    let proofshare = p.task == PSPROVE;
     let with_queue = proofshare && access.can("proofshare_queue");
-    // Without the queue (no grant on it), a task that is not live is taken for an orphan by
-    // its age and its failures: posted longer ago than `demand.waiting_max_age_mins` and
-    // failed at least once (Curio's PSProve fails an orphan "no task found", up to 20
-    // times). Counting none made a lone orphan of 5 hours, with no worker alive, a WORKERS
-    // DEAD that rented 5 instances; counting by age alone hid a real outage of 2 hours,
-    // whose tasks a dead worker handed back unfailed (a walkthrough, then its re-test).
     let tasks = if with_queue {
         TASKS
             .replace("{queue}", QUEUED_TASKS)
             .replace("{orphan}", "qt.id IS NULL")
-    } else if proofshare {
-        TASKS.replace("{queue}", NO_QUEUE).replace(
-            "{orphan}",
-            "t.posted_time < now() - make_interval(mins => $3) AND t.retries > 0",
-        )
     } else {
         TASKS
             .replace("{queue}", NO_QUEUE)
@@ -321,12 +313,9 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
     } else {
         "task counts (curio.harmony_task, harmony_machines)"
     };
-    let row = if proofshare && !with_queue {
-        tx.query_one(&tasks, &[&p.task, &p.alive_secs, &p.waiting_max_age_mins])
-    } else {
-        tx.query_one(&tasks, &[&p.task, &p.alive_secs])
-    }
-    .map_err(|e| failed(what, e))?;
+    let row = tx
+        .query_one(&tasks, &[&p.task, &p.alive_secs])
+        .map_err(|e| failed(what, e))?;
     task_counts(&row, &mut d).map_err(|e| typed(what, e))?;
 
     let window = HISTORY_WINDOW_SECS as f64;
@@ -425,15 +414,10 @@ pub(super) fn read(tx: &mut Transaction<'_>, p: &Params<'_>) -> Result<Demand, S
             .map_err(|e| failed(what, e))?;
         queue(&row, &mut d).map_err(|e| typed(what, e))?;
     }
-    if let Some(note) = access.note(
+    d.notes.extend(access.note(
         "proofshare_queue",
-        "ps_waiting, ps_computing, backlog, stale_waiting and pow_1h",
-    ) {
-        d.notes.push(format!(
-            "{note}; orphan_tasks counted by age: a PSProve task not live, posted over {} min ago (demand.waiting_max_age_mins) and failed at least once",
-            p.waiting_max_age_mins
-        ));
-    }
+        "ps_waiting, ps_computing, backlog, orphan_tasks, stale_waiting and pow_1h",
+    ));
 
     if access.can("proofshare_provider_payments") {
         let what = "curio.proofshare_provider_payments";
@@ -673,6 +657,26 @@ fn required(a: &Access) -> Result<(), String> {
                  (GRANT SELECT ON curio.{table} TO {role})"
             ));
         }
+    }
+    Ok(())
+}
+
+/// For PSProve, the queue where it exists: ProofShare work is a task with a queue row
+/// (DESIGN, "Reading Curio"), so without it no task can be told from an orphan. Read as
+/// optional, a lone orphan of 5 hours with no worker alive was WORKERS DEAD and rented 5
+/// instances; guessed by age and failures, a real outage was hidden (two walkthroughs): the
+/// reading fails naming the grant, and the fleet is held. A Curio without the table (no
+/// ProofShare) reads on, with a note.
+fn queue_readable(a: &Access) -> Result<(), String> {
+    let i = TABLES
+        .iter()
+        .position(|t| *t == "proofshare_queue")
+        .unwrap_or(0);
+    if a.present[i] && !a.readable[i] {
+        return Err(format!(
+            "no SELECT on curio.proofshare_queue, which the probe needs to tell ProofShare work from orphan tasks (GRANT SELECT ON curio.proofshare_queue TO {})",
+            a.role
+        ));
     }
     Ok(())
 }

@@ -27,7 +27,7 @@ pub(super) fn workers_dead(_s: &Snapshot, f: &Facts) -> Option<Launch> {
             num(coming),
             if k.slow_pph > 0.0 {
                 format!(
-                    " ({} p/h more booting past a normal boot, not counted)",
+                    " ({} p/h more booting past a normal boot or unconfirmed by vast.ai, not counted)",
                     num(k.slow_pph)
                 )
             } else {
