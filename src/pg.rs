@@ -84,9 +84,9 @@ pub fn connect(
     // The driver tries the hosts in turn, but bounds only each TCP connect: a host that
     // accepts and never answers (a hung node of a YugabyteDB cluster) held the whole
     // attempt, and the next host was never tried (a walkthrough). Each host gets its own
-    // attempt, bounded as a whole by `timeout`.
-    // The hosts that answered first: their reason (a refused password) is the fault, and a
-    // long list was clipped before it (a re-test).
+    // attempt, bounded as a whole by `timeout`. The error names the hosts that answered
+    // first: their reason (a refused password) is the fault, and a long list was clipped
+    // before it (a re-test).
     let (mut answered, mut silent) = (Vec::new(), Vec::new());
     for i in 0..n {
         let one = only_host(&config, i);

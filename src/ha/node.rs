@@ -375,8 +375,9 @@ fn spawn_keeper(settings: Settings, epoch: i64, tail: String) -> Result<()> {
     // When the last renewal that went through was asked: the lease runs from then at the
     // latest, not from when its answer came.
     let renewed = Arc::new(std::sync::Mutex::new(Instant::now()));
-    let keeper_exit = move |text: &str| keeper_exit(&format!("{text}{tail}"));
-    watch_renewals(&settings, epoch, Arc::clone(&renewed), keeper_exit.clone())
+    // Ends the process (as `keeper_exit`), saying what an operator's command left undone.
+    let exit = move |text: &str| keeper_exit(&format!("{text}{tail}"));
+    watch_renewals(&settings, epoch, Arc::clone(&renewed), exit.clone())
         .context("cannot start the lease keeper's watch")?;
     std::thread::Builder::new()
         .name("ha-keeper".into())
@@ -395,14 +396,14 @@ fn spawn_keeper(settings: Settings, epoch: i64, tail: String) -> Result<()> {
                 });
                 match renewal {
                     Ok(Some(_)) => *renewed.lock().unwrap_or_else(|e| e.into_inner()) = asked,
-                    Ok(None) => keeper_exit(&format!(
+                    Ok(None) => exit(&format!(
                         "ha: the lease (epoch {epoch}) is no longer this host's; exiting"
                     )),
                     Err(e) => {
                         let since = renewed_at().elapsed();
                         if settings.lease_low(since) {
                             let left = settings.ttl.saturating_sub(since);
-                            keeper_exit(&format!(
+                            exit(&format!(
                                 "ha: cannot renew the lease (epoch {epoch}) and it has {}s left, below ha.fence_margin_secs: exiting: {e}",
                                 left.as_secs()
                             ));
@@ -424,7 +425,7 @@ fn watch_renewals(
     settings: &Settings,
     epoch: i64,
     renewed: Arc<std::sync::Mutex<Instant>>,
-    keeper_exit: impl Fn(&str) + Send + 'static,
+    exit: impl Fn(&str) + Send + 'static,
 ) -> std::io::Result<()> {
     let settings = settings.clone();
     std::thread::Builder::new()
@@ -433,7 +434,7 @@ fn watch_renewals(
             SystemClock.sleep(Duration::from_secs(1));
             let since = renewed.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
             if settings.lease_low(since) {
-                keeper_exit(&format!(
+                exit(&format!(
                     "ha: the lease (epoch {epoch}) was last renewed by a request asked {}s ago and has under ha.fence_margin_secs ({}s) left: exiting",
                     since.as_secs(),
                     settings.margin.as_secs()
