@@ -382,10 +382,10 @@ pub fn special_state_files(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Whether two paths name one directory: one device and inode (through links and bind
-/// mounts: a re-test wrote a backup over `run.lock` through a bind mount of the state dir);
-/// as written when either cannot be looked at.
-pub fn same_dir(a: &Path, b: &Path) -> bool {
+/// Whether two paths name one file or directory: one device and inode (through links, `..`
+/// and bind mounts: a re-test wrote a backup over `run.lock` through a bind mount of the
+/// state dir); as written when either cannot be looked at.
+pub fn same_path(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     match (fs::metadata(a), fs::metadata(b)) {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
@@ -436,9 +436,9 @@ mod tests {
         fs::create_dir(&a).unwrap();
         fs::create_dir(&b).unwrap();
         std::os::unix::fs::symlink(&a, t.path().join("link")).unwrap();
-        assert!(same_dir(&a, &t.path().join("link")));
-        assert!(same_dir(&a, &a.join(".")));
-        assert!(!same_dir(&a, &b));
+        assert!(same_path(&a, &t.path().join("link")));
+        assert!(same_path(&a, &a.join(".")));
+        assert!(!same_path(&a, &b));
         let bound = std::process::Command::new("mount")
             .args(["--bind"])
             .arg(&a)
@@ -447,7 +447,7 @@ mod tests {
             .status()
             .is_ok_and(|s| s.success());
         if bound {
-            let same = same_dir(&a, &b);
+            let same = same_path(&a, &b);
             let _ = std::process::Command::new("umount").arg(&b).status();
             assert!(same, "a bind mount of a is a");
         }

@@ -285,13 +285,8 @@ fn substitute(line: &str, p: &UnitParams) -> String {
     .replace(DEFAULT_STATE_DIR, &path(&p.state_dir))
 }
 
-/// The `--state-dir` of an `ExecStart` as `systemctl show` gives it
+/// The word after `flag` in an `ExecStart` as `systemctl show` gives it
 /// (`{ path=... ; argv[]=BIN --config C --state-dir D run ; ... }`, specifiers resolved).
-fn exec_show_state_dir(exec: &str) -> Option<String> {
-    exec_show_arg(exec, "--state-dir")
-}
-
-/// The word after `flag` in an `ExecStart` as `systemctl show` gives it.
 fn exec_show_arg(exec: &str, flag: &str) -> Option<String> {
     let argv = exec.split("argv[]=").nth(1)?.split(" ;").next()?;
     arg_after(argv, flag).map(String::from)
@@ -564,7 +559,9 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 manager: scope,
                 problem,
                 fix: None,
-                state_dir: props.get("ExecStart").and_then(|e| exec_show_state_dir(e)),
+                state_dir: props
+                    .get("ExecStart")
+                    .and_then(|e| exec_show_arg(e, "--state-dir")),
                 config: props
                     .get("ExecStart")
                     .and_then(|e| exec_show_arg(e, "--config")),

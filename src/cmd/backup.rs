@@ -49,7 +49,7 @@ fn refuse_a_state_file(state_dir: &std::path::Path, file: &std::path::Path) -> R
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
-    if crate::paths::STATE_FILES.contains(&name) && crate::paths::same_dir(parent, state_dir) {
+    if crate::paths::STATE_FILES.contains(&name) && crate::paths::same_path(parent, state_dir) {
         anyhow::bail!(
             "{} is a file fleetagent keeps in its state dir: the next run would overwrite or delete the backup; choose another name (or another dir)",
             file.display()

@@ -15,15 +15,10 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
             if args.json {
                 // The keys that name the install are there, null where the config would
                 // have said (a re-test found them missing on a config error).
-                let mut v = crate::doctor::json(&crate::doctor::config_unreadable(&e));
-                v["state_dir"] = app
-                    .state_dir_flag
-                    .as_ref()
-                    .map(|d| d.display().to_string())
-                    .into();
-                v["config"] = app.config_path().0.display().to_string().into();
-                v["install_id"] = serde_json::Value::Null;
-                crate::outln!("{v}");
+                let checks = crate::doctor::config_unreadable(&e);
+                let state_dir = app.state_dir_flag.as_ref().map(|d| d.display().to_string());
+                let config = Some(app.config_path().0.display().to_string());
+                crate::outln!("{}", json(&checks, state_dir, config, None));
             }
             return Err(e);
         }
@@ -33,7 +28,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let checks = crate::doctor::checks(&crate::doctor::Inputs {
         config: &loaded.config,
         config_path: &loaded.path,
-        config_missing: (!loaded.file_found).then_some(loaded.path.as_path()),
+        config_found: loaded.file_found,
         env: &app.env,
         state_dir: &dir,
         now: app.now(),
@@ -47,10 +42,8 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
         .and_then(|s| crate::store::ops::install_id(&s.conn).ok());
     let config_path = loaded.file_found.then(|| loaded.path.display().to_string());
     if args.json {
-        let mut v = crate::doctor::json(&checks);
-        v["state_dir"] = dir.display().to_string().into();
-        v["config"] = config_path.clone().into();
-        v["install_id"] = install.clone().into();
+        let state_dir = Some(dir.display().to_string());
+        let v = json(&checks, state_dir, config_path.clone(), install.clone());
         crate::outln!("{v}");
     } else if ok {
         crate::outln!("ok");
@@ -90,6 +83,20 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
 
 /// A fact doctor states on stderr that is not a problem: `note: ...`, at notice priority when
 /// stderr is the journal.
+/// `doctor --json`: the checks, and the install they speak for (null where unknown).
+fn json(
+    checks: &[crate::doctor::Check],
+    state_dir: Option<String>,
+    config: Option<String>,
+    install_id: Option<String>,
+) -> serde_json::Value {
+    let mut v = crate::doctor::json(checks);
+    v["state_dir"] = state_dir.into();
+    v["config"] = config.into();
+    v["install_id"] = install_id.into();
+    v
+}
+
 fn note(text: &str) {
     crate::journal::eprint(crate::journal::NOTICE_PRIORITY, &format!("note: {text}"));
 }

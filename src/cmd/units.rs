@@ -137,7 +137,7 @@ fn install(app: &App, args: &UnitsInstallArgs) -> Result<()> {
 fn replaced_state_dir(unit_dir: &Path, state_dir: &Path) -> Option<String> {
     let text = fs::read_to_string(unit_dir.join(units::TEMPLATES[0].0)).ok()?;
     let old = units::exec_state_dir(&text)?;
-    if crate::paths::same_dir(&old, state_dir) || !old.join(crate::store::DB_FILE).exists() {
+    if crate::paths::same_path(&old, state_dir) || !old.join(crate::store::DB_FILE).exists() {
         return None;
     }
     Some(format!(

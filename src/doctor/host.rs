@@ -334,14 +334,15 @@ pub(super) fn units(
     // This doctor's own config, spelled out: a fix without it installed units that ran the
     // default config path, which did not exist (a re-test followed it literally).
     let ours = config_path.map_or(String::new(), |c| {
-        format!(" --config {}", absolute(c).display())
+        let c = std::path::absolute(c).unwrap_or_else(|_| c.to_path_buf());
+        format!(" --config {}", c.display())
     });
     let install = format!(
         "fleetagent{ours} --state-dir {} units install{user}",
         state_dir.display()
     );
     let elsewhere = field("state_dir")
-        .filter(|d| !crate::paths::same_dir(Path::new(d), state_dir))
+        .filter(|d| !crate::paths::same_path(Path::new(d), state_dir))
         .map(|d| {
             let theirs = field("config").map_or(String::new(), |c| format!(" --config {c}"));
             Problem::new(format!(
@@ -357,8 +358,7 @@ pub(super) fn units(
     // does not judge.
     let other_config = match (field("config"), config_path) {
         (Some(theirs), Some(mine))
-            if elsewhere.is_none()
-                && absolute(Path::new(theirs)) != absolute(mine) =>
+            if elsewhere.is_none() && !crate::paths::same_path(Path::new(theirs), mine) =>
         {
             Some(
                 Problem::new(format!(
@@ -417,14 +417,6 @@ pub(super) fn units(
             Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{fix}{wait}")))
         }))
         .collect()
-}
-
-/// `path` with its links and `..` resolved (one file by two paths is one config: a re-test
-/// saw a symlinked dir named "another config"), else made absolute against the working dir.
-fn absolute(path: &Path) -> std::path::PathBuf {
-    std::fs::canonicalize(path)
-        .or_else(|_| std::path::absolute(path))
-        .unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
@@ -539,8 +531,6 @@ fn shared_textfile(conn: &Connection, path: &Path) -> Vec<Problem> {
 mod tests {
     use super::*;
 
-    /// A metrics dir on a read-only file system is said so, with a fix that can help (where
-    /// this user may mount one: root, as CI runs).
     /// A textfile another install wrote last (two installs given one `[metrics] textfile`):
     /// named; this install's own, or one with no install line (an older build's), is not.
     #[test]
@@ -567,6 +557,8 @@ mod tests {
         );
     }
 
+    /// A metrics dir on a read-only file system is said so, with a fix that can help (where
+    /// this user may mount one: root, as CI runs).
     #[test]
     fn a_metrics_dir_on_a_read_only_file_system_is_named() {
         let (dir, s) = crate::store::test_store(0);

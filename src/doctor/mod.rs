@@ -166,11 +166,11 @@ impl Check {
 /// What the checks read besides the database.
 pub struct Inputs<'a> {
     pub config: &'a Config,
-    /// Where the config was looked for (read, or missing: `config_missing`).
+    /// Where the config was looked for.
     pub config_path: &'a Path,
-    /// The config file that was not found (only the default path may be missing): every key
-    /// has its default, and the `config` check says so. None when a file was read.
-    pub config_missing: Option<&'a Path>,
+    /// Whether a file was read there: only the default path may be missing, every key then
+    /// has its default, and the `config` check says so.
+    pub config_found: bool,
     pub env: &'a crate::env::Env,
     pub state_dir: &'a Path,
     pub now: Millis,
@@ -205,12 +205,10 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
     let read_only = disk.iter().any(|p| p.detail.contains("read-only"));
     found.add("state_dir", host::state_dir(i.state_dir, read_only));
     found.add("disk", disk);
-    let config_path = i.config_missing.is_none().then_some(i.config_path);
-    found.add(
-        "units",
-        host::units(i.units, i.state_dir, i.config, config_path),
-    );
-    found.add("config", setup::config(i.config, i.config_missing));
+    let read = i.config_found.then_some(i.config_path);
+    found.add("units", host::units(i.units, i.state_dir, i.config, read));
+    let missing = (!i.config_found).then_some(i.config_path);
+    found.add("config", setup::config(i.config, missing));
     let mut secrets = setup::secrets(i.config, i.env);
     let (ha, follows, shared_install) = outside::ha(i.config, i.env, i.state_dir, i.now);
     found.add("ha", ha);

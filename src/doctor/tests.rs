@@ -23,7 +23,7 @@ fn env() -> crate::env::Env {
 fn run_checks(dir: &Path, config: &Config) -> Vec<Check> {
     checks(&Inputs {
         config_path: Path::new("/etc/fleetagent/config.toml"),
-        config_missing: None,
+        config_found: true,
         config,
         env: &env(),
         state_dir: dir,
@@ -143,7 +143,7 @@ fn fixes_name_the_user_manager_for_a_user_install() {
             serde_json::json!({"fleetagent.timer": {"manager": manager, "load_state": "loaded"}});
         let all = checks(&Inputs {
             config_path: Path::new("/etc/fleetagent/config.toml"),
-            config_missing: None,
+            config_found: true,
             config: &config,
             env: &env(),
             state_dir: dir.path(),
@@ -726,8 +726,8 @@ fn a_missing_config_file_is_named() {
     let config = Config::default();
     let path = Path::new("/etc/fleetagent/config.toml");
     let all = checks(&Inputs {
-        config_path: Path::new("/etc/fleetagent/config.toml"),
-        config_missing: Some(path),
+        config_path: path,
+        config_found: false,
         config: &config,
         env: &env(),
         state_dir: dir.path(),

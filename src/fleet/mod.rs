@@ -288,10 +288,9 @@ impl Snapshot {
                     Some("exited") => (FlagKind::Exited, String::new()),
                     Some("offline") => (FlagKind::Offline, String::new()),
                     // Paused with its memory kept, the GPU billed (reference/vastai-api.md
-                    // 4d): nothing runs, and fleetagent never freezes one. It was counted
-                    // against the caps and never destroyed (a walkthrough).
-                    // A live Curio worker matched to it proves it runs (a re-test saw one
-                    // destroyed while it proved), as for `unknown`.
+                    // 4d), and fleetagent never freezes one: it was counted against the caps
+                    // and never destroyed (a walkthrough). As for `unknown`, a live Curio
+                    // worker matched to it proves it runs (a re-test saw one destroyed).
                     Some("frozen") if !matches!(r.state, REGISTERED | PROVING) => {
                         (FlagKind::Frozen, String::new())
                     }

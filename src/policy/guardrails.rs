@@ -120,21 +120,15 @@ impl Refusal {
             Refusal::InstanceCap {
                 max,
                 count,
-                unconfirmed: 0,
-            } => json!({
-                "limit": format!("{max} instances"),
-                "instances": count,
-            }),
-            Refusal::InstanceCap {
-                max,
-                count,
                 unconfirmed,
-            } => json!({
-                "limit": format!("{max} instances"),
-                "instances": count,
-                "unconfirmed": unconfirmed,
-                "message": format!("{count} instances take the {max} slot(s), {unconfirmed} of them launches vast.ai has not confirmed (a create with no answer, not listed since): a listing settles them within 10 minutes"),
-            }),
+            } => {
+                let mut v = json!({"limit": format!("{max} instances"), "instances": count});
+                if *unconfirmed > 0 {
+                    v["unconfirmed"] = json!(unconfirmed);
+                    v["message"] = json!(format!("{count} instances take the {max} slot(s), {unconfirmed} of them launches vast.ai has not confirmed (a create with no answer, not listed since): a listing settles them within 10 minutes"));
+                }
+                v
+            }
             Refusal::Budget { max, fleet, offer } => json!({
                 "limit": format!("${max:.2}/h"),
                 "fleet_dph": round4(*fleet),

@@ -308,7 +308,7 @@ impl Snapshot {
         let unconfirmed_pph: f64 = self
             .instances
             .iter()
-            .filter(|r| unconfirmed > 0 && self.is_unconfirmed(r))
+            .filter(|r| self.is_unconfirmed(r))
             .map(|r| self.rate_of(r, config))
             .sum();
         parts.push(format!(

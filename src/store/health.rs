@@ -211,7 +211,7 @@ pub struct FailedStop {
 
 /// The operator's stops and destroys that failed and were not followed by one that went
 /// through, for instances of ours still listed (not gone, not stopped): each instance's
-/// latest such failure as (vast id, label, kind, detail, when), newest first. Nothing sends
+/// latest such failure, newest first. Nothing sends
 /// them again: a pass is paused after the panic button, and the rules know nothing of the
 /// operator's order.
 pub fn operator_stops_failed(conn: &Connection) -> Result<Vec<FailedStop>> {

@@ -244,6 +244,13 @@ impl Access {
         }
     }
 
+    fn exists(&self, table: &str) -> bool {
+        TABLES
+            .iter()
+            .position(|t| *t == table)
+            .is_some_and(|i| self.present[i])
+    }
+
     fn can(&self, table: &str) -> bool {
         TABLES
             .iter()
@@ -668,11 +675,7 @@ fn required(a: &Access) -> Result<(), String> {
 /// reading fails naming the grant, and the fleet is held. A Curio without the table (no
 /// ProofShare) reads on, with a note.
 fn queue_readable(a: &Access) -> Result<(), String> {
-    let i = TABLES
-        .iter()
-        .position(|t| *t == "proofshare_queue")
-        .unwrap_or(0);
-    if a.present[i] && !a.readable[i] {
+    if a.exists("proofshare_queue") && !a.can("proofshare_queue") {
         return Err(format!(
             "no SELECT on curio.proofshare_queue, which the probe needs to tell ProofShare work from orphan tasks (GRANT SELECT ON curio.proofshare_queue TO {})",
             a.role

@@ -114,7 +114,7 @@ fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
     let secrets = |dir: &Path| {
         let all = checks(&Inputs {
             config_path: Path::new("/etc/fleetagent/config.toml"),
-            config_missing: None,
+            config_found: true,
             config: &config,
             env: &bare,
             state_dir: dir,

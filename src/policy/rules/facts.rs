@@ -328,9 +328,9 @@ impl Load {
 /// destroyed once flagged as stuck) and so hold nothing back.
 ///
 /// While workers are dead, so is a launch whose create may not have happened (a 5xx or a
-/// timeout left its intent open, `policy::launch`) once a listing at least
-/// [`UNSEEN_LAUNCH_MS`] after it did not show it: it may never come either, and the intent
-/// waits up to `fleet::INTENT_GRACE_MS` (10 minutes) to be settled. It still counts against
+/// timeout left its intent open, `policy::launch`) once a listing a minute after it did not
+/// show it (`Snapshot::is_unconfirmed`): it may never come either, and the intent waits up
+/// to `fleet::INTENT_GRACE_MS` (10 minutes) to be settled. It still counts against
 /// the caps, so a create that did happen can only leave a surplus within them. So is a
 /// running one whose Curio worker registered once (its address is kept) and is gone: it is
 /// not booting, it lost its worker (the incident: every worker died on instances vast.ai
@@ -343,13 +343,7 @@ fn booting<'a>(
     workers_dead: bool,
 ) -> (Vec<&'a InstanceRow>, Vec<&'a InstanceRow>) {
     let slow_boot_ms = (config.policy.stuck_loading_mins as i64 * 60_000 / 2).max(60_000);
-    let unseen = |r: &InstanceRow| {
-        workers_dead
-            && snapshot.listing_error.is_none()
-            && r.state == LAUNCHING
-            && r.vast_id.is_none()
-            && snapshot.now - r.created_at >= UNSEEN_LAUNCH_MS
-    };
+    let unseen = |r: &InstanceRow| workers_dead && snapshot.is_unconfirmed(r);
     let lost_worker =
         |r: &InstanceRow| workers_dead && r.state == BOOTED && r.worker_address.is_some();
     snapshot
@@ -359,11 +353,6 @@ fn booting<'a>(
         .filter(|r| !r.vast_id.is_some_and(|id| flagged_ids.contains(&id)))
         .partition(|r| snapshot.now - r.state_since < slow_boot_ms && !unseen(r) && !lost_worker(r))
 }
-
-/// How long after its create a launch whose outcome is unknown may be missing from a good
-/// listing before WORKERS DEAD stops waiting for it: vast.ai lists a create at once. The
-/// metrics count such launches apart (`fleetagent_launches_unconfirmed`).
-use crate::store::instances::UNSEEN_LAUNCH_MS;
 
 /// With a price known: the instances of ours (working, not flagged) whose cost per proof
 /// (their $/h over their GPU's rate) leaves less than `policy.min_margin`, the worst first,
