@@ -262,11 +262,15 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
                         path.display()
                     ))
                     .fix(format!(
-                        "write the value into the credential's source (/etc/credstore/{}), or {}",
-                        crate::units::credstore_name(kind.credential()),
-                        kind.hint()
+                        "write the value into {}, or {}",
+                        crate::secrets::where_to_put(env, kind.credential()),
+                        kind.env_hint()
                     )),
-                    None => Problem::new(format!("no {what}")).fix(kind.hint()),
+                    None => Problem::new(format!("no {what}")).fix(format!(
+                        "write it into {}, or {}",
+                        crate::secrets::where_to_put(env, kind.credential()),
+                        kind.env_hint()
+                    )),
                 };
                 problems.push(problem);
                 true
@@ -313,8 +317,8 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
                         }
                     ))
                     .fix(format!(
-                        "load it with LoadCredential={}:<path>",
-                        c.credential
+                        "write it into {}",
+                        crate::secrets::where_to_put(env, &c.credential)
                     )),
                 ),
                 Err(e) => s.problems.push(Problem::new(format!(
@@ -436,11 +440,36 @@ mod tests {
         assert!(
             lines
                 .iter()
-                .any(|l| l.contains("\"absent\" (vast.env.OTHER) not found")),
+                .any(|l| l.contains("\"absent\" (vast.env.OTHER) not found")
+                    && l.contains("/etc/credstore/fleetagent.absent")),
             "{lines:?}"
         );
         let err = crate::secrets::require_credential(&env, "curio_pw").unwrap_err();
         assert!(format!("{err}").contains("is empty"), "{err}");
+        // At an operator's shell (no $CREDENTIALS_DIRECTORY), a missing key's and a missing
+        // worker credential's fixes name the store's file the units load, not a unit line.
+        let env = crate::env::Env::from_pairs([(
+            "FLEETAGENT_CREDSTORE".to_string(),
+            format!("{}/store:/run/credstore", dir.path().display()),
+        )]);
+        let store = dir.path().join("store").display().to_string();
+        let fixes: Vec<String> = secrets(&config, &env)
+            .problems
+            .iter()
+            .map(|p| format!("{} | {}", p.detail, p.fix.clone().unwrap_or_default()))
+            .collect();
+        for (what, file) in [
+            ("no vast.ai API key", "fleetagent.vast_api_key"),
+            ("(vast.env.OTHER) not found", "fleetagent.absent"),
+        ] {
+            assert!(
+                fixes
+                    .iter()
+                    .any(|l| l.contains(what)
+                        && l.contains(&format!("write it into {store}/{file}"))),
+                "{what}: {fixes:?}"
+            );
+        }
     }
 
     /// A model budget that cannot hold the fixed part of a prompt is named with the budget

@@ -85,6 +85,14 @@ impl Kind {
         }
     }
 
+    /// The environment variable(s) that set it, for fixes that name the file first.
+    pub fn env_hint(self) -> String {
+        format!(
+            "set {} in the environment",
+            self.env_names().join(" (or ") + if self.env_names().len() > 1 { ")" } else { "" }
+        )
+    }
+
     /// Where to put it, for messages.
     pub fn hint(self) -> String {
         format!(
@@ -250,6 +258,30 @@ pub fn credential_file(env: &Env, name: &str) -> Option<PathBuf> {
         .find(|p| std::fs::symlink_metadata(p).is_ok())
 }
 
+/// Where the operator puts credential `name` so that this process finds it, for the fixes
+/// that say it is missing: the file under `$CREDENTIALS_DIRECTORY` a service reads (whose
+/// source is the credential store's `fleetagent.NAME`, which `units install` loads), or, in
+/// an operator's command, the first directory of the store it searches.
+pub fn where_to_put(env: &Env, name: &str) -> String {
+    let file = credstore_name(name);
+    // The first directory the store is searched in ($FLEETAGENT_CREDSTORE replaces them).
+    let dir = env
+        .get("FLEETAGENT_CREDSTORE")
+        .and_then(|list| list.split(':').find(|d| !d.is_empty()).map(str::to_string))
+        .unwrap_or_else(|| CREDSTORE_DIRS[0].to_string());
+    let source = format!("{}/{file}", dir.trim_end_matches('/'));
+    match env.get("CREDENTIALS_DIRECTORY").filter(|d| !d.is_empty()) {
+        Some(dir) => format!(
+            "{source} (root's, mode 0600; this service reads it as {}/{name}, loaded by the units that `units install` writes: start the service again after)",
+            dir.trim_end_matches('/')
+        ),
+        None if env.get("INVOCATION_ID").is_some_and(|v| !v.is_empty()) => format!(
+            "{source} (this service has no $CREDENTIALS_DIRECTORY: its unit loads no credential; `fleetagent units install` writes LoadCredential={name}:{file})"
+        ),
+        None => format!("{source} (root's, mode 0600: the units that `units install` writes load it as credential {name})"),
+    }
+}
+
 /// A named credential: its file under `$CREDENTIALS_DIRECTORY`, or in the credential store for
 /// an operator's command ([`credential_file`]). Also used for worker env values.
 pub fn credential(env: &Env, name: &str) -> Result<Option<Secret>> {
@@ -301,11 +333,13 @@ pub fn require_credential(env: &Env, name: &str) -> Result<Secret> {
         Some(s) => Ok(s),
         None => match empty_credential_file(env, name) {
             Some(path) => bail!(
-                "credential {name:?} is empty ({}): write the value into its source (LoadCredential={name}:<path>)",
-                path.display()
+                "credential {name:?} is empty ({}): write the value into {}",
+                path.display(),
+                where_to_put(env, name)
             ),
             None => bail!(
-                "credential {name:?} not found: load it with LoadCredential={name}:<path> (or put it under $CREDENTIALS_DIRECTORY)"
+                "credential {name:?} not found: write it into {}",
+                where_to_put(env, name)
             ),
         },
     }
