@@ -32,7 +32,7 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
     if t.is_empty() {
         return Err("answered nothing; expected {\"fil_usd\": <number>}".into());
     }
-    let v: Value = serde_json::from_str(t).map_err(|e| {
+    let v: Value = crate::json::parse(t).map_err(|e| {
         format!(
             "not JSON ({e}): {:?}; expected {{\"fil_usd\": <number>}}",
             clip(t, 80)
@@ -58,6 +58,9 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
         Some(x) if x.is_finite() && x > MAX_FIL_USD => Err(format!(
             "\"fil_usd\" {x} is past {MAX_FIL_USD} (FIL never traded above $240): taken as a bad reading, not a rate"
         )),
+        Some(x) if x.is_finite() && x > 0.0 && x < MIN_FIL_USD => Err(format!(
+            "\"fil_usd\" {x} is below {MIN_FIL_USD} (FIL never traded below $1): taken as a bad reading, not a rate"
+        )),
         Some(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!(
             "\"fil_usd\" must be a number > 0, got {}",
@@ -69,6 +72,11 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
 /// A fetched FIL/USD above this is a glitch of the feed, not a rate: taken as a failed fetch
 /// (the last good value stays until it is stale), or every offer would look profitable.
 pub const MAX_FIL_USD: f64 = 10_000.0;
+
+/// A fetched FIL/USD below this is a glitch of the feed too (a unit slip, a token's other
+/// price): taken as a failed fetch, or every launch, WORKERS DEAD's included, would be
+/// refused as unprofitable on a rate nobody ever paid.
+pub const MIN_FIL_USD: f64 = 0.01;
 
 /// `price.fil_usd_command`.
 #[derive(Debug, Clone)]
@@ -126,6 +134,7 @@ mod tests {
     fn only_a_positive_number_under_fil_usd_is_a_rate() {
         assert_eq!(parse_fil_usd(" {\"fil_usd\": 3.25}\n"), Ok(3.25));
         assert_eq!(parse_fil_usd("{\"fil_usd\": 4, \"at\": 1}"), Ok(4.0));
+        assert_eq!(parse_fil_usd("{\"fil_usd\": 0.01}"), Ok(0.01));
         for (bad, want) in [
             ("", "answered nothing"),
             ("3.5", "not an object"),
@@ -134,6 +143,7 @@ mod tests {
             ("{\"fil_usd\": 0}", "must be a number > 0, got 0"),
             ("{\"fil_usd\": -2}", "> 0"),
             ("{\"fil_usd\": 1e308}", "is past 10000"),
+            ("{\"fil_usd\": 1e-9}", "is below 0.01"),
             ("{\"fil_usd\": null}", "must be a number, got null"),
             ("<html>oops</html>", "not JSON"),
         ] {

@@ -53,6 +53,7 @@ pub mod env;
 pub mod error;
 pub mod faults;
 pub mod journal;
+pub mod json;
 pub mod output;
 pub mod paths;
 pub mod plot;

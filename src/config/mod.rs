@@ -5,6 +5,7 @@
 //! used for `sim` scenario files). Secrets never come from this file (see `secrets`); a
 //! HarmonyDB URL with a password in it is refused. `load` finds and reads the file.
 
+mod image;
 mod load;
 pub(crate) mod locate;
 mod schema;
@@ -242,8 +243,41 @@ mod tests {
             );
         }
         parse("[vast.offers]\nbad_host_hours = 8760\n").unwrap();
+        // A FIL/USD no market ever quoted would refuse every launch as unprofitable.
+        let err = parse("[price]\nfil_usd = 1e-9\n").unwrap_err();
+        assert!(
+            err.starts_with("line 2 (price.fil_usd): must be at least 0.01"),
+            "{err}"
+        );
+        parse("[price]\nfil_usd = 0.01\n").unwrap();
         let err = parse("[policy.gpu_rates]\n\"RTX 4090\" = 1e13\n").unwrap_err();
         assert!(err.contains("at most 100000"), "{err}");
+    }
+
+    /// A huge refused value is quoted cut, not whole (a 100 KB value made a 100 KB line).
+    #[test]
+    fn a_huge_refused_value_is_quoted_cut() {
+        let big = "x".repeat(100_000);
+        for (table, key) in [
+            ("", "state_dir"),
+            ("[llm]\n", "encoding"),
+            ("[vast]\n", "label_prefix"),
+            ("[vast]\n", "image"),
+            ("[metrics]\n", "textfile"),
+            ("[ha]\n", "host_id"),
+        ] {
+            let value = if key == "image" {
+                format!("a b{big}")
+            } else {
+                big.clone()
+            };
+            let err = parse(&format!("{table}{key} = \"{value}\"\n")).unwrap_err();
+            assert!(
+                err.contains(key) && err.len() < 600,
+                "{key}: {} bytes",
+                err.len()
+            );
+        }
     }
 
     #[test]

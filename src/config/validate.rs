@@ -70,6 +70,12 @@ fn positive(key: &'static str, v: f64, max: f64) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// A refused value as an error quotes it: cut to 120 characters (a 100 KB value pasted into
+/// a key made a 100 KB error line).
+fn short(v: &str) -> String {
+    crate::text::clip(v, 120)
+}
+
 /// A year, the most any hours key may say.
 const YEAR_HOURS: f64 = 8_760.0;
 
@@ -97,7 +103,10 @@ fn state_dir(c: &Config) -> Result<(), Invalid> {
         if !dir.is_absolute() {
             return Err((
                 "state_dir".into(),
-                format!("must be an absolute path, got {dir:?}"),
+                format!(
+                    "must be an absolute path, got {:?}",
+                    short(&dir.to_string_lossy())
+                ),
                 None,
             ));
         }
@@ -148,7 +157,10 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
         if enc != "o200k_base" && enc != "cl100k_base" {
             return Err((
                 "llm.encoding".into(),
-                format!("must be \"o200k_base\" or \"cl100k_base\", got {enc:?}"),
+                format!(
+                    "must be \"o200k_base\" or \"cl100k_base\", got {:?}",
+                    short(enc)
+                ),
                 None,
             ));
         }
@@ -208,7 +220,10 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
         if image.chars().any(char::is_whitespace) {
             return Err((
                 "vast.image".into(),
-                format!("an image reference has no spaces, got {image:?} (every create would be refused)"),
+                format!(
+                    "an image reference has no spaces, got {:?} (every create would be refused)",
+                    short(image)
+                ),
                 None,
             ));
         }
@@ -217,7 +232,9 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
                 return Err((
                     "vast.image".into(),
                     format!(
-                        "a digest is sha256: and 64 lowercase hex digits (or sha512: and 128), got {digest:?} in {image:?} (docker refuses to pull it)"
+                        "a digest is sha256: and 64 lowercase hex digits (or sha512: and 128), got {:?} in {:?} (docker refuses to pull it)",
+                        short(digest),
+                        short(image)
                     ),
                     None,
                 ));
@@ -227,9 +244,22 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
             return Err((
                 "vast.image".into(),
                 format!(
-                    "an image's repository is lowercase, got {path:?} in {image:?} (docker refuses \
+                    "an image's repository is lowercase, got {:?} in {:?} (docker refuses \
                      to pull it: every rented instance would stay loading, paid for, until \
-                     policy.stuck_loading_mins)"
+                     policy.stuck_loading_mins)",
+                    short(path),
+                    short(image)
+                ),
+                None,
+            ));
+        }
+        if let Some(problem) = super::image::problem(image) {
+            return Err((
+                "vast.image".into(),
+                format!(
+                    "{problem}, in {:?} (docker refuses to pull it: every rented instance would \
+                     stay loading, paid for, until policy.stuck_loading_mins)",
+                    short(image)
                 ),
                 None,
             ));
@@ -246,7 +276,10 @@ fn vast(v: &VastConfig) -> Result<(), Invalid> {
     {
         return Err((
             "vast.label_prefix".into(),
-            format!("must be 1-40 characters of a-z, 0-9, - or _, got {prefix:?}"),
+            format!(
+                "must be 1-40 characters of a-z, 0-9, - or _, got {:?}",
+                short(prefix)
+            ),
             None,
         ));
     }
@@ -505,6 +538,16 @@ fn price(p: &PriceConfig) -> Result<(), Invalid> {
     }
     if let Some(v) = p.fil_usd {
         positive("price.fil_usd", v, 1_000_000.0)?;
+        if v < crate::fil_usd::MIN_FIL_USD {
+            return Err((
+                "price.fil_usd".into(),
+                format!(
+                    "must be at least {} (USD per FIL; FIL never traded below $1), got {v}",
+                    crate::fil_usd::MIN_FIL_USD
+                ),
+                None,
+            ));
+        }
     }
     if let Some(c) = &p.fil_usd_command {
         if c.trim().is_empty() {
@@ -553,7 +596,10 @@ fn metrics(m: &MetricsConfig) -> Result<(), Invalid> {
         if !path.is_absolute() {
             return Err((
                 "metrics.textfile".into(),
-                format!("must be an absolute path, got {path:?}"),
+                format!(
+                    "must be an absolute path, got {:?}",
+                    short(&path.to_string_lossy())
+                ),
                 None,
             ));
         }
@@ -575,7 +621,10 @@ fn ha(h: &HaConfig, v: &VastConfig) -> Result<(), Invalid> {
         {
             return Err((
                 "ha.host_id".into(),
-                format!("must be 1-64 letters, digits, '-', '_' or '.', got {id:?}"),
+                format!(
+                    "must be 1-64 letters, digits, '-', '_' or '.', got {:?}",
+                    short(id)
+                ),
                 None,
             ));
         }

@@ -19,7 +19,7 @@ pub fn parse_demand_json(text: &str) -> Result<Demand> {
     if text.is_empty() {
         bail!("demand JSON: the document is empty");
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| {
+    let value: Value = crate::json::parse(text).map_err(|e| {
         anyhow!(
             "demand JSON: not valid JSON ({e}); it starts with `{}`",
             excerpt(text)
@@ -354,6 +354,8 @@ mod tests {
                 "history[0]",
             ),
             (r#""notes": [1]"#, "notes[0]"),
+            // Two figures for one field: neither is taken (serde_json would keep the last).
+            (r#""pending": 59"#, "the key \"pending\" appears twice"),
             (
                 r#""history": [{"host_and_port": "h:1", "proofs": 1, "first_end_secs_ago": 9,
                                 "last_end_secs_ago": 9, "completed_1h": -1}]"#,

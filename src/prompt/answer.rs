@@ -92,7 +92,7 @@ pub fn replay_arguments(arguments: &str) -> Option<String> {
     if arguments.len() > MAX_ARGUMENT_BYTES || arguments.trim().is_empty() {
         return Some("{}".into());
     }
-    match serde_json::from_str::<Value>(arguments) {
+    match crate::json::parse(arguments) {
         Ok(Value::Object(o)) if !old_placeholder(&o) => None,
         _ => match lenient_object(arguments) {
             Ok(Value::Object(o)) if !old_placeholder(&o) => Some(Value::Object(o).to_string()),
@@ -104,17 +104,17 @@ pub fn replay_arguments(arguments: &str) -> Option<String> {
 /// The arguments text as JSON, read as small models and their servers send it: an object
 /// encoded twice (a JSON string holding the object) is the object, and quotes HTML-escaped
 /// (`&#34;`, `&quot;`: llama-cpp-python's, which models copy) are quotes. The error of the
-/// text as sent when none of these reads it.
+/// text as sent when none of these reads it. A key sent twice is an error ([`crate::json`]).
 pub fn lenient_object(text: &str) -> serde_json::Result<Value> {
-    let first = serde_json::from_str::<Value>(text);
+    let first = crate::json::parse(text);
     let unescaped = |t: &str| t.replace("&#34;", "\"").replace("&quot;", "\"");
     match &first {
-        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(inner) {
+        Ok(Value::String(inner)) => match crate::json::parse(inner) {
             Ok(v @ Value::Object(_)) => Ok(v),
             _ => first,
         },
         Err(_) if text.contains("&#34;") || text.contains("&quot;") => {
-            serde_json::from_str::<Value>(&unescaped(text)).or(first)
+            crate::json::parse(&unescaped(text)).or(first)
         }
         _ => first,
     }

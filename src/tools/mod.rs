@@ -340,6 +340,9 @@ mod tests {
                 limit: 4090
             })
         );
+        // A key sent twice is no choice of ours (serde_json would keep the last): refused.
+        let e = parse(r#"{"minutes": 30, "reason": "look", "minutes": 5}"#).unwrap_err();
+        assert!(e.contains("the key \"minutes\" appears twice"), "{e}");
         // What is not a number stays refused, naming the problem.
         let e = parse(r#"{"minutes": "soon", "reason": "look"}"#).unwrap_err();
         assert!(e.contains("invalid type: string \\\"soon\\\""), "{e}");

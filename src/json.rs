@@ -1,0 +1,119 @@
+//! JSON read strictly where a duplicated key would be an ambiguity acted on: serde_json keeps
+//! the last of two values for one key without a word, so `{"pending": 59, "pending": 0}`
+//! from a demand command read as 0 waiting, and a tool call's `{"offer_id": 501,
+//! "offer_id": 502}` rented 502. [`parse`] refuses a repeated key, naming it and where.
+
+use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// `text` as a JSON value; an object with a key twice (at any depth) is an error naming the
+/// key, with serde_json's line and column.
+pub fn parse(text: &str) -> serde_json::Result<Value> {
+    serde_json::from_str::<Strict>(text).map(|s| s.0)
+}
+
+/// A value whose objects were read with every key once.
+struct Strict(Value);
+
+impl<'de> Deserialize<'de> for Strict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> Visitor<'de> for StrictVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E: Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E: Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E: Error>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E: Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E: Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E: Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Strict(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(A::Error::custom(format!(
+                    "the key {} appears twice in one object",
+                    crate::text::quote(&key, 40)
+                )));
+            }
+            let Strict(v) = map.next_value()?;
+            object.insert(key, v);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_twice_is_refused_at_any_depth_and_the_rest_reads_as_serde_json_does() {
+        for text in [
+            r#"{"a": 1, "b": [1, 2.5, -3, "x", null, true], "c": {"d": {}}}"#,
+            r#"[{"a": 1}, {"a": 2}]"#,
+            "18446744073709551615",
+            r#""é\u00e9""#,
+        ] {
+            assert_eq!(
+                parse(text).unwrap(),
+                serde_json::from_str::<Value>(text).unwrap(),
+                "{text}"
+            );
+        }
+        for (text, key) in [
+            (
+                r#"{"pending": 59, "running": 0, "pending": 0}"#,
+                "\"pending\"",
+            ),
+            (r#"{"a": {"offer_id": 1, "offer_id": 2}}"#, "\"offer_id\""),
+            (r#"[1, {"x": 1, "x": 1}]"#, "\"x\""),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(&format!("the key {key} appears twice")), "{e}");
+            assert!(e.contains("line 1 column"), "{e}");
+        }
+        // serde_json's own limits hold: 200 levels deep is an error, not a stack overflow.
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(parse(&deep).is_err());
+    }
+}
