@@ -1,6 +1,7 @@
 //! The single-run lock: an exclusive flock on `<state_dir>/run.lock`, held as a guard value.
 //! The kernel drops it when the process dies. Others read its state from /proc/locks,
-//! never by trying it.
+//! never by trying it; where /proc/locks is hidden (the units' `ProcSubset=pid`), `poll` and
+//! `doctor` try a shared lock without waiting ([`holder_probed`]), and `inspect` says unknown.
 //!
 //! The file holds two notes. While a run holds the lock, its first line is `<pid> <start ms>`
 //! (for `doctor` and `inspect`). Its line `last-run <id>` outlives the holder: the highest run
@@ -163,11 +164,83 @@ fn last_run_of(note: &str) -> Option<i64> {
         .filter(|&id: &i64| id > 0)
 }
 
+/// Who holds the lock on a file, as /proc/locks says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// Held, by this pid when known (a holder found by [`holder_probed`] is named by its note).
+    Held(Option<u32>),
+    Free,
+    /// /proc/locks cannot be read: the units' `ProcSubset=pid` hides it, as some containers do.
+    Unknown,
+}
+
+impl Holder {
+    pub fn pid(self) -> Option<u32> {
+        match self {
+            Holder::Held(pid) => pid,
+            _ => None,
+        }
+    }
+}
+
+/// Who holds an FLOCK on this file, read from /proc/locks (no file: free).
+pub fn holder(path: &Path) -> Holder {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Holder::Free;
+    };
+    match std::fs::read_to_string("/proc/locks") {
+        Ok(locks) => find_flock_holder(&locks, meta.dev(), meta.ino())
+            .map_or(Holder::Free, |pid| Holder::Held(Some(pid))),
+        Err(_) => Holder::Unknown,
+    }
+}
+
 /// The pid holding an FLOCK on this file, read from /proc/locks (None when free or unknown).
 pub fn holder_pid(path: &Path) -> Option<u32> {
-    let meta = std::fs::metadata(path).ok()?;
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    find_flock_holder(&locks, meta.dev(), meta.ino())
+    holder(path).pid()
+}
+
+/// [`holder`], where /proc/locks cannot say (the units' `ProcSubset=pid` hides it: `poll`
+/// in its unit read every run's lock as free) asked of the lock itself: a shared lock tried
+/// without waiting and dropped at once (a run starting meanwhile waits those microseconds).
+/// For `poll` and `doctor`, which must not judge a pass going as ended; `inspect` never tries
+/// the lock. A holder found so is named by its note's pid.
+pub fn holder_probed(path: &Path) -> Holder {
+    match holder(path) {
+        Holder::Unknown => probe(path),
+        read => read,
+    }
+}
+
+/// Who holds the lock, asked of the lock itself ([`holder_probed`]).
+fn probe(path: &Path) -> Holder {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(crate::paths::no_follow())
+        .open(path)
+    else {
+        return Holder::Unknown;
+    };
+    match FileExt::try_lock_shared(&file) {
+        Ok(()) => {
+            let _ = FileExt::unlock(&file);
+            Holder::Free
+        }
+        Err(e) if e.raw_os_error() == fs2::lock_contended_error().raw_os_error() => {
+            Holder::Held(noted_pid(path))
+        }
+        Err(_) => Holder::Unknown,
+    }
+}
+
+/// The pid of the holder's note (the file's first line, `<pid> <start ms>`), if any.
+fn noted_pid(path: &Path) -> Option<u32> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let first = text.lines().next()?;
+    let mut fields = first.split_whitespace();
+    let pid = fields.next()?.parse().ok()?;
+    fields.next()?.parse::<Millis>().ok()?;
+    Some(pid)
 }
 
 /// When `holder` took the lock, from the note it wrote (Unix ms). None when the note is
@@ -233,6 +306,28 @@ fn find_flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
+
+    /// Where /proc/locks is hidden, the lock itself says whether a run holds it, and its
+    /// note which: a pass going is not read as ended (poll released an HA lease under it).
+    #[test]
+    fn a_probe_tells_a_held_lock_from_a_free_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(crate::paths::LOCK_FILE);
+        assert_eq!(
+            holder_probed(&path),
+            Holder::Free,
+            "no file: nobody holds it"
+        );
+        let lock = RunLock::acquire(dir.path(), &SystemClock, i64::MAX).unwrap();
+        assert_eq!(probe(&path), Holder::Held(Some(std::process::id())));
+        assert_eq!(holder_probed(&path), Holder::Held(Some(std::process::id())));
+        drop(lock);
+        assert_eq!(probe(&path), Holder::Free);
+        // A holder that writes no note (flock(1)) is held, by an unknown pid.
+        let other = File::open(&path).unwrap();
+        FileExt::lock_exclusive(&other).unwrap();
+        assert_eq!(probe(&path), Holder::Held(None));
+    }
 
     #[test]
     fn parses_proc_locks() {

@@ -158,7 +158,9 @@ fn hand_over_if_blind(
     now: crate::clock::Millis,
 ) -> bool {
     let judged = crate::store::ops::vast_health(&store.conn).and_then(|health| {
-        let run_going = crate::lock::holder_pid(&dir.join(crate::paths::LOCK_FILE)).is_some();
+        // Unknown counts as going: a lease released in the middle of a pass fails its fence.
+        let run_going = crate::lock::holder_probed(&dir.join(crate::paths::LOCK_FILE))
+            != crate::lock::Holder::Free;
         let period = config.run.timer_period_secs as i64 * 1000;
         crate::ha::handover::hand_over_if_blind(settings, &health, period, run_going, now)
     });

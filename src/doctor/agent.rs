@@ -168,8 +168,9 @@ pub(super) fn llm_fix(err: &str) -> &'static str {
 
 /// Failed or interrupted runs: every failure of the last hour, the latest run when it failed
 /// (however long ago: said until a pass succeeds), and a pass left `running` that no process
-/// holds the lock for (the next run marks it interrupted).
-pub(super) fn runs(conn: &Connection, lock_held: bool, now: Millis) -> Vec<Problem> {
+/// holds the lock for (the next run marks it interrupted; not said while who holds it is
+/// unknown).
+pub(super) fn runs(conn: &Connection, lock: crate::lock::Holder, now: Millis) -> Vec<Problem> {
     const FIX: &str = "read `journalctl -u fleetagent` and `fleetagent history`; a run that ended unfinished (killed at its deadline or by hand, a crash, a failure it could not record as on a full disk) is marked \"interrupted\" by the next one, and its own last journal lines say why";
     let mut out = Vec::new();
     let latest = match crate::store::runs::recent(conn, 1) {
@@ -221,7 +222,7 @@ pub(super) fn runs(conn: &Connection, lock_held: bool, now: Millis) -> Vec<Probl
         ),
         (None, None) => {}
     }
-    if !lock_held {
+    if lock == crate::lock::Holder::Free {
         match crate::store::runs::running(conn) {
             Ok(running) => {
                 if let Some(first) = running.first() {

@@ -311,7 +311,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     let conn: &Connection = &store.conn;
     let (config, now) = (i.config, i.now);
     let state = crate::store::session::state(conn);
-    let lock_holder = crate::lock::holder_pid(&i.state_dir.join(crate::paths::LOCK_FILE));
+    let lock_holder = crate::lock::holder_probed(&i.state_dir.join(crate::paths::LOCK_FILE));
     match &state {
         Ok(state) => {
             found.add("last_success", agent::last_success(state, config, now));
@@ -329,8 +329,11 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     }
     found.extend("config", setup::fleet_over_caps(conn, config));
     found.extend("config", setup::daily_spend_reached(conn, config, now));
-    found.add("runs", agent::runs(conn, lock_holder.is_some(), now));
-    found.add("lock", agent::lock(i.state_dir, lock_holder, config, now));
+    found.add("runs", agent::runs(conn, lock_holder, now));
+    found.add(
+        "lock",
+        agent::lock(i.state_dir, lock_holder.pid(), config, now),
+    );
     found.add("vast", outside::vast(conn, now, secrets.vast_key_missing));
     found.extend("vast", outside::unpriced(conn, config));
     found.extend("vast", outside::undone(conn, now));

@@ -2,6 +2,7 @@ use std::path::Path;
 
 use super::agent::{overruled, uncalibrated, SHORT_CALLS};
 use super::*;
+use crate::lock::Holder;
 use crate::store::ops::{self, ForeignInstance, Pause};
 use crate::store::runs::{self, ActionCounts, Outcome, StartedBy, Verdict};
 use crate::store::test_store;
@@ -334,7 +335,7 @@ fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems()
     assert!(agent::actions(&s.conn, NOW).is_empty());
 
     // Runs: two failures in the last hour (the latest run ok), one long before.
-    assert!(agent::runs(&s.conn, false, NOW).is_empty());
+    assert!(agent::runs(&s.conn, Holder::Free, NOW).is_empty());
     for (at, err) in [
         (NOW - 3 * 60 * MIN, "old"),
         (NOW - 50 * MIN, "a"),
@@ -344,7 +345,7 @@ fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems()
         runs::finish_failed(&s.conn, id, err, at).unwrap();
     }
     finished(&s, Verdict::NoAction, ActionCounts::default(), NOW - MIN);
-    let p = agent::runs(&s.conn, false, NOW);
+    let p = agent::runs(&s.conn, Holder::Free, NOW);
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
         p[0].detail
@@ -356,7 +357,7 @@ fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems()
     // The latest run failed: said however old, with the hour's count.
     let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - MIN).unwrap();
     runs::finish_failed(&s.conn, id, "interrupted: the process ended", NOW).unwrap();
-    let p = agent::runs(&s.conn, false, NOW);
+    let p = agent::runs(&s.conn, Holder::Free, NOW);
     assert!(
         p[0].detail.starts_with(&format!(
             "the last run {id} failed 0s ago: interrupted: the process ended (3 runs failed in the last hour)"
@@ -365,16 +366,21 @@ fn a_pass_whose_calls_all_failed_and_failed_runs_of_the_last_hour_are_problems()
     );
     // A pass left running with nobody holding the lock: interrupted.
     let stuck = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 2 * MIN).unwrap();
-    let p = agent::runs(&s.conn, false, NOW);
+    let p = agent::runs(&s.conn, Holder::Free, NOW);
     assert!(
         p[1].detail
             .starts_with(&format!("run(s) {stuck} interrupted")),
         "{p:?}"
     );
     assert_eq!(
-        agent::runs(&s.conn, true, NOW).len(),
+        agent::runs(&s.conn, Holder::Held(Some(7)), NOW).len(),
         1,
         "a live run holds the lock"
+    );
+    assert_eq!(
+        agent::runs(&s.conn, Holder::Unknown, NOW).len(),
+        1,
+        "who holds the lock is unknown: no run is called interrupted"
     );
 }
 

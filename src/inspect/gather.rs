@@ -39,7 +39,9 @@ pub fn build(
     let wk = wakes::counts(&store.conn, now)?;
     let bell = FileDoorbell::new(state_dir).status()?;
     let lock_path = state_dir.join(crate::paths::LOCK_FILE);
-    let holder = crate::lock::holder_pid(&lock_path);
+    // Read from /proc/locks, never by trying the lock (DESIGN); unknown where it is hidden.
+    let lock = crate::lock::holder(&lock_path);
+    let holder = lock.pid();
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let curio = super::curio::gather(store, config, now)?;
     let (other_installs, other_installs_at) = crate::store::ops::foreign_installs(&store.conn)?;
@@ -87,7 +89,11 @@ pub fn build(
             lines: bell.lines,
             problem: bell.problem,
         },
-        lock_held: holder.is_some(),
+        lock_held: match lock {
+            crate::lock::Holder::Held(_) => Some(true),
+            crate::lock::Holder::Free => Some(false),
+            crate::lock::Holder::Unknown => None,
+        },
         lock_holder_pid: holder,
         lock_held_since: holder
             .and_then(|pid| crate::lock::held_since(state_dir, pid))

@@ -146,7 +146,8 @@ pub struct Report {
     pub failed_wakes: i64,
     pub wakes: Vec<Value>,
     pub doorbell: DoorbellView,
-    pub lock_held: bool,
+    /// Null when /proc/locks cannot be read (the units' `ProcSubset=pid`, a container).
+    pub lock_held: Option<bool>,
     pub lock_holder_pid: Option<u32>,
     pub lock_held_since: Option<String>,
     pub database: DatabaseView,

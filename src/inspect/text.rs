@@ -238,10 +238,11 @@ pub fn render_text(r: &Report) -> String {
     line(format!(
         "lock        {}",
         match (r.lock_held, r.lock_holder_pid) {
-            (true, Some(pid)) => format!(
+            (Some(true), Some(pid)) => format!(
                 "held by pid {pid} since {}",
                 r.lock_held_since.as_deref().unwrap_or("?")
             ),
+            (None, _) => "unknown: /proc/locks cannot be read here (ProcSubset=pid, a container); run inspect from a shell of the host".into(),
             _ => "free".into(),
         }
     ));

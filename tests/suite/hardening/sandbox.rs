@@ -140,3 +140,60 @@ max_instances = 2
         context()
     );
 }
+
+/// The units' `ProcSubset=pid` hides /proc/locks. There, `inspect` says the lock's holder is
+/// unknown (it never tries the lock), and `doctor` asks the lock itself: a pass going is not
+/// called interrupted (both read "free" and "interrupted" while a run held it: a
+/// walkthrough), and `poll` judges a pass going the same way before it hands an HA lease on.
+#[test]
+fn where_proc_locks_is_hidden_a_pass_going_is_not_read_as_ended() {
+    use crate::common::fleet::Fleet;
+    let f = Fleet::new().env("FLEETAGENT_TEST_PAUSE_AT", "run-after-observe:4000");
+    f.cmd(&["trigger", "-p", "0", "-r", "go"]).ok();
+    let mut run = f.spawn(&["run"]);
+    crate::suite::backbone::wait_for(|| f.inspect()["lock_held"] == true, "the run's lock");
+    // A private mount and pid namespace with a /proc of process entries only, as the units'.
+    let hidden = |args: &str| {
+        let c = f.command(&[]);
+        let argv: Vec<String> = c
+            .get_args()
+            .map(|a| format!("'{}'", a.to_string_lossy()))
+            .collect();
+        let mut u = std::process::Command::new("unshare");
+        u.args(["-m", "-p", "-f", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t proc -o subset=pid proc /proc && test ! -e /proc/locks && exec '{BIN}' {} {args}",
+                argv.join(" ")
+            ))
+            ;
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => u.env(k, v),
+                None => u.env_remove(k),
+            };
+        }
+        u.output().unwrap()
+    };
+    let probe = hidden("--version");
+    if !probe.status.success() {
+        let _ = run.kill();
+        let _ = run.wait();
+        eprintln!(
+            "SKIP: no pid namespace with a subset /proc (needs root): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        );
+        return;
+    }
+    let inspect = hidden("inspect --json");
+    let doctor = hidden("doctor");
+    let out = run.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert!(v["lock_held"].is_null(), "{v}");
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(!said.contains("interrupted"), "{said}");
+}
