@@ -212,6 +212,9 @@ pub fn storage_fault_line(
     match fault {
         StorageFault::NoSpace => Some(no_space(dir, fs)),
         _ if fs.read_only => Some(read_only_fs(dir)),
+        // A file system the kernel stopped writing after an error may not say so in
+        // statvfs (ext4's emergency read-only on 6.x kernels): an open for writing does.
+        _ if refuses_writes_as_read_only(dir) => Some(read_only_fs(dir)),
         StorageFault::Io if full => Some(no_space(dir, fs)),
         StorageFault::ReadOnly => Some(match immutable_database_file(dir) {
             // chmod cannot help there (a walkthrough: every writing command said it would).
@@ -232,6 +235,13 @@ pub fn storage_fault_line(
         }),
         _ => None,
     }
+}
+
+/// The state dir's database or lock file refuses an open for writing with EROFS.
+fn refuses_writes_as_read_only(dir: &Path) -> bool {
+    ["fleetagent.db", LOCK_FILE]
+        .iter()
+        .any(|n| write_open_error(&dir.join(n)) == Some(libc::EROFS))
 }
 
 /// The database file (or a side file of it) that refuses an open for writing with EPERM:

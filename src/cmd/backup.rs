@@ -8,6 +8,34 @@ use crate::cmd::App;
 use crate::store::{OpenMode, Store};
 
 pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
+    backup(app, args).map_err(|e| match e.downcast::<Copying>() {
+        // A full or read-only file system met while writing the copy is the backup's own,
+        // named with its dir (a walkthrough was told the state dir was full).
+        Ok(Copying(e)) => {
+            let dest = args
+                .file
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            crate::paths::name_storage_fault(e, dest)
+        }
+        Err(e) => super::name_storage_fault(app, e),
+    })
+}
+
+/// An error of writing the copy, told from one of reading the state dir.
+#[derive(Debug)]
+struct Copying(anyhow::Error);
+
+impl std::fmt::Display for Copying {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for Copying {}
+
+fn backup(app: &App, args: &BackupArgs) -> Result<()> {
     let loaded = app.load_config()?;
     let dir = app.state_dir(Some(&loaded.config))?;
     // A world-writable dir is refused here as by every command (a planted database).
@@ -16,7 +44,8 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
     // Copied as it is: a backup taken before an upgrade must not be of a migrated database.
     let store = Store::open(&dir, OpenMode::AsIs, app.now())?;
     let version = store.schema_version()?;
-    let copied = crate::store::backup::to_file(&store.conn, &args.file, app.now())?;
+    let copied = crate::store::backup::to_file(&store.conn, &args.file, app.now())
+        .map_err(|e| anyhow::Error::new(Copying(e)))?;
     let rows: Vec<String> = copied
         .rows
         .iter()

@@ -50,8 +50,9 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
         Command::Ha(c) => ha::run(app, c),
     };
     match command {
-        // Their files are elsewhere (the simulator's own dir, the unit files).
-        Command::Sim(_) | Command::Units(_) => result,
+        // Their files are elsewhere (the simulator's own dir, the unit files); `backup` names
+        // the file system of each side itself.
+        Command::Sim(_) | Command::Units(_) | Command::Backup(_) => result,
         _ => result.map_err(|e| name_storage_fault(app, e)),
     }
 }
@@ -60,7 +61,7 @@ pub fn dispatch(app: &App, command: &Command) -> Result<()> {
 /// ([`crate::paths::name_storage_fault`]) rather than as SQLite's "disk I/O error"; a database
 /// locked past the busy timeout named with its file ([`crate::store::locked_line`]) rather
 /// than as "database is locked".
-fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
+pub(crate) fn name_storage_fault(app: &App, err: anyhow::Error) -> anyhow::Error {
     let locked = crate::error::is_database_locked(&err);
     let damaged = crate::error::is_damaged_database(&err);
     if !locked && !damaged && crate::error::storage_fault(&err).is_none() {
