@@ -457,9 +457,13 @@ fn assemble(
     now: Millis,
 ) -> Result<Snapshot> {
     let window_ms = config.policy.launch_window_minutes as i64 * 60_000;
-    let window_launches = actions::launches_since(conn, now - window_ms)?
+    // A clock run ahead of vast.ai's does not empty the window (`clock_step::ahead_ms`): the
+    // launches of the window by vast.ai's time count, as recent by this clock as they are by
+    // vast.ai's (none later than now).
+    let ahead = crate::store::clock_step::ahead_ms(conn)?;
+    let window_launches = actions::launches_since(conn, now - ahead - window_ms)?
         .iter()
-        .map(|a| a.created_at)
+        .map(|a| (a.created_at + ahead).min(now))
         .collect();
     let day_start = now - now.rem_euclid(DAY_MS);
     let mut alive = instances::alive_since(conn, day_start)?;

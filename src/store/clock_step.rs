@@ -79,6 +79,20 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
 /// more than a slow answer and `Date`'s truncation to the second could make.
 pub const CLOCK_SKEW_MAX_MS: Millis = 60_000;
 
+/// How far this host's clock runs ahead of vast.ai's by the last measurement, when past
+/// [`CLOCK_SKEW_MAX_MS`] (else 0). A clock stepped forward ends a pause and the operator's
+/// hold early and empties the launch window (a walkthrough: +25 h, and a pass rented two
+/// instances seconds after the operator's `pause --for 1h`): those are judged on vast.ai's
+/// time as well, the stricter of the two winning, until the clock is set right.
+pub fn ahead_ms(conn: &Connection) -> Result<Millis> {
+    let skew: Option<Millis> = conn
+        .prepare_cached("SELECT vast_clock_skew_ms FROM agent_state WHERE id = 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .flatten();
+    Ok(skew.filter(|s| *s > CLOCK_SKEW_MAX_MS).unwrap_or(0))
+}
+
 /// How far apart two clocks are (`ms`, either sign), to the nearest minute: `Date` counts
 /// whole seconds, so two hours measure 7199.4 s as often as 7200.4 (and read 1h59m).
 pub fn to_the_minute(ms: Millis) -> String {
@@ -102,7 +116,7 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
         if skew_ms < 0 {
             " (they end early: instances stopped or relaunched before their time)"
         } else {
-            ""
+            " (meanwhile a pause, the operator's hold and the launch window are judged on vast.ai's time too, so that none ends early)"
         }
     ))
 }

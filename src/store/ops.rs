@@ -148,7 +148,12 @@ pub fn pause_record(conn: &Connection) -> Result<Option<Pause>> {
 
 /// The pause in force at `now`, if any.
 pub fn paused(conn: &Connection, now: Millis) -> Result<Option<Pause>> {
-    Ok(pause_record(conn)?.filter(|p| p.in_force(now)))
+    let Some(pause) = pause_record(conn)? else {
+        return Ok(None);
+    };
+    // A clock run ahead of vast.ai's does not end a pause early (`clock_step::ahead_ms`).
+    let ahead = crate::store::clock_step::ahead_ms(conn)?;
+    Ok((pause.in_force(now) || (ahead > 0 && pause.in_force(now - ahead))).then_some(pause))
 }
 
 pub fn set_pause(conn: &Connection, p: &Pause) -> Result<()> {

@@ -22,11 +22,29 @@ pub fn operator_hold(
     config: &Config,
     now: Millis,
 ) -> Result<Option<OperatorHold>> {
-    let mins = config.policy.operator_hold_mins;
-    if mins == 0 {
+    if config.policy.operator_hold_mins == 0 {
         return Ok(None);
     }
-    let since = now - (mins as Millis).saturating_mul(60_000);
+    if let Some(hold) = hold_at(conn, config, now, now)? {
+        return Ok(Some(hold));
+    }
+    // A clock run ahead of vast.ai's does not end the hold early (`clock_step::ahead_ms`);
+    // the operator's word since the stop still ends it, whenever this clock dated it.
+    match crate::store::clock_step::ahead_ms(conn)? {
+        0 => Ok(None),
+        ahead => hold_at(conn, config, now - ahead, now),
+    }
+}
+
+/// The hold in force at `at`, the operator's word counted up to `now`.
+fn hold_at(
+    conn: &Connection,
+    config: &Config,
+    at: Millis,
+    now: Millis,
+) -> Result<Option<OperatorHold>> {
+    let mins = config.policy.operator_hold_mins;
+    let since = at - (mins as Millis).saturating_mul(60_000);
     // The latest of a stop recorded and one typed whose answer from vast.ai is awaited.
     let stop = match (
         actions::last_operator_stop_since(conn, since)?,
@@ -41,7 +59,7 @@ pub fn operator_hold(
         }
         None => false,
     };
-    Ok(OperatorHold::in_force(stop, spoke, mins, now))
+    Ok(OperatorHold::in_force(stop, spoke, mins, at))
 }
 
 /// Why `actor` may not launch at `now`, read from the database: the pause binds everyone but

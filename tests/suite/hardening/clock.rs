@@ -273,3 +273,65 @@ fn a_wake_of_the_slow_hours_is_not_run_early_when_the_clock_is_set_right() {
         "due in {left} ms"
     );
 }
+
+/// A clock stepped forward (a walkthrough: +25 h under faketime) ended the operator's pause
+/// and emptied the launch window: a pass rented two instances seconds after `pause --for 1h`.
+/// While the pass measures its clock ahead of vast.ai's, pauses, the operator's hold and the
+/// window are judged on vast.ai's time as well, the stricter winning.
+///
+/// As above, the test cannot step this host's clock: it dates what the first pass wrote and
+/// the pause 25 hours back, and sets vast.ai's clock there.
+#[test]
+fn a_clock_run_ahead_ends_neither_a_pause_nor_the_launch_window() {
+    use std::sync::atomic::Ordering;
+    const DAY_AND_HOUR: i64 = 25 * 3_600_000;
+    let (clock, vast, f, out) = two_hours_behind(
+        "[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 6\nlaunch_window_max = 1\nemergency_launch_max = 1",
+        dead_fleet(),
+        4,
+    );
+    assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
+    // The pass and a pause for an hour, as a clock right 25 hours ago wrote them.
+    let now = chrono::Utc::now().timestamp_millis();
+    let db = f.db();
+    for sql in [
+        format!("UPDATE actions SET created_at = created_at - {DAY_AND_HOUR}, finished_at = finished_at - {DAY_AND_HOUR}"),
+        format!("UPDATE instances SET created_at = created_at - {DAY_AND_HOUR}, state_since = state_since - {DAY_AND_HOUR}, last_seen_at = last_seen_at - {DAY_AND_HOUR}"),
+        format!("UPDATE agent_state SET vast_clock_skew_ms = NULL, vast_clock_skew_since_ms = NULL, paused_at = {}, paused_until = {}, paused_reason = 'hands off'", now - DAY_AND_HOUR, now - DAY_AND_HOUR + 3_600_000),
+    ] {
+        assert!(db.execute(&sql, []).unwrap() > 0, "{sql}");
+    }
+    // The clock jumps 25 hours ahead; the instance is gone, WORKERS DEAD again.
+    clock.0.store(-DAY_AND_HOUR, Ordering::SeqCst);
+    for id in vast.instance_ids() {
+        vast.remove_instance(id);
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("1d01h ahead of vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        vast.count(Route::Create),
+        1,
+        "the pause holds: {}",
+        out.stderr
+    );
+    assert!(f.inspect()["paused"].is_object());
+    // Resumed: the window, one launch in 15 minutes by vast.ai's time, holds the first one.
+    f.cmd(&["resume"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        1,
+        "the window holds: {}",
+        out.stderr
+    );
+    let refused: i64 = f.count(
+        "SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'refused'
+          AND detail LIKE '%rate_limited%'",
+    );
+    assert!(refused >= 1, "{}", out.stderr);
+}
