@@ -59,7 +59,7 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
             "\"fil_usd\" {x} is past {MAX_FIL_USD} (FIL never traded above $240): taken as a bad reading, not a rate"
         )),
         Some(x) if x.is_finite() && x > 0.0 && x < MIN_FIL_USD => Err(format!(
-            "\"fil_usd\" {x} is below {MIN_FIL_USD} (FIL never traded below $1): taken as a bad reading, not a rate"
+            "\"fil_usd\" {x} is below {MIN_FIL_USD}: taken as a bad reading (a glitch of the feed, a unit slip), not a rate"
         )),
         Some(x) if x.is_finite() && x > 0.0 => Ok(x),
         _ => Err(format!(

@@ -542,7 +542,7 @@ fn price(p: &PriceConfig) -> Result<(), Invalid> {
             return Err((
                 "price.fil_usd".into(),
                 format!(
-                    "must be at least {} (USD per FIL; FIL never traded below $1), got {v}",
+                    "must be at least {} (USD per FIL: below that it is a unit slip, and every launch would read unprofitable), got {v}",
                     crate::fil_usd::MIN_FIL_USD
                 ),
                 None,
