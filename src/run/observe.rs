@@ -113,6 +113,17 @@ pub fn observe(
     for (id, outcome, instance, detail) in &rec.settle {
         actions::settle(&tx, *id, outcome, *instance, Some(detail), None, now)?;
     }
+    if listing.is_some() {
+        let before = now - crate::store::operator_stops::MARK_SETTLE_MS;
+        for id in crate::store::operator_stops::settle_lost(&tx, run_id, before, now)? {
+            let line = format!("instance {id}: the operator's stop of it went through (it is gone) and is recorded now: the command's host lost the database before it could record it");
+            crate::journal::eprint(
+                crate::journal::NOTICE_PRIORITY,
+                &format!("run {run_id}: {line}"),
+            );
+            events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+        }
+    }
     let settled: Vec<i64> = rec.settle.iter().map(|s| s.0).collect();
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;

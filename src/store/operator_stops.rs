@@ -129,3 +129,118 @@ pub fn date_operator_stop(conn: &Connection, call_id: &str, mark: i64) -> Result
     .execute(params![call_id, mark])?;
     Ok(())
 }
+
+/// How long a mark in flight may wait for its own command before a pass settles it: an
+/// operator's command is over long before (its calls are bounded by `vast.timeout_secs`).
+pub const MARK_SETTLE_MS: Millis = 5 * 60_000;
+
+/// An operator's stop that vast.ai carried out, recorded by a pass from its mark: the
+/// command's host lost the shared database (an HA partition) after vast.ai did it, and kept
+/// the record in its own copy only; the shared ledger showed only an earlier refusal
+/// (a walkthrough). Marks typed before `before` whose instance is gone, with no stop or
+/// destroy of it recorded since by anyone, become the operator's `destroy`, `ok`, dated when
+/// typed (the hold counts from then, as it did from the mark); their marks go. Returns the
+/// instances so settled.
+pub fn settle_lost(
+    conn: &Connection,
+    run_id: i64,
+    before: Millis,
+    now: Millis,
+) -> Result<Vec<i64>> {
+    let lost: Vec<(i64, Millis, i64, String)> = conn
+        .prepare_cached(
+            "SELECT m.id, m.typed_at, m.instance_id, i.label
+               FROM operator_stops_in_flight m JOIN instances i ON i.vast_id = m.instance_id
+              WHERE m.typed_at < ?1 AND i.gone_at IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM actions a
+                                 WHERE a.instance_id = m.instance_id
+                                   AND a.kind IN ('stop', 'destroy') AND a.outcome = 'ok'
+                                   AND a.created_at >= m.typed_at)",
+        )?
+        .query_map(params![before], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut settled = Vec::new();
+    for (mark, typed_at, instance, label) in lost {
+        let detail = format!(
+            "recorded by run {run_id} from the operator's stop typed at {}: the instance is gone, and the command's own record never reached this database (its host lost it before vast.ai's answer was written)",
+            crate::clock::rfc3339(typed_at)
+        );
+        conn.prepare_cached(
+            "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, reason,
+                                  detail, created_at, finished_at)
+             VALUES (?1, 'destroy', 'ok', 'operator', ?2, ?3, 'instances stop', ?4, ?5, ?6)",
+        )?
+        .execute(params![run_id, instance, label, detail, typed_at, now])?;
+        operator_stop_landed(conn, mark)?;
+        settled.push(instance);
+    }
+    Ok(settled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_store;
+
+    const NOW: Millis = 1_800_000_000_000;
+    const MIN: Millis = 60_000;
+
+    /// A mark whose instance is gone, nothing recorded since: the operator's destroy, once.
+    /// One whose instance still lives, one whose end someone recorded, one too young: left.
+    #[test]
+    fn a_stop_whose_record_was_lost_is_recorded_from_its_mark() {
+        let (_dir, s) = test_store(NOW);
+        let c = &s.conn;
+        for (label, id, gone) in [
+            ("a", 1, Some(NOW - 5 * MIN)),
+            ("b", 2, None),
+            ("c", 3, Some(NOW - 5 * MIN)),
+            ("d", 4, Some(NOW - MIN)),
+        ] {
+            c.execute(
+                "INSERT INTO instances (label, vast_id, state, created_at, state_since, gone_at)
+                 VALUES (?1, ?2, 'gone', 0, 0, ?3)",
+                params![label, id, gone],
+            )
+            .unwrap();
+        }
+        // The refusal before the forced stop, and the floor's destroy of c.
+        c.execute(
+            "INSERT INTO actions (kind, outcome, actor, instance_id, label, created_at)
+             VALUES ('destroy', 'refused', 'operator', 1, 'a', ?1),
+                    ('destroy', 'ok', 'floor', 3, 'c', ?2)",
+            params![NOW - 30 * MIN, NOW - 15 * MIN],
+        )
+        .unwrap();
+        for (id, at) in [
+            (1, NOW - 20 * MIN),
+            (2, NOW - 20 * MIN),
+            (3, NOW - 20 * MIN),
+            (4, NOW - 2 * MIN),
+        ] {
+            operator_stop_typed(c, at, id, 0).unwrap();
+        }
+        let before = NOW - MARK_SETTLE_MS;
+        let run = |at| {
+            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap()
+        };
+        assert_eq!(settle_lost(c, run(NOW), before, NOW).unwrap(), vec![1]);
+        let stop = last_operator_stop_since(c, 0).unwrap().unwrap();
+        assert_eq!(
+            (stop.at, stop.instance_id, stop.label.as_deref()),
+            (NOW - 20 * MIN, Some(1), Some("a"))
+        );
+        assert!(
+            settle_lost(c, run(NOW), before, NOW).unwrap().is_empty(),
+            "once"
+        );
+        let marks: i64 = c
+            .query_row("SELECT COUNT(*) FROM operator_stops_in_flight", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(marks, 3, "b, c and d keep theirs");
+    }
+}
