@@ -50,6 +50,7 @@ pub fn run(app: &App) -> Result<()> {
         }
     })?;
     store.fence("poll")?;
+    ring_for_waiting_events(&store, &dir, app.now());
     let handed_over = match &ha {
         Some(settings) => hand_over_if_blind(settings, &store, config, &dir, app.now()),
         None => false,
@@ -73,6 +74,43 @@ pub fn run(app: &App) -> Result<()> {
     match failed {
         Some(e) => anyhow::bail!("poll: the vast.ai listing failed: {e}"),
         None => Ok(()),
+    }
+}
+
+/// Ready events with no doorbell: a ringer killed between its commit and its ring, or a pass
+/// killed between deleting the doorbell and its commit (a walkthrough widened each window),
+/// left them for the timer (up to a period; an operator's message among them). The minute's
+/// poll rings for them. Best effort: an extra ring costs at most an empty pass.
+fn ring_for_waiting_events(
+    store: &crate::store::Store,
+    dir: &std::path::Path,
+    now: crate::clock::Millis,
+) {
+    use crate::doorbell::Doorbell;
+    let bell = crate::doorbell::FileDoorbell::new(dir);
+    if bell.status().is_ok_and(|s| s.exists) {
+        return;
+    }
+    let rung = crate::store::events::ready_top_priority(&store.conn, now).and_then(|top| {
+        let Some(priority) = top else {
+            return Ok(None);
+        };
+        let waiting = crate::store::events::count_ready(&store.conn, now)?;
+        let reason =
+            format!("{waiting} event(s) waiting with no doorbell (a ringer or a pass ended early)");
+        crate::trigger::ring_on(&bell, 0, priority, &reason, now)?;
+        Ok(Some(reason))
+    });
+    match rung {
+        Ok(Some(reason)) => crate::journal::eprint(
+            crate::journal::WARNING,
+            &format!("fleetagent: poll: {reason}; doorbell rung"),
+        ),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "poll: could not ring for waiting events: {}",
+            crate::error::one_line(&e)
+        ),
     }
 }
 

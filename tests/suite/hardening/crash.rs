@@ -337,3 +337,30 @@ fn a_crash_at_every_persistence_point_loses_nothing_and_never_pays_twice() {
         cases.len()
     );
 }
+
+/// A `trigger` killed between its commit and its ring (or a pass between deleting the
+/// doorbell and its commit) leaves a ready event with no doorbell: the minute's `poll` rings
+/// for it, so the operator's message does not wait for the timer (a walkthrough).
+#[test]
+fn a_ready_event_without_a_doorbell_is_rung_by_the_next_poll() {
+    let f = crate::common::fleet::Fleet::new();
+    f.cmd(&["init"]).ok();
+    f.cmd(&["message", "are you there?"]).ok();
+    std::fs::remove_file(f.doorbell()).unwrap();
+    let out = f.cmd(&["poll"]);
+    assert!(f.doorbell().exists(), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "1 event(s) waiting with no doorbell (a ringer or a pass ended early); doorbell rung"
+        ),
+        "{}",
+        out.stderr
+    );
+    // Rung once: the next poll finds the doorbell there.
+    let again = f.cmd(&["poll"]);
+    assert!(
+        !again.stderr.contains("waiting with no doorbell"),
+        "{}",
+        again.stderr
+    );
+}
