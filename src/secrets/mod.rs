@@ -85,19 +85,23 @@ impl Kind {
         }
     }
 
+    /// Its environment variable, the fallback in parentheses: `FLEETAGENT_LLM_API_KEY (or
+    /// OPENAI_API_KEY)`.
+    fn env_list(self) -> String {
+        let names = self.env_names();
+        names.join(" (or ") + if names.len() > 1 { ")" } else { "" }
+    }
+
     /// The environment variable(s) that set it, for fixes that name the file first.
     pub fn env_hint(self) -> String {
-        format!(
-            "set {} in the environment",
-            self.env_names().join(" (or ") + if self.env_names().len() > 1 { ")" } else { "" }
-        )
+        format!("set {} in the environment", self.env_list())
     }
 
     /// Where to put it, for messages.
     pub fn hint(self) -> String {
         format!(
             "set {} or the {} credential",
-            self.env_names().join(" (or ") + if self.env_names().len() > 1 { ")" } else { "" },
+            self.env_list(),
             self.credential()
         )
     }
