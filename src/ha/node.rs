@@ -452,7 +452,7 @@ fn cut_short(what: &str) -> String {
         return String::new();
     }
     format!(
-        "; {what} was cut short: what it did is recorded on this host (a stop that went through reaches the shared ledger when the leader's next pass finds the instance gone), and `fleetagent instances list` shows what still bills; run it again once the shared database answers (or on the host that leads)"
+        "; {what} was cut short: what it did is recorded on this host (a stop that went through reaches the shared ledger from its mark, once a pass of the leader finds it done half an hour after it was typed), and `fleetagent instances list` shows what still bills; run it again once the shared database answers (or on the host that leads)"
     )
 }
 

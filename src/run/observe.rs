@@ -115,8 +115,8 @@ pub fn observe(
     }
     if listing.is_some() {
         let before = now - crate::store::operator_stops::MARK_SETTLE_MS;
-        for id in crate::store::operator_stops::settle_lost(&tx, run_id, before, now)? {
-            let line = format!("instance {id}: the operator's stop of it went through (it is gone) and is recorded now: the command's host lost the database before it could record it");
+        for (id, kind) in crate::store::operator_stops::settle_lost(&tx, before, now)? {
+            let line = format!("instance {id}: the operator's {kind} of it went through and is recorded now: the command ended before it recorded vast.ai's answer (killed, or cut from the shared database)");
             crate::journal::eprint(
                 crate::journal::NOTICE_PRIORITY,
                 &format!("run {run_id}: {line}"),

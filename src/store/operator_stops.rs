@@ -131,50 +131,61 @@ pub fn date_operator_stop(conn: &Connection, call_id: &str, mark: i64) -> Result
 }
 
 /// How long a mark in flight may wait for its own command before a pass settles it: an
-/// operator's command is over long before (its calls are bounded by `vast.timeout_secs`).
-pub const MARK_SETTLE_MS: Millis = 5 * 60_000;
+/// operator's command is over long before (its listing, its call and the listing that
+/// confirms it, each up to 3 exchanges of `vast.timeout_secs`, at most 120 s: a re-test saw
+/// a command record at +332 s, after a 5-minute settle had recorded it once already).
+pub const MARK_SETTLE_MS: Millis = 30 * 60_000;
 
 /// An operator's stop that vast.ai carried out, recorded by a pass from its mark: the
-/// command's host lost the shared database (an HA partition) after vast.ai did it, and kept
-/// the record in its own copy only; the shared ledger showed only an earlier refusal
-/// (a walkthrough). Marks typed before `before` whose instance is gone, with no stop or
-/// destroy of it recorded since by anyone, become the operator's `destroy`, `ok`, dated when
-/// typed (the hold counts from then, as it did from the mark); their marks go. Returns the
-/// instances so settled.
+/// command ended before it could record it (killed, or its host cut from the shared
+/// database under `[ha]`, its record left in that host's own copy: a walkthrough's new
+/// leader showed only an earlier refusal). A mark typed before `before` is settled when its
+/// instance ended within [`MARK_SETTLE_MS`] of the typing (gone: the operator's `destroy`;
+/// stopped, under `vast.stop_mode = "stop"`: the operator's `stop`, which keeps its disk from
+/// `vast.stopped_max_hours`), and nobody's stop or destroy of it is recorded since. An
+/// instance that ended later ended for another reason (a stop pressed away with Ctrl-C
+/// before its call, the host lost hours later: a re-test): not the operator's. The row is
+/// the operator's, of no run, dated when typed (the hold counts from then, as from the mark);
+/// its mark goes. Returns the instances so settled with the kind recorded.
 pub fn settle_lost(
     conn: &Connection,
-    run_id: i64,
     before: Millis,
     now: Millis,
-) -> Result<Vec<i64>> {
-    let lost: Vec<(i64, Millis, i64, String)> = conn
+) -> Result<Vec<(i64, &'static str)>> {
+    let lost: Vec<(i64, Millis, i64, String, bool)> = conn
         .prepare_cached(
-            "SELECT m.id, m.typed_at, m.instance_id, i.label
+            "SELECT m.id, m.typed_at, m.instance_id, i.label, i.gone_at IS NOT NULL
                FROM operator_stops_in_flight m JOIN instances i ON i.vast_id = m.instance_id
-              WHERE m.typed_at < ?1 AND i.gone_at IS NOT NULL
+              WHERE m.typed_at < ?1
+                AND (i.gone_at BETWEEN m.typed_at AND m.typed_at + ?2
+                     OR (i.gone_at IS NULL AND i.state = 'stopped'
+                         AND i.state_since BETWEEN m.typed_at AND m.typed_at + ?2))
                 AND NOT EXISTS (SELECT 1 FROM actions a
                                  WHERE a.instance_id = m.instance_id
                                    AND a.kind IN ('stop', 'destroy') AND a.outcome = 'ok'
                                    AND a.created_at >= m.typed_at)",
         )?
-        .query_map(params![before], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        .query_map(params![before, MARK_SETTLE_MS], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
     let mut settled = Vec::new();
-    for (mark, typed_at, instance, label) in lost {
+    for (mark, typed_at, instance, label, gone) in lost {
+        let kind = if gone { "destroy" } else { "stop" };
         let detail = format!(
-            "recorded by run {run_id} from the operator's stop typed at {}: the instance is gone, and the command's own record never reached this database (its host lost it before vast.ai's answer was written)",
-            crate::clock::rfc3339(typed_at)
+            "recorded {} from the operator's stop typed at {}: the instance is {}, and the command ended before it recorded vast.ai's answer (killed, or cut from the shared database)",
+            crate::clock::rfc3339(now),
+            crate::clock::rfc3339(typed_at),
+            if gone { "gone" } else { "stopped" }
         );
         conn.prepare_cached(
-            "INSERT INTO actions (run_id, kind, outcome, actor, instance_id, label, reason,
-                                  detail, created_at, finished_at)
-             VALUES (?1, 'destroy', 'ok', 'operator', ?2, ?3, 'instances stop', ?4, ?5, ?6)",
+            "INSERT INTO actions (kind, outcome, actor, instance_id, label, reason, detail,
+                                  created_at, finished_at)
+             VALUES (?1, 'ok', 'operator', ?2, ?3, 'instances stop', ?4, ?5, ?6)",
         )?
-        .execute(params![run_id, instance, label, detail, typed_at, now])?;
+        .execute(params![kind, instance, label, detail, typed_at, now])?;
         operator_stop_landed(conn, mark)?;
-        settled.push(instance);
+        settled.push((instance, kind));
     }
     Ok(settled)
 }
@@ -187,22 +198,26 @@ mod tests {
     const NOW: Millis = 1_800_000_000_000;
     const MIN: Millis = 60_000;
 
-    /// A mark whose instance is gone, nothing recorded since: the operator's destroy, once.
-    /// One whose instance still lives, one whose end someone recorded, one too young: left.
+    /// Marks whose instance ended soon after the typing, nothing recorded since: the
+    /// operator's destroy (gone) or stop (stopped), once. Left: one whose instance lives, one
+    /// whose end someone recorded, one that ended hours after the typing, one too young.
     #[test]
     fn a_stop_whose_record_was_lost_is_recorded_from_its_mark() {
         let (_dir, s) = test_store(NOW);
         let c = &s.conn;
-        for (label, id, gone) in [
-            ("a", 1, Some(NOW - 5 * MIN)),
-            ("b", 2, None),
-            ("c", 3, Some(NOW - 5 * MIN)),
-            ("d", 4, Some(NOW - MIN)),
+        let typed = NOW - 3 * 60 * MIN;
+        for (label, id, state, since, gone) in [
+            ("a", 1, "gone", typed + MIN, Some(typed + MIN)),
+            ("b", 2, "proving", typed - MIN, None),
+            ("c", 3, "gone", typed + MIN, Some(typed + MIN)),
+            ("d", 4, "gone", NOW - MIN, Some(NOW - MIN)),
+            ("e", 5, "gone", typed + 120 * MIN, Some(typed + 120 * MIN)),
+            ("f", 6, "stopped", typed + 2 * MIN, None),
         ] {
             c.execute(
                 "INSERT INTO instances (label, vast_id, state, created_at, state_since, gone_at)
-                 VALUES (?1, ?2, 'gone', 0, 0, ?3)",
-                params![label, id, gone],
+                 VALUES (?1, ?2, ?3, 0, ?4, ?5)",
+                params![label, id, state, since, gone],
             )
             .unwrap();
         }
@@ -211,36 +226,40 @@ mod tests {
             "INSERT INTO actions (kind, outcome, actor, instance_id, label, created_at)
              VALUES ('destroy', 'refused', 'operator', 1, 'a', ?1),
                     ('destroy', 'ok', 'floor', 3, 'c', ?2)",
-            params![NOW - 30 * MIN, NOW - 15 * MIN],
+            params![typed - 30 * MIN, typed + MIN],
         )
         .unwrap();
-        for (id, at) in [
-            (1, NOW - 20 * MIN),
-            (2, NOW - 20 * MIN),
-            (3, NOW - 20 * MIN),
-            (4, NOW - 2 * MIN),
-        ] {
-            operator_stop_typed(c, at, id, 0).unwrap();
+        for id in [1, 2, 3, 5, 6] {
+            operator_stop_typed(c, typed, id, 0).unwrap();
         }
+        operator_stop_typed(c, NOW - 2 * MIN, 4, 0).unwrap();
         let before = NOW - MARK_SETTLE_MS;
-        let run = |at| {
-            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap()
-        };
-        assert_eq!(settle_lost(c, run(NOW), before, NOW).unwrap(), vec![1]);
-        let stop = last_operator_stop_since(c, 0).unwrap().unwrap();
         assert_eq!(
-            (stop.at, stop.instance_id, stop.label.as_deref()),
-            (NOW - 20 * MIN, Some(1), Some("a"))
+            settle_lost(c, before, NOW).unwrap(),
+            vec![(1, "destroy"), (6, "stop")]
         );
-        assert!(
-            settle_lost(c, run(NOW), before, NOW).unwrap().is_empty(),
-            "once"
+        let rows: Vec<(String, i64, Option<i64>)> = c
+            .prepare("SELECT kind, created_at, run_id FROM actions WHERE outcome = 'ok' AND actor = 'operator' ORDER BY instance_id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("destroy".into(), typed, None),
+                ("stop".into(), typed, None)
+            ],
+            "dated when typed, of no pass"
         );
+        assert_eq!(operator_stopped(c).unwrap(), vec![6], "its disk is kept");
+        assert!(settle_lost(c, before, NOW).unwrap().is_empty(), "once");
         let marks: i64 = c
             .query_row("SELECT COUNT(*) FROM operator_stops_in_flight", [], |r| {
                 r.get(0)
             })
             .unwrap();
-        assert_eq!(marks, 3, "b, c and d keep theirs");
+        assert_eq!(marks, 4, "b, c, d and e keep theirs");
     }
 }
