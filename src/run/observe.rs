@@ -468,14 +468,15 @@ fn assemble(
     now: Millis,
 ) -> Result<Snapshot> {
     let window_ms = config.policy.launch_window_minutes as i64 * 60_000;
-    // A clock run ahead of vast.ai's does not empty the window (`clock_step::ahead_ms`): the
-    // launches of the window by vast.ai's time count, as recent by this clock as they are by
+    // A clock run ahead of vast.ai's does not empty the window (`clock_step::Ahead`): the
+    // launches it dated before it ran ahead count as recent by this clock as they are by
     // vast.ai's (none later than now).
-    let ahead = crate::store::clock_step::ahead_ms(conn)?;
-    let window_launches = actions::launches_since(conn, now - ahead - window_ms)?
-        .iter()
-        .map(|a| (a.created_at + ahead).min(now))
-        .collect();
+    let ahead = crate::store::clock_step::ahead(conn)?;
+    let window_launches =
+        actions::launches_since(conn, now - ahead.map_or(0, |a| a.ms) - window_ms)?
+            .iter()
+            .map(|a| ahead.map_or(a.created_at, |ahead| ahead.recent(a.created_at, now)))
+            .collect();
     let day_start = now - now.rem_euclid(DAY_MS);
     let mut alive = instances::alive_since(conn, day_start)?;
     // Rows this reconciliation changed count as they are now, with the paused spans the

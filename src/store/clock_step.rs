@@ -80,17 +80,46 @@ pub fn redate_future(conn: &Connection, now: Millis) -> Result<Option<Redated>> 
 pub const CLOCK_SKEW_MAX_MS: Millis = 60_000;
 
 /// How far this host's clock runs ahead of vast.ai's by the last measurement, when past
-/// [`CLOCK_SKEW_MAX_MS`] (else 0). A clock stepped forward ends a pause and the operator's
-/// hold early and empties the launch window (a walkthrough: +25 h, and a pass rented two
-/// instances seconds after the operator's `pause --for 1h`): those are judged on vast.ai's
-/// time as well, the stricter of the two winning, until the clock is set right.
-pub fn ahead_ms(conn: &Connection) -> Result<Millis> {
-    let skew: Option<Millis> = conn
-        .prepare_cached("SELECT vast_clock_skew_ms FROM agent_state WHERE id = 1")?
-        .query_row([], |r| r.get(0))
-        .optional()?
-        .flatten();
-    Ok(skew.filter(|s| *s > CLOCK_SKEW_MAX_MS).unwrap_or(0))
+/// [`CLOCK_SKEW_MAX_MS`], and since when (this clock's time the measurements began to find it
+/// so). A clock stepped forward ends a pause and the operator's hold early and empties the
+/// launch window (a walkthrough: +25 h, and a pass rented two instances seconds after the
+/// operator's `pause --for 1h`): what was dated before it ran ahead is judged on vast.ai's
+/// time as well, the stricter of the two winning, until the clock is set right. What it
+/// dated itself since is in its own terms (a re-test: a `pause --for 5s` typed 2 h ahead
+/// lasted the 2 h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ahead {
+    pub ms: Millis,
+    pub since: Millis,
+}
+
+impl Ahead {
+    /// `at`, dated by this clock, as vast.ai's clock would have dated it: moved by the skew
+    /// when dated before the clock ran ahead (never past `now`), else as it is.
+    pub fn recent(&self, at: Millis, now: Millis) -> Millis {
+        if at < self.since {
+            (at + self.ms).min(now)
+        } else {
+            at
+        }
+    }
+}
+
+pub fn ahead(conn: &Connection) -> Result<Option<Ahead>> {
+    let row: Option<(Option<Millis>, Option<Millis>)> = conn
+        .prepare_cached(
+            "SELECT vast_clock_skew_ms, vast_clock_skew_since_ms FROM agent_state WHERE id = 1",
+        )?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(match row {
+        Some((Some(ms), since)) if ms > CLOCK_SKEW_MAX_MS => Some(Ahead {
+            ms,
+            // Unknown start: everything is read as dated before (the stricter).
+            since: since.unwrap_or(Millis::MAX),
+        }),
+        _ => None,
+    })
 }
 
 /// How far apart two clocks are (`ms`, either sign), to the nearest minute: `Date` counts

@@ -151,9 +151,11 @@ pub fn paused(conn: &Connection, now: Millis) -> Result<Option<Pause>> {
     let Some(pause) = pause_record(conn)? else {
         return Ok(None);
     };
-    // A clock run ahead of vast.ai's does not end a pause early (`clock_step::ahead_ms`).
-    let ahead = crate::store::clock_step::ahead_ms(conn)?;
-    Ok((pause.in_force(now) || (ahead > 0 && pause.in_force(now - ahead))).then_some(pause))
+    // A clock run ahead of vast.ai's does not end a pause typed before early
+    // (`clock_step::Ahead`).
+    let ahead = crate::store::clock_step::ahead(conn)?;
+    let held_by_vast = ahead.is_some_and(|a| pause.since < a.since && pause.in_force(now - a.ms));
+    Ok((pause.in_force(now) || held_by_vast).then_some(pause))
 }
 
 pub fn set_pause(conn: &Connection, p: &Pause) -> Result<()> {

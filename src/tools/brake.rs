@@ -28,11 +28,12 @@ pub fn operator_hold(
     if let Some(hold) = hold_at(conn, config, now, now)? {
         return Ok(Some(hold));
     }
-    // A clock run ahead of vast.ai's does not end the hold early (`clock_step::ahead_ms`);
-    // the operator's word since the stop still ends it, whenever this clock dated it.
-    match crate::store::clock_step::ahead_ms(conn)? {
-        0 => Ok(None),
-        ahead => hold_at(conn, config, now - ahead, now),
+    // A clock run ahead of vast.ai's does not end early the hold of a stop made before
+    // (`clock_step::Ahead`); the operator's word since the stop still ends it, whenever this
+    // clock dated it.
+    match crate::store::clock_step::ahead(conn)? {
+        None => Ok(None),
+        Some(a) => Ok(hold_at(conn, config, now - a.ms, now)?.filter(|h| h.stopped_at < a.since)),
     }
 }
 

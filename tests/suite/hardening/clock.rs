@@ -334,4 +334,10 @@ fn a_clock_run_ahead_ends_neither_a_pause_nor_the_launch_window() {
           AND detail LIKE '%rate_limited%'",
     );
     assert!(refused >= 1, "{}", out.stderr);
+    // What the clock dates while ahead is in its own terms: a pause typed now for a second
+    // ends after a second (a re-test's `pause --for 5s` lasted the whole skew).
+    f.cmd(&["pause", "--for", "1s", "--reason", "a moment"])
+        .ok();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    assert!(f.inspect()["paused"].is_null());
 }
