@@ -77,10 +77,17 @@ pub fn run(app: &App) -> Result<()> {
     }
 }
 
+/// How young the newest ready event must be for `poll` to ring for it: one or two polls
+/// after it was recorded, never more.
+const RING_FOR_EVENTS_MS: crate::clock::Millis = 90_000;
+
 /// Ready events with no doorbell: a ringer killed between its commit and its ring, or a pass
 /// killed between deleting the doorbell and its commit (a walkthrough widened each window),
 /// left them for the timer (up to a period; an operator's message among them). The minute's
-/// poll rings for them. Best effort: an extra ring costs at most an empty pass.
+/// poll rings for them while the newest is young ([`RING_FOR_EVENTS_MS`]): a `run` that
+/// exits before its claim (a missing credential) deletes the doorbell and leaves its events
+/// to the timer on purpose (DESIGN), and ringing for them every minute started a failing
+/// service every minute (a re-test). Best effort: an extra ring costs at most an empty pass.
 fn ring_for_waiting_events(
     store: &crate::store::Store,
     dir: &std::path::Path,
@@ -91,13 +98,16 @@ fn ring_for_waiting_events(
     if bell.status().is_ok_and(|s| s.exists) {
         return;
     }
-    let rung = crate::store::events::ready_top_priority(&store.conn, now).and_then(|top| {
-        let Some(priority) = top else {
+    let rung = crate::store::events::newest_ready_at(&store.conn, now).and_then(|newest| {
+        if newest.is_none_or(|at| at <= now - RING_FOR_EVENTS_MS) {
+            return Ok(None);
+        }
+        let Some(priority) = crate::store::events::ready_top_priority(&store.conn, now)? else {
             return Ok(None);
         };
         let waiting = crate::store::events::count_ready(&store.conn, now)?;
         let reason =
-            format!("{waiting} event(s) waiting with no doorbell (a ringer or a pass ended early)");
+            format!("{waiting} event(s) waiting with no doorbell (a ringer or a pass was killed before its ring or its claim)");
         crate::trigger::ring_on(&bell, 0, priority, &reason, now)?;
         Ok(Some(reason))
     });

@@ -149,6 +149,15 @@ pub fn ready_top_priority(conn: &Connection, now: Millis) -> Result<Option<u8>> 
         .optional()?)
 }
 
+/// When the newest ready event was recorded (None: none is ready).
+pub fn newest_ready_at(conn: &Connection, now: Millis) -> Result<Option<Millis>> {
+    Ok(conn
+        .prepare_cached(&format!(
+            "SELECT MAX(created_at) FROM events INDEXED BY events_waiting WHERE {READY}"
+        ))?
+        .query_row(params![now], |r| r.get(0))?)
+}
+
 pub fn count_ready(conn: &Connection, now: Millis) -> Result<i64> {
     Ok(conn
         .prepare_cached(&format!(

@@ -351,7 +351,7 @@ fn a_ready_event_without_a_doorbell_is_rung_by_the_next_poll() {
     assert!(f.doorbell().exists(), "{}", out.stderr);
     assert!(
         out.stderr.contains(
-            "1 event(s) waiting with no doorbell (a ringer or a pass ended early); doorbell rung"
+            "1 event(s) waiting with no doorbell (a ringer or a pass was killed before its ring or its claim); doorbell rung"
         ),
         "{}",
         out.stderr
@@ -363,4 +363,12 @@ fn a_ready_event_without_a_doorbell_is_rung_by_the_next_poll() {
         "{}",
         again.stderr
     );
+    // An event older than a poll or two is the timer's: a `run` that exits before its claim
+    // deleted its doorbell on purpose, and a ring each minute would start it each minute.
+    std::fs::remove_file(f.doorbell()).unwrap();
+    f.db()
+        .execute("UPDATE events SET created_at = created_at - 120000", [])
+        .unwrap();
+    let old = f.cmd(&["poll"]);
+    assert!(!f.doorbell().exists(), "{}", old.stderr);
 }
