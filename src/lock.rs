@@ -233,14 +233,20 @@ fn probe(path: &Path) -> Holder {
     }
 }
 
-/// The pid of the holder's note (the file's first line, `<pid> <start ms>`), if any.
+/// The pid of the holder's note (the file's first line, `<pid> <start ms>`), if any, while
+/// that process lives: a run that crashed leaves its note, and the lock's holder is then
+/// another process (`flock(1)`; a re-test was told to kill the dead run's pid).
 fn noted_pid(path: &Path) -> Option<u32> {
     let text = std::fs::read_to_string(path).ok()?;
     let first = text.lines().next()?;
     let mut fields = first.split_whitespace();
-    let pid = fields.next()?.parse().ok()?;
+    let pid: u32 = fields.next()?.parse().ok()?;
     fields.next()?.parse::<Millis>().ok()?;
-    Some(pid)
+    let raw = i32::try_from(pid).ok().filter(|p| *p > 0)?;
+    // Signal 0 asks whether it lives (EPERM: it does, another user's).
+    let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None)
+        == Err(nix::errno::Errno::ESRCH);
+    (!dead).then_some(pid)
 }
 
 /// When `holder` took the lock, from the note it wrote (Unix ms). None when the note is
@@ -323,9 +329,12 @@ mod tests {
         assert_eq!(holder_probed(&path), Holder::Held(Some(std::process::id())));
         drop(lock);
         assert_eq!(probe(&path), Holder::Free);
-        // A holder that writes no note (flock(1)) is held, by an unknown pid.
+        // A holder that writes no note (flock(1)) is held, by an unknown pid; so is one
+        // behind a note a dead run left.
         let other = File::open(&path).unwrap();
         FileExt::lock_exclusive(&other).unwrap();
+        assert_eq!(probe(&path), Holder::Held(None));
+        std::fs::write(&path, format!("{} 1000\n", i32::MAX - 7)).unwrap();
         assert_eq!(probe(&path), Holder::Held(None));
     }
 

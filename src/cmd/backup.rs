@@ -17,10 +17,38 @@ pub fn run(app: &App, args: &BackupArgs) -> Result<()> {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(std::path::Path::new("."));
-            crate::paths::name_storage_fault(e, dest)
+            name_copy_fault(e, dest)
         }
         Err(e) => super::name_storage_fault(app, e),
     })
+}
+
+/// A full or read-only file system met writing the copy, named with the copy's dir (the
+/// state dir's lines say nothing can be recorded, which is not so: a re-test).
+fn name_copy_fault(err: anyhow::Error, dest: &std::path::Path) -> anyhow::Error {
+    use crate::error::StorageFault;
+    let Some(fault) = crate::error::storage_fault(&err) else {
+        return err;
+    };
+    let Some(fs) = crate::paths::fs_state(dest) else {
+        return err;
+    };
+    let shown = dest.display();
+    let line = match fault {
+        _ if fs.read_only => format!(
+            "the backup's directory {shown} is on a read-only file system: write the backup elsewhere (the agent's own database is not affected)"
+        ),
+        StorageFault::Io if fs.free_bytes >= 1 << 20 && fs.free_inodes > 0 => return err,
+        StorageFault::NoSpace | StorageFault::Io => format!(
+            "no space left for the backup in {shown} ({} bytes free{}): free some or write it elsewhere (the agent's own database is not affected)",
+            fs.free_bytes,
+            if fs.free_inodes == 0 { ", no inode free" } else { "" }
+        ),
+        StorageFault::ReadOnly => format!(
+            "the backup's directory {shown} refuses writes: write the backup elsewhere (the agent's own database is not affected)"
+        ),
+    };
+    err.context(line)
 }
 
 /// An error of writing the copy, told from one of reading the state dir.

@@ -32,6 +32,14 @@ pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, Attempt
         Some(choices) if !choices.is_empty() => &choices[0],
         _ => return Err(AttemptFailure::NoChoices),
     };
+    // Arguments sent as an object were read by serde_json, which keeps the last of a key sent
+    // twice (`{"offer_id": 501, "offer_id": 502}` rented 502: a re-test); string arguments
+    // are read strictly by the tools (`crate::json`). Such a body is read strictly too.
+    if object_arguments(choice) {
+        crate::json::parse(body).map_err(|e| {
+            AttemptFailure::BadBody(format!("a tool call's arguments: {e}: {}", snippet(body)))
+        })?;
+    }
     if let Some(err) = choice.get("error").filter(|e| !e.is_null()) {
         return Err(AttemptFailure::ErrorInBody(error_text(err)));
     }
@@ -121,6 +129,23 @@ fn message_text(message: &Value) -> Option<String> {
 /// a UUID 36): every id is stored twice and sent back in every later prompt, so a server
 /// (or a model) that sends megabytes there must not grow the database by as much a pass.
 const MAX_TOOL_CALL_ID_CHARS: usize = 100;
+
+/// Whether the choice's message holds a tool call whose `arguments` is an object.
+fn object_arguments(choice: &Value) -> bool {
+    let Some(message) = choice.get("message") else {
+        return false;
+    };
+    let calls: Vec<&Value> = match message.get("tool_calls") {
+        Some(Value::Array(calls)) => calls.iter().collect(),
+        Some(one) => vec![one],
+        None => Vec::new(),
+    };
+    calls
+        .into_iter()
+        .map(|c| c.get("function").unwrap_or(c))
+        .chain(message.get("function_call"))
+        .any(|f| f.get("arguments").is_some_and(Value::is_object))
+}
 
 /// Tool calls with string arguments and unique, non-empty ids. An object `arguments` (some
 /// llama.cpp builds, KoboldCpp) is serialized back to a string; absent arguments become `{}`;
@@ -275,6 +300,14 @@ mod tests {
         assert_eq!(r.tool_calls[0].arguments, r#"{"x":1}"#);
         assert_eq!(r.tool_calls[1].arguments, r#"{"y":2}"#);
         assert_eq!(r.tool_calls[2].arguments, "{}");
+        // An object with a key twice is not read as its last value.
+        let twice = r#"{"choices":[{"message":{"tool_calls":[
+              {"id":"call_a","type":"function","function":{"name":"launch_instance","arguments":{"offer_id":501,"reason":"r","offer_id":502}}}]}}]}"#;
+        let e = parse_completion(twice, 0).unwrap_err();
+        assert!(
+            matches!(&e, AttemptFailure::BadBody(m) if m.contains("the key \"offer_id\" appears twice")),
+            "{e:?}"
+        );
         // The same call twice (id, name and arguments): once. The same id with other
         // arguments stays a call of its own (a made-up id).
         let r = ok(

@@ -282,6 +282,10 @@ pub fn where_to_put(env: &Env, name: &str) -> String {
         None if env.get("INVOCATION_ID").is_some_and(|v| !v.is_empty()) => format!(
             "{source} (this service has no $CREDENTIALS_DIRECTORY: its unit loads no credential; `fleetagent units install` writes LoadCredential={name}:{file})"
         ),
+        None if env.get("FLEETAGENT_CREDSTORE").is_some() => format!(
+            "{source} (where $FLEETAGENT_CREDSTORE has this command look; the service reads {}/{file}, which the units that `units install` writes load)",
+            CREDSTORE_DIRS[0]
+        ),
         None => format!("{source} (root's, mode 0600: the units that `units install` writes load it as credential {name})"),
     }
 }

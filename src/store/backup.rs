@@ -79,7 +79,7 @@ pub fn to_file(src: &Connection, file: &Path, now: Millis) -> Result<Copied> {
             dir.display()
         ),
     }
-    remove_dead_copies(dir, &name);
+    remove_dead_copies(dir);
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     create_0660(&tmp).with_context(|| {
         format!(
@@ -104,33 +104,59 @@ pub fn to_file(src: &Connection, file: &Path, now: Millis) -> Result<Copied> {
     result
 }
 
-/// The copies in progress (`.NAME.PID.tmp`, with a side file) that a killed backup of the
-/// same name left behind, its process gone: a full-size hidden file each, which nothing
-/// else removes (a walkthrough counted 45 under a daily timer killed at its timeout).
-fn remove_dead_copies(dir: &Path, name: &str) {
+/// The copies in progress (`.NAME.PID.tmp`, and a side file of it) that killed backups left
+/// in `dir`, their process gone: a full-size hidden file each, which nothing else removes
+/// (a walkthrough counted 45 under a daily timer killed at its timeout). Any name: the daily
+/// unit of docs/operations.md names each backup by its date (a re-test: a same-name sweep
+/// never found one). Only what reads as one of ours: a SQLite database or an empty file
+/// under that pattern (a backup killed right after making it), and its side files.
+fn remove_dead_copies(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let prefix = format!(".{name}.");
     for entry in entries.flatten() {
         let file = entry.file_name();
-        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+        let Some(main) = file.to_str().and_then(copy_in_progress) else {
             continue;
         };
-        let pid = ["", "-journal", "-wal", "-shm"]
-            .iter()
-            .find_map(|side| rest.strip_suffix(&format!(".tmp{side}")))
-            .and_then(|p| p.parse::<i32>().ok());
-        let Some(pid) = pid.filter(|p| *p > 0) else {
+        let Some(pid) = main
+            .strip_suffix(".tmp")
+            .and_then(|m| m.rsplit_once('.'))
+            .and_then(|(_, pid)| pid.parse::<i32>().ok())
+            .filter(|p| *p > 0)
+        else {
             continue;
         };
         // Signal 0 asks whether the process lives; ESRCH: it does not.
         let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
             == Err(nix::errno::Errno::ESRCH);
-        if gone {
+        if gone && reads_as_a_copy(&dir.join(main)) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+}
+
+/// The main file's name of a copy in progress (`.NAME.PID.tmp`) this entry is, itself or a
+/// side file of it.
+fn copy_in_progress(file: &str) -> Option<&str> {
+    if !file.starts_with('.') {
+        return None;
+    }
+    ["", "-journal", "-wal", "-shm"]
+        .iter()
+        .find_map(|side| file.strip_suffix(side).filter(|m| m.ends_with(".tmp")))
+}
+
+/// A copy's main file as a backup leaves it: absent (its side file outlived it), empty, or a
+/// SQLite database; never a file of another kind that shares the pattern.
+fn reads_as_a_copy(main: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(main) else {
+        return !main.exists();
+    };
+    let mut head = [0u8; 16];
+    let n = f.read(&mut head).unwrap_or(0);
+    n == 0 || (n == 16 && &head == b"SQLite format 3\0")
 }
 
 fn create_0660(path: &Path) -> std::io::Result<()> {
@@ -279,25 +305,27 @@ mod tests {
         );
     }
 
-    /// What a killed backup left (its process gone) goes with the next backup of that name;
-    /// a live one's copy and another name's stay.
+    /// What killed backups left (their process gone) goes with the next backup, whatever
+    /// its name; a live one's copy, a file of another kind under the pattern, stay.
     #[test]
     fn a_killed_backups_hidden_copy_goes_with_the_next_one() {
         let (dir, s) = test_store(0);
         let d = dir.path();
         let dead = i32::MAX - 7; // no such pid (pid_max is at most 2^22)
         let live = std::process::id();
-        for f in [
-            format!(".copy.db.{dead}.tmp"),
-            format!(".copy.db.{dead}.tmp-journal"),
-            format!(".copy.db.{live}1.tmp.keep"),
-            format!(".other.db.{dead}.tmp"),
-        ] {
-            std::fs::write(d.join(f), "x").unwrap();
-        }
-        // A copy of this name in progress by a live process (this one, as another would be).
         let parent = std::os::unix::process::parent_id();
-        std::fs::write(d.join(format!(".copy.db.{parent}.tmp")), "x").unwrap();
+        let sqlite = b"SQLite format 3\0 and pages".to_vec();
+        for (f, text) in [
+            (format!(".copy.db.{dead}.tmp"), sqlite.clone()),
+            (format!(".copy.db.{dead}.tmp-journal"), b"j".to_vec()),
+            (format!(".daily-1.db.{dead}.tmp"), Vec::new()),
+            (format!(".gone.db.{dead}.tmp-journal"), b"j".to_vec()),
+            (format!(".notes.{dead}.tmp"), b"someone's notes".to_vec()),
+            (format!(".copy.db.{live}1.tmp.keep"), sqlite.clone()),
+            (format!(".copy.db.{parent}.tmp"), sqlite.clone()),
+        ] {
+            std::fs::write(d.join(f), text).unwrap();
+        }
         to_file(&s.conn, &d.join("copy.db"), 0).unwrap();
         let mut left: Vec<String> = std::fs::read_dir(d)
             .unwrap()
@@ -308,7 +336,7 @@ mod tests {
         let mut want = vec![
             format!(".copy.db.{parent}.tmp"),
             format!(".copy.db.{live}1.tmp.keep"),
-            format!(".other.db.{dead}.tmp"),
+            format!(".notes.{dead}.tmp"),
         ];
         want.sort();
         assert_eq!(left, want);
