@@ -73,10 +73,9 @@ pub fn parse_fil_usd(text: &str) -> Result<f64, String> {
 /// (the last good value stays until it is stale), or every offer would look profitable.
 pub const MAX_FIL_USD: f64 = 10_000.0;
 
-/// A fetched FIL/USD below this is a glitch of the feed too (a unit slip, a token's other
-/// price): taken as a failed fetch, or every launch, WORKERS DEAD's included, would be
-/// refused as unprofitable on a rate nobody ever paid.
-pub const MIN_FIL_USD: f64 = 0.01;
+/// A fetched FIL/USD below this is a glitch of the feed too: the config's floor for
+/// `price.fil_usd` ([`crate::config::MIN_FIL_USD`]).
+pub use crate::config::MIN_FIL_USD;
 
 /// `price.fil_usd_command`.
 #[derive(Debug, Clone)]

@@ -18,6 +18,11 @@ pub use schema::{
     Provider, RunConfig, StopMode, VastConfig, LABEL_ENV, NODE_NAME_ENV,
 };
 
+/// Below this a FIL/USD (`price.fil_usd`, or a fetched one) is a unit slip or a glitch of the
+/// feed, not a rate: every launch, WORKERS DEAD's included, would be refused as unprofitable
+/// on a rate nobody paid.
+pub const MIN_FIL_USD: f64 = 0.01;
+
 /// Where the config comes from when neither `--config` nor `$FLEETAGENT_CONFIG` names one.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/fleetagent/config.toml";
 

@@ -538,12 +538,12 @@ fn price(p: &PriceConfig) -> Result<(), Invalid> {
     }
     if let Some(v) = p.fil_usd {
         positive("price.fil_usd", v, 1_000_000.0)?;
-        if v < crate::fil_usd::MIN_FIL_USD {
+        if v < super::MIN_FIL_USD {
             return Err((
                 "price.fil_usd".into(),
                 format!(
                     "must be at least {} (USD per FIL: below that it is a unit slip, and every launch would read unprofitable), got {v}",
-                    crate::fil_usd::MIN_FIL_USD
+                    super::MIN_FIL_USD
                 ),
                 None,
             ));
