@@ -305,8 +305,12 @@ fn mark_in_flight(
     typed: crate::clock::Millis,
     id: i64,
 ) -> Result<i64> {
+    // Kept past the hold until a pass could settle it (`operator_stops::settle_lost`: with a
+    // hold under half an hour, a second stop dropped the first's unsettled mark, and a kept
+    // disk was destroyed as stopped too long: a re-test).
     let hold_ms = (config.policy.operator_hold_mins as i64).saturating_mul(60_000);
-    actions::operator_stop_typed(&store.conn, typed, id, typed - hold_ms)
+    let keep_ms = hold_ms.max(2 * actions::MARK_SETTLE_MS);
+    actions::operator_stop_typed(&store.conn, typed, id, typed - keep_ms)
 }
 
 /// [`stop`] of one instance, with the store opened and the stop marked in flight.

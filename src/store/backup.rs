@@ -127,14 +127,25 @@ fn remove_dead_copies(dir: &Path) {
         else {
             continue;
         };
-        // Signal 0 asks whether the process lives; ESRCH: it does not.
+        // Signal 0 asks whether the process lives; ESRCH: it does not. A pid of another
+        // namespace (a container, another host on a shared dir) reads gone too: only a copy
+        // untouched for an hour is taken for dead (a re-test removed a live one).
         let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
             == Err(nix::errno::Errno::ESRCH);
-        if gone && reads_as_a_copy(&dir.join(main)) {
+        let idle = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= DEAD_COPY_AGE);
+        if gone && idle && reads_as_a_copy(&dir.join(main)) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
+
+/// How long a copy in progress stays untouched before a later backup takes it for dead.
+const DEAD_COPY_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The main file's name of a copy in progress (`.NAME.PID.tmp`) this entry is, itself or a
 /// side file of it.
@@ -324,8 +335,19 @@ mod tests {
             (format!(".copy.db.{live}1.tmp.keep"), sqlite.clone()),
             (format!(".copy.db.{parent}.tmp"), sqlite.clone()),
         ] {
-            std::fs::write(d.join(f), text).unwrap();
+            std::fs::write(d.join(&f), text).unwrap();
+            // Untouched for long (a copy written a moment ago may be another namespace's).
+            let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+            std::fs::File::options()
+                .write(true)
+                .open(d.join(&f))
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
         }
+        // A dead pid's copy written just now stays: its pid may be another namespace's.
+        let fresh = format!(".fresh.db.{dead}.tmp");
+        std::fs::write(d.join(&fresh), b"SQLite format 3\0").unwrap();
         to_file(&s.conn, &d.join("copy.db"), 0).unwrap();
         let mut left: Vec<String> = std::fs::read_dir(d)
             .unwrap()
@@ -334,6 +356,7 @@ mod tests {
             .collect();
         left.sort();
         let mut want = vec![
+            fresh,
             format!(".copy.db.{parent}.tmp"),
             format!(".copy.db.{live}1.tmp.keep"),
             format!(".notes.{dead}.tmp"),

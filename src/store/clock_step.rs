@@ -197,6 +197,16 @@ pub fn store_skew(conn: &Connection, skew: Millis, now: Millis) -> Result<Stored
             });
         }
     }
+    // A clock already ahead that steps further ahead: what it dated since it ran ahead is in
+    // the old clock's terms and would read that much older (a pause, a hold, the window
+    // ending at once: a re-test); dated later by the step, as the slow hours above, it is in
+    // the clock's terms again, and what came before still reads on vast.ai's time (`Ahead`).
+    if let (Some(b), Some(since)) = (before, since) {
+        let step = skew - b;
+        if b > CLOCK_SKEW_MAX_MS && step > CLOCK_STEP_MS {
+            redate_slow_hours(conn, since, step, now)?;
+        }
+    }
     // A measured step back: what it left dated ahead is dated by the step, exactly (a pause
     // and a wake typed before it kept their ends, which then came the step late).
     let step_back = before
@@ -368,6 +378,35 @@ pub fn skew_changed(before: Option<Millis>, now: Option<Millis>) -> bool {
 mod tests {
     use super::*;
     use crate::store::test_store;
+
+    /// A clock 2 h ahead that steps to 3 h ahead: a pause it typed while 2 h ahead moves with
+    /// the step, so it does not end an hour early (a re-test: it ended at once, as did the
+    /// window and the hold); what came before it ran ahead still reads on vast.ai's time.
+    #[test]
+    fn a_clock_ahead_that_steps_further_keeps_what_it_dated_in_its_terms() {
+        const MIN: Millis = 60_000;
+        let start: Millis = 1_800_000_000_000;
+        let (_dir, s) = test_store(start);
+        let c = &s.conn;
+        let typed = start + 10 * MIN;
+        c.execute(
+            "UPDATE agent_state SET vast_clock_skew_ms = 7200000, vast_clock_skew_since_ms = ?1,
+                    paused_at = ?2, paused_until = ?3, paused_reason = 'r' WHERE id = 1",
+            params![start, typed, typed + 30 * MIN],
+        )
+        .unwrap();
+        // Ten minutes after the pause, the clock reads an hour later than it would have.
+        let now = typed + 10 * MIN + 60 * MIN;
+        store_skew(c, 3 * 3_600_000, now).unwrap();
+        let pause = crate::store::ops::paused(c, now)
+            .unwrap()
+            .expect("still paused");
+        assert_eq!(pause.until, Some(typed + 90 * MIN));
+        assert!(crate::store::ops::paused(c, typed + 91 * MIN)
+            .unwrap()
+            .is_none());
+        assert_eq!(ahead(c).unwrap().map(|a| a.since), Some(start));
+    }
 
     #[test]
     fn rows_dated_after_now_are_dated_now_and_the_rest_kept() {

@@ -169,8 +169,13 @@ pub fn settle_lost(
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut settled = Vec::new();
+    let mut settled: Vec<(i64, &'static str)> = Vec::new();
     for (mark, typed_at, instance, label, gone) in lost {
+        // Two marks of one instance (a stop typed twice): one record (a re-test saw two).
+        if settled.iter().any(|(i, _)| *i == instance) {
+            operator_stop_landed(conn, mark)?;
+            continue;
+        }
         let kind = if gone { "destroy" } else { "stop" };
         let detail = format!(
             "recorded {} from the operator's stop typed at {}: the instance is {}, and the command ended before it recorded vast.ai's answer (killed, or cut from the shared database)",
@@ -229,7 +234,7 @@ mod tests {
             params![typed - 30 * MIN, typed + MIN],
         )
         .unwrap();
-        for id in [1, 2, 3, 5, 6] {
+        for id in [1, 1, 2, 3, 5, 6] {
             operator_stop_typed(c, typed, id, 0).unwrap();
         }
         operator_stop_typed(c, NOW - 2 * MIN, 4, 0).unwrap();
