@@ -145,7 +145,7 @@ pub fn skew_line(skew_ms: Millis) -> Option<String> {
         if skew_ms < 0 {
             " (they end early: instances stopped or relaunched before their time)"
         } else {
-            " (meanwhile a pause, the operator's hold and the launch window are judged on vast.ai's time too, so that none ends early)"
+            " (meanwhile a pause, the operator's hold, the launch window and the wakes are judged on vast.ai's time too, so that none ends early)"
         }
     ))
 }

@@ -55,11 +55,19 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Wake> {
 
 const COLS: &str = "id, due_at, reason, created_at, created_by, status, processed_by, attempts";
 
-/// Mark every due wake processed by `run_id`; returns them, by due time.
+/// Mark every due wake processed by `run_id`; returns them, by due time. While this clock
+/// runs ahead of vast.ai's (`clock_step::Ahead`), a wake added before it ran ahead is due by
+/// vast.ai's time (a re-test: `wakes add --in 30m`, then the clock 2 h ahead, and the check
+/// ran 21 minutes early).
 pub fn claim_due(conn: &Connection, run_id: i64, now: Millis) -> Result<Vec<Wake>> {
+    let (since, ahead) =
+        crate::store::clock_step::ahead(conn)?.map_or((Millis::MIN, 0), |a| (a.since, a.ms));
     conn.execute(
-        &format!("UPDATE wakes SET status = 'processed', processed_by = ?2, processed_at = ?1 WHERE {DUE}"),
-        params![now, run_id],
+        &format!(
+            "UPDATE wakes SET status = 'processed', processed_by = ?2, processed_at = ?1
+              WHERE {DUE} AND (created_at >= ?3 OR due_at <= ?1 - ?4)"
+        ),
+        params![now, run_id, since, ahead],
     )?;
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {COLS} FROM wakes WHERE processed_by = ?1 AND status = 'processed' ORDER BY due_at, id"
@@ -183,6 +191,45 @@ pub fn list(conn: &Connection, all: bool, limit: i64) -> Result<Vec<Wake>> {
 mod tests {
     use super::*;
     use crate::store::test_store;
+
+    /// A wake added before this clock ran ahead of vast.ai's is due by vast.ai's time; one
+    /// added since, by this clock's.
+    #[test]
+    fn a_clock_run_ahead_does_not_bring_a_wake_forward() {
+        const MIN: Millis = 60_000;
+        let t: Millis = 1_800_000_000_000;
+        let (_dir, s) = test_store(t);
+        let c = &s.conn;
+        let before = add(c, t + 30 * MIN, "before", "operator", None, t).unwrap();
+        let ahead = 120 * MIN;
+        let since = t + 5 * MIN + ahead;
+        c.execute(
+            "UPDATE agent_state SET vast_clock_skew_ms = ?1, vast_clock_skew_since_ms = ?2",
+            params![ahead, since],
+        )
+        .unwrap();
+        let after = add(c, since + 10 * MIN, "after", "operator", None, since).unwrap();
+        let run = |at| {
+            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap()
+        };
+        // Nine minutes after the first was added, by vast.ai's clock: neither is due.
+        let now = t + 9 * MIN + ahead;
+        assert!(claim_due(c, run(now), now).unwrap().is_empty());
+        let now = since + 11 * MIN;
+        let ids: Vec<i64> = claim_due(c, run(now), now)
+            .unwrap()
+            .iter()
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(ids, vec![after]);
+        let now = t + 31 * MIN + ahead;
+        let ids: Vec<i64> = claim_due(c, run(now), now)
+            .unwrap()
+            .iter()
+            .map(|w| w.id)
+            .collect();
+        assert_eq!(ids, vec![before]);
+    }
 
     #[test]
     fn pending_counted_by_creator() {
