@@ -209,26 +209,20 @@ mod tests {
         )
         .unwrap();
         let after = add(c, since + 10 * MIN, "after", "operator", None, since).unwrap();
-        let run = |at| {
-            crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at).unwrap()
+        let claimed = |at| -> Vec<i64> {
+            let run =
+                crate::store::runs::create(c, 1, 1, 1, crate::store::runs::StartedBy::Tick, at)
+                    .unwrap();
+            claim_due(c, run, at)
+                .unwrap()
+                .iter()
+                .map(|w| w.id)
+                .collect()
         };
         // Nine minutes after the first was added, by vast.ai's clock: neither is due.
-        let now = t + 9 * MIN + ahead;
-        assert!(claim_due(c, run(now), now).unwrap().is_empty());
-        let now = since + 11 * MIN;
-        let ids: Vec<i64> = claim_due(c, run(now), now)
-            .unwrap()
-            .iter()
-            .map(|w| w.id)
-            .collect();
-        assert_eq!(ids, vec![after]);
-        let now = t + 31 * MIN + ahead;
-        let ids: Vec<i64> = claim_due(c, run(now), now)
-            .unwrap()
-            .iter()
-            .map(|w| w.id)
-            .collect();
-        assert_eq!(ids, vec![before]);
+        assert!(claimed(t + 9 * MIN + ahead).is_empty());
+        assert_eq!(claimed(since + 11 * MIN), vec![after]);
+        assert_eq!(claimed(t + 31 * MIN + ahead), vec![before]);
     }
 
     #[test]
