@@ -162,6 +162,24 @@ pub struct FsState {
     pub free_inodes: u64,
 }
 
+impl FsState {
+    /// Too full for SQLite to grow a page, the WAL or the -shm ([`LOW_SPACE_BYTES`]), or no
+    /// inode left: what a plain I/O error means then.
+    pub fn nearly_full(&self) -> bool {
+        self.free_bytes < LOW_SPACE_BYTES || self.free_inodes == 0
+    }
+
+    /// `N bytes free`, and that no inode is when none is.
+    pub fn free_said(&self) -> String {
+        let inodes = if self.free_inodes == 0 {
+            ", no inode free"
+        } else {
+            ""
+        };
+        format!("{} bytes free{inodes}", self.free_bytes)
+    }
+}
+
 /// statvfs(3) of `path`, or of its nearest ancestor that exists; None when none answers.
 pub fn fs_state(path: &Path) -> Option<FsState> {
     use nix::sys::statvfs::{statvfs, FsFlags};
@@ -208,7 +226,7 @@ pub fn storage_fault_line(
     dir: &Path,
 ) -> Option<String> {
     use crate::error::StorageFault;
-    let full = fs.free_bytes < LOW_SPACE_BYTES || fs.free_inodes == 0;
+    let full = fs.nearly_full();
     match fault {
         StorageFault::NoSpace => Some(no_space(dir, fs)),
         _ if fs.read_only => Some(read_only_fs(dir)),
@@ -271,16 +289,11 @@ pub fn write_open_error(path: &Path) -> Option<i32> {
 }
 
 fn no_space(dir: &Path, fs: &FsState) -> String {
-    let inodes = if fs.free_inodes == 0 {
-        ", no inode free"
-    } else {
-        ""
-    };
     format!(
-        "no space left on device ({}: {} bytes free{inodes}; nothing can be recorded until some \
-         is freed on that file system)",
+        "no space left on device ({}: {}; nothing can be recorded until some is freed on that \
+         file system)",
         dir.display(),
-        fs.free_bytes
+        fs.free_said()
     )
 }
 

@@ -38,11 +38,10 @@ fn name_copy_fault(err: anyhow::Error, dest: &std::path::Path) -> anyhow::Error 
         _ if fs.read_only => format!(
             "the backup's directory {shown} is on a read-only file system: write the backup elsewhere (the agent's own database is not affected)"
         ),
-        StorageFault::Io if fs.free_bytes >= 1 << 20 && fs.free_inodes > 0 => return err,
+        StorageFault::Io if !fs.nearly_full() => return err,
         StorageFault::NoSpace | StorageFault::Io => format!(
-            "no space left for the backup in {shown} ({} bytes free{}): free some or write it elsewhere (the agent's own database is not affected)",
-            fs.free_bytes,
-            if fs.free_inodes == 0 { ", no inode free" } else { "" }
+            "no space left for the backup in {shown} ({}): free some or write it elsewhere (the agent's own database is not affected)",
+            fs.free_said()
         ),
         StorageFault::ReadOnly => format!(
             "the backup's directory {shown} refuses writes: write the backup elsewhere (the agent's own database is not affected)"

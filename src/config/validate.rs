@@ -404,7 +404,7 @@ fn demand(d: &DemandConfig) -> Result<(), Invalid> {
             "demand.task".into(),
             format!(
                 "{:?} holds a space or a comma: it is one Curio task name, matched exactly (\"PSProve\")",
-                d.task
+                short(&d.task)
             ),
             None,
         ));
