@@ -531,11 +531,16 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
         // Each destroy is sent, whatever the listing or the one before it met: the panic
         // button tries every instance (one line each, as they go).
         ask_again(&services);
+        // Marked in flight as a single stop is: a button killed after vast.ai destroyed
+        // and before the ledger row leaves what a pass settles as the operator's destroy
+        // (`operator_stops::settle_lost`), not an instance that vanished.
+        let mark = mark_in_flight(&store, config, app.now(), *id)?;
         let result = {
             let call_id = format!("operator-all-{}-{id}", app.now());
             let mut ctx = operator_ctx(app, config, &services, &mut store, &mut snapshot, call_id);
             tools::stop::stop_as(&mut ctx, *id, reason, true, true)?
         };
+        actions::operator_stop_landed(&store.conn, mark)?;
         let name = format!("instance {id} {}", quote(label, LABEL_CHARS));
         match (result.error_code(), result.content["already"].as_str()) {
             (Some("dry_run"), _) => {

@@ -417,6 +417,49 @@ fn a_destroy_acknowledged_but_not_done_is_named_and_sent_again() {
     assert_eq!(vast.count(Route::Destroy), 3);
 }
 
+/// The panic button killed after vast.ai destroyed an instance and before its row: its mark
+/// in flight is left, and a pass past the settle time records the operator's destroy (not an
+/// instance that vanished, nor a run's). A walkthrough saw nothing recorded.
+#[test]
+fn a_panic_button_killed_after_its_destroy_is_recorded_from_its_mark() {
+    let (_llm, vast, f, ours) = one_instance_after_a_pass();
+    let mut cmd = f.command(&["instances", "stop", "--all", "--reason", "runaway bill"]);
+    cmd.env("FLEETAGENT_TEST_CRASH_AT", "stop-after-call");
+    let out = crate::common::fleet::Run::from(cmd.output().unwrap());
+    assert!(out.stderr.contains("test crash injected"), "{}", out.stderr);
+    assert!(vast.instance_ids().is_empty(), "vast.ai destroyed it");
+    assert_eq!(f.count("SELECT COUNT(*) FROM operator_stops_in_flight"), 1);
+    let destroys = "SELECT COUNT(*) FROM actions WHERE kind = 'destroy' AND outcome = 'ok'";
+    assert_eq!(f.count(destroys), 0);
+    // A pass (paused) sees it gone; half an hour later, as the settle needs, the next records it.
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    f.cmd(&["run"]).ok();
+    let db = f.db();
+    db.execute_batch(
+        "UPDATE operator_stops_in_flight SET typed_at = typed_at - 2400000;
+         UPDATE instances SET gone_at = gone_at - 2400000, state_since = state_since - 2400000;",
+    )
+    .unwrap();
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains(&format!(
+            "instance {ours}: the operator's destroy of it went through and is recorded now"
+        )),
+        "{}",
+        out.stderr
+    );
+    let row: (String, Option<i64>) = db
+        .query_row(
+            "SELECT actor, run_id FROM actions WHERE kind = 'destroy' AND outcome = 'ok'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(row, ("operator".to_string(), None));
+    assert_eq!(f.count("SELECT COUNT(*) FROM operator_stops_in_flight"), 0);
+}
+
 /// The operator's hand while a launch waits to be sent (its intent committed, its create not
 /// sent: held here by the test switch; in life the create spacing, a 429's wait, a slow
 /// search): a pause, then an operator's stop, each made meanwhile. The create is not sent,
