@@ -49,6 +49,8 @@ pub const TABLES: &[(&str, &str)] = &[
     // killed stop's mark must hold the next leader too (the HA re-test: it rented a
     // replacement at once).
     ("operator_stops_in_flight", "id"),
+    // A pass's stop on its way: the next leader settles what a killed one left.
+    ("stops_in_flight", "id"),
 ];
 
 /// Columns of the shared tables that are this host's own, never shared: its clock against

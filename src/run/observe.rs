@@ -123,6 +123,14 @@ pub fn observe(
             );
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
+        for (id, kind) in crate::store::stops_in_flight::settle(&tx, now)? {
+            let line = format!("instance {id}: an earlier pass's {kind} of it went through and is recorded now: that pass ended before it recorded vast.ai's answer");
+            crate::journal::eprint(
+                crate::journal::NOTICE_PRIORITY,
+                &format!("run {run_id}: {line}"),
+            );
+            events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
+        }
     }
     let settled: Vec<i64> = rec.settle.iter().map(|s| s.0).collect();
     for line in &rec.changes {

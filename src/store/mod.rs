@@ -25,6 +25,7 @@ pub mod runs;
 pub mod samples;
 pub mod session;
 pub mod sim_config;
+pub mod stops_in_flight;
 pub mod tally;
 #[macro_use]
 pub mod text_enum;
@@ -57,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0015_operator_stop_in_flight.sql"),
     include_str!("../../sql/0016_operator_spoke.sql"),
     include_str!("../../sql/0017_unusable_answers.sql"),
+    include_str!("../../sql/0018_stops_in_flight.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

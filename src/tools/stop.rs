@@ -10,7 +10,7 @@ use super::{parse_args, Actor, Tool, ToolCtx, ToolResult};
 use crate::clock::Millis;
 use crate::policy::stop::{self as plan, Answer, Ask, Done, Gate};
 use crate::store::actions::{self, NewAction};
-use crate::store::instances;
+use crate::store::{instances, stops_in_flight};
 
 pub struct StopInstance;
 
@@ -104,6 +104,11 @@ pub fn stop_as(
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, &ask, &reason, plan::no_key(&target), now);
     };
+    // A pass's call is marked before it goes (the operator's command marks its own): one
+    // killed before its row leaves what the next pass settles (`stops_in_flight::settle`).
+    let mark = (!operator)
+        .then(|| mark_sending(ctx, &target, &reason, now))
+        .transpose()?;
     ctx.store.fence("before a stop")?;
     let result = if target.destroys() {
         vast.destroy_instance(target.vast_id())
@@ -114,7 +119,12 @@ pub fn stop_as(
     let after = ctx.clock.now_ms();
     let s = match plan::after_call(&target, result.as_ref().copied(), after) {
         Done::Stopped(s) => s,
-        Done::Failed(a) => return answer(ctx, &ask, &reason, a, after),
+        Done::Failed(a) => {
+            if let Some(m) = mark {
+                stops_in_flight::landed(&ctx.store.conn, m)?;
+            }
+            return answer(ctx, &ask, &reason, a, after);
+        }
     };
     // A host that failed us (a boot that never finished, exited, offline, unknown) is left
     // out of offer searches for `vast.offers.bad_host_hours`.
@@ -153,6 +163,9 @@ pub fn stop_as(
     if let Some(r) = &s.row {
         instances::upsert(&tx, r)?;
     }
+    if let Some(m) = mark {
+        stops_in_flight::landed(&tx, m)?;
+    }
     tx.commit()?;
     let gpu = target.row.as_ref().and_then(|r| r.gpu_name.as_deref());
     super::journal_action(&ctx.store.conn, action, gpu);
@@ -166,6 +179,27 @@ pub fn stop_as(
     }
     ctx.snapshot.record_stop(instance_id, s.gone);
     Ok(plan::stopped(&target, &s, ctx.snapshot))
+}
+
+/// Mark the pass's call on `target` in flight at `at`; its mark.
+fn mark_sending(ctx: &ToolCtx<'_>, target: &plan::Target, reason: &str, at: Millis) -> Result<i64> {
+    let row = target.row.as_ref();
+    let mark = stops_in_flight::Mark {
+        run_id: (ctx.run_id > 0).then_some(ctx.run_id),
+        actor: ctx.actor.as_str(),
+        kind: target.kind,
+        instance_id: target.instance_id,
+        label: row.map(|r| r.label.as_str()),
+        dph: row.and_then(|r| r.dph),
+        tool_call_id: Some(&ctx.call_id),
+        reason: Some(reason),
+        flag: target
+            .flag
+            .as_ref()
+            .filter(|_| target.flagged)
+            .map(|f| f.kind.as_str()),
+    };
+    stops_in_flight::sending(&ctx.store.conn, &mark, at)
 }
 
 /// A stop that ends without a change: its row, if any, recorded at `at`.

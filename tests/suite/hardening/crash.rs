@@ -270,7 +270,22 @@ fn crash_and_recover(case: Case, point: &str) -> String {
             1,
             "{what}: the destroyed instance is known to be gone"
         );
+        // Recorded once, by its pass or, when the crash came between the destroy and its
+        // row, from the mark the pass left (a walkthrough saw no record at all).
+        assert_eq!(
+            f.count(
+                "SELECT COUNT(*) FROM actions WHERE kind = 'destroy' AND outcome = 'ok'
+                    AND label = 'fleetagent-old' AND run_id IS NOT NULL"
+            ),
+            1,
+            "{what}: the destroy's record"
+        );
     }
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM stops_in_flight"),
+        0,
+        "{what}: a stop left in flight"
+    );
 
     // Prompts: valid for the strict fake and within budget, also the first after the crash.
     rig.assert_prompts_valid(&what);
