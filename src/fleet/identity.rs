@@ -157,6 +157,20 @@ pub fn no_worker(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<Stri
         .collect()
 }
 
+/// Instances of the listing created with another image than `vast.image`, by id.
+pub fn other_image(
+    listing: Option<&[crate::vast::Instance]>,
+    config: &crate::config::Config,
+) -> Vec<i64> {
+    let image = config.vast.image.as_deref().unwrap_or_default();
+    listing
+        .unwrap_or_default()
+        .iter()
+        .filter(|i| i.image_uuid.as_deref().is_some_and(|u| u != image))
+        .filter_map(|i| i64::try_from(i.id).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,9 @@ pub struct Snapshot {
     /// Ours that the operator stopped (`store::actions::operator_stopped`): never flagged
     /// as stopped too long.
     pub operator_stopped: Vec<i64>,
+    /// Ours that the listing shows created with another image than `vast.image` (the
+    /// operator changed it since): a stopped one is never started again in place of a rental.
+    pub other_image: Vec<i64>,
     /// vast.ai said the daily search quota is spent: until when (`X-RateLimit-Reset` as
     /// sent, "" when it sent none).
     pub search_quota: Option<String>,

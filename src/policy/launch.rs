@@ -597,8 +597,10 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
 }
 
 /// With `vast.stop_mode = "stop"`, a stopped instance of ours (stopped by us, not flagged as
-/// stopped too long) is started again before a new one is rented: the cheapest first. The
-/// money check is made on its $/h; `None` when there is none, or it does not fit.
+/// stopped too long) is started again before a new one is rented: the cheapest first; not on
+/// a host that failed us (a walkthrough saw an exited one stopped and started again by one
+/// pass, every pass), nor made with another image than `vast.image`, nor one `[vast.offers]`
+/// no longer rents. The money check is on its $/h; `None` when there is none, or no fit.
 pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Option<InstanceRow> {
     if config.vast.stop_mode != crate::config::StopMode::Stop || ask.offer_id.is_some() {
         return None;
@@ -615,9 +617,15 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
         // Not on a host the operator just took an instance off (the one stopped "host looks
         // bad" was started again ten seconds later: the re-test).
         .filter(|r| {
-            !r.machine_id
-                .is_some_and(|m| snapshot.operator_hosts.contains(&m))
+            !r.machine_id.is_some_and(|m| {
+                snapshot.operator_hosts.contains(&m) || snapshot.bad_hosts.contains(&m)
+            })
         })
+        .filter(|r| {
+            r.vast_id
+                .is_some_and(|id| !snapshot.other_image.contains(&id))
+        })
+        .filter(|r| still_rentable(r, &config.vast.offers))
         .collect();
     stopped.sort_by(|a, b| {
         a.dph
@@ -631,6 +639,19 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
     guardrails::check_launch_money(&ask.facts(), extra, &config.policy)
         .ok()
         .map(|_| (*row).clone())
+}
+
+/// A stopped spare `[vast.offers]` would still rent: its GPU among `gpu_names` (when set),
+/// its $/h within `max_dph_per_instance` (when set). What the row does not know passes.
+fn still_rentable(r: &InstanceRow, offers: &crate::config::OffersConfig) -> bool {
+    let gpu_ok = offers.gpu_names.is_empty()
+        || r.gpu_name
+            .as_deref()
+            .is_none_or(|g| offers.gpu_names.iter().any(|n| n == g));
+    let dph_ok = offers
+        .max_dph_per_instance
+        .is_none_or(|max| r.dph.is_none_or(|d| d <= max));
+    gpu_ok && dph_ok
 }
 
 /// The start of a stopped instance answered `answer` at `after`: the row (loading again) to

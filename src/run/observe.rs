@@ -164,7 +164,7 @@ pub fn observe(
     // Once per run; `assemble` reads them back into the snapshot.
     advance_streaks(&tx, run_id, demand.as_ref())?;
     let undone = rec.undone.clone();
-    let snapshot = assemble(
+    let mut snapshot = assemble(
         &tx,
         config,
         rec,
@@ -174,6 +174,7 @@ pub fn observe(
         run_id,
         now,
     )?;
+    snapshot.other_image = crate::fleet::identity::other_image(listing.as_deref(), config);
     // One sample per pass for `inspect --plot`, in this transaction (see `run::sample`).
     super::sample::record(&tx, &snapshot, config)?;
     tx.commit()?;
@@ -256,7 +257,7 @@ pub fn view(
         demand.as_ref(),
         now,
     )?;
-    assemble(
+    let mut snapshot = assemble(
         &store.conn,
         config,
         rec,
@@ -265,7 +266,9 @@ pub fn view(
         listing_error,
         0,
         now,
-    )
+    )?;
+    snapshot.other_image = crate::fleet::identity::other_image(listing.as_deref(), config);
+    Ok(snapshot)
 }
 
 /// A stored reading older than this many timer periods does not count for an operator's
@@ -566,6 +569,8 @@ fn assemble(
             now - (config.policy.operator_hold_mins as Millis).saturating_mul(60_000),
         )?,
         operator_stopped: actions::operator_stopped(conn)?,
+        // Set from the listing by the callers (`other_image`).
+        other_image: Vec::new(),
         // Said within the last day: the quota is daily.
         search_quota: bad_hosts::search_quota(conn)?
             .filter(|(_, at)| now - at < DAY_MS)

@@ -113,5 +113,6 @@ fn as_last_seen(id: u64, r: &instances::InstanceRow) -> Instance {
         dph_total: r.dph,
         public_ip: r.public_ip.clone(),
         start_date: None,
+        image_uuid: None,
     }
 }

@@ -77,6 +77,9 @@ pub struct Instance {
     pub public_ip: Option<String>,
     /// Unix seconds.
     pub start_date: Option<f64>,
+    /// The image it was created with, as requested (`image_uuid`).
+    #[serde(default)]
+    pub image_uuid: Option<String>,
 }
 
 /// Everything a create needs. `env` already has `FLEETAGENT_LABEL` and resolved credentials.

@@ -333,6 +333,7 @@ pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
         dph_total: price(id, "dph_total", DPH_MIN, v.get("dph_total")),
         public_ip: text(v.get("public_ipaddr")),
         start_date: num(v.get("start_date")),
+        image_uuid: text(v.get("image_uuid")),
     })
 }
 

@@ -313,6 +313,38 @@ fn a_dry_run_with_stop_mode_stop_names_the_instance_the_real_call_would_start() 
     );
 }
 
+/// Spares never started again in place of a rental: one on a host that failed us (an exited
+/// one the rules had just stopped was started again by the same pass, every pass), one made
+/// with another image than `vast.image`, one whose GPU or $/h `[vast.offers]` no longer rents.
+#[test]
+fn a_spare_that_failed_or_no_longer_matches_the_config_is_not_started_again() {
+    let mut c = config();
+    c.vast.stop_mode = crate::config::StopMode::Stop;
+    let mut s = snap(1, true);
+    let mut spare = row(2, 0.8);
+    spare.state = crate::fleet::STOPPED;
+    spare.machine_id = Some(40_000);
+    s.instances.push(spare);
+    let started = |s: &Snapshot, c: &Config| {
+        restart_candidate(&ask(s, c, None), s, c).and_then(|r| r.vast_id)
+    };
+    assert_eq!(started(&s, &c), Some(2));
+    let mut failed = s.clone();
+    failed.bad_hosts = vec![40_000];
+    assert_eq!(started(&failed, &c), None, "on a host that failed us");
+    let mut old_image = s.clone();
+    old_image.other_image = vec![2];
+    assert_eq!(started(&old_image, &c), None, "made with another image");
+    let mut gpus = c.clone();
+    gpus.vast.offers.gpu_names = vec!["H100".into()];
+    assert_eq!(started(&s, &gpus), None, "a GPU no longer asked for");
+    gpus.vast.offers.gpu_names.push("RTX 4090".into());
+    assert_eq!(started(&s, &gpus), Some(2));
+    let mut dear = c.clone();
+    dear.vast.offers.max_dph_per_instance = Some(0.5);
+    assert_eq!(started(&s, &dear), None, "dearer than max_dph_per_instance");
+}
+
 #[test]
 fn no_key_and_a_missing_credential_are_not_configured() {
     let c = config();
