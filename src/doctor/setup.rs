@@ -32,25 +32,39 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
 pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 
 /// The fleet as the last pass left it, over a cap the config now sets (lowered since): the
-/// next pass stops the surplus, young rentals too if no other can go. Said before it does.
+/// next pass stops the surplus, young rentals too if no other can go, never one that is
+/// proving (only the operator's `--force` stops one: a walkthrough saw a busy fleet kept over
+/// a lowered cap pass after pass while this said the next pass stops it). Said before it does.
 pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> Vec<Problem> {
     let rows = match crate::store::instances::live(conn) {
         Ok(r) => r,
         Err(e) => return vec![super::unreadable("instances", &e)],
     };
     let rows: Vec<&crate::store::instances::InstanceRow> = rows.iter().collect();
-    match crate::fleet::over_caps(&rows, &config.policy) {
-        None => Vec::new(),
-        Some(figures) => vec![Problem::new(format!(
-            "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go{}",
-            if config.policy.dry_run {
-                " (under policy.dry_run it only says what it would stop)"
-            } else {
-                ""
-            }
-        ))
-        .fix("if the cap was lowered on purpose, nothing: the next pass does it; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")],
-    }
+    let Some(figures) = crate::fleet::over_caps(&rows, &config.policy) else {
+        return Vec::new();
+    };
+    let billing = rows
+        .iter()
+        .filter(|r| crate::fleet::is_billing_state(r.state));
+    let (proving, idle) = billing.fold((0, 0), |(p, i), r| match r.state {
+        crate::fleet::PROVING => (p + 1, i),
+        _ => (p, i + 1),
+    });
+    let proving_said = match (proving, idle) {
+        (0, _) => String::new(),
+        (p, 0) => format!("; but all {p} are proving, and a pass never stops one that proves: nothing goes until a proof ends (on a busy cluster that may be never)"),
+        (p, _) => format!("; {p} proving are not stopped while they prove"),
+    };
+    vec![Problem::new(format!(
+        "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go{proving_said}{}",
+        if config.policy.dry_run {
+            " (under policy.dry_run it only says what it would stop)"
+        } else {
+            ""
+        }
+    ))
+    .fix("if the cap was lowered on purpose: the next pass stops what is idle, and `fleetagent instances stop ID --force` ends one that is proving now (its proof is handed back to Curio); if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")]
 }
 
 /// `policy.daily_spend_max` reached: today's spend and an hour of the fleet as it is pass the

@@ -131,6 +131,13 @@ fn a_fleet_over_a_lowered_cap_is_named_before_the_next_pass_stops_it() {
         "{}",
         said[0]
     );
+    // All three prove: a pass stops none of them (only `--force` does), and it says so
+    // rather than that the next pass does it (a walkthrough).
+    assert!(
+        said[0].contains("but all 3 are proving, and a pass never stops one that proves"),
+        "{}",
+        said[0]
+    );
 }
 
 /// A `--user` install's units answer from the user manager, whose journal and timers the
