@@ -101,6 +101,16 @@ pub fn stop_as(
         }
         Gate::Go(t) => *t,
     };
+    // Gone since this pass's listing (the operator's `instances stop` meanwhile): nothing is
+    // sent, nothing recorded (a race walkthrough saw the model credited with a second
+    // destroy of an instance the operator had just destroyed).
+    let now_gone = instances::by_vast_id(&ctx.store.conn, instance_id)?
+        .filter(|r| r.gone_at.is_some() && !operator)
+        .map(|r| r.label);
+    if now_gone.is_some() {
+        ctx.snapshot.record_stop(instance_id, true);
+        return Ok(plan::unknown(&ask, now_gone, ctx.snapshot));
+    }
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, &ask, &reason, plan::no_key(&target), now);
     };
@@ -111,12 +121,27 @@ pub fn stop_as(
         .transpose()?;
     ctx.store.fence("before a stop")?;
     let result = if target.destroys() {
-        vast.destroy_instance(target.vast_id())
+        // A pause pressed while the destroy waits for its spacing holds it.
+        let (conn, clock) = (&ctx.store.conn, ctx.clock);
+        let withhold = || match crate::store::ops::paused(conn, clock.now_ms()) {
+            Ok(p) => p.filter(|_| !operator).map(|p| p.reason),
+            Err(e) => Some(format!("the pause could not be read: {e}")),
+        };
+        vast.destroy_instance_unless(target.vast_id(), &withhold)
     } else {
         vast.stop_instance(target.vast_id())
     };
     crate::faults::point("stop-after-call")?;
     let after = ctx.clock.now_ms();
+    if matches!(result, Err(crate::vast::VastError::Withheld(_))) {
+        if let Some(m) = mark {
+            stops_in_flight::landed(&ctx.store.conn, m)?;
+        }
+        ctx.snapshot.paused = crate::store::ops::paused(&ctx.store.conn, after)?;
+        if let Gate::Answer(a) = plan::gate(&ask, ctx.snapshot, ctx.config) {
+            return answer(ctx, &ask, &reason, a, after);
+        }
+    }
     let s = match plan::after_call(&target, result.as_ref().copied(), after) {
         Done::Stopped(s) => s,
         Done::Failed(a) => {

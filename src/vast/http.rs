@@ -546,7 +546,7 @@ impl VastClient for HttpVastClient {
     ) -> Result<u64, VastError> {
         let login = req.image_login.as_ref().map(|l| l.expose().to_string());
         self.create(req, withhold).map_err(|e| match &login {
-            Some(l) => scrub_error(e, l),
+            Some(l) => e.scrubbed(l),
             None => e,
         })
     }
@@ -698,8 +698,19 @@ impl VastClient for HttpVastClient {
 
     /// `DELETE /api/v0/instances/{id}/`; `no_such_instance` (already gone) is success.
     fn destroy_instance(&self, id: u64) -> Result<(), VastError> {
+        self.destroy_instance_unless(id, &|| None)
+    }
+
+    fn destroy_instance_unless(
+        &self,
+        id: u64,
+        withhold: &dyn Fn() -> Option<String>,
+    ) -> Result<(), VastError> {
         let path = format!("/api/v0/instances/{id}/");
         self.destroy_gap.space(self.clock.as_ref());
+        if let Some(why) = withhold() {
+            return Err(VastError::Withheld(why));
+        }
         let answer = self.send(Method::Delete, &path, Some(&json!({})), None)?;
         if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
             return Ok(());
@@ -816,27 +827,6 @@ impl HttpVastClient {
             return Err(VastError::NoSuchInstance(id));
         }
         self.expect_ok(&answer).map(|_| ())
-    }
-}
-
-/// The error with `secret` (and any long piece of it) cut out of its texts.
-fn scrub_error(e: VastError, secret: &str) -> VastError {
-    let r = |t: String| crate::secrets::redact(&t, secret);
-    match e {
-        VastError::Auth(m) => VastError::Auth(r(m)),
-        VastError::RateLimited(m) => VastError::RateLimited(r(m)),
-        VastError::CreateFailed { new_contract, msg } => VastError::CreateFailed {
-            new_contract,
-            msg: r(msg),
-        },
-        VastError::Api { status, code, msg } => VastError::Api {
-            status,
-            code: r(code),
-            msg: r(msg),
-        },
-        VastError::Transport(m) => VastError::Transport(r(m)),
-        VastError::Decode(m) => VastError::Decode(r(m)),
-        other => other,
     }
 }
 

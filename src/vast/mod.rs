@@ -175,6 +175,29 @@ pub enum VastError {
 }
 
 impl VastError {
+    /// The error with `secret` (and any long piece of it) cut out of its texts.
+    pub fn scrubbed(self, secret: &str) -> VastError {
+        let r = |t: String| crate::secrets::redact(&t, secret);
+        match self {
+            VastError::Auth(m) => VastError::Auth(r(m)),
+            VastError::RateLimited(m) => VastError::RateLimited(r(m)),
+            VastError::CreateFailed { new_contract, msg } => VastError::CreateFailed {
+                new_contract,
+                msg: r(msg),
+            },
+            VastError::Api { status, code, msg } => VastError::Api {
+                status,
+                code: r(code),
+                msg: r(msg),
+            },
+            VastError::Transport(m) => VastError::Transport(r(m)),
+            VastError::Decode(m) => VastError::Decode(r(m)),
+            other => other,
+        }
+    }
+}
+
+impl VastError {
     /// Whether a failed create may still have rented an instance: the request went out and
     /// no clear refusal came back (a timeout, a dropped connection, a gateway error, an
     /// unreadable answer), or vast.ai named the instance it made anyway. The caller must look
@@ -251,6 +274,20 @@ pub trait VastClient: Send + Sync {
     fn change_bid(&self, id: u64, price: f64) -> Result<(), VastError>;
     /// Destroying an instance that is already gone is success.
     fn destroy_instance(&self, id: u64) -> Result<(), VastError>;
+    /// [`VastClient::destroy_instance`], unless `withhold` gives a reason not to at the
+    /// moment the destroy could go (after the destroy spacing): then
+    /// [`VastError::Withheld`], nothing sent. A pause pressed while a pass's destroy waits
+    /// must hold it (a race walkthrough saw one sent 2.9 s after `pause` returned).
+    fn destroy_instance_unless(
+        &self,
+        id: u64,
+        withhold: &dyn Fn() -> Option<String>,
+    ) -> Result<(), VastError> {
+        if let Some(why) = withhold() {
+            return Err(VastError::Withheld(why));
+        }
+        self.destroy_instance(id)
+    }
     fn label_instance(&self, id: u64, label: &str) -> Result<(), VastError>;
     /// The last `tail` lines of the container log.
     fn instance_logs(&self, id: u64, tail: u32) -> Result<String, VastError>;

@@ -11,6 +11,7 @@ mod hand_brake;
 mod incident;
 mod instances_command;
 mod lost_creates;
+mod mid_pass;
 mod poll;
 mod price;
 mod read_only_tools;
