@@ -97,7 +97,7 @@ pub(super) fn daily_spend_reached(
         "policy.daily_spend_max is reached: ${spent:.2} spent today (UTC) + {hours:.0} h of the fleet (${fleet:.2}/h) passes ${max:.2}, so every launch is refused until 00:00 UTC (in {}), WORKERS DEAD's included",
         crate::clock::human_duration(DAY_MS - now.rem_euclid(DAY_MS))
     ))
-    .fix("if the spend is meant, raise policy.daily_spend_max; else nothing: the day's end frees it (`fleetagent inspect` shows what bills)")]
+    .fix(format!("the cap holds back launches only: what runs bills on (${fleet:.2}/h, about ${:.2} more by 00:00 UTC); stop instances (`fleetagent instances stop ID`, or `instances stop --all --reason ...`) if the spend must end; if it is meant, raise policy.daily_spend_max", fleet * (DAY_MS - now.rem_euclid(DAY_MS)) as f64 / 3_600_000.0))]
 }
 
 /// `[llm]` with `provider = "openai"`: a budget that, after its margin and

@@ -90,9 +90,9 @@ pub fn over_caps(rows: &[&InstanceRow], p: &crate::config::PolicyConfig) -> Opti
 
 /// Estimated dollars spent by these instances between `since` and `now`, as vast.ai bills
 /// them: each row's `dph` for the hours it was alive in that span (from `created_at` to
-/// `gone_at`, or to `now`), except the hours it spent stopped or outbid (its paused spans,
-/// and its present state when paused: `store::instances::is_paused`), which bill its disk
-/// (`storage_dph`) instead. A row vast.ai lists without a price counts at `unpriced_dph`
+/// `gone_at`, or to `now`), except the hours of its spans: stopped or outbid (and its present
+/// state when paused: `store::instances::is_paused`), which bill its disk (`storage_dph`)
+/// instead, and those billed at an earlier price (`instances::paused_spans_after`). A row vast.ai lists without a price counts at `unpriced_dph`
 /// ([`unpriced_dph`]), never at $0. Bandwidth is not counted.
 pub fn spend_since(rows: &[InstanceRow], since: Millis, now: Millis, unpriced_dph: f64) -> f64 {
     rows.iter()
@@ -192,6 +192,48 @@ mod tests {
         let now = day + 2 * 60 * MIN;
         let spent = spend_since(&[a, b], day, now, 0.0);
         assert!((spent - 3.0).abs() < 1e-9, "{spent}");
+    }
+
+    /// A running instance listed at a new price: the hours before count at the old one, a
+    /// paused span between at its disk (a walkthrough saw ten hours at $0.40 counted at $2.00
+    /// once the listing said $2.00, and the daily cap then refuse WORKERS DEAD's launch).
+    #[test]
+    fn a_new_price_counts_from_when_it_was_listed() {
+        let (_dir, s) = crate::store::test_store(0);
+        let day = NOW - NOW.rem_euclid(DAY_MS);
+        let at = |h: i64| day + h * 60 * MIN;
+        let write = |r: &InstanceRow| crate::store::instances::upsert(&s.conn, r).unwrap();
+        let spent = |now: Millis| {
+            let rows = crate::store::instances::alive_since(&s.conn, day).unwrap();
+            spend_since(&rows, day, now, 2.0)
+        };
+        let mut bid = row("bid", Some(1), PROVING, 0.4);
+        bid.storage_dph = Some(0.01);
+        (bid.created_at, bid.state_since, bid.last_seen_at) = (at(0), at(0), Some(at(0)));
+        write(&bid);
+        (bid.state, bid.state_since, bid.last_seen_at) = (OUTBID, at(1), Some(at(1)));
+        write(&bid);
+        (bid.state, bid.state_since, bid.last_seen_at) = (PROVING, at(2), Some(at(2)));
+        write(&bid);
+        bid.last_seen_at = Some(at(9));
+        write(&bid);
+        (bid.dph, bid.last_seen_at) = (Some(2.0), Some(at(10)));
+        write(&bid);
+        let want = 0.4 * 9.0 + 0.01 + 2.0;
+        assert!(
+            (spent(at(11)) - want).abs() < 1e-9,
+            "{} != {want}",
+            spent(at(11))
+        );
+        // And back down: the two hours at $2.00 stay at $2.00.
+        (bid.dph, bid.last_seen_at) = (Some(0.4), Some(at(12)));
+        write(&bid);
+        let want = 0.4 * 9.0 + 0.01 + 2.0 * 2.0 + 0.4;
+        assert!(
+            (spent(at(13)) - want).abs() < 1e-9,
+            "{} != {want}",
+            spent(at(13))
+        );
     }
 
     /// Today's spend as vast.ai bills it, through the table's own writes (`upsert` keeps the

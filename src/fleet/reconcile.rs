@@ -42,6 +42,9 @@ pub struct Reconciled {
     /// Launches listed for the first time at a price well above the one they were rented
     /// at: (vast id, host, the line that says so).
     pub overbilled: Vec<(i64, Option<i64>, String)>,
+    /// Ours whose listed $/h moved by more than [`REPRICED_SHARE`] since the last listing
+    /// (a bid's price changed, a host's): one line each, for the journal.
+    pub repriced: Vec<String>,
 }
 
 /// A stop or destroy of ours that vast.ai acknowledged, while its listing still shows the
@@ -97,6 +100,9 @@ pub const UNDONE_GRACE_MS: Millis = 120_000;
 /// A first listing above the rented price by more than this share (and a cent) is not the
 /// offer's price: the host is left out of searches, or every relaunch would meet it again.
 const OVERBILLED_SHARE: f64 = 0.25;
+
+/// A running instance's listed $/h moving by more than this share is said.
+const REPRICED_SHARE: f64 = 0.10;
 
 pub struct ReconcileInput<'a> {
     /// Live rows of the local table (plus gone rows the listing still shows).
@@ -404,7 +410,20 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     ));
                 }
             }
+            let was = row.dph;
             row.dph = inst.dph_total.or(row.dph);
+            if let (Some(a), Some(b)) = (was, row.dph) {
+                // Said where the operator reads (a 5x rise went unsaid): today's spend counts
+                // each price for its own hours (`store::instances::paused_spans_after`).
+                if !was_new && (b - a).abs() > a * REPRICED_SHARE {
+                    out.repriced.push(format!(
+                        "instance {} is billed ${}/h now, was ${}/h",
+                        inst.id,
+                        crate::fleet::num(b),
+                        crate::fleet::num(a)
+                    ));
+                }
+            }
         }
         row.public_ip = inst.public_ip.clone();
         row.machine_name = match kept_curio {

@@ -149,6 +149,12 @@ pub fn observe(
             bad_hosts::mark(&tx, *m, "billed above its offer", bad_until, now)?;
         }
     }
+    for line in &rec.repriced {
+        crate::journal::eprint(
+            crate::journal::NOTICE_PRIORITY,
+            &format!("run {run_id}: {line}: today's spend counts each price for its own hours"),
+        );
+    }
     for (id, machine) in &rec.newly_outbid {
         if let Some(m) = machine {
             let n = bad_hosts::outbid(&tx, *m, bad_until, now)?;

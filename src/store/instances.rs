@@ -72,6 +72,13 @@ const PAUSED_SPANS_KEPT_MS: Millis = 2 * 86_400_000;
 /// `new`'s paused spans as they follow from `old` (the row as stored): `old`'s, plus the
 /// span `old` was in when it was paused and `new` is not, or is paused at another time (from
 /// `old.state_since` to when `new` left it: its `gone_at`, else its `state_since`).
+///
+/// A running instance listed at a new price (a bid repriced, a host's change) keeps what it
+/// billed before at the old one: its hours since its launch not already in a span become
+/// spans at the old $/h, up to the listing that saw the new price (a walkthrough saw a rise
+/// from $0.40 to $2.00 count ten earlier hours at $2.00, the daily cap then refusing WORKERS
+/// DEAD's launch; a fall let a launch pass the cap). A row no listing has priced yet (a
+/// launch's offer price) is not repriced so.
 pub fn paused_spans_after(old: &InstanceRow, new: &InstanceRow) -> Vec<PausedSpan> {
     let mut spans = old.paused_spans.clone();
     let left = new.state != old.state || new.state_since != old.state_since;
@@ -79,6 +86,30 @@ pub fn paused_spans_after(old: &InstanceRow, new: &InstanceRow) -> Vec<PausedSpa
         let to = new.gone_at.unwrap_or(new.state_since).max(old.state_since);
         spans.push((old.state_since, to, old.storage_dph.unwrap_or(0.0)));
         spans.retain(|s| s.1 >= to - PAUSED_SPANS_KEPT_MS);
+    }
+    let repriced = match (old.dph, new.dph) {
+        (Some(a), Some(b)) => (a - b).abs() > 1e-9,
+        _ => false,
+    };
+    if repriced && !is_paused(old.state) && !is_paused(new.state) && old.gone_at.is_none() {
+        if let (Some(a), Some(seen)) = (old.dph, old.last_seen_at) {
+            let to = new.last_seen_at.unwrap_or(seen).max(seen);
+            let from = old.created_at.max(to - PAUSED_SPANS_KEPT_MS);
+            spans.sort_by_key(|s| s.0);
+            let mut gaps = Vec::new();
+            let mut at = from;
+            for s in spans.iter().filter(|s| s.1 > from) {
+                if s.0 > at {
+                    gaps.push((at, s.0.min(to), a));
+                }
+                at = at.max(s.1);
+            }
+            if at < to {
+                gaps.push((at, to, a));
+            }
+            spans.extend(gaps.into_iter().filter(|g| g.1 > g.0));
+            spans.retain(|s| s.1 >= to - PAUSED_SPANS_KEPT_MS);
+        }
     }
     spans
 }
