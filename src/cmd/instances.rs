@@ -565,6 +565,22 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
             quote(label, LABEL_CHARS)
         );
     }
+    // Ours under a prefix changed since (as the last listing stored them): not destroyed by
+    // the button, which goes by vast.label_prefix; said, as they bill (a walkthrough).
+    let install = crate::store::ops::install_id(&store.conn)?;
+    let elsewhere: Vec<_> = crate::store::ops::foreign_installs(&store.conn)?
+        .0
+        .into_iter()
+        .filter(|f| f.install_id == install)
+        .collect();
+    for f in &elsewhere {
+        crate::outln!(
+            "instance {} {}: carries this install's id under another prefix than vast.label_prefix: NOT destroyed (`fleetagent instances stop {} --force` destroys it)",
+            f.vast_id,
+            quote(&f.label, LABEL_CHARS),
+            f.vast_id
+        );
+    }
     // Acknowledged is not done: what vast.ai still lists is not counted as destroyed.
     let left = still_listed(
         &services,
@@ -615,6 +631,9 @@ fn stop_all(app: &App, args: &InstancesStopArgs) -> Result<()> {
     }
     if !unlisted.is_empty() {
         short.push(format!("{} launch(es) not listed yet", unlisted.len()));
+    }
+    if !elsewhere.is_empty() {
+        short.push(format!("{} under another prefix left", elsewhere.len()));
     }
     if snapshot.listing_error.is_some() {
         short.push(

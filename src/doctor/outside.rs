@@ -291,8 +291,11 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         Ok(f) => f,
         Err(e) => return vec![unreadable("other installs' instances", &e)],
     };
+    let ours = ops::install_id(conn).unwrap_or_else(|_| "?".into());
+    let (mine, list): (Vec<_>, Vec<_>) = list.into_iter().partition(|f| f.install_id == ours);
+    let mut out = ours_elsewhere(&mine, config, at);
     if list.is_empty() {
-        return Vec::new();
+        return out;
     }
     let ids = ops::install_ids_of(&list);
     let labels = crate::text::first_and_more(
@@ -305,11 +308,10 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         }),
         5,
     );
-    let ours = ops::install_id(conn).unwrap_or_else(|_| "?".into());
     let seen = at
         .map(|t| format!(" (seen {} ago)", human_duration(now - t)))
         .unwrap_or_default();
-    vec![Problem::new(format!(
+    out.push(Problem::new(format!(
         "{} instance(s) under vast.label_prefix {:?} belong to another install ({}; this one is {ours}){seen}: {labels}; they are never adopted, counted or stopped here, and each install spends under its own caps on one account",
         list.len(),
         config.vast.label_prefix,
@@ -319,6 +321,41 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         "give each install its own vast.label_prefix (or its own vast.ai account), none of them this one's followed by a word: labels of an install whose prefix is {:?} read here as install {:?}; or stop the other install if it is a stray copy of this state dir",
         format!("{}-{}", config.vast.label_prefix, ids.first().unwrap_or(&"")),
         ids.first().unwrap_or(&""),
+    ))
+    .since(at));
+    out
+}
+
+/// Instances that carry this install's id under another prefix than `vast.label_prefix`
+/// (rented before it was changed, and not in the table: a restored backup): they bill, and
+/// nothing here counts, stops or destroys them (`fleet::ours_elsewhere`).
+fn ours_elsewhere(
+    mine: &[ops::ForeignInstance],
+    config: &Config,
+    at: Option<Millis>,
+) -> Vec<Problem> {
+    let Some(first) = mine.first() else {
+        return Vec::new();
+    };
+    let labels = crate::text::first_and_more(
+        mine.iter().map(|f| {
+            format!(
+                "{} (instance {})",
+                crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
+                f.vast_id
+            )
+        }),
+        5,
+    );
+    let old = crate::fleet::prefix_with_id(&first.label, &first.install_id).unwrap_or("?");
+    vec![Problem::new(format!(
+        "{} instance(s) carry this install's id ({}) under another prefix than vast.label_prefix {:?}: {labels}; rented before the prefix was changed, they are not counted against the caps, stopped or destroyed here (`instances stop --all` too leaves them), and they bill",
+        mine.len(),
+        first.install_id,
+        config.vast.label_prefix
+    ))
+    .fix(format!(
+        "set vast.label_prefix back to {old:?} until they are gone, or destroy each with `fleetagent instances stop ID --force` (or on vast.ai's console)"
     ))
     .since(at)]
 }

@@ -546,6 +546,22 @@ fn a_pause_is_loud_when_workers_are_dead_and_other_installs_are_named() {
         )),
         "{p:?}"
     );
+    // One of ours under the prefix used before (a restored backup after a prefix change):
+    // named on its own, with the way to end it (a walkthrough saw it bill unnamed).
+    let mut mine = other(&ours, 9);
+    mine.label = format!("team-a-{ours}-r4-0a0b0c0d");
+    ops::set_foreign_installs(&s.conn, &[other("qwerty", 7), mine], NOW - MIN).unwrap();
+    let p = outside::foreign_installs(&s.conn, &config, NOW);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].detail.starts_with(&format!(
+            "1 instance(s) carry this install's id ({ours}) under another prefix than vast.label_prefix \"fleetagent\": \"team-a-{ours}-r4-0a0b0c0d\" (instance 9)"
+        )) && p[0].fix.as_deref().unwrap().starts_with("set vast.label_prefix back to \"team-a\""),
+        "{p:?}"
+    );
+    assert!(p[1]
+        .detail
+        .starts_with("1 instance(s) under vast.label_prefix"));
 }
 
 #[test]

@@ -29,7 +29,8 @@ pub use crate::text::num;
 pub use money::{dph_of, over_caps, rate_of, spend_since};
 pub use reconcile::Recorded;
 pub use reconcile::{
-    describe, other_installs, reconcile, ReconcileInput, Reconciled, INTENT_GRACE_MS,
+    describe, other_installs, ours_elsewhere, reconcile, seen_elsewhere, ReconcileInput,
+    Reconciled, INTENT_GRACE_MS,
 };
 pub use state::*;
 pub use workers::match_workers;

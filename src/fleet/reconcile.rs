@@ -149,6 +149,46 @@ pub fn other_installs(
         .collect()
 }
 
+/// The listed instances that carry this install's id under another prefix than `prefix`
+/// (`<old prefix>-<install id>-r<run>-<suffix>`): rented before `vast.label_prefix` was
+/// changed, and not in the table (a restored backup): never adopted, counted or stopped, so
+/// stored beside the other installs' for `doctor` to name (a walkthrough saw one bill
+/// unnamed while the panic button said "destroyed 0 of 0").
+pub fn ours_elsewhere(
+    listing: &[Instance],
+    prefix: &str,
+    install_id: &str,
+) -> Vec<ForeignInstance> {
+    listing
+        .iter()
+        .filter_map(|i| {
+            let label = i.label.as_deref()?.trim();
+            let old = prefix_with_id(label, install_id)?;
+            (old != prefix).then(|| ForeignInstance {
+                install_id: install_id.to_string(),
+                label: clip(label, 200),
+                vast_id: i.id as i64,
+            })
+        })
+        .collect()
+}
+
+/// What a listing shows of instances under our prefix but another install's id, then of
+/// ours under another prefix: what `agent_state.foreign_installs` keeps for `doctor`.
+pub fn seen_elsewhere(
+    listing: &[Instance],
+    prefix: &str,
+    install_id: &str,
+) -> Vec<ForeignInstance> {
+    let mut out = other_installs(listing, prefix, install_id);
+    for o in ours_elsewhere(listing, prefix, install_id) {
+        if !out.iter().any(|x| x.vast_id == o.vast_id) {
+            out.push(o);
+        }
+    }
+    out
+}
+
 /// The instances our table recorded, by vast.ai id, with the label each was recorded under;
 /// and the labels of launches it recorded that no listing has shown yet (no id).
 pub struct Recorded<'a> {

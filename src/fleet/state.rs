@@ -55,6 +55,16 @@ pub fn owner<'a>(label: Option<&'a str>, prefix: &str, install_id: &str) -> Owne
     }
 }
 
+/// The prefix of a label in the exact shape `<prefix>-<install_id>-r<run>-<suffix>`, whatever
+/// the prefix (None for any other label).
+pub fn prefix_with_id<'a>(label: &'a str, install_id: &str) -> Option<&'a str> {
+    let at = label.find(&format!("-{install_id}-"))?;
+    let rest = &label[at + 1..];
+    let exact = label_install_id(rest) == Some(install_id)
+        && rest.len() == install_id.len() + 1 + tail_len(rest);
+    exact.then_some(&label[..at])
+}
+
 /// For a label not in the exact shape: a word of letters followed by a run part (`r` or `R`
 /// and a digit, anything after it), anywhere after the prefix, reads as an install id. A
 /// label an operator gives by hand (`fleetagent-spare`) has none and stays ours; one that

@@ -218,17 +218,34 @@ pub fn render_text(r: &Report) -> String {
     if let Some(d) = &r.day {
         line(day_line(d));
     }
-    if !r.other_installs.is_empty() {
+    // Ours under another prefix (`fleet::ours_elsewhere`) are stored beside them.
+    let (mine, others): (Vec<_>, Vec<_>) = r
+        .other_installs
+        .iter()
+        .partition(|o| r.install_id == o.install_id);
+    let seen = r.other_installs_at.as_deref().unwrap_or("?");
+    let ids = |l: &[&crate::store::ops::ForeignInstance], install: bool| {
+        l.iter()
+            .take(6)
+            .map(|o| match install {
+                true => format!("{} (install {})", o.vast_id, o.install_id),
+                false => format!("{} {}", o.vast_id, crate::text::quote(&o.label, 80)),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !others.is_empty() {
         line(format!(
-            "other installs {} instance(s) under our prefix carry another install's id (seen {}): {}",
-            r.other_installs.len(),
-            r.other_installs_at.as_deref().unwrap_or("?"),
-            r.other_installs
-                .iter()
-                .take(6)
-                .map(|o| format!("{} (install {})", o.vast_id, o.install_id))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "other installs {} instance(s) under our prefix carry another install's id (seen {seen}): {}",
+            others.len(),
+            ids(&others, true)
+        ));
+    }
+    if !mine.is_empty() {
+        line(format!(
+            "old prefix  {} instance(s) carry this install's id under another prefix (seen {seen}): not counted, never stopped here, billing: {}",
+            mine.len(),
+            ids(&mine, false)
         ));
     }
     line(format!(

@@ -82,7 +82,9 @@ pub fn observe(
     let rec = reconcile_against(&tx, config, listing_at, demand.as_ref(), now)?;
     if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
-        ops::set_foreign_installs(&tx, &rec.other_installs, now)?;
+        let install_id = ops::install_id(&tx)?;
+        let seen = crate::fleet::seen_elsewhere(list, &config.vast.label_prefix, &install_id);
+        ops::set_foreign_installs(&tx, &seen, now)?;
         if let Some(line) = continue_run_ids(&tx, config, list, run_id)? {
             crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;

@@ -387,6 +387,33 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
         .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
 }
 
+/// Ours by install id under the prefix used before `vast.label_prefix` changed: found by
+/// `ours_elsewhere` (stored for doctor), in the exact shape only, never another install's.
+#[test]
+fn ours_under_an_old_prefix_are_found_by_their_install_id() {
+    let listing = vec![
+        inst(1, "team-a-qwerty-r3-0a0b0c0d", Some("running")),
+        inst(2, "fleetagent-qwerty-r4-0a0b0c0d", Some("running")),
+        inst(3, "team-a-zxcvbn-r3-0a0b0c0d", Some("running")),
+        inst(4, "team-a-qwerty-spare", Some("running")),
+        inst(5, "fleetagent-zxcvbn-r3-0a0b0c0d", Some("running")),
+    ];
+    let found: Vec<(i64, String)> = ours_elsewhere(&listing, "fleetagent", "qwerty")
+        .into_iter()
+        .map(|f| (f.vast_id, f.install_id))
+        .collect();
+    assert_eq!(found, vec![(1, "qwerty".to_string())]);
+    let seen: Vec<i64> = seen_elsewhere(&listing, "fleetagent", "qwerty")
+        .iter()
+        .map(|f| f.vast_id)
+        .collect();
+    assert_eq!(
+        seen,
+        vec![5, 1],
+        "other installs first, then ours elsewhere"
+    );
+}
+
 #[test]
 fn another_installs_instances_are_never_adopted_and_leave_our_table() {
     let listing = vec![
