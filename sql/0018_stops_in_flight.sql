@@ -16,5 +16,8 @@ CREATE TABLE stops_in_flight (
     dph          REAL,
     tool_call_id TEXT,
     reason       TEXT,
-    flag         TEXT
+    flag         TEXT,
+    -- 1 once the call goes out (a destroy waits for vast.ai's spacing first): only such a
+    -- mark is recorded as carried out.
+    sent         INTEGER NOT NULL DEFAULT 0
 );

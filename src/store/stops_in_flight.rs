@@ -19,14 +19,16 @@ pub struct Mark<'a> {
     pub tool_call_id: Option<&'a str>,
     pub reason: Option<&'a str>,
     pub flag: Option<&'a str>,
+    /// Going out now (else [`sent`] says so once it does).
+    pub sent: bool,
 }
 
 /// Mark `m` in flight, sent at `at`; its row id, for [`landed`].
 pub fn sending(conn: &Connection, m: &Mark<'_>, at: Millis) -> Result<i64> {
     conn.prepare_cached(
         "INSERT INTO stops_in_flight (sent_at, run_id, actor, kind, instance_id, label, dph,
-                                      tool_call_id, reason, flag)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                      tool_call_id, reason, flag, sent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     )?
     .execute(params![
         at,
@@ -38,9 +40,19 @@ pub fn sending(conn: &Connection, m: &Mark<'_>, at: Millis) -> Result<i64> {
         m.dph,
         m.tool_call_id,
         m.reason,
-        m.flag
+        m.flag,
+        m.sent
     ])?;
     Ok(conn.last_insert_rowid())
+}
+
+/// The call marked `row` goes out now (a destroy, its spacing over): only a mark so sent is
+/// ever recorded as carried out (a re-test killed a pass while its destroy waited, and the
+/// instance ended for another reason: recorded as that pass's destroy).
+pub fn sent(conn: &Connection, row: i64) -> Result<()> {
+    conn.prepare_cached("UPDATE stops_in_flight SET sent = 1 WHERE id = ?1")?
+        .execute(params![row])?;
+    Ok(())
 }
 
 /// The call marked `row` was answered and its answer recorded (or it failed): the mark goes.
@@ -72,6 +84,7 @@ pub fn settle(conn: &Connection, now: Millis) -> Result<Vec<(i64, String)>> {
                                      WHERE a.instance_id = m.instance_id
                                        AND a.kind IN ('stop', 'destroy') AND a.outcome = 'ok'
                                        AND a.created_at >= m.sent_at)
+                    AND m.sent = 1
                FROM stops_in_flight m ORDER BY m.id",
         )?
         .query_map([], |r| {
@@ -160,9 +173,21 @@ mod tests {
                 tool_call_id: Some("floor-1"),
                 reason: Some("exited"),
                 flag: Some("exited"),
+                sent: true,
             };
             sending(c, &m, sent).unwrap();
         }
+        // A destroy killed while it waited for its spacing, never sent: its instance went for
+        // another reason, not recorded as this pass's.
+        let waited = Mark {
+            run_id: Some(7),
+            actor: "floor",
+            kind: "destroy",
+            instance_id: 1,
+            sent: false,
+            ..Default::default()
+        };
+        sending(c, &waited, sent).unwrap();
         assert_eq!(
             settle(c, NOW).unwrap(),
             vec![(1, "destroy".to_string()), (2, "stop".to_string())]

@@ -101,31 +101,46 @@ pub fn stop_as(
         }
         Gate::Go(t) => *t,
     };
-    // Gone since this pass's listing (the operator's `instances stop` meanwhile): nothing is
-    // sent, nothing recorded (a race walkthrough saw the model credited with a second
-    // destroy of an instance the operator had just destroyed).
-    let now_gone = instances::by_vast_id(&ctx.store.conn, instance_id)?
-        .filter(|r| r.gone_at.is_some() && !operator)
-        .map(|r| r.label);
-    if now_gone.is_some() {
-        ctx.snapshot.record_stop(instance_id, true);
-        return Ok(plan::unknown(&ask, now_gone, ctx.snapshot));
+    // Ended since this pass's listing (the operator's `instances stop` meanwhile): nothing
+    // is sent, nothing recorded (a race walkthrough saw the model credited with a second
+    // destroy of an instance the operator had just destroyed, and a second stop of a spare
+    // the operator had just stopped, which made it no longer the operator's).
+    if let Some(done) = ended_meanwhile(ctx, &ask, &target, operator)? {
+        return Ok(done);
     }
     let Some(vast) = ctx.services.vast.clone() else {
         return answer(ctx, &ask, &reason, plan::no_key(&target), now);
     };
     // A pass's call is marked before it goes (the operator's command marks its own): one
     // killed before its row leaves what the next pass settles (`stops_in_flight::settle`).
+    // A destroy's mark says "sent" only once its spacing is over and it goes.
     let mark = (!operator)
         .then(|| mark_sending(ctx, &target, &reason, now))
         .transpose()?;
     ctx.store.fence("before a stop")?;
     let result = if target.destroys() {
-        // A pause pressed while the destroy waits for its spacing holds it.
+        // Asked when the destroy could go (after vast.ai's spacing, before each retry): a
+        // pause pressed, or the operator's stop of it, meanwhile holds it.
         let (conn, clock) = (&ctx.store.conn, ctx.clock);
-        let withhold = || match crate::store::ops::paused(conn, clock.now_ms()) {
-            Ok(p) => p.filter(|_| !operator).map(|p| p.reason),
-            Err(e) => Some(format!("the pause could not be read: {e}")),
+        let withhold = || -> Option<String> {
+            if operator {
+                return None;
+            }
+            let why = match crate::store::ops::paused(conn, clock.now_ms()) {
+                Ok(Some(p)) => Some(p.reason),
+                Ok(None) => match instances::by_vast_id(conn, instance_id) {
+                    Ok(r) if r.as_ref().is_some_and(|r| r.gone_at.is_some()) => Some("gone".into()),
+                    Ok(_) => None,
+                    Err(e) => Some(format!("the instance's row could not be read: {e}")),
+                },
+                Err(e) => Some(format!("the pause could not be read: {e}")),
+            };
+            match (why, mark) {
+                (None, Some(m)) => stops_in_flight::sent(conn, m)
+                    .err()
+                    .map(|e| format!("its mark could not be written: {e}")),
+                (why, _) => why,
+            }
         };
         vast.destroy_instance_unless(target.vast_id(), &withhold)
     } else {
@@ -136,6 +151,9 @@ pub fn stop_as(
     if matches!(result, Err(crate::vast::VastError::Withheld(_))) {
         if let Some(m) = mark {
             stops_in_flight::landed(&ctx.store.conn, m)?;
+        }
+        if let Some(done) = ended_meanwhile(ctx, &ask, &target, operator)? {
+            return Ok(done);
         }
         ctx.snapshot.paused = crate::store::ops::paused(&ctx.store.conn, after)?;
         if let Gate::Answer(a) = plan::gate(&ask, ctx.snapshot, ctx.config) {
@@ -206,6 +224,34 @@ pub fn stop_as(
     Ok(plan::stopped(&target, &s, ctx.snapshot))
 }
 
+/// The instance `target` names ended since this pass's listing, by the table's row now (the
+/// operator's stop meanwhile): gone, or stopped for a stop. The answer, with nothing sent
+/// and nothing recorded; None when it did not (or for the operator's own stop).
+fn ended_meanwhile(
+    ctx: &mut ToolCtx<'_>,
+    ask: &Ask,
+    target: &plan::Target,
+    operator: bool,
+) -> Result<Option<ToolResult>> {
+    let id = target.instance_id;
+    let Some(row) = instances::by_vast_id(&ctx.store.conn, id)?.filter(|_| !operator) else {
+        return Ok(None);
+    };
+    if row.gone_at.is_some() {
+        ctx.snapshot.record_stop(id, true);
+        return Ok(Some(plan::unknown(ask, Some(row.label), ctx.snapshot)));
+    }
+    if row.state == crate::fleet::STOPPED && !target.destroys() {
+        ctx.snapshot.record_stop(id, false);
+        return Ok(Some(ToolResult::ok(
+            json!({"ok": true, "instance_id": id, "already": "stopped"}),
+            false,
+            format!("{id} already stopped"),
+        )));
+    }
+    Ok(None)
+}
+
 /// Mark the pass's call on `target` in flight at `at`; its mark.
 fn mark_sending(ctx: &ToolCtx<'_>, target: &plan::Target, reason: &str, at: Millis) -> Result<i64> {
     let row = target.row.as_ref();
@@ -223,6 +269,8 @@ fn mark_sending(ctx: &ToolCtx<'_>, target: &plan::Target, reason: &str, at: Mill
             .as_ref()
             .filter(|_| target.flagged)
             .map(|f| f.kind.as_str()),
+        // A stop goes at once; a destroy waits for its spacing first (`sent` then).
+        sent: !target.destroys(),
     };
     stops_in_flight::sending(&ctx.store.conn, &mark, at)
 }

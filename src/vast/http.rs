@@ -337,7 +337,7 @@ impl HttpVastClient {
         method: Method,
         path: &str,
         body: Option<&Value>,
-        mut create: Option<(&mut CreateTurn<'_>, Withhold<'_>)>,
+        mut create: Option<(Option<&mut CreateTurn<'_>>, Withhold<'_>)>,
     ) -> Result<Answer, VastError> {
         let key = self.key()?;
         self.answering()?;
@@ -348,13 +348,16 @@ impl HttpVastClient {
             path.split('?').next().unwrap_or(path)
         );
         let payload = body.map(|b| serde_json::to_vec(b).unwrap_or_else(|_| b"{}".to_vec()));
-        let is_create = create.is_some();
+        // A withhold without a create turn: a destroy, asked again before each attempt.
+        let is_create = create.as_ref().is_some_and(|(t, _)| t.is_some());
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         let mut deadline: Option<Millis> = None;
         loop {
             if let Some((turn, withhold)) = create.as_mut() {
-                turn.space(self.clock.as_ref());
+                if let Some(turn) = turn.as_mut() {
+                    turn.space(self.clock.as_ref());
+                }
                 if let Some(why) = withhold() {
                     return Err(VastError::Withheld(why));
                 }
@@ -708,10 +711,12 @@ impl VastClient for HttpVastClient {
     ) -> Result<(), VastError> {
         let path = format!("/api/v0/instances/{id}/");
         self.destroy_gap.space(self.clock.as_ref());
-        if let Some(why) = withhold() {
-            return Err(VastError::Withheld(why));
-        }
-        let answer = self.send(Method::Delete, &path, Some(&json!({})), None)?;
+        let answer = self.send(
+            Method::Delete,
+            &path,
+            Some(&json!({})),
+            Some((None, withhold)),
+        )?;
         if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
             return Ok(());
         }
@@ -786,7 +791,12 @@ impl HttpVastClient {
         let body = create_body(req);
         let path = format!("/api/v0/asks/{}/", req.offer_id);
         let mut turn = self.create_gate.turn();
-        let answer = self.send(Method::Put, &path, Some(&body), Some((&mut turn, withhold)))?;
+        let answer = self.send(
+            Method::Put,
+            &path,
+            Some(&body),
+            Some((Some(&mut turn), withhold)),
+        )?;
         drop(turn);
         let contract = answer.field("new_contract").and_then(as_id);
         if answer.ok() && !answer.success_false() {

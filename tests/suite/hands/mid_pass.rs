@@ -119,3 +119,33 @@ fn an_instance_the_operator_destroyed_mid_pass_is_not_destroyed_again() {
         "{stderr}"
     );
 }
+
+/// The operator destroys the instance a pass's destroy waits to send (vast.ai's spacing): the
+/// pass sends nothing more and records nothing; the ledger holds the operator's destroy
+/// alone (a re-test saw the model credited with it too).
+#[test]
+fn a_destroy_waiting_its_spacing_is_held_when_the_operator_ends_its_instance() {
+    let (_llm, vast, f, ids) = two_exited();
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let pass = f.spawn(&["run"]);
+    wait_for(|| vast.count(Route::Destroy) == 1, "the first destroy");
+    let second = ids[1].to_string();
+    f.cmd(&[
+        "instances",
+        "stop",
+        &second,
+        "--force",
+        "--reason",
+        "by hand",
+    ])
+    .ok();
+    let out = pass.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(vast.count(Route::Destroy), 2, "one destroy each: {stderr}");
+    let rows = f.count(&format!(
+        "SELECT COUNT(*) FROM actions WHERE instance_id = {} AND kind = 'destroy' AND outcome = 'ok' AND actor <> 'operator'",
+        ids[1]
+    ));
+    assert_eq!(rows, 0, "{stderr}");
+}
