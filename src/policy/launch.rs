@@ -644,14 +644,9 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
 /// A stopped spare `[vast.offers]` would still rent: its GPU among `gpu_names` (when set),
 /// its $/h within `max_dph_per_instance` (when set). What the row does not know passes.
 fn still_rentable(r: &InstanceRow, offers: &crate::config::OffersConfig) -> bool {
-    let gpu_ok = offers.gpu_names.is_empty()
-        || r.gpu_name
-            .as_deref()
-            .is_none_or(|g| offers.gpu_names.iter().any(|n| n == g));
-    let dph_ok = offers
-        .max_dph_per_instance
-        .is_none_or(|max| r.dph.is_none_or(|d| d <= max));
-    gpu_ok && dph_ok
+    use super::offers::{gpu_asked, within_max_dph};
+    r.gpu_name.as_deref().is_none_or(|g| gpu_asked(offers, g))
+        && r.dph.is_none_or(|d| within_max_dph(offers, d))
 }
 
 /// The start of a stopped instance answered `answer` at `after`: the row (loading again) to

@@ -41,20 +41,28 @@ pub fn config_query(
 /// Does this offer satisfy `[vast.offers]`? Checked locally too, whatever the server did.
 pub fn matches_config(offer: &Offer, config: &Config) -> bool {
     let o = &config.vast.offers;
-    let gpu_ok = o.gpu_names.is_empty()
-        || o.gpu_names.iter().any(|g| {
-            g.replace('_', " ")
-                .eq_ignore_ascii_case(offer.gpu_name.trim())
-        });
-    gpu_ok
-        && o.max_dph_per_instance
-            .is_none_or(|m| offer.dph_total <= m + 1e-9)
+    gpu_asked(o, &offer.gpu_name)
+        && within_max_dph(o, offer.dph_total)
         && offer.reliability + 1e-9 >= o.min_reliability
         && (!o.verified_only || offer.verified)
         && o.min_gpu_ram_gb
             .is_none_or(|gb| offer.gpu_ram_mb + 1e-6 >= gb * 1000.0)
         && offer.dph_total.is_finite()
         && offer.dph_total > 0.0
+}
+
+/// `[vast.offers] gpu_names` asks for this GPU (any, when unset): vast.ai's CLI spelling
+/// (`RTX_4090`) and any case match the listed name.
+pub fn gpu_asked(o: &crate::config::OffersConfig, gpu_name: &str) -> bool {
+    o.gpu_names.is_empty()
+        || o.gpu_names
+            .iter()
+            .any(|g| g.replace('_', " ").eq_ignore_ascii_case(gpu_name.trim()))
+}
+
+/// Within `[vast.offers] max_dph_per_instance` (when set).
+pub fn within_max_dph(o: &crate::config::OffersConfig, dph: f64) -> bool {
+    o.max_dph_per_instance.is_none_or(|m| dph <= m + 1e-9)
 }
 
 /// Dollars per proof of an offer: what it bills per hour ([`rent_dph`]) / the GPU's proofs

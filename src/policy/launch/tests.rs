@@ -338,8 +338,12 @@ fn a_spare_that_failed_or_no_longer_matches_the_config_is_not_started_again() {
     let mut gpus = c.clone();
     gpus.vast.offers.gpu_names = vec!["H100".into()];
     assert_eq!(started(&s, &gpus), None, "a GPU no longer asked for");
-    gpus.vast.offers.gpu_names.push("RTX 4090".into());
-    assert_eq!(started(&s, &gpus), Some(2));
+    gpus.vast.offers.gpu_names.push("rtx_4090".into());
+    assert_eq!(
+        started(&s, &gpus),
+        Some(2),
+        "as offers match: `_` and any case"
+    );
     let mut dear = c.clone();
     dear.vast.offers.max_dph_per_instance = Some(0.5);
     assert_eq!(started(&s, &dear), None, "dearer than max_dph_per_instance");
