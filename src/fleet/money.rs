@@ -236,6 +236,29 @@ mod tests {
         );
     }
 
+    /// Outbid at $0.40, resumed at a raised $2.00 (a re-test): the hours before the outbid
+    /// stay at $0.40, the outbid hour bills its disk, the new price counts from the resume.
+    #[test]
+    fn a_price_changed_across_a_pause_counts_from_the_resume() {
+        let (_dir, s) = crate::store::test_store(0);
+        let day = NOW - NOW.rem_euclid(DAY_MS);
+        let at = |h: i64| day + h * 60 * MIN;
+        let write = |r: &InstanceRow| crate::store::instances::upsert(&s.conn, r).unwrap();
+        let mut bid = row("bid", Some(2), PROVING, 0.4);
+        bid.storage_dph = Some(0.01);
+        (bid.created_at, bid.state_since, bid.last_seen_at) = (at(0), at(0), Some(at(7)));
+        write(&bid);
+        (bid.state, bid.state_since, bid.last_seen_at) = (OUTBID, at(8), Some(at(8)));
+        write(&bid);
+        (bid.state, bid.state_since, bid.last_seen_at) = (PROVING, at(9), Some(at(9)));
+        bid.dph = Some(2.0);
+        write(&bid);
+        let rows = crate::store::instances::alive_since(&s.conn, day).unwrap();
+        let spent = spend_since(&rows, day, at(10), 2.0);
+        let want = 0.4 * 8.0 + 0.01 + 2.0;
+        assert!((spent - want).abs() < 1e-9, "{spent} != {want}");
+    }
+
     /// Today's spend as vast.ai bills it, through the table's own writes (`upsert` keeps the
     /// paused spans): an outbid bid bills its disk, not its GPU, while paused; one stopped and
     /// then destroyed, or started again, bills its disk for the stopped hours, not its full

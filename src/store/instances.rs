@@ -91,9 +91,16 @@ pub fn paused_spans_after(old: &InstanceRow, new: &InstanceRow) -> Vec<PausedSpa
         (Some(a), Some(b)) => (a - b).abs() > 1e-9,
         _ => false,
     };
-    if repriced && !is_paused(old.state) && !is_paused(new.state) && old.gone_at.is_none() {
+    let paused_both = is_paused(old.state) && is_paused(new.state);
+    if repriced && !paused_both && old.gone_at.is_none() {
         if let (Some(a), Some(seen)) = (old.dph, old.last_seen_at) {
-            let to = new.last_seen_at.unwrap_or(seen).max(seen);
+            // Into or out of a pause, the new price counts from that change (the pause's own
+            // span, closed above or open, covers its hours: a re-test resumed a bid at a
+            // raised price and saw its hours before the outbid counted at it).
+            let to = match is_paused(old.state) || is_paused(new.state) {
+                true => new.state_since.max(old.created_at),
+                false => new.last_seen_at.unwrap_or(seen).max(seen),
+            };
             let from = old.created_at.max(to - PAUSED_SPANS_KEPT_MS);
             spans.sort_by_key(|s| s.0);
             let mut gaps = Vec::new();
