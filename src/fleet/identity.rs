@@ -149,12 +149,33 @@ pub fn no_worker(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<Stri
                 Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
                 None => quote(&r.label, LABEL_CHARS),
             };
-            format!(
-                "{what} has run for {} with no Curio worker (past policy.stuck_loading_mins): check its logs, CURIO_NODE_NAME and CURIO_LISTEN, see docs/worker-image.md",
-                human_duration(now - r.created_at)
-            )
+            match r.worker_address.as_ref().filter(|_| !address_taken(rows, r)) {
+                // It had one (a soak: the advice about the image's settings misled).
+                Some(addr) => format!(
+                    "{what}'s Curio worker ({}) stopped heartbeating {} ago and the container runs on: it is flagged silent and replaced after policy.silent_worker_mins; check its logs (a crash, out of memory)",
+                    quote(addr, 120),
+                    human_duration(now - r.state_since)
+                ),
+                None => format!(
+                    "{what} has run for {} with no Curio worker (past policy.stuck_loading_mins): check its logs, CURIO_NODE_NAME and CURIO_LISTEN, see docs/worker-image.md",
+                    human_duration(now - r.created_at)
+                ),
+            }
         })
         .collect()
+}
+
+/// Another live instance of ours is matched to the Curio machine at `r`'s last address (two
+/// containers with one CURIO_LISTEN: Curio keeps one machine row): `r` lost its worker to it,
+/// which [`problems`] names; it did not die.
+pub fn address_taken(rows: &[InstanceRow], r: &InstanceRow) -> bool {
+    rows.iter().any(|o| {
+        o.label != r.label
+            && o.gone_at.is_none()
+            && o.worker_address.is_some()
+            && o.worker_address == r.worker_address
+            && matches!(o.state, super::REGISTERED | super::PROVING)
+    })
 }
 
 /// Instances of the listing created with another image than `vast.image`, by id.
@@ -208,6 +229,15 @@ mod tests {
         );
         // Within a normal boot: nothing to say yet.
         assert!(no_worker(&rows, &c, NOW - 20 * MIN).is_empty());
+        // One whose own worker died (its address nobody else's): said so, not the image's
+        // settings (a soak).
+        let mut e = at("fleetagent-e", 5, BOOTED, Some("172.17.0.5:12300"));
+        e.state_since = NOW - 7 * MIN;
+        let said = no_worker(&[e], &c, NOW);
+        assert!(
+            said[0].starts_with("instance 5 \"fleetagent-e\"'s Curio worker (\"172.17.0.5:12300\") stopped heartbeating 7m ago"),
+            "{said:?}"
+        );
     }
 
     /// Curio runs ours without PSProve (a drill: the image's layers lacked ProofShare): named

@@ -308,6 +308,11 @@ impl Snapshot {
                         FlagKind::Loading,
                         format!(" {}", human_duration(self.now - r.created_at)),
                     ),
+                    _ if self.worker_lost_for(r, config).is_some() => {
+                        let ms = self.worker_lost_for(r, config).unwrap_or(0);
+                        let why = ": its Curio worker stopped heartbeating";
+                        (FlagKind::Silent, format!(" {}{why}", human_duration(ms)))
+                    }
                     _ => match self.silent_for(r, config) {
                         Some(ms) => (FlagKind::Silent, format!(" {}", human_duration(ms))),
                         None => return None,
@@ -321,6 +326,22 @@ impl Snapshot {
                 })
             })
             .collect()
+    }
+
+    /// How long an instance of ours has run without the Curio worker it had (matched once:
+    /// its `worker_address` is kept) once past `policy.silent_worker_mins` with demand read:
+    /// the worker died in a running container. Flagged as silent: it holds a slot, bills and
+    /// proves nothing (a soak saw one kept for 4h50m and counted as capacity). The silent
+    /// breaker holds it too. None: not so.
+    pub fn worker_lost_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
+        let limit = config.policy.silent_worker_mins as Millis * 60_000;
+        let lost = r.state == BOOTED
+            && r.worker_address.is_some()
+            && !identity::address_taken(&self.instances, r)
+            && self.demand.is_some()
+            && self.silent_destroys_recent < SILENT_DESTROYS_MAX;
+        let ms = self.now - r.state_since;
+        (lost && ms > limit).then_some(ms)
     }
 
     /// How long the Curio worker of this instance has been silent: live (heartbeats,
@@ -566,6 +587,24 @@ mod tests {
         let mut s = base.clone();
         s.demand = None;
         assert!(why(&s).is_empty());
+        // Its worker died and the container runs on (booted again, its address kept): silent
+        // past the limit, with no work waiting too, and no longer counted as capacity (a soak
+        // saw one billed 4h50m and counted). One that never had a worker is not.
+        let mut s = base.clone();
+        s.demand.as_mut().unwrap().workers.clear();
+        s.demand.as_mut().unwrap().pending = 0;
+        s.instances[0].state = BOOTED;
+        s.instances[0].machine_name = None;
+        assert_eq!(
+            why(&s),
+            vec!["silent 25m: its Curio worker stopped heartbeating".to_string()]
+        );
+        assert_eq!(s.projected_pph(&c), 0.0);
+        s.instances[0].state_since = NOW - 10 * MIN;
+        assert!(why(&s).is_empty(), "within the limit");
+        s.instances[0].state_since = NOW - 25 * MIN;
+        s.instances[0].worker_address = None;
+        assert!(why(&s).is_empty(), "never had a worker");
     }
 
     /// An instance of ours that bills with no price known counts at the worst case against
