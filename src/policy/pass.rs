@@ -25,6 +25,10 @@ pub struct Facts<'a> {
     /// The demand record of the previous pass ([`demand_record`]).
     pub previous_demand: Option<&'a str>,
     pub last_llm_call_at: Option<Millis>,
+    /// The operator spoke (`message`, `resume`) since the model's last good call: a pass
+    /// the fallback decided took it, and the model has not heard it (a soak saw a message
+    /// typed during an outage reach the model 28 minutes after it was back).
+    pub operator_unheard: bool,
     pub now: Millis,
 }
 
@@ -36,6 +40,7 @@ pub fn decider(config: &Config, facts: &Facts<'_>, snapshot: &Snapshot) -> Decid
     }
     let nothing_new = facts.events == 0
         && facts.wakes == 0
+        && !facts.operator_unheard
         && snapshot.changes.is_empty()
         && !snapshot.workers_dead()
         && demand_steady(facts.previous_demand, snapshot);
@@ -153,6 +158,7 @@ mod tests {
             wakes: 0,
             previous_demand: previous,
             last_llm_call_at: last_call,
+            operator_unheard: false,
             now: 10 * 60_000,
         }
     }
@@ -163,6 +169,13 @@ mod tests {
         let s = snapshot(Some(demand(0, 100)));
         let prev = demand_record(&snapshot(Some(demand(0, 110))));
         assert_eq!(decider(&c, &facts(Some(&prev), Some(0)), &s), Decider::Skip);
+        // The operator spoke since the model last answered (its message went to a fallback
+        // pass): the model is asked.
+        let unheard = Facts {
+            operator_unheard: true,
+            ..facts(Some(&prev), Some(0))
+        };
+        assert_eq!(decider(&c, &unheard, &s), Decider::Model);
         // No call yet, or one older than quiet_interval_mins: ask.
         assert_eq!(decider(&c, &facts(Some(&prev), None), &s), Decider::Model);
         let mut old = facts(Some(&prev), Some(0));

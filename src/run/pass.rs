@@ -76,6 +76,10 @@ pub fn execute(
         wakes: claim.wakes.len(),
         previous_demand: previous.last_demand.as_deref(),
         last_llm_call_at: previous.last_llm_call_at,
+        operator_unheard: match previous.last_llm_call_at {
+            Some(t) => crate::store::events::operator_spoke_since(&store.conn, t + 1, now)?,
+            None => false,
+        },
         now,
     };
     match decider(config, &facts, &snapshot) {

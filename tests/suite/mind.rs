@@ -254,6 +254,43 @@ fn quiet_passes_are_skipped_until_something_happens() {
     assert_eq!(llm.request_count(), 3, "a due wake ends the skip");
 }
 
+/// An operator message that a fallback pass took (the model down, 401) is heard by the model
+/// at the first pass it answers again, nothing else new (a soak: 28 minutes late, the passes
+/// between skipped as quiet).
+#[test]
+fn a_message_the_fallback_took_reaches_the_model_once_it_answers() {
+    let llm = FakeLlm::start();
+    let f = fleet_with(&llm, "");
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), 1);
+    llm.set_default(Reply::openai_error(
+        401,
+        "bad key",
+        "invalid_request_error",
+        None,
+    ));
+    f.cmd(&["message", "unheard-marker: drain the fleet tonight"])
+        .ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        last_run(&f)["decided_by"],
+        "fallback-rules",
+        "{}",
+        last_run(&f)
+    );
+    llm.set_default(Reply::text("Heard."));
+    let before = llm.request_count();
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), before + 1, "{}", last_run(&f));
+    let reqs = llm.requests();
+    assert!(
+        messages_text(reqs.last().unwrap()).contains("unheard-marker"),
+        "the model was not told"
+    );
+    f.cmd(&["run"]).ok();
+    assert_eq!(llm.request_count(), before + 1, "heard once: quiet again");
+}
+
 #[test]
 fn no_action_runs_stay_out_of_later_prompts_but_operator_exchanges_stay() {
     let llm = FakeLlm::start();
