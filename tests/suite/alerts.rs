@@ -375,12 +375,18 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             + "      - series: 'fleetagent_price_known{instance=\"u\",job=\"node\"}'\n        values: '1x300'\n"
             + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"u\",job=\"node\"}'\n        values: '1.2x300'\n"
             // Host "k": its clock an hour ahead of vast.ai's all day.
-            + "      - series: 'fleetagent_clock_skew_seconds{instance=\"k\",job=\"node\"}'\n        values: '3600x300'\n",
+            + "      - series: 'fleetagent_clock_skew_seconds{instance=\"k\",job=\"node\"}'\n        values: '3600x300'\n"
+            // Host "v": as "u", its demand probe failing all day: no profit is read then,
+            // and only FleetagentDemandUnknown says why (a soak saw both, the second wrong).
+            + "      - series: 'fleetagent_price_known{instance=\"v\",job=\"node\"}'\n        values: '1x300'\n"
+            + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"v\",job=\"node\"}'\n        values: '1.2x300'\n"
+            + "      - series: 'fleetagent_demand_known{instance=\"v\",job=\"node\"}'\n        values: '0x300'\n",
         d1 = firing_at(
             1440,
             &[
                 ("FleetagentActionsFailing", "c"),
                 ("FleetagentClockSkew", "k"),
+                ("FleetagentDemandUnknown", "v"),
                 ("FleetagentFloorOverrulesModel", "c"),
                 ("FleetagentLosingMoney", "c"),
                 ("FleetagentMetricsMissing", ""),
