@@ -441,6 +441,7 @@ fn refusal_fixes(codes: &[String]) -> String {
             "proofshare_disabled" => "enable ProofShare in Curio (proofshare_meta.enabled) if the fleet should prove for it",
             "no_psprove" => "fix the worker image's layers (CURIO_LAYERS, EnableProofShare; docs/worker-image.md), then destroy the instance Curio runs without PSProve (the worker_identity check names it)",
             "operator_hold" => "an operator's stop holds the rules' and the floor's launches for policy.operator_hold_mins; `fleetagent resume` or a message ends it",
+            "bad_hosts" => "every matching offer is on a host left out (one that failed us, for vast.offers.bad_host_hours; one the operator took an instance off, for policy.operator_hold_mins): widen [vast.offers] (gpu_names, max_dph_per_instance, min_reliability) or lower vast.offers.bad_host_hours; `fleetagent inspect --json` lists bad_hosts",
             _ => "see docs/guardrails.md for the refusal",
         };
         if !fixes.contains(&fix) {

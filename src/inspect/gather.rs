@@ -195,6 +195,7 @@ pub fn build(
         }),
         other_installs,
         other_installs_at: other_installs_at.map(rfc3339),
+        bad_hosts: crate::store::bad_hosts::listed(&store.conn, now)?,
         floor: floor_view(store)?,
         day: crate::run::observe::day_profile(&store.conn, config, now)?
             .as_ref()

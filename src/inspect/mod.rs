@@ -199,6 +199,9 @@ pub struct Report {
     /// them (never ours).
     pub other_installs: Vec<crate::store::ops::ForeignInstance>,
     pub other_installs_at: Option<String>,
+    /// Hosts left out of offer searches now: `{machine_id, reason, until}` (failed us, or
+    /// outbid us too often), soonest back first.
+    pub bad_hosts: Vec<crate::store::bad_hosts::BadHost>,
     /// The floor's clocks as the last pass left them, or null when none runs.
     pub floor: Option<FloorView>,
     /// How demand moves with the hour of the day as the next pass would learn it

@@ -248,6 +248,21 @@ pub fn render_text(r: &Report) -> String {
             ids(&mine, false)
         ));
     }
+    if !r.bad_hosts.is_empty() {
+        line(format!(
+            "bad hosts   {} left out of offer searches: {}",
+            r.bad_hosts.len(),
+            crate::text::first_and_more(
+                r.bad_hosts.iter().map(|b| format!(
+                    "{} ({}, until {})",
+                    b.machine_id,
+                    crate::text::clip(&b.reason, 60),
+                    b.until
+                )),
+                6
+            )
+        ));
+    }
     line(format!(
         "last ok run {}",
         r.last_success_at.as_deref().unwrap_or("never")

@@ -146,6 +146,8 @@ pub struct Ask {
     /// With `policy.dry_run`, the stopped instance the real call would start instead of
     /// renting ([`restart_candidate`]), so that the dry run says what the real pass does.
     pub would_restart: Option<i64>,
+    /// The hosts the search leaves out ([`bad_hosts`]): an empty search is theirs to say.
+    pub left_out_hosts: Vec<u64>,
 }
 
 impl Ask {
@@ -174,6 +176,7 @@ impl Ask {
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
             taskless: snapshot.taskless.first().cloned(),
+            left_out_hosts: bad_hosts(snapshot),
             demand_unknown: snapshot.demand.is_none().then(|| {
                 snapshot
                     .demand_error
@@ -477,6 +480,10 @@ pub fn choose(
     Ok(create(ask, config, offer, env))
 }
 
+/// The ledger's and the tool's code of a launch no offer outside the hosts left out could
+/// serve ([`Ask::left_out_hosts`]).
+pub const BAD_HOSTS: &str = "bad_hosts";
+
 /// The offer asked for, or the best profitable one within the money headroom, or (none
 /// fits) the cheapest profitable one, for the money check to refuse naming the limit it
 /// breaks. No profitable offer at all (a known price): refused `unprofitable`.
@@ -493,6 +500,20 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
                 code: None,
             })
         });
+    }
+    if offers.is_empty() && !ask.left_out_hosts.is_empty() {
+        // Not vast.ai's failing: the hosts left out may be all it has (a soak saw a dead fleet
+        // wait a day for them, every line blaming vast.ai).
+        let msg = format!(
+            "vast.ai lists no rentable offer matching [vast.offers] but on the {} host(s) left out ({}): hosts that failed us are left out for vast.offers.bad_host_hours, those the operator took an instance off for policy.operator_hold_mins",
+            ask.left_out_hosts.len(),
+            crate::text::first_and_more(ask.left_out_hosts.iter().map(u64::to_string), 6)
+        );
+        return Err(Box::new(Answer {
+            result: ToolResult::error(BAD_HOSTS, json!({ "message": msg })),
+            record: Some(ask.entry("refused", None, msg)),
+            code: Some(BAD_HOSTS),
+        }));
     }
     if offers.is_empty() {
         let msg = "vast.ai has no rentable offer matching [vast.offers] right now";

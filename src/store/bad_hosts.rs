@@ -59,6 +59,33 @@ pub fn current(conn: &Connection, now: Millis) -> Result<Vec<i64>> {
     Ok(rows)
 }
 
+/// A host left out of offer searches, for `inspect`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BadHost {
+    pub machine_id: i64,
+    pub reason: String,
+    pub until: String,
+}
+
+/// Hosts bad at `now`, with why and until when, soonest back first.
+pub fn listed(conn: &Connection, now: Millis) -> Result<Vec<BadHost>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT machine_id, reason, until FROM bad_hosts
+          WHERE until IS NOT NULL AND until > ?1 ORDER BY until, machine_id",
+    )?;
+    let rows = stmt
+        .query_map(params![now], |r| {
+            let until: Millis = r.get(2)?;
+            Ok(BadHost {
+                machine_id: r.get(0)?,
+                reason: r.get(1)?,
+                until: crate::clock::rfc3339(until),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 /// vast.ai said the daily search quota is spent, refilling at `reset` (its
 /// `X-RateLimit-Reset`, as sent; "" when it sent none).
 pub fn set_search_quota(conn: &Connection, reset: &str, now: Millis) -> Result<()> {

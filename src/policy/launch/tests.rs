@@ -426,6 +426,16 @@ fn no_offer_at_all_is_a_failure() {
     );
     let e = ans.record.unwrap();
     assert_eq!((e.outcome, e.offer_id), ("failed", None));
+    // With hosts left out of the search, an empty one may be theirs: refused `bad_hosts`,
+    // naming them, not vast.ai's failure (a soak).
+    let mut s = snap(0, false);
+    s.bad_hosts = vec![41, 42];
+    let ans = choose_of(&s, &c, None, &[]).unwrap_err();
+    assert_eq!(ans.result.error_code(), Some("bad_hosts"));
+    let msg = ans.result.content["message"].as_str().unwrap();
+    assert!(msg.contains("but on the 2 host(s) left out (41, 42)"), "{msg}");
+    assert_eq!(ans.code, Some("bad_hosts"));
+    assert_eq!(ans.record.unwrap().outcome, "refused");
 }
 
 #[test]
