@@ -192,6 +192,28 @@ pub fn other_image(
         .collect()
 }
 
+/// The first pass of a new database that finds another install's instances under its
+/// prefix: a second install on purpose, or this install's fleet under a lost or moved state
+/// dir (the whole dir gone, so no `run.lock` told `run` so; a state dir on a disk that did
+/// not mount). Nothing here can tell them apart, and the new install rents for itself under
+/// its own caps: the line says how to tell, loud, on the first pass.
+pub fn new_beside_another(
+    config: &crate::config::Config,
+    others: &[crate::store::ops::ForeignInstance],
+    run_id: i64,
+) -> Option<String> {
+    if run_id != 1 || others.is_empty() {
+        return None;
+    }
+    let ids = crate::store::ops::install_ids_of(others);
+    Some(format!(
+        "this database is new (run 1), and vast.ai lists {} instance(s) under vast.label_prefix {:?} of install {}: if they are this install's (a state dir lost, moved, or on a disk that did not mount), stop fleetagent now (this install rents a fleet of its own, under its own caps) and restore the state dir, or start afresh under the old id with `fleetagent init --install-id ID` on an empty one; if this is a second install on purpose, give it its own vast.label_prefix",
+        others.len(),
+        config.vast.label_prefix,
+        ids.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -433,7 +433,10 @@ fn no_offer_at_all_is_a_failure() {
     let ans = choose_of(&s, &c, None, &[]).unwrap_err();
     assert_eq!(ans.result.error_code(), Some("bad_hosts"));
     let msg = ans.result.content["message"].as_str().unwrap();
-    assert!(msg.contains("but on the 2 host(s) left out (41, 42)"), "{msg}");
+    assert!(
+        msg.contains("but on the 2 host(s) left out (41, 42)"),
+        "{msg}"
+    );
     assert_eq!(ans.code, Some("bad_hosts"));
     assert_eq!(ans.record.unwrap().outcome, "refused");
 }
