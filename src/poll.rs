@@ -223,7 +223,8 @@ pub fn poll(
     if let Some(l) = &listing {
         // Other installs' instances under our prefix, for doctor: written when the list
         // changes (a poll with nothing new writes nothing; every pass refreshes it anyway).
-        let others = fleet::seen_elsewhere(l, prefix, &install_id);
+        let tracked = crate::store::instances::live_ids(&store.conn)?;
+        let others = fleet::seen_elsewhere(l, prefix, &install_id, &tracked);
         if ops::foreign_installs(&store.conn)?.0 != others {
             ops::set_foreign_installs(&store.conn, &others, clock.now_ms())?;
         }

@@ -138,6 +138,10 @@ pub struct Snapshot {
     /// Ours that the operator stopped (`store::actions::operator_stopped`): never flagged
     /// as stopped too long.
     pub operator_stopped: Vec<i64>,
+    /// Of the hosts an empty offer search left out (bad hosts, the operator's), those vast.ai
+    /// lists matching offers on (`tools::launch`'s second search): a launch is refused
+    /// `bad_hosts` naming them rather than failing as "vast.ai has no offer".
+    pub left_out_offers: Vec<u64>,
     /// Ours that the listing shows created with another image than `vast.image` (the
     /// operator changed it since): a stopped one is never started again in place of a rental.
     pub other_image: Vec<i64>,
@@ -272,7 +276,8 @@ impl Snapshot {
     pub fn flagged(&self, config: &Config) -> Vec<Flag> {
         let stuck_ms = config.policy.stuck_loading_mins as i64 * 60_000;
         let stopped_ms = (config.vast.stopped_max_hours * 3_600_000.0) as i64;
-        self.instances
+        let mut flags: Vec<Flag> = self
+            .instances
             .iter()
             .filter_map(|r| {
                 let id = r.vast_id?;
@@ -325,7 +330,18 @@ impl Snapshot {
                     why: format!("{kind}{why}"),
                 })
             })
-            .collect()
+            .collect();
+        // The breaker holds within a pass too: no more silent ones than it has left (a
+        // re-test saw four destroyed in one pass; `tools::stop` counts each that goes).
+        let mut left = SILENT_DESTROYS_MAX.saturating_sub(self.silent_destroys_recent);
+        flags.retain(|f| {
+            let keep = f.kind != FlagKind::Silent || left > 0;
+            if f.kind == FlagKind::Silent {
+                left = left.saturating_sub(1);
+            }
+            keep
+        });
+        flags
     }
 
     /// How long an instance of ours has run without the Curio worker it had (matched once:
@@ -335,10 +351,22 @@ impl Snapshot {
     /// breaker holds it too. None: not so.
     pub fn worker_lost_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
         let limit = config.policy.silent_worker_mins as Millis * 60_000;
+        let d = self.demand.as_ref()?;
+        let addr = r.worker_address.as_deref()?.trim();
+        // A live worker at its address (matched to none of ours: two of ours behind one
+        // IP) is not lost (a re-test saw a proving one destroyed).
+        let listed = d.workers.iter().any(|w| w.host_and_port.trim() == addr);
+        // Only while another of ours has its worker: all of ours losing theirs at once is a
+        // fault they share (Curio, its database, the network), which destroying them does
+        // not mend (a re-test saw a whole fleet destroyed in one pass).
+        let others_live = self
+            .instances
+            .iter()
+            .any(|o| o.label != r.label && matches!(o.state, REGISTERED | PROVING));
         let lost = r.state == BOOTED
-            && r.worker_address.is_some()
+            && !listed
+            && others_live
             && !identity::address_taken(&self.instances, r)
-            && self.demand.is_some()
             && self.silent_destroys_recent < SILENT_DESTROYS_MAX;
         let ms = self.now - r.state_since;
         (lost && ms > limit).then_some(ms)
@@ -591,20 +619,49 @@ mod tests {
         // past the limit, with no work waiting too, and no longer counted as capacity (a soak
         // saw one billed 4h50m and counted). One that never had a worker is not.
         let mut s = base.clone();
-        s.demand.as_mut().unwrap().workers.clear();
+        s.demand.as_mut().unwrap().workers = vec![worker("fleetagent-t", "172.17.0.9:12300", 1)];
         s.demand.as_mut().unwrap().pending = 0;
         s.instances[0].state = BOOTED;
         s.instances[0].machine_name = None;
-        assert_eq!(
-            why(&s),
-            vec!["silent 25m: its Curio worker stopped heartbeating".to_string()]
+        let mut live = row("fleetagent-t", Some(8), PROVING, 0.4);
+        live.machine_name = Some("fleetagent-t".into());
+        s.instances.push(live);
+        let lost = "silent 25m: its Curio worker stopped heartbeating".to_string();
+        assert_eq!(why(&s), vec![lost.clone()]);
+        let pph = s.projected_pph(&c);
+        assert!(
+            pph > 0.0 && pph < 2.0 * s.rate_of(&s.instances[1], &c),
+            "{pph}"
         );
-        assert_eq!(s.projected_pph(&c), 0.0);
-        s.instances[0].state_since = NOW - 10 * MIN;
-        assert!(why(&s).is_empty(), "within the limit");
-        s.instances[0].state_since = NOW - 25 * MIN;
-        s.instances[0].worker_address = None;
-        assert!(why(&s).is_empty(), "never had a worker");
+        let mut t = s.clone();
+        t.instances[0].state_since = NOW - 10 * MIN;
+        assert!(why(&t).is_empty(), "within the limit");
+        let mut t = s.clone();
+        t.instances[0].worker_address = None;
+        assert!(why(&t).is_empty(), "never had a worker");
+        // A live worker listed at its address (two of ours behind one IP, unmatched): not
+        // lost (a re-test saw a proving one destroyed).
+        let mut t = s.clone();
+        t.demand.as_mut().unwrap().workers[0].host_and_port = "172.17.0.2:12300".into();
+        t.instances[1].state = BOOTED;
+        assert!(why(&t).is_empty(), "{:?}", why(&t));
+        // All of ours lost theirs at once: a shared fault, nothing flagged (a re-test saw a
+        // whole fleet destroyed in one pass).
+        let mut t = s.clone();
+        t.instances.pop();
+        assert!(why(&t).is_empty());
+        // Five lost beside one live: the breaker's three at most, in one pass too.
+        let mut t = s.clone();
+        for i in 0..4 {
+            let mut r = t.instances[0].clone();
+            r.label = format!("fleetagent-l{i}");
+            r.vast_id = Some(20 + i);
+            r.worker_address = Some(format!("172.17.1.{i}:12300"));
+            t.instances.push(r);
+        }
+        assert_eq!(why(&t).len(), SILENT_DESTROYS_MAX as usize);
+        t.silent_destroys_recent = 2;
+        assert_eq!(why(&t).len(), 1);
     }
 
     /// An instance of ours that bills with no price known counts at the worst case against

@@ -158,13 +158,17 @@ pub fn ours_elsewhere(
     listing: &[Instance],
     prefix: &str,
     install_id: &str,
+    tracked: &[i64],
 ) -> Vec<ForeignInstance> {
     listing
         .iter()
         .filter_map(|i| {
             let label = i.label.as_deref()?.trim();
             let old = prefix_with_id(label, install_id)?;
-            (old != prefix).then(|| ForeignInstance {
+            // One the table holds stays ours whatever its prefix (`Recorded`): managed, not
+            // named (a re-test saw a plain prefix change called unmanaged billing).
+            let held = tracked.contains(&(i.id as i64));
+            (old != prefix && !held).then(|| ForeignInstance {
                 install_id: install_id.to_string(),
                 label: clip(label, 200),
                 vast_id: i.id as i64,
@@ -174,14 +178,16 @@ pub fn ours_elsewhere(
 }
 
 /// What a listing shows of instances under our prefix but another install's id, then of
-/// ours under another prefix: what `agent_state.foreign_installs` keeps for `doctor`.
+/// ours under another prefix the table does not hold (`tracked`: their vast ids): what
+/// `agent_state.foreign_installs` keeps for `doctor`.
 pub fn seen_elsewhere(
     listing: &[Instance],
     prefix: &str,
     install_id: &str,
+    tracked: &[i64],
 ) -> Vec<ForeignInstance> {
     let mut out = other_installs(listing, prefix, install_id);
-    for o in ours_elsewhere(listing, prefix, install_id) {
+    for o in ours_elsewhere(listing, prefix, install_id, tracked) {
         if !out.iter().any(|x| x.vast_id == o.vast_id) {
             out.push(o);
         }
@@ -454,13 +460,13 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             row.dph = inst.dph_total.or(row.dph);
             if let (Some(a), Some(b)) = (was, row.dph) {
                 // Said where the operator reads (a 5x rise went unsaid): today's spend counts
-                // each price for its own hours (`store::instances::paused_spans_after`).
-                if !was_new && (b - a).abs() > a * REPRICED_SHARE {
+                // each price for its own hours (`store::instances::paused_spans_after`). Not
+                // a launch's first listing against its offer (a bid, or the overbilled line).
+                let listed_before = !was_new && row.last_seen_at.is_some();
+                if listed_before && (b - a).abs() > a * REPRICED_SHARE {
                     out.repriced.push(format!(
-                        "instance {} is billed ${}/h now, was ${}/h",
-                        inst.id,
-                        crate::fleet::num(b),
-                        crate::fleet::num(a)
+                        "instance {} is billed ${b:.3}/h now, was ${a:.3}/h",
+                        inst.id
                     ));
                 }
             }
@@ -478,6 +484,11 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         row.last_seen_at = Some(now);
         row.gone_at = None;
         if row.state != state {
+            if matches!(row.state, STOPPED | OUTBID) && worker.is_none() {
+                // Started again: its next worker is a new one, booting, not one it lost (a
+                // re-test saw a restarted spare read as lost and a rental made beside it).
+                row.worker_address = None;
+            }
             row.state = state;
             row.state_since = now;
         }

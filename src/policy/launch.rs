@@ -146,7 +146,8 @@ pub struct Ask {
     /// With `policy.dry_run`, the stopped instance the real call would start instead of
     /// renting ([`restart_candidate`]), so that the dry run says what the real pass does.
     pub would_restart: Option<i64>,
-    /// The hosts the search leaves out ([`bad_hosts`]): an empty search is theirs to say.
+    /// Left-out hosts vast.ai lists matching offers on (`Snapshot::left_out_offers`): an
+    /// empty search is theirs to say.
     pub left_out_hosts: Vec<u64>,
 }
 
@@ -176,7 +177,7 @@ impl Ask {
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
             taskless: snapshot.taskless.first().cloned(),
-            left_out_hosts: bad_hosts(snapshot),
+            left_out_hosts: snapshot.left_out_offers.clone(),
             demand_unknown: snapshot.demand.is_none().then(|| {
                 snapshot
                     .demand_error
@@ -505,7 +506,7 @@ fn pick(ask: &Ask, config: &Config, offers: &[Offer]) -> Result<Offer, Box<Answe
         // Not vast.ai's failing: the hosts left out may be all it has (a soak saw a dead fleet
         // wait a day for them, every line blaming vast.ai).
         let msg = format!(
-            "vast.ai lists no rentable offer matching [vast.offers] but on the {} host(s) left out ({}): hosts that failed us are left out for vast.offers.bad_host_hours, those the operator took an instance off for policy.operator_hold_mins",
+            "vast.ai lists rentable offers matching [vast.offers] only on {} host(s) left out ({}): hosts that failed us are left out for vast.offers.bad_host_hours, those the operator took an instance off for policy.operator_hold_mins",
             ask.left_out_hosts.len(),
             crate::text::first_and_more(ask.left_out_hosts.iter().map(u64::to_string), 6)
         );

@@ -83,7 +83,9 @@ pub fn observe(
     if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
         let install_id = ops::install_id(&tx)?;
-        let seen = crate::fleet::seen_elsewhere(list, &config.vast.label_prefix, &install_id);
+        let tracked: Vec<i64> = rec.rows.iter().filter_map(|r| r.vast_id).collect();
+        let prefix = &config.vast.label_prefix;
+        let seen = crate::fleet::seen_elsewhere(list, prefix, &install_id, &tracked);
         ops::set_foreign_installs(&tx, &seen, now)?;
         if let Some(line) = continue_run_ids(&tx, config, list, run_id)? {
             crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
@@ -557,8 +559,9 @@ fn assemble(
             now - (config.policy.operator_hold_mins as Millis).saturating_mul(60_000),
         )?,
         operator_stopped: actions::operator_stopped(conn)?,
-        // Set from the listing by the callers (`other_image`).
+        // Set from the listing by the callers (`other_image`); by a launch's search.
         other_image: Vec::new(),
+        left_out_offers: Vec::new(),
         // Said within the last day: the quota is daily.
         search_quota: bad_hosts::search_quota(conn)?
             .filter(|(_, at)| now - at < DAY_MS)

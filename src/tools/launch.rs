@@ -131,11 +131,17 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
             }
         };
         match plan::searched(&ask, config, &query.exclude_machines, found) {
-            Ok(found) => ctx.snapshot.offers = Some(found),
+            Ok(found) => {
+                if found.is_empty() && !query.exclude_machines.is_empty() {
+                    left_out_offers(ctx, vast.as_ref(), &query, now)?;
+                }
+                ctx.snapshot.offers = Some(found);
+            }
             Err(a) => return answer(ctx, reason, *a, now),
         }
     }
     let mut ask = ask;
+    ask.left_out_hosts = ctx.snapshot.left_out_offers.clone();
     let mut now = now;
     let mut attempt = 0;
     loop {
@@ -533,5 +539,37 @@ fn record(
         now,
     )?;
     super::journal_action(&ctx.store.conn, id, None);
+    Ok(())
+}
+
+/// A search that found nothing with hosts left out: asked once more without leaving them
+/// out, so that an empty market is told from one whose offers are all on those hosts (a
+/// soak saw a dead fleet wait a day, every line blaming vast.ai; a re-test then saw an empty
+/// market blamed on the hosts). Sets `Snapshot::left_out_offers`.
+fn left_out_offers(
+    ctx: &mut ToolCtx<'_>,
+    vast: &dyn crate::vast::VastClient,
+    query: &crate::vast::OfferQuery,
+    now: Millis,
+) -> Result<()> {
+    if ctx.snapshot.search_quota_this_pass {
+        return Ok(());
+    }
+    let all = crate::vast::OfferQuery {
+        exclude_machines: Vec::new(),
+        ..query.clone()
+    };
+    let found = vast.search_offers(&all);
+    super::note_search_quota(ctx, &found, now)?;
+    let mut hosts: Vec<u64> = found
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| crate::policy::offers::matches_config(o, ctx.config))
+        .filter_map(|o| o.machine_id)
+        .filter(|m| query.exclude_machines.contains(m))
+        .collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    ctx.snapshot.left_out_offers = hosts;
     Ok(())
 }

@@ -118,33 +118,36 @@ pub fn stop_as(
         .then(|| mark_sending(ctx, &target, &reason, now))
         .transpose()?;
     ctx.store.fence("before a stop")?;
-    let result = if target.destroys() {
-        // Asked when the destroy could go (after vast.ai's spacing, before each retry): a
-        // pause pressed, or the operator's stop of it, meanwhile holds it.
-        let (conn, clock) = (&ctx.store.conn, ctx.clock);
-        let withhold = || -> Option<String> {
-            if operator {
-                return None;
-            }
-            let why = match crate::store::ops::paused(conn, clock.now_ms()) {
-                Ok(Some(p)) => Some(p.reason),
-                Ok(None) => match instances::by_vast_id(conn, instance_id) {
-                    Ok(r) if r.as_ref().is_some_and(|r| r.gone_at.is_some()) => Some("gone".into()),
-                    Ok(_) => None,
-                    Err(e) => Some(format!("the instance's row could not be read: {e}")),
-                },
-                Err(e) => Some(format!("the pause could not be read: {e}")),
-            };
-            match (why, mark) {
-                (None, Some(m)) => stops_in_flight::sent(conn, m)
-                    .err()
-                    .map(|e| format!("its mark could not be written: {e}")),
-                (why, _) => why,
-            }
+    // Asked when the call could go (after vast.ai's destroy spacing, before each retry): a
+    // pause pressed, or the operator's stop of the instance, meanwhile holds it.
+    let (conn, clock, destroys) = (&ctx.store.conn, ctx.clock, target.destroys());
+    let withhold = || -> Option<String> {
+        if operator {
+            return None;
+        }
+        let why = match crate::store::ops::paused(conn, clock.now_ms()) {
+            Ok(Some(p)) => Some(p.reason),
+            Ok(None) => match instances::by_vast_id(conn, instance_id) {
+                Ok(Some(r)) if r.gone_at.is_some() => Some("gone".into()),
+                Ok(Some(r)) if !destroys && r.state == crate::fleet::STOPPED => {
+                    Some("stopped".into())
+                }
+                Ok(_) => None,
+                Err(e) => Some(format!("the instance's row could not be read: {e}")),
+            },
+            Err(e) => Some(format!("the pause could not be read: {e}")),
         };
+        match (why, mark) {
+            (None, Some(m)) => stops_in_flight::sent(conn, m)
+                .err()
+                .map(|e| format!("its mark could not be written: {e}")),
+            (why, _) => why,
+        }
+    };
+    let result = if destroys {
         vast.destroy_instance_unless(target.vast_id(), &withhold)
     } else {
-        vast.stop_instance(target.vast_id())
+        vast.stop_instance_unless(target.vast_id(), &withhold)
     };
     crate::faults::point("stop-after-call")?;
     let after = ctx.clock.now_ms();
@@ -221,6 +224,10 @@ pub fn stop_as(
         }
     }
     ctx.snapshot.record_stop(instance_id, s.gone);
+    if s.flag == Some(crate::store::actions::FlagKind::Silent) {
+        // The silent breaker counts it from now, in this pass too.
+        ctx.snapshot.silent_destroys_recent += 1;
+    }
     Ok(plan::stopped(&target, &s, ctx.snapshot))
 }
 

@@ -681,7 +681,11 @@ impl VastClient for HttpVastClient {
     }
 
     fn stop_instance(&self, id: u64) -> Result<(), VastError> {
-        self.manage(id, json!({"state": "stopped"}))
+        self.stop_instance_unless(id, &|| None)
+    }
+
+    fn stop_instance_unless(&self, id: u64, withhold: Withhold<'_>) -> Result<(), VastError> {
+        self.manage_unless(id, json!({"state": "stopped"}), Some(withhold))
     }
 
     fn start_instance(&self, id: u64) -> Result<(), VastError> {
@@ -831,8 +835,18 @@ impl HttpVastClient {
 
     /// `PUT /api/v0/instances/{id}/` with a state or label change.
     fn manage(&self, id: u64, body: Value) -> Result<(), VastError> {
+        self.manage_unless(id, body, None)
+    }
+
+    /// [`Self::manage`], `withhold` asked before each attempt.
+    fn manage_unless(
+        &self,
+        id: u64,
+        body: Value,
+        withhold: Option<Withhold<'_>>,
+    ) -> Result<(), VastError> {
         let path = format!("/api/v0/instances/{id}/");
-        let answer = self.send(Method::Put, &path, Some(&body), None)?;
+        let answer = self.send(Method::Put, &path, Some(&body), withhold.map(|w| (None, w)))?;
         if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
             return Err(VastError::NoSuchInstance(id));
         }
@@ -850,51 +864,4 @@ fn is_loopback(base_url: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_local_endpoints_skip_the_proxy() {
-        assert!(is_loopback("http://127.0.0.1:4000"));
-        assert!(!is_loopback("https://console.vast.ai"));
-    }
-
-    #[test]
-    fn debug_never_shows_the_key() {
-        let c = HttpVastClient::new(
-            "http://127.0.0.1:1/",
-            Some("sekrit-key-123".into()),
-            Arc::new(crate::clock::ManualClock::new(0)),
-            Duration::from_secs(1),
-        );
-        let shown = format!("{c:?}");
-        assert!(!shown.contains("sekrit"), "{shown}");
-        assert!(
-            shown.contains("http://127.0.0.1:1\""),
-            "base url trimmed: {shown}"
-        );
-        assert_eq!(c.scrub("echo sekrit-key-123 back"), "echo [redacted] back");
-    }
-
-    #[test]
-    fn missing_or_malformed_key_is_an_auth_error_naming_the_sources() {
-        let clock = Arc::new(crate::clock::ManualClock::new(0));
-        for key in [None, Some(""), Some("two words")] {
-            let c = HttpVastClient::new(
-                "http://127.0.0.1:1",
-                key.map(String::from),
-                clock.clone(),
-                Duration::from_secs(1),
-            );
-            match c.list_instances() {
-                Err(VastError::Auth(m)) => {
-                    assert!(
-                        m.contains("VAST_API_KEY") && m.contains("vast_api_key"),
-                        "{m}"
-                    )
-                }
-                other => panic!("expected Auth, got {other:?}"),
-            }
-        }
-    }
-}
+mod tests;

@@ -268,6 +268,18 @@ pub trait VastClient: Send + Sync {
     /// One instance; `Ok(None)` when it no longer exists.
     fn show_instance(&self, id: u64) -> Result<Option<Instance>, VastError>;
     fn stop_instance(&self, id: u64) -> Result<(), VastError>;
+    /// [`VastClient::stop_instance`], unless `withhold` gives a reason not to before an
+    /// attempt (a retry after a 429 included): then [`VastError::Withheld`].
+    fn stop_instance_unless(
+        &self,
+        id: u64,
+        withhold: &dyn Fn() -> Option<String>,
+    ) -> Result<(), VastError> {
+        if let Some(why) = withhold() {
+            return Err(VastError::Withheld(why));
+        }
+        self.stop_instance(id)
+    }
     /// Start a stopped instance again (`{"state": "running"}`); it may sit scheduling.
     fn start_instance(&self, id: u64) -> Result<(), VastError>;
     /// Change the bid of an interruptible instance to `price` $/h.

@@ -380,7 +380,15 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
             // and only FleetagentDemandUnknown says why (a soak saw both, the second wrong).
             + "      - series: 'fleetagent_price_known{instance=\"v\",job=\"node\"}'\n        values: '1x300'\n"
             + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"v\",job=\"node\"}'\n        values: '1.2x300'\n"
-            + "      - series: 'fleetagent_demand_known{instance=\"v\",job=\"node\"}'\n        values: '0x300'\n",
+            + "      - series: 'fleetagent_demand_known{instance=\"v\",job=\"node\"}'\n        values: '0x300'\n"
+            // Host "w": as "u", its probe failing one pass an hour: still said (a re-test
+            // saw a rule that restarted its hour at each failure never fire).
+            + "      - series: 'fleetagent_price_known{instance=\"w\",job=\"node\"}'\n        values: '1x300'\n"
+            + "      - series: 'fleetagent_fleet_dollars_per_hour{instance=\"w\",job=\"node\"}'\n        values: '1.2x300'\n"
+            + &format!(
+                "      - series: 'fleetagent_demand_known{{instance=\"w\",job=\"node\"}}'\n        values: '{}'\n",
+                "1x10 0 ".repeat(25).trim_end()
+            ),
         d1 = firing_at(
             1440,
             &[
@@ -393,6 +401,7 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
                 ("FleetagentMetricsMissing", "gone"),
                 ("FleetagentModelFailing", "c"),
                 ("FleetagentProfitUnknown", "u"),
+                ("FleetagentProfitUnknown", "w"),
                 ("FleetagentRunsFailing", "c"),
             ]
         ),

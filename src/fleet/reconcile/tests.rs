@@ -387,6 +387,22 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
         .any(|f| f.vast_id == 3 && f.why == "stopped 25h"));
 }
 
+/// A stopped spare started again (by us or in the console) boots a new worker: the address
+/// its old one had is dropped, so it reads as booting, not as one that lost its worker (a
+/// re-test saw a rental made beside a restarted spare, and it would be flagged silent).
+#[test]
+fn a_spare_started_again_forgets_its_old_workers_address() {
+    let mut spare = row("fleetagent-s", Some(6), STOPPED, 0.4);
+    spare.worker_address = Some("172.17.0.6:12300".into());
+    let listing = vec![inst(6, "fleetagent-s", Some("running"))];
+    let rec = reconcile(
+        &input(vec![spare], vec![], Some(&listing), None),
+        INTENT_GRACE_MS,
+    );
+    assert_eq!(rec.rows[0].state, BOOTED);
+    assert_eq!(rec.rows[0].worker_address, None);
+}
+
 /// Ours by install id under the prefix used before `vast.label_prefix` changed: found by
 /// `ours_elsewhere` (stored for doctor), in the exact shape only, never another install's.
 #[test]
@@ -398,12 +414,12 @@ fn ours_under_an_old_prefix_are_found_by_their_install_id() {
         inst(4, "team-a-qwerty-spare", Some("running")),
         inst(5, "fleetagent-zxcvbn-r3-0a0b0c0d", Some("running")),
     ];
-    let found: Vec<(i64, String)> = ours_elsewhere(&listing, "fleetagent", "qwerty")
+    let found: Vec<(i64, String)> = ours_elsewhere(&listing, "fleetagent", "qwerty", &[])
         .into_iter()
         .map(|f| (f.vast_id, f.install_id))
         .collect();
     assert_eq!(found, vec![(1, "qwerty".to_string())]);
-    let seen: Vec<i64> = seen_elsewhere(&listing, "fleetagent", "qwerty")
+    let seen: Vec<i64> = seen_elsewhere(&listing, "fleetagent", "qwerty", &[])
         .iter()
         .map(|f| f.vast_id)
         .collect();
@@ -412,6 +428,8 @@ fn ours_under_an_old_prefix_are_found_by_their_install_id() {
         vec![5, 1],
         "other installs first, then ours elsewhere"
     );
+    // One the table holds (a plain prefix change: still managed) is not named.
+    assert!(ours_elsewhere(&listing, "fleetagent", "qwerty", &[1]).is_empty());
 }
 
 #[test]

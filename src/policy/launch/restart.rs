@@ -71,6 +71,8 @@ pub fn after_start(
             let mut r = row.clone();
             r.state = crate::fleet::LOADING;
             r.state_since = after;
+            // Its next worker boots afresh: not one it lost (`fleet::reconcile` too).
+            r.worker_address = None;
             Ok((
                 r,
                 ToolResult::ok(

@@ -429,14 +429,14 @@ fn no_offer_at_all_is_a_failure() {
     // With hosts left out of the search, an empty one may be theirs: refused `bad_hosts`,
     // naming them, not vast.ai's failure (a soak).
     let mut s = snap(0, false);
-    s.bad_hosts = vec![41, 42];
+    s.bad_hosts = vec![41, 42, 43];
+    let ans = choose_of(&s, &c, None, &[]).unwrap_err();
+    assert_eq!(ans.result.error_code(), Some("vast_error"), "none anywhere");
+    s.left_out_offers = vec![41, 42];
     let ans = choose_of(&s, &c, None, &[]).unwrap_err();
     assert_eq!(ans.result.error_code(), Some("bad_hosts"));
     let msg = ans.result.content["message"].as_str().unwrap();
-    assert!(
-        msg.contains("but on the 2 host(s) left out (41, 42)"),
-        "{msg}"
-    );
+    assert!(msg.contains("only on 2 host(s) left out (41, 42)"), "{msg}");
     assert_eq!(ans.code, Some("bad_hosts"));
     assert_eq!(ans.record.unwrap().outcome, "refused");
 }
