@@ -32,7 +32,7 @@ pub fn problems(
         .filter(|r| !told.contains(&r.label.as_str()))
         .cloned()
         .collect();
-    out.extend(no_worker(&rest, config, now));
+    out.extend(no_worker(&rest, workers, config, now));
     out
 }
 
@@ -140,7 +140,12 @@ pub fn shared_machines(rows: &[InstanceRow]) -> Vec<String> {
 /// `policy.stuck_loading_mins` since its launch: the worker never registered, or registered
 /// under another name or behind another instance's address. Not flagged (the container runs
 /// and may be a slow start): reported.
-pub fn no_worker(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<String> {
+pub fn no_worker(
+    rows: &[InstanceRow],
+    workers: &[crate::demand::Worker],
+    config: &Config,
+    now: Millis,
+) -> Vec<String> {
     let boot_ms = config.policy.stuck_loading_mins as Millis * 60_000;
     rows.iter()
         .filter(|r| r.gone_at.is_none() && r.state == BOOTED && now - r.created_at > boot_ms)
@@ -149,7 +154,11 @@ pub fn no_worker(rows: &[InstanceRow], config: &Config, now: Millis) -> Vec<Stri
                 Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
                 None => quote(&r.label, LABEL_CHARS),
             };
-            match r.worker_address.as_ref().filter(|_| !address_taken(rows, r)) {
+            // Curio lists a live worker at its address, matched to none of ours (two behind
+            // one IP): not dead; the generic line.
+            let listed = |a: &String| workers.iter().any(|w| w.host_and_port.trim() == a.trim());
+            let own = r.worker_address.as_ref();
+            match own.filter(|a| !address_taken(rows, r) && !listed(a)) {
                 // It had one (a soak: the advice about the image's settings misled).
                 Some(addr) => format!(
                     "{what}'s Curio worker ({}) stopped heartbeating {} ago and the container runs on: it is flagged silent and replaced after policy.silent_worker_mins; check its logs (a crash, out of memory)",
@@ -250,12 +259,12 @@ mod tests {
             "{lines:?}"
         );
         // Within a normal boot: nothing to say yet.
-        assert!(no_worker(&rows, &c, NOW - 20 * MIN).is_empty());
+        assert!(no_worker(&rows, &[], &c, NOW - 20 * MIN).is_empty());
         // One whose own worker died (its address nobody else's): said so, not the image's
         // settings (a soak).
         let mut e = at("fleetagent-e", 5, BOOTED, Some("172.17.0.5:12300"));
         e.state_since = NOW - 7 * MIN;
-        let said = no_worker(&[e], &c, NOW);
+        let said = no_worker(&[e], &[], &c, NOW);
         assert!(
             said[0].starts_with("instance 5 \"fleetagent-e\"'s Curio worker (\"172.17.0.5:12300\") stopped heartbeating 7m ago"),
             "{said:?}"

@@ -332,8 +332,19 @@ impl Snapshot {
             })
             .collect();
         // The breaker holds within a pass too: no more silent ones than it has left (a
-        // re-test saw four destroyed in one pass; `tools::stop` counts each that goes).
+        // re-test saw four destroyed in one pass; `tools::stop` counts each that goes). With
+        // no worker of ours alive, one a pass: all of ours losing theirs at once may be a
+        // fault they share (Curio, its database, the network), which destroying them does not
+        // mend, while a lone instance whose worker died must still go (a re-test: one that
+        // held the only slot billed for ever once none could be flagged).
+        let any_live = self
+            .instances
+            .iter()
+            .any(|o| matches!(o.state, REGISTERED | PROVING));
         let mut left = SILENT_DESTROYS_MAX.saturating_sub(self.silent_destroys_recent);
+        if !any_live {
+            left = left.min(1);
+        }
         flags.retain(|f| {
             let keep = f.kind != FlagKind::Silent || left > 0;
             if f.kind == FlagKind::Silent {
@@ -356,16 +367,8 @@ impl Snapshot {
         // A live worker at its address (matched to none of ours: two of ours behind one
         // IP) is not lost (a re-test saw a proving one destroyed).
         let listed = d.workers.iter().any(|w| w.host_and_port.trim() == addr);
-        // Only while another of ours has its worker: all of ours losing theirs at once is a
-        // fault they share (Curio, its database, the network), which destroying them does
-        // not mend (a re-test saw a whole fleet destroyed in one pass).
-        let others_live = self
-            .instances
-            .iter()
-            .any(|o| o.label != r.label && matches!(o.state, REGISTERED | PROVING));
         let lost = r.state == BOOTED
             && !listed
-            && others_live
             && !identity::address_taken(&self.instances, r)
             && self.silent_destroys_recent < SILENT_DESTROYS_MAX;
         let ms = self.now - r.state_since;
@@ -645,11 +648,10 @@ mod tests {
         t.demand.as_mut().unwrap().workers[0].host_and_port = "172.17.0.2:12300".into();
         t.instances[1].state = BOOTED;
         assert!(why(&t).is_empty(), "{:?}", why(&t));
-        // All of ours lost theirs at once: a shared fault, nothing flagged (a re-test saw a
-        // whole fleet destroyed in one pass).
+        // Alone, its worker dead: flagged (a re-test saw one hold the only slot for ever).
         let mut t = s.clone();
         t.instances.pop();
-        assert!(why(&t).is_empty());
+        assert_eq!(why(&t), vec![lost.clone()]);
         // Five lost beside one live: the breaker's three at most, in one pass too.
         let mut t = s.clone();
         for i in 0..4 {
@@ -661,6 +663,11 @@ mod tests {
         }
         assert_eq!(why(&t).len(), SILENT_DESTROYS_MAX as usize);
         t.silent_destroys_recent = 2;
+        assert_eq!(why(&t).len(), 1);
+        // All of ours lost theirs at once (a shared fault?): one a pass (a re-test saw a
+        // whole fleet destroyed in one pass).
+        t.silent_destroys_recent = 0;
+        t.instances.remove(1);
         assert_eq!(why(&t).len(), 1);
     }
 

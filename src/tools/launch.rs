@@ -133,7 +133,14 @@ fn launch(ctx: &mut ToolCtx<'_>, offer_id: Option<u64>, reason: &str) -> Result<
         match plan::searched(&ask, config, &query.exclude_machines, found) {
             Ok(found) => {
                 if found.is_empty() && !query.exclude_machines.is_empty() {
-                    left_out_offers(ctx, vast.as_ref(), &query, now)?;
+                    if let Some(reset) = left_out_offers(ctx, vast.as_ref(), &query, now)? {
+                        // The quota ran out on the second search: said as such, and the
+                        // pass's later launches meet it too (no offers cached).
+                        let quota = Err(crate::vast::VastError::SearchQuota { reset });
+                        if let Err(a) = plan::searched(&ask, config, &[], quota) {
+                            return answer(ctx, reason, *a, now);
+                        }
+                    }
                 }
                 ctx.snapshot.offers = Some(found);
             }
@@ -545,15 +552,17 @@ fn record(
 /// A search that found nothing with hosts left out: asked once more without leaving them
 /// out, so that an empty market is told from one whose offers are all on those hosts (a
 /// soak saw a dead fleet wait a day, every line blaming vast.ai; a re-test then saw an empty
-/// market blamed on the hosts). Sets `Snapshot::left_out_offers`.
-fn left_out_offers(
+/// market blamed on the hosts). Sets `Snapshot::left_out_offers`; the launch's and the
+/// model's `search_offers` call it. Returns vast.ai's reset when that search met the daily
+/// quota (a re-test saw it recorded as "no rentable offer").
+pub(super) fn left_out_offers(
     ctx: &mut ToolCtx<'_>,
     vast: &dyn crate::vast::VastClient,
     query: &crate::vast::OfferQuery,
     now: Millis,
-) -> Result<()> {
+) -> Result<Option<String>> {
     if ctx.snapshot.search_quota_this_pass {
-        return Ok(());
+        return Ok(None);
     }
     let all = crate::vast::OfferQuery {
         exclude_machines: Vec::new(),
@@ -561,8 +570,11 @@ fn left_out_offers(
     };
     let found = vast.search_offers(&all);
     super::note_search_quota(ctx, &found, now)?;
+    let found = match found {
+        Err(crate::vast::VastError::SearchQuota { reset }) => return Ok(Some(reset)),
+        f => f.unwrap_or_default(),
+    };
     let mut hosts: Vec<u64> = found
-        .unwrap_or_default()
         .iter()
         .filter(|o| crate::policy::offers::matches_config(o, ctx.config))
         .filter_map(|o| o.machine_id)
@@ -571,5 +583,5 @@ fn left_out_offers(
     hosts.sort_unstable();
     hosts.dedup();
     ctx.snapshot.left_out_offers = hosts;
-    Ok(())
+    Ok(None)
 }

@@ -134,8 +134,20 @@ impl Tool for SearchOffers {
                             .filter(|o| !o.machine_id.is_some_and(|m| exclude.contains(&m)))
                             .collect();
                         if !narrowed {
-                            // A launch later in the pass rents from these.
-                            ctx.snapshot.offers = Some(o.clone());
+                            // An empty one with hosts left out: whether vast.ai lists offers
+                            // there, for the launches (a re-test: a launch after this call
+                            // blamed vast.ai). Met by the quota, nothing is cached: a launch
+                            // meets the quota too.
+                            let quota = match o.is_empty() && !exclude.is_empty() {
+                                true => {
+                                    super::launch::left_out_offers(ctx, vast.as_ref(), &query, now)?
+                                }
+                                false => None,
+                            };
+                            if quota.is_none() {
+                                // A launch later in the pass rents from these.
+                                ctx.snapshot.offers = Some(o.clone());
+                            }
                         }
                         o
                     }

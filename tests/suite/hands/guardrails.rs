@@ -376,3 +376,38 @@ fn a_wake_asked_for_by_a_conversation_reset_during_its_pass_is_not_scheduled() {
         "the first was cancelled by the reset, the second never made"
     );
 }
+
+/// vast.ai's only matching offer is on a host that failed us: a launch is refused
+/// `bad_hosts` naming it, also after the model's own `search_offers` cached the empty
+/// search (a re-test saw that launch blame vast.ai); with no offer anywhere, vast.ai's
+/// failure as before.
+#[test]
+fn offers_only_on_hosts_left_out_are_named_whoever_searched_first() {
+    for search_first in [false, true] {
+        let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(12)));
+        let offer = rig.fake.add_offer("RTX 4090", 0.40, 0.99);
+        let host = 30_000 + (offer % 250) as i64;
+        let now = rig.now();
+        fleetagent::store::bad_hosts::mark(&rig.store.conn, host, "exited", now + 3_600_000, now)
+            .unwrap();
+        let mut snap = rig.pass();
+        if search_first {
+            let r = rig.call(&mut snap, "search_offers", json!({}));
+            assert_eq!(code(&r), None, "{:?}", r.content);
+        }
+        let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+        assert_eq!(code(&r), Some("bad_hosts"), "{:?}", r.content);
+        let msg = r.content["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("only on 1 host(s) left out ({host})")),
+            "{msg}"
+        );
+    }
+    let mut rig = Rig::new(BASE, StaticDemand::new(dead_demand(12)));
+    let now = rig.now();
+    fleetagent::store::bad_hosts::mark(&rig.store.conn, 30_001, "exited", now + 3_600_000, now)
+        .unwrap();
+    let mut snap = rig.pass();
+    let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
+    assert_eq!(code(&r), Some("vast_error"), "{:?}", r.content);
+}
