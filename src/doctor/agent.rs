@@ -549,7 +549,7 @@ pub(super) fn silent_destroys(conn: &Connection, now: Millis) -> Vec<Problem> {
     match crate::store::actions::silent_destroys_since(conn, now - crate::fleet::SILENT_WINDOW_MS)
     {
         Ok(n) if n >= crate::fleet::SILENT_DESTROYS_MAX => vec![Problem::new(format!(
-            "{n} silent workers (heartbeat, no proof while work waited) were destroyed in the last 6 h: no more are flagged silent until fewer remain in that window, since the cause is likely the worker image (its proof-parameter fetch) or Curio, not the hosts"
+            "{n} silent workers (heartbeat and no proof while work waited, or the worker gone from a running container) were destroyed in the last 6 h: no more are flagged silent until fewer remain in that window, since the cause is likely the worker image (its proof-parameter fetch) or Curio, not the hosts"
         ))
         .fix("read a worker's log (vast.ai's console) and docs/worker-image.md")],
         Ok(_) => Vec::new(),

@@ -161,7 +161,7 @@ pub fn no_worker(
             match own.filter(|a| !address_taken(rows, r) && !listed(a)) {
                 // It had one (a soak: the advice about the image's settings misled).
                 Some(addr) => format!(
-                    "{what}'s Curio worker ({}) stopped heartbeating {} ago and the container runs on: it is flagged silent and replaced after policy.silent_worker_mins; check its logs (a crash, out of memory)",
+                    "{what}'s Curio worker ({}) stopped heartbeating {} ago and the container runs on: it is flagged silent and replaced after policy.silent_worker_mins, one a pass while no worker of ours is alive, unless the silent breaker holds (its own line says so); check its logs (a crash, out of memory)",
                     quote(addr, 120),
                     human_duration(now - r.state_since)
                 ),
