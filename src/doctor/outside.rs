@@ -298,16 +298,7 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         return out;
     }
     let ids = ops::install_ids_of(&list);
-    let labels = crate::text::first_and_more(
-        list.iter().map(|f| {
-            format!(
-                "{} (instance {})",
-                crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
-                f.vast_id
-            )
-        }),
-        5,
-    );
+    let labels = labelled(&list);
     let seen = at
         .map(|t| format!(" (seen {} ago)", human_duration(now - t)))
         .unwrap_or_default();
@@ -326,6 +317,17 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
     out
 }
 
+/// The first five of `list` as `"label" (instance N)`, and how many more.
+fn labelled(list: &[ops::ForeignInstance]) -> String {
+    crate::text::first_and_more(
+        list.iter().map(|f| {
+            let label = crate::text::quote(&f.label, crate::fleet::LABEL_CHARS);
+            format!("{label} (instance {})", f.vast_id)
+        }),
+        5,
+    )
+}
+
 /// Instances that carry this install's id under another prefix than `vast.label_prefix`
 /// (rented before it was changed, and not in the table: a restored backup): they bill, and
 /// nothing here counts, stops or destroys them (`fleet::ours_elsewhere`).
@@ -337,16 +339,7 @@ fn ours_elsewhere(
     let Some(first) = mine.first() else {
         return Vec::new();
     };
-    let labels = crate::text::first_and_more(
-        mine.iter().map(|f| {
-            format!(
-                "{} (instance {})",
-                crate::text::quote(&f.label, crate::fleet::LABEL_CHARS),
-                f.vast_id
-            )
-        }),
-        5,
-    );
+    let labels = labelled(mine);
     let old = crate::fleet::prefix_with_id(&first.label, &first.install_id).unwrap_or("?");
     vec![Problem::new(format!(
         "{} instance(s) carry this install's id ({}) under another prefix than vast.label_prefix {:?}: {labels}; rented before the prefix was changed, they are not counted against the caps, stopped or destroyed here (`instances stop --all` too leaves them), and they bill",
