@@ -206,6 +206,18 @@ impl Tool for SearchOffers {
             (None, _) => "no offers".to_string(),
         };
         let mut body = json!({"offers": shown, "matching": total});
+        let left_out = &ctx.snapshot.left_out_offers;
+        if total == 0 && !left_out.is_empty() {
+            // What the launch would meet (`bad_hosts`), said to the model too (a re-test saw
+            // "no offers" here and the reason only in the launches after it).
+            body["left_out_hosts"] = json!(left_out);
+            body["message"] = json!(format!(
+                "matching offers exist only on {} host(s) left out (they failed us, or the operator just took an instance off them): launch_instance is refused bad_hosts until they are back",
+                left_out.len()
+            ));
+        } else if total == 0 && ctx.snapshot.search_quota_this_pass {
+            body["search_quota_exhausted"] = json!(true);
+        }
         match price {
             Some(p) => {
                 body["profitable"] = json!(profitable);

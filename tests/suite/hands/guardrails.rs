@@ -394,6 +394,12 @@ fn offers_only_on_hosts_left_out_are_named_whoever_searched_first() {
         if search_first {
             let r = rig.call(&mut snap, "search_offers", json!({}));
             assert_eq!(code(&r), None, "{:?}", r.content);
+            assert_eq!(
+                r.content["left_out_hosts"],
+                json!([host]),
+                "{:?}",
+                r.content
+            );
         }
         let r = rig.call(&mut snap, "launch_instance", json!({"reason": "dead"}));
         assert_eq!(code(&r), Some("bad_hosts"), "{:?}", r.content);
