@@ -220,16 +220,16 @@ pub fn poll(
         .unwrap_or_default();
     let install_id = ops::install_id(&store.conn)?;
     let prefix = &config.vast.label_prefix;
+    let table = crate::store::instances::live(&store.conn)?;
     if let Some(l) = &listing {
         // Other installs' instances under our prefix, for doctor: written when the list
         // changes (a poll with nothing new writes nothing; every pass refreshes it anyway).
-        let tracked = crate::store::instances::live_ids(&store.conn)?;
+        let tracked: Vec<i64> = table.iter().filter_map(|r| r.vast_id).collect();
         let others = fleet::seen_elsewhere(l, prefix, &install_id, &tracked);
         if ops::foreign_installs(&store.conn)?.0 != others {
             ops::set_foreign_installs(&store.conn, &others, clock.now_ms())?;
         }
     }
-    let table = crate::store::instances::live(&store.conn)?;
     let recorded = fleet::Recorded::new(&table);
     let ours = (prefix.as_str(), install_id.as_str());
     let stored = session::state(&store.conn)?.poll_snapshot;

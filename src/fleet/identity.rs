@@ -154,11 +154,8 @@ pub fn no_worker(
                 Some(id) => format!("instance {id} {}", quote(&r.label, LABEL_CHARS)),
                 None => quote(&r.label, LABEL_CHARS),
             };
-            // Curio lists a live worker at its address, matched to none of ours (two behind
-            // one IP): not dead; the generic line.
-            let listed = |a: &String| workers.iter().any(|w| w.host_and_port.trim() == a.trim());
-            let own = r.worker_address.as_ref();
-            match own.filter(|a| !address_taken(rows, r) && !listed(a)) {
+            // Otherwise (never had one, or a live one is listed at it): the generic line.
+            match lost_address(rows, workers, r) {
                 // It had one (a soak: the advice about the image's settings misled).
                 Some(addr) => format!(
                     "{what}'s Curio worker ({}) stopped heartbeating {} ago and the container runs on: it is flagged silent and replaced after policy.silent_worker_mins, one a pass while no worker of ours is alive, unless the silent breaker holds (its own line says so); check its logs (a crash, out of memory)",
@@ -172,6 +169,19 @@ pub fn no_worker(
             }
         })
         .collect()
+}
+
+/// The address of the Curio worker `r` had and lost: its last one (kept while unmatched),
+/// when Curio lists no worker there (two of ours behind one IP go unmatched, and a live one
+/// there is not lost: a re-test) and no other instance of ours holds it ([`address_taken`]).
+pub fn lost_address<'a>(
+    rows: &[InstanceRow],
+    workers: &[crate::demand::Worker],
+    r: &'a InstanceRow,
+) -> Option<&'a str> {
+    let addr = r.worker_address.as_deref()?.trim();
+    let listed = workers.iter().any(|w| w.host_and_port.trim() == addr);
+    (!listed && !address_taken(rows, r)).then_some(addr)
 }
 
 /// Another live instance of ours is matched to the Curio machine at `r`'s last address (two

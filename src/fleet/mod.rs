@@ -29,8 +29,7 @@ pub use crate::text::num;
 pub use money::{dph_of, over_caps, rate_of, spend_since};
 pub use reconcile::Recorded;
 pub use reconcile::{
-    describe, other_installs, ours_elsewhere, reconcile, seen_elsewhere, ReconcileInput,
-    Reconciled, INTENT_GRACE_MS,
+    describe, reconcile, seen_elsewhere, ReconcileInput, Reconciled, INTENT_GRACE_MS,
 };
 pub use state::*;
 pub use workers::match_workers;
@@ -285,6 +284,7 @@ impl Snapshot {
                     .actual_status
                     .as_deref()
                     .map(|s| s.trim().to_ascii_lowercase());
+                let lost = self.worker_lost_for(r, config);
                 let (kind, why) = match status.as_deref() {
                     _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
                     // Kept stopped by the operator: its disk is theirs to end.
@@ -313,10 +313,10 @@ impl Snapshot {
                         FlagKind::Loading,
                         format!(" {}", human_duration(self.now - r.created_at)),
                     ),
-                    _ if self.worker_lost_for(r, config).is_some() => {
-                        let ms = self.worker_lost_for(r, config).unwrap_or(0);
+                    _ if lost.is_some() => {
+                        let ms = human_duration(lost.unwrap_or(0));
                         let why = ": its Curio worker stopped heartbeating";
-                        (FlagKind::Silent, format!(" {}{why}", human_duration(ms)))
+                        (FlagKind::Silent, format!(" {ms}{why}"))
                     }
                     _ => match self.silent_for(r, config) {
                         Some(ms) => (FlagKind::Silent, format!(" {}", human_duration(ms))),
@@ -363,13 +363,8 @@ impl Snapshot {
     pub fn worker_lost_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
         let limit = config.policy.silent_worker_mins as Millis * 60_000;
         let d = self.demand.as_ref()?;
-        let addr = r.worker_address.as_deref()?.trim();
-        // A live worker at its address (matched to none of ours: two of ours behind one
-        // IP) is not lost (a re-test saw a proving one destroyed).
-        let listed = d.workers.iter().any(|w| w.host_and_port.trim() == addr);
         let lost = r.state == BOOTED
-            && !listed
-            && !identity::address_taken(&self.instances, r)
+            && identity::lost_address(&self.instances, &d.workers, r).is_some()
             && self.silent_destroys_recent < SILENT_DESTROYS_MAX;
         let ms = self.now - r.state_since;
         (lost && ms > limit).then_some(ms)

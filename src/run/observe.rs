@@ -80,11 +80,11 @@ pub fn observe(
     record_fil_usd(&tx, config, fil_usd, now)?;
     let listing_at = listing.as_deref().map(|l| (l, listed_at));
     let rec = reconcile_against(&tx, config, listing_at, demand.as_ref(), now)?;
+    let install_id = ops::install_id(&tx)?;
+    let prefix = &config.vast.label_prefix;
     if let Some(list) = listing.as_deref() {
         // What this listing saw of other installs under our prefix (doctor names them).
-        let install_id = ops::install_id(&tx)?;
         let tracked: Vec<i64> = rec.rows.iter().filter_map(|r| r.vast_id).collect();
-        let prefix = &config.vast.label_prefix;
         let seen = crate::fleet::seen_elsewhere(list, prefix, &install_id, &tracked);
         ops::set_foreign_installs(&tx, &seen, now)?;
         if let Some(line) = continue_run_ids(&tx, config, list, run_id)? {
@@ -98,8 +98,6 @@ pub fn observe(
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
     }
-    let install_id = ops::install_id(&tx)?;
-    let prefix = &config.vast.label_prefix;
     let copied_before = launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id))?;
     for row in &rec.rows {
         instances::upsert(&tx, row)?;

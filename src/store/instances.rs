@@ -175,17 +175,6 @@ pub fn live(conn: &Connection) -> Result<Vec<InstanceRow>> {
     Ok(rows)
 }
 
-/// The vast.ai ids of the live instances.
-pub fn live_ids(conn: &Connection) -> Result<Vec<i64>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT vast_id FROM instances WHERE gone_at IS NULL AND vast_id IS NOT NULL",
-    )?;
-    let ids = stmt
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<i64>>>()?;
-    Ok(ids)
-}
-
 /// Live instances fleetagent adopted (found in the listing, not launched by a recorded
 /// intent) rented since `since`: label, vast.ai id, when rented.
 pub fn adopted_live(

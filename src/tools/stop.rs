@@ -128,11 +128,7 @@ pub fn stop_as(
         let why = match crate::store::ops::paused(conn, clock.now_ms()) {
             Ok(Some(p)) => Some(p.reason),
             Ok(None) => match instances::by_vast_id(conn, instance_id) {
-                Ok(Some(r)) if r.gone_at.is_some() => Some("gone".into()),
-                Ok(Some(r)) if !destroys && r.state == crate::fleet::STOPPED => {
-                    Some("stopped".into())
-                }
-                Ok(_) => None,
+                Ok(r) => r.and_then(|r| ended(&r, destroys)).map(String::from),
                 Err(e) => Some(format!("the instance's row could not be read: {e}")),
             },
             Err(e) => Some(format!("the pause could not be read: {e}")),
@@ -244,19 +240,33 @@ fn ended_meanwhile(
     let Some(row) = instances::by_vast_id(&ctx.store.conn, id)?.filter(|_| !operator) else {
         return Ok(None);
     };
+    Ok(match ended(&row, target.destroys()) {
+        Some("gone") => {
+            ctx.snapshot.record_stop(id, true);
+            Some(plan::unknown(ask, Some(row.label), ctx.snapshot))
+        }
+        Some(_) => {
+            ctx.snapshot.record_stop(id, false);
+            Some(ToolResult::ok(
+                json!({"ok": true, "instance_id": id, "already": "stopped"}),
+                false,
+                format!("{id} already stopped"),
+            ))
+        }
+        None => None,
+    })
+}
+
+/// How the table's row says the instance ended since the listing: "gone", or "stopped" for a
+/// stop (a destroy still ends a stopped one); None while it has not.
+fn ended(row: &instances::InstanceRow, destroys: bool) -> Option<&'static str> {
     if row.gone_at.is_some() {
-        ctx.snapshot.record_stop(id, true);
-        return Ok(Some(plan::unknown(ask, Some(row.label), ctx.snapshot)));
+        Some("gone")
+    } else if !destroys && row.state == crate::fleet::STOPPED {
+        Some("stopped")
+    } else {
+        None
     }
-    if row.state == crate::fleet::STOPPED && !target.destroys() {
-        ctx.snapshot.record_stop(id, false);
-        return Ok(Some(ToolResult::ok(
-            json!({"ok": true, "instance_id": id, "already": "stopped"}),
-            false,
-            format!("{id} already stopped"),
-        )));
-    }
-    Ok(None)
 }
 
 /// Mark the pass's call on `target` in flight at `at`; its mark.
