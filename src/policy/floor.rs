@@ -112,8 +112,9 @@ pub struct ModelDid {
     pub launches: u32,
     pub stops: u32,
     /// Launches of the model that met a limit the floor's own would meet in the same pass:
-    /// refused by the launch window (`rate_limited`), or failed on vast.ai's rate limit. The
-    /// model asked as the rules would, and its ask is on record.
+    /// refused by the launch window (`rate_limited`), or failed at vast.ai (its rate limit,
+    /// a refused create, no rentable offer; not an offer taken meanwhile). The model asked
+    /// as the rules would, and its ask is on record.
     pub launches_blocked: u32,
     /// Instances the model's stop of failed on vast.ai's rate limit, retries spent: the
     /// floor's stop of them would meet it too, so they wait for the next pass. Under
@@ -338,7 +339,10 @@ fn held(pass: &Pass<'_>, memory: &Memory) -> Option<String> {
     } else if model.stops > 0 {
         Some("the model stopped an instance in this pass (the floor never undoes it)".into())
     } else if model.launches_blocked > 0 {
-        Some("the model's launch met a rate limit (the floor's would too)".into())
+        Some(
+            "the model's launch met a rate limit or failed at vast.ai (the floor's would too)"
+                .into(),
+        )
     } else {
         None
     }

@@ -255,10 +255,16 @@ impl Answer {
 }
 
 /// The code a failed call's ledger row keeps where a decision tells the failure apart:
-/// `vast_rate_limited` for vast.ai's rate limit with the retries spent (the floor does not
-/// launch after a model whose launch met it: its own would meet it too).
+/// `vast_rate_limited` for vast.ai's rate limit with the retries spent, `offer_taken` for an
+/// offer rented by someone else meanwhile. The floor does not launch after a model whose
+/// launch failed at vast.ai (its own would fail alike), except on a taken offer: its own
+/// launch searches afresh.
 pub fn failure_code(e: &VastError) -> Option<&'static str> {
-    matches!(e, VastError::RateLimited(_)).then_some(crate::store::actions::VAST_RATE_LIMITED)
+    match e {
+        VastError::RateLimited(_) => Some(crate::store::actions::VAST_RATE_LIMITED),
+        VastError::NoSuchAsk(_) => Some(crate::store::actions::OFFER_TAKEN),
+        _ => None,
+    }
 }
 
 impl Ask {

@@ -239,7 +239,10 @@ fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result
 
 /// What the model's own calls changed in this pass (launches and stops that went through,
 /// or would have under `policy.dry_run`: the floor does not double a dry run's either), and
-/// its launches that met the launch window or vast.ai's rate limit.
+/// its launches that met the launch window or failed at vast.ai (its rate limit, an account
+/// out of credit, no rentable offer): the floor's own would meet the same, and a drill saw
+/// each such pass counted as the model overruled, `doctor` telling the operator to replace
+/// the model. A taken offer is not one: the floor's launch searches afresh.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
     for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
@@ -250,9 +253,10 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
                 did.stops_blocked.extend(a.instance_id)
             }
             (_, "ok" | "intent") => did.stops += 1,
-            ("launch", "refused" | "failed") if rate_limited(a.code.as_deref()) => {
+            ("launch", "refused") if a.code.as_deref() == Some("rate_limited") => {
                 did.launches_blocked += 1
             }
+            ("launch", "failed") if !offer_taken(a.code.as_deref()) => did.launches_blocked += 1,
             (_, "failed")
                 if a.code.as_deref() == Some(crate::store::actions::VAST_RATE_LIMITED) =>
             {
@@ -264,13 +268,9 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
     Ok(did)
 }
 
-/// A launch that met a rate limit, by its ledger code: the window's refusal (`rate_limited`)
-/// or vast.ai's, retries spent (`vast_rate_limited`).
-fn rate_limited(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some("rate_limited" | crate::store::actions::VAST_RATE_LIMITED)
-    )
+/// A failed launch whose offer was taken meanwhile, by its ledger code.
+fn offer_taken(code: Option<&str>) -> bool {
+    code == Some(crate::store::actions::OFFER_TAKEN)
 }
 
 /// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).

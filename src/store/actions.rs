@@ -64,8 +64,8 @@ pub struct NewAction<'a> {
     pub reason: Option<&'a str>,
     pub detail: Option<&'a str>,
     /// Why it did not go through, where a decision tells it apart: the guardrail's code of a
-    /// refusal (`rate_limited`, `unprofitable`, ...), or `vast_rate_limited`
-    /// (`policy::launch::failure_code`).
+    /// refusal (`rate_limited`, `unprofitable`, ...), or `vast_rate_limited` and
+    /// `offer_taken` (`policy::launch::failure_code`).
     pub code: Option<&'a str>,
     /// A stop or destroy of a flagged instance: why it was flagged.
     pub flag: Option<FlagKind>,
@@ -73,6 +73,11 @@ pub struct NewAction<'a> {
 
 /// The ledger's code of a call that failed on vast.ai's rate limit, its retries spent.
 pub const VAST_RATE_LIMITED: &str = "vast_rate_limited";
+
+/// The ledger's code of a launch whose offer vast.ai said was taken (`no_such_ask`), after
+/// the retries on other offers a launch without `offer_id` makes: a launch that searches
+/// afresh may find another.
+pub const OFFER_TAKEN: &str = "offer_taken";
 
 pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> {
     conn.execute(

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::agent_e2e::{dead_fleet, rig, write_demand, CAPS, ONE_LAUNCH};
 use super::sim_llm::{config_text, failed_checks, sim_llm};
 use crate::common::fake_llm::{FakeLlm, Reply};
-use crate::common::fake_vast::{FakeVast, Route};
+use crate::common::fake_vast::{FakeReply, FakeVast, Route};
 
 fn floor_actions(f: &crate::common::fleet::Fleet) -> Vec<(String, String, String)> {
     let db = f.db();
@@ -417,4 +417,71 @@ fn a_models_dry_stops_are_not_repeated_by_the_floor() {
     assert_eq!(dry, 2, "{:?}", floor_actions(&f));
     assert!(floor_actions(&f).is_empty(), "{:?}", floor_actions(&f));
     assert_eq!(vast.count(Route::Destroy), 0);
+}
+
+/// A drill: vast.ai refused every create (an account out of credit) and the floor sent a
+/// second one after the model's, took the pass, and `doctor` told the operator to replace
+/// the model. A launch of the model's that failed at vast.ai is what the floor's would meet:
+/// nothing more is sent and the pass stays the model's. An offer the model named that was
+/// taken meanwhile is another matter: the floor's launch searches afresh and rents.
+#[test]
+fn a_models_launch_that_vast_ai_refused_is_not_repeated_by_the_floor() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let offers = vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    let no_credit = FakeReply::json(
+        400,
+        json!({"success": false, "error": "missing_billing",
+               "msg": "Your account has insufficient credit. Please add credit to continue."}),
+    );
+    vast.fail_next(Route::Create, 1, no_credit);
+    let launch = ("launch_instance", r#"{"reason": "every worker is dead"}"#);
+    llm.push(Reply::tool_calls(&[launch]));
+    llm.push(Reply::text("vast.ai refused it."));
+    f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        1,
+        "the model's create, no second"
+    );
+    assert!(floor_actions(&f).is_empty(), "{:?}", floor_actions(&f));
+    assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
+    let doctor = f.cmd(&["doctor", "--json"]).json();
+    let floor = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "floor")
+        .unwrap()
+        .clone();
+    assert_eq!(floor["ok"], true, "{floor}");
+
+    // The model names an offer that was rented meanwhile: the floor rents another.
+    vast.clear_requests();
+    let taken = FakeReply::json(
+        404,
+        json!({"success": false, "error": "no_such_ask",
+               "msg": format!("Instance type by id {} is not available.", offers[0]),
+               "ask_id": offers[0]}),
+    );
+    vast.fail_next(Route::Create, 1, taken);
+    let args = format!(
+        r#"{{"offer_id": {}, "reason": "every worker is dead"}}"#,
+        offers[0]
+    );
+    llm.push(Reply::tool_calls(&[("launch_instance", &args)]));
+    llm.push(Reply::text("That offer was taken."));
+    f.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        2,
+        "the model's, then the floor's"
+    );
+    let acts = floor_actions(&f);
+    assert_eq!(acts.len(), 1, "{acts:?}");
+    assert_eq!((acts[0].0.as_str(), acts[0].1.as_str()), ("launch", "ok"));
 }
