@@ -557,6 +557,37 @@ pub(super) fn silent_destroys(conn: &Connection, now: Millis) -> Vec<Problem> {
     }
 }
 
+/// The boot breaker holds (`fleet::boot`): rentals in a row never booted a Curio worker (a
+/// drill saw 12 rented for nothing with `doctor` green, and vast.ai's reason, "pull access
+/// denied", nowhere an operator reads).
+pub(super) fn boot_failures(conn: &Connection, now: Millis) -> Vec<Problem> {
+    let read = || -> anyhow::Result<Option<String>> {
+        let since = now - crate::fleet::BOOT_WINDOW_MS;
+        let row = crate::fleet::boot::in_a_row(
+            crate::store::actions::boot_failures_since(conn, since)?,
+            crate::store::instances::newest_with_worker(conn)?,
+        );
+        if row.len() < crate::fleet::BOOT_FAILURES_MAX {
+            return Ok(None);
+        }
+        let live = crate::store::instances::live(conn)?;
+        let waiting = live.iter().find(|r| {
+            matches!(
+                r.state,
+                crate::fleet::LAUNCHING | crate::fleet::LOADING | crate::fleet::BOOTED
+            ) && r.worker_address.is_none()
+        });
+        Ok(Some(crate::fleet::boot::boot_message(&row, waiting, now)))
+    };
+    match read() {
+        Ok(Some(line)) => vec![Problem::new(line).fix(
+            "read why in vast.ai's words (the line above, `fleetagent inspect`'s actions, the instance's log in vast.ai's console); mend vast.image (its name, its registry's login), [vast.env] or vast.onstart, see docs/worker-image.md; the next rental that boots ends this, and `fleetagent instances stop ID` ends one that waits",
+        )],
+        Ok(None) => Vec::new(),
+        Err(e) => vec![unreadable("actions", &e)],
+    }
+}
+
 /// The newest calls the tools_in_prompt check reads (a bounded read at any table size).
 const COUNTED_CALLS: i64 = 20;
 /// The newest this many calls that reported a prompt count must all count short, none of

@@ -50,6 +50,7 @@ pub const CHECKS: &[&str] = &[
     "events",
     "wakes",
     "silent_destroys",
+    "boot_failures",
     "search_quota",
     "ha",
 ];
@@ -356,6 +357,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
     found.add("events", agent::events(conn, now));
     found.add("wakes", agent::wakes(conn, now));
     found.add("silent_destroys", agent::silent_destroys(conn, now));
+    found.add("boot_failures", agent::boot_failures(conn, now));
     found.add("search_quota", outside::search_quota(conn, now));
 }
 

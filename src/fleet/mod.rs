@@ -5,6 +5,7 @@
 //! stop through the guardrails and update it; the observation text the model reads is
 //! `prompt::observation` (the `observation_line` and `lifecycle_lines` methods).
 
+pub mod boot;
 pub mod copies;
 pub mod day;
 pub mod identity;
@@ -26,6 +27,7 @@ pub use crate::store::actions::FlagKind;
 use crate::store::instances::InstanceRow;
 pub use crate::text::num;
 
+pub use boot::{BootFailure, BOOT_FAILURES_MAX, BOOT_WINDOW_MS};
 pub use money::{dph_of, over_caps, rate_of, spend_since};
 pub use reconcile::Recorded;
 pub use reconcile::{
@@ -128,6 +130,9 @@ pub struct Snapshot {
     /// Silent workers of ours stopped or destroyed in the last [`SILENT_WINDOW_MS`]: at
     /// [`SILENT_DESTROYS_MAX`] no more are flagged silent (the breaker).
     pub silent_destroys_recent: u32,
+    /// The boot breaker's row (`boot::in_a_row`): rentals of ours in a row that never booted
+    /// a Curio worker, newest first; at [`BOOT_FAILURES_MAX`] launches go one at a time.
+    pub boot_failures: Vec<BootFailure>,
     /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
     pub bad_hosts: Vec<i64>,
     /// Hosts of instances the operator stopped or destroyed within
@@ -285,6 +290,7 @@ impl Snapshot {
                     .as_deref()
                     .map(|s| s.trim().to_ascii_lowercase());
                 let lost = self.worker_lost_for(r, config);
+                let unbooted = self.unbooted_for(r, config);
                 let (kind, why) = match status.as_deref() {
                     _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
                     // Kept stopped by the operator: its disk is theirs to end.
@@ -294,6 +300,11 @@ impl Snapshot {
                         format!(" {}h", (self.now - r.state_since) / 3_600_000),
                     ),
                     _ if r.state == STOPPED => return None,
+                    // Before any worker of its own: a boot that failed (the boot breaker's).
+                    Some("exited") if r.worker_address.is_none() && !r.adopted => (
+                        FlagKind::Unbooted,
+                        ": exited before its Curio worker started".to_string(),
+                    ),
                     Some("exited") => (FlagKind::Exited, String::new()),
                     Some("offline") => (FlagKind::Offline, String::new()),
                     // Paused with its memory kept, the GPU billed (reference/vastai-api.md
@@ -312,6 +323,13 @@ impl Snapshot {
                     _ if r.state == LOADING && self.now - r.created_at > stuck_ms => (
                         FlagKind::Loading,
                         format!(" {}", human_duration(self.now - r.created_at)),
+                    ),
+                    _ if unbooted.is_some() => (
+                        FlagKind::Unbooted,
+                        format!(
+                            " {}: vast.ai runs it and no Curio worker appeared",
+                            human_duration(unbooted.unwrap_or(0))
+                        ),
                     ),
                     _ if lost.is_some() => {
                         let ms = human_duration(lost.unwrap_or(0));
@@ -513,7 +531,11 @@ mod tests {
         let snap = Snapshot {
             now: NOW,
             instances: vec![
-                with(1, "exited", DEAD),
+                // It had a worker: a boot that failed is `unbooted` (`boot`).
+                InstanceRow {
+                    worker_address: Some("10.0.0.1:12300".into()),
+                    ..with(1, "exited", DEAD)
+                },
                 with(2, "offline", DEAD),
                 with(3, " Unknown ", DEAD),
                 with(4, "running", BOOTED),

@@ -56,6 +56,11 @@ pub enum Refusal {
     NoPsprove {
         which: String,
     },
+    /// The boot breaker holds (`fleet::boot`): rentals in a row never booted a Curio worker,
+    /// and one of ours has not had one yet; the next launch waits for it, whoever asks.
+    BootFailures {
+        message: String,
+    },
     /// The demand probe failed this pass (`why`): the fleet is held as it is, whoever asks
     /// (a launch on a stale belief, "workers dead", is how money goes unseen).
     DemandUnknown {
@@ -101,6 +106,7 @@ impl Refusal {
             Refusal::Protected { .. } => "protected",
             Refusal::ProofShareDisabled => "proofshare_disabled",
             Refusal::NoPsprove { .. } => "no_psprove",
+            Refusal::BootFailures { .. } => "boot_failures",
             Refusal::DemandUnknown { .. } => "demand_unknown",
             Refusal::Unprofitable(_) => "unprofitable",
             Refusal::Paused(_) => "paused",
@@ -191,6 +197,9 @@ impl Refusal {
             }),
             Refusal::NoPsprove { which } => json!({
                 "message": format!("{which}: nothing is launched until the worker image's layers are fixed (the operator's to do); do not retry, report it"),
+            }),
+            Refusal::BootFailures { message } => json!({
+                "message": format!("{message}; do not retry before then, report it"),
             }),
             Refusal::ProofShareDisabled => json!({
                 "message": "ProofShare is disabled in Curio (proofshare_meta.enabled is false): no work will come, so nothing is launched for it; enable it in Curio's web UI first",

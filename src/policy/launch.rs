@@ -137,6 +137,8 @@ pub struct Ask {
     pub demand_unknown: Option<String>,
     /// An instance of ours Curio runs without PSProve (`Snapshot::taskless`, the first).
     pub taskless: Option<String>,
+    /// The boot breaker holds a launch (`Snapshot::boot_wait`): why.
+    pub boot_wait: Option<String>,
     /// What a proof earns this pass (None: unknown, the profit check is off).
     pub price: Option<crate::price::Price>,
     /// Our instances that bill and are not bids (for `policy.on_demand_min`).
@@ -177,6 +179,7 @@ impl Ask {
                 .as_ref()
                 .is_some_and(|d| d.proofshare_disabled()),
             taskless: snapshot.taskless.first().cloned(),
+            boot_wait: snapshot.boot_wait(),
             left_out_hosts: snapshot.left_out_offers.clone(),
             demand_unknown: snapshot.demand.is_none().then(|| {
                 snapshot
@@ -305,6 +308,12 @@ pub fn gate(ask: &Ask, config: &Config, prev: Option<&Action>) -> Option<Answer>
     if let Some(which) = &ask.taskless {
         let r = Refusal::NoPsprove {
             which: clip(which, 300),
+        };
+        return Some(Answer::refused(ask, &r, ask.offer_id));
+    }
+    if let Some(message) = &ask.boot_wait {
+        let r = Refusal::BootFailures {
+            message: clip(message, 600),
         };
         return Some(Answer::refused(ask, &r, ask.offer_id));
     }

@@ -365,12 +365,21 @@ pub fn unknown(ask: &Ask, gone: Option<String>, snapshot: &Snapshot) -> ToolResu
 pub fn host_failure(kind: FlagKind) -> bool {
     match kind {
         FlagKind::Exited | FlagKind::Offline | FlagKind::Unknown | FlagKind::Loading => true,
+        // A boot that never gave a worker: the host's (its disk, its network to the
+        // registry), until the boot breaker says it is not.
+        FlagKind::Unbooted => true,
         // A worker that heartbeats and cannot prove: a broken GPU, or parameters it could not
         // fetch on that host.
         FlagKind::Silent => true,
         // Frozen is vast.ai's (or whoever holds the account's) doing, not the host's failing.
         FlagKind::Outbid | FlagKind::Stopped | FlagKind::Frozen => false,
     }
+}
+
+/// Whether a flag says a rental never booted a Curio worker (stuck loading, `unbooted`): the
+/// boot breaker counts those (`fleet::boot`).
+pub fn boot_failure(kind: FlagKind) -> bool {
+    matches!(kind, FlagKind::Loading | FlagKind::Unbooted)
 }
 
 /// No vast.ai client (no API key).
@@ -424,7 +433,18 @@ pub fn after_call(target: &Target, answer: Result<(), &VastError>, after: Millis
         "already gone on vast.ai".to_string()
     } else if target.flagged {
         match &target.flag {
-            Some(f) => format!("{}{}): earned nothing", crate::text::FLAGGED_DETAIL, f.why),
+            // vast.ai's word on a boot that failed (a drill: "pull access denied" reached
+            // nothing an operator reads).
+            Some(f) => {
+                let said = match &target.row {
+                    Some(r) if boot_failure(f.kind) || f.kind == FlagKind::Exited => {
+                        crate::fleet::boot::vast_said(r)
+                    }
+                    _ => String::new(),
+                };
+                let flagged = crate::text::FLAGGED_DETAIL;
+                format!("{flagged}{}): earned nothing{said}", f.why)
+            }
             None => "flagged: earned nothing".to_string(),
         }
     } else if target.forced {

@@ -335,6 +335,7 @@ mod tests {
         let mut dead = row("fleetagent-qwerty-r8-0a0b0c0f", Some(28_412_399), DEAD, 0.4);
         dead.actual_status = Some("exited".into());
         dead.status_msg = Some("Error: exit\ncode 137".into());
+        dead.worker_address = Some("10.0.0.7:12300".into());
         dead.state_since = NOW - 65 * MIN;
         instances.push(dead);
         instances.push(row("fleetagent-qwerty-r10-0a0b0c10", None, LAUNCHING, 0.4));

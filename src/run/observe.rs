@@ -519,6 +519,12 @@ fn assemble(
         .into_iter()
         .map(|(_, line)| line)
         .collect();
+    let booted_at =
+        crate::fleet::boot::newest_booted(&rec.rows).max(instances::newest_with_worker(conn)?);
+    let boot_failures = crate::fleet::boot::in_a_row(
+        actions::boot_failures_since(conn, now - crate::fleet::BOOT_WINDOW_MS)?,
+        booted_at,
+    );
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -551,6 +557,7 @@ fn assemble(
             conn,
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
+        boot_failures,
         bad_hosts: bad_hosts::current(conn, now)?,
         operator_hosts: actions::operator_hosts_since(
             conn,

@@ -29,6 +29,9 @@ crate::text_enum! {
         Loading = "loading",
         /// A worker that heartbeats and proves nothing while work waits.
         Silent = "silent",
+        /// Never had a Curio worker: exited before one started, or running without one past
+        /// a boot and a worker's start (`fleet::boot`).
+        Unbooted = "unbooted",
     }
 }
 
@@ -368,6 +371,35 @@ pub fn silent_destroys_since(conn: &Connection, since: Millis) -> Result<u32> {
         |r| r.get(0),
     )?;
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// One rental of the boot breaker's row (`fleet::boot`): when its stop or destroy went
+/// through, and its detail (`flagged (<why>): earned nothing`, the why with vast.ai's status
+/// message when it gave one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BootFailure {
+    pub at: Millis,
+    pub detail: String,
+}
+
+/// The rentals of ours stopped or destroyed since `since` as flagged before any Curio worker
+/// of theirs ran (`loading`, `unbooted`), newest first, at most `fleet::BOOT_FAILURES_MAX`
+/// more than the caller can drop (`fleet::boot::in_a_row` keeps those after the newest
+/// rental that booted).
+pub fn boot_failures_since(conn: &Connection, since: Millis) -> Result<Vec<BootFailure>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT created_at, COALESCE(detail, '') FROM actions
+          WHERE kind IN ('stop', 'destroy') AND outcome = 'ok' AND created_at >= ?1
+            AND flag IN (?2, ?3)
+          ORDER BY id DESC LIMIT 50",
+    )?;
+    let rows = stmt.query_map(params![since, FlagKind::Loading, FlagKind::Unbooted], |r| {
+        Ok(BootFailure {
+            at: r.get(0)?,
+            detail: r.get(1)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 /// When the last launch since `since` was refused as `unprofitable` (no offer left the

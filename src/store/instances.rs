@@ -203,6 +203,16 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
     Ok(rows)
 }
 
+/// The newest creation time of an instance that had a Curio worker (its address kept), gone
+/// or not: a rental after which the boot breaker's row starts again (`fleet::boot`).
+pub fn newest_with_worker(conn: &Connection) -> Result<Option<Millis>> {
+    Ok(conn.query_row(
+        "SELECT max(created_at) FROM instances WHERE worker_address IS NOT NULL",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
 /// Write `i` by its label. Its paused spans are the stored row's, plus the one that ended
 /// now ([`paused_spans_after`]): every writer through here (a pass, a tool, an operator's
 /// stop) keeps them, whatever spans it passes. An HA host's copy pulled from the shared

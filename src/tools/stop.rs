@@ -169,13 +169,16 @@ pub fn stop_as(
         }
     };
     // A host that failed us (a boot that never finished, exited, offline, unknown) is left
-    // out of offer searches for `vast.offers.bad_host_hours`.
+    // out of offer searches for `vast.offers.bad_host_hours`; a boot that failed while the
+    // boot breaker holds is not the host's doing (a drill: every host left out in turn, and
+    // the fleet held for a day once the image was mended).
+    let breaker = ctx.snapshot.boot_breaker();
     let host_failure = ctx
         .snapshot
         .flagged(ctx.config)
         .into_iter()
         .find(|f| f.vast_id == instance_id)
-        .filter(|f| plan::host_failure(f.kind))
+        .filter(|f| plan::host_failure(f.kind) && !(breaker && plan::boot_failure(f.kind)))
         .and_then(|f| Some((target.row.as_ref()?.machine_id?, f.why)));
     let hours = ctx.config.vast.offers.bad_host_hours;
     let tx = ctx.store.immediate()?;
@@ -223,6 +226,17 @@ pub fn stop_as(
     if s.flag == Some(crate::store::actions::FlagKind::Silent) {
         // The silent breaker counts it from now, in this pass too.
         ctx.snapshot.silent_destroys_recent += 1;
+    }
+    if s.flag.is_some_and(plan::boot_failure) {
+        // So does the boot breaker.
+        let failure = crate::fleet::BootFailure {
+            at: after,
+            detail: s.entry.detail.clone(),
+        };
+        ctx.snapshot.boot_failures.insert(0, failure);
+        ctx.snapshot
+            .boot_failures
+            .truncate(crate::fleet::BOOT_FAILURES_MAX);
     }
     Ok(plan::stopped(&target, &s, ctx.snapshot))
 }

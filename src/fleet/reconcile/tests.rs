@@ -74,7 +74,11 @@ fn lifecycle_over_statuses() {
         vec![
             (1, "loading 5m".to_string()),
             (2, "loading 5m".to_string()),
-            (4, "exited".to_string()),
+            // Exited from loading: a boot that failed (`fleet::boot`).
+            (
+                4,
+                "unbooted: exited before its Curio worker started".to_string()
+            ),
             (5, "offline".to_string()),
             (6, "unknown".to_string()),
             (10, "loading 5m".to_string()),

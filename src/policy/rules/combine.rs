@@ -74,8 +74,8 @@ impl Asks {
 ///    replacement that asks for any (a rule that asks for none leaves it to the next). The
 ///    first three never ask together: WORKERS DEAD has no live worker, the deficit a busy
 ///    one, the seed none and nothing queued. The deficit already counts the replacement of
-///    an unprofitable instance. No more than the launch window (`Facts::window_left`) and
-///    `max_instances` (`Facts::slots_left`) allow; a launch asked while the workers are dead
+///    an unprofitable instance. No more than the launch window (`Facts::window_left`),
+///    `max_instances` (`Facts::slots_left`) and the boot breaker (`Facts::boot_left`) allow; a launch asked while the workers are dead
 ///    asks at least once, so that a refusal is on record.
 ///    One call per launch, its reason numbered `(launch i of n)`.
 /// 3. The surplus stop, one at most, last: it never waits for a launch, nor a launch for it.
@@ -89,7 +89,7 @@ pub fn combine(f: &Facts, asks: &Asks) -> Vec<PlannedCall> {
         .collect();
     let launch = asks.launches().into_iter().flatten().find(|l| l.n > 0);
     if let Some(l) = launch {
-        let mut n = l.n.min(f.window_left).min(f.slots_left);
+        let mut n = l.n.min(f.window_left).min(f.slots_left).min(f.boot_left);
         if l.emergency {
             n = n.max(1);
         }

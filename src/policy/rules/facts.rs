@@ -29,6 +29,10 @@ pub struct Facts<'a> {
     pub window_left: u32,
     /// Slots left under `max_instances`, the instances this pass destroys counted as gone.
     pub slots_left: u32,
+    /// Launches the boot breaker leaves (`fleet::boot`): while it holds, one when none of
+    /// ours waits for its first Curio worker (this pass's destroys counted as gone), else
+    /// none; `u32::MAX` otherwise.
+    pub boot_left: u32,
     /// The facts that need demand; None when the probe failed.
     pub known: Option<Known<'a>>,
 }
@@ -153,6 +157,14 @@ impl<'a> Facts<'a> {
             .demand
             .as_ref()
             .map(|d| Known::of(snapshot, config, d, &flagged, &freed));
+        let boot_left = if snapshot.boot_breaker() {
+            let waiting = snapshot
+                .unproven()
+                .any(|r| !freed.iter().any(|f| f.label == r.label));
+            u32::from(!waiting)
+        } else {
+            u32::MAX
+        };
         Facts {
             config,
             mode,
@@ -165,6 +177,7 @@ impl<'a> Facts<'a> {
             freed,
             window_left: w.limit.saturating_sub(w.used),
             slots_left,
+            boot_left,
             known,
         }
     }

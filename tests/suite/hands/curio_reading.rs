@@ -392,3 +392,155 @@ fn learned_rates_are_kept_shown_and_rank_the_offers() {
         json!({"RTX 4090": 60.0})
     );
 }
+
+/// A drill: every host's image pull failed (vast.ai listed each instance loading with "pull
+/// access denied"), and fleetagent rented, waited, destroyed and rented the next, 12 rentals
+/// with none booting, `doctor` green and vast.ai's reason nowhere an operator reads. After
+/// three rentals in a row that never booted a worker (the boot breaker), launches go one at
+/// a time; the destroy's detail and `doctor` carry vast.ai's reason; the next rental that
+/// has a worker ends it.
+#[test]
+fn rentals_that_never_boot_are_rented_one_at_a_time_and_named_in_vast_ais_words() {
+    let r = Rig::new();
+    r.fake.add_offers(4, "RTX 4090", 0.4, 0.99);
+    let stuck = r.fake.add_instance("fleetagent-p1");
+    r.fake.set_actual_status(stuck, Some("loading"));
+    r.fake.set_status_msg(
+        stuck,
+        Some("pull access denied for ghcr.io/example/curio-psprove"),
+    );
+    // 60 queued, every worker dead: the rules want 3 instances (20 proofs/h each).
+    r.demand(
+        json!({"pending": 60, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "backlog": 60, "proofshare_enabled": true, "request_loop": "ok", "workers": []}),
+    );
+    r.f.write_config(&std::fs::read_to_string(&r.f.config).unwrap().replace(
+        "max_instances = 8",
+        "max_instances = 8\nemergency_launch_max = 3\nlaunch_window_max = 3",
+    ));
+    // Hold the first pass's launches (the instance is young and loading): only adopt it.
+    r.f.cmd(&["pause", "--reason", "adopt first"]).ok();
+    r.pass();
+    r.f.cmd(&["resume"]).ok();
+    let db = r.f.db();
+    db.execute(
+        "UPDATE instances SET created_at = created_at - 2400000, state_since = state_since - 2400000
+          WHERE label = 'fleetagent-p1'",
+        [],
+    )
+    .unwrap();
+    let now: i64 = db
+        .query_row("SELECT max(started_at) FROM runs", [], |row| row.get(0))
+        .unwrap();
+    // Two rentals before it ended the same way.
+    for (i, ago_mins) in [(1, 40_i64), (2, 90)] {
+        db.execute(
+            "INSERT INTO actions (kind, outcome, actor, instance_id, label, reason, detail, created_at,
+                                  flag)
+             VALUES ('destroy', 'ok', 'rules', ?1, ?2, 'rules: flagged', ?3, ?4, 'loading')",
+            rusqlite::params![
+                9_000 + i,
+                format!("fleetagent-old{i}"),
+                "flagged (loading 30m): earned nothing",
+                now - ago_mins * 60_000
+            ],
+        )
+        .unwrap();
+    }
+    drop(db);
+    r.pass();
+    // The third: destroyed with vast.ai's reason, then one rental, not three.
+    let detail: String =
+        r.f.db()
+            .query_row(
+                "SELECT detail FROM actions WHERE kind = 'destroy' AND label = 'fleetagent-p1'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+    assert_eq!(
+        detail,
+        "flagged (loading 40m): earned nothing (vast.ai: \"pull access denied for ghcr.io/example/curio-psprove\")"
+    );
+    let created = |r: &Rig| {
+        r.f.count("SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'ok'")
+    };
+    let held = |r: &Rig| {
+        r.f.count("SELECT COUNT(*) FROM actions WHERE kind = 'launch' AND outcome = 'refused' AND code = 'boot_failures'")
+    };
+    assert_eq!(created(&r), 1, "{}", r.last_observation());
+    assert_eq!(held(&r), 2);
+    let doc = r.f.cmd(&["doctor"]).code(1).stdout;
+    assert!(
+        doc.contains("the last 3 rentals of ours never booted a Curio worker, the newest ")
+            && doc.contains("pull access denied")
+            && doc.contains("has a Curio worker"),
+        "{doc}"
+    );
+    // The next pass waits for that one (WORKERS DEAD asks once: the refusal is on record).
+    r.pass();
+    assert_eq!(created(&r), 1);
+    assert_eq!(held(&r), 3);
+    // It boots and its worker registers: the row ends, doctor clears.
+    let label: String =
+        r.f.db()
+            .query_row(
+                "SELECT label FROM instances WHERE gone_at IS NULL AND label != 'fleetagent-p1'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+    r.demand(
+        json!({"pending": 60, "running": 1, "completed_1h": 0, "completed_15m": 0,
+        "backlog": 59, "proofshare_enabled": true, "request_loop": "ok",
+        "workers": [{"machine_name": label, "host_and_port": "172.17.0.9:12300",
+                     "running": 1, "cordoned": false}]}),
+    );
+    r.pass();
+    let doc = r.f.cmd(&["doctor", "--json"]).json();
+    let check = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "boot_failures")
+        .unwrap()
+        .clone();
+    assert_eq!(check["ok"], true, "{check}");
+}
+
+/// A drill: an instance vast.ai runs whose Curio worker never appeared billed on, counted as
+/// capacity. Past a boot and a worker's start (`stuck_loading_mins` + `silent_worker_mins`
+/// from its launch) it is flagged `unbooted` and destroyed.
+#[test]
+fn an_instance_running_without_ever_a_worker_is_destroyed() {
+    let r = Rig::new();
+    let id = r.fake.add_instance("fleetagent-nw");
+    r.demand(
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "proofshare_enabled": true, "request_loop": "ok", "workers": []}),
+    );
+    r.pass();
+    assert_eq!(r.fake.instance_ids(), vec![id]);
+    r.f.db()
+        .execute(
+            "UPDATE instances SET created_at = created_at - 3300000, state_since = state_since - 3300000",
+            [],
+        )
+        .unwrap();
+    r.pass();
+    assert!(r.fake.instance_ids().is_empty(), "{}", r.last_observation());
+    let (detail, flag): (String, String) =
+        r.f.db()
+            .query_row(
+                "SELECT detail, flag FROM actions WHERE kind = 'destroy'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+    assert_eq!(flag, "unbooted");
+    assert!(
+        detail.starts_with("flagged (unbooted 5")
+            && detail.contains("vast.ai runs it and no Curio worker appeared"),
+        "{detail}"
+    );
+}

@@ -1,0 +1,229 @@
+//! Rentals that never boot a Curio worker: the flag of one that runs without ever having had
+//! one, vast.ai's own word on why in every boot flag, and the boot breaker that rents one at a
+//! time after several in a row.
+//!
+//! A drill (every host's image pull failing: vast.ai listed each instance `created` with
+//! "pull access denied", or `exited` with "manifest unknown") saw fleetagent rent, wait
+//! `policy.stuck_loading_mins`, destroy, leave the host out for a day and rent the next, 12
+//! rentals with none booting and `doctor` green for two hours; once every matching host was
+//! left out, the fix `doctor` gave rented more of the same. Another saw an instance that vast.ai
+//! ran and whose worker never appeared bill for over an hour, counted as capacity.
+
+use crate::clock::Millis;
+use crate::config::Config;
+use crate::store::instances::InstanceRow;
+
+use super::state::{BOOTED, LAUNCHING, LOADING};
+use super::{Snapshot, STATUS_CHARS};
+
+/// The boot breaker: after this many rentals of ours in a row ended flagged before any
+/// Curio worker of theirs ran (stuck loading, exited, or running without one: `actions.flag`
+/// `loading` and `unbooted`), within [`BOOT_WINDOW_MS`], launches go one at a time (none
+/// while one of ours has not yet had a worker), and a boot failure no longer leaves its host
+/// out: the cause is then the worker image or its settings, not the hosts. A rental of ours
+/// that has a worker ends the row.
+pub const BOOT_FAILURES_MAX: usize = 3;
+pub const BOOT_WINDOW_MS: Millis = 6 * 3_600_000;
+
+pub use crate::store::actions::BootFailure;
+
+/// Of the boot failures since the window's start (newest first), those after the newest
+/// rental of ours that had a Curio worker (`booted_at`: its creation; None: none had one):
+/// the row. At most [`BOOT_FAILURES_MAX`].
+pub fn in_a_row(failures: Vec<BootFailure>, booted_at: Option<Millis>) -> Vec<BootFailure> {
+    failures
+        .into_iter()
+        .filter(|f| booted_at.is_none_or(|b| f.at > b))
+        .take(BOOT_FAILURES_MAX)
+        .collect()
+}
+
+/// The newest creation time among `rows` of an instance that had a worker.
+pub fn newest_booted(rows: &[InstanceRow]) -> Option<Millis> {
+    rows.iter()
+        .filter(|r| r.worker_address.is_some())
+        .map(|r| r.created_at)
+        .max()
+}
+
+/// What follows a boot flag's figure when vast.ai said why (`status_msg`): ` (vast.ai:
+/// "...")`, quoted and cut; empty otherwise.
+pub fn vast_said(r: &InstanceRow) -> String {
+    match r
+        .status_msg
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        Some(m) => format!(" (vast.ai: {})", crate::text::quote(m, STATUS_CHARS)),
+        None => String::new(),
+    }
+}
+
+impl Snapshot {
+    /// How long an instance of ours has run on vast.ai (`booted`) without ever having had a
+    /// Curio worker (none matched since its launch: no `worker_address`), once past a boot
+    /// and a worker's start (`policy.stuck_loading_mins` + `policy.silent_worker_mins` from
+    /// its launch), with demand read (an unread Curio lists nobody). Flagged `unbooted`:
+    /// it bills and proves nothing (a drill saw one bill for over an hour, counted as
+    /// capacity). None: not so.
+    pub fn unbooted_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
+        self.demand.as_ref()?;
+        let p = &config.policy;
+        let limit = (p.stuck_loading_mins + p.silent_worker_mins) as Millis * 60_000;
+        let ms = self.now - r.created_at;
+        (r.state == BOOTED && r.worker_address.is_none() && ms > limit).then_some(ms)
+    }
+
+    /// The boot breaker holds: [`BOOT_FAILURES_MAX`] rentals in a row never booted a worker.
+    pub fn boot_breaker(&self) -> bool {
+        self.boot_failures.len() >= BOOT_FAILURES_MAX
+    }
+
+    /// Ours that have not yet had a Curio worker: launching, loading, or running without one.
+    pub fn unproven(&self) -> impl Iterator<Item = &InstanceRow> {
+        self.instances.iter().filter(|r| {
+            matches!(r.state, LAUNCHING | LOADING | BOOTED) && r.worker_address.is_none()
+        })
+    }
+
+    /// While the boot breaker holds, why a launch must wait (None: it need not): one of ours
+    /// has not yet had a worker, and the row of rentals that never did.
+    pub fn boot_wait(&self) -> Option<String> {
+        if !self.boot_breaker() {
+            return None;
+        }
+        let waiting = self.unproven().next()?;
+        Some(boot_message(&self.boot_failures, Some(waiting), self.now))
+    }
+}
+
+/// The words for the boot breaker: the row, the newest's reason, and what holds the next
+/// launch (`waiting`: the rental not yet booted, if any).
+pub fn boot_message(row: &[BootFailure], waiting: Option<&InstanceRow>, now: Millis) -> String {
+    let newest = row.first().map_or(String::new(), |f| {
+        format!(
+            ", the newest {} ago: {}",
+            crate::clock::human_duration(now - f.at),
+            crate::text::clip(&f.detail, 300)
+        )
+    });
+    let held = match waiting {
+        Some(w) => format!(
+            "; no launch until {} has a Curio worker",
+            match w.vast_id {
+                Some(id) => format!("instance {id}"),
+                None => crate::text::quote(&w.label, super::LABEL_CHARS),
+            }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "the last {} rentals of ours never booted a Curio worker{newest}: the cause is likely the worker image or its settings (vast.image, its registry, [vast.env], onstart), not the hosts, so launches go one at a time until one boots{held}",
+        row.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demand::Demand;
+    use crate::fleet::fixtures::{config, flags, row, MIN, NOW};
+    use crate::fleet::{FlagKind, DEAD};
+
+    fn snapshot(rows: Vec<InstanceRow>) -> Snapshot {
+        Snapshot {
+            now: NOW,
+            demand: Some(Demand::default()),
+            instances: rows,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_rental_that_never_had_a_worker_is_flagged() {
+        // stuck_loading_mins 30 + silent_worker_mins 20: past 50 minutes from its launch.
+        let c = config();
+        let mut r = row("fleetagent-u", Some(7), BOOTED, 0.4);
+        r.actual_status = Some("running".into());
+        r.created_at = NOW - 55 * MIN;
+        let s = snapshot(vec![r.clone()]);
+        assert_eq!(
+            flags(&s, &c),
+            vec![(
+                7,
+                "unbooted 55m: vast.ai runs it and no Curio worker appeared".into()
+            )]
+        );
+        // Not before, not with a worker it had (the lost worker's rule), not with demand
+        // unread (an unread Curio lists nobody).
+        let mut young = r.clone();
+        young.created_at = NOW - 45 * MIN;
+        assert!(flags(&snapshot(vec![young]), &c).is_empty());
+        let mut had = r.clone();
+        had.worker_address = Some("10.0.0.1:12300".into());
+        let mut s = snapshot(vec![had]);
+        assert!(s.flagged(&c).iter().all(|f| f.kind != FlagKind::Unbooted));
+        s.instances[0].worker_address = None;
+        s.demand = None;
+        assert!(flags(&s, &c).is_empty());
+
+        // Exited before any worker: a boot failure; after one: exited. (vast.ai's reason goes
+        // in the destroy's detail: `policy::stop`.)
+        let mut exited = row("fleetagent-e", Some(8), DEAD, 0.4);
+        exited.actual_status = Some("exited".into());
+        exited.status_msg = Some("Error response from daemon: manifest unknown".into());
+        let mut loading = row("fleetagent-l", Some(9), LOADING, 0.4);
+        loading.created_at = NOW - 40 * MIN;
+        loading.status_msg = Some("pull access denied for img".into());
+        let s = snapshot(vec![exited.clone(), loading]);
+        assert_eq!(
+            flags(&s, &c),
+            vec![
+                (8, "unbooted: exited before its Curio worker started".into()),
+                (9, "loading 40m".into()),
+            ]
+        );
+        exited.worker_address = Some("10.0.0.1:12300".into());
+        assert_eq!(
+            flags(&snapshot(vec![exited]), &c),
+            vec![(8, "exited".into())]
+        );
+    }
+
+    #[test]
+    fn the_boot_breaker_holds_a_launch_while_one_of_ours_waits_for_its_first_worker() {
+        let mut loading = row("fleetagent-l", Some(9), LOADING, 0.4);
+        loading.created_at = NOW - 5 * MIN;
+        let mut s = snapshot(vec![loading]);
+        s.boot_failures = vec![failure(NOW - MIN), failure(NOW - 20 * MIN)];
+        assert_eq!(s.boot_wait(), None, "two in a row: not yet");
+        s.boot_failures.push(failure(NOW - 40 * MIN));
+        let why = s.boot_wait().unwrap();
+        assert!(why.starts_with("the last 3 rentals of ours never booted a Curio worker, the newest 1m ago: flagged (loading 30m)"), "{why}");
+        assert!(
+            why.ends_with("no launch until instance 9 has a Curio worker"),
+            "{why}"
+        );
+        // It has one: the next may go.
+        s.instances[0].state = crate::fleet::REGISTERED;
+        s.instances[0].worker_address = Some("10.0.0.1:12300".into());
+        assert_eq!(s.boot_wait(), None);
+    }
+
+    fn failure(at: Millis) -> BootFailure {
+        BootFailure {
+            at,
+            detail: format!("flagged (loading 30m) at {at}"),
+        }
+    }
+
+    #[test]
+    fn a_rental_that_had_a_worker_ends_the_row() {
+        let all = vec![failure(50), failure(40), failure(30), failure(20)];
+        assert_eq!(in_a_row(all.clone(), None).len(), BOOT_FAILURES_MAX);
+        let row = in_a_row(all.clone(), Some(35));
+        assert_eq!(row.iter().map(|f| f.at).collect::<Vec<_>>(), vec![50, 40]);
+        assert!(in_a_row(all, Some(60)).is_empty());
+    }
+}
