@@ -507,6 +507,23 @@ fn idle_surplus_goes_after_floor_idle_mins_unless_the_model_launched() {
         "{}",
         acted.calls[0].why
     );
+    // The rest of the surplus has been left as long: the next pass stops the next (the
+    // clock started again after each stop: one every 120 minutes, a walkthrough).
+    assert_eq!(acted.memory.surplus_since, Some(NOW));
+    let next = plan(
+        &idle(),
+        &c,
+        LOW_DEMAND_PASSES,
+        &acted.memory,
+        &none(),
+        due + 5 * MIN,
+    );
+    assert_eq!(next.calls.len(), 1, "{:?}", next.calls);
+    assert!(
+        next.calls[0].why.contains("left idle for 2h05m"),
+        "{}",
+        next.calls[0].why
+    );
     let did = ModelDid {
         launches: 1,
         ..ModelDid::default()
