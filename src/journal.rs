@@ -160,6 +160,27 @@ pub fn format_record(
     writeln!(buf, "{}", prefixed(p, &crate::text::terminal_safe(&text)))
 }
 
+/// env_logger's own line (`[time LEVEL target] message`, the level coloured where the
+/// terminal takes it), the message made [`crate::text::terminal_safe`] as the journal's is: a
+/// `run` at a terminal logged outside text with U+009B (which clears an xterm's screen) and
+/// U+202E raw (a walkthrough).
+pub fn format_terminal(
+    buf: &mut env_logger::fmt::Formatter,
+    record: &log::Record<'_>,
+) -> std::io::Result<()> {
+    let style = buf.default_level_style(record.level());
+    let time = buf.timestamp_seconds();
+    let text = record.args().to_string();
+    use std::io::Write;
+    writeln!(
+        buf,
+        "[{time} {style}{:<5}{style:#} {}] {}",
+        record.level(),
+        record.target(),
+        crate::text::terminal_safe(&text)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -111,7 +111,7 @@ fn init_logging(cli: &fleetagent::cli::Cli, in_journal: bool) {
             .format(journal::format_record)
             .write_style(env_logger::WriteStyle::Never);
     } else {
-        builder.format_timestamp_secs();
+        builder.format(journal::format_terminal);
     }
     let logger = builder.build();
     log::set_max_level(logger.filter());

@@ -124,13 +124,16 @@ mod tests {
         ));
         assert_eq!(
             terminal_safe("hi\u{1b}]0;pwned\u{7}\r\u{9b}2J\n"),
-            "hi\\u{1b}]0;pwned\\u{7}\\u{d}\\u{9b}2J\n"
+            "hi\\u{1b}]0;pwned\\u{7}\\u{d}\\u009b2J\n"
         );
         assert_eq!(terminal_safe("a\u{202e}b"), "a\\u202eb");
         // Inside JSON the escape is JSON's own: the document stays valid and the value whole.
-        let json = serde_json::to_string(&serde_json::json!({"r": "x\u{2028}y\u{202e}"})).unwrap();
+        // DEL and the C1 controls too, which JSON leaves raw (a walkthrough: `\u{7f}` made
+        // `doctor --json` unparsable).
+        let r = "x\u{2028}y\u{202e}z\u{7f}\u{9b}\u{85}";
+        let json = serde_json::to_string(&serde_json::json!({ "r": r })).unwrap();
         let shown = terminal_safe(&json);
         let back: serde_json::Value = serde_json::from_str(&shown).unwrap();
-        assert_eq!(back["r"], "x\u{2028}y\u{202e}");
+        assert_eq!(back["r"], r);
     }
 }

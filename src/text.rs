@@ -83,9 +83,10 @@ pub fn num(x: f64) -> String {
 pub const FLAGGED_DETAIL: &str = "flagged (";
 
 /// `text` with every control character but newline and tab written as its escape
-/// (`\u{1b}`): outside text (a trigger's reason, an operator message, a model's answer, an
-/// HTTP body) must not drive the terminal of whoever reads the output (an escape sequence
-/// can retitle, clear or rewrite it). Unchanged, and not copied, when it has none.
+/// (`\u{1b}`; DEL and the C1 controls as JSON writes them, `\u009b`): outside text (a
+/// trigger's reason, an operator message, a model's answer, an HTTP body) must not drive the
+/// terminal of whoever reads the output (an escape sequence can retitle, clear or rewrite
+/// it). Unchanged, and not copied, when it has none.
 pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| crate::text::is_hidden(c) && c != '\n' && c != '\t';
     if !text.chars().any(unsafe_char) {
@@ -93,11 +94,14 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if c.is_control() && unsafe_char(c) {
+        if c.is_control() && unsafe_char(c) && (c as u32) < 0x7f {
+            // JSON escapes these itself: only plain text carries them raw.
             out.extend(c.escape_unicode());
         } else if unsafe_char(c) {
-            // A formatting character (U+202E, U+2028, ...) as JSON writes it: `--json` output
-            // carries them raw inside its strings, and `\u202e` keeps it valid and whole.
+            // DEL, a C1 control (U+009B opens an escape sequence on xterm) or a formatting
+            // character (U+202E, U+2028, ...) as JSON writes it: `--json` output carries them
+            // raw inside its strings, and `\u009b` keeps it valid and whole (a walkthrough:
+            // `\u{9b}` there made `doctor --json` unparsable).
             out.push_str(&format!("\\u{:04x}", c as u32));
         } else {
             out.push(c);

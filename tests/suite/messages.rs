@@ -492,6 +492,50 @@ fn outside_text_cannot_drive_the_terminal() {
     );
 }
 
+/// DEL and the C1 controls (U+009B opens an escape sequence on xterm) too, which JSON leaves
+/// raw: a walkthrough saw them written `\u{9b}` inside `inspect --json` and `doctor --json`,
+/// which no longer parsed, and raw in the log lines of a `run` at a terminal.
+#[test]
+fn c1_controls_leave_json_valid_and_the_terminal_alone() {
+    let f = Fleet::new();
+    let evil = "x\u{9b}2J\u{7f}\u{202e}y";
+    f.cmd(&["init"]).ok();
+    f.cmd(&["pause", "--reason", evil]).ok();
+    for args in [&["inspect", "--json"][..], &["doctor", "--json"]] {
+        let out = f.command(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.contains('\u{9b}') && !text.contains('\u{7f}'),
+            "{args:?}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if args[0] == "inspect" {
+            assert!(text.contains("x\\u009b2J\\u007f\\u202ey"), "{text}");
+            assert_eq!(v["paused"]["reason"], evil, "the value whole");
+        }
+    }
+    f.cmd(&["resume"]).ok();
+    let script = f.path().join("demand.sh");
+    std::fs::write(&script, format!("printf '{evil}' >&2\nexit 3\n")).unwrap();
+    let cfg = format!(
+        "{}\n[demand]\nsource = \"command\"\ncommand = \"sh {}\"\n",
+        crate::common::fleet::FAST_CONFIG,
+        script.display()
+    );
+    f.write_config(&cfg);
+    let run = f
+        .command(&["run"])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("x\\u009b2J"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{9b}') && !stderr.contains('\u{202e}'),
+        "{stderr:?}"
+    );
+}
+
 /// A trigger's reason is whatever the calling program passed (100 KB here): `inspect` and
 /// `wakes list` show it cut to one short line, `inspect --json` whole.
 #[test]
