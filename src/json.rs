@@ -7,9 +7,73 @@ use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor}
 use serde_json::{Map, Value};
 
 /// `text` as a JSON value; an object with a key twice (at any depth) is an error naming the
-/// key, with serde_json's line and column.
+/// key, with serde_json's line and column. A lone UTF-16 surrogate escape is read as U+FFFD
+/// ([`lone_surrogates_replaced`]).
 pub fn parse(text: &str) -> serde_json::Result<Value> {
-    serde_json::from_str::<Strict>(text).map(|s| s.0)
+    match serde_json::from_str::<Strict>(text) {
+        Ok(s) => Ok(s.0),
+        Err(e) => match lone_surrogates_replaced(text) {
+            Some(mended) => serde_json::from_str::<Strict>(&mended).map(|s| s.0),
+            None => Err(e),
+        },
+    }
+}
+
+/// `text` as a JSON value (keys repeated: the last wins, as serde_json reads them), a lone
+/// UTF-16 surrogate escape read as U+FFFD.
+pub fn parse_loose(text: &str) -> serde_json::Result<Value> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => Ok(v),
+        Err(e) => match lone_surrogates_replaced(text) {
+            Some(mended) => serde_json::from_str::<Value>(&mended),
+            None => Err(e),
+        },
+    }
+}
+
+/// `text` with every `\uXXXX` escape of a lone UTF-16 surrogate (half of a pair, as a
+/// truncated emoji or Python's `json.dumps` of a broken string writes it) made `\ufffd`;
+/// None when it has none. serde_json refuses the whole document for one (a walkthrough: one
+/// vast.ai offer with such a field failed every search, one label on the account the whole
+/// listing), though JSON's grammar allows it.
+pub fn lone_surrogates_replaced(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let hex = |at: usize| -> Option<u32> {
+        let digits = b.get(at..at + 4)?;
+        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+    };
+    let escape = |at: usize| -> Option<u32> {
+        (b.get(at) == Some(&b'\\') && b.get(at + 1) == Some(&b'u'))
+            .then(|| hex(at + 2))
+            .flatten()
+    };
+    let mut out: Vec<u8> = Vec::with_capacity(b.len());
+    let (mut i, mut changed) = (0, false);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let len = match escape(i) {
+            Some(0xD800..=0xDBFF) if matches!(escape(i + 6), Some(0xDC00..=0xDFFF)) => 12,
+            Some(0xD800..=0xDFFF) => {
+                out.extend_from_slice(b"\\ufffd");
+                changed = true;
+                i += 6;
+                continue;
+            }
+            Some(_) => 6,
+            // Any other escape is two bytes (`\\`, `\"`, ...): copied whole, so that the
+            // backslash of `\\u` is never read as the start of one.
+            None => 2,
+        };
+        let end = (i + len).min(b.len());
+        out.extend_from_slice(&b[i..end]);
+        i = end;
+    }
+    // Only ASCII escapes were replaced by ASCII: the bytes are still UTF-8.
+    changed.then(|| String::from_utf8(out).ok()).flatten()
 }
 
 /// A value whose objects were read with every key once.
@@ -115,5 +179,28 @@ mod tests {
         // serde_json's own limits hold: 200 levels deep is an error, not a stack overflow.
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(parse(&deep).is_err());
+    }
+
+    #[test]
+    fn a_lone_surrogate_escape_reads_as_the_replacement_character() {
+        let text =
+            r#"{"label": "x\ud83d", "cpu": "\udc00y", "ok": "\ud83d\ude00", "lit": "a\\ud83d"}"#;
+        assert!(
+            serde_json::from_str::<Value>(text).is_err(),
+            "serde_json refuses it"
+        );
+        for v in [parse(text).unwrap(), parse_loose(text).unwrap()] {
+            assert_eq!(v["label"], "x\u{fffd}");
+            assert_eq!(v["cpu"], "\u{fffd}y");
+            // A whole pair and an escaped backslash before `u` are left as they are.
+            assert_eq!(v["ok"], "\u{1f600}");
+            assert_eq!(v["lit"], "a\\ud83d");
+        }
+        assert_eq!(
+            lone_surrogates_replaced(r#"{"a": "\ud83d\ude00 \\ud800"}"#),
+            None
+        );
+        // A broken document stays broken, with serde_json's own error.
+        assert!(parse_loose(r#"{"a": "\ud83d"#).is_err());
     }
 }

@@ -273,7 +273,10 @@ impl HttpVastClient {
             .map_err(|e| self.transport_failure(e, limit))?;
         // Scrubbed before anything quotes or cuts it: a cut could otherwise keep half a key.
         let text = self.scrub_whole(&String::from_utf8_lossy(&bytes));
-        let json = serde_json::from_str::<Value>(&text).ok();
+        let (json, json_error) = match crate::json::parse_loose(&text) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
         Ok(Answer {
             route: String::new(),
             status,
@@ -281,6 +284,7 @@ impl HttpVastClient {
             rate_reset,
             text,
             json,
+            json_error,
         })
     }
 
@@ -477,9 +481,14 @@ impl HttpVastClient {
         }
         let Some(obj) = answer.json.as_ref().and_then(Value::as_object) else {
             return Err(VastError::Decode(self.scrub(&format!(
-                "{}: HTTP {} without a JSON object: {}",
+                "{}: HTTP {} without a JSON object{}: {}",
                 answer.route,
                 answer.status,
+                answer
+                    .json_error
+                    .as_deref()
+                    .filter(|_| !answer.text.trim().is_empty())
+                    .map_or(String::new(), |e| format!(" ({})", crate::text::clip(e, 120))),
                 excerpt(&answer.text)
             ))));
         };

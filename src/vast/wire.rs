@@ -24,6 +24,8 @@ pub(super) struct Answer {
     pub(super) rate_reset: Option<String>,
     pub(super) text: String,
     pub(super) json: Option<Value>,
+    /// Why `text` is not JSON (serde_json's words, with line and column), when it is not.
+    pub(super) json_error: Option<String>,
 }
 
 impl Answer {

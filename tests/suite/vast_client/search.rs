@@ -125,3 +125,34 @@ fn a_non_json_200_is_a_decode_error_with_a_short_excerpt() {
         other => panic!("expected Decode, got {other:?}"),
     }
 }
+
+/// A walkthrough: one offer with half an emoji escaped (`"\ud83d"`, as Python's `json.dumps`
+/// writes a broken string) made serde_json refuse the whole page, so every search failed
+/// ("without a JSON object"), WORKERS DEAD's included. It reads as U+FFFD; a page that is not
+/// JSON at all names serde_json's reason.
+#[test]
+fn a_lone_surrogate_in_one_offer_does_not_fail_the_search() {
+    let s = setup();
+    let page = r#"{"offers": [{"id": 7, "ask_contract_id": 7, "machine_id": 30007, "num_gpus": 1,
+        "gpu_name": "RTX 4090", "gpu_ram": 24564, "dph_total": 0.4, "reliability2": 0.99,
+        "verification": "verified", "rentable": true, "cpu_name": "AMD \ud83d EPYC"}]}"#;
+    s.fake
+        .fail_next(Route::Offers, 1, FakeReply::text(200, page));
+    let offers = s.client.search_offers(&query()).unwrap();
+    assert_eq!(offers.iter().map(|o| o.id).collect::<Vec<_>>(), vec![7]);
+    s.fake.fail_next(
+        Route::Offers,
+        1,
+        FakeReply::text(200, r#"{"offers": [{"id": 7,"#),
+    );
+    match s.client.search_offers(&query()) {
+        Err(e @ VastError::Decode(_)) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("without a JSON object (EOF while parsing"),
+                "{text}"
+            );
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+}
