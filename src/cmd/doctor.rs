@@ -25,7 +25,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     };
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();
-    let checks = crate::doctor::checks(&crate::doctor::Inputs {
+    let (checks, shared_install) = crate::doctor::checks(&crate::doctor::Inputs {
         config: &loaded.config,
         config_path: &loaded.path,
         config_found: loaded.file_found,
@@ -37,9 +37,16 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let ok = checks.iter().all(crate::doctor::Check::ok);
     // Which install these checks speak for: with two installs on a host, or a stray
     // FLEETAGENT_CONFIG in a shell, "ok" could be the other's (a walkthrough).
+    // A database of an older schema (README's upgrade: the new build's doctor before the
+    // switch) is read as it is: its install id is there (a walkthrough saw "install unknown:
+    // no readable database" beside the database check that had just read it).
     let install = crate::store::Store::open_for_report(&dir, app.now())
+        .or_else(|_| crate::store::Store::open_read_only_as_is(&dir))
         .ok()
         .and_then(|s| crate::store::ops::install_id(&s.conn).ok());
+    // With several hosts, the shared state's (as `inspect` says it): a follower that never
+    // led holds its own `init`'s, never used (a walkthrough).
+    let install = shared_install.or(install);
     let config_path = loaded.file_found.then(|| loaded.path.display().to_string());
     if args.json {
         let state_dir = Some(dir.display().to_string());

@@ -104,6 +104,12 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
         Ok(None) => None,
         Err(e) => Some(crate::ha::status::unconfigured(&loaded.config, &e)),
     };
+    // The shared state's install id: a follower that never led holds its own `init`'s,
+    // which the first lease it takes replaces (a walkthrough: one HA install shown as one
+    // install per host, new labels named under an id never used).
+    if let Some(id) = report.ha.as_ref().and_then(|h| h.install_id.clone()) {
+        report.install_id = id;
+    }
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -199,8 +199,9 @@ impl Found {
 }
 
 /// Run every check. Those that need the database report `not_checked` when it cannot be
-/// read (the `database` check says why).
-pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
+/// read (the `database` check says why). With several hosts, also the shared state's install
+/// id, when it was read.
+pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let mut found = Found::default();
     let disk = host::disk(i.state_dir);
     let read_only = disk.iter().any(|p| p.detail.contains("read-only"));
@@ -261,7 +262,7 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
             }
         }
     }
-    CHECKS
+    let list = CHECKS
         .iter()
         .map(|&name| {
             // A follower's copy of what the passes write is stale: those checks are the
@@ -289,7 +290,8 @@ pub fn checks(i: &Inputs<'_>) -> Vec<Check> {
                 },
             }
         })
-        .collect()
+        .collect();
+    (list, shared_install)
 }
 
 /// Whether the units answer from a user manager (`units install --user`), as

@@ -710,6 +710,24 @@ pub(super) fn ha(
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
         );
     }
+    // A rolling upgrade left half done: a failover hands the fleet to another build (a
+    // walkthrough: a newer leader's stop in flight made an older one that took the lease fail
+    // every pass, holding it, and nothing said a host was left behind).
+    let versions: std::collections::BTreeSet<&str> =
+        current.iter().map(|h| h.version.as_str()).collect();
+    if versions.len() > 1 {
+        let each: Vec<String> = current
+            .iter()
+            .map(|h| format!("{} {}", h.host_id, h.version))
+            .collect();
+        problems.push(
+            Problem::new(format!(
+                "ha: the hosts run different builds ({}): a failover hands the fleet to another build, and an older one may not read what a newer one left",
+                each.join(", ")
+            ))
+            .fix("finish the upgrade on every host (docs/ha.md), or go back on all of them; each host's next run records its build"),
+        );
+    }
     problems.extend(current.iter().filter_map(|h| off_clock(h, &settings.host)));
     let holder = status.holder.as_deref();
     problems.extend(

@@ -31,6 +31,7 @@ fn run_checks(dir: &Path, config: &Config) -> Vec<Check> {
         now: NOW,
         units: None,
     })
+    .0
 }
 
 fn check<'a>(all: &'a [Check], name: &str) -> &'a Check {
@@ -157,7 +158,8 @@ fn fixes_name_the_user_manager_for_a_user_install() {
             state_dir: dir.path(),
             now: NOW,
             units: Some(&units),
-        });
+        })
+        .0;
         check(&all, "last_success").problems[0].fix.clone().unwrap()
     };
     let user = fix_of_last_success("user");
@@ -762,7 +764,8 @@ fn a_missing_config_file_is_named() {
         state_dir: dir.path(),
         now: NOW,
         units: None,
-    });
+    })
+    .0;
     let lines: Vec<String> = check(&all, "config")
         .problems
         .iter()

@@ -248,7 +248,7 @@ pub fn collect(conn: &Connection, config: &crate::config::Config, now: Millis) -
         "When this database was made (Unix seconds; its first session).",
         created.unwrap_or(0) as f64 / 1000.0,
     ));
-    f.push(install_info(conn)?);
+    f.push(install_info(conn, None)?);
     f.push(one(
         "fleetagent_metrics_timestamp_seconds",
         "gauge",
@@ -540,24 +540,33 @@ pub fn ha_families(s: &crate::ha::status::Status) -> String {
 }
 
 /// Whose file this is: doctor names a textfile another install wrote last.
-fn install_info(conn: &Connection) -> Result<Family> {
+/// `shared`: with several hosts, the shared state's install id, which a follower that never
+/// led does not hold yet (its own `init`'s is never used: a walkthrough saw one HA install
+/// shown as one install per host).
+fn install_info(conn: &Connection, shared: Option<&str>) -> Result<Family> {
+    let id = match shared {
+        Some(id) => id.to_string(),
+        None => crate::store::ops::install_id(conn)?,
+    };
     Ok(Family {
         name: "fleetagent_install_info",
         kind: "gauge",
         help: "Always 1; its install_id label names the install that wrote this file.",
-        samples: vec![(
-            vec![("install_id", crate::store::ops::install_id(conn)?)],
-            1.0,
-        )],
+        samples: vec![(vec![("install_id", id)], 1.0)],
     })
 }
 
 /// A follower's textfile before its HA families: whose it is, when it was written and the
 /// timer period (a follower's file without the install line shared a textfile unseen: a
 /// re-test).
-fn follower_text(conn: &Connection, config: &crate::config::Config, now: Millis) -> Result<String> {
+fn follower_text(
+    conn: &Connection,
+    config: &crate::config::Config,
+    now: Millis,
+    shared: Option<&str>,
+) -> Result<String> {
     Ok(render(&[
-        install_info(conn)?,
+        install_info(conn, shared)?,
         one(
             "fleetagent_timer_period_seconds",
             "gauge",
@@ -596,7 +605,8 @@ pub fn after_run(
         // A follower (or a host that cannot tell) writes no figure of the fleet, its runs or
         // the demand: its copy of them is stale, and the leader's file has them. Its own
         // would double the fleet on a dashboard and fire the leader's alerts on every host.
-        Some(s) => follower_text(&store.conn, config, now).map(|t| t + &ha_families(s)),
+        Some(s) => follower_text(&store.conn, config, now, s.install_id.as_deref())
+            .map(|t| t + &ha_families(s)),
         None => collect(&store.conn, config, now)
             .map(|text| text + &ha.map(ha_families).unwrap_or_default()),
     }

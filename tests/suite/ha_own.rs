@@ -232,3 +232,51 @@ fn a_followers_panic_button_and_a_poll_without_the_database_say_what_holds() {
     assert_eq!(sample("fleetagent_ha_database_ok").as_deref(), Some("0"));
     assert_eq!(sample("fleetagent_ha_leader").as_deref(), Some("0"));
 }
+
+/// The install a host speaks for is the shared state's: a follower that never led holds its
+/// own `init`'s id, which the first lease it takes replaces (a walkthrough saw one HA install
+/// shown as one per host in `inspect`, `doctor` and `fleetagent_install_info`). And a rolling
+/// upgrade left half done is named: hosts on different builds.
+#[test]
+fn every_host_names_the_shared_install_and_a_host_left_on_another_build() {
+    let Pair {
+        mut db,
+        vast: _vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    a.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    a.cmd(&["run"]).ok();
+    b.cmd(&["poll"]).ok();
+    let shared = a.inspect()["install_id"].as_str().unwrap().to_string();
+    let own: String = b
+        .db()
+        .query_row("SELECT install_id FROM agent_state", [], |r| r.get(0))
+        .unwrap();
+    assert_ne!(own, shared, "B never led: its copy holds its own init's id");
+    assert_eq!(b.inspect()["install_id"], shared.as_str());
+    let doc = b.cmd(&["doctor", "--json"]);
+    assert_eq!(doc.json()["install_id"], shared.as_str(), "{}", doc.stdout);
+    let prom = std::fs::read_to_string(b.path().join("fleetagent.prom")).unwrap();
+    assert!(
+        prom.contains(&format!(
+            "fleetagent_install_info{{install_id=\"{shared}\"}} 1"
+        )),
+        "{prom}"
+    );
+
+    db.exec("UPDATE fleetagent.hosts SET version = '0.1.0+d63589a' WHERE host_id = 'host-b'");
+    let doc = a.cmd(&["doctor", "--json"]).json();
+    let ha = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ha")
+        .unwrap()
+        .to_string();
+    assert!(
+        ha.contains("ha: the hosts run different builds (") && ha.contains("host-b 0.1.0+d63589a"),
+        "{ha}"
+    );
+}

@@ -120,7 +120,8 @@ fn a_key_the_services_passes_use_is_not_missing_at_a_shell_without_it() {
             state_dir: dir,
             now: NOW,
             units: None,
-        });
+        })
+        .0;
         check(&all, "secrets")
             .problems
             .iter()

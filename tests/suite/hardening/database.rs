@@ -290,6 +290,19 @@ fn doctor_checks_the_structure_of_an_older_schema() {
             .to_string()
     };
     assert!(!line(&f).contains("structure check failed"), "{}", line(&f));
+    // It names the install it read (README's upgrade runs this doctor before the switch: a
+    // walkthrough saw "install unknown: no readable database" beside the line that read it).
+    let id: String = f
+        .db()
+        .query_row("SELECT install_id FROM agent_state", [], |r| r.get(0))
+        .unwrap();
+    let out = f.cmd(&["doctor", "--json"]);
+    assert_eq!(out.json()["install_id"], id.as_str(), "{}", out.stdout);
+    assert!(
+        out.stderr.contains(&format!("(install {id})")),
+        "{}",
+        out.stderr
+    );
     smash_page(&f.state.join("fleetagent.db"), page);
     let damaged = line(&f);
     assert!(
