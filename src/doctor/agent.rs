@@ -439,9 +439,10 @@ fn refusal_fixes(codes: &[String]) -> String {
             "rate_limited" => "wait for the launch window (policy.launch_window_minutes, policy.launch_window_max)",
             "demand_unknown" => "see the demand check: a fleet with unknown demand is held",
             "proofshare_disabled" => "enable ProofShare in Curio (proofshare_meta.enabled) if the fleet should prove for it",
+            "boot_failures" => "see the boot_failures check: rentals in a row never booted a Curio worker, and launches wait for the one that is booting; mend the worker image or [vast.env] (docs/worker-image.md)",
             "no_psprove" => "fix the worker image's layers (CURIO_LAYERS, EnableProofShare; docs/worker-image.md), then destroy the instance Curio runs without PSProve (the worker_identity check names it)",
             "operator_hold" => "an operator's stop holds the rules' and the floor's launches for policy.operator_hold_mins; `fleetagent resume` or a message ends it",
-            "bad_hosts" => "every matching offer is on a host left out (one that failed us, for vast.offers.bad_host_hours; one the operator took an instance off, for policy.operator_hold_mins): widen [vast.offers] (gpu_names, max_dph_per_instance, min_reliability) or lower vast.offers.bad_host_hours; `fleetagent inspect --json` lists bad_hosts",
+            "bad_hosts" => "every matching offer is on a host left out (one that failed us, for vast.offers.bad_host_hours; one the operator took an instance off, for policy.operator_hold_mins): widen [vast.offers] (gpu_names, max_dph_per_instance, min_reliability) or lower vast.offers.bad_host_hours; `fleetagent inspect --json` lists bad_hosts, and where their reasons are boots that failed (loading, unbooted) mend the worker image first, or more rentals fail alike (docs/worker-image.md)",
             _ => "see docs/guardrails.md for the refusal",
         };
         if !fixes.contains(&fix) {
