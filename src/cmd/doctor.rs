@@ -25,7 +25,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     };
     let dir = app.state_dir(Some(&loaded.config))?;
     let units = crate::units::unit_states_json();
-    let (checks, shared_install) = crate::doctor::checks(&crate::doctor::Inputs {
+    let (checks, speaks_for) = crate::doctor::checks(&crate::doctor::Inputs {
         config: &loaded.config,
         config_path: &loaded.path,
         config_found: loaded.file_found,
@@ -46,7 +46,7 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
         .and_then(|s| crate::store::ops::install_id(&s.conn).ok());
     // With several hosts, the shared state's (as `inspect` says it): a follower that never
     // led holds its own `init`'s, never used (a walkthrough).
-    let install = shared_install.or(install);
+    let install = speaks_for.or(install);
     let config_path = loaded.file_found.then(|| loaded.path.display().to_string());
     if args.json {
         let state_dir = Some(dir.display().to_string());

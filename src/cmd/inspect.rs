@@ -107,8 +107,10 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     // The shared state's install id: a follower that never led holds its own `init`'s,
     // which the first lease it takes replaces (a walkthrough: one HA install shown as one
     // install per host, new labels named under an id never used).
-    if let Some(id) = report.ha.as_ref().and_then(|h| h.install_id.clone()) {
-        report.install_id = id;
+    // Not when this copy holds another install's state (`ha::mirror::foreign_state`): its
+    // own instances would read as another's (a re-test).
+    if let Some(shared) = report.ha.as_ref().and_then(|h| h.install_id.as_deref()) {
+        report.install_id = crate::ha::mirror::install_shown(&store.conn, Some(shared))?;
     }
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&report)?);

@@ -421,7 +421,14 @@ pub(super) fn units(
 
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
 /// run recorded it, and whether its dir exists and may be written (access(2)).
-pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Problem> {
+/// `install`: the install this host speaks for (`doctor::speaks_for`; None: not known, and the
+/// textfile's is not compared).
+pub(super) fn metrics(
+    conn: &Connection,
+    config: &Config,
+    now: Millis,
+    install: Option<&str>,
+) -> Vec<Problem> {
     let Some(path) = &config.metrics.textfile else {
         return Vec::new();
     };
@@ -500,14 +507,14 @@ pub(super) fn metrics(conn: &Connection, config: &Config, now: Millis) -> Vec<Pr
         } else {
             FIX.to_string()
         })],
-        (None, None) => shared_textfile(conn, path),
+        (None, None) => shared_textfile(path, install),
     }
 }
 
 /// The textfile another install wrote last (its `fleetagent_install_info`): two installs
 /// given one `[metrics] textfile` overwrite each other's figures, and monitoring reads
 /// whichever ran last (a walkthrough: one install's `max_instances` read as the other's).
-fn shared_textfile(conn: &Connection, path: &Path) -> Vec<Problem> {
+fn shared_textfile(path: &Path, ours: Option<&str>) -> Vec<Problem> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
@@ -516,7 +523,6 @@ fn shared_textfile(conn: &Connection, path: &Path) -> Vec<Problem> {
         let at = rest.find("install_id=\"")? + "install_id=\"".len();
         rest[at..].split('"').next().map(str::to_string)
     });
-    let ours = crate::store::ops::install_id(conn).ok();
     match (theirs, ours) {
         (Some(theirs), Some(ours)) if theirs != ours => vec![Problem::new(format!(
             "the metrics textfile {} was last written by install {theirs}, not this one ({ours}): two installs share it, and each overwrites the other's figures",
@@ -543,13 +549,16 @@ mod tests {
         let write = |id: &str| {
             std::fs::write(&prom, format!("# HELP x\nfleetagent_install_info{{install_id=\"{id}\"}} 1\nfleetagent_max_instances 1\n")).unwrap()
         };
-        assert!(metrics(&s.conn, &config, 0).is_empty(), "no file yet");
+        assert!(
+            metrics(&s.conn, &config, 0, Some(&ours)).is_empty(),
+            "no file yet"
+        );
         write(&ours);
-        assert!(metrics(&s.conn, &config, 0).is_empty());
+        assert!(metrics(&s.conn, &config, 0, Some(&ours)).is_empty());
         std::fs::write(&prom, "fleetagent_max_instances 1\n").unwrap();
-        assert!(metrics(&s.conn, &config, 0).is_empty());
+        assert!(metrics(&s.conn, &config, 0, Some(&ours)).is_empty());
         write("zz9plu");
-        let p = metrics(&s.conn, &config, 0);
+        let p = metrics(&s.conn, &config, 0, Some(&ours));
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(
             p[0].line(),
@@ -574,10 +583,10 @@ mod tests {
         }
         let mut config = Config::default();
         config.metrics.textfile = Some(ro.join("fleetagent.prom"));
-        let p = metrics(&s.conn, &config, 0);
+        let p = metrics(&s.conn, &config, 0, None);
         // A dir still to be made there: `units install` could not make it either.
         config.metrics.textfile = Some(ro.join("sub/fleetagent.prom"));
-        let missing = metrics(&s.conn, &config, 0);
+        let missing = metrics(&s.conn, &config, 0, None);
         let _ = std::process::Command::new("umount").arg(&ro).status();
         assert!(missing[0]
             .detail

@@ -199,8 +199,8 @@ impl Found {
 }
 
 /// Run every check. Those that need the database report `not_checked` when it cannot be
-/// read (the `database` check says why). With several hosts, also the shared state's install
-/// id, when it was read.
+/// read (the `database` check says why). Also the install this host speaks for, when its
+/// database was read ([`speaks_for`]).
 pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let mut found = Found::default();
     let disk = host::disk(i.state_dir);
@@ -213,6 +213,8 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     found.add("config", setup::config(i.config, missing));
     let mut secrets = setup::secrets(i.config, i.env);
     let (ha, follows, shared_install) = outside::ha(i.config, i.env, i.state_dir, i.now);
+    let ha_on = matches!(crate::ha::node::Settings::of(i.config, i.env), Ok(Some(_)));
+    let mut install = None;
     found.add("ha", ha);
     let skipped = match host::open_database(i.state_dir, i.now) {
         Err(p) => {
@@ -250,7 +252,8 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
                 );
                 found.add("database", simulation);
                 found.extend("database", host::unwritable_database(i.state_dir));
-                from_store(&store, i, &secrets, &mut found);
+                install = speaks_for(&store.conn, ha_on, shared_install.as_deref());
+                from_store(&store, i, &secrets, install.as_deref(), &mut found);
                 ""
             }
         },
@@ -291,7 +294,20 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
             }
         })
         .collect();
-    (list, shared_install)
+    (list, install)
+}
+
+/// The install this host speaks for: its own; with several hosts the shared state's (a
+/// follower that never led holds its own `init`'s, never used: a walkthrough saw one HA
+/// install named as one per host), unless this copy holds another install's state
+/// (`ha::mirror::foreign_state`: it must not be named as the shared one, a re-test), and
+/// None while the shared state cannot be read.
+fn speaks_for(conn: &Connection, ha_on: bool, shared: Option<&str>) -> Option<String> {
+    match (ha_on, shared) {
+        (false, _) => crate::store::ops::install_id(conn).ok(),
+        (true, Some(shared)) => crate::ha::mirror::install_shown(conn, Some(shared)).ok(),
+        (true, None) => None,
+    }
 }
 
 /// Whether the units answer from a user manager (`units install --user`), as
@@ -310,7 +326,13 @@ fn for_the_user_manager(fix: &str) -> String {
 }
 
 /// The checks that read the database.
-fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &mut Found) {
+fn from_store(
+    store: &Store,
+    i: &Inputs<'_>,
+    secrets: &setup::Secrets,
+    install: Option<&str>,
+    found: &mut Found,
+) {
     let conn: &Connection = &store.conn;
     let (config, now) = (i.config, i.now);
     let state = crate::store::session::state(conn);
@@ -348,7 +370,7 @@ fn from_store(store: &Store, i: &Inputs<'_>, secrets: &setup::Secrets, found: &m
         outside::foreign_installs(conn, config, now),
     );
     found.extend("foreign_installs", outside::copies(conn, config, now));
-    found.add("metrics", host::metrics(conn, config, now));
+    found.add("metrics", host::metrics(conn, config, now, install));
     found.add("floor", agent::floor(conn, now));
     found.add("calibration", agent::calibration(conn, config));
     found.add("tools_in_prompt", agent::tools_in_prompt(conn, config));

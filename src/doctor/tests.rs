@@ -571,13 +571,13 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
     let (dir, s) = test_store(NOW);
     let mut config = Config::default();
     assert!(
-        host::metrics(&s.conn, &config, NOW).is_empty(),
+        host::metrics(&s.conn, &config, NOW, None).is_empty(),
         "no textfile"
     );
     config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
-    assert!(host::metrics(&s.conn, &config, NOW).is_empty());
+    assert!(host::metrics(&s.conn, &config, NOW, None).is_empty());
     config.metrics.textfile = Some(dir.path().join("gone/fleetagent.prom"));
-    let p = host::metrics(&s.conn, &config, NOW);
+    let p = host::metrics(&s.conn, &config, NOW, None);
     assert!(
         p[0].detail
             .ends_with("gone does not exist: the next run cannot write it"),
@@ -589,7 +589,7 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
         NOW - 7 * MIN,
     )
     .unwrap();
-    let p = host::metrics(&s.conn, &config, NOW);
+    let p = host::metrics(&s.conn, &config, NOW, None);
     assert_eq!(p.len(), 1, "one problem: {p:?}");
     assert!(
         p[0].detail
@@ -602,7 +602,7 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
     config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
     let full = "cannot write .fleetagent.prom.1.tmp: No space left on device (os error 28)";
     ops::set_metrics_error(&s.conn, Some(full), NOW - 7 * MIN).unwrap();
-    let line = host::metrics(&s.conn, &config, NOW)[0].line();
+    let line = host::metrics(&s.conn, &config, NOW, None)[0].line();
     assert!(
         line.contains("fix: free space on the file system of"),
         "{line}"

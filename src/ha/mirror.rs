@@ -483,6 +483,16 @@ pub fn shared_install_id(db: &mut SharedDb) -> Result<Option<String>> {
     Ok(shared_agent_state(db)?.and_then(|v| v["install_id"].as_str().map(str::to_string)))
 }
 
+/// The install id this host speaks for, given the shared state's (`shared`, when read): the
+/// shared one unless this copy holds another install's own state ([`foreign_state`]: named
+/// as that install, never as the shared one), else its own.
+pub fn install_shown(conn: &Connection, shared: Option<&str>) -> Result<String> {
+    match shared {
+        Some(id) if foreign_state(conn, Some(id))?.is_none() => Ok(id.to_string()),
+        _ => crate::store::ops::install_id(conn),
+    }
+}
+
 /// The line for a copy never synced (`doctor` asks too) that holds its own install's state
 /// under another id than `shared`'s; None when leading would lose nothing.
 pub fn foreign_state(conn: &Connection, shared: Option<&str>) -> Result<Option<String>> {

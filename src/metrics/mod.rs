@@ -544,10 +544,7 @@ pub fn ha_families(s: &crate::ha::status::Status) -> String {
 /// led does not hold yet (its own `init`'s is never used: a walkthrough saw one HA install
 /// shown as one install per host).
 fn install_info(conn: &Connection, shared: Option<&str>) -> Result<Family> {
-    let id = match shared {
-        Some(id) => id.to_string(),
-        None => crate::store::ops::install_id(conn)?,
-    };
+    let id = crate::ha::mirror::install_shown(conn, shared)?;
     Ok(Family {
         name: "fleetagent_install_info",
         kind: "gauge",

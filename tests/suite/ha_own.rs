@@ -258,6 +258,16 @@ fn every_host_names_the_shared_install_and_a_host_left_on_another_build() {
     assert_eq!(b.inspect()["install_id"], shared.as_str());
     let doc = b.cmd(&["doctor", "--json"]);
     assert_eq!(doc.json()["install_id"], shared.as_str(), "{}", doc.stdout);
+    // Its textfile says the shared id, and is not taken for another install's (a re-test
+    // saw every follower's doctor red so).
+    let metrics = doc.json()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "metrics")
+        .unwrap()
+        .clone();
+    assert_eq!(metrics["ok"], true, "{metrics}");
     let prom = std::fs::read_to_string(b.path().join("fleetagent.prom")).unwrap();
     assert!(
         prom.contains(&format!(
@@ -278,5 +288,43 @@ fn every_host_names_the_shared_install_and_a_host_left_on_another_build() {
     assert!(
         ha.contains("ha: the hosts run different builds (") && ha.contains("host-b 0.1.0+d63589a"),
         "{ha}"
+    );
+}
+
+/// A single-host install with a fleet enabled after a fresh host led (the shared state is
+/// another install's): it refuses to lead, and names itself as its own install, never as the
+/// shared one (a re-test saw `inspect` then list its own instances as another install's,
+/// "billing, never stopped here").
+#[test]
+fn a_host_holding_another_installs_state_names_its_own_install() {
+    let Pair {
+        db: _db,
+        vast: _vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    let ha = |f: &crate::common::fleet::Fleet, on: bool| {
+        let cfg = std::fs::read_to_string(&f.config).unwrap();
+        let (from, to) = if on {
+            ("enabled = false", "enabled = true")
+        } else {
+            ("enabled = true", "enabled = false")
+        };
+        f.write_config(&cfg.replace(from, to));
+    };
+    ha(&a, false);
+    a.cmd(&["run"]).ok();
+    let own = a.inspect()["install_id"].as_str().unwrap().to_string();
+    b.cmd(&["run"]).ok();
+    b.cmd(&["ha", "release"]).ok();
+    let shared = b.inspect()["install_id"].as_str().unwrap().to_string();
+    assert_ne!(own, shared);
+    ha(&a, true);
+    a.cmd(&["run"]).code(1);
+    assert_eq!(a.inspect()["install_id"], own.as_str());
+    assert_eq!(
+        a.cmd(&["doctor", "--json"]).json()["install_id"],
+        own.as_str()
     );
 }
