@@ -17,7 +17,8 @@ static SYNTHETIC_IDS: AtomicU64 = AtomicU64::new(0);
 /// Read a 2xx body. Anything that is not a usable completion is a retryable failure. Pure (no
 /// I/O), public for the fuzz targets.
 pub fn parse_completion(body: &str, now_ms: i64) -> Result<ChatResponse, AttemptFailure> {
-    let v: Value = serde_json::from_str(body)
+    // A lone surrogate escape (half an emoji) reads as U+FFFD, not as a broken body.
+    let v: Value = crate::json::parse_loose(body)
         .map_err(|e| AttemptFailure::BadBody(format!("not JSON ({e}): {}", snippet(body))))?;
     if !v.is_object() {
         return Err(AttemptFailure::BadBody(format!(
@@ -279,6 +280,19 @@ mod tests {
 
     fn ok(body: &str) -> ChatResponse {
         parse_completion(body, 0).unwrap()
+    }
+
+    /// A re-test: half an emoji escaped (`\ud83d`) in the model's text or in a tool call's
+    /// arguments string failed the whole answer, three retries, then the fallback decided.
+    #[test]
+    fn a_lone_surrogate_escape_does_not_fail_the_answer() {
+        let r = ok(
+            r#"{"choices":[{"finish_reason":"tool_calls","message":{"content":"ok \ud83d",
+            "tool_calls":[{"id":"call_a","type":"function",
+              "function":{"name":"launch_instance","arguments":"{\"reason\": \"dead \ud83d\"}"}}]}}]}"#,
+        );
+        assert_eq!(r.content.as_deref(), Some("ok \u{fffd}"));
+        assert_eq!(r.tool_calls[0].arguments, "{\"reason\": \"dead \u{fffd}\"}");
     }
 
     #[test]
