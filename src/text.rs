@@ -34,14 +34,37 @@ pub fn quote(text: &str, max: usize) -> String {
 }
 
 /// A character that changes how a terminal or an editor shows the text around it, or hides
-/// itself: the control characters, and Unicode's bidirectional and invisible formatting
-/// characters (U+202E turns what follows right to left; outside text must not reorder a line
-/// fleetagent prints).
+/// itself: the control characters, Unicode's format characters (category Cf: the
+/// bidirectional ones, U+202E turning what follows right to left, zero-width ones, the soft
+/// hyphen, the tag characters U+E0020-U+E007F, in which a host can write an instruction
+/// no operator sees: a walkthrough put one in an offer's geolocation), the line and paragraph
+/// separators, the variation selectors (another way to smuggle bytes into a character) and
+/// the fillers that render as nothing. Outside text must not reorder a line fleetagent
+/// prints, nor carry what its reader cannot see.
 pub fn is_hidden(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
     c.is_control()
+        || matches!(
+            c.general_category(),
+            GeneralCategory::Format
+                | GeneralCategory::LineSeparator
+                | GeneralCategory::ParagraphSeparator
+        )
         || matches!(c,
-            '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}'
-            | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}')
+            '\u{034F}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}' | '\u{180B}'..='\u{180D}'
+            | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FFA0}' | '\u{E0100}'..='\u{E01EF}')
+}
+
+/// `text` without its hidden characters ([`is_hidden`]) but newline and tab: what a model is
+/// sent, which reads what no operator sees in `history` or `inspect` (a walkthrough wrote an
+/// instruction in tag characters into an offer's geolocation; it reached the model through
+/// `search_offers`). Unchanged, and not copied, when it has none.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    let hidden = |c: char| is_hidden(c) && c != '\n' && c != '\t';
+    if !text.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.chars().filter(|&c| !hidden(c)).collect())
 }
 
 /// One line, at most `max` characters (an ellipsis marks a cut). Other hidden characters
@@ -101,8 +124,11 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
             // DEL, a C1 control (U+009B opens an escape sequence on xterm) or a formatting
             // character (U+202E, U+2028, ...) as JSON writes it: `--json` output carries them
             // raw inside its strings, and `\u009b` keeps it valid and whole (a walkthrough:
-            // `\u{9b}` there made `doctor --json` unparsable).
-            out.push_str(&format!("\\u{:04x}", c as u32));
+            // `\u{9b}` there made `doctor --json` unparsable); past U+FFFF as its UTF-16
+            // pair (`\udb40\udc41`), as JSON has it.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
@@ -113,6 +139,35 @@ pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Tag characters (U+E0020-U+E007F) spell an instruction no operator sees (a re-test put
+    /// one in an offer's geolocation); the soft hyphen and variation selectors hide too.
+    #[test]
+    fn invisible_characters_are_hidden_from_the_model_and_shown_escaped() {
+        let tagged: String = "go"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+            .collect();
+        let text = format!("Texas{tagged}\u{AD}\u{FE0F}\u{E0100}!\n\tx");
+        assert!([
+            "\u{E0067}",
+            "\u{AD}",
+            "\u{FE0F}",
+            "\u{E0100}",
+            "\u{202E}",
+            "\u{2028}"
+        ]
+        .iter()
+        .all(|c| is_hidden(c.chars().next().unwrap())));
+        assert!(!is_hidden('é') && !is_hidden('\u{301}') && !is_hidden('雨'));
+        assert_eq!(visible(&text), "Texas!\n\tx");
+        assert_eq!(quote(&text, 40), "\"Texas ! x\"");
+        // Past U+FFFF as JSON writes it: a UTF-16 pair, so a --json document reads it whole.
+        assert_eq!(terminal_safe("a\u{E0067}b"), "a\\udb40\\udc67b");
+        let json = serde_json::to_string(&serde_json::json!({"g": "a\u{E0067}b"})).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&terminal_safe(&json)).unwrap();
+        assert_eq!(back["g"], "a\u{E0067}b");
+    }
 
     #[test]
     fn quoting_neutralises_outside_text() {

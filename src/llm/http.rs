@@ -237,7 +237,9 @@ pub fn request_body_with(req: &ChatRequest, cap_field: &str) -> Value {
         .map(|m| {
             let mut obj = Map::new();
             obj.insert("role".into(), json!(m.role.as_str()));
-            obj.insert("content".into(), json!(m.content));
+            // Outside text in it (tool results, observations) without what no operator
+            // sees: a host's instruction in tag characters (`text::visible`).
+            obj.insert("content".into(), json!(crate::text::visible(&m.content)));
             if m.role == Role::Assistant && !m.tool_calls.is_empty() {
                 let calls: Vec<Value> = m
                     .tool_calls
