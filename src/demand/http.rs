@@ -49,7 +49,10 @@ impl HttpProbe {
             .body_mut()
             .with_config()
             .limit(MAX_BODY_BYTES)
-            .read_to_string();
+            .read_to_vec()
+            // One byte that is not UTF-8 (in a note, a machine name) is read as U+FFFD, as a
+            // `command` source's output is: it failed the whole reading, the fleet held blind.
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         if status != 200 {
             let said = body.map(|b| excerpt(&b)).unwrap_or_default();
             let said = if said.is_empty() {

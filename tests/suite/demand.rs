@@ -768,3 +768,32 @@ fn harmonydb_a_hung_first_host_hands_over_to_the_next_one() {
     );
     assert!(text.contains("refused"), "{text}");
 }
+
+/// A re-test: one byte that is not UTF-8 (in a machine name, a note) failed the whole
+/// reading over HTTP ("stream did not contain valid UTF-8"): demand unknown and the fleet held
+/// with work queued. It reads as U+FFFD, as a `command` source's output does.
+#[test]
+fn http_probe_reads_a_byte_that_is_not_utf8_as_a_replacement_character() {
+    let server = tiny_http::Server::http("127.0.0.1:0").unwrap();
+    let port = server.server_addr().to_ip().unwrap().port();
+    let body = GOOD_DOC
+        .replacen("vast-a", "vast-\u{1}a", 1)
+        .replace('\u{1}', "\u{0}");
+    let mut bytes = body.into_bytes();
+    let at = bytes.iter().position(|&b| b == 0).unwrap();
+    bytes[at] = 0xff;
+    let handle = thread::spawn(move || {
+        let request = server
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap()
+            .unwrap();
+        request
+            .respond(tiny_http::Response::from_data(bytes))
+            .unwrap();
+    });
+    let d = HttpProbe::new(format!("http://127.0.0.1:{port}/demand"), TIMEOUT)
+        .probe()
+        .unwrap();
+    handle.join().unwrap();
+    assert_eq!(d.workers[0].machine_name, "vast-\u{fffd}a");
+}
