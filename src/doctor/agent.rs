@@ -566,7 +566,9 @@ pub(super) fn boot_failures(conn: &Connection, now: Millis) -> Vec<Problem> {
         let since = now - crate::fleet::BOOT_WINDOW_MS;
         let row = crate::fleet::boot::in_a_row(
             crate::store::actions::boot_failures_since(conn, since)?,
-            crate::store::instances::newest_with_worker(conn)?,
+            crate::fleet::boot::newest_booted(&crate::store::instances::with_worker_since(
+                conn, since,
+            )?),
         );
         if row.len() < crate::fleet::BOOT_FAILURES_MAX {
             return Ok(None);

@@ -19,17 +19,19 @@ use super::{Snapshot, STATUS_CHARS};
 /// The boot breaker: after this many rentals of ours in a row ended flagged before any
 /// Curio worker of theirs ran (stuck loading, exited, or running without one: `actions.flag`
 /// `loading` and `unbooted`), within [`BOOT_WINDOW_MS`], launches go one at a time (none
-/// while one of ours has not yet had a worker), and a boot failure no longer leaves its host
-/// out: the cause is then the worker image or its settings, not the hosts. A rental of ours
-/// that has a worker ends the row.
+/// while one of ours has not yet had a worker): the cause may be the worker image or its
+/// settings rather than the hosts, and then every rental more fails alike. Each host that
+/// failed is still left out (a re-test: with the bans held, the cheapest bad host was rented
+/// again and again while good ones were offered). A rental of ours whose boot began after
+/// the row's first failure and that has a worker ends the row.
 pub const BOOT_FAILURES_MAX: usize = 3;
 pub const BOOT_WINDOW_MS: Millis = 6 * 3_600_000;
 
 pub use crate::store::actions::BootFailure;
 
 /// Of the boot failures since the window's start (newest first), those after the newest
-/// rental of ours that had a Curio worker (`booted_at`: its creation; None: none had one):
-/// the row. At most [`BOOT_FAILURES_MAX`].
+/// boot of ours that gave a Curio worker (`booted_at`: when that boot began, [`boot_began`];
+/// None: none did): the row. At most [`BOOT_FAILURES_MAX`].
 pub fn in_a_row(failures: Vec<BootFailure>, booted_at: Option<Millis>) -> Vec<BootFailure> {
     failures
         .into_iter()
@@ -38,12 +40,23 @@ pub fn in_a_row(failures: Vec<BootFailure>, booted_at: Option<Millis>) -> Vec<Bo
         .collect()
 }
 
-/// The newest creation time among `rows` of an instance that had a worker.
+/// When the newest boot among `rows` that gave a Curio worker (its address kept) began.
 pub fn newest_booted(rows: &[InstanceRow]) -> Option<Millis> {
     rows.iter()
         .filter(|r| r.worker_address.is_some())
-        .map(|r| r.created_at)
+        .map(boot_began)
         .max()
+}
+
+/// When an instance's present boot began: its rental, or the end of its last pause (a stopped
+/// spare started again, a bid resumed boots afresh). A re-test saw a spare started again
+/// flagged `unbooted 2h00m` in its first running pass, measured from its first rental, and
+/// the boot breaker outlive the mended image while the boots that worked were such spares.
+pub fn boot_began(r: &InstanceRow) -> Millis {
+    r.paused_spans
+        .iter()
+        .map(|s| s.1)
+        .fold(r.created_at, Millis::max)
 }
 
 /// What follows a boot flag's figure when vast.ai said why (`status_msg`): ` (vast.ai:
@@ -62,17 +75,39 @@ pub fn vast_said(r: &InstanceRow) -> String {
 
 impl Snapshot {
     /// How long an instance of ours has run on vast.ai (`booted`) without ever having had a
-    /// Curio worker (none matched since its launch: no `worker_address`), once past a boot
-    /// and a worker's start (`policy.stuck_loading_mins` + `policy.silent_worker_mins` from
-    /// its launch), with demand read (an unread Curio lists nobody). Flagged `unbooted`:
-    /// it bills and proves nothing (a drill saw one bill for over an hour, counted as
-    /// capacity). None: not so.
+    /// Curio worker (none matched since its boot began: no `worker_address`), once past a
+    /// boot and a worker's start (`policy.stuck_loading_mins` + `policy.silent_worker_mins`
+    /// from [`boot_began`]), with demand read (an unread Curio lists nobody). Flagged
+    /// `unbooted`: it bills and proves nothing (a drill saw one bill for over an hour,
+    /// counted as capacity). Not while Curio lists a live worker at its public IP that no
+    /// other instance of ours holds: it may be this one's, unmatched because two of ours
+    /// share the IP (a re-test saw two proving instances on one host destroyed so). None:
+    /// not so.
     pub fn unbooted_for(&self, r: &InstanceRow, config: &Config) -> Option<Millis> {
-        self.demand.as_ref()?;
+        let d = self.demand.as_ref()?;
         let p = &config.policy;
         let limit = (p.stuck_loading_mins + p.silent_worker_mins) as Millis * 60_000;
-        let ms = self.now - r.created_at;
-        (r.state == BOOTED && r.worker_address.is_none() && ms > limit).then_some(ms)
+        let ms = self.now - boot_began(r);
+        if r.state != BOOTED || r.worker_address.is_some() || ms <= limit {
+            return None;
+        }
+        let ip = r
+            .public_ip
+            .as_deref()
+            .map(str::trim)
+            .filter(|ip| !ip.is_empty());
+        let held = |addr: &str| {
+            self.instances.iter().any(|o| {
+                o.label != r.label && o.worker_address.as_deref().map(str::trim) == Some(addr)
+            })
+        };
+        let maybe_ours = ip.is_some_and(|ip| {
+            d.workers.iter().any(|w| {
+                let addr = w.host_and_port.trim();
+                super::workers::host_of(addr) == ip && !held(addr)
+            })
+        });
+        (!maybe_ours).then_some(ms)
     }
 
     /// The boot breaker holds: [`BOOT_FAILURES_MAX`] rentals in a row never booted a worker.
@@ -119,7 +154,7 @@ pub fn boot_message(row: &[BootFailure], waiting: Option<&InstanceRow>, now: Mil
         None => String::new(),
     };
     format!(
-        "the last {} rentals of ours never booted a Curio worker{newest}: the cause is likely the worker image or its settings (vast.image, its registry, [vast.env], onstart), not the hosts, so launches go one at a time until one boots{held}",
+        "the last {} rentals of ours never booted a Curio worker{newest}: the cause may be the worker image or its settings (vast.image, its registry, [vast.env], onstart) rather than the hosts (each is left out), so launches go one at a time until one boots{held}",
         row.len()
     )
 }
@@ -189,6 +224,50 @@ mod tests {
             flags(&snapshot(vec![exited]), &c),
             vec![(8, "exited".into())]
         );
+    }
+
+    /// Re-tests: a spare started again was flagged `unbooted 2h00m` (from its first rental) in
+    /// its first running pass; two proving instances on one host, matched by neither name nor
+    /// address, were destroyed as never booted.
+    #[test]
+    fn a_boot_is_timed_from_its_start_and_a_worker_at_its_ip_may_be_its_own() {
+        let c = config();
+        let mut spare = row("fleetagent-s", Some(5), BOOTED, 0.4);
+        spare.created_at = NOW - 120 * MIN;
+        spare.paused_spans = vec![(NOW - 100 * MIN, NOW - 5 * MIN, 0.01)];
+        assert_eq!(boot_began(&spare), NOW - 5 * MIN);
+        assert!(flags(&snapshot(vec![spare.clone()]), &c).is_empty());
+        spare.state = LOADING;
+        assert!(flags(&snapshot(vec![spare.clone()]), &c).is_empty());
+        spare.paused_spans[0].1 = NOW - 60 * MIN;
+        assert_eq!(
+            flags(&snapshot(vec![spare.clone()]), &c),
+            vec![(5, "loading 1h00m".into())]
+        );
+        // The boot breaker's row ends at a boot that began after its first failure.
+        spare.worker_address = Some("10.0.0.1:12300".into());
+        assert_eq!(newest_booted(&[spare]), Some(NOW - 60 * MIN));
+
+        let mut shared = row("fleetagent-a", Some(6), BOOTED, 0.4);
+        shared.created_at = NOW - 55 * MIN;
+        shared.public_ip = Some("198.51.100.7".into());
+        let mut s = snapshot(vec![shared]);
+        s.demand = Some(Demand {
+            workers: vec![crate::fleet::fixtures::worker(
+                "curio-x",
+                "198.51.100.7:12301",
+                1,
+            )],
+            ..Default::default()
+        });
+        assert!(
+            flags(&s, &c).is_empty(),
+            "a live worker at its IP may be its own"
+        );
+        let mut other = row("fleetagent-b", Some(7), crate::fleet::PROVING, 0.4);
+        other.worker_address = Some("198.51.100.7:12301".into());
+        s.instances.push(other);
+        assert_eq!(flags(&s, &c)[0].0, 6, "that worker is another of ours");
     }
 
     #[test]

@@ -320,9 +320,10 @@ impl Snapshot {
                     Some("unknown") if !matches!(r.state, REGISTERED | PROVING) => {
                         (FlagKind::Unknown, String::new())
                     }
-                    _ if r.state == LOADING && self.now - r.created_at > stuck_ms => (
+                    // From when its present boot began (a spare started again: its start).
+                    _ if r.state == LOADING && self.now - boot::boot_began(r) > stuck_ms => (
                         FlagKind::Loading,
-                        format!(" {}", human_duration(self.now - r.created_at)),
+                        format!(" {}", human_duration(self.now - boot::boot_began(r))),
                     ),
                     _ if unbooted.is_some() => (
                         FlagKind::Unbooted,

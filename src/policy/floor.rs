@@ -113,8 +113,8 @@ pub struct ModelDid {
     pub stops: u32,
     /// Launches of the model that met a limit the floor's own would meet in the same pass:
     /// refused by the launch window (`rate_limited`), or failed at vast.ai (its rate limit,
-    /// a refused create, no rentable offer; not an offer taken meanwhile). The model asked
-    /// as the rules would, and its ask is on record.
+    /// a refused create, no rentable offer; not an offer taken meanwhile or refused for
+    /// itself). The model asked as the rules would, and its ask is on record.
     pub launches_blocked: u32,
     /// Instances the model's stop of failed on vast.ai's rate limit, retries spent: the
     /// floor's stop of them would meet it too, so they wait for the next pass. Under

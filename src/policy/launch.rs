@@ -258,15 +258,38 @@ impl Answer {
 }
 
 /// The code a failed call's ledger row keeps where a decision tells the failure apart:
-/// `vast_rate_limited` for vast.ai's rate limit with the retries spent, `offer_taken` for an
-/// offer rented by someone else meanwhile. The floor does not launch after a model whose
-/// launch failed at vast.ai (its own would fail alike), except on a taken offer: its own
-/// launch searches afresh.
+/// `vast_rate_limited` for vast.ai's rate limit with the retries spent (the floor does not
+/// launch after a model whose launch met it: its own would meet it too).
 pub fn failure_code(e: &VastError) -> Option<&'static str> {
+    matches!(e, VastError::RateLimited(_)).then_some(crate::store::actions::VAST_RATE_LIMITED)
+}
+
+/// vast.ai's error codes of a create refused for the account, whatever the offer: the floor's
+/// own launch would be refused alike.
+const ACCOUNT_REFUSALS: [&str; 6] = [
+    "missing_billing",
+    "insufficient_credit",
+    "invalid_token",
+    "auth_error",
+    "not_authorized",
+    "label_too_long",
+];
+
+/// The code of a failed create: [`failure_code`]'s, or one that names the offer as the cause:
+/// `offer_taken` (rented by someone else meanwhile) and `offer_refused` (any other 4xx but an
+/// account's: a host in maintenance, an offer's own arguments). The floor does not launch
+/// after a model whose launch failed at vast.ai (its own would fail alike), except on these:
+/// its own launch searches afresh (a re-test: a model naming a host in maintenance pass after
+/// pass held the floor's WORKERS DEAD launch while other offers rented fine).
+pub fn create_failure_code(e: &VastError) -> Option<&'static str> {
     match e {
-        VastError::RateLimited(_) => Some(crate::store::actions::VAST_RATE_LIMITED),
         VastError::NoSuchAsk(_) => Some(crate::store::actions::OFFER_TAKEN),
-        _ => None,
+        VastError::Api { status, code, .. }
+            if (400..500).contains(status) && !ACCOUNT_REFUSALS.contains(&code.as_str()) =>
+        {
+            Some(crate::store::actions::OFFER_REFUSED)
+        }
+        _ => failure_code(e),
     }
 }
 

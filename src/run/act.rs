@@ -242,7 +242,8 @@ fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result
 /// its launches that met the launch window or failed at vast.ai (its rate limit, an account
 /// out of credit, no rentable offer): the floor's own would meet the same, and a drill saw
 /// each such pass counted as the model overruled, `doctor` telling the operator to replace
-/// the model. A taken offer is not one: the floor's launch searches afresh.
+/// the model. An offer taken or refused for itself is not one: the floor's launch searches
+/// afresh.
 fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid> {
     let mut did = floor::ModelDid::default();
     for a in crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())? {
@@ -256,7 +257,7 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
             ("launch", "refused") if a.code.as_deref() == Some("rate_limited") => {
                 did.launches_blocked += 1
             }
-            ("launch", "failed") if !offer_taken(a.code.as_deref()) => did.launches_blocked += 1,
+            ("launch", "failed") if !offer_caused(a.code.as_deref()) => did.launches_blocked += 1,
             (_, "failed")
                 if a.code.as_deref() == Some(crate::store::actions::VAST_RATE_LIMITED) =>
             {
@@ -268,9 +269,11 @@ fn model_did(conn: &rusqlite::Connection, run_id: i64) -> Result<floor::ModelDid
     Ok(did)
 }
 
-/// A failed launch whose offer was taken meanwhile, by its ledger code.
-fn offer_taken(code: Option<&str>) -> bool {
-    code == Some(crate::store::actions::OFFER_TAKEN)
+/// A failed launch whose offer was the cause (taken meanwhile, or refused for itself), by its
+/// ledger code: the floor's own launch, which searches afresh, may go.
+fn offer_caused(code: Option<&str>) -> bool {
+    use crate::store::actions::{OFFER_REFUSED, OFFER_TAKEN};
+    matches!(code, Some(c) if c == OFFER_TAKEN || c == OFFER_REFUSED)
 }
 
 /// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).

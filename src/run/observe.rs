@@ -519,12 +519,12 @@ fn assemble(
         .into_iter()
         .map(|(_, line)| line)
         .collect();
-    let booted_at =
-        crate::fleet::boot::newest_booted(&rec.rows).max(instances::newest_with_worker(conn)?);
-    let boot_failures = crate::fleet::boot::in_a_row(
-        actions::boot_failures_since(conn, now - crate::fleet::BOOT_WINDOW_MS)?,
-        booted_at,
+    let since = now - crate::fleet::BOOT_WINDOW_MS;
+    let booted_at = crate::fleet::boot::newest_booted(&rec.rows).max(
+        crate::fleet::boot::newest_booted(&instances::with_worker_since(conn, since)?),
     );
+    let boot_failures =
+        crate::fleet::boot::in_a_row(actions::boot_failures_since(conn, since)?, booted_at);
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,

@@ -67,8 +67,8 @@ pub struct NewAction<'a> {
     pub reason: Option<&'a str>,
     pub detail: Option<&'a str>,
     /// Why it did not go through, where a decision tells it apart: the guardrail's code of a
-    /// refusal (`rate_limited`, `unprofitable`, ...), or `vast_rate_limited` and
-    /// `offer_taken` (`policy::launch::failure_code`).
+    /// refusal (`rate_limited`, `unprofitable`, ...), or `vast_rate_limited`, `offer_taken`
+    /// and `offer_refused` (`policy::launch::create_failure_code`).
     pub code: Option<&'a str>,
     /// A stop or destroy of a flagged instance: why it was flagged.
     pub flag: Option<FlagKind>,
@@ -81,6 +81,10 @@ pub const VAST_RATE_LIMITED: &str = "vast_rate_limited";
 /// the retries on other offers a launch without `offer_id` makes: a launch that searches
 /// afresh may find another.
 pub const OFFER_TAKEN: &str = "offer_taken";
+
+/// The ledger's code of a launch vast.ai refused for its offer (a 4xx that is not the
+/// account's: a host in maintenance): another offer may go (`policy::launch::create_failure_code`).
+pub const OFFER_REFUSED: &str = "offer_refused";
 
 pub fn insert(conn: &Connection, a: &NewAction<'_>, now: Millis) -> Result<i64> {
     conn.execute(

@@ -203,14 +203,17 @@ pub fn alive_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>>
     Ok(rows)
 }
 
-/// The newest creation time of an instance that had a Curio worker (its address kept), gone
-/// or not: a rental after which the boot breaker's row starts again (`fleet::boot`).
-pub fn newest_with_worker(conn: &Connection) -> Result<Option<Millis>> {
-    Ok(conn.query_row(
-        "SELECT max(created_at) FROM instances WHERE worker_address IS NOT NULL",
-        [],
-        |r| r.get(0),
-    )?)
+/// Instances with a Curio worker (its address kept) alive at some point after `since`: the
+/// boots the boot breaker's row starts again after (`fleet::boot::newest_booted`).
+pub fn with_worker_since(conn: &Connection, since: Millis) -> Result<Vec<InstanceRow>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM instances
+          WHERE worker_address IS NOT NULL AND (gone_at IS NULL OR gone_at > ?1)"
+    ))?;
+    let rows = stmt
+        .query_map(params![since], row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
 }
 
 /// Write `i` by its label. Its paused spans are the stored row's, plus the one that ended

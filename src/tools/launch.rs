@@ -340,7 +340,7 @@ fn rent(
     if let Some(r) = held.into_inner() {
         return withheld(ctx, create, intent_id, &r).map(|res| (res, false));
     }
-    let code = created.as_ref().err().and_then(plan::failure_code);
+    let code = created.as_ref().err().and_then(plan::create_failure_code);
     let taken = matches!(created, Err(crate::vast::VastError::NoSuchAsk(_)));
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
         // Rented now, or taken by someone else: either way not to be tried again this pass.

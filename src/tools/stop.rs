@@ -169,16 +169,13 @@ pub fn stop_as(
         }
     };
     // A host that failed us (a boot that never finished, exited, offline, unknown) is left
-    // out of offer searches for `vast.offers.bad_host_hours`; a boot that failed while the
-    // boot breaker holds is not the host's doing (a drill: every host left out in turn, and
-    // the fleet held for a day once the image was mended).
-    let breaker = ctx.snapshot.boot_breaker();
+    // out of offer searches for `vast.offers.bad_host_hours`.
     let host_failure = ctx
         .snapshot
         .flagged(ctx.config)
         .into_iter()
         .find(|f| f.vast_id == instance_id)
-        .filter(|f| plan::host_failure(f.kind) && !(breaker && plan::boot_failure(f.kind)))
+        .filter(|f| plan::host_failure(f.kind))
         .and_then(|f| Some((target.row.as_ref()?.machine_id?, f.why)));
     let hours = ctx.config.vast.offers.bad_host_hours;
     let tx = ctx.store.immediate()?;

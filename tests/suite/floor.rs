@@ -485,3 +485,36 @@ fn a_models_launch_that_vast_ai_refused_is_not_repeated_by_the_floor() {
     assert_eq!(acts.len(), 1, "{acts:?}");
     assert_eq!((acts[0].0.as_str(), acts[0].1.as_str()), ("launch", "ok"));
 }
+
+/// A re-test: a model naming a host in maintenance pass after pass (vast.ai refused that
+/// offer alone, 400 invalid_args) held the floor's WORKERS DEAD launch while other offers
+/// rented fine. A create refused for its offer leaves the floor's own launch to go.
+#[test]
+fn a_models_launch_refused_for_its_offer_alone_leaves_the_floor_to_rent_another() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let offers = vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    let maintenance = FakeReply::json(
+        400,
+        json!({"success": false, "error": "invalid_args", "msg": "host is in maintenance"}),
+    );
+    vast.fail_next(Route::Create, 1, maintenance);
+    let args = format!(
+        r#"{{"offer_id": {}, "reason": "every worker is dead"}}"#,
+        offers[1]
+    );
+    llm.push(Reply::tool_calls(&[("launch_instance", &args)]));
+    llm.push(Reply::text("That host is in maintenance."));
+    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        2,
+        "the model's, then the floor's"
+    );
+    let acts = floor_actions(&f);
+    assert_eq!(acts.len(), 1, "{acts:?}");
+    assert_eq!((acts[0].0.as_str(), acts[0].1.as_str()), ("launch", "ok"));
+}
