@@ -566,9 +566,10 @@ pub(super) fn boot_failures(conn: &Connection, now: Millis) -> Vec<Problem> {
         let since = now - crate::fleet::BOOT_WINDOW_MS;
         let row = crate::fleet::boot::in_a_row(
             crate::store::actions::boot_failures_since(conn, since)?,
-            crate::fleet::boot::newest_booted(&crate::store::instances::with_worker_since(
-                conn, since,
-            )?),
+            crate::fleet::boot::newest_booted(
+                &crate::store::instances::with_worker_since(conn, since)?,
+                &crate::store::actions::started_again_since(conn, now - 2 * 86_400_000)?,
+            ),
         );
         if row.len() < crate::fleet::BOOT_FAILURES_MAX {
             return Ok(None);

@@ -9,6 +9,8 @@
 //! left out, the fix `doctor` gave rented more of the same. Another saw an instance that vast.ai
 //! ran and whose worker never appeared bill for over an hour, counted as capacity.
 
+use std::collections::BTreeMap;
+
 use crate::clock::Millis;
 use crate::config::Config;
 use crate::store::instances::InstanceRow;
@@ -40,23 +42,25 @@ pub fn in_a_row(failures: Vec<BootFailure>, booted_at: Option<Millis>) -> Vec<Bo
         .collect()
 }
 
-/// When the newest boot among `rows` that gave a Curio worker (its address kept) began.
-pub fn newest_booted(rows: &[InstanceRow]) -> Option<Millis> {
+/// When the newest boot among `rows` that gave a Curio worker (its address kept) began
+/// (`started`: [`Snapshot::started_again`]).
+pub fn newest_booted(rows: &[InstanceRow], started: &BTreeMap<i64, Millis>) -> Option<Millis> {
     rows.iter()
         .filter(|r| r.worker_address.is_some())
-        .map(boot_began)
+        .map(|r| boot_began(r, started))
         .max()
 }
 
-/// When an instance's present boot began: its rental, or the end of its last pause (a stopped
-/// spare started again, a bid resumed boots afresh). A re-test saw a spare started again
-/// flagged `unbooted 2h00m` in its first running pass, measured from its first rental, and
-/// the boot breaker outlive the mended image while the boots that worked were such spares.
-pub fn boot_began(r: &InstanceRow) -> Millis {
-    r.paused_spans
-        .iter()
-        .map(|s| s.1)
-        .fold(r.created_at, Millis::max)
+/// When an instance's present boot began: its rental, or when fleetagent started it again (a
+/// stopped spare, `stop_mode = "stop"`: its `start` action, `started`). A re-test saw a spare
+/// started again flagged `unbooted 2h00m` in its first running pass, timed from its first
+/// rental, and the boot breaker outlive the mended image while the boots that worked were
+/// such spares. Not from the paused spans: a price change writes spans too, and timing from
+/// them held off every boot flag of an instance listed at a moving price (a second re-test).
+pub fn boot_began(r: &InstanceRow, started: &BTreeMap<i64, Millis>) -> Millis {
+    r.vast_id
+        .and_then(|id| started.get(&id).copied())
+        .map_or(r.created_at, |at| at.max(r.created_at))
 }
 
 /// What follows a boot flag's figure when vast.ai said why (`status_msg`): ` (vast.ai:
@@ -87,7 +91,7 @@ impl Snapshot {
         let d = self.demand.as_ref()?;
         let p = &config.policy;
         let limit = (p.stuck_loading_mins + p.silent_worker_mins) as Millis * 60_000;
-        let ms = self.now - boot_began(r);
+        let ms = self.now - boot_began(r, &self.started_again);
         if r.state != BOOTED || r.worker_address.is_some() || ms <= limit {
             return None;
         }
@@ -234,19 +238,29 @@ mod tests {
         let c = config();
         let mut spare = row("fleetagent-s", Some(5), BOOTED, 0.4);
         spare.created_at = NOW - 120 * MIN;
+        // Spans (a pause, or hours at an old price) do not restart the clock: only a start.
         spare.paused_spans = vec![(NOW - 100 * MIN, NOW - 5 * MIN, 0.01)];
-        assert_eq!(boot_began(&spare), NOW - 5 * MIN);
-        assert!(flags(&snapshot(vec![spare.clone()]), &c).is_empty());
+        let started = |at: Millis| [(5, at)].into_iter().collect::<BTreeMap<i64, Millis>>();
+        let with = |r: &InstanceRow, at: Millis| Snapshot {
+            started_again: started(at),
+            ..snapshot(vec![r.clone()])
+        };
+        assert_eq!(boot_began(&spare, &BTreeMap::new()), NOW - 120 * MIN);
+        assert_eq!(flags(&snapshot(vec![spare.clone()]), &c).len(), 1);
+        assert_eq!(boot_began(&spare, &started(NOW - 5 * MIN)), NOW - 5 * MIN);
+        assert!(flags(&with(&spare, NOW - 5 * MIN), &c).is_empty());
         spare.state = LOADING;
-        assert!(flags(&snapshot(vec![spare.clone()]), &c).is_empty());
-        spare.paused_spans[0].1 = NOW - 60 * MIN;
+        assert!(flags(&with(&spare, NOW - 5 * MIN), &c).is_empty());
         assert_eq!(
-            flags(&snapshot(vec![spare.clone()]), &c),
+            flags(&with(&spare, NOW - 60 * MIN), &c),
             vec![(5, "loading 1h00m".into())]
         );
         // The boot breaker's row ends at a boot that began after its first failure.
         spare.worker_address = Some("10.0.0.1:12300".into());
-        assert_eq!(newest_booted(&[spare]), Some(NOW - 60 * MIN));
+        assert_eq!(
+            newest_booted(&[spare], &started(NOW - 60 * MIN)),
+            Some(NOW - 60 * MIN)
+        );
 
         let mut shared = row("fleetagent-a", Some(6), BOOTED, 0.4);
         shared.created_at = NOW - 55 * MIN;

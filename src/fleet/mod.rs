@@ -133,6 +133,10 @@ pub struct Snapshot {
     /// The boot breaker's row (`boot::in_a_row`): rentals of ours in a row that never booted
     /// a Curio worker, newest first; at [`BOOT_FAILURES_MAX`] launches go one at a time.
     pub boot_failures: Vec<BootFailure>,
+    /// Ours that fleetagent started again (a stopped spare), by vast.ai id: when (its
+    /// latest `start` action within two days); their boot is timed from then
+    /// (`boot::boot_began`).
+    pub started_again: BTreeMap<i64, Millis>,
     /// Hosts (`machine_id`) that failed us, left out of offer searches for now.
     pub bad_hosts: Vec<i64>,
     /// Hosts of instances the operator stopped or destroyed within
@@ -291,6 +295,7 @@ impl Snapshot {
                     .map(|s| s.trim().to_ascii_lowercase());
                 let lost = self.worker_lost_for(r, config);
                 let unbooted = self.unbooted_for(r, config);
+                let began = |r: &InstanceRow| boot::boot_began(r, &self.started_again);
                 let (kind, why) = match status.as_deref() {
                     _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
                     // Kept stopped by the operator: its disk is theirs to end.
@@ -321,9 +326,9 @@ impl Snapshot {
                         (FlagKind::Unknown, String::new())
                     }
                     // From when its present boot began (a spare started again: its start).
-                    _ if r.state == LOADING && self.now - boot::boot_began(r) > stuck_ms => (
+                    _ if r.state == LOADING && self.now - began(r) > stuck_ms => (
                         FlagKind::Loading,
-                        format!(" {}", human_duration(self.now - boot::boot_began(r))),
+                        format!(" {}", human_duration(self.now - began(r))),
                     ),
                     _ if unbooted.is_some() => (
                         FlagKind::Unbooted,

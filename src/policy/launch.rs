@@ -276,16 +276,22 @@ const ACCOUNT_REFUSALS: [&str; 6] = [
 ];
 
 /// The code of a failed create: [`failure_code`]'s, or one that names the offer as the cause:
-/// `offer_taken` (rented by someone else meanwhile) and `offer_refused` (any other 4xx but an
-/// account's: a host in maintenance, an offer's own arguments). The floor does not launch
-/// after a model whose launch failed at vast.ai (its own would fail alike), except on these:
-/// its own launch searches afresh (a re-test: a model naming a host in maintenance pass after
-/// pass held the floor's WORKERS DEAD launch while other offers rented fine).
-pub fn create_failure_code(e: &VastError) -> Option<&'static str> {
+/// `offer_taken` (rented by someone else meanwhile) and, for an offer the caller named
+/// (`named`), `offer_refused` (a 400, 404 or 409-like refusal but an account's: a host in
+/// maintenance). The floor does not launch after a model whose launch failed at vast.ai (its
+/// own would fail alike), except on these: its own launch picks its own offer (a re-test: a
+/// model naming a host in maintenance pass after pass held the floor's WORKERS DEAD launch
+/// while other offers rented fine). 401 and 403 are the key's or the account's; a launch that
+/// picked its offer itself would pick it again (a second re-test saw each pass send three
+/// failing creates, the floor's two blamed on the model).
+pub fn create_failure_code(e: &VastError, named: bool) -> Option<&'static str> {
     match e {
         VastError::NoSuchAsk(_) => Some(crate::store::actions::OFFER_TAKEN),
         VastError::Api { status, code, .. }
-            if (400..500).contains(status) && !ACCOUNT_REFUSALS.contains(&code.as_str()) =>
+            if named
+                && (400..500).contains(status)
+                && !matches!(status, 401 | 403)
+                && !ACCOUNT_REFUSALS.contains(&code.as_str()) =>
         {
             Some(crate::store::actions::OFFER_REFUSED)
         }

@@ -520,9 +520,9 @@ fn assemble(
         .map(|(_, line)| line)
         .collect();
     let since = now - crate::fleet::BOOT_WINDOW_MS;
-    let booted_at = crate::fleet::boot::newest_booted(&rec.rows).max(
-        crate::fleet::boot::newest_booted(&instances::with_worker_since(conn, since)?),
-    );
+    let started_again = actions::started_again_since(conn, now - 2 * DAY_MS)?;
+    let booted = |rows: &[_]| crate::fleet::boot::newest_booted(rows, &started_again);
+    let booted_at = booted(&rec.rows).max(booted(&instances::with_worker_since(conn, since)?));
     let boot_failures =
         crate::fleet::boot::in_a_row(actions::boot_failures_since(conn, since)?, booted_at);
     let mut demand = demand;
@@ -558,6 +558,7 @@ fn assemble(
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
         boot_failures,
+        started_again,
         bad_hosts: bad_hosts::current(conn, now)?,
         operator_hosts: actions::operator_hosts_since(
             conn,

@@ -406,6 +406,22 @@ pub fn boot_failures_since(conn: &Connection, since: Millis) -> Result<Vec<BootF
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Ours that fleetagent started again since `since` (a stopped spare, `stop_mode = "stop"`):
+/// vast.ai id -> when, the latest (`fleet::boot::boot_began`).
+pub fn started_again_since(
+    conn: &Connection,
+    since: Millis,
+) -> Result<std::collections::BTreeMap<i64, Millis>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT instance_id, max(created_at) FROM actions
+          WHERE kind = 'start' AND outcome = 'ok' AND created_at >= ?1
+            AND instance_id IS NOT NULL
+          GROUP BY instance_id",
+    )?;
+    let rows = stmt.query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// When the last launch since `since` was refused as `unprofitable` (no offer left the
 /// margin), if one was.
 pub fn unprofitable_refused_since(conn: &Connection, since: Millis) -> Result<Option<Millis>> {

@@ -229,6 +229,8 @@ fn restart(
     let result = match done {
         Ok((r, result)) => {
             instances::upsert(&tx, &r)?;
+            // Its boot is timed from now (`fleet::boot::boot_began`).
+            ctx.snapshot.started_again.insert(id, after);
             if let Some(s) = ctx
                 .snapshot
                 .instances
@@ -340,7 +342,11 @@ fn rent(
     if let Some(r) = held.into_inner() {
         return withheld(ctx, create, intent_id, &r).map(|res| (res, false));
     }
-    let code = created.as_ref().err().and_then(plan::create_failure_code);
+    let named = ask.offer_id.is_some();
+    let code = created
+        .as_ref()
+        .err()
+        .and_then(|e| plan::create_failure_code(e, named));
     let taken = matches!(created, Err(crate::vast::VastError::NoSuchAsk(_)));
     if let Some(cache) = ctx.snapshot.offers.as_mut() {
         // Rented now, or taken by someone else: either way not to be tried again this pass.
