@@ -467,13 +467,22 @@ fn a_models_launch_that_vast_ai_refused_is_not_repeated_by_the_floor() {
                "msg": format!("Instance type by id {} is not available.", offers[0]),
                "ask_id": offers[0]}),
     );
-    vast.fail_next(Route::Create, 1, taken);
-    let args = format!(
-        r#"{{"offer_id": {}, "reason": "every worker is dead"}}"#,
-        offers[0]
-    );
+    named_offer_refused_then_the_floor_rents(&llm, &vast, &f, taken, offers[0]);
+}
+
+/// The model names `offer`, vast.ai answers its create `refused`, and the floor's own launch
+/// rents another in the same pass.
+fn named_offer_refused_then_the_floor_rents(
+    llm: &FakeLlm,
+    vast: &FakeVast,
+    f: &crate::common::fleet::Fleet,
+    refused: FakeReply,
+    offer: u64,
+) {
+    vast.fail_next(Route::Create, 1, refused);
+    let args = format!(r#"{{"offer_id": {offer}, "reason": "every worker is dead"}}"#);
     llm.push(Reply::tool_calls(&[("launch_instance", &args)]));
-    llm.push(Reply::text("That offer was taken."));
+    llm.push(Reply::text("That offer did not go."));
     f.cmd(&["trigger", "-p", "1", "-r", "still dead"]).ok();
     f.cmd(&["run"]).ok();
     assert_eq!(
@@ -481,7 +490,7 @@ fn a_models_launch_that_vast_ai_refused_is_not_repeated_by_the_floor() {
         2,
         "the model's, then the floor's"
     );
-    let acts = floor_actions(&f);
+    let acts = floor_actions(f);
     assert_eq!(acts.len(), 1, "{acts:?}");
     assert_eq!((acts[0].0.as_str(), acts[0].1.as_str()), ("launch", "ok"));
 }
@@ -500,21 +509,5 @@ fn a_models_launch_refused_for_its_offer_alone_leaves_the_floor_to_rent_another(
         400,
         json!({"success": false, "error": "invalid_args", "msg": "host is in maintenance"}),
     );
-    vast.fail_next(Route::Create, 1, maintenance);
-    let args = format!(
-        r#"{{"offer_id": {}, "reason": "every worker is dead"}}"#,
-        offers[1]
-    );
-    llm.push(Reply::tool_calls(&[("launch_instance", &args)]));
-    llm.push(Reply::text("That host is in maintenance."));
-    f.cmd(&["trigger", "-p", "1", "-r", "dead again"]).ok();
-    f.cmd(&["run"]).ok();
-    assert_eq!(
-        vast.count(Route::Create),
-        2,
-        "the model's, then the floor's"
-    );
-    let acts = floor_actions(&f);
-    assert_eq!(acts.len(), 1, "{acts:?}");
-    assert_eq!((acts[0].0.as_str(), acts[0].1.as_str()), ("launch", "ok"));
+    named_offer_refused_then_the_floor_rents(&llm, &vast, &f, maintenance, offers[1]);
 }
