@@ -63,6 +63,22 @@ pub fn boot_began(r: &InstanceRow, started: &BTreeMap<i64, Millis>) -> Millis {
         .map_or(r.created_at, |at| at.max(r.created_at))
 }
 
+/// When the boot that the `loading` and `unbooted` flags time began: [`boot_began`], or for an
+/// instance whose boot began again without fleetagent's start (one the operator started in
+/// vast.ai's console after a stop, a bid paused and resumed between two passes: it was paused,
+/// or it had a worker), when it entered its present state. A third re-test saw both
+/// destroyed at first sight as `loading 2h00m`, timed from the rental, and their hosts left
+/// out. A price change moves neither.
+pub fn boot_clock(r: &InstanceRow, started: &BTreeMap<i64, Millis>) -> Millis {
+    let began = boot_began(r, started);
+    let again = !r.paused_spans.is_empty() || r.worker_address.is_some();
+    if again {
+        began.max(r.state_since)
+    } else {
+        began
+    }
+}
+
 /// What follows a boot flag's figure when vast.ai said why (`status_msg`): ` (vast.ai:
 /// "...")`, quoted and cut; empty otherwise.
 pub fn vast_said(r: &InstanceRow) -> String {
@@ -81,7 +97,7 @@ impl Snapshot {
     /// How long an instance of ours has run on vast.ai (`booted`) without ever having had a
     /// Curio worker (none matched since its boot began: no `worker_address`), once past a
     /// boot and a worker's start (`policy.stuck_loading_mins` + `policy.silent_worker_mins`
-    /// from [`boot_began`]), with demand read (an unread Curio lists nobody). Flagged
+    /// from [`boot_clock`]), with demand read (an unread Curio lists nobody). Flagged
     /// `unbooted`: it bills and proves nothing (a drill saw one bill for over an hour,
     /// counted as capacity). Not while Curio lists a live worker at its public IP that no
     /// other instance of ours holds: it may be this one's, unmatched because two of ours
@@ -91,7 +107,7 @@ impl Snapshot {
         let d = self.demand.as_ref()?;
         let p = &config.policy;
         let limit = (p.stuck_loading_mins + p.silent_worker_mins) as Millis * 60_000;
-        let ms = self.now - boot_began(r, &self.started_again);
+        let ms = self.now - boot_clock(r, &self.started_again);
         if r.state != BOOTED || r.worker_address.is_some() || ms <= limit {
             return None;
         }
@@ -238,7 +254,9 @@ mod tests {
         let c = config();
         let mut spare = row("fleetagent-s", Some(5), BOOTED, 0.4);
         spare.created_at = NOW - 120 * MIN;
-        // Spans (a pause, or hours at an old price) do not restart the clock: only a start.
+        spare.state_since = NOW - 110 * MIN;
+        // A span's end (hours at an old price, written each time it is repriced) does not
+        // restart the clock: a start does, or entering its state after a pause.
         spare.paused_spans = vec![(NOW - 100 * MIN, NOW - 5 * MIN, 0.01)];
         let started = |at: Millis| [(5, at)].into_iter().collect::<BTreeMap<i64, Millis>>();
         let with = |r: &InstanceRow, at: Millis| Snapshot {
@@ -254,6 +272,20 @@ mod tests {
         assert_eq!(
             flags(&with(&spare, NOW - 60 * MIN), &c),
             vec![(5, "loading 1h00m".into())]
+        );
+        // Started again by hand (it was paused: no `start` of ours), or a bid resumed between
+        // two passes (it had a worker): from when it entered its present state.
+        spare.state_since = NOW - 5 * MIN;
+        assert!(flags(&snapshot(vec![spare.clone()]), &c).is_empty());
+        let mut resumed = row("fleetagent-r", Some(8), LOADING, 0.4);
+        resumed.created_at = NOW - 75 * MIN;
+        resumed.state_since = NOW - 4 * MIN;
+        resumed.worker_address = Some("10.0.0.2:12300".into());
+        assert!(flags(&snapshot(vec![resumed.clone()]), &c).is_empty());
+        resumed.worker_address = None;
+        assert_eq!(
+            flags(&snapshot(vec![resumed]), &c),
+            vec![(8, "loading 1h15m".into())]
         );
         // The boot breaker's row ends at a boot that began after its first failure.
         spare.worker_address = Some("10.0.0.1:12300".into());

@@ -295,7 +295,7 @@ impl Snapshot {
                     .map(|s| s.trim().to_ascii_lowercase());
                 let lost = self.worker_lost_for(r, config);
                 let unbooted = self.unbooted_for(r, config);
-                let began = |r: &InstanceRow| boot::boot_began(r, &self.started_again);
+                let began = |r: &InstanceRow| boot::boot_clock(r, &self.started_again);
                 let (kind, why) = match status.as_deref() {
                     _ if r.state == OUTBID => (FlagKind::Outbid, String::new()),
                     // Kept stopped by the operator: its disk is theirs to end.

@@ -212,7 +212,10 @@ pub struct Floored {
 /// past the guardrails (done, or failed at vast.ai), the pass was decided by `floor`, and when
 /// that changed the fleet the verdict is `action`. Calls that a guardrail all refused (the
 /// daily cap reached, a full launch window) overrule nothing: the model could not have made
-/// them either, so the pass stays the model's (the ledger keeps them, actor `floor`).
+/// them either, so the pass stays the model's (the ledger keeps them, actor `floor`). Nor do
+/// calls that all failed after a launch of the model's that failed at vast.ai too (a re-test:
+/// a config vast.ai refused, a 400 for the image, made each pass the floor's, and doctor
+/// told the operator to replace the model).
 pub fn overrule(
     store: &mut Store,
     le: &LoopEnv<'_>,
@@ -221,7 +224,11 @@ pub fn overrule(
     outcome: &mut runs::Outcome,
 ) -> Result<()> {
     let floored = floor(store, le, registry, snapshot, Actor::Floor)?;
-    if floored.called && !all_refused(&store.conn, le.run_id, Actor::Floor)? {
+    let conn = &store.conn;
+    let overruled = floored.called
+        && !all_refused(conn, le.run_id, Actor::Floor)?
+        && !(none_went(conn, le.run_id, Actor::Floor)? && launch_failed(conn, le.run_id)?);
+    if overruled {
         outcome.decided_by = Some(runs::DecidedBy::Floor);
     }
     if floored.mutated {
@@ -235,6 +242,23 @@ pub fn overrule(
 fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result<bool> {
     let rows = crate::store::actions::outcomes_of_run(conn, run_id, actor.as_str())?;
     Ok(!rows.is_empty() && rows.iter().all(|a| a.outcome == "refused"))
+}
+
+/// Whether `actor`'s calls in this pass all failed or were refused (none when it made none).
+fn none_went(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result<bool> {
+    let rows = crate::store::actions::outcomes_of_run(conn, run_id, actor.as_str())?;
+    Ok(!rows.is_empty()
+        && rows
+            .iter()
+            .all(|a| matches!(a.outcome.as_str(), "refused" | "failed")))
+}
+
+/// Whether a launch of the model's failed at vast.ai in this pass.
+fn launch_failed(conn: &rusqlite::Connection, run_id: i64) -> Result<bool> {
+    let rows = crate::store::actions::outcomes_of_run(conn, run_id, Actor::Llm.as_str())?;
+    Ok(rows
+        .iter()
+        .any(|a| a.kind == "launch" && a.outcome == "failed"))
 }
 
 /// What the model's own calls changed in this pass (launches and stops that went through,

@@ -511,3 +511,35 @@ fn a_models_launch_refused_for_its_offer_alone_leaves_the_floor_to_rent_another(
     );
     named_offer_refused_then_the_floor_rents(&llm, &vast, &f, maintenance, offers[1]);
 }
+
+/// A third re-test: a 400 that was our own config's (the image), on an offer the model named,
+/// let the floor try too, and each such pass read as the floor overruling the model (doctor:
+/// replace the model). A pass whose floor calls all failed after a failed launch of the
+/// model's stays the model's.
+#[test]
+fn a_floor_that_fails_as_the_model_did_overrules_nothing() {
+    let llm = FakeLlm::start();
+    let vast = FakeVast::start_real_time();
+    let offers = vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(&llm, &vast, ONE_LAUNCH, "quiet_interval_mins = 0");
+    write_demand(f.path(), dead_fleet());
+    let bad_image = FakeReply::json(
+        400,
+        json!({"success": false, "error": "invalid_args", "msg": "image: invalid reference format"}),
+    );
+    vast.fail_next(Route::Create, 5, bad_image);
+    let args = format!(
+        r#"{{"offer_id": {}, "reason": "every worker is dead"}}"#,
+        offers[0]
+    );
+    llm.push(Reply::tool_calls(&[("launch_instance", &args)]));
+    llm.push(Reply::text("vast.ai refused it."));
+    f.cmd(&["trigger", "-p", "1", "-r", "dead"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(
+        vast.count(Route::Create),
+        2,
+        "the model's, then the floor's"
+    );
+    assert_eq!(f.inspect()["runs"][0]["decided_by"], "llm");
+}
