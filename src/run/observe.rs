@@ -537,10 +537,18 @@ fn assemble(
         ghost_workers,
         demand_error,
         listing_error,
+        // With the paused spans as the write keeps them (`alive`): a pause that ended in this
+        // listing is one (a re-test: a spare started by hand, timed from its rental).
         instances: rec
             .rows
             .into_iter()
             .filter(|r| r.gone_at.is_none())
+            .map(|mut r| {
+                if let Some(a) = alive.iter().find(|a| a.label == r.label) {
+                    r.paused_spans.clone_from(&a.paused_spans);
+                }
+                r
+            })
             .collect(),
         foreign: rec.foreign,
         other_installs: rec.other_installs,

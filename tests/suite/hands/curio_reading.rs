@@ -544,3 +544,31 @@ fn an_instance_running_without_ever_a_worker_is_destroyed() {
         "{detail}"
     );
 }
+
+/// A re-test: an instance the operator stopped in vast.ai's console and started again there
+/// (no `start` of ours) was destroyed in the first pass that saw it loading, as `loading
+/// 2h00m`, timed from its rental. Its boot is timed from when it left the pause.
+#[test]
+fn an_instance_started_again_by_hand_is_timed_from_its_start() {
+    let r = Rig::new();
+    let id = r.fake.add_instance("fleetagent-hand");
+    r.demand(
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0,
+        "proofshare_enabled": true, "request_loop": "ok", "workers": []}),
+    );
+    r.fake.set_actual_status(id, Some("stopped"));
+    r.pass();
+    r.f.db()
+        .execute(
+            "UPDATE instances SET created_at = created_at - 7200000, state_since = state_since - 3600000",
+            [],
+        )
+        .unwrap();
+    r.fake.set_actual_status(id, Some("loading"));
+    r.pass();
+    assert_eq!(r.fake.instance_ids(), vec![id], "{}", r.last_observation());
+    assert_eq!(
+        r.f.count("SELECT COUNT(*) FROM actions WHERE kind = 'destroy'"),
+        0
+    );
+}
