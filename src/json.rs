@@ -10,25 +10,22 @@ use serde_json::{Map, Value};
 /// key, with serde_json's line and column. A lone UTF-16 surrogate escape is read as U+FFFD
 /// ([`lone_surrogates_replaced`]).
 pub fn parse(text: &str) -> serde_json::Result<Value> {
-    match serde_json::from_str::<Strict>(text) {
-        Ok(s) => Ok(s.0),
-        Err(e) => match lone_surrogates_replaced(text) {
-            Some(mended) => serde_json::from_str::<Strict>(&mended).map(|s| s.0),
-            None => Err(e),
-        },
-    }
+    mended::<Strict>(text).map(|s| s.0)
 }
 
 /// `text` as a JSON value (keys repeated: the last wins, as serde_json reads them), a lone
 /// UTF-16 surrogate escape read as U+FFFD.
 pub fn parse_loose(text: &str) -> serde_json::Result<Value> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v) => Ok(v),
-        Err(e) => match lone_surrogates_replaced(text) {
-            Some(mended) => serde_json::from_str::<Value>(&mended),
-            None => Err(e),
-        },
-    }
+    mended::<Value>(text)
+}
+
+/// `text` read as `T`, again with its lone surrogate escapes replaced when that failed and
+/// it has any (serde_json's first error otherwise).
+fn mended<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    serde_json::from_str(text).or_else(|e| match lone_surrogates_replaced(text) {
+        Some(mended) => serde_json::from_str(&mended),
+        None => Err(e),
+    })
 }
 
 /// `text` with every `\uXXXX` escape of a lone UTF-16 surrogate (half of a pair, as a

@@ -40,13 +40,15 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     // A database of an older schema (README's upgrade: the new build's doctor before the
     // switch) is read as it is: its install id is there (a walkthrough saw "install unknown:
     // no readable database" beside the database check that had just read it).
-    let install = crate::store::Store::open_for_report(&dir, app.now())
-        .or_else(|_| crate::store::Store::open_read_only_as_is(&dir))
-        .ok()
-        .and_then(|s| crate::store::ops::install_id(&s.conn).ok());
     // With several hosts, the shared state's (as `inspect` says it): a follower that never
-    // led holds its own `init`'s, never used (a walkthrough).
-    let install = speaks_for.or(install);
+    // led holds its own `init`'s, never used (a walkthrough). Read again only where the
+    // checks could not say.
+    let install = speaks_for.or_else(|| {
+        crate::store::Store::open_for_report(&dir, app.now())
+            .or_else(|_| crate::store::Store::open_read_only_as_is(&dir))
+            .ok()
+            .and_then(|s| crate::store::ops::install_id(&s.conn).ok())
+    });
     let config_path = loaded.file_found.then(|| loaded.path.display().to_string());
     if args.json {
         let state_dir = Some(dir.display().to_string());

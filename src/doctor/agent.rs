@@ -563,24 +563,12 @@ pub(super) fn silent_destroys(conn: &Connection, now: Millis) -> Vec<Problem> {
 /// denied", nowhere an operator reads).
 pub(super) fn boot_failures(conn: &Connection, now: Millis) -> Vec<Problem> {
     let read = || -> anyhow::Result<Option<String>> {
-        let since = now - crate::fleet::BOOT_WINDOW_MS;
-        let row = crate::fleet::boot::in_a_row(
-            crate::store::actions::boot_failures_since(conn, since)?,
-            crate::fleet::boot::newest_booted(
-                &crate::store::instances::with_worker_since(conn, since)?,
-                &crate::store::actions::started_again_since(conn, now - 2 * 86_400_000)?,
-            ),
-        );
+        let row = crate::run::boots::read(conn, &[], now)?.row;
         if row.len() < crate::fleet::BOOT_FAILURES_MAX {
             return Ok(None);
         }
         let live = crate::store::instances::live(conn)?;
-        let waiting = live.iter().find(|r| {
-            matches!(
-                r.state,
-                crate::fleet::LAUNCHING | crate::fleet::LOADING | crate::fleet::BOOTED
-            ) && r.worker_address.is_none()
-        });
+        let waiting = live.iter().find(|r| crate::fleet::boot::is_unproven(r));
         Ok(Some(crate::fleet::boot::boot_message(&row, waiting, now)))
     };
     match read() {

@@ -592,6 +592,21 @@ fn leader_stale(
     }
 }
 
+/// `HOST VALUE, ...` of every host, when the hosts' `value` differ (None when they agree).
+fn differ(
+    hosts: &[&crate::ha::status::HostStatus],
+    value: impl Fn(&crate::ha::status::HostStatus) -> &String,
+) -> Option<String> {
+    let distinct: std::collections::BTreeSet<&String> = hosts.iter().map(|h| value(h)).collect();
+    (distinct.len() > 1).then(|| {
+        let each: Vec<String> = hosts
+            .iter()
+            .map(|h| format!("{} {}", h.host_id, value(h)))
+            .collect();
+        each.join(", ")
+    })
+}
+
 /// `ha` (several hosts), on every host: the shared database unreachable (no host can act),
 /// no leader for longer than the lease, hosts whose config hashes differ (a failover would
 /// change the caps), a host id used from two places, a leader whose passes fail
@@ -686,13 +701,7 @@ pub(super) fn ha(
         .iter()
         .filter(|h| h.seen_secs_ago < RETIRED_AFTER_SECS)
         .collect();
-    let hashes: std::collections::BTreeSet<&str> =
-        current.iter().map(|h| h.config_hash.as_str()).collect();
-    if hashes.len() > 1 {
-        let each: Vec<String> = current
-            .iter()
-            .map(|h| format!("{} {}", h.host_id, h.config_hash))
-            .collect();
+    if let Some(each) = differ(&current, |h| &h.config_hash) {
         let keys = crate::ha::node::keys_that_differ(
             current.iter().filter_map(|h| h.config_keys.as_deref()),
         );
@@ -704,8 +713,7 @@ pub(super) fn ha(
         };
         problems.push(
             Problem::new(format!(
-                "ha: the hosts' configs differ ({}){named}: a failover would change the caps",
-                each.join(", ")
+                "ha: the hosts' configs differ ({each}){named}: a failover would change the caps"
             ))
             .fix("give every host the same config (host_id and state_dir aside), then let each run once"),
         );
@@ -713,17 +721,10 @@ pub(super) fn ha(
     // A rolling upgrade left half done: a failover hands the fleet to another build (a
     // walkthrough: a newer leader's stop in flight made an older one that took the lease fail
     // every pass, holding it, and nothing said a host was left behind).
-    let versions: std::collections::BTreeSet<&str> =
-        current.iter().map(|h| h.version.as_str()).collect();
-    if versions.len() > 1 {
-        let each: Vec<String> = current
-            .iter()
-            .map(|h| format!("{} {}", h.host_id, h.version))
-            .collect();
+    if let Some(each) = differ(&current, |h| &h.version) {
         problems.push(
             Problem::new(format!(
-                "ha: the hosts run different builds ({}): a failover hands the fleet to another build, and an older one may not read what a newer one left",
-                each.join(", ")
+                "ha: the hosts run different builds ({each}): a failover hands the fleet to another build, and an older one may not read what a newer one left"
             ))
             .fix("finish the upgrade on every host (docs/ha.md), or go back on all of them; each host's next run records its build"),
         );

@@ -28,6 +28,8 @@ use super::{Snapshot, STATUS_CHARS};
 /// the row's first failure and that has a worker ends the row.
 pub const BOOT_FAILURES_MAX: usize = 3;
 pub const BOOT_WINDOW_MS: Millis = 6 * 3_600_000;
+/// How far back fleetagent's `start` of a spare times its boot ([`boot_began`]).
+pub const STARTED_AGAIN_MS: Millis = 2 * 86_400_000;
 
 pub use crate::store::actions::BootFailure;
 
@@ -135,11 +137,9 @@ impl Snapshot {
         self.boot_failures.len() >= BOOT_FAILURES_MAX
     }
 
-    /// Ours that have not yet had a Curio worker: launching, loading, or running without one.
+    /// Ours that have not yet had a Curio worker ([`is_unproven`]).
     pub fn unproven(&self) -> impl Iterator<Item = &InstanceRow> {
-        self.instances.iter().filter(|r| {
-            matches!(r.state, LAUNCHING | LOADING | BOOTED) && r.worker_address.is_none()
-        })
+        self.instances.iter().filter(|r| is_unproven(r))
     }
 
     /// While the boot breaker holds, why a launch must wait (None: it need not): one of ours
@@ -151,6 +151,12 @@ impl Snapshot {
         let waiting = self.unproven().next()?;
         Some(boot_message(&self.boot_failures, Some(waiting), self.now))
     }
+}
+
+/// An instance that has not yet had a Curio worker: launching, loading, or running without
+/// one. While the boot breaker holds, none more is rented.
+pub fn is_unproven(r: &InstanceRow) -> bool {
+    matches!(r.state, LAUNCHING | LOADING | BOOTED) && r.worker_address.is_none()
 }
 
 /// The words for the boot breaker: the row, the newest's reason, and what holds the next

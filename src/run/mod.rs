@@ -14,6 +14,7 @@
 //! service at once while it exists; the events stay for the timer).
 
 pub mod act;
+pub mod boots;
 pub mod claim;
 pub mod observe;
 pub mod pass;

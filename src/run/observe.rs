@@ -519,12 +519,7 @@ fn assemble(
         .into_iter()
         .map(|(_, line)| line)
         .collect();
-    let since = now - crate::fleet::BOOT_WINDOW_MS;
-    let started_again = actions::started_again_since(conn, now - 2 * DAY_MS)?;
-    let booted = |rows: &[_]| crate::fleet::boot::newest_booted(rows, &started_again);
-    let booted_at = booted(&rec.rows).max(booted(&instances::with_worker_since(conn, since)?));
-    let boot_failures =
-        crate::fleet::boot::in_a_row(actions::boot_failures_since(conn, since)?, booted_at);
+    let boots = super::boots::read(conn, &rec.rows, now)?;
     let mut demand = demand;
     let ghost_workers = match demand.as_mut() {
         Some(d) => drop_ghost_workers(conn, d)?,
@@ -565,8 +560,8 @@ fn assemble(
             conn,
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
-        boot_failures,
-        started_again,
+        boot_failures: boots.row,
+        started_again: boots.started_again,
         bad_hosts: bad_hosts::current(conn, now)?,
         operator_hosts: actions::operator_hosts_since(
             conn,
