@@ -682,13 +682,19 @@ pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
 /// it on demand. A bid is placed only where its $/proof ([`bid_price`] over the GPU's rate)
 /// beats the offer's on-demand $/proof (the offer chosen is the best on-demand one per proof)
 /// by `policy.bid_discount_min`, and once `policy.on_demand_min` on-demand instances of ours
-/// bill as a base (an outbid bid proves nothing until it resumes).
+/// bill as a base (an outbid bid proves nothing until it resumes). The offer passed the
+/// profit check at its bid ([`crate::policy::offers::rent_dph`]): where its on-demand price would not pass it, the
+/// bid is placed whatever else holds (a walkthrough saw an offer judged at its bid rented on
+/// demand at a loss on every proof).
 pub fn bid_or_on_demand(ask: &Ask, config: &Config, offer: &Offer) -> Option<f64> {
+    let rate = crate::fleet::rates::gpu_rate(config, &ask.measured_rates, &offer.gpu_name);
+    let bid = bid_price(offer, config);
+    if !crate::price::profitable(ask.price.as_ref(), offer.dph_total, rate, config) {
+        return Some(bid);
+    }
     if ask.on_demand < config.policy.on_demand_min {
         return None;
     }
-    let rate = crate::fleet::rates::gpu_rate(config, &ask.measured_rates, &offer.gpu_name);
-    let bid = bid_price(offer, config);
     let bid_per_proof = crate::price::cost_per_proof(bid, rate);
     let on_demand_per_proof = crate::price::cost_per_proof(offer.dph_total, rate);
     (bid_per_proof <= on_demand_per_proof * (1.0 - config.policy.bid_discount_min) + 1e-12)

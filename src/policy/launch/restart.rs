@@ -9,7 +9,8 @@ use super::*;
 /// stopped too long) is started again before a new one is rented: the cheapest first; not on
 /// a host that failed us (a walkthrough saw an exited one stopped and started again by one
 /// pass, every pass), nor made with another image than `vast.image`, nor one `[vast.offers]`
-/// no longer rents. The money check is on its $/h; `None` when there is none, or no fit.
+/// no longer rents. The money and profit checks are on the $/h starting it adds (its disk
+/// bills while stopped); `None` when there is none, or no fit.
 pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Option<InstanceRow> {
     if config.vast.stop_mode != crate::config::StopMode::Stop || ask.offer_id.is_some() {
         return None;
@@ -45,9 +46,25 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
     let row = stopped.first()?;
     // Its disk already bills: starting it adds the GPU part.
     let extra = (row.dph.unwrap_or(0.0) - row.storage_dph.unwrap_or(0.0)).max(0.0);
-    guardrails::check_launch_money(&ask.facts(), extra, &config.policy)
-        .ok()
-        .map(|_| (*row).clone())
+    guardrails::check_launch_money(&ask.facts(), extra, &config.policy).ok()?;
+    // Started again, it proves at its GPU's rate for that part: a spare that would lose money
+    // on every proof stays stopped (a walkthrough saw one started in the pass whose rental of
+    // the same GPU at the same $/h was refused `unprofitable`).
+    if let Some(gpu) = row.gpu_name.as_deref() {
+        let measured = &ask.measured_rates;
+        guardrails::check_profit(
+            ask.price.as_ref(),
+            config,
+            row.offer_id.unwrap_or(0).max(0) as u64,
+            gpu,
+            extra,
+            crate::fleet::rates::gpu_rate(config, measured, gpu),
+            crate::fleet::rates::rate_source(config, measured, gpu),
+            None,
+        )
+        .ok()?;
+    }
+    Some((*row).clone())
 }
 
 /// A stopped spare `[vast.offers]` would still rent: its GPU among `gpu_names` (when set),

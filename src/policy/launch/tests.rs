@@ -347,6 +347,29 @@ fn a_spare_that_failed_or_no_longer_matches_the_config_is_not_started_again() {
     let mut dear = c.clone();
     dear.vast.offers.max_dph_per_instance = Some(0.5);
     assert_eq!(started(&s, &dear), None, "dearer than max_dph_per_instance");
+    // Its GPU part, $0.80/h over 20 proofs/h, is $0.04 a proof: it pays at $0.06 a proof
+    // (at most $0.048 at a 20 % margin), not at $0.04 (the walkthrough saw it started in
+    // the pass whose rental at the same $/h was refused `unprofitable`).
+    let mut priced = s.clone();
+    priced.price = Some(price(0.06));
+    assert_eq!(started(&priced, &c), Some(2));
+    priced.price = Some(price(0.04));
+    assert_eq!(started(&priced, &c), None, "it would lose on every proof");
+    // Its disk bills while stopped anyway: only the GPU part counts.
+    priced.instances[1].storage_dph = Some(0.2);
+    assert_eq!(started(&priced, &c), Some(2), "$0.60/h is $0.03 a proof");
+}
+
+/// A price at `usd` a proof.
+fn price(usd: f64) -> crate::price::Price {
+    crate::price::Price {
+        revenue_per_proof: usd,
+        proof_fil: usd / 5.0,
+        proof_fil_source: "config",
+        fil_usd: 5.0,
+        fil_usd_source: "config",
+        fil_usd_at: NOW,
+    }
 }
 
 #[test]
@@ -718,6 +741,20 @@ fn a_bid_only_where_it_beats_on_demand_by_bid_discount_min_and_past_the_on_deman
     assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), Some(0.24));
     three.instances[2].is_bid = true;
     assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), None);
+    // Where the offer pays only at its bid ($0.24/h over 20 proofs/h = $0.012 a proof, under
+    // the $0.016 a $0.02 proof leaves at a 20 % margin; $0.40/h on demand is $0.02): the bid,
+    // base or not (the walkthrough's offer was judged at its bid and rented on demand).
+    three.price = Some(price(0.02));
+    let cr = choose(
+        &ask(&three, &c, None),
+        &c,
+        &[offer(4, "RTX 4090", 0.4)],
+        BTreeMap::new(),
+    );
+    assert_eq!(cr.unwrap().request.bid_price, Some(0.24));
+    c.policy.bid_discount_min = 0.5;
+    assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), Some(0.24));
+    three.price = None;
     // On demand: never a bid.
     c.vast.offers.offer_type = OfferType::OnDemand;
     assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), None);
