@@ -88,6 +88,24 @@ pub fn hour_of_day(at: Millis) -> u32 {
 }
 
 impl DayProfile {
+    /// Said why the history stays short where the timer alone reads an hour fewer than
+    /// [`CELL_MIN_SAMPLES`] times (`run.timer_period_secs` over 1,200 s): only hours that
+    /// other passes read too (triggers, wakes) count, and "history short" would read as a
+    /// wait that may never end (a walkthrough waited 48 hours at 1,800 s).
+    pub fn with_period(mut self, period_secs: u64) -> DayProfile {
+        let per_hour = 3_600 / period_secs.max(1);
+        if !self.trusted
+            && self.why.starts_with("history short")
+            && per_hour < u64::from(CELL_MIN_SAMPLES)
+        {
+            self.why.push_str(&format!(
+                " (an hour counts with {CELL_MIN_SAMPLES} readings; run.timer_period_secs = {period_secs} reads {per_hour} an hour: only hours that more passes read count; at most {} s learns every hour)",
+                3_600 / u64::from(CELL_MIN_SAMPLES)
+            ));
+        }
+        self
+    }
+
     /// Learn the profile at `now` from `cells` (oldest first, as `samples::hourly` reads
     /// them; cells older than [`PROFILE_DAYS`] or not yet ended are left out).
     pub fn learn(cells: &[Cell], now: Millis) -> DayProfile {
@@ -308,6 +326,15 @@ mod tests {
         assert!(!p.trusted);
         assert!(p.why.starts_with("history short: 0 of 24"), "{}", p.why);
         assert_eq!(p.hours.len(), 20);
+        // At the 5-minute timer the reason stays as it is; at 30 minutes an hour is read
+        // twice, under the 3 an hour needs: said.
+        assert_eq!(p.clone().with_period(300).why, p.why);
+        let sparse = p.clone().with_period(1_800).why;
+        assert!(
+            sparse.ends_with("run.timer_period_secs = 1800 reads 2 an hour: only hours that more passes read count; at most 1200 s learns every hour)"),
+            "{sparse}"
+        );
+        assert_eq!(p.clone().with_period(1_200).why, p.why);
         // Installed at 05:00: on the next day, 19 hours of the day seen on an earlier day,
         // whatever the hour; the day after, all 24.
         let c = cells(3, day);

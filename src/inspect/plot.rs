@@ -319,6 +319,7 @@ mod tests {
             target_pph: 60.0,
             fleet_dph: 1.0,
             revenue_per_proof: price,
+            saturated: demand_ok.then_some(false),
         }
     }
 

@@ -604,10 +604,10 @@ pub fn day_profile(
     if !config.policy.learn_day {
         return Ok(None);
     }
-    Ok(Some(crate::fleet::day::DayProfile::learn(
-        &day_cells(conn, now)?,
-        now,
-    )))
+    Ok(Some(
+        crate::fleet::day::DayProfile::learn(&day_cells(conn, now)?, now)
+            .with_period(config.run.timer_period_secs),
+    ))
 }
 
 /// The hours of history a day profile at `now` reads.

@@ -70,6 +70,7 @@ pub fn of(s: &Snapshot, config: &Config) -> Sample {
         target_pph: config.policy.target_proofs_per_hour,
         fleet_dph: s.fleet_dph(),
         revenue_per_proof: s.price.as_ref().map(|p| p.revenue_per_proof),
+        saturated: d.map(crate::policy::streaks::backlog),
     }
 }
 

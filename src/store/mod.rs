@@ -59,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/0016_operator_spoke.sql"),
     include_str!("../../sql/0017_unusable_answers.sql"),
     include_str!("../../sql/0018_stops_in_flight.sql"),
+    include_str!("../../sql/0019_sample_saturated.sql"),
 ];
 
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -34,6 +34,10 @@ pub struct Sample {
     pub target_pph: f64,
     pub fleet_dph: f64,
     pub revenue_per_proof: Option<f64>,
+    /// Work waiting of at least the rules' backlog minimum with every live worker busy
+    /// (`policy::streaks::backlog`); None when the probe failed, and in samples stored
+    /// before this column.
+    pub saturated: Option<bool>,
 }
 
 /// Store one sample and drop those older than [`KEEP_MS`] before it (in the caller's
@@ -42,9 +46,10 @@ pub fn record(conn: &Connection, s: &Sample) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO samples (run_id, at, demand_ok, pending, running, running_stale, backlog,
              live_workers, completed_15m, completed_1h, ours_billing, ours_booting, ours_proving,
-             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h)
+             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h,
+             saturated)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                 ?18)",
+                 ?18, ?19)",
     )?
     .execute(params![
         s.run_id,
@@ -65,6 +70,7 @@ pub fn record(conn: &Connection, s: &Sample) -> Result<()> {
         s.fleet_dph,
         s.revenue_per_proof,
         s.ours_completed_1h,
+        s.saturated,
     ])?;
     conn.prepare_cached("DELETE FROM samples WHERE at < ?1")?
         .execute([s.at - KEEP_MS])?;
@@ -90,7 +96,8 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
     let mut stmt = conn.prepare_cached(
         "SELECT run_id, at, demand_ok, pending, running, running_stale, backlog, live_workers,
              completed_15m, completed_1h, ours_billing, ours_booting, ours_proving,
-             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h
+             capacity_pph, target_pph, fleet_dph, revenue_per_proof, ours_completed_1h,
+             saturated
          FROM samples WHERE at >= ?1 ORDER BY at, id",
     )?;
     let rows = stmt
@@ -114,6 +121,7 @@ pub fn since(conn: &Connection, since: Millis) -> Result<Vec<Sample>> {
                 fleet_dph: r.get(15)?,
                 revenue_per_proof: r.get(16)?,
                 ours_completed_1h: r.get(17)?,
+                saturated: r.get(18)?,
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -193,7 +201,8 @@ pub fn cache_day_hours(conn: &Connection, cells: &[Cell], now: Millis) -> Result
 /// The hours of history since `since` as the day profile reads them ([`Cell`]),
 /// oldest first: per whole UTC hour, the mean of the last-15-minutes rate (completions times
 /// 4) of the samples whose window's middle falls in it, from passes that read demand, with
-/// at least `min_samples` of them; saturated when most saw a backlog of `backlog_min` or more.
+/// at least `min_samples` of them; saturated when most were saturated (`Sample::saturated`;
+/// a sample stored before that column: a backlog, else pending, of `backlog_min` or more).
 pub fn hourly(
     conn: &Connection,
     since: Millis,
@@ -204,7 +213,7 @@ pub fn hourly(
     // row on every pass (a week of samples is 2,016 rows; the simulator runs a pass per
     // simulated 5 minutes).
     let mut stmt = conn.prepare_cached(
-        "SELECT at, completed_15m, coalesce(backlog, pending) >= ?2
+        "SELECT at, completed_15m, coalesce(saturated, coalesce(backlog, pending) >= ?2)
          FROM samples
          WHERE at >= ?1 AND demand_ok AND completed_15m IS NOT NULL
          ORDER BY at",
@@ -275,6 +284,7 @@ mod tests {
             target_pph: 0.0,
             fleet_dph: 0.8,
             revenue_per_proof: demand_ok.then_some(0.05),
+            saturated: demand_ok.then_some(false),
         }
     }
 
@@ -328,7 +338,10 @@ mod tests {
         for (k, m) in (10..=65).step_by(5).enumerate() {
             let mut s = sample(at(m), true);
             s.completed_15m = Some(if k % 2 == 0 { 10 } else { 20 });
-            s.pending = Some(if k < 7 { 6 } else { 0 });
+            // Six waiting in every reading (orphan tasks among them, the walkthrough's dead
+            // day): what counts is whether the pass saw the fleet saturated.
+            s.pending = Some(6);
+            s.saturated = Some(k < 7);
             record(&store.conn, &s).unwrap();
         }
         // Hour 1: two readings, one of them a failed probe; hour 2: one.
@@ -340,7 +353,7 @@ mod tests {
         assert_eq!(cells[0].start, h0);
         assert_eq!(cells[0].samples, 12);
         assert_eq!(cells[0].pph, 60.0);
-        assert!(cells[0].saturated, "7 of 12 saw a backlog of 5 or more");
+        assert!(cells[0].saturated, "7 of 12 saw the fleet saturated");
         assert_eq!(
             (cells[1].start, cells[1].samples, cells[1].pph),
             (h0 + 3_600_000, 1, 40.0)
@@ -349,6 +362,18 @@ mod tests {
         // At least 3 readings: only the first hour; and `since` leaves out earlier samples.
         assert_eq!(hourly(&store.conn, 0, 3, 5).unwrap().len(), 1);
         assert_eq!(hourly(&store.conn, at(70), 1, 5).unwrap().len(), 2);
+        // Only 6 of 12 saturated: not the hour.
+        store
+            .conn
+            .execute("UPDATE samples SET saturated = 0 WHERE at = ?1", [at(40)])
+            .unwrap();
+        assert!(!hourly(&store.conn, 0, 1, 5).unwrap()[0].saturated);
+        // Samples stored before the column are read as before: 6 waiting is a backlog.
+        store
+            .conn
+            .execute("UPDATE samples SET saturated = NULL", [])
+            .unwrap();
+        assert!(hourly(&store.conn, 0, 1, 5).unwrap()[0].saturated);
     }
 
     #[test]
