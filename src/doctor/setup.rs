@@ -20,8 +20,56 @@ pub(super) fn config(config: &Config, missing: Option<&Path>) -> Vec<Problem> {
         );
     }
     out.extend(launch(config));
+    out.extend(gpu_rates(config));
     out.extend(fence_margin(config));
     out.extend(llm_budget(config));
+    out
+}
+
+/// `policy.gpu_rates` keys that no offer will ever match, as vast.ai spells GPUs: one that
+/// `vast.offers.gpu_names` asks for in another spelling ("RTX4090" for "RTX 4090"), or one
+/// with the vendor's words vast.ai leaves out ("NVIDIA GeForce RTX 4090"). Its rate is never
+/// used and offers are judged at `proofs_per_hour_per_instance`: a walkthrough saw every
+/// launch, WORKERS DEAD's too, refused `unprofitable` for a pinned 60/h read as 20/h, and
+/// nothing ever ran to measure it.
+fn gpu_rates(config: &Config) -> Vec<Problem> {
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    let offers = &config.vast.offers;
+    let mut out = Vec::new();
+    for key in config.policy.gpu_rates.keys() {
+        if !offers.gpu_names.is_empty()
+            && crate::policy::offers::gpu_asked(offers, &key.replace('_', " "))
+        {
+            continue;
+        }
+        let vendor = ["nvidia", "geforce"]
+            .iter()
+            .any(|w| key.to_ascii_lowercase().contains(w));
+        let near = offers.gpu_names.iter().find(|g| {
+            let (k, g) = (squash(key), squash(g));
+            !g.is_empty() && (k == g || k.ends_with(&g))
+        });
+        let meant = match (near, vendor) {
+            (Some(g), _) => format!("vast.offers.gpu_names asks for \"{g}\""),
+            (None, true) => {
+                "vast.ai names GPUs without the vendor's words (\"RTX 4090\", \"A100 SXM4\")"
+                    .to_string()
+            }
+            (None, false) => continue,
+        };
+        out.push(
+            Problem::new(format!(
+                "policy.gpu_rates pins \"{key}\", which no vast.ai offer is named ({meant}): its rate is never used, offers are judged at policy.proofs_per_hour_per_instance ({}/h), and a launch that pays at the pinned rate may be refused unprofitable",
+                config.policy.proofs_per_hour_per_instance
+            ))
+            .fix("spell the key as vast.ai names the GPU (as in vast.offers.gpu_names or `fleetagent inspect`'s offers; any case, `_` for a space)"),
+        );
+    }
     out
 }
 

@@ -172,3 +172,41 @@ fn a_gpu_less_proofshare_node_is_no_curio_problem() {
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(p[0].detail.contains("permission denied"), "{}", p[0].detail);
 }
+
+/// A `policy.gpu_rates` key no vast.ai offer is named is said (the walkthrough's "RTX4090"
+/// and "NVIDIA GeForce RTX 4090" were read as 20/h and every launch refused unprofitable);
+/// vast.ai's spelling in any case, with `_` for a space, and a GPU nobody asks for are not.
+#[test]
+fn a_gpu_rate_no_offer_is_named_is_said() {
+    let (dir, _s) = test_store(NOW);
+    let mut config = Config::default();
+    config.vast.offers.gpu_names = vec!["RTX 4090".into(), "A100 SXM4".into()];
+    let said = |config: &Config| -> Vec<String> {
+        check(&run_checks(dir.path(), config), "config")
+            .problems
+            .iter()
+            .filter(|p| p.detail.starts_with("policy.gpu_rates"))
+            .map(|p| p.detail.clone())
+            .collect()
+    };
+    for good in ["RTX 4090", "rtx_4090", "A100 SXM4", "H100 SXM"] {
+        config.policy.gpu_rates = [(good.to_string(), 60.0)].into();
+        assert_eq!(said(&config), Vec::<String>::new(), "{good}");
+    }
+    config.policy.gpu_rates = [("RTX4090".to_string(), 60.0)].into();
+    let got = said(&config);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("policy.gpu_rates pins \"RTX4090\", which no vast.ai offer is named (vast.offers.gpu_names asks for \"RTX 4090\")"),
+        "{}",
+        got[0]
+    );
+    config.policy.gpu_rates = [("NVIDIA GeForce RTX 4090".to_string(), 60.0)].into();
+    assert!(said(&config)[0].contains("asks for \"RTX 4090\""));
+    // Without gpu_names: the vendor's words alone tell it.
+    config.vast.offers.gpu_names.clear();
+    let got = said(&config);
+    assert!(got[0].contains("without the vendor's words"), "{got:?}");
+    config.policy.gpu_rates = [("RTX4090".to_string(), 60.0)].into();
+    assert_eq!(said(&config), Vec::<String>::new());
+}
