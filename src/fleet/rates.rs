@@ -21,6 +21,13 @@ pub const MIN_PROOFS: u32 = 3;
 /// proofs a minute apart say nothing of the hour).
 pub const MIN_SPAN_SECS: u64 = 600;
 
+/// A measured rate counts this long after it was last measured: Curio's task history (the
+/// six hours a measurement reads) no longer holds a worker of that GPU by then. Kept for
+/// ever, one slow host's measurement refused every later rental of its GPU `unprofitable`,
+/// WORKERS DEAD's too, and nothing could run to measure it again (a walkthrough: 26 hours
+/// after that host was gone). Past it, the GPU is reckoned at its configured rate again.
+pub const MEASURED_KEEP_MS: crate::clock::Millis = 6 * 3_600_000;
+
 /// One GPU model's measurement this pass.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {

@@ -47,6 +47,10 @@ pub struct RateView {
     pub proofs: Option<i64>,
     pub span_secs: Option<i64>,
     pub measured_at: Option<String>,
+    /// How long ago it was measured (the text says when, and that it no longer counts past
+    /// `fleet::rates::MEASURED_KEEP_MS`).
+    #[serde(skip)]
+    pub measured_ago: Option<Millis>,
     pub configured: f64,
     pub used: f64,
     pub source: &'static str,
@@ -110,8 +114,10 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
         new
     });
     names.sort();
+    let keep_since = now - crate::fleet::rates::MEASURED_KEEP_MS;
     let raw: BTreeMap<String, f64> = stored
         .iter()
+        .filter(|r| r.updated_at >= keep_since)
         .map(|r| (r.gpu_name.clone(), r.proofs_per_hour))
         .collect();
     let rates = names
@@ -125,6 +131,7 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
                 proofs: m.map(|m| m.proofs),
                 span_secs: m.map(|m| m.span_secs),
                 measured_at: m.map(|m| rfc3339(m.updated_at)),
+                measured_ago: m.map(|m| now - m.updated_at),
                 configured: config.policy.rate_for(&gpu),
                 used: round2(gpu_rate(config, &raw, &gpu)),
                 source: rate_source(config, &raw, &gpu),
@@ -207,7 +214,17 @@ pub fn render(demand: Option<&DemandView>, rates: &[RateView], identity: &[Strin
                 "  {}: measured {} configured {} -> uses {} ({})",
                 r.gpu_name,
                 match (r.measured, r.proofs) {
-                    (Some(m), Some(p)) => format!("{m} over {p} proofs"),
+                    (Some(m), Some(p)) => format!(
+                        "{m} over {p} proofs{}",
+                        r.measured_ago
+                            .filter(|a| *a > crate::fleet::rates::MEASURED_KEEP_MS)
+                            .map(|a| format!(
+                                " {} ago (counts for {} after it is measured)",
+                                crate::clock::human_duration(a),
+                                crate::clock::human_duration(crate::fleet::rates::MEASURED_KEEP_MS)
+                            ))
+                            .unwrap_or_default()
+                    ),
                     _ => "-".into(),
                 },
                 crate::text::num(r.configured),

@@ -493,8 +493,8 @@ fn assemble(
     alive.retain(|a| !rec.deleted.contains(&a.label));
     let unpriced = crate::fleet::money::unpriced_dph(config).unwrap_or(0.0);
     let spent_today = spend_since(&alive, day_start, now, unpriced);
-    // The stored rates (`observe` stored this pass's measurements already).
-    let measured_rates = curio::rate_map(conn)?;
+    // The stored rates (`observe` stored this pass's measurements already), while they count.
+    let measured_rates = curio::rate_map(conn, now - crate::fleet::rates::MEASURED_KEEP_MS)?;
     // Already advanced by this pass (observe), or computed the same way (view): the step
     // is idempotent, and an unknown reading keeps what was stored.
     let work_waiting_since =

@@ -39,10 +39,11 @@ pub fn rates(conn: &Connection) -> Result<Vec<MeasuredRate>> {
     Ok(rows)
 }
 
-/// GPU name -> proofs/h.
-pub fn rate_map(conn: &Connection) -> Result<BTreeMap<String, f64>> {
+/// GPU name -> proofs/h, of the rates measured at `since` or later.
+pub fn rate_map(conn: &Connection, since: Millis) -> Result<BTreeMap<String, f64>> {
     Ok(rates(conn)?
         .into_iter()
+        .filter(|r| r.updated_at >= since)
         .map(|r| (r.gpu_name, r.proofs_per_hour))
         .collect())
 }
@@ -108,13 +109,19 @@ mod tests {
     #[test]
     fn rates_are_replaced_per_gpu_and_the_clock_and_reading_kept() {
         let (_dir, s) = test_store(0);
-        assert!(rate_map(&s.conn).unwrap().is_empty());
+        assert!(rate_map(&s.conn, 0).unwrap().is_empty());
         set_rate(&s.conn, "RTX 4090", 40.0, 30, 3600, 1).unwrap();
         set_rate(&s.conn, "RTX 3090", 22.0, 10, 1200, 1).unwrap();
         set_rate(&s.conn, "RTX 4090", 42.0, 35, 4000, 2).unwrap();
         let all = rates(&s.conn).unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!((all[1].proofs_per_hour, all[1].updated_at), (42.0, 2));
+        // Only those measured since the time asked count (the 3090's is older).
+        let fresh = rate_map(&s.conn, 2).unwrap();
+        assert_eq!(
+            fresh.into_iter().collect::<Vec<_>>(),
+            vec![("RTX 4090".to_string(), 42.0)]
+        );
         assert_eq!(work_waiting_since(&s.conn).unwrap(), None);
         set_work_waiting_since(&s.conn, Some(5)).unwrap();
         assert_eq!(work_waiting_since(&s.conn).unwrap(), Some(5));

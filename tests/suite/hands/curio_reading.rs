@@ -391,6 +391,31 @@ fn learned_rates_are_kept_shown_and_rank_the_offers() {
         r.f.inspect()["demand"]["measured_rates"],
         json!({"RTX 4090": 60.0})
     );
+    // Measured 7 hours ago and not since: it no longer counts (one slow host's rate kept for
+    // ever refused every later rental of its GPU, and nothing ran to measure it again).
+    r.f.db()
+        .execute(
+            "UPDATE measured_rates SET updated_at = updated_at - 7 * 3600 * 1000",
+            [],
+        )
+        .unwrap();
+    let v = r.f.inspect();
+    let g4090 = v["gpu_rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["gpu_name"] == "RTX 4090")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&g4090["measured"], &g4090["used"], &g4090["source"]),
+        (&json!(60.0), &json!(20.0), &json!("default"))
+    );
+    let text = r.f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text.contains("RTX 4090: measured 60 over 61 proofs 7h00m ago (counts for 6h00m after it is measured) configured 20 -> uses 20 (default)"),
+        "{text}"
+    );
 }
 
 /// A drill: every host's image pull failed (vast.ai listed each instance loading with "pull
