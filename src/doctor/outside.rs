@@ -452,10 +452,25 @@ pub(super) fn curio_and_identity(
     (curio, identity)
 }
 
-/// What makes the price known, by what the config already has: the proof's price in FIL
-/// (or Curio's ask) and a FIL/USD source.
-pub(super) fn price_fix(config: &Config) -> String {
+/// What makes the price known, by why it is unknown and what the config already has: the
+/// proof's price in FIL (or Curio's ask) and a FIL/USD source. A fetched FIL/USD that went
+/// stale while the proof's price is read is the source's failing: told to set the proof's
+/// price, a walkthrough's operator would have left the profit check off.
+pub(super) fn price_fix(config: &Config, why: &str) -> String {
     let p = &config.price;
+    let source = if p.fil_usd_command.is_some() {
+        Some("run price.fil_usd_command by hand")
+    } else if p.fil_usd_url.is_some() {
+        Some("fetch price.fil_usd_url by hand")
+    } else {
+        None
+    };
+    let fil_usd_failing = why.starts_with("FIL/USD") || why.contains("the last fetch failed");
+    if let Some(source) = source.filter(|_| p.fil_usd.is_none() && fil_usd_failing) {
+        if !why.contains("proof_price_fil is not set") {
+            return format!("the FIL/USD source is what fails: {source} and mend it (docs/operations.md, \"Troubleshooting: price unknown\"); until it answers no launch is judged by profit (price.fil_usd pins a static rate meanwhile)");
+        }
+    }
     let fil_usd = p.fil_usd.is_some() || p.fil_usd_command.is_some() || p.fil_usd_url.is_some();
     match (p.proof_price_fil.is_some(), fil_usd) {
         (true, false) => "set one of price.fil_usd, price.fil_usd_command, price.fil_usd_url (price.proof_price_fil is set)".into(),
@@ -476,7 +491,7 @@ pub(super) fn price(conn: &Connection, config: &Config, now: Millis) -> Vec<Prob
         (Err(why), _) => vec![Problem::new(format!(
             "price unknown: {why}: the profit check is off, so launches are not judged by profit"
         ))
-        .fix(price_fix(config))
+        .fix(price_fix(config, &why))
         .since(crate::store::samples::price_unknown_since(conn).unwrap_or(None))],
         (Ok(p), Some(e)) if config.price.fil_usd.is_none() => vec![Problem::new(format!(
             "the FIL/USD fetch failed: {e}; the value fetched {} ago is used until it is older than price.max_age_mins ({})",

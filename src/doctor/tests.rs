@@ -787,11 +787,22 @@ fn a_missing_config_file_is_named() {
 /// asks for the FIL/USD source only; a config refused for its mode asks for the chmod.
 #[test]
 fn the_price_and_config_fixes_name_what_is_missing() {
-    let fix = |toml: &str| super::outside::price_fix(&crate::config::parse(toml).unwrap());
+    let fix = |toml: &str| {
+        super::outside::price_fix(&crate::config::parse(toml).unwrap(), "no ask price")
+    };
     assert!(fix("").starts_with("set price.proof_price_fil (or Curio's ask price"));
     assert!(fix("[price]\nproof_price_fil = 0.005").starts_with("set one of price.fil_usd,"));
     assert!(fix("[price]\nfil_usd = 4.0").starts_with("set price.proof_price_fil, or let Curio"));
     assert!(fix("[price]\nproof_price_fil = 0.005\nfil_usd = 4.0").starts_with("check the FIL/USD"));
+    // Curio's ask is read and the FIL/USD command's value went stale: the command is named,
+    // not the proof's price (the walkthrough's doctor pointed at proof_price_fil).
+    let command = crate::config::parse("[price]\nfil_usd_command = \"/bin/false\"").unwrap();
+    let stale = "FIL/USD is stale: fetched 1h10m ago (price.max_age_mins = 60); the last fetch failed: exit 1";
+    assert!(super::outside::price_fix(&command, stale)
+        .starts_with("the FIL/USD source is what fails: run price.fil_usd_command by hand"));
+    // Both missing: the proof's price is named first, as before.
+    let both = "no ask price read from Curio and price.proof_price_fil is not set; the last fetch failed: exit 1";
+    assert!(super::outside::price_fix(&command, both).starts_with("set price.proof_price_fil"));
     let config = |line: &str| super::config_fix(&anyhow::anyhow!("{line}"));
     assert!(
         config("config /x is world-writable (mode 666); refusing it").starts_with("run the chmod")
