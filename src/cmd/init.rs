@@ -56,6 +56,11 @@ pub fn run(app: &App, args: &crate::cli::InitArgs) -> Result<()> {
     if let Some(id) = &args.install_id {
         install_id(&store, id, existed)?;
     }
+    // The database file whole, its WAL empty (as a `run` leaves it): a file copied over
+    // `fleetagent.db` alone would otherwise have init's WAL replayed over it (a walkthrough
+    // moving an install to a host README's Install had prepared lost the moved install id and
+    // rented a second fleet).
+    store.checkpoint();
     crate::outln!(
         "database {} ready (schema {}, install id {})",
         store.path.display(),

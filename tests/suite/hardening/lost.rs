@@ -28,6 +28,12 @@ fn a_lost_database_is_not_silently_replaced_and_init_keeps_the_old_install_id() 
     // made: refused before SQLite opens it, by every command, and the WAL kept.
     let g = Fleet::new();
     g.cmd(&["init"]).ok();
+    // init leaves the database whole, its WAL empty: a file copied over fleetagent.db alone
+    // (a move to a host README's Install prepared) is not replayed over by init's WAL.
+    assert_eq!(
+        std::fs::metadata(g.state.join("fleetagent.db-wal")).map_or(0, |m| m.len()),
+        0
+    );
     std::fs::write(g.state.join("fleetagent.db"), b"").unwrap();
     std::fs::write(g.state.join("fleetagent.db-wal"), vec![7u8; 4096]).unwrap();
     let _ = std::fs::remove_file(g.state.join("run.lock"));
