@@ -170,6 +170,13 @@ pub struct Demand {
 }
 
 impl Demand {
+    /// Of the last hour's completions, the share Curio recorded a payment for (`paid_1h`
+    /// over `completed_1h`, at most 1); None when `paid_1h` is not read or nothing completed.
+    pub fn paid_share(&self) -> Option<f64> {
+        let paid = self.paid_1h?;
+        (self.completed_1h > 0).then(|| (f64::from(paid) / f64::from(self.completed_1h)).min(1.0))
+    }
+
     pub fn live_workers(&self) -> u32 {
         self.workers.iter().filter(|w| !w.cordoned).count() as u32
     }

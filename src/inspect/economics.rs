@@ -25,7 +25,8 @@ pub struct Stored {
 pub fn stored(conn: &Connection, config: &Config, now: Millis) -> Result<Stored> {
     let (price, cache) = crate::run::observe::stored_price(conn, config, now)?;
     let rows = instances::live(conn)?;
-    let split = last_pass_demand(conn)?.map(|d| completions_1h(&rows, &d));
+    let demand = last_pass_demand(conn)?;
+    let split = demand.as_ref().map(|d| completions_1h(&rows, d));
     let economics = fleet_economics(
         price.as_ref().ok(),
         // As the caps and the pass count it (one listed without a price at the most it may
@@ -36,6 +37,7 @@ pub fn stored(conn: &Connection, config: &Config, now: Millis) -> Result<Stored>
         ),
         split.and_then(|c| c.ours),
         split.and_then(|c| c.others()),
+        demand.as_ref().and_then(Demand::paid_share),
     );
     Ok(Stored {
         price,

@@ -346,6 +346,9 @@ pub struct PriceView {
     pub ours_completed_1h: Option<u32>,
     pub others_completed_1h: Option<u32>,
     pub cost_per_proof: Option<f64>,
+    /// Of the cluster's completions of the last hour, the share Curio paid (null: not read);
+    /// the revenue counts ours at it.
+    pub paid_share: Option<f64>,
     pub revenue_per_hour: Option<f64>,
     pub profit_per_hour: Option<f64>,
 }
@@ -367,6 +370,7 @@ impl PriceView {
             ours_completed_1h: e.ours_completed_1h,
             others_completed_1h: e.others_completed_1h,
             cost_per_proof: e.cost_per_proof.map(round),
+            paid_share: e.paid_share.map(round),
             revenue_per_hour: e.revenue_per_hour.map(round),
             profit_per_hour: e.profit_per_hour.map(round),
         }

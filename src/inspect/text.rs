@@ -32,9 +32,14 @@ fn profit_line(r: &Report) -> String {
     let p = &r.price;
     let head = match (p.profit_per_hour, p.revenue_per_hour) {
         (Some(profit), Some(rev)) => format!(
-            "{}/h: revenue {}/h against the fleet's ${:.2}/h",
+            "{}/h: revenue {}/h{} against the fleet's ${:.2}/h",
             dollars(profit, 2),
             dollars(rev, 2),
+            match p.paid_share {
+                Some(s) if s < 1.0 =>
+                    format!(" (at the cluster's paid share of {:.0} %)", s * 100.0),
+                _ => String::new(),
+            },
             r.fleet_dph
         ),
         _ => format!("unknown; the fleet bills ${:.2}/h", r.fleet_dph),

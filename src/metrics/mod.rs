@@ -460,7 +460,7 @@ fn economics(
     ));
     f.push(gauge(
         "fleetagent_revenue_dollars_per_hour",
-        "Our completions of the last hour x the revenue per proof; no sample while either is unknown.",
+        "Our completions of the last hour x the revenue per proof x the share of the cluster's completions Curio paid; no sample while either is unknown.",
         e.revenue_per_hour,
     ));
     f.push(gauge(

@@ -207,28 +207,37 @@ pub struct FleetEconomics {
     pub others_completed_1h: Option<u32>,
     /// `fleet_dph` over our completions; None when we completed none (or that is unknown).
     pub cost_per_proof: Option<f64>,
-    /// Our completions x the revenue per proof; None while either is unknown.
+    /// Of the cluster's completions of the last hour, the share Curio recorded a payment for
+    /// (`paid_1h` over `completed_1h`, at most 1; None: not read): proofs of work and proofs
+    /// the market answered "gone" earn nothing.
+    pub paid_share: Option<f64>,
+    /// Our completions x the revenue per proof x the paid share (1 when not read); None while
+    /// either is unknown.
     pub revenue_per_hour: Option<f64>,
     /// `revenue_per_hour - fleet_dph`; None while the revenue is unknown.
     pub profit_per_hour: Option<f64>,
 }
 
 /// The fleet's economics at `price` (None: unknown) over the last hour's completions of
-/// ours and of the rest of the cluster (None: unknown; `fleet::rates::completions_1h`).
+/// ours and of the rest of the cluster (None: unknown; `fleet::rates::completions_1h`), our
+/// completions earning at the cluster's paid share (`Demand::paid_share`: a walkthrough's
+/// inspect showed $16/h of revenue for 40 completions Curio paid none of).
 pub fn fleet_economics(
     price: Option<&Price>,
     fleet_dph: f64,
     ours: Option<u32>,
     others: Option<u32>,
+    paid_share: Option<f64>,
 ) -> FleetEconomics {
     let revenue = match (price, ours) {
-        (Some(p), Some(n)) => Some(p.revenue_per_proof * f64::from(n)),
+        (Some(p), Some(n)) => Some(p.revenue_per_proof * f64::from(n) * paid_share.unwrap_or(1.0)),
         _ => None,
     };
     FleetEconomics {
         fleet_dph,
         ours_completed_1h: ours,
         others_completed_1h: others,
+        paid_share,
         cost_per_proof: ours.filter(|n| *n > 0).map(|n| fleet_dph / f64::from(n)),
         revenue_per_hour: revenue,
         profit_per_hour: revenue.map(|r| r - fleet_dph),
@@ -336,7 +345,7 @@ mod tests {
         config.price.proof_price_fil = Some(0.01);
         config.price.fil_usd = Some(4.0);
         let p = resolve(&config.price, None, None, 0).unwrap();
-        let e = fleet_economics(Some(&p), 1.0, Some(20), Some(12));
+        let e = fleet_economics(Some(&p), 1.0, Some(20), Some(12), None);
         assert_eq!(
             (e.ours_completed_1h, e.others_completed_1h),
             (Some(20), Some(12))
@@ -346,24 +355,35 @@ mod tests {
         assert!((e.profit_per_hour.unwrap() + 0.2).abs() < 1e-12);
         // An on-prem prover completes 40; our rented instance nothing: its cost, no revenue,
         // and no cost per proof (never 0, never infinite).
-        let e = fleet_economics(Some(&p), 0.5, Some(0), Some(40));
+        let e = fleet_economics(Some(&p), 0.5, Some(0), Some(40), None);
         assert_eq!(e.cost_per_proof, None);
         assert_eq!(e.revenue_per_hour, Some(0.0));
         assert_eq!(e.profit_per_hour, Some(-0.5));
         assert_eq!(e.others_completed_1h, Some(40));
         // Nothing rented: no profit, not the on-prem provers' revenue.
         assert_eq!(
-            fleet_economics(Some(&p), 0.0, Some(0), Some(40)).profit_per_hour,
+            fleet_economics(Some(&p), 0.0, Some(0), Some(40), None).profit_per_hour,
             Some(0.0)
         );
         // Price unknown: the cost per proof stands, revenue and profit do not.
-        let e = fleet_economics(None, 1.0, Some(4), Some(6));
+        let e = fleet_economics(None, 1.0, Some(4), Some(6), None);
         assert_eq!((e.cost_per_proof, e.profit_per_hour), (Some(0.25), None));
         // Ours unknown (or no reading): every figure over them unknown.
-        let e = fleet_economics(Some(&p), 1.0, None, None);
+        let e = fleet_economics(Some(&p), 1.0, None, None, None);
         assert_eq!(
             (e.cost_per_proof, e.revenue_per_hour, e.profit_per_hour),
             (None, None, None)
+        );
+        // Curio paid 10 of the cluster's 40 completions (the rest proofs of work): our 20
+        // earn as 5, $0.20/h, not $0.80/h; none paid, nothing earned.
+        let e = fleet_economics(Some(&p), 1.0, Some(20), Some(20), Some(0.25));
+        assert!((e.revenue_per_hour.unwrap() - 0.2).abs() < 1e-12);
+        assert!((e.profit_per_hour.unwrap() + 0.8).abs() < 1e-12);
+        assert_eq!(e.cost_per_proof, Some(0.05));
+        let e = fleet_economics(Some(&p), 0.25, Some(40), Some(0), Some(0.0));
+        assert_eq!(
+            (e.revenue_per_hour, e.profit_per_hour),
+            (Some(0.0), Some(-0.25))
         );
     }
 }

@@ -5,6 +5,7 @@
 //! cluster's other completions are named apart. Pure.
 
 use crate::config::Config;
+use crate::demand::Demand;
 use crate::fleet::rates::{completions_1h, Completions};
 use crate::fleet::Snapshot;
 use crate::price::{fleet_economics, max_cost_per_proof, FleetEconomics, Price};
@@ -26,6 +27,7 @@ impl Snapshot {
             self.fleet_dph(),
             c.and_then(|c| c.ours),
             c.and_then(|c| c.others()),
+            self.demand.as_ref().and_then(Demand::paid_share),
         )
     }
 }
@@ -93,6 +95,15 @@ pub fn fleet_cost_text(e: &FleetEconomics) -> String {
     }
 }
 
+/// `, at the cluster's paid share of 25 %` where Curio paid fewer than all its completions
+/// of the last hour (empty otherwise).
+pub fn paid_text(e: &FleetEconomics) -> String {
+    match e.paid_share {
+        Some(s) if s < 1.0 => format!(", at the cluster's paid share of {:.0} %", s * 100.0),
+        _ => String::new(),
+    }
+}
+
 /// The observation's economics line. Without a price it is short: why the price is
 /// unknown and the keys that would set it are the operator's business, and `doctor` names
 /// them (small models copied the long reason into every `reason` they wrote).
@@ -102,7 +113,12 @@ pub fn economics_line(s: &Snapshot, config: &Config) -> String {
     };
     let e = s.economics();
     let profit = match (e.profit_per_hour, e.revenue_per_hour) {
-        (Some(p), Some(r)) => format!("{}/h (revenue {}/h)", dollars(p, 2), dollars(r, 2)),
+        (Some(p), Some(r)) => format!(
+            "{}/h (revenue {}/h{})",
+            dollars(p, 2),
+            dollars(r, 2),
+            paid_text(&e)
+        ),
         _ => "unknown".into(),
     };
     format!(
@@ -158,6 +174,16 @@ mod tests {
              A launch may cost at most $0.0160/proof (policy.min_margin 0.2). \
              Profit $0.30/h (revenue $0.80/h)."
         );
+        // Curio paid 13 of the 52 (the rest proofs of work): ours earn at that share.
+        s.demand.as_mut().unwrap().paid_1h = Some(13);
+        assert!(
+            economics_line(&s, &c).ends_with(
+                "Profit -$0.30/h (revenue $0.20/h, at the cluster's paid share of 25 %)."
+            ),
+            "{}",
+            economics_line(&s, &c)
+        );
+        s.demand.as_mut().unwrap().paid_1h = None;
         // Our instance proved nothing; an on-prem machine proved 40: cost, no revenue.
         s.demand.as_mut().unwrap().history = vec![hist("10.0.0.7:12300", 40)];
         s.demand.as_mut().unwrap().completed_1h = 40;
