@@ -42,6 +42,7 @@ fn offers() -> Vec<Offer> {
             public_ip: None,
             min_bid: Some(0.3),
             machine_id: Some(i),
+            storage_dph: None,
         })
         .collect()
 }

@@ -695,7 +695,8 @@ pub fn bid_or_on_demand(ask: &Ask, config: &Config, offer: &Offer) -> Option<f64
     if ask.on_demand < config.policy.on_demand_min {
         return None;
     }
-    let bid_per_proof = crate::price::cost_per_proof(bid, rate);
+    let bid_per_proof =
+        crate::price::cost_per_proof(crate::policy::offers::bid_dph(offer, config), rate);
     let on_demand_per_proof = crate::price::cost_per_proof(offer.dph_total, rate);
     (bid_per_proof <= on_demand_per_proof * (1.0 - config.policy.bid_discount_min) + 1e-12)
         .then_some(bid)

@@ -72,12 +72,19 @@ pub fn usd_per_proof(offer: &Offer, config: &Config, measured: &Rates) -> f64 {
 }
 
 /// What renting this offer bills per hour: its `dph_total`, or the bid a launch would place
-/// (`launch::bid_price`) when `vast.offers.offer_type` is interruptible.
+/// (`launch::bid_price`) when `vast.offers.offer_type` is interruptible, with the disk's
+/// `storage_total_cost`, which vast.ai bills beside a bid (a bid is for the machine; a
+/// walkthrough's 300 GB disk added $0.125/h to a $0.63/h bid the profit check had passed).
 pub fn rent_dph(offer: &Offer, config: &Config) -> f64 {
     match config.vast.offers.offer_type {
         OfferType::OnDemand => offer.dph_total,
-        OfferType::Interruptible => super::launch::bid_price(offer, config),
+        OfferType::Interruptible => bid_dph(offer, config),
     }
+}
+
+/// A bid's $/h on this offer with its disk: `launch::bid_price` + `storage_total_cost`.
+pub fn bid_dph(offer: &Offer, config: &Config) -> f64 {
+    super::launch::bid_price(offer, config) + offer.storage_dph.unwrap_or(0.0)
 }
 
 /// The profit check of renting this offer (`guardrails::check_profit`, off while the price
@@ -159,6 +166,7 @@ mod tests {
             public_ip: None,
             min_bid: None,
             machine_id: None,
+            storage_dph: None,
         }
     }
 

@@ -32,6 +32,10 @@ pub struct Offer {
     /// The host (`machine_id`), when reported.
     #[serde(default)]
     pub machine_id: Option<u64>,
+    /// `storage_total_cost`: $/h of the disk asked for, inside `dph_total` and billed beside
+    /// a bid (a bid is for the machine); `None` when not reported.
+    #[serde(default)]
+    pub storage_dph: Option<f64>,
 }
 
 /// Which offers to search for. Built from `[vast.offers]` plus the tool's arguments.

@@ -309,6 +309,7 @@ pub fn parse_offer(v: &Value) -> Option<Offer> {
         public_ip: text(v.get("public_ipaddr")),
         min_bid: num(v.get("min_bid")),
         machine_id: v.get("machine_id").and_then(as_id),
+        storage_dph: num(v.get("storage_total_cost")).filter(|c| c.is_finite() && *c >= 0.0),
     })
 }
 
@@ -469,7 +470,7 @@ mod tests {
              "reliability2": "0.99", "verification": "verified", "public_ipaddr": "1.2.3.4 \n",
              "num_gpus": 1.0, "min_bid": null, "something_new": {"x": 1}},
             {"id": 2.0, "gpu_name": "A100", "dph_total": "0.5", "reliability": 0.97,
-             "verified": false, "geolocation": "  "},
+             "verified": false, "geolocation": "  ", "storage_total_cost": 0.125},
             {"gpu_name": "no id", "dph_total": 0.1},
             {"id": 4, "gpu_name": "no price", "dph_total": null},
             // Prices no host charges: none is an offer.
@@ -491,9 +492,10 @@ mod tests {
         );
         assert_eq!((a.reliability, a.verified, a.num_gpus), (0.99, true, 1));
         assert_eq!(a.public_ip.as_deref(), Some("1.2.3.4"));
-        assert_eq!(a.min_bid, None);
+        assert_eq!((a.min_bid, a.storage_dph), (None, None));
         let b = &offers[1];
         assert_eq!((b.id, b.dph_total, b.verified), (2, 0.5, false));
+        assert_eq!(b.storage_dph, Some(0.125));
         assert_eq!(b.geolocation, None);
     }
 

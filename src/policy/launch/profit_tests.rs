@@ -31,6 +31,7 @@ fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
         public_ip: None,
         min_bid: Some(dph / 2.0),
         machine_id: None,
+        storage_dph: None,
     }
 }
 

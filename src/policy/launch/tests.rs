@@ -28,6 +28,7 @@ fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
         public_ip: None,
         min_bid: Some(0.2),
         machine_id: None,
+        storage_dph: None,
     }
 }
 
@@ -754,6 +755,21 @@ fn a_bid_only_where_it_beats_on_demand_by_bid_discount_min_and_past_the_on_deman
     assert_eq!(cr.unwrap().request.bid_price, Some(0.24));
     c.policy.bid_discount_min = 0.5;
     assert_eq!(bid(&ask(&three, &c, None), &c, 0.4), Some(0.24));
+    c.policy.bid_discount_min = 0.25;
+    three.price = None;
+    // The disk bills beside a bid: $0.24 + $0.10/h of storage is 15 % under $0.40 on
+    // demand, short of the 25 % asked: on demand. And the profit check counts it: at $0.02
+    // a proof, $0.34/h over 20/h ($0.017) no longer pays as a bid.
+    let mut disk = offer(4, "RTX 4090", 0.4);
+    disk.storage_dph = Some(0.1);
+    let with_disk = |a: &Ask| choose(a, &c, std::slice::from_ref(&disk), BTreeMap::new());
+    assert_eq!(
+        with_disk(&ask(&three, &c, None)).unwrap().request.bid_price,
+        None
+    );
+    three.price = Some(price(0.02));
+    let refused = with_disk(&ask(&three, &c, None)).unwrap_err();
+    assert_eq!(refused.result.error_code(), Some("unprofitable"));
     three.price = None;
     // On demand: never a bid.
     c.vast.offers.offer_type = OfferType::OnDemand;

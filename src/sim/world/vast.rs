@@ -460,6 +460,7 @@ impl VastAccount {
                 min_bid: Some(min_bid(h.dph)),
                 // Hosts are not told apart in the sim: no bad-host exclusion there.
                 machine_id: None,
+                storage_dph: None,
             })
             .collect();
         v.sort_by(|a, b| a.dph_total.total_cmp(&b.dph_total).then(a.id.cmp(&b.id)));
