@@ -70,7 +70,7 @@ fn spend_line(r: &Report) -> String {
     )
 }
 
-/// `day         believed: why; next hour 300/h; 00 120 | 01 118 | ...`: the day profile
+/// `day         believed: why; next hour 300/h; UTC 00 120 | 01 118 | ...`: the day profile
 /// (`fleet::day`), each hour of the day it knows with its proofs/h (`*`: saturated on a day,
 /// demand was at least that).
 fn day_line(d: &super::DayView) -> String {
@@ -97,7 +97,7 @@ fn day_line(d: &super::DayView) -> String {
         d.next_hour_pph
             .map_or("unknown".into(), |v| format!("{}/h", crate::fleet::num(v))),
         crate::fleet::num(d.history_hours),
-        if hours.is_empty() { "" } else { "; " },
+        if hours.is_empty() { "" } else { "; UTC " },
         hours.join(" | ")
     )
 }
