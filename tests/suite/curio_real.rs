@@ -589,10 +589,12 @@ fn curio_on_prem_proofs_are_not_ours_a_rented_instance_proving_nothing_loses_its
     assert_eq!(p["others_completed_1h"], 12, "{p:#}");
     assert_eq!(p["cost_per_proof"], serde_json::Value::Null, "{p:#}");
     assert_eq!(p["revenue_per_hour"], 0.0, "{p:#}");
+    assert_eq!(p["paid_share"], 0.0, "{p:#}");
     assert_eq!(p["profit_per_hour"], -0.4, "{p:#}");
     let text = f.cmd(&["inspect"]).ok().stdout;
     assert!(
-        text.contains("\nprofit      -$0.40/h: revenue $0.00/h against the fleet's $0.40/h, no completion of ours in the last hour (cost per proof unknown); the cluster's other machines completed 12\n"),
+        // Curio recorded no payment for the cluster's 12: the share is said.
+        text.contains("\nprofit      -$0.40/h: revenue $0.00/h (at the cluster's paid share of 0 %) against the fleet's $0.40/h, no completion of ours in the last hour (cost per proof unknown); the cluster's other machines completed 12\n"),
         "{text}"
     );
 
@@ -602,7 +604,7 @@ fn curio_on_prem_proofs_are_not_ours_a_rented_instance_proving_nothing_loses_its
         observation.contains(
             "Fleet cost $0.40/h with no completion of ours in the last hour, so no cost per \
              proof; the cluster's other machines completed 12."
-        ) && observation.contains("Profit -$0.40/h (revenue $0.00/h)."),
+        ) && observation.contains("Profit -$0.40/h (revenue $0.00/h, at the cluster's paid share of 0 %)."),
         "{observation}"
     );
 
