@@ -20,8 +20,9 @@ pub const MIN_FREE_INODES: u64 = 1_000;
 
 /// The state dir exists, is a directory, is not world-writable, and may be written by this
 /// user. On a read-only file system the `disk` check names the cause, so "not writable" is
-/// not said twice.
-pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
+/// not said twice. `scoped`: `fleetagent --config C --state-dir D` for this install
+/// (`scope::fleetagent`).
+pub(super) fn state_dir(dir: &Path, read_only: bool, scoped: &str) -> Vec<Problem> {
     match crate::paths::check_state_dir(dir) {
         Ok(()) => {
             let mut problems: Vec<Problem> = crate::paths::special_state_files(dir)
@@ -40,6 +41,13 @@ pub(super) fn state_dir(dir: &Path, read_only: bool) -> Vec<Problem> {
                 vec![Problem::new(text).fix(format!(
                     "chmod o-w {} (fleetagent wants 2770)",
                     dir.display()
+                ))]
+            } else if std::fs::symlink_metadata(dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
+                // Its fix was null (a walkthrough): `init` makes the dir and the database.
+                vec![Problem::new(text).fix(format!(
+                    "run `{scoped} init` (it creates the dir, setgid 2770, and the database), or run doctor with the right --state-dir or --config"
                 ))]
             } else {
                 vec![Problem::new(text)]
@@ -122,16 +130,17 @@ pub fn space_problems(
 
 /// Open the database as the reports do (migrating an older one; read-only on a read-only
 /// file system, so a remount after a disk error still shows what was recorded), or the
-/// problem, a full or read-only disk named as such.
-pub(super) fn open_database(dir: &Path, now: Millis) -> Result<Store, Problem> {
+/// problem, a full or read-only disk named as such. `scoped`: as for [`state_dir`] (a bare
+/// `fleetagent init` initialised the default paths: a walkthrough).
+pub(super) fn open_database(dir: &Path, now: Millis, scoped: &str) -> Result<Store, Problem> {
     let exists =
         crate::store::database_exists(dir).map_err(|e| Problem::new(crate::error::report(&e)))?;
     if !exists {
         return Err(match crate::store::lost_database(dir) {
             Some(lost) => Problem::new(lost)
-                .fix("restore the database, or `fleetagent init --install-id ID` (docs/operations.md, \"Recovering the database\")"),
+                .fix(format!("restore the database, or `{scoped} init --install-id ID` (docs/operations.md, \"Recovering the database\")")),
             None => Problem::new(format!("no database in state dir {}", dir.display()))
-                .fix("run `fleetagent init` (or pass the right --state-dir or config)"),
+                .fix(format!("run `{scoped} init` (or run doctor with the right --state-dir or --config)")),
         });
     }
     Store::open_for_report(dir, now).map_err(|e| {
@@ -316,6 +325,7 @@ pub(super) fn units(
     config: &Config,
     config_path: Option<&Path>,
 ) -> Vec<Problem> {
+    let shown = units;
     let Some(units) = units.and_then(|u| u.as_object()) else {
         return Vec::new();
     };
@@ -333,14 +343,7 @@ pub(super) fn units(
     };
     // This doctor's own config, spelled out: a fix without it installed units that ran the
     // default config path, which did not exist (a re-test followed it literally).
-    let ours = config_path.map_or(String::new(), |c| {
-        let c = std::path::absolute(c).unwrap_or_else(|_| c.to_path_buf());
-        format!(" --config {}", c.display())
-    });
-    let install = format!(
-        "fleetagent{ours} --state-dir {} units install{user}",
-        state_dir.display()
-    );
+    let install = super::scope::units_install(shown, config_path, state_dir);
     let elsewhere = field("state_dir")
         .filter(|d| !crate::paths::same_path(Path::new(d), state_dir))
         .map(|d| {
@@ -422,12 +425,14 @@ pub(super) fn units(
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the
 /// run recorded it, and whether its dir exists and may be written (access(2)).
 /// `install`: the install this host speaks for (`doctor::speaks_for`; None: not known, and the
-/// textfile's is not compared).
+/// textfile's is not compared). `units_install`: the `units install` command of this install
+/// (`scope::units_install`: a bare one wrote system units for the default config).
 pub(super) fn metrics(
     conn: &Connection,
     config: &Config,
     now: Millis,
     install: Option<&str>,
+    units_install: &str,
 ) -> Vec<Problem> {
     let Some(path) = &config.metrics.textfile else {
         return Vec::new();
@@ -461,7 +466,11 @@ pub(super) fn metrics(
     } else {
         None
     };
-    const FIX: &str = "run `fleetagent units install` again (it creates the dir and lets the services write there), or set [metrics] textfile to a dir the service user may write";
+    let fix = if dir.exists() {
+        format!("run `{units_install}` again (it lets the services write there, and names the chown or chmod a dir they may not write needs), or set [metrics] textfile to a dir the service user may write")
+    } else {
+        format!("run `{units_install}` again (it creates the missing dir {} and lets the services write there; or create it yourself, writable by the service user: `mkdir -p {}`), or set [metrics] textfile to a dir the service user may write", dir.display(), dir.display())
+    };
     // No install helps a read-only file system (a re-test saw `units install` advised).
     const READ_ONLY_FIX: &str =
         "mount that file system read-write, or set [metrics] textfile to a dir on a writable one";
@@ -483,7 +492,7 @@ pub(super) fn metrics(
                     path.display()
                 )
             } else {
-                FIX.to_string()
+                fix
             };
             vec![Problem::new(format!(
                 "the metrics textfile {shown} could not be written (failing since {} ago): {}{}: its figures are stale, so monitoring reads an old state",
@@ -505,7 +514,7 @@ pub(super) fn metrics(
                 dir.display()
             )
         } else {
-            FIX.to_string()
+            fix
         })],
         (None, None) => shared_textfile(path, install),
     }
@@ -550,15 +559,15 @@ mod tests {
             std::fs::write(&prom, format!("# HELP x\nfleetagent_install_info{{install_id=\"{id}\"}} 1\nfleetagent_max_instances 1\n")).unwrap()
         };
         assert!(
-            metrics(&s.conn, &config, 0, Some(&ours)).is_empty(),
+            metrics(&s.conn, &config, 0, Some(&ours), "").is_empty(),
             "no file yet"
         );
         write(&ours);
-        assert!(metrics(&s.conn, &config, 0, Some(&ours)).is_empty());
+        assert!(metrics(&s.conn, &config, 0, Some(&ours), "").is_empty());
         std::fs::write(&prom, "fleetagent_max_instances 1\n").unwrap();
-        assert!(metrics(&s.conn, &config, 0, Some(&ours)).is_empty());
+        assert!(metrics(&s.conn, &config, 0, Some(&ours), "").is_empty());
         write("zz9plu");
-        let p = metrics(&s.conn, &config, 0, Some(&ours));
+        let p = metrics(&s.conn, &config, 0, Some(&ours), "");
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(
             p[0].line(),
@@ -583,10 +592,10 @@ mod tests {
         }
         let mut config = Config::default();
         config.metrics.textfile = Some(ro.join("fleetagent.prom"));
-        let p = metrics(&s.conn, &config, 0, None);
+        let p = metrics(&s.conn, &config, 0, None, "");
         // A dir still to be made there: `units install` could not make it either.
         config.metrics.textfile = Some(ro.join("sub/fleetagent.prom"));
-        let missing = metrics(&s.conn, &config, 0, None);
+        let missing = metrics(&s.conn, &config, 0, None, "");
         let _ = std::process::Command::new("umount").arg(&ro).status();
         assert!(missing[0]
             .detail
@@ -613,7 +622,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let p = state_dir(dir.path(), false);
+        let p = state_dir(dir.path(), false, "fleetagent");
         assert!(p[0].detail.contains("world-writable"), "{p:?}");
         assert_eq!(
             p[0].fix.as_deref(),

@@ -4,9 +4,12 @@
 //! statvfs(3)); every query is indexed or bounded, so a database of a million rows answers as
 //! fast as an empty one (`scripts/bench doctor`).
 
+#[cfg(test)]
+mod advice_tests;
 mod agent;
 mod host;
 mod outside;
+mod scope;
 mod setup;
 #[cfg(test)]
 mod tests;
@@ -205,7 +208,12 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let mut found = Found::default();
     let disk = host::disk(i.state_dir);
     let read_only = disk.iter().any(|p| p.detail.contains("read-only"));
-    found.add("state_dir", host::state_dir(i.state_dir, read_only));
+    // `init` with the config doctor read: it writes a commented one there when none exists.
+    let scoped = scope::fleetagent(Some(i.config_path), i.state_dir);
+    found.add(
+        "state_dir",
+        host::state_dir(i.state_dir, read_only, &scoped),
+    );
     found.add("disk", disk);
     let read = i.config_found.then_some(i.config_path);
     found.add("units", host::units(i.units, i.state_dir, i.config, read));
@@ -216,7 +224,7 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let ha_on = matches!(crate::ha::node::Settings::of(i.config, i.env), Ok(Some(_)));
     let mut install = None;
     found.add("ha", ha);
-    let skipped = match host::open_database(i.state_dir, i.now) {
+    let skipped = match host::open_database(i.state_dir, i.now, &scoped) {
         Err(p) => {
             found.add("secrets", secrets.problems.clone());
             found.add("database", vec![p]);
@@ -370,7 +378,12 @@ fn from_store(
         outside::foreign_installs(conn, config, now),
     );
     found.extend("foreign_installs", outside::copies(conn, config, now));
-    found.add("metrics", host::metrics(conn, config, now, install));
+    let read = i.config_found.then_some(i.config_path);
+    let units_install = scope::units_install(i.units, read, i.state_dir);
+    found.add(
+        "metrics",
+        host::metrics(conn, config, now, install, &units_install),
+    );
     found.add("floor", agent::floor(conn, now));
     found.add("calibration", agent::calibration(conn, config));
     found.add("tools_in_prompt", agent::tools_in_prompt(conn, config));

@@ -211,7 +211,13 @@ fn every_check_is_reported_by_name_and_a_broken_database_skips_the_rest() {
     let empty = tempfile::tempdir().unwrap();
     let all = run_checks(empty.path(), &config);
     let db = check(&all, "database");
-    assert!(db.problems[0].line().contains("fleetagent init"), "{db:?}");
+    assert!(
+        db.problems[0].line().contains(&format!(
+            "fix: run `fleetagent --config /etc/fleetagent/config.toml --state-dir {} init`",
+            empty.path().display()
+        )),
+        "{db:?}"
+    );
     let runs = check(&all, "runs");
     assert!(!runs.ok());
     assert_eq!(
@@ -571,13 +577,13 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
     let (dir, s) = test_store(NOW);
     let mut config = Config::default();
     assert!(
-        host::metrics(&s.conn, &config, NOW, None).is_empty(),
+        host::metrics(&s.conn, &config, NOW, None, "fleetagent units install").is_empty(),
         "no textfile"
     );
     config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
-    assert!(host::metrics(&s.conn, &config, NOW, None).is_empty());
+    assert!(host::metrics(&s.conn, &config, NOW, None, "fleetagent units install").is_empty());
     config.metrics.textfile = Some(dir.path().join("gone/fleetagent.prom"));
-    let p = host::metrics(&s.conn, &config, NOW, None);
+    let p = host::metrics(&s.conn, &config, NOW, None, "fleetagent units install");
     assert!(
         p[0].detail
             .ends_with("gone does not exist: the next run cannot write it"),
@@ -589,7 +595,7 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
         NOW - 7 * MIN,
     )
     .unwrap();
-    let p = host::metrics(&s.conn, &config, NOW, None);
+    let p = host::metrics(&s.conn, &config, NOW, None, "fleetagent units install");
     assert_eq!(p.len(), 1, "one problem: {p:?}");
     assert!(
         p[0].detail
@@ -602,7 +608,7 @@ fn the_metrics_check_reads_the_recorded_failure_and_the_dirs_access() {
     config.metrics.textfile = Some(dir.path().join("fleetagent.prom"));
     let full = "cannot write .fleetagent.prom.1.tmp: No space left on device (os error 28)";
     ops::set_metrics_error(&s.conn, Some(full), NOW - 7 * MIN).unwrap();
-    let line = host::metrics(&s.conn, &config, NOW, None)[0].line();
+    let line = host::metrics(&s.conn, &config, NOW, None, "fleetagent units install")[0].line();
     assert!(
         line.contains("fix: free space on the file system of"),
         "{line}"

@@ -1,0 +1,101 @@
+//! Fixes followed literally (the walkthrough "walk22"): each names the command that works
+//! on this install, as typed.
+
+use std::path::Path;
+
+use super::*;
+use crate::store::test_store;
+
+const NOW: Millis = 1_800_000_000_000;
+
+fn env() -> crate::env::Env {
+    crate::env::Env::from_pairs(
+        [("VAST_API_KEY", "k"), ("FLEETAGENT_LLM_API_KEY", "k")]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    )
+}
+
+fn all_checks(dir: &Path, config: &Config, units: Option<&Value>) -> Vec<Check> {
+    checks(&Inputs {
+        config_path: Path::new("/srv/fa/config.toml"),
+        config_found: true,
+        config,
+        env: &env(),
+        state_dir: dir,
+        now: NOW,
+        units,
+    })
+    .0
+}
+
+fn fix_of(all: &[Check], name: &str) -> String {
+    let c = all.iter().find(|c| c.name == name).unwrap();
+    c.problems
+        .iter()
+        .filter_map(|p| p.fix.clone())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A state dir that does not exist, or holds no database: the fix is `init` with the
+/// config and state dir doctor read (a bare `fleetagent init` initialised the default
+/// paths, and the state_dir check had no fix at all).
+#[test]
+fn a_missing_state_dir_or_database_names_init_for_this_install() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("state");
+    let init = format!(
+        "run `fleetagent --config /srv/fa/config.toml --state-dir {} init`",
+        dir.display()
+    );
+    let all = all_checks(&dir, &Config::default(), None);
+    let state_dir = fix_of(&all, "state_dir");
+    assert!(state_dir.starts_with(&init), "{state_dir}");
+    let database = fix_of(&all, "database");
+    assert!(database.starts_with(&init), "{database}");
+    // The dir is there, the database is not.
+    std::fs::create_dir(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let all = all_checks(&dir, &Config::default(), None);
+    assert_eq!(fix_of(&all, "state_dir"), "");
+    assert!(fix_of(&all, "database").starts_with(&init));
+}
+
+/// The metrics textfile's dir is missing under a `--user` install: the fix is that
+/// install's own `units install --user` (a bare one wrote system units for
+/// /etc/fleetagent/config.toml), and it says to make the dir.
+#[test]
+fn the_metrics_fix_names_the_units_install_of_this_install() {
+    let (dir, _s) = test_store(NOW);
+    let mut config = Config::default();
+    let prom = dir.path().join("prom");
+    config.metrics.textfile = Some(prom.join("fleetagent.prom"));
+    let units = serde_json::json!({ crate::units::SERVICE: {
+        "load_state": "loaded", "active_state": "inactive", "manager": "user",
+        "state_dir": dir.path().to_str().unwrap(), "config": "/srv/fa/config.toml" }});
+    let fix = fix_of(&all_checks(dir.path(), &config, Some(&units)), "metrics");
+    assert!(
+        fix.starts_with(&format!(
+            "run `fleetagent --config /srv/fa/config.toml --state-dir {} units install --user` again (it creates the missing dir {}",
+            dir.path().display(),
+            prom.display()
+        )),
+        "{fix}"
+    );
+    assert!(
+        fix.contains(&format!("`mkdir -p {}`", prom.display())),
+        "{fix}"
+    );
+    // System units: no --user.
+    let mut system = units.clone();
+    system[crate::units::SERVICE]["manager"] = "system".into();
+    let fix = fix_of(&all_checks(dir.path(), &config, Some(&system)), "metrics");
+    assert!(
+        fix.starts_with(&format!(
+            "run `fleetagent --config /srv/fa/config.toml --state-dir {} units install` again",
+            dir.path().display()
+        )),
+        "{fix}"
+    );
+}

@@ -1,0 +1,41 @@
+//! The commands doctor's fixes name, scoped to the install doctor read: a bare `fleetagent
+//! init` or `fleetagent units install` works on the default config and state dir (and, for
+//! `units install`, the system manager), not on this install's (a walkthrough followed each
+//! literally: the one initialised /etc/fleetagent, the other wrote system units for it).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+/// `fleetagent [--config C] --state-dir D`, both absolute: reaches this doctor's install
+/// from any directory and whatever `$FLEETAGENT_CONFIG` says.
+pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let config = config.map_or(String::new(), |c| {
+        format!(" --config {}", absolute(c).display())
+    });
+    format!(
+        "fleetagent{config} --state-dir {}",
+        absolute(state_dir).display()
+    )
+}
+
+/// `fleetagent [--config C] --state-dir D units install [--user]`: `--user` when the
+/// installed service answers from a user manager (`units::unit_states_json()`), or when no
+/// manager answered and this user is not root (who alone may write system units).
+pub(super) fn units_install(
+    units: Option<&Value>,
+    config: Option<&Path>,
+    state_dir: &Path,
+) -> String {
+    let service = units.and_then(|u| u.get(crate::units::SERVICE));
+    let user = match service {
+        Some(s) => s.get("manager").and_then(Value::as_str) == Some("user"),
+        None => units.is_none() && !nix::unistd::geteuid().is_root(),
+    };
+    format!(
+        "{} units install{}",
+        fleetagent(config, state_dir),
+        if user { " --user" } else { "" }
+    )
+}
