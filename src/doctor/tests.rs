@@ -163,7 +163,10 @@ fn fixes_name_the_user_manager_for_a_user_install() {
         check(&all, "last_success").problems[0].fix.clone().unwrap()
     };
     let user = fix_of_last_success("user");
-    assert!(user.contains("`journalctl --user -u fleetagent`"), "{user}");
+    assert!(
+        user.contains("`journalctl --user-unit fleetagent`"),
+        "{user}"
+    );
     let system = fix_of_last_success("system");
     assert!(system.contains("`journalctl -u fleetagent`"), "{system}");
     assert_eq!(for_the_user_manager(&system), user);
