@@ -285,6 +285,29 @@ pub fn process_started(pid: u32) -> Option<Millis> {
     Some(boot * 1000 + (ticks * 1000 / hz) as i64)
 }
 
+/// Whether process `pid` is stopped, from its state in /proc (`T`: SIGSTOP, Ctrl-Z; `t`:
+/// stopped by a debugger): a stopped holder keeps the lock, and a SIGTERM to it waits behind
+/// the stop. None when /proc does not say.
+pub fn process_stopped(pid: u32) -> Option<Stopped> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: the state is the first field after the comm.
+    let after = &stat[stat.rfind(')')? + 1..];
+    match after.split_whitespace().next()? {
+        "T" => Some(Stopped::BySignal),
+        "t" => Some(Stopped::ByDebugger),
+        _ => None,
+    }
+}
+
+/// How a process is stopped ([`process_stopped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// SIGSTOP, SIGTSTP (Ctrl-Z): SIGCONT resumes it.
+    BySignal,
+    /// A tracer holds it (a debugger): SIGCONT does not resume it, SIGKILL ends it.
+    ByDebugger,
+}
+
 /// Parse /proc/locks: `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`. Waiters (`->`) are
 /// skipped. The device is `major:minor` in hex.
 fn find_flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {

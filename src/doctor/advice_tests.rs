@@ -99,3 +99,53 @@ fn the_metrics_fix_names_the_units_install_of_this_install() {
         "{fix}"
     );
 }
+
+/// A run stopped by SIGSTOP or Ctrl-Z holds the lock past its deadline, and `kill PID`
+/// waits behind the stop (a walkthrough followed it: still held): said, with `kill -CONT`.
+#[test]
+fn a_stopped_lock_holder_is_named_with_kill_cont() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let now = NOW;
+    std::fs::write(
+        dir.path().join(crate::paths::LOCK_FILE),
+        format!("{pid} {}\n", now - 120_000),
+    )
+    .unwrap();
+    let mut config = Config::default();
+    config.run.deadline_secs = 60;
+    let running = agent::lock(dir.path(), Some(pid), &config, now);
+    kill(Pid::from_raw(pid as i32), Signal::SIGSTOP).unwrap();
+    waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WUNTRACED)).unwrap();
+    let stopped = agent::lock(dir.path(), Some(pid), &config, now);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        running[0].fix.as_deref(),
+        Some(format!("kill {pid}").as_str())
+    );
+    assert!(
+        !running[0].detail.contains("stopped"),
+        "{}",
+        running[0].detail
+    );
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(
+        stopped[0].detail.contains(&format!(
+            "the run is stuck, and stopped (state T in /proc/{pid}/stat: SIGSTOP or Ctrl-Z), so a plain `kill {pid}` waits behind the stop"
+        )),
+        "{}",
+        stopped[0].detail
+    );
+    assert_eq!(
+        stopped[0].fix.as_deref(),
+        Some(format!("kill -CONT {pid}").as_str())
+    );
+}

@@ -258,12 +258,25 @@ pub(super) fn lock(
         if now - since <= deadline {
             return Vec::new();
         }
+        // A stopped run (Ctrl-Z, SIGSTOP) keeps the lock, and `kill` waits behind the stop
+        // (a walkthrough followed it: the lock stayed held).
+        let (stopped, fix) = match crate::lock::process_stopped(pid) {
+            None => (String::new(), format!("kill {pid}")),
+            Some(crate::lock::Stopped::BySignal) => (
+                format!(", and stopped (state T in /proc/{pid}/stat: SIGSTOP or Ctrl-Z), so a plain `kill {pid}` waits behind the stop; continued, it ends by itself (or `kill {pid}` after)"),
+                format!("kill -CONT {pid}"),
+            ),
+            Some(crate::lock::Stopped::ByDebugger) => (
+                format!(", and stopped by a debugger (state t in /proc/{pid}/stat), which neither `kill {pid}` nor `kill -CONT {pid}` ends"),
+                format!("detach the debugger, or kill -9 {pid}"),
+            ),
+        };
         return vec![Problem::new(format!(
-            "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck",
+            "run lock held by pid {pid} for {}, past the {}s deadline: the run is stuck{stopped}",
             human_duration(now - since),
             config.run.deadline_secs
         ))
-        .fix(format!("kill {pid}"))
+        .fix(fix)
         .since(Some(since))];
     }
     // A holder that wrote no note is not a run of ours (`flock(1)`, another program): judged
