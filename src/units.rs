@@ -427,6 +427,10 @@ pub struct UnitState {
     /// The services' `--config`, as systemd runs them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config: Option<String>,
+    /// The binary the services' `ExecStart` runs (its `path=`): `doctor` names one that is
+    /// gone (every start fails, and the path unit hits its trigger limit again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_path: Option<String>,
     /// `TimeoutStartSec=` in seconds as systemd holds it, rounded down (None: infinity, or
     /// not read).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -565,6 +569,10 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 config: props
                     .get("ExecStart")
                     .and_then(|e| exec_show_arg(e, "--config")),
+                exec_path: props.get("ExecStart").and_then(|e| {
+                    let path = e.split("path=").nth(1)?.split(" ;").next()?.trim();
+                    (!path.is_empty()).then(|| path.to_string())
+                }),
                 timeout_start_secs: props
                     .get("TimeoutStartUSec")
                     .and_then(|t| time_span_secs(t)),
@@ -763,6 +771,10 @@ mod tests {
         assert_eq!(
             s.units[SERVICE].state_dir.as_deref(),
             Some("/srv/fleet%agent")
+        );
+        assert_eq!(
+            s.units[SERVICE].exec_path.as_deref(),
+            Some("/usr/local/bin/fleetagent")
         );
         assert_eq!(s.units[TIMER].state_dir, None);
     }

@@ -149,3 +149,56 @@ fn a_stopped_lock_holder_is_named_with_kill_cont() {
         Some(format!("kill -CONT {pid}").as_str())
     );
 }
+
+/// The binary the service's ExecStart= runs is gone: the units check names it, and the
+/// reset-failed that would trip the limit again at once waits for it (a walkthrough looped).
+#[test]
+fn a_unit_whose_binary_is_gone_is_named() {
+    let here = tempfile::tempdir().unwrap();
+    let same = here.path().to_str().unwrap();
+    let shown = |exec: &str| {
+        serde_json::json!({
+            crate::units::SERVICE: {
+                "load_state": "loaded", "active_state": "inactive", "manager": "user",
+                "state_dir": same, "exec_path": exec },
+            crate::units::PATH_UNIT: {
+                "load_state": "loaded", "active_state": "failed", "manager": "user",
+                "problem": "trigger-limit-hit",
+                "fix": "systemctl --user reset-failed fleetagent.path && systemctl --user start fleetagent.path" },
+        })
+    };
+    let c = Config::default();
+    let config = Path::new("/srv/fa/config.toml");
+    let p = host::units(
+        Some(&shown("/gone/bin/fleetagent")),
+        here.path(),
+        &c,
+        Some(config),
+    );
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p[0].detail.starts_with(
+            "the installed fleetagent.service runs /gone/bin/fleetagent, which does not exist"
+        ),
+        "{p:?}"
+    );
+    let fix = p[0].fix.as_deref().unwrap();
+    assert!(
+        fix.starts_with("put the fleetagent binary back at /gone/bin/fleetagent, or install the units from the binary to run (`")
+            && fix.contains(&format!(" --config /srv/fa/config.toml --state-dir {same} units install --user`")),
+        "{fix}"
+    );
+    assert!(
+        p[1].line().starts_with(
+            "unit fleetagent.path: trigger-limit-hit; fix: once /gone/bin/fleetagent is there again: systemctl --user reset-failed fleetagent.path"
+        ),
+        "{p:?}"
+    );
+    // A binary that is there: only the unit's own line, its fix as systemd's.
+    let p = host::units(Some(&shown("/bin/sh")), here.path(), &c, Some(config));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].line().contains("; fix: systemctl --user reset-failed"),
+        "{p:?}"
+    );
+}

@@ -403,10 +403,31 @@ pub(super) fn units(
             ))
             .fix(fix)
         });
+    // The binary ExecStart= runs is gone (moved by an upgrade, a build dir cleaned): every
+    // start fails, and clearing the units' failures trips the limit again at once (a
+    // walkthrough looped on it).
+    let gone = field("exec_path").filter(|p| !Path::new(p).exists());
+    let missing = gone.map(|p| {
+        // `units install` writes the path of the binary that runs it into ExecStart=.
+        let install = match std::env::current_exe() {
+            Ok(me) if me.exists() && !crate::paths::same_path(&me, Path::new(p)) => install
+                .replacen("fleetagent", &me.display().to_string(), 1),
+            _ => install.clone(),
+        };
+        Problem::new(format!(
+            "the installed {} runs {p}, which does not exist: every start fails, and the doorbell's start limit trips again as soon as it is cleared",
+            crate::units::SERVICE
+        ))
+        .fix(format!(
+            "put the fleetagent binary back at {p}, or install the units from the binary to run (`{install}`: ExecStart= gets the path of the binary that runs it, then `systemctl{user} daemon-reload`); then clear the units' failures"
+        ))
+    });
+    let first = gone.map_or(String::new(), |p| format!("once {p} is there again: "));
     elsewhere
         .into_iter()
         .chain(other_config)
         .chain(short)
+        .chain(missing)
         .chain(units.iter().filter_map(|(name, u)| {
             let problem = u.get("problem").and_then(|p| p.as_str())?;
             let fix = u.get("fix").and_then(|f| f.as_str()).unwrap_or("");
@@ -417,7 +438,7 @@ pub(super) fn units(
                 }
                 _ => "",
             };
-            Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{fix}{wait}")))
+            Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{first}{fix}{wait}")))
         }))
         .collect()
 }
