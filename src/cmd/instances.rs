@@ -395,9 +395,11 @@ fn stop_one(
     // Said once the listing agrees: "destroyed" printed before "NOT done: vast.ai still lists
     // it running" read as both (a stop vast.ai answered no_such_instance: a walkthrough).
     let already = result.content["note"].is_string();
-    // Said where it begins: the soak walkthrough's operator did not know of the hold.
-    let mins = config.policy.operator_hold_mins;
-    if mins > 0 {
+    // Said where it begins: the soak walkthrough's operator did not know of the hold. Only
+    // a hold recorded: a stop of an instance not in our table (another prefix's) holds
+    // nothing, and the next pass launched beside the line that said it would not.
+    if let Some(hold) = crate::tools::brake::operator_hold(&store.conn, config, now)? {
+        let mins = ((hold.until - now).max(0) + 59_999) / 60_000;
         crate::outln!(
             "operator hold: the rules and the floor launch nothing for {mins} min (policy.operator_hold_mins), WORKERS DEAD's launches included; `fleetagent resume` or a message ends it"
         );

@@ -49,6 +49,10 @@ fn instances_commands_with_the_real_binary() {
         ])
         .ok();
     assert!(r.stdout.contains("destroyed"), "{}", r.stdout);
+    // Not ours: no hold is recorded, and none is said (a walkthrough read "launch nothing
+    // for 30 min", then saw the next pass launch).
+    assert!(!r.stdout.contains("operator hold"), "{}", r.stdout);
+    assert_eq!(f.inspect()["operator_hold"], serde_json::Value::Null);
     // An id on neither the table nor the listing: refused even when forced (a typo must
     // not destroy an instance nobody can see), and nothing is sent to vast.ai.
     let before = fake.instance_ids();
@@ -67,7 +71,13 @@ fn instances_commands_with_the_real_binary() {
     );
     // After a pass read Curio (no work queued): stopped; the agent hears of it.
     f.cmd(&["run"]).ok();
-    f.cmd(&["instances", "stop", &a.to_string()]).ok();
+    let r = f.cmd(&["instances", "stop", &a.to_string()]).ok();
+    assert!(
+        r.stdout
+            .contains("operator hold: the rules and the floor launch nothing for "),
+        "{}",
+        r.stdout
+    );
     assert!(fake.instance_ids().is_empty());
     assert!(f.doorbell().exists());
     assert_eq!(
