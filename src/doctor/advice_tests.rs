@@ -202,3 +202,33 @@ fn a_unit_whose_binary_is_gone_is_named() {
         "{p:?}"
     );
 }
+
+/// The floor decided most of the model's passes: the fix's `sim --llm` names the config
+/// doctor read (`sim` reads no other, and `--llm` exits 2 without one: a walkthrough).
+#[test]
+fn sim_llm_in_a_fix_names_the_config() {
+    use crate::store::runs::{self, DecidedBy, Outcome, StartedBy};
+    let (dir, s) = test_store(NOW);
+    for _ in 0..4 {
+        let id = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 120_000).unwrap();
+        let o = Outcome {
+            decided_by: Some(DecidedBy::Floor),
+            ..Outcome::new(false)
+        };
+        runs::finish_ok(&s.conn, id, &o, NOW - 60_000).unwrap();
+    }
+    let all = all_checks(dir.path(), &Config::default(), None);
+    assert_eq!(
+        fix_of(&all, "floor"),
+        "check llm.model with `fleetagent --config /srv/fa/config.toml sim --llm`, or set llm.provider = \"rules\""
+    );
+    // The llm check's and tools_in_prompt's say it alike.
+    let said = scope::sim_with_config(
+        "`fleetagent sim --llm` shows whether it calls tools",
+        Path::new("/srv/fa/config.toml"),
+    );
+    assert_eq!(
+        said,
+        "`fleetagent --config /srv/fa/config.toml sim --llm` shows whether it calls tools"
+    );
+}

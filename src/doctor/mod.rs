@@ -266,6 +266,14 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
             }
         },
     };
+    for (_, problems) in &mut found.0 {
+        for p in problems.iter_mut() {
+            p.fix = p
+                .fix
+                .take()
+                .map(|f| scope::sim_with_config(&f, i.config_path));
+        }
+    }
     if installed_for_a_user(i.units) {
         for (_, problems) in &mut found.0 {
             for p in problems.iter_mut() {

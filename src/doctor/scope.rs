@@ -20,6 +20,17 @@ pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
     )
 }
 
+/// A fix's `fleetagent sim --llm` with the config doctor read: `sim` reads only an explicit
+/// `--config` (never `$FLEETAGENT_CONFIG` or the default path), and `--llm` exits 2 without
+/// one (a walkthrough ran the advice as printed).
+pub(super) fn sim_with_config(fix: &str, config: &Path) -> String {
+    let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    fix.replace(
+        "`fleetagent sim --llm`",
+        &format!("`fleetagent --config {} sim --llm`", config.display()),
+    )
+}
+
 /// `fleetagent [--config C] --state-dir D units install [--user]`: `--user` when the
 /// installed service answers from a user manager (`units::unit_states_json()`), or when no
 /// manager answered and this user is not root (who alone may write system units).

@@ -407,8 +407,8 @@ pub fn render_text(r: &Report) -> String {
     }
     if r.llm.malformed_answers > 0 {
         line(format!(
-            "answers     {} of the model's last {} wrote a tool call as text: nothing ran (try the model with `fleetagent sim --llm`)",
-            r.llm.malformed_answers, r.llm.recent_answers
+            "answers     {} of the model's last {} wrote a tool call as text: nothing ran (try the model with `fleetagent --config {} sim --llm`)",
+            r.llm.malformed_answers, r.llm.recent_answers, r.config_path
         ));
     }
     for o in &r.operator_messages {
