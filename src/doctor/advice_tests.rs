@@ -232,3 +232,22 @@ fn sim_llm_in_a_fix_names_the_config() {
         "`fleetagent --config /srv/fa/config.toml sim --llm` shows whether it calls tools"
     );
 }
+
+/// The search quota's fix names what spends searches (launches, the model's search_offers),
+/// not run.timer_period_secs, which sets no timer and no search (a walkthrough).
+#[test]
+fn the_search_quota_fix_names_what_spends_searches() {
+    let (_dir, s) = test_store(NOW);
+    crate::store::bad_hosts::set_search_quota(&s.conn, "2027-01-16T00:00:00Z", NOW - 60_000)
+        .unwrap();
+    let p = outside::search_quota(&s.conn, NOW);
+    let fix = p[0].fix.as_deref().unwrap();
+    assert!(!fix.contains("timer_period_secs"), "{fix}");
+    assert!(
+        fix.starts_with(
+            "wait for the reset. Searches are spent by launches, not by passes or the timer"
+        ) && fix.contains("the model's search_offers calls (up to 3 a pass)")
+            && fix.contains("policy.launch_window_max"),
+        "{fix}"
+    );
+}

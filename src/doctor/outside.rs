@@ -540,7 +540,7 @@ pub(super) fn search_quota(conn: &Connection, now: Millis) -> Vec<Problem> {
                 "vast.ai search quota exhausted until {until} (said {} ago): no launch can search offers before then",
                 human_duration(now - at)
             ))
-            .fix("wait for the reset; fewer searches per day (a longer run.timer_period_secs) keep within it")
+            .fix(format!("wait for the reset. Searches are spent by launches, not by passes or the timer: one per pass that launches past the guardrails (a second when the hosts left out leave no offer) and the model's search_offers calls (up to {} a pass); fewer come from mending what makes launches fail and be asked again each pass (`fleetagent history` shows them), a lower policy.launch_window_max, or llm.provider = \"rules\" (which never calls search_offers)", crate::tools::search::MAX_SEARCHES_PER_PASS))
             .since(Some(at))]
         }
         Ok(_) => Vec::new(),
