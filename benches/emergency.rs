@@ -54,6 +54,7 @@ impl VastClient for MemVast {
                 public_ip: None,
                 min_bid: None,
                 machine_id: None,
+                storage_dph: None,
             })
             .collect())
     }

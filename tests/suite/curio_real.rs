@@ -604,7 +604,8 @@ fn curio_on_prem_proofs_are_not_ours_a_rented_instance_proving_nothing_loses_its
         observation.contains(
             "Fleet cost $0.40/h with no completion of ours in the last hour, so no cost per \
              proof; the cluster's other machines completed 12."
-        ) && observation.contains("Profit -$0.40/h (revenue $0.00/h, at the cluster's paid share of 0 %)."),
+        ) && observation
+            .contains("Profit -$0.40/h (revenue $0.00/h, at the cluster's paid share of 0 %)."),
         "{observation}"
     );
 
