@@ -202,7 +202,8 @@ pub fn cache_day_hours(conn: &Connection, cells: &[Cell], now: Millis) -> Result
 /// oldest first: per whole UTC hour, the mean of the last-15-minutes rate (completions times
 /// 4) of the samples whose window's middle falls in it, from passes that read demand, with
 /// at least `min_samples` of them; saturated when most were saturated (`Sample::saturated`;
-/// a sample stored before that column: a backlog, else pending, of `backlog_min` or more).
+/// a sample stored before that column: a backlog, else pending, of `backlog_min` or more
+/// with as many tasks running as live workers, which orphan tasks on a dead day are not).
 pub fn hourly(
     conn: &Connection,
     since: Millis,
@@ -213,7 +214,9 @@ pub fn hourly(
     // row on every pass (a week of samples is 2,016 rows; the simulator runs a pass per
     // simulated 5 minutes).
     let mut stmt = conn.prepare_cached(
-        "SELECT at, completed_15m, coalesce(saturated, coalesce(backlog, pending) >= ?2)
+        "SELECT at, completed_15m,
+                coalesce(saturated, coalesce(backlog, pending) >= ?2 AND live_workers > 0
+                                    AND running >= live_workers)
          FROM samples
          WHERE at >= ?1 AND demand_ok AND completed_15m IS NOT NULL
          ORDER BY at",
@@ -368,12 +371,57 @@ mod tests {
             .execute("UPDATE samples SET saturated = 0 WHERE at = ?1", [at(40)])
             .unwrap();
         assert!(!hourly(&store.conn, 0, 1, 5).unwrap()[0].saturated);
-        // Samples stored before the column are read as before: 6 waiting is a backlog.
+        // Samples stored before the column: 6 waiting with every live worker running one is
+        // a backlog; with workers idle (orphan tasks on a dead day: the re-test upgraded at
+        // 06:50 and the old rows rented ahead at 07:30) it is not.
         store
             .conn
             .execute("UPDATE samples SET saturated = NULL", [])
             .unwrap();
         assert!(hourly(&store.conn, 0, 1, 5).unwrap()[0].saturated);
+        store
+            .conn
+            .execute("UPDATE samples SET running = 0", [])
+            .unwrap();
+        assert!(!hourly(&store.conn, 0, 1, 5).unwrap()[0].saturated);
+    }
+
+    /// Migration 19 reads again the cached hours the old reading marked saturated, where
+    /// their samples are kept: orphan tasks with every worker idle were never a backlog.
+    #[test]
+    fn migration_19_reads_cached_hours_again_by_their_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let h0 = 100 * 86_400_000;
+        let store = Store::open(dir.path(), OpenMode::Create, h0).unwrap();
+        for m in (10..=65).step_by(5) {
+            let mut s = sample(h0 + m * 60_000, true);
+            (s.pending, s.running, s.saturated) = (Some(6), Some(0), None);
+            record(&store.conn, &s).unwrap();
+        }
+        let cached = |start: Millis, saturated: bool| {
+            store
+                .conn
+                .execute(
+                    "INSERT INTO day_hours (start, pph, samples, saturated) VALUES (?1, 40, 12, ?2)",
+                    params![start, saturated],
+                )
+                .unwrap();
+        };
+        // Hour 0 has its samples; the hour before has none left (pruned): kept as it was.
+        cached(h0, true);
+        cached(h0 - HOUR_MS, true);
+        let sql = include_str!("../../sql/0019_sample_saturated.sql");
+        let update = &sql[sql.find("UPDATE day_hours").unwrap()..];
+        store.conn.execute_batch(update).unwrap();
+        let flags: Vec<bool> = store
+            .conn
+            .prepare("SELECT saturated FROM day_hours ORDER BY start")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(flags, vec![true, false]);
     }
 
     #[test]
