@@ -465,7 +465,12 @@ pub(super) fn price_fix(config: &Config, why: &str) -> String {
     } else {
         None
     };
-    let fil_usd_failing = why.starts_with("FIL/USD") || why.contains("the last fetch failed");
+    // Only a fetch that failed (a fresh install's "not fetched yet" blamed a command that
+    // had never run: the re-test).
+    let fil_usd_failing = why.contains("the last fetch failed");
+    if source.is_some() && p.fil_usd.is_none() && why.starts_with("FIL/USD not fetched yet") {
+        return "no pass has fetched FIL/USD yet: the next pass does (the timer's, or `fleetagent run`); if it stays unknown after that, run the command or fetch the URL by hand".into();
+    }
     if let Some(source) = source.filter(|_| p.fil_usd.is_none() && fil_usd_failing) {
         if !why.contains("proof_price_fil is not set") {
             return format!("the FIL/USD source is what fails: {source} and mend it (docs/operations.md, \"Troubleshooting: price unknown\"); until it answers no launch is judged by profit (price.fil_usd pins a static rate meanwhile)");

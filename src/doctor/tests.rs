@@ -809,6 +809,13 @@ fn the_price_and_config_fixes_name_what_is_missing() {
     let stale = "FIL/USD is stale: fetched 1h10m ago (price.max_age_mins = 60); the last fetch failed: exit 1";
     assert!(super::outside::price_fix(&command, stale)
         .starts_with("the FIL/USD source is what fails: run price.fil_usd_command by hand"));
+    // Not fetched yet, no failure recorded (a fresh install before its first pass): no
+    // source is blamed.
+    let fresh = super::outside::price_fix(&command, "FIL/USD not fetched yet");
+    assert!(
+        fresh.starts_with("no pass has fetched FIL/USD yet"),
+        "{fresh}"
+    );
     // Both missing: the proof's price is named first, as before.
     let both = "no ask price read from Curio and price.proof_price_fil is not set; the last fetch failed: exit 1";
     assert!(super::outside::price_fix(&command, both).starts_with("set price.proof_price_fil"));
