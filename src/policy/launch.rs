@@ -683,9 +683,9 @@ pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
 /// beats the offer's on-demand $/proof (the offer chosen is the best on-demand one per proof)
 /// by `policy.bid_discount_min`, and once `policy.on_demand_min` on-demand instances of ours
 /// bill as a base (an outbid bid proves nothing until it resumes). The offer passed the
-/// profit check at its bid ([`crate::policy::offers::rent_dph`]): where its on-demand price would not pass it, the
-/// bid is placed whatever else holds (a walkthrough saw an offer judged at its bid rented on
-/// demand at a loss on every proof).
+/// profit check at the cheaper of its bid and on demand ([`crate::policy::offers::rent_dph`]):
+/// where its on-demand price would not pass it, the bid is placed whatever else holds (a
+/// walkthrough saw an offer judged at its bid rented on demand at a loss on every proof).
 pub fn bid_or_on_demand(ask: &Ask, config: &Config, offer: &Offer) -> Option<f64> {
     let rate = crate::fleet::rates::gpu_rate(config, &ask.measured_rates, &offer.gpu_name);
     let bid = bid_price(offer, config);

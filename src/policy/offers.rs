@@ -71,20 +71,28 @@ pub fn usd_per_proof(offer: &Offer, config: &Config, measured: &Rates) -> f64 {
     rent_dph(offer, config) / gpu_rate(config, measured, &offer.gpu_name)
 }
 
-/// What renting this offer bills per hour: its `dph_total`, or the bid a launch would place
-/// (`launch::bid_price`) when `vast.offers.offer_type` is interruptible, with the disk's
-/// `storage_total_cost`, which vast.ai bills beside a bid (a bid is for the machine; a
-/// walkthrough's 300 GB disk added $0.125/h to a $0.63/h bid the profit check had passed).
+/// What renting this offer bills per hour: its `dph_total`; when `vast.offers.offer_type` is
+/// interruptible, the cheaper of that and the bid a launch would place with its disk
+/// ([`bid_dph`]): a launch rents on demand where the bid is not cheaper
+/// (`launch::bid_or_on_demand`), and places the bid where on demand would not pay.
 pub fn rent_dph(offer: &Offer, config: &Config) -> f64 {
     match config.vast.offers.offer_type {
         OfferType::OnDemand => offer.dph_total,
-        OfferType::Interruptible => bid_dph(offer, config),
+        OfferType::Interruptible => bid_dph(offer, config).min(offer.dph_total),
     }
 }
 
-/// A bid's $/h on this offer with its disk: `launch::bid_price` + `storage_total_cost`.
+/// A bid's $/h on this offer: `launch::bid_price` and the disk's `storage_total_cost`, which
+/// vast.ai bills beside a bid (a bid is for the machine; a walkthrough's 300 GB disk added
+/// $0.125/h to a $0.63/h bid the profit check had passed). An offer without `min_bid` bids
+/// its `dph_total`, which holds the disk already (the re-test saw it counted twice).
 pub fn bid_dph(offer: &Offer, config: &Config) -> f64 {
-    super::launch::bid_price(offer, config) + offer.storage_dph.unwrap_or(0.0)
+    let bid = super::launch::bid_price(offer, config);
+    if offer.min_bid.is_some_and(|b| b.is_finite() && b > 0.0) {
+        bid + offer.storage_dph.unwrap_or(0.0)
+    } else {
+        bid
+    }
 }
 
 /// The profit check of renting this offer (`guardrails::check_profit`, off while the price
@@ -131,8 +139,9 @@ pub fn best_offer<'a>(offers: &'a [Offer], config: &Config, measured: &Rates) ->
         })
 }
 
-/// One offer as the model sees it (with `bid_dph`, the bid a launch would place, when
-/// offers are interruptible: `usd_per_proof` is reckoned on it).
+/// One offer as the model sees it (with `bid_dph`, the bid a launch would place with its
+/// disk, when offers are interruptible: `usd_per_proof` is reckoned on the cheaper of it and
+/// `dph`, [`rent_dph`]).
 pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
     let mut v = json!({
         "id": o.id,
@@ -144,7 +153,7 @@ pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
         "where": o.geolocation.as_deref().map(|g| clip(g, 40)),
     });
     if config.vast.offers.offer_type == OfferType::Interruptible {
-        v["bid_dph"] = json!((rent_dph(o, config) * 1e4).round() / 1e4);
+        v["bid_dph"] = json!((bid_dph(o, config) * 1e4).round() / 1e4);
     }
     v
 }

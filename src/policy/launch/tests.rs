@@ -770,6 +770,11 @@ fn a_bid_only_where_it_beats_on_demand_by_bid_discount_min_and_past_the_on_deman
     three.price = Some(price(0.02));
     let refused = with_disk(&ask(&three, &c, None)).unwrap_err();
     assert_eq!(refused.result.error_code(), Some("unprofitable"));
+    // An offer without min_bid bids its dph_total, which holds the disk already: judged at
+    // $0.30/h ($0.015 a proof, under $0.016), not $0.40 (the re-test saw it counted twice).
+    let mut no_min = offer(5, "RTX 4090", 0.3);
+    (no_min.min_bid, no_min.storage_dph) = (None, Some(0.1));
+    assert!(choose(&ask(&three, &c, None), &c, &[no_min], BTreeMap::new()).is_ok());
     three.price = None;
     // On demand: never a bid.
     c.vast.offers.offer_type = OfferType::OnDemand;
