@@ -50,12 +50,17 @@ fn gpu_rates(config: &Config) -> Vec<Problem> {
         let vendor = ["nvidia", "geforce"]
             .iter()
             .any(|w| key.to_ascii_lowercase().contains(w));
+        // One inside the other, letters and digits alone: "RTX4090" and "NVIDIA GeForce RTX
+        // 4090" for "RTX 4090", and the re-test's "4090", "T4" ("Tesla T4"), "GH200" ("GH200
+        // SXM"). A key gpu_names does not ask for is never used anyway.
         let near = offers.gpu_names.iter().find(|g| {
             let (k, g) = (squash(key), squash(g));
-            !g.is_empty() && (k == g || k.ends_with(&g))
+            !g.is_empty() && !k.is_empty() && (k.contains(&g) || g.contains(&k))
         });
         let meant = match (near, vendor) {
-            (Some(g), _) => format!("vast.offers.gpu_names asks for \"{g}\""),
+            (Some(g), _) => {
+                format!("vast.offers.gpu_names asks for \"{g}\": is that the GPU meant?")
+            }
             (None, true) => {
                 "vast.ai names GPUs without the vendor's words (\"RTX 4090\", \"A100 SXM4\")"
                     .to_string()
@@ -64,7 +69,7 @@ fn gpu_rates(config: &Config) -> Vec<Problem> {
         };
         out.push(
             Problem::new(format!(
-                "policy.gpu_rates pins \"{key}\", which no vast.ai offer is named ({meant}): its rate is never used, offers are judged at policy.proofs_per_hour_per_instance ({}/h), and a launch that pays at the pinned rate may be refused unprofitable",
+                "policy.gpu_rates pins \"{key}\", which no offer fleetagent rents is named ({meant}): its rate is never used, offers are judged at policy.proofs_per_hour_per_instance ({}/h), and a launch that pays at the pinned rate may be refused unprofitable",
                 config.policy.proofs_per_hour_per_instance
             ))
             .fix("spell the key as vast.ai names the GPU (as in vast.offers.gpu_names or `fleetagent inspect`'s offers; any case, `_` for a space)"),

@@ -197,12 +197,24 @@ fn a_gpu_rate_no_offer_is_named_is_said() {
     let got = said(&config);
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(
-        got[0].starts_with("policy.gpu_rates pins \"RTX4090\", which no vast.ai offer is named (vast.offers.gpu_names asks for \"RTX 4090\")"),
+        got[0].starts_with("policy.gpu_rates pins \"RTX4090\", which no offer fleetagent rents is named (vast.offers.gpu_names asks for \"RTX 4090\": is that the GPU meant?)"),
         "{}",
         got[0]
     );
+    for near in ["NVIDIA GeForce RTX 4090", "4090", "T4", "GH200"] {
+        config.vast.offers.gpu_names =
+            vec!["RTX 4090".into(), "Tesla T4".into(), "GH200 SXM".into()];
+        config.policy.gpu_rates = [(near.to_string(), 60.0)].into();
+        assert_eq!(said(&config).len(), 1, "{near}");
+    }
+    // Names vast.ai gives GPUs gpu_names does not hold are not taken for misspellings.
+    config.vast.offers.gpu_names = vec!["RTX 4090".into(), "A40".into()];
+    for other in ["RTX 3090 Ti", "H100 SXM5", "L4"] {
+        config.policy.gpu_rates = [(other.to_string(), 60.0)].into();
+        assert_eq!(said(&config), Vec::<String>::new(), "{other}");
+    }
+    config.vast.offers.gpu_names = vec!["RTX 4090".into()];
     config.policy.gpu_rates = [("NVIDIA GeForce RTX 4090".to_string(), 60.0)].into();
-    assert!(said(&config)[0].contains("asks for \"RTX 4090\""));
     // Without gpu_names: the vendor's words alone tell it.
     config.vast.offers.gpu_names.clear();
     let got = said(&config);
