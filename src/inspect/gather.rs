@@ -15,8 +15,11 @@ use crate::config::Config;
 use crate::doorbell::{Doorbell, FileDoorbell};
 use crate::store::{calibration, events, llm_calls, messages, runs, session, wakes, Store};
 
-/// How many runs `inspect` lists.
+/// How many runs `inspect` lists, the newest...
 pub const RECENT_RUNS: i64 = 20;
+/// ...and, older, those of this last while that the alert rules count (docs/monitoring: an
+/// hour at most).
+const ALERTED_RUNS_MS: Millis = 3_600_000;
 /// How many recent calls that reported usage the token comparison covers.
 const USAGE_CALLS: i64 = 100;
 /// How many operator messages (newest first) `inspect` shows.
@@ -33,7 +36,7 @@ pub fn build(
     units: Option<Value>,
 ) -> Result<Report> {
     let state = session::state(&store.conn)?;
-    let recent = runs::recent(&store.conn, RECENT_RUNS)?;
+    let recent = runs::recent_and_alerted(&store.conn, RECENT_RUNS, now - ALERTED_RUNS_MS)?;
     let fleet = crate::store::instances::live(&store.conn)?;
     let ev = events::counts(&store.conn, now)?;
     let wk = wakes::counts(&store.conn, now)?;

@@ -305,6 +305,35 @@ pub fn recent(conn: &Connection, limit: i64) -> Result<Vec<Run>> {
     Ok(rows)
 }
 
+/// The `limit` newest runs, and beside them, newest first, the older ones started at `since`
+/// or later that an alert counts (`action-failed`, failed, decided by the fallback): the
+/// alert rules send the operator to `inspect` for them over 30 minutes and an hour, and a busy
+/// stretch pushed one past the newest 20 while the alert still fired (a re-test). A bounded
+/// walk of the newest runs (ids grow with time), never the whole table.
+pub fn recent_and_alerted(conn: &Connection, limit: i64, since: Millis) -> Result<Vec<Run>> {
+    const WALK: i64 = 2_000;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {COLS} FROM runs ORDER BY id DESC LIMIT ?1"
+    ))?;
+    let mut out = Vec::new();
+    let mut rows = stmt.query(params![WALK.max(limit)])?;
+    let mut n = 0;
+    while let Some(r) = rows.next()? {
+        let run = row(r)?;
+        n += 1;
+        if n > limit && run.started_at < since {
+            break;
+        }
+        let alerted = run.status == Status::Failed
+            || run.verdict == Some(Verdict::ActionFailed)
+            || run.decided_by == Some(DecidedBy::FallbackRules);
+        if n <= limit || alerted {
+            out.push(run);
+        }
+    }
+    Ok(out)
+}
+
 pub fn get(conn: &Connection, id: i64) -> Result<Option<Run>> {
     let mut stmt = conn.prepare_cached(&format!("SELECT {COLS} FROM runs WHERE id = ?1"))?;
     let mut rows = stmt.query_map(params![id], row)?;
@@ -405,6 +434,46 @@ mod tests {
                 ("no-action".into(), 1),
             ]
         );
+    }
+
+    /// The newest runs, and the older ones of the alert's window that it counts (a busy
+    /// stretch pushed an `action-failed` run past the newest 20 while the alert fired).
+    #[test]
+    fn the_newest_runs_and_the_alerted_ones_before_them() {
+        let (_dir, s) = test_store(0);
+        let at = |id: i64, t: Millis| {
+            s.conn
+                .execute(
+                    "UPDATE runs SET started_at = ?2 WHERE id = ?1",
+                    params![id, t],
+                )
+                .unwrap();
+        };
+        let old_failed = finished(&s.conn, "action-failed", false);
+        at(old_failed, 500);
+        let failed = finished(&s.conn, "action-failed", false);
+        at(failed, 1_000);
+        let fine = finished(&s.conn, "no-action", false);
+        at(fine, 1_000);
+        for _ in 0..25 {
+            let id = finished(&s.conn, "no-action", false);
+            at(id, 2_000);
+        }
+        let ids = |since: Millis| -> Vec<i64> {
+            recent_and_alerted(&s.conn, 20, since)
+                .unwrap()
+                .iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        let got = ids(900);
+        assert_eq!(got.len(), 21, "{got:?}");
+        assert_eq!(
+            got.last(),
+            Some(&failed),
+            "older than the window: {old_failed}, and {fine} is fine"
+        );
+        assert_eq!(ids(1_500).len(), 20);
     }
 
     #[test]
