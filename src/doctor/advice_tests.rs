@@ -251,3 +251,28 @@ fn the_search_quota_fix_names_what_spends_searches() {
         "{fix}"
     );
 }
+
+/// A path in a fix is one shell word: a space or a quote in it is quoted (the re-test pasted
+/// an unquoted `o'brien` whose quote swallowed `--state-dir`, and `init` ran on the default
+/// dir), and the shell reads the command back as the arguments doctor meant.
+#[test]
+fn paths_in_fixes_are_one_shell_word() {
+    use super::scope::word;
+    assert_eq!(word(Path::new("/srv/fa/state")), "/srv/fa/state");
+    for odd in ["/srv/my fa/state", "/home/o'brien/fa", "/tmp/a\"b $x"] {
+        let q = word(Path::new(odd));
+        assert_eq!(shlex::split(&q), Some(vec![odd.to_string()]), "{q}");
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("o'brien state");
+    let all = all_checks(&dir, &Config::default(), None);
+    let fix = fix_of(&all, "state_dir");
+    let command = fix
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in {fix}"));
+    let args = shlex::split(command).unwrap();
+    let at = args.iter().position(|a| a == "--state-dir").unwrap();
+    assert_eq!(args[at + 1], dir.display().to_string(), "{command}");
+    assert_eq!(args.last().map(String::as_str), Some("init"));
+}

@@ -411,7 +411,7 @@ pub(super) fn units(
         // `units install` writes the path of the binary that runs it into ExecStart=.
         let install = match std::env::current_exe() {
             Ok(me) if me.exists() && !crate::paths::same_path(&me, Path::new(p)) => install
-                .replacen("fleetagent", &me.display().to_string(), 1),
+                .replacen("fleetagent", &super::scope::word(&me), 1),
             _ => install.clone(),
         };
         Problem::new(format!(
@@ -490,7 +490,7 @@ pub(super) fn metrics(
     let fix = if dir.exists() {
         format!("run `{units_install}` again (it lets the services write there, and names the chown or chmod a dir they may not write needs), or set [metrics] textfile to a dir the service user may write")
     } else {
-        format!("run `{units_install}` again (it creates the missing dir {} and lets the services write there; or create it yourself, writable by the service user: `mkdir -p {}`), or set [metrics] textfile to a dir the service user may write", dir.display(), dir.display())
+        format!("run `{units_install}` again (it creates the missing dir {} and lets the services write there; or create it yourself, writable by the service user: `mkdir -p {}`), or set [metrics] textfile to a dir the service user may write", dir.display(), super::scope::word(dir))
     };
     // No install helps a read-only file system (a re-test saw `units install` advised).
     const READ_ONLY_FIX: &str =

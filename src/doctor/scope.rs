@@ -7,16 +7,27 @@ use std::path::Path;
 
 use serde_json::Value;
 
+/// A path as one shell word, quoted where it must be (a space, a quote: a re-test pasted a
+/// fix whose unquoted `o'brien` swallowed `--state-dir`, and `init` ran on the default dir).
+pub(super) fn word(p: &Path) -> String {
+    let text = p.display().to_string();
+    match shlex::try_quote(&text) {
+        Ok(q) => q.into_owned(),
+        // A NUL cannot be in a path; shown as it is.
+        Err(_) => text,
+    }
+}
+
 /// `fleetagent [--config C] --state-dir D`, both absolute: reaches this doctor's install
 /// from any directory and whatever `$FLEETAGENT_CONFIG` says.
 pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
     let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let config = config.map_or(String::new(), |c| {
-        format!(" --config {}", absolute(c).display())
+        format!(" --config {}", word(&absolute(c)))
     });
     format!(
         "fleetagent{config} --state-dir {}",
-        absolute(state_dir).display()
+        word(&absolute(state_dir))
     )
 }
 
@@ -27,7 +38,7 @@ pub(super) fn sim_with_config(fix: &str, config: &Path) -> String {
     let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     fix.replace(
         "`fleetagent sim --llm`",
-        &format!("`fleetagent --config {} sim --llm`", config.display()),
+        &format!("`fleetagent --config {} sim --llm`", word(&config)),
     )
 }
 
