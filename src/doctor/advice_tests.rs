@@ -184,14 +184,28 @@ fn a_unit_whose_binary_is_gone_is_named() {
     );
     let fix = p[0].fix.as_deref().unwrap();
     assert!(
-        fix.starts_with("put the fleetagent binary back at /gone/bin/fleetagent, or install the units from the binary to run (`")
+        fix.starts_with("put the fleetagent binary (executable) back at /gone/bin/fleetagent, or install the units from the binary to run (`")
             && fix.contains(&format!(" --config /srv/fa/config.toml --state-dir {same} units install --user`")),
         "{fix}"
     );
     assert!(
         p[1].line().starts_with(
-            "unit fleetagent.path: trigger-limit-hit; fix: once /gone/bin/fleetagent is there again: systemctl --user reset-failed fleetagent.path"
+            "unit fleetagent.path: trigger-limit-hit; fix: once /gone/bin/fleetagent is there again, executable: systemctl --user reset-failed fleetagent.path"
         ),
+        "{p:?}"
+    );
+    // There without an execute bit (copied without +x: the re-test): named the same way.
+    let plain = here.path().join("fleetagent");
+    std::fs::write(&plain, b"#!/bin/sh\n").unwrap();
+    let p = host::units(
+        Some(&shown(plain.to_str().unwrap())),
+        here.path(),
+        &c,
+        Some(config),
+    );
+    assert!(
+        p[0].detail
+            .contains("which is not executable (no x bit: `chmod 0755` it)"),
         "{p:?}"
     );
     // A binary that is there: only the unit's own line, its fix as systemd's.

@@ -403,11 +403,22 @@ pub(super) fn units(
             ))
             .fix(fix)
         });
-    // The binary ExecStart= runs is gone (moved by an upgrade, a build dir cleaned): every
-    // start fails, and clearing the units' failures trips the limit again at once (a
-    // walkthrough looped on it).
-    let gone = field("exec_path").filter(|p| !Path::new(p).exists());
-    let missing = gone.map(|p| {
+    // The binary ExecStart= runs is gone (moved by an upgrade, a build dir cleaned), or is
+    // there without an execute bit (copied without +x: the re-test): every start fails, and
+    // clearing the units' failures trips the limit again at once (a walkthrough looped on it).
+    let unusable = field("exec_path").and_then(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        match std::fs::metadata(p) {
+            Err(_) => Some((p, "does not exist")),
+            Ok(m) if !m.is_file() => Some((p, "is not a file")),
+            Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+                Some((p, "is not executable (no x bit: `chmod 0755` it)"))
+            }
+            Ok(_) => None,
+        }
+    });
+    let gone = unusable.map(|(p, _)| p);
+    let missing = unusable.map(|(p, why)| {
         // `units install` writes the path of the binary that runs it into ExecStart=.
         let install = match std::env::current_exe() {
             Ok(me) if me.exists() && !crate::paths::same_path(&me, Path::new(p)) => install
@@ -415,14 +426,16 @@ pub(super) fn units(
             _ => install.clone(),
         };
         Problem::new(format!(
-            "the installed {} runs {p}, which does not exist: every start fails, and the doorbell's start limit trips again as soon as it is cleared",
+            "the installed {} runs {p}, which {why}: every start fails, and the doorbell's start limit trips again as soon as it is cleared",
             crate::units::SERVICE
         ))
         .fix(format!(
-            "put the fleetagent binary back at {p}, or install the units from the binary to run (`{install}`: ExecStart= gets the path of the binary that runs it, then `systemctl{user} daemon-reload`); then clear the units' failures"
+            "put the fleetagent binary (executable) back at {p}, or install the units from the binary to run (`{install}`: ExecStart= gets the path of the binary that runs it, then `systemctl{user} daemon-reload`); then clear the units' failures"
         ))
     });
-    let first = gone.map_or(String::new(), |p| format!("once {p} is there again: "));
+    let first = gone.map_or(String::new(), |p| {
+        format!("once {p} is there again, executable: ")
+    });
     elsewhere
         .into_iter()
         .chain(other_config)
