@@ -60,6 +60,17 @@ fn a_missing_state_dir_or_database_names_init_for_this_install() {
     let all = all_checks(&dir, &Config::default(), None);
     assert_eq!(fix_of(&all, "state_dir"), "");
     assert!(fix_of(&all, "database").starts_with(&init));
+    // The installed units run another state dir (a plain doctor by a user whose default is
+    // elsewhere): look at theirs first, not `init` a second install here (the re-test).
+    let units = serde_json::json!({ crate::units::SERVICE: {
+        "load_state": "loaded", "active_state": "inactive", "manager": "system",
+        "state_dir": "/var/lib/fleetagent", "config": "/etc/fleetagent/config.toml" } });
+    let all = all_checks(&dir, &Config::default(), Some(&units));
+    let fix = fix_of(&all, "database");
+    assert!(
+        fix.starts_with("the installed units run state dir /var/lib/fleetagent: look at that install first (`fleetagent --config /etc/fleetagent/config.toml --state-dir /var/lib/fleetagent doctor`)"),
+        "{fix}"
+    );
 }
 
 /// The metrics textfile's dir is missing under a `--user` install: the fix is that

@@ -201,6 +201,31 @@ impl Found {
     }
 }
 
+/// Where the installed units run another state dir than this doctor's (a plain `doctor` by
+/// a user whose default is elsewhere, a `state_dir` written into the config since), a fix
+/// that would `init` here points at theirs first: followed, it made a second install that no
+/// unit runs, beside the first one's billing fleet (a re-test).
+fn units_elsewhere(i: &Inputs<'_>, problems: Vec<Problem>) -> Vec<Problem> {
+    let service = i.units.and_then(|u| u.get(crate::units::SERVICE));
+    let field = |name: &str| service.and_then(|s| s.get(name)).and_then(Value::as_str);
+    let Some(theirs) =
+        field("state_dir").filter(|d| !crate::paths::same_path(Path::new(d), i.state_dir))
+    else {
+        return problems;
+    };
+    let doctor = scope::fleetagent(field("config").map(Path::new), Path::new(theirs));
+    problems
+        .into_iter()
+        .map(|p| match &p.fix {
+            Some(f) if f.contains(" init") => {
+                let fix = format!("the installed units run state dir {theirs}: look at that install first (`{doctor} doctor`); `init` here would make a second install that no unit runs");
+                p.fix(fix)
+            }
+            _ => p,
+        })
+        .collect()
+}
+
 /// Run every check. Those that need the database report `not_checked` when it cannot be
 /// read (the `database` check says why). Also the install this host speaks for, when its
 /// database was read ([`speaks_for`]).
@@ -212,7 +237,7 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let scoped = scope::fleetagent(Some(i.config_path), i.state_dir);
     found.add(
         "state_dir",
-        host::state_dir(i.state_dir, read_only, &scoped),
+        units_elsewhere(i, host::state_dir(i.state_dir, read_only, &scoped)),
     );
     found.add("disk", disk);
     let read = i.config_found.then_some(i.config_path);
@@ -227,7 +252,7 @@ pub fn checks(i: &Inputs<'_>) -> (Vec<Check>, Option<String>) {
     let skipped = match host::open_database(i.state_dir, i.now, &scoped) {
         Err(p) => {
             found.add("secrets", secrets.problems.clone());
-            found.add("database", vec![p]);
+            found.add("database", units_elsewhere(i, vec![p]));
             "the database cannot be read (see the database check)"
         }
         Ok(store) => match crate::store::health::edge_check(&store.conn) {
