@@ -263,7 +263,7 @@ pub(super) fn lock(
         let (stopped, fix) = match crate::lock::process_stopped(pid) {
             None => (String::new(), format!("kill {pid}")),
             Some(crate::lock::Stopped::BySignal) => (
-                format!(", and stopped (state T in /proc/{pid}/stat: SIGSTOP or Ctrl-Z), so a plain `kill {pid}` waits behind the stop; continued, it ends by itself (or `kill {pid}` after)"),
+                format!(", and stopped (state T in /proc/{pid}/stat: SIGSTOP or Ctrl-Z), so a plain `kill {pid}` waits behind the stop; continued, it ends: its watchdog counts wall time, so once it started more than run.deadline_secs + 30 s ago it ends at once, the pass recorded interrupted and its events handed to the next (the runs check names it for an hour)"),
                 format!("kill -CONT {pid}"),
             ),
             Some(crate::lock::Stopped::ByDebugger) => (
