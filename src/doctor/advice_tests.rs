@@ -245,7 +245,7 @@ fn sim_llm_in_a_fix_names_the_config() {
     let all = all_checks(dir.path(), &Config::default(), None);
     assert_eq!(
         fix_of(&all, "floor"),
-        "check llm.model with `fleetagent --config /srv/fa/config.toml sim --llm`, or set llm.provider = \"rules\""
+        "check llm.model with `fleetagent --config /srv/fa/config.toml sim --llm --scenario incident`, or set llm.provider = \"rules\""
     );
     // The llm check's and tools_in_prompt's say it alike.
     let said = scope::sim_with_config(
@@ -254,7 +254,7 @@ fn sim_llm_in_a_fix_names_the_config() {
     );
     assert_eq!(
         said,
-        "`fleetagent --config /srv/fa/config.toml sim --llm` shows whether it calls tools"
+        "`fleetagent --config /srv/fa/config.toml sim --llm --scenario incident` shows whether it calls tools"
     );
 }
 

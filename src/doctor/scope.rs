@@ -33,12 +33,17 @@ pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
 
 /// A fix's `fleetagent sim --llm` with the config doctor read: `sim` reads only an explicit
 /// `--config` (never `$FLEETAGENT_CONFIG` or the default path), and `--llm` exits 2 without
-/// one (a walkthrough ran the advice as printed).
+/// one (a walkthrough ran the advice as printed); on the 6-hour incident scenario (a pass
+/// every 5 minutes and each trigger), not the default week (a re-test's ran 1,284 model
+/// calls, 3.6M prompt tokens).
 pub(super) fn sim_with_config(fix: &str, config: &Path) -> String {
     let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     fix.replace(
         "`fleetagent sim --llm`",
-        &format!("`fleetagent --config {} sim --llm`", word(&config)),
+        &format!(
+            "`fleetagent --config {} sim --llm --scenario incident`",
+            word(&config)
+        ),
     )
 }
 

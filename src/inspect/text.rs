@@ -407,7 +407,7 @@ pub fn render_text(r: &Report) -> String {
     }
     if r.llm.malformed_answers > 0 {
         line(format!(
-            "answers     {} of the model's last {} wrote a tool call as text: nothing ran (try the model with `fleetagent --config {} sim --llm`)",
+            "answers     {} of the model's last {} wrote a tool call as text: nothing ran (try the model with `fleetagent --config {} sim --llm --scenario incident`)",
             r.llm.malformed_answers, r.llm.recent_answers, r.config_path
         ));
     }
