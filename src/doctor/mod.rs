@@ -362,8 +362,9 @@ fn installed_for_a_user(units: Option<&Value>) -> bool {
 /// A fix's `journalctl` and `systemctl` commands as a user manager's units need them: the
 /// system's journal and manager know nothing of a `--user` install. `--user-unit`, not
 /// `--user -u`: a user manager of root logs to the system journal, where `--user` looks for
-/// no file (a walkthrough); `--user-unit` reads every journal file the caller may read, so it
-/// finds the lines for root and for any other user.
+/// no file (a walkthrough); `--user-unit` reads every journal file the caller may read and
+/// matches the caller's own user units, so it finds the lines for root's manager and, run as
+/// that user, for another user's (the units' user runs doctor: a re-test).
 fn for_the_user_manager(fix: &str) -> String {
     fix.replace("`journalctl -u ", "`journalctl --user-unit ")
         .replace("`systemctl list-timers ", "`systemctl --user list-timers ")
