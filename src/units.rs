@@ -431,6 +431,10 @@ pub struct UnitState {
     /// gone (every start fails, and the path unit hits its trigger limit again).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_path: Option<String>,
+    /// `User=` the service runs as (None: unset, the manager's user): `doctor` checks the
+    /// binary is executable by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     /// `TimeoutStartSec=` in seconds as systemd holds it, rounded down (None: infinity, or
     /// not read).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -510,7 +514,7 @@ fn show(scope: Scope, env: &[(String, String)]) -> Option<UnitStates> {
         "show",
         "--no-pager",
         "-p",
-        "Id,LoadState,ActiveState,SubState,Result,ExecStart,TimeoutStartUSec,DropInPaths",
+        "Id,LoadState,ActiveState,SubState,Result,ExecStart,TimeoutStartUSec,DropInPaths,User",
     ]);
     cmd.args(TEMPLATES.iter().map(|(n, _)| *n));
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
@@ -573,6 +577,11 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                     let path = e.split("path=").nth(1)?.split(" ;").next()?.trim();
                     (!path.is_empty()).then(|| path.to_string())
                 }),
+                user: props
+                    .get("User")
+                    .map(|u| u.trim())
+                    .filter(|u| !u.is_empty())
+                    .map(String::from),
                 timeout_start_secs: props
                     .get("TimeoutStartUSec")
                     .and_then(|t| time_span_secs(t)),

@@ -219,6 +219,31 @@ fn a_unit_whose_binary_is_gone_is_named() {
             .contains("which is not executable (no x bit: `chmod 0755` it)"),
         "{p:?}"
     );
+    // Executable by its owner alone, and the service runs as another user (the re-test's
+    // `install -m 0700` owned by root under User=fleetagent): named; as root, not.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let as_user = |user: &str| {
+        let mut v = shown(plain.to_str().unwrap());
+        v[crate::units::SERVICE]["user"] = serde_json::json!(user);
+        host::units(Some(&v), here.path(), &c, Some(config))
+    };
+    if nix::unistd::geteuid().is_root() {
+        let p = as_user("nobody");
+        assert!(
+            p[0].detail
+                .contains("User=nobody may not execute (mode 700"),
+            "{p:?}"
+        );
+    }
+    assert!(as_user(
+        &nix::unistd::User::from_uid(nix::unistd::geteuid())
+            .unwrap()
+            .unwrap()
+            .name
+    )
+    .iter()
+    .all(|p| !p.detail.contains("may not execute")),);
     // A binary that is there: only the unit's own line, its fix as systemd's.
     let p = host::units(Some(&shown("/bin/sh")), here.path(), &c, Some(config));
     assert_eq!(p.len(), 1, "{p:?}");
