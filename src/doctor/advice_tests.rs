@@ -325,4 +325,19 @@ fn paths_in_fixes_are_one_shell_word() {
     let at = args.iter().position(|a| a == "--state-dir").unwrap();
     assert_eq!(args[at + 1], dir.display().to_string(), "{command}");
     assert_eq!(args.last().map(String::as_str), Some("init"));
+    // The chmod beside it too (the second re-test: `chmod 2770 my fleet` changed nothing).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    let fix = fix_of(&all_checks(&dir, &Config::default(), None), "state_dir");
+    let chmod = fix.split(" (").next().unwrap();
+    assert_eq!(
+        shlex::split(chmod),
+        Some(vec![
+            "chmod".into(),
+            "2770".into(),
+            dir.display().to_string()
+        ]),
+        "{fix}"
+    );
 }

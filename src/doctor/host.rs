@@ -40,7 +40,7 @@ pub(super) fn state_dir(dir: &Path, read_only: bool, scoped: &str) -> Vec<Proble
                 // The fix in its own field too, for `doctor --json` (a drill saw it null).
                 vec![Problem::new(text).fix(format!(
                     "chmod o-w {} (fleetagent wants 2770)",
-                    dir.display()
+                    super::scope::word(dir)
                 ))]
             } else if std::fs::symlink_metadata(dir)
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -67,7 +67,7 @@ fn world_access(dir: &Path) -> Option<Problem> {
         ))
         .fix(format!(
             "chmod 2770 {} (and give it the operators' group: docs/operations.md)",
-            dir.display()
+            super::scope::word(dir)
         ))
     })
 }
@@ -187,7 +187,7 @@ pub(super) fn unwritable_database(dir: &Path) -> Vec<Problem> {
         ))
         .fix(format!(
             "chmod 0660 {}/fleetagent.db* (and chown them to the service user, e.g. fleetagent:fleetagent)",
-            dir.display()
+            super::scope::word(dir)
         )));
     }
     out.extend(foreign_owned(dir));
@@ -220,13 +220,13 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
                 return vec![Problem::new(format!(
                     "the database file {shown} is on a read-only mount: every run fails \"attempt to write a readonly database\""
                 ))
-                .fix(format!("mount it read-write (`findmnt -T {shown}` names the mount)"))]
+                .fix(format!("mount it read-write (`findmnt -T {}` names the mount)", super::scope::word(file)))]
             }
             Some(Errno::EPERM) => {
                 return vec![Problem::new(format!(
                     "the database file {shown} is immutable or append-only (`lsattr` shows `i` or `a`): every run fails \"attempt to write a readonly database\""
                 ))
-                .fix(format!("chattr -i -a {shown}"))]
+                .fix(format!("chattr -i -a {}", super::scope::word(file)))]
             }
             Some(_) if file == &db => return Vec::new(),
             Some(_) => {}
@@ -291,8 +291,12 @@ fn foreign_owned(dir: &Path) -> Vec<Problem> {
     ))
     .fix(format!(
         "chown --reference={} {}",
-        dir.display(),
-        paths.join(" ")
+        super::scope::word(dir),
+        paths
+            .iter()
+            .map(|p| super::scope::word(Path::new(p)))
+            .collect::<Vec<_>>()
+            .join(" ")
     ))]
 }
 
