@@ -351,14 +351,25 @@ pub(super) fn units(
     let elsewhere = field("state_dir")
         .filter(|d| !crate::paths::same_path(Path::new(d), state_dir))
         .map(|d| {
-            let theirs = field("config").map_or(String::new(), |c| format!(" --config {c}"));
+            let theirs = super::scope::fleetagent(field("config").map(Path::new), Path::new(d));
+            // No database here: this doctor looks at the wrong dir (a plain doctor by a user
+            // whose default is elsewhere); moving the units here would leave their install's
+            // billing fleet watched by nothing (the second re-test followed it).
+            if !crate::store::database_exists(state_dir).unwrap_or(true) {
+                return Problem::new(format!(
+                    "the installed {} runs state dir {d}, not this one ({}), which holds no database: this doctor looks at another dir than the install",
+                    crate::units::SERVICE,
+                    state_dir.display()
+                ))
+                .fix(format!("look at the install the units run (`{theirs} doctor`)"));
+            }
             Problem::new(format!(
                 "the installed {} runs state dir {d}, not this one ({}): no pass runs for this database, and the fleet it knows is watched by nothing",
                 crate::units::SERVICE,
                 state_dir.display()
             ))
             .fix(format!(
-                "install the units for this state dir (`{install}`), or look at the one they run (`fleetagent{theirs} --state-dir {d} doctor`); retiring this install: docs/operations.md, \"Retiring an install\""
+                "install the units for this state dir (`{install}`), or look at the one they run (`{theirs} doctor`); retiring this install: docs/operations.md, \"Retiring an install\""
             ))
         });
     // The same state dir under another config: the passes decide by a config this doctor
@@ -710,6 +721,22 @@ mod tests {
     #[test]
     fn units_that_run_another_state_dir_are_named() {
         let here = tempfile::tempdir().unwrap();
+        // A dir without a database: this doctor looks at the wrong dir, and the fix points
+        // at the units' install alone (the second re-test moved the units to an empty dir).
+        let lone = serde_json::json!({ crate::units::SERVICE: {
+            "load_state": "loaded", "active_state": "inactive", "state_dir": "/srv/other" } });
+        let p = units(Some(&lone), here.path(), &Config::default(), None);
+        assert!(
+            p[0].detail.ends_with(
+                "which holds no database: this doctor looks at another dir than the install"
+            ),
+            "{p:?}"
+        );
+        assert_eq!(
+            p[0].fix.as_deref(),
+            Some("look at the install the units run (`fleetagent --state-dir /srv/other doctor`)")
+        );
+        crate::store::Store::open(here.path(), crate::store::OpenMode::Create, 0).unwrap();
         let shown = |dir: Option<&str>| {
             let mut svc = serde_json::json!({"load_state": "loaded", "active_state": "inactive"});
             if let Some(d) = dir {
