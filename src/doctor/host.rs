@@ -421,27 +421,8 @@ pub(super) fn units(
     // The binary ExecStart= runs is gone (moved by an upgrade, a build dir cleaned), or is
     // there without an execute bit (copied without +x: the re-test): every start fails, and
     // clearing the units' failures trips the limit again at once (a walkthrough looped on it).
-    let unusable = field("exec_path").and_then(|p| {
-        use std::os::unix::fs::PermissionsExt;
-        match std::fs::metadata(p) {
-            Err(_) => Some((p, "does not exist".to_string())),
-            Ok(m) if !m.is_file() => Some((p, "is not a file".to_string())),
-            Ok(m) if m.permissions().mode() & 0o111 == 0 => Some((
-                p,
-                "is not executable (no x bit: `chmod 0755` it)".to_string(),
-            )),
-            Ok(m) => field("user").filter(|u| !executable_by(&m, u)).map(|u| {
-                (
-                    p,
-                    format!(
-                        "User={u} may not execute (mode {:o}, owner uid {}: `chmod 0755` it)",
-                        m.permissions().mode() & 0o7777,
-                        std::os::unix::fs::MetadataExt::uid(&m)
-                    ),
-                )
-            }),
-        }
-    });
+    let unusable = field("exec_path")
+        .and_then(|p| super::exec::unusable(Path::new(p), field("user")).map(|why| (p, why)));
     let gone = unusable.as_ref().map(|(p, _)| *p);
     let missing = unusable.map(|(p, why)| {
         // `units install` writes the path of the binary that runs it into ExecStart=.
@@ -479,32 +460,6 @@ pub(super) fn units(
             Some(Problem::new(format!("unit {name}: {problem}")).fix(format!("{first}{fix}{wait}")))
         }))
         .collect()
-}
-
-/// May `user` (a unit's `User=`) execute this file, by its mode bits: the owner's, else its
-/// group's (the user's groups), else the others'. Root may where any x bit is set; an unknown
-/// user is not judged (systemd names it). A re-test's `install -m 0700` binary owned by root
-/// failed every start of a `User=fleetagent` service while doctor advised reset-failed.
-fn executable_by(m: &std::fs::Metadata, user: &str) -> bool {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mode = m.permissions().mode();
-    let Ok(Some(u)) = nix::unistd::User::from_name(user) else {
-        return true;
-    };
-    if u.uid.is_root() {
-        return mode & 0o111 != 0;
-    }
-    if m.uid() == u.uid.as_raw() {
-        return mode & 0o100 != 0;
-    }
-    let groups = std::ffi::CString::new(user)
-        .ok()
-        .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
-        .unwrap_or_else(|| vec![u.gid]);
-    if groups.iter().any(|g| g.as_raw() == m.gid()) {
-        return mode & 0o010 != 0;
-    }
-    mode & 0o001 != 0
 }
 
 /// The metrics textfile (when `[metrics] textfile` is set): the last write's failure as the

@@ -7,6 +7,7 @@
 #[cfg(test)]
 mod advice_tests;
 mod agent;
+mod exec;
 mod host;
 mod outside;
 mod scope;
