@@ -500,7 +500,13 @@ pub fn render_text(r: &Report) -> String {
             line(format!("  {l}"));
         }
     }
-    line(format!("runs        last {}:", r.runs.len()));
+    let newest = (r.runs.len() as i64).min(super::gather::RECENT_RUNS) as usize;
+    line(match r.runs.len() - newest {
+        0 => format!("runs        last {newest}:"),
+        older => format!(
+            "runs        last {newest}, then {older} older of the last hour that failed, were action-failed or fell back:"
+        ),
+    });
     for run in &r.runs {
         let acted = run.actions_ok + run.actions_refused + run.actions_failed;
         line(format!(
