@@ -244,6 +244,33 @@ fn a_unit_whose_binary_is_gone_is_named() {
     )
     .iter()
     .all(|p| !p.detail.contains("may not execute")),);
+    // A User= this host does not know (removed since: 217/USER), by name or number.
+    for ghost in ["no-such-user-fa22", "4000000"] {
+        let p = as_user(ghost);
+        assert!(
+            p[0].detail.contains("which this host does not know"),
+            "{ghost}: {p:?}"
+        );
+    }
+    // In a directory the user may not enter (the last re-test's 0700 parent, a 0755 binary).
+    if nix::unistd::geteuid().is_root() {
+        let closed = here.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let inside = closed.join("fleetagent");
+        std::fs::write(&inside, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut v = shown(inside.to_str().unwrap());
+        v[crate::units::SERVICE]["user"] = serde_json::json!("nobody");
+        let p = host::units(Some(&v), here.path(), &c, Some(config));
+        assert!(
+            p[0].detail.contains(&format!(
+                "User=nobody may not enter its directory {}",
+                closed.display()
+            )),
+            "{p:?}"
+        );
+    }
     // A binary that is there: only the unit's own line, its fix as systemd's.
     let p = host::units(Some(&shown("/bin/sh")), here.path(), &c, Some(config));
     assert_eq!(p.len(), 1, "{p:?}");

@@ -1,9 +1,13 @@
 //! The binary a service's `ExecStart=` runs: there, a file, and executable by the unit's
-//! `User=`. A start that cannot run it fails (203/EXEC), and clearing the units' failures
-//! trips the doorbell's start limit again at once: walkthroughs looped on doctor's
-//! reset-failed fix for a binary gone, one copied without +x, and one root's alone.
+//! `User=` through every directory on its path. A start that cannot run it fails (203/EXEC,
+//! 217/USER), and clearing the units' failures trips the doorbell's start limit again at
+//! once: walkthroughs looped on doctor's reset-failed fix for a binary gone, one copied
+//! without +x, one root's alone, one in a directory the user may not enter, and a `User=`
+//! that no longer exists.
 
 use std::path::Path;
+
+use nix::unistd::User;
 
 /// Why the service cannot run `path` as `user` (None: it can, or that cannot be told).
 pub(super) fn unusable(path: &Path, user: Option<&str>) -> Option<String> {
@@ -19,37 +23,61 @@ pub(super) fn unusable(path: &Path, user: Option<&str>) -> Option<String> {
     if mode & 0o111 == 0 {
         return Some("is not executable (no x bit: `chmod 0755` it)".into());
     }
-    user.filter(|u| !executable_by(&m, u)).map(|u| {
-        format!(
-            "User={u} may not execute (mode {:o}, owner uid {}: `chmod 0755` it)",
+    let name = user?;
+    let Some(u) = lookup(name) else {
+        return Some(format!(
+            "runs as User={name}, which this host does not know (systemd fails every start: 217/USER; create the user, or `units install` again)"
+        ));
+    };
+    if !permits(&m, &u, 0o1) {
+        return Some(format!(
+            "User={name} may not execute (mode {:o}, owner uid {}: `chmod 0755` it)",
             mode & 0o7777,
             m.uid()
-        )
+        ));
+    }
+    // Every directory on the way must let the user through (x), or exec fails as if the
+    // binary were not there.
+    path.ancestors().skip(1).find_map(|dir| {
+        let d = std::fs::metadata(dir).ok()?;
+        (d.is_dir() && !permits(&d, &u, 0o1)).then(|| {
+            format!(
+                "User={name} may not enter its directory {} (mode {:o}: `chmod o+x` it, or put the binary elsewhere)",
+                dir.display(),
+                d.permissions().mode() & 0o7777
+            )
+        })
     })
 }
 
-/// May `user` (a unit's `User=`) execute this file, by its mode bits: the owner's, else its
-/// group's (the user's groups), else the others'. Root may where any x bit is set; an unknown
-/// user is not judged (systemd names it). A re-test's `install -m 0700` binary owned by root
-/// failed every start of a `User=fleetagent` service while doctor advised reset-failed.
-fn executable_by(m: &std::fs::Metadata, user: &str) -> bool {
+/// The unit's `User=`, by name or number (None: unknown to this host).
+fn lookup(user: &str) -> Option<User> {
+    match user.parse::<u32>() {
+        Ok(uid) => User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()?,
+        Err(_) => User::from_name(user).ok()?,
+    }
+}
+
+/// Does this file's mode give `u` the permission `bit` (1 = x, 4 = r, as in the "others"
+/// triplet): the owner's bits, else its group's (the user's groups), else the others'. Root
+/// has it where any triplet has it (for x) or always (for r and w). A re-test's `install -m
+/// 0700` binary owned by root failed every start of a `User=fleetagent` service while
+/// doctor advised reset-failed.
+fn permits(m: &std::fs::Metadata, u: &User, bit: u32) -> bool {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mode = m.permissions().mode();
-    let Ok(Some(u)) = nix::unistd::User::from_name(user) else {
-        return true;
-    };
     if u.uid.is_root() {
-        return mode & 0o111 != 0;
+        return bit != 0o1 || mode & 0o111 != 0;
     }
     if m.uid() == u.uid.as_raw() {
-        return mode & 0o100 != 0;
+        return mode & (bit << 6) != 0;
     }
-    let groups = std::ffi::CString::new(user)
+    let groups = std::ffi::CString::new(u.name.as_str())
         .ok()
         .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
         .unwrap_or_else(|| vec![u.gid]);
     if groups.iter().any(|g| g.as_raw() == m.gid()) {
-        return mode & 0o010 != 0;
+        return mode & (bit << 3) != 0;
     }
-    mode & 0o001 != 0
+    mode & bit != 0
 }

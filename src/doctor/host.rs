@@ -114,7 +114,7 @@ pub fn space_problems(
                 free_bytes >> 20,
                 MIN_FREE_BYTES >> 20
             ))
-            .fix(format!("free space on that file system (`df -h {shown}`)")),
+            .fix(format!("free space on that file system (`df -h {}`)", super::scope::word(dir))),
         );
     }
     if let Some(n) = free_inodes.filter(|n| *n < MIN_FREE_INODES) {
@@ -122,7 +122,7 @@ pub fn space_problems(
             Problem::new(format!(
                 "the state dir {shown} has {n} free inodes (below {MIN_FREE_INODES}): SQLite cannot create its journal files once none is left"
             ))
-            .fix(format!("delete files on that file system (`df -i {shown}`)")),
+            .fix(format!("delete files on that file system (`df -i {}`)", super::scope::word(dir))),
         );
     }
     out
@@ -232,7 +232,6 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
             Some(_) => {}
         }
     }
-    let shown = db.display();
     let Ok(conn) = Connection::open_with_flags(
         &db,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -252,7 +251,8 @@ pub(super) fn write_probe(dir: &Path, wait: std::time::Duration) -> Vec<Problem>
                 crate::store::busy_timeout().as_secs()
             ))
             .fix(format!(
-                "find it with `fuser -v {shown}` (a `sqlite3` shell left in a transaction, a backup tool) and end it"
+                "find it with `fuser -v {}` (a `sqlite3` shell left in a transaction, a backup tool) and end it",
+                super::scope::word(&db)
             ))]
         }
         _ => Vec::new(),
