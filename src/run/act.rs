@@ -225,9 +225,14 @@ pub fn overrule(
 ) -> Result<()> {
     let floored = floor(store, le, registry, snapshot, Actor::Floor)?;
     let conn = &store.conn;
+    // The floor's calls of this pass as the ledger has them, read once: all of them `refused`
+    // by a guardrail, or all refused or failed (none when it made none recorded).
+    let rows = crate::store::actions::outcomes_of_run(conn, le.run_id, Actor::Floor.as_str())?;
+    let all =
+        |went: &[&str]| !rows.is_empty() && rows.iter().all(|a| went.contains(&a.outcome.as_str()));
     let overruled = floored.called
-        && !all_refused(conn, le.run_id, Actor::Floor)?
-        && !(none_went(conn, le.run_id, Actor::Floor)? && launch_failed(conn, le.run_id)?);
+        && !all(&["refused"])
+        && !(all(&["refused", "failed"]) && launch_failed(conn, le.run_id)?);
     if overruled {
         outcome.decided_by = Some(runs::DecidedBy::Floor);
     }
@@ -235,22 +240,6 @@ pub fn overrule(
         outcome.verdict = verdict(true);
     }
     Ok(())
-}
-
-/// Whether `actor`'s calls in this pass were all refused by a guardrail (none when it made
-/// none recorded).
-fn all_refused(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result<bool> {
-    let rows = crate::store::actions::outcomes_of_run(conn, run_id, actor.as_str())?;
-    Ok(!rows.is_empty() && rows.iter().all(|a| a.outcome == "refused"))
-}
-
-/// Whether `actor`'s calls in this pass all failed or were refused (none when it made none).
-fn none_went(conn: &rusqlite::Connection, run_id: i64, actor: Actor) -> Result<bool> {
-    let rows = crate::store::actions::outcomes_of_run(conn, run_id, actor.as_str())?;
-    Ok(!rows.is_empty()
-        && rows
-            .iter()
-            .all(|a| matches!(a.outcome.as_str(), "refused" | "failed")))
 }
 
 /// Whether a launch of the model's failed at vast.ai in this pass.
