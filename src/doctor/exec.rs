@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use nix::unistd::User;
+use nix::unistd::{Gid, User};
 
 /// Why the service cannot run `path` as `user` (None: it can, or that cannot be told).
 pub(super) fn unusable(path: &Path, user: Option<&str>) -> Option<String> {
@@ -29,7 +29,8 @@ pub(super) fn unusable(path: &Path, user: Option<&str>) -> Option<String> {
             "runs as User={name}, which this host does not know (systemd fails every start: 217/USER; create the user, or `units install` again)"
         ));
     };
-    if !permits(&m, &u, 0o1) {
+    let groups = groups_of(&u);
+    if !may_execute(&m, &u, &groups) {
         return Some(format!(
             "User={name} may not execute (mode {:o}, owner uid {}: `chmod 0755` it)",
             mode & 0o7777,
@@ -40,7 +41,7 @@ pub(super) fn unusable(path: &Path, user: Option<&str>) -> Option<String> {
     // binary were not there.
     path.ancestors().skip(1).find_map(|dir| {
         let d = std::fs::metadata(dir).ok()?;
-        (d.is_dir() && !permits(&d, &u, 0o1)).then(|| {
+        (d.is_dir() && !may_execute(&d, &u, &groups)).then(|| {
             format!(
                 "User={name} may not enter its directory {} (mode {:o}: `chmod o+x` it, or put the binary elsewhere)",
                 dir.display(),
@@ -58,26 +59,29 @@ fn lookup(user: &str) -> Option<User> {
     }
 }
 
-/// Does this file's mode give `u` the permission `bit` (1 = x, 4 = r, as in the "others"
-/// triplet): the owner's bits, else its group's (the user's groups), else the others'. Root
-/// has it where any triplet has it (for x) or always (for r and w). A re-test's `install -m
-/// 0700` binary owned by root failed every start of a `User=fleetagent` service while
-/// doctor advised reset-failed.
-fn permits(m: &std::fs::Metadata, u: &User, bit: u32) -> bool {
+/// The user's groups, its primary one among them (read once: the file and each directory
+/// above it are judged by them).
+fn groups_of(u: &User) -> Vec<Gid> {
+    std::ffi::CString::new(u.name.as_str())
+        .ok()
+        .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
+        .unwrap_or_else(|| vec![u.gid])
+}
+
+/// Does this file's (or directory's) mode let `u` execute it (enter it): the owner's x bit,
+/// else its group's (`groups`: the user's), else the others'; root where any x bit is set.
+/// A re-test's `install -m 0700` binary owned by root failed every start of a
+/// `User=fleetagent` service while doctor advised reset-failed.
+fn may_execute(m: &std::fs::Metadata, u: &User, groups: &[Gid]) -> bool {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mode = m.permissions().mode();
     if u.uid.is_root() {
-        return bit != 0o1 || mode & 0o111 != 0;
+        mode & 0o111 != 0
+    } else if m.uid() == u.uid.as_raw() {
+        mode & 0o100 != 0
+    } else if groups.iter().any(|g| g.as_raw() == m.gid()) {
+        mode & 0o010 != 0
+    } else {
+        mode & 0o001 != 0
     }
-    if m.uid() == u.uid.as_raw() {
-        return mode & (bit << 6) != 0;
-    }
-    let groups = std::ffi::CString::new(u.name.as_str())
-        .ok()
-        .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
-        .unwrap_or_else(|| vec![u.gid]);
-    if groups.iter().any(|g| g.as_raw() == m.gid()) {
-        return mode & (bit << 3) != 0;
-    }
-    mode & bit != 0
 }
