@@ -266,11 +266,12 @@ pub fn held_since(state_dir: &Path, holder: u32) -> Option<Millis> {
 /// (`flock(1)`, another program), the longest it can have held the lock. None when /proc
 /// does not say.
 pub fn process_started(pid: u32) -> Option<Millis> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ...`: comm may hold spaces and parentheses; starttime is the 22nd
-    // field, the 20th after the comm's closing parenthesis.
-    let after = &stat[stat.rfind(')')? + 1..];
-    let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
+    // starttime is the 22nd field, the 20th after the comm.
+    let ticks: u64 = stat_after_comm(pid)?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
     let boot: i64 = std::fs::read_to_string("/proc/stat")
         .ok()?
         .lines()
@@ -289,14 +290,19 @@ pub fn process_started(pid: u32) -> Option<Millis> {
 /// stopped by a debugger): a stopped holder keeps the lock, and a SIGTERM to it waits behind
 /// the stop. None when /proc does not say.
 pub fn process_stopped(pid: u32) -> Option<Stopped> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ...`: the state is the first field after the comm.
-    let after = &stat[stat.rfind(')')? + 1..];
-    match after.split_whitespace().next()? {
+    // The state is the first field after the comm.
+    match stat_after_comm(pid)?.split_whitespace().next()? {
         "T" => Some(Stopped::BySignal),
         "t" => Some(Stopped::ByDebugger),
         _ => None,
     }
+}
+
+/// The fields of /proc/`pid`/stat after the comm: `pid (comm) state ...`, where comm may
+/// hold spaces and parentheses, so it ends at the last `)`.
+fn stat_after_comm(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].to_string())
 }
 
 /// How a process is stopped ([`process_stopped`]).
