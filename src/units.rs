@@ -288,8 +288,13 @@ fn substitute(line: &str, p: &UnitParams) -> String {
 /// The word after `flag` in an `ExecStart` as `systemctl show` gives it
 /// (`{ path=... ; argv[]=BIN --config C --state-dir D run ; ... }`, specifiers resolved).
 fn exec_show_arg(exec: &str, flag: &str) -> Option<String> {
-    let argv = exec.split("argv[]=").nth(1)?.split(" ;").next()?;
-    arg_after(argv, flag).map(String::from)
+    arg_after(exec_show_part(exec, "argv[]=")?, flag).map(String::from)
+}
+
+/// One `key=value` part of an `ExecStart` as `systemctl show` gives it (`{ path=... ;
+/// argv[]=... ; ... }`): `path=` the binary, `argv[]=` the command line.
+fn exec_show_part<'a>(exec: &'a str, key: &str) -> Option<&'a str> {
+    exec.split(key).nth(1)?.split(" ;").next()
 }
 
 /// The word after `--state-dir` in a command line.
@@ -573,10 +578,12 @@ pub fn parse_show(text: &str, scope: Scope) -> Option<UnitStates> {
                 config: props
                     .get("ExecStart")
                     .and_then(|e| exec_show_arg(e, "--config")),
-                exec_path: props.get("ExecStart").and_then(|e| {
-                    let path = e.split("path=").nth(1)?.split(" ;").next()?.trim();
-                    (!path.is_empty()).then(|| path.to_string())
-                }),
+                exec_path: props
+                    .get("ExecStart")
+                    .and_then(|e| exec_show_part(e, "path="))
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(String::from),
                 user: props
                     .get("User")
                     .map(|u| u.trim())
