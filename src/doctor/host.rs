@@ -348,10 +348,7 @@ pub(super) fn units(
     // This doctor's own config, spelled out: a fix without it installed units that ran the
     // default config path, which did not exist (a re-test followed it literally).
     let install = super::scope::units_install(shown, config_path, state_dir);
-    let elsewhere = field("state_dir")
-        .filter(|d| !crate::paths::same_path(Path::new(d), state_dir))
-        .map(|d| {
-            let theirs = super::scope::fleetagent(field("config").map(Path::new), Path::new(d));
+    let elsewhere = super::scope::units_elsewhere(shown, state_dir).map(|(d, theirs)| {
             // No database here: this doctor looks at the wrong dir (a plain doctor by a user
             // whose default is elsewhere); moving the units here would leave their install's
             // billing fleet watched by nothing (the second re-test followed it).
@@ -361,7 +358,7 @@ pub(super) fn units(
                     crate::units::SERVICE,
                     state_dir.display()
                 ))
-                .fix(format!("look at the install the units run (`{theirs} doctor`)"));
+                .fix(format!("look at the install the units run (`{theirs}`)"));
             }
             Problem::new(format!(
                 "the installed {} runs state dir {d}, not this one ({}): no pass runs for this database, and the fleet it knows is watched by nothing",
@@ -369,7 +366,7 @@ pub(super) fn units(
                 state_dir.display()
             ))
             .fix(format!(
-                "install the units for this state dir (`{install}`), or look at the one they run (`{theirs} doctor`); retiring this install: docs/operations.md, \"Retiring an install\""
+                "install the units for this state dir (`{install}`), or look at the one they run (`{theirs}`); retiring this install: docs/operations.md, \"Retiring an install\""
             ))
         });
     // The same state dir under another config: the passes decide by a config this doctor

@@ -207,19 +207,14 @@ impl Found {
 /// that would `init` here points at theirs first: followed, it made a second install that no
 /// unit runs, beside the first one's billing fleet (a re-test).
 fn units_elsewhere(i: &Inputs<'_>, problems: Vec<Problem>) -> Vec<Problem> {
-    let service = i.units.and_then(|u| u.get(crate::units::SERVICE));
-    let field = |name: &str| service.and_then(|s| s.get(name)).and_then(Value::as_str);
-    let Some(theirs) =
-        field("state_dir").filter(|d| !crate::paths::same_path(Path::new(d), i.state_dir))
-    else {
+    let Some((theirs, doctor)) = scope::units_elsewhere(i.units, i.state_dir) else {
         return problems;
     };
-    let doctor = scope::fleetagent(field("config").map(Path::new), Path::new(theirs));
     problems
         .into_iter()
         .map(|p| match &p.fix {
             Some(f) if f.contains(" init") => {
-                let fix = format!("the installed units run state dir {theirs}: look at that install first (`{doctor} doctor`); `init` here would make a second install that no unit runs");
+                let fix = format!("the installed units run state dir {theirs}: look at that install first (`{doctor}`); `init` here would make a second install that no unit runs");
                 p.fix(fix)
             }
             _ => p,

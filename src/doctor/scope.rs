@@ -18,10 +18,14 @@ pub(super) fn word(p: &Path) -> String {
     }
 }
 
+/// A path made absolute (as given where it cannot be).
+fn absolute(p: &Path) -> std::path::PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 /// `fleetagent [--config C] --state-dir D`, both absolute: reaches this doctor's install
 /// from any directory and whatever `$FLEETAGENT_CONFIG` says.
 pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let config = config.map_or(String::new(), |c| {
         format!(" --config {}", word(&absolute(c)))
     });
@@ -37,7 +41,7 @@ pub(super) fn fleetagent(config: Option<&Path>, state_dir: &Path) -> String {
 /// every 5 minutes and each trigger), not the default week (a re-test's ran 1,284 model
 /// calls, 3.6M prompt tokens).
 pub(super) fn sim_with_config(fix: &str, config: &Path) -> String {
-    let config = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    let config = absolute(config);
     fix.replace(
         "`fleetagent sim --llm`",
         &format!(
@@ -65,4 +69,19 @@ pub(super) fn units_install(
         fleetagent(config, state_dir),
         if user { " --user" } else { "" }
     )
+}
+
+/// The state dir the installed service runs where it is not `state_dir` (`units::
+/// unit_states_json()`), with the command that looks at that install (`fleetagent [--config
+/// C] --state-dir D doctor`, as the service runs it).
+pub(super) fn units_elsewhere<'a>(
+    units: Option<&'a Value>,
+    state_dir: &Path,
+) -> Option<(&'a str, String)> {
+    let service = units?.get(crate::units::SERVICE)?;
+    let field = |name: &str| service.get(name).and_then(Value::as_str);
+    let theirs =
+        field("state_dir").filter(|d| !crate::paths::same_path(Path::new(d), state_dir))?;
+    let doctor = fleetagent(field("config").map(Path::new), Path::new(theirs));
+    Some((theirs, format!("{doctor} doctor")))
 }
