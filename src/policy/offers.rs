@@ -104,14 +104,27 @@ pub fn check_offer_profit(
     price: Option<&Price>,
     among: Option<usize>,
 ) -> Result<(), Refusal> {
+    let rented = (offer.id, offer.gpu_name.as_str(), rent_dph(offer, config));
+    check_gpu_profit(rented, config, measured, price, among)
+}
+
+/// The profit check of renting `(offer id, GPU, $/h)` (an offer, or a stopped spare started
+/// again): the $/h over the GPU's rate, measured where known.
+pub fn check_gpu_profit(
+    (offer_id, gpu, dph): (u64, &str, f64),
+    config: &Config,
+    measured: &Rates,
+    price: Option<&Price>,
+    among: Option<usize>,
+) -> Result<(), Refusal> {
     super::guardrails::check_profit(
         price,
         config,
-        offer.id,
-        &offer.gpu_name,
-        rent_dph(offer, config),
-        gpu_rate(config, measured, &offer.gpu_name),
-        rate_source(config, measured, &offer.gpu_name),
+        offer_id,
+        gpu,
+        dph,
+        gpu_rate(config, measured, gpu),
+        rate_source(config, measured, gpu),
         among,
     )
 }

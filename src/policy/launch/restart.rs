@@ -51,18 +51,10 @@ pub fn restart_candidate(ask: &Ask, snapshot: &Snapshot, config: &Config) -> Opt
     // on every proof stays stopped (a walkthrough saw one started in the pass whose rental of
     // the same GPU at the same $/h was refused `unprofitable`).
     if let Some(gpu) = row.gpu_name.as_deref() {
-        let measured = &ask.measured_rates;
-        guardrails::check_profit(
-            ask.price.as_ref(),
-            config,
-            row.offer_id.unwrap_or(0).max(0) as u64,
-            gpu,
-            extra,
-            crate::fleet::rates::gpu_rate(config, measured, gpu),
-            crate::fleet::rates::rate_source(config, measured, gpu),
-            None,
-        )
-        .ok()?;
+        let id = row.offer_id.unwrap_or(0).max(0) as u64;
+        let (measured, price) = (&ask.measured_rates, ask.price.as_ref());
+        crate::policy::offers::check_gpu_profit((id, gpu, extra), config, measured, price, None)
+            .ok()?;
     }
     Some((*row).clone())
 }
