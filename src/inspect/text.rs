@@ -35,11 +35,9 @@ fn profit_line(r: &Report) -> String {
             "{}/h: revenue {}/h{} against the fleet's ${:.2}/h",
             dollars(profit, 2),
             dollars(rev, 2),
-            match p.paid_share {
-                Some(s) if s < 1.0 =>
-                    format!(" (at the cluster's paid share of {:.0} %)", s * 100.0),
-                _ => String::new(),
-            },
+            crate::prompt::economics::paid_text(p.paid_share)
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default(),
             r.fleet_dph
         ),
         _ => format!("unknown; the fleet bills ${:.2}/h", r.fleet_dph),

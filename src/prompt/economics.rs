@@ -95,13 +95,13 @@ pub fn fleet_cost_text(e: &FleetEconomics) -> String {
     }
 }
 
-/// `, at the cluster's paid share of 25 %` where Curio paid fewer than all its completions
-/// of the last hour (empty otherwise).
-pub fn paid_text(e: &FleetEconomics) -> String {
-    match e.paid_share {
-        Some(s) if s < 1.0 => format!(", at the cluster's paid share of {:.0} %", s * 100.0),
-        _ => String::new(),
-    }
+/// `at the cluster's paid share of 25 %` where Curio paid fewer than all its completions of
+/// the last hour (`FleetEconomics::paid_share`; None otherwise): the observation and
+/// `inspect` say it beside the revenue.
+pub fn paid_text(paid_share: Option<f64>) -> Option<String> {
+    paid_share
+        .filter(|s| *s < 1.0)
+        .map(|s| format!("at the cluster's paid share of {:.0} %", s * 100.0))
 }
 
 /// The observation's economics line. Without a price it is short: why the price is
@@ -117,7 +117,9 @@ pub fn economics_line(s: &Snapshot, config: &Config) -> String {
             "{}/h (revenue {}/h{})",
             dollars(p, 2),
             dollars(r, 2),
-            paid_text(&e)
+            paid_text(e.paid_share)
+                .map(|t| format!(", {t}"))
+                .unwrap_or_default()
         ),
         _ => "unknown".into(),
     };
