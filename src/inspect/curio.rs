@@ -114,12 +114,7 @@ pub fn gather(store: &Store, config: &Config, now: Millis) -> Result<CurioPart> 
         new
     });
     names.sort();
-    let keep_since = now - crate::fleet::rates::MEASURED_KEEP_MS;
-    let raw: BTreeMap<String, f64> = stored
-        .iter()
-        .filter(|r| r.updated_at >= keep_since)
-        .map(|r| (r.gpu_name.clone(), r.proofs_per_hour))
-        .collect();
+    let raw = curio::counting(&stored, now - crate::fleet::rates::MEASURED_KEEP_MS);
     let rates = names
         .into_iter()
         .map(|gpu| {

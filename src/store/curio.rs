@@ -41,11 +41,17 @@ pub fn rates(conn: &Connection) -> Result<Vec<MeasuredRate>> {
 
 /// GPU name -> proofs/h, of the rates measured at `since` or later.
 pub fn rate_map(conn: &Connection, since: Millis) -> Result<BTreeMap<String, f64>> {
-    Ok(rates(conn)?
-        .into_iter()
+    Ok(counting(&rates(conn)?, since))
+}
+
+/// GPU name -> proofs/h of those of `rates` measured at `since` or later (`rate_map` over
+/// rates already read: `inspect` shows every stored one beside those that count).
+pub fn counting(rates: &[MeasuredRate], since: Millis) -> BTreeMap<String, f64> {
+    rates
+        .iter()
         .filter(|r| r.updated_at >= since)
-        .map(|r| (r.gpu_name, r.proofs_per_hour))
-        .collect())
+        .map(|r| (r.gpu_name.clone(), r.proofs_per_hour))
+        .collect()
 }
 
 /// Store a measurement (a GPU measured again replaces its row; others are kept).
