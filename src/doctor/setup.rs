@@ -53,8 +53,9 @@ fn gpu_rates(config: &Config) -> Vec<Problem> {
         // One inside the other, letters and digits alone: "RTX4090" and "NVIDIA GeForce RTX
         // 4090" for "RTX 4090", and the re-test's "4090", "T4" ("Tesla T4"), "GH200" ("GH200
         // SXM"). A key gpu_names does not ask for is never used anyway.
+        let k = squash(key);
         let near = offers.gpu_names.iter().find(|g| {
-            let (k, g) = (squash(key), squash(g));
+            let g = squash(g);
             !g.is_empty() && !k.is_empty() && (k.contains(&g) || g.contains(&k))
         });
         let meant = match (near, vendor) {
