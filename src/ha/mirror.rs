@@ -51,7 +51,18 @@ pub const TABLES: &[(&str, &str)] = &[
     ("operator_stops_in_flight", "id"),
     // A pass's stop on its way: the next leader settles what a killed one left.
     ("stops_in_flight", "id"),
+    // What the fleet learned: each GPU's measured rate (a GPU the leader measured as
+    // unprofitable was rented by the next leader a minute later), and the day's hours of
+    // history (the profile was lost at every takeover: the HA walkthrough, 2026-12-07).
+    ("measured_rates", "gpu_name"),
+    ("day_hours", "start"),
 ];
+
+/// Tables shared since a later build ([`TABLES`]): a shared state without a single row of
+/// one (not even a deleted one's) was written by a build that kept it on each host, so a
+/// pull keeps this copy's rows and the next push sends them ([`seed_new_tables`]) instead of
+/// emptying it.
+const SHARED_LATER: &[&str] = &["measured_rates", "day_hours"];
 
 /// Columns of the shared tables that are this host's own, never shared: its clock against
 /// vast.ai's and since when it is off (a slow host's measurement read by a right one made it
@@ -585,9 +596,11 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb, now: Millis) -> Result<Syn
             .iter()
             .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, String>(1)?)))
             .collect::<Result<Vec<_>, postgres::Error>>()?;
+        let present = tables_present(&mut tx)?;
         tx.commit()?;
-        Ok((mark, rows))
+        Ok((mark, (rows, present)))
     })?;
+    let (rows, present) = rows;
     conn.pragma_update(None, "foreign_keys", false)?;
     let result = (|| -> Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -602,6 +615,9 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb, now: Millis) -> Result<Syn
         // Each shared table's columns, read once.
         let mut columns_of: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (table, _) in TABLES {
+            if SHARED_LATER.contains(table) && !present.iter().any(|t| t == table) {
+                continue;
+            }
             tx.execute(&format!("DELETE FROM {table}"), [])?;
             columns_of.insert(table, columns(&tx, table)?);
         }
@@ -635,6 +651,42 @@ fn pull_all(conn: &mut Connection, db: &mut SharedDb, now: Millis) -> Result<Syn
         holder,
         epoch,
     })
+}
+
+/// The shared tables with at least one row in the shared state, a deleted one's included.
+fn tables_present(c: &mut impl postgres::GenericClient) -> Result<Vec<String>, postgres::Error> {
+    let later: Vec<&str> = SHARED_LATER.to_vec();
+    c.query(
+        "SELECT t FROM unnest($1::text[]) AS x(t)
+          WHERE EXISTS (SELECT 1 FROM fleetagent.rows WHERE tbl = t)",
+        &[&later],
+    )?
+    .iter()
+    .map(|r| r.try_get(0))
+    .collect()
+}
+
+/// On a leader whose copy is current or was just pulled: the rows of each table shared since
+/// a later build ([`SHARED_LATER`]) that the shared state has none of are marked changed, so
+/// the next push sends them (the first leader on the build that shares it seeds it). How many.
+pub fn seed_new_tables(conn: &Connection, db: &mut SharedDb) -> Result<usize> {
+    let present = db.retrying("reading which tables the shared state holds", |c| {
+        tables_present(c)
+    })?;
+    let mut marked = 0;
+    for table in SHARED_LATER
+        .iter()
+        .filter(|t| !present.iter().any(|p| p == *t))
+    {
+        let key = key_of(table)?;
+        marked += conn.execute(
+            &format!(
+                "INSERT INTO ha_changes (tbl, pk) SELECT '{table}', CAST({key} AS TEXT) FROM {table}"
+            ),
+            [],
+        )?;
+    }
+    Ok(marked)
 }
 
 /// This host's outbox sent to the shared inbox (any host, no fence: an event is safe to

@@ -306,6 +306,9 @@ pub fn start(
         return Err(e);
     }
     let synced = mirror::sync_in(&mut store.conn, &mut db, &held, now)?;
+    if !matches!(synced, Synced::Initialized { .. }) {
+        mirror::seed_new_tables(&store.conn, &mut db)?;
+    }
     mirror::capture(&store.conn)?;
     if let Synced::Pulled {
         holder, epoch: was, ..

@@ -328,3 +328,78 @@ fn a_host_holding_another_installs_state_names_its_own_install() {
         own.as_str()
     );
 }
+
+/// What the fleet learned goes with the lease: a GPU's measured rate (the next leader rented
+/// a GPU the last one had measured as unprofitable) and the day's hours (the profile was lost
+/// at every takeover: the HA walkthrough, 2026-12-07). A shared state written by a build that
+/// kept them on each host (no row of them at all) neither empties the new leader's copy nor
+/// stays without them: the leader's next push sends its own.
+#[test]
+fn measured_rates_and_the_days_hours_go_with_the_lease() {
+    let Pair {
+        mut db,
+        vast: _vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    a.cmd(&["run"]).ok();
+    let hour = 3_600_000i64;
+    let h0 = (chrono::Utc::now().timestamp_millis() / hour - 30) * hour;
+    let learn = |f: &crate::common::fleet::Fleet, gpu: &str, hours: i64| {
+        let conn = f.db();
+        conn.execute(
+            "INSERT OR REPLACE INTO measured_rates (gpu_name, proofs_per_hour, proofs, span_secs, updated_at)
+             VALUES (?1, 10, 5, 1800, ?2)",
+            rusqlite::params![gpu, chrono::Utc::now().timestamp_millis()],
+        )
+        .unwrap();
+        for i in 0..hours {
+            conn.execute(
+                "INSERT OR IGNORE INTO day_hours (start, pph, samples, saturated) VALUES (?1, 120, 12, 0)",
+                [h0 + i * hour],
+            )
+            .unwrap();
+        }
+    };
+    // Written by a's pass before this build shared them: not in the shared state.
+    learn(&a, "RTX 4090", 24);
+    let shared = |db: &mut pg::TestDb, t: &str| {
+        db.query_i64(&format!(
+            "SELECT COUNT(*) FROM fleetagent.rows WHERE tbl = '{t}' AND data IS NOT NULL"
+        ))
+    };
+    assert_eq!(shared(&mut db, "day_hours"), 0);
+    a.cmd(&["run"]).ok();
+    assert_eq!(
+        shared(&mut db, "measured_rates"),
+        1,
+        "a's next push seeds them"
+    );
+    assert_eq!(shared(&mut db, "day_hours"), 24);
+    a.cmd(&["ha", "release"]).ok();
+    b.cmd(&["run"]).ok();
+    assert_eq!(
+        b.count("SELECT COUNT(*) FROM measured_rates WHERE gpu_name = 'RTX 4090' AND proofs_per_hour = 10"),
+        1,
+        "the next leader reads the rate a measured"
+    );
+    assert_eq!(b.count("SELECT COUNT(*) FROM day_hours"), 24);
+
+    // A shared state without a row of them (an older build led last): the leader's own stay,
+    // and its next push shares them.
+    db.exec("DELETE FROM fleetagent.rows WHERE tbl IN ('measured_rates', 'day_hours')");
+    db.exec("UPDATE fleetagent.sync SET holder = 'host-old', seq = seq + 1");
+    learn(&a, "RTX 3090", 30);
+    b.cmd(&["ha", "release"]).ok();
+    let out = a.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("leadership moved"),
+        "a pulled: {}",
+        out.stderr
+    );
+    assert_eq!(a.count("SELECT COUNT(*) FROM measured_rates"), 2, "kept");
+    assert_eq!(a.count("SELECT COUNT(*) FROM day_hours"), 30);
+    assert_eq!(shared(&mut db, "measured_rates"), 2, "and shared");
+    assert_eq!(shared(&mut db, "day_hours"), 30);
+}
