@@ -261,7 +261,7 @@ impl Snapshot {
             None => {
                 let why = self.demand_error.as_deref().unwrap_or("no reading");
                 parts.push(format!(
-                    "Demand: UNKNOWN, the probe failed: {}; the fleet is held (no launches or stops on missing data).",
+                    "Demand: UNKNOWN, the probe failed: {}; the fleet is held (no launches or stops on missing data; a flagged instance, if one is listed, may still be destroyed: it bills and earns nothing).",
                     quote(why, 200)
                 ));
             }
@@ -493,8 +493,8 @@ impl Snapshot {
         let st = &self.streaks;
         if st.backlog_passes > 0 {
             Some(format!(
-                "Backlog ({} pending) for {} in a row; the rules add capacity once it has lasted {BACKLOG_PASSES} with every live worker busy and throughput under target ({BACKLOG_WEAK_PASSES} while the last hour used less than {:.0} % of the fleet's capacity).",
-                d.pending,
+                "Backlog {} for {} in a row; the rules add capacity once it has lasted {BACKLOG_PASSES} with every live worker busy and throughput under target ({BACKLOG_WEAK_PASSES} while the last hour used less than {:.0} % of the fleet's capacity).",
+                d.backlog_signal(),
                 times(st.backlog_passes),
                 FULLY_SATURATED * 100.0
             ))
@@ -539,8 +539,13 @@ mod tests {
         s.streaks.backlog_passes = 1;
         assert_eq!(
             s.lifecycle_lines(&c),
-            vec!["Backlog (6 pending) for 1 pass in a row; the rules add capacity once it has lasted 2 with every live worker busy and throughput under target (6 while the last hour used less than 95 % of the fleet's capacity).".to_string()]
+            vec!["Backlog 6 for 1 pass in a row; the rules add capacity once it has lasted 2 with every live worker busy and throughput under target (6 while the last hour used less than 95 % of the fleet's capacity).".to_string()]
         );
+        // The rules' figure, Curio's backlog, not the unclaimed tasks (it said "0 pending"
+        // where the Curio line read backlog 6: the prompt audit).
+        let d = s.demand.as_mut().unwrap();
+        (d.pending, d.backlog) = (0, Some(7));
+        assert!(s.lifecycle_lines(&c)[0].starts_with("Backlog 7 for 1 pass"));
         s.streaks = crate::store::session::Streaks {
             low_demand_passes: 3,
             backlog_passes: 0,
