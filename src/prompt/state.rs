@@ -179,12 +179,22 @@ fn instance_lines(snapshot: &Snapshot, config: &Config, now: Millis) -> Vec<Stri
             .vast_id
             .map(|v| v.to_string())
             .unwrap_or_else(|| "(no id yet)".into());
+        // A stopped instance bills its disk alone, as the header and the caps count it (it
+        // read at its running price, so a stop seemed to save nothing: the prompt audit).
+        let price = match (r.state, r.storage_dph) {
+            (STOPPED, Some(disk)) => match r.dph {
+                Some(d) => format!("${disk:.2}/h for its disk (${d:.2}/h running)"),
+                None => format!("${disk:.2}/h for its disk"),
+            },
+            (STOPPED, None) => "its disk's price unknown".to_string(),
+            _ => r
+                .dph
+                .map_or("price unknown".to_string(), |d| format!("${d:.2}/h")),
+        };
         let mut l = format!(
-            "{id} {} {} {}{}, {} for {}",
+            "{id} {} {} {price}{}, {} for {}",
             r.state,
             gpu(r),
-            r.dph
-                .map_or("price unknown".to_string(), |d| format!("${d:.2}/h")),
             if r.is_bid { " bid" } else { "" },
             match r.actual_status.as_deref() {
                 Some(s) => format!("vast.ai {}", plain_or_quoted(s, 20)),
@@ -339,6 +349,11 @@ mod tests {
         dead.state_since = NOW - 65 * MIN;
         instances.push(dead);
         instances.push(row("fleetagent-qwerty-r10-0a0b0c10", None, LAUNCHING, 0.4));
+        let mut spare = row("fleetagent-qwerty-r11-0a0b0c11", Some(104), STOPPED, 0.4);
+        spare.storage_dph = Some(0.02);
+        spare.actual_status = Some("stopped".into());
+        spare.state_since = NOW - 20 * MIN;
+        instances.push(spare);
         let s = Snapshot {
             now: NOW,
             demand: Some(Demand::default()),
@@ -378,10 +393,11 @@ mod tests {
         );
         assert_eq!(
             text,
-            "Our instances (9, $3.22/h; stop_instance takes these ids):\n\
+            "Our instances (10, $3.24/h; stop_instance takes these ids):\n\
              - 4 proving RTX 4090 $0.40-0.45/h, 40m-43m: 28412300, 28412307, 28412314, 28412321\n\
              - 3 registered RTX 3090 $0.25/h, 5m: 101-103\n\
              - 1 launching RTX 4090 $0.40/h, 5m: 1 with no id yet\n\
+             - 104 stopped RTX 4090 $0.02/h for its disk ($0.40/h running), vast.ai stopped for 20m\n\
              - 28412399 dead RTX 4090 $0.40/h, vast.ai exited for 1h05m, FLAGGED exited (bills, earns nothing), msg \"Error: exit code 137\"\n\
              Pending wakes: 2, the next in 5m: \"check the \\\"loaders\\\"\".\n\
              Caps: max_dph_total $10.00/h, max_instances 20, daily_spend_max none.\n\
