@@ -123,8 +123,15 @@ pub fn economics_line(s: &Snapshot, config: &Config) -> String {
         ),
         _ => "unknown".into(),
     };
+    // Under a paid share the launch check still prices a paid proof (proofs of work earn
+    // later): said, or the revenue and the margin read as contradicting (the prompt audit).
+    let per = if paid_text(e.paid_share).is_some() {
+        " per paid proof (the launch check prices every proof as paid)"
+    } else {
+        "/proof"
+    };
     format!(
-        "Economics: a proof earns {}. Fleet cost {}. A launch may cost at most ${:.4}/proof (policy.min_margin {}). Profit {profit}.",
+        "Economics: a proof earns {}. Fleet cost {}. A launch may cost at most ${:.4}{per} (policy.min_margin {}). Profit {profit}.",
         revenue_text(p),
         fleet_cost_text(&e),
         max_cost_per_proof(p, config),
@@ -180,7 +187,8 @@ mod tests {
         s.demand.as_mut().unwrap().paid_1h = Some(13);
         assert!(
             economics_line(&s, &c).ends_with(
-                "Profit -$0.30/h (revenue $0.20/h, at the cluster's paid share of 25 %)."
+                "A launch may cost at most $0.0160 per paid proof (the launch check prices every proof as paid) (policy.min_margin 0.2). \
+                 Profit -$0.30/h (revenue $0.20/h, at the cluster's paid share of 25 %)."
             ),
             "{}",
             economics_line(&s, &c)

@@ -90,7 +90,8 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
         "WORKERS DEAD: {} proofs queued, no live worker takes them",
         d.queued_work()
     );
-    let times = match emergency_launches(s, config) {
+    let asked = emergency_launches(s, config);
+    let times = match asked {
         0 => {
             return Some(format!(
                 "No launch needed now ({why}; the instances coming cover them): destroy flagged ones, if any."
@@ -106,7 +107,7 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
     if !config.policy.missing_launch_keys(&config.vast).is_empty() {
         return None;
     }
-    let money = caps_room(s, config);
+    let money = caps_room(s, config, asked);
     if let Some(CapsRoom::None(why_not)) = &money {
         // Flagged instances bill and earn nothing: destroying them frees what they bill, as
         // the money guardrail counts it (a stopped one its disk).
@@ -127,10 +128,16 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
             "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
         ));
     }
-    let note = match &money {
+    let mut note = match &money {
         Some(CapsRoom::Tight(n)) => format!("; {n}"),
         _ => String::new(),
     };
+    // Each launch is checked for profit, WORKERS DEAD's included: where no offer pays at the
+    // price every call is refused (the prompt audit: "call launch_instance 2 times now", two
+    // refusals `unprofitable`).
+    if s.price.is_some() {
+        note.push_str("; each launch is checked for profit: if every one is refused `unprofitable`, no offer pays at the price, so say so");
+    }
     // The rules ask even when the window is full (so a refusal is on record); the model is
     // told when its call can go through.
     let w = s.window(config);
@@ -155,10 +162,11 @@ enum CapsRoom {
     Tight(String),
 }
 
-/// The room the $/h and daily caps leave (`Snapshot::headroom_dph`, the guardrail's own),
-/// against the mean $/h of our instances that bill (what an instance costs here; none: any
-/// room is taken as room). None when it does not bind.
-fn caps_room(s: &Snapshot, config: &Config) -> Option<CapsRoom> {
+/// The room the $/h and daily caps leave (`Snapshot::headroom_dph`, the guardrail's own)
+/// for `asked` launches, against the mean $/h of our instances that bill (what an instance
+/// costs here; none: the room is said, as launches past it are refused). None when it does
+/// not bind.
+fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
     let room = s.headroom_dph(config)?;
     let prices: Vec<f64> = s
         .instances
@@ -174,9 +182,43 @@ fn caps_room(s: &Snapshot, config: &Config) -> Option<CapsRoom> {
         Some(e) if room < e => Some(CapsRoom::None(format!(
             "{caps} leave ${room:.2}/h, less than an instance costs here (${e:.2}/h on average)"
         ))),
-        Some(e) if room < 2.0 * e => Some(CapsRoom::Tight(format!(
-            "{caps} leave ${room:.2}/h, about one instance at ${e:.2}/h: launches past it are refused"
-        ))),
+        Some(e) if room < e * if asked <= 1 { 2.0 } else { asked as f64 } => {
+            let fit = ((room / e + 1e-9).floor() as u32).max(1);
+            let what = if fit == 1 {
+                "one instance".to_string()
+            } else {
+                format!("{fit} instances")
+            };
+            Some(CapsRoom::Tight(format!(
+                "{caps} leave ${room:.2}/h, about {what} at ${e:.2}/h: launches past it are refused"
+            )))
+        }
+        // No instance of ours bills: an instance costs what its offer asks, the cheapest
+        // this pass searched or at most vast.offers.max_dph_per_instance (a $1.00/h room
+        // read as room for 4 launches at $0.40/h: the prompt audit).
+        None => {
+            let cheapest = s
+                .offers
+                .iter()
+                .flatten()
+                .map(|o| o.dph_total)
+                .filter(|d| *d > 0.0)
+                .min_by(f64::total_cmp);
+            let (e, at) = match (cheapest, config.vast.offers.max_dph_per_instance) {
+                (Some(c), _) => (c, "the cheapest offer"),
+                (None, Some(m)) => (m, "vast.offers.max_dph_per_instance"),
+                (None, None) => return None,
+            };
+            match (room / e + 1e-9).floor() as u32 {
+                0 => Some(CapsRoom::None(format!(
+                    "{caps} leave ${room:.2}/h, less than an instance costs (${e:.2}/h, {at})"
+                ))),
+                fit if fit < asked => Some(CapsRoom::Tight(format!(
+                    "{caps} leave ${room:.2}/h, {fit} instance(s) at ${e:.2}/h ({at}): launches past it are refused"
+                ))),
+                _ => None,
+            }
+        }
         _ => None,
     }
 }
@@ -764,6 +806,32 @@ mod tests {
             action_needed_line(&s, &c).unwrap(),
             "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them)."
         );
+        // No instance of ours bills: the room is judged at the cheapest offer, or at most
+        // max_dph_per_instance (it said 6 launches under a $1.00/h cap: the prompt audit).
+        let mut tight = c.clone();
+        tight.policy.max_dph_total = Some(1.0);
+        tight.vast.offers.max_dph_per_instance = Some(0.40);
+        assert_eq!(
+            action_needed_line(&s, &tight).unwrap(),
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $1.00/h, 2 instance(s) at $0.40/h (vast.offers.max_dph_per_instance): launches past it are refused)."
+        );
+        tight.policy.max_dph_total = Some(0.30);
+        assert!(action_needed_line(&s, &tight)
+            .unwrap()
+            .starts_with("No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.30/h, less than an instance costs ($0.40/h, vast.offers.max_dph_per_instance)"));
+        // With a price, each launch is checked for profit: said.
+        let mut priced = s.clone();
+        priced.price = Some(crate::price::Price {
+            revenue_per_proof: 0.02,
+            proof_fil: 0.004,
+            proof_fil_source: "config",
+            fil_usd: 5.0,
+            fil_usd_source: "config",
+            fil_usd_at: NOW,
+        });
+        assert!(action_needed_line(&priced, &c)
+            .unwrap()
+            .contains("each launch is checked for profit: if every one is refused `unprofitable`, no offer pays at the price, so say so)."));
         // Three already spent in the window: three left.
         s.window_launches = vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN];
         assert_eq!(planned(&s), 3);
