@@ -21,6 +21,7 @@ pub fn run(app: &App) -> Result<()> {
         if !polled {
             drop(store);
             follower_lists_vast(settings, app, config);
+            follower_reads_demand(settings, app, config);
             crate::metrics::after_role_change(config, &app.env, &dir, app.now());
             return Ok(());
         }
@@ -194,6 +195,61 @@ fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: 
             crate::error::one_line(&e)
         ),
     }
+}
+
+/// A follower's poll reads demand (and FIL/USD, when fetched) once a timer period, as a
+/// pass would, and records how it went (`hosts.probe_error`): a host that would lead
+/// without demand holds the fleet (no launch, no stop; WORKERS DEAD unseen), and one without
+/// FIL/USD turns the profit check off once the last price ages, so every doctor names it
+/// before it leads (the HA walkthrough: a follower whose probe failed was green on every
+/// host, then led blind). Best effort, as the listing above.
+fn follower_reads_demand(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
+    let probe = || -> Result<Option<Option<String>>> {
+        let mut db = settings.connect()?;
+        let period = config.run.timer_period_secs as f64;
+        if !crate::ha::hosts::probes_due(&mut db, &settings.host, period)? {
+            return Ok(None);
+        }
+        let error =
+            match crate::services::build_services(config, &app.env, app.clock.clone(), false) {
+                Ok(services) => probe_failures(&services, config),
+                Err(e) => Some(crate::error::one_line(&e)),
+            };
+        crate::ha::hosts::record_probes(&mut db, &settings.host, error.as_deref())?;
+        Ok(Some(error))
+    };
+    match probe() {
+        Ok(Some(Some(e))) => log::warn!(
+            "poll: follower: this host cannot read what a pass reads ({e}): were it to lead, it would hold the fleet or judge launches without a price (every host's doctor names it)"
+        ),
+        Ok(Some(None)) => log::debug!("poll: follower: demand read"),
+        Ok(None) => {}
+        Err(e) => log::warn!(
+            "poll: follower: could not read demand: {}",
+            crate::error::one_line(&e)
+        ),
+    }
+}
+
+/// What of a pass's readings fails on this host: the demand probe, and the FIL/USD fetch
+/// when the price is fetched (None: both read).
+fn probe_failures(services: &crate::services::Services, config: &Config) -> Option<String> {
+    let mut failed = Vec::new();
+    if let (None, Some(why)) = crate::run::observe::probe_demand(services, config) {
+        failed.push(format!("demand: {why}"));
+    }
+    if let Some(Err(e)) = services.fil_usd.as_ref().map(|s| s.fil_usd()) {
+        let source = match crate::price::fetched_source(&config.price) {
+            "command" => crate::fil_usd::COMMAND_KEY,
+            _ => crate::fil_usd::URL_KEY,
+        };
+        let e = crate::secrets::redact_all(&format!("{e:#}"), &services.secrets);
+        failed.push(format!(
+            "FIL/USD ({source}): {}",
+            crate::text::clip(&e, 200)
+        ));
+    }
+    (!failed.is_empty()).then(|| failed.join("; "))
 }
 
 /// On the leader, after its poll: hand the lease over when this host has been blind to

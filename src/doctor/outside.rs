@@ -756,6 +756,11 @@ pub(super) fn ha(
             .iter()
             .filter_map(|h| cannot_list_vast(h, &settings.host, holder, config)),
     );
+    problems.extend(
+        current
+            .iter()
+            .filter_map(|h| cannot_read_demand(h, &settings.host, holder, config)),
+    );
     (problems, follows, status.install_id)
 }
 
@@ -796,6 +801,41 @@ fn cannot_list_vast(
             crate::text::clip(error, 200)
         ))
         .fix(fix),
+    )
+}
+
+/// A follower whose last reading of demand or FIL/USD failed (it reads them once a timer
+/// period): were it to lead, it would hold the fleet (no launch, no stop, WORKERS DEAD
+/// unseen) or judge launches without a price once the last one aged (the HA walkthrough:
+/// every doctor was green until it led). The leader's own readings are the `demand` and
+/// `price` checks'.
+fn cannot_read_demand(
+    h: &crate::ha::status::HostStatus,
+    this: &str,
+    holder: Option<&str>,
+    config: &crate::config::Config,
+) -> Option<Problem> {
+    let (error, ago) = h.probe_failing.as_ref()?;
+    if holder == Some(h.host_id.as_str()) {
+        return None;
+    }
+    let which = this_host(h, this);
+    let next = (config.run.timer_period_secs as f64 - ago).max(0.0).round();
+    let where_ = if h.host_id == this {
+        "here".to_string()
+    } else {
+        format!("on {}", h.host_id)
+    };
+    Some(
+        Problem::new(format!(
+            "ha: {}{which} cannot read what a pass reads ({}s ago: {}): were it to lead, it would hold the fleet (nothing launched or stopped for demand) or judge launches without a price",
+            h.host_id,
+            ago.round(),
+            crate::text::clip(error, 300)
+        ))
+        .fix(format!(
+            "{where_}: give its units what the leader's have (the demand source's credential or route, demand.* and price.* as on the leader; `fleetagent doctor` there names the keys that differ); its poll reads again {next}s from now, a timer period after its last try"
+        )),
     )
 }
 

@@ -31,6 +31,9 @@ pub struct HostSeen {
     /// Its config's keys and a hash of each value (`ha::node::config_keys`; None: a build
     /// before this was recorded).
     pub config_keys: Option<String>,
+    /// Its last reading of demand (and FIL/USD) as a follower failed: why, and how long ago
+    /// (seconds, database time).
+    pub probe_failing: Option<(String, f64)>,
 }
 
 /// Of a host id's two places (the one that holds it, `held`, and the second, `twin`, each
@@ -160,7 +163,8 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                         EXTRACT(EPOCH FROM now() - vast_ok_at)::float8, clock_ahead_ms,
                         CASE WHEN vast_error_at > COALESCE(vast_ok_at, '-infinity')
                              THEN vast_error END,
-                        EXTRACT(EPOCH FROM now() - vast_error_at)::float8, config_keys
+                        EXTRACT(EPOCH FROM now() - vast_error_at)::float8, config_keys,
+                        probe_error, EXTRACT(EPOCH FROM now() - probe_at)::float8
                  FROM fleetagent.hosts ORDER BY host_id",
                 &[],
             )?
@@ -182,6 +186,9 @@ pub fn list(db: &mut SharedDb) -> Result<Vec<HostSeen>> {
                         .try_get::<_, Option<String>>(10)?
                         .zip(r.try_get::<_, Option<f64>>(11)?),
                     config_keys: r.try_get(12)?,
+                    probe_failing: r
+                        .try_get::<_, Option<String>>(13)?
+                        .zip(r.try_get::<_, Option<f64>>(14)?),
                 })
             })
             .collect()
@@ -217,6 +224,34 @@ pub fn vast_listing_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> R
             .query_opt(
                 "SELECT COALESCE(now() - GREATEST(vast_ok_at, vast_error_at)
                                  >= make_interval(secs => $2), true)
+                 FROM fleetagent.hosts WHERE host_id = $1",
+                &[&host_id, &period_secs],
+            )?
+            .map(|r| r.try_get(0))
+            .transpose()?;
+        Ok(due.unwrap_or(true))
+    })
+}
+
+/// This follower's reading of demand (and FIL/USD) now (database time): `error` None when
+/// it read them; failed, every doctor names it (it would lead holding the fleet).
+pub fn record_probes(db: &mut SharedDb, host_id: &str, error: Option<&str>) -> Result<()> {
+    db.retrying("recording this host's demand reading", |client| {
+        client.execute(
+            "UPDATE fleetagent.hosts SET probe_error = $2, probe_at = now() WHERE host_id = $1",
+            &[&host_id, &error],
+        )
+    })?;
+    Ok(())
+}
+
+/// Whether this follower's last reading of demand is `period_secs` old or more, or it never
+/// read: a follower reads demand once a timer period.
+pub fn probes_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> Result<bool> {
+    db.retrying("reading when this host last read demand", |client| {
+        let due: Option<bool> = client
+            .query_opt(
+                "SELECT COALESCE(now() - probe_at >= make_interval(secs => $2), true)
                  FROM fleetagent.hosts WHERE host_id = $1",
                 &[&host_id, &period_secs],
             )?

@@ -51,6 +51,11 @@ pub const STATEMENTS: &[&str] = &[
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS vast_error_at timestamptz",
     // Each key of its config with a hash of its value: doctor names the keys that differ.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS config_keys text",
+    // A follower's last reading of demand (and of FIL/USD, when fetched) once a timer period:
+    // its failure (NULL: both read) and when. A host that would lead without demand holds
+    // the fleet, and every doctor names it before it leads.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS probe_error text",
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS probe_at timestamptz",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -68,6 +73,8 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "vast_error"),
     ("hosts", "vast_error_at"),
     ("hosts", "config_keys"),
+    ("hosts", "probe_error"),
+    ("hosts", "probe_at"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

@@ -73,6 +73,10 @@ pub struct HostStatus {
     /// Its config's keys with a hash of each value (`ha::node::config_keys`).
     #[serde(skip)]
     pub config_keys: Option<String>,
+    /// Its last reading of demand (and FIL/USD) as a follower failed: why, and seconds ago.
+    /// Judged by doctor; not among DESIGN.md's JSON fields.
+    #[serde(skip)]
+    pub probe_failing: Option<(String, f64)>,
 }
 
 impl HostStatus {
@@ -111,6 +115,7 @@ fn hosts(db: &mut SharedDb) -> Result<Vec<HostStatus>> {
             twin: h.twin,
             clock_ahead_ms: h.clock_ahead_ms,
             vast_failing: h.vast_failing,
+            probe_failing: h.probe_failing,
             config_keys: h.config_keys,
         })
         .collect())

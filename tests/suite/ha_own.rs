@@ -403,3 +403,47 @@ fn measured_rates_and_the_days_hours_go_with_the_lease() {
     assert_eq!(shared(&mut db, "measured_rates"), 2, "and shared");
     assert_eq!(shared(&mut db, "day_hours"), 30);
 }
+
+/// A follower whose demand probe fails (its own credential, route or command) is named by
+/// every host's doctor before it leads: it read demand as a pass would once a timer period
+/// (the HA walkthrough: every doctor was green, then it led holding the fleet). Read again
+/// with success, the line goes.
+#[test]
+fn a_follower_that_cannot_read_demand_is_named_before_it_leads() {
+    let Pair {
+        mut db,
+        vast: _vast,
+        _demand,
+        a,
+        b,
+    } = pair();
+    a.cmd(&["run"]).ok();
+    let config = std::fs::read_to_string(&b.config).unwrap();
+    let broken = config.replace("command = \"cat ", "command = \"cat /nonexistent/");
+    assert_ne!(broken, config);
+    b.write_config(&broken);
+    b.cmd(&["poll"]).ok();
+    let said = "ha: host-b cannot read what a pass reads";
+    for (f, who) in [(&a, "host-b"), (&b, "host-b (this host)")] {
+        let out = f.cmd(&["doctor"]).code(1).stdout;
+        assert!(
+            out.contains(&format!("ha: {who} cannot read what a pass reads"))
+                && out.contains("demand: "),
+            "{out}"
+        );
+    }
+    // Once a timer period: a second poll reads nothing.
+    let at = |db: &mut pg::TestDb| {
+        db.query_i64("SELECT (EXTRACT(EPOCH FROM probe_at) * 1000)::bigint FROM fleetagent.hosts WHERE host_id = 'host-b'")
+    };
+    let first = at(&mut db);
+    b.cmd(&["poll"]).ok();
+    assert_eq!(at(&mut db), first, "read again within the timer period");
+    // Mended, and a timer period later: read, and the line goes.
+    b.write_config(&config);
+    db.exec(
+        "UPDATE fleetagent.hosts SET probe_at = now() - interval '1 hour' WHERE host_id = 'host-b'",
+    );
+    b.cmd(&["poll"]).ok();
+    assert!(!a.cmd(&["doctor"]).stdout.contains(said));
+}
