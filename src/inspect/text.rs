@@ -190,6 +190,19 @@ pub fn render_text(r: &Report) -> String {
     ));
     if let Some(ha) = &r.ha {
         line(ha_line(ha));
+        // A follower's lines are its copy as of its last lead: a pause ended since, a hold
+        // lifted, a fleet at $0.00/h that bills (the HA walkthrough read them as now).
+        if ha.role != "leader" {
+            let there = match (&ha.holder, ha.lease_left_secs) {
+                (Some(h), Some(left)) if left > 0.0 && *h != ha.host_id => {
+                    format!("`fleetagent inspect` on {h} shows them now")
+                }
+                _ => "the next leader's `fleetagent inspect` shows them now".to_string(),
+            };
+            line(format!(
+                "NOT LEADING the lines below are this host's copy as of when it last led (or its init), not the fleet now (pause, holds, instances, spend, price): {there}"
+            ));
+        }
     }
     line(format!(
         "install     {} (new labels: <vast.label_prefix>-{}-r<run>-<suffix>)",

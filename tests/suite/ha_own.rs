@@ -402,6 +402,14 @@ fn measured_rates_and_the_days_hours_go_with_the_lease() {
     assert_eq!(a.count("SELECT COUNT(*) FROM day_hours"), 30);
     assert_eq!(shared(&mut db, "measured_rates"), 2, "and shared");
     assert_eq!(shared(&mut db, "day_hours"), 30);
+    // B follows: its inspect says its lines are its copy, and where the fleet is seen now.
+    let text = |f: &crate::common::fleet::Fleet| f.cmd(&["inspect"]).ok().stdout;
+    assert!(
+        text(&b).contains("NOT LEADING the lines below are this host's copy as of when it last led (or its init), not the fleet now (pause, holds, instances, spend, price): `fleetagent inspect` on host-a shows them now"),
+        "{}",
+        text(&b)
+    );
+    assert!(!text(&a).contains("NOT LEADING"));
 }
 
 /// A follower whose demand probe fails (its own credential, route or command) is named by
