@@ -207,6 +207,13 @@ fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
             let (e, at) = match (cheapest, config.vast.offers.max_dph_per_instance) {
                 (Some(c), _) => (c, "the cheapest offer"),
                 (None, Some(m)) => (m, "vast.offers.max_dph_per_instance"),
+                // Nothing tells what one costs: the room is said, for the model to weigh
+                // against the offers it searches.
+                (None, None) if asked > 1 => {
+                    return Some(CapsRoom::Tight(format!(
+                        "{caps} leave ${room:.2}/h for them all: launches past it are refused"
+                    )))
+                }
                 (None, None) => return None,
             };
             match (room / e + 1e-9).floor() as u32 {
@@ -804,7 +811,7 @@ mod tests {
         assert_eq!(planned(&s), 6);
         assert_eq!(
             action_needed_line(&s, &c).unwrap(),
-            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them)."
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $10.00/h for them all: launches past it are refused)."
         );
         // No instance of ours bills: the room is judged at the cheapest offer, or at most
         // max_dph_per_instance (it said 6 launches under a $1.00/h cap: the prompt audit).
