@@ -573,6 +573,15 @@ mod tests {
             ),
             "{line}"
         );
+        // Past 12 the rest are counted, not dropped (the scale walkthrough: 30 exited, 12
+        // named, nothing said of 18).
+        let mut many = snap.clone();
+        many.instances = (100..130).map(|id| with(id, "exited", DEAD)).collect();
+        let line = many.lifecycle_lines(&c).join("\n");
+        assert!(
+            line.contains("111 unbooted: exited before its Curio worker started; +18 more, each named FLAGGED among our instances."),
+            "{line}"
+        );
     }
     #[test]
     fn a_worker_that_heartbeats_and_never_proves_while_work_waits_is_flagged_silent() {

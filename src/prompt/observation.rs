@@ -485,11 +485,19 @@ impl Snapshot {
         }
         let flagged = self.flagged(config);
         if !flagged.is_empty() {
-            let items: Vec<String> = flagged
+            let mut items: Vec<String> = flagged
                 .iter()
                 .take(MAX_CHANGE_LINES)
                 .map(|f| format!("{} {}", f.vast_id, f.why))
                 .collect();
+            // The rest are in the state block's lines: said, or a model destroys 12 a pass
+            // while the others bill (the scale walkthrough: 30 exited, 12 named).
+            if flagged.len() > MAX_CHANGE_LINES {
+                items.push(format!(
+                    "+{} more, each named FLAGGED among our instances",
+                    flagged.len() - MAX_CHANGE_LINES
+                ));
+            }
             lines.push(format!(
                 "Flagged (bill, earn nothing; destroy with stop_instance): {}.",
                 items.join("; ")
