@@ -5,6 +5,7 @@
 //! 38k-token prompt: `context`). Nothing here tokenizes, queries or sends: the agent loop
 //! (`agent`) counts, reads the rows and calls the model.
 
+pub mod action_needed;
 pub mod actions;
 pub mod answer;
 pub mod calibration;

@@ -2,7 +2,7 @@
 //! The emergency lets three more through, spaced as vast.ai requires; without it all four
 //! are refused with a retry time.
 
-use fleetagent::prompt::observation::action_needed_line;
+use fleetagent::prompt::action_needed::action_needed_line;
 use fleetagent::tools::ToolResult;
 use serde_json::json;
 

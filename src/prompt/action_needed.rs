@@ -1,0 +1,320 @@
+//! The `Action needed:` line while WORKERS DEAD: the launches the rules would make
+//! (`policy::rules::emergency_launches`), said against the money caps, the launch window and
+//! the profit check, in words a small model acts on. Pure.
+
+use crate::clock::human_duration;
+use crate::config::Config;
+use crate::fleet::Snapshot;
+use crate::policy::rules::emergency_launches;
+use crate::store::instances::InstanceRow;
+
+/// While WORKERS DEAD, what to do in words a small model acts on: how many launches the
+/// rules would make on this snapshot (`Action needed: call launch_instance 3 times now`), or
+/// that what is coming covers the work. None otherwise, and while the operator's pause or
+/// hold (said on their own lines) keeps launches off.
+pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
+    let d = s.demand.as_ref().filter(|d| d.workers_dead())?;
+    if s.paused.is_some() || s.hold.is_some() || !s.taskless.is_empty() {
+        return None;
+    }
+    let why = format!(
+        "WORKERS DEAD: {} proofs queued, no live worker takes them",
+        d.queued_work()
+    );
+    let asked = emergency_launches(s, config);
+    let times = match asked {
+        0 => {
+            return Some(format!(
+                "No launch needed now ({why}; the instances coming cover them): destroy flagged ones, if any."
+            ))
+        }
+        1 => "once".to_string(),
+        n => format!("{n} times"),
+    };
+    // The caps first: a launch they refuse is no action a model can take (the prompt
+    // walkthrough: "call launch_instance 3 times now" with $0.20/h left under the caps and
+    // offers at $0.40/h, each call refused `budget`, then the floor's three as well).
+    // Launches not configured: that line speaks (every launch is refused `not_configured`).
+    if !config.policy.missing_launch_keys(&config.vast).is_empty() {
+        return None;
+    }
+    let money = caps_room(s, config, asked);
+    if let Some(CapsRoom::None(why_not)) = &money {
+        // Flagged instances bill and earn nothing: destroying them frees what they bill, as
+        // the money guardrail counts it (a stopped one its disk).
+        let flagged = s.flagged(config);
+        let rows: Vec<InstanceRow> = s
+            .instances
+            .iter()
+            .filter(|r| flagged.iter().any(|f| r.vast_id == Some(f.vast_id)))
+            .cloned()
+            .collect();
+        let flagged_dph = crate::fleet::dph_of(&rows);
+        if flagged_dph > 0.0 {
+            return Some(format!(
+                "Action needed: destroy the flagged instances first (stop_instance): they bill ${flagged_dph:.2}/h and earn nothing, and {why_not}; then launch ({why})."
+            ));
+        }
+        return Some(format!(
+            "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+        ));
+    }
+    let mut note = match &money {
+        Some(CapsRoom::Tight(n)) => format!("; {n}"),
+        _ => String::new(),
+    };
+    // Each launch is checked for profit, WORKERS DEAD's included: where no offer pays at the
+    // price every call is refused (the prompt audit: "call launch_instance 2 times now", two
+    // refusals `unprofitable`).
+    if s.price.is_some() {
+        note.push_str("; each launch is checked for profit: if every one is refused `unprofitable`, no offer pays at the price, so say so");
+    }
+    // The rules ask even when the window is full (so a refusal is on record); the model is
+    // told when its call can go through.
+    let w = s.window(config);
+    Some(if w.used >= w.limit {
+        let when = w
+            .retry_after_secs
+            .map(|secs| format!(" in {}", human_duration(secs as i64 * 1000)))
+            .unwrap_or_default();
+        format!(
+            "Action needed: call launch_instance {times} when the launch window frees{when} ({why}; the emergency allowance is used up until then{note})."
+        )
+    } else {
+        format!("Action needed: call launch_instance {times} now ({why}{note}).")
+    })
+}
+
+/// What the money caps leave for launches, when it binds.
+enum CapsRoom {
+    /// No launch fits: why, in words.
+    None(String),
+    /// Fewer than one more instance at our instances' mean price: the note.
+    Tight(String),
+}
+
+/// The room the $/h and daily caps leave (`Snapshot::headroom_dph`, the guardrail's own)
+/// for `asked` launches, against the mean $/h of our instances that bill (what an instance
+/// costs here; none: the room is said, as launches past it are refused). None when it does
+/// not bind.
+fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
+    let room = s.headroom_dph(config)?;
+    let prices: Vec<f64> = s
+        .instances
+        .iter()
+        .filter(|i| crate::fleet::is_billing_state(i.state))
+        .filter_map(|i| i.dph)
+        .filter(|d| *d > 0.0)
+        .collect();
+    let each = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    let caps = "policy.max_dph_total and policy.daily_spend_max";
+    match each {
+        _ if room < 0.01 => Some(CapsRoom::None(format!("{caps} leave $0.00/h"))),
+        Some(e) if room < e => Some(CapsRoom::None(format!(
+            "{caps} leave ${room:.2}/h, less than an instance costs here (${e:.2}/h on average)"
+        ))),
+        Some(e) if room < e * if asked <= 1 { 2.0 } else { asked as f64 } => {
+            let fit = ((room / e + 1e-9).floor() as u32).max(1);
+            let what = if fit == 1 {
+                "one instance".to_string()
+            } else {
+                format!("{fit} instances")
+            };
+            Some(CapsRoom::Tight(format!(
+                "{caps} leave ${room:.2}/h, about {what} at ${e:.2}/h: launches past it are refused"
+            )))
+        }
+        // No instance of ours bills: an instance costs what its offer asks, the cheapest
+        // this pass searched or at most vast.offers.max_dph_per_instance (a $1.00/h room
+        // read as room for 4 launches at $0.40/h: the prompt audit).
+        None => {
+            let cheapest = s
+                .offers
+                .iter()
+                .flatten()
+                .map(|o| o.dph_total)
+                .filter(|d| *d > 0.0)
+                .min_by(f64::total_cmp);
+            let (e, at) = match (cheapest, config.vast.offers.max_dph_per_instance) {
+                (Some(c), _) => (c, "the cheapest offer"),
+                (None, Some(m)) => (m, "vast.offers.max_dph_per_instance"),
+                // Nothing tells what one costs: the room is said, for the model to weigh
+                // against the offers it searches.
+                (None, None) if asked > 1 => {
+                    return Some(CapsRoom::Tight(format!(
+                        "{caps} leave ${room:.2}/h for them all: launches past it are refused"
+                    )))
+                }
+                (None, None) => return None,
+            };
+            match (room / e + 1e-9).floor() as u32 {
+                0 => Some(CapsRoom::None(format!(
+                    "{caps} leave ${room:.2}/h, less than an instance costs (${e:.2}/h, {at})"
+                ))),
+                fit if fit < asked => Some(CapsRoom::Tight(format!(
+                    "{caps} leave ${room:.2}/h, {fit} instance(s) at ${e:.2}/h ({at}): launches past it are refused"
+                ))),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demand::Demand;
+    use crate::fleet::fixtures::*;
+    use crate::fleet::LOADING;
+
+    #[test]
+    fn workers_dead_says_the_launches_the_rules_would_make() {
+        let c = config();
+        let planned = |s: &Snapshot| {
+            crate::policy::rules::decide(s, &c, 0, crate::policy::rules::Mode::Full)
+                .iter()
+                .filter(|p| p.tool == "launch_instance")
+                .count()
+        };
+        // Target 500 p/h at 50 each, capped by the emergency allowance (6).
+        let mut s = dead_fleet(0);
+        assert_eq!(planned(&s), 6);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $10.00/h for them all: launches past it are refused)."
+        );
+        // No instance of ours bills: the room is judged at the cheapest offer, or at most
+        // max_dph_per_instance (it said 6 launches under a $1.00/h cap: the prompt audit).
+        let mut tight = c.clone();
+        tight.policy.max_dph_total = Some(1.0);
+        tight.vast.offers.max_dph_per_instance = Some(0.40);
+        assert_eq!(
+            action_needed_line(&s, &tight).unwrap(),
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $1.00/h, 2 instance(s) at $0.40/h (vast.offers.max_dph_per_instance): launches past it are refused)."
+        );
+        tight.policy.max_dph_total = Some(0.30);
+        assert!(action_needed_line(&s, &tight)
+            .unwrap()
+            .starts_with("No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.30/h, less than an instance costs ($0.40/h, vast.offers.max_dph_per_instance)"));
+        // With a price, each launch is checked for profit: said.
+        let mut priced = s.clone();
+        priced.price = Some(crate::price::Price {
+            revenue_per_proof: 0.02,
+            proof_fil: 0.004,
+            proof_fil_source: "config",
+            fil_usd: 5.0,
+            fil_usd_source: "config",
+            fil_usd_at: NOW,
+        });
+        assert!(action_needed_line(&priced, &c)
+            .unwrap()
+            .contains("each launch is checked for profit: if every one is refused `unprofitable`, no offer pays at the price, so say so)."));
+        // Three already spent in the window: three left.
+        s.window_launches = vec![NOW - 10 * MIN, NOW - 5 * MIN, NOW - MIN];
+        assert_eq!(planned(&s), 3);
+        assert!(action_needed_line(&s, &c)
+            .unwrap()
+            .starts_with("Action needed: call launch_instance 3 times now (WORKERS DEAD"));
+        // All six spent: the rules still ask once (for the record); the model is told when.
+        s.window_launches = vec![NOW - 12 * MIN; 6];
+        assert_eq!(planned(&s), 1);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "Action needed: call launch_instance once when the launch window frees in 3m (WORKERS DEAD: 59 proofs queued, no live worker takes them; the emergency allowance is used up until then)."
+        );
+        // Ten loading cover the target: nothing to launch, and the line says so.
+        let s = dead_fleet(10);
+        assert_eq!(planned(&s), 0);
+        assert_eq!(
+            action_needed_line(&s, &c).unwrap(),
+            "No launch needed now (WORKERS DEAD: 59 proofs queued, no live worker takes them; the instances coming cover them): destroy flagged ones, if any."
+        );
+        // Nine cover all but one.
+        let s = dead_fleet(9);
+        assert!(action_needed_line(&s, &c)
+            .unwrap()
+            .starts_with("Action needed: call launch_instance once now"));
+        // Paused: the pause line speaks; live workers: no emergency.
+        let mut s = dead_fleet(0);
+        s.paused = Some(crate::store::ops::Pause {
+            since: NOW,
+            until: None,
+            reason: "r".into(),
+        });
+        assert_eq!(action_needed_line(&s, &c), None);
+        let mut s = dead_fleet(0);
+        s.demand.as_mut().unwrap().workers = vec![worker("m", "10.0.0.1:1", 1)];
+        assert_eq!(action_needed_line(&s, &c), None);
+        // Work waits: `active=false` is left out; with none waiting it is said.
+        assert!(s
+            .observation_line(&c)
+            .starts_with("Demand: 1 live workers (0 idle). "));
+        s.demand.as_mut().unwrap().pending = 0;
+        assert!(s
+            .observation_line(&c)
+            .starts_with("Demand: active=false, 1 live workers (0 idle). "));
+    }
+
+    fn dead_fleet(loading: usize) -> Snapshot {
+        Snapshot {
+            now: NOW,
+            demand: Some(Demand {
+                pending: 59,
+                ..Default::default()
+            }),
+            instances: (0..loading)
+                .map(|i| {
+                    row(
+                        &format!("fleetagent-l{i}"),
+                        Some(i as i64 + 1),
+                        LOADING,
+                        0.4,
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The caps leave less than an instance costs: no launch can go, and the line says so
+    /// (it asked for launches each refused `budget`: the prompt walkthrough); about one: it
+    /// says what is left.
+    #[test]
+    fn workers_dead_says_when_the_caps_leave_no_launch() {
+        let mut c = config();
+        let s = dead_fleet(2); // two booting at $0.40/h
+        c.policy.max_dph_total = Some(1.0);
+        let line = action_needed_line(&s, &c).unwrap();
+        assert_eq!(
+            line,
+            "No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.20/h, less than an instance costs here ($0.40/h on average); every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+        );
+        c.policy.max_dph_total = Some(1.5);
+        let line = action_needed_line(&s, &c).unwrap();
+        assert!(
+            line.starts_with("Action needed: call launch_instance ")
+                && line.ends_with("; policy.max_dph_total and policy.daily_spend_max leave $0.70/h, about one instance at $0.40/h: launches past it are refused)."),
+            "{line}"
+        );
+        c.policy.max_dph_total = Some(10.0);
+        assert!(!action_needed_line(&s, &c).unwrap().contains("leave $"));
+        // A flagged instance bills and earns nothing: destroying it comes first (the re-test:
+        // "no launch can go" while the floor freed the room a pass later).
+        let mut s = dead_fleet(2);
+        let mut dead = row("fleetagent-dead", Some(9), crate::fleet::DEAD, 0.4);
+        dead.actual_status = Some("exited".into());
+        s.instances.push(dead);
+        c.policy.max_dph_total = Some(1.3);
+        assert!(
+            action_needed_line(&s, &c).unwrap().starts_with(
+                "Action needed: destroy the flagged instances first (stop_instance): they bill $0.40/h and earn nothing"
+            ),
+            "{:?}",
+            action_needed_line(&s, &c)
+        );
+        // Launches not configured: that line speaks.
+        c.vast.image = None;
+        assert_eq!(action_needed_line(&s, &c), None);
+    }
+}
