@@ -321,20 +321,30 @@ fn execute(
         calls: Vec::new(),
         notes: Vec::new(),
     };
+    let mut unsent = 0;
     for (i, call) in plan.iter().enumerate() {
         let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
         // The edge: the typed call becomes the tool's name and JSON arguments here.
         let args = call.arguments.to_json();
-        let result = agent::run_tool(
-            store,
-            le,
-            registry,
-            snapshot,
-            actor,
-            &call_id,
-            call.tool,
-            &args.to_string(),
-        )?;
+        // Past the pass's deadline nothing more is sent: the watchdog ends the process 30 s
+        // later, and a call begun then (a create's spacing and vast.timeout_secs) would be cut
+        // with the run left `running` (the scale walkthrough: 16 destroys of 3.25 s each
+        // under a 10 s deadline, killed before the WORKERS DEAD launches that followed).
+        let result = if le.clock.now_ms() >= le.deadline {
+            unsent += 1;
+            past_deadline(le)
+        } else {
+            agent::run_tool(
+                store,
+                le,
+                registry,
+                snapshot,
+                actor,
+                &call_id,
+                call.tool,
+                &args.to_string(),
+            )?
+        };
         let answer = compact_json(&result.content);
         out.notes
             .push(call_line(call.tool, &args, &call.why, &result.content));
@@ -343,7 +353,30 @@ fn execute(
             answer,
         });
     }
+    if unsent > 0 {
+        crate::journal::eprint(
+            crate::journal::WARNING,
+            &format!(
+                "fleetagent: run {}: {unsent} of the {} planned call(s) not sent: the pass reached its deadline (run.deadline_secs = {}); the next pass plans again",
+                le.run_id,
+                plan.len(),
+                le.config.run.deadline_secs
+            ),
+        );
+    }
     Ok(out)
+}
+
+/// What a planned call not sent past the deadline answers (no request, nothing recorded).
+fn past_deadline(le: &LoopEnv<'_>) -> crate::tools::ToolResult {
+    crate::tools::ToolResult::error(
+        "rate_limited",
+        serde_json::json!({
+            "limit": format!("run.deadline_secs = {}", le.config.run.deadline_secs),
+            "message": "not sent: the pass reached its deadline; the next pass plans again",
+            "retry_after_secs": le.config.run.timer_period_secs,
+        }),
+    )
 }
 
 fn note_message(store: &Store, le: &LoopEnv<'_>, text: &str, kind: &str) -> Result<()> {

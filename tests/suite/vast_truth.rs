@@ -656,3 +656,48 @@ fn the_panic_button_destroys_while_the_listing_hangs() {
         out.stdout
     );
 }
+
+/// A pass whose plan outlasts its deadline sends nothing more once the deadline has passed
+/// and ends as a pass (the scale walkthrough: 16 destroys of 3.25 s each under a 10 s
+/// deadline, killed by the watchdog with the run left `running` and the WORKERS DEAD launches
+/// after them never made). Here the first destroy's answer is held past the deadline.
+#[test]
+fn a_plan_past_the_deadline_stops_sending_and_the_pass_ends_as_one() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 8\nmax_dph_total = 5.0",
+        "",
+        "",
+    );
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    f.write_config(&text.replace("deadline_secs = 120", "deadline_secs = 10"));
+    for i in 0..3 {
+        let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
+        vast.set_actual_status(id, Some("exited"));
+    }
+    write_demand(f.path(), dead());
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f
+        .command(&["run"])
+        .env("FLEETAGENT_TEST_PAUSE_AT", "stop-after-call:10500")
+        .output()
+        .unwrap();
+    let out = crate::common::fleet::Run::from(out).ok();
+    assert_eq!(vast.count(Route::Destroy), 1, "{}", out.stderr);
+    assert_eq!(vast.count(Route::Create), 0);
+    assert!(
+        out.stderr.contains("planned call(s) not sent: the pass reached its deadline (run.deadline_secs = 10); the next pass plans again"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM runs WHERE status = 'running'"),
+        0
+    );
+    // The next pass does the rest.
+    pass(&f);
+    assert_eq!(vast.count(Route::Destroy), 3);
+    assert!(vast.count(Route::Create) >= 1);
+}
