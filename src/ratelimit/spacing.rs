@@ -45,6 +45,15 @@ impl Spacer {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         wait_gap(&mut last, self.gap, clock);
     }
+
+    /// Records a call as sent now: after a call whose retries (a 429 waited out) sent it
+    /// again later than [`Self::space`] recorded, the next one is spaced from the last
+    /// attempt (the scale walkthrough: each destroy after a 429 went 0.25 s after the
+    /// previous one's retry, and was refused too).
+    pub fn mark(&self, clock: &dyn Clock) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        *last = Some(clock.now_ms());
+    }
 }
 
 /// When this process last sent a create (or the latest one another process sent, as

@@ -729,7 +729,9 @@ impl VastClient for HttpVastClient {
             &path,
             Some(&json!({})),
             Some((None, withhold)),
-        )?;
+        );
+        self.destroy_gap.mark(self.clock.as_ref());
+        let answer = answer?;
         if matches!(answer.code().as_str(), "no_such_instance" | "not_found") {
             return Ok(());
         }

@@ -219,3 +219,34 @@ fn a_destroy_answered_500_is_retried_a_create_is_not() {
         .is_err());
     assert_eq!(s.fake.count(Route::Create), 2, "one create before, one now");
 }
+
+/// A destroy refused 429 and sent again: the next destroy is spaced from the retry, not from
+/// the refused first try (the scale walkthrough: each destroy after one 429 went 0.25 s after
+/// the previous retry and was refused too, every DELETE sent twice).
+#[test]
+fn destroys_after_a_429_are_spaced_from_the_retry() {
+    let s = setup();
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            let offer = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+            s.client
+                .create_instance(&launch(offer, &format!("fleetagent-1-s{i}")))
+                .unwrap()
+        })
+        .collect();
+    s.fake
+        .fail_next(Route::Destroy, 1, FakeReply::too_frequent(2.0));
+    for id in &ids {
+        s.client.destroy_instance(*id).unwrap();
+    }
+    assert_eq!(statuses(&s.fake, Route::Destroy), vec![429, 200, 200, 200]);
+    let at: Vec<i64> = s
+        .fake
+        .requests_to(Route::Destroy)
+        .iter()
+        .map(|r| r.at_ms)
+        .collect();
+    for pair in at[1..].windows(2) {
+        assert!(pair[1] - pair[0] >= 3_250, "{at:?}");
+    }
+}
