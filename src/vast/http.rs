@@ -428,7 +428,15 @@ impl HttpVastClient {
                     is_create,
                     backoff,
                 );
-                if last_attempt || !self.fits(wait, deadline) {
+                // A read waits out more of them within the call's budget: two processes
+                // paging one key's listing at vast.ai's 1 s limit (a poll beside a run, at
+                // 200 instances 8 pages each) refused each other until one gave up blind
+                // (the scale walkthrough); the doubling waits part them.
+                let cap = match method {
+                    Method::Get => MAX_ATTEMPTS * 2,
+                    _ => MAX_ATTEMPTS,
+                };
+                if attempt >= cap || !self.fits(wait, deadline) {
                     return Err(VastError::RateLimited(self.scrub(&format!(
                         "{route}: {} (after {attempt} attempt(s); wait {:.1} s)",
                         answer.msg(),

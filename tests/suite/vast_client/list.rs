@@ -246,3 +246,22 @@ fn the_last_answer_gives_vast_ais_clock() {
         "{stepped}"
     );
 }
+
+/// Another process of the same key paging at vast.ai's 1 s limit (a poll beside a run) can
+/// have a page refused several times in a row: a read waits out up to 8 of them within the
+/// call's budget, where a write gives up after 4 (the scale walkthrough: at 200 instances a
+/// run and a poll refused each other until one gave up, blind).
+#[test]
+fn a_page_refused_429_five_times_still_lists() {
+    let s = setup();
+    for n in 0..3 {
+        s.fake.add_instance(&format!("fleetagent-{n}-z"));
+    }
+    s.fake
+        .fail_next(Route::ListV1, 5, FakeReply::too_frequent(1.0));
+    assert_eq!(s.client.list_instances().unwrap().len(), 3);
+    assert_eq!(
+        statuses(&s.fake, Route::ListV1),
+        vec![429, 429, 429, 429, 429, 200]
+    );
+}

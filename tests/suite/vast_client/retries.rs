@@ -15,14 +15,16 @@ use crate::common::fake_vast::{FakeReply, Route};
 fn a_rate_limit_that_outlasts_the_retries_is_rate_limited() {
     let s = setup();
     let id = s.fake.add_instance("fleetagent-1-r");
+    // A read waits out up to 8 (a write 4), within the call's budget (3 x 20 s): the
+    // doubling waits end it at the seventh.
     s.fake
-        .fail_next(Route::Show, 4, FakeReply::too_frequent(2.0));
+        .fail_next(Route::Show, 7, FakeReply::too_frequent(2.0));
     assert!(matches!(
         s.client.show_instance(id),
         Err(VastError::RateLimited(_))
     ));
     let calls = s.fake.requests_to(Route::Show);
-    assert_eq!(calls.len(), 4);
+    assert_eq!(calls.len(), 7);
     assert!(
         calls.windows(2).all(|w| w[1].at_ms - w[0].at_ms >= 2_000),
         "threshold honoured"
