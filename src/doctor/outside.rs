@@ -445,12 +445,25 @@ pub(super) fn curio_and_identity(
         Ok(_) => Vec::new(),
         Err(e) => vec![unreadable("the last demand reading", &e)],
     };
-    let identity = crate::fleet::identity::problems(&rows, &workers, &taskless, config, now)
+    let all = crate::fleet::identity::problems(&rows, &workers, &taskless, config, now);
+    // One line an instance buried the line that mattered under 100 of them, 35 KB that
+    // monitoring would mail (the scale walkthrough): the first few, then a count.
+    let more = all.len().saturating_sub(IDENTITY_LINES_MAX);
+    let mut identity: Vec<Problem> = all
         .into_iter()
+        .take(IDENTITY_LINES_MAX)
         .map(Problem::new)
         .collect();
+    if more > 0 {
+        identity.push(Problem::new(format!(
+            "{more} more instance(s) of ours with a worker problem like those above: `fleetagent inspect` names each (its worker identity lines)"
+        )));
+    }
     (curio, identity)
 }
+
+/// At most this many worker-identity lines in doctor; the rest are counted.
+const IDENTITY_LINES_MAX: usize = 5;
 
 /// What makes the price known, by why it is unknown and what the config already has: the
 /// proof's price in FIL (or Curio's ask) and a FIL/USD source. A fetched FIL/USD that went

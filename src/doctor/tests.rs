@@ -887,6 +887,7 @@ fn an_instance_billing_without_a_price_is_named() {
 }
 
 mod failed;
+mod identity;
 mod keys;
 mod llm;
 mod refusals;
