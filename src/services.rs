@@ -76,7 +76,7 @@ pub fn build_services(
     })
 }
 
-/// What is redacted from what the demand probe and the FIL/USD source say: every secret the
+/// What is redacted from what the demand probe, the FIL/USD source and vast.ai say: every secret the
 /// process can read (the worker env's credentials included), and the query values of the
 /// `http` probe's URL (a token may travel there; its errors show them as `***` already, but
 /// a body may echo one, decoded).
@@ -129,7 +129,8 @@ pub fn build_llm(
 }
 
 /// The vast.ai client, or None without a key (`VAST_API_KEY` or the `vast_api_key`
-/// credential).
+/// credential). It redacts every secret the process can read ([`probe_secrets`]) from what
+/// the hosts say (logs, status messages).
 pub fn build_vast(
     config: &Config,
     env: &Env,
@@ -143,7 +144,8 @@ pub fn build_vast(
         Some(key.expose().to_string()),
         clock,
         vast_timeout(config),
-    );
+    )
+    .with_secrets(probe_secrets(config, env));
     Ok(Some(Arc::new(client)))
 }
 

@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::wire::{
-    as_id, create_body, cut, excerpt, instances_found, list_query, offer_query_body, Answer,
+    as_id, create_body, cut, excerpt, headers, instances_found, is_loopback, list_query,
+    offer_query_body, Answer,
 };
 use super::{CreateRequest, Instance, Offer, OfferQuery, VastClient, VastError};
 use crate::clock::{Clock, Millis};
@@ -76,6 +77,10 @@ pub struct HttpVastClient {
     create_gate: CreateGate,
     /// Destroys of one process go 3 s apart (vast.ai's DELETE interval).
     destroy_gap: Spacer,
+    /// Every other secret the process can read (`secrets::known_values`: the worker env's
+    /// credentials, the registry login, the LLM key, ...), redacted with the key from what a
+    /// host says before anything quotes it: a container log, a status message.
+    secrets: Vec<String>,
 }
 
 impl fmt::Debug for HttpVastClient {
@@ -154,7 +159,15 @@ impl HttpVastClient {
             server_clock: Mutex::new(None),
             create_gate: CreateGate::new(),
             destroy_gap: Spacer::new(DESTROY_SPACING),
+            secrets: Vec::new(),
         }
+    }
+
+    /// The client with `secrets` redacted, as the key is, from what a host says (logs,
+    /// `status_msg`): `services::build_vast` gives it every secret the process can read.
+    pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     fn key(&self) -> Result<&str, VastError> {
@@ -176,6 +189,18 @@ impl HttpVastClient {
             Some(k) => crate::secrets::redact(text, k),
             None => text.to_string(),
         }
+    }
+
+    /// A host's words (a log, a status message): the key and every other known secret
+    /// ([`Self::with_secrets`]) cut out.
+    fn scrub_all(&self, text: &str) -> String {
+        crate::secrets::redact_all(&self.scrub(text), &self.secrets)
+    }
+
+    /// An instance as listed, its `status_msg` (the host's words) scrubbed.
+    fn scrubbed_instance(&self, mut i: Instance) -> Instance {
+        i.status_msg = i.status_msg.map(|m| self.scrub_all(&m));
+        i
     }
 
     /// For a body about to be parsed: the whole key only (see [`crate::secrets::redact`]).
@@ -511,14 +536,6 @@ impl HttpVastClient {
     }
 }
 
-fn headers<B>(rb: ureq::RequestBuilder<B>, auth: Option<&str>) -> ureq::RequestBuilder<B> {
-    let rb = rb.header("Accept", "application/json");
-    match auth {
-        Some(a) => rb.header("Authorization", a),
-        None => rb,
-    }
-}
-
 impl VastClient for HttpVastClient {
     fn ask_again(&self) {
         if let Ok(mut u) = self.unanswered.lock() {
@@ -613,7 +630,7 @@ impl VastClient for HttpVastClient {
                         match rows_by_id.get(&i.id) {
                             None => {
                                 rows_by_id.insert(i.id, row.clone());
-                                out.push(i);
+                                out.push(self.scrubbed_instance(i));
                             }
                             // The same row twice (pages that overlap): once.
                             Some(seen) if seen == row => {}
@@ -685,7 +702,9 @@ impl VastClient for HttpVastClient {
         // nothing, and taking it for gone would let a billing instance stop counting.
         match obj.get("instances") {
             Some(Value::Null) => Ok(None),
-            Some(v @ Value::Object(_)) => Ok(parse_instance(v, Some(id))),
+            Some(v @ Value::Object(_)) => {
+                Ok(parse_instance(v, Some(id)).map(|i| self.scrubbed_instance(i)))
+            }
             None => Err(self.decode(&format!(
                 "instance {id}: no `instances` in the answer: {}",
                 excerpt(&answer.text)
@@ -793,7 +812,9 @@ impl VastClient for HttpVastClient {
             polls += 1;
             let limit = Duration::from_millis(left as u64);
             match self.exchange(Method::Get, &url, None, None, limit) {
-                Ok(a) if a.status == 200 => return Ok(last_lines(&a.text, tail)),
+                // A host's log may show any secret (a start script under `set -x`, an `env`
+                // dump): scrubbed before the model, the database or `history` see it.
+                Ok(a) if a.status == 200 => return Ok(self.scrub_all(&last_lines(&a.text, tail))),
                 Ok(a) => last = format!("HTTP {}", a.status),
                 Err(f) => last = f.text,
             }
@@ -871,15 +892,6 @@ impl HttpVastClient {
         }
         self.expect_ok(&answer).map(|_| ())
     }
-}
-
-fn is_loopback(base_url: &str) -> bool {
-    let rest = base_url
-        .strip_prefix("http://")
-        .or_else(|| base_url.strip_prefix("https://"))
-        .unwrap_or(base_url);
-    let host = rest.split(['/', ':']).next().unwrap_or("");
-    matches!(host, "127.0.0.1" | "localhost") || rest.starts_with("[::1]")
 }
 
 #[cfg(test)]

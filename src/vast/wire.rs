@@ -340,6 +340,28 @@ pub fn parse_instance(v: &Value, fallback_id: Option<u64>) -> Option<Instance> {
     })
 }
 
+/// Whether `base_url` is this host's (a local fake: no proxy from the environment).
+pub(super) fn is_loopback(base_url: &str) -> bool {
+    let rest = base_url
+        .strip_prefix("http://")
+        .or_else(|| base_url.strip_prefix("https://"))
+        .unwrap_or(base_url);
+    let host = rest.split(['/', ':']).next().unwrap_or("");
+    matches!(host, "127.0.0.1" | "localhost") || rest.starts_with("[::1]")
+}
+
+/// The headers of every request: JSON, and the key when `auth` has it.
+pub(super) fn headers<B>(
+    rb: ureq::RequestBuilder<B>,
+    auth: Option<&str>,
+) -> ureq::RequestBuilder<B> {
+    let rb = rb.header("Accept", "application/json");
+    match auth {
+        Some(a) => rb.header("Authorization", a),
+        None => rb,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -619,3 +619,56 @@ fn a_probe_command_cannot_leak_a_key() {
         );
     }
 }
+
+/// A host's words carry secrets too: a container log from a start script under `set -x` (the
+/// worker credential, the registry login, the LLM key) and a status message quoting the
+/// worker credential. The vast.ai client redacts them where they enter, so neither the
+/// model's requests, the database, `history` nor `inspect` has them.
+#[test]
+fn secrets_in_a_hosts_log_and_status_message_are_redacted_where_they_enter() {
+    let keys = &ENV_KEYS;
+    let login = "-u bob -p imgTok-Mn83cVx0Lq ghcr.io";
+    let mut rig = setup(keys, false);
+    rig.f = std::mem::replace(&mut rig.f, Fleet::with_config("")).env("VAST_IMAGE_LOGIN", login);
+    let id = rig.vast.add_instance("fleetagent-p1");
+    rig.vast.set_status_msg(
+        id,
+        Some(&format!(
+            "container failed: CURIO_DB_PASSWORD={}",
+            keys.worker_password
+        )),
+    );
+    rig.vast.set_log_text(
+        id,
+        &format!(
+            "+ export CURIO_DB_PASSWORD={}\n+ docker login {login}\n+ LLM_KEY={}\nworker up\n",
+            keys.worker_password, keys.llm
+        ),
+    );
+    rig.llm.push(Reply::tool_call(
+        "instance_logs",
+        &json!({ "instance_id": id }).to_string(),
+    ));
+    rig.llm.push(Reply::text("Looked."));
+    rig.f.cmd(&["trigger", "-p", "0", "-r", "look"]).ok();
+    let run = rig.f.cmd(&["run"]);
+    let history = rig.f.cmd(&["history", "--all"]);
+    let inspect = rig.f.cmd(&["inspect"]);
+    let prompts = serde_json::to_string(&rig.llm.requests()).unwrap();
+    assert!(prompts.contains("worker up"), "the log reached the model");
+    assert!(prompts.contains("[redacted]"), "{prompts}");
+    let db = std::fs::read(rig.f.state.join("fleetagent.db")).unwrap();
+    let wal = std::fs::read(rig.f.state.join("fleetagent.db-wal")).unwrap_or_default();
+    let said = [&run, &history, &inspect]
+        .iter()
+        .map(|o| format!("{}{}", o.stdout, o.stderr))
+        .collect::<String>();
+    for s in [keys.worker_password, keys.llm, "imgTok-Mn83cVx0Lq"] {
+        assert!(!contains(prompts.as_bytes(), s), "{s} sent to the model");
+        assert!(!contains(said.as_bytes(), s), "{s} printed: {said}");
+        assert!(
+            !contains(&db, s) && !contains(&wal, s),
+            "{s} in the database"
+        );
+    }
+}

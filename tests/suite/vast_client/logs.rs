@@ -40,3 +40,25 @@ fn logs_give_up_after_30_polls_and_unknown_ids_are_named() {
         Err(VastError::NoSuchInstance(_))
     ));
 }
+
+#[test]
+fn a_hosts_log_and_status_message_have_every_known_secret_cut_out() {
+    let s = setup();
+    let pw = "worker-PW-Xc71bQ9zLm".to_string();
+    let client = super::client_for(&s.fake, &s.clock, std::time::Duration::from_secs(20))
+        .with_secrets(vec![pw.clone()]);
+    let id = s.fake.add_instance("fleetagent-1-l");
+    s.fake
+        .set_log_text(id, &format!("+ export CURIO_DB_PASSWORD={pw}\nup\n"));
+    s.fake
+        .set_status_msg(id, Some(&format!("exit: bad password {}", &pw[..12])));
+    let logs = client.instance_logs(id, 5).unwrap();
+    assert_eq!(logs, "+ export CURIO_DB_PASSWORD=[redacted]\nup\n");
+    let listed = client.list_instances().unwrap();
+    assert_eq!(
+        listed[0].status_msg.as_deref(),
+        Some("exit: bad password [redacted]")
+    );
+    let shown = client.show_instance(id).unwrap().unwrap();
+    assert_eq!(listed[0].status_msg, shown.status_msg);
+}
