@@ -130,7 +130,7 @@ pub fn build_llm(
 
 /// The vast.ai client, or None without a key (`VAST_API_KEY` or the `vast_api_key`
 /// credential). It redacts every secret the process can read ([`probe_secrets`]) from what
-/// the hosts say (logs, status messages).
+/// vast.ai and the hosts say (logs, status messages, errors echoing a create's `env`).
 pub fn build_vast(
     config: &Config,
     env: &Env,

@@ -78,8 +78,9 @@ pub struct HttpVastClient {
     /// Destroys of one process go 3 s apart (vast.ai's DELETE interval).
     destroy_gap: Spacer,
     /// Every other secret the process can read (`secrets::known_values`: the worker env's
-    /// credentials, the registry login, the LLM key, ...), redacted with the key from what a
-    /// host says before anything quotes it: a container log, a status message.
+    /// credentials, the registry login, the LLM key, ...), redacted with the key from what vast.ai
+    /// or a host says before anything quotes it: a container log, a status message, an error
+    /// that echoes a request body.
     secrets: Vec<String>,
 }
 
@@ -163,8 +164,9 @@ impl HttpVastClient {
         }
     }
 
-    /// The client with `secrets` redacted, as the key is, from what a host says (logs,
-    /// `status_msg`): `services::build_vast` gives it every secret the process can read.
+    /// The client with `secrets` redacted, as the key is, from every text outside it says
+    /// (logs, `status_msg`, errors): `services::build_vast` gives it every secret the
+    /// process can read.
     pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
         self.secrets = secrets;
         self
@@ -184,22 +186,19 @@ impl HttpVastClient {
 
     /// Text that may have come from the server, with the key cut out wherever it appears.
     /// For text that is shown (errors, logs): the key and any piece of it.
+    /// Every other known secret too ([`Self::with_secrets`]): an error that echoes a create's
+    /// body quotes its `env`, whose credential values are the worker's secrets.
     fn scrub(&self, text: &str) -> String {
-        match self.api_key.as_deref() {
+        let text = match self.api_key.as_deref() {
             Some(k) => crate::secrets::redact(text, k),
             None => text.to_string(),
-        }
-    }
-
-    /// A host's words (a log, a status message): the key and every other known secret
-    /// ([`Self::with_secrets`]) cut out.
-    fn scrub_all(&self, text: &str) -> String {
-        crate::secrets::redact_all(&self.scrub(text), &self.secrets)
+        };
+        crate::secrets::redact_all(&text, &self.secrets)
     }
 
     /// An instance as listed, its `status_msg` (the host's words) scrubbed.
     fn scrubbed_instance(&self, mut i: Instance) -> Instance {
-        i.status_msg = i.status_msg.map(|m| self.scrub_all(&m));
+        i.status_msg = i.status_msg.map(|m| self.scrub(&m));
         i
     }
 
@@ -575,7 +574,8 @@ impl VastClient for HttpVastClient {
     }
 
     /// [`VastClient::create_instance`], with `withhold` asked after the create spacing and
-    /// before each attempt after a 429.
+    /// before each attempt after a 429. An error that echoes the body has the registry login
+    /// cut out, and the worker env's credentials ([`Self::with_secrets`]).
     fn create_instance_unless(
         &self,
         req: &CreateRequest,
@@ -814,7 +814,7 @@ impl VastClient for HttpVastClient {
             match self.exchange(Method::Get, &url, None, None, limit) {
                 // A host's log may show any secret (a start script under `set -x`, an `env`
                 // dump): scrubbed before the model, the database or `history` see it.
-                Ok(a) if a.status == 200 => return Ok(self.scrub_all(&last_lines(&a.text, tail))),
+                Ok(a) if a.status == 200 => return Ok(self.scrub(&last_lines(&a.text, tail))),
                 Ok(a) => last = format!("HTTP {}", a.status),
                 Err(f) => last = f.text,
             }

@@ -276,3 +276,34 @@ fn a_create_asks_its_brake_after_the_spacing() {
     assert_eq!(s.fake.count(Route::Create), 1, "nothing sent");
     assert!(!s.fake.offer_rented(b));
 }
+
+/// vast.ai refusing a create with a message that quotes the request body: its `env` holds the
+/// worker's credential values, which the error must not carry (nor a piece of them).
+#[test]
+fn a_create_error_that_echoes_the_env_has_the_worker_credential_cut_out() {
+    let s = setup();
+    let pw = "curio-DB-pw-Rq58tYz3Kd";
+    let client =
+        client_for(&s.fake, &s.clock, Duration::from_secs(20)).with_secrets(vec![pw.into()]);
+    let offer = s.fake.add_offer("RTX 4090", 0.45, 0.995);
+    s.fake.fail_next(
+        Route::Create,
+        1,
+        FakeReply::json(
+            400,
+            json!({"success": false, "error": "invalid_args",
+                   "msg": format!("bad request: {{\"env\": {{\"CURIO_DB_PASSWORD\": \"{pw}\"}}}} (or {})", &pw[..11])}),
+        ),
+    );
+    let mut req = launch(offer, "fleetagent-1-echo");
+    req.env.insert("CURIO_DB_PASSWORD".into(), pw.into());
+    let err = client.create_instance(&req).unwrap_err().to_string();
+    assert!(
+        err.contains("invalid_args") && err.contains("[redacted]"),
+        "{err}"
+    );
+    assert!(
+        !err.contains(&pw[..10]) && !err.contains(&pw[11..]),
+        "{err}"
+    );
+}
