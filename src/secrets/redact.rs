@@ -9,32 +9,38 @@ const MASK: &str = "***";
 /// stays), and the value of any `password=` parameter (URL query or `key=value` string)
 /// replaced by `***`.
 pub fn redact_url(url: &str) -> String {
-    let without_userinfo_password = match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(authority_end);
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                    format!("{scheme}://{user}@{host}{tail}")
-                }
-                None => url.to_string(),
-            }
+    let without_userinfo_password = match split_userinfo(url) {
+        Some((scheme, userinfo, after)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}@{after}")
         }
         None => url.to_string(),
     };
     mask_password_params(&without_userinfo_password)
 }
 
+/// `scheme://userinfo@rest` as `(scheme, userinfo, rest)`, or None without a userinfo. A
+/// `postgres://` or `postgresql://` URL is read as its driver reads it (tokio-postgres'
+/// `UrlParser`): the userinfo runs to the first `@` after the scheme, so a password with an
+/// unencoded `/`, `?` or `#` (`openssl rand -base64` makes such) is still the password.
+/// Other schemes end the authority at the first `/`, `?` or `#` and take its last `@`.
+fn split_userinfo(url: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if ["postgres", "postgresql"].contains(&scheme) {
+        let (userinfo, after) = rest.split_once('@')?;
+        return Some((scheme, userinfo, after));
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (userinfo, _) = rest[..authority_end].rsplit_once('@')?;
+    Some((scheme, userinfo, &rest[userinfo.len() + 1..]))
+}
+
 /// The passwords `url` carries, as written and percent-decoded, for [`mask`].
 pub fn secrets_of(url: &str) -> Vec<String> {
     let mut raw = Vec::new();
-    if let Some((_, rest)) = url.split_once("://") {
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        if let Some((userinfo, _)) = rest[..authority_end].rsplit_once('@') {
-            if let Some((_, password)) = userinfo.split_once(':') {
-                raw.push(password.to_string());
-            }
+    if let Some((_, userinfo, _)) = split_userinfo(url) {
+        if let Some((_, password)) = userinfo.split_once(':') {
+            raw.push(password.to_string());
         }
     }
     for (start, end) in password_param_values(url) {
@@ -184,6 +190,31 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("http://h:8080/demand"), "http://h:8080/demand");
+    }
+
+    /// The postgres driver takes the userinfo up to the first '@' after the scheme: a
+    /// password with an unencoded '/', '?' or '#' is still all password, and the role, host
+    /// and database stay shown.
+    #[test]
+    fn a_postgres_password_with_slash_query_or_hash_is_dropped_whole() {
+        for pw in ["pa/ss-Kq7Zp3", "pa?ss-Kq7Zp3", "pa#ss-Kq7Zp3", "hdb/Kq:7Z"] {
+            for scheme in ["postgres", "postgresql"] {
+                let url = format!("{scheme}://probe:{pw}@127.0.0.1:5433/curio?sslmode=disable");
+                let cfg: postgres::Config = url.parse().unwrap();
+                assert_eq!(cfg.get_password(), Some(pw.as_bytes()), "{url}");
+                assert_eq!(
+                    redact_url(&url),
+                    format!("{scheme}://probe@127.0.0.1:5433/curio?sslmode=disable")
+                );
+                assert_eq!(secrets_of(&url), vec![pw.to_string()]);
+            }
+        }
+        // As the driver: the first '@' ends the userinfo.
+        let url = "postgresql://u:a/b@c@h/db";
+        assert_eq!(redact_url(url), "postgresql://u@c@h/db");
+        assert_eq!(secrets_of(url), vec!["a/b".to_string()]);
+        // Other schemes keep the authority rule (a '/' ends it).
+        assert_eq!(redact_url("http://h/p@x"), "http://h/p@x");
     }
 
     #[test]

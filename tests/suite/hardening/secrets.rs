@@ -672,3 +672,28 @@ fn secrets_in_a_hosts_log_and_status_message_are_redacted_where_they_enter() {
         );
     }
 }
+
+/// A database password with an unencoded '/', '?' or '#' (the postgres driver takes the
+/// userinfo up to the first '@'): the connection errors of `ha status`, `doctor` and `run`
+/// name the role, host and database, never the password.
+#[test]
+fn a_database_password_with_a_slash_is_never_printed() {
+    let (hdb, ha) = ("hdb/Kq7Zp3Wn9?Rt2", "haa/Jm5Yc8Lb#Gs4");
+    let f = Fleet::with_config(&format!(
+        "{FAST_CONFIG}[demand]\nsource = \"harmonydb\"\ntimeout_secs = 2\n[ha]\nenabled = true\nhost_id = \"h1\"\n"
+    ))
+    .env("FLEETAGENT_HARMONYDB_URL", &format!("postgresql://probe:{hdb}@127.0.0.1:9/curio"))
+    .env("FLEETAGENT_HA_DB_URL", &format!("postgres://fa:{ha}@127.0.0.1:9/fa"));
+    f.cmd(&["init"]);
+    let said = [["ha", "status"].as_slice(), &["doctor"], &["run"]]
+        .iter()
+        .map(|args| {
+            let o = f.cmd(args);
+            format!("{}{}", o.stdout, o.stderr)
+        })
+        .collect::<String>();
+    assert!(said.contains("postgres://fa@127.0.0.1:9/fa"), "{said}");
+    for s in [hdb, ha, "Kq7Zp3Wn9", "Jm5Yc8Lb"] {
+        assert!(!said.contains(s), "{s} printed: {said}");
+    }
+}
