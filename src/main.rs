@@ -118,14 +118,16 @@ fn init_logging(cli: &fleetagent::cli::Cli, in_journal: bool) {
     let _ = log::set_boxed_logger(Box::new(NoWireDump(logger)));
 }
 
-/// The env_logger, minus `ureq_proto`'s trace records: at trace it dumps every byte of every
-/// HTTP exchange, the Authorization header and any key a server echoes included, and no
-/// `RUST_LOG` may turn that on.
+/// The env_logger, minus the trace level of `ureq` and `ureq_proto`: at trace `ureq_proto`
+/// dumps every byte of every HTTP exchange (the Authorization header and any key a server
+/// echoes included), and `ureq`'s own debug records print a URL's path and query (a
+/// `demand.http_url` token) and a redirect's `Location` whole when its trace level is on
+/// (else as `/******`). No `RUST_LOG` may turn either on.
 struct NoWireDump(env_logger::Logger);
 
 impl NoWireDump {
     fn hidden(meta: &log::Metadata<'_>) -> bool {
-        meta.level() == log::Level::Trace && meta.target().starts_with("ureq_proto")
+        meta.level() == log::Level::Trace && meta.target().starts_with("ureq")
     }
 }
 

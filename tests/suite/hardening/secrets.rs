@@ -697,3 +697,24 @@ fn a_database_password_with_a_slash_is_never_printed() {
         assert!(!said.contains(s), "{s} printed: {said}");
     }
 }
+
+/// `RUST_LOG=trace` is safe for a URL's query too: ureq's own debug records show the path
+/// and query as `/******` (its trace level, which prints them, stays off whatever
+/// `RUST_LOG` says).
+#[test]
+fn rust_log_trace_never_prints_a_url_token() {
+    let token = "dtPw93kLx7Qe2Rz5Mv";
+    let f = Fleet::with_config(&format!(
+        "{FAST_CONFIG}[demand]\nsource = \"http\"\ntimeout_secs = 2\nhttp_url = \"http://127.0.0.1:9/demand?token={token}\"\n"
+    ));
+    f.cmd(&["init"]).ok();
+    let o = f
+        .command(&["poll"])
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("ureq::run"), "ureq logged at debug: {said}");
+    assert!(said.contains("127.0.0.1:9/******"), "{said}");
+    assert!(!said.contains(token), "{said}");
+}
