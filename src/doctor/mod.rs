@@ -478,13 +478,14 @@ pub fn json(checks: &[Check]) -> Value {
 }
 
 /// Facts `doctor` states that are not problems, one line each: whether the private image's
-/// registry login (`vast_image_login`) is set (never its value).
+/// registry login (`vast_image_login`) is set (never its value). One that cannot be read is
+/// a problem of the `secrets` check, not a note.
 pub fn notes(env: &crate::env::Env) -> Vec<String> {
     use crate::secrets::{lookup, Kind};
     let login = match lookup(env, Kind::VastImageLogin) {
-        Ok(Some(_)) => "set: sent as image_login on every create".to_string(),
-        Ok(None) => "not set (the worker image must be public)".to_string(),
-        Err(e) => format!("unreadable: {}", crate::error::report(&e)),
+        Ok(Some(_)) => "set: sent as image_login on every create",
+        Ok(None) => "not set (the worker image must be public)",
+        Err(_) => return Vec::new(),
     };
     vec![format!("vast_image_login: {login}")]
 }

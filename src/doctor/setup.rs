@@ -397,6 +397,22 @@ pub(super) fn secrets(config: &Config, env: &crate::env::Env) -> Secrets {
             }
         }
     }
+    // Unset is a public image (a note says it); unreadable refuses every launch, as the
+    // launch tool reads it before each create.
+    if let Err(e) = lookup(env, Kind::VastImageLogin) {
+        let name = Kind::VastImageLogin.credential();
+        s.problems.push(
+            Problem::new(format!(
+                "registry login ({name}): {}: every launch is refused",
+                crate::error::report(&e)
+            ))
+            .fix(format!(
+                "write it as UTF-8 text into {}, or {}",
+                crate::secrets::where_to_put(env, name),
+                Kind::VastImageLogin.env_hint()
+            )),
+        );
+    }
     s
 }
 
@@ -514,6 +530,26 @@ mod tests {
         );
         let err = crate::secrets::require_credential(&env, "curio_pw").unwrap_err();
         assert!(format!("{err}").contains("is empty"), "{err}");
+        assert!(
+            !lines.iter().any(|l| l.contains("registry login")),
+            "{lines:?}"
+        );
+        // A registry login that cannot be read (UTF-16 from a Windows editor) refuses every
+        // launch: a problem, as an unreadable worker credential is.
+        std::fs::write(dir.path().join("vast_image_login"), [0xff, 0xfe, b'-', 0]).unwrap();
+        let login: Vec<String> = secrets(&config, &env)
+            .problems
+            .iter()
+            .map(|p| format!("{} | {}", p.detail, p.fix.clone().unwrap_or_default()))
+            .filter(|l| l.contains("vast_image_login"))
+            .collect();
+        assert!(
+            login.len() == 1
+                && login[0]
+                    .starts_with("registry login (vast_image_login): cannot read credential")
+                && login[0].contains("every launch is refused | write it as UTF-8 text into"),
+            "{login:?}"
+        );
         // At an operator's shell (no $CREDENTIALS_DIRECTORY), a missing key's and a missing
         // worker credential's fixes name the store's file the units load, not a unit line.
         let env = crate::env::Env::from_pairs([(

@@ -718,3 +718,31 @@ fn rust_log_trace_never_prints_a_url_token() {
     assert!(said.contains("127.0.0.1:9/******"), "{said}");
     assert!(!said.contains(token), "{said}");
 }
+
+/// A registry login saved as UTF-16 cannot be read and refuses every launch: `doctor` names
+/// it as a problem (exit 1), never its value, not as a note.
+#[test]
+fn doctor_names_an_unreadable_registry_login_as_a_problem() {
+    let creds = tempfile::tempdir().unwrap();
+    let utf16: Vec<u8> = "-u bob -p imTf63uV0aGh8qMnGh ghcr.io"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    std::fs::write(
+        creds.path().join("vast_image_login"),
+        [&[0xff, 0xfe][..], &utf16].concat(),
+    )
+    .unwrap();
+    let f = Fleet::with_config(FAST_CONFIG)
+        .env("CREDENTIALS_DIRECTORY", creds.path().to_str().unwrap());
+    f.cmd(&["init"]).ok();
+    let o = f.cmd(&["doctor"]).code(1);
+    assert!(
+        o.stdout
+            .contains("registry login (vast_image_login): cannot read credential")
+            && o.stdout.contains("every launch is refused"),
+        "{}",
+        o.stdout
+    );
+    assert!(!o.stderr.contains("note: vast_image_login"), "{}", o.stderr);
+}
