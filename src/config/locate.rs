@@ -53,15 +53,16 @@ pub(crate) fn toml_error(text: &str, e: &toml::de::Error) -> String {
 }
 
 /// A refused string value as an error shows it: quoted when it reads as a word, a path or an
-/// address (a typo is seen), else by its length alone (a key pasted into the wrong field
-/// goes to the journal otherwise).
+/// address (a typo is seen; an address's query values as `***`, a gateway's key may travel
+/// there), else by its length alone (a key pasted into the wrong field goes to the journal
+/// otherwise).
 pub(crate) fn shown_value(v: &str) -> String {
     let plain = v.chars().count() <= 40
         && v.chars()
             .all(|c| c.is_ascii_alphabetic() || ":/._-".contains(c));
     let addressy = v.contains("://") || v.contains('.') || v.contains('/');
     if plain || (addressy && !v.contains('@') && v.chars().count() <= 200) {
-        format!("{v:?}")
+        format!("{:?}", crate::secrets::redact::without_query_values(v))
     } else {
         format!("a string of {} characters (not shown)", v.chars().count())
     }

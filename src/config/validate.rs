@@ -129,8 +129,8 @@ fn llm(l: &LlmConfig) -> Result<(), Invalid> {
         return Err((
             "llm.base_url".into(),
             format!(
-                "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {:?}",
-                l.base_url
+                "must end in /v1 (an OpenAI-compatible root such as https://api.openai.com/v1), got {}",
+                super::locate::shown_value(&l.base_url)
             ),
             None,
         ));

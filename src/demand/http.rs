@@ -7,7 +7,9 @@ use anyhow::{anyhow, Result};
 
 use super::json::{excerpt, parse_demand_json};
 use super::{Demand, DemandProbe};
-use crate::secrets::redact::{error_chain, mask, one_line, redact_url, secrets_of};
+use crate::secrets::redact::{
+    error_chain, mask, one_line, redact_url, secrets_of, without_query_values,
+};
 
 /// Bodies larger than this are not a demand document.
 const MAX_BODY_BYTES: u64 = 1 << 20;
@@ -118,30 +120,6 @@ fn query_values(url: &str) -> Vec<String> {
         .filter_map(|pair| pair.split_once('=').map(|(_, v)| v.to_string()))
         .filter(|v| !v.is_empty())
         .collect()
-}
-
-/// `url` with every query value shown as `***` (the names stay, to tell the URL apart).
-fn without_query_values(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_string();
-    };
-    let (query, fragment) = match query.split_once('#') {
-        Some((q, f)) => (q, Some(f)),
-        None => (query, None),
-    };
-    let masked: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((k, _)) => format!("{k}=***"),
-            None => pair.to_string(),
-        })
-        .collect();
-    let mut out = format!("{base}?{}", masked.join("&"));
-    if let Some(f) = fragment {
-        out.push('#');
-        out.push_str(f);
-    }
-    out
 }
 
 fn describe(err: &ureq::Error, timeout: Duration) -> String {

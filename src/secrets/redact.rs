@@ -78,6 +78,30 @@ pub fn query_values(url: &str) -> Vec<String> {
     out
 }
 
+/// `url` with every query value shown as `***` (the names stay, to tell the URL apart).
+pub fn without_query_values(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_string();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((q, f)) => (q, Some(f)),
+        None => (query, None),
+    };
+    let masked: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) => format!("{k}=***"),
+            None => pair.to_string(),
+        })
+        .collect();
+    let mut out = format!("{base}?{}", masked.join("&"));
+    if let Some(f) = fragment {
+        out.push('#');
+        out.push_str(f);
+    }
+    out
+}
+
 /// `text` with every occurrence of each secret replaced by `***`.
 pub fn mask(text: &str, secrets: &[String]) -> String {
     secrets

@@ -746,3 +746,21 @@ fn doctor_names_an_unreadable_registry_login_as_a_problem() {
     );
     assert!(!o.stderr.contains("note: vast_image_login"), "{}", o.stderr);
 }
+
+/// A gateway key in `llm.base_url`'s query: the config error that refuses the URL shows it
+/// with the query value as `***`, in every command's stderr.
+#[test]
+fn a_config_error_never_prints_a_urls_query_value() {
+    let f = Fleet::with_config(
+        "[llm]\nbase_url = \"https://gw.example.com/openai/v1?key=gwKp29fHs7Lq4Xc8Zt\"\n",
+    );
+    for cmd in ["run", "doctor", "inspect"] {
+        let o = f.cmd(&[cmd]).code(2);
+        assert!(
+            o.stderr.contains("openai/v1?key=***"),
+            "{cmd}: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("gwKp29fHs7"), "{cmd}: {}", o.stderr);
+    }
+}
