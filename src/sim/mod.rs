@@ -176,10 +176,16 @@ pub fn effective_config(opts: &Options) -> Result<Config> {
 }
 
 /// The config as the simulation's database keeps it (`store::sim_config`): TOML, with
-/// `[vast.env]` left out, since a literal worker value may be a secret.
+/// `[vast.env]` left out, since a literal worker value may be a secret, and the query
+/// values of `demand.http_url` and `price.fil_usd_url` as `***` (a token may travel there;
+/// every other output shows them so).
 pub fn kept_config(config: &Config) -> Result<String> {
+    use crate::secrets::redact::without_query_values;
     let mut kept = config.clone();
     kept.vast.env.clear();
+    for url in [&mut kept.demand.http_url, &mut kept.price.fil_usd_url] {
+        *url = url.as_deref().map(without_query_values);
+    }
     toml::to_string(&kept).context("the simulation's config as TOML")
 }
 
@@ -769,6 +775,23 @@ mod tests {
         let kept = config::parse(&text).unwrap();
         assert!(kept.vast.env.is_empty());
         assert_eq!(kept.vast.image.as_deref(), Some("x"));
+        // URL tokens are kept as `***`, the rest of each URL as it was.
+        let mut tokens = config.clone();
+        tokens.demand.http_url = Some("http://127.0.0.1:9/demand?token=dmTk58gRw2Pz".into());
+        tokens.price.fil_usd_url = Some("http://127.0.0.1:9/fil?apikey=fxAb73kMn4Qs".into());
+        let text = kept_config(&tokens).unwrap();
+        for t in ["dmTk58gRw2Pz", "fxAb73kMn4Qs"] {
+            assert!(!text.contains(t), "{text}");
+        }
+        let kept = config::parse(&text).unwrap();
+        assert_eq!(
+            kept.demand.http_url.as_deref(),
+            Some("http://127.0.0.1:9/demand?token=***")
+        );
+        assert_eq!(
+            kept.price.fil_usd_url.as_deref(),
+            Some("http://127.0.0.1:9/fil?apikey=***")
+        );
         // The worker credential is a stand-in the simulator never reads: an operator's own
         // config launches there (every launch was refused not_configured).
         assert_eq!(
