@@ -320,8 +320,9 @@ pub fn llm_loop(
         let started = Instant::now();
         let answer = llm.chat(&request);
         let latency = started.elapsed().as_millis() as i64;
-        // Without a key nothing was sent: not a call.
-        if !matches!(answer, Err(crate::llm::LlmError::NoKey)) {
+        // Without a usable key nothing was sent: not a call.
+        use crate::llm::LlmError;
+        if !matches!(answer, Err(LlmError::NoKey | LlmError::BadKey)) {
             out.calls += 1;
         }
         out.max_prompt_est = out.max_prompt_est.max(estimate as i64);

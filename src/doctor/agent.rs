@@ -157,6 +157,8 @@ pub(super) fn llm_fix(err: &str) -> &'static str {
         "the server's context is smaller than the prompts sent: set llm.context_budget_tokens to the server's context or below (llama.cpp: its -c; else the model's context length)"
     } else if err.contains("minimal prompt needs") {
         "raise llm.context_budget_tokens (up to the server's context) or lower llm.max_output_tokens"
+    } else if err.contains("LLM API key holds spaces, line breaks") {
+        "write the key alone, on one line, into /etc/credstore/fleetagent.llm_api_key (the units load it as the llm_api_key credential; at a shell FLEETAGENT_LLM_API_KEY or OPENAI_API_KEY): no comment, no second line"
     } else if err.contains("(HTTP 401)") || err.contains("(HTTP 403)") {
         "the LLM server refused the key: write the right one into /etc/credstore/fleetagent.llm_api_key (the units load it as the llm_api_key credential; at a shell FLEETAGENT_LLM_API_KEY or OPENAI_API_KEY)"
     } else if err.contains("no answer within") {

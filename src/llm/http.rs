@@ -133,6 +133,11 @@ impl LlmClient for HttpLlmClient {
         let Some(key) = self.api_key.as_deref() else {
             return Err(LlmError::NoKey);
         };
+        // Checked as the vast.ai client checks its key: ureq's "failed to parse header
+        // value" named neither the key nor where it comes from.
+        if !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(LlmError::BadKey);
+        }
         let body = request_body_with(req, self.cap_field).to_string();
         log::debug!(
             "LLM request to {}: model {}, {} messages, {} tools, {} bytes",
@@ -799,5 +804,37 @@ mod tests {
         );
         assert_eq!(c.endpoint(), "http://127.0.0.1:9/v1/chat/completions");
         assert!(!format!("{c:?}").contains("sk-secret"));
+    }
+
+    /// A key with a second line (a comment after it) cannot go into a header: one clear
+    /// error naming where the key comes from, never the key, and nothing sent (a request
+    /// to the closed port would fail otherwise).
+    #[test]
+    fn a_key_that_is_no_header_value_is_named_not_sent() {
+        for key in [
+            "sk-Hb52nJ9sKd\n# rotated 2026-12-01",
+            "sk-Hb52 nJ9sKd",
+            "sk-Hb52nJ9sKdé",
+        ] {
+            let c = HttpLlmClient::new(
+                "http://127.0.0.1:1/v1",
+                Some(key.into()),
+                Arc::new(crate::clock::ManualClock::new(0)),
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+            );
+            let req = ChatRequest {
+                model: "m".into(),
+                messages: vec![],
+                tools: vec![],
+                max_tokens: None,
+                budget: None,
+            };
+            let err = c.chat(&req).unwrap_err();
+            assert_eq!(err, LlmError::BadKey);
+            let said = err.to_string();
+            assert!(said.contains("FLEETAGENT_LLM_API_KEY") && said.contains("llm_api_key"));
+            assert!(!said.contains("Hb52"), "{said}");
+        }
     }
 }

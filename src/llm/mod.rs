@@ -167,6 +167,10 @@ pub enum LlmError {
     /// No API key where one is needed. No request was sent.
     #[error("no LLM API key: set FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY) or the llm_api_key credential")]
     NoKey,
+    /// A key that cannot go into an HTTP header (a second line, a comment after it, spaces,
+    /// non-ASCII characters). No request was sent; the key is never shown.
+    #[error("the LLM API key holds spaces, line breaks or non-ASCII characters (a second line, a comment?): check FLEETAGENT_LLM_API_KEY (or OPENAI_API_KEY) or the llm_api_key credential")]
+    BadKey,
     /// A 4xx other than 429 (and 408), a 402, a 429 for quota/billing, or a 5xx saying the
     /// request itself cannot be parsed (llama-server's "Failed to parse tool call arguments
     /// as JSON"): final, never retried. `message` is the server's own message (or its raw body, cut short).

@@ -764,3 +764,42 @@ fn a_config_error_never_prints_a_urls_query_value() {
         assert!(!o.stderr.contains("gwKp29fHs7"), "{cmd}: {}", o.stderr);
     }
 }
+
+/// An LLM key credential with a comment on a second line: every call fails before it is sent,
+/// with one line naming the key's sources (never the key), and doctor's `llm` check says it.
+#[test]
+fn a_two_line_llm_key_is_named_not_sent() {
+    let key = "sk-Hb52nJ9sKd3vYeCd";
+    let mut rig = Rig::new("max_dph_total = 10.0\nmax_instances = 4", "");
+    let creds = rig.f.path().join("creds");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::write(
+        creds.join("llm_api_key"),
+        format!("{key}\n# rotated 2026-12-01\n"),
+    )
+    .unwrap();
+    rig.f = std::mem::replace(&mut rig.f, Fleet::with_config(""))
+        .env("FLEETAGENT_LLM_API_KEY", "")
+        .env("CREDENTIALS_DIRECTORY", creds.to_str().unwrap());
+    rig.demand(
+        json!({"pending": 0, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []}),
+    );
+    rig.f.cmd(&["trigger", "-p", "0", "-r", "go"]).ok();
+    let run = rig.f.cmd(&["run"]);
+    assert!(
+        run.stderr
+            .contains("the LLM API key holds spaces, line breaks")
+            && run.stderr.contains("llm_api_key credential"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(rig.llm.requests().len(), 0, "nothing sent");
+    let doctor = rig.f.cmd(&["doctor"]);
+    assert!(
+        doctor.stdout.contains("the LLM API key holds spaces")
+            && doctor.stdout.contains("no comment, no second line"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(!format!("{}{}{}", run.stderr, doctor.stdout, doctor.stderr).contains("Hb52nJ9sKd"));
+}
