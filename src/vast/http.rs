@@ -53,6 +53,9 @@ pub fn call_budget_of(timeout: Duration, is_create: bool) -> Duration {
 /// 1,500 instances, a page a second: far beyond any fleet; a server that never ends its pages
 /// is stopped within a minute (400 pages held `poll`, started every minute, for 400 s).
 const MAX_PAGES: usize = 60;
+/// Secrets shorter than this are not cut from what vast.ai and the hosts say
+/// ([`HttpVastClient::with_secrets`]).
+pub const SCRUB_MIN_CHARS: usize = 6;
 /// The official client polls a log's `result_url` 30 times, 0.3 s apart.
 const LOG_POLLS: u32 = 30;
 const LOG_POLL_GAP: Duration = Duration::from_millis(300);
@@ -167,7 +170,11 @@ impl HttpVastClient {
     /// The client with `secrets` redacted, as the key is, from every text outside it says
     /// (logs, `status_msg`, errors): `services::build_vast` gives it every secret the
     /// process can read.
-    pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
+    /// A value under [`SCRUB_MIN_CHARS`] is left out: a local server's stand-in key
+    /// (`local`, the docs' example) is no secret, and cut from every log it turned
+    /// `localhost` into `[redacted]host`.
+    pub fn with_secrets(mut self, mut secrets: Vec<String>) -> Self {
+        secrets.retain(|s| s.chars().count() >= SCRUB_MIN_CHARS);
         self.secrets = secrets;
         self
     }

@@ -46,14 +46,20 @@ fn a_hosts_log_and_status_message_have_every_known_secret_cut_out() {
     let s = setup();
     let pw = "worker-PW-Xc71bQ9zLm".to_string();
     let client = super::client_for(&s.fake, &s.clock, std::time::Duration::from_secs(20))
-        .with_secrets(vec![pw.clone()]);
+        .with_secrets(vec![pw.clone(), "local".to_string()]);
     let id = s.fake.add_instance("fleetagent-1-l");
-    s.fake
-        .set_log_text(id, &format!("+ export CURIO_DB_PASSWORD={pw}\nup\n"));
+    s.fake.set_log_text(
+        id,
+        &format!("+ export CURIO_DB_PASSWORD={pw}\nup on localhost\n"),
+    );
     s.fake
         .set_status_msg(id, Some(&format!("exit: bad password {}", &pw[..12])));
     let logs = client.instance_logs(id, 5).unwrap();
-    assert_eq!(logs, "+ export CURIO_DB_PASSWORD=[redacted]\nup\n");
+    // A stand-in key under 6 characters (a local server's `local`) is no secret to cut.
+    assert_eq!(
+        logs,
+        "+ export CURIO_DB_PASSWORD=[redacted]\nup on localhost\n"
+    );
     let listed = client.list_instances().unwrap();
     assert_eq!(
         listed[0].status_msg.as_deref(),
