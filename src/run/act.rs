@@ -354,10 +354,24 @@ fn execute(
         });
     }
     if unsent > 0 {
+        // The rest waits for no timer: an event (P1) the end of the run leaves to the next
+        // process, which the doorbell starts at once (the scale walkthrough's WORKERS DEAD
+        // launches came after the destroys that used up the deadline).
+        crate::store::events::insert(
+            &store.conn,
+            1,
+            "poll",
+            &format!(
+                "run {} reached its deadline with {unsent} planned call(s) unsent",
+                le.run_id
+            ),
+            None,
+            le.clock.now_ms(),
+        )?;
         crate::journal::eprint(
             crate::journal::WARNING,
             &format!(
-                "fleetagent: run {}: {unsent} of the {} planned call(s) not sent: the pass reached its deadline (run.deadline_secs = {}); the next pass plans again",
+                "fleetagent: run {}: {unsent} of the {} planned call(s) not sent: the pass reached its deadline (run.deadline_secs = {}); the next run, started at once, plans again",
                 le.run_id,
                 plan.len(),
                 le.config.run.deadline_secs

@@ -688,7 +688,7 @@ fn a_plan_past_the_deadline_stops_sending_and_the_pass_ends_as_one() {
     assert_eq!(vast.count(Route::Destroy), 1, "{}", out.stderr);
     assert_eq!(vast.count(Route::Create), 0);
     assert!(
-        out.stderr.contains("planned call(s) not sent: the pass reached its deadline (run.deadline_secs = 10); the next pass plans again"),
+        out.stderr.contains("planned call(s) not sent: the pass reached its deadline (run.deadline_secs = 10); the next run, started at once, plans again"),
         "{}",
         out.stderr
     );
@@ -696,8 +696,13 @@ fn a_plan_past_the_deadline_stops_sending_and_the_pass_ends_as_one() {
         f.count("SELECT COUNT(*) FROM runs WHERE status = 'running'"),
         0
     );
-    // The next pass does the rest.
-    pass(&f);
+    // The next run is not left to the timer: an event waits and the doorbell is rung.
+    assert_eq!(
+        f.count("SELECT COUNT(*) FROM events WHERE kind = 'poll' AND claimed_by IS NULL"),
+        1
+    );
+    assert!(f.doorbell().exists(), "no doorbell rung for the rest");
+    f.cmd(&["run"]).ok();
     assert_eq!(vast.count(Route::Destroy), 3);
     assert!(vast.count(Route::Create) >= 1);
 }
