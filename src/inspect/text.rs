@@ -192,7 +192,10 @@ pub fn render_text(r: &Report) -> String {
         line(ha_line(ha));
         // A follower's lines are its copy as of its last lead: a pause ended since, a hold
         // lifted, a fleet at $0.00/h that bills (the HA walkthrough read them as now).
-        if ha.role != "leader" {
+        // Only a follower's: with the database unreadable (a blip, a shell without its
+        // URL) the role is unknown, and the leader's own lines are the fleet now (the
+        // re-test: every host, the leader too, called its lines stale).
+        if ha.role == "follower" {
             let there = match (&ha.holder, ha.lease_left_secs) {
                 (Some(h), Some(left)) if left > 0.0 && *h != ha.host_id => {
                     format!("`fleetagent inspect` on {h} shows them now")

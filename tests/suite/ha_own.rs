@@ -410,6 +410,20 @@ fn measured_rates_and_the_days_hours_go_with_the_lease() {
         text(&b)
     );
     assert!(!text(&a).contains("NOT LEADING"));
+    // The database unreadable: the role is unknown, and no host calls its lines stale.
+    let blind = a
+        .command(&["inspect"])
+        .env(
+            "FLEETAGENT_HA_DB_URL",
+            "postgresql://probe@127.0.0.1:1/none",
+        )
+        .output()
+        .unwrap();
+    let blind = crate::common::fleet::Run::from(blind).ok().stdout;
+    assert!(
+        blind.contains(" is unknown: ") && !blind.contains("NOT LEADING"),
+        "{blind}"
+    );
 }
 
 /// A follower whose demand probe fails (its own credential, route or command) is named by
