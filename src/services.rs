@@ -81,17 +81,24 @@ pub fn build_services(
 /// `http` probe's URL (a token may travel there; its errors show them as `***` already, but
 /// a body may echo one, decoded).
 fn probe_secrets(config: &Config, env: &Env) -> Vec<String> {
-    let mut out = secrets::known_values(
+    let mut out = known_secrets(config, env);
+    if let Some(url) = &config.demand.http_url {
+        out.extend(secrets::redact::query_values(url));
+    }
+    out
+}
+
+/// Every secret the process can read (the worker env's credentials included), without the
+/// demand URL's query values: what the vast.ai client cuts from what the hosts say (a plain
+/// `?cluster=mainnet` cut from every log hid which cluster a worker joined: the re-test).
+fn known_secrets(config: &Config, env: &Env) -> Vec<String> {
+    secrets::known_values(
         env,
         config.vast.env.values().filter_map(|v| match v {
             crate::config::EnvValue::Credential(c) => Some(c.credential.as_str()),
             crate::config::EnvValue::Literal(_) => None,
         }),
-    );
-    if let Some(url) = &config.demand.http_url {
-        out.extend(secrets::redact::query_values(url));
-    }
-    out
+    )
 }
 
 /// The FIL/USD source of `price.fil_usd_command` or `price.fil_usd_url` (at most one is set:
@@ -145,7 +152,7 @@ pub fn build_vast(
         clock,
         vast_timeout(config),
     )
-    .with_secrets(probe_secrets(config, env));
+    .with_secrets(known_secrets(config, env));
     Ok(Some(Arc::new(client)))
 }
 

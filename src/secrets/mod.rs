@@ -145,6 +145,11 @@ pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str
                 // an error must name (`no SELECT ... TO probe`, `cannot connect to host`),
                 // and every piece of the whole URL redacted swallowed them.
                 out.extend(redact::secrets_of(s.expose()));
+            } else if kind == Kind::VastImageLogin {
+                // Its secret is the password; the registry it names is what a failed pull
+                // must show (every 10-character piece of `us-docker.pkg.dev` was cut from
+                // the hosts' words: the re-test).
+                out.push(login_password(s.expose()).unwrap_or(s.expose()).to_string());
             } else {
                 out.push(s.0);
             }
@@ -159,6 +164,26 @@ pub fn known_values<'a>(env: &Env, credentials: impl IntoIterator<Item = &'a str
     out.sort_by_key(|s| std::cmp::Reverse(s.len()));
     out.dedup();
     out
+}
+
+/// The password of a docker login as vast.ai takes it (`-u USER -p PASSWORD REGISTRY`;
+/// `--password X`, `-pX`, `--password=X` too), or None when it names none.
+pub fn login_password(login: &str) -> Option<&str> {
+    let mut words = login.split_whitespace();
+    while let Some(w) = words.next() {
+        match w {
+            "-p" | "--password" => return words.next(),
+            _ => {
+                if let Some(p) = w.strip_prefix("--password=") {
+                    return Some(p);
+                }
+                if let Some(p) = w.strip_prefix("-p").filter(|p| !p.is_empty()) {
+                    return Some(p);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// `text` with every one of `secrets` redacted ([`redact`]): each whole first, then the
@@ -408,6 +433,34 @@ mod tests {
         );
         let url = env.get("FLEETAGENT_HARMONYDB_URL").unwrap();
         assert!(!redact_all(&url, &known).contains("Hunter2"));
+    }
+
+    /// Of a registry login only the password is secret: the registry a failed pull names
+    /// stays shown (every 10-character piece of it was cut: the re-test).
+    #[test]
+    fn of_a_registry_login_only_its_password_is_a_known_value() {
+        for (login, pw) in [
+            (
+                "-u acme -p ghp_Tok3nValue99 us-docker.pkg.dev",
+                Some("ghp_Tok3nValue99"),
+            ),
+            (
+                "--password=ghp_Tok3nValue99 -u acme r.io",
+                Some("ghp_Tok3nValue99"),
+            ),
+            ("-pghp_Tok3nValue99 -u acme r.io", Some("ghp_Tok3nValue99")),
+            ("just-a-token-no-flags", None),
+        ] {
+            assert_eq!(login_password(login), pw, "{login}");
+        }
+        let env = Env::from_pairs([(
+            "VAST_IMAGE_LOGIN".to_string(),
+            "-u acme -p ghp_Tok3nValue99 us-docker.pkg.dev".to_string(),
+        )]);
+        let known = known_values(&env, []);
+        assert_eq!(known, vec!["ghp_Tok3nValue99".to_string()]);
+        let said = "failed to resolve reference us-docker.pkg.dev/acme/curio:v1: denied";
+        assert_eq!(redact_all(said, &known), said);
     }
 
     #[test]

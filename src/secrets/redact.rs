@@ -27,7 +27,10 @@ pub fn redact_url(url: &str) -> String {
 fn split_userinfo(url: &str) -> Option<(&str, &str, &str)> {
     let (scheme, rest) = url.split_once("://")?;
     if ["postgres", "postgresql"].contains(&scheme) {
-        let (userinfo, after) = rest.split_once('@')?;
+        // To the last '@', not the driver's first: a password holding '@' (the driver reads
+        // it as ending there, and fails to connect) was printed from its '@' on as the host
+        // (the re-test). A '@' in the query hides the host too, never a secret.
+        let (userinfo, after) = rest.rsplit_once('@')?;
         return Some((scheme, userinfo, after));
     }
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
@@ -41,6 +44,11 @@ pub fn secrets_of(url: &str) -> Vec<String> {
     if let Some((_, userinfo, _)) = split_userinfo(url) {
         if let Some((_, password)) = userinfo.split_once(':') {
             raw.push(password.to_string());
+            // The password as the driver reads it (to the first '@'), which its errors may
+            // quote.
+            if let Some((first, _)) = password.split_once('@') {
+                raw.push(first.to_string());
+            }
         }
     }
     for (start, end) in password_param_values(url) {
@@ -233,10 +241,14 @@ mod tests {
                 assert_eq!(secrets_of(&url), vec![pw.to_string()]);
             }
         }
-        // As the driver: the first '@' ends the userinfo.
-        let url = "postgresql://u:a/b@c@h/db";
-        assert_eq!(redact_url(url), "postgresql://u@c@h/db");
-        assert_eq!(secrets_of(url), vec!["a/b".to_string()]);
+        // A password holding '@': all of it is the secret, and the driver's reading of it
+        // (to the first '@') too.
+        let url = "postgresql://u:Xq7@kQ9zLm3pR2wV@h/db";
+        assert_eq!(redact_url(url), "postgresql://u@h/db");
+        assert_eq!(
+            secrets_of(url),
+            vec!["Xq7@kQ9zLm3pR2wV".to_string(), "Xq7".to_string()]
+        );
         // Other schemes keep the authority rule (a '/' ends it).
         assert_eq!(redact_url("http://h/p@x"), "http://h/p@x");
     }

@@ -211,10 +211,16 @@ impl HttpVastClient {
 
     /// For a body about to be parsed: the whole key only (see [`crate::secrets::redact`]).
     fn scrub_whole(&self, text: &str) -> String {
-        match self.api_key.as_deref() {
+        let text = match self.api_key.as_deref() {
             Some(k) if k.len() >= 4 => text.replace(k, "[redacted]"),
             _ => text.to_string(),
-        }
+        };
+        // Every other known secret too, whole, before any excerpt cuts one short of the
+        // pieces `scrub` matches (a 400 echoing the create body as text kept 9 characters of
+        // the worker's credential: the re-test).
+        self.secrets
+            .iter()
+            .fold(text, |t, s| t.replace(s.as_str(), "[redacted]"))
     }
 
     fn sleep(&self, d: Duration) {
