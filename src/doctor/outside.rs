@@ -759,7 +759,7 @@ pub(super) fn ha(
             Problem::new(format!(
                 "ha: the hosts run different builds ({each}): a failover hands the fleet to another build, and an older one may not read what a newer one left"
             ))
-            .fix("finish the upgrade on every host (docs/ha.md), or go back on all of them; each host's next run records its build"),
+            .fix("finish the upgrade on every host (docs/ha.md), or go back one host at a time, the leader last (docs/ha.md, \"Mixed builds\"); each host's next run records its build"),
         );
     }
     problems.extend(current.iter().filter_map(|h| off_clock(h, &settings.host)));

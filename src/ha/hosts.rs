@@ -84,8 +84,8 @@ pub fn record(
     db.retrying("recording this host", |client| {
         let mut tx = client.transaction()?;
         tx.execute(
-            "INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash, place)
-             VALUES ($1, now(), $2, $3, $4) ON CONFLICT (host_id) DO NOTHING",
+            "INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash, place, shares)
+             VALUES ($1, now(), $2, $3, $4, $2) ON CONFLICT (host_id) DO NOTHING",
             &[&host_id, &version, &config_hash, &place],
         )?;
         let row = tx.query_one(
@@ -115,7 +115,7 @@ pub fn record(
                      twin_seen = CASE WHEN $5 THEN twin_seen END,
                      clock_ahead_ms = $6::bigint
                          - (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint,
-                     config_keys = $7
+                     config_keys = $7, shares = $2
                  WHERE host_id = $1",
                 &[
                     &host_id,
@@ -258,5 +258,23 @@ pub fn probes_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> Result<
             .map(|r| r.try_get(0))
             .transpose()?;
         Ok(due.unwrap_or(true))
+    })
+}
+
+/// Whether every host seen within a day runs a build that shares the tables shared since a
+/// later build (`ha::mirror::SHARED_LATER`): each such build writes its version into
+/// `hosts.shares` beside `version`; an older one writes `version` alone, so the two differ
+/// (or `shares` is NULL) while it runs, and a host taken back to an older build is seen at
+/// its first contact.
+pub fn all_share_later_tables(db: &mut SharedDb) -> Result<bool> {
+    db.retrying("reading which builds the hosts run", |client| {
+        let older: i64 = client
+            .query_one(
+                "SELECT COUNT(*) FROM fleetagent.hosts
+                  WHERE last_seen > now() - interval '1 day' AND shares IS DISTINCT FROM version",
+                &[],
+            )?
+            .try_get(0)?;
+        Ok(older == 0)
     })
 }

@@ -147,9 +147,13 @@ pub const STATEMENTS: &[&str] = &[
     )",
 ];
 
-/// Starts recording, on this connection, the keys of the shared tables' changed rows.
-pub fn capture(conn: &Connection) -> Result<()> {
-    for (t, k) in TABLES {
+/// Starts recording, on this connection, the keys of the shared tables' changed rows (those
+/// of [`SHARED_LATER`] only with `later`).
+pub fn capture(conn: &Connection, later: bool) -> Result<()> {
+    for (t, k) in TABLES
+        .iter()
+        .filter(|(t, _)| later || !SHARED_LATER.contains(t))
+    {
         conn.execute_batch(&format!(
             "CREATE TEMP TRIGGER IF NOT EXISTS ha_{t}_i AFTER INSERT ON main.{t} BEGIN
                  INSERT INTO ha_changes (tbl, pk) VALUES ('{t}', CAST(NEW.{k} AS TEXT));
@@ -687,6 +691,27 @@ pub fn seed_new_tables(conn: &Connection, db: &mut SharedDb) -> Result<usize> {
         )?;
     }
     Ok(marked)
+}
+
+/// While a host on an older build runs (it cannot copy them, and would hold the lease with
+/// every pass failing: the HA re-test), the rows of [`SHARED_LATER`] are taken out of the
+/// shared state, fenced, and each host keeps its own; they are shared again once every host
+/// runs a build that does ([`seed_new_tables`]). How many rows were taken out.
+pub fn withdraw_new_tables(db: &mut SharedDb, held: &Held) -> Result<u64> {
+    let later: Vec<&str> = SHARED_LATER.to_vec();
+    let present = db.retrying("reading which tables the shared state holds", |c| {
+        tables_present(c)
+    })?;
+    if present.is_empty() {
+        return Ok(0);
+    }
+    let what = "taking the measured rates and the day's hours out of the shared state";
+    match lease::fenced(db, &held.host, held.epoch, held.margin, what, |ptx| {
+        ptx.execute("DELETE FROM fleetagent.rows WHERE tbl = ANY($1)", &[&later])
+    })? {
+        Fenced::Lost => Err(lost(what, held)),
+        Fenced::Committed(n) => Ok(n),
+    }
 }
 
 /// This host's outbox sent to the shared inbox (any host, no fence: an event is safe to

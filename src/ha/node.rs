@@ -306,10 +306,18 @@ pub fn start(
         return Err(e);
     }
     let synced = mirror::sync_in(&mut store.conn, &mut db, &held, now)?;
-    if !matches!(synced, Synced::Initialized { .. }) {
+    let later = super::hosts::all_share_later_tables(&mut db)?;
+    if !later {
+        let n = mirror::withdraw_new_tables(&mut db, &held)?;
+        if n > 0 {
+            log::warn!(
+                "ha: a host on an older build runs: the measured rates and the day's hours ({n} row(s)) are kept on each host until every host runs this build"
+            );
+        }
+    } else if !matches!(synced, Synced::Initialized { .. }) {
         mirror::seed_new_tables(&store.conn, &mut db)?;
     }
-    mirror::capture(&store.conn)?;
+    mirror::capture(&store.conn, later)?;
     if let Synced::Pulled {
         holder, epoch: was, ..
     } = &synced

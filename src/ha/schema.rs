@@ -56,6 +56,9 @@ pub const STATEMENTS: &[&str] = &[
     // the fleet, and every doctor names it before it leads.
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS probe_error text",
     "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS probe_at timestamptz",
+    // The version of a build that shares the measured rates and the day's hours, written
+    // beside `version`: where they differ an older build runs, which cannot copy them.
+    "ALTER TABLE fleetagent.hosts ADD COLUMN IF NOT EXISTS shares text",
 ];
 
 /// The tables the statements create, for the one-query check that they all exist.
@@ -75,6 +78,7 @@ const ADDED_COLUMNS: &[(&str, &str)] = &[
     ("hosts", "config_keys"),
     ("hosts", "probe_error"),
     ("hosts", "probe_at"),
+    ("hosts", "shares"),
 ];
 
 /// Creates what is missing of the schema; when it is all there, one query and nothing else

@@ -833,7 +833,7 @@ fn ha_a_fence_answered_too_late_vouches_for_nothing() {
         "INSERT INTO fleetagent.sync (name, seq, epoch, holder) VALUES ('fleet', 0, 1, 'host-a')",
     );
     let store = fleetagent::store::Store::open_memory(0).unwrap();
-    mirror::capture(&store.conn).unwrap();
+    mirror::capture(&store.conn, true).unwrap();
     let held = Held {
         host: "host-a".into(),
         epoch: 1,

@@ -402,6 +402,28 @@ fn measured_rates_and_the_days_hours_go_with_the_lease() {
     assert_eq!(a.count("SELECT COUNT(*) FROM day_hours"), 30);
     assert_eq!(shared(&mut db, "measured_rates"), 2, "and shared");
     assert_eq!(shared(&mut db, "day_hours"), 30);
+    // A host on an older build runs (it writes `version`, never `shares`): it could not copy
+    // them and would hold the lease failing every pass, so the leader takes them out of the
+    // shared state and each host keeps its own; once it is gone, they are shared again.
+    db.exec(
+        "INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash) \
+         VALUES ('host-old', now(), 'fleetagent 0.0.9', 'x')",
+    );
+    let out = a.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("a host on an older build runs"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(shared(&mut db, "measured_rates"), 0);
+    assert_eq!(
+        a.count("SELECT COUNT(*) FROM measured_rates"),
+        2,
+        "kept here"
+    );
+    db.exec("DELETE FROM fleetagent.hosts WHERE host_id = 'host-old'");
+    a.cmd(&["run"]).ok();
+    assert_eq!(shared(&mut db, "measured_rates"), 2, "shared again");
     // B follows: its inspect says its lines are its copy, and where the fleet is seen now.
     let text = |f: &crate::common::fleet::Fleet| f.cmd(&["inspect"]).ok().stdout;
     assert!(
