@@ -714,6 +714,28 @@ pub fn withdraw_new_tables(db: &mut SharedDb, held: &Held) -> Result<u64> {
     }
 }
 
+/// [`withdraw_new_tables`] for a leader about to hand the lease over (`ha release`, a blind
+/// leader's poll): one statement, fenced by the lease it still holds, when a host on an older
+/// build runs (it registered since this leader's run, and may be the next to lead). How many
+/// rows were taken out.
+pub fn withdraw_before_release(db: &mut SharedDb, host: &str, epoch: i64) -> Result<u64> {
+    if super::hosts::all_share_later_tables(db)? {
+        return Ok(0);
+    }
+    let later: Vec<&str> = SHARED_LATER.to_vec();
+    db.retrying(
+        "taking the measured rates and the day's hours out of the shared state",
+        |c| {
+            c.execute(
+                "DELETE FROM fleetagent.rows WHERE tbl = ANY($1) AND EXISTS (
+                 SELECT 1 FROM fleetagent.lease
+                  WHERE holder = $2 AND epoch = $3 AND expires_at > now())",
+                &[&later, &host, &epoch],
+            )
+        },
+    )
+}
+
 /// This host's outbox sent to the shared inbox (any host, no fence: an event is safe to
 /// forward twice, the inbox keeps one). How many were sent.
 pub fn forward_outbox(

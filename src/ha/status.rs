@@ -216,6 +216,10 @@ pub fn release(settings: &Settings) -> Result<Option<i64>> {
     super::schema::migrate(&mut db)?;
     match lease_row(&mut db)? {
         Some((holder, epoch, left, _)) if holder == settings.host && left > 0.0 => {
+            // A host on an older build that registered since this leader's last run may lead
+            // next: it cannot copy what only newer builds share (the HA re-test: it held the
+            // lease with every pass failing).
+            super::mirror::withdraw_before_release(&mut db, &settings.host, epoch)?;
             Ok(super::lease::release(&mut db, &settings.host, epoch)?.then_some(epoch))
         }
         _ => Ok(None),

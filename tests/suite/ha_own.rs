@@ -424,16 +424,28 @@ fn measured_rates_and_the_days_hours_go_with_the_lease() {
     db.exec("DELETE FROM fleetagent.hosts WHERE host_id = 'host-old'");
     a.cmd(&["run"]).ok();
     assert_eq!(shared(&mut db, "measured_rates"), 2, "shared again");
-    // B follows: its inspect says its lines are its copy, and where the fleet is seen now.
+    // One that registers after the leader's run, then the leader hands the lease over: the
+    // release takes them out first (the old host may lead next).
+    db.exec(
+        "INSERT INTO fleetagent.hosts (host_id, last_seen, version, config_hash) \
+         VALUES ('host-old', now(), 'fleetagent 0.0.9', 'x')",
+    );
+    a.cmd(&["ha", "release"]).ok();
+    assert_eq!(shared(&mut db, "measured_rates"), 0);
+    db.exec("DELETE FROM fleetagent.hosts WHERE host_id = 'host-old'");
+    // B leads next: its own rates (it kept them while they were out) are shared.
+    let out = b.cmd(&["run"]).ok();
+    assert_eq!(shared(&mut db, "measured_rates"), 1, "{}", out.stderr);
+    // A follows: its inspect says its lines are its copy, and where the fleet is seen now.
     let text = |f: &crate::common::fleet::Fleet| f.cmd(&["inspect"]).ok().stdout;
     assert!(
-        text(&b).contains("NOT LEADING the lines below are this host's copy as of when it last led (or its init), not the fleet now (pause, holds, instances, spend, price): `fleetagent inspect` on host-a shows them now"),
+        text(&a).contains("NOT LEADING the lines below are this host's copy as of when it last led (or its init), not the fleet now (pause, holds, instances, spend, price): `fleetagent inspect` on host-b shows them now"),
         "{}",
-        text(&b)
+        text(&a)
     );
-    assert!(!text(&a).contains("NOT LEADING"));
+    assert!(!text(&b).contains("NOT LEADING"));
     // The database unreadable: the role is unknown, and no host calls its lines stale.
-    let blind = a
+    let blind = b
         .command(&["inspect"])
         .env(
             "FLEETAGENT_HA_DB_URL",
