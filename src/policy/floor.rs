@@ -180,6 +180,11 @@ pub fn plan(
     let (mut memory, dip) = clocks(&pass, d, &wanted, &facts);
     let mut calls = at_once(&pass, &wanted);
     let emergency = emergency(&pass, &wanted);
+    // Flagged instances holding the room WORKERS DEAD's launches need go first, at once (the
+    // re-test: the launches refused `budget`, the destroys two passes later, the first
+    // launch in the third pass).
+    let held = flagged_hold_the_room(&pass, &wanted, emergency.len());
+    calls.extend(held.iter().cloned());
     calls.extend(
         emergency
             .iter()
@@ -188,7 +193,11 @@ pub fn plan(
     if emergency.is_empty() {
         calls.extend(deficit(&pass, d, &wanted, &facts, dip, &mut memory));
     }
-    calls.extend(flagged(&pass, &wanted, &memory));
+    calls.extend(
+        flagged(&pass, &wanted, &memory)
+            .into_iter()
+            .filter(|c| !held.iter().any(|h| h.instance_id() == c.instance_id())),
+    );
     calls.extend(surplus(&pass, &wanted, &mut memory));
     calls.retain(|c| {
         c.instance_id()
@@ -346,6 +355,47 @@ fn held(pass: &Pass<'_>, memory: &Memory) -> Option<String> {
     } else {
         None
     }
+}
+
+/// The rules' destroys of flagged instances, at once, when WORKERS DEAD's `launches` are
+/// planned and the caps leave them too little room (slots, or $/h at our billing instances'
+/// mean price) that the flagged instances hold; none otherwise.
+fn flagged_hold_the_room(
+    pass: &Pass<'_>,
+    wanted: &[PlannedCall],
+    launches: usize,
+) -> Vec<PlannedCall> {
+    let flagged = of_kind(wanted, &[CallKind::Flagged]);
+    if launches == 0 || flagged.is_empty() {
+        return Vec::new();
+    }
+    let s = pass.snapshot;
+    let prices: Vec<f64> = s
+        .instances
+        .iter()
+        .filter(|i| crate::fleet::is_billing_state(i.state))
+        .filter_map(|i| i.dph)
+        .collect();
+    let each = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    let short_slots = s
+        .headroom_slots(pass.config)
+        .is_some_and(|n| (n as usize) < launches);
+    let short_money = match (s.headroom_dph(pass.config), each) {
+        (Some(room), Some(e)) => room < launches as f64 * e,
+        _ => false,
+    };
+    if !(short_slots || short_money) {
+        return Vec::new();
+    }
+    flagged
+        .into_iter()
+        .map(|c| {
+            c.with_reason(floor_reason(
+                &c.why,
+                "holding the room WORKERS DEAD's launches need",
+            ))
+        })
+        .collect()
 }
 
 /// The rules' destroys of flagged instances left for `policy.floor_flagged_passes`.

@@ -628,3 +628,34 @@ fn proofshare_disabled_gives_the_floor_nothing_to_launch() {
     let p = plan(&b, &c, 0, &before, &ModelDid::default(), NOW);
     assert!(p.calls.is_empty(), "{:?}", p.calls);
 }
+
+/// WORKERS DEAD with the money cap held by flagged instances: they are destroyed at once,
+/// before the launches, not after floor_flagged_passes (the re-test: launches refused
+/// `budget` in pass 1, the destroys in pass 2, the first launch in pass 3). With room to
+/// spare they wait as before.
+#[test]
+fn flagged_instances_holding_workers_deads_room_go_first_and_at_once() {
+    let mut c = config();
+    c.policy.max_dph_total = Some(1.1);
+    let mut s = dead();
+    for id in [1, 2] {
+        let mut r = row(id, crate::fleet::DEAD, None);
+        r.actual_status = Some("exited".into());
+        s.instances.push(r);
+    }
+    let p = plan(&s, &c, 0, &Memory::default(), &none(), NOW);
+    let kinds: Vec<CallKind> = p.calls.iter().map(|c| c.kind).collect();
+    assert_eq!(
+        &kinds[..2],
+        &[CallKind::Flagged, CallKind::Flagged],
+        "{kinds:?}"
+    );
+    assert!(kinds[2..].iter().all(|k| *k == CallKind::Emergency) && kinds.len() > 2);
+    assert!(p.calls[0]
+        .why
+        .contains("holding the room WORKERS DEAD's launches need"));
+    // Room to spare: the flagged wait their passes, the launches go.
+    c.policy.max_dph_total = Some(10.0);
+    let p = plan(&s, &c, 0, &Memory::default(), &none(), NOW);
+    assert!(p.calls.iter().all(|c| c.kind == CallKind::Emergency));
+}
