@@ -356,25 +356,35 @@ fn execute(
     if unsent > 0 {
         // The rest waits for no timer: an event (P1) the end of the run leaves to the next
         // process, which the doorbell starts at once (the scale walkthrough's WORKERS DEAD
-        // launches came after the destroys that used up the deadline).
-        crate::store::events::insert(
-            &store.conn,
-            1,
-            "poll",
-            &format!(
-                "run {} reached its deadline with {unsent} planned call(s) unsent",
-                le.run_id
-            ),
-            None,
-            le.clock.now_ms(),
-        )?;
+        // launches came after the destroys that used up the deadline). Only after a pass
+        // that changed something: one whose calls all failed would start the same pass again
+        // at once, and again (the re-test: 5 runs in 45 s, 40 DELETEs answered 500).
+        let progressed = out.calls.iter().any(|c| c.mutated);
+        if progressed {
+            crate::store::events::insert(
+                &store.conn,
+                1,
+                "poll",
+                &format!(
+                    "run {} reached its deadline with {unsent} planned call(s) unsent",
+                    le.run_id
+                ),
+                None,
+                le.clock.now_ms(),
+            )?;
+        }
         crate::journal::eprint(
             crate::journal::WARNING,
             &format!(
-                "fleetagent: run {}: {unsent} of the {} planned call(s) not sent: the pass reached its deadline (run.deadline_secs = {}); the next run, started at once, plans again",
+                "fleetagent: run {}: {unsent} of the {} planned call(s) not sent: the pass reached its deadline (run.deadline_secs = {}); {}",
                 le.run_id,
                 plan.len(),
-                le.config.run.deadline_secs
+                le.config.run.deadline_secs,
+                if progressed {
+                    "the next run, started at once, plans again"
+                } else {
+                    "none of those sent changed the fleet, so the next run is the timer's"
+                }
             ),
         );
     }
