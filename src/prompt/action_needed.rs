@@ -39,7 +39,7 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
         return None;
     }
     let money = caps_room(s, config, asked);
-    if let Some(CapsRoom::None(why_not)) = &money {
+    if let Some(CapsRoom::None(why_not) | CapsRoom::Short(why_not)) = &money {
         // Flagged instances bill and earn nothing: destroying them frees what they bill, as
         // the money guardrail counts it (a stopped one its disk).
         let flagged = s.flagged(config);
@@ -55,12 +55,14 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
                 "Action needed: destroy the flagged instances first (stop_instance): they bill ${flagged_dph:.2}/h and earn nothing, and {why_not}; then launch ({why})."
             ));
         }
-        return Some(format!(
-            "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
-        ));
+        if matches!(money, Some(CapsRoom::None(_))) {
+            return Some(format!(
+                "No launch can go now ({why}): {why_not}; every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+            ));
+        }
     }
     let mut note = match &money {
-        Some(CapsRoom::Tight(n)) => format!("; {n}"),
+        Some(CapsRoom::Tight(n) | CapsRoom::Short(n)) => format!("; {n}"),
         _ => String::new(),
     };
     // Each launch is checked for profit, WORKERS DEAD's included: where no offer pays at the
@@ -89,8 +91,10 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
 enum CapsRoom {
     /// No launch fits: why, in words.
     None(String),
-    /// Fewer than one more instance at our instances' mean price: the note.
+    /// Fewer instances than asked fit at what one costs here (or only one): the note.
     Tight(String),
+    /// None fits at what one costs here, but that is no offer's price: a cheaper one may.
+    Short(String),
 }
 
 /// The room the $/h and daily caps leave (`Snapshot::headroom_dph`, the guardrail's own)
@@ -99,6 +103,17 @@ enum CapsRoom {
 /// not bind.
 fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
     let room = s.headroom_dph(config)?;
+    let caps = "policy.max_dph_total and policy.daily_spend_max";
+    if room < 0.01 {
+        return Some(CapsRoom::None(format!("{caps} leave $0.00/h")));
+    }
+    let cheapest = s
+        .offers
+        .iter()
+        .flatten()
+        .map(|o| o.dph_total)
+        .filter(|d| *d > 0.0)
+        .min_by(f64::total_cmp);
     let prices: Vec<f64> = s
         .instances
         .iter()
@@ -106,56 +121,42 @@ fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
         .filter_map(|i| i.dph)
         .filter(|d| *d > 0.0)
         .collect();
-    let each = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
-    let caps = "policy.max_dph_total and policy.daily_spend_max";
-    match each {
-        _ if room < 0.01 => Some(CapsRoom::None(format!("{caps} leave $0.00/h"))),
-        Some(e) if room < e => Some(CapsRoom::None(format!(
-            "{caps} leave ${room:.2}/h, less than an instance costs here (${e:.2}/h on average)"
+    let mean = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    // What an instance costs, from the surest to the roughest: the cheapest offer this pass
+    // searched (nothing cheaper can be rented), our billing instances' mean, at most
+    // vast.offers.max_dph_per_instance. Only the first says that no launch fits: under the
+    // others a cheaper offer may (the re-test: "no launch can go" while one at $0.25/h fit
+    // a $0.30/h room, judged at our $0.80/h).
+    let (e, at, sure) = match (cheapest, mean, config.vast.offers.max_dph_per_instance) {
+        (Some(c), _, _) => (c, "the cheapest offer", true),
+        (None, Some(m), _) => (m, "our instances' mean", false),
+        (None, None, Some(m)) => (m, "at most, vast.offers.max_dph_per_instance", false),
+        // Nothing tells what one costs: the room is said, for the model to weigh against
+        // the offers it searches.
+        (None, None, None) if asked > 1 => {
+            return Some(CapsRoom::Tight(format!(
+                "{caps} leave ${room:.2}/h for them all: launches past it are refused"
+            )))
+        }
+        (None, None, None) => return None,
+    };
+    let fit = (room / e + 1e-9).floor() as u32;
+    match fit {
+        0 if sure => Some(CapsRoom::None(format!(
+            "{caps} leave ${room:.2}/h, less than the cheapest offer (${e:.2}/h)"
         ))),
-        Some(e) if room < e * if asked <= 1 { 2.0 } else { asked as f64 } => {
-            let fit = ((room / e + 1e-9).floor() as u32).max(1);
+        0 => Some(CapsRoom::Short(format!(
+            "{caps} leave ${room:.2}/h, less than an instance costs here (${e:.2}/h, {at}): only a cheaper offer fits, and launches past the room are refused"
+        ))),
+        fit if fit < asked.max(2) && (fit < asked || asked <= 1) => {
             let what = if fit == 1 {
                 "one instance".to_string()
             } else {
                 format!("{fit} instances")
             };
             Some(CapsRoom::Tight(format!(
-                "{caps} leave ${room:.2}/h, about {what} at ${e:.2}/h: launches past it are refused"
+                "{caps} leave ${room:.2}/h, about {what} at ${e:.2}/h ({at}): launches past it are refused"
             )))
-        }
-        // No instance of ours bills: an instance costs what its offer asks, the cheapest
-        // this pass searched or at most vast.offers.max_dph_per_instance (a $1.00/h room
-        // read as room for 4 launches at $0.40/h: the prompt audit).
-        None => {
-            let cheapest = s
-                .offers
-                .iter()
-                .flatten()
-                .map(|o| o.dph_total)
-                .filter(|d| *d > 0.0)
-                .min_by(f64::total_cmp);
-            let (e, at) = match (cheapest, config.vast.offers.max_dph_per_instance) {
-                (Some(c), _) => (c, "the cheapest offer"),
-                (None, Some(m)) => (m, "vast.offers.max_dph_per_instance"),
-                // Nothing tells what one costs: the room is said, for the model to weigh
-                // against the offers it searches.
-                (None, None) if asked > 1 => {
-                    return Some(CapsRoom::Tight(format!(
-                        "{caps} leave ${room:.2}/h for them all: launches past it are refused"
-                    )))
-                }
-                (None, None) => return None,
-            };
-            match (room / e + 1e-9).floor() as u32 {
-                0 => Some(CapsRoom::None(format!(
-                    "{caps} leave ${room:.2}/h, less than an instance costs (${e:.2}/h, {at})"
-                ))),
-                fit if fit < asked => Some(CapsRoom::Tight(format!(
-                    "{caps} leave ${room:.2}/h, {fit} instance(s) at ${e:.2}/h ({at}): launches past it are refused"
-                ))),
-                _ => None,
-            }
         }
         _ => None,
     }
@@ -191,12 +192,36 @@ mod tests {
         tight.vast.offers.max_dph_per_instance = Some(0.40);
         assert_eq!(
             action_needed_line(&s, &tight).unwrap(),
-            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $1.00/h, 2 instance(s) at $0.40/h (vast.offers.max_dph_per_instance): launches past it are refused)."
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $1.00/h, about 2 instances at $0.40/h (at most, vast.offers.max_dph_per_instance): launches past it are refused)."
         );
+        // Under the most an instance may cost a cheaper offer may still fit: said so, the
+        // launches asked; under the cheapest offer searched none can.
         tight.policy.max_dph_total = Some(0.30);
         assert!(action_needed_line(&s, &tight)
             .unwrap()
-            .starts_with("No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.30/h, less than an instance costs ($0.40/h, vast.offers.max_dph_per_instance)"));
+            .ends_with("leave $0.30/h, less than an instance costs here ($0.40/h, at most, vast.offers.max_dph_per_instance): only a cheaper offer fits, and launches past the room are refused)."));
+        let mut searched = s.clone();
+        searched.offers = Some(vec![crate::vast::Offer {
+            id: 1,
+            gpu_name: "RTX 4090".into(),
+            num_gpus: 1,
+            gpu_ram_mb: 24_000.0,
+            dph_total: 0.35,
+            reliability: 0.99,
+            verified: true,
+            geolocation: None,
+            public_ip: None,
+            min_bid: None,
+            machine_id: None,
+            storage_dph: None,
+        }]);
+        assert!(action_needed_line(&searched, &tight)
+            .unwrap()
+            .starts_with("No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.30/h, less than the cheapest offer ($0.35/h)"));
+        searched.offers.as_mut().unwrap()[0].dph_total = 0.25;
+        assert!(action_needed_line(&searched, &tight)
+            .unwrap()
+            .ends_with("leave $0.30/h, about one instance at $0.25/h (the cheapest offer): launches past it are refused)."));
         // With a price, each launch is checked for profit: said.
         let mut priced = s.clone();
         priced.price = Some(crate::price::Price {
@@ -277,9 +302,10 @@ mod tests {
         }
     }
 
-    /// The caps leave less than an instance costs: no launch can go, and the line says so
-    /// (it asked for launches each refused `budget`: the prompt walkthrough); about one: it
-    /// says what is left.
+    /// The caps leave less than our instances cost: only a cheaper offer fits, and the line
+    /// says so (it asked for launches each refused `budget`: the prompt walkthrough; then it
+    /// said no launch could go while a $0.25/h offer fit: the re-test); about one: it says
+    /// what is left.
     #[test]
     fn workers_dead_says_when_the_caps_leave_no_launch() {
         let mut c = config();
@@ -288,13 +314,13 @@ mod tests {
         let line = action_needed_line(&s, &c).unwrap();
         assert_eq!(
             line,
-            "No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.20/h, less than an instance costs here ($0.40/h on average); every launch is refused until the operator raises a cap (the daily cap's room comes back at midnight UTC). Say so in your answer."
+            "Action needed: call launch_instance 6 times now (WORKERS DEAD: 59 proofs queued, no live worker takes them; policy.max_dph_total and policy.daily_spend_max leave $0.20/h, less than an instance costs here ($0.40/h, our instances' mean): only a cheaper offer fits, and launches past the room are refused)."
         );
         c.policy.max_dph_total = Some(1.5);
         let line = action_needed_line(&s, &c).unwrap();
         assert!(
             line.starts_with("Action needed: call launch_instance ")
-                && line.ends_with("; policy.max_dph_total and policy.daily_spend_max leave $0.70/h, about one instance at $0.40/h: launches past it are refused)."),
+                && line.ends_with("; policy.max_dph_total and policy.daily_spend_max leave $0.70/h, about one instance at $0.40/h (our instances' mean): launches past it are refused)."),
             "{line}"
         );
         c.policy.max_dph_total = Some(10.0);
