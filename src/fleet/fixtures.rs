@@ -61,6 +61,24 @@ pub fn inst(id: u64, label: &str, status: Option<&str>) -> Instance {
     }
 }
 
+/// A single-GPU, verified, reliable offer of `gpu` at `dph` $/h.
+pub fn offer(id: u64, gpu: &str, dph: f64) -> crate::vast::Offer {
+    crate::vast::Offer {
+        id,
+        gpu_name: gpu.into(),
+        num_gpus: 1,
+        gpu_ram_mb: 24_000.0,
+        dph_total: dph,
+        reliability: 0.99,
+        verified: true,
+        geolocation: None,
+        public_ip: None,
+        min_bid: None,
+        machine_id: None,
+        storage_dph: None,
+    }
+}
+
 pub fn worker(name: &str, host: &str, running: u32) -> Worker {
     Worker {
         machine_name: name.into(),

@@ -175,22 +175,7 @@ pub fn offer_json(o: &Offer, config: &Config, measured: &Rates) -> Value {
 mod tests {
     use super::*;
 
-    fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
-        Offer {
-            id,
-            gpu_name: gpu.into(),
-            num_gpus: 1,
-            gpu_ram_mb: 24_000.0,
-            dph_total: dph,
-            reliability: 0.99,
-            verified: true,
-            geolocation: None,
-            public_ip: None,
-            min_bid: None,
-            machine_id: None,
-            storage_dph: None,
-        }
-    }
+    use crate::fleet::fixtures::offer;
 
     #[test]
     fn best_is_cheapest_per_proof() {

@@ -201,20 +201,7 @@ mod tests {
             .unwrap()
             .ends_with("leave $0.30/h, less than an instance costs here ($0.40/h, at most, vast.offers.max_dph_per_instance): only a cheaper offer fits, and launches past the room are refused)."));
         let mut searched = s.clone();
-        searched.offers = Some(vec![crate::vast::Offer {
-            id: 1,
-            gpu_name: "RTX 4090".into(),
-            num_gpus: 1,
-            gpu_ram_mb: 24_000.0,
-            dph_total: 0.35,
-            reliability: 0.99,
-            verified: true,
-            geolocation: None,
-            public_ip: None,
-            min_bid: None,
-            machine_id: None,
-            storage_dph: None,
-        }]);
+        searched.offers = Some(vec![offer(1, "RTX 4090", 0.35)]);
         assert!(action_needed_line(&searched, &tight)
             .unwrap()
             .starts_with("No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_dph_total and policy.daily_spend_max leave $0.30/h, less than the cheapest offer ($0.35/h)"));
