@@ -38,6 +38,20 @@ pub fn action_needed_line(s: &Snapshot, config: &Config) -> Option<String> {
     if !config.policy.missing_launch_keys(&config.vast).is_empty() {
         return None;
     }
+    // The slot cap as the money caps: every slot held by an instance of ours that is not
+    // flagged leaves no launch to make (the re-test: "call launch_instance once now" under
+    // max_instances 1 held by one booting, refused `instance_cap` by the model and the floor).
+    if s.headroom_slots(config) == Some(0) {
+        let max = config.policy.max_instances.unwrap_or(0);
+        return Some(match s.flagged(config).len() {
+            0 => format!(
+                "No launch can go now ({why}): policy.max_instances ({max}) is reached by instances of ours; every launch is refused until one goes or the operator raises it. Say so in your answer."
+            ),
+            n => format!(
+                "Action needed: destroy the flagged instances first (stop_instance): {n} hold slots under policy.max_instances ({max}) and earn nothing; then launch ({why})."
+            ),
+        });
+    }
     let money = caps_room(s, config, asked);
     if let Some(CapsRoom::None(why_not) | CapsRoom::Short(why_not)) = &money {
         // Flagged instances bill and earn nothing: destroying them frees what they bill, as
@@ -329,5 +343,28 @@ mod tests {
         // Launches not configured: that line speaks.
         c.vast.image = None;
         assert_eq!(action_needed_line(&s, &c), None);
+    }
+
+    /// Every slot under max_instances held by an instance of ours that is not flagged: no
+    /// launch can go, said (it asked one, refused `instance_cap` twice: the re-test).
+    #[test]
+    fn workers_dead_says_when_max_instances_leaves_no_launch() {
+        let mut c = config();
+        c.policy.max_instances = Some(2);
+        let s = dead_fleet(2);
+        assert!(action_needed_line(&s, &c).unwrap().starts_with(
+            "No launch can go now (WORKERS DEAD: 59 proofs queued, no live worker takes them): policy.max_instances (2) is reached by instances of ours"
+        ));
+        // One of them flagged: it goes first.
+        let mut f = s.clone();
+        f.instances[0].state = crate::fleet::DEAD;
+        f.instances[0].actual_status = Some("exited".into());
+        assert!(action_needed_line(&f, &c).unwrap().starts_with(
+            "Action needed: destroy the flagged instances first (stop_instance): 1 hold slots under policy.max_instances (2)"
+        ));
+        c.policy.max_instances = Some(3);
+        assert!(action_needed_line(&s, &c)
+            .unwrap()
+            .starts_with("Action needed: call launch_instance"));
     }
 }
