@@ -253,6 +253,20 @@ impl Snapshot {
             .count() as u32
     }
 
+    /// The mean $/h of our instances that bill and carry a price (None: none does): what an
+    /// instance costs here, for judging the room the caps leave (the observation's WORKERS
+    /// DEAD line, the floor's flagged-first order).
+    pub fn mean_instance_dph(&self) -> Option<f64> {
+        let prices: Vec<f64> = self
+            .instances
+            .iter()
+            .filter(|i| is_billing_state(i.state))
+            .filter_map(|i| i.dph)
+            .filter(|d| *d > 0.0)
+            .collect();
+        (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64)
+    }
+
     /// $/h a launch may add (None while `policy.max_dph_total` is unset): the guardrail's own
     /// room ([`money::dph_room`]), under `policy.daily_spend_max` too (the observation said
     /// $10.00/h left of a daily cap that left $0.67/h).

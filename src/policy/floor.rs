@@ -370,13 +370,7 @@ fn flagged_hold_the_room(
         return Vec::new();
     }
     let s = pass.snapshot;
-    let prices: Vec<f64> = s
-        .instances
-        .iter()
-        .filter(|i| crate::fleet::is_billing_state(i.state))
-        .filter_map(|i| i.dph)
-        .collect();
-    let each = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    let each = s.mean_instance_dph();
     let short_slots = s
         .headroom_slots(pass.config)
         .is_some_and(|n| (n as usize) < launches);

@@ -128,14 +128,7 @@ fn caps_room(s: &Snapshot, config: &Config, asked: u32) -> Option<CapsRoom> {
         .map(|o| o.dph_total)
         .filter(|d| *d > 0.0)
         .min_by(f64::total_cmp);
-    let prices: Vec<f64> = s
-        .instances
-        .iter()
-        .filter(|i| crate::fleet::is_billing_state(i.state))
-        .filter_map(|i| i.dph)
-        .filter(|d| *d > 0.0)
-        .collect();
-    let mean = (!prices.is_empty()).then(|| prices.iter().sum::<f64>() / prices.len() as f64);
+    let mean = s.mean_instance_dph();
     // What an instance costs, from the surest to the roughest: the cheapest offer this pass
     // searched (nothing cheaper can be rented), our billing instances' mean, at most
     // vast.offers.max_dph_per_instance. Only the first says that no launch fits: under the
