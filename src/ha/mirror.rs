@@ -695,41 +695,19 @@ pub fn seed_new_tables(conn: &Connection, db: &mut SharedDb) -> Result<usize> {
 
 /// While a host on an older build runs (it cannot copy them, and would hold the lease with
 /// every pass failing: the HA re-test), the rows of [`SHARED_LATER`] are taken out of the
-/// shared state, fenced, and each host keeps its own; they are shared again once every host
-/// runs a build that does ([`seed_new_tables`]). How many rows were taken out.
-pub fn withdraw_new_tables(db: &mut SharedDb, held: &Held) -> Result<u64> {
-    let later: Vec<&str> = SHARED_LATER.to_vec();
-    let present = db.retrying("reading which tables the shared state holds", |c| {
-        tables_present(c)
-    })?;
-    if present.is_empty() {
-        return Ok(0);
-    }
-    let what = "taking the measured rates and the day's hours out of the shared state";
-    match lease::fenced(db, &held.host, held.epoch, held.margin, what, |ptx| {
-        ptx.execute("DELETE FROM fleetagent.rows WHERE tbl = ANY($1)", &[&later])
-    })? {
-        Fenced::Lost => Err(lost(what, held)),
-        Fenced::Committed(n) => Ok(n),
-    }
-}
-
-/// [`withdraw_new_tables`] for a leader about to hand the lease over (`ha release`, a blind
-/// leader's poll): one statement, fenced by the lease it still holds, when a host on an older
-/// build runs (it registered since this leader's run, and may be the next to lead). How many
-/// rows were taken out.
-pub fn withdraw_before_release(db: &mut SharedDb, host: &str, epoch: i64) -> Result<u64> {
-    if super::hosts::all_share_later_tables(db)? {
-        return Ok(0);
-    }
+/// shared state and each host keeps its own; they are shared again once every host runs a
+/// build that does ([`seed_new_tables`]). One statement, fenced by the lease `host` holds at
+/// `epoch`: at a leader's start, and before it hands the lease over (`ha release`, a blind
+/// leader's poll: an older host that registered since may lead next). How many rows went.
+pub fn withdraw_new_tables(db: &mut SharedDb, host: &str, epoch: i64) -> Result<u64> {
     let later: Vec<&str> = SHARED_LATER.to_vec();
     db.retrying(
         "taking the measured rates and the day's hours out of the shared state",
         |c| {
             c.execute(
                 "DELETE FROM fleetagent.rows WHERE tbl = ANY($1) AND EXISTS (
-                 SELECT 1 FROM fleetagent.lease
-                  WHERE holder = $2 AND epoch = $3 AND expires_at > now())",
+                     SELECT 1 FROM fleetagent.lease
+                      WHERE holder = $2 AND epoch = $3 AND expires_at > now())",
                 &[&later, &host, &epoch],
             )
         },

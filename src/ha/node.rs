@@ -308,7 +308,7 @@ pub fn start(
     let synced = mirror::sync_in(&mut store.conn, &mut db, &held, now)?;
     let later = super::hosts::all_share_later_tables(&mut db)?;
     if !later {
-        let n = mirror::withdraw_new_tables(&mut db, &held)?;
+        let n = mirror::withdraw_new_tables(&mut db, &held.host, held.epoch)?;
         if n > 0 {
             log::warn!(
                 "ha: a host on an older build runs: the measured rates and the day's hours ({n} row(s)) are kept on each host until every host runs this build"

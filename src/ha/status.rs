@@ -219,7 +219,9 @@ pub fn release(settings: &Settings) -> Result<Option<i64>> {
             // A host on an older build that registered since this leader's last run may lead
             // next: it cannot copy what only newer builds share (the HA re-test: it held the
             // lease with every pass failing).
-            super::mirror::withdraw_before_release(&mut db, &settings.host, epoch)?;
+            if !super::hosts::all_share_later_tables(&mut db)? {
+                super::mirror::withdraw_new_tables(&mut db, &settings.host, epoch)?;
+            }
             Ok(super::lease::release(&mut db, &settings.host, epoch)?.then_some(epoch))
         }
         _ => Ok(None),
