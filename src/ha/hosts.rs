@@ -219,14 +219,25 @@ pub fn record_vast(db: &mut SharedDb, host_id: &str, error: Option<&str>) -> Res
 /// Whether this follower's last listing (worked or failed) is `period_secs` old or more, or
 /// it never listed: a follower lists vast.ai once a timer period.
 pub fn vast_listing_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> Result<bool> {
-    db.retrying("reading when this host last listed vast.ai", |client| {
+    due(
+        db,
+        host_id,
+        period_secs,
+        "GREATEST(vast_ok_at, vast_error_at)",
+        "reading when this host last listed vast.ai",
+    )
+}
+
+/// Whether `last` (an expression of the host's row: when it last did something) is
+/// `period_secs` old or more, or NULL (never).
+fn due(db: &mut SharedDb, host_id: &str, period_secs: f64, last: &str, what: &str) -> Result<bool> {
+    let sql = format!(
+        "SELECT COALESCE(now() - {last} >= make_interval(secs => $2), true)
+         FROM fleetagent.hosts WHERE host_id = $1"
+    );
+    db.retrying(what, |client| {
         let due: Option<bool> = client
-            .query_opt(
-                "SELECT COALESCE(now() - GREATEST(vast_ok_at, vast_error_at)
-                                 >= make_interval(secs => $2), true)
-                 FROM fleetagent.hosts WHERE host_id = $1",
-                &[&host_id, &period_secs],
-            )?
+            .query_opt(&sql, &[&host_id, &period_secs])?
             .map(|r| r.try_get(0))
             .transpose()?;
         Ok(due.unwrap_or(true))
@@ -248,17 +259,13 @@ pub fn record_probes(db: &mut SharedDb, host_id: &str, error: Option<&str>) -> R
 /// Whether this follower's last reading of demand is `period_secs` old or more, or it never
 /// read: a follower reads demand once a timer period.
 pub fn probes_due(db: &mut SharedDb, host_id: &str, period_secs: f64) -> Result<bool> {
-    db.retrying("reading when this host last read demand", |client| {
-        let due: Option<bool> = client
-            .query_opt(
-                "SELECT COALESCE(now() - probe_at >= make_interval(secs => $2), true)
-                 FROM fleetagent.hosts WHERE host_id = $1",
-                &[&host_id, &period_secs],
-            )?
-            .map(|r| r.try_get(0))
-            .transpose()?;
-        Ok(due.unwrap_or(true))
-    })
+    due(
+        db,
+        host_id,
+        period_secs,
+        "probe_at",
+        "reading when this host last read demand",
+    )
 }
 
 /// Whether every host seen within a day runs a build that shares the tables shared since a
