@@ -239,10 +239,7 @@ fn probe_failures(services: &crate::services::Services, config: &Config) -> Opti
         failed.push(format!("demand: {why}"));
     }
     if let Some(Err(e)) = services.fil_usd.as_ref().map(|s| s.fil_usd()) {
-        let source = match crate::price::fetched_source(&config.price) {
-            "command" => crate::fil_usd::COMMAND_KEY,
-            _ => crate::fil_usd::URL_KEY,
-        };
+        let source = crate::fil_usd::source_key(&config.price).unwrap_or("the FIL/USD source");
         let e = crate::secrets::redact_all(&format!("{e:#}"), &services.secrets);
         failed.push(format!(
             "FIL/USD ({source}): {}",
