@@ -17,18 +17,8 @@ fn config() -> Config {
 
 fn offer(id: u64, gpu: &str, dph: f64) -> Offer {
     Offer {
-        id,
-        gpu_name: gpu.into(),
-        num_gpus: 1,
-        gpu_ram_mb: 24_000.0,
-        dph_total: dph,
-        reliability: 0.99,
-        verified: true,
-        geolocation: None,
-        public_ip: None,
         min_bid: Some(0.2),
-        machine_id: None,
-        storage_dph: None,
+        ..crate::fleet::fixtures::offer(id, gpu, dph)
     }
 }
 
