@@ -20,8 +20,7 @@ pub fn run(app: &App) -> Result<()> {
         })?;
         if !polled {
             drop(store);
-            follower_lists_vast(settings, app, config);
-            follower_reads_demand(settings, app, config);
+            follower_checks(settings, app, config);
             crate::metrics::after_role_change(config, &app.env, &dir, app.now());
             return Ok(());
         }
@@ -154,27 +153,48 @@ fn ha_poll(
     Ok(true)
 }
 
+/// A follower's checks of what it would need to lead ([`follower_lists_vast`],
+/// [`follower_reads_demand`]) over one connection to the shared database, the services built
+/// once and only when one of them is due.
+fn follower_checks(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
+    let mut db = settings.connect().map_err(|e| crate::error::one_line(&e));
+    let cell = std::cell::OnceCell::new();
+    let services = || {
+        cell.get_or_init(|| {
+            crate::services::build_services(config, &app.env, app.clock.clone(), false)
+                .map_err(|e| crate::error::one_line(&e))
+        })
+    };
+    follower_lists_vast(settings, &mut db, config, &services);
+    follower_reads_demand(settings, &mut db, config, &services);
+}
+
 /// A follower's poll lists vast.ai once a timer period, and every minute while the shared
 /// state says the leader's listing fails, and records how it went (`ha::handover`: the
 /// leader hands the lease only to a host that can act; every doctor names a follower that
 /// cannot list, which would lead blind). Best effort: a failure here is logged, and the
 /// follower's poll goes on as before.
-fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
-    use crate::ha::handover::{follower_lists, record_follower_listing, FollowerListing};
-    let probe = || -> Result<Option<(FollowerListing, Option<String>)>> {
+fn follower_lists_vast<'a>(
+    settings: &crate::ha::node::Settings,
+    db: &mut Result<crate::ha::SharedDb, String>,
+    config: &Config,
+    services: &dyn Fn() -> &'a Result<crate::services::Services, String>,
+) {
+    use crate::ha::handover::{follower_lists, FollowerListing};
+    let mut probe = || -> Result<Option<(FollowerListing, Option<String>)>> {
+        let db = db.as_mut().map_err(|e| anyhow::anyhow!("{e}"))?;
         let period = config.run.timer_period_secs as f64;
-        let Some(why) = follower_lists(settings, period)? else {
+        let Some(why) = follower_lists(db, settings, period)? else {
             return Ok(None);
         };
-        let error =
-            match crate::services::build_services(config, &app.env, app.clock.clone(), false) {
-                Ok(services) => match crate::run::observe::list_ours(&services) {
-                    (Some(_), _) => None,
-                    (None, error) => Some(error.unwrap_or_else(|| "no listing".into())),
-                },
-                Err(e) => Some(crate::error::one_line(&e)),
-            };
-        record_follower_listing(settings, error.as_deref())?;
+        let error = match services() {
+            Ok(services) => match crate::run::observe::list_ours(services) {
+                (Some(_), _) => None,
+                (None, error) => Some(error.unwrap_or_else(|| "no listing".into())),
+            },
+            Err(e) => Some(e.clone()),
+        };
+        crate::ha::hosts::record_vast(db, &settings.host, error.as_deref())?;
         Ok(Some((why, error)))
     };
     match probe() {
@@ -203,19 +223,23 @@ fn follower_lists_vast(settings: &crate::ha::node::Settings, app: &App, config: 
 /// FIL/USD turns the profit check off once the last price ages, so every doctor names it
 /// before it leads (the HA walkthrough: a follower whose probe failed was green on every
 /// host, then led blind). Best effort, as the listing above.
-fn follower_reads_demand(settings: &crate::ha::node::Settings, app: &App, config: &Config) {
-    let probe = || -> Result<Option<Option<String>>> {
-        let mut db = settings.connect()?;
+fn follower_reads_demand<'a>(
+    settings: &crate::ha::node::Settings,
+    db: &mut Result<crate::ha::SharedDb, String>,
+    config: &Config,
+    services: &dyn Fn() -> &'a Result<crate::services::Services, String>,
+) {
+    let mut probe = || -> Result<Option<Option<String>>> {
+        let db = db.as_mut().map_err(|e| anyhow::anyhow!("{e}"))?;
         let period = config.run.timer_period_secs as f64;
-        if !crate::ha::hosts::probes_due(&mut db, &settings.host, period)? {
+        if !crate::ha::hosts::probes_due(db, &settings.host, period)? {
             return Ok(None);
         }
-        let error =
-            match crate::services::build_services(config, &app.env, app.clock.clone(), false) {
-                Ok(services) => probe_failures(&services, config),
-                Err(e) => Some(crate::error::one_line(&e)),
-            };
-        crate::ha::hosts::record_probes(&mut db, &settings.host, error.as_deref())?;
+        let error = match services() {
+            Ok(services) => probe_failures(services, config),
+            Err(e) => Some(e.clone()),
+        };
+        crate::ha::hosts::record_probes(db, &settings.host, error.as_deref())?;
         Ok(Some(error))
     };
     match probe() {

@@ -3,7 +3,7 @@
 //! fleet or acting on it, and no other host acts while it holds the lease. So:
 //! - a follower's `poll`, while the shared state says the leader's listing fails, lists
 //!   vast.ai once (the caller, every minute; else once a timer period: [`follower_lists`])
-//!   and records how that went ([`record_follower_listing`], `hosts.vast_ok_at`);
+//!   and records how that went (`hosts::record_vast`, `hosts.vast_ok_at`);
 //! - the leader's `poll`, once its own listing has failed for [`BLIND_PERIODS`] timer periods
 //!   while it led and another host reached vast.ai since then, within
 //!   [`REACHED_WITHIN_SECS`], releases the lease as `ha release` does (it leaves it to the
@@ -28,12 +28,6 @@ pub const BLIND_PERIODS: i64 = 3;
 /// minute polls.
 pub const REACHED_WITHIN_SECS: f64 = 180.0;
 
-/// This follower listed vast.ai just now: with success (`error` None), or not.
-pub fn record_follower_listing(settings: &Settings, error: Option<&str>) -> Result<()> {
-    let mut db = settings.connect()?;
-    super::hosts::record_vast(&mut db, &settings.host, error)
-}
-
 /// Why a follower's poll lists vast.ai, if it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowerListing {
@@ -48,16 +42,19 @@ pub enum FollowerListing {
 
 /// Whether this follower lists vast.ai at this poll, and why (`period_secs`: the timer
 /// period).
-pub fn follower_lists(settings: &Settings, period_secs: f64) -> Result<Option<FollowerListing>> {
-    let mut db = settings.connect()?;
-    let shared = super::mirror::shared_agent_state(&mut db)?;
+pub fn follower_lists(
+    db: &mut super::db::SharedDb,
+    settings: &Settings,
+    period_secs: f64,
+) -> Result<Option<FollowerListing>> {
+    let shared = super::mirror::shared_agent_state(db)?;
     // A 429 to the leader is the account's: followers listing every minute on the same key
     // only added to it.
     let leader_error = shared.as_ref().and_then(|v| v["vast_error"].as_str());
     if leader_error.is_some_and(|e| !crate::vast::is_account_wide(e)) {
         return Ok(Some(FollowerListing::LeaderBlind));
     }
-    let due = super::hosts::vast_listing_due(&mut db, &settings.host, period_secs)?;
+    let due = super::hosts::vast_listing_due(db, &settings.host, period_secs)?;
     Ok(due.then_some(FollowerListing::Due))
 }
 
