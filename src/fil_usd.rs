@@ -25,16 +25,6 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(15);
 pub const COMMAND_KEY: &str = "price.fil_usd_command";
 pub const URL_KEY: &str = "price.fil_usd_url";
 
-/// The config key of the FIL/USD source `config` fetches from (`price.fil_usd_command` or
-/// `price.fil_usd_url`), for a line about its failure; None when it fetches from neither.
-pub fn source_key(config: &crate::config::PriceConfig) -> Option<&'static str> {
-    match crate::price::fetched_source(config) {
-        "command" => Some(COMMAND_KEY),
-        "url" => Some(URL_KEY),
-        _ => None,
-    }
-}
-
 /// Parse `{"fil_usd": x}`: a JSON object whose `fil_usd` is a finite number > 0 (other keys
 /// are ignored). The error says what was wrong, without the key (the caller names it).
 pub fn parse_fil_usd(text: &str) -> Result<f64, String> {

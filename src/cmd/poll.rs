@@ -263,7 +263,8 @@ fn probe_failures(services: &crate::services::Services, config: &Config) -> Opti
         failed.push(format!("demand: {why}"));
     }
     if let Some(Err(e)) = services.fil_usd.as_ref().map(|s| s.fil_usd()) {
-        let source = crate::fil_usd::source_key(&config.price).unwrap_or("the FIL/USD source");
+        let source =
+            crate::price::fetched_source_key(&config.price).unwrap_or("the FIL/USD source");
         let e = crate::secrets::redact_all(&format!("{e:#}"), &services.secrets);
         failed.push(format!(
             "FIL/USD ({source}): {}",

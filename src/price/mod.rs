@@ -129,6 +129,16 @@ pub fn fetched_fresh(config: &PriceConfig, at: Millis, now: Millis) -> bool {
     now - at <= config.max_age_mins as Millis * 60_000
 }
 
+/// The config key of the FIL/USD source `config` fetches from (`price.fil_usd_command` or
+/// `price.fil_usd_url`), for a line about its failure; None when it fetches from neither.
+pub fn fetched_source_key(config: &PriceConfig) -> Option<&'static str> {
+    match fetched_source(config) {
+        "command" => Some(crate::fil_usd::COMMAND_KEY),
+        "url" => Some(crate::fil_usd::URL_KEY),
+        _ => None,
+    }
+}
+
 /// Which source a cached FIL/USD came from, by the config: `command` or `url` (`fetched`
 /// for a source set by code, the simulator's).
 pub fn fetched_source(config: &PriceConfig) -> &'static str {

@@ -689,7 +689,7 @@ fn fil_usd_failed_line(
     cache: &crate::store::price::FilUsdCache,
     now: Millis,
 ) -> String {
-    let source = crate::fil_usd::source_key(&config.price).unwrap_or("the FIL/USD source");
+    let source = crate::price::fetched_source_key(&config.price).unwrap_or("the FIL/USD source");
     let now_what = match (cache.fil_usd, cache.at) {
         (Some(v), Some(at)) if crate::price::fetched_fresh(&config.price, at, now) => format!(
             "the last good value ({} from {} ago) counts until it is price.max_age_mins = {} old",
