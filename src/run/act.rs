@@ -322,7 +322,32 @@ fn execute(
         notes: Vec::new(),
     };
     let mut unsent = 0;
-    for (i, call) in plan.iter().enumerate() {
+    let mut order: Vec<usize> = (0..plan.len()).collect();
+    // Stops vast.ai failed in a row, and whether the plan's launches were put before the
+    // stops left ([`FAILED_STOPS_BEFORE_LAUNCHES`]: once a pass).
+    let mut failed_stops = 0;
+    let mut reordered = false;
+    let mut at = 0;
+    while at < order.len() {
+        let i = order[at];
+        let call = &plan[i];
+        if !reordered && failed_stops >= FAILED_STOPS_BEFORE_LAUNCHES && !call.is_launch() {
+            reordered = true;
+            let (rest, moved) = launches_first(plan, &order[at..]);
+            if moved > 0 {
+                crate::journal::eprint(
+                    crate::journal::WARNING,
+                    &format!(
+                        "fleetagent: run {}: vast.ai failed {failed_stops} stops in a row; the plan's launches go before the {moved} stop(s) left ahead of them",
+                        le.run_id,
+                    ),
+                );
+                order.truncate(at);
+                order.extend(rest);
+                continue;
+            }
+        }
+        at += 1;
         let call_id = format!("{}_{}_{}", prefix(call), le.run_id, i + 1);
         // The edge: the typed call becomes the tool's name and JSON arguments here.
         let args = call.arguments.to_json();
@@ -345,6 +370,13 @@ fn execute(
                 &args.to_string(),
             )?
         };
+        if !call.is_launch() {
+            failed_stops = if result.error_code() == Some("vast_error") {
+                failed_stops + 1
+            } else {
+                0
+            };
+        }
         let answer = compact_json(&result.content);
         out.notes
             .push(call_line(call.tool, &args, &call.why, &result.content));
@@ -389,6 +421,31 @@ fn execute(
         );
     }
     Ok(out)
+}
+
+/// Stops vast.ai failed in a row after which the stops the plan has left before its launches
+/// wait until those launches went: a DELETE that fails or hangs (its whole budget, 60 s at
+/// the default `vast.timeout_secs`) would fail alike for the next flagged instance, and ten
+/// of them used the deadline before WORKERS DEAD's launches were sent, pass after pass.
+const FAILED_STOPS_BEFORE_LAUNCHES: u32 = 2;
+
+/// The calls `rest` (indexes into `plan`, in their order) with the stops before the last
+/// launch put right after it, and how many were moved; the launches and everything after the
+/// last launch keep their order. Without a launch, `rest` as it is.
+fn launches_first(plan: &[rules::PlannedCall], rest: &[usize]) -> (Vec<usize>, usize) {
+    let Some(last) = rest.iter().rposition(|&j| plan[j].is_launch()) else {
+        return (rest.to_vec(), 0);
+    };
+    let (ahead, after) = rest.split_at(last + 1);
+    let launches = ahead.iter().filter(|&&j| plan[j].is_launch());
+    let stops: Vec<usize> = ahead
+        .iter()
+        .filter(|&&j| !plan[j].is_launch())
+        .copied()
+        .collect();
+    let moved = stops.len();
+    let order = launches.chain(&stops).chain(after).copied().collect();
+    (order, moved)
 }
 
 /// What a planned call not sent past the deadline answers (no request, nothing recorded).
@@ -446,4 +503,49 @@ pub fn model_failed(
     outcome.completion_tokens = (o.calls > 0).then_some(o.completion_tokens);
     outcome.llm_error = Some(failure.message.clone());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rules::{CallKind, Launch, PlannedCall, Stop};
+
+    fn stop(id: i64, kind: CallKind) -> PlannedCall {
+        PlannedCall::stop(Stop {
+            instance_id: id,
+            why: "flagged".into(),
+            kind,
+        })
+    }
+
+    fn launch() -> PlannedCall {
+        let l = Launch {
+            n: 1,
+            why: "WORKERS DEAD".into(),
+            kind: CallKind::Emergency,
+            emergency: true,
+        };
+        PlannedCall::launch(&l, "WORKERS DEAD (launch 1 of 2)".into())
+    }
+
+    #[test]
+    fn the_stops_left_before_the_launches_go_after_them_and_the_rest_keeps_its_place() {
+        // Destroys 0-3 (two already failed: the rest starts at 2), launches 4 and 5, surplus 6.
+        let plan = vec![
+            stop(1, CallKind::Flagged),
+            stop(2, CallKind::Flagged),
+            stop(3, CallKind::Flagged),
+            stop(4, CallKind::Flagged),
+            launch(),
+            launch(),
+            stop(5, CallKind::Surplus),
+        ];
+        assert_eq!(
+            launches_first(&plan, &[2, 3, 4, 5, 6]),
+            (vec![4, 5, 2, 3, 6], 2)
+        );
+        // Nothing to put after: no launch left, or none but launches before the last one.
+        assert_eq!(launches_first(&plan, &[6]), (vec![6], 0));
+        assert_eq!(launches_first(&plan, &[4, 5, 6]), (vec![4, 5, 6], 0));
+    }
 }
