@@ -542,6 +542,9 @@ fn assemble(
                 if let Some(a) = alive.iter().find(|a| a.label == r.label) {
                     r.paused_spans.clone_from(&a.paused_spans);
                 }
+                if let Some(ahead) = ahead {
+                    on_vast_time(&mut r, ahead, now);
+                }
                 r
             })
             .collect(),
@@ -561,7 +564,11 @@ fn assemble(
             now - crate::fleet::SILENT_WINDOW_MS,
         )?,
         boot_failures: boots.row,
-        started_again: boots.started_again,
+        started_again: boots
+            .started_again
+            .into_iter()
+            .map(|(id, at)| (id, ahead.map_or(at, |a| a.recent(at, now))))
+            .collect(),
         bad_hosts: bad_hosts::current(conn, now)?,
         operator_hosts: actions::operator_hosts_since(
             conn,
@@ -592,6 +599,20 @@ fn assemble(
         day: day_profile(conn, config, now)?,
         unpriced_dph: unpriced,
     })
+}
+
+/// An instance's rental and state times as vast.ai's clock would have dated them, while this
+/// host's clock runs ahead of it (`clock_step::Ahead`): what it dated before it ran ahead
+/// would read that much older, and every age timed from them with it (a walkthrough: a +6 h
+/// step destroyed a one-minute-old instance as `unbooted 6h01m` and rented another). The
+/// snapshot's copy only; today's spend keeps the host's times (it may overcount, never under).
+fn on_vast_time(
+    r: &mut instances::InstanceRow,
+    ahead: crate::store::clock_step::Ahead,
+    now: Millis,
+) {
+    r.created_at = ahead.recent(r.created_at, now);
+    r.state_since = ahead.recent(r.state_since, now);
 }
 
 /// The day profile at `now` (`fleet::day`), learned from the hours of history of the last

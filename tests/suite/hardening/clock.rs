@@ -341,3 +341,43 @@ fn a_clock_run_ahead_ends_neither_a_pause_nor_the_launch_window() {
     std::thread::sleep(std::time::Duration::from_millis(1200));
     assert!(f.inspect()["paused"].is_null());
 }
+
+/// A clock stepped 6 h forward (a walkthrough, under faketime: a bad NTP step) read an
+/// instance rented a minute before by vast.ai's clock as `unbooted 6h01m`: it was destroyed
+/// and another rented. While the pass measures its clock ahead of vast.ai's, the ages of
+/// what it dated before are judged on vast.ai's time too (`clock_step::Ahead`). As above,
+/// the test dates what the first pass wrote 6 hours back and sets vast.ai's clock there.
+#[test]
+fn a_clock_run_ahead_does_not_age_an_instance_still_booting() {
+    use std::sync::atomic::Ordering;
+    const SIX_HOURS: i64 = 6 * 3_600_000;
+    let (clock, vast, f, out) = two_hours_behind(
+        "[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 1\nlaunch_window_max = 1\nemergency_launch_max = 1",
+        dead_fleet(),
+        2,
+    );
+    assert_eq!(vast.count(Route::Create), 1, "{}", out.stderr);
+    let db = f.db();
+    for sql in [
+        format!("UPDATE actions SET created_at = created_at - {SIX_HOURS}, finished_at = finished_at - {SIX_HOURS}"),
+        format!("UPDATE instances SET created_at = created_at - {SIX_HOURS}, state_since = state_since - {SIX_HOURS}, last_seen_at = last_seen_at - {SIX_HOURS}"),
+        "UPDATE agent_state SET vast_clock_skew_ms = NULL, vast_clock_skew_since_ms = NULL".to_string(),
+    ] {
+        assert!(db.execute(&sql, []).unwrap() > 0, "{sql}");
+    }
+    // The clock jumps 6 hours ahead; the instance runs on vast.ai, no worker yet.
+    clock.0.store(-SIX_HOURS, Ordering::SeqCst);
+    for id in vast.instance_ids() {
+        vast.set_actual_status(id, Some("running"));
+    }
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("6h00m ahead of vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy), 0, "{}", out.stderr);
+    assert_eq!(vast.instance_ids().len(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("unbooted"), "{}", out.stderr);
+}
