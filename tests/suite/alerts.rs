@@ -422,3 +422,43 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// One of two hosts behind one Prometheus powered off for 3 days (the away walkthrough):
+/// FleetagentMetricsMissing named it from 15 minutes in, then resolved 6 hours in with the
+/// host still off (its window forgot the host). It stays named until the host is back.
+#[test]
+fn a_host_off_for_days_stays_named_by_metrics_missing() {
+    require_promtool();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = repo("docs/monitoring/fleetagent.rules.yml");
+    // 75 hours at 5 minutes a sample; host "b" writes for its first hour, is off for 72
+    // hours, and writes again for the last 2.
+    let only = ", alertname=\"FleetagentMetricsMissing\"";
+    let named = [("FleetagentMetricsMissing", "b")];
+    let test = format!(
+        "rule_files:\n  - {rules}\nevaluation_interval: 5m\ntests:\n\
+         \x20 - interval: 5m\n    input_series:\n\
+         \x20     - series: 'fleetagent_metrics_timestamp_seconds{{instance=\"a\",job=\"node\"}}'\n\
+         \x20       values: '0+300x900'\n\
+         \x20     - series: 'fleetagent_metrics_timestamp_seconds{{instance=\"b\",job=\"node\"}}'\n\
+         \x20       values: '0+300x11 _x864 0+300x24'\n\
+         \x20   promql_expr_test:\n{}{}{}",
+        firing_of(90, only, &named),
+        firing_of(72 * 60, only, &named),
+        firing_of(4380 + 30, only, &[]),
+        rules = rules.display(),
+    );
+    let file = dir.path().join("away.test.yml");
+    std::fs::write(&file, &test).unwrap();
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}\n--- the test file ---\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
