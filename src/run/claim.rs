@@ -62,8 +62,12 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
 /// vast.ai's, one listing first, so that a clock set right since dates the slow hours' wakes
 /// later before they are read as due (a pass that claimed first ran a wake of the slow hours
 /// at once: the soak's repro, a 10-minute wake run 10 minutes early after a step back and the
-/// clock set right). Nothing else is done with the listing (the pass lists again); a failed
-/// listing changes nothing here (the pass's own says why). Said at warning and to the agent.
+/// clock set right). Likewise when a wake is overdue by more than two timer periods: the
+/// clock may have stepped forward since the last pass (the away walkthrough: +6 h, and a
+/// 10-minute wake ran at once, 5h51m "late", when the pass came before any `poll`), or the
+/// host was away, when the listing costs one request. Nothing else is done with the listing
+/// (the pass lists again); a failed listing changes nothing here (the pass's own says why).
+/// Said at warning and to the agent.
 pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
     use crate::store::clock_step::{store_skew, CLOCK_SKEW_MAX_MS};
     let Some(vast) = env.services.vast.as_ref() else {
@@ -72,7 +76,11 @@ pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
     let behind = crate::store::ops::vast_health(&store.conn)?
         .clock_skew_ms
         .is_some_and(|s| s < -CLOCK_SKEW_MAX_MS);
-    if !behind || vast.list_instances().is_err() {
+    let overdue = || {
+        let periods = 2 * env.config.run.timer_period_secs as Millis * 1000;
+        crate::store::wakes::any_due_by(&store.conn, env.clock.now_ms() - periods)
+    };
+    if !(behind || overdue()?) || vast.list_instances().is_err() {
         return Ok(());
     }
     let tx = store.immediate()?;

@@ -78,6 +78,15 @@ pub fn claim_due(conn: &Connection, run_id: i64, now: Millis) -> Result<Vec<Wake
     Ok(rows)
 }
 
+/// Whether a pending wake was due at or before `at` (a pass should have run it by now).
+pub fn any_due_by(conn: &Connection, at: Millis) -> Result<bool> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM wakes WHERE status = 'pending' AND due_at <= ?1)",
+        )?
+        .query_row(params![at], |r| r.get(0))?)
+}
+
 /// Give a failed or interrupted pass's wakes back (attempts + 1); after [`MAX_ATTEMPTS`] they
 /// are marked failed.
 pub fn hand_back(

@@ -381,3 +381,46 @@ fn a_clock_run_ahead_does_not_age_an_instance_still_booting() {
     assert_eq!(vast.instance_ids().len(), 1, "{}", out.stderr);
     assert!(!out.stderr.contains("unbooted"), "{}", out.stderr);
 }
+
+/// A clock stepped 6 h forward between two passes (the away walkthrough, under faketime):
+/// the pass claimed a wake due 10 minutes after the last one at once, "5h51m late", since it
+/// claims before its listing measures the skew. A wake overdue by more than two timer periods
+/// now has the pass list first. As above, the test dates what was written 6 hours back.
+#[test]
+fn a_wake_is_not_run_early_after_a_clock_step_forward_before_any_listing() {
+    use std::sync::atomic::Ordering;
+    const SIX_HOURS: i64 = 6 * 3_600_000;
+    let (clock, _vast, f, _) =
+        two_hours_behind("[policy]\ntarget_proofs_per_hour = 100", busy_fleet(), 0);
+    // The clock set right by a `poll` (no skew), then a wake for 10 minutes on.
+    clock.0.store(0, Ordering::SeqCst);
+    f.cmd(&["poll"]).ok();
+    f.cmd(&["wakes", "add", "--in", "10m", "--reason", "look again"])
+        .ok();
+    let db = f.db();
+    for sql in [
+        format!("UPDATE wakes SET created_at = created_at - {SIX_HOURS}, due_at = due_at - {SIX_HOURS}"),
+        format!("UPDATE runs SET started_at = started_at - {SIX_HOURS}, finished_at = finished_at - {SIX_HOURS}"),
+    ] {
+        assert!(db.execute(&sql, []).unwrap() > 0, "{sql}");
+    }
+    let skew: Option<i64> = db
+        .query_row("SELECT vast_clock_skew_ms FROM agent_state", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(skew.is_none_or(|s| s.abs() < 60_000), "{skew:?}");
+    // The clock jumps 6 hours ahead: vast.ai's is 6 hours behind it.
+    clock.0.store(-SIX_HOURS, Ordering::SeqCst);
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("6h00m ahead of vast.ai's"),
+        "{}",
+        out.stderr
+    );
+    let status: String = db
+        .query_row("SELECT status FROM wakes", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "pending", "run early: {}", out.stderr);
+}
