@@ -30,6 +30,10 @@ pub struct Reconciled {
     /// (action id, outcome, instance id, detail)
     pub settle: Vec<(i64, &'static str, Option<i64>, String)>,
     pub changes: Vec<String>,
+    /// Of [`Reconciled::changes`], those nobody of ours made and an operator must know of at
+    /// once (said at warning): an instance gone from the listing or relabelled there, a
+    /// launch that never appeared.
+    pub unexplained: Vec<String>,
     pub foreign: Vec<i64>,
     /// Listed instances under our prefix that carry another install's id (never ours).
     pub other_installs: Vec<ForeignInstance>,
@@ -583,7 +587,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     .iter()
                     .find(|i| i.id as i64 == id)
                     .map(|i| quote(i.label.as_deref().unwrap_or(""), LABEL_CHARS));
-                out.changes.push(match relabelled {
+                let line = match relabelled {
                     Some(label) => format!(
                         "{name} is listed under another label, {label}: no longer ours (left alone, not counted against the caps; it still bills on the account)"
                     ),
@@ -591,7 +595,9 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                         "{name} is gone from the vast.ai listing (was {})",
                         row.state
                     ),
-                });
+                };
+                out.unexplained.push(line.clone());
+                out.changes.push(line);
                 row.state = GONE;
                 row.state_since = now;
                 row.gone_at = Some(now);
@@ -633,11 +639,13 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                                 ),
                             ));
                         }
-                        out.changes.push(format!(
+                        let line = format!(
                             "launch {} never appeared in the vast.ai listing within {}: recorded as failed{note}",
                             quote(&row.label, LABEL_CHARS),
                             human_duration(grace_ms)
-                        ));
+                        );
+                        out.unexplained.push(line.clone());
+                        out.changes.push(line);
                         out.deleted.push(row.label.clone());
                     }
                     // Still within the grace period: it may yet appear.
@@ -675,11 +683,13 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                     human_duration(grace_ms)
                 ),
             ));
-            out.changes.push(format!(
+            let line = format!(
                 "launch {} never appeared in the vast.ai listing within {}: recorded as failed",
                 quote(label, LABEL_CHARS),
                 human_duration(grace_ms)
-            ));
+            );
+            out.unexplained.push(line.clone());
+            out.changes.push(line);
         } else {
             extra.push(InstanceRow {
                 label: label.to_string(),

@@ -7,15 +7,22 @@ use std::collections::BTreeMap;
 use crate::store::events::Event;
 use crate::text::{quote, MAX_GROUPS, MAX_REASON_CHARS};
 
+/// An event this old when its pass reads it is said with its age: it waited through a
+/// host that was away or runs that failed, and what it says may be over (the away
+/// walkthrough: a `pause` event of 3 days before read as news, the pause long ended).
+pub const OLD_EVENT_MS: crate::clock::Millis = 3_600_000;
+
 /// Events of this pass (operator messages excluded: they are their own messages), folded by
-/// (priority, kind, reason) into one line.
-pub fn events_line(events: &[Event]) -> Option<String> {
+/// (priority, kind, reason) into one line; a group whose oldest is [`OLD_EVENT_MS`] old or
+/// more says how old, at `now`.
+pub fn events_line(events: &[Event], now: crate::clock::Millis) -> Option<String> {
     let relevant: Vec<&Event> = events.iter().filter(|e| e.kind != "message").collect();
     if relevant.is_empty() {
         return None;
     }
     let mut order: Vec<(u8, &str, &str)> = Vec::new();
     let mut counts: BTreeMap<(u8, &str, &str), usize> = BTreeMap::new();
+    let mut oldest: BTreeMap<(u8, &str, &str), crate::clock::Millis> = BTreeMap::new();
     for e in &relevant {
         let key = (e.priority, e.kind.as_str(), e.reason.as_str());
         let n = counts.entry(key).or_insert(0);
@@ -23,6 +30,8 @@ pub fn events_line(events: &[Event]) -> Option<String> {
             order.push(key);
         }
         *n += 1;
+        let at = oldest.entry(key).or_insert(e.created_at);
+        *at = (*at).min(e.created_at);
     }
     let mut parts: Vec<String> = order
         .iter()
@@ -35,7 +44,20 @@ pub fn events_line(events: &[Event]) -> Option<String> {
             } else {
                 String::new()
             };
-            format!("P{p} {kind} {}{times}", quote(reason, MAX_REASON_CHARS))
+            let age = now - oldest[key];
+            let age = if age >= OLD_EVENT_MS {
+                format!(
+                    " ({} {} ago)",
+                    if n > 1 { "the oldest" } else { "sent" },
+                    crate::clock::human_duration(age)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "P{p} {kind} {}{times}{age}",
+                quote(reason, MAX_REASON_CHARS)
+            )
         })
         .collect();
     if order.len() > MAX_GROUPS {
@@ -71,11 +93,31 @@ mod tests {
             .collect();
         evs.push(ev(200, 0, "reset", "session reset"));
         evs.push(ev(201, 0, "message", "operator message"));
-        let line = events_line(&evs).unwrap();
+        let line = events_line(&evs, 0).unwrap();
         assert_eq!(
             line,
             "Events (101): P1 trigger \"state change\" x100; P0 reset \"session reset\"."
         );
-        assert!(events_line(&[ev(1, 0, "message", "m")]).is_none());
+        assert!(events_line(&[ev(1, 0, "message", "m")], 0).is_none());
+    }
+
+    #[test]
+    fn an_event_an_hour_old_or_more_says_its_age() {
+        let day = 86_400_000;
+        let mut pause = ev(1, 1, "pause", "operator paused fleetagent (pause): maint");
+        pause.created_at = 0;
+        let mut fresh = ev(2, 1, "trigger", "state change");
+        fresh.created_at = 3 * day - 60_000;
+        let mut older = fresh.clone();
+        older.id = 3;
+        older.created_at = 3 * day - OLD_EVENT_MS;
+        assert_eq!(
+            events_line(&[pause, fresh.clone()], 3 * day).unwrap(),
+            "Events (2): P1 pause \"operator paused fleetagent (pause): maint\" (sent 3d00h ago); P1 trigger \"state change\"."
+        );
+        assert_eq!(
+            events_line(&[fresh, older], 3 * day).unwrap(),
+            "Events (2): P1 trigger \"state change\" x2 (the oldest 1h00m ago)."
+        );
     }
 }

@@ -35,7 +35,7 @@ pub fn pass_text(snapshot: &Snapshot, config: &Config, woke: &Woke<'_>, now: Mil
     lines.extend(snapshot.demand.as_ref().and_then(super::curio::curio_line));
     lines.extend(snapshot.lifecycle_lines(config));
     lines.extend(floor_lines(woke.floor_before));
-    lines.extend(events_line(woke.events));
+    lines.extend(events_line(woke.events, now));
     lines.extend(wakes_line(woke.wakes, now));
     lines.push(format!(
         "({})",

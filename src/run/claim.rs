@@ -108,7 +108,15 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     } else {
         runs::StartedBy::Tick
     };
+    let last_run = session::state(&tx)?.last_run_finished_at;
     let run_id = runs::create(&tx, session_id, env.pid, pass_no, started_by, now)?;
+    if let Some(line) = away_line(last_run, env.config.run.timer_period_secs, now) {
+        crate::journal::eprint(
+            crate::journal::WARNING,
+            &format!("fleetagent: run {run_id}: {line}"),
+        );
+        events::insert(&tx, 1, "lifecycle", &line, None, now)?;
+    }
     let claimed_events = events::claim_ready(&tx, run_id, now)?;
     let claimed_wakes = wakes::claim_due(&tx, run_id, now)?;
     runs::set_claimed(&tx, run_id, claimed_events.len(), claimed_wakes.len())?;
@@ -138,6 +146,25 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
         started_by,
         events: claimed_events,
         wakes: claimed_wakes,
+    })
+}
+
+/// Runs this many timer periods apart mean nothing ran between them (doctor's stale
+/// threshold: a run held for its whole deadline by the lock still ends within it).
+pub const AWAY_PERIODS: i64 = 3;
+
+/// The line for a pass that comes more than [`AWAY_PERIODS`] timer periods after the last run
+/// ended: the timer, the host or fleetagent was stopped, and the fleet billed unwatched (the
+/// away walkthrough: 3 days off, and the first pass said nothing of it). None otherwise.
+pub fn away_line(last_run: Option<Millis>, period_secs: u64, now: Millis) -> Option<String> {
+    let last = last_run?;
+    let gap = now - last;
+    (gap > AWAY_PERIODS * period_secs as Millis * 1000).then(|| {
+        format!(
+            "the first pass in {} (the last run ended {}): the timer, the host or fleetagent was stopped meanwhile, and the fleet went on billing unwatched",
+            crate::clock::human_duration(gap),
+            crate::clock::rfc3339(last)
+        )
     })
 }
 
@@ -453,5 +480,24 @@ mod tests {
             .unwrap()
             .starts_with("interrupted: the process ended"));
         drop(dir);
+    }
+}
+
+#[cfg(test)]
+mod away_tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_is_away_past_three_timer_periods_after_the_last_run() {
+        let now = 1_000_000_000;
+        assert_eq!(away_line(None, 300, now), None);
+        assert_eq!(away_line(Some(now - 900_000), 300, now), None);
+        let line = away_line(Some(now - 900_001), 300, now).unwrap();
+        assert!(line.starts_with("the first pass in 15m"), "{line}");
+        let line = away_line(Some(now - 3 * 86_400_000), 300, now).unwrap();
+        assert!(
+            line.starts_with("the first pass in 3d00h (the last run ended 1970-01-09T13:46:40Z)"),
+            "{line}"
+        );
     }
 }

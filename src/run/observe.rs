@@ -140,6 +140,9 @@ pub fn observe(
     for line in &rec.changes {
         events::insert_claimed(&tx, run_id, 1, "lifecycle", line, now)?;
     }
+    for line in &rec.unexplained {
+        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+    }
     record_curio(&tx, &rec, demand.as_ref(), now)?;
     // vast.ai's health for `doctor` and the metrics. Without a key the listing's error is
     // `NO_VAST_KEY` (`list_ours`): recorded as a failed listing, so `fleetagent_vast_ok` reads

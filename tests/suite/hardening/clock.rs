@@ -424,3 +424,67 @@ fn a_wake_is_not_run_early_after_a_clock_step_forward_before_any_listing() {
         .unwrap();
     assert_eq!(status, "pending", "run early: {}", out.stderr);
 }
+
+/// The host away for 3 days (the away walkthrough): the first pass after said nothing in
+/// the journal, neither of the absence nor of an instance of ours that vanished from vast.ai
+/// meanwhile (only the model was told), and an old event read as news. Each is said now.
+#[test]
+fn the_first_pass_after_days_away_says_so_and_names_what_vanished() {
+    const THREE_DAYS: i64 = 3 * 86_400_000;
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(2, "RTX 4090", 0.40, 0.99);
+    let f = crate::common::fleet::Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let path = f.path().join("demand.json");
+    f.write_config(&crate::common::config::rules_config(
+        &vast.url(),
+        &path,
+        &["[policy]\ntarget_proofs_per_hour = 100\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 1\nlaunch_window_max = 1\nemergency_launch_max = 1"],
+    ));
+    write_demand(f.path(), dead_fleet());
+    f.cmd(&["init"]).ok();
+    f.cmd(&["run"]).ok();
+    assert_eq!(vast.instance_ids().len(), 1);
+    f.cmd(&["pause", "--for", "1h", "--reason", "maint"]).ok();
+    f.cmd(&["resume"]).ok();
+    // Three days pass: the last run ended then, the pause's event was sent then, and the
+    // instance is gone from vast.ai meanwhile.
+    let db = f.db();
+    for sql in [
+        format!(
+            "UPDATE agent_state SET last_run_finished_at = last_run_finished_at - {THREE_DAYS}"
+        ),
+        format!(
+            "UPDATE events SET created_at = created_at - {THREE_DAYS} WHERE claimed_by IS NULL"
+        ),
+    ] {
+        assert!(db.execute(&sql, []).unwrap() > 0, "{sql}");
+    }
+    for id in vast.instance_ids() {
+        vast.remove_instance(id);
+    }
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr
+            .contains("the first pass in 3d00h (the last run ended "),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("is gone from the vast.ai listing (was "),
+        "{}",
+        out.stderr
+    );
+    let observation: String = db
+        .query_row(
+            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(observation.contains("(sent 3d00h ago)"), "{observation}");
+    assert!(
+        observation.contains("the first pass in 3d00h"),
+        "{observation}"
+    );
+}
