@@ -309,7 +309,7 @@ pub(super) fn foreign_installs(conn: &Connection, config: &Config, now: Millis) 
         ids.join(", "),
     ))
     .fix(format!(
-        "give each install its own vast.label_prefix (or its own vast.ai account), none of them this one's followed by a word: labels of an install whose prefix is {:?} read here as install {:?}; or stop the other install if it is a stray copy of this state dir",
+        "give each install its own vast.label_prefix (or its own vast.ai account), none of them this one's followed by a word: labels of an install whose prefix is {:?} read here as install {:?}; or stop the other install if it is a stray copy of this state dir; if they are this install's own fleet under a state dir that was lost, stop fleetagent here, move this state dir aside and take them back with `fleetagent init --install-id ID` on an empty one (else they bill unmanaged)",
         format!("{}-{}", config.vast.label_prefix, ids.first().unwrap_or(&"")),
         ids.first().unwrap_or(&""),
     ))
@@ -365,12 +365,13 @@ pub(super) fn copies(conn: &Connection, config: &Config, now: Millis) -> Vec<Pro
         Err(e) => return vec![unreadable("the install id", &e)],
     };
     let prefix = &config.vast.label_prefix;
-    match crate::run::observe::launched_by_a_copy(
+    match crate::run::lineage::launched_by_a_copy(
         conn,
         prefix,
         &install_id,
         now - COPY_WINDOW_MS,
         None,
+        true,
     )
     {
         Err(e) => vec![unreadable("the instances table", &e)],

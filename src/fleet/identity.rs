@@ -211,22 +211,30 @@ pub fn other_image(
         .collect()
 }
 
-/// The first pass of a new database that finds another install's instances under its
-/// prefix: a second install on purpose, or this install's fleet under a lost or moved state
-/// dir (the whole dir gone, so no `run.lock` told `run` so; a state dir on a disk that did
-/// not mount). Nothing here can tell them apart, and the new install rents for itself under
-/// its own caps: the line says how to tell, loud, on the first pass.
+/// A new database's pass that finds another install's instances under its prefix: a second
+/// install on purpose, or this install's fleet under a lost or moved state dir (the whole
+/// dir gone, so no `run.lock` told `run` so; a state dir on a disk that did not mount).
+/// Nothing here can tell them apart, and the new install rents for itself under its own
+/// caps: the line says how to tell, loud, on the first pass and on every pass after while
+/// this database holds no instance of its own (`own_none`: a walkthrough's run 1 could not
+/// list vast.ai, and runs 2 and 3 rented beside the old fleet without a word).
 pub fn new_beside_another(
     config: &crate::config::Config,
     others: &[crate::store::ops::ForeignInstance],
     run_id: i64,
+    own_none: bool,
 ) -> Option<String> {
-    if run_id != 1 || others.is_empty() {
+    if !(run_id == 1 || own_none) || others.is_empty() {
         return None;
     }
     let ids = crate::store::ops::install_ids_of(others);
+    let new = if run_id == 1 {
+        "this database is new (run 1)".to_string()
+    } else {
+        format!("this database is new (run {run_id}, no instance of its own yet)")
+    };
     Some(format!(
-        "this database is new (run 1), and vast.ai lists {} instance(s) under vast.label_prefix {:?} of install {}: if they are this install's (a state dir lost, moved, or on a disk that did not mount), stop fleetagent now (this install rents a fleet of its own, under its own caps) and restore the state dir, or start afresh under the old id with `fleetagent init --install-id ID` on an empty one; if this is a second install on purpose, give it its own vast.label_prefix",
+        "{new}, and vast.ai lists {} instance(s) under vast.label_prefix {:?} of install {}: if they are this install's (a state dir lost, moved, or on a disk that did not mount), stop fleetagent now (this install rents a fleet of its own, under its own caps) and restore the state dir, or start afresh under the old id with `fleetagent init --install-id ID` on an empty one; if this is a second install on purpose, give it its own vast.label_prefix",
         others.len(),
         config.vast.label_prefix,
         ids.join(", ")

@@ -16,6 +16,7 @@
 pub mod act;
 pub mod boots;
 pub mod claim;
+pub mod lineage;
 pub mod observe;
 pub mod pass;
 pub mod sample;

@@ -87,25 +87,33 @@ pub fn observe(
         let tracked: Vec<i64> = rec.rows.iter().filter_map(|r| r.vast_id).collect();
         let seen = crate::fleet::seen_elsewhere(list, prefix, &install_id, &tracked);
         ops::set_foreign_installs(&tx, &seen, now)?;
-        if let Some(line) = continue_run_ids(&tx, config, list, run_id)? {
-            crate::journal::eprint(crate::journal::WARNING, &format!("fleetagent: {line}"));
+        if let Some((priority, line)) =
+            super::lineage::continue_run_ids(&tx, config, list, run_id, now)?
+        {
+            crate::journal::eprint(priority, &format!("fleetagent: {line}"));
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
-        if let Some(line) =
-            crate::fleet::identity::new_beside_another(config, &rec.other_installs, run_id)
-        {
+        let own_none = instances::none_ever(&tx)?;
+        if let Some(line) = crate::fleet::identity::new_beside_another(
+            config,
+            &rec.other_installs,
+            run_id,
+            own_none,
+        ) {
             crate::journal::eprint(crate::journal::ERR, &format!("fleetagent: {line}"));
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
     }
-    let copied_before = launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id))?;
+    let copied_before =
+        super::lineage::launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id), false)?;
     for row in &rec.rows {
         instances::upsert(&tx, row)?;
     }
-    let copied: Vec<_> = launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id))?
-        .into_iter()
-        .filter(|c| !copied_before.iter().any(|b| b.label == c.label))
-        .collect();
+    let copied: Vec<_> =
+        super::lineage::launched_by_a_copy(&tx, prefix, &install_id, 0, Some(run_id), false)?
+            .into_iter()
+            .filter(|c| !copied_before.iter().any(|b| b.label == c.label))
+            .collect();
     if !copied.is_empty() {
         let line = crate::fleet::copies::line(&copied, &install_id);
         crate::journal::eprint(crate::journal::ERR, &format!("fleetagent: {line}"));
@@ -320,86 +328,6 @@ fn last_reading(
             Some("no demand reading yet (no pass has read Curio)".into()),
         ),
     })
-}
-
-/// Run ids never go back below a run that labels on vast.ai carry: a database restored from
-/// a backup is older than the fleet, and the runs after the backup are not in it. The next
-/// run id moves past the highest run of our listed labels (this pass's id was given before
-/// the listing was read: its launches take labels no instance carries, `policy::launch`).
-/// The line that says so, when a label showed it.
-fn continue_run_ids(
-    conn: &rusqlite::Connection,
-    config: &Config,
-    listing: &[Instance],
-    run_id: i64,
-) -> Result<Option<String>> {
-    let install_id = ops::install_id(conn)?;
-    let prefix = &config.vast.label_prefix;
-    let Some((last, label)) = listing
-        .iter()
-        .filter_map(|i| {
-            let label = i.label.as_deref()?;
-            Some((
-                crate::fleet::state::label_run(label, prefix, &install_id)?,
-                label,
-            ))
-        })
-        .max_by_key(|(run, _)| *run)
-    else {
-        return Ok(None);
-    };
-    // This pass has launched nothing yet (one observation per pass): a label of its own run
-    // or later is from runs this database never saw.
-    if last < run_id {
-        return Ok(None);
-    }
-    if crate::lock::next_past(last, run_id).is_none() {
-        // No run of ours could have named it (a label given by hand or by another tool in our
-        // shape): going past it would spend the id space.
-        log::warn!(
-            "vast.ai lists {} of run {last}, far past this pass (run {run_id}): no run of this install gave it; run ids are left as they are",
-            crate::text::quote(label, crate::fleet::LABEL_CHARS)
-        );
-        return Ok(None);
-    }
-    crate::store::runs::continue_past(conn, last)?;
-    Ok(Some(format!(
-        "vast.ai lists {} of run {last}, and this pass is run {run_id}: the database is older than the fleet (restored from a backup, or made afresh with `init --install-id`); run ids go on from {}",
-        crate::text::quote(label, crate::fleet::LABEL_CHARS),
-        last + 1
-    )))
-}
-
-/// Live adopted instances rented since `since` that a copy of this database launched
-/// (`fleet::copies`): the pass that adopts one says so (`current`: its run), `doctor` names
-/// them for a day. An instance rented before this database was made is none of its runs'
-/// (a fresh `init --install-id` adopting the fleet its lost database launched: a walkthrough
-/// saw that recovery called another copy running, for a day); a copy shares the database's
-/// birth, and rents after it.
-pub fn launched_by_a_copy(
-    conn: &rusqlite::Connection,
-    prefix: &str,
-    install_id: &str,
-    since: Millis,
-    current: Option<i64>,
-) -> Result<Vec<crate::fleet::copies::Copied>> {
-    let mut out = Vec::new();
-    let since = since.max(crate::store::ops::born_at(conn)?.unwrap_or(0));
-    for (label, vast_id, rented_at) in instances::adopted_live(conn, since)? {
-        let Some((base, run)) = crate::fleet::copies::our_run(&label, prefix, install_id) else {
-            continue;
-        };
-        let launches = actions::launches_of_label(conn, run, &base, current)?;
-        if crate::fleet::copies::is_copy(&launches, vast_id) {
-            out.push(crate::fleet::copies::Copied {
-                label,
-                vast_id,
-                run,
-                rented_at,
-            });
-        }
-    }
-    Ok(out)
 }
 
 /// Read what reconciliation needs from the table and reconcile (pure from here on).

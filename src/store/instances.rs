@@ -180,16 +180,26 @@ pub fn live(conn: &Connection) -> Result<Vec<InstanceRow>> {
 pub fn adopted_live(
     conn: &Connection,
     since: Millis,
+    with_gone: bool,
 ) -> Result<Vec<(String, Option<i64>, Millis)>> {
     let mut stmt = conn.prepare_cached(
         "SELECT label, vast_id, created_at FROM instances
-          WHERE adopted = 1 AND gone_at IS NULL AND created_at >= ?1
+          WHERE adopted = 1 AND (gone_at IS NULL OR ?2) AND created_at >= ?1
           ORDER BY created_at, label",
     )?;
     let rows = stmt
-        .query_map(params![since], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .query_map(params![since, with_gone], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(rows)
+}
+
+/// Whether this database has never held an instance row (none rented, adopted or launching).
+pub fn none_ever(conn: &Connection) -> Result<bool> {
+    Ok(!conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM instances)")?
+        .query_row([], |r| r.get::<_, bool>(0))?)
 }
 
 /// Instances that were alive at some point after `since` (for daily spend).

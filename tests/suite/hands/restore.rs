@@ -124,12 +124,13 @@ fn a_restored_database_without_its_lock_goes_past_the_listed_labels() {
     restore(&f, &backup, false);
 
     // The first pass after it is run 2 again, and it launches one more: the listing carries
-    // run 3's label, so the ids go on past it, and no label is given twice.
+    // run 3's label, so the ids go on past it, and no label is given twice. Run 3 rented
+    // after the backup's last listing, as a copy running on would have: both are named.
     config(&vast, &f, 400);
     let out = f.cmd(&["run"]).ok();
     assert!(
         out.stderr
-            .contains("of run 3, and this pass is run 2: the database is older than the fleet (restored from a backup, or made afresh with `init --install-id`); run ids go on from 4"),
+            .contains("and this pass is run 2: another copy of this state dir is running further on (copied to another host and not stopped there), or this database was restored without its run.lock; run ids go on from 4"),
         "{}",
         out.stderr
     );
@@ -235,6 +236,55 @@ fn a_copy_of_the_state_dir_running_beside_it_is_named() {
     );
     // A, the original, finds nothing of the kind yet: B rented nothing.
     assert!(!a.cmd(&["doctor"]).stdout.contains(said));
+    // A destroys what it rented (copies stop each other's surplus): B's doctor still names
+    // the copy for the day (a walkthrough saw it go green within minutes, both running).
+    let id = vast.instance_ids().into_iter().max().unwrap();
+    a.cmd(&["instances", "stop", &id.to_string(), "--force"])
+        .ok();
+    b.cmd(&["run"]).ok();
+    let doctor = b.cmd(&["doctor"]).code(1);
+    assert!(doctor.stdout.contains(said), "{}", doctor.stdout);
+}
+
+/// A copy that has run further than this one (the lost walkthrough: the old host left
+/// running after a move, three passes ahead, rented under its run 4 while this copy was at its
+/// run 3): the label's run is past this pass's, which read as a restore ("the database is
+/// older than the fleet"), doctor green. Rented after this database's last listing, it is
+/// another copy running on: said at error.
+#[test]
+fn a_copy_running_further_on_is_not_taken_for_a_restore() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
+    let demand =
+        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
+    let a = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    let b = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
+    for f in [&a, &b] {
+        std::fs::write(f.path().join("demand.json"), demand.to_string()).unwrap();
+        config(&vast, f, 100);
+    }
+    a.cmd(&["init"]).ok();
+    a.cmd(&["run"]).ok();
+    std::fs::create_dir_all(&b.state).unwrap();
+    for name in ["fleetagent.db", "run.lock"] {
+        std::fs::copy(a.state.join(name), b.state.join(name)).unwrap();
+    }
+    b.cmd(&["run"]).ok();
+    a.cmd(&["run"]).ok();
+    a.cmd(&["run"]).ok();
+    config(&vast, &a, 200);
+    a.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::Create), 2, "{:?}", labels(&vast));
+    let out = b.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains("of run 4, rented ")
+            && out.stderr.contains(
+                "and this pass is run 3: another copy of this state dir is running further on"
+            ),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("the database is older than the fleet"));
 }
 
 #[test]

@@ -190,3 +190,40 @@ fn two_installs_on_one_account_never_touch_each_others_instances() {
         assert_eq!(n, 0);
     }
 }
+
+/// A new install whose first pass could not list vast.ai (no key yet, vast.ai down) beside
+/// another install's fleet under its prefix (the lost walkthrough: a state dir lost, 6
+/// instances of the old install): the loud line was said on run 1 only, so never, and runs 2
+/// and 3 rented beside the old fleet without a word. It is said on each pass while this
+/// database has no instance of its own, and doctor's fix names the recovery.
+#[test]
+fn a_new_install_beside_another_fleet_is_told_on_its_first_pass_that_lists() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(4, "RTX 4090", 0.40, 0.99);
+    let a = install(&vast);
+    a.cmd(&["run"]).ok();
+    let b = install(&vast);
+    // B's run 1 without a key: nothing listed, nothing said.
+    let first = b
+        .command(&["run"])
+        .env_remove("VAST_API_KEY")
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&first.stderr).contains("this database is new"));
+    let second = b.cmd(&["run"]).ok();
+    assert!(
+        second
+            .stderr
+            .contains("this database is new (run 2, no instance of its own yet), and vast.ai lists 1 instance(s)"),
+        "{}",
+        second.stderr
+    );
+    let doctor = b.cmd(&["doctor"]).code(1);
+    assert!(
+        doctor
+            .stdout
+            .contains("take them back with `fleetagent init --install-id ID` on an empty one"),
+        "{}",
+        doctor.stdout
+    );
+}
