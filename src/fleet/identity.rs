@@ -241,6 +241,18 @@ pub fn new_beside_another(
     ))
 }
 
+/// The line for another fleet on this account proving for this cluster, if any: said at
+/// warning each pass it is seen, and to the model (`prompt::observation`).
+pub fn rival_line(rivals: &[String]) -> Option<String> {
+    (!rivals.is_empty()).then(|| {
+        format!(
+            "another fleet on this vast.ai account proves for this Curio cluster: {} instance(s) not ours whose labels its workers carry ({}); each agent rents for the whole demand it sees (an emergency is answered twice): run one install per cluster (several hosts: [ha])",
+            rivals.len(),
+            crate::text::first_and_more(rivals.iter().cloned(), 3)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -174,6 +174,9 @@ pub struct Snapshot {
     /// Instances under our label prefix that carry another install's id (never ours: not
     /// counted, never stopped).
     pub other_installs: Vec<crate::store::ops::ForeignInstance>,
+    /// Instances of another fleet on this account proving for this cluster
+    /// (`reconcile::rival_fleet`): `"label" (instance N)`.
+    pub rival_fleet: Vec<String>,
     /// The operator's hand-brake in force (`fleetagent pause`): nobody launches or stops.
     pub paused: Option<crate::store::ops::Pause>,
     /// An operator stop within `policy.operator_hold_mins`: the rules and the floor launch

@@ -37,6 +37,10 @@ pub struct Reconciled {
     pub foreign: Vec<i64>,
     /// Listed instances under our prefix that carry another install's id (never ours).
     pub other_installs: Vec<ForeignInstance>,
+    /// Listed instances not ours whose label a Curio worker of this cluster carries as its
+    /// machine name (`"label" (instance N)`): another fleetagent (or a tool in its manner) on
+    /// this account renting for the same cluster ([`rival_fleet`]).
+    pub rival_fleet: Vec<String>,
     /// Instances found outbid this pass that were not before: (vast id, host).
     pub newly_outbid: Vec<(i64, Option<i64>)>,
     /// Stops and destroys of ours that vast.ai acknowledged and that did not take: the
@@ -248,6 +252,25 @@ impl<'a> Recorded<'a> {
     }
 }
 
+/// Of `not_ours` (listed instances that are not ours), those whose label is the machine name
+/// of one of Curio's workers: fleetagent names each worker after its instance's label
+/// (`CURIO_NODE_NAME`), so these are another agent's fleet proving for this cluster on this
+/// account (a second install with its own prefix: a walkthrough saw two installs rent 5
+/// each for one WORKERS DEAD, each sized to the whole demand, and nothing said it).
+pub fn rival_fleet<'a>(
+    not_ours: impl Iterator<Item = &'a Instance>,
+    workers: &[Worker],
+) -> Vec<String> {
+    let names: HashSet<&str> = workers.iter().map(|w| w.machine_name.trim()).collect();
+    not_ours
+        .filter_map(|i| {
+            let label = i.label.as_deref()?.trim();
+            (!label.is_empty() && names.contains(label))
+                .then(|| format!("{} (instance {})", quote(label, LABEL_CHARS), i.id))
+        })
+        .collect()
+}
+
 /// Reconcile the local table with the listing, open intents and Curio's live workers.
 /// Pure: the caller writes the result.
 pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
@@ -315,6 +338,12 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         .collect();
     out.other_installs = other_installs(listing, input.prefix, input.install_id);
     let workers: &[Worker] = input.demand.map(|d| d.workers.as_slice()).unwrap_or(&[]);
+    out.rival_fleet = rival_fleet(
+        listing
+            .iter()
+            .filter(|i| whose(i, input) == Owner::NotOurs && !recorded.holds(i)),
+        workers,
+    );
     let matched = match_workers(&ours, workers);
     let intents_by_label: HashMap<&str, &Action> = input
         .intents

@@ -294,6 +294,11 @@ impl Snapshot {
                 "WITHOUT PSProve: {line}. Do not launch (another of this image would not prove either); tell the operator."
             ));
         }
+        if let Some(line) = crate::fleet::identity::rival_line(&self.rival_fleet) {
+            lines.push(format!(
+                "Another fleet: {line}. Its workers count among the cluster's other machines; tell the operator."
+            ));
+        }
         if !self.other_installs.is_empty() {
             let mut by_install: std::collections::BTreeMap<&str, usize> = Default::default();
             for o in &self.other_installs {

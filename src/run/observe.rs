@@ -151,6 +151,9 @@ pub fn observe(
     for line in &rec.unexplained {
         crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
     }
+    if let Some(line) = crate::fleet::identity::rival_line(&rec.rival_fleet) {
+        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+    }
     record_curio(&tx, &rec, demand.as_ref(), now)?;
     // vast.ai's health for `doctor` and the metrics. Without a key the listing's error is
     // `NO_VAST_KEY` (`list_ours`): recorded as a failed listing, so `fleetagent_vast_ok` reads
@@ -497,6 +500,7 @@ fn assemble(
             .collect(),
         foreign: rec.foreign,
         other_installs: rec.other_installs,
+        rival_fleet: rec.rival_fleet,
         changes: rec.changes,
         window_launches,
         spent_today,

@@ -227,3 +227,46 @@ fn a_new_install_beside_another_fleet_is_told_on_its_first_pass_that_lists() {
         doctor.stdout
     );
 }
+
+/// Two installs, each with its own label prefix as doctor advises, on one account and one
+/// Curio cluster (the lost walkthrough): each sized to the whole demand, 5 rentals each for
+/// one WORKERS DEAD, and nothing said it. The other's instances are not ours, but Curio's
+/// workers carry their labels: each pass says so, and the model is told.
+#[test]
+fn another_fleet_proving_for_this_cluster_is_named() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(2, "RTX 4090", 0.40, 0.99);
+    let f = install(&vast);
+    let theirs = "stage-9f8e7d-r4-0a1b2c3d";
+    vast.add_instance(theirs);
+    std::fs::write(
+        f.path().join("demand.json"),
+        json!({"pending": 2, "running": 1, "completed_1h": 40, "completed_15m": 10,
+               "workers": [{"machine_name": theirs, "host_and_port": "10.1.1.1:12300",
+                            "running": 1, "cordoned": false}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        out.stderr.contains(&format!(
+            "another fleet on this vast.ai account proves for this Curio cluster: 1 instance(s) not ours whose labels its workers carry (\"{theirs}\" (instance "
+        )),
+        "{}",
+        out.stderr
+    );
+    let observation: String = f
+        .db()
+        .query_row(
+            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        observation.contains("Another fleet: another fleet on this vast.ai account"),
+        "{observation}"
+    );
+    // Not ours: never counted nor stopped.
+    assert_eq!(vast.count(Route::Destroy), 0);
+}
