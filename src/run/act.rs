@@ -289,13 +289,16 @@ fn offer_caused(code: Option<&str>) -> bool {
     matches!(code, Some(c) if c == OFFER_TAKEN || c == OFFER_REFUSED)
 }
 
-/// One planned call as it went: whether it changed the fleet, and its answer (compact JSON).
+/// One planned call as it went: its place in the plan, whether it changed the fleet, and its
+/// answer (compact JSON).
 struct Done {
+    index: usize,
     mutated: bool,
     answer: String,
 }
 
-/// The planned calls as they went, in order, and one note line per call.
+/// The planned calls as they went, in the plan's order (whatever order they were sent in),
+/// and one note line per call in the order sent.
 struct Executed {
     calls: Vec<Done>,
     notes: Vec<String>,
@@ -381,10 +384,12 @@ fn execute(
         out.notes
             .push(call_line(call.tool, &args, &call.why, &result.content));
         out.calls.push(Done {
+            index: i,
             mutated: result.mutated,
             answer,
         });
     }
+    out.calls.sort_by_key(|d| d.index);
     if unsent > 0 {
         // The rest waits for no timer: an event (P1) the end of the run leaves to the next
         // process, which the doorbell starts at once (the scale walkthrough's WORKERS DEAD
