@@ -405,27 +405,11 @@ fn assemble(
     // launches it dated before it ran ahead count as recent by this clock as they are by
     // vast.ai's (none later than now).
     let ahead = crate::store::clock_step::ahead(conn)?;
-    let launched = actions::launches_since(conn, now - ahead.map_or(0, |a| a.ms) - window_ms)?;
-    let mut window_launches: Vec<Millis> = launched
-        .iter()
-        .map(|a| ahead.map_or(a.created_at, |ahead| ahead.recent(a.created_at, now)))
-        .collect();
-    // Instances of ours adopted (rented by no launch this ledger holds: a database restored
-    // or made afresh, a copy of it) within the window count as its launches by when vast.ai
-    // rented them (the lost walkthrough: two launches, a restore, two more, 4 in a minute
-    // against a window of 2).
-    window_launches.extend(
-        rec.rows
+    let window_launches =
+        actions::launches_since(conn, now - ahead.map_or(0, |a| a.ms) - window_ms)?
             .iter()
-            .filter(|r| r.adopted && r.gone_at.is_none() && r.created_at > now - window_ms)
-            .filter(|r| {
-                !launched
-                    .iter()
-                    .any(|a| a.label.as_deref() == Some(r.label.as_str()))
-            })
-            .map(|r| r.created_at),
-    );
-    window_launches.sort_unstable();
+            .map(|a| ahead.map_or(a.created_at, |ahead| ahead.recent(a.created_at, now)))
+            .collect();
     let day_start = now - now.rem_euclid(DAY_MS);
     let mut alive = instances::alive_since(conn, day_start)?;
     // Rows this reconciliation changed count as they are now, with the paused spans the

@@ -471,39 +471,3 @@ fn a_create_answered_with_an_instance_not_ours_leaves_it_alone() {
         "the panic button destroyed an instance that was never ours"
     );
 }
-
-/// The launch window after a restore (the lost walkthrough: `launch_window_max = 2`, two
-/// launches, a restore, two more within a minute): what the restored ledger lacks, the
-/// listing shows, and an instance of ours adopted within the window counts as one of its
-/// launches from when vast.ai rented it.
-#[test]
-fn instances_adopted_after_a_restore_count_in_the_launch_window() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let f = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    write_demand(&f, 9);
-    let window = |target: u32| {
-        let own = format!("[policy]\ntarget_proofs_per_hour = {target}\nproofs_per_hour_per_instance = 100\nmax_dph_total = 4.0\nmax_instances = 6\nlaunch_window_max = 2\nemergency_launch_max = 2");
-        f.write_config(&rules_config(
-            &vast.url(),
-            &f.path().join("demand.json"),
-            &[&own],
-        ));
-    };
-    window(100);
-    f.cmd(&["init"]).ok();
-    f.cmd(&["run"]).ok();
-    let backup = f.path().join("backup.db");
-    f.cmd(&["backup", backup.to_str().unwrap()]).ok();
-    window(400);
-    f.cmd(&["run"]).ok();
-    assert_eq!(vast.count(Route::Create), 2, "{:?}", labels(&vast));
-    restore(&f, &backup, true);
-    let out = f.cmd(&["run"]).ok();
-    assert_eq!(
-        vast.count(Route::Create),
-        2,
-        "the window of 2 is full: {}",
-        out.stderr
-    );
-}
