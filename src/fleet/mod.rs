@@ -279,6 +279,21 @@ impl Snapshot {
             .map(|_| money::dph_room(p, self.fleet_dph(), self.spent_today).max(0.0))
     }
 
+    /// Whether the caps leave room for `launches` more instances as the fleet is now: slots
+    /// under `policy.max_instances`, and $/h under `policy.max_dph_total` (and the daily
+    /// cap) at our billing instances' mean price. An unset cap, or no price to judge by,
+    /// leaves room.
+    pub fn room_for(&self, config: &Config, launches: usize) -> bool {
+        let slots = self
+            .headroom_slots(config)
+            .is_none_or(|n| n as usize >= launches);
+        let money = match (self.headroom_dph(config), self.mean_instance_dph()) {
+            (Some(room), Some(each)) => room >= launches as f64 * each,
+            _ => true,
+        };
+        slots && money
+    }
+
     /// Instances left under `policy.max_instances` (None while it is unset).
     pub fn headroom_slots(&self, config: &Config) -> Option<u32> {
         config

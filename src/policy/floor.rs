@@ -369,16 +369,7 @@ fn flagged_hold_the_room(
     if launches == 0 || flagged.is_empty() {
         return Vec::new();
     }
-    let s = pass.snapshot;
-    let each = s.mean_instance_dph();
-    let short_slots = s
-        .headroom_slots(pass.config)
-        .is_some_and(|n| (n as usize) < launches);
-    let short_money = match (s.headroom_dph(pass.config), each) {
-        (Some(room), Some(e)) => room < launches as f64 * e,
-        _ => false,
-    };
-    if !(short_slots || short_money) {
+    if pass.snapshot.room_for(pass.config, launches) {
         return Vec::new();
     }
     flagged

@@ -337,7 +337,12 @@ fn execute(
         if !reordered && failed_stops >= FAILED_STOPS_BEFORE_LAUNCHES && !call.is_launch() {
             reordered = true;
             let (rest, moved) = launches_first(plan, &order[at..]);
-            if moved > 0 {
+            // Only where the caps leave the launches room without the stops: where the
+            // instances to stop hold it, a launch first is refused (the re-test: 4 flagged
+            // under max_instances = 4, the launch refused `instance_cap`, the stops then
+            // through, nothing launched where the plan's order launched one).
+            let launches = order[at..].iter().filter(|&&j| plan[j].is_launch()).count();
+            if moved > 0 && snapshot.room_for(le.config, launches) {
                 crate::journal::eprint(
                     crate::journal::WARNING,
                     &format!(

@@ -783,3 +783,40 @@ fn destroys_that_fail_in_a_row_let_workers_deads_launches_go_first() {
         out.stderr
     );
 }
+
+/// Where the flagged instances hold the room the launches need, the plan keeps its order
+/// after failed stops (the re-test: 4 flagged under max_instances = 4, two DELETEs answered
+/// 500: the launch put first was refused `instance_cap`, and nothing launched where the
+/// plan's own order destroyed two and launched one).
+#[test]
+fn stops_that_hold_the_room_stay_before_the_launches_after_failures() {
+    let vast = FakeVast::start_real_time();
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        &vast,
+        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
+        "",
+        "",
+    );
+    for i in 0..4 {
+        let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
+        vast.set_actual_status(id, Some("exited"));
+    }
+    vast.fail_next(
+        Route::Destroy,
+        2,
+        FakeReply::json(
+            400,
+            json!({"success": false, "error": "server_error", "msg": "try later"}),
+        ),
+    );
+    write_demand(f.path(), dead());
+    f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert!(
+        !out.stderr.contains("the plan's launches go before"),
+        "{}",
+        out.stderr
+    );
+    assert!(vast.count(Route::Create) >= 1, "{}", out.stderr);
+}
