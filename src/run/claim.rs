@@ -65,22 +65,31 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
 /// clock set right). Likewise when a wake is overdue by more than two timer periods: the
 /// clock may have stepped forward since the last pass (the away walkthrough: +6 h, and a
 /// 10-minute wake ran at once, 5h51m "late", when the pass came before any `poll`), or the
-/// host was away, when the listing costs one request. Nothing else is done with the listing
-/// (the pass lists again); a failed listing changes nothing here (the pass's own says why).
-/// Said at warning and to the agent.
+/// host was away, when the listing costs one request; and when the last run ended more than
+/// [`AWAY_PERIODS`] timer periods ago, so that [`begin`] tells an absence from a clock that
+/// stepped forward (a re-test: "the first pass in 6h01m" said beside "6h ahead of vast.ai's").
+/// Nothing else is done with the listing (the pass lists again); a failed listing changes
+/// nothing here (the pass's own says why). Said at warning and to the agent.
 pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
     use crate::store::clock_step::{store_skew, CLOCK_SKEW_MAX_MS};
     let Some(vast) = env.services.vast.as_ref() else {
         return Ok(());
     };
-    let behind = crate::store::ops::vast_health(&store.conn)?
-        .clock_skew_ms
-        .is_some_and(|s| s < -CLOCK_SKEW_MAX_MS);
+    let skew = crate::store::ops::vast_health(&store.conn)?.clock_skew_ms;
+    let behind = skew.is_some_and(|s| s < -CLOCK_SKEW_MAX_MS);
+    // A clock known ahead needs no listing: the claim judges the wakes on vast.ai's time
+    // already (a re-test: 6 h ahead with a wake for 3 h on, two listings a pass for 3 h).
+    let ahead = skew.is_some_and(|s| s > CLOCK_SKEW_MAX_MS);
     let overdue = || {
         let periods = 2 * env.config.run.timer_period_secs as Millis * 1000;
         crate::store::wakes::any_due_by(&store.conn, env.clock.now_ms() - periods)
     };
-    if !(behind || overdue()?) || vast.list_instances().is_err() {
+    let away = || -> Result<bool> {
+        let last = session::state(&store.conn)?.last_run_finished_at;
+        let periods = AWAY_PERIODS * env.config.run.timer_period_secs as Millis * 1000;
+        Ok(last.is_some_and(|t| env.clock.now_ms() - t > periods))
+    };
+    if !(behind || (!ahead && (overdue()? || away()?))) || vast.list_instances().is_err() {
         return Ok(());
     }
     let tx = store.immediate()?;
@@ -108,7 +117,12 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     } else {
         runs::StartedBy::Tick
     };
-    let last_run = session::state(&tx)?.last_run_finished_at;
+    // Judged on vast.ai's time while this clock runs ahead of it (settle_clock measured it
+    // after a long gap): a step forward is no absence.
+    let ahead = crate::store::clock_step::ahead(&tx)?;
+    let last_run = session::state(&tx)?
+        .last_run_finished_at
+        .map(|t| ahead.map_or(t, |a| a.recent(t, now)));
     let run_id = runs::create(&tx, session_id, env.pid, pass_no, started_by, now)?;
     if let Some(line) = away_line(last_run, env.config.run.timer_period_secs, now) {
         crate::journal::eprint(

@@ -390,7 +390,7 @@ fn a_clock_run_ahead_does_not_age_an_instance_still_booting() {
 fn a_wake_is_not_run_early_after_a_clock_step_forward_before_any_listing() {
     use std::sync::atomic::Ordering;
     const SIX_HOURS: i64 = 6 * 3_600_000;
-    let (clock, _vast, f, _) =
+    let (clock, vast, f, _) =
         two_hours_behind("[policy]\ntarget_proofs_per_hour = 100", busy_fleet(), 0);
     // The clock set right by a `poll` (no skew), then a wake for 10 minutes on.
     clock.0.store(0, Ordering::SeqCst);
@@ -401,6 +401,7 @@ fn a_wake_is_not_run_early_after_a_clock_step_forward_before_any_listing() {
     for sql in [
         format!("UPDATE wakes SET created_at = created_at - {SIX_HOURS}, due_at = due_at - {SIX_HOURS}"),
         format!("UPDATE runs SET started_at = started_at - {SIX_HOURS}, finished_at = finished_at - {SIX_HOURS}"),
+        format!("UPDATE agent_state SET last_run_finished_at = last_run_finished_at - {SIX_HOURS}"),
     ] {
         assert!(db.execute(&sql, []).unwrap() > 0, "{sql}");
     }
@@ -419,6 +420,19 @@ fn a_wake_is_not_run_early_after_a_clock_step_forward_before_any_listing() {
         "{}",
         out.stderr
     );
+    let status: String = db
+        .query_row("SELECT status FROM wakes", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "pending", "run early: {}", out.stderr);
+    // Nor is a step forward an absence: the last run ended a minute before by vast.ai's time
+    // (a re-test: "the first pass in 6h01m" beside "6h ahead of vast.ai's").
+    assert!(!out.stderr.contains("the first pass in"), "{}", out.stderr);
+    // The skew known, the wake (overdue by this clock, not by vast.ai's) costs no second
+    // listing a pass (a re-test: two listings a pass for as long as the wake waited).
+    vast.clear_requests();
+    f.cmd(&["trigger", "-p", "1", "-r", "look"]).ok();
+    let out = f.cmd(&["run"]).ok();
+    assert_eq!(vast.count(Route::ListV1), 1, "{}", out.stderr);
     let status: String = db
         .query_row("SELECT status FROM wakes", [], |r| r.get(0))
         .unwrap();
