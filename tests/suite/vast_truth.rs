@@ -43,6 +43,38 @@ fn dead() -> Value {
     json!({"pending": 20, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []})
 }
 
+/// WORKERS DEAD (the demand file) beside `n` instances of ours that sit `exited` (flagged),
+/// the rules at target 50 under `max_instances` and $5.00/h, three offers: the install and
+/// the flagged instances' ids.
+fn dead_beside_exited(vast: &FakeVast, max_instances: u32, n: usize) -> (Fleet, Vec<u64>) {
+    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
+    let f = rig(
+        vast,
+        &format!(
+            "target_proofs_per_hour = 50\nmax_instances = {max_instances}\nmax_dph_total = 5.0"
+        ),
+        "",
+        "",
+    );
+    let ids = (0..n)
+        .map(|i| {
+            let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
+            vast.set_actual_status(id, Some("exited"));
+            id
+        })
+        .collect();
+    write_demand(f.path(), dead());
+    (f, ids)
+}
+
+/// vast.ai failing a DELETE at once (a 500 or a hang fails it slowly; the path is the same).
+fn delete_refused() -> FakeReply {
+    FakeReply::json(
+        400,
+        json!({"success": false, "error": "server_error", "msg": "try later"}),
+    )
+}
+
 fn pass(f: &Fleet) -> String {
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     f.cmd(&["run"]).ok().stdout
@@ -664,20 +696,9 @@ fn the_panic_button_destroys_while_the_listing_hangs() {
 #[test]
 fn a_plan_past_the_deadline_stops_sending_and_the_pass_ends_as_one() {
     let vast = FakeVast::start_real_time();
-    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
-    let f = rig(
-        &vast,
-        "target_proofs_per_hour = 50\nmax_instances = 8\nmax_dph_total = 5.0",
-        "",
-        "",
-    );
+    let (f, _) = dead_beside_exited(&vast, 8, 3);
     let text = std::fs::read_to_string(&f.config).unwrap();
     f.write_config(&text.replace("deadline_secs = 120", "deadline_secs = 10"));
-    for i in 0..3 {
-        let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
-        vast.set_actual_status(id, Some("exited"));
-    }
-    write_demand(f.path(), dead());
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     let out = f
         .command(&["run"])
@@ -715,29 +736,8 @@ fn a_plan_past_the_deadline_stops_sending_and_the_pass_ends_as_one() {
 #[test]
 fn destroys_that_fail_in_a_row_let_workers_deads_launches_go_first() {
     let vast = FakeVast::start_real_time();
-    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
-    let f = rig(
-        &vast,
-        "target_proofs_per_hour = 50\nmax_instances = 8\nmax_dph_total = 5.0",
-        "",
-        "",
-    );
-    let ids: Vec<u64> = (0..4)
-        .map(|i| {
-            let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
-            vast.set_actual_status(id, Some("exited"));
-            id
-        })
-        .collect();
-    vast.fail_next(
-        Route::Destroy,
-        100,
-        FakeReply::json(
-            400,
-            json!({"success": false, "error": "server_error", "msg": "try later"}),
-        ),
-    );
-    write_demand(f.path(), dead());
+    let (f, ids) = dead_beside_exited(&vast, 8, 4);
+    vast.fail_next(Route::Destroy, 100, delete_refused());
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     let out = f.cmd(&["run"]).ok();
     let order: Vec<String> = vast
@@ -791,26 +791,8 @@ fn destroys_that_fail_in_a_row_let_workers_deads_launches_go_first() {
 #[test]
 fn stops_that_hold_the_room_stay_before_the_launches_after_failures() {
     let vast = FakeVast::start_real_time();
-    vast.add_offers(3, "RTX 4090", 0.40, 0.99);
-    let f = rig(
-        &vast,
-        "target_proofs_per_hour = 50\nmax_instances = 4\nmax_dph_total = 5.0",
-        "",
-        "",
-    );
-    for i in 0..4 {
-        let id = vast.add_instance(&format!("fleetagent-gone-{i}"));
-        vast.set_actual_status(id, Some("exited"));
-    }
-    vast.fail_next(
-        Route::Destroy,
-        2,
-        FakeReply::json(
-            400,
-            json!({"success": false, "error": "server_error", "msg": "try later"}),
-        ),
-    );
-    write_demand(f.path(), dead());
+    let (f, _) = dead_beside_exited(&vast, 4, 4);
+    vast.fail_next(Route::Destroy, 2, delete_refused());
     f.cmd(&["trigger", "-p", "1", "-r", "check"]).ok();
     let out = f.cmd(&["run"]).ok();
     assert!(

@@ -189,12 +189,9 @@ fn a_database_that_lost_its_last_writes_gives_no_run_id_again() {
     assert_eq!(vast.count(Route::Create), 2, "{:?}", labels(&vast));
 }
 
-/// A state dir copied to another host that keeps running (a move whose old host was not
-/// stopped): both copies give the same run ids under one install id. The copy that adopts an
-/// instance of a run it gave itself, under a label it never launched, says so at error, and
-/// `doctor` names it.
-#[test]
-fn a_copy_of_the_state_dir_running_beside_it_is_named() {
+/// An install A that ran one pass (WORKERS DEAD: one launch) and B, a copy of its state
+/// dir as `cp -a` would make it (the database and run.lock), both on one fake vast.ai.
+fn copied() -> (FakeVast, Fleet, Fleet) {
     let vast = FakeVast::start_real_time();
     vast.add_offers(6, "RTX 4090", 0.40, 0.99);
     let demand =
@@ -207,11 +204,20 @@ fn a_copy_of_the_state_dir_running_beside_it_is_named() {
     }
     a.cmd(&["init"]).ok();
     a.cmd(&["run"]).ok();
-    // The copy: the whole state dir, as `cp -a` would.
     std::fs::create_dir_all(&b.state).unwrap();
     for name in ["fleetagent.db", "run.lock"] {
         std::fs::copy(a.state.join(name), b.state.join(name)).unwrap();
     }
+    (vast, a, b)
+}
+
+/// A state dir copied to another host that keeps running (a move whose old host was not
+/// stopped): both copies give the same run ids under one install id. The copy that adopts an
+/// instance of a run it gave itself, under a label it never launched, says so at error, and
+/// `doctor` names it.
+#[test]
+fn a_copy_of_the_state_dir_running_beside_it_is_named() {
+    let (vast, a, b) = copied();
     let clean = b.cmd(&["doctor"]);
     assert!(
         !clean.stdout.contains("another copy of this state dir"),
@@ -260,22 +266,7 @@ fn a_copy_of_the_state_dir_running_beside_it_is_named() {
 /// another copy running on: said at error.
 #[test]
 fn a_copy_running_further_on_is_not_taken_for_a_restore() {
-    let vast = FakeVast::start_real_time();
-    vast.add_offers(6, "RTX 4090", 0.40, 0.99);
-    let demand =
-        json!({"pending": 9, "running": 0, "completed_1h": 0, "completed_15m": 0, "workers": []});
-    let a = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    let b = Fleet::with_config("").env("VAST_API_KEY", &vast.api_key());
-    for f in [&a, &b] {
-        std::fs::write(f.path().join("demand.json"), demand.to_string()).unwrap();
-        config(&vast, f, 100);
-    }
-    a.cmd(&["init"]).ok();
-    a.cmd(&["run"]).ok();
-    std::fs::create_dir_all(&b.state).unwrap();
-    for name in ["fleetagent.db", "run.lock"] {
-        std::fs::copy(a.state.join(name), b.state.join(name)).unwrap();
-    }
+    let (vast, a, b) = copied();
     b.cmd(&["run"]).ok();
     a.cmd(&["run"]).ok();
     a.cmd(&["run"]).ok();
