@@ -252,20 +252,26 @@ impl<'a> Recorded<'a> {
     }
 }
 
-/// Of `not_ours` (listed instances that are not ours), those whose label is the machine name
-/// of one of Curio's workers: fleetagent names each worker after its instance's label
+/// Of `not_ours` (listed instances that are not ours), those labelled in the shape another
+/// fleetagent gives, with another install id than ours (`install_id`: ours under an old
+/// prefix are this install's, named apart by doctor), whose label is the machine name of one
+/// of Curio's workers: fleetagent names each worker after its instance's label
 /// (`CURIO_NODE_NAME`), so these are another agent's fleet proving for this cluster on this
-/// account (a second install with its own prefix: a walkthrough saw two installs rent 5
-/// each for one WORKERS DEAD, each sized to the whole demand, and nothing said it).
+/// account, under its own prefix or ours (a walkthrough saw two installs rent 5 each for one
+/// WORKERS DEAD, each sized to the whole demand, and nothing said it). A worker named after
+/// its instance by hand (`manual-prover`) is no agent's (a re-test).
 pub fn rival_fleet<'a>(
     not_ours: impl Iterator<Item = &'a Instance>,
     workers: &[Worker],
+    install_id: &str,
 ) -> Vec<String> {
     let names: HashSet<&str> = workers.iter().map(|w| w.machine_name.trim()).collect();
     not_ours
         .filter_map(|i| {
             let label = i.label.as_deref()?.trim();
-            (!label.is_empty() && names.contains(label))
+            let agents = super::state::fleetagent_install_id(label)
+                .is_some_and(|id| !id.eq_ignore_ascii_case(install_id));
+            (agents && names.contains(label))
                 .then(|| format!("{} (instance {})", quote(label, LABEL_CHARS), i.id))
         })
         .collect()
@@ -341,8 +347,9 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
     out.rival_fleet = rival_fleet(
         listing
             .iter()
-            .filter(|i| whose(i, input) == Owner::NotOurs && !recorded.holds(i)),
+            .filter(|i| whose(i, input) != Owner::Ours && !recorded.holds(i)),
         workers,
+        input.install_id,
     );
     let matched = match_workers(&ours, workers);
     let intents_by_label: HashMap<&str, &Action> = input

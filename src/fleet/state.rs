@@ -65,6 +65,15 @@ pub fn prefix_with_id<'a>(label: &'a str, install_id: &str) -> Option<&'a str> {
     exact.then_some(&label[..at])
 }
 
+/// The install id of a label in the exact shape another fleetagent gives
+/// (`<prefix>-<install id>-r<run>-<suffix>`, whatever the prefix); None for any other label
+/// (one given by hand: `manual-prover`).
+pub fn fleetagent_install_id(label: &str) -> Option<&str> {
+    let id = label_install_id(label.trim())?;
+    let at = label.trim().len() - tail_len(label.trim()) - 1 - id.len();
+    (at >= 2 && label.trim().as_bytes()[at - 1] == b'-').then_some(id)
+}
+
 /// For a label not in the exact shape: a word of letters followed by a run part (`r` or `R`
 /// and a digit, anything after it), anywhere after the prefix, reads as an install id. A
 /// label an operator gives by hand (`fleetagent-spare`) has none and stays ours; one that

@@ -646,3 +646,34 @@ fn an_end_acknowledged_after_the_listing_was_asked_for_outranks_it() {
         vec![(Some(1), BOOTED), (Some(2), BOOTED), (Some(3), BOOTED)]
     );
 }
+
+/// Another agent's fleet proving for this cluster: instances labelled in fleetagent's shape
+/// with another install id, under any prefix (ours too), whose labels Curio's workers carry.
+/// Not a worker named after its instance by hand, nor ours under an old prefix (a re-test saw
+/// both called another fleet).
+#[test]
+fn another_agents_fleet_is_told_by_its_labels_shape_and_id() {
+    let listing = vec![
+        inst(1, "stage-qwerty-r4-0a1b2c3d", Some("running")),
+        inst(2, "manual-prover", Some("running")),
+        inst(3, "old-seedvs-r7-0a1b2c3d", Some("running")),
+    ];
+    let workers = vec![
+        worker("stage-qwerty-r4-0a1b2c3d", "10.0.0.1:12300", 1),
+        worker("manual-prover", "10.0.0.2:12300", 1),
+        worker("old-seedvs-r7-0a1b2c3d", "10.0.0.3:12300", 1),
+    ];
+    let named = rival_fleet(listing.iter(), &workers, "seedvs");
+    assert_eq!(named, vec!["\"stage-qwerty-r4-0a1b2c3d\" (instance 1)"]);
+    // Without a worker of its name it proves for another cluster, if any.
+    assert!(rival_fleet(listing.iter(), &workers[1..], "seedvs").is_empty());
+    // Another install under our own prefix counts too (reconcile passes every instance not
+    // ours).
+    let ours_prefix = [inst(4, "fleetagent-zzother-r1-0a1b2c3d", Some("running"))];
+    let w = [worker(
+        "fleetagent-zzother-r1-0a1b2c3d",
+        "10.0.0.4:12300",
+        1,
+    )];
+    assert_eq!(rival_fleet(ours_prefix.iter(), &w, "seedvs").len(), 1);
+}

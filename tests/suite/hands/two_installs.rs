@@ -237,7 +237,7 @@ fn another_fleet_proving_for_this_cluster_is_named() {
     let vast = FakeVast::start_real_time();
     vast.add_offers(2, "RTX 4090", 0.40, 0.99);
     let f = install(&vast);
-    let theirs = "stage-9f8e7d-r4-0a1b2c3d";
+    let theirs = "stage-qwerty-r4-0a1b2c3d";
     vast.add_instance(theirs);
     std::fs::write(
         f.path().join("demand.json"),
