@@ -653,12 +653,12 @@ fn an_end_acknowledged_after_the_listing_was_asked_for_outranks_it() {
 /// both called another fleet).
 #[test]
 fn another_agents_fleet_is_told_by_its_labels_shape_and_id() {
-    let listing = vec![
+    let listing = [
         inst(1, "stage-qwerty-r4-0a1b2c3d", Some("running")),
         inst(2, "manual-prover", Some("running")),
         inst(3, "old-seedvs-r7-0a1b2c3d", Some("running")),
     ];
-    let workers = vec![
+    let workers = [
         worker("stage-qwerty-r4-0a1b2c3d", "10.0.0.1:12300", 1),
         worker("manual-prover", "10.0.0.2:12300", 1),
         worker("old-seedvs-r7-0a1b2c3d", "10.0.0.3:12300", 1),
