@@ -66,12 +66,19 @@ pub fn prefix_with_id<'a>(label: &'a str, install_id: &str) -> Option<&'a str> {
 }
 
 /// The install id of a label in the exact shape another fleetagent gives
-/// (`<prefix>-<install id>-r<run>-<suffix>`, whatever the prefix); None for any other label
-/// (one given by hand: `manual-prover`).
+/// (`<prefix>-<install id>-r<run>-<8 hex>`, whatever the prefix); None for any other label
+/// (one given by hand: `manual-prover`, and `curio-worker-r1-01` or `my-box-r1-a`, which a
+/// looser reading took for install ids `worker` and `box`: a re-test).
 pub fn fleetagent_install_id(label: &str) -> Option<&str> {
-    let id = label_install_id(label.trim())?;
-    let at = label.trim().len() - tail_len(label.trim()) - 1 - id.len();
-    (at >= 2 && label.trim().as_bytes()[at - 1] == b'-').then_some(id)
+    let label = label.trim();
+    let suffix = label.rsplit('-').next()?;
+    let hex8 = suffix.len() == 8
+        && suffix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let id = label_install_id(label).filter(|_| hex8)?;
+    let at = label.len() - tail_len(label) - 1 - id.len();
+    (at >= 2 && label.as_bytes()[at - 1] == b'-').then_some(id)
 }
 
 /// For a label not in the exact shape: a word of letters followed by a run part (`r` or `R`

@@ -85,9 +85,9 @@ pub fn settle_clock(store: &mut Store, env: &RunEnv<'_>) -> Result<()> {
         crate::store::wakes::any_due_by(&store.conn, env.clock.now_ms() - periods)
     };
     let away = || -> Result<bool> {
-        let starts = runs::recent_starts(&store.conn, AWAY_CADENCE_RUNS)?;
+        let last = last_activity(&store.conn)?;
         let period = env.config.run.timer_period_secs;
-        Ok(away_line(&starts, period, env.clock.now_ms()).is_some())
+        Ok(away_line(last, period, env.clock.now_ms()).is_some())
     };
     if !(behind || (!ahead && (overdue()? || away()?))) || vast.list_instances().is_err() {
         return Ok(());
@@ -120,12 +120,9 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     // Judged on vast.ai's time while this clock runs ahead of it (settle_clock measured it
     // after a long gap): a step forward is no absence.
     let ahead = crate::store::clock_step::ahead(&tx)?;
-    let starts: Vec<Millis> = runs::recent_starts(&tx, AWAY_CADENCE_RUNS)?
-        .into_iter()
-        .map(|t| ahead.map_or(t, |a| a.recent(t, now)))
-        .collect();
+    let last = last_activity(&tx)?.map(|t| ahead.map_or(t, |a| a.recent(t, now)));
     let run_id = runs::create(&tx, session_id, env.pid, pass_no, started_by, now)?;
-    if let Some(line) = away_line(&starts, env.config.run.timer_period_secs, now) {
+    if let Some(line) = away_line(last, env.config.run.timer_period_secs, now) {
         crate::journal::eprint(
             crate::journal::WARNING,
             &format!("fleetagent: run {run_id}: {line}"),
@@ -164,30 +161,31 @@ pub fn begin(store: &mut Store, env: &RunEnv<'_>, pass_no: u32) -> Result<Claim>
     })
 }
 
-/// Runs this many periods apart mean nothing ran between them (doctor's stale threshold: a
-/// run held for its whole deadline by the lock still starts within it).
+/// Passes this many timer periods apart mean nothing ran between them (doctor's stale
+/// threshold).
 pub const AWAY_PERIODS: i64 = 3;
 
-/// The runs whose starts give the cadence [`away_line`] judges by: the last one and the
-/// gaps between the three before it.
-pub const AWAY_CADENCE_RUNS: i64 = 4;
+/// When this database last saw a run at work: the later of the last run's end and the last
+/// run's start (a pass that died after it started never ends its run: a re-test saw each
+/// later pass read as "the first in 20m, 25m, ..."). From the end, a run that waited on the
+/// lock for a long pass is no absence (another re-test, counting from the starts).
+pub fn last_activity(conn: &rusqlite::Connection) -> Result<Option<Millis>> {
+    let ended = session::state(conn)?.last_run_finished_at;
+    let started = runs::recent_starts(conn, 1)?.first().copied();
+    Ok(ended.max(started))
+}
 
-/// The line for a pass that starts more than [`AWAY_PERIODS`] periods after the last run
-/// started: the timer, the host or fleetagent was stopped, and the fleet billed unwatched (the
-/// away walkthrough: 3 days off, and the first pass said nothing of it). The period is the
-/// timer's, or the runs' own cadence where that was longer (the shortest gap between the
-/// runs before, `starts` newest first): a timer of an hour shortened to 5 minutes is no
-/// absence (a re-test), nor are runs that died after they started (another: an interrupted
-/// pass never ends a run, and each later pass read as the first in 20, 25, ... minutes).
-/// None otherwise.
-pub fn away_line(starts: &[Millis], period_secs: u64, now: Millis) -> Option<String> {
-    let last = *starts.first()?;
-    let cadence = starts.windows(2).map(|w| w[0] - w[1]).min().unwrap_or(0);
-    let period = (period_secs as Millis * 1000).max(cadence);
+/// The line for a pass that comes more than [`AWAY_PERIODS`] timer periods after the last
+/// run at work (`last`, [`last_activity`]): the timer, the host or fleetagent was stopped,
+/// and the fleet billed unwatched (the away walkthrough: 3 days off, and the first pass said
+/// nothing of it). None otherwise. A timer period just shortened reads the last gap against
+/// the new one: said once (an hour's timer set to 5 minutes: "the first pass in 55m").
+pub fn away_line(last: Option<Millis>, period_secs: u64, now: Millis) -> Option<String> {
+    let last = last?;
     let gap = now - last;
-    (gap > AWAY_PERIODS * period).then(|| {
+    (gap > AWAY_PERIODS * period_secs as Millis * 1000).then(|| {
         format!(
-            "the first pass in {} (the last run started {}): the timer, the host or fleetagent was stopped meanwhile, and the fleet went on billing unwatched",
+            "the first pass in {} (the last run was at work {}): the timer, the host or fleetagent was stopped meanwhile, and the fleet went on billing unwatched",
             crate::clock::human_duration(gap),
             crate::clock::rfc3339(last)
         )
@@ -514,28 +512,19 @@ mod away_tests {
     use super::*;
 
     #[test]
-    fn a_pass_is_away_past_three_periods_after_the_last_run_started() {
+    fn a_pass_is_away_past_three_timer_periods_after_the_last_run_at_work() {
         let now = 1_000_000_000;
         let min = 60_000;
-        assert_eq!(away_line(&[], 300, now), None);
-        assert_eq!(away_line(&[now - 15 * min], 300, now), None);
-        let line = away_line(&[now - 15 * min - 1], 300, now).unwrap();
+        assert_eq!(away_line(None, 300, now), None);
+        assert_eq!(away_line(Some(now - 15 * min), 300, now), None);
+        let line = away_line(Some(now - 15 * min - 1), 300, now).unwrap();
         assert!(line.starts_with("the first pass in 15m"), "{line}");
-        let back = now - 3 * 86_400_000;
-        let line = away_line(&[back, back - 5 * min, back - 10 * min], 300, now).unwrap();
+        let line = away_line(Some(now - 3 * 86_400_000), 300, now).unwrap();
         assert!(
-            line.starts_with("the first pass in 3d00h (the last run started 1970-01-09T13:46:40Z)"),
+            line.starts_with(
+                "the first pass in 3d00h (the last run was at work 1970-01-09T13:46:40Z)"
+            ),
             "{line}"
         );
-        // Runs an hour apart, the timer then set to 5 minutes: 55 minutes is no absence.
-        let hourly = [now - 55 * min, now - 115 * min, now - 175 * min];
-        assert_eq!(away_line(&hourly, 300, now), None);
-        // One long gap before does not hide the next: the shortest gap is the cadence.
-        let again = [
-            now - 3 * 86_400_000,
-            now - 6 * 86_400_000,
-            now - 6 * 86_400_000 - 5 * min,
-        ];
-        assert!(away_line(&again, 300, now).is_some());
     }
 }

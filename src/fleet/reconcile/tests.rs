@@ -657,11 +657,15 @@ fn another_agents_fleet_is_told_by_its_labels_shape_and_id() {
         inst(1, "stage-qwerty-r4-0a1b2c3d", Some("running")),
         inst(2, "manual-prover", Some("running")),
         inst(3, "old-seedvs-r7-0a1b2c3d", Some("running")),
+        inst(5, "curio-worker-r1-01", Some("running")),
+        inst(6, "my-box-r1-a", Some("running")),
     ];
     let workers = [
         worker("stage-qwerty-r4-0a1b2c3d", "10.0.0.1:12300", 1),
         worker("manual-prover", "10.0.0.2:12300", 1),
         worker("old-seedvs-r7-0a1b2c3d", "10.0.0.3:12300", 1),
+        worker("curio-worker-r1-01", "10.0.0.5:12300", 1),
+        worker("my-box-r1-a", "10.0.0.6:12300", 1),
     ];
     let named = rival_fleet(listing.iter(), &workers, "seedvs");
     assert_eq!(named, vec!["\"stage-qwerty-r4-0a1b2c3d\" (instance 1)"]);

@@ -460,12 +460,15 @@ fn the_first_pass_after_days_away_says_so_and_names_what_vanished() {
     assert_eq!(vast.instance_ids().len(), 1);
     f.cmd(&["pause", "--for", "1h", "--reason", "maint"]).ok();
     f.cmd(&["resume"]).ok();
-    // Three days pass: the last run started then, the pause's event was sent then, and the
+    // Three days pass: the last run was at work then, the pause's event was sent then, and the
     // instance is gone from vast.ai meanwhile.
     let db = f.db();
     for sql in [
         format!(
             "UPDATE runs SET started_at = started_at - {THREE_DAYS}, finished_at = finished_at - {THREE_DAYS}"
+        ),
+        format!(
+            "UPDATE agent_state SET last_run_finished_at = last_run_finished_at - {THREE_DAYS}"
         ),
         format!(
             "UPDATE events SET created_at = created_at - {THREE_DAYS} WHERE claimed_by IS NULL"
@@ -479,7 +482,7 @@ fn the_first_pass_after_days_away_says_so_and_names_what_vanished() {
     let out = f.cmd(&["run"]).ok();
     assert!(
         out.stderr
-            .contains("the first pass in 3d00h (the last run started "),
+            .contains("the first pass in 3d00h (the last run was at work "),
         "{}",
         out.stderr
     );
