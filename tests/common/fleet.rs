@@ -160,6 +160,17 @@ impl Fleet {
         self.db().query_row(sql, [], |r| r.get(0)).expect(sql)
     }
 
+    /// The last observation a pass stored for the model.
+    pub fn last_observation(&self) -> String {
+        self.db()
+            .query_row(
+                "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .expect("an observation")
+    }
+
     pub fn path(&self) -> &Path {
         self.tmp.path()
     }

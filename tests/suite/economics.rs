@@ -155,14 +155,7 @@ fn with_the_price_unknown_the_launch_happens_and_the_observation_says_so() {
     f.cmd(&["trigger", "-p", "1", "-r", "workers died"]).ok();
     f.cmd(&["run"]).ok();
     assert_eq!(vast.count(Route::Create), 1);
-    let observation: String = f
-        .db()
-        .query_row(
-            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let observation = f.last_observation();
     // The prompt's line is short; why and the keys to set are doctor's (below).
     assert!(
         observation.contains("Economics: price unknown, so profit is not checked.")

@@ -437,14 +437,7 @@ fn the_search_quota_is_named_in_the_result_the_next_observation_and_doctor() {
         "{detail}"
     );
     pass(&f);
-    let obs: String = f
-        .db()
-        .query_row(
-            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let obs = f.last_observation();
     assert!(
         obs.contains("vast.ai search quota exhausted until 1754086400"),
         "{obs}"

@@ -255,14 +255,7 @@ fn another_fleet_proving_for_this_cluster_is_named() {
         "{}",
         out.stderr
     );
-    let observation: String = f
-        .db()
-        .query_row(
-            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let observation = f.last_observation();
     assert!(
         observation.contains("Another fleet: another fleet on this vast.ai account"),
         "{observation}"

@@ -492,13 +492,7 @@ fn the_first_pass_after_days_away_says_so_and_names_what_vanished() {
         "{}",
         out.stderr
     );
-    let observation: String = db
-        .query_row(
-            "SELECT content FROM messages WHERE kind = 'observation' ORDER BY id DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let observation = f.last_observation();
     assert!(observation.contains("(sent 3d00h ago)"), "{observation}");
     assert!(
         observation.contains("the first pass in 3d00h"),
