@@ -65,8 +65,8 @@ pub fn recover_interrupted(store: &mut Store, now: Millis) -> Result<usize> {
 /// clock set right). Likewise when a wake is overdue by more than two timer periods: the
 /// clock may have stepped forward since the last pass (the away walkthrough: +6 h, and a
 /// 10-minute wake ran at once, 5h51m "late", when the pass came before any `poll`), or the
-/// host was away, when the listing costs one request; and when the last run ended more than
-/// [`AWAY_PERIODS`] timer periods ago, so that [`begin`] tells an absence from a clock that
+/// host was away, when the listing costs one request; and when the last run was at work
+/// more than [`AWAY_PERIODS`] timer periods ago ([`last_activity`]), so that [`begin`] tells an absence from a clock that
 /// stepped forward (a re-test: "the first pass in 6h01m" said beside "6h ahead of vast.ai's").
 /// Nothing else is done with the listing (the pass lists again); a failed listing changes
 /// nothing here (the pass's own says why). Said at warning and to the agent.
