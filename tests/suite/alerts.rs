@@ -36,6 +36,22 @@ pub(crate) fn promtool(args: &[&str]) {
     );
 }
 
+/// `promtool test rules` over `test` written to `file`; a failure shows the test file too.
+fn test_rules(file: &Path, test: &str) {
+    std::fs::write(file, test).unwrap();
+    let out = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool test rules:\n{}{}\n--- the test file ---\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The samples of a textfile: (series as written, value).
 pub(crate) fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()
@@ -408,19 +424,7 @@ fn the_alert_rules_and_the_dashboard_fit_a_real_runs_textfile() {
         quiet = day("0x300", "0+1x300", "0x300", "0x300", "0x300") + &profit("0.5x300"),
         d2 = firing_at(1440, &[("FleetagentMetricsMissing", "")]),
     );
-    let file = a.path().join("fleetagent.rules.test.yml");
-    std::fs::write(&file, &test).unwrap();
-    let out = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}{}\n--- the test file ---\n{test}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    test_rules(&a.path().join("fleetagent.rules.test.yml"), &test);
 }
 
 /// One of two hosts behind one Prometheus powered off for 3 days (the away walkthrough):
@@ -448,17 +452,5 @@ fn a_host_off_for_days_stays_named_by_metrics_missing() {
         firing_of(4380 + 30, only, &[]),
         rules = rules.display(),
     );
-    let file = dir.path().join("away.test.yml");
-    std::fs::write(&file, &test).unwrap();
-    let out = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}{}\n--- the test file ---\n{test}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    test_rules(&dir.path().join("away.test.yml"), &test);
 }
