@@ -21,30 +21,29 @@ pub fn events_line(events: &[Event], now: crate::clock::Millis) -> Option<String
         return None;
     }
     let mut order: Vec<(u8, &str, &str)> = Vec::new();
-    let mut counts: BTreeMap<(u8, &str, &str), usize> = BTreeMap::new();
-    let mut oldest: BTreeMap<(u8, &str, &str), crate::clock::Millis> = BTreeMap::new();
+    // Each group's count and its oldest event's time.
+    let mut groups: BTreeMap<(u8, &str, &str), (usize, crate::clock::Millis)> = BTreeMap::new();
     for e in &relevant {
         let key = (e.priority, e.kind.as_str(), e.reason.as_str());
-        let n = counts.entry(key).or_insert(0);
+        let (n, oldest) = groups.entry(key).or_insert((0, e.created_at));
         if *n == 0 {
             order.push(key);
         }
         *n += 1;
-        let at = oldest.entry(key).or_insert(e.created_at);
-        *at = (*at).min(e.created_at);
+        *oldest = (*oldest).min(e.created_at);
     }
     let mut parts: Vec<String> = order
         .iter()
         .take(MAX_GROUPS)
         .map(|key| {
             let (p, kind, reason) = *key;
-            let n = counts[key];
+            let (n, oldest) = groups[key];
             let times = if n > 1 {
                 format!(" x{n}")
             } else {
                 String::new()
             };
-            let age = now - oldest[key];
+            let age = now - oldest;
             let age = if age >= OLD_EVENT_MS {
                 format!(
                     " ({} {} ago)",

@@ -93,7 +93,8 @@ pub fn observe(
             crate::journal::eprint(priority, &format!("fleetagent: {line}"));
             events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
         }
-        let own_none = instances::none_ever(&tx)?;
+        // Asked only beside another install's instances (the line's only case).
+        let own_none = !rec.other_installs.is_empty() && instances::none_ever(&tx)?;
         if let Some(line) = crate::fleet::identity::new_beside_another(
             config,
             &rec.other_installs,
