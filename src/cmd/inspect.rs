@@ -69,6 +69,7 @@ fn judged_config(
                 config,
                 path,
                 file_found: true,
+                left_out: Vec::new(),
             };
             Ok((sim, Some(view)))
         }

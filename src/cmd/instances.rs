@@ -269,6 +269,15 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
         return stop_all(app, args);
     };
     let (loaded, dir, mut store) = super::open_for_brake(app, "instances stop")?;
+    // Whether a stop keeps the disk is the operator's word: a `vast.stop_mode` left out would
+    // destroy by its default (a walkthrough's `stop_mode = "Stop"` destroyed a disk kept on
+    // purpose). `--all` destroys whatever it says.
+    if loaded.left_out.iter().any(|k| k == "vast.stop_mode") {
+        return Err(crate::error::usage(format!(
+            "config {}: vast.stop_mode cannot be read (the warning above says why), so whether this stop keeps instance {id}'s disk (\"stop\") or destroys it (\"destroy\") is not known: nothing was stopped; fix the key and run this again",
+            loaded.path.display()
+        )));
+    }
     // Typed: a pass running now holds its launches from here, not from vast.ai's answer
     // (a walkthrough saw a replacement rented while the destroy was on its way). Only a live
     // instance of ours is marked (a stop of another id holds nothing): one the table knows

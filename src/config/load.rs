@@ -24,6 +24,8 @@ pub struct LoadedConfig {
     pub path: PathBuf,
     /// False when the default path did not exist and every default applies.
     pub file_found: bool,
+    /// The dotted keys [`load_for_brake`] left out (their defaults apply); empty otherwise.
+    pub left_out: Vec<String>,
 }
 
 /// Pick the config path: `--config`, else `$FLEETAGENT_CONFIG`, else the default.
@@ -48,6 +50,7 @@ pub fn load(path: &Path, origin: ConfigOrigin) -> Result<LoadedConfig, UsageErro
         config,
         path: path.to_path_buf(),
         file_found: true,
+        left_out: Vec::new(),
     })
 }
 
@@ -70,13 +73,25 @@ pub fn load_for_brake(
         config,
         path: path.to_path_buf(),
         file_found: true,
+        left_out: left_out.iter().filter_map(|e| left_out_key(e)).collect(),
     };
     Ok((loaded, left_out))
+}
+
+/// The dotted key a left-out key's error names (`line N (KEY): ...`, or `KEY: ...` where no
+/// line is known).
+fn left_out_key(said: &str) -> Option<String> {
+    named_key(said).or_else(|| {
+        said.split_once(": ")
+            .map(|(k, _)| k.to_string())
+            .filter(|k| !k.is_empty() && !k.contains(' '))
+    })
 }
 
 fn defaults(path: &Path) -> LoadedConfig {
     LoadedConfig {
         config: Config::default(),
+        left_out: Vec::new(),
         path: path.to_path_buf(),
         file_found: false,
     }

@@ -393,7 +393,10 @@ fn from_store(
             }
         }
     }
-    found.extend("config", setup::fleet_over_caps(conn, config));
+    let held = state
+        .as_ref()
+        .is_ok_and(|s| s.last_demand_error().is_some());
+    found.extend("config", setup::fleet_over_caps(conn, config, held));
     found.extend("config", setup::daily_spend_reached(conn, config, now));
     found.add("runs", agent::runs(conn, lock_holder, now));
     found.add(

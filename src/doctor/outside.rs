@@ -42,11 +42,7 @@ pub(super) fn demand(
     url_missing: bool,
 ) -> Vec<Problem> {
     let source = config.demand.source;
-    let error = state
-        .last_demand
-        .as_deref()
-        .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-        .and_then(|v| v["error"].as_str().map(String::from));
+    let error = state.last_demand_error();
     if url_missing
         && error
             .as_deref()

@@ -88,8 +88,13 @@ pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 /// The fleet as the last pass left it, over a cap the config now sets (lowered since): the
 /// next pass stops the surplus, young rentals too if no other can go, never one that is
 /// proving (only the operator's `--force` stops one: a walkthrough saw a busy fleet kept over
-/// a lowered cap pass after pass while this said the next pass stops it). Said before it does.
-pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> Vec<Problem> {
+/// a lowered cap pass after pass while this said the next pass stops it), and nothing while
+/// the demand probe fails (`held`: the fleet is held). Said before it does.
+pub(super) fn fleet_over_caps(
+    conn: &rusqlite::Connection,
+    config: &Config,
+    held: bool,
+) -> Vec<Problem> {
     let rows = match crate::store::instances::live(conn) {
         Ok(r) => r,
         Err(e) => return vec![super::unreadable("instances", &e)],
@@ -101,15 +106,46 @@ pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> V
     let billing = rows
         .iter()
         .filter(|r| crate::fleet::is_billing_state(r.state));
-    let (proving, idle) = billing.fold((0, 0), |(p, i), r| match r.state {
+    let (proving, idle) = billing.clone().fold((0, 0), |(p, i), r| match r.state {
         crate::fleet::PROVING => (p + 1, i),
         _ => (p, i + 1),
     });
-    let proving_said = match (proving, idle) {
+    let mut proving_said = match (proving, idle) {
         (0, _) => String::new(),
         (p, 0) => format!("; but all {p} are proving, and a pass never stops one that proves: nothing goes until a proof ends (on a busy cluster that may be never)"),
         (p, _) => format!("; {p} proving are not stopped while they prove"),
     };
+    // The stop guardrail keeps the cluster's last live worker while proofs wait, over a cap
+    // too (a walkthrough's `max_instances = 0` kept it, refused every pass, while this said
+    // the next pass stops it): named with the way to end it.
+    let last_reading: Option<crate::demand::Demand> = crate::store::curio::last_reading(conn)
+        .ok()
+        .and_then(|(j, _)| j)
+        .and_then(|j| serde_json::from_str(&j).ok());
+    let last_worker = last_reading
+        .filter(|d| d.live_workers() <= 1 && d.queued_work() > 0)
+        .and_then(|d| {
+            billing
+                .clone()
+                .find(|r| {
+                    r.state != crate::fleet::PROVING
+                        && r.machine_name.as_ref().is_some_and(|m| {
+                            d.workers
+                                .iter()
+                                .any(|w| &w.machine_name == m && !w.cordoned)
+                        })
+                })
+                .map(|r| (r.vast_id.unwrap_or(0), d.queued_work()))
+        });
+    if let Some((id, queued)) = last_worker {
+        proving_said.push_str(&format!("; instance {id} is the cluster's last live worker while {queued} proofs wait, which no pass stops (only `fleetagent instances stop {id} --force` does)"));
+    }
+    if held {
+        return vec![Problem::new(format!(
+            "the fleet of ours is over {figures}, and the last pass's demand probe failed: the fleet is held, so no pass stops the surplus (rule over_cap) until the probe answers again (see the demand check)"
+        ))
+        .fix("mend the demand probe (the demand check says how), or end the surplus now with `fleetagent instances stop ID --force` (`fleetagent instances list` names them)")];
+    }
     vec![Problem::new(format!(
         "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go{proving_said}{}",
         if config.policy.dry_run {
@@ -118,7 +154,7 @@ pub(super) fn fleet_over_caps(conn: &rusqlite::Connection, config: &Config) -> V
             ""
         }
     ))
-    .fix("if the cap was lowered on purpose: the next pass stops what is idle, and `fleetagent instances stop ID --force` ends one that is proving now (its proof is handed back to Curio); if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")]
+    .fix("if the cap was lowered on purpose: the next pass stops what is idle, and `fleetagent instances stop ID --force` ends one that is proving now (its proof is handed back to Curio) or the last live worker; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")]
 }
 
 /// `policy.daily_spend_max` reached: today's spend and an hour of the fleet as it is pass the

@@ -139,6 +139,61 @@ fn a_fleet_over_a_lowered_cap_is_named_before_the_next_pass_stops_it() {
         "{}",
         said[0]
     );
+    // The last pass's probe failed: the fleet is held, and no pass stops anything until it
+    // answers (a walkthrough read "the next pass stops the surplus" while each refused it).
+    s.conn
+        .execute(
+            r#"UPDATE agent_state SET last_demand = '{"error":"probe_failed: connection refused"}'"#,
+            [],
+        )
+        .unwrap();
+    let held = config_problems(&config);
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(
+        held[0].contains(
+            "the last pass's demand probe failed: the fleet is held, so no pass stops the surplus"
+        ),
+        "{}",
+        held[0]
+    );
+}
+
+/// A cap lowered to 0 under the cluster's last live worker while proofs wait: the stop
+/// guardrail keeps it, over a cap too, and the `config` check names it and its `--force`
+/// rather than say that the next pass stops it (a walkthrough saw each pass refuse it).
+#[test]
+fn the_last_live_worker_over_a_cap_is_named_with_its_force() {
+    use crate::fleet::fixtures::row;
+    let (dir, s) = test_store(NOW);
+    let mut last = row("fa-1", Some(41), crate::fleet::REGISTERED, 0.4);
+    last.machine_name = Some("w41".into());
+    crate::store::instances::upsert(&s.conn, &last).unwrap();
+    let reading = crate::demand::Demand {
+        pending: 10,
+        workers: vec![crate::demand::Worker {
+            machine_name: "w41".into(),
+            host_and_port: "10.0.0.41:12300".into(),
+            running: 0,
+            cordoned: false,
+        }],
+        ..Default::default()
+    };
+    crate::store::curio::set_last_reading(&s.conn, &serde_json::to_string(&reading).unwrap(), NOW)
+        .unwrap();
+    let mut config = Config::default();
+    config.policy.max_instances = Some(0);
+    let said: Vec<String> = check(&run_checks(dir.path(), &config), "config")
+        .problems
+        .iter()
+        .map(|p| p.detail.clone())
+        .filter(|d| d.contains("over_cap"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("instance 41 is the cluster's last live worker while 10 proofs wait, which no pass stops (only `fleetagent instances stop 41 --force` does)"),
+        "{}",
+        said[0]
+    );
 }
 
 /// A `--user` install's units answer from the user manager, whose journal and timers the

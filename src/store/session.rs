@@ -64,6 +64,17 @@ pub struct AgentState {
     pub poll_at: Option<Millis>,
 }
 
+impl AgentState {
+    /// Why the last pass's demand probe failed (its stored reading is an `error`), if it did:
+    /// the fleet is held meanwhile.
+    pub fn last_demand_error(&self) -> Option<String> {
+        self.last_demand
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .and_then(|v| v["error"].as_str().map(String::from))
+    }
+}
+
 pub fn state(conn: &Connection) -> Result<AgentState> {
     Ok(conn.query_row(
         "SELECT session_id, last_run_finished_at, last_success_at, last_llm_call_at,

@@ -665,6 +665,29 @@ fn the_panic_button_destroys_while_the_listing_hangs() {
         "{}",
         paused.stderr
     );
+    // A stop mode that cannot be read: one instance's stop refuses, naming the key, rather
+    // than destroy by the default (the walkthrough's "Stop" meant to keep the disk); the
+    // button below destroys whatever the key says.
+    let modeless = typo.replacen("[vast]\n", "[vast]\nstop_mode = \"Stop\"\n", 1);
+    assert_ne!(modeless, typo);
+    f.write_config(&modeless);
+    let id = vast.instance_ids()[0].to_string();
+    let one = f.cmd(&[
+        "instances",
+        "stop",
+        &id,
+        "--force",
+        "--reason",
+        "keep the disk",
+    ]);
+    assert_eq!(one.code, 2, "{}\n{}", one.stdout, one.stderr);
+    assert!(
+        one.stderr.contains("vast.stop_mode cannot be read")
+            && one.stderr.contains("nothing was stopped"),
+        "{}",
+        one.stderr
+    );
+    assert_eq!(vast.count(Route::Destroy) + vast.count(Route::Manage), 0);
     vast.fail_next(Route::ListV1, 10, FakeReply::hang());
     let out = f.cmd(&["instances", "stop", "--all", "--reason", "runaway bill"]);
     assert_eq!(out.code, 1, "{}\n{}", out.stdout, out.stderr);
