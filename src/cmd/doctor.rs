@@ -10,15 +10,24 @@ pub fn run(app: &App, args: &crate::cli::DoctorArgs) -> Result<()> {
     let loaded = match app.load_config() {
         Ok(loaded) => loaded,
         Err(e) => {
+            let unattended = unattended_fleet(app);
             // A monitor reading --json gets JSON here too: the config check fails, the rest
             // are not checked; the error line and exit 2 as for every config error.
             if args.json {
                 // The keys that name the install are there, null where the config would
                 // have said (a re-test found them missing on a config error).
-                let checks = crate::doctor::config_unreadable(&e);
+                let mut checks = crate::doctor::config_unreadable(&e);
+                let config_check = checks.iter_mut().find(|c| c.name == "config");
+                if let (Some(line), Some(check)) = (&unattended, config_check) {
+                    check
+                        .problems
+                        .push(crate::doctor::Problem::new(line.clone()));
+                }
                 let state_dir = app.state_dir_flag.as_ref().map(|d| d.display().to_string());
                 let config = Some(app.config_path().0.display().to_string());
                 crate::outln!("{}", json(&checks, state_dir, config, None));
+            } else if let Some(line) = &unattended {
+                crate::outln!("config: {line}");
             }
             return Err(e);
         }
@@ -108,4 +117,27 @@ fn json(
 
 fn note(text: &str) {
     crate::journal::eprint(crate::journal::NOTICE_PRIORITY, &format!("note: {text}"));
+}
+
+/// With the config refused, what of ours bills with no pass deciding, read as the hand-brake
+/// reads the config (a key its checks refuse left out): a walkthrough's doctor said only the
+/// config's line while an instance billed, and the commands that name it refused too. None
+/// when nothing bills or the database cannot be read that way.
+fn unattended_fleet(app: &App) -> Option<String> {
+    let (path, origin) = app.config_path();
+    let (loaded, _) = crate::config::load_for_brake(&path, origin).ok()?;
+    let dir = app.state_dir(Some(&loaded.config)).ok()?;
+    let store = crate::store::Store::open_for_report(&dir, app.now()).ok()?;
+    let rows = crate::store::instances::live(&store.conn).ok()?;
+    let billing = rows
+        .iter()
+        .filter(|r| crate::fleet::is_billing_state(r.state) || r.state == crate::fleet::STOPPED)
+        .count();
+    if billing == 0 {
+        return None;
+    }
+    let dph = crate::fleet::money::dph_of(&rows);
+    Some(format!(
+        "{billing} instance(s) of ours bill ${dph:.2}/h (as the last pass saw them) and no pass decides while every run refuses this config: `fleetagent instances list` names them; `fleetagent pause` and `fleetagent instances stop` work on this config as it is"
+    ))
 }

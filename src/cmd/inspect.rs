@@ -92,7 +92,8 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
             "--hours needs --plot FILE (it is how far back the plot reaches)",
         ));
     }
-    let (loaded, dir, store) = super::open_for_report(app)?;
+    let (loaded, dir, store) = super::open_for_report_despite_typos(app)?;
+    let refused = super::refused_after_report(&loaded);
     let (loaded, sim) = judged_config(loaded, &dir, &store)?;
     let units = crate::units::unit_states_json();
     let now = as_of(app, &store)?;
@@ -118,7 +119,7 @@ pub fn run(app: &App, args: &InspectArgs) -> Result<()> {
     } else {
         crate::out!("{}", crate::inspect::render_text(&report));
     }
-    Ok(())
+    refused
 }
 
 /// The arguments first (a bad `--hours`, an unwritable file: usage errors before anything is

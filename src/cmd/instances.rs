@@ -28,7 +28,7 @@ pub fn run(app: &App, command: &InstancesCommand) -> Result<()> {
 }
 
 fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
-    let (loaded, _dir, store) = super::open_for_report(app)?;
+    let (loaded, _dir, store) = super::open_for_report_despite_typos(app)?;
     let config = &loaded.config;
     let rows = instances::live(&store.conn)?;
     // A simulation's instances are the simulator's: vast.ai is not asked about them.
@@ -138,6 +138,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "offline": args.offline || simulated,
         });
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
+        super::refused_after_report(&loaded)?;
         return blind(listing_error.as_deref());
     }
     if let Some(note) = follower_note(config, &app.env, &store.conn, &install_id) {
@@ -207,6 +208,7 @@ fn list(app: &App, args: &InstancesListArgs) -> Result<()> {
             "{not_ours} other instance(s) on the account are not ours (not under our label prefix {prefix:?})"
         );
     }
+    super::refused_after_report(&loaded)?;
     blind(listing_error.as_deref())
 }
 
@@ -272,7 +274,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     // Whether a stop keeps the disk is the operator's word: a `vast.stop_mode` left out would
     // destroy by its default (a walkthrough's `stop_mode = "Stop"` destroyed a disk kept on
     // purpose). `--all` destroys whatever it says.
-    if loaded.left_out.iter().any(|k| k == "vast.stop_mode") {
+    if loaded.left_out("vast.stop_mode") {
         return Err(crate::error::usage(format!(
             "config {}: vast.stop_mode cannot be read (the warning above says why), so whether this stop keeps instance {id}'s disk (\"stop\") or destroys it (\"destroy\") is not known: nothing was stopped; fix the key and run this again",
             loaded.path.display()

@@ -258,6 +258,35 @@ pub(crate) fn open_for_report(app: &App) -> Result<(LoadedConfig, PathBuf, Store
     Ok((loaded, dir, store))
 }
 
+/// [`open_for_report`] for `inspect` and `instances list`, the config read as the hand-brake
+/// reads it: a key its checks refuse is left out (its default applies), so that a typo never
+/// hides what bills (a walkthrough: every run refused the config while an instance billed,
+/// and the commands that name it refused too). The caller shows its report, then fails with
+/// [`refused_after_report`] (exit 2, as any config error).
+pub(crate) fn open_for_report_despite_typos(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
+    let (path, origin) = app.config_path();
+    let (loaded, _) = crate::config::load_for_brake(&path, origin)?;
+    let dir = app.state_dir(Some(&loaded.config))?;
+    let store = Store::open_for_report(&dir, app.now())?;
+    Ok((loaded, dir, store))
+}
+
+/// The config error of a report shown with keys left out ([`open_for_report_despite_typos`]):
+/// exit 2 after it, as any config error; Ok when none was.
+pub(crate) fn refused_after_report(loaded: &LoadedConfig) -> Result<()> {
+    let Some(first) = loaded.left_out.first() else {
+        return Ok(());
+    };
+    let more = match loaded.left_out.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Err(crate::error::usage(format!(
+        "config {}: {first}{more}; shown above with its default, but every run refuses this config (no pass decides meanwhile): fix it",
+        loaded.path.display()
+    )))
+}
+
 /// Config, state dir (created setgid 2770 when missing) and a database created if missing.
 pub(crate) fn open_or_create(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
     let loaded = app.load_config()?;

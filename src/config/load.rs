@@ -24,8 +24,18 @@ pub struct LoadedConfig {
     pub path: PathBuf,
     /// False when the default path did not exist and every default applies.
     pub file_found: bool,
-    /// The dotted keys [`load_for_brake`] left out (their defaults apply); empty otherwise.
+    /// The errors of the keys [`load_for_brake`] left out (`line N (KEY): ...`; their
+    /// defaults apply); empty otherwise.
     pub left_out: Vec<String>,
+}
+
+impl LoadedConfig {
+    /// [`load_for_brake`] left out the dotted `key` (its default applies).
+    pub fn left_out(&self, key: &str) -> bool {
+        self.left_out
+            .iter()
+            .any(|e| left_out_key(e).as_deref() == Some(key))
+    }
 }
 
 /// Pick the config path: `--config`, else `$FLEETAGENT_CONFIG`, else the default.
@@ -73,7 +83,7 @@ pub fn load_for_brake(
         config,
         path: path.to_path_buf(),
         file_found: true,
-        left_out: left_out.iter().filter_map(|e| left_out_key(e)).collect(),
+        left_out: left_out.clone(),
     };
     Ok((loaded, left_out))
 }

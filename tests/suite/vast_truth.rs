@@ -656,6 +656,30 @@ fn the_panic_button_destroys_while_the_listing_hangs() {
     assert_ne!(typo, good);
     f.write_config(&typo);
     assert_eq!(f.cmd(&["run"]).code, 2);
+    // What bills meanwhile is shown and said: `instances list` shows the table read with the
+    // key left out, then fails as a config error does; doctor names the fleet no pass tends.
+    let list = f.cmd(&["instances", "list", "--offline"]);
+    assert_eq!(list.code, 2, "{}", list.stderr);
+    assert!(
+        labels.iter().all(|l| list.stdout.contains(l.as_str()))
+            && list.stderr.contains("(policy.max_instance): unknown field")
+            && list.stderr.contains("shown above with its default"),
+        "{}\n{}",
+        list.stdout,
+        list.stderr
+    );
+    let doctor = f.cmd(&["doctor"]);
+    assert_eq!(doctor.code, 2, "{}", doctor.stderr);
+    assert!(
+        doctor
+            .stdout
+            .contains("config: 2 instance(s) of ours bill $")
+            && doctor
+                .stdout
+                .contains("no pass decides while every run refuses this config"),
+        "{}",
+        doctor.stdout
+    );
     let paused = f.cmd(&["pause", "--reason", "hands off"]).ok();
     assert!(
         paused
