@@ -451,11 +451,20 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 .is_some_and(|s| s.trim().eq_ignore_ascii_case("stopped"))
         };
         // vast.ai's two shapes of a paused bid: `actual_status` stopped (intended_status
-        // left running), or cur_state, intended_status and next_state all stopped.
+        // left running), or cur_state, intended_status and next_state all stopped. And a
+        // container that exited because the instance was meant to stop (intended_status
+        // stopped: by us, or by vast.ai when the account's credit ran out) is a stop, not a
+        // crash: a walkthrough's credit-stopped instance was destroyed as dead and its sound
+        // host left out of searches for a day.
+        let exited = inst
+            .actual_status
+            .as_deref()
+            .is_some_and(|s| s.trim().eq_ignore_ascii_case("exited"));
         let paused = stopped(&inst.actual_status)
             || (stopped(&inst.cur_state)
                 && stopped(&inst.intended_status)
-                && stopped(&inst.next_state));
+                && stopped(&inst.next_state))
+            || (exited && stopped(&inst.intended_status));
         if paused {
             state = if row.is_bid && !input.our_stops.contains(&(inst.id as i64)) {
                 OUTBID

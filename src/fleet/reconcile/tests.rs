@@ -316,6 +316,34 @@ fn failed_listing_keeps_the_table() {
     assert!(rec.settle.is_empty() && rec.changes.is_empty() && rec.deleted.is_empty());
 }
 
+/// A container that exited because the instance was meant to stop (vast.ai stops the
+/// fleet when the account's credit runs out) is stopped, billing its disk: not a crash, whose
+/// host would be left out of searches. One that exited while meant to run is dead.
+#[test]
+fn an_instance_exited_because_it_was_meant_to_stop_is_stopped_not_dead() {
+    let exited = |id: u64, intended: &str| {
+        let mut i = inst(id, &format!("fleetagent-{id}"), Some("exited"));
+        i.intended_status = Some(intended.into());
+        i.cur_state = Some("running".into());
+        i.status_msg = Some("Instance stopped: insufficient credit".into());
+        i
+    };
+    let listing = vec![exited(1, "stopped"), exited(2, "running")];
+    let local: Vec<InstanceRow> = (1..=2)
+        .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
+        .collect();
+    let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
+    let state = |id: i64| {
+        rec.rows
+            .iter()
+            .find(|r| r.vast_id == Some(id))
+            .unwrap()
+            .state
+    };
+    assert_eq!((state(1), state(2)), (STOPPED, DEAD));
+    assert!(rec.newly_outbid.is_empty());
+}
+
 #[test]
 fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
     let stopped = |id: u64, intended: &str, next: Option<&str>| {
