@@ -154,7 +154,7 @@ pub(super) fn fleet_over_caps(
             ""
         }
     ))
-    .fix("if the cap was lowered on purpose: the next pass stops what is idle, and `fleetagent instances stop ID --force` ends one that is proving now (its proof is handed back to Curio) or the last live worker; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")]
+    .fix("if the cap was lowered on purpose, or vast.ai bills an instance above its offer (a journal line at warning says so): the next pass stops what is idle, and `fleetagent instances stop ID --force` ends one that is proving now (its proof is handed back to Curio) or the last live worker; if not, set it back before the next pass, or `fleetagent pause --reason ...` (a pause stops nothing) while you decide")]
 }
 
 /// `policy.daily_spend_max` reached: today's spend and an hour of the fleet as it is pass the

@@ -53,6 +53,11 @@ pub struct Reconciled {
     /// Ours whose listed $/h moved by more than [`REPRICED_SHARE`] since the last listing
     /// (a bid's price changed, a host's): one line each, for the journal.
     pub repriced: Vec<String>,
+    /// Launches listed for the first time above the offer they were rented at by more than
+    /// [`REPRICED_SHARE`] (and a cent), short of [`OVERBILLED_SHARE`]: the host is not
+    /// blamed, but the caps count what it bills, which the launch's check did not see (a
+    /// walkthrough's +20 % broke max_dph_total with nothing said).
+    pub above_offer: Vec<String>,
 }
 
 /// A stop or destroy of ours that vast.ai acknowledged, while its listing still shows the
@@ -490,7 +495,19 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         if state != OUTBID {
             if let (Some(a), Some(listed)) = (intent, inst.dph_total) {
                 let rented = a.dph.unwrap_or(listed);
-                if listed > rented * (1.0 + OVERBILLED_SHARE) + 0.01 {
+                let above = format!(
+                    "instance {} is billed ${listed:.3}/h, {:.0} % above the ${rented:.3}/h offer it was rented at",
+                    inst.id,
+                    (listed / rented.max(1e-9) - 1.0) * 100.0,
+                );
+                let first_listing = was_new || row.last_seen_at.is_none();
+                let overbilled = listed > rented * (1.0 + OVERBILLED_SHARE) + 0.01;
+                if first_listing && !overbilled && listed > rented * (1.0 + REPRICED_SHARE) + 0.01 {
+                    out.above_offer.push(format!(
+                        "{above}: the caps count what it bills, above what its launch was checked at"
+                    ));
+                }
+                if overbilled {
                     out.overbilled.push((
                         inst.id as i64,
                         row.machine_id,

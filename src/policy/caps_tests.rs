@@ -198,7 +198,7 @@ fn a_resume_over_the_caps_is_answered_by_a_stop_of_the_newest_in_the_same_pass()
     // The reason names the cap and its figures, and the order the stop was chosen in.
     let why = calls[0].arguments["reason"].as_str().unwrap();
     assert!(
-        why.starts_with("rules: the fleet is over max_instances (4, cap 3) (a cap lowered, or a paused bid resumed): stopping instance 4, first in the order"),
+        why.starts_with("rules: the fleet is over max_instances (4, cap 3) (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance 4, first in the order"),
         "{why}"
     );
     let mut next = 100;

@@ -168,6 +168,9 @@ pub fn observe(
             bad_hosts::mark(&tx, *m, "billed above its offer", bad_until, now)?;
         }
     }
+    for line in &rec.above_offer {
+        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+    }
     for line in &rec.repriced {
         crate::journal::eprint(
             crate::journal::NOTICE_PRIORITY,

@@ -533,14 +533,20 @@ fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
     dear.machine_id = Some(31_337);
     let mut near = inst(6, "fleetagent-r1-bbbb", Some("loading"));
     near.dph_total = Some(0.45);
-    let listing = vec![dear, near];
+    // Above by a fifth: its host is not blamed, but what it bills past the launch's check
+    // is said (a walkthrough's broke max_dph_total unsaid).
+    let mut above = inst(7, "fleetagent-r1-cccc", Some("loading"));
+    above.dph_total = Some(0.48);
+    let listing = vec![dear, near, above];
     let local = vec![
         row("fleetagent-r1-aaaa", None, LAUNCHING, 0.4),
         row("fleetagent-r1-bbbb", None, LAUNCHING, 0.4),
+        row("fleetagent-r1-cccc", None, LAUNCHING, 0.4),
     ];
     let intents = vec![
         intent(1, "fleetagent-r1-aaaa", NOW - 60_000),
         intent(2, "fleetagent-r1-bbbb", NOW - 60_000),
+        intent(3, "fleetagent-r1-cccc", NOW - 60_000),
     ];
     let rec = reconcile(
         &input(local, intents, Some(&listing), None),
@@ -555,6 +561,10 @@ fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
     );
     let counted = rec.rows.iter().find(|r| r.vast_id == Some(5)).unwrap();
     assert_eq!(counted.dph, Some(2.0), "the caps count what it bills");
+    assert_eq!(
+        rec.above_offer,
+        vec!["instance 7 is billed $0.480/h, 20 % above the $0.400/h offer it was rented at: the caps count what it bills, above what its launch was checked at".to_string()]
+    );
 }
 
 /// A stop or destroy of ours that vast.ai acknowledged is undone when the listing still shows

@@ -71,7 +71,7 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
         stops.push(Stop {
             instance_id: id,
             why: format!(
-                "rules: the fleet is over {figures} (a cap lowered, or a paused bid resumed): stopping instance {id}, first in the order (past policy.min_rental_mins before young, idle before proving, the latest to change state, the dearest)"
+                "rules: the fleet is over {figures} (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance {id}, first in the order (past policy.min_rental_mins before young, idle before proving, the latest to change state, the dearest)"
             ),
             kind: CallKind::OverCap,
         });
