@@ -339,14 +339,18 @@ fn pass_actions(conn: &Connection, now: Millis) -> Vec<Problem> {
     // WORKERS DEAD with every launch refused is said beside the pass's failures, not instead
     // of them: a destroy of a flagged instance that failed holds the slot the refused launch
     // needed, and raising the cap is not its fix (a walkthrough).
+    let failed = failed_pass(conn, last.clone(), now);
     let mut found = Vec::new();
     if let Some(run) = last.as_ref().filter(|r| r.emergency) {
-        match dead_and_refused(conn, run, now) {
+        // Launches that failed at vast.ai are said here when the pass-wide line is not
+        // (another call of the pass went through: a walkthrough's destroy of the dead worker
+        // went, its replacement failed 402, and doctor was green).
+        match dead_and_refused(conn, run, failed.is_empty(), now) {
             Ok(p) => found.extend(p),
             Err(e) => return vec![unreadable("actions", &e)],
         }
     }
-    found.extend(failed_pass(conn, last, now));
+    found.extend(failed);
     found
 }
 
@@ -417,14 +421,45 @@ fn failed_pass(
 fn dead_and_refused(
     conn: &Connection,
     run: &crate::store::runs::Run,
+    with_failures: bool,
     now: Millis,
 ) -> anyhow::Result<Option<Problem>> {
     let (codes, through) = health::launch_refusals(conn, run.id)?;
     let codes: Vec<String> = codes.into_iter().filter(|c| c != "paused").collect();
-    if codes.is_empty() || through > 0 {
+    if through > 0 {
         return Ok(None);
     }
     let at = run.finished_at.unwrap_or(run.started_at);
+    let failed = match with_failures {
+        true => health::failed_launches(conn, run.id)?,
+        false => None,
+    };
+    if let Some((n, first)) = failed {
+        let refused = match codes.is_empty() {
+            true => String::new(),
+            false => format!("; refused by a guardrail: {}", codes.join(", ")),
+        };
+        return Ok(Some(
+            Problem::new(format!(
+                "WORKERS DEAD and no launch of the last pass (run {}, {} ago) went through: {n} failed at vast.ai (the first: {}){refused}; nothing is on its way while proofs wait",
+                run.id,
+                human_duration(now - at),
+                crate::text::clip(&first, 300)
+            ))
+            .fix(format!(
+                "`fleetagent history --run {}` shows each call and its error; an account refusal (credit, billing, the key's permissions) is mended in vast.ai's console, and the next pass launches again{}",
+                run.id,
+                match codes.is_empty() {
+                    true => String::new(),
+                    false => format!("; {}", refusal_fixes(&codes)),
+                }
+            ))
+            .since(Some(at)),
+        ));
+    }
+    if codes.is_empty() {
+        return Ok(None);
+    }
     Ok(Some(
         Problem::new(format!(
             "WORKERS DEAD and every launch of the last pass (run {}, {} ago) was refused by a guardrail: {}; nothing is on its way while proofs wait",

@@ -93,6 +93,20 @@ pub fn launch_refusals(conn: &Connection, run_id: i64) -> Result<(Vec<String>, i
     Ok((codes, through))
 }
 
+/// How many launches of run `run_id` failed at vast.ai, and the first one's detail; None
+/// when none did (index `actions_run`).
+pub fn failed_launches(conn: &Connection, run_id: i64) -> Result<Option<(i64, String)>> {
+    let (n, first): (i64, Option<String>) = conn.query_row(
+        "SELECT COUNT(*), (SELECT COALESCE(detail, '') FROM actions
+                            WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'failed'
+                            ORDER BY id LIMIT 1)
+           FROM actions WHERE run_id = ?1 AND kind = 'launch' AND outcome = 'failed'",
+        params![run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((n > 0).then(|| (n, first.unwrap_or_default())))
+}
+
 /// The detail of the first call of run `run_id` that failed at vast.ai (index `actions_run`).
 pub fn first_failed_action(conn: &Connection, run_id: i64) -> Result<Option<(String, String)>> {
     Ok(conn

@@ -3,6 +3,57 @@
 
 use super::*;
 
+/// A WORKERS DEAD pass whose dead worker's destroy went through and whose replacement failed
+/// at vast.ai (credit out: 402) is red, naming the failure: the pass-wide line is silent when
+/// any call went through (a money walkthrough's doctor said ok).
+#[test]
+fn workers_dead_whose_launch_failed_beside_a_destroy_that_went_is_a_problem() {
+    let (_dir, s) = test_store(NOW);
+    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
+    let o = Outcome {
+        verdict: Verdict::ActionFailed,
+        actions: ActionCounts {
+            ok: 1,
+            refused: 0,
+            failed: 1,
+        },
+        ..Outcome::new(true)
+    };
+    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    let call = |kind: &'static str, outcome: &'static str, detail: &str| {
+        crate::store::actions::insert(
+            &s.conn,
+            &crate::store::actions::NewAction {
+                run_id: Some(run),
+                kind,
+                outcome,
+                actor: "rules",
+                detail: Some(detail),
+                ..Default::default()
+            },
+            NOW - 2 * MIN,
+        )
+        .unwrap()
+    };
+    call("destroy", "ok", "{}");
+    call("launch", "failed", "vast.ai HTTP 402 insufficient_credit");
+    let p = agent::actions(&s.conn, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].line().starts_with(&format!(
+            "WORKERS DEAD and no launch of the last pass (run {run}, 2m ago) went through: 1 failed at vast.ai (the first: vast.ai HTTP 402 insufficient_credit); nothing is on its way"
+        )),
+        "{p:?}"
+    );
+    // Every call failed: the pass-wide line says it, once.
+    s.conn
+        .execute("UPDATE actions SET outcome = 'failed'", [])
+        .unwrap();
+    let p = agent::actions(&s.conn, NOW);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].line().starts_with("the last pass"), "{p:?}");
+}
+
 #[test]
 fn workers_dead_with_every_launch_refused_is_a_problem() {
     let (_dir, s) = test_store(NOW);
