@@ -103,6 +103,12 @@ pub(super) fn fleet_over_caps(
     let Some(figures) = crate::fleet::over_caps(&rows, &config.policy) else {
         return Vec::new();
     };
+    if held {
+        return vec![Problem::new(format!(
+            "the fleet of ours is over {figures}, and the last pass's demand probe failed: the fleet is held, so no pass stops the surplus (rule over_cap) until the probe answers again (see the demand check)"
+        ))
+        .fix("mend the demand probe (the demand check says how), or end the surplus now with `fleetagent instances stop ID --force` (`fleetagent instances list` names them)")];
+    }
     let billing = rows
         .iter()
         .filter(|r| crate::fleet::is_billing_state(r.state));
@@ -139,12 +145,6 @@ pub(super) fn fleet_over_caps(
         });
     if let Some((id, queued)) = last_worker {
         proving_said.push_str(&format!("; instance {id} is the cluster's last live worker while {queued} proofs wait, which no pass stops (only `fleetagent instances stop {id} --force` does)"));
-    }
-    if held {
-        return vec![Problem::new(format!(
-            "the fleet of ours is over {figures}, and the last pass's demand probe failed: the fleet is held, so no pass stops the surplus (rule over_cap) until the probe answers again (see the demand check)"
-        ))
-        .fix("mend the demand probe (the demand check says how), or end the surplus now with `fleetagent instances stop ID --force` (`fleetagent instances list` names them)")];
     }
     vec![Problem::new(format!(
         "the fleet of ours is over {figures}: the next pass stops the surplus (rule over_cap), an instance within policy.min_rental_mins of its start too when no other can go{proving_said}{}",
