@@ -495,16 +495,13 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         if state != OUTBID {
             if let (Some(a), Some(listed)) = (intent, inst.dph_total) {
                 let rented = a.dph.unwrap_or(listed);
-                let above = format!(
-                    "instance {} is billed ${listed:.3}/h, {:.0} % above the ${rented:.3}/h offer it was rented at",
-                    inst.id,
-                    (listed / rented.max(1e-9) - 1.0) * 100.0,
-                );
                 let first_listing = was_new || row.last_seen_at.is_none();
                 let overbilled = listed > rented * (1.0 + OVERBILLED_SHARE) + 0.01;
                 if first_listing && !overbilled && listed > rented * (1.0 + REPRICED_SHARE) + 0.01 {
                     out.above_offer.push(format!(
-                        "{above}: the caps count what it bills, above what its launch was checked at"
+                        "instance {} is billed ${listed:.3}/h, {:.0} % above the ${rented:.3}/h offer it was rented at: the caps count what it bills, above what its launch was checked at",
+                        inst.id,
+                        (listed / rented.max(1e-9) - 1.0) * 100.0,
                     ));
                 }
                 if overbilled {
