@@ -263,12 +263,21 @@ pub(crate) fn open_for_report(app: &App) -> Result<(LoadedConfig, PathBuf, Store
 /// hides what bills (a walkthrough: every run refused the config while an instance billed,
 /// and the commands that name it refused too). The caller shows its report, then fails with
 /// [`refused_after_report`] (exit 2, as any config error).
+///
+/// Nothing to show (no database where the config leads, or one that cannot be read): the
+/// config's own error, exit 2, as before (a re-test: a refused `llm.base_url` read as
+/// "state dir ... No such file", exit 1).
 pub(crate) fn open_for_report_despite_typos(app: &App) -> Result<(LoadedConfig, PathBuf, Store)> {
     let (path, origin) = app.config_path();
     let (loaded, _) = crate::config::load_for_brake(&path, origin)?;
-    let dir = app.state_dir(Some(&loaded.config))?;
-    let store = Store::open_for_report(&dir, app.now())?;
-    Ok((loaded, dir, store))
+    let opened = app
+        .state_dir(Some(&loaded.config))
+        .and_then(|dir| Ok((Store::open_for_report(&dir, app.now())?, dir)));
+    match opened {
+        Ok((store, dir)) => Ok((loaded, dir, store)),
+        Err(e) if loaded.left_out.is_empty() => Err(e),
+        Err(e) => Err(app.load_config().err().unwrap_or(e)),
+    }
 }
 
 /// The config error of a report shown with keys left out ([`open_for_report_despite_typos`]):
