@@ -51,8 +51,8 @@ pub struct Reconciled {
     /// at: (vast id, host, the line that says so).
     pub overbilled: Vec<(i64, Option<i64>, String)>,
     /// Ours whose listed $/h moved by more than [`REPRICED_SHARE`] since the last listing
-    /// (a bid's price changed, a host's): one line each, for the journal.
-    pub repriced: Vec<String>,
+    /// (a bid's price changed, a host's): whether it rose, and one line each, for the journal.
+    pub repriced: Vec<(bool, String)>,
     /// Launches listed for the first time above the offer they were rented at by more than
     /// [`REPRICED_SHARE`] (and a cent), short of [`OVERBILLED_SHARE`]: the host is not
     /// blamed, but the caps count what it bills, which the launch's check did not see (a
@@ -465,13 +465,15 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             .actual_status
             .as_deref()
             .is_some_and(|s| s.trim().eq_ignore_ascii_case("exited"));
-        let paused = stopped(&inst.actual_status)
+        let bid_paused = stopped(&inst.actual_status)
             || (stopped(&inst.cur_state)
                 && stopped(&inst.intended_status)
-                && stopped(&inst.next_state))
-            || (exited && stopped(&inst.intended_status));
-        if paused {
-            state = if row.is_bid && !input.our_stops.contains(&(inst.id as i64)) {
+                && stopped(&inst.next_state));
+        // Not an outbid (vast.ai lists those `stopped`): a bid stopped with the account's
+        // credit is stopped like any other, its host not struck.
+        let meant_to_stop = exited && stopped(&inst.intended_status);
+        if bid_paused || meant_to_stop {
+            state = if row.is_bid && bid_paused && !input.our_stops.contains(&(inst.id as i64)) {
                 OUTBID
             } else {
                 STOPPED
@@ -493,8 +495,16 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
         row.status_msg = inst.status_msg.as_deref().map(|m| clip(m, 300));
         row.gpu_name = inst.gpu_name.clone().or(row.gpu_name);
         if state != OUTBID {
-            if let (Some(a), Some(listed)) = (intent, inst.dph_total) {
-                let rented = a.dph.unwrap_or(listed);
+            // The price it was rented at: the intent's for a create that was not answered,
+            // else the offer's that the launch's row holds until its first listing (a re-test:
+            // only the unanswered creates were ever checked, so an answered one listed at 2x
+            // its offer was said nowhere and its host never left out).
+            let rented = match intent {
+                Some(a) => a.dph,
+                None if row.last_seen_at.is_none() && !row.adopted => row.dph,
+                None => None,
+            };
+            if let (Some(rented), Some(listed)) = (rented, inst.dph_total) {
                 let first_listing = was_new || row.last_seen_at.is_none();
                 let overbilled = listed > rented * (1.0 + OVERBILLED_SHARE) + 0.01;
                 if first_listing && !overbilled && listed > rented * (1.0 + REPRICED_SHARE) + 0.01 {
@@ -527,9 +537,12 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 // a launch's first listing against its offer (a bid, or the overbilled line).
                 let listed_before = !was_new && row.last_seen_at.is_some();
                 if listed_before && (b - a).abs() > a * REPRICED_SHARE {
-                    out.repriced.push(format!(
-                        "instance {} is billed ${b:.3}/h now, was ${a:.3}/h",
-                        inst.id
+                    out.repriced.push((
+                        b > a,
+                        format!(
+                            "instance {} is billed ${b:.3}/h now, was ${a:.3}/h",
+                            inst.id
+                        ),
                     ));
                 }
             }

@@ -171,9 +171,15 @@ pub fn observe(
     for line in &rec.above_offer {
         crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
     }
-    for line in &rec.repriced {
+    for (rose, line) in &rec.repriced {
+        // A rise is money nobody of ours chose (a price that settled above the offer after a
+        // first listing without one: a re-test saw it at notice only).
+        let priority = match rose {
+            true => crate::journal::WARNING,
+            false => crate::journal::NOTICE_PRIORITY,
+        };
         crate::journal::eprint(
-            crate::journal::NOTICE_PRIORITY,
+            priority,
             &format!("run {run_id}: {line}: today's spend counts each price for its own hours"),
         );
     }

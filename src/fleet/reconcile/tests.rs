@@ -328,8 +328,11 @@ fn an_instance_exited_because_it_was_meant_to_stop_is_stopped_not_dead() {
         i.status_msg = Some("Instance stopped: insufficient credit".into());
         i
     };
-    let listing = vec![exited(1, "stopped"), exited(2, "running")];
-    let local: Vec<InstanceRow> = (1..=2)
+    // A bid so is stopped too, not outbid (vast.ai lists an outbid bid `stopped`).
+    let mut bid = exited(3, "stopped");
+    bid.is_bid = Some(true);
+    let listing = vec![exited(1, "stopped"), exited(2, "running"), bid];
+    let local: Vec<InstanceRow> = (1..=3)
         .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
         .collect();
     let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
@@ -340,7 +343,7 @@ fn an_instance_exited_because_it_was_meant_to_stop_is_stopped_not_dead() {
             .unwrap()
             .state
     };
-    assert_eq!((state(1), state(2)), (STOPPED, DEAD));
+    assert_eq!((state(1), state(2), state(3)), (STOPPED, DEAD, STOPPED));
     assert!(rec.newly_outbid.is_empty());
 }
 
@@ -565,6 +568,29 @@ fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
         rec.above_offer,
         vec!["instance 7 is billed $0.480/h, 20 % above the $0.400/h offer it was rented at: the caps count what it bills, above what its launch was checked at".to_string()]
     );
+    // Creates that vast.ai answered (no open intent: the row holds the offer's price until
+    // its first listing) are judged alike; once listed, a later move is a repricing.
+    let mut answered_dear = inst(8, "fleetagent-r1-dddd", Some("loading"));
+    answered_dear.dph_total = Some(0.8);
+    answered_dear.machine_id = Some(808);
+    let mut answered_above = inst(9, "fleetagent-r1-eeee", Some("loading"));
+    answered_above.dph_total = Some(0.48);
+    let mut listed_before = inst(10, "fleetagent-r1-ffff", Some("running"));
+    listed_before.dph_total = Some(0.8);
+    let listing = vec![answered_dear, answered_above, listed_before];
+    let mut seen = row("fleetagent-r1-ffff", Some(10), BOOTED, 0.4);
+    seen.last_seen_at = Some(NOW - 60_000);
+    let local = vec![
+        row("fleetagent-r1-dddd", Some(8), LAUNCHING, 0.4),
+        row("fleetagent-r1-eeee", Some(9), LAUNCHING, 0.4),
+        seen,
+    ];
+    let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
+    let blamed: Vec<(i64, Option<i64>)> = rec.overbilled.iter().map(|o| (o.0, o.1)).collect();
+    assert_eq!(blamed, vec![(8, Some(808))]);
+    assert_eq!(rec.above_offer.len(), 1, "{:?}", rec.above_offer);
+    assert!(rec.above_offer[0].starts_with("instance 9 is billed $0.480/h"));
+    assert_eq!(rec.repriced.len(), 1, "{:?}", rec.repriced);
 }
 
 /// A stop or destroy of ours that vast.ai acknowledged is undone when the listing still shows
