@@ -393,9 +393,16 @@ fn from_store(
             }
         }
     }
-    let held = state
+    let held = if crate::store::ops::paused(conn, now).is_ok_and(|p| p.is_some()) {
+        Some("the operator's pause holds the fleet (see the pause check)")
+    } else if state
         .as_ref()
-        .is_ok_and(|s| s.last_demand_error().is_some());
+        .is_ok_and(|s| s.last_demand_error().is_some())
+    {
+        Some("the last pass's demand probe failed: the fleet is held (see the demand check)")
+    } else {
+        None
+    };
     found.extend("config", setup::fleet_over_caps(conn, config, held));
     found.extend("config", setup::daily_spend_reached(conn, config, now));
     found.add("runs", agent::runs(conn, lock_holder, now));

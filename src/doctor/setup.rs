@@ -89,11 +89,12 @@ pub const PROMPT_ROOM_TOKENS: u64 = 1_000;
 /// next pass stops the surplus, young rentals too if no other can go, never one that is
 /// proving (only the operator's `--force` stops one: a walkthrough saw a busy fleet kept over
 /// a lowered cap pass after pass while this said the next pass stops it), and nothing while
-/// the demand probe fails (`held`: the fleet is held). Said before it does.
+/// the fleet is held (`held` says by what: the operator's pause, a failed demand probe).
+/// Said before it does.
 pub(super) fn fleet_over_caps(
     conn: &rusqlite::Connection,
     config: &Config,
-    held: bool,
+    held: Option<&str>,
 ) -> Vec<Problem> {
     let rows = match crate::store::instances::live(conn) {
         Ok(r) => r,
@@ -103,11 +104,11 @@ pub(super) fn fleet_over_caps(
     let Some(figures) = crate::fleet::over_caps(&rows, &config.policy) else {
         return Vec::new();
     };
-    if held {
+    if let Some(held) = held {
         return vec![Problem::new(format!(
-            "the fleet of ours is over {figures}, and the last pass's demand probe failed: the fleet is held, so no pass stops the surplus (rule over_cap) until the probe answers again (see the demand check)"
+            "the fleet of ours is over {figures}, and {held}: no pass stops the surplus (rule over_cap) while it lasts"
         ))
-        .fix("mend the demand probe (the demand check says how), or end the surplus now with `fleetagent instances stop ID --force` (`fleetagent instances list` names them)")];
+        .fix("end the hold (the check it names says how), or end the surplus now with `fleetagent instances stop ID --force` (`fleetagent instances list` names them)")];
     }
     let billing = rows
         .iter()

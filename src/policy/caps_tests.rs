@@ -206,6 +206,35 @@ fn a_resume_over_the_caps_is_answered_by_a_stop_of_the_newest_in_the_same_pass()
     assert!(within_caps(&s, &c), "{} instances", s.billing_count());
 }
 
+/// Over a lowered cap, the cluster's last live worker while work waits is kept by the stop
+/// guardrail: the rule asks for the instance beside it whose worker is cordoned (a re-test
+/// saw the protected one asked for, refused, every pass, and the fleet left over the cap).
+#[test]
+fn over_a_cap_the_rules_pass_over_the_last_live_worker_for_one_that_may_go() {
+    let mut c = caps_config();
+    c.policy.max_instances = Some(1);
+    let mut s = fleet(2);
+    for r in s.instances.iter_mut() {
+        r.state = REGISTERED;
+        r.created_at = NOW - 3_600_000;
+    }
+    let mut d = demand(&s);
+    d.workers.iter_mut().for_each(|w| w.running = 0);
+    d.workers[0].cordoned = true;
+    d.pending = 40;
+    s.demand = Some(d);
+    let calls = decide(&s, &c, 0, Mode::Full);
+    let over: Vec<&PlannedCall> = calls
+        .iter()
+        .filter(|p| p.kind == CallKind::OverCap)
+        .collect();
+    assert_eq!(over.len(), 1, "{calls:?}");
+    assert_eq!(over[0].arguments["instance_id"], 1);
+    let mut next = 100;
+    carry_out(&mut s, &c, &calls, &mut next);
+    assert!(within_caps(&s, &c), "{} instances", s.billing_count());
+}
+
 #[test]
 fn stopped_disks_never_make_the_rules_stop_running_instances() {
     let mut c = caps_config();

@@ -55,10 +55,23 @@ fn a_fleet_over_a_lowered_cap_is_named_before_the_next_pass_stops_it() {
     assert_eq!(held.len(), 1, "{held:?}");
     assert!(
         held[0].contains(
-            "the last pass's demand probe failed: the fleet is held, so no pass stops the surplus"
+            "and the last pass's demand probe failed: the fleet is held (see the demand check): no pass stops the surplus"
         ),
         "{}",
         held[0]
+    );
+    // The operator's pause holds it too, and is named first.
+    let pause = crate::store::ops::Pause {
+        since: NOW - 60_000,
+        until: None,
+        reason: "changing the caps".into(),
+    };
+    crate::store::ops::set_pause(&s.conn, &pause).unwrap();
+    let paused = config_problems(&config);
+    assert!(
+        paused[0].contains("and the operator's pause holds the fleet (see the pause check): no pass stops the surplus"),
+        "{}",
+        paused[0]
     );
 }
 

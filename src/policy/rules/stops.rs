@@ -45,10 +45,30 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     let p = &f.config.policy;
     let is_freed = |r: &InstanceRow| f.freed.iter().any(|x| x.label == r.label);
     let mut left: Vec<&InstanceRow> = s.instances.iter().filter(|r| !is_freed(r)).collect();
+    // The stop guardrail keeps the cluster's last live worker while work waits, over a cap
+    // too: asked for, it was refused every pass and nothing else went (a re-test: an idle,
+    // cordoned instance beside it was never asked for).
+    let kept = s
+        .demand
+        .as_ref()
+        .filter(|d| d.live_workers() <= 1 && d.queued_work() > 0)
+        .and_then(|d| {
+            left.iter().find(|r| {
+                r.machine_name.as_ref().is_some_and(|m| {
+                    d.workers
+                        .iter()
+                        .any(|w| &w.machine_name == m && !w.cordoned)
+                })
+            })
+        })
+        .map(|r| r.label.clone());
     let mut candidates: Vec<&InstanceRow> = left
         .iter()
         .copied()
         .filter(|r| is_billing_state(r.state) && r.vast_id.is_some())
+        .filter(|r| {
+            Some(&r.label) != kept.as_ref() || s.is_flagged(f.config, r.vast_id.unwrap_or(0))
+        })
         .collect();
     let young = |r: &InstanceRow| within_min_rental(r, s.now, f.config);
     candidates.sort_by(|a, b| {
