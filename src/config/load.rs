@@ -30,12 +30,23 @@ pub struct LoadedConfig {
 }
 
 impl LoadedConfig {
-    /// [`load_for_brake`] left out the dotted `key` (its default applies).
-    pub fn left_out(&self, key: &str) -> bool {
+    /// [`load_for_brake`] left out a key spelled like `name` ([`spells`]: in any table, or
+    /// misspelled), whose default then applies.
+    pub fn left_out_like(&self, name: &str) -> bool {
         self.left_out
             .iter()
-            .any(|e| left_out_key(e).as_deref() == Some(key))
+            .filter_map(|e| left_out_key(e))
+            .any(|k| spells(&k, name))
     }
+}
+
+/// The dotted `key`'s last part is `name` or within two edits of it (case and `-` aside): a
+/// re-test's `stopmode` and `label_prefx` were left out as unknown keys, and their defaults
+/// applied.
+fn spells(key: &str, name: &str) -> bool {
+    let leaf = key.rsplit('.').next().unwrap_or(key).trim_matches('"');
+    let leaf = leaf.to_ascii_lowercase().replace('-', "_");
+    strsim::damerau_levenshtein(&leaf, name) <= 2
 }
 
 /// Pick the config path: `--config`, else `$FLEETAGENT_CONFIG`, else the default.
@@ -341,8 +352,15 @@ fn whose_kept(text: &str, c: &Config) -> bool {
 /// this install's, and where the shared state lives. Their defaults would act on another
 /// fleet: a refused `vast.label_prefix` made `instances stop --all` destroy instances under
 /// the default prefix, a refused `ha.enabled` paused this host alone.
+///
+/// In any table, or misspelled ([`spells`]): a `label_prefx` left out as unknown applied the
+/// default prefix, and `instances list` showed another install's fleet as under ours.
 fn decides_whose(key: &str) -> bool {
-    key == "state_dir" || key == "vast.label_prefix" || key == "ha" || key.starts_with("ha.")
+    key == "ha"
+        || key.starts_with("ha.")
+        || ["state_dir", "label_prefix", "host_id"]
+            .iter()
+            .any(|name| spells(key, name))
 }
 
 /// The dotted key of a `line N (KEY): ...` error.
@@ -476,12 +494,37 @@ mod tests {
             "[vast]\nlabel_prefix = \"team A\"\n",
             "[ha]\nenabled = \"yes\"\n",
             "state_dir = 7\n",
+            // Misspelled or in another table (a re-test: the default prefix applied).
+            "[vast]\nlabel_prefx = \"ours\"\n",
+            "[policy]\nlabel_prefix = \"ours\"\n",
+            "[run]\nstate_dir = \"/srv/fa\"\n",
         ] {
             assert!(parse(text).is_err(), "{text}");
             assert_eq!(
                 parse_leaving_out(text).unwrap_err(),
                 parse(text).unwrap_err()
             );
+        }
+    }
+
+    /// A key left out is found by the name it was meant to have: misspelled, in another
+    /// table, or refused as written.
+    #[test]
+    fn a_key_left_out_is_found_by_the_name_it_was_meant_to_have() {
+        for text in [
+            "[vast]\nstop_mode = \"Stop\"\n",
+            "[vast]\nstopmode = \"stop\"\n",
+            "[policy]\nstop_mode = \"stop\"\n",
+        ] {
+            let (config, left_out) = parse_leaving_out(text).unwrap();
+            let loaded = LoadedConfig {
+                config,
+                path: PathBuf::from("/etc/fleetagent/config.toml"),
+                file_found: true,
+                left_out,
+            };
+            assert!(loaded.left_out_like("stop_mode"), "{text}");
+            assert!(!loaded.left_out_like("label_prefix"), "{text}");
         }
     }
 
