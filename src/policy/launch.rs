@@ -665,7 +665,9 @@ fn create(ask: &Ask, config: &Config, offer: Offer, mut env: BTreeMap<String, St
 /// The bid for an interruptible offer: `vast.offers.bid_factor` x its `min_bid` (a bid at
 /// `min_bid` is outbid by anyone bidding a cent more), never above
 /// `vast.offers.max_dph_per_instance`; the offer's `dph_total` when it reports no `min_bid`.
-/// Rounded to 0.1 mills, at least vast.ai's 0.001.
+/// Rounded to 0.1 mills, up where rounding would go below the bid (a `min_bid` of 0.266644
+/// at `bid_factor = 1.0` bid 0.2666, refused `insufficient_bid` pass after pass: a walkthrough),
+/// at least vast.ai's 0.001.
 pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
     let o = &config.vast.offers;
     let mut bid = match offer.min_bid.filter(|b| b.is_finite() && *b > 0.0) {
@@ -675,7 +677,11 @@ pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
     if let Some(max) = o.max_dph_per_instance {
         bid = bid.min(max);
     }
-    ((bid * 1e4).round() / 1e4).max(0.001)
+    let mut rounded = (bid * 1e4).round() / 1e4;
+    if rounded + 1e-9 < bid {
+        rounded = (bid * 1e4).ceil() / 1e4;
+    }
+    rounded.max(0.001)
 }
 
 /// With `vast.offers.type = "interruptible"`: the bid to place on this offer, or None to rent

@@ -526,6 +526,16 @@ fn a_launch_carries_its_intent_row_and_request() {
     no_min.min_bid = None;
     assert_eq!(bid_price(&no_min, &c), 0.21);
     c.vast.offers.max_dph_per_instance = None;
+    // Rounded up where rounding would bid below the minimum (vast.ai's min_bids carry many
+    // decimals: 0.2666 was refused insufficient_bid for ever); a round figure stays.
+    c.vast.offers.bid_factor = 1.0;
+    let mut fine = offer(6, "RTX 4090", 0.4);
+    fine.min_bid = Some(0.266644);
+    assert_eq!(bid_price(&fine, &c), 0.2667);
+    fine.min_bid = Some(0.3);
+    assert_eq!(bid_price(&fine, &c), 0.3);
+    c.vast.offers.bid_factor = 1.2;
+    assert_eq!(bid_price(&fine, &c), 0.36);
     // CURIO_NODE_NAME from [vast.env] is the operator's: kept.
     let env = BTreeMap::from([(NODE_NAME_ENV.to_string(), "pool".to_string())]);
     let cr = choose(&a, &c, &[offer(4, "RTX 4090", 0.4)], env).unwrap();
