@@ -638,8 +638,14 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
                 "{name} adopted: ours by label but not in fleetagent's table (a create that was not recorded){dup}: {state}"
             ));
         } else if significant(before, state) {
-            out.changes
-                .push(format!("{name}: {before} -> {state}{}", status_note(&row)));
+            let line = format!("{name}: {before} -> {state}{}", status_note(&row));
+            // vast.ai pausing a bid of ours, or resuming it, is a change nobody of ours made:
+            // capacity lost, or a full price billing again (a bids walkthrough found neither
+            // in the journal).
+            if (before == OUTBID) != (state == OUTBID) {
+                out.unexplained.push(line.clone());
+            }
+            out.changes.push(line);
         }
         out.rows.push(row);
     }

@@ -191,6 +191,10 @@ pub fn observe(
                     "host {m} (instance {id}) has outbid us {n} times: left out of offer searches for {}h",
                     crate::fleet::num(config.vast.offers.bad_host_hours)
                 );
+                crate::journal::eprint(
+                    crate::journal::NOTICE_PRIORITY,
+                    &format!("run {run_id}: {line}"),
+                );
                 events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
             }
         }

@@ -392,6 +392,16 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
     let mut outbid: Vec<(i64, Option<i64>)> = rec.newly_outbid.clone();
     outbid.sort();
     assert_eq!(outbid, vec![(1, Some(501)), (2, Some(502)), (5, Some(505))]);
+    // Each is a change nobody of ours made, for the journal at warning.
+    assert_eq!(
+        rec.unexplained
+            .iter()
+            .filter(|l| l.contains("proving -> outbid"))
+            .count(),
+        3,
+        "{:?}",
+        rec.unexplained
+    );
     assert!(rec
         .changes
         .iter()
