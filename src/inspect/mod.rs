@@ -472,6 +472,30 @@ mod tests {
     use crate::config::Config;
     use crate::store::{test_store, wakes};
 
+    /// Outbid bids: the caps count them at the price they resume at, vast.ai bills their
+    /// disks; the spend line says both (a bids walkthrough read the caps' figure as the bill).
+    #[test]
+    fn the_spend_line_says_what_outbid_bids_bill_beside_what_the_caps_count() {
+        use crate::fleet::fixtures::row;
+        let (dir, s) = test_store(1_000);
+        crate::store::instances::upsert(
+            &s.conn,
+            &row("fa-1", Some(1), crate::fleet::PROVING, 0.41),
+        )
+        .unwrap();
+        let mut paused = row("fa-2", Some(2), crate::fleet::OUTBID, 0.41);
+        (paused.is_bid, paused.storage_dph) = (true, Some(0.05));
+        crate::store::instances::upsert(&s.conn, &paused).unwrap();
+        let path = std::path::Path::new("/etc/fleetagent/config.toml");
+        let r = build(&s, dir.path(), &Config::default(), path, 100_000, None).unwrap();
+        assert!((r.fleet_dph - 0.82).abs() < 1e-9, "{}", r.fleet_dph);
+        let text = render_text(&r);
+        assert!(
+            text.contains("the fleet bills $0.46/h (1 outbid bid(s) bill their disks, $0.05/h; the caps count them at $0.41/h, the price they resume at: $0.82/h)"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_fresh_database_reports_and_renders() {
         let (dir, s) = test_store(1_000);

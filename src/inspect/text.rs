@@ -1,6 +1,6 @@
 //! The human-readable form of the report (`inspect` without `--json`).
 
-use super::Report;
+use super::{InstanceView, Report};
 
 /// Outside text (an event's or a wake's reason, up to a trigger's whole argument) is shown cut
 /// to this many characters, on one line; `inspect --json` has it whole.
@@ -40,7 +40,7 @@ fn profit_line(r: &Report) -> String {
                 .unwrap_or_default(),
             r.fleet_dph
         ),
-        _ => format!("unknown; the fleet bills ${:.2}/h", r.fleet_dph),
+        _ => format!("unknown; {}", fleet_bills(r)),
     };
     let ours = match (p.ours_completed_1h, p.cost_per_proof) {
         (Some(n), Some(c)) => format!("our {n} completions of the last hour (${c:.4}/proof)"),
@@ -63,8 +63,31 @@ fn spend_line(r: &Report) -> String {
         None => " (no daily cap)".to_string(),
     };
     format!(
-        "spend       ${:.2} today (UTC){cap}; the fleet bills ${:.2}/h",
-        r.spend_today, r.fleet_dph
+        "spend       ${:.2} today (UTC){cap}; {}",
+        r.spend_today,
+        fleet_bills(r)
+    )
+}
+
+/// `the fleet bills $0.80/h`; with outbid bids, which the caps count at their full price
+/// while vast.ai bills only their disks, both figures (a bids walkthrough read $1.64/h for a
+/// fleet billing $0.92/h).
+fn fleet_bills(r: &Report) -> String {
+    let outbid: Vec<&InstanceView> = r
+        .fleet
+        .iter()
+        .filter(|i| i.state == crate::fleet::OUTBID)
+        .collect();
+    if outbid.is_empty() {
+        return format!("the fleet bills ${:.2}/h", r.fleet_dph);
+    }
+    let paused: f64 = outbid.iter().filter_map(|i| i.dph).sum();
+    let disks: f64 = outbid.iter().filter_map(|i| i.storage_dph).sum();
+    format!(
+        "the fleet bills ${:.2}/h ({} outbid bid(s) bill their disks, ${disks:.2}/h; the caps count them at ${paused:.2}/h, the price they resume at: ${:.2}/h)",
+        (r.fleet_dph - paused + disks).max(0.0),
+        outbid.len(),
+        r.fleet_dph
     )
 }
 
