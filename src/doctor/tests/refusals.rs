@@ -3,40 +3,61 @@
 
 use super::*;
 
+/// A WORKERS DEAD pass that began 3 minutes ago and ended 2 minutes ago with this verdict and
+/// these (ok, refused, failed) counts: its run id.
+fn emergency_pass(s: &crate::store::Store, verdict: Verdict, counts: (i64, i64, i64)) -> i64 {
+    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
+    let (ok, refused, failed) = counts;
+    let o = Outcome {
+        verdict,
+        actions: ActionCounts {
+            ok,
+            refused,
+            failed,
+        },
+        ..Outcome::new(true)
+    };
+    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    run
+}
+
+/// A call of the rules in run `run` as the ledger keeps it: (kind, outcome, refusal code).
+fn call(
+    s: &crate::store::Store,
+    run: i64,
+    (kind, outcome, code): (&'static str, &'static str, Option<&'static str>),
+    detail: &str,
+) {
+    crate::store::actions::insert(
+        &s.conn,
+        &crate::store::actions::NewAction {
+            run_id: Some(run),
+            kind,
+            outcome,
+            actor: "rules",
+            code,
+            detail: Some(detail),
+            ..Default::default()
+        },
+        NOW - 2 * MIN,
+    )
+    .unwrap();
+}
+
 /// A WORKERS DEAD pass whose dead worker's destroy went through and whose replacement failed
 /// at vast.ai (credit out: 402) is red, naming the failure: the pass-wide line is silent when
 /// any call went through (a money walkthrough's doctor said ok).
 #[test]
 fn workers_dead_whose_launch_failed_beside_a_destroy_that_went_is_a_problem() {
     let (_dir, s) = test_store(NOW);
-    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
-    let o = Outcome {
-        verdict: Verdict::ActionFailed,
-        actions: ActionCounts {
-            ok: 1,
-            refused: 0,
-            failed: 1,
-        },
-        ..Outcome::new(true)
-    };
-    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
-    let call = |kind: &'static str, outcome: &'static str, detail: &str| {
-        crate::store::actions::insert(
-            &s.conn,
-            &crate::store::actions::NewAction {
-                run_id: Some(run),
-                kind,
-                outcome,
-                actor: "rules",
-                detail: Some(detail),
-                ..Default::default()
-            },
-            NOW - 2 * MIN,
-        )
-        .unwrap()
-    };
-    call("destroy", "ok", "{}");
-    call("launch", "failed", "vast.ai HTTP 402 insufficient_credit");
+    let run = emergency_pass(&s, Verdict::ActionFailed, (1, 0, 1));
+    call(&s, run, ("destroy", "ok", None), "{}");
+    call(
+        &s,
+        run,
+        ("launch", "failed", None),
+        "vast.ai HTTP 402 insufficient_credit",
+    );
     let p = agent::actions(&s.conn, NOW);
     assert_eq!(p.len(), 1, "{p:?}");
     assert!(
@@ -57,17 +78,7 @@ fn workers_dead_whose_launch_failed_beside_a_destroy_that_went_is_a_problem() {
 #[test]
 fn workers_dead_with_every_launch_refused_is_a_problem() {
     let (_dir, s) = test_store(NOW);
-    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
-    let o = Outcome {
-        verdict: Verdict::ActionRefused,
-        actions: ActionCounts {
-            ok: 0,
-            refused: 2,
-            failed: 0,
-        },
-        ..Outcome::new(true)
-    };
-    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    let run = emergency_pass(&s, Verdict::ActionRefused, (0, 2, 0));
     let refuse = |code: &'static str, actor: &'static str| {
         crate::store::actions::insert(
             &s.conn,
@@ -136,17 +147,7 @@ fn workers_dead_with_every_launch_refused_is_a_problem() {
 #[test]
 fn a_failed_destroy_beside_a_refused_emergency_launch_is_said_too() {
     let (_dir, s) = test_store(NOW);
-    let run = runs::create(&s.conn, 1, 1, 1, StartedBy::Tick, NOW - 3 * MIN).unwrap();
-    let o = Outcome {
-        verdict: Verdict::ActionFailed,
-        actions: ActionCounts {
-            ok: 0,
-            refused: 1,
-            failed: 1,
-        },
-        ..Outcome::new(true)
-    };
-    runs::finish_ok(&s.conn, run, &o, NOW - 2 * MIN).unwrap();
+    let run = emergency_pass(&s, Verdict::ActionFailed, (0, 1, 1));
     for (kind, outcome, code, detail) in [
         (
             "destroy",
@@ -161,20 +162,7 @@ fn a_failed_destroy_beside_a_refused_emergency_launch_is_said_too() {
             "instance_cap: 1 instances",
         ),
     ] {
-        crate::store::actions::insert(
-            &s.conn,
-            &crate::store::actions::NewAction {
-                run_id: Some(run),
-                kind,
-                outcome,
-                actor: "rules",
-                code,
-                detail: Some(detail),
-                ..Default::default()
-            },
-            NOW - 2 * MIN,
-        )
-        .unwrap();
+        call(&s, run, (kind, outcome, code), detail);
     }
     let p = agent::actions(&s.conn, NOW);
     assert_eq!(p.len(), 2, "{p:?}");

@@ -5,6 +5,15 @@ use crate::fleet::fixtures::*;
 use crate::fleet::workers::host_of;
 use crate::fleet::Snapshot;
 
+/// The state reconciliation left instance `id` in.
+fn state_of(rec: &Reconciled, id: i64) -> State {
+    rec.rows
+        .iter()
+        .find(|r| r.vast_id == Some(id))
+        .unwrap()
+        .state
+}
+
 #[test]
 fn lifecycle_over_statuses() {
     let listing = vec![
@@ -336,13 +345,7 @@ fn an_instance_exited_because_it_was_meant_to_stop_is_stopped_not_dead() {
         .map(|i| row(&format!("fleetagent-{i}"), Some(i), PROVING, 0.4))
         .collect();
     let rec = reconcile(&input(local, vec![], Some(&listing), None), INTENT_GRACE_MS);
-    let state = |id: i64| {
-        rec.rows
-            .iter()
-            .find(|r| r.vast_id == Some(id))
-            .unwrap()
-            .state
-    };
+    let state = |id: i64| state_of(&rec, id);
     assert_eq!((state(1), state(2), state(3)), (STOPPED, DEAD, STOPPED));
     assert!(rec.newly_outbid.is_empty());
 }
@@ -378,13 +381,7 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
     let mut inp = input(local, vec![], Some(&listing), None);
     inp.our_stops.insert(3);
     let rec = reconcile(&inp, INTENT_GRACE_MS);
-    let state = |id: i64| {
-        rec.rows
-            .iter()
-            .find(|r| r.vast_id == Some(id))
-            .unwrap()
-            .state
-    };
+    let state = |id: i64| state_of(&rec, id);
     assert_eq!(
         (state(1), state(2), state(3), state(4), state(5)),
         (OUTBID, OUTBID, STOPPED, STOPPED, OUTBID)
@@ -541,16 +538,20 @@ fn duplicate_labels_both_kept() {
 /// host, for the pass to leave that host out; one listed near its price is not.
 #[test]
 fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
-    let mut dear = inst(5, "fleetagent-r1-aaaa", Some("loading"));
-    dear.dph_total = Some(2.0);
+    let priced = |id: u64, label: &str, status: &str, dph: f64| {
+        let mut i = inst(id, label, Some(status));
+        i.dph_total = Some(dph);
+        i
+    };
+    let mut dear = priced(5, "fleetagent-r1-aaaa", "loading", 2.0);
     dear.machine_id = Some(31_337);
-    let mut near = inst(6, "fleetagent-r1-bbbb", Some("loading"));
-    near.dph_total = Some(0.45);
     // Above by a fifth: its host is not blamed, but what it bills past the launch's check
     // is said (a walkthrough's broke max_dph_total unsaid).
-    let mut above = inst(7, "fleetagent-r1-cccc", Some("loading"));
-    above.dph_total = Some(0.48);
-    let listing = vec![dear, near, above];
+    let listing = vec![
+        dear,
+        priced(6, "fleetagent-r1-bbbb", "loading", 0.45),
+        priced(7, "fleetagent-r1-cccc", "loading", 0.48),
+    ];
     let local = vec![
         row("fleetagent-r1-aaaa", None, LAUNCHING, 0.4),
         row("fleetagent-r1-bbbb", None, LAUNCHING, 0.4),
@@ -580,14 +581,13 @@ fn a_launch_billed_well_above_its_offer_is_named_with_its_host() {
     );
     // Creates that vast.ai answered (no open intent: the row holds the offer's price until
     // its first listing) are judged alike; once listed, a later move is a repricing.
-    let mut answered_dear = inst(8, "fleetagent-r1-dddd", Some("loading"));
-    answered_dear.dph_total = Some(0.8);
+    let mut answered_dear = priced(8, "fleetagent-r1-dddd", "loading", 0.8);
     answered_dear.machine_id = Some(808);
-    let mut answered_above = inst(9, "fleetagent-r1-eeee", Some("loading"));
-    answered_above.dph_total = Some(0.48);
-    let mut listed_before = inst(10, "fleetagent-r1-ffff", Some("running"));
-    listed_before.dph_total = Some(0.8);
-    let listing = vec![answered_dear, answered_above, listed_before];
+    let listing = vec![
+        answered_dear,
+        priced(9, "fleetagent-r1-eeee", "loading", 0.48),
+        priced(10, "fleetagent-r1-ffff", "running", 0.8),
+    ];
     let mut seen = row("fleetagent-r1-ffff", Some(10), BOOTED, 0.4);
     seen.last_seen_at = Some(NOW - 60_000);
     let local = vec![
