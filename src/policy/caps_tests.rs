@@ -198,7 +198,7 @@ fn a_resume_over_the_caps_is_answered_by_a_stop_of_the_newest_in_the_same_pass()
     // The reason names the cap and its figures, and the order the stop was chosen in.
     let why = calls[0].arguments["reason"].as_str().unwrap();
     assert!(
-        why.starts_with("rules: the fleet is over max_instances (4, cap 3) (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance 4, first in the order"),
+        why.starts_with("rules: the fleet is over max_instances (4, cap 3) (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance 4, first in the order (past policy.min_rental_mins before young"),
         "{why}"
     );
     let mut next = 100;
@@ -233,6 +233,22 @@ fn over_a_cap_the_rules_pass_over_the_last_live_worker_for_one_that_may_go() {
     let mut next = 100;
     carry_out(&mut s, &c, &calls, &mut next);
     assert!(within_caps(&s, &c), "{} instances", s.billing_count());
+    // Four, two of them cordoned, the cap lowered to two: the cordoned go, the two live
+    // workers stay (a re-test saw a live worker stopped first).
+    c.policy.max_instances = Some(2);
+    let mut s = fleet(4);
+    let mut d = demand(&s);
+    d.workers[0].cordoned = true;
+    d.workers[1].cordoned = true;
+    d.pending = 80;
+    s.demand = Some(d);
+    let mut stopped: Vec<i64> = decide(&s, &c, 0, Mode::Full)
+        .iter()
+        .filter(|p| p.kind == CallKind::OverCap)
+        .map(|p| p.arguments["instance_id"].as_i64().unwrap())
+        .collect();
+    stopped.sort();
+    assert_eq!(stopped, vec![1, 2]);
 }
 
 #[test]

@@ -71,10 +71,20 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
         })
         .collect();
     let young = |r: &InstanceRow| within_min_rental(r, s.now, f.config);
+    // One whose Curio worker the operator cordoned serves nothing: it goes before any that
+    // serves (a re-test saw a live worker stopped while two cordoned ones billed on).
+    let serving = |r: &InstanceRow| {
+        !s.demand.as_ref().is_some_and(|d| {
+            r.machine_name
+                .as_ref()
+                .is_some_and(|m| d.workers.iter().any(|w| &w.machine_name == m && w.cordoned))
+        })
+    };
     candidates.sort_by(|a, b| {
         young(a)
             .cmp(&young(b))
             .then((a.state == PROVING).cmp(&(b.state == PROVING)))
+            .then(serving(a).cmp(&serving(b)))
             .then(b.state_since.cmp(&a.state_since))
             .then(b.dph.unwrap_or(0.0).total_cmp(&a.dph.unwrap_or(0.0)))
             .then(b.vast_id.cmp(&a.vast_id))
@@ -91,7 +101,7 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
         stops.push(Stop {
             instance_id: id,
             why: format!(
-                "rules: the fleet is over {figures} (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance {id}, first in the order (past policy.min_rental_mins before young, idle before proving, the latest to change state, the dearest)"
+                "rules: the fleet is over {figures} (a cap lowered, a paused bid resumed, or an instance billed above its offer): stopping instance {id}, first in the order (past policy.min_rental_mins before young, idle before proving, cordoned in Curio before serving, the latest to change state, the dearest)"
             ),
             kind: CallKind::OverCap,
         });
