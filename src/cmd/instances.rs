@@ -274,7 +274,7 @@ fn stop(app: &App, args: &InstancesStopArgs) -> Result<()> {
     // Whether a stop keeps the disk is the operator's word: a `vast.stop_mode` left out would
     // destroy by its default (a walkthrough's `stop_mode = "Stop"` destroyed a disk kept on
     // purpose). `--all` destroys whatever it says.
-    if loaded.left_out_like("stop_mode") {
+    if loaded.stop_mode_unknown() {
         return Err(crate::error::usage(format!(
             "config {}: vast.stop_mode cannot be read, or a key spelled like it was left out (the warning above names it), so whether this stop keeps instance {id}'s disk (\"stop\") or destroys it (\"destroy\") is not known: nothing was stopped; fix the key and run this again",
             loaded.path.display()

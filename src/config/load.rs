@@ -38,6 +38,33 @@ impl LoadedConfig {
             .filter_map(|e| left_out_key(e))
             .any(|k| spells(&k, name))
     }
+
+    /// Whether a single stop keeps the disk is not known: keys were left out and one of
+    /// them is spelled like `stop_mode`, or the mode read is the default while the file
+    /// writes one spelled so with another value (a re-test's `[vats]` header left its whole
+    /// table out, `stop_mode = "stop"` in it, and the stop destroyed the disk).
+    pub fn stop_mode_unknown(&self) -> bool {
+        if self.left_out.is_empty() {
+            return false;
+        }
+        if self.left_out_like("stop_mode") {
+            return true;
+        }
+        if self.config.vast.stop_mode != super::StopMode::Destroy {
+            return false;
+        }
+        let Ok(text) = std::fs::read_to_string(&self.path) else {
+            return true;
+        };
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .any(|(key, value)| {
+                let value = value.split('#').next().unwrap_or_default();
+                let value = value.trim().trim_matches(['"', '\'']);
+                spells(key.trim(), "stop_mode") && !value.eq_ignore_ascii_case("destroy")
+            })
+    }
 }
 
 /// The dotted `key`'s last part is `name` or within two edits of it (case and `-` aside): a
@@ -525,6 +552,20 @@ mod tests {
             };
             assert!(loaded.left_out_like("stop_mode"), "{text}");
             assert!(!loaded.left_out_like("label_prefix"), "{text}");
+        }
+        // A table left out whole under a misspelled header: its stop_mode is unknown; one
+        // written `destroy`, or none written, is the default said.
+        let dir = tempfile::tempdir().unwrap();
+        for (text, unknown) in [
+            ("[vats]\nstop_mode = \"stop\"\n", true),
+            ("[vats]\nstop_mode = \"destroy\" # the default\n", false),
+            ("[vats]\ntimeout_secs = 30\n", false),
+        ] {
+            let path = dir.path().join("config.toml");
+            std::fs::write(&path, text).unwrap();
+            let (loaded, _) = load_for_brake(&path, ConfigOrigin::Explicit).unwrap();
+            assert!(!loaded.left_out.is_empty(), "{text}");
+            assert_eq!(loaded.stop_mode_unknown(), unknown, "{text}");
         }
     }
 
