@@ -58,6 +58,9 @@ pub struct Reconciled {
     /// blamed, but the caps count what it bills, which the launch's check did not see (a
     /// walkthrough's +20 % broke max_dph_total with nothing said).
     pub above_offer: Vec<String>,
+    /// Bids of ours vast.ai paused (outbid) or resumed since the last listing: changes
+    /// nobody of ours made, one line each, for the journal.
+    pub bid_changes: Vec<String>,
 }
 
 /// A stop or destroy of ours that vast.ai acknowledged, while its listing still shows the
@@ -643,7 +646,7 @@ pub fn reconcile(input: &ReconcileInput<'_>, grace_ms: Millis) -> Reconciled {
             // capacity lost, or a full price billing again (a bids walkthrough found neither
             // in the journal).
             if (before == OUTBID) != (state == OUTBID) {
-                out.unexplained.push(line.clone());
+                out.bid_changes.push(line.clone());
             }
             out.changes.push(line);
         }

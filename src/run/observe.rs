@@ -168,20 +168,20 @@ pub fn observe(
             bad_hosts::mark(&tx, *m, "billed above its offer", bad_until, now)?;
         }
     }
-    for line in &rec.above_offer {
-        crate::journal::eprint(crate::journal::WARNING, &format!("run {run_id}: {line}"));
+    // Through the logger (warning in the journal and for `run`; a simulation's passes keep
+    // them out of its report's stderr, as every pass's action lines).
+    for line in rec.above_offer.iter().chain(&rec.bid_changes) {
+        log::warn!(target: crate::journal::NOTICE, "run {run_id}: {line}");
     }
     for (rose, line) in &rec.repriced {
         // A rise is money nobody of ours chose (a price that settled above the offer after a
         // first listing without one: a re-test saw it at notice only).
-        let priority = match rose {
-            true => crate::journal::WARNING,
-            false => crate::journal::NOTICE_PRIORITY,
-        };
-        crate::journal::eprint(
-            priority,
-            &format!("run {run_id}: {line}: today's spend counts each price for its own hours"),
-        );
+        let line =
+            format!("run {run_id}: {line}: today's spend counts each price for its own hours");
+        match rose {
+            true => log::warn!(target: crate::journal::NOTICE, "{line}"),
+            false => crate::notice!("{line}"),
+        }
     }
     for (id, machine) in &rec.newly_outbid {
         if let Some(m) = machine {
@@ -191,10 +191,7 @@ pub fn observe(
                     "host {m} (instance {id}) has outbid us {n} times: left out of offer searches for {}h",
                     crate::fleet::num(config.vast.offers.bad_host_hours)
                 );
-                crate::journal::eprint(
-                    crate::journal::NOTICE_PRIORITY,
-                    &format!("run {run_id}: {line}"),
-                );
+                crate::notice!("run {run_id}: {line}");
                 events::insert_claimed(&tx, run_id, 1, "lifecycle", &line, now)?;
             }
         }

@@ -391,13 +391,13 @@ fn a_bid_paused_without_our_asking_is_outbid_in_both_shapes() {
     assert_eq!(outbid, vec![(1, Some(501)), (2, Some(502)), (5, Some(505))]);
     // Each is a change nobody of ours made, for the journal at warning.
     assert_eq!(
-        rec.unexplained
+        rec.bid_changes
             .iter()
             .filter(|l| l.contains("proving -> outbid"))
             .count(),
         3,
         "{:?}",
-        rec.unexplained
+        rec.bid_changes
     );
     assert!(rec
         .changes
