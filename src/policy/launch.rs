@@ -681,6 +681,10 @@ pub fn bid_price(offer: &Offer, config: &Config) -> f64 {
     if rounded + 1e-9 < bid {
         rounded = (bid * 1e4).ceil() / 1e4;
     }
+    // Rounded up, never past the cap (a cap with a fifth decimal).
+    if let Some(max) = o.max_dph_per_instance {
+        rounded = rounded.min(max);
+    }
     rounded.max(0.001)
 }
 

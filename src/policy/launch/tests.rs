@@ -534,6 +534,11 @@ fn a_launch_carries_its_intent_row_and_request() {
     assert_eq!(bid_price(&fine, &c), 0.2667);
     fine.min_bid = Some(0.3);
     assert_eq!(bid_price(&fine, &c), 0.3);
+    fine.min_bid = Some(0.266644);
+    c.vast.offers.max_dph_per_instance = Some(0.26665);
+    assert_eq!(bid_price(&fine, &c), 0.26665);
+    c.vast.offers.max_dph_per_instance = None;
+    fine.min_bid = Some(0.3);
     c.vast.offers.bid_factor = 1.2;
     assert_eq!(bid_price(&fine, &c), 0.36);
     // CURIO_NODE_NAME from [vast.env] is the operator's: kept.
