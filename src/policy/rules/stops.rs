@@ -45,23 +45,7 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     let p = &f.config.policy;
     let is_freed = |r: &InstanceRow| f.freed.iter().any(|x| x.label == r.label);
     let mut left: Vec<&InstanceRow> = s.instances.iter().filter(|r| !is_freed(r)).collect();
-    // The stop guardrail keeps the cluster's last live worker while work waits, over a cap
-    // too: asked for, it was refused every pass and nothing else went (a re-test: an idle,
-    // cordoned instance beside it was never asked for).
-    let kept = s
-        .demand
-        .as_ref()
-        .filter(|d| d.live_workers() <= 1 && d.queued_work() > 0)
-        .and_then(|d| {
-            left.iter().find(|r| {
-                r.machine_name.as_ref().is_some_and(|m| {
-                    d.workers
-                        .iter()
-                        .any(|w| &w.machine_name == m && !w.cordoned)
-                })
-            })
-        })
-        .map(|r| r.label.clone());
+    let kept = last_live_worker(s, &left);
     let mut candidates: Vec<&InstanceRow> = left
         .iter()
         .copied()
@@ -73,13 +57,7 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
     let young = |r: &InstanceRow| within_min_rental(r, s.now, f.config);
     // One whose Curio worker the operator cordoned serves nothing: it goes before any that
     // serves (a re-test saw a live worker stopped while two cordoned ones billed on).
-    let serving = |r: &InstanceRow| {
-        !s.demand.as_ref().is_some_and(|d| {
-            r.machine_name
-                .as_ref()
-                .is_some_and(|m| d.workers.iter().any(|w| &w.machine_name == m && w.cordoned))
-        })
-    };
+    let serving = |r: &InstanceRow| !worker_of(s, r, true);
     candidates.sort_by(|a, b| {
         young(a)
             .cmp(&young(b))
@@ -107,6 +85,29 @@ pub(super) fn over_cap(s: &Snapshot, f: &Facts) -> Vec<Stop> {
         });
     }
     stops
+}
+
+/// The label of the cluster's last live worker while work waits, among `rows`: the stop
+/// guardrail keeps it, over a cap too (asked for, it was refused every pass and nothing else
+/// went: a re-test, an idle cordoned instance beside it never asked for).
+fn last_live_worker(s: &Snapshot, rows: &[&InstanceRow]) -> Option<String> {
+    let d = s.demand.as_ref()?;
+    if d.live_workers() > 1 || d.queued_work() == 0 {
+        return None;
+    }
+    rows.iter()
+        .find(|r| worker_of(s, r, false))
+        .map(|r| r.label.clone())
+}
+
+/// Whether `r` is matched to a Curio worker that is `cordoned` (or, false, live).
+fn worker_of(s: &Snapshot, r: &InstanceRow, cordoned: bool) -> bool {
+    let (Some(d), Some(m)) = (s.demand.as_ref(), r.machine_name.as_ref()) else {
+        return false;
+    };
+    d.workers
+        .iter()
+        .any(|w| &w.machine_name == m && w.cordoned == cordoned)
 }
 
 /// An idle instance of ours that may go: its vast.ai id, $/h per proof/h, proofs/h, and
