@@ -491,7 +491,7 @@ mod tests {
         assert!((r.fleet_dph - 0.82).abs() < 1e-9, "{}", r.fleet_dph);
         let text = render_text(&r);
         assert!(
-            text.contains("the fleet bills $0.46/h (1 outbid bid(s) bill their disks, $0.05/h; the caps count them at $0.41/h, the price they resume at: $0.82/h)"),
+            text.contains("the fleet bills $0.46/h (1 outbid bid(s) bill their disks, $0.05/h; the caps count them at $0.41/h, the price they resume at, and the fleet at $0.82/h)"),
             "{text}"
         );
     }

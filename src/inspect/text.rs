@@ -84,7 +84,7 @@ fn fleet_bills(r: &Report) -> String {
     let paused: f64 = outbid.iter().filter_map(|i| i.dph).sum();
     let disks: f64 = outbid.iter().filter_map(|i| i.storage_dph).sum();
     format!(
-        "the fleet bills ${:.2}/h ({} outbid bid(s) bill their disks, ${disks:.2}/h; the caps count them at ${paused:.2}/h, the price they resume at: ${:.2}/h)",
+        "the fleet bills ${:.2}/h ({} outbid bid(s) bill their disks, ${disks:.2}/h; the caps count them at ${paused:.2}/h, the price they resume at, and the fleet at ${:.2}/h)",
         (r.fleet_dph - paused + disks).max(0.0),
         outbid.len(),
         r.fleet_dph
