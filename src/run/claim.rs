@@ -171,7 +171,7 @@ pub const AWAY_PERIODS: i64 = 3;
 /// lock for a long pass is no absence (another re-test, counting from the starts).
 pub fn last_activity(conn: &rusqlite::Connection) -> Result<Option<Millis>> {
     let ended = session::state(conn)?.last_run_finished_at;
-    let started = runs::recent_starts(conn, 1)?.first().copied();
+    let started = runs::recent(conn, 1)?.first().map(|r| r.started_at);
     Ok(ended.max(started))
 }
 

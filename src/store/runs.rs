@@ -129,15 +129,6 @@ pub fn continue_past(conn: &Connection, last: i64) -> Result<()> {
     Ok(())
 }
 
-/// When the latest `n` runs started, the newest first.
-pub fn recent_starts(conn: &Connection, n: i64) -> Result<Vec<Millis>> {
-    let mut stmt = conn.prepare_cached("SELECT started_at FROM runs ORDER BY id DESC LIMIT ?1")?;
-    let rows = stmt
-        .query_map(params![n], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<Millis>>>()?;
-    Ok(rows)
-}
-
 pub fn create(
     conn: &Connection,
     session_id: i64,
