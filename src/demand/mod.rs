@@ -177,6 +177,13 @@ impl Demand {
         (self.completed_1h > 0).then(|| (f64::from(paid) / f64::from(self.completed_1h)).min(1.0))
     }
 
+    /// A worker of this machine name is in the reading, cordoned or (false) live.
+    pub fn has_worker(&self, machine_name: &str, cordoned: bool) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.machine_name == machine_name && w.cordoned == cordoned)
+    }
+
     pub fn live_workers(&self) -> u32 {
         self.workers.iter().filter(|w| !w.cordoned).count() as u32
     }

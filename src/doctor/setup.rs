@@ -136,11 +136,9 @@ pub(super) fn fleet_over_caps(
                 .clone()
                 .find(|r| {
                     r.state != crate::fleet::PROVING
-                        && r.machine_name.as_ref().is_some_and(|m| {
-                            d.workers
-                                .iter()
-                                .any(|w| &w.machine_name == m && !w.cordoned)
-                        })
+                        && r.machine_name
+                            .as_ref()
+                            .is_some_and(|m| d.has_worker(m, false))
                 })
                 .map(|r| (r.vast_id.unwrap_or(0), d.queued_work()))
         });

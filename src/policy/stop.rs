@@ -310,11 +310,10 @@ pub fn min_rental(row: &InstanceRow, now: Millis, config: &Config) -> Option<Ans
 fn facts(ask: &Ask, snapshot: &Snapshot, config: &Config, row: Option<&InstanceRow>) -> StopFacts {
     let demand = snapshot.demand.as_ref();
     let live_worker = match (row, demand) {
-        (Some(r), Some(d)) => r.machine_name.as_ref().is_some_and(|m| {
-            d.workers
-                .iter()
-                .any(|w| &w.machine_name == m && !w.cordoned)
-        }),
+        (Some(r), Some(d)) => r
+            .machine_name
+            .as_ref()
+            .is_some_and(|m| d.has_worker(m, false)),
         _ => false,
     };
     StopFacts {

@@ -105,9 +105,7 @@ fn worker_of(s: &Snapshot, r: &InstanceRow, cordoned: bool) -> bool {
     let (Some(d), Some(m)) = (s.demand.as_ref(), r.machine_name.as_ref()) else {
         return false;
     };
-    d.workers
-        .iter()
-        .any(|w| &w.machine_name == m && w.cordoned == cordoned)
+    d.has_worker(m, cordoned)
 }
 
 /// An idle instance of ours that may go: its vast.ai id, $/h per proof/h, proofs/h, and
